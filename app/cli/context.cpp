@@ -1,0 +1,71 @@
+#include "app/cli/context.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+namespace mismatch::cli {
+
+std::string Context::workspaceDirectory() const
+{
+    return workspace.empty() ? store::defaultWorkspaceDirectory() : workspace;
+}
+
+std::string Context::databasePath() const
+{
+    return store::databasePath(workspaceDirectory());
+}
+
+store::RunStore Context::openStore(store::OpenMode mode) const
+{
+    return store::RunStore::open(databasePath(), mode);
+}
+
+void Context::printJson(const nlohmann::json& value) const
+{
+    *out << value.dump(2) << "\n";
+}
+
+std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows)
+{
+    std::vector<size_t> widths(header.size(), 0);
+    for (size_t c = 0; c < header.size(); ++c) {
+        widths[c] = header[c].size();
+    }
+    for (const auto& row : rows) {
+        for (size_t c = 0; c < row.size() && c < widths.size(); ++c) {
+            widths[c] = std::max(widths[c], row[c].size());
+        }
+    }
+    std::ostringstream text;
+    auto line = [&](const std::vector<std::string>& cells) {
+        for (size_t c = 0; c < widths.size(); ++c) {
+            const std::string cell = c < cells.size() ? cells[c] : std::string();
+            text << cell;
+            if (c + 1 < widths.size()) {
+                text << std::string(widths[c] - cell.size() + 2, ' ');
+            }
+        }
+        text << "\n";
+    };
+    line(header);
+    std::vector<std::string> rule;
+    for (size_t w : widths) {
+        rule.push_back(std::string(w, '-'));
+    }
+    line(rule);
+    for (const auto& row : rows) {
+        line(row);
+    }
+    return text.str();
+}
+
+std::string formatNumber(double value, int precision)
+{
+    std::ostringstream text;
+    text << std::setprecision(precision) << value;
+    return text.str();
+}
+
+}  // namespace mismatch::cli

@@ -1,0 +1,9 @@
+#include "app/cli/cli.h"
+
+#include <iostream>
+
+int main(int argc, char** argv)
+{
+    std::vector<std::string> arguments(argv, argv + argc);
+    return mismatch::cli::run(arguments, std::cout, std::cerr);
+}

@@ -1,0 +1,27 @@
+# mismatch_add_test(NAME <name> SOURCES <files...> LABELS <unit|model|ui|gpu|slow...> [LIBS <targets...>]
+#                   [TIMEOUT <seconds>] [ENVIRONMENT <VAR=value...>])
+# One Qt Test executable per call, registered with CTest under its labels. CI runs everything except
+# the labels gpu and slow (ctest -LE "gpu|slow").
+function(mismatch_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LABELS;LIBS;ENVIRONMENT" ${ARGN})
+  if(NOT T_NAME OR NOT T_SOURCES OR NOT T_LABELS)
+    message(FATAL_ERROR "mismatch_add_test needs NAME, SOURCES and LABELS")
+  endif()
+  foreach(label IN LISTS T_LABELS)
+    if(NOT label MATCHES "^(unit|model|ui|gpu|slow)$")
+      message(FATAL_ERROR "mismatch_add_test(${T_NAME}): unknown label '${label}'")
+    endif()
+  endforeach()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE Qt6::Test mismatch_core ${T_LIBS})
+  target_compile_definitions(${T_NAME} PRIVATE
+    MISMATCH_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    MISMATCH_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  mismatch_warnings(${T_NAME})
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;MISMATCH_TEST_OUTPUT=${PROJECT_BINARY_DIR}/test-output;${T_ENVIRONMENT}")
+endfunction()

@@ -1,0 +1,91 @@
+#include "core/analysis/demo.h"
+
+#include "core/common/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+
+namespace mismatch::analysis {
+
+namespace {
+
+std::vector<fs::path> sortedEntries(const fs::path& directory)
+{
+    std::vector<fs::path> entries;
+    std::error_code ec;
+    if (!fs::is_directory(directory, ec)) {
+        return entries;
+    }
+    for (const auto& entry : fs::directory_iterator(directory)) {
+        entries.push_back(entry.path());
+    }
+    std::sort(entries.begin(), entries.end());
+    return entries;
+}
+
+std::int64_t countJsonLines(const fs::path& file)
+{
+    std::ifstream in(file);
+    std::int64_t count = 0;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.find_first_not_of(" \t\r") != std::string::npos) {
+            ++count;
+        }
+    }
+    return count;
+}
+
+}  // namespace
+
+DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress)
+{
+    DemoReport report;
+    const fs::path resources(options.resourceDirectory);
+    progress.update(0.0, "registering built-in models");
+    for (const fs::path& directory : sortedEntries(resources / "models")) {
+        const fs::path configFile = directory / "config.json";
+        if (!fs::is_regular_file(configFile)) {
+            continue;
+        }
+        progress.checkCancelled();
+        std::ifstream in(configFile);
+        nlohmann::json config;
+        try {
+            config = nlohmann::json::parse(in);
+        } catch (const nlohmann::json::exception& error) {
+            throw InputError(configFile.string(), "", std::string("invalid JSON: ") + error.what());
+        }
+        store::ModelRecord record;
+        record.name = directory.filename().string();
+        record.path = fs::absolute(directory).string();
+        const auto architectures = config.value("architectures", nlohmann::json::array());
+        record.architecture = architectures.empty() ? std::string("unknown") : architectures[0].get<std::string>();
+        record.configJson = config.dump();
+        record.id = store.addModel(record);
+        report.models.push_back(record);
+    }
+    progress.update(0.5, "registering built-in prompt sets");
+    for (const fs::path& file : sortedEntries(resources / "prompts")) {
+        if (file.extension() != ".jsonl") {
+            continue;
+        }
+        progress.checkCancelled();
+        store::PromptSetRecord record;
+        record.name = file.stem().string();
+        record.path = fs::absolute(file).string();
+        record.promptCount = countJsonLines(file);
+        record.id = store.addPromptSet(record);
+        report.promptSets.push_back(record);
+    }
+    report.summary = store.summary();
+    progress.update(1.0, "done");
+    return report;
+}
+
+}  // namespace mismatch::analysis

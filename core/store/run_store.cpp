@@ -1,0 +1,494 @@
+#include "core/store/run_store.h"
+
+#include "core/common/error.h"
+#include "core/common/version.h"
+#include "core/store/schema.h"
+#include "core/store/sqlite_util.h"
+
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace mismatch::store {
+
+int currentSchemaVersion()
+{
+    return static_cast<int>(migrations().size());
+}
+
+std::string toString(RunStatus status)
+{
+    switch (status) {
+    case RunStatus::Running: return "running";
+    case RunStatus::Finished: return "finished";
+    case RunStatus::Failed: return "failed";
+    case RunStatus::Cancelled: return "cancelled";
+    }
+    return "running";
+}
+
+RunStatus runStatusFromString(const std::string& text)
+{
+    if (text == "finished") return RunStatus::Finished;
+    if (text == "failed") return RunStatus::Failed;
+    if (text == "cancelled") return RunStatus::Cancelled;
+    if (text == "running") return RunStatus::Running;
+    throw Error("unknown run status '" + text + "' (expected running, finished, failed or cancelled)");
+}
+
+std::string databasePath(const std::string& workspaceDirectory)
+{
+    return (fs::path(workspaceDirectory) / "workspace.db").string();
+}
+
+std::string defaultWorkspaceDirectory()
+{
+    if (const char* env = std::getenv("MISMATCH_WORKSPACE"); env && *env) {
+        return env;
+    }
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) {
+        return (fs::path(xdg) / "mismatch-lab" / "default").string();
+    }
+    const char* home = std::getenv("HOME");
+    return (fs::path(home && *home ? home : "/tmp") / ".local" / "share" / "mismatch-lab" / "default").string();
+}
+
+namespace {
+
+constexpr int kBusyTimeoutMs = 15000;
+
+void checkHeader(const std::string& path, std::uintmax_t size)
+{
+    static const char kMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw StoreError(path, "cannot be read (permission denied?)");
+    }
+    char header[16] = {};
+    in.read(header, sizeof header);
+    if (size < 100 || in.gcount() != static_cast<std::streamsize>(sizeof header) ||
+        std::memcmp(header, kMagic, sizeof header) != 0) {
+        throw StoreError(path, "is not a SQLite database (expected the 16-byte header 'SQLite format 3' at offset 0)");
+    }
+}
+
+sqlite3* openConnection(const std::string& path, int flags, bool uri = false)
+{
+    sqlite3* db = nullptr;
+    const int rc = sqlite3_open_v2(path.c_str(), &db, flags | (uri ? SQLITE_OPEN_URI : 0), nullptr);
+    if (rc != SQLITE_OK) {
+        std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+        sqlite3_close(db);
+        throw StoreError(path, "cannot be opened: " + message);
+    }
+    sqlite3_extended_result_codes(db, 1);
+    sqlite3_busy_timeout(db, kBusyTimeoutMs);
+    return db;
+}
+
+struct Closer {
+    sqlite3* db;
+    ~Closer() { sqlite3_close(db); }
+};
+
+// Inspects an existing file without writing to it: SQLite header, application id, schema version and a quick
+// integrity check. Throws StoreError describing the first problem found.
+void validateExisting(const std::string& path)
+{
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) {
+        throw StoreError(path, "cannot be read: " + ec.message());
+    }
+    if (size == 0) {
+        return;  // an empty file is an empty database; it gets the schema on a writable open
+    }
+    checkHeader(path, size);
+    sqlite3* db = nullptr;
+    try {
+        db = openConnection(path, SQLITE_OPEN_READONLY);
+    } catch (const StoreError&) {
+        // A WAL database in a read-only directory cannot be opened normally; immutable reads it as it is.
+        db = openConnection("file:" + path + "?immutable=1", SQLITE_OPEN_READONLY, true);
+    }
+    Closer closer{db};
+    try {
+        const auto applicationId = static_cast<int>(queryInt64(db, "PRAGMA application_id"));
+        const auto version = static_cast<int>(queryInt64(db, "PRAGMA user_version"));
+        if (applicationId != kApplicationId) {
+            if (applicationId != 0) {
+                std::ostringstream hex;
+                hex << std::hex << applicationId;
+                throw StoreError(path, "is a SQLite database of another application (application_id 0x" + hex.str() +
+                                           "), not a Mismatch Lab workspace");
+            }
+            if (queryInt64(db, "SELECT count(*) FROM sqlite_master") > 0) {
+                throw StoreError(path, "is a SQLite database but not a Mismatch Lab workspace (it has tables but no "
+                                       "Mismatch Lab application id)");
+            }
+        }
+        if (version > currentSchemaVersion()) {
+            throw StoreError(path, "was written by a newer Mismatch Lab (schema version " + std::to_string(version) +
+                                       "; this build reads up to " + std::to_string(currentSchemaVersion()) +
+                                       "): open it with a newer version");
+        }
+        Statement check(db, "PRAGMA quick_check");
+        std::string problems;
+        while (check.step()) {
+            const std::string line = check.text(0);
+            if (line != "ok") {
+                problems += (problems.empty() ? "" : "; ") + line;
+            }
+        }
+        if (!problems.empty()) {
+            throw StoreError(path, "is corrupt (integrity check: " + problems.substr(0, 300) + ")");
+        }
+    } catch (const StoreError& error) {
+        if (error.path() == path) {
+            throw;
+        }
+        throw StoreError(path, "is corrupt or unreadable: " + error.detail());
+    }
+}
+
+bool writable(const fs::path& p)
+{
+    return ::access(p.c_str(), W_OK) == 0;
+}
+
+RunInfo readRun(const Statement& s)
+{
+    RunInfo info;
+    info.id = s.int64(0);
+    info.name = s.text(1);
+    info.kind = s.text(2);
+    info.status = runStatusFromString(s.text(3));
+    info.configJson = s.text(4);
+    info.startedAt = s.text(5);
+    info.finishedAt = s.text(6);
+    info.error = s.text(7);
+    info.toolVersion = s.text(8);
+    info.stepCount = s.int64(9);
+    info.lastStep = s.optionalInt64(10);
+    info.lastMismatch = s.optionalReal(11);
+    return info;
+}
+
+constexpr const char* kRunSelect =
+    "SELECT r.id, r.name, r.kind, r.status, r.config_json, r.started_at, coalesce(r.finished_at, ''), "
+    "coalesce(r.error, ''), r.tool_version, "
+    "(SELECT count(*) FROM step_metrics m WHERE m.run_id = r.id), "
+    "(SELECT max(step) FROM step_metrics m WHERE m.run_id = r.id), "
+    "(SELECT mismatch_kl FROM step_metrics m WHERE m.run_id = r.id ORDER BY step DESC LIMIT 1) "
+    "FROM runs r ";
+
+}  // namespace
+
+RunStore RunStore::open(const std::string& path, OpenMode mode)
+{
+    const fs::path file(path);
+    std::error_code ec;
+    const bool exists = fs::exists(file, ec);
+    fs::path directory = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+    if (!exists) {
+        if (mode != OpenMode::CreateOrOpen) {
+            throw StoreError(path, "does not exist (create a workspace with `mismatch store init`)");
+        }
+        fs::create_directories(directory, ec);
+        if (ec || !fs::is_directory(directory)) {
+            throw StoreError(path, "cannot create the workspace directory " + directory.string() + ": " + ec.message());
+        }
+        if (!writable(directory)) {
+            throw StoreError(path, "cannot be created: the directory " + directory.string() + " is not writable");
+        }
+    } else {
+        if (fs::is_directory(file, ec)) {
+            throw StoreError(path, "is a directory; expected a workspace database file");
+        }
+        validateExisting(path);
+        if (mode != OpenMode::ReadOnly) {
+            if (!writable(file)) {
+                throw StoreError(path, "is read-only (no write permission); open it read-only or fix its permissions");
+            }
+            if (!writable(directory)) {
+                throw StoreError(path, "lies in the read-only directory " + directory.string() +
+                                           " (SQLite needs to create its journal there); open it read-only");
+            }
+        }
+    }
+
+    if (mode == OpenMode::ReadOnly) {
+        sqlite3* db = nullptr;
+        try {
+            db = openConnection(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX);
+            queryInt64(db, "PRAGMA user_version");  // forces the WAL index to be read now
+        } catch (const StoreError&) {
+            sqlite3_close(db);
+            db = openConnection("file:" + path + "?immutable=1", SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, true);
+        }
+        RunStore store(db, path, true);
+        const int version = store.schemaVersion();
+        if (version < currentSchemaVersion()) {
+            throw StoreError(path, "has schema version " + std::to_string(version) + " and needs migrating to " +
+                                       std::to_string(currentSchemaVersion()) + ", which a read-only open cannot do");
+        }
+        return store;
+    }
+
+    sqlite3* db = openConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX);
+    RunStore store(db, path, false);
+    {
+        Statement journal(db, "PRAGMA journal_mode = WAL");
+        if (!journal.step() || journal.text(0) != "wal") {
+            throw StoreError(path, "cannot switch to the WAL journal (the file system may not support it)");
+        }
+    }
+    execute(db, "PRAGMA foreign_keys = ON");
+    // WAL + NORMAL: a committed transaction survives a killed process (only power loss can drop the last ones).
+    execute(db, "PRAGMA synchronous = NORMAL");
+    Transaction transaction(db);
+    const int version = static_cast<int>(queryInt64(db, "PRAGMA user_version"));
+    if (version > currentSchemaVersion()) {
+        throw StoreError(path, "was written by a newer Mismatch Lab (schema version " + std::to_string(version) + ")");
+    }
+    if (version < currentSchemaVersion()) {
+        migrate(db, version, currentSchemaVersion());
+    }
+    transaction.commit();
+    return store;
+}
+
+RunStore::RunStore(sqlite3* db, std::string path, bool readOnly) : db_(db), path_(std::move(path)), readOnly_(readOnly) {}
+
+RunStore::RunStore(RunStore&& other) noexcept
+    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_)
+{
+    other.db_ = nullptr;
+}
+
+RunStore& RunStore::operator=(RunStore&& other) noexcept
+{
+    if (this != &other) {
+        close();
+        db_ = other.db_;
+        path_ = std::move(other.path_);
+        readOnly_ = other.readOnly_;
+        other.db_ = nullptr;
+    }
+    return *this;
+}
+
+RunStore::~RunStore()
+{
+    close();
+}
+
+void RunStore::close()
+{
+    if (db_) {
+        sqlite3_close_v2(db_);
+        db_ = nullptr;
+    }
+}
+
+int RunStore::schemaVersion() const
+{
+    return static_cast<int>(queryInt64(db_, "PRAGMA user_version"));
+}
+
+std::int64_t RunStore::beginRun(const RunSpec& spec)
+{
+    Transaction transaction(db_);
+    Statement insert(db_, "INSERT INTO runs (name, kind, status, config_json, model_id, tool_version) "
+                          "VALUES (?, ?, 'running', ?, ?, ?)");
+    insert.bind(1, spec.name).bind(2, spec.kind).bind(3, spec.configJson).bind(4, spec.modelId).bind(5, kVersion);
+    insert.run();
+    const std::int64_t id = sqlite3_last_insert_rowid(db_);
+    transaction.commit();
+    return id;
+}
+
+void RunStore::appendSteps(std::int64_t runId, const std::vector<StepMetrics>& steps)
+{
+    Transaction transaction(db_);
+    {
+        Statement exists(db_, "SELECT status FROM runs WHERE id = ?");
+        exists.bind(1, runId);
+        if (!exists.step()) {
+            throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+        }
+    }
+    Statement insert(db_,
+        "INSERT INTO step_metrics (run_id, step, mismatch_kl, k1, k3, bf16_multiple, loss, reward, accuracy, "
+        "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, extras_json) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const StepMetrics& m : steps) {
+        insert.reset();
+        insert.bind(1, runId).bind(2, m.step).bind(3, m.mismatchKl).bind(4, m.k1).bind(5, m.k3);
+        insert.bind(6, m.bf16Multiple).bind(7, m.loss).bind(8, m.reward).bind(9, m.accuracy).bind(10, m.entropy);
+        insert.bind(11, m.staleness).bind(12, m.rolloutTokensPerSecond).bind(13, m.trainTokensPerSecond);
+        insert.bind(14, m.wallTimeSeconds).bind(15, m.extrasJson.empty() ? std::string("{}") : m.extrasJson);
+        try {
+            insert.run();
+        } catch (const StoreError& error) {
+            throw StoreError(path_, "cannot store step " + std::to_string(m.step) + " of run " +
+                                        std::to_string(runId) + ": " + error.detail());
+        }
+    }
+    transaction.commit();
+}
+
+void RunStore::finishRun(std::int64_t runId, RunStatus status, const std::string& error)
+{
+    Transaction transaction(db_);
+    Statement update(db_, "UPDATE runs SET status = ?, error = ?, "
+                          "finished_at = strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id = ?");
+    update.bind(1, toString(status));
+    if (error.empty()) {
+        update.bindNull(2);
+    } else {
+        update.bind(2, error);
+    }
+    update.bind(3, runId);
+    update.run();
+    if (sqlite3_changes(db_) != 1) {
+        throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+    }
+    transaction.commit();
+}
+
+std::vector<RunInfo> RunStore::listRuns() const
+{
+    Statement s(db_, (std::string(kRunSelect) + "ORDER BY r.id").c_str());
+    std::vector<RunInfo> runs;
+    while (s.step()) {
+        runs.push_back(readRun(s));
+    }
+    return runs;
+}
+
+std::optional<RunInfo> RunStore::run(std::int64_t runId) const
+{
+    Statement s(db_, (std::string(kRunSelect) + "WHERE r.id = ?").c_str());
+    s.bind(1, runId);
+    if (!s.step()) {
+        return std::nullopt;
+    }
+    return readRun(s);
+}
+
+std::vector<StepMetrics> RunStore::stepsAfter(std::int64_t runId, std::int64_t afterRowId) const
+{
+    Statement s(db_, "SELECT id, step, mismatch_kl, k1, k3, bf16_multiple, loss, reward, accuracy, entropy, "
+                     "staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, extras_json "
+                     "FROM step_metrics WHERE run_id = ? AND id > ? ORDER BY id");
+    s.bind(1, runId).bind(2, afterRowId);
+    std::vector<StepMetrics> steps;
+    while (s.step()) {
+        StepMetrics m;
+        m.rowId = s.int64(0);
+        m.step = s.int64(1);
+        m.mismatchKl = s.optionalReal(2);
+        m.k1 = s.optionalReal(3);
+        m.k3 = s.optionalReal(4);
+        m.bf16Multiple = s.optionalReal(5);
+        m.loss = s.optionalReal(6);
+        m.reward = s.optionalReal(7);
+        m.accuracy = s.optionalReal(8);
+        m.entropy = s.optionalReal(9);
+        m.staleness = s.optionalInt64(10);
+        m.rolloutTokensPerSecond = s.optionalReal(11);
+        m.trainTokensPerSecond = s.optionalReal(12);
+        m.wallTimeSeconds = s.optionalReal(13);
+        m.extrasJson = s.text(14);
+        steps.push_back(std::move(m));
+    }
+    return steps;
+}
+
+std::int64_t RunStore::changeCounter() const
+{
+    // data_version moves when another connection commits; total_changes when this one writes.
+    return queryInt64(db_, "PRAGMA data_version") + static_cast<std::int64_t>(sqlite3_total_changes(db_));
+}
+
+std::int64_t RunStore::addModel(const ModelRecord& model)
+{
+    Transaction transaction(db_);
+    Statement upsert(db_, "INSERT INTO models (name, path, architecture, parameter_count, config_json) "
+                          "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET name = excluded.name, "
+                          "architecture = excluded.architecture, parameter_count = excluded.parameter_count, "
+                          "config_json = excluded.config_json RETURNING id");
+    upsert.bind(1, model.name).bind(2, model.path).bind(3, model.architecture).bind(4, model.parameterCount);
+    upsert.bind(5, model.configJson);
+    std::int64_t id = 0;
+    if (upsert.step()) {
+        id = upsert.int64(0);
+    }
+    upsert.run();
+    transaction.commit();
+    return id;
+}
+
+std::vector<ModelRecord> RunStore::listModels() const
+{
+    Statement s(db_, "SELECT id, name, path, architecture, parameter_count, config_json FROM models ORDER BY id");
+    std::vector<ModelRecord> models;
+    while (s.step()) {
+        models.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), s.int64(4), s.text(5)});
+    }
+    return models;
+}
+
+std::int64_t RunStore::addPromptSet(const PromptSetRecord& promptSet)
+{
+    Transaction transaction(db_);
+    Statement upsert(db_, "INSERT INTO prompt_sets (name, path, prompt_count) VALUES (?, ?, ?) "
+                          "ON CONFLICT(path) DO UPDATE SET name = excluded.name, prompt_count = excluded.prompt_count "
+                          "RETURNING id");
+    upsert.bind(1, promptSet.name).bind(2, promptSet.path).bind(3, promptSet.promptCount);
+    std::int64_t id = 0;
+    if (upsert.step()) {
+        id = upsert.int64(0);
+    }
+    upsert.run();
+    transaction.commit();
+    return id;
+}
+
+std::vector<PromptSetRecord> RunStore::listPromptSets() const
+{
+    Statement s(db_, "SELECT id, name, path, prompt_count FROM prompt_sets ORDER BY id");
+    std::vector<PromptSetRecord> sets;
+    while (s.step()) {
+        sets.push_back({s.int64(0), s.text(1), s.text(2), s.int64(3)});
+    }
+    return sets;
+}
+
+StoreSummary RunStore::summary() const
+{
+    StoreSummary s;
+    s.path = path_;
+    s.schemaVersion = schemaVersion();
+    s.models = queryInt64(db_, "SELECT count(*) FROM models");
+    s.recipes = queryInt64(db_, "SELECT count(*) FROM recipes");
+    s.promptSets = queryInt64(db_, "SELECT count(*) FROM prompt_sets");
+    s.runs = queryInt64(db_, "SELECT count(*) FROM runs");
+    s.steps = queryInt64(db_, "SELECT count(*) FROM step_metrics");
+    s.evaluations = queryInt64(db_, "SELECT count(*) FROM evaluations");
+    s.sensitivityScans = queryInt64(db_, "SELECT count(*) FROM sensitivity_scans");
+    s.calibrations = queryInt64(db_, "SELECT count(*) FROM calibrations");
+    s.admissionDecisions = queryInt64(db_, "SELECT count(*) FROM admission_decisions");
+    s.externalRuns = queryInt64(db_, "SELECT count(*) FROM external_runs");
+    return s;
+}
+
+}  // namespace mismatch::store

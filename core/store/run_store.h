@@ -1,0 +1,153 @@
+#pragma once
+// The workspace's run store: one SQLite database per workspace, shared by the GUI, the CLI and headless
+// jobs. One writer process and any number of readers at once (WAL); readers see newly committed steps on
+// their next query without reopening.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace mismatch::store {
+
+// Current schema version (PRAGMA user_version). Migrations in schema.cpp take a database from every earlier
+// version to this one.
+int currentSchemaVersion();
+
+enum class OpenMode {
+    CreateOrOpen,  // create the database (and its directory) when missing, migrate an older schema
+    OpenExisting,  // fail when missing; migrate an older schema
+    ReadOnly,      // never write: fails on a missing file or a schema older than the current one
+};
+
+enum class RunStatus { Running, Finished, Failed, Cancelled };
+std::string toString(RunStatus status);
+RunStatus runStatusFromString(const std::string& text);
+
+struct RunSpec {
+    std::string name;
+    std::string kind = "train";  // train, calibrate, admit, sensitivity, prefix_shift, demo, external, ...
+    std::string configJson = "{}";
+    std::optional<std::int64_t> modelId;
+};
+
+struct RunInfo {
+    std::int64_t id = 0;
+    std::string name;
+    std::string kind;
+    RunStatus status = RunStatus::Running;
+    std::string configJson;
+    std::string startedAt;   // ISO 8601 UTC
+    std::string finishedAt;  // empty while running
+    std::string error;
+    std::string toolVersion;
+    std::int64_t stepCount = 0;
+    std::optional<std::int64_t> lastStep;
+    std::optional<double> lastMismatch;  // nats per token
+};
+
+// One training step's measures. All KL values are in nats per token (token mean over the step's batch).
+struct StepMetrics {
+    std::int64_t rowId = 0;  // filled on read; the cursor for stepsAfter()
+    std::int64_t step = 0;
+    std::optional<double> mismatchKl;  // full-vocabulary KL(mu || pi)
+    std::optional<double> k1;
+    std::optional<double> k3;
+    std::optional<double> bf16Multiple;  // mismatchKl / BF16 unit
+    std::optional<double> loss;
+    std::optional<double> reward;
+    std::optional<double> accuracy;
+    std::optional<double> entropy;
+    std::optional<std::int64_t> staleness;
+    std::optional<double> rolloutTokensPerSecond;
+    std::optional<double> trainTokensPerSecond;
+    std::optional<double> wallTimeSeconds;
+    std::string extrasJson = "{}";
+};
+
+struct ModelRecord {
+    std::int64_t id = 0;
+    std::string name;
+    std::string path;
+    std::string architecture;
+    std::int64_t parameterCount = 0;
+    std::string configJson = "{}";
+};
+
+struct PromptSetRecord {
+    std::int64_t id = 0;
+    std::string name;
+    std::string path;
+    std::int64_t promptCount = 0;
+};
+
+struct StoreSummary {
+    std::string path;
+    int schemaVersion = 0;
+    std::int64_t models = 0;
+    std::int64_t recipes = 0;
+    std::int64_t promptSets = 0;
+    std::int64_t runs = 0;
+    std::int64_t steps = 0;
+    std::int64_t evaluations = 0;
+    std::int64_t sensitivityScans = 0;
+    std::int64_t calibrations = 0;
+    std::int64_t admissionDecisions = 0;
+    std::int64_t externalRuns = 0;
+};
+
+class RunStore {
+public:
+    // Opens (or creates) the database at `path`. Throws StoreError naming the file and the problem for: a
+    // file that is not SQLite, a SQLite file that is not a Mismatch Lab workspace, a newer schema, a corrupt
+    // file, a location that cannot be written. A file that fails these checks is never modified.
+    static RunStore open(const std::string& path, OpenMode mode = OpenMode::CreateOrOpen);
+
+    RunStore(RunStore&& other) noexcept;
+    RunStore& operator=(RunStore&& other) noexcept;
+    RunStore(const RunStore&) = delete;
+    RunStore& operator=(const RunStore&) = delete;
+    ~RunStore();
+
+    const std::string& path() const { return path_; }
+    bool readOnly() const { return readOnly_; }
+    int schemaVersion() const;
+
+    std::int64_t beginRun(const RunSpec& spec);
+    // Appends a batch of steps in one transaction: all of them are stored or none. A step number already
+    // stored for the run is an error (nothing is written).
+    void appendSteps(std::int64_t runId, const std::vector<StepMetrics>& steps);
+    void finishRun(std::int64_t runId, RunStatus status, const std::string& error = {});
+    std::vector<RunInfo> listRuns() const;
+    std::optional<RunInfo> run(std::int64_t runId) const;
+    // Steps of a run with rowId > afterRowId, in order: a live reader passes the last rowId it saw.
+    std::vector<StepMetrics> stepsAfter(std::int64_t runId, std::int64_t afterRowId = 0) const;
+    // Changes whenever any connection commits to the database (cheap; for polling readers).
+    std::int64_t changeCounter() const;
+
+    std::int64_t addModel(const ModelRecord& model);  // replaces a model with the same path
+    std::vector<ModelRecord> listModels() const;
+    std::int64_t addPromptSet(const PromptSetRecord& promptSet);  // replaces one with the same path
+    std::vector<PromptSetRecord> listPromptSets() const;
+
+    StoreSummary summary() const;
+
+    sqlite3* handle() const { return db_; }
+
+private:
+    RunStore(sqlite3* db, std::string path, bool readOnly);
+    void close();
+
+    sqlite3* db_ = nullptr;
+    std::string path_;
+    bool readOnly_ = false;
+};
+
+// The database file of a workspace directory.
+std::string databasePath(const std::string& workspaceDirectory);
+// Per-user default workspace directory: $MISMATCH_WORKSPACE, else $XDG_DATA_HOME/mismatch-lab/default,
+// else ~/.local/share/mismatch-lab/default.
+std::string defaultWorkspaceDirectory();
+
+}  // namespace mismatch::store

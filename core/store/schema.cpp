@@ -1,0 +1,180 @@
+#include "core/store/schema.h"
+
+#include "core/store/sqlite_util.h"
+
+#include <string>
+
+namespace mismatch::store {
+
+namespace {
+
+// Version 1: the objects the first tool version stored (models, recipes, prompt sets, runs and their steps).
+const char* kSchemaV1 = R"sql(
+CREATE TABLE models (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  path TEXT NOT NULL UNIQUE,
+  architecture TEXT NOT NULL,
+  parameter_count INTEGER NOT NULL DEFAULT 0,
+  config_json TEXT NOT NULL DEFAULT '{}',
+  added_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE recipes (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  path TEXT,
+  content TEXT NOT NULL,
+  added_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE prompt_sets (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  path TEXT NOT NULL UNIQUE,
+  prompt_count INTEGER NOT NULL DEFAULT 0,
+  added_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('running','finished','failed','cancelled')),
+  config_json TEXT NOT NULL DEFAULT '{}',
+  model_id INTEGER REFERENCES models(id) ON DELETE SET NULL,
+  started_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  finished_at TEXT,
+  error TEXT,
+  tool_version TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE step_metrics (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  mismatch_kl REAL,
+  k1 REAL,
+  k3 REAL,
+  bf16_multiple REAL,
+  loss REAL,
+  reward REAL,
+  accuracy REAL,
+  entropy REAL,
+  staleness INTEGER,
+  rollout_tokens_per_s REAL,
+  train_tokens_per_s REAL,
+  wall_time_s REAL,
+  extras_json TEXT NOT NULL DEFAULT '{}',
+  UNIQUE (run_id, step)
+);
+CREATE INDEX step_metrics_run ON step_metrics(run_id, id);
+)sql";
+
+// Version 2: analyses (evaluations with per-problem values, sensitivity scans, calibrations, admission
+// decisions) and runs imported from external trainers.
+const char* kSchemaV2 = R"sql(
+CREATE TABLE evaluations (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  prompt_set_id INTEGER REFERENCES prompt_sets(id) ON DELETE SET NULL,
+  quality REAL,
+  accuracy REAL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  UNIQUE (run_id, step)
+);
+CREATE TABLE evaluation_problems (
+  evaluation_id INTEGER NOT NULL REFERENCES evaluations(id) ON DELETE CASCADE,
+  problem_index INTEGER NOT NULL,
+  problem_id TEXT NOT NULL,
+  quality REAL NOT NULL,
+  correct INTEGER NOT NULL,
+  PRIMARY KEY (evaluation_id, problem_index)
+);
+CREATE TABLE sensitivity_scans (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  model_id INTEGER REFERENCES models(id) ON DELETE SET NULL,
+  format TEXT NOT NULL,
+  bf16_unit REAL,
+  config_json TEXT NOT NULL DEFAULT '{}',
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE sensitivity_cells (
+  scan_id INTEGER NOT NULL REFERENCES sensitivity_scans(id) ON DELETE CASCADE,
+  layer INTEGER NOT NULL,
+  module_group TEXT NOT NULL,
+  mismatch REAL NOT NULL,
+  added_mismatch REAL NOT NULL,
+  ci_low REAL,
+  ci_high REAL,
+  PRIMARY KEY (scan_id, layer, module_group)
+);
+CREATE TABLE calibrations (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  student TEXT NOT NULL,
+  config_json TEXT NOT NULL DEFAULT '{}',
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE calibration_points (
+  calibration_id INTEGER NOT NULL REFERENCES calibrations(id) ON DELETE CASCADE,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  mismatch REAL NOT NULL,
+  quality REAL NOT NULL,
+  relative_change REAL,
+  ci_low REAL,
+  ci_high REAL,
+  failed INTEGER NOT NULL,
+  PRIMARY KEY (calibration_id, run_id, step)
+);
+CREATE TABLE calibration_brackets (
+  calibration_id INTEGER NOT NULL REFERENCES calibrations(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  largest_passing REAL,
+  smallest_failing REAL,
+  threshold REAL,
+  PRIMARY KEY (calibration_id, step)
+);
+CREATE TABLE admission_decisions (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  calibration_id INTEGER REFERENCES calibrations(id) ON DELETE SET NULL,
+  candidate_json TEXT NOT NULL,
+  checkpoint TEXT NOT NULL,
+  mismatch REAL NOT NULL,
+  ci_low REAL NOT NULL,
+  ci_high REAL NOT NULL,
+  threshold REAL NOT NULL,
+  decision TEXT NOT NULL CHECK (decision IN ('admit','reject','borderline')),
+  seconds REAL NOT NULL,
+  tool_version TEXT NOT NULL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE external_runs (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  source TEXT NOT NULL,
+  file TEXT NOT NULL,
+  estimator_json TEXT NOT NULL DEFAULT '{}',
+  imported_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+)sql";
+
+}  // namespace
+
+const std::vector<const char*>& migrations()
+{
+    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2};
+    return all;
+}
+
+void migrate(sqlite3* db, int fromVersion, int toVersion)
+{
+    const auto& all = migrations();
+    for (int version = fromVersion; version < toVersion; ++version) {
+        execute(db, all.at(static_cast<size_t>(version)));
+    }
+    execute(db, ("PRAGMA user_version = " + std::to_string(toVersion)).c_str());
+    execute(db, ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
+}
+
+}  // namespace mismatch::store

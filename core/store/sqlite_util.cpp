@@ -1,0 +1,154 @@
+#include "core/store/sqlite_util.h"
+
+namespace mismatch::store {
+
+void throwSqliteError(sqlite3* db, int code, const char* call, const char* file, int line)
+{
+    const char* filename = db ? sqlite3_db_filename(db, "main") : nullptr;
+    std::string message = std::string(sqlite3_errstr(code));
+    if (db && sqlite3_errcode(db) == code) {
+        message = sqlite3_errmsg(db);
+    }
+    throw StoreError(filename && *filename ? filename : "<sqlite>",
+        message + " (SQLite code " + std::to_string(code) + " in " + call + " at " + file + ":" +
+            std::to_string(line) + ")");
+}
+
+Statement::Statement(sqlite3* db, const char* sql) : db_(db)
+{
+    MISMATCH_SQLITE_CHECK(db_, sqlite3_prepare_v2(db_, sql, -1, &stmt_, nullptr));
+}
+
+Statement::~Statement()
+{
+    sqlite3_finalize(stmt_);
+}
+
+Statement& Statement::bind(int index, std::int64_t value)
+{
+    MISMATCH_SQLITE_CHECK(db_, sqlite3_bind_int64(stmt_, index, value));
+    return *this;
+}
+
+Statement& Statement::bind(int index, double value)
+{
+    MISMATCH_SQLITE_CHECK(db_, sqlite3_bind_double(stmt_, index, value));
+    return *this;
+}
+
+Statement& Statement::bind(int index, const std::string& value)
+{
+    MISMATCH_SQLITE_CHECK(db_,
+        sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
+    return *this;
+}
+
+Statement& Statement::bindNull(int index)
+{
+    MISMATCH_SQLITE_CHECK(db_, sqlite3_bind_null(stmt_, index));
+    return *this;
+}
+
+Statement& Statement::bind(int index, const std::optional<double>& value)
+{
+    return value ? bind(index, *value) : bindNull(index);
+}
+
+Statement& Statement::bind(int index, const std::optional<std::int64_t>& value)
+{
+    return value ? bind(index, *value) : bindNull(index);
+}
+
+bool Statement::step()
+{
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) {
+        return true;
+    }
+    if (rc == SQLITE_DONE) {
+        return false;
+    }
+    throwSqliteError(db_, rc, "sqlite3_step", __FILE__, __LINE__);
+}
+
+void Statement::reset()
+{
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+}
+
+void Statement::run()
+{
+    while (step()) {
+    }
+}
+
+std::int64_t Statement::int64(int column) const
+{
+    return sqlite3_column_int64(stmt_, column);
+}
+
+double Statement::real(int column) const
+{
+    return sqlite3_column_double(stmt_, column);
+}
+
+std::string Statement::text(int column) const
+{
+    const unsigned char* p = sqlite3_column_text(stmt_, column);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, column)) : std::string();
+}
+
+bool Statement::isNull(int column) const
+{
+    return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
+
+std::optional<double> Statement::optionalReal(int column) const
+{
+    return isNull(column) ? std::nullopt : std::optional<double>(real(column));
+}
+
+std::optional<std::int64_t> Statement::optionalInt64(int column) const
+{
+    return isNull(column) ? std::nullopt : std::optional<std::int64_t>(int64(column));
+}
+
+void execute(sqlite3* db, const char* sql)
+{
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
+    if (rc != SQLITE_OK) {
+        const std::string message = error ? error : sqlite3_errstr(rc);
+        sqlite3_free(error);
+        const char* filename = sqlite3_db_filename(db, "main");
+        throw StoreError(filename && *filename ? filename : "<sqlite>",
+            message + " (SQLite code " + std::to_string(rc) + " executing: " + std::string(sql).substr(0, 80) + ")");
+    }
+}
+
+std::int64_t queryInt64(sqlite3* db, const char* sql)
+{
+    Statement statement(db, sql);
+    return statement.step() ? statement.int64(0) : 0;
+}
+
+Transaction::Transaction(sqlite3* db) : db_(db)
+{
+    execute(db_, "BEGIN IMMEDIATE");
+}
+
+Transaction::~Transaction()
+{
+    if (!done_) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+}
+
+void Transaction::commit()
+{
+    execute(db_, "COMMIT");
+    done_ = true;
+}
+
+}  // namespace mismatch::store
