@@ -42,8 +42,9 @@ int run(const std::vector<std::string>& arguments, std::ostream& out, std::ostre
         ->check(CLI::NonNegativeNumber);
     app.add_flag("--json", context.json, "Print results as JSON on stdout");
 
-    registerStoreCommands(app, context);
-    registerDemoCommand(app, context);
+    for (const Registrar& registrar : registeredCommands()) {
+        registrar(app, context);
+    }
 
     // CLI11 wants argv without the program name.
     std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());

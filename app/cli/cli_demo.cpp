@@ -7,6 +7,7 @@
 
 namespace mismatch::cli {
 
+namespace {
 void registerDemoCommand(CLI::App& app, Context& context)
 {
     CLI::App* demo = app.add_subcommand("demo",
@@ -47,5 +48,8 @@ void registerDemoCommand(CLI::App& app, Context& context)
         printSummary(context, report.summary);
     });
 }
+
+const CommandRegistration registration(0, registerDemoCommand);
+}  // namespace
 
 }  // namespace mismatch::cli

@@ -50,6 +50,7 @@ void printSummary(const Context& context, const store::StoreSummary& s)
                             {"external runs", std::to_string(s.externalRuns)}});
 }
 
+namespace {
 void registerStoreCommands(CLI::App& app, Context& context)
 {
     CLI::App* storeCommand = app.add_subcommand("store", "Create and inspect the workspace's run store");
@@ -96,5 +97,8 @@ void registerStoreCommands(CLI::App& app, Context& context)
         *context.out << formatTable({"id", "name", "kind", "status", "steps", "mismatch", "started"}, rows);
     });
 }
+
+const CommandRegistration registration(10, registerStoreCommands);
+}  // namespace
 
 }  // namespace mismatch::cli

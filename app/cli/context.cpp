@@ -7,6 +7,30 @@
 
 namespace mismatch::cli {
 
+namespace {
+std::vector<std::pair<int, Registrar>>& registry()
+{
+    static std::vector<std::pair<int, Registrar>> all;
+    return all;
+}
+}  // namespace
+
+CommandRegistration::CommandRegistration(int order, Registrar registrar)
+{
+    registry().emplace_back(order, std::move(registrar));
+}
+
+std::vector<Registrar> registeredCommands()
+{
+    auto all = registry();
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Registrar> result;
+    for (auto& entry : all) {
+        result.push_back(entry.second);
+    }
+    return result;
+}
+
 std::string Context::workspaceDirectory() const
 {
     return workspace.empty() ? store::defaultWorkspaceDirectory() : workspace;

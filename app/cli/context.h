@@ -26,12 +26,17 @@ struct Context {
     void printJson(const nlohmann::json& value) const;
 };
 
-// A subcommand registers itself on the app and returns nothing; its callback runs after parsing.
+// A file of subcommands registers itself with a static CommandRegistration; the CLI is an object library,
+// so every such file is linked and no central list needs editing when a command is added.
 using Registrar = std::function<void(CLI::App& app, Context& context)>;
+struct CommandRegistration {
+    // `order` sorts the commands in --help (lower first).
+    CommandRegistration(int order, Registrar registrar);
+};
+// Registrars in their order.
+std::vector<Registrar> registeredCommands();
 
 void printSummary(const Context& context, const store::StoreSummary& summary);
-void registerStoreCommands(CLI::App& app, Context& context);
-void registerDemoCommand(CLI::App& app, Context& context);
 
 // Plain text table: left-aligned columns padded to their widest cell.
 std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
