@@ -13,6 +13,7 @@ function(mismatch_add_test)
     endif()
   endforeach()
   add_executable(${T_NAME} ${T_SOURCES})
+  set_target_properties(${T_NAME} PROPERTIES AUTOMOC ON)
   target_link_libraries(${T_NAME} PRIVATE Qt6::Test mismatch_core ${T_LIBS})
   target_compile_definitions(${T_NAME} PRIVATE
     MISMATCH_SOURCE_DIR="${PROJECT_SOURCE_DIR}"

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -119,47 +120,52 @@ void validateExisting(const std::string& path)
         db = openConnection("file:" + path + "?immutable=1", SQLITE_OPEN_READONLY, true);
     }
     Closer closer{db};
+    // Problems found by reading go to `problem`; a SQLite failure while reading means the file is damaged.
+    std::string problem;
     try {
         const auto applicationId = static_cast<int>(queryInt64(db, "PRAGMA application_id"));
         const auto version = static_cast<int>(queryInt64(db, "PRAGMA user_version"));
-        if (applicationId != kApplicationId) {
-            if (applicationId != 0) {
-                std::ostringstream hex;
-                hex << std::hex << applicationId;
-                throw StoreError(path, "is a SQLite database of another application (application_id 0x" + hex.str() +
-                                           "), not a Mismatch Lab workspace");
+        if (applicationId != kApplicationId && applicationId != 0) {
+            std::ostringstream hex;
+            hex << std::hex << applicationId;
+            problem = "is a SQLite database of another application (application_id 0x" + hex.str() +
+                      "), not a Mismatch Lab workspace";
+        } else if (applicationId == 0 && queryInt64(db, "SELECT count(*) FROM sqlite_master") > 0) {
+            problem = "is a SQLite database but not a Mismatch Lab workspace (it has tables but no Mismatch Lab "
+                      "application id)";
+        } else if (version > currentSchemaVersion()) {
+            problem = "was written by a newer Mismatch Lab (schema version " + std::to_string(version) +
+                      "; this build reads up to " + std::to_string(currentSchemaVersion()) +
+                      "): open it with a newer version";
+        } else {
+            Statement check(db, "PRAGMA quick_check");
+            std::string findings;
+            while (check.step()) {
+                const std::string line = check.text(0);
+                if (line != "ok") {
+                    findings += (findings.empty() ? "" : "; ") + line;
+                }
             }
-            if (queryInt64(db, "SELECT count(*) FROM sqlite_master") > 0) {
-                throw StoreError(path, "is a SQLite database but not a Mismatch Lab workspace (it has tables but no "
-                                       "Mismatch Lab application id)");
+            if (!findings.empty()) {
+                problem = "is corrupt (integrity check: " + findings.substr(0, 300) + ")";
             }
-        }
-        if (version > currentSchemaVersion()) {
-            throw StoreError(path, "was written by a newer Mismatch Lab (schema version " + std::to_string(version) +
-                                       "; this build reads up to " + std::to_string(currentSchemaVersion()) +
-                                       "): open it with a newer version");
-        }
-        Statement check(db, "PRAGMA quick_check");
-        std::string problems;
-        while (check.step()) {
-            const std::string line = check.text(0);
-            if (line != "ok") {
-                problems += (problems.empty() ? "" : "; ") + line;
-            }
-        }
-        if (!problems.empty()) {
-            throw StoreError(path, "is corrupt (integrity check: " + problems.substr(0, 300) + ")");
         }
     } catch (const StoreError& error) {
-        if (error.path() == path) {
-            throw;
-        }
-        throw StoreError(path, "is corrupt or unreadable: " + error.detail());
+        problem = "is corrupt or unreadable: " + error.detail();
+    }
+    if (!problem.empty()) {
+        throw StoreError(path, problem);
     }
 }
 
+// Writable for this process, and meant to be written: a file or directory without any write bit is treated as
+// read-only even for root (who could write it anyway), so that a workspace marked read-only stays untouched.
 bool writable(const fs::path& p)
 {
+    struct stat status {};
+    if (::stat(p.c_str(), &status) != 0 || (status.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) == 0) {
+        return false;
+    }
     return ::access(p.c_str(), W_OK) == 0;
 }
 
