@@ -47,42 +47,54 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
 {
     DemoReport report;
     const fs::path resources(options.resourceDirectory);
-    progress.update(0.0, "registering built-in models");
-    for (const fs::path& directory : sortedEntries(resources / "models")) {
-        const fs::path configFile = directory / "config.json";
-        if (!fs::is_regular_file(configFile)) {
-            continue;
+    // The demo is itself a run of the workspace, so that the GUI's run browser and `store runs` show it.
+    report.runId = store.beginRun({"demo", "demo",
+        nlohmann::json{{"resources", fs::absolute(resources).string()}}.dump(), std::nullopt});
+    try {
+        progress.update(0.0, "registering built-in models");
+        for (const fs::path& directory : sortedEntries(resources / "models")) {
+            const fs::path configFile = directory / "config.json";
+            if (!fs::is_regular_file(configFile)) {
+                continue;
+            }
+            progress.checkCancelled();
+            std::ifstream in(configFile);
+            nlohmann::json config;
+            try {
+                config = nlohmann::json::parse(in);
+            } catch (const nlohmann::json::exception& error) {
+                throw InputError(configFile.string(), "", std::string("invalid JSON: ") + error.what());
+            }
+            store::ModelRecord record;
+            record.name = directory.filename().string();
+            record.path = fs::absolute(directory).string();
+            const auto architectures = config.value("architectures", nlohmann::json::array());
+            record.architecture = architectures.empty() ? std::string("unknown") : architectures[0].get<std::string>();
+            record.configJson = config.dump();
+            record.id = store.addModel(record);
+            report.models.push_back(record);
         }
-        progress.checkCancelled();
-        std::ifstream in(configFile);
-        nlohmann::json config;
-        try {
-            config = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& error) {
-            throw InputError(configFile.string(), "", std::string("invalid JSON: ") + error.what());
+        progress.update(0.5, "registering built-in prompt sets");
+        for (const fs::path& file : sortedEntries(resources / "prompts")) {
+            if (file.extension() != ".jsonl") {
+                continue;
+            }
+            progress.checkCancelled();
+            store::PromptSetRecord record;
+            record.name = file.stem().string();
+            record.path = fs::absolute(file).string();
+            record.promptCount = countJsonLines(file);
+            record.id = store.addPromptSet(record);
+            report.promptSets.push_back(record);
         }
-        store::ModelRecord record;
-        record.name = directory.filename().string();
-        record.path = fs::absolute(directory).string();
-        const auto architectures = config.value("architectures", nlohmann::json::array());
-        record.architecture = architectures.empty() ? std::string("unknown") : architectures[0].get<std::string>();
-        record.configJson = config.dump();
-        record.id = store.addModel(record);
-        report.models.push_back(record);
+    } catch (const CancelledError& error) {
+        store.finishRun(report.runId, store::RunStatus::Cancelled, error.what());
+        throw;
+    } catch (const std::exception& error) {
+        store.finishRun(report.runId, store::RunStatus::Failed, error.what());
+        throw;
     }
-    progress.update(0.5, "registering built-in prompt sets");
-    for (const fs::path& file : sortedEntries(resources / "prompts")) {
-        if (file.extension() != ".jsonl") {
-            continue;
-        }
-        progress.checkCancelled();
-        store::PromptSetRecord record;
-        record.name = file.stem().string();
-        record.path = fs::absolute(file).string();
-        record.promptCount = countJsonLines(file);
-        record.id = store.addPromptSet(record);
-        report.promptSets.push_back(record);
-    }
+    store.finishRun(report.runId, store::RunStatus::Finished);
     report.summary = store.summary();
     progress.update(1.0, "done");
     return report;

@@ -13,6 +13,7 @@ struct DemoOptions {
 };
 
 struct DemoReport {
+    std::int64_t runId = 0;                          // the demo's own run in the workspace
     std::vector<store::ModelRecord> models;          // registered from resources/models/*
     std::vector<store::PromptSetRecord> promptSets;  // registered from resources/prompts/*.jsonl
     store::StoreSummary summary;                     // what the workspace holds afterwards

@@ -1,0 +1,183 @@
+// The main window, offscreen: empty state, a run inserted by another connection appearing live in the run
+// browser, the per-run plot tailing new steps, the demo job from its button, the About dialog. Saves
+// screenshots under the build tree (test-output/) for a person to look at.
+#include "core/store/run_store.h"
+#include "ui/about_dialog.h"
+#include "ui/job_runner.h"
+#include "ui/main_window.h"
+#include "ui/run_plot.h"
+#include "ui/run_table_model.h"
+
+#include <QDir>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace mismatch;
+
+namespace {
+
+QString screenshotDirectory()
+{
+    const QString dir = qEnvironmentVariable("MISMATCH_TEST_OUTPUT", QStringLiteral(MISMATCH_BINARY_DIR "/test-output"));
+    QDir().mkpath(dir);
+    return dir;
+}
+
+void saveScreenshot(QWidget& widget, const QString& name)
+{
+    const QString path = screenshotDirectory() + "/" + name;
+    QVERIFY2(widget.grab().save(path), qPrintable(path));
+    qInfo("screenshot: %s", qPrintable(path));
+}
+
+}  // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void emptyStatePointsToDemo();
+    void runInsertedElsewhereAppearsLive();
+    void demoButtonRunsDemoJob();
+    void badWorkspaceShowsErrorAndKeepsCurrent();
+    void aboutDialogListsVersions();
+};
+
+void TestMainWindow::initTestCase()
+{
+    Q_INIT_RESOURCE(resources);
+    QCoreApplication::setOrganizationName("Mismatch Lab Tests");
+    QStandardPaths::setTestModeEnabled(true);  // QSettings go to a test location
+}
+
+void TestMainWindow::emptyStatePointsToDemo()
+{
+    QTemporaryDir dir;
+    ui::MainWindow window(dir.path());
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QVERIFY(window.showingEmptyState());
+    auto* button = window.emptyState()->findChild<QPushButton*>("runDemoButton");
+    QVERIFY(button);
+    QVERIFY(button->isVisible());
+    QCOMPARE(window.runModel()->rowCount(), 0);
+    saveScreenshot(window, "main_window_empty.png");
+}
+
+void TestMainWindow::runInsertedElsewhereAppearsLive()
+{
+    QTemporaryDir dir;
+    ui::MainWindow window(dir.path());
+    window.resize(1100, 720);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QVERIFY(window.showingEmptyState());
+
+    // Another connection (as a headless `mismatch train` would) creates a run and appends steps.
+    store::RunStore writer = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+    const auto runId = writer.beginRun({"opd-fp8-kv", "train", "{}", std::nullopt});
+    std::vector<store::StepMetrics> steps;
+    for (int s = 0; s < 30; ++s) {
+        store::StepMetrics m;
+        m.step = s;
+        m.mismatchKl = 0.02 + 0.01 * std::sin(s / 4.0) + 0.0005 * s;
+        m.k1 = *m.mismatchKl * 0.9;
+        m.k3 = *m.mismatchKl * 0.8;
+        steps.push_back(m);
+    }
+    writer.appendSteps(runId, steps);
+
+    // The window polls the store; no explicit refresh call.
+    QTRY_COMPARE_WITH_TIMEOUT(window.runModel()->rowCount(), 1, 5000);
+    QVERIFY(!window.showingEmptyState());
+    const QModelIndex name = window.runModel()->index(0, ui::RunTableModel::Name);
+    QCOMPARE(window.runModel()->data(name, Qt::DisplayRole).toString(), QStringLiteral("opd-fp8-kv"));
+    QCOMPARE(window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Steps), Qt::DisplayRole).toLongLong(), 30);
+
+    window.runTable()->selectRow(0);
+    QCOMPARE(window.runPlot()->runId(), runId);
+    QCOMPARE(window.runPlot()->pointCount(), 30);
+
+    // More steps arrive: the table and the plot follow.
+    std::vector<store::StepMetrics> more;
+    for (int s = 30; s < 45; ++s) {
+        store::StepMetrics m;
+        m.step = s;
+        m.mismatchKl = 0.035 + 0.0004 * s;
+        m.k1 = *m.mismatchKl * 0.9;
+        m.k3 = *m.mismatchKl * 0.8;
+        more.push_back(m);
+    }
+    writer.appendSteps(runId, more);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Steps), Qt::DisplayRole).toLongLong(),
+        45LL, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), 45, 5000);
+    QTest::qWait(100);  // let the throttled replot happen before the screenshot
+    saveScreenshot(window, "main_window_run.png");
+}
+
+void TestMainWindow::demoButtonRunsDemoJob()
+{
+    QTemporaryDir dir;
+    ui::MainWindow window(dir.path());
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QSignalSpy finished(window.jobRunner(), &ui::JobRunner::finished);
+    QSignalSpy progress(window.jobRunner(), &ui::JobRunner::progressChanged);
+    auto* button = window.emptyState()->findChild<QPushButton*>("runDemoButton");
+    QTest::mouseClick(button, Qt::LeftButton);
+    QVERIFY(finished.wait(60000));
+    QCOMPARE(finished.count(), 1);
+    const QList<QVariant> args = finished.takeFirst();
+    QVERIFY2(args.at(1).toBool(), qPrintable(args.at(3).toString()));  // ok
+    QVERIFY(progress.count() >= 1);
+    // The demo registered the built-in resources in this workspace.
+    store::RunStore reader = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+    const QDir resources(QStringLiteral(MISMATCH_SOURCE_DIR "/resources"));
+    const int promptFiles = QDir(resources.filePath("prompts")).entryList({"*.jsonl"}, QDir::Files).size();
+    int modelDirs = 0;
+    for (const QString& model : QDir(resources.filePath("models")).entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+        modelDirs += QFile::exists(resources.filePath("models/" + model + "/config.json")) ? 1 : 0;
+    }
+    QCOMPARE(reader.summary().promptSets, static_cast<std::int64_t>(promptFiles));
+    QCOMPARE(reader.summary().models, static_cast<std::int64_t>(modelDirs));
+    QCOMPARE(window.lastError(), QString());
+    // The demo is recorded as a finished run, and the window leaves its empty state.
+    QCOMPARE(reader.listRuns().size(), size_t(1));
+    QCOMPARE(QString::fromStdString(reader.listRuns()[0].kind), QStringLiteral("demo"));
+    QTRY_VERIFY_WITH_TIMEOUT(!window.showingEmptyState(), 5000);
+}
+
+void TestMainWindow::badWorkspaceShowsErrorAndKeepsCurrent()
+{
+    QTemporaryDir good;
+    QTemporaryDir bad;
+    QFile junk(bad.path() + "/workspace.db");
+    QVERIFY(junk.open(QIODevice::WriteOnly));
+    junk.write(QByteArray(4096, 'x'));
+    junk.close();
+    ui::MainWindow window(good.path());
+    QVERIFY(!window.openWorkspace(bad.path()));
+    QVERIFY(window.lastError().contains("is not a SQLite database"));
+    QCOMPARE(window.workspaceDirectory(), good.path());
+}
+
+void TestMainWindow::aboutDialogListsVersions()
+{
+    const QString text = ui::AboutDialog::versionsText();
+    QVERIFY(text.contains(QStringLiteral("Qt ") + qVersion()));
+    QVERIFY(text.contains("LibTorch"));
+    QVERIFY(text.contains("CUDA"));
+    ui::AboutDialog dialog;
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    saveScreenshot(dialog, "about_dialog.png");
+}
+
+QTEST_MAIN(TestMainWindow)
+#include "test_main_window.moc"
