@@ -1,6 +1,7 @@
 // mismatch demo: the headless main job on the built-in demo resources.
 #include "app/cli/context.h"
 #include "core/analysis/demo.h"
+#include "app/cli/terminal_progress.h"
 #include "core/common/runtime.h"
 
 #include <ostream>
@@ -15,10 +16,11 @@ void registerDemoCommand(CLI::App& app, Context& context)
         "the workspace holds");
     demo->callback([&context] {
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
-        Progress progress;
+        TerminalProgress bar(*context.err);
         analysis::DemoOptions options;
         options.resourceDirectory = resourceDirectory();
-        const analysis::DemoReport report = analysis::runDemo(store, options, progress);
+        const analysis::DemoReport report = analysis::runDemo(store, options, bar.progress());
+        bar.finish();
         if (context.json) {
             nlohmann::json models = nlohmann::json::array();
             for (const auto& m : report.models) {
