@@ -1,0 +1,138 @@
+#include "core/metrics/bootstrap.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+namespace mismatch::metrics {
+
+std::uint64_t SplitMix64::next()
+{
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+std::uint64_t SplitMix64::below(std::uint64_t n)
+{
+    // Reject the lowest (2^64 mod n) values: what remains is a whole number of copies of [0, n).
+    const std::uint64_t threshold = (0 - n) % n;
+    std::uint64_t x = next();
+    while (x < threshold) {
+        x = next();
+    }
+    return x % n;
+}
+
+double SplitMix64::uniform()
+{
+    return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
+
+namespace {
+
+// Linear-interpolated quantile of sorted data (the "type 7" definition, as numpy's default).
+double quantile(const std::vector<double>& sorted, double q)
+{
+    const double position = q * static_cast<double>(sorted.size() - 1);
+    const auto lower = static_cast<size_t>(std::floor(position));
+    const size_t upper = std::min(lower + 1, sorted.size() - 1);
+    const double fraction = position - static_cast<double>(lower);
+    return sorted[lower] + fraction * (sorted[upper] - sorted[lower]);
+}
+
+template <typename Statistic>
+Interval percentileBootstrap(size_t n, const BootstrapOptions& options, double estimate, Statistic statistic)
+{
+    if (n == 0) {
+        throw std::invalid_argument("bootstrap of an empty sample");
+    }
+    if (options.resamples < 1 || !(options.confidence > 0.0 && options.confidence < 1.0)) {
+        throw std::invalid_argument("bootstrap needs resamples >= 1 and confidence in (0, 1)");
+    }
+    SplitMix64 rng(options.seed);
+    std::vector<size_t> sample(n);
+    std::vector<double> statistics(static_cast<size_t>(options.resamples));
+    for (double& s : statistics) {
+        for (size_t& index : sample) {
+            index = static_cast<size_t>(rng.below(n));
+        }
+        s = statistic(sample);
+    }
+    std::sort(statistics.begin(), statistics.end());
+    const double alpha = 1.0 - options.confidence;
+    Interval interval;
+    interval.estimate = estimate;
+    interval.low = quantile(statistics, alpha / 2.0);
+    interval.high = quantile(statistics, 1.0 - alpha / 2.0);
+    interval.confidence = options.confidence;
+    interval.resamples = options.resamples;
+    return interval;
+}
+
+double mean(const std::vector<double>& values)
+{
+    return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+Interval bootstrapMean(const std::vector<double>& values, const BootstrapOptions& options)
+{
+    return percentileBootstrap(values.size(), options, values.empty() ? 0.0 : mean(values),
+        [&](const std::vector<size_t>& sample) {
+            double sum = 0.0;
+            for (size_t i : sample) {
+                sum += values[i];
+            }
+            return sum / static_cast<double>(sample.size());
+        });
+}
+
+Interval bootstrapRatio(const std::vector<double>& numerators, const std::vector<double>& denominators,
+    const BootstrapOptions& options)
+{
+    if (numerators.size() != denominators.size()) {
+        throw std::invalid_argument("bootstrapRatio: numerators and denominators differ in length");
+    }
+    const double total = std::accumulate(denominators.begin(), denominators.end(), 0.0);
+    const double estimate = total > 0 ? std::accumulate(numerators.begin(), numerators.end(), 0.0) / total : 0.0;
+    return percentileBootstrap(numerators.size(), options, estimate, [&](const std::vector<size_t>& sample) {
+        double num = 0.0;
+        double den = 0.0;
+        for (size_t i : sample) {
+            num += numerators[i];
+            den += denominators[i];
+        }
+        return den > 0 ? num / den : 0.0;
+    });
+}
+
+Interval pairedBootstrapDifference(const std::vector<double>& run, const std::vector<double>& base,
+    const BootstrapOptions& options)
+{
+    if (run.size() != base.size()) {
+        throw std::invalid_argument("pairedBootstrapDifference: the two runs were evaluated on different problem counts");
+    }
+    std::vector<double> differences(run.size());
+    for (size_t i = 0; i < run.size(); ++i) {
+        differences[i] = run[i] - base[i];
+    }
+    return bootstrapMean(differences, options);
+}
+
+FailureVerdict applyFailureRule(const std::vector<double>& qRun, const std::vector<double>& qBase,
+    const FailureRuleOptions& options)
+{
+    FailureVerdict verdict;
+    verdict.qualityRun = mean(qRun);
+    verdict.qualityBase = mean(qBase);
+    verdict.relativeChange = (verdict.qualityRun - verdict.qualityBase) / verdict.qualityBase;
+    verdict.difference = pairedBootstrapDifference(qRun, qBase, options.bootstrap);
+    verdict.failed = verdict.relativeChange >= options.relativeThreshold && verdict.difference.low > 0.0;
+    return verdict;
+}
+
+}  // namespace mismatch::metrics

@@ -1,0 +1,64 @@
+#pragma once
+// Seeded bootstrap intervals and the spec's failure rule. The resampling uses the project's own
+// deterministic generator so that a seed gives the same interval on every platform and library version.
+#include <cstdint>
+#include <vector>
+
+namespace mismatch::metrics {
+
+// splitmix64: small, fast, and fully specified (so results do not depend on the standard library).
+class SplitMix64 {
+public:
+    explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+    std::uint64_t next();
+    // Uniform integer in [0, n) by rejection (no modulo bias).
+    std::uint64_t below(std::uint64_t n);
+    double uniform();  // [0, 1), 53 random bits
+
+private:
+    std::uint64_t state_;
+};
+
+struct Interval {
+    double estimate = 0.0;  // the statistic on the original sample
+    double low = 0.0;
+    double high = 0.0;
+    double confidence = 0.95;
+    int resamples = 0;
+};
+
+struct BootstrapOptions {
+    int resamples = 10000;
+    double confidence = 0.95;
+    std::uint64_t seed = 20261108;
+};
+
+// Percentile bootstrap interval of the mean of `values`.
+Interval bootstrapMean(const std::vector<double>& values, const BootstrapOptions& options = {});
+// Percentile bootstrap of sum(numerators) / sum(denominators), resampling items (e.g. prompts) with their
+// token counts: the token-mean mismatch with prompts as the resampling unit.
+Interval bootstrapRatio(const std::vector<double>& numerators, const std::vector<double>& denominators,
+    const BootstrapOptions& options = {});
+// Paired bootstrap of mean_i (run_i - base_i), resampling problems.
+Interval pairedBootstrapDifference(const std::vector<double>& run, const std::vector<double>& base,
+    const BootstrapOptions& options = {});
+
+// The spec's failure rule: a run fails against the baseline at the same step when
+// (Q_run - Q_base) / Q_base >= threshold AND the paired interval of mean(q_run - q_base) lies above zero.
+struct FailureRuleOptions {
+    double relativeThreshold = 0.20;
+    BootstrapOptions bootstrap;
+};
+
+struct FailureVerdict {
+    bool failed = false;
+    double qualityRun = 0.0;
+    double qualityBase = 0.0;
+    double relativeChange = 0.0;  // (Q_run - Q_base) / Q_base
+    Interval difference;          // paired interval of mean(q_run - q_base), nats per token
+};
+
+FailureVerdict applyFailureRule(const std::vector<double>& qRun, const std::vector<double>& qBase,
+    const FailureRuleOptions& options = {});
+
+}  // namespace mismatch::metrics
