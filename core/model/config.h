@@ -41,6 +41,9 @@ struct ModelConfig {
     std::int64_t maxPositionEmbeddings = 2048;
     bool tieWordEmbeddings = false;
     bool attentionBias = false;  // q/k/v projections carry a bias (Qwen2; Llama's attention_bias)
+    // o_proj carries a bias too: Llama and Qwen3 apply attention_bias to all four projections, Qwen2 only to
+    // q/k/v (its o_proj never has one).
+    bool outputBias = false;
     bool qkNorm = false;         // Qwen3
     std::optional<std::int64_t> bosTokenId;
     std::vector<std::int64_t> eosTokenIds;  // config may give one id or a list
@@ -51,6 +54,10 @@ struct ModelConfig {
     // Parameter count implied by the configuration (embedding counted once when tied).
     std::int64_t parameterCount() const;
 };
+
+bool operator==(const RopeScaling& a, const RopeScaling& b);
+bool operator==(const ModelConfig& a, const ModelConfig& b);
+inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
 
 // Parses config.json text; `file` names it in errors (InputError with the JSON key as location).
 ModelConfig parseConfig(const std::string& jsonText, const std::string& file);

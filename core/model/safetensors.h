@@ -60,6 +60,8 @@ public:
     const TensorInfo& info(const std::string& name) const;
     at::Tensor load(const std::string& name) const;
     const std::string& directory() const { return directory_; }
+    // Paths of the safetensors files holding the tensors, sorted.
+    std::vector<std::string> files() const;
 
 private:
     std::string directory_;

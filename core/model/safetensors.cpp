@@ -1,0 +1,606 @@
+#include "core/model/safetensors.h"
+
+#include "core/common/error.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+// safetensors stores little-endian bytes and tensors are copied byte for byte.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+
+namespace mismatch::model {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kSupportedDtypes = "F32, F16, BF16";
+constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kSingleName = "model.safetensors";
+// The reference implementation refuses headers above 100 MB; a larger length is a corrupt file, and refusing
+// it early avoids parsing gigabytes of tensor data as JSON.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+std::string shapeText(const std::vector<std::int64_t>& shape)
+{
+    std::string text = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        text += (i ? ", " : "") + std::to_string(shape[i]);
+    }
+    return text + "]";
+}
+
+bool parseDtype(const std::string& text, DType& dtype)
+{
+    if (text == "F32") {
+        dtype = DType::F32;
+    } else if (text == "F16") {
+        dtype = DType::F16;
+    } else if (text == "BF16") {
+        dtype = DType::BF16;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+at::ScalarType scalarType(DType dtype)
+{
+    switch (dtype) {
+    case DType::F32:
+        return at::kFloat;
+    case DType::F16:
+        return at::kHalf;
+    case DType::BF16:
+        return at::kBFloat16;
+    }
+    return at::kFloat;
+}
+
+// Byte count of a tensor, or false when it overflows 64 bits (only a corrupt header gets there).
+bool tensorBytes(const std::vector<std::int64_t>& shape, DType dtype, std::uint64_t& bytes)
+{
+    unsigned __int128 total = byteSize(dtype);
+    for (std::int64_t dim : shape) {
+        total *= static_cast<std::uint64_t>(dim);
+        if (total > std::numeric_limits<std::uint64_t>::max()) {
+            return false;
+        }
+    }
+    bytes = static_cast<std::uint64_t>(total);
+    return true;
+}
+
+std::uint64_t readNonNegative(const json& value, bool& ok)
+{
+    ok = value.is_number_unsigned() || (value.is_number_integer() && value.get<std::int64_t>() >= 0);
+    return ok ? value.get<std::uint64_t>() : 0;
+}
+
+TensorInfo parseTensorEntry(const std::string& path, const std::string& name, const json& entry)
+{
+    const std::string where = "header." + name;
+    if (!entry.is_object()) {
+        throw InputError(path, where,
+            std::string("expected an object with dtype, shape and data_offsets, got ") + entry.type_name());
+    }
+    TensorInfo info;
+    info.name = name;
+
+    const auto dtype = entry.find("dtype");
+    if (dtype == entry.end() || !dtype->is_string()) {
+        throw InputError(path, where, "missing string key dtype for tensor " + name);
+    }
+    if (!parseDtype(dtype->get<std::string>(), info.dtype)) {
+        throw InputError(path, where,
+            "unsupported dtype " + dtype->get<std::string>() + " for tensor " + name
+                + " (supported: " + kSupportedDtypes + ")");
+    }
+
+    const auto shape = entry.find("shape");
+    if (shape == entry.end() || !shape->is_array()) {
+        throw InputError(path, where, "missing list key shape for tensor " + name);
+    }
+    for (const json& dim : *shape) {
+        bool ok = false;
+        const std::uint64_t value = readNonNegative(dim, ok);
+        if (!ok || value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+            throw InputError(
+                path, where, "shape of tensor " + name + " must hold non-negative integers, got " + shape->dump());
+        }
+        info.shape.push_back(static_cast<std::int64_t>(value));
+    }
+
+    const auto offsets = entry.find("data_offsets");
+    bool okBegin = false;
+    bool okEnd = false;
+    if (offsets != entry.end() && offsets->is_array() && offsets->size() == 2) {
+        info.begin = readNonNegative((*offsets)[0], okBegin);
+        info.end = readNonNegative((*offsets)[1], okEnd);
+    }
+    if (!okBegin || !okEnd) {
+        throw InputError(path, where,
+            "data_offsets of tensor " + name + " must be [begin, end] with non-negative integers, got "
+                + (offsets == entry.end() ? std::string("nothing") : offsets->dump()));
+    }
+    if (info.end < info.begin) {
+        throw InputError(path, where,
+            "data_offsets of tensor " + name + " end before they begin: [" + std::to_string(info.begin) + ", "
+                + std::to_string(info.end) + "]");
+    }
+    std::uint64_t expected = 0;
+    if (!tensorBytes(info.shape, info.dtype, expected) || expected != info.end - info.begin) {
+        throw InputError(path, where,
+            "size mismatch for tensor " + name + ": data_offsets [" + std::to_string(info.begin) + ", "
+                + std::to_string(info.end) + "] hold " + std::to_string(info.end - info.begin) + " bytes but shape "
+                + shapeText(info.shape) + " of " + toString(info.dtype) + " needs " + std::to_string(expected)
+                + " bytes");
+    }
+    return info;
+}
+
+std::string systemError()
+{
+    return std::strerror(errno);
+}
+
+void writeFileAtomically(const std::string& path, const std::string& header, const std::vector<at::Tensor>& blobs)
+{
+    const std::string temporary = path + ".tmp";
+    std::FILE* file = std::fopen(temporary.c_str(), "wb");
+    if (!file) {
+        throw Error("cannot write " + temporary + ": " + systemError());
+    }
+    bool ok = std::fwrite(header.data(), 1, header.size(), file) == header.size();
+    for (const at::Tensor& blob : blobs) {
+        if (!ok) {
+            break;
+        }
+        const std::size_t bytes = blob.numel() * blob.element_size();
+        ok = bytes == 0 || std::fwrite(blob.data_ptr(), 1, bytes, file) == bytes;
+    }
+    const int savedErrno = errno;
+    ok = (std::fflush(file) == 0) && ok;
+    ok = (std::fclose(file) == 0) && ok;
+    if (!ok) {
+        errno = savedErrno;
+        const std::string reason = systemError();
+        std::remove(temporary.c_str());
+        throw Error("cannot write " + temporary + ": " + reason);
+    }
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+        const std::string reason = systemError();
+        std::remove(temporary.c_str());
+        throw Error("cannot rename " + temporary + " to " + path + ": " + reason);
+    }
+}
+
+DType dtypeOf(const std::string& name, const at::Tensor& tensor)
+{
+    switch (tensor.scalar_type()) {
+    case at::kFloat:
+        return DType::F32;
+    case at::kHalf:
+        return DType::F16;
+    case at::kBFloat16:
+        return DType::BF16;
+    default:
+        throw Error("cannot write tensor " + name + " of dtype " + std::string(at::toString(tensor.scalar_type()))
+            + " to safetensors (supported: " + kSupportedDtypes + ")");
+    }
+}
+
+std::string buildHeader(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata, std::vector<at::Tensor>& blobs)
+{
+    nlohmann::ordered_json header = nlohmann::ordered_json::object();
+    if (!metadata.empty()) {
+        header["__metadata__"] = metadata;
+    }
+    std::uint64_t offset = 0;
+    std::set<std::string> seen;
+    for (const auto& [name, tensor] : tensors) {
+        if (name == "__metadata__") {
+            throw Error("cannot write a tensor named __metadata__: the name is reserved for the header metadata");
+        }
+        if (!seen.insert(name).second) {
+            throw Error("cannot write tensor " + name + " twice into one safetensors file");
+        }
+        const DType dtype = dtypeOf(name, tensor);
+        at::Tensor blob = tensor.to(at::kCPU).contiguous();
+        const std::uint64_t bytes = static_cast<std::uint64_t>(blob.numel()) * blob.element_size();
+        header[name]
+            = {{"dtype", toString(dtype)}, {"shape", blob.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+        blobs.push_back(std::move(blob));
+    }
+    std::string text = header.dump();
+    // Pad with spaces to 8 bytes, as the reference writer does, so that the data section stays aligned.
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string out(8, '\0');
+    std::uint64_t length = text.size();
+    for (int i = 0; i < 8; ++i) {
+        out[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+    }
+    return out + text;
+}
+
+std::uint64_t tensorBytes(const at::Tensor& tensor)
+{
+    return static_cast<std::uint64_t>(tensor.numel()) * tensor.element_size();
+}
+
+} // namespace
+
+std::string toString(DType dtype)
+{
+    switch (dtype) {
+    case DType::F32:
+        return "F32";
+    case DType::F16:
+        return "F16";
+    case DType::BF16:
+        return "BF16";
+    }
+    return "unknown";
+}
+
+std::size_t byteSize(DType dtype)
+{
+    return dtype == DType::F32 ? 4 : 2;
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path)
+{
+    std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
+    file->path_ = path;
+
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        throw InputError(path, "", "cannot open safetensors file: " + systemError());
+    }
+    struct stat status { };
+    if (::fstat(fd, &status) != 0) {
+        const std::string reason = systemError();
+        ::close(fd);
+        throw InputError(path, "", "cannot stat safetensors file: " + reason);
+    }
+    if (!S_ISREG(status.st_mode)) {
+        ::close(fd);
+        throw InputError(path, "", "not a regular file");
+    }
+    const std::uint64_t fileSize = static_cast<std::uint64_t>(status.st_size);
+    if (fileSize < 8) {
+        ::close(fd);
+        throw InputError(path, "",
+            "file is " + std::to_string(fileSize)
+                + " bytes, too short for the 8-byte header length of a safetensors file");
+    }
+    void* mapping = ::mmap(nullptr, fileSize, PROT_READ, MAP_PRIVATE, fd, 0);
+    const std::string mapError = mapping == MAP_FAILED ? systemError() : std::string();
+    ::close(fd); // the mapping keeps the file alive
+    if (mapping == MAP_FAILED) {
+        throw InputError(path, "", "cannot map safetensors file: " + mapError);
+    }
+    file->mapping_ = mapping;
+    file->mappingSize_ = fileSize;
+
+    const auto* bytes = static_cast<const unsigned char*>(mapping);
+    std::uint64_t headerLength = 0;
+    for (int i = 7; i >= 0; --i) {
+        headerLength = (headerLength << 8) | bytes[i];
+    }
+    if (headerLength > fileSize - 8) {
+        throw InputError(path, "header",
+            "header length " + std::to_string(headerLength) + " runs past the end of the file ("
+                + std::to_string(fileSize) + " bytes)");
+    }
+    if (headerLength > kMaxHeaderBytes) {
+        throw InputError(path, "header",
+            "header length " + std::to_string(headerLength) + " exceeds the 100 MB limit of the format");
+    }
+    file->dataOffset_ = 8 + headerLength;
+    const std::uint64_t dataSize = fileSize - file->dataOffset_;
+
+    json header;
+    try {
+        header = json::parse(bytes + 8, bytes + 8 + headerLength);
+    } catch (const json::parse_error& error) {
+        throw InputError(path, "header", std::string("invalid JSON header: ") + error.what());
+    }
+    if (!header.is_object()) {
+        throw InputError(path, "header", std::string("expected a JSON object, got ") + header.type_name());
+    }
+
+    for (const auto& [key, value] : header.items()) {
+        if (key == "__metadata__") {
+            if (!value.is_object()) {
+                throw InputError(path, "header.__metadata__", "expected an object of strings");
+            }
+            for (const auto& [metaKey, metaValue] : value.items()) {
+                if (!metaValue.is_string()) {
+                    throw InputError(path, "header.__metadata__." + metaKey,
+                        std::string("metadata values must be strings, got ") + metaValue.type_name());
+                }
+                file->metadata_[metaKey] = metaValue.get<std::string>();
+            }
+            continue;
+        }
+        file->tensors_.push_back(parseTensorEntry(path, key, value));
+    }
+
+    // The data section must be tiled exactly: sorted by offset, each tensor starts where the previous ended,
+    // the first at 0 and the last at the end of the file. Anything else is a corrupt or hand-edited file.
+    std::sort(file->tensors_.begin(), file->tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    std::uint64_t position = 0;
+    const TensorInfo* previous = nullptr;
+    for (const TensorInfo& info : file->tensors_) {
+        if (info.end > dataSize) {
+            throw InputError(path, "header." + info.name,
+                "data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "] of tensor "
+                    + info.name + " run past the end of the data section (" + std::to_string(dataSize) + " bytes)");
+        }
+        if (info.begin < position) {
+            throw InputError(path, "header." + info.name,
+                "tensor " + info.name + " at [" + std::to_string(info.begin) + ", " + std::to_string(info.end)
+                    + ") overlaps tensor " + previous->name + " at [" + std::to_string(previous->begin) + ", "
+                    + std::to_string(previous->end) + ")");
+        }
+        if (info.begin > position) {
+            throw InputError(path, "header." + info.name,
+                "data section not covered: bytes [" + std::to_string(position) + ", " + std::to_string(info.begin)
+                    + ") before tensor " + info.name + " belong to no tensor");
+        }
+        position = info.end;
+        previous = &info;
+    }
+    if (position != dataSize) {
+        throw InputError(path, "header",
+            "data section not covered: the tensors end at byte " + std::to_string(position)
+                + " but the data section holds " + std::to_string(dataSize) + " bytes");
+    }
+    for (std::size_t i = 0; i < file->tensors_.size(); ++i) {
+        file->index_[file->tensors_[i].name] = i;
+    }
+    return file;
+}
+
+SafetensorsFile::~SafetensorsFile()
+{
+    if (mapping_) {
+        ::munmap(mapping_, mappingSize_);
+    }
+}
+
+bool SafetensorsFile::contains(const std::string& name) const
+{
+    return index_.count(name) > 0;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const
+{
+    const auto it = index_.find(name);
+    if (it == index_.end()) {
+        throw InputError(path_, name, "no tensor named " + name);
+    }
+    return tensors_[it->second];
+}
+
+at::Tensor SafetensorsFile::load(const std::string& name) const
+{
+    const TensorInfo& entry = info(name);
+    at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(scalarType(entry.dtype)));
+    const std::uint64_t bytes = entry.end - entry.begin;
+    if (bytes > 0) {
+        std::memcpy(tensor.data_ptr(), static_cast<const char*>(mapping_) + dataOffset_ + entry.begin, bytes);
+    }
+    return tensor;
+}
+
+Checkpoint Checkpoint::open(const std::string& directory)
+{
+    Checkpoint checkpoint;
+    checkpoint.directory_ = directory;
+    const fs::path root(directory);
+    const fs::path indexPath = root / kIndexName;
+    const fs::path singlePath = root / kSingleName;
+
+    if (!fs::exists(indexPath)) {
+        if (!fs::exists(singlePath)) {
+            throw InputError(directory, "",
+                std::string("no checkpoint: expected ") + kSingleName + " or " + kIndexName + " in the directory");
+        }
+        auto file = SafetensorsFile::open(singlePath.string());
+        for (const TensorInfo& info : file->tensors()) {
+            checkpoint.owner_[info.name] = file;
+        }
+        return checkpoint;
+    }
+
+    const std::string indexFile = indexPath.string();
+    std::ifstream in(indexFile, std::ios::binary);
+    if (!in) {
+        throw InputError(indexFile, "", "cannot open shard index");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    json index;
+    try {
+        index = json::parse(text.str());
+    } catch (const json::parse_error& error) {
+        throw InputError(indexFile, "", std::string("invalid JSON: ") + error.what());
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+        throw InputError(indexFile, "weight_map", "expected an object mapping tensor names to shard files");
+    }
+
+    std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
+    for (const auto& [name, shardValue] : index["weight_map"].items()) {
+        if (!shardValue.is_string()) {
+            throw InputError(indexFile, "weight_map." + name, "expected a shard file name");
+        }
+        const std::string shardName = shardValue.get<std::string>();
+        // Shards live beside the index; a name that climbs out of the directory is not a checkpoint file.
+        if (shardName.empty() || fs::path(shardName).is_absolute() || shardName.find("..") != std::string::npos) {
+            throw InputError(indexFile, "weight_map." + name, "shard name '" + shardName + "' is not a file name");
+        }
+        if (!shards.count(shardName)) {
+            const fs::path shardPath = root / shardName;
+            if (!fs::exists(shardPath)) {
+                throw InputError(
+                    indexFile, "weight_map." + name, "shard " + shardName + " of tensor " + name + " does not exist");
+            }
+            shards[shardName] = SafetensorsFile::open(shardPath.string());
+        }
+        if (!shards[shardName]->contains(name)) {
+            throw InputError(indexFile, "weight_map." + name,
+                "tensor " + name + " is listed in shard " + shardName + " but that shard does not contain it");
+        }
+        checkpoint.owner_[name] = shards[shardName];
+    }
+    // A tensor stored in two shards (or in a shard the index does not point to for it) makes the checkpoint
+    // ambiguous: which copy a loader uses depends on its loading order.
+    for (const auto& [shardName, shard] : shards) {
+        for (const TensorInfo& info : shard->tensors()) {
+            const auto owner = checkpoint.owner_.find(info.name);
+            if (owner == checkpoint.owner_.end()) {
+                throw InputError(indexFile, "weight_map",
+                    "tensor " + info.name + " is stored in shard " + shardName + " but not listed in weight_map");
+            }
+            if (owner->second != shard) {
+                throw InputError(indexFile, "weight_map." + info.name,
+                    "tensor " + info.name + " is present in two shards: "
+                        + fs::path(owner->second->path()).filename().string() + " and " + shardName);
+            }
+        }
+    }
+    return checkpoint;
+}
+
+std::vector<std::string> Checkpoint::names() const
+{
+    std::vector<std::string> result;
+    result.reserve(owner_.size());
+    for (const auto& entry : owner_) {
+        result.push_back(entry.first);
+    }
+    return result;
+}
+
+std::vector<std::string> Checkpoint::files() const
+{
+    std::set<std::string> paths;
+    for (const auto& entry : owner_) {
+        paths.insert(entry.second->path());
+    }
+    return {paths.begin(), paths.end()};
+}
+
+bool Checkpoint::contains(const std::string& name) const
+{
+    return owner_.count(name) > 0;
+}
+
+const TensorInfo& Checkpoint::info(const std::string& name) const
+{
+    const auto it = owner_.find(name);
+    if (it == owner_.end()) {
+        throw InputError(directory_, name, "checkpoint has no tensor named " + name);
+    }
+    return it->second->info(name);
+}
+
+at::Tensor Checkpoint::load(const std::string& name) const
+{
+    const auto it = owner_.find(name);
+    if (it == owner_.end()) {
+        throw InputError(directory_, name, "checkpoint has no tensor named " + name);
+    }
+    return it->second->load(name);
+}
+
+void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata)
+{
+    std::vector<at::Tensor> blobs;
+    const std::string header = buildHeader(tensors, metadata, blobs);
+    writeFileAtomically(path, header, blobs);
+}
+
+void writeShardedSafetensors(const std::string& directory,
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors, std::uint64_t maxShardBytes)
+{
+    std::error_code error;
+    fs::create_directories(directory, error);
+    if (error) {
+        throw Error("cannot create directory " + directory + ": " + error.message());
+    }
+    // Greedy packing in the given order; a tensor larger than the limit gets a shard of its own.
+    std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards;
+    std::uint64_t currentBytes = 0;
+    std::uint64_t totalBytes = 0;
+    for (const auto& entry : tensors) {
+        const std::uint64_t bytes = tensorBytes(entry.second);
+        if (shards.empty() || (currentBytes > 0 && currentBytes + bytes > maxShardBytes)) {
+            shards.emplace_back();
+            currentBytes = 0;
+        }
+        shards.back().push_back(entry);
+        currentBytes += bytes;
+        totalBytes += bytes;
+    }
+    if (shards.empty()) {
+        shards.emplace_back();
+    }
+
+    nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+    const std::size_t count = shards.size();
+    for (std::size_t i = 0; i < count; ++i) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, count);
+        writeSafetensors((fs::path(directory) / name).string(), shards[i], {{"format", "pt"}});
+        for (const auto& entry : shards[i]) {
+            weightMap[entry.first] = name;
+        }
+    }
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", totalBytes}};
+    index["weight_map"] = weightMap;
+    const std::string text = index.dump(2) + "\n";
+    const std::string indexPath = (fs::path(directory) / kIndexName).string();
+    const std::string temporary = indexPath + ".tmp";
+    {
+        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+        out << text;
+        out.flush();
+        if (!out) {
+            std::remove(temporary.c_str());
+            throw Error("cannot write " + temporary);
+        }
+    }
+    if (std::rename(temporary.c_str(), indexPath.c_str()) != 0) {
+        const std::string reason = systemError();
+        std::remove(temporary.c_str());
+        throw Error("cannot rename " + temporary + " to " + indexPath + ": " + reason);
+    }
+}
+
+} // namespace mismatch::model
