@@ -1,0 +1,169 @@
+#pragma once
+// Reference forward of the Llama / Qwen2 / Qwen3 decoder (the trainer's path): RMSNorm, rotary embeddings,
+// grouped-query causal attention, SwiGLU MLP, optional QKV bias, Qwen3 per-head q/k norm, tied or untied
+// lm_head. Plain ATen ops, dtype-generic (FP32 by default, BF16 for the BF16 engine, float64 for gradient
+// checks) and autograd-ready: gradients reach the weights in their own dtype.
+//
+// Engines build on it through two seams:
+//  - every matrix product goes through the virtual Transformer::linear (and the embedding lookup through
+//    Transformer::embed) with the recipe's module name, so a quantized engine substitutes its own weights
+//    and activation rounding per module;
+//  - incremental decoding goes through the KvCache interface, which a paged cache implements.
+#include "core/model/config.h"
+#include "core/model/model_files.h"
+#include "core/model/rope.h"
+#include "core/model/safetensors.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mismatch::model {
+
+// Named parameters with Hugging Face names (`model.layers.3.self_attn.q_proj.weight`), kept in the
+// order of expectedTensors() (core/model/model_files.h). Copying shares the tensors (they are handles); clone() copies
+// them.
+class TransformerWeights {
+public:
+    bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+    // The tensor called `name`; throws mismatch::Error when there is none.
+    const at::Tensor& get(const std::string& name) const;
+    // Inserts (appending to the order) or replaces.
+    void set(const std::string& name, at::Tensor tensor);
+    const std::vector<std::string>& names() const { return names_; }
+    std::size_t size() const { return names_.size(); }
+    std::vector<std::pair<std::string, at::Tensor>> named() const;
+    std::int64_t numel() const;
+
+    // The tensors in order, each made to require gradients: what an optimizer updates. Tied embeddings
+    // appear once (there is no lm_head.weight).
+    std::vector<at::Tensor> parameters();
+    // Detached deep copy that does not require gradients (a snapshot, e.g. for a stale engine).
+    TransformerWeights clone() const;
+    // Detached copies converted to `dtype` (e.g. kDouble for gradient checks, kBFloat16 for a BF16 engine).
+    TransformerWeights to(at::ScalarType dtype) const;
+
+private:
+    std::vector<std::string> names_;
+    std::map<std::string, at::Tensor> tensors_;
+};
+
+// Names of the modules a precision recipe can address, in forward order: `embed_tokens`,
+// `model.layers.{i}.self_attn.{q,k,v,o}_proj`, `model.layers.{i}.mlp.{gate,up,down}_proj`, `lm_head`.
+std::vector<std::string> moduleNames(const ModelConfig& config);
+
+// Checks that `weights` holds every tensor of expectedTensors(config) with its shape and a floating dtype;
+// InputError(source, tensor name, what was expected) otherwise. Extra tensors are ignored.
+void validateWeights(const ModelConfig& config, const TransformerWeights& weights, const std::string& source);
+
+// FP32 weights drawn from N(0, stddev^2) (projections, embeddings, biases); norm weights 1 + N(0, 0.1^2)
+// so that tests notice a missing or misplaced norm. Deterministic in seed.
+TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, double stddev = 0.02);
+// Reads the checkpoint in modelDir (model.safetensors or shards) and converts every tensor to FP32.
+// InputError naming the directory and tensor for missing tensors and wrong shapes.
+TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config);
+// Writes modelDir/model.safetensors with every tensor converted to dtype (creates modelDir).
+void saveWeights(const std::string& modelDir, const TransformerWeights& weights, DType dtype);
+
+// RMSNorm over the last dimension, computed in FP32 (float64 when x is float64):
+//   y = x * rsqrt(mean(x^2) + eps) * weight, with weight rounded to x's dtype; returned in x's dtype.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// Per-layer keys and values for incremental decoding. Rows of a batch share one length: sequences of
+// different lengths are padded (left or right) and the attention mask says which positions are real.
+class KvCache {
+public:
+    virtual ~KvCache() = default;
+    // Positions already stored (the same for every layer and row).
+    virtual std::int64_t length() const = 0;
+    // Stores layer `layer`'s keys and values for positions length() .. length() + T - 1 (keys after RoPE, both
+    // [B, kvHeads, T, headDim] in the compute dtype) and returns the keys and values of all positions
+    // 0 .. length() + T - 1 ([B, kvHeads, length() + T, headDim], compute dtype) for attention.
+    virtual std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values)
+        = 0;
+    // Called once per forward after every layer has appended: the T new positions now count in length().
+    virtual void advance(std::int64_t tokens) = 0;
+};
+
+// Contiguous per-layer tensors grown by concatenation: the reference cache.
+class DenseKvCache : public KvCache {
+public:
+    explicit DenseKvCache(std::int64_t numLayers);
+    std::int64_t length() const override { return length_; }
+    std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override;
+    void advance(std::int64_t tokens) override;
+    void clear();
+
+private:
+    std::vector<at::Tensor> keys_;
+    std::vector<at::Tensor> values_;
+    std::int64_t length_ = 0;
+};
+
+struct ForwardOptions {
+    bool logProbs = false; // log_softmax over the vocabulary instead of logits
+    // Dtype of weights and activations in the matrix products: kFloat (reference), kBFloat16 (the BF16
+    // engine: norms, softmax and the output still in FP32) or kDouble (gradient checks; everything float64).
+    at::ScalarType compute = at::kFloat;
+};
+
+class Transformer {
+public:
+    // Validates weights against config (InputError with source "transformer weights").
+    Transformer(ModelConfig config, TransformerWeights weights);
+    virtual ~Transformer() = default;
+
+    const ModelConfig& config() const { return config_; }
+    const TransformerWeights& weights() const { return weights_; }
+    void setWeights(TransformerWeights weights);
+
+    // ids [B, T] int64; attentionMask [B, T] (1 = real token, 0 = padding, left or right). Position ids are
+    // cumsum(mask) - 1, so real tokens get the outputs they would get unpadded. Returns [B, T, vocab]
+    // logits (or log-probabilities) in FP32 (float64 when computing in float64). Outputs at padded
+    // positions are finite but meaningless.
+    at::Tensor forward(
+        const at::Tensor& ids, const at::Tensor& attentionMask, const ForwardOptions& options = {}) const;
+    // Incremental form. With a cache holding P positions, ids are the next T tokens and attentionMask covers
+    // all P + T positions. positions [B, T] int64, or an undefined tensor for cumsum(mask) - 1 over the full
+    // mask. Appends this step's keys and values to the cache (cache may be null: no past, nothing stored).
+    at::Tensor forward(const at::Tensor& ids, const at::Tensor& attentionMask, const at::Tensor& positions,
+        KvCache* cache, const ForwardOptions& options = {}) const;
+
+protected:
+    // y = x W^T + b for the module named `module` (recipe names: `model.layers.3.mlp.down_proj`, `lm_head`).
+    // x is in the compute dtype; weight [out, in] and bias [out] (undefined when absent) are the stored
+    // parameters in their own dtype. Must return [..., out] in x's dtype. Overriding this substitutes
+    // quantized weights and activations per module.
+    virtual at::Tensor linear(
+        const std::string& module, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const;
+    // Rows of the embedding table for ids (module `embed_tokens`), any floating dtype; the forward converts
+    // the result to the compute dtype.
+    virtual at::Tensor embed(const std::string& module, const at::Tensor& weight, const at::Tensor& ids) const;
+
+private:
+    struct Layer {
+        std::string qName, kName, vName, oName, gateName, upName, downName; // module names
+        at::Tensor inputNorm, postAttentionNorm;
+        at::Tensor qWeight, kWeight, vWeight, oWeight;
+        at::Tensor qBias, kBias, vBias, oBias; // undefined when absent
+        at::Tensor qNorm, kNorm; // Qwen3 only
+        at::Tensor gateWeight, upWeight, downWeight;
+    };
+    void bindWeights();
+    at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+        at::ScalarType accumulate) const;
+
+    ModelConfig config_;
+    TransformerWeights weights_;
+    std::vector<double> inverseFrequencies_;
+    std::vector<Layer> layers_;
+    at::Tensor embedWeight_, finalNorm_, lmHeadWeight_;
+};
+
+} // namespace mismatch::model
