@@ -1,6 +1,7 @@
 #include "core/analysis/demo.h"
 
 #include "core/common/error.h"
+#include "core/io/prompt_set.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,19 +27,6 @@ std::vector<fs::path> sortedEntries(const fs::path& directory)
     }
     std::sort(entries.begin(), entries.end());
     return entries;
-}
-
-std::int64_t countJsonLines(const fs::path& file)
-{
-    std::ifstream in(file);
-    std::int64_t count = 0;
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.find_first_not_of(" \t\r") != std::string::npos) {
-            ++count;
-        }
-    }
-    return count;
 }
 
 }  // namespace
@@ -83,7 +71,7 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
             store::PromptSetRecord record;
             record.name = file.stem().string();
             record.path = fs::absolute(file).string();
-            record.promptCount = countJsonLines(file);
+            record.promptCount = static_cast<std::int64_t>(io::loadPromptSet(file.string()).prompts.size());
             record.id = store.addPromptSet(record);
             report.promptSets.push_back(record);
         }

@@ -17,6 +17,7 @@
 //
 // Generation uses SplitMix64 and integer arithmetic only, so a seed gives the same problems on every
 // platform and standard library.
+#include "core/common/random.h"
 #include "core/io/prompt_set.h"
 
 #include <cstdint>
@@ -27,22 +28,8 @@
 
 namespace mismatch::io {
 
-// SplitMix64 (Steele, Lea and Flood 2014; Vigna's reference splitmix64.c): a 64-bit state advanced by a
-// fixed odd constant and mixed. Written here instead of <random>'s distributions, whose outputs differ between
-// standard libraries.
-class SplitMix64 {
-public:
-    explicit SplitMix64(std::uint64_t seed)
-        : state_(seed)
-    {
-    }
-    std::uint64_t next();
-    // Uniform in [low, high] (inclusive; low <= high), by rejection so that no value is favoured.
-    std::int64_t uniform(std::int64_t low, std::int64_t high);
-
-private:
-    std::uint64_t state_;
-};
+// The project's deterministic generator (core/common/random.h).
+using SplitMix64 = mismatch::SplitMix64;
 
 inline const std::string kArithAnswerMarker = "A:";
 inline const std::string kArithPromptPrefix = "Q:";

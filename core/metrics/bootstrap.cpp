@@ -7,30 +7,6 @@
 
 namespace mismatch::metrics {
 
-std::uint64_t SplitMix64::next()
-{
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-std::uint64_t SplitMix64::below(std::uint64_t n)
-{
-    // Reject the lowest (2^64 mod n) values: what remains is a whole number of copies of [0, n).
-    const std::uint64_t threshold = (0 - n) % n;
-    std::uint64_t x = next();
-    while (x < threshold) {
-        x = next();
-    }
-    return x % n;
-}
-
-double SplitMix64::uniform()
-{
-    return static_cast<double>(next() >> 11) * 0x1.0p-53;
-}
-
 namespace {
 
 // Linear-interpolated quantile of sorted data (the "type 7" definition, as numpy's default).

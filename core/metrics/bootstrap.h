@@ -1,23 +1,15 @@
 #pragma once
 // Seeded bootstrap intervals and the spec's failure rule. The resampling uses the project's own
 // deterministic generator so that a seed gives the same interval on every platform and library version.
+#include "core/common/random.h"
+
 #include <cstdint>
 #include <vector>
 
 namespace mismatch::metrics {
 
-// splitmix64: small, fast, and fully specified (so results do not depend on the standard library).
-class SplitMix64 {
-public:
-    explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-    std::uint64_t next();
-    // Uniform integer in [0, n) by rejection (no modulo bias).
-    std::uint64_t below(std::uint64_t n);
-    double uniform();  // [0, 1), 53 random bits
-
-private:
-    std::uint64_t state_;
-};
+// The project's deterministic generator (core/common/random.h), under the name metrics code uses.
+using SplitMix64 = mismatch::SplitMix64;
 
 struct Interval {
     double estimate = 0.0;  // the statistic on the original sample
