@@ -1,0 +1,1094 @@
+#include "core/quant/recipe.h"
+
+#include "core/common/error.h"
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace mismatch::quant {
+
+namespace {
+
+// Name tables: the spelling in recipe files, in the order the error messages list them.
+template <typename Enum> using NameTable = std::vector<std::pair<Enum, const char*>>;
+
+const NameTable<WeightFormat>& weightFormatNames()
+{
+    static const NameTable<WeightFormat> names
+        = {{WeightFormat::Bf16, "bf16"}, {WeightFormat::Fp16, "fp16"}, {WeightFormat::Fp8E4m3, "fp8_e4m3"},
+            {WeightFormat::Fp8E5m2, "fp8_e5m2"}, {WeightFormat::Int8, "int8"}, {WeightFormat::Int4, "int4"}};
+    return names;
+}
+
+const NameTable<Granularity>& granularityNames()
+{
+    static const NameTable<Granularity> names = {{Granularity::Tensor, "tensor"}, {Granularity::Channel, "channel"},
+        {Granularity::Block128, "block128"}, {Granularity::Group128, "group128"}};
+    return names;
+}
+
+const NameTable<ActivationFormat>& activationFormatNames()
+{
+    static const NameTable<ActivationFormat> names
+        = {{ActivationFormat::Bf16, "bf16"}, {ActivationFormat::Fp8E4m3, "fp8_e4m3"}};
+    return names;
+}
+
+const NameTable<KvFormat>& kvFormatNames()
+{
+    static const NameTable<KvFormat> names = {{KvFormat::Bf16, "bf16"}, {KvFormat::Fp8E4m3, "fp8_e4m3"}};
+    return names;
+}
+
+const NameTable<KvScales>& kvScalesNames()
+{
+    static const NameTable<KvScales> names = {{KvScales::PerTensor, "per_tensor"}, {KvScales::PerHead, "per_head"}};
+    return names;
+}
+
+const NameTable<KvCalibration>& kvCalibrationNames()
+{
+    static const NameTable<KvCalibration> names
+        = {{KvCalibration::Probe, "probe"}, {KvCalibration::EverySync, "every_sync"}};
+    return names;
+}
+
+template <typename Enum> std::string nameOf(const NameTable<Enum>& table, Enum value)
+{
+    for (const auto& [candidate, name] : table) {
+        if (candidate == value) {
+            return name;
+        }
+    }
+    return "none";
+}
+
+template <typename Enum> std::optional<Enum> lookUp(const NameTable<Enum>& table, const std::string& name)
+{
+    for (const auto& [candidate, candidateName] : table) {
+        if (name == candidateName) {
+            return candidate;
+        }
+    }
+    return std::nullopt;
+}
+
+template <typename Enum> std::string listNames(const NameTable<Enum>& table)
+{
+    std::string text;
+    for (const auto& entry : table) {
+        text += (text.empty() ? "" : ", ") + std::string(entry.second);
+    }
+    return text;
+}
+
+std::string joinGranularities(const std::vector<Granularity>& list)
+{
+    std::string text;
+    for (size_t i = 0; i < list.size(); ++i) {
+        text += (i == 0 ? "" : (i + 1 == list.size() ? " or " : ", ")) + toString(list[i]);
+    }
+    return text;
+}
+
+bool isDigits(const std::string& text)
+{
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::string trim(const std::string& text)
+{
+    const auto first = text.find_first_not_of(" \t");
+    if (first == std::string::npos) {
+        return {};
+    }
+    const auto last = text.find_last_not_of(" \t");
+    return text.substr(first, last - first + 1);
+}
+
+std::int64_t parseNumber(const std::string& digits, const std::string& pattern)
+{
+    // 18 digits always fit an int64; layer indices never come close.
+    if (digits.size() > 18) {
+        throw std::invalid_argument("number " + digits + " in \"" + pattern + "\" is too large");
+    }
+    return std::stoll(digits);
+}
+
+} // namespace
+
+std::string toString(WeightFormat format)
+{
+    return nameOf(weightFormatNames(), format);
+}
+std::string toString(Granularity granularity)
+{
+    return nameOf(granularityNames(), granularity);
+}
+std::string toString(ActivationFormat format)
+{
+    return nameOf(activationFormatNames(), format);
+}
+std::string toString(KvFormat format)
+{
+    return nameOf(kvFormatNames(), format);
+}
+std::string toString(KvScales scales)
+{
+    return nameOf(kvScalesNames(), scales);
+}
+std::string toString(KvCalibration calibration)
+{
+    return nameOf(kvCalibrationNames(), calibration);
+}
+
+double bytesPerElement(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        return 2.0;
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+    case WeightFormat::Int8:
+        return 1.0;
+    case WeightFormat::Int4:
+        return 0.5;
+    }
+    return 2.0;
+}
+
+double bytesPerElement(KvFormat format)
+{
+    return format == KvFormat::Fp8E4m3 ? 1.0 : 2.0;
+}
+
+std::vector<Granularity> allowedGranularities(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+        return {Granularity::Tensor, Granularity::Channel, Granularity::Block128};
+    case WeightFormat::Int8:
+        return {Granularity::Channel};
+    case WeightFormat::Int4:
+        return {Granularity::Group128};
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        break;
+    }
+    return {};
+}
+
+Granularity defaultGranularity(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+        // Block scales are what DeepSeek-style FP8 checkpoints and the spec's example use, and they bound the
+        // error of an outlier to its own 128x128 block.
+        return Granularity::Block128;
+    case WeightFormat::Int8:
+        return Granularity::Channel;
+    case WeightFormat::Int4:
+        return Granularity::Group128;
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        break;
+    }
+    return Granularity::None;
+}
+
+bool operator==(const WeightPrecision& a, const WeightPrecision& b)
+{
+    return a.format == b.format && a.granularity == b.granularity;
+}
+
+bool operator==(const ActivationPrecision& a, const ActivationPrecision& b)
+{
+    return a.format == b.format;
+}
+
+bool operator==(const KvPrecision& a, const KvPrecision& b)
+{
+    return a.format == b.format && a.scales == b.scales && a.calibration == b.calibration;
+}
+
+std::string describe(const WeightPrecision& precision)
+{
+    if (precision.granularity == Granularity::None) {
+        return toString(precision.format);
+    }
+    return toString(precision.format) + "/" + toString(precision.granularity);
+}
+
+std::string describe(const KvPrecision& precision)
+{
+    if (precision.scales == KvScales::None) {
+        return toString(precision.format);
+    }
+    std::string text = toString(precision.format) + "/" + toString(precision.scales);
+    if (precision.calibration == KvCalibration::EverySync) {
+        text += "/every_sync";
+    }
+    return text;
+}
+
+bool operator==(const RecipeRule& a, const RecipeRule& b)
+{
+    return a.match == b.match && a.weights == b.weights && a.activations == b.activations && a.kvCache == b.kvCache;
+}
+
+bool operator==(const Recipe& a, const Recipe& b)
+{
+    return a.version == b.version && a.name == b.name && a.weights == b.weights && a.activations == b.activations
+        && a.kvCache == b.kvCache && a.rules == b.rules;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Patterns
+
+ModulePattern ModulePattern::compile(const std::string& text)
+{
+    if (text.empty()) {
+        throw std::invalid_argument("empty pattern");
+    }
+    ModulePattern pattern;
+    pattern.text_ = text;
+    auto appendLiteral = [&pattern](char c) {
+        if (pattern.tokens_.empty() || pattern.tokens_.back().kind != Token::Literal) {
+            pattern.tokens_.push_back(Token {});
+        }
+        pattern.tokens_.back().literal += c;
+    };
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '*') {
+            if (pattern.tokens_.empty() || pattern.tokens_.back().kind != Token::Star) {
+                Token star;
+                star.kind = Token::Star;
+                pattern.tokens_.push_back(star);
+            }
+        } else if (c == '}') {
+            throw std::invalid_argument(
+                "'}' at character " + std::to_string(i + 1) + " of \"" + text + "\" closes no '{'");
+        } else if (c == '{') {
+            const size_t close = text.find_first_of("{}", i + 1);
+            if (close == std::string::npos || text[close] == '{') {
+                throw std::invalid_argument(
+                    "'{' at character " + std::to_string(i + 1) + " of \"" + text + "\" is not closed by '}'");
+            }
+            const std::string body = text.substr(i + 1, close - i - 1);
+            Token group;
+            group.kind = Token::Group;
+            std::stringstream items(body);
+            std::string itemText;
+            size_t count = static_cast<size_t>(std::count(body.begin(), body.end(), ',')) + 1;
+            for (size_t k = 0; k < count; ++k) {
+                std::getline(items, itemText, ',');
+                const std::string source = trim(itemText);
+                if (source.empty()) {
+                    throw std::invalid_argument("empty alternative in {" + body + "} of \"" + text + "\"");
+                }
+                if (source.find('*') != std::string::npos) {
+                    throw std::invalid_argument("'*' inside {" + body + "} of \"" + text
+                        + "\": braces hold numbers, ranges and literal alternatives");
+                }
+                Item item;
+                item.source = source;
+                const size_t dash = source.find('-');
+                if (isDigits(source)) {
+                    item.isNumber = true;
+                    item.low = item.high = parseNumber(source, text);
+                } else if (dash != std::string::npos && isDigits(source.substr(0, dash))
+                    && isDigits(source.substr(dash + 1))) {
+                    item.isNumber = true;
+                    item.low = parseNumber(source.substr(0, dash), text);
+                    item.high = parseNumber(source.substr(dash + 1), text);
+                    if (item.low > item.high) {
+                        throw std::invalid_argument("range " + source + " in \"" + text + "\" is reversed (write "
+                            + std::to_string(item.high) + "-" + std::to_string(item.low) + ")");
+                    }
+                } else {
+                    item.literal = source;
+                }
+                group.items.push_back(item);
+            }
+            pattern.groupTokens_.push_back(pattern.tokens_.size());
+            pattern.tokens_.push_back(group);
+            i = close;
+        } else {
+            appendLiteral(c);
+        }
+    }
+    return pattern;
+}
+
+bool ModulePattern::matches(const std::string& name) const
+{
+    // Backtracking over the tokens; names are short (< 64 characters) and patterns have few stars.
+    std::function<bool(size_t, size_t)> matchFrom = [&](size_t tokenIndex, size_t position) -> bool {
+        if (tokenIndex == tokens_.size()) {
+            return position == name.size();
+        }
+        const Token& token = tokens_[tokenIndex];
+        switch (token.kind) {
+        case Token::Literal:
+            return name.compare(position, token.literal.size(), token.literal) == 0
+                && matchFrom(tokenIndex + 1, position + token.literal.size());
+        case Token::Star:
+            for (size_t end = position; end <= name.size(); ++end) {
+                if (matchFrom(tokenIndex + 1, end)) {
+                    return true;
+                }
+            }
+            return false;
+        case Token::Group:
+            for (const Item& item : token.items) {
+                if (!item.isNumber) {
+                    if (name.compare(position, item.literal.size(), item.literal) == 0
+                        && matchFrom(tokenIndex + 1, position + item.literal.size())) {
+                        return true;
+                    }
+                    continue;
+                }
+                // A decimal number without leading zeros ("07" is not layer 7).
+                std::int64_t value = 0;
+                for (size_t end = position;
+                     end < name.size() && end - position < 18 && std::isdigit(static_cast<unsigned char>(name[end]));
+                     ++end) {
+                    if (end > position && name[position] == '0') {
+                        break;
+                    }
+                    value = value * 10 + (name[end] - '0');
+                    if (value >= item.low && value <= item.high && matchFrom(tokenIndex + 1, end + 1)) {
+                        return true;
+                    }
+                }
+            }
+            return false;
+        }
+        return false;
+    };
+    return matchFrom(0, 0);
+}
+
+std::size_t ModulePattern::groupCount() const
+{
+    return groupTokens_.size();
+}
+
+std::size_t ModulePattern::itemCount(std::size_t group) const
+{
+    return tokens_.at(groupTokens_.at(group)).items.size();
+}
+
+bool ModulePattern::itemIsRange(std::size_t group, std::size_t item) const
+{
+    const Item& entry = tokens_.at(groupTokens_.at(group)).items.at(item);
+    return entry.isNumber && entry.low != entry.high;
+}
+
+std::string ModulePattern::itemText(std::size_t group, std::size_t item) const
+{
+    return tokens_.at(groupTokens_.at(group)).items.at(item).source;
+}
+
+ModulePattern ModulePattern::restricted(std::size_t group, std::size_t item, int end) const
+{
+    ModulePattern copy = *this;
+    Token& token = copy.tokens_.at(groupTokens_.at(group));
+    Item chosen = token.items.at(item);
+    if (chosen.isNumber) {
+        chosen.low = chosen.high = end == 0 ? chosen.low : chosen.high;
+        chosen.source = std::to_string(chosen.low);
+    }
+    token.items = {chosen};
+    return copy;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Errors
+
+namespace {
+
+std::string lineColumn(const SourceLocation& where)
+{
+    return "line " + std::to_string(where.line) + ", column " + std::to_string(where.column);
+}
+
+[[noreturn]] void throwLocated(const std::string& file, bool json, const SourceLocation& where, std::string detail)
+{
+    std::string location;
+    if (json) {
+        location = where.keyPath;
+        if (where.line > 0) {
+            location += (location.empty() ? "" : ", ") + lineColumn(where);
+        }
+    } else if (where.line > 0) {
+        location = lineColumn(where);
+        if (!where.keyPath.empty()) {
+            detail = where.keyPath + ": " + detail;
+        }
+    } else {
+        location = where.keyPath;
+    }
+    throw InputError(file, location, detail);
+}
+
+} // namespace
+
+void throwRecipeError(const Recipe& recipe, const SourceLocation& where, const std::string& detail)
+{
+    throwLocated(recipe.sourceFile, recipe.fromJson, where, detail);
+}
+
+std::string describeLocation(const SourceLocation& where)
+{
+    if (where.line > 0) {
+        return lineColumn(where);
+    }
+    return where.keyPath.empty() ? std::string("an unknown place") : where.keyPath;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Parsing
+
+namespace {
+
+enum class ScalarKind { String, Integer, Number, Boolean, Null };
+
+// YAML 1.2 core schema for plain scalars; quoted scalars (tag "!", also every JSON string) are strings.
+ScalarKind scalarKind(const YAML::Node& node)
+{
+    if (node.IsNull()) {
+        return ScalarKind::Null;
+    }
+    if (node.Tag() == "!") {
+        return ScalarKind::String;
+    }
+    const std::string& text = node.Scalar();
+    static const char* nulls[] = {"~", "null", "Null", "NULL"};
+    static const char* booleans[] = {"true", "True", "TRUE", "false", "False", "FALSE"};
+    if (std::find(std::begin(nulls), std::end(nulls), text) != std::end(nulls)) {
+        return ScalarKind::Null;
+    }
+    if (std::find(std::begin(booleans), std::end(booleans), text) != std::end(booleans)) {
+        return ScalarKind::Boolean;
+    }
+    std::string digits = text;
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
+        digits.erase(0, 1);
+    }
+    if (isDigits(digits)) {
+        return ScalarKind::Integer;
+    }
+    try {
+        size_t used = 0;
+        std::stod(text, &used);
+        if (used == text.size()) {
+            return ScalarKind::Number;
+        }
+    } catch (const std::exception&) {
+    }
+    return ScalarKind::String;
+}
+
+std::string kindName(const YAML::Node& node)
+{
+    if (node.IsMap()) {
+        return "a mapping";
+    }
+    if (node.IsSequence()) {
+        return "a list";
+    }
+    switch (scalarKind(node)) {
+    case ScalarKind::String:
+        return "a string";
+    case ScalarKind::Integer:
+        return "an integer";
+    case ScalarKind::Number:
+        return "a number";
+    case ScalarKind::Boolean:
+        return "a boolean";
+    case ScalarKind::Null:
+        return "nothing (null)";
+    }
+    return "something else";
+}
+
+struct Entry {
+    std::string key;
+    YAML::Node keyNode;
+    YAML::Node value;
+    SourceLocation keyLocation;
+    SourceLocation valueLocation; // the key's place when the value is empty
+};
+
+class Parser {
+public:
+    Parser(std::string file, bool json)
+        : file_(std::move(file))
+        , json_(json)
+    {
+    }
+
+    Recipe parse(const YAML::Node& root);
+
+private:
+    [[noreturn]] void fail(const SourceLocation& where, const std::string& detail) const
+    {
+        throwLocated(file_, json_, where, detail);
+    }
+
+    SourceLocation locate(const YAML::Node& node, const std::string& keyPath) const
+    {
+        SourceLocation where;
+        where.keyPath = keyPath;
+        const YAML::Mark mark = node.Mark();
+        if (!mark.is_null() && mark.line >= 0) {
+            // yaml-cpp counts from 0; editors count from 1.
+            where.line = mark.line + 1;
+            where.column = mark.column + 1;
+        }
+        return where;
+    }
+
+    static std::string child(const std::string& path, const std::string& key)
+    {
+        return path.empty() ? key : path + "." + key;
+    }
+
+    // The entries of a mapping, rejecting keys outside `allowed` and repeated keys.
+    std::vector<Entry> entries(
+        const YAML::Node& map, const SourceLocation& where, const std::vector<std::string>& allowed) const
+    {
+        if (!map.IsMap()) {
+            fail(where, "expected a mapping, got " + kindName(map));
+        }
+        std::vector<Entry> result;
+        for (auto it = map.begin(); it != map.end(); ++it) {
+            Entry entry;
+            entry.keyNode = it->first;
+            entry.value = it->second;
+            entry.keyLocation = locate(it->first, where.keyPath);
+            if (!it->first.IsScalar() || scalarKind(it->first) == ScalarKind::Null) {
+                fail(entry.keyLocation, "expected a key name, got " + kindName(it->first));
+            }
+            entry.key = it->first.Scalar();
+            entry.keyLocation.keyPath = child(where.keyPath, entry.key);
+            if (std::find(allowed.begin(), allowed.end(), entry.key) == allowed.end()) {
+                std::string expected;
+                for (const auto& name : allowed) {
+                    expected += (expected.empty() ? "" : ", ") + name;
+                }
+                fail(entry.keyLocation,
+                    "unknown key '" + entry.key + "'" + (where.keyPath.empty() ? "" : " in " + where.keyPath)
+                        + " (expected one of: " + expected + ")");
+            }
+            for (const Entry& earlier : result) {
+                if (earlier.key == entry.key) {
+                    fail(entry.keyLocation,
+                        "duplicate key '" + entry.key + "' (first given at " + describeLocation(earlier.keyLocation)
+                            + ")");
+                }
+            }
+            entry.valueLocation
+                = entry.value.IsNull() ? entry.keyLocation : locate(entry.value, entry.keyLocation.keyPath);
+            result.push_back(entry);
+        }
+        return result;
+    }
+
+    static const Entry* find(const std::vector<Entry>& list, const std::string& key)
+    {
+        for (const Entry& entry : list) {
+            if (entry.key == key) {
+                return &entry;
+            }
+        }
+        return nullptr;
+    }
+
+    const Entry& require(const std::vector<Entry>& list, const std::string& key, const SourceLocation& where) const
+    {
+        const Entry* entry = find(list, key);
+        if (!entry) {
+            fail(where, "missing required key '" + key + "'");
+        }
+        return *entry;
+    }
+
+    std::string stringValue(const Entry& entry) const
+    {
+        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::String) {
+            fail(entry.valueLocation, "expected a string, got " + kindName(entry.value));
+        }
+        return entry.value.Scalar();
+    }
+
+    template <typename Enum>
+    Enum enumValue(const Entry& entry, const NameTable<Enum>& table, const std::string& what) const
+    {
+        const std::string text = stringValue(entry);
+        const auto value = lookUp(table, text);
+        if (!value) {
+            fail(entry.valueLocation, "unknown " + what + " '" + text + "' (valid: " + listNames(table) + ")");
+        }
+        return *value;
+    }
+
+    WeightPrecision weights(const Entry& section) const
+    {
+        const auto list = entries(section.value, section.valueLocation, {"format", "granularity"});
+        WeightPrecision precision;
+        precision.format
+            = enumValue(require(list, "format", section.valueLocation), weightFormatNames(), "weight format");
+        precision.granularity = defaultGranularity(precision.format);
+        if (const Entry* granularity = find(list, "granularity")) {
+            const std::vector<Granularity> allowed = allowedGranularities(precision.format);
+            if (allowed.empty()) {
+                fail(granularity->keyLocation,
+                    toString(precision.format)
+                        + " has no scales and takes no granularity (only fp8_e4m3, "
+                          "fp8_e5m2, int8 and int4 do)");
+            }
+            const Granularity value = enumValue(*granularity, granularityNames(), "granularity");
+            if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+                fail(granularity->valueLocation,
+                    toString(precision.format) + " takes granularity " + joinGranularities(allowed) + " only, not "
+                        + toString(value));
+            }
+            precision.granularity = value;
+        }
+        return precision;
+    }
+
+    ActivationPrecision activations(const Entry& section) const
+    {
+        const auto list = entries(section.value, section.valueLocation, {"format"});
+        ActivationPrecision precision;
+        precision.format
+            = enumValue(require(list, "format", section.valueLocation), activationFormatNames(), "activation format");
+        return precision;
+    }
+
+    KvPrecision kvCache(const Entry& section) const
+    {
+        const auto list = entries(section.value, section.valueLocation, {"format", "scales", "calibration"});
+        KvPrecision precision;
+        precision.format
+            = enumValue(require(list, "format", section.valueLocation), kvFormatNames(), "kv_cache format");
+        const bool scaled = precision.format == KvFormat::Fp8E4m3;
+        if (scaled) {
+            precision.scales = KvScales::PerTensor;
+            precision.calibration = KvCalibration::Probe;
+        }
+        for (const char* key : {"scales", "calibration"}) {
+            const Entry* entry = find(list, key);
+            if (!entry) {
+                continue;
+            }
+            if (!scaled) {
+                fail(entry->keyLocation,
+                    toString(precision.format) + " has no scales, so '" + key
+                        + "' does not apply (only fp8_e4m3 takes it)");
+            }
+            if (entry->key == "scales") {
+                precision.scales = enumValue(*entry, kvScalesNames(), "kv_cache scales");
+            } else {
+                precision.calibration = enumValue(*entry, kvCalibrationNames(), "kv_cache calibration");
+            }
+        }
+        return precision;
+    }
+
+    RecipeRule rule(const YAML::Node& node, const SourceLocation& where) const
+    {
+        const auto list = entries(node, where, {"match", "weights", "activations", "kv_cache"});
+        RecipeRule result;
+        result.location = where;
+        const Entry& match = require(list, "match", where);
+        result.match = stringValue(match);
+        result.matchLocation = match.valueLocation;
+        try {
+            ModulePattern::compile(result.match);
+        } catch (const std::invalid_argument& problem) {
+            fail(match.valueLocation, problem.what());
+        }
+        if (const Entry* entry = find(list, "weights")) {
+            result.weights = weights(*entry);
+            result.weightsLocation = entry->keyLocation;
+        }
+        if (const Entry* entry = find(list, "activations")) {
+            result.activations = activations(*entry);
+            result.activationsLocation = entry->keyLocation;
+        }
+        if (const Entry* entry = find(list, "kv_cache")) {
+            result.kvCache = kvCache(*entry);
+            result.kvCacheLocation = entry->keyLocation;
+        }
+        if (!result.weights && !result.activations && !result.kvCache) {
+            fail(where, "the rule for \"" + result.match + "\" sets nothing (give weights, activations or kv_cache)");
+        }
+        return result;
+    }
+
+    std::string file_;
+    bool json_;
+};
+
+// `embed_tokens` and `model.embed_tokens` are one module.
+std::string canonicalPattern(const std::string& match)
+{
+    return match == "embed_tokens" ? "model.embed_tokens" : match;
+}
+
+// Two rules with the same pattern that set one field to different values: the later silently overrides the
+// earlier, which is almost always an editing mistake.
+void checkContradictions(const Recipe& recipe)
+{
+    for (size_t later = 0; later < recipe.rules.size(); ++later) {
+        const RecipeRule& b = recipe.rules[later];
+        for (size_t earlier = 0; earlier < later; ++earlier) {
+            const RecipeRule& a = recipe.rules[earlier];
+            if (canonicalPattern(a.match) != canonicalPattern(b.match)) {
+                continue;
+            }
+            auto report = [&](const SourceLocation& first, const SourceLocation& second, const std::string& field,
+                              const std::string& firstValue, const std::string& secondValue) {
+                throwRecipeError(recipe, second,
+                    "contradicts rules[" + std::to_string(earlier) + "] at " + describeLocation(first)
+                        + ": both match \"" + b.match + "\" but set " + field + " to " + firstValue + " and "
+                        + secondValue + " (the later rule would silently win; remove one)");
+            };
+            if (a.weights && b.weights && *a.weights != *b.weights) {
+                report(a.weightsLocation, b.weightsLocation, "weights", describe(*a.weights), describe(*b.weights));
+            }
+            if (a.activations && b.activations && *a.activations != *b.activations) {
+                report(a.activationsLocation, b.activationsLocation, "activations", toString(a.activations->format),
+                    toString(b.activations->format));
+            }
+            if (a.kvCache && b.kvCache && *a.kvCache != *b.kvCache) {
+                report(a.kvCacheLocation, b.kvCacheLocation, "kv_cache", describe(*a.kvCache), describe(*b.kvCache));
+            }
+        }
+    }
+}
+
+Recipe Parser::parse(const YAML::Node& root)
+{
+    SourceLocation top = locate(root, "");
+    if (top.line == 0) {
+        top.line = 1;
+        top.column = 1;
+    }
+    if (!root.IsDefined() || root.IsNull()) {
+        fail(top,
+            "empty recipe (expected a mapping with at least `version: " + std::to_string(Recipe::kCurrentVersion)
+                + "`)");
+    }
+    const auto list = entries(root, top, {"version", "name", "weights", "activations", "kv_cache", "rules"});
+    Recipe recipe;
+    recipe.sourceFile = file_;
+    recipe.fromJson = json_;
+
+    const Entry& version = require(list, "version", top);
+    if (!version.value.IsScalar() || scalarKind(version.value) != ScalarKind::Integer) {
+        fail(version.valueLocation, "expected an integer, got " + kindName(version.value));
+    }
+    const std::string versionText = version.value.Scalar();
+    if (versionText.size() > 9 || std::stoi(versionText) != Recipe::kCurrentVersion) {
+        fail(version.valueLocation,
+            "unsupported recipe version " + versionText + " (this build reads version "
+                + std::to_string(Recipe::kCurrentVersion) + ")");
+    }
+    recipe.version = Recipe::kCurrentVersion;
+
+    if (const Entry* name = find(list, "name")) {
+        recipe.name = stringValue(*name);
+    }
+    if (const Entry* entry = find(list, "weights")) {
+        recipe.weights = weights(*entry);
+        recipe.weightsLocation = entry->keyLocation;
+    }
+    if (const Entry* entry = find(list, "activations")) {
+        recipe.activations = activations(*entry);
+        recipe.activationsLocation = entry->keyLocation;
+    }
+    if (const Entry* entry = find(list, "kv_cache")) {
+        recipe.kvCache = kvCache(*entry);
+        recipe.kvCacheLocation = entry->keyLocation;
+    }
+    if (const Entry* rules = find(list, "rules")) {
+        if (!rules->value.IsSequence()) {
+            fail(rules->valueLocation, "expected a list of rules, got " + kindName(rules->value));
+        }
+        size_t index = 0;
+        for (const YAML::Node& node : rules->value) {
+            const std::string path = "rules[" + std::to_string(index++) + "]";
+            SourceLocation where = node.IsNull() ? rules->valueLocation : locate(node, path);
+            where.keyPath = path;
+            recipe.rules.push_back(rule(node, where));
+        }
+    }
+    checkContradictions(recipe);
+    return recipe;
+}
+
+bool endsWith(const std::string& text, const std::string& suffix)
+{
+    if (text.size() < suffix.size()) {
+        return false;
+    }
+    return std::equal(suffix.rbegin(), suffix.rend(), text.rbegin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+    });
+}
+
+// Where nlohmann stopped (a 1-based byte count), as 1-based line and column.
+SourceLocation byteToLocation(const std::string& text, std::size_t byte)
+{
+    SourceLocation where;
+    const std::size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
+    where.line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(end), '\n'));
+    const std::size_t lineStart = end == 0 ? 0 : text.rfind('\n', end - 1);
+    where.column = static_cast<int>(lineStart == std::string::npos || end == 0 ? end + 1 : end - lineStart);
+    return where;
+}
+
+// Builds a position-less node tree; only used when yaml-cpp rejects text that is valid JSON (it accepts
+// nearly all JSON, being a YAML 1.2 parser), so errors then carry key paths without line numbers.
+YAML::Node toYamlNode(const nlohmann::ordered_json& value)
+{
+    if (value.is_object()) {
+        YAML::Node map(YAML::NodeType::Map);
+        for (const auto& [key, item] : value.items()) {
+            YAML::Node keyNode(key);
+            keyNode.SetTag("!");
+            map.force_insert(keyNode, toYamlNode(item));
+        }
+        return map;
+    }
+    if (value.is_array()) {
+        YAML::Node list(YAML::NodeType::Sequence);
+        for (const auto& item : value) {
+            list.push_back(toYamlNode(item));
+        }
+        return list;
+    }
+    if (value.is_null()) {
+        return YAML::Node(YAML::NodeType::Null);
+    }
+    YAML::Node scalar(value.is_string() ? value.get<std::string>() : value.dump());
+    scalar.SetTag(value.is_string() ? "!" : "?");
+    return scalar;
+}
+
+} // namespace
+
+Recipe parseRecipe(const std::string& text, const std::string& fileName)
+{
+    bool json = false;
+    if (endsWith(fileName, ".json")) {
+        json = true;
+    } else if (!endsWith(fileName, ".yaml") && !endsWith(fileName, ".yml")) {
+        json = nlohmann::ordered_json::accept(text);
+    }
+    YAML::Node root;
+    if (json) {
+        nlohmann::ordered_json document;
+        try {
+            document = nlohmann::ordered_json::parse(text);
+        } catch (const nlohmann::json::parse_error& error) {
+            // what() reads "[json.exception.parse_error.101] parse error at line 1, column 5: DETAIL".
+            std::string detail = error.what();
+            const auto colon = detail.find(": ", detail.find("parse error"));
+            if (colon != std::string::npos) {
+                detail = detail.substr(colon + 2);
+            }
+            throwLocated(fileName, true, byteToLocation(text, error.byte), "malformed JSON: " + detail);
+        }
+        try {
+            root = YAML::Load(text);
+        } catch (const YAML::Exception&) {
+            root = toYamlNode(document);
+        }
+    } else {
+        try {
+            root = YAML::Load(text);
+        } catch (const YAML::Exception& error) {
+            SourceLocation where;
+            where.line = error.mark.line + 1;
+            where.column = error.mark.column + 1;
+            throwLocated(fileName, false, where, "malformed YAML: " + error.msg);
+        }
+    }
+    return Parser(fileName, json).parse(root);
+}
+
+Recipe loadRecipe(const std::string& path)
+{
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        throw InputError(path, "", "cannot open the recipe file");
+    }
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (file.bad()) {
+        throw InputError(path, "", "cannot read the recipe file");
+    }
+    return parseRecipe(text.str(), path);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Writing
+
+namespace {
+
+void emit(YAML::Emitter& out, const WeightPrecision& precision)
+{
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "format" << YAML::Value << toString(precision.format);
+    if (precision.granularity != Granularity::None) {
+        out << YAML::Key << "granularity" << YAML::Value << toString(precision.granularity);
+    }
+    out << YAML::EndMap;
+}
+
+void emit(YAML::Emitter& out, const ActivationPrecision& precision)
+{
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "format" << YAML::Value << toString(precision.format)
+        << YAML::EndMap;
+}
+
+void emit(YAML::Emitter& out, const KvPrecision& precision)
+{
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "format" << YAML::Value << toString(precision.format);
+    if (precision.scales != KvScales::None) {
+        out << YAML::Key << "scales" << YAML::Value << toString(precision.scales);
+    }
+    if (precision.calibration != KvCalibration::None) {
+        out << YAML::Key << "calibration" << YAML::Value << toString(precision.calibration);
+    }
+    out << YAML::EndMap;
+}
+
+nlohmann::ordered_json toJson(const WeightPrecision& precision)
+{
+    nlohmann::ordered_json j = {{"format", toString(precision.format)}};
+    if (precision.granularity != Granularity::None) {
+        j["granularity"] = toString(precision.granularity);
+    }
+    return j;
+}
+
+nlohmann::ordered_json toJson(const ActivationPrecision& precision)
+{
+    return {{"format", toString(precision.format)}};
+}
+
+nlohmann::ordered_json toJson(const KvPrecision& precision)
+{
+    nlohmann::ordered_json j = {{"format", toString(precision.format)}};
+    if (precision.scales != KvScales::None) {
+        j["scales"] = toString(precision.scales);
+    }
+    if (precision.calibration != KvCalibration::None) {
+        j["calibration"] = toString(precision.calibration);
+    }
+    return j;
+}
+
+} // namespace
+
+std::string recipeToYaml(const Recipe& recipe)
+{
+    YAML::Emitter out;
+    out << YAML::BeginMap;
+    out << YAML::Key << "version" << YAML::Value << recipe.version;
+    if (!recipe.name.empty()) {
+        // Quoted, so that a name such as "1" or "true" stays a string.
+        out << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << recipe.name;
+    }
+    if (recipe.weights) {
+        out << YAML::Key << "weights" << YAML::Value;
+        emit(out, *recipe.weights);
+    }
+    if (recipe.activations) {
+        out << YAML::Key << "activations" << YAML::Value;
+        emit(out, *recipe.activations);
+    }
+    if (recipe.kvCache) {
+        out << YAML::Key << "kv_cache" << YAML::Value;
+        emit(out, *recipe.kvCache);
+    }
+    if (!recipe.rules.empty()) {
+        out << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
+        for (const RecipeRule& rule : recipe.rules) {
+            // Quoted: a pattern starting with '*' or '{' would read as a YAML alias or flow mapping.
+            out << YAML::BeginMap << YAML::Key << "match" << YAML::Value << YAML::DoubleQuoted << rule.match;
+            if (rule.weights) {
+                out << YAML::Key << "weights" << YAML::Value;
+                emit(out, *rule.weights);
+            }
+            if (rule.activations) {
+                out << YAML::Key << "activations" << YAML::Value;
+                emit(out, *rule.activations);
+            }
+            if (rule.kvCache) {
+                out << YAML::Key << "kv_cache" << YAML::Value;
+                emit(out, *rule.kvCache);
+            }
+            out << YAML::EndMap;
+        }
+        out << YAML::EndSeq;
+    }
+    out << YAML::EndMap;
+    return std::string(out.c_str()) + "\n";
+}
+
+std::string recipeToJson(const Recipe& recipe)
+{
+    nlohmann::ordered_json j;
+    j["version"] = recipe.version;
+    if (!recipe.name.empty()) {
+        j["name"] = recipe.name;
+    }
+    if (recipe.weights) {
+        j["weights"] = toJson(*recipe.weights);
+    }
+    if (recipe.activations) {
+        j["activations"] = toJson(*recipe.activations);
+    }
+    if (recipe.kvCache) {
+        j["kv_cache"] = toJson(*recipe.kvCache);
+    }
+    if (!recipe.rules.empty()) {
+        nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+        for (const RecipeRule& rule : recipe.rules) {
+            nlohmann::ordered_json r = {{"match", rule.match}};
+            if (rule.weights) {
+                r["weights"] = toJson(*rule.weights);
+            }
+            if (rule.activations) {
+                r["activations"] = toJson(*rule.activations);
+            }
+            if (rule.kvCache) {
+                r["kv_cache"] = toJson(*rule.kvCache);
+            }
+            rules.push_back(r);
+        }
+        j["rules"] = rules;
+    }
+    return j.dump(2) + "\n";
+}
+
+} // namespace mismatch::quant

@@ -1,0 +1,237 @@
+#pragma once
+// Precision recipes: which number format the rollout engine uses for each module's weights, for the inputs
+// (activations) of each linear module and for each layer's KV cache. A recipe is a versioned YAML or JSON file:
+//
+//   version: 1
+//   name: fp8-keep-edges
+//   weights: {format: fp8_e4m3, granularity: block128}  # default for every per-layer projection
+//   activations: {format: fp8_e4m3}                     # default for every per-layer projection
+//   kv_cache: {format: fp8_e4m3, scales: per_head, calibration: probe}  # default for every layer
+//   rules:                                              # applied in order; later rules win
+//     - match: "model.layers.{0-1}.*"
+//       weights: {format: bf16}
+//       activations: {format: bf16}
+//     - match: "model.layers.{0,27}.self_attn"
+//       kv_cache: {format: bf16}
+//
+// Formats (anything not named is BF16):
+//   weights      bf16, fp16                      no scales, no granularity
+//                fp8_e4m3, fp8_e5m2              granularity tensor | channel | block128; default block128
+//                                                (the spec's example; an outlier coarsens only its own block)
+//                int8                            granularity channel only (the default)
+//                int4                            granularity group128 only (the default)
+//   activations  bf16, fp8_e4m3                  fp8 is dynamic, one scale per token; no other keys
+//   kv_cache     bf16                            no scales
+//                fp8_e4m3                        scales per_tensor (default) | per_head;
+//                                                calibration probe (default: scales measured once on the probe
+//                                                prompts) | every_sync (re-measured at every weight sync)
+// All scales are symmetric (no zero points) and stored as float32.
+//
+// Module names and patterns: the per-layer projections are `model.layers.{i}.self_attn.{q,k,v,o}_proj` and
+// `model.layers.{i}.mlp.{gate,up,down}_proj`; `model.layers.{i}.self_attn` names layer i's attention block
+// (the target of kv_cache); `model.embed_tokens` (also written `embed_tokens`) and `lm_head` name the
+// embedding and the output projection. In a `match` pattern:
+//   *            any run of characters, dots included (`model.layers.*.mlp.down_proj`, `model.layers.{0-1}.*`)
+//   {A,B,...}    alternation; each item is a literal (`{q,k}_proj`), a number or a number range `0-3`
+//                (`{0-3}`, `{0,27}`, `{0-1,5}`); a number range matches the decimal numbers in it
+//   anything else is literal. A pattern must match a whole name.
+//
+// Which defaults apply where: the top-level `weights` and `activations` apply to the seven per-layer
+// projections only; `embed_tokens` and `lm_head` stay BF16 unless a rule names them (as vLLM and
+// llm-compressor leave them unquantized unless asked). Top-level `kv_cache` applies to every layer. A rule's
+// fields land where they mean something: weights on projections, the embedding and lm_head; activations on
+// projections and lm_head; kv_cache on attention blocks (so `model.layers.{0-1}.*` with all three sets each).
+//
+// Validation (every error is an InputError naming the file and, for YAML, "line L, column C"; for JSON the key
+// path and line/column):
+//   syntax      - the file is YAML or JSON (malformed text: the parser's position)
+//               - `version` is present and is 1; unknown keys and duplicate keys are errors (typo safety)
+//               - each value has its type (mapping, list, string, integer); format names are known (the error
+//                 lists the valid ones); `granularity` is one the format has (bf16/fp16 have none; int8 only
+//                 channel; int4 only group128); kv_cache `scales`/`calibration` only with fp8_e4m3
+//               - each rule has `match` and at least one of weights, activations, kv_cache
+//               - patterns are well formed: braces balanced and non-empty, number ranges ascending (`{5-2}`
+//                 is an error), no empty items
+//               - two rules with identical `match` setting the same field to different values contradict
+//                 each other (the later one would silently override the earlier): error naming both
+//   model       (resolveRecipe, in recipe_plan.h)
+//               - every rule matches at least one module of the model, and each item of each brace group
+//                 does (each end of a number range): `model.layers.27...` in a 4-layer model is an error
+//                 that names the model's layer count
+//               - a rule's kv_cache must match at least one attention block (`...mlp.down_proj` with kv_cache
+//                 is an error); its weights must match at least one weight-carrying module; its activations
+//                 at least one linear module (embed_tokens is a lookup and has no input activations)
+//               - no module ends with int4 weights and fp8 activations (W4A8: the engine has no such kernel)
+//               - with tie_word_embeddings, embed_tokens and lm_head (one tensor) get the same weight format
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mismatch::quant {
+
+// core/quant/formats.h (the fake quantizer's) holds token-identical copies of the five format enums below and
+// of toString, bytesPerElement, allowedGranularities and defaultGranularity, defined weakly there. Once both
+// are in the tree this header should include formats.h instead; until then a translation unit includes one
+// of the two (formats.h pulls in ATen, which recipe users such as the CLI table do not need).
+enum class WeightFormat { Bf16, Fp16, Fp8E4m3, Fp8E5m2, Int8, Int4 };
+// Where the weight scales live: one per tensor, one per output channel (row), one per 128x128 block, one per
+// 128 consecutive input elements of a row. None for formats without scales.
+enum class Granularity { None, Tensor, Channel, Block128, Group128 };
+enum class ActivationFormat { Bf16, Fp8E4m3 };
+enum class KvFormat { Bf16, Fp8E4m3 };
+enum class KvScales { None, PerTensor, PerHead };
+enum class KvCalibration { None, Probe, EverySync };
+
+// The names written in recipe files ("fp8_e4m3", "block128", "per_head", "every_sync"; None is "none").
+std::string toString(WeightFormat format);
+std::string toString(Granularity granularity);
+std::string toString(ActivationFormat format);
+std::string toString(KvFormat format);
+std::string toString(KvScales scales);
+std::string toString(KvCalibration calibration);
+
+// Storage of one weight element in bytes (int4: 0.5); activations and KV likewise.
+double bytesPerElement(WeightFormat format);
+double bytesPerElement(KvFormat format);
+// The granularities a weight format accepts (empty when it has no scales) and the one used when none is given.
+std::vector<Granularity> allowedGranularities(WeightFormat format);
+Granularity defaultGranularity(WeightFormat format);
+
+struct WeightPrecision {
+    WeightFormat format = WeightFormat::Bf16;
+    Granularity granularity = Granularity::None; // filled with defaultGranularity() by the parser
+};
+
+struct ActivationPrecision {
+    ActivationFormat format = ActivationFormat::Bf16; // fp8: dynamic, one scale per token
+};
+
+struct KvPrecision {
+    KvFormat format = KvFormat::Bf16;
+    KvScales scales = KvScales::None; // fp8: PerTensor unless given
+    KvCalibration calibration = KvCalibration::None; // fp8: Probe unless given
+};
+
+bool operator==(const WeightPrecision& a, const WeightPrecision& b);
+bool operator==(const ActivationPrecision& a, const ActivationPrecision& b);
+bool operator==(const KvPrecision& a, const KvPrecision& b);
+inline bool operator!=(const WeightPrecision& a, const WeightPrecision& b)
+{
+    return !(a == b);
+}
+inline bool operator!=(const ActivationPrecision& a, const ActivationPrecision& b)
+{
+    return !(a == b);
+}
+inline bool operator!=(const KvPrecision& a, const KvPrecision& b)
+{
+    return !(a == b);
+}
+// Short human forms for tables: "fp8_e4m3/block128", "int4/group128", "bf16", "fp8_e4m3/per_head".
+std::string describe(const WeightPrecision& precision);
+std::string describe(const KvPrecision& precision);
+
+// Where something was written: the key path ("rules[2].weights") and 1-based line and column (0: unknown,
+// e.g. for a recipe built in code).
+struct SourceLocation {
+    std::string keyPath;
+    int line = 0;
+    int column = 0;
+};
+
+// A `match` pattern, compiled. See the grammar at the top of this file.
+class ModulePattern {
+public:
+    // Throws std::invalid_argument saying what is wrong with a malformed pattern; the recipe parser turns it
+    // into an InputError located at the rule's `match`.
+    static ModulePattern compile(const std::string& text);
+
+    bool matches(const std::string& name) const;
+    const std::string& text() const { return text_; }
+
+    // Brace groups, for checking that each alternative exists in a model: groupCount() groups, each with
+    // itemCount(g) items; restricted(g, i, end) is this pattern with group g reduced to item i (for a number
+    // range, to its low end when end is 0 and its high end when end is 1) and itemText(g, i) its source text.
+    std::size_t groupCount() const;
+    std::size_t itemCount(std::size_t group) const;
+    bool itemIsRange(std::size_t group, std::size_t item) const;
+    std::string itemText(std::size_t group, std::size_t item) const;
+    ModulePattern restricted(std::size_t group, std::size_t item, int end) const;
+
+private:
+    struct Item {
+        bool isNumber = false;
+        std::string literal; // when !isNumber
+        std::int64_t low = 0; // when isNumber: inclusive range
+        std::int64_t high = 0;
+        std::string source; // as written
+    };
+    struct Token {
+        enum Kind { Literal, Star, Group } kind = Literal;
+        std::string literal;
+        std::vector<Item> items;
+    };
+
+    std::string text_;
+    std::vector<Token> tokens_;
+    std::vector<std::size_t> groupTokens_; // index into tokens_ of each Group token
+};
+
+struct RecipeRule {
+    std::string match;
+    std::optional<WeightPrecision> weights;
+    std::optional<ActivationPrecision> activations;
+    std::optional<KvPrecision> kvCache;
+
+    // Where the rule and its parts were written (not part of equality).
+    SourceLocation location; // the rule's list item
+    SourceLocation matchLocation;
+    SourceLocation weightsLocation;
+    SourceLocation activationsLocation;
+    SourceLocation kvCacheLocation;
+};
+
+struct Recipe {
+    static constexpr int kCurrentVersion = 1;
+
+    int version = kCurrentVersion;
+    std::string name;
+    std::optional<WeightPrecision> weights; // default for the per-layer projections; absent: bf16
+    std::optional<ActivationPrecision> activations; // default for the per-layer projections; absent: bf16
+    std::optional<KvPrecision> kvCache; // default for every layer; absent: bf16
+    std::vector<RecipeRule> rules; // in file order; later rules win
+
+    // Provenance (not part of equality): the file it came from, whether it was JSON (which decides how
+    // locations are written in errors) and where the top-level sections were.
+    std::string sourceFile;
+    bool fromJson = false;
+    SourceLocation weightsLocation;
+    SourceLocation activationsLocation;
+    SourceLocation kvCacheLocation;
+};
+
+// Equality of meaning: what the recipe asks for, not where it was written.
+bool operator==(const RecipeRule& a, const RecipeRule& b);
+bool operator==(const Recipe& a, const Recipe& b);
+inline bool operator!=(const Recipe& a, const Recipe& b)
+{
+    return !(a == b);
+}
+
+// Parses recipe text. JSON when `fileName` ends in .json, YAML when it ends in .yaml/.yml, otherwise JSON when
+// the text parses as JSON and YAML when not. Throws InputError (see the validation list above).
+Recipe parseRecipe(const std::string& text, const std::string& fileName);
+Recipe loadRecipe(const std::string& path);
+
+// Text that parses back to an equal recipe (defaults written out explicitly).
+std::string recipeToYaml(const Recipe& recipe);
+std::string recipeToJson(const Recipe& recipe);
+
+// The InputError for something at `where` in `recipe`, with the location written the recipe's way: YAML
+// "line L, column C" (detail prefixed by the key path), JSON "KEYPATH, line L, column C".
+[[noreturn]] void throwRecipeError(const Recipe& recipe, const SourceLocation& where, const std::string& detail);
+// "line 7, column 5" or the key path when the line is unknown; for messages that mention a second place.
+std::string describeLocation(const SourceLocation& where);
+
+} // namespace mismatch::quant

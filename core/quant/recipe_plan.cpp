@@ -1,0 +1,367 @@
+#include "core/quant/recipe_plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mismatch::quant {
+
+const std::vector<std::string>& projectionSuffixes()
+{
+    static const std::vector<std::string> suffixes = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+        "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    return suffixes;
+}
+
+const std::vector<std::string>& projectionShortNames()
+{
+    static const std::vector<std::string> names = {"q", "k", "v", "o", "gate", "up", "down"};
+    return names;
+}
+
+std::string layerModuleName(std::int64_t layer, const std::string& suffix)
+{
+    return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+std::string attentionName(std::int64_t layer)
+{
+    return "model.layers." + std::to_string(layer) + ".self_attn";
+}
+
+namespace {
+
+constexpr std::int64_t kScaleBytes = 4; // float32
+constexpr std::int64_t kBf16Bytes = 2;
+constexpr std::int64_t kTile = 128; // block128 and group128
+
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+} // namespace
+
+WeightMemory weightMemory(std::int64_t rows, std::int64_t columns, const WeightPrecision& precision)
+{
+    WeightMemory memory;
+    memory.rows = rows;
+    memory.columns = columns;
+    const std::int64_t elements = rows * columns;
+    switch (precision.format) {
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        memory.valueBytes = 2 * elements;
+        break;
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+    case WeightFormat::Int8:
+        memory.valueBytes = elements;
+        break;
+    case WeightFormat::Int4:
+        // Two values per byte, each row padded to whole bytes.
+        memory.valueBytes = rows * ceilDiv(columns, 2);
+        break;
+    }
+    std::int64_t scales = 0;
+    switch (precision.granularity) {
+    case Granularity::None:
+        break;
+    case Granularity::Tensor:
+        scales = 1;
+        break;
+    case Granularity::Channel:
+        scales = rows;
+        break;
+    case Granularity::Block128:
+        scales = ceilDiv(rows, kTile) * ceilDiv(columns, kTile);
+        break;
+    case Granularity::Group128:
+        scales = rows * ceilDiv(columns, kTile);
+        break;
+    }
+    memory.scaleBytes = scales * kScaleBytes;
+    memory.bf16Bytes = kBf16Bytes * elements;
+    return memory;
+}
+
+double RecipePlan::weightRatio() const
+{
+    return bf16WeightBytes == 0 ? 0.0 : static_cast<double>(weightBytes) / static_cast<double>(bf16WeightBytes);
+}
+
+double RecipePlan::kvBytesRatio() const
+{
+    return bf16KvBytesPerToken == 0 ? 0.0
+                                    : static_cast<double>(kvBytesPerToken) / static_cast<double>(bf16KvBytesPerToken);
+}
+
+double RecipePlan::kvCapacityRatio() const
+{
+    return kvBytesPerToken == 0 ? 0.0 : static_cast<double>(bf16KvBytesPerToken) / static_cast<double>(kvBytesPerToken);
+}
+
+namespace {
+
+enum class TargetKind { Projection, Embedding, OutputProjection, Attention };
+
+struct Target {
+    std::string name;
+    std::string alias; // a second accepted spelling, matched as well
+    TargetKind kind = TargetKind::Projection;
+    std::int64_t layer = -1;
+};
+
+std::vector<Target> targetsOf(const model::ModelConfig& config)
+{
+    std::vector<Target> targets;
+    targets.push_back({kEmbedName, "embed_tokens", TargetKind::Embedding, -1});
+    for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+        for (const std::string& suffix : projectionSuffixes()) {
+            targets.push_back({layerModuleName(layer, suffix), "", TargetKind::Projection, layer});
+        }
+        targets.push_back({attentionName(layer), "", TargetKind::Attention, layer});
+    }
+    targets.push_back({kLmHeadName, "", TargetKind::OutputProjection, -1});
+    return targets;
+}
+
+bool matchesTarget(const ModulePattern& pattern, const Target& target)
+{
+    return pattern.matches(target.name) || (!target.alias.empty() && pattern.matches(target.alias));
+}
+
+bool anyMatch(const ModulePattern& pattern, const std::vector<Target>& targets)
+{
+    return std::any_of(
+        targets.begin(), targets.end(), [&](const Target& target) { return matchesTarget(pattern, target); });
+}
+
+bool takesWeights(TargetKind kind)
+{
+    return kind != TargetKind::Attention;
+}
+
+bool takesActivations(TargetKind kind)
+{
+    return kind == TargetKind::Projection || kind == TargetKind::OutputProjection;
+}
+
+std::string layerCountText(const model::ModelConfig& config)
+{
+    return "the model has " + std::to_string(config.numLayers) + " layers"
+        + (config.numLayers > 0 ? ", 0-" + std::to_string(config.numLayers - 1) : std::string());
+}
+
+std::string groupText(const ModulePattern& pattern, std::size_t group)
+{
+    std::string text = "{";
+    for (std::size_t item = 0; item < pattern.itemCount(group); ++item) {
+        text += (item == 0 ? "" : ",") + pattern.itemText(group, item);
+    }
+    return text + "}";
+}
+
+// Every rule must name something in this model, and so must every alternative inside its braces: a recipe
+// written for a 28-layer model that says {0,27} would otherwise quietly do half its job on a 4-layer one.
+void checkNamesExist(const Recipe& recipe, const RecipeRule& rule, const ModulePattern& pattern,
+    const std::vector<Target>& targets, const model::ModelConfig& config)
+{
+    if (!anyMatch(pattern, targets)) {
+        throwRecipeError(recipe, rule.matchLocation,
+            "match \"" + rule.match + "\" names no module of this model (" + layerCountText(config)
+                + "; its modules are model.layers.{i}.self_attn.{q,k,v,o}_proj, "
+                  "model.layers.{i}.mlp.{gate,up,down}_proj, "
+                  "model.layers.{i}.self_attn for the KV cache, model.embed_tokens and lm_head)");
+    }
+    for (std::size_t group = 0; group < pattern.groupCount(); ++group) {
+        for (std::size_t item = 0; item < pattern.itemCount(group); ++item) {
+            const int ends = pattern.itemIsRange(group, item) ? 2 : 1;
+            for (int end = 0; end < ends; ++end) {
+                const ModulePattern narrowed = pattern.restricted(group, item, end);
+                if (anyMatch(narrowed, targets)) {
+                    continue;
+                }
+                const std::string what = ends == 2
+                    ? std::string(end == 0 ? "the start" : "the end") + " of " + pattern.itemText(group, item)
+                    : pattern.itemText(group, item);
+                throwRecipeError(recipe, rule.matchLocation,
+                    what + " in " + groupText(pattern, group) + " of match \"" + rule.match
+                        + "\" names no module of this model (" + layerCountText(config) + ")");
+            }
+        }
+    }
+}
+
+} // namespace
+
+RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
+{
+    RecipePlan plan;
+    plan.numLayers = config.numLayers;
+    const std::vector<Target> targets = targetsOf(config);
+
+    const WeightPrecision defaultWeights = recipe.weights.value_or(WeightPrecision {});
+    const ActivationPrecision defaultActivations = recipe.activations.value_or(ActivationPrecision {});
+    for (const Target& target : targets) {
+        if (target.kind == TargetKind::Projection) {
+            plan.modules[target.name] = ModulePrecision {defaultWeights, defaultActivations, kNoRule, kNoRule};
+        } else if (target.kind != TargetKind::Attention) {
+            plan.modules[target.name] = ModulePrecision {};
+        }
+    }
+    plan.kvPerLayer.assign(
+        static_cast<std::size_t>(std::max<std::int64_t>(config.numLayers, 0)), recipe.kvCache.value_or(KvPrecision {}));
+    plan.kvRulePerLayer.assign(plan.kvPerLayer.size(), kNoRule);
+
+    for (std::size_t index = 0; index < recipe.rules.size(); ++index) {
+        const RecipeRule& rule = recipe.rules[index];
+        const int ruleIndex = static_cast<int>(index);
+        ModulePattern pattern;
+        try {
+            pattern = ModulePattern::compile(rule.match);
+        } catch (const std::invalid_argument& problem) {
+            throwRecipeError(recipe, rule.matchLocation, problem.what());
+        }
+        checkNamesExist(recipe, rule, pattern, targets, config);
+
+        std::vector<const Target*> matched;
+        for (const Target& target : targets) {
+            if (matchesTarget(pattern, target)) {
+                matched.push_back(&target);
+            }
+        }
+        auto matchesKind = [&matched](bool (*accepts)(TargetKind)) {
+            return std::any_of(matched.begin(), matched.end(), [&](const Target* t) { return accepts(t->kind); });
+        };
+        if (rule.weights && !matchesKind(takesWeights)) {
+            throwRecipeError(recipe, rule.weightsLocation,
+                "weights given, but match \"" + rule.match
+                    + "\" names only attention blocks, which hold no weights of their own (name the projections, "
+                      "e.g. model.layers.{i}.self_attn.*_proj)");
+        }
+        if (rule.activations && !matchesKind(takesActivations)) {
+            throwRecipeError(recipe, rule.activationsLocation,
+                "activations given, but match \"" + rule.match
+                    + "\" names no linear module (the embedding is a table lookup and attention blocks take "
+                      "kv_cache)");
+        }
+        if (rule.kvCache && !matchesKind([](TargetKind kind) { return kind == TargetKind::Attention; })) {
+            throwRecipeError(recipe, rule.kvCacheLocation,
+                "kv_cache given, but match \"" + rule.match
+                    + "\" names only weight modules; the KV cache belongs to a layer's attention block "
+                      "(model.layers.{i}.self_attn)");
+        }
+
+        for (const Target* target : matched) {
+            if (target->kind == TargetKind::Attention) {
+                if (rule.kvCache) {
+                    plan.kvPerLayer[static_cast<std::size_t>(target->layer)] = *rule.kvCache;
+                    plan.kvRulePerLayer[static_cast<std::size_t>(target->layer)] = ruleIndex;
+                }
+                continue;
+            }
+            ModulePrecision& module = plan.modules[target->name];
+            if (rule.weights) {
+                module.weights = *rule.weights;
+                module.weightsRule = ruleIndex;
+            }
+            if (rule.activations && takesActivations(target->kind)) {
+                module.activations = *rule.activations;
+                module.activationsRule = ruleIndex;
+            }
+        }
+    }
+
+    auto weightsOrigin = [&recipe](int rule) {
+        return rule == kNoRule ? recipe.weightsLocation : recipe.rules[static_cast<std::size_t>(rule)].weightsLocation;
+    };
+    auto activationsOrigin = [&recipe](int rule) {
+        return rule == kNoRule ? recipe.activationsLocation
+                               : recipe.rules[static_cast<std::size_t>(rule)].activationsLocation;
+    };
+
+    // W4A8: the engine has int4 kernels only with bf16 inputs. Reported at whichever decision came later.
+    for (const Target& target : targets) {
+        if (target.kind == TargetKind::Attention) {
+            continue;
+        }
+        const ModulePrecision& module = plan.modules[target.name];
+        if (module.weights.format != WeightFormat::Int4 || module.activations.format != ActivationFormat::Fp8E4m3) {
+            continue;
+        }
+        const SourceLocation weightsAt = weightsOrigin(module.weightsRule);
+        const SourceLocation activationsAt = activationsOrigin(module.activationsRule);
+        const bool weightsLater = module.weightsRule > module.activationsRule;
+        throwRecipeError(recipe, weightsLater ? weightsAt : activationsAt,
+            target.name + " gets int4 weights (" + describeLocation(weightsAt) + ") with fp8_e4m3 activations ("
+                + describeLocation(activationsAt)
+                + "): W4A8 is not supported by the engine (keep bf16 activations for int4 modules)");
+    }
+
+    // A tied embedding is one tensor; it cannot be stored in two formats.
+    const ModulePrecision& embed = plan.modules[kEmbedName];
+    ModulePrecision& lmHead = plan.modules[kLmHeadName];
+    if (config.tieWordEmbeddings && embed.weights != lmHead.weights) {
+        const bool lmHeadLater = lmHead.weightsRule > embed.weightsRule;
+        const SourceLocation later = weightsOrigin(lmHeadLater ? lmHead.weightsRule : embed.weightsRule);
+        const SourceLocation earlier = weightsOrigin(lmHeadLater ? embed.weightsRule : lmHead.weightsRule);
+        throwRecipeError(recipe, later,
+            "the model ties lm_head to model.embed_tokens (one tensor), but they get different weight formats: "
+                + describe(embed.weights) + " for the embedding and " + describe(lmHead.weights) + " for lm_head"
+                + (earlier.line > 0 ? " (the other set at " + describeLocation(earlier) + ")" : std::string()));
+    }
+
+    // Weight memory.
+    const std::int64_t hidden = config.hiddenSize;
+    auto addNorm = [&plan](const std::string& name, std::int64_t size) {
+        plan.memory[name] = weightMemory(size, 1, WeightPrecision {});
+    };
+    auto addMatrix = [&plan](const std::string& name, std::int64_t rows, std::int64_t columns, bool bias) {
+        WeightMemory memory = weightMemory(rows, columns, plan.modules.at(name).weights);
+        if (bias) {
+            memory.biasBytes = kBf16Bytes * rows;
+            memory.bf16Bytes += memory.biasBytes;
+        }
+        plan.memory[name] = memory;
+    };
+    addMatrix(kEmbedName, config.vocabSize, hidden, false);
+    if (!config.tieWordEmbeddings) {
+        addMatrix(kLmHeadName, config.vocabSize, hidden, false);
+    }
+    addNorm("model.norm", hidden);
+    for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+        auto name = [layer](const char* suffix) { return layerModuleName(layer, suffix); };
+        addMatrix(name("self_attn.q_proj"), config.qSize(), hidden, config.attentionBias);
+        addMatrix(name("self_attn.k_proj"), config.kvSize(), hidden, config.attentionBias);
+        addMatrix(name("self_attn.v_proj"), config.kvSize(), hidden, config.attentionBias);
+        addMatrix(name("self_attn.o_proj"), hidden, config.qSize(), config.outputBias);
+        addMatrix(name("mlp.gate_proj"), config.intermediateSize, hidden, false);
+        addMatrix(name("mlp.up_proj"), config.intermediateSize, hidden, false);
+        addMatrix(name("mlp.down_proj"), hidden, config.intermediateSize, false);
+        addNorm(name("input_layernorm"), hidden);
+        addNorm(name("post_attention_layernorm"), hidden);
+        if (config.qkNorm) {
+            addNorm(name("self_attn.q_norm"), config.headDim);
+            addNorm(name("self_attn.k_norm"), config.headDim);
+        }
+    }
+    for (const auto& entry : plan.memory) {
+        plan.weightBytes += entry.second.bytes();
+        plan.bf16WeightBytes += entry.second.bf16Bytes;
+    }
+
+    // KV cache: K and V, each kv heads * head dim elements per token and layer.
+    const std::int64_t kvElementsPerToken = 2 * config.numKeyValueHeads * config.headDim;
+    for (const KvPrecision& kv : plan.kvPerLayer) {
+        plan.kvBytesPerToken += kvElementsPerToken * static_cast<std::int64_t>(bytesPerElement(kv.format));
+        plan.bf16KvBytesPerToken += kvElementsPerToken * kBf16Bytes;
+        if (kv.scales == KvScales::PerTensor) {
+            plan.kvScaleBytes += 2 * kScaleBytes;
+        } else if (kv.scales == KvScales::PerHead) {
+            plan.kvScaleBytes += 2 * config.numKeyValueHeads * kScaleBytes;
+        }
+    }
+    return plan;
+}
+
+} // namespace mismatch::quant
