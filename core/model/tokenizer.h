@@ -1,0 +1,63 @@
+#pragma once
+// Byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (GPT-2, Llama 3, Qwen2/Qwen3).
+//
+// Encoding follows the `tokenizers` library step by step, so that the ids we measure with are the ids the
+// model was trained on: added tokens are cut out of the raw text first (leftmost-longest), the rest is
+// normalized (none or NFC), pre-tokenized (Split regexes, ByteLevel), BPE-merged by merge rank, and the
+// post-processor optionally adds template tokens (BOS). Anything outside that subset is refused at load
+// time with an InputError naming the JSON key, never approximated.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mismatch::model {
+
+class Tokenizer {
+public:
+    // Reads and parses `path`; errors name the path.
+    static Tokenizer fromFile(const std::string& path);
+    // Parses tokenizer.json text; `fileNameForErrors` names it in InputError messages.
+    static Tokenizer fromJson(const std::string& jsonText, const std::string& fileNameForErrors);
+
+    Tokenizer(Tokenizer&&) noexcept;
+    Tokenizer& operator=(Tokenizer&&) noexcept;
+    ~Tokenizer();
+
+    // `utf8` must be valid UTF-8 (InputError otherwise). addSpecialTokens applies the post-processor's
+    // template (e.g. a leading <|begin_of_text|>); special tokens written in the text are always matched.
+    std::vector<std::int64_t> encode(const std::string& utf8, bool addSpecialTokens = false) const;
+    // The exact bytes the ids stand for. Not necessarily valid UTF-8: a prefix of a multi-byte character's
+    // tokens decodes to its first bytes, so that concatenating decoded pieces reproduces the text byte for
+    // byte. Throws InputError for an id outside the vocabulary.
+    std::string decode(const std::vector<std::int64_t>& ids, bool skipSpecialTokens = false) const;
+
+    // The token's string as written in tokenizer.json (byte-level symbols, e.g. "Ġworld" for " world").
+    std::string piece(std::int64_t id) const;
+    // The bytes one token stands for (decode({id})).
+    std::string tokenBytes(std::int64_t id) const;
+    // One past the largest id in the vocabulary or the added tokens. Ids below it with no token (gaps)
+    // are rejected by piece() and decode().
+    std::int64_t vocabSize() const;
+    // Id of a token given by its tokenizer.json string (model vocabulary or added token).
+    std::optional<std::int64_t> tokenId(const std::string& token) const;
+    // Added tokens marked "special", in increasing id order.
+    std::vector<std::int64_t> specialTokenIds() const;
+    bool isSpecial(std::int64_t id) const;
+
+    // Tokens the post-processor's TemplateProcessing puts before / after the text (Llama 3's
+    // <|begin_of_text|>); empty when there is no template.
+    std::optional<std::int64_t> bosTokenId() const;
+    std::optional<std::int64_t> eosTokenId() const;
+
+    // Whether this build can apply the NFC normalizer (needs ICU); Qwen2/Qwen3 files use it.
+    static bool supportsNfc();
+
+private:
+    struct Impl;
+    explicit Tokenizer(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace mismatch::model
