@@ -1,0 +1,321 @@
+#include "core/quant/formats.h"
+
+#include "core/common/error.h"
+
+#include <array>
+#include <utility>
+
+// The functions recipe.cpp also defines (see formats.h) are weak until recipe.h includes formats.h.
+#if defined(__GNUC__) || defined(__clang__)
+#define MISMATCH_SHARED_WITH_RECIPE __attribute__((weak))
+#else
+#define MISMATCH_SHARED_WITH_RECIPE
+#endif
+
+namespace mismatch::quant {
+
+namespace {
+
+// One table per enum: the recipe spelling of each value, in enum order (None is not spelled in recipes).
+constexpr std::array<std::pair<WeightFormat, const char*>, 6> kWeightFormats = {{
+    {WeightFormat::Bf16, "bf16"},
+    {WeightFormat::Fp16, "fp16"},
+    {WeightFormat::Fp8E4m3, "fp8_e4m3"},
+    {WeightFormat::Fp8E5m2, "fp8_e5m2"},
+    {WeightFormat::Int8, "int8"},
+    {WeightFormat::Int4, "int4"},
+}};
+constexpr std::array<std::pair<Granularity, const char*>, 4> kGranularities = {{
+    {Granularity::Tensor, "tensor"},
+    {Granularity::Channel, "channel"},
+    {Granularity::Block128, "block128"},
+    {Granularity::Group128, "group128"},
+}};
+constexpr std::array<std::pair<ActivationFormat, const char*>, 2> kActivationFormats = {{
+    {ActivationFormat::Bf16, "bf16"},
+    {ActivationFormat::Fp8E4m3, "fp8_e4m3"},
+}};
+constexpr std::array<std::pair<KvFormat, const char*>, 2> kKvFormats = {{
+    {KvFormat::Bf16, "bf16"},
+    {KvFormat::Fp8E4m3, "fp8_e4m3"},
+}};
+constexpr std::array<std::pair<KvScales, const char*>, 2> kKvScales = {{
+    {KvScales::PerTensor, "per_tensor"},
+    {KvScales::PerHead, "per_head"},
+}};
+
+template <typename Enum, std::size_t N>
+std::string nameOf(const std::array<std::pair<Enum, const char*>, N>& table, Enum value)
+{
+    for (const auto& [entry, name] : table) {
+        if (entry == value) {
+            return name;
+        }
+    }
+    return "none";
+}
+
+template <typename Enum, std::size_t N>
+std::optional<Enum> lookUp(const std::array<std::pair<Enum, const char*>, N>& table, std::string_view name)
+{
+    for (const auto& [entry, spelling] : table) {
+        if (name == spelling) {
+            return entry;
+        }
+    }
+    return std::nullopt;
+}
+
+template <typename Enum, std::size_t N>
+std::vector<std::string> spellings(const std::array<std::pair<Enum, const char*>, N>& table)
+{
+    std::vector<std::string> all;
+    for (const auto& entry : table) {
+        all.emplace_back(entry.second);
+    }
+    return all;
+}
+
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+std::string shapeText(c10::IntArrayRef shape)
+{
+    std::string text = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        text += (i ? ", " : "") + std::to_string(shape[i]);
+    }
+    return text + "]";
+}
+
+} // namespace
+
+MISMATCH_SHARED_WITH_RECIPE std::string toString(WeightFormat format)
+{
+    return nameOf(kWeightFormats, format);
+}
+MISMATCH_SHARED_WITH_RECIPE std::string toString(Granularity granularity)
+{
+    return nameOf(kGranularities, granularity);
+}
+MISMATCH_SHARED_WITH_RECIPE std::string toString(ActivationFormat format)
+{
+    return nameOf(kActivationFormats, format);
+}
+MISMATCH_SHARED_WITH_RECIPE std::string toString(KvFormat format)
+{
+    return nameOf(kKvFormats, format);
+}
+MISMATCH_SHARED_WITH_RECIPE std::string toString(KvScales scales)
+{
+    return nameOf(kKvScales, scales);
+}
+
+MISMATCH_SHARED_WITH_RECIPE double bytesPerElement(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        return 2.0;
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+    case WeightFormat::Int8:
+        return 1.0;
+    case WeightFormat::Int4:
+        return 0.5;
+    }
+    return 2.0;
+}
+
+MISMATCH_SHARED_WITH_RECIPE double bytesPerElement(KvFormat format)
+{
+    return format == KvFormat::Bf16 ? 2.0 : 1.0;
+}
+
+MISMATCH_SHARED_WITH_RECIPE std::vector<Granularity> allowedGranularities(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+        return {Granularity::Tensor, Granularity::Channel, Granularity::Block128};
+    case WeightFormat::Int8:
+        return {Granularity::Channel};
+    case WeightFormat::Int4:
+        return {Granularity::Group128};
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        break;
+    }
+    return {};
+}
+
+MISMATCH_SHARED_WITH_RECIPE Granularity defaultGranularity(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+        return Granularity::Block128; // DeepSeek-style block FP8, the spec's example
+    case WeightFormat::Int8:
+        return Granularity::Channel;
+    case WeightFormat::Int4:
+        return Granularity::Group128;
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+        break;
+    }
+    return Granularity::None;
+}
+
+std::optional<WeightFormat> parseWeightFormat(std::string_view name)
+{
+    return lookUp(kWeightFormats, name);
+}
+std::optional<Granularity> parseGranularity(std::string_view name)
+{
+    return lookUp(kGranularities, name);
+}
+std::optional<ActivationFormat> parseActivationFormat(std::string_view name)
+{
+    return lookUp(kActivationFormats, name);
+}
+std::optional<KvFormat> parseKvFormat(std::string_view name)
+{
+    return lookUp(kKvFormats, name);
+}
+std::optional<KvScales> parseKvScales(std::string_view name)
+{
+    return lookUp(kKvScales, name);
+}
+
+std::vector<std::string> weightFormatChoices()
+{
+    return spellings(kWeightFormats);
+}
+std::vector<std::string> granularityChoices()
+{
+    return spellings(kGranularities);
+}
+std::vector<std::string> activationFormatChoices()
+{
+    return spellings(kActivationFormats);
+}
+std::vector<std::string> kvFormatChoices()
+{
+    return spellings(kKvFormats);
+}
+std::vector<std::string> kvScalesChoices()
+{
+    return spellings(kKvScales);
+}
+
+bool hasScales(WeightFormat format)
+{
+    return format != WeightFormat::Bf16 && format != WeightFormat::Fp16;
+}
+bool hasScales(KvFormat format)
+{
+    return format != KvFormat::Bf16;
+}
+bool hasScales(ActivationFormat format)
+{
+    return format != ActivationFormat::Bf16;
+}
+double bytesPerElement(ActivationFormat format)
+{
+    return format == ActivationFormat::Bf16 ? 2.0 : 1.0;
+}
+
+bool isSupported(WeightFormat format, Granularity granularity)
+{
+    if (!hasScales(format)) {
+        return granularity == Granularity::None;
+    }
+    for (Granularity allowed : allowedGranularities(format)) {
+        if (allowed == granularity) {
+            return true;
+        }
+    }
+    return false;
+}
+
+Granularity effectiveGranularity(WeightFormat format, Granularity granularity)
+{
+    if (granularity == Granularity::None) {
+        return defaultGranularity(format);
+    }
+    if (!isSupported(format, granularity)) {
+        std::string allowed;
+        for (Granularity g : allowedGranularities(format)) {
+            allowed += (allowed.empty() ? "" : ", ") + toString(g);
+        }
+        throw InputError("", "granularity",
+            toString(format) + " does not take granularity '" + toString(granularity) + "' ("
+                + (allowed.empty() ? std::string("it has no scales") : "expected " + allowed) + ")");
+    }
+    return granularity;
+}
+
+std::int64_t weightScaleCount(c10::IntArrayRef shape, WeightFormat format, Granularity granularity)
+{
+    if (!hasScales(format)) {
+        return 0;
+    }
+    const Granularity effective = effectiveGranularity(format, granularity);
+    if (effective == Granularity::Tensor) {
+        return 1;
+    }
+    if (shape.size() != 2) {
+        throw InputError("", "shape",
+            "granularity '" + toString(effective) + "' needs a 2-D [out, in] weight, got " + shapeText(shape));
+    }
+    const std::int64_t rows = shape[0];
+    const std::int64_t columns = shape[1];
+    switch (effective) {
+    case Granularity::Channel:
+        return rows;
+    case Granularity::Block128:
+        return ceilDiv(rows, 128) * ceilDiv(columns, 128);
+    case Granularity::Group128:
+        return rows * ceilDiv(columns, 128);
+    case Granularity::None:
+    case Granularity::Tensor:
+        break;
+    }
+    return 1;
+}
+
+std::uint64_t weightStorageBytes(c10::IntArrayRef shape, WeightFormat format, Granularity granularity)
+{
+    const std::int64_t scales = weightScaleCount(shape, format, granularity);
+    std::int64_t elements = 1;
+    for (std::int64_t size : shape) {
+        elements *= size;
+    }
+    std::uint64_t elementBytes = 0;
+    if (format == WeightFormat::Int4) {
+        // Two 4-bit values per byte, packed along each row (an odd row length leaves half a byte unused).
+        const std::int64_t columns = shape.empty() ? 1 : shape.back();
+        const std::int64_t rows = columns == 0 ? 0 : elements / columns;
+        elementBytes = static_cast<std::uint64_t>(rows * ceilDiv(columns, 2));
+    } else {
+        elementBytes = static_cast<std::uint64_t>(elements) * static_cast<std::uint64_t>(bytesPerElement(format));
+    }
+    return elementBytes + static_cast<std::uint64_t>(scales) * kScaleBytes;
+}
+
+std::uint64_t kvCacheBytes(
+    std::int64_t tokens, std::int64_t kvHeads, std::int64_t headDim, KvFormat format, KvScales scales)
+{
+    const auto elements = static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(kvHeads)
+        * static_cast<std::uint64_t>(headDim);
+    const auto elementBytes = elements * static_cast<std::uint64_t>(bytesPerElement(format));
+    if (!hasScales(format)) {
+        return elementBytes;
+    }
+    const std::uint64_t scaleCount = scales == KvScales::PerHead ? static_cast<std::uint64_t>(kvHeads) : 1;
+    return elementBytes + scaleCount * kScaleBytes;
+}
+
+} // namespace mismatch::quant

@@ -1,0 +1,504 @@
+#include "core/quant/quantize.h"
+
+#include "core/common/error.h"
+#include "core/model/safetensors.h"
+#include "core/quant/fp8.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace mismatch::quant {
+
+namespace {
+
+// Rows per at::parallel_for chunk is chosen so that a chunk holds about this many elements.
+constexpr std::int64_t kGrainElements = 1 << 15;
+
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+std::int64_t rowGrain(std::int64_t columns)
+{
+    return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, columns));
+}
+
+at::Tensor cpuFloat(const at::Tensor& values, const char* what)
+{
+    if (!values.defined()) {
+        throw InputError("", what, "undefined tensor");
+    }
+    if (!at::isFloatingType(values.scalar_type())) {
+        throw InputError(
+            "", what, std::string("expected a floating tensor, got ") + c10::toString(values.scalar_type()));
+    }
+    return values.to(at::kCPU).to(at::kFloat).contiguous();
+}
+
+std::string shapeText(at::IntArrayRef shape)
+{
+    std::string text = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        text += (i ? ", " : "") + std::to_string(shape[i]);
+    }
+    return text + "]";
+}
+
+// Which elements of a row-major [rows, columns] matrix share a scale: row r uses scale row
+// (r / rowDivisor) % scaleRows, and each run of columnBlock columns of it its own scale column.
+struct ScaleLayout {
+    std::int64_t rows = 0;
+    std::int64_t columns = 0;
+    std::int64_t rowDivisor = 1;
+    std::int64_t scaleRows = 1;
+    std::int64_t columnBlock = 1;
+
+    std::int64_t scaleColumns() const { return columns == 0 ? 1 : ceilDiv(columns, columnBlock); }
+    std::int64_t scaleRow(std::int64_t row) const { return (row / rowDivisor) % scaleRows; }
+};
+
+// The elementwise part of a scaled format: y -> grid value (in units of the scale).
+struct Fp8Grid {
+    Fp8Format format;
+    const float* table;
+    float operator()(float y) const { return table[encodeFp8(y, format)]; }
+};
+
+struct IntGrid {
+    float low;
+    float high;
+    float operator()(float y) const
+    {
+        float q = std::nearbyint(y); // ties to even in the default rounding mode
+        // Comparisons leave a NaN untouched, so it propagates.
+        if (q < low) {
+            q = low;
+        }
+        if (q > high) {
+            q = high;
+        }
+        return q;
+    }
+};
+
+struct ScaledFormat {
+    bool fp8 = false;
+    Fp8Format fp8Format = Fp8Format::E4M3;
+    float qmax = 1.0f;
+    float qmin = -1.0f;
+};
+
+ScaledFormat scaledFormat(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Fp8E4m3:
+        return {true, Fp8Format::E4M3, 448.0f, -448.0f};
+    case WeightFormat::Fp8E5m2:
+        return {true, Fp8Format::E5M2, 57344.0f, -57344.0f};
+    case WeightFormat::Int8:
+        return {false, Fp8Format::E4M3, 127.0f, -127.0f};
+    case WeightFormat::Int4:
+        return {false, Fp8Format::E4M3, 7.0f, -8.0f};
+    default:
+        break;
+    }
+    return {};
+}
+
+ScaledFormat scaledFormat(Fp8Format format)
+{
+    const float max = fp8Traits(format).maxFinite;
+    return {true, format, max, -max};
+}
+
+// Per-group amax as a float32 [scaleRows, scaleColumns] tensor. With `requireFinite`, an inf or NaN element
+// throws InputError naming it; otherwise NaN is skipped and inf counts.
+at::Tensor groupAmax(const float* in, const ScaleLayout& layout, bool requireFinite)
+{
+    const std::int64_t scaleColumns = layout.scaleColumns();
+    // Pass 1, parallel over rows: amax of every row's column blocks, and its first non-finite column.
+    std::vector<float> rowAmax(static_cast<std::size_t>(layout.rows * scaleColumns), 0.0f);
+    std::vector<std::int64_t> firstBad(static_cast<std::size_t>(layout.rows), -1);
+    at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+            const float* row = in + r * layout.columns;
+            for (std::int64_t block = 0; block < scaleColumns; ++block) {
+                const std::int64_t c0 = block * layout.columnBlock;
+                const std::int64_t c1 = std::min(layout.columns, c0 + layout.columnBlock);
+                float amax = 0.0f;
+                for (std::int64_t c = c0; c < c1; ++c) {
+                    const float magnitude = std::fabs(row[c]);
+                    if (magnitude > amax) { // false for NaN: skipped
+                        amax = magnitude;
+                    }
+                    if (requireFinite && !std::isfinite(row[c]) && firstBad[static_cast<std::size_t>(r)] < 0) {
+                        firstBad[static_cast<std::size_t>(r)] = c;
+                    }
+                }
+                rowAmax[static_cast<std::size_t>(r * scaleColumns + block)] = amax;
+            }
+        }
+    });
+    if (requireFinite) {
+        for (std::int64_t r = 0; r < layout.rows; ++r) {
+            if (firstBad[static_cast<std::size_t>(r)] >= 0) {
+                const float value = in[r * layout.columns + firstBad[static_cast<std::size_t>(r)]];
+                throw InputError("",
+                    "element [" + std::to_string(r) + ", " + std::to_string(firstBad[static_cast<std::size_t>(r)])
+                        + "]",
+                    std::string("non-finite weight (") + (std::isnan(value) ? "nan" : "inf")
+                        + "): expected finite values");
+            }
+        }
+    }
+    // Pass 2: combine rows into their scale rows (max is exact and order-free).
+    at::Tensor amax = at::zeros({layout.scaleRows, scaleColumns}, at::kFloat);
+    float* out = amax.data_ptr<float>();
+    for (std::int64_t r = 0; r < layout.rows; ++r) {
+        float* target = out + layout.scaleRow(r) * scaleColumns;
+        const float* source = rowAmax.data() + r * scaleColumns;
+        for (std::int64_t block = 0; block < scaleColumns; ++block) {
+            target[block] = std::max(target[block], source[block]);
+        }
+    }
+    return amax;
+}
+
+at::Tensor scalesFromAmax(const at::Tensor& amax, float qmax)
+{
+    at::Tensor scales = at::empty_like(amax);
+    const float* in = amax.data_ptr<float>();
+    float* out = scales.data_ptr<float>();
+    for (std::int64_t i = 0; i < amax.numel(); ++i) {
+        out[i] = scaleFromAmax(in[i], qmax);
+    }
+    return scales;
+}
+
+template <typename Grid>
+void applyScales(const float* in, float* out, const ScaleLayout& layout, const float* scales, Grid grid)
+{
+    const std::int64_t scaleColumns = layout.scaleColumns();
+    at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+            const float* rowScales = scales + layout.scaleRow(r) * scaleColumns;
+            for (std::int64_t block = 0; block < scaleColumns; ++block) {
+                const float scale = rowScales[block];
+                const std::int64_t c0 = r * layout.columns + block * layout.columnBlock;
+                const std::int64_t c1 = r * layout.columns + std::min(layout.columns, (block + 1) * layout.columnBlock);
+                for (std::int64_t i = c0; i < c1; ++i) {
+                    const float y = in[i] / scale;
+                    out[i] = grid(y) * scale;
+                }
+            }
+        }
+    });
+}
+
+// Quantize-dequantize `input` (float32, contiguous, CPU) with the given scales ([scaleRows, scaleColumns]).
+at::Tensor applyScaledFormat(
+    const at::Tensor& input, const ScaleLayout& layout, const at::Tensor& scales, const ScaledFormat& format)
+{
+    at::Tensor output = at::empty_like(input);
+    const float* in = input.data_ptr<float>();
+    float* out = output.data_ptr<float>();
+    const float* s = scales.data_ptr<float>();
+    if (format.fp8) {
+        applyScales(in, out, layout, s, Fp8Grid {format.fp8Format, fp8DecodeTable(format.fp8Format).data()});
+    } else {
+        applyScales(in, out, layout, s, IntGrid {format.qmin, format.qmax});
+    }
+    return output;
+}
+
+template <typename Round> at::Tensor elementwise(const at::Tensor& values, const char* what, Round round)
+{
+    const at::Tensor input = cpuFloat(values, what);
+    at::Tensor output = at::empty_like(input);
+    const float* in = input.data_ptr<float>();
+    float* out = output.data_ptr<float>();
+    at::parallel_for(0, input.numel(), kGrainElements, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+            out[i] = round(in[i]);
+        }
+    });
+    return output;
+}
+
+// How a weight's scales are laid out. Tensor granularity keeps the tensor's own rows (for parallelism) and
+// maps them all to one scale.
+ScaleLayout weightLayout(const at::Tensor& weight, WeightFormat format, Granularity granularity)
+{
+    weightScaleCount(weight.sizes(), format, granularity); // throws for unsupported pairs and shapes
+    const Granularity effective = hasScales(format) ? effectiveGranularity(format, granularity) : Granularity::Tensor;
+    ScaleLayout layout;
+    const std::int64_t columns = weight.dim() == 0 ? 1 : weight.size(-1);
+    layout.columns = columns;
+    layout.rows = columns == 0 ? 0 : weight.numel() / columns;
+    switch (effective) {
+    case Granularity::None:
+    case Granularity::Tensor:
+        layout.rowDivisor = 1;
+        layout.scaleRows = 1;
+        layout.columnBlock = std::max<std::int64_t>(1, columns);
+        break;
+    case Granularity::Channel:
+        layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
+        layout.columnBlock = std::max<std::int64_t>(1, columns);
+        break;
+    case Granularity::Block128:
+        layout.rowDivisor = 128;
+        layout.scaleRows = std::max<std::int64_t>(1, ceilDiv(layout.rows, 128));
+        layout.columnBlock = 128;
+        break;
+    case Granularity::Group128:
+        layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
+        layout.columnBlock = 128;
+        break;
+    }
+    return layout;
+}
+
+struct KvLayout {
+    ScaleLayout layout;
+    std::int64_t heads = 0;
+};
+
+KvLayout kvLayout(const at::Tensor& kv, KvScales mode)
+{
+    if (kv.dim() != 4) {
+        throw InputError("", "kv", "expected a [batch, heads, tokens, head_dim] tensor, got " + shapeText(kv.sizes()));
+    }
+    KvLayout result;
+    result.heads = kv.size(1);
+    ScaleLayout& layout = result.layout;
+    layout.columns = kv.size(3);
+    layout.rows = kv.size(0) * kv.size(1) * kv.size(2);
+    layout.columnBlock = std::max<std::int64_t>(1, layout.columns);
+    if (mode == KvScales::PerHead) {
+        // Rows run over (batch, head, token): the head of row r is (r / tokens) % heads.
+        layout.rowDivisor = std::max<std::int64_t>(1, kv.size(2));
+        layout.scaleRows = std::max<std::int64_t>(1, result.heads);
+    }
+    return result;
+}
+
+// The KV cache's FP8 format (the only one recipes name: e4m3).
+Fp8Format kvFp8(KvFormat)
+{
+    return Fp8Format::E4M3;
+}
+
+} // namespace
+
+float scaleFromAmax(float amax, float qmax)
+{
+    const float scale = amax / qmax;
+    return scale == 0.0f ? 1.0f : scale;
+}
+
+float roundToBFloat16(float value)
+{
+    const std::uint32_t bits = detail::floatBits(value);
+    const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+    if (magnitude > 0x7F800000u) {
+        return value; // NaN
+    }
+    // bfloat16 is the top half of a float32 (7 mantissa bits, the same exponent range), so round to nearest
+    // even on the low 16 bits: adding 0x7FFF plus the kept half's last bit carries exactly when the dropped
+    // half is above 0x8000, or equal with an odd kept half. A carry out of the mantissa bumps the exponent,
+    // up to inf. This equals detail::roundMagnitude(magnitude, 7, -126) << 16 with the sign, branch-free.
+    const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
+    return detail::bitsFloat(rounded & 0xFFFF0000u);
+}
+
+float roundToFloat16(float value)
+{
+    const std::uint32_t bits = detail::floatBits(value);
+    const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+    if (magnitude > 0x7F800000u) {
+        return value; // NaN
+    }
+    const float sign = (bits & 0x80000000u) ? -1.0f : 1.0f;
+    // IEEE half: 10 mantissa bits, smallest normal exponent -14, codes from 0x7C00 up are inf.
+    const std::uint32_t code = detail::roundMagnitude(magnitude, 10, -14);
+    if (code >= 0x7C00u) {
+        return sign * std::numeric_limits<float>::infinity();
+    }
+    const std::uint32_t exponent = code >> 10;
+    const std::uint32_t mantissa = code & 0x3FFu;
+    if (exponent == 0) {
+        return sign * (static_cast<float>(mantissa) * 0x1p-24f); // subnormal: mantissa * 2^-24, exact
+    }
+    return detail::bitsFloat((bits & 0x80000000u) | ((exponent + 127 - 15) << 23) | (mantissa << 13));
+}
+
+at::Tensor roundToBFloat16(const at::Tensor& values)
+{
+    return elementwise(values, "bf16 input", [](float x) { return roundToBFloat16(x); }).to(values.device());
+}
+
+at::Tensor roundToFloat16(const at::Tensor& values)
+{
+    return elementwise(values, "fp16 input", [](float x) { return roundToFloat16(x); }).to(values.device());
+}
+
+at::Tensor weightScales(const at::Tensor& weight, WeightFormat format, Granularity granularity)
+{
+    if (!hasScales(format)) {
+        return {};
+    }
+    const at::Tensor input = cpuFloat(weight, "weight");
+    const ScaleLayout layout = weightLayout(input, format, granularity);
+    return scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, true), scaledFormat(format).qmax);
+}
+
+at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granularity granularity)
+{
+    const at::Tensor input = cpuFloat(weight, "weight");
+    if (!hasScales(format)) {
+        // The granularity is meaningless here and ignored; the finiteness check is the same as for the others.
+        groupAmax(input.data_ptr<float>(), weightLayout(input, format, Granularity::None), true);
+        const at::Tensor rounded = format == WeightFormat::Bf16 ? roundToBFloat16(input) : roundToFloat16(input);
+        return rounded.to(weight.device());
+    }
+    const ScaleLayout layout = weightLayout(input, format, granularity);
+    const ScaledFormat scaled = scaledFormat(format);
+    const at::Tensor scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, true), scaled.qmax);
+    return applyScaledFormat(input, layout, scales, scaled).to(weight.device());
+}
+
+at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format)
+{
+    if (format == ActivationFormat::Bf16) {
+        return roundToBFloat16(activations);
+    }
+    const at::Tensor input = cpuFloat(activations, "activations");
+    if (input.dim() == 0) {
+        throw InputError("", "activations", "expected a [..., hidden] tensor, got a scalar");
+    }
+    ScaleLayout layout; // one scale per token: per row of the last dimension
+    layout.columns = input.size(-1);
+    layout.rows = layout.columns == 0 ? 0 : input.numel() / layout.columns;
+    layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
+    layout.columnBlock = std::max<std::int64_t>(1, layout.columns);
+    const ScaledFormat scaled = scaledFormat(Fp8Format::E4M3);
+    const at::Tensor scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, false), scaled.qmax);
+    return applyScaledFormat(input, layout, scales, scaled).to(activations.device());
+}
+
+at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode)
+{
+    if (!hasScales(format)) {
+        return {};
+    }
+    const at::Tensor input = cpuFloat(kv, "kv");
+    const KvLayout layout = kvLayout(input, mode);
+    const float qmax = fp8Traits(kvFp8(format)).maxFinite;
+    return scalesFromAmax(groupAmax(input.data_ptr<float>(), layout.layout, false), qmax).reshape({-1});
+}
+
+at::Tensor fakeQuantizeKv(const at::Tensor& kv, KvFormat format, KvScales mode, const std::optional<at::Tensor>& scales)
+{
+    if (!hasScales(format)) {
+        return roundToBFloat16(kv);
+    }
+    const at::Tensor input = cpuFloat(kv, "kv");
+    const KvLayout layout = kvLayout(input, mode);
+    const ScaledFormat scaled = scaledFormat(kvFp8(format));
+    at::Tensor used;
+    if (scales && scales->defined()) {
+        const std::int64_t expected = mode == KvScales::PerHead ? layout.heads : 1;
+        if (!at::isFloatingType(scales->scalar_type()) || scales->numel() != expected) {
+            throw InputError("", "kv scales",
+                "expected " + std::to_string(expected) + " float scale(s) for " + toString(mode) + ", got "
+                    + std::to_string(scales->numel()) + " of " + c10::toString(scales->scalar_type()));
+        }
+        used = scales->to(at::kCPU).to(at::kFloat).contiguous().reshape({layout.layout.scaleRows, 1});
+        const float* s = used.data_ptr<float>();
+        for (std::int64_t i = 0; i < used.numel(); ++i) {
+            if (!(std::isfinite(s[i]) && s[i] > 0.0f)) {
+                throw InputError("", "kv scales[" + std::to_string(i) + "]",
+                    "expected a finite scale > 0, got " + std::to_string(s[i]));
+            }
+        }
+    } else {
+        used = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout.layout, false), scaled.qmax);
+    }
+    return applyScaledFormat(input, layout.layout, used, scaled).to(kv.device());
+}
+
+std::vector<TensorQuantizeResult> quantizeSafetensorsFile(
+    const std::string& inputPath, const std::string& outputPath, const QuantizeFileOptions& options, Progress& progress)
+{
+    if (hasScales(options.format)) {
+        effectiveGranularity(options.format, options.granularity); // throws, naming the choices
+    }
+    progress.update(0.0, "reading " + inputPath);
+    const std::shared_ptr<model::SafetensorsFile> file = model::SafetensorsFile::open(inputPath);
+    const std::vector<model::TensorInfo>& infos = file->tensors();
+
+    std::vector<TensorQuantizeResult> results;
+    std::vector<std::pair<std::string, at::Tensor>> outputs;
+    for (std::size_t i = 0; i < infos.size(); ++i) {
+        progress.checkCancelled();
+        const model::TensorInfo& info = infos[i];
+        progress.update(static_cast<double>(i) / static_cast<double>(infos.size()), "quantizing " + info.name);
+        const at::Tensor original = file->load(info.name);
+
+        TensorQuantizeResult result;
+        result.name = info.name;
+        result.shape = info.shape;
+        result.inputDtype = model::toString(info.dtype);
+        result.inputBytes = info.end - info.begin;
+        if (original.dim() != 2) {
+            result.quantized = false;
+            result.note = std::to_string(original.dim()) + "-D, copied unchanged";
+            result.outputDtype = result.inputDtype;
+            result.formatBytes = result.inputBytes;
+            outputs.emplace_back(info.name, original);
+            results.push_back(std::move(result));
+            continue;
+        }
+        at::Tensor quantized;
+        try {
+            quantized = fakeQuantize(original, options.format, options.granularity);
+        } catch (const InputError& error) {
+            throw InputError(
+                inputPath, info.name + (error.location().empty() ? "" : " " + error.location()), error.detail());
+        }
+        if (options.keepDtype) {
+            quantized = quantized.to(original.scalar_type());
+        }
+        result.quantized = true;
+        result.outputDtype = model::toString(quantized.scalar_type() == at::kFloat ? model::DType::F32
+                : quantized.scalar_type() == at::kHalf                             ? model::DType::F16
+                                                                                   : model::DType::BF16);
+        result.formatBytes = weightStorageBytes(original.sizes(), options.format, options.granularity);
+        // Errors of the values written, against the input, in float64.
+        const at::Tensor difference = quantized.to(at::kDouble) - original.to(at::kDouble);
+        const double errorSquares = difference.pow(2).sum().item<double>();
+        const double inputSquares = original.to(at::kDouble).pow(2).sum().item<double>();
+        result.relativeRmsError = inputSquares > 0.0 ? std::sqrt(errorSquares / inputSquares)
+            : errorSquares > 0.0                     ? std::numeric_limits<double>::infinity()
+                                                     : 0.0;
+        result.maxAbsError = difference.numel() == 0 ? 0.0 : difference.abs().max().item<double>();
+        outputs.emplace_back(info.name, quantized);
+        results.push_back(std::move(result));
+    }
+    progress.checkCancelled();
+    progress.update(1.0, "writing " + outputPath);
+    std::map<std::string, std::string> metadata = file->metadata();
+    metadata["mismatch.quantize.format"] = toString(options.format);
+    metadata["mismatch.quantize.granularity"] = toString(options.granularity);
+    model::writeSafetensors(outputPath, outputs, metadata);
+    return results;
+}
+
+} // namespace mismatch::quant

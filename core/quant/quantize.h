@@ -1,0 +1,95 @@
+#pragma once
+// Fake quantization ("quantize-dequantize"): weights, activations and KV cache rounded to the grid a real
+// engine computes, returned as float32. CPU reference for the CUDA kernels, so the float operations and
+// their order are part of the contract:
+//
+// Scaled formats (fp8_e4m3, fp8_e5m2, int8, int4). Every step is one float32 operation rounded to nearest
+// even (no FMA contraction, no reciprocal):
+//   amax  = max |x| over the elements sharing the scale     (exact; NaN elements are skipped, like fmaxf)
+//   scale = amax / qmax                                      (float32 division; qmax = 448, 57344, 127, 7)
+//   scale = 1 when that gives 0                              (all-zero group, or an underflowing division)
+//   y     = x / scale                                        (float32 division, not x * (1 / scale))
+//   fp8:  out = decodeFp8(encodeFp8(y)) * scale              (RNE, satfinite, see fp8.h; float32 multiply)
+//   int:  q = nearbyint(y) (ties to even), clamped to [qmin, qmax] = [-127, 127] (int8) or [-8, 7]
+//         (int4); out = q * scale                            (float32 multiply)
+// Given (calibrated) KV scales skip the first three lines; values beyond qmax * scale saturate.
+// A CUDA kernel matches bit for bit when built without --use_fast_math (IEEE division, -prec-div=true),
+// reducing amax with fmaxf, converting with cvt.rn.satfinite (or __nv_cvt_float_to_fp8 with __NV_SATFINITE)
+// and rounding integers with rintf.
+// Unscaled formats: bf16 and fp16 round the float32 to nearest even (subnormals kept, overflow to inf, as
+// a cast does) and back.
+//
+// Non-finite input: a weight holding inf or NaN is bad input (InputError naming the element). Activations
+// and KV entries propagate it the way the engines' kernels do: a NaN stays NaN, and an inf makes its
+// group's scale inf, so that group dequantizes to NaN.
+#include "core/common/progress.h"
+#include "core/quant/formats.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mismatch::quant {
+
+// Scalar pieces of the recipe above, shared with the tests and the CUDA comparison.
+float scaleFromAmax(float amax, float qmax);
+float roundToBFloat16(float value);
+float roundToFloat16(float value);
+at::Tensor roundToBFloat16(const at::Tensor& values); // float32 result
+at::Tensor roundToFloat16(const at::Tensor& values); // float32 result
+
+// Weights: `weight` of any floating dtype; tensor granularity accepts any shape, the others need [out, in].
+// Granularity None means the format's default (formats.h); bf16/fp16 ignore it. An unsupported pair or shape
+// throws InputError. Result: float32 of the same shape, on the input's device (computed on the CPU).
+at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granularity granularity);
+// The float32 scales fakeQuantize uses, as a [scale rows, scale columns] grid: tensor [1, 1], channel
+// [out, 1], block128 [ceil(out/128), ceil(in/128)], group128 [out, ceil(in/128)]. Undefined for bf16/fp16.
+at::Tensor weightScales(const at::Tensor& weight, WeightFormat format, Granularity granularity);
+
+// Activations [..., hidden]: fp8_e4m3 with a dynamic scale per token (per row of the last dimension,
+// scale = amax / 448), or bf16.
+at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format);
+
+// KV cache [batch, heads, tokens, head_dim]. fp8_e4m3 uses one scale per tensor or per head (dim 1; None
+// means per tensor): dynamic (computed from `kv` as amax / 448) when `scales` is empty, otherwise the given
+// (calibrated) float scales (numel 1 for per_tensor, `heads` for per_head; finite and > 0, else InputError).
+// bf16 ignores mode and scales.
+at::Tensor fakeQuantizeKv(
+    const at::Tensor& kv, KvFormat format, KvScales mode, const std::optional<at::Tensor>& scales = std::nullopt);
+// The dynamic scales fakeQuantizeKv would compute: float32 [1] or [heads]. Undefined for bf16.
+at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode);
+
+// `mismatch quantize`: applies a weight format to every 2-D tensor of a safetensors file; other tensors
+// (norms, biases) are copied unchanged.
+struct QuantizeFileOptions {
+    WeightFormat format = WeightFormat::Fp8E4m3;
+    Granularity granularity = Granularity::None; // None: the format's default
+    // Write quantized tensors in their input dtype instead of float32 (rounds the fake-quantized values
+    // once more unless the input is float32; the errors reported are those of the values written).
+    bool keepDtype = false;
+};
+
+struct TensorQuantizeResult {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::string inputDtype; // "F32", "F16", "BF16"
+    std::string outputDtype;
+    bool quantized = false; // false: copied unchanged
+    std::string note; // why a tensor was copied ("1-D", "3-D", ...)
+    double relativeRmsError = 0.0; // sqrt(sum (out - in)^2 / sum in^2), in float64
+    double maxAbsError = 0.0; // max |out - in|
+    std::uint64_t inputBytes = 0; // bytes in the input file
+    std::uint64_t formatBytes = 0; // engine storage in the format, scales included (weightStorageBytes)
+};
+
+// Reads `inputPath`, writes `outputPath` (temporary name, then rename) with the input's metadata plus
+// "mismatch.quantize.format" / "mismatch.quantize.granularity". Bad input (unreadable file, non-finite
+// weights, shapes the granularity cannot take) throws InputError naming the file and tensor. Progress:
+// one step per tensor, cancellable between tensors.
+std::vector<TensorQuantizeResult> quantizeSafetensorsFile(const std::string& inputPath, const std::string& outputPath,
+    const QuantizeFileOptions& options, Progress& progress);
+
+} // namespace mismatch::quant

@@ -1,0 +1,1195 @@
+// quant: the FP8 codecs checked exhaustively against tables built here from the format definitions; bf16/fp16
+// rounding against LibTorch's casts; fake quantization of weights, activations and KV cache against naive
+// float64 loops; storage accounting; the `mismatch quantize` command driven in-process.
+//
+// Random inputs are fresh every run (seed from MISMATCH_TEST_SEED, else random; printed at start) and never
+// contain zeros.
+#include "app/cli/cli.h"
+#include "core/common/error.h"
+#include "core/model/safetensors.h"
+#include "core/quant/formats.h"
+#include "core/quant/fp8.h"
+#include "core/quant/quantize.h"
+
+#include <ATen/ATen.h>
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+
+using namespace mismatch;
+using namespace mismatch::quant;
+
+Q_DECLARE_METATYPE(mismatch::quant::Fp8Format)
+Q_DECLARE_METATYPE(mismatch::quant::WeightFormat)
+Q_DECLARE_METATYPE(mismatch::quant::Granularity)
+
+namespace {
+
+// Fake quantization must reproduce the documented float32 operations exactly, so every comparison of a
+// fake-quantized value against its float64 reference is exact (relative tolerance 0; +0 and -0 compare
+// equal, NaN equals NaN): the reference rounds to float32 at the same points (scale = amax / qmax,
+// y = x / scale, out = q * scale), and a float64 operation on float32 operands rounded once to float32
+// equals the float32 operation (53 >= 2 * 24 + 2 bits, so the double rounding is innocuous for division, and
+// the products here, at most 7 + 24 bits, are exact in float64).
+constexpr double kGridTolerance = 0.0;
+// Error of the reported error measures (float64 sums in a different order) relative to the test's own.
+constexpr double kReportedErrorTolerance = 1e-9;
+
+std::uint64_t testSeed()
+{
+    static const std::uint64_t seed = [] {
+        const QByteArray fromEnvironment = qgetenv("MISMATCH_TEST_SEED");
+        if (!fromEnvironment.isEmpty()) {
+            return static_cast<std::uint64_t>(fromEnvironment.toULongLong());
+        }
+        std::random_device device;
+        return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+    }();
+    return seed;
+}
+
+// Each test gets its own stream so that a failure reproduces with MISMATCH_TEST_SEED alone.
+std::mt19937_64 rngFor(const char* test)
+{
+    std::seed_seq sequence {testSeed(), static_cast<std::uint64_t>(std::hash<std::string> {}(test))};
+    return std::mt19937_64(sequence);
+}
+
+std::uint32_t bitsOf(float value)
+{
+    std::uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+float floatOf(std::uint32_t bits)
+{
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+bool sameFloat(float a, float b)
+{
+    return (std::isnan(a) && std::isnan(b)) || bitsOf(a) == bitsOf(b);
+}
+
+// ---- FP8 from the format definitions (independent of core/quant/fp8) ----
+
+struct Fp8Definition {
+    int exponentBits;
+    int mantissaBits;
+    int bias;
+    bool ieeeSpecials; // e5m2: exponent all ones is inf (mantissa 0) or NaN; e4m3fn: only S.1111.111 is NaN
+};
+
+Fp8Definition definitionOf(Fp8Format format)
+{
+    return format == Fp8Format::E4M3 ? Fp8Definition {4, 3, 7, false} : Fp8Definition {5, 2, 15, true};
+}
+
+// Value of every code in float64: (-1)^S * 2^(E - bias) * 1.M, subnormals 2^(1 - bias) * 0.M.
+std::array<double, 256> definitionTable(Fp8Format format)
+{
+    const Fp8Definition d = definitionOf(format);
+    const int maxExponent = (1 << d.exponentBits) - 1;
+    const int maxMantissa = (1 << d.mantissaBits) - 1;
+    std::array<double, 256> table {};
+    for (int code = 0; code < 256; ++code) {
+        const bool negative = (code >> 7) != 0;
+        const int exponent = (code >> d.mantissaBits) & maxExponent;
+        const int mantissa = code & maxMantissa;
+        double magnitude = 0.0;
+        if (!d.ieeeSpecials && exponent == maxExponent && mantissa == maxMantissa) {
+            magnitude = std::numeric_limits<double>::quiet_NaN();
+        } else if (d.ieeeSpecials && exponent == maxExponent) {
+            magnitude
+                = mantissa == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+        } else if (exponent == 0) {
+            magnitude = std::ldexp(static_cast<double>(mantissa), 1 - d.bias - d.mantissaBits);
+        } else {
+            magnitude
+                = std::ldexp(static_cast<double>((1 << d.mantissaBits) + mantissa), exponent - d.bias - d.mantissaBits);
+        }
+        table[static_cast<std::size_t>(code)] = negative ? -magnitude : magnitude;
+    }
+    return table;
+}
+
+struct Reference {
+    std::array<double, 256> table;
+    double maxFinite = 0.0;
+    int positiveMaxCode = 0;
+};
+
+Reference referenceFor(Fp8Format format)
+{
+    Reference r;
+    r.table = definitionTable(format);
+    for (int code = 0; code < 128; ++code) {
+        if (std::isfinite(r.table[static_cast<std::size_t>(code)])
+            && r.table[static_cast<std::size_t>(code)] > r.maxFinite) {
+            r.maxFinite = r.table[static_cast<std::size_t>(code)];
+            r.positiveMaxCode = code;
+        }
+    }
+    return r;
+}
+
+// Encoding by exhaustive search: the nearest finite code of x's sign, ties to the even code (last mantissa
+// bit 0), |x| > max saturating to +-max (satfinite), NaN -> 0x7F.
+int referenceEncode(double x, const Reference& r)
+{
+    if (std::isnan(x)) {
+        return 0x7F;
+    }
+    const int signBit = std::signbit(x) ? 0x80 : 0;
+    if (std::fabs(x) > r.maxFinite) {
+        return signBit | r.positiveMaxCode;
+    }
+    int best = -1;
+    double bestDistance = 0.0;
+    for (int magnitudeCode = 0; magnitudeCode < 128; ++magnitudeCode) {
+        const int code = signBit | magnitudeCode;
+        const double value = r.table[static_cast<std::size_t>(code)];
+        if (!std::isfinite(value)) {
+            continue;
+        }
+        const double distance = std::fabs(value - x);
+        if (best < 0 || distance < bestDistance || (distance == bestDistance && (code & 1) == 0)) {
+            best = code;
+            bestDistance = distance;
+        }
+    }
+    return best;
+}
+
+// Naive fake quantization in float64, rounding to float32 exactly where the documented recipe does.
+// groupOf(i) gives element i's scale group; `round` maps y (a float32 value) to the grid value.
+std::vector<float> referenceFakeQuantize(const std::vector<float>& x,
+    const std::function<std::int64_t(std::int64_t)>& groupOf, std::int64_t groups, double qmax,
+    const std::function<double(float)>& round, std::vector<float>* scalesOut = nullptr,
+    const std::vector<float>* givenScales = nullptr)
+{
+    std::vector<float> scales(static_cast<std::size_t>(groups), 0.0f);
+    if (givenScales) {
+        scales = *givenScales;
+    } else {
+        std::vector<double> amax(static_cast<std::size_t>(groups), 0.0);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            double& a = amax[static_cast<std::size_t>(groupOf(static_cast<std::int64_t>(i)))];
+            if (std::fabs(static_cast<double>(x[i])) > a) {
+                a = std::fabs(static_cast<double>(x[i]));
+            }
+        }
+        for (std::size_t g = 0; g < scales.size(); ++g) {
+            const auto scale = static_cast<float>(amax[g] / qmax);
+            scales[g] = scale == 0.0f ? 1.0f : scale;
+        }
+    }
+    std::vector<float> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const float scale = scales[static_cast<std::size_t>(groupOf(static_cast<std::int64_t>(i)))];
+        const auto y = static_cast<float>(static_cast<double>(x[i]) / static_cast<double>(scale));
+        out[i] = static_cast<float>(round(y) * static_cast<double>(scale));
+    }
+    if (scalesOut) {
+        *scalesOut = scales;
+    }
+    return out;
+}
+
+// Round half to even in float64, then clamp.
+std::function<double(float)> integerGrid(double low, double high)
+{
+    return [low, high](float y) {
+        const double value = y;
+        double q = std::floor(value);
+        const double fraction = value - q;
+        if (fraction > 0.5 || (fraction == 0.5 && std::fmod(q, 2.0) != 0.0)) {
+            q += 1.0;
+        }
+        return std::min(high, std::max(low, q));
+    };
+}
+
+std::function<double(float)> fp8Grid(Fp8Format format)
+{
+    auto reference = std::make_shared<Reference>(referenceFor(format));
+    return [reference](float y) { return reference->table[static_cast<std::size_t>(referenceEncode(y, *reference))]; };
+}
+
+// A [rows, columns] matrix of normal values with a spread of row and column magnitudes (10^-3 .. 10^3), so
+// that per-row, per-block and per-group scales differ; exact zeros are redrawn.
+std::vector<float> randomValues(std::int64_t count, std::mt19937_64& rng, std::int64_t columns = 1)
+{
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<double> exponent(-3.0, 3.0);
+    std::vector<float> values(static_cast<std::size_t>(count));
+    const std::int64_t rows = (count + columns - 1) / columns;
+    std::vector<double> rowScale(static_cast<std::size_t>(rows));
+    for (auto& s : rowScale) {
+        s = std::pow(10.0, exponent(rng));
+    }
+    for (std::int64_t i = 0; i < count; ++i) {
+        float v = 0.0f;
+        while (v == 0.0f) {
+            v = static_cast<float>(normal(rng) * rowScale[static_cast<std::size_t>(i / columns)]);
+        }
+        values[static_cast<std::size_t>(i)] = v;
+    }
+    return values;
+}
+
+at::Tensor tensorOf(const std::vector<float>& values, at::IntArrayRef shape)
+{
+    return at::from_blob(const_cast<float*>(values.data()), shape, at::kFloat).clone();
+}
+
+std::vector<float> valuesOf(const at::Tensor& tensor)
+{
+    const at::Tensor t = tensor.to(at::kFloat).contiguous();
+    return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+}
+
+// Exact comparison with the first mismatch in the failure message.
+void compareExactly(const std::vector<float>& got, const std::vector<float>& expected, const std::string& what)
+{
+    QCOMPARE(got.size(), expected.size());
+    std::size_t mismatches = 0;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double difference = std::fabs(static_cast<double>(got[i]) - static_cast<double>(expected[i]));
+        const bool bothNan = std::isnan(got[i]) && std::isnan(expected[i]);
+        if (!bothNan && got[i] != expected[i]
+            && !(difference <= kGridTolerance * std::fabs(static_cast<double>(expected[i])))) {
+            if (mismatches++ == 0) {
+                first = i;
+            }
+        }
+    }
+    if (mismatches) {
+        QFAIL(qPrintable(QString("%1: %2 of %3 values differ; first at %4: got %5, expected %6 (seed %7)")
+                             .arg(QString::fromStdString(what))
+                             .arg(mismatches)
+                             .arg(got.size())
+                             .arg(first)
+                             .arg(static_cast<double>(got[first]), 0, 'g', 9)
+                             .arg(static_cast<double>(expected[first]), 0, 'g', 9)
+                             .arg(testSeed())));
+    }
+}
+
+template <typename Function> void expectInputError(Function function, const QString& needle)
+{
+    try {
+        function();
+    } catch (const InputError& error) {
+        QVERIFY2(QString::fromStdString(error.what()).contains(needle), error.what());
+        return;
+    }
+    QFAIL(qPrintable("expected an InputError mentioning " + needle));
+}
+
+double relativeRms(const std::vector<float>& got, const std::vector<float>& reference)
+{
+    double error = 0.0;
+    double norm = 0.0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double d = static_cast<double>(got[i]) - static_cast<double>(reference[i]);
+        error += d * d;
+        norm += static_cast<double>(reference[i]) * static_cast<double>(reference[i]);
+    }
+    return std::sqrt(error / norm);
+}
+
+struct CliResult {
+    int code = 0;
+    std::string out;
+    std::string err;
+};
+
+CliResult runCli(const std::vector<std::string>& arguments)
+{
+    std::vector<std::string> argv = {"mismatch"};
+    argv.insert(argv.end(), arguments.begin(), arguments.end());
+    std::ostringstream out;
+    std::ostringstream err;
+    CliResult r;
+    r.code = cli::run(argv, out, err);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+}
+
+} // namespace
+
+class TestQuant : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+
+    void fp8DecodeMatchesDefinition_data();
+    void fp8DecodeMatchesDefinition();
+    void fp8EncodeRoundTripsEveryFiniteCode_data();
+    void fp8EncodeRoundTripsEveryFiniteCode();
+    void fp8MidpointsRoundToEven_data();
+    void fp8MidpointsRoundToEven();
+    void fp8BinadeBoundariesAndRandomValues_data();
+    void fp8BinadeBoundariesAndRandomValues();
+    void fp8SaturatesAndCanonicalisesNan_data();
+    void fp8SaturatesAndCanonicalisesNan();
+    void fp8TensorCodecsMatchScalar_data();
+    void fp8TensorCodecsMatchScalar();
+
+    void bf16AndFp16MatchTorchCasts();
+
+    void fakeQuantizeMatchesNaiveLoops_data();
+    void fakeQuantizeMatchesNaiveLoops();
+    void block128HandlesPartialEdgeBlocks();
+    void nonFiniteWeightsAreInputErrors();
+    void unsupportedGranularityAndShapeAreInputErrors();
+
+    void activationsUseOneScalePerToken();
+    void kvCacheScalesPerTensorAndPerHead();
+    void kvPerHeadScalesBeatPerTensorWithAnOutlierHead();
+    void kvGivenScalesAreValidated();
+
+    void namesRoundTrip();
+    void storageBytes();
+
+    void cliQuantizesAFile();
+    void cliRejectsBadArguments();
+
+private:
+    QTemporaryDir scratch_;
+    std::string scratchPath(const std::string& name) const
+    {
+        return scratch_.filePath(QString::fromStdString(name)).toStdString();
+    }
+};
+
+void TestQuant::initTestCase()
+{
+    qInfo("random seed %llu (set MISMATCH_TEST_SEED to repeat)", static_cast<unsigned long long>(testSeed()));
+    QVERIFY(scratch_.isValid());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// FP8 codecs
+
+void TestQuant::fp8DecodeMatchesDefinition_data()
+{
+    QTest::addColumn<Fp8Format>("format");
+    QTest::addColumn<int>("nanCodes");
+    QTest::addColumn<int>("infCodes");
+    QTest::addColumn<double>("maxFinite");
+    QTest::addColumn<double>("minSubnormal");
+    QTest::newRow("e4m3") << Fp8Format::E4M3 << 2 << 0 << 448.0 << std::ldexp(1.0, -9);
+    QTest::newRow("e5m2") << Fp8Format::E5M2 << 6 << 2 << 57344.0 << std::ldexp(1.0, -16);
+}
+
+void TestQuant::fp8DecodeMatchesDefinition()
+{
+    QFETCH(Fp8Format, format);
+    QFETCH(int, nanCodes);
+    QFETCH(int, infCodes);
+    QFETCH(double, maxFinite);
+    QFETCH(double, minSubnormal);
+    const Reference reference = referenceFor(format);
+
+    // The definition's own landmarks, as the task states them.
+    QCOMPARE(reference.maxFinite, maxFinite);
+    QCOMPARE(reference.table[1], minSubnormal);
+    int nans = 0;
+    int infs = 0;
+    for (double v : reference.table) {
+        nans += std::isnan(v) ? 1 : 0;
+        infs += std::isinf(v) ? 1 : 0;
+    }
+    QCOMPARE(nans, nanCodes);
+    QCOMPARE(infs, infCodes);
+
+    at::Tensor codes = at::arange(256, at::kInt).to(at::kByte);
+    const std::vector<float> decoded = valuesOf(decodeFp8(codes, format));
+    for (int code = 0; code < 256; ++code) {
+        const double expected = reference.table[static_cast<std::size_t>(code)];
+        const float scalar = decodeFp8(static_cast<std::uint8_t>(code), format);
+        const QString where = QString("code 0x%1").arg(code, 2, 16, QChar('0'));
+        if (std::isnan(expected)) {
+            QVERIFY2(std::isnan(scalar), qPrintable(where));
+            QVERIFY2(std::isnan(decoded[static_cast<std::size_t>(code)]), qPrintable(where));
+            continue;
+        }
+        QVERIFY2(static_cast<double>(scalar) == expected,
+            qPrintable(where + QString(": %1").arg(static_cast<double>(scalar))));
+        QVERIFY2(std::signbit(scalar) == std::signbit(expected), qPrintable(where + ": sign"));
+        QVERIFY2(sameFloat(decoded[static_cast<std::size_t>(code)], scalar), qPrintable(where + ": tensor decode"));
+        QVERIFY2(sameFloat(fp8DecodeTable(format)[static_cast<std::size_t>(code)], scalar), qPrintable(where));
+    }
+    const Fp8Traits& traits = fp8Traits(format);
+    QCOMPARE(static_cast<double>(traits.maxFinite), maxFinite);
+    QCOMPARE(static_cast<double>(traits.minSubnormal), minSubnormal);
+    QCOMPARE(static_cast<int>(traits.maxFiniteCode), reference.positiveMaxCode);
+    QCOMPARE(
+        static_cast<double>(traits.minNormal), reference.table[static_cast<std::size_t>(1 << traits.mantissaBits)]);
+}
+
+void TestQuant::fp8EncodeRoundTripsEveryFiniteCode_data()
+{
+    fp8DecodeMatchesDefinition_data();
+}
+
+void TestQuant::fp8EncodeRoundTripsEveryFiniteCode()
+{
+    QFETCH(Fp8Format, format);
+    const Reference reference = referenceFor(format);
+    int finite = 0;
+    for (int code = 0; code < 256; ++code) {
+        const double value = reference.table[static_cast<std::size_t>(code)];
+        if (!std::isfinite(value)) {
+            continue;
+        }
+        ++finite;
+        // Every FP8 value is a float32, so the cast is exact and the encoding must be the canonical code
+        // (both zeros keep their sign).
+        const auto asFloat = static_cast<float>(value);
+        QCOMPARE(static_cast<double>(asFloat), value);
+        QVERIFY2(encodeFp8(asFloat, format) == code,
+            qPrintable(QString("value %1: code 0x%2, expected 0x%3")
+                           .arg(value)
+                           .arg(encodeFp8(asFloat, format), 2, 16, QChar('0'))
+                           .arg(code, 2, 16, QChar('0'))));
+        QCOMPARE(referenceEncode(value, reference), code); // the reference agrees with its own table
+    }
+    QCOMPARE(finite, format == Fp8Format::E4M3 ? 254 : 248);
+}
+
+void TestQuant::fp8MidpointsRoundToEven_data()
+{
+    fp8DecodeMatchesDefinition_data();
+}
+
+void TestQuant::fp8MidpointsRoundToEven()
+{
+    QFETCH(Fp8Format, format);
+    const Reference reference = referenceFor(format);
+    int pairs = 0;
+    for (int sign : {0x00, 0x80}) {
+        for (int magnitude = 0; magnitude + 1 <= reference.positiveMaxCode; ++magnitude) {
+            const int low = sign | magnitude; // adjacent codes are adjacent magnitudes
+            const int high = low + 1;
+            const double lowValue = reference.table[static_cast<std::size_t>(low)];
+            const double highValue = reference.table[static_cast<std::size_t>(high)];
+            const double midpoint = (lowValue + highValue) / 2.0;
+            const auto mid = static_cast<float>(midpoint);
+            QVERIFY2(static_cast<double>(mid) == midpoint, "FP8 midpoints are float32 values");
+            const int even = (low & 1) == 0 ? low : high;
+            const QString where = QString("between 0x%1 (%2) and 0x%3 (%4)")
+                                      .arg(low, 2, 16, QChar('0'))
+                                      .arg(lowValue)
+                                      .arg(high, 2, 16, QChar('0'))
+                                      .arg(highValue);
+            QVERIFY2(encodeFp8(mid, format) == even, qPrintable("midpoint " + where));
+            // One float32 ulp towards either neighbour decides the tie. Towards the low value: for the
+            // first negative pair that is towards -0, which keeps the sign.
+            const float towardsLow = std::nextafter(mid, static_cast<float>(lowValue));
+            const float towardsHigh = std::nextafter(mid, static_cast<float>(highValue));
+            QVERIFY2(encodeFp8(towardsLow, format) == low, qPrintable("below the midpoint " + where));
+            QVERIFY2(encodeFp8(towardsHigh, format) == high, qPrintable("above the midpoint " + where));
+            ++pairs;
+        }
+    }
+    QCOMPARE(pairs, 2 * reference.positiveMaxCode);
+}
+
+void TestQuant::fp8BinadeBoundariesAndRandomValues_data()
+{
+    fp8DecodeMatchesDefinition_data();
+}
+
+void TestQuant::fp8BinadeBoundariesAndRandomValues()
+{
+    QFETCH(Fp8Format, format);
+    QFETCH(double, maxFinite);
+    QFETCH(double, minSubnormal);
+    const Reference reference = referenceFor(format);
+    std::mt19937_64 rng = rngFor(QTest::currentDataTag());
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    std::vector<float> values;
+
+    // Every binade boundary from well below the smallest subnormal to beyond the largest finite value: the
+    // boundary, its float32 neighbours, and random values just inside each side and across the binade.
+    const int lowest = static_cast<int>(std::log2(minSubnormal)) - 3;
+    const int highest = static_cast<int>(std::log2(maxFinite)) + 2;
+    for (int k = lowest; k <= highest; ++k) {
+        const auto boundary = static_cast<float>(std::ldexp(1.0, k));
+        for (float v : {boundary, std::nextafter(boundary, 0.0f), std::nextafter(boundary, FLT_MAX)}) {
+            values.push_back(v);
+            values.push_back(-v);
+        }
+        for (int i = 0; i < 64; ++i) {
+            const double inside = std::ldexp(1.0 + unit(rng), k); // across [2^k, 2^(k+1))
+            const double near = std::ldexp(1.0 + 1e-3 * unit(rng), k); // just above the boundary
+            const double below = std::ldexp(1.0 - 1e-3 * unit(rng), k); // just below
+            for (double v : {inside, near, below}) {
+                const float sign = unit(rng) < 0.5 ? -1.0f : 1.0f;
+                values.push_back(sign * static_cast<float>(v));
+            }
+        }
+    }
+    // Random float32 bit patterns (every exponent, NaN and inf included) and log-uniform magnitudes.
+    std::uniform_int_distribution<std::uint32_t> bits;
+    std::uniform_real_distribution<double> logMagnitude(std::log2(minSubnormal) - 4, std::log2(maxFinite) + 4);
+    for (int i = 0; i < 20000; ++i) {
+        values.push_back(floatOf(bits(rng)));
+        values.push_back((unit(rng) < 0.5 ? -1.0f : 1.0f) * static_cast<float>(std::exp2(logMagnitude(rng))));
+    }
+
+    int checked = 0;
+    for (float v : values) {
+        const int expected = referenceEncode(v, reference);
+        const int got = encodeFp8(v, format);
+        if (got != expected) {
+            QFAIL(qPrintable(QString("%1 (bits 0x%2): code 0x%3, expected 0x%4 (seed %5)")
+                                 .arg(static_cast<double>(v), 0, 'g', 9)
+                                 .arg(bitsOf(v), 8, 16, QChar('0'))
+                                 .arg(got, 2, 16, QChar('0'))
+                                 .arg(expected, 2, 16, QChar('0'))
+                                 .arg(testSeed())));
+        }
+        ++checked;
+    }
+    QVERIFY(checked > 40000);
+}
+
+void TestQuant::fp8SaturatesAndCanonicalisesNan_data()
+{
+    fp8DecodeMatchesDefinition_data();
+}
+
+void TestQuant::fp8SaturatesAndCanonicalisesNan()
+{
+    QFETCH(Fp8Format, format);
+    QFETCH(double, maxFinite);
+    QFETCH(double, minSubnormal);
+    const Reference reference = referenceFor(format);
+    const int maxCode = reference.positiveMaxCode;
+    const auto max = static_cast<float>(maxFinite);
+    // The largest finite value's would-be neighbour (max + one spacing) and the midpoint towards it: a
+    // non-saturating encoder would round these to inf or NaN.
+    const double spacing = maxFinite - reference.table[static_cast<std::size_t>(maxCode - 1)];
+    const float aboveMax[] = {std::nextafter(max, FLT_MAX), static_cast<float>(maxFinite + spacing / 2),
+        static_cast<float>(maxFinite + spacing), 2 * max, 1e30f, FLT_MAX, std::numeric_limits<float>::infinity()};
+    for (float v : aboveMax) {
+        QCOMPARE(static_cast<int>(encodeFp8(v, format)), maxCode);
+        QCOMPARE(static_cast<int>(encodeFp8(-v, format)), 0x80 | maxCode);
+        QCOMPARE(roundToFp8(v, format), max);
+    }
+    // NaN of either sign and any payload -> the canonical positive NaN code (cuda_fp8.hpp).
+    for (std::uint32_t nanBits : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FBFFFFFu}) {
+        QCOMPARE(static_cast<int>(encodeFp8(floatOf(nanBits), format)), 0x7F);
+    }
+    QVERIFY(std::isnan(decodeFp8(0x7F, format)));
+    QVERIFY(std::isnan(decodeFp8(0xFF, format)));
+    if (format == Fp8Format::E5M2) {
+        QCOMPARE(decodeFp8(0x7C, format), std::numeric_limits<float>::infinity());
+        QCOMPARE(decodeFp8(0xFC, format), -std::numeric_limits<float>::infinity());
+    }
+    // Underflow: half the smallest subnormal is a tie that goes to (signed) zero, anything above it rounds up.
+    const auto halfMin = static_cast<float>(minSubnormal / 2);
+    QCOMPARE(static_cast<int>(encodeFp8(halfMin, format)), 0x00);
+    QCOMPARE(static_cast<int>(encodeFp8(-halfMin, format)), 0x80);
+    QCOMPARE(static_cast<int>(encodeFp8(std::nextafter(halfMin, 1.0f), format)), 0x01);
+    QCOMPARE(static_cast<int>(encodeFp8(-std::nextafter(halfMin, 1.0f), format)), 0x81);
+    QCOMPARE(static_cast<int>(encodeFp8(std::numeric_limits<float>::denorm_min(), format)), 0x00);
+    QCOMPARE(static_cast<int>(encodeFp8(-0.0f, format)), 0x80);
+    QCOMPARE(static_cast<int>(encodeFp8(0.0f, format)), 0x00);
+}
+
+void TestQuant::fp8TensorCodecsMatchScalar_data()
+{
+    fp8DecodeMatchesDefinition_data();
+}
+
+void TestQuant::fp8TensorCodecsMatchScalar()
+{
+    QFETCH(Fp8Format, format);
+    std::mt19937_64 rng = rngFor(QTest::currentDataTag());
+    // Enough elements that at::parallel_for splits the work, an odd count, and specials mixed in.
+    std::vector<float> values = randomValues((1 << 18) + 3, rng, 1);
+    std::uniform_int_distribution<std::size_t> position(0, values.size() - 1);
+    for (float special : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+             -std::numeric_limits<float>::infinity(), 1e9f, -1e9f, 1e-30f}) {
+        values[position(rng)] = special;
+    }
+    for (auto& v : values) {
+        v *= 100.0f; // spread over the whole e4m3 range and beyond
+    }
+    const at::Tensor input = tensorOf(values, {static_cast<std::int64_t>(values.size())});
+    const at::Tensor codes = encodeFp8(input, format);
+    QCOMPARE(codes.scalar_type(), at::kByte);
+    QCOMPARE(codes.sizes().vec(), input.sizes().vec());
+    const std::uint8_t* c = codes.data_ptr<std::uint8_t>();
+    const std::vector<float> decoded = valuesOf(decodeFp8(codes, format));
+    const std::vector<float> rounded = valuesOf(roundToFp8(input, format));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::uint8_t expected = encodeFp8(values[i], format);
+        if (c[i] != expected || !sameFloat(decoded[i], decodeFp8(expected, format))
+            || !sameFloat(rounded[i], decoded[i])) {
+            QFAIL(qPrintable(QString("element %1 (%2): tensor and scalar codecs differ")
+                                 .arg(i)
+                                 .arg(static_cast<double>(values[i]))));
+        }
+    }
+    // Strided and half-precision inputs give the same codes as their contiguous float32 values.
+    const at::Tensor matrix = input.narrow(0, 0, 512 * 511).reshape({512, 511});
+    QVERIFY(at::equal(encodeFp8(matrix.t(), format), encodeFp8(matrix.t().contiguous(), format)));
+    const at::Tensor bf16 = matrix.to(at::kBFloat16);
+    QVERIFY(at::equal(encodeFp8(bf16, format), encodeFp8(bf16.to(at::kFloat), format)));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// bf16 / fp16
+
+void TestQuant::bf16AndFp16MatchTorchCasts()
+{
+    std::mt19937_64 rng = rngFor("bf16AndFp16MatchTorchCasts");
+    std::uniform_int_distribution<std::uint32_t> bits;
+    std::vector<float> values;
+    for (int i = 0; i < 200000; ++i) {
+        values.push_back(floatOf(bits(rng)));
+    }
+    // Exact ties for bf16 (low 16 bits 0x8000) and fp16 (low 13 bits 0x1000) on both parities, in the
+    // normal and fp16-subnormal ranges, and values around both formats' overflow thresholds.
+    for (int i = 0; i < 20000; ++i) {
+        const std::uint32_t b = bits(rng);
+        values.push_back(floatOf((b & 0xFFFF0000u) | 0x8000u));
+        const std::uint32_t exponent = 103 + (b >> 24) % 40; // 2^-24 .. 2^15: fp16 subnormals and normals
+        values.push_back(floatOf((b & 0x80000000u) | (exponent << 23) | (b & 0x007FE000u) | 0x1000u));
+    }
+    for (float v : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 3.3895314e38f, 3.4028235e38f, 5.96e-8f, 2.98e-8f, 2.99e-8f,
+             1e-40f, -0.0f, 0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+             std::numeric_limits<float>::quiet_NaN()}) {
+        values.push_back(v);
+        values.push_back(-v);
+    }
+    const at::Tensor input = tensorOf(values, {static_cast<std::int64_t>(values.size())});
+    compareExactly(valuesOf(roundToBFloat16(input)), valuesOf(input.to(at::kBFloat16).to(at::kFloat)), "bf16 vs torch");
+    compareExactly(valuesOf(roundToFloat16(input)), valuesOf(input.to(at::kHalf).to(at::kFloat)), "fp16 vs torch");
+    // The shared rounding core (used by FP8 and fp16) agrees with the bf16 path on every finite value and inf.
+    for (float v : values) {
+        if (!std::isnan(v)) {
+            const std::uint32_t expected
+                = (bitsOf(v) & 0x80000000u) | (quant::detail::roundMagnitude(bitsOf(v) & 0x7FFFFFFFu, 7, -126) << 16);
+            QVERIFY2(
+                bitsOf(roundToBFloat16(v)) == expected, qPrintable(QString::number(static_cast<double>(v), 'g', 9)));
+        }
+    }
+    for (std::size_t i = 0; i < values.size(); i += 997) {
+        QVERIFY(sameFloat(roundToBFloat16(values[i]),
+            roundToBFloat16(input.narrow(0, static_cast<std::int64_t>(i), 1)).item<float>()));
+    }
+
+    // The weight and activation entry points use the same rounding (finite weights only).
+    const std::vector<float> weights = randomValues(64 * 96, rng, 96);
+    const at::Tensor w = tensorOf(weights, {64, 96});
+    compareExactly(valuesOf(fakeQuantize(w, WeightFormat::Bf16, Granularity::None)),
+        valuesOf(w.to(at::kBFloat16).to(at::kFloat)), "fakeQuantize bf16");
+    compareExactly(valuesOf(fakeQuantize(w, WeightFormat::Fp16, Granularity::None)),
+        valuesOf(w.to(at::kHalf).to(at::kFloat)), "fakeQuantize fp16");
+    compareExactly(valuesOf(fakeQuantizeActivations(w, ActivationFormat::Bf16)),
+        valuesOf(w.to(at::kBFloat16).to(at::kFloat)), "activations bf16");
+    const at::Tensor kv = w.reshape({2, 4, 8, 96});
+    compareExactly(valuesOf(fakeQuantizeKv(kv, KvFormat::Bf16, KvScales::None)),
+        valuesOf(kv.to(at::kBFloat16).to(at::kFloat)), "kv bf16");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Weights
+
+void TestQuant::fakeQuantizeMatchesNaiveLoops_data()
+{
+    QTest::addColumn<WeightFormat>("format");
+    QTest::addColumn<Granularity>("granularity");
+    QTest::addColumn<std::vector<std::int64_t>>("shape");
+    const std::vector<std::vector<std::int64_t>> shapes
+        = {{64, 64}, {300, 200}, {129, 1}, {1, 257}, {127, 130}, {5, 1000}};
+    for (WeightFormat format : {WeightFormat::Fp8E4m3, WeightFormat::Fp8E5m2, WeightFormat::Int8, WeightFormat::Int4}) {
+        for (Granularity granularity : allowedGranularities(format)) {
+            for (const auto& shape : shapes) {
+                const std::string tag = toString(format) + "/" + toString(granularity) + "/" + std::to_string(shape[0])
+                    + "x" + std::to_string(shape[1]);
+                QTest::newRow(tag.c_str()) << format << granularity << shape;
+            }
+        }
+    }
+    // Tensor granularity takes any rank.
+    QTest::newRow("fp8_e4m3/tensor/3x7x33")
+        << WeightFormat::Fp8E4m3 << Granularity::Tensor << std::vector<std::int64_t> {3, 7, 33};
+}
+
+void TestQuant::fakeQuantizeMatchesNaiveLoops()
+{
+    QFETCH(WeightFormat, format);
+    QFETCH(Granularity, granularity);
+    QFETCH(std::vector<std::int64_t>, shape);
+    std::mt19937_64 rng = rngFor(QTest::currentDataTag());
+    std::int64_t count = 1;
+    for (std::int64_t s : shape) {
+        count *= s;
+    }
+    const std::int64_t columns = shape.back();
+    const std::int64_t rows = count / columns;
+    const std::vector<float> x = randomValues(count, rng, columns);
+
+    // Scale groups by their definitions.
+    std::function<std::int64_t(std::int64_t)> groupOf;
+    std::int64_t groups = 1;
+    const std::int64_t columnBlocks = (columns + 127) / 128;
+    switch (granularity) {
+    case Granularity::Tensor:
+        groupOf = [](std::int64_t) { return std::int64_t {0}; };
+        break;
+    case Granularity::Channel:
+        groups = rows;
+        groupOf = [columns](std::int64_t i) { return i / columns; };
+        break;
+    case Granularity::Block128:
+        groups = ((rows + 127) / 128) * columnBlocks;
+        groupOf = [columns, columnBlocks](
+                      std::int64_t i) { return (i / columns / 128) * columnBlocks + (i % columns) / 128; };
+        break;
+    case Granularity::Group128:
+        groups = rows * columnBlocks;
+        groupOf
+            = [columns, columnBlocks](std::int64_t i) { return (i / columns) * columnBlocks + (i % columns) / 128; };
+        break;
+    case Granularity::None:
+        QFAIL("no scales");
+    }
+    double qmax = 0.0;
+    std::function<double(float)> grid;
+    switch (format) {
+    case WeightFormat::Fp8E4m3:
+        qmax = 448.0;
+        grid = fp8Grid(Fp8Format::E4M3);
+        break;
+    case WeightFormat::Fp8E5m2:
+        qmax = 57344.0;
+        grid = fp8Grid(Fp8Format::E5M2);
+        break;
+    case WeightFormat::Int8:
+        qmax = 127.0;
+        grid = integerGrid(-127.0, 127.0);
+        break;
+    case WeightFormat::Int4:
+        qmax = 7.0;
+        grid = integerGrid(-8.0, 7.0);
+        break;
+    default:
+        QFAIL("unscaled format");
+    }
+    std::vector<float> expectedScales;
+    const std::vector<float> expected = referenceFakeQuantize(x, groupOf, groups, qmax, grid, &expectedScales);
+
+    const at::Tensor w = tensorOf(x, shape);
+    const at::Tensor got = fakeQuantize(w, format, granularity);
+    QCOMPARE(got.scalar_type(), at::kFloat);
+    QCOMPARE(got.sizes().vec(), w.sizes().vec());
+    compareExactly(valuesOf(got), expected, "fake quantization");
+    compareExactly(valuesOf(weightScales(w, format, granularity)), expectedScales, "scales");
+    QCOMPARE(static_cast<std::int64_t>(expectedScales.size()), weightScaleCount(w.sizes(), format, granularity));
+
+    // The result lies on the grid: every value / its scale is a grid point (integers in range for int).
+    for (std::int64_t i = 0; i < count; i += 7) {
+        const double scale = expectedScales[static_cast<std::size_t>(groupOf(i))];
+        const double units = static_cast<double>(expected[static_cast<std::size_t>(i)]) / scale;
+        if (format == WeightFormat::Int8 || format == WeightFormat::Int4) {
+            QVERIFY2(std::fabs(units - std::nearbyint(units)) < 1e-4 && std::fabs(units) <= qmax + 1,
+                "off the integer grid");
+        }
+    }
+    // Quantization is not the identity on these inputs (a test that cannot fail is a defect), except where
+    // every group is one element (129x1 per channel), which scales exactly onto qmax.
+    if (count > groups) {
+        QVERIFY(relativeRms(valuesOf(got), x) > 0.0);
+    }
+}
+
+void TestQuant::block128HandlesPartialEdgeBlocks()
+{
+    std::mt19937_64 rng = rngFor("block128HandlesPartialEdgeBlocks");
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(300 * 200);
+    for (auto& v : x) {
+        while (v == 0.0f) {
+            v = normal(rng);
+        }
+    }
+    // One outlier in the bottom-right partial block (rows 256..299, columns 128..199). With one scale for
+    // the tensor it pushes every ordinary value below half the smallest subnormal (1e6 / 448 * 2^-10 ~ 2).
+    x[static_cast<std::size_t>(290 * 200 + 150)] = 1e6f;
+    const at::Tensor w = tensorOf(x, {300, 200});
+    const at::Tensor scales = weightScales(w, WeightFormat::Fp8E4m3, Granularity::Block128);
+    QCOMPARE(scales.sizes().vec(), (std::vector<std::int64_t> {3, 2}));
+    QCOMPARE(scales[2][1].item<float>(), 1e6f / 448.0f);
+    const at::Tensor region = w.narrow(0, 256, 44).narrow(1, 0, 128);
+    QCOMPARE(scales[2][0].item<float>(), region.abs().max().item<float>() / 448.0f);
+
+    // The outlier only coarsens its own block: everywhere else block scales beat one scale per tensor.
+    const at::Tensor block = fakeQuantize(w, WeightFormat::Fp8E4m3, Granularity::Block128);
+    const at::Tensor tensor = fakeQuantize(w, WeightFormat::Fp8E4m3, Granularity::Tensor);
+    const at::Tensor others = w.narrow(0, 0, 256);
+    const double blockError = relativeRms(valuesOf(block.narrow(0, 0, 256)), valuesOf(others));
+    const double tensorError = relativeRms(valuesOf(tensor.narrow(0, 0, 256)), valuesOf(others));
+    QVERIFY2(
+        blockError < 0.1 * tensorError, qPrintable(QString("block %1, tensor %2").arg(blockError).arg(tensorError)));
+    QCOMPARE(block[290][150].item<float>(), 1e6f);
+}
+
+void TestQuant::nonFiniteWeightsAreInputErrors()
+{
+    std::mt19937_64 rng = rngFor("nonFiniteWeightsAreInputErrors");
+    std::vector<float> x = randomValues(8 * 16, rng, 16);
+    x[3 * 16 + 5] = std::numeric_limits<float>::infinity();
+    const at::Tensor w = tensorOf(x, {8, 16});
+    for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp8E4m3, WeightFormat::Int8}) {
+        expectInputError([&] { fakeQuantize(w, format, Granularity::None); }, "element [3, 5]");
+    }
+    x[3 * 16 + 5] = std::numeric_limits<float>::quiet_NaN();
+    expectInputError([&] { fakeQuantize(tensorOf(x, {8, 16}), WeightFormat::Int4, Granularity::None); }, "nan");
+}
+
+void TestQuant::unsupportedGranularityAndShapeAreInputErrors()
+{
+    const at::Tensor w = at::ones({4, 300});
+    expectInputError([&] { fakeQuantize(w, WeightFormat::Int8, Granularity::Block128); }, "expected channel");
+    expectInputError([&] { fakeQuantize(w, WeightFormat::Int4, Granularity::Tensor); }, "expected group128");
+    expectInputError([&] { fakeQuantize(w, WeightFormat::Fp8E4m3, Granularity::Group128); }, "block128");
+    expectInputError([&] { fakeQuantize(at::ones({300}), WeightFormat::Fp8E4m3, Granularity::Channel); }, "2-D");
+    expectInputError([&] { fakeQuantize(at::ones({2, 3, 4}), WeightFormat::Int4, Granularity::Group128); }, "2-D");
+    expectInputError(
+        [&] {
+            fakeQuantize(at::ones({2, 3}, at::kInt), WeightFormat::Int8, Granularity::Channel);
+        },
+        "floating");
+    // None is the format's default; bf16/fp16 ignore the granularity.
+    QVERIFY(at::equal(fakeQuantize(w * 0.3, WeightFormat::Fp8E4m3, Granularity::None),
+        fakeQuantize(w * 0.3, WeightFormat::Fp8E4m3, Granularity::Block128)));
+    QVERIFY(effectiveGranularity(WeightFormat::Int4, Granularity::None) == Granularity::Group128);
+    QVERIFY(at::equal(
+        fakeQuantize(w * 0.3, WeightFormat::Bf16, Granularity::Block128), (w * 0.3).to(at::kBFloat16).to(at::kFloat)));
+    // An all-zero weight has scale 1 and stays zero.
+    QCOMPARE(weightScales(at::zeros({2, 5}), WeightFormat::Int8, Granularity::Channel).sum().item<float>(), 2.0f);
+    QVERIFY(at::equal(fakeQuantize(at::zeros({2, 5}), WeightFormat::Fp8E4m3, Granularity::Tensor), at::zeros({2, 5})));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Activations and KV cache
+
+void TestQuant::activationsUseOneScalePerToken()
+{
+    std::mt19937_64 rng = rngFor("activationsUseOneScalePerToken");
+    const std::int64_t hidden = 300;
+    const std::vector<float> x = randomValues(2 * 5 * hidden, rng, hidden); // token magnitudes 1e-3 .. 1e3
+    const std::vector<float> expected = referenceFakeQuantize(
+        x, [hidden](std::int64_t i) { return i / hidden; }, 10, 448.0, fp8Grid(Fp8Format::E4M3));
+    const at::Tensor input = tensorOf(x, {2, 5, hidden});
+    compareExactly(valuesOf(fakeQuantizeActivations(input, ActivationFormat::Fp8E4m3)), expected, "per-token fp8");
+    // Differs from one scale for all tokens (the spread of token magnitudes makes that much worse).
+    const std::vector<float> oneScale = referenceFakeQuantize(
+        x, [](std::int64_t) { return std::int64_t {0}; }, 1, 448.0, fp8Grid(Fp8Format::E4M3));
+    QVERIFY(valuesOf(fakeQuantizeActivations(input, ActivationFormat::Fp8E4m3)) != oneScale);
+
+    // Non-finite activations propagate as in the kernels: NaN is skipped by amax and stays NaN; an inf makes
+    // its token's scale inf and the token NaN; other tokens are untouched.
+    std::vector<float> special = x;
+    special[static_cast<std::size_t>(1 * hidden + 7)] = std::numeric_limits<float>::quiet_NaN();
+    special[static_cast<std::size_t>(2 * hidden + 9)] = std::numeric_limits<float>::infinity();
+    const std::vector<float> got
+        = valuesOf(fakeQuantizeActivations(tensorOf(special, {10, hidden}), ActivationFormat::Fp8E4m3));
+    compareExactly(got,
+        referenceFakeQuantize(
+            special, [hidden](std::int64_t i) { return i / hidden; }, 10, 448.0, fp8Grid(Fp8Format::E4M3)),
+        "non-finite activations");
+    QVERIFY(std::isnan(got[static_cast<std::size_t>(hidden + 7)]));
+    QVERIFY(!std::isnan(got[static_cast<std::size_t>(hidden + 8)]));
+    for (std::int64_t c = 0; c < hidden; ++c) {
+        QVERIFY(std::isnan(got[static_cast<std::size_t>(2 * hidden + c)]));
+        QVERIFY(sameFloat(
+            got[static_cast<std::size_t>(3 * hidden + c)], expected[static_cast<std::size_t>(3 * hidden + c)]));
+    }
+}
+
+void TestQuant::kvCacheScalesPerTensorAndPerHead()
+{
+    std::mt19937_64 rng = rngFor("kvCacheScalesPerTensorAndPerHead");
+    const std::int64_t batch = 2, heads = 4, tokens = 9, dim = 64;
+    // Per (batch, head) magnitudes differ through randomValues' row spread (rows of head_dim).
+    const std::vector<float> x = randomValues(batch * heads * tokens * dim, rng, dim);
+    const at::Tensor kv = tensorOf(x, {batch, heads, tokens, dim});
+    auto headOf = [=](std::int64_t i) { return (i / (tokens * dim)) % heads; };
+
+    std::vector<float> perHeadScales;
+    const std::vector<float> perHead
+        = referenceFakeQuantize(x, headOf, heads, 448.0, fp8Grid(Fp8Format::E4M3), &perHeadScales);
+    compareExactly(valuesOf(fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerHead)), perHead, "kv per head");
+    compareExactly(valuesOf(kvScales(kv, KvFormat::Fp8E4m3, KvScales::PerHead)), perHeadScales, "kv per-head scales");
+
+    std::vector<float> tensorScale;
+    const std::vector<float> perTensor = referenceFakeQuantize(
+        x, [](std::int64_t) { return std::int64_t {0}; }, 1, 448.0, fp8Grid(Fp8Format::E4M3), &tensorScale);
+    compareExactly(valuesOf(fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerTensor)), perTensor, "kv per tensor");
+    compareExactly(valuesOf(fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::None)), perTensor, "kv default scales");
+
+    // Given (calibrated) scales: the dynamic ones reproduce the dynamic result; smaller ones saturate.
+    compareExactly(valuesOf(fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerHead, tensorOf(perHeadScales, {heads}))),
+        perHead, "kv given = dynamic");
+    std::vector<float> calibrated(static_cast<std::size_t>(heads));
+    for (std::int64_t h = 0; h < heads; ++h) {
+        calibrated[static_cast<std::size_t>(h)] = perHeadScales[static_cast<std::size_t>(h)] * (h % 2 ? 0.25f : 3.0f);
+    }
+    const std::vector<float> expectedCalibrated
+        = referenceFakeQuantize(x, headOf, heads, 448.0, fp8Grid(Fp8Format::E4M3), nullptr, &calibrated);
+    const at::Tensor gotCalibrated
+        = fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerHead, tensorOf(calibrated, {heads}));
+    compareExactly(valuesOf(gotCalibrated), expectedCalibrated, "kv calibrated scales");
+    const float ceiling = 448.0f * calibrated[1];
+    QCOMPARE(gotCalibrated.select(1, 1).abs().max().item<float>(), ceiling); // head 1 saturates at 448 * scale
+}
+
+void TestQuant::kvPerHeadScalesBeatPerTensorWithAnOutlierHead()
+{
+    std::mt19937_64 rng = rngFor("kvPerHeadScalesBeatPerTensorWithAnOutlierHead");
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const std::int64_t batch = 2, heads = 8, tokens = 16, dim = 64, outlier = 3;
+    // FP8 is a floating-point grid, so a coarser scale only hurts values it pushes below the smallest normal
+    // (2^-6 * scale): an outlier head 10^4 times larger pushes the ordinary heads there.
+    const float kOutlier = 1e4f;
+    std::vector<float> x(static_cast<std::size_t>(batch * heads * tokens * dim));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        float v = 0.0f;
+        while (v == 0.0f) {
+            v = normal(rng);
+        }
+        const std::int64_t head = (static_cast<std::int64_t>(i) / (tokens * dim)) % heads;
+        x[i] = head == outlier ? kOutlier * v : v;
+    }
+    const at::Tensor kv = tensorOf(x, {batch, heads, tokens, dim});
+    const at::Tensor perHead = fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerHead);
+    const at::Tensor perTensor = fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerTensor);
+    auto error = [&](const at::Tensor& q) {
+        const at::Tensor d = (q - kv).to(at::kDouble);
+        return std::sqrt(d.pow(2).sum().item<double>() / kv.to(at::kDouble).pow(2).sum().item<double>());
+    };
+    auto errorWithoutOutlier = [&](const at::Tensor& q) {
+        at::Tensor mask = at::ones({1, heads, 1, 1}, at::kDouble);
+        mask[0][outlier].fill_(0.0);
+        const at::Tensor d = (q - kv).to(at::kDouble) * mask;
+        return std::sqrt(d.pow(2).sum().item<double>() / (kv.to(at::kDouble) * mask).pow(2).sum().item<double>());
+    };
+    const double headError = error(perHead);
+    const double tensorError = error(perTensor);
+    QVERIFY2(
+        headError < tensorError, qPrintable(QString("per head %1, per tensor %2").arg(headError).arg(tensorError)));
+    // The ordinary heads gain most: the outlier's scale leaves them in the subnormals (measured: about 1.8x).
+    const double headOthers = errorWithoutOutlier(perHead);
+    const double tensorOthers = errorWithoutOutlier(perTensor);
+    QVERIFY2(headOthers * 1.5 < tensorOthers,
+        qPrintable(QString("per head %1, per tensor %2").arg(headOthers).arg(tensorOthers)));
+}
+
+void TestQuant::kvGivenScalesAreValidated()
+{
+    const at::Tensor kv = at::ones({1, 4, 3, 8}) * 0.5;
+    expectInputError([&] { fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerHead, at::ones({3})); }, "expected 4");
+    expectInputError([&] { fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerTensor, at::ones({4})); }, "expected 1");
+    expectInputError(
+        [&] { fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerTensor, at::zeros({1})); }, "finite scale > 0");
+    expectInputError(
+        [&] { fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerTensor, at::full({1}, NAN)); }, "finite scale > 0");
+    expectInputError(
+        [&] {
+            fakeQuantizeKv(at::ones({4, 3, 8}), KvFormat::Fp8E4m3, KvScales::PerHead);
+        },
+        "[batch, heads, tokens, head_dim]");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Names and storage
+
+void TestQuant::namesRoundTrip()
+{
+    for (const std::string& name : weightFormatChoices()) {
+        QVERIFY(parseWeightFormat(name).has_value());
+        QCOMPARE(toString(*parseWeightFormat(name)), name);
+    }
+    for (const std::string& name : granularityChoices()) {
+        QCOMPARE(toString(*parseGranularity(name)), name);
+    }
+    for (const std::string& name : activationFormatChoices()) {
+        QCOMPARE(toString(*parseActivationFormat(name)), name);
+    }
+    for (const std::string& name : kvFormatChoices()) {
+        QCOMPARE(toString(*parseKvFormat(name)), name);
+    }
+    for (const std::string& name : kvScalesChoices()) {
+        QCOMPARE(toString(*parseKvScales(name)), name);
+    }
+    QCOMPARE(
+        weightFormatChoices(), (std::vector<std::string> {"bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"}));
+    QVERIFY(!parseWeightFormat("fp8").has_value());
+    QVERIFY(!parseWeightFormat("FP8_E4M3").has_value());
+    QVERIFY(!parseGranularity("none").has_value());
+    QVERIFY(!parseKvScales("per_layer").has_value());
+    QCOMPARE(toString(Granularity::None), std::string("none"));
+}
+
+void TestQuant::storageBytes()
+{
+    const std::vector<std::int64_t> shape = {4096, 4096};
+    const std::uint64_t n = 4096ull * 4096ull;
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Bf16, Granularity::None), 2 * n);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Fp16, Granularity::None), 2 * n);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Fp8E4m3, Granularity::Tensor), n + 4);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Fp8E5m2, Granularity::Channel), n + 4096 * 4);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Fp8E4m3, Granularity::Block128), n + 32 * 32 * 4);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Int8, Granularity::Channel), n + 4096 * 4);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Int4, Granularity::Group128), n / 2 + 4096 * 32 * 4);
+    // Partial blocks and groups, odd int4 rows (3 rows of ceil(5/2) = 3 bytes, one group each).
+    QCOMPARE(weightStorageBytes(std::vector<std::int64_t> {300, 200}, WeightFormat::Fp8E4m3, Granularity::Block128),
+        std::uint64_t {300 * 200 + 3 * 2 * 4});
+    QCOMPARE(weightStorageBytes(std::vector<std::int64_t> {3, 5}, WeightFormat::Int4, Granularity::Group128),
+        std::uint64_t {3 * 3 + 3 * 4});
+    QCOMPARE(weightStorageBytes(std::vector<std::int64_t> {3, 5}, WeightFormat::Int4, Granularity::None),
+        std::uint64_t {3 * 3 + 3 * 4});
+    QCOMPARE(weightScaleCount(std::vector<std::int64_t> {3, 300}, WeightFormat::Int4, Granularity::Group128),
+        std::int64_t {9});
+    QCOMPARE(bytesPerElement(WeightFormat::Int4), 0.5);
+    QCOMPARE(bytesPerElement(KvFormat::Fp8E4m3), 1.0);
+    QCOMPARE(bytesPerElement(ActivationFormat::Fp8E4m3), 1.0);
+
+    // KV: elements plus the layer's static scales; FP8 holds nearly twice the tokens of BF16.
+    QCOMPARE(kvCacheBytes(1000, 8, 128, KvFormat::Bf16, KvScales::None), std::uint64_t {1000 * 8 * 128 * 2});
+    QCOMPARE(kvCacheBytes(1000, 8, 128, KvFormat::Fp8E4m3, KvScales::PerTensor), std::uint64_t {1000 * 8 * 128 + 4});
+    QCOMPARE(kvCacheBytes(1000, 8, 128, KvFormat::Fp8E4m3, KvScales::PerHead), std::uint64_t {1000 * 8 * 128 + 8 * 4});
+    const double ratio = static_cast<double>(kvCacheBytes(4096, 8, 128, KvFormat::Bf16, KvScales::None))
+        / static_cast<double>(kvCacheBytes(4096, 8, 128, KvFormat::Fp8E4m3, KvScales::PerHead));
+    QVERIFY2(ratio > 1.93 && ratio < 2.0, qPrintable(QString::number(ratio)));
+
+    expectInputError(
+        [&] { weightStorageBytes(std::vector<std::int64_t> {10}, WeightFormat::Int8, Granularity::Channel); }, "2-D");
+    QCOMPARE(weightScaleCount(shape, WeightFormat::Bf16, Granularity::None), std::int64_t {0});
+    QVERIFY(!isSupported(WeightFormat::Bf16, Granularity::Tensor));
+    QVERIFY(isSupported(WeightFormat::Bf16, Granularity::None));
+    QVERIFY(!isSupported(WeightFormat::Fp8E4m3, Granularity::Group128));
+    QVERIFY(isSupported(WeightFormat::Fp8E5m2, Granularity::Channel));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// CLI
+
+void TestQuant::cliQuantizesAFile()
+{
+    std::mt19937_64 rng = rngFor("cliQuantizesAFile");
+    const at::Tensor up = tensorOf(randomValues(96 * 300, rng, 300), {96, 300});
+    const at::Tensor norm = tensorOf(randomValues(300, rng), {300});
+    const at::Tensor query = tensorOf(randomValues(64 * 64, rng, 64), {64, 64}).to(at::kBFloat16);
+    const std::string input = scratchPath("in.safetensors");
+    model::writeSafetensors(input,
+        {{"model.layers.0.mlp.up_proj.weight", up}, {"model.layers.0.input_layernorm.weight", norm},
+            {"model.layers.0.self_attn.q_proj.weight", query}},
+        {{"origin", "test"}});
+
+    const std::string output = scratchPath("out.safetensors");
+    const CliResult result
+        = runCli({"--json", "quantize", "--format", "fp8_e4m3", "--granularity", "block128", input, output});
+    QVERIFY2(result.code == 0, result.err.c_str());
+    const nlohmann::json report = nlohmann::json::parse(result.out);
+    QCOMPARE(report["format"].get<std::string>(), std::string("fp8_e4m3"));
+    QCOMPARE(report["granularity"].get<std::string>(), std::string("block128"));
+    QCOMPARE(report["quantized"].get<int>(), 2);
+    QCOMPARE(report["copied"].get<int>(), 1);
+    QCOMPARE(report["tensors"].size(), std::size_t {3});
+
+    const auto file = model::SafetensorsFile::open(output);
+    QCOMPARE(file->metadata().at("origin"), std::string("test"));
+    QCOMPARE(file->metadata().at("mismatch.quantize.format"), std::string("fp8_e4m3"));
+    const std::map<std::string, at::Tensor> originals = {{"model.layers.0.mlp.up_proj.weight", up},
+        {"model.layers.0.input_layernorm.weight", norm}, {"model.layers.0.self_attn.q_proj.weight", query}};
+    for (const auto& entry : report["tensors"]) {
+        const std::string name = entry["name"].get<std::string>();
+        const at::Tensor original = originals.at(name);
+        const at::Tensor written = file->load(name);
+        if (original.dim() == 1) {
+            QVERIFY(!entry["quantized"].get<bool>());
+            QVERIFY(at::equal(written, original));
+            QVERIFY(entry["note"].get<std::string>().find("1-D") != std::string::npos);
+            continue;
+        }
+        QVERIFY(entry["quantized"].get<bool>());
+        QCOMPARE(written.scalar_type(), at::kFloat);
+        QVERIFY2(
+            at::equal(written, fakeQuantize(original, WeightFormat::Fp8E4m3, Granularity::Block128)), name.c_str());
+        const double relative = relativeRms(valuesOf(written), valuesOf(original));
+        QVERIFY(relative > 0.0);
+        QVERIFY(std::fabs(entry["relative_rms_error"].get<double>() - relative) <= kReportedErrorTolerance * relative);
+        const double maxAbs = (written.to(at::kDouble) - original.to(at::kDouble)).abs().max().item<double>();
+        QCOMPARE(entry["max_abs_error"].get<double>(), maxAbs);
+        QCOMPARE(entry["format_bytes"].get<std::uint64_t>(),
+            weightStorageBytes(original.sizes(), WeightFormat::Fp8E4m3, Granularity::Block128));
+    }
+
+    // Human table, default granularity for int4 (group128), and --keep-dtype.
+    const std::string kept = scratchPath("kept.safetensors");
+    const CliResult table = runCli({"quantize", "-f", "int4", "--keep-dtype", input, kept});
+    QVERIFY2(table.code == 0, table.err.c_str());
+    for (const char* word :
+        {"int4 (group128)", "model.layers.0.mlp.up_proj.weight", "copied (1-D)", "quantized", "rel rms err"}) {
+        QVERIFY2(table.out.find(word) != std::string::npos, table.out.c_str());
+    }
+    const auto keptFile = model::SafetensorsFile::open(kept);
+    QVERIFY(keptFile->info("model.layers.0.self_attn.q_proj.weight").dtype == model::DType::BF16);
+    QVERIFY(at::equal(keptFile->load("model.layers.0.self_attn.q_proj.weight"),
+        fakeQuantize(query, WeightFormat::Int4, Granularity::Group128).to(at::kBFloat16)));
+}
+
+void TestQuant::cliRejectsBadArguments()
+{
+    const std::string input = scratchPath("small.safetensors");
+    model::writeSafetensors(input, {{"w", at::ones({4, 4}) * 0.25}});
+    const std::string output = scratchPath("small-out.safetensors");
+    QCOMPARE(runCli({"quantize", "--format", "fp9", input, output}).code, 2);
+    QCOMPARE(runCli({"quantize", "--format", "int4", "--granularity", "channel", input, output}).code, 2);
+    QCOMPARE(runCli({"quantize", "--format", "bf16", "--granularity", "tensor", input, output}).code, 2);
+    QCOMPARE(runCli({"quantize", "--format", "int8", input}).code, 2);
+    const CliResult missing = runCli({"quantize", "--format", "int8", scratchPath("absent.safetensors"), output});
+    QCOMPARE(missing.code, 1);
+    QVERIFY2(missing.err.find("absent.safetensors") != std::string::npos, missing.err.c_str());
+    QVERIFY(!QFile::exists(QString::fromStdString(output)));
+
+    // Non-finite weights: an error naming the file and tensor, and no output file.
+    model::writeSafetensors(input, {{"bad", at::full({2, 2}, INFINITY)}});
+    const CliResult bad = runCli({"quantize", "--format", "int8", input, output});
+    QCOMPARE(bad.code, 1);
+    QVERIFY2(
+        bad.err.find("bad") != std::string::npos && bad.err.find("non-finite") != std::string::npos, bad.err.c_str());
+    QVERIFY(!QFile::exists(QString::fromStdString(output)));
+}
+
+QTEST_MAIN(TestQuant)
+#include "test_quant.moc"
