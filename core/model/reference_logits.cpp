@@ -1,0 +1,73 @@
+#include "core/model/reference_logits.h"
+
+#include "core/common/error.h"
+#include "core/io/prompt_set.h"
+#include "core/model/model_files.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+namespace mismatch::model {
+
+ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
+    const ReferenceLogitsOptions& options, Progress& progress)
+{
+    at::NoGradGuard noGrad;
+    progress.update(0.0, "loading model");
+    const ModelFiles files = openModelDirectory(modelDirectory);
+    const Transformer network(files.config, loadWeights(modelDirectory, files.config));
+    const Tokenizer tokenizer =
+        Tokenizer::fromFile((std::filesystem::path(modelDirectory) / "tokenizer.json").string());
+    const io::PromptSet set = io::loadPromptSet(promptSetPath);
+    ForwardOptions forward;
+    forward.logProbs = true;
+    forward.compute = options.bf16 ? at::kBFloat16 : at::kFloat;
+
+    ReferenceLogits result;
+    const auto count = static_cast<int>(set.prompts.size());
+    for (int first = 0; first < count; first += options.batchSize) {
+        progress.checkCancelled();
+        const int rows = std::min(options.batchSize, count - first);
+        std::vector<std::vector<std::int64_t>> sequences;
+        std::size_t longest = 0;
+        for (int r = 0; r < rows; ++r) {
+            const io::Prompt& prompt = set.prompts[static_cast<size_t>(first + r)];
+            std::string text = io::renderPrompt(set, prompt);
+            if (options.includeAnswer) {
+                text += prompt.answer;
+            }
+            sequences.push_back(tokenizer.encode(text));
+            if (sequences.back().empty()) {
+                throw InputError(promptSetPath, "prompt '" + prompt.id + "'", "encodes to no tokens");
+            }
+            longest = std::max(longest, sequences.back().size());
+        }
+        // Right padding: real tokens keep positions 0..T_i-1 (the forward derives positions from the mask).
+        const auto T = static_cast<std::int64_t>(longest);
+        at::Tensor ids = at::zeros({rows, T}, at::kLong);
+        at::Tensor mask = at::zeros({rows, T}, at::kLong);
+        for (int r = 0; r < rows; ++r) {
+            const auto& seq = sequences[static_cast<size_t>(r)];
+            const auto length = static_cast<std::int64_t>(seq.size());
+            ids[r].narrow(0, 0, length).copy_(at::tensor(seq, at::kLong));
+            mask[r].narrow(0, 0, length).fill_(1);
+        }
+        const at::Tensor logProbs = network.forward(ids, mask, forward);
+        for (int r = 0; r < rows; ++r) {
+            const auto length = static_cast<std::int64_t>(sequences[static_cast<size_t>(r)].size());
+            const int index = first + r;
+            result.tensors.emplace_back("log_probs." + std::to_string(index),
+                logProbs[r].narrow(0, 0, length).to(at::kFloat).contiguous());
+            result.tensors.emplace_back("input_ids." + std::to_string(index), ids[r].narrow(0, 0, length).to(at::kFloat));
+            result.promptIds.push_back(set.prompts[static_cast<size_t>(index)].id);
+            result.positions += length;
+        }
+        progress.update(static_cast<double>(first + rows) / count, "scoring prompts");
+    }
+    return result;
+}
+
+}  // namespace mismatch::model

@@ -1,0 +1,31 @@
+#pragma once
+// `mismatch logits`: the trainer's reference log-probabilities at every position of a prompt set, for checking
+// this implementation against others (transformers, vLLM's prompt_logprobs) on the same checkpoint.
+#include "core/common/progress.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mismatch::model {
+
+struct ReferenceLogitsOptions {
+    bool includeAnswer = false;  // score prompt + answer instead of the prompt alone
+    bool bf16 = false;           // run the forward in BF16 instead of FP32
+    int batchSize = 16;
+};
+
+struct ReferenceLogits {
+    // Per prompt i (in file order): "log_probs.i" [T_i, vocab] float32 (row t is the distribution of token t+1
+    // given tokens 0..t) and "input_ids.i" [T_i] stored as float32 (exact for ids below 2^24).
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    std::vector<std::string> promptIds;
+    std::int64_t positions = 0;
+};
+
+ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
+    const ReferenceLogitsOptions& options, Progress& progress);
+
+}  // namespace mismatch::model
