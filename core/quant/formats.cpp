@@ -5,12 +5,6 @@
 #include <array>
 #include <utility>
 
-// The functions recipe.cpp also defines (see formats.h) are weak until recipe.h includes formats.h.
-#if defined(__GNUC__) || defined(__clang__)
-#define MISMATCH_SHARED_WITH_RECIPE __attribute__((weak))
-#else
-#define MISMATCH_SHARED_WITH_RECIPE
-#endif
 
 namespace mismatch::quant {
 
@@ -92,28 +86,28 @@ std::string shapeText(c10::IntArrayRef shape)
 
 } // namespace
 
-MISMATCH_SHARED_WITH_RECIPE std::string toString(WeightFormat format)
+std::string toString(WeightFormat format)
 {
     return nameOf(kWeightFormats, format);
 }
-MISMATCH_SHARED_WITH_RECIPE std::string toString(Granularity granularity)
+std::string toString(Granularity granularity)
 {
     return nameOf(kGranularities, granularity);
 }
-MISMATCH_SHARED_WITH_RECIPE std::string toString(ActivationFormat format)
+std::string toString(ActivationFormat format)
 {
     return nameOf(kActivationFormats, format);
 }
-MISMATCH_SHARED_WITH_RECIPE std::string toString(KvFormat format)
+std::string toString(KvFormat format)
 {
     return nameOf(kKvFormats, format);
 }
-MISMATCH_SHARED_WITH_RECIPE std::string toString(KvScales scales)
+std::string toString(KvScales scales)
 {
     return nameOf(kKvScales, scales);
 }
 
-MISMATCH_SHARED_WITH_RECIPE double bytesPerElement(WeightFormat format)
+double bytesPerElement(WeightFormat format)
 {
     switch (format) {
     case WeightFormat::Bf16:
@@ -129,12 +123,12 @@ MISMATCH_SHARED_WITH_RECIPE double bytesPerElement(WeightFormat format)
     return 2.0;
 }
 
-MISMATCH_SHARED_WITH_RECIPE double bytesPerElement(KvFormat format)
+double bytesPerElement(KvFormat format)
 {
     return format == KvFormat::Bf16 ? 2.0 : 1.0;
 }
 
-MISMATCH_SHARED_WITH_RECIPE std::vector<Granularity> allowedGranularities(WeightFormat format)
+std::vector<Granularity> allowedGranularities(WeightFormat format)
 {
     switch (format) {
     case WeightFormat::Fp8E4m3:
@@ -151,7 +145,7 @@ MISMATCH_SHARED_WITH_RECIPE std::vector<Granularity> allowedGranularities(Weight
     return {};
 }
 
-MISMATCH_SHARED_WITH_RECIPE Granularity defaultGranularity(WeightFormat format)
+Granularity defaultGranularity(WeightFormat format)
 {
     switch (format) {
     case WeightFormat::Fp8E4m3:

@@ -2,12 +2,6 @@
 // The number formats of a precision recipe and their recipe spellings: weight formats with the granularity
 // of their scales, activation formats and KV-cache formats with their scales. Storage sizes of each
 // (elements plus float32 scales) for memory and KV-capacity accounting live here too.
-//
-// Shared with core/quant/recipe.h, which was written at the same time with its own copy of the five enums
-// below (token-identical here, so the program has one definition of each) and of toString,
-// bytesPerElement, allowedGranularities and defaultGranularity (same behaviour). Until recipe.h includes
-// this header instead, a translation unit cannot include both, and formats.cpp defines those shared
-// functions weakly so that a binary linking recipe.cpp as well gets one copy.
 #include <c10/util/ArrayRef.h>
 
 #include <cstdint>
@@ -31,7 +25,6 @@ enum class KvFormat { Bf16, Fp8E4m3 };
 // Scales of an FP8 KV cache: "per_tensor", "per_head" (one per KV head); None for bf16.
 enum class KvScales { None, PerTensor, PerHead };
 
-// Shared with recipe.h (see above).
 std::string toString(WeightFormat format);
 std::string toString(Granularity granularity);
 std::string toString(ActivationFormat format);

@@ -17,40 +17,47 @@ namespace mismatch::quant {
 
 namespace {
 
-// Name tables: the spelling in recipe files, in the order the error messages list them.
-template <typename Enum> using NameTable = std::vector<std::pair<Enum, const char*>>;
+// Name tables: the spelling in recipe files, in the order the error messages list them. The format spellings
+// are formats.h's (one source for the recipe parser, the fake quantizer and the CLI).
+template <typename Enum> using NameTable = std::vector<std::pair<Enum, std::string>>;
+
+template <typename Enum, typename Parse>
+NameTable<Enum> tableOf(const std::vector<std::string>& spellings, Parse parse)
+{
+    NameTable<Enum> table;
+    for (const std::string& spelling : spellings) {
+        table.emplace_back(*parse(spelling), spelling);
+    }
+    return table;
+}
 
 const NameTable<WeightFormat>& weightFormatNames()
 {
-    static const NameTable<WeightFormat> names
-        = {{WeightFormat::Bf16, "bf16"}, {WeightFormat::Fp16, "fp16"}, {WeightFormat::Fp8E4m3, "fp8_e4m3"},
-            {WeightFormat::Fp8E5m2, "fp8_e5m2"}, {WeightFormat::Int8, "int8"}, {WeightFormat::Int4, "int4"}};
+    static const auto names = tableOf<WeightFormat>(weightFormatChoices(), parseWeightFormat);
     return names;
 }
 
 const NameTable<Granularity>& granularityNames()
 {
-    static const NameTable<Granularity> names = {{Granularity::Tensor, "tensor"}, {Granularity::Channel, "channel"},
-        {Granularity::Block128, "block128"}, {Granularity::Group128, "group128"}};
+    static const auto names = tableOf<Granularity>(granularityChoices(), parseGranularity);
     return names;
 }
 
 const NameTable<ActivationFormat>& activationFormatNames()
 {
-    static const NameTable<ActivationFormat> names
-        = {{ActivationFormat::Bf16, "bf16"}, {ActivationFormat::Fp8E4m3, "fp8_e4m3"}};
+    static const auto names = tableOf<ActivationFormat>(activationFormatChoices(), parseActivationFormat);
     return names;
 }
 
 const NameTable<KvFormat>& kvFormatNames()
 {
-    static const NameTable<KvFormat> names = {{KvFormat::Bf16, "bf16"}, {KvFormat::Fp8E4m3, "fp8_e4m3"}};
+    static const auto names = tableOf<KvFormat>(kvFormatChoices(), parseKvFormat);
     return names;
 }
 
 const NameTable<KvScales>& kvScalesNames()
 {
-    static const NameTable<KvScales> names = {{KvScales::PerTensor, "per_tensor"}, {KvScales::PerHead, "per_head"}};
+    static const auto names = tableOf<KvScales>(kvScalesChoices(), parseKvScales);
     return names;
 }
 
@@ -125,86 +132,9 @@ std::int64_t parseNumber(const std::string& digits, const std::string& pattern)
 
 } // namespace
 
-std::string toString(WeightFormat format)
-{
-    return nameOf(weightFormatNames(), format);
-}
-std::string toString(Granularity granularity)
-{
-    return nameOf(granularityNames(), granularity);
-}
-std::string toString(ActivationFormat format)
-{
-    return nameOf(activationFormatNames(), format);
-}
-std::string toString(KvFormat format)
-{
-    return nameOf(kvFormatNames(), format);
-}
-std::string toString(KvScales scales)
-{
-    return nameOf(kvScalesNames(), scales);
-}
 std::string toString(KvCalibration calibration)
 {
     return nameOf(kvCalibrationNames(), calibration);
-}
-
-double bytesPerElement(WeightFormat format)
-{
-    switch (format) {
-    case WeightFormat::Bf16:
-    case WeightFormat::Fp16:
-        return 2.0;
-    case WeightFormat::Fp8E4m3:
-    case WeightFormat::Fp8E5m2:
-    case WeightFormat::Int8:
-        return 1.0;
-    case WeightFormat::Int4:
-        return 0.5;
-    }
-    return 2.0;
-}
-
-double bytesPerElement(KvFormat format)
-{
-    return format == KvFormat::Fp8E4m3 ? 1.0 : 2.0;
-}
-
-std::vector<Granularity> allowedGranularities(WeightFormat format)
-{
-    switch (format) {
-    case WeightFormat::Fp8E4m3:
-    case WeightFormat::Fp8E5m2:
-        return {Granularity::Tensor, Granularity::Channel, Granularity::Block128};
-    case WeightFormat::Int8:
-        return {Granularity::Channel};
-    case WeightFormat::Int4:
-        return {Granularity::Group128};
-    case WeightFormat::Bf16:
-    case WeightFormat::Fp16:
-        break;
-    }
-    return {};
-}
-
-Granularity defaultGranularity(WeightFormat format)
-{
-    switch (format) {
-    case WeightFormat::Fp8E4m3:
-    case WeightFormat::Fp8E5m2:
-        // Block scales are what DeepSeek-style FP8 checkpoints and the spec's example use, and they bound the
-        // error of an outlier to its own 128x128 block.
-        return Granularity::Block128;
-    case WeightFormat::Int8:
-        return Granularity::Channel;
-    case WeightFormat::Int4:
-        return Granularity::Group128;
-    case WeightFormat::Bf16:
-    case WeightFormat::Fp16:
-        break;
-    }
-    return Granularity::None;
 }
 
 bool operator==(const WeightPrecision& a, const WeightPrecision& b)

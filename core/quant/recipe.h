@@ -63,6 +63,8 @@
 //                 at least one linear module (embed_tokens is a lookup and has no input activations)
 //               - no module ends with int4 weights and fp8 activations (W4A8: the engine has no such kernel)
 //               - with tie_word_embeddings, embed_tokens and lm_head (one tensor) get the same weight format
+#include "core/quant/formats.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -70,33 +72,9 @@
 
 namespace mismatch::quant {
 
-// core/quant/formats.h (the fake quantizer's) holds token-identical copies of the five format enums below and
-// of toString, bytesPerElement, allowedGranularities and defaultGranularity, defined weakly there. Once both
-// are in the tree this header should include formats.h instead; until then a translation unit includes one
-// of the two (formats.h pulls in ATen, which recipe users such as the CLI table do not need).
-enum class WeightFormat { Bf16, Fp16, Fp8E4m3, Fp8E5m2, Int8, Int4 };
-// Where the weight scales live: one per tensor, one per output channel (row), one per 128x128 block, one per
-// 128 consecutive input elements of a row. None for formats without scales.
-enum class Granularity { None, Tensor, Channel, Block128, Group128 };
-enum class ActivationFormat { Bf16, Fp8E4m3 };
-enum class KvFormat { Bf16, Fp8E4m3 };
-enum class KvScales { None, PerTensor, PerHead };
+// The format enums, their names and storage sizes are core/quant/formats.h's; recipes add the KV calibration.
 enum class KvCalibration { None, Probe, EverySync };
-
-// The names written in recipe files ("fp8_e4m3", "block128", "per_head", "every_sync"; None is "none").
-std::string toString(WeightFormat format);
-std::string toString(Granularity granularity);
-std::string toString(ActivationFormat format);
-std::string toString(KvFormat format);
-std::string toString(KvScales scales);
 std::string toString(KvCalibration calibration);
-
-// Storage of one weight element in bytes (int4: 0.5); activations and KV likewise.
-double bytesPerElement(WeightFormat format);
-double bytesPerElement(KvFormat format);
-// The granularities a weight format accepts (empty when it has no scales) and the one used when none is given.
-std::vector<Granularity> allowedGranularities(WeightFormat format);
-Granularity defaultGranularity(WeightFormat format);
 
 struct WeightPrecision {
     WeightFormat format = WeightFormat::Bf16;

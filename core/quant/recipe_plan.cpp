@@ -30,7 +30,6 @@ std::string attentionName(std::int64_t layer)
 
 namespace {
 
-constexpr std::int64_t kScaleBytes = 4; // float32
 constexpr std::int64_t kBf16Bytes = 2;
 constexpr std::int64_t kTile = 128; // block128 and group128
 
@@ -79,7 +78,7 @@ WeightMemory weightMemory(std::int64_t rows, std::int64_t columns, const WeightP
         scales = rows * ceilDiv(columns, kTile);
         break;
     }
-    memory.scaleBytes = scales * kScaleBytes;
+    memory.scaleBytes = scales * static_cast<std::int64_t>(kScaleBytes);
     memory.bf16Bytes = kBf16Bytes * elements;
     return memory;
 }
@@ -356,9 +355,9 @@ RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
         plan.kvBytesPerToken += kvElementsPerToken * static_cast<std::int64_t>(bytesPerElement(kv.format));
         plan.bf16KvBytesPerToken += kvElementsPerToken * kBf16Bytes;
         if (kv.scales == KvScales::PerTensor) {
-            plan.kvScaleBytes += 2 * kScaleBytes;
+            plan.kvScaleBytes += 2 * static_cast<std::int64_t>(kScaleBytes);
         } else if (kv.scales == KvScales::PerHead) {
-            plan.kvScaleBytes += 2 * config.numKeyValueHeads * kScaleBytes;
+            plan.kvScaleBytes += 2 * config.numKeyValueHeads * static_cast<std::int64_t>(kScaleBytes);
         }
     }
     return plan;
