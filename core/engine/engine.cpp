@@ -1,0 +1,350 @@
+#include "core/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <set>
+
+namespace mismatch::engine {
+
+namespace {
+
+// Bytes of one generated token for the result text: special tokens (EOS, chat markers) are left out, as
+// engines do by default; an id the tokenizer does not know (models pad their vocabulary) adds nothing.
+std::string tokenText(const model::Tokenizer& tokenizer, std::int64_t id)
+{
+    if (id >= tokenizer.vocabSize() || tokenizer.isSpecial(id)) {
+        return {};
+    }
+    try {
+        return tokenizer.tokenBytes(id);
+    } catch (const InputError&) {
+        return {}; // a gap in the vocabulary
+    }
+}
+
+// Earliest occurrence of any stop string that ends in the text appended since `searchFrom`; npos if none.
+std::size_t findStopString(const std::string& text, std::size_t previousLength, const std::vector<std::string>& stops)
+{
+    std::size_t earliest = std::string::npos;
+    for (const std::string& stop : stops) {
+        const std::size_t from = previousLength >= stop.size() - 1 ? previousLength - (stop.size() - 1) : 0;
+        const std::size_t found = text.find(stop, from);
+        if (found != std::string::npos) {
+            earliest = std::min(earliest, found);
+        }
+    }
+    return earliest;
+}
+
+using ForwardLogits = std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& mask)>;
+
+std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t vocab,
+    const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<std::vector<std::int64_t>>& responses,
+    const ScoreOptions& options, Progress* progress)
+{
+    const std::string source = "scoring";
+    if (prompts.size() != responses.size()) {
+        throw InputError(source, "responses",
+            std::to_string(prompts.size()) + " prompts but " + std::to_string(responses.size()) + " responses");
+    }
+    if (!(options.temperature > 0.0) || !std::isfinite(options.temperature)) {
+        throw InputError(source, "temperature", "must be > 0, got " + std::to_string(options.temperature));
+    }
+    if (options.batchSize < 1) {
+        throw InputError(source, "batch size", "must be >= 1, got " + std::to_string(options.batchSize));
+    }
+    validateTokenSequences(prompts, vocab, source, "prompts");
+    validateTokenSequences(responses, vocab, source, "responses", /*allowEmpty=*/true);
+
+    const at::NoGradGuard noGrad;
+    std::vector<at::Tensor> scores(prompts.size());
+    const auto batchSize = static_cast<std::size_t>(options.batchSize);
+    for (std::size_t begin = 0; begin < prompts.size(); begin += batchSize) {
+        if (progress) {
+            progress->checkCancelled();
+            progress->update(static_cast<double>(begin) / static_cast<double>(prompts.size()), "scoring");
+        }
+        const std::size_t end = std::min(prompts.size(), begin + batchSize);
+        std::vector<std::vector<std::int64_t>> sequences;
+        for (std::size_t i = begin; i < end; ++i) {
+            // The last response token predicts nothing we score: prompt + response[0 .. R-2].
+            std::vector<std::int64_t> sequence = prompts[i];
+            if (!responses[i].empty()) {
+                sequence.insert(sequence.end(), responses[i].begin(), responses[i].end() - 1);
+            }
+            sequences.push_back(std::move(sequence));
+        }
+        const auto [ids, mask] = leftPaddedBatch(sequences);
+        const at::Tensor logits = forward(ids, mask).to(at::kFloat);
+        const std::int64_t length = ids.size(1);
+        for (std::size_t i = begin; i < end; ++i) {
+            const auto responseLength = static_cast<std::int64_t>(responses[i].size());
+            if (responseLength == 0) {
+                scores[i] = at::empty({0, vocab}, at::kFloat);
+                continue;
+            }
+            // Left padding right-aligns every row: response token t is predicted at column length - R + t.
+            const at::Tensor rows
+                = logits[static_cast<std::int64_t>(i - begin)].narrow(0, length - responseLength, responseLength);
+            scores[i] = at::log_softmax(rows.to(at::kDouble) / options.temperature, -1).to(at::kFloat).to(at::kCPU);
+        }
+    }
+    if (progress) {
+        progress->update(1.0, "scoring");
+    }
+    return scores;
+}
+
+} // namespace
+
+std::string toString(FinishReason reason)
+{
+    switch (reason) {
+    case FinishReason::Eos:
+        return "eos";
+    case FinishReason::StopString:
+        return "stop";
+    case FinishReason::Length:
+        return "length";
+    case FinishReason::Rejected:
+        return "rejected";
+    }
+    return "unknown";
+}
+
+Engine::Engine(model::ModelConfig config, model::TransformerWeights weights, std::optional<quant::RecipePlan> plan,
+    EngineOptions options)
+{
+    if (options.kvBlockSize < 1) {
+        throw InputError(
+            "engine options", "kv block size", "must be >= 1 token, got " + std::to_string(options.kvBlockSize));
+    }
+    if (options.maxBatchSize < 0) {
+        throw InputError("engine options", "max batch size",
+            "must be >= 0 (0: no limit), got " + std::to_string(options.maxBatchSize));
+    }
+    model_ = std::make_unique<EngineModel>(std::move(config), std::move(weights), std::move(plan), options);
+}
+
+KvBlockAllocator Engine::allocator() const
+{
+    return KvBlockAllocator(kvCacheLayout(*model_), model_->options().kvCacheBytes, model_->options().kvBlockSize);
+}
+
+void throwIfRejected(const std::vector<GenerationResult>& results)
+{
+    for (const GenerationResult& result : results) {
+        if (result.error) {
+            throw *result.error;
+        }
+    }
+}
+
+std::vector<GenerationResult> Engine::generate(
+    const std::vector<GenerationRequest>& requests, const SamplingOptions& sampling, Progress* progress)
+{
+    validateSamplingOptions(sampling);
+    if (!sampling.stopStrings.empty() && !tokenizer_) {
+        throw InputError("sampling options", "stop", "stop strings need the model's tokenizer (none was given)");
+    }
+    std::vector<std::vector<std::int64_t>> prompts;
+    prompts.reserve(requests.size());
+    for (const GenerationRequest& request : requests) {
+        prompts.push_back(request.prompt);
+    }
+    validateTokenSequences(prompts, model_->config().vocabSize, "generation requests", "prompt");
+
+    const EngineOptions& options = model_->options();
+    KvBlockPool pool(kvCacheLayout(*model_), options.kvCacheBytes, options.kvBlockSize);
+    const KvBlockAllocator& allocator = pool.allocator();
+    std::vector<GenerationResult> results(requests.size());
+    std::deque<std::size_t> pending;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        const std::int64_t needed = static_cast<std::int64_t>(requests[i].prompt.size()) + sampling.maxNewTokens;
+        if (allocator.couldEverFit(needed)) {
+            pending.push_back(i);
+            continue;
+        }
+        results[i].finishReason = FinishReason::Rejected;
+        results[i].error = ResourceError("KV cache: request " + std::to_string(i) + " needs " + std::to_string(needed)
+            + " tokens (prompt " + std::to_string(requests[i].prompt.size()) + " + max new tokens "
+            + std::to_string(sampling.maxNewTokens) + " = " + std::to_string(allocator.blocksFor(needed))
+            + " blocks of " + std::to_string(allocator.blockSize()) + ") but the cache holds "
+            + std::to_string(allocator.capacityTokens()) + " tokens (" + std::to_string(allocator.totalBlocks())
+            + " blocks in " + std::to_string(options.kvCacheBytes) + " bytes)");
+    }
+
+    const std::int64_t total = static_cast<std::int64_t>(pending.size()) * sampling.maxNewTokens;
+    std::int64_t done = 0;
+    std::int64_t waveIndex = 0;
+    const at::NoGradGuard noGrad;
+    while (!pending.empty()) {
+        std::vector<std::size_t> wave;
+        std::vector<SequenceId> sequences;
+        // First come, first served: stop at the first request that does not fit now, so none starves.
+        while (!pending.empty()
+            && (options.maxBatchSize == 0 || static_cast<std::int64_t>(wave.size()) < options.maxBatchSize)) {
+            const std::size_t next = pending.front();
+            const std::optional<SequenceId> sequence = pool.allocator().allocate(
+                static_cast<std::int64_t>(requests[next].prompt.size()) + sampling.maxNewTokens);
+            if (!sequence) {
+                break;
+            }
+            wave.push_back(next);
+            sequences.push_back(*sequence);
+            pending.pop_front();
+        }
+        // Programmer error: every pending request fits an empty cache, and a wave ends with all blocks free.
+        assert(!wave.empty());
+        runWave(wave, waveIndex, requests, sampling, pool, sequences, results, done, total, progress);
+        ++waveIndex;
+    }
+    if (progress) {
+        progress->update(1.0, "generating");
+    }
+    return results;
+}
+
+void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveIndex,
+    const std::vector<GenerationRequest>& requests, const SamplingOptions& sampling, KvBlockPool& pool,
+    const std::vector<SequenceId>& sequences, std::vector<GenerationResult>& results, std::int64_t& done,
+    std::int64_t total, Progress* progress)
+{
+    const std::int64_t vocab = model_->config().vocabSize;
+    std::set<std::int64_t> stopIds(sampling.stopTokenIds.begin(), sampling.stopTokenIds.end());
+    if (!sampling.ignoreEos) {
+        stopIds.insert(model_->config().eosTokenIds.begin(), model_->config().eosTokenIds.end());
+    }
+
+    std::vector<std::vector<std::int64_t>> prompts;
+    for (std::size_t index : wave) {
+        prompts.push_back(requests[index].prompt);
+    }
+    auto [ids, mask] = leftPaddedBatch(prompts);
+    PagedKvCache cache(pool, &model_->kvQuantizer());
+    for (std::size_t row = 0; row < wave.size(); ++row) {
+        cache.addRow(sequences[row], ids.size(1) - static_cast<std::int64_t>(prompts[row].size()));
+    }
+
+    struct Row {
+        std::size_t request;
+        metrics::SplitMix64 generator;
+        std::vector<std::vector<float>> distributions;
+        std::string text;
+    };
+    std::vector<Row> rows;
+    for (std::size_t index : wave) {
+        rows.push_back({index, metrics::SplitMix64(requestGeneratorSeed(sampling.seed, requests[index].seed)), {}, {}});
+        results[index].wave = waveIndex;
+    }
+    const auto finishRow = [&](Row& row) {
+        GenerationResult& result = results[row.request];
+        if (sampling.fullDistributions) {
+            result.distributions = at::empty({static_cast<std::int64_t>(row.distributions.size()), vocab}, at::kFloat);
+            for (std::size_t t = 0; t < row.distributions.size(); ++t) {
+                std::copy(row.distributions[t].begin(), row.distributions[t].end(),
+                    result.distributions[static_cast<std::int64_t>(t)].data_ptr<float>());
+            }
+            row.distributions.clear();
+        }
+        result.text = row.text;
+        done += sampling.maxNewTokens - static_cast<std::int64_t>(result.tokens.size()); // the unused allowance
+    };
+
+    const std::string stage = "generating (wave " + std::to_string(waveIndex + 1) + ")";
+    at::Tensor logits = model_->forward(ids, mask, at::Tensor(), &cache);
+    at::Tensor last = logits.select(1, logits.size(1) - 1);
+    while (true) {
+        const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
+        std::vector<std::int64_t> keep;
+        std::vector<std::int64_t> nextTokens;
+        for (std::size_t r = 0; r < rows.size(); ++r) {
+            Row& row = rows[r];
+            GenerationResult& result = results[row.request];
+            const float* rowLogits = lastCpu[static_cast<std::int64_t>(r)].data_ptr<float>();
+            const std::vector<double> logMu = samplingLogProbs(rowLogits, vocab, sampling);
+            SampledToken token = sampleToken(rowLogits, logMu, sampling, row.generator);
+            result.tokens.push_back(token.id);
+            result.logProbs.push_back(token.logProb);
+            if (sampling.topLogProbs > 0) {
+                result.topLogProbs.push_back(std::move(token.top));
+            }
+            if (sampling.fullDistributions) {
+                row.distributions.emplace_back(logMu.begin(), logMu.end());
+            }
+            ++done;
+            bool finished = false;
+            if (tokenizer_) {
+                const std::size_t previous = row.text.size();
+                row.text += tokenText(*tokenizer_, token.id);
+                const std::size_t stop = findStopString(row.text, previous, sampling.stopStrings);
+                if (stop != std::string::npos) {
+                    row.text.resize(stop);
+                    result.finishReason = FinishReason::StopString;
+                    finished = true;
+                }
+            }
+            if (!finished && stopIds.count(token.id)) {
+                result.finishReason = FinishReason::Eos;
+                finished = true;
+            }
+            if (!finished && static_cast<std::int64_t>(result.tokens.size()) >= sampling.maxNewTokens) {
+                result.finishReason = FinishReason::Length;
+                finished = true;
+            }
+            if (finished) {
+                finishRow(row);
+            } else {
+                keep.push_back(static_cast<std::int64_t>(r));
+                nextTokens.push_back(token.id);
+            }
+        }
+        if (progress) {
+            progress->update(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0, stage);
+            progress->checkCancelled();
+        }
+        if (keep.empty()) {
+            break;
+        }
+        if (keep.size() < rows.size()) {
+            // Finished rows leave the batch and free their blocks now.
+            cache.keepRows(keep);
+            std::vector<Row> remaining;
+            for (std::int64_t r : keep) {
+                remaining.push_back(std::move(rows[static_cast<std::size_t>(r)]));
+            }
+            rows = std::move(remaining);
+            mask = mask.index_select(0, at::tensor(keep, at::kLong));
+        }
+        const auto batch = static_cast<std::int64_t>(rows.size());
+        mask = at::cat({mask, at::ones({batch, 1}, at::kLong)}, 1);
+        const at::Tensor next = at::tensor(nextTokens, at::kLong).view({batch, 1});
+        logits = model_->forward(next, mask, at::Tensor(), &cache);
+        last = logits.select(1, 0);
+    }
+}
+
+std::vector<at::Tensor> scoreSequences(const model::Transformer& model,
+    const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<std::vector<std::int64_t>>& responses,
+    const ScoreOptions& options, Progress* progress)
+{
+    const ForwardLogits forward
+        = [&model](const at::Tensor& ids, const at::Tensor& mask) { return model.forward(ids, mask); };
+    return scoreWith(forward, model.config().vocabSize, prompts, responses, options, progress);
+}
+
+std::vector<at::Tensor> scoreSequences(EngineModel& model, const std::vector<std::vector<std::int64_t>>& prompts,
+    const std::vector<std::vector<std::int64_t>>& responses, const ScoreOptions& options, Progress* progress)
+{
+    const ForwardLogits forward
+        = [&model](const at::Tensor& ids, const at::Tensor& mask) { return model.forwardQuantized(ids, mask); };
+    return scoreWith(forward, model.config().vocabSize, prompts, responses, options, progress);
+}
+
+} // namespace mismatch::engine

@@ -1,0 +1,483 @@
+#include "core/engine/engine_model.h"
+
+#include "core/common/error.h"
+#include "core/quant/fp8.h"
+#include "core/quant/quantize.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace mismatch::engine {
+
+namespace {
+
+// The recipe names the embedding "model.embed_tokens"; the transformer's embed() seam calls it "embed_tokens".
+std::string planModuleName(const std::string& module)
+{
+    return module == "embed_tokens" ? std::string(quant::kEmbedName) : module;
+}
+
+std::string weightTensorName(const model::ModelConfig& config, const std::string& module)
+{
+    if (module == "embed_tokens" || (module == "lm_head" && config.tieWordEmbeddings)) {
+        return "model.embed_tokens.weight";
+    }
+    return module + ".weight";
+}
+
+// A full-forward cache: stores nothing between calls, but rounds keys and values as the engine's paged cache
+// does, so that a forward through it equals cached decoding position for position.
+class QuantizingKvCache : public model::KvCache {
+public:
+    QuantizingKvCache(KvQuantizer& quantizer, std::int64_t numLayers, at::Tensor real)
+        : quantizer_(quantizer)
+        , dense_(numLayers)
+        , real_(std::move(real))
+    {
+    }
+    std::int64_t length() const override { return dense_.length(); }
+    std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override
+    {
+        const at::Tensor real = real_.narrow(1, dense_.length(), keys.size(2));
+        const auto [k, v] = quantizer_.quantize(layer, keys, values, real);
+        return dense_.append(layer, k, v);
+    }
+    void advance(std::int64_t tokens) override { dense_.advance(tokens); }
+
+private:
+    KvQuantizer& quantizer_;
+    model::DenseKvCache dense_;
+    at::Tensor real_;
+};
+
+// Records, per layer, the amax of K and V over the real tokens (per KV head) of a BF16 forward.
+class AmaxRecordingKvCache : public model::KvCache {
+public:
+    AmaxRecordingKvCache(std::vector<at::Tensor>& keyAmax, std::vector<at::Tensor>& valueAmax, at::Tensor real)
+        : keyAmax_(keyAmax)
+        , valueAmax_(valueAmax)
+        , real_(std::move(real))
+    {
+    }
+    std::int64_t length() const override { return 0; }
+    std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override
+    {
+        // The BF16 engine's cache holds bf16 keys and values: their amax is what a calibration sees.
+        const at::Tensor k = roundBf16(keys);
+        const at::Tensor v = roundBf16(values);
+        record(keyAmax_[static_cast<std::size_t>(layer)], k);
+        record(valueAmax_[static_cast<std::size_t>(layer)], v);
+        return {k, v};
+    }
+    void advance(std::int64_t) override { }
+
+private:
+    void record(at::Tensor& amax, const at::Tensor& kv) const
+    {
+        const at::Tensor keep = real_.view({real_.size(0), 1, real_.size(1), 1});
+        const at::Tensor headAmax = at::where(keep, kv.abs(), at::zeros_like(kv)).amax({0, 2, 3}).to(at::kCPU);
+        amax = amax.defined() ? at::maximum(amax, headAmax) : headAmax;
+    }
+
+    std::vector<at::Tensor>& keyAmax_;
+    std::vector<at::Tensor>& valueAmax_;
+    at::Tensor real_;
+};
+
+at::Tensor scalesFromHeadAmax(const at::Tensor& headAmax, quant::KvScales mode)
+{
+    const at::Tensor amax = mode == quant::KvScales::PerHead ? headAmax.contiguous() : headAmax.max().reshape({1});
+    at::Tensor scales = at::empty({amax.numel()}, at::kFloat);
+    for (std::int64_t i = 0; i < amax.numel(); ++i) {
+        scales[i] = quant::scaleFromAmax(amax[i].item<float>(), quant::fp8Traits(quant::Fp8Format::E4M3).maxFinite);
+    }
+    return scales;
+}
+
+quant::KvScales effectiveScales(const quant::KvPrecision& precision)
+{
+    // FP8 without a scale mode is per tensor (the recipe's default).
+    return precision.scales == quant::KvScales::None ? quant::KvScales::PerTensor : precision.scales;
+}
+
+} // namespace
+
+std::string toString(EnginePrecision precision)
+{
+    switch (precision) {
+    case EnginePrecision::Fp32:
+        return "fp32";
+    case EnginePrecision::Bf16Reference:
+        return "bf16";
+    case EnginePrecision::Recipe:
+        return "recipe";
+    }
+    return "unknown";
+}
+
+at::Tensor roundBf16(const at::Tensor& values)
+{
+    return values.to(at::kBFloat16).to(at::kFloat);
+}
+
+std::pair<at::Tensor, at::Tensor> leftPaddedBatch(const std::vector<std::vector<std::int64_t>>& sequences)
+{
+    std::size_t longest = 0;
+    for (const auto& sequence : sequences) {
+        longest = std::max(longest, sequence.size());
+    }
+    const auto batch = static_cast<std::int64_t>(sequences.size());
+    const auto length = static_cast<std::int64_t>(longest);
+    at::Tensor ids = at::zeros({batch, length}, at::kLong);
+    at::Tensor mask = at::zeros({batch, length}, at::kLong);
+    auto idsAccess = ids.accessor<std::int64_t, 2>();
+    auto maskAccess = mask.accessor<std::int64_t, 2>();
+    for (std::int64_t row = 0; row < batch; ++row) {
+        const auto& sequence = sequences[static_cast<std::size_t>(row)];
+        const std::int64_t padding = length - static_cast<std::int64_t>(sequence.size());
+        for (std::size_t i = 0; i < sequence.size(); ++i) {
+            idsAccess[row][padding + static_cast<std::int64_t>(i)] = sequence[i];
+            maskAccess[row][padding + static_cast<std::int64_t>(i)] = 1;
+        }
+    }
+    return {ids, mask};
+}
+
+void validateTokenSequences(const std::vector<std::vector<std::int64_t>>& sequences, std::int64_t vocabSize,
+    const std::string& source, const std::string& what, bool allowEmpty)
+{
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+        const std::string location = what + "[" + std::to_string(i) + "]";
+        if (sequences[i].empty() && !allowEmpty) {
+            throw InputError(source, location, "empty token sequence");
+        }
+        for (std::size_t t = 0; t < sequences[i].size(); ++t) {
+            const std::int64_t id = sequences[i][t];
+            if (id < 0 || id >= vocabSize) {
+                throw InputError(source, location,
+                    "token " + std::to_string(t) + " is id " + std::to_string(id) + ", outside the vocabulary [0, "
+                        + std::to_string(vocabSize) + ")");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// KvQuantizer
+
+KvQuantizer::KvQuantizer(std::vector<quant::KvPrecision> perLayer, std::int64_t kvHeads, bool round)
+    : perLayer_(std::move(perLayer))
+    , kvHeads_(kvHeads)
+    , round_(round)
+{
+    scales_.keys.resize(perLayer_.size());
+    scales_.values.resize(perLayer_.size());
+}
+
+const quant::KvPrecision& KvQuantizer::precision(std::int64_t layer) const
+{
+    assert(layer >= 0 && layer < numLayers());
+    return perLayer_[static_cast<std::size_t>(layer)];
+}
+
+bool KvQuantizer::isFp8(std::int64_t layer) const
+{
+    return round_ && precision(layer).format == quant::KvFormat::Fp8E4m3;
+}
+
+std::int64_t KvQuantizer::scaleCount(std::int64_t layer) const
+{
+    if (!isFp8(layer)) {
+        return 0;
+    }
+    return effectiveScales(precision(layer)) == quant::KvScales::PerHead ? 2 * kvHeads_ : 2;
+}
+
+bool KvQuantizer::hasScales(std::int64_t layer) const
+{
+    return scales_.keys[static_cast<std::size_t>(layer)].defined();
+}
+
+std::pair<at::Tensor, at::Tensor> KvQuantizer::quantize(
+    std::int64_t layer, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& real)
+{
+    if (!round_) {
+        return {keys.to(at::kFloat), values.to(at::kFloat)};
+    }
+    if (!isFp8(layer)) {
+        return {roundBf16(keys), roundBf16(values)};
+    }
+    const quant::KvScales mode = effectiveScales(precision(layer));
+    at::Tensor& keyScales = scales_.keys[static_cast<std::size_t>(layer)];
+    at::Tensor& valueScales = scales_.values[static_cast<std::size_t>(layer)];
+    if (!keyScales.defined()) {
+        // First prefill without calibrated scales: measure on its real tokens (padding would add the keys of
+        // pad tokens to the amax), then freeze.
+        const at::Tensor keep = real.to(keys.device()).ne(0).view({real.size(0), 1, real.size(1), 1});
+        keyScales = quant::kvScales(at::where(keep, keys, at::zeros_like(keys)), quant::KvFormat::Fp8E4m3, mode);
+        valueScales = quant::kvScales(at::where(keep, values, at::zeros_like(values)), quant::KvFormat::Fp8E4m3, mode);
+    }
+    return {quant::fakeQuantizeKv(keys, quant::KvFormat::Fp8E4m3, mode, keyScales),
+        quant::fakeQuantizeKv(values, quant::KvFormat::Fp8E4m3, mode, valueScales)};
+}
+
+void KvQuantizer::setScales(const KvScaleTable& scales)
+{
+    if (scales.keys.size() != perLayer_.size() || scales.values.size() != perLayer_.size()) {
+        throw InputError("kv scales", "",
+            "scales for " + std::to_string(scales.keys.size()) + " layers, the model has "
+                + std::to_string(perLayer_.size()));
+    }
+    for (std::size_t layer = 0; layer < perLayer_.size(); ++layer) {
+        const std::string location = "layer " + std::to_string(layer);
+        const bool defined = scales.keys[layer].defined();
+        if (defined != scales.values[layer].defined()) {
+            throw InputError("kv scales", location, "keys and values must both have scales or neither");
+        }
+        if (!defined) {
+            continue;
+        }
+        if (!isFp8(static_cast<std::int64_t>(layer))) {
+            throw InputError("kv scales", location, "scales given for a layer whose KV cache is not fp8");
+        }
+        const std::int64_t expected = scaleCount(static_cast<std::int64_t>(layer)) / 2;
+        for (const at::Tensor& tensor : {scales.keys[layer], scales.values[layer]}) {
+            if (tensor.numel() != expected) {
+                throw InputError("kv scales", location,
+                    "expected " + std::to_string(expected) + " scale(s), got " + std::to_string(tensor.numel()));
+            }
+            const at::Tensor asFloat = tensor.to(at::kCPU).to(at::kFloat);
+            if (!asFloat.isfinite().all().item<bool>() || !(asFloat > 0).all().item<bool>()) {
+                throw InputError("kv scales", location, "scales must be finite and > 0");
+            }
+        }
+        scales_.keys[layer] = scales.keys[layer].to(at::kCPU).to(at::kFloat).reshape({-1}).clone();
+        scales_.values[layer] = scales.values[layer].to(at::kCPU).to(at::kFloat).reshape({-1}).clone();
+    }
+    for (std::size_t layer = 0; layer < perLayer_.size(); ++layer) {
+        if (!scales.keys[layer].defined()) {
+            scales_.keys[layer] = at::Tensor();
+            scales_.values[layer] = at::Tensor();
+        }
+    }
+}
+
+void KvQuantizer::clearScales(const std::vector<std::int64_t>& layers)
+{
+    for (std::int64_t layer : layers) {
+        scales_.keys[static_cast<std::size_t>(layer)] = at::Tensor();
+        scales_.values[static_cast<std::size_t>(layer)] = at::Tensor();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// EngineModel
+
+EngineModel::EngineModel(model::ModelConfig config, model::TransformerWeights weights,
+    std::optional<quant::RecipePlan> plan, EngineOptions options)
+    : model::Transformer(std::move(config), std::move(weights))
+    , precision_(plan ? EnginePrecision::Recipe : options.precision)
+    , options_(options)
+    , plan_(std::move(plan))
+{
+    // Programmer error: a Recipe engine needs the plan it runs.
+    assert(precision_ != EnginePrecision::Recipe || plan_.has_value());
+    if (plan_ && plan_->numLayers != this->config().numLayers) {
+        throw InputError("recipe plan", "",
+            "resolved for " + std::to_string(plan_->numLayers) + " layers, the model has "
+                + std::to_string(this->config().numLayers));
+    }
+    options_.precision = precision_;
+    kvPrecisions_ = plan_ ? plan_->kvPerLayer
+                          : std::vector<quant::KvPrecision>(static_cast<std::size_t>(this->config().numLayers));
+    kvQuantizer_ = KvQuantizer(kvPrecisions_, this->config().numKeyValueHeads, precision_ != EnginePrecision::Fp32);
+    prepareModules();
+}
+
+quant::ModulePrecision EngineModel::modulePrecision(const std::string& module) const
+{
+    if (precision_ != EnginePrecision::Recipe) {
+        return {}; // bf16 weights and activations
+    }
+    const auto found = plan_->modules.find(planModuleName(module));
+    // Programmer error: resolveRecipe plans every module of moduleNames().
+    assert(found != plan_->modules.end());
+    return found == plan_->modules.end() ? quant::ModulePrecision {} : found->second;
+}
+
+EngineModel::ModuleState EngineModel::moduleState(
+    const std::string& module, const at::Tensor& weight, const at::Tensor& bias) const
+{
+    const at::NoGradGuard noGrad;
+    const quant::ModulePrecision precision = modulePrecision(module);
+    ModuleState state;
+    state.sourceWeight = weight;
+    state.sourceBias = bias;
+    state.weights = precision.weights;
+    state.activations = precision.activations;
+    state.weight = quant::fakeQuantize(weight.detach(), precision.weights.format, precision.weights.granularity);
+    if (bias.defined()) {
+        state.bias = roundBf16(bias.detach().to(at::kFloat)); // engines keep biases in bf16
+    }
+    return state;
+}
+
+void EngineModel::prepareModules()
+{
+    modules_.clear();
+    if (precision_ == EnginePrecision::Fp32) {
+        return;
+    }
+    const model::TransformerWeights& stored = weights();
+    for (const std::string& module : model::moduleNames(config())) {
+        const at::Tensor& weight = stored.get(weightTensorName(config(), module));
+        const std::string biasName = module + ".bias";
+        const at::Tensor bias = stored.contains(biasName) ? stored.get(biasName) : at::Tensor();
+        modules_.emplace(module, moduleState(module, weight, bias));
+    }
+}
+
+void EngineModel::syncWeights(model::TransformerWeights weights)
+{
+    setWeights(std::move(weights));
+    prepareModules();
+    ++syncCount_;
+    std::vector<std::int64_t> everySync;
+    for (std::int64_t layer = 0; layer < config().numLayers; ++layer) {
+        if (kvQuantizer_.isFp8(layer)
+            && kvPrecisions_[static_cast<std::size_t>(layer)].calibration == quant::KvCalibration::EverySync) {
+            everySync.push_back(layer);
+        }
+    }
+    if (everySync.empty()) {
+        return;
+    }
+    kvQuantizer_.clearScales(everySync);
+    if (!calibrationPrompts_.empty()) {
+        const KvScaleTable measured = engine::calibrateKvScales(*this, calibrationPrompts_);
+        KvScaleTable merged = kvQuantizer_.scales();
+        for (std::int64_t layer : everySync) {
+            merged.keys[static_cast<std::size_t>(layer)] = measured.keys[static_cast<std::size_t>(layer)];
+            merged.values[static_cast<std::size_t>(layer)] = measured.values[static_cast<std::size_t>(layer)];
+        }
+        kvQuantizer_.setScales(merged);
+    }
+}
+
+void EngineModel::calibrateKvScales(std::vector<std::vector<std::int64_t>> probePrompts)
+{
+    bool anyFp8 = false;
+    for (std::int64_t layer = 0; layer < config().numLayers; ++layer) {
+        anyFp8 = anyFp8 || kvQuantizer_.isFp8(layer);
+    }
+    if (!anyFp8) {
+        return;
+    }
+    kvQuantizer_.setScales(engine::calibrateKvScales(*this, probePrompts));
+    calibrationPrompts_ = std::move(probePrompts);
+}
+
+at::Tensor EngineModel::forwardQuantized(const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs)
+{
+    QuantizingKvCache cache(kvQuantizer_, config().numLayers, attentionMask.ne(0));
+    model::ForwardOptions options;
+    options.logProbs = logProbs;
+    return forward(ids, attentionMask, at::Tensor(), &cache, options);
+}
+
+at::Tensor EngineModel::engineWeight(const std::string& module) const
+{
+    if (precision_ == EnginePrecision::Fp32) {
+        return weights().get(weightTensorName(config(), module)).to(at::kFloat);
+    }
+    return modules_.at(module).weight;
+}
+
+at::Tensor EngineModel::linear(
+    const std::string& module, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const
+{
+    if (precision_ == EnginePrecision::Fp32) {
+        return model::Transformer::linear(module, x, weight, bias);
+    }
+    // Programmer error: the engine computes in float32 and rounds explicitly.
+    assert(x.scalar_type() == at::kFloat);
+    const auto found = modules_.find(module);
+    assert(found != modules_.end());
+    const ModuleState* state = &found->second;
+    ModuleState current;
+    const bool biasChanged
+        = bias.defined() != state->sourceBias.defined() || (bias.defined() && !bias.is_same(state->sourceBias));
+    if (!weight.is_same(state->sourceWeight) || biasChanged) {
+        // Weights replaced through Transformer::setWeights instead of syncWeights: still correct, but the
+        // quantization is redone on every call.
+        current = moduleState(module, weight, bias);
+        state = &current;
+    }
+    const at::Tensor input = state->activations.format == quant::ActivationFormat::Bf16
+        ? roundBf16(x)
+        : quant::fakeQuantizeActivations(x, state->activations.format);
+    return roundBf16(at::linear(input, state->weight, state->bias));
+}
+
+at::Tensor EngineModel::embed(const std::string& module, const at::Tensor& weight, const at::Tensor& ids) const
+{
+    if (precision_ == EnginePrecision::Fp32) {
+        return model::Transformer::embed(module, weight, ids);
+    }
+    const auto found = modules_.find(module);
+    assert(found != modules_.end());
+    if (!weight.is_same(found->second.sourceWeight)) {
+        return at::embedding(moduleState(module, weight, at::Tensor()).weight, ids);
+    }
+    return at::embedding(found->second.weight, ids);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Calibration
+
+KvScaleTable calibrateKvScales(
+    const EngineModel& model, const std::vector<std::vector<std::int64_t>>& probePrompts, std::int64_t batchSize)
+{
+    const model::ModelConfig& config = model.config();
+    if (probePrompts.empty()) {
+        throw InputError("kv calibration", "probe prompts", "no prompts to calibrate on");
+    }
+    validateTokenSequences(probePrompts, config.vocabSize, "kv calibration", "probe prompts");
+    assert(batchSize > 0);
+    const auto layers = static_cast<std::size_t>(config.numLayers);
+    EngineOptions bf16Options = model.options();
+    bf16Options.precision = EnginePrecision::Bf16Reference;
+    const EngineModel bf16Engine(config, model.weights(), std::nullopt, bf16Options);
+
+    const at::NoGradGuard noGrad;
+    std::vector<at::Tensor> keyAmax(layers);
+    std::vector<at::Tensor> valueAmax(layers);
+    for (std::size_t begin = 0; begin < probePrompts.size(); begin += static_cast<std::size_t>(batchSize)) {
+        const std::size_t end = std::min(probePrompts.size(), begin + static_cast<std::size_t>(batchSize));
+        const std::vector<std::vector<std::int64_t>> chunk(probePrompts.begin() + static_cast<std::ptrdiff_t>(begin),
+            probePrompts.begin() + static_cast<std::ptrdiff_t>(end));
+        const auto [ids, mask] = leftPaddedBatch(chunk);
+        AmaxRecordingKvCache cache(keyAmax, valueAmax, mask.ne(0));
+        bf16Engine.forward(ids, mask, at::Tensor(), &cache);
+    }
+
+    KvScaleTable table;
+    table.keys.resize(layers);
+    table.values.resize(layers);
+    for (std::size_t layer = 0; layer < layers; ++layer) {
+        if (!model.kvQuantizer().isFp8(static_cast<std::int64_t>(layer))) {
+            continue;
+        }
+        const quant::KvScales mode = effectiveScales(model.kvQuantizer().precision(static_cast<std::int64_t>(layer)));
+        table.keys[layer] = scalesFromHeadAmax(keyAmax[layer], mode);
+        table.values[layer] = scalesFromHeadAmax(valueAmax[layer], mode);
+    }
+    return table;
+}
+
+} // namespace mismatch::engine

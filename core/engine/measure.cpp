@@ -1,0 +1,75 @@
+#include "core/engine/measure.h"
+
+#include "core/common/error.h"
+#include "core/metrics/mismatch.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace mismatch::engine {
+
+MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& engine,
+    const std::vector<GenerationRequest>& requests, const MismatchOptions& options, Progress* progress)
+{
+    if (trainer.config().vocabSize != engine.model().config().vocabSize) {
+        throw InputError("mismatch", "trainer",
+            "vocabulary " + std::to_string(trainer.config().vocabSize) + " differs from the engine's "
+                + std::to_string(engine.model().config().vocabSize));
+    }
+    if (options.batchSize < 1) {
+        throw InputError("mismatch", "batch size", "must be >= 1, got " + std::to_string(options.batchSize));
+    }
+    SamplingOptions sampling = options.sampling;
+    sampling.fullDistributions = true;
+    ScoreOptions scoring;
+    scoring.batchSize = options.batchSize;
+    // The trainer's distribution at the rollout temperature (greedy rollouts compare at temperature 1).
+    scoring.temperature = sampling.greedy || sampling.temperature == 0.0 ? 1.0 : sampling.temperature;
+
+    MismatchMeasurement measurement;
+    metrics::MismatchAccumulator total;
+    const auto chunk = static_cast<std::size_t>(options.batchSize);
+    for (std::size_t begin = 0; begin < requests.size(); begin += chunk) {
+        if (progress) {
+            progress->checkCancelled();
+            progress->update(static_cast<double>(begin) / static_cast<double>(requests.size()), "measuring mismatch");
+        }
+        const std::size_t end = std::min(requests.size(), begin + chunk);
+        const std::vector<GenerationRequest> part(
+            requests.begin() + static_cast<std::ptrdiff_t>(begin), requests.begin() + static_cast<std::ptrdiff_t>(end));
+        std::vector<GenerationResult> generations = engine.generate(part, sampling);
+        throwIfRejected(generations);
+        std::vector<std::vector<std::int64_t>> prompts;
+        std::vector<std::vector<std::int64_t>> responses;
+        for (std::size_t i = 0; i < part.size(); ++i) {
+            prompts.push_back(part[i].prompt);
+            responses.push_back(generations[i].tokens);
+        }
+        const std::vector<at::Tensor> trainerLogProbs = scoreSequences(trainer, prompts, responses, scoring);
+        for (std::size_t i = 0; i < part.size(); ++i) {
+            GenerationResult& generation = generations[i];
+            const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
+                generation.distributions, trainerLogProbs[i], at::tensor(generation.tokens, at::kLong));
+            metrics::MismatchAccumulator prompt;
+            prompt.add(mismatch);
+            total.add(prompt);
+            measurement.promptKlSums.push_back(prompt.klSum);
+            measurement.promptK1Sums.push_back(prompt.k1Sum);
+            measurement.promptK3Sums.push_back(prompt.k3Sum);
+            measurement.promptTokens.push_back(prompt.tokens);
+            generation.distributions = at::Tensor(); // [T, vocab] per prompt: not kept
+            measurement.generations.push_back(std::move(generation));
+        }
+    }
+    measurement.kl = total.meanKl();
+    measurement.k1 = total.meanK1();
+    measurement.k3 = total.meanK3();
+    measurement.tokens = total.tokens;
+    if (progress) {
+        progress->update(1.0, "measuring mismatch");
+    }
+    return measurement;
+}
+
+} // namespace mismatch::engine

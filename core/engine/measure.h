@@ -1,0 +1,44 @@
+#pragma once
+// Training-inference mismatch of a rollout engine against the trainer (spec "Measures"): the engine generates on
+// the prompts with full distributions; the trainer scores the same prefixes (prompt + the engine's own earlier
+// tokens) teacher-forced with its plain forward; per generated token
+//   D   = KL(mu || pi) = sum_v mu(v) (log mu(v) - log pi(v))   full vocabulary, nats
+//   k1  = log mu(y) - log pi(y)
+//   k3  = r - 1 - log r,  r = pi(y) / mu(y)
+// mu is the engine's sampling distribution (temperature, top-k, top-p: sampling.h); pi is the trainer's
+// log_softmax(logits / temperature) over the full vocabulary (trainers apply the rollout temperature but do
+// not truncate). Means are token means over every generated token of every prompt.
+#include "core/common/progress.h"
+#include "core/engine/engine.h"
+#include "core/model/transformer.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mismatch::engine {
+
+struct MismatchOptions {
+    SamplingOptions sampling; // fullDistributions is forced on
+    std::int64_t batchSize = 16; // prompts generated and scored per chunk (bounds the [T, vocab] memory)
+};
+
+struct MismatchMeasurement {
+    double kl = 0.0; // token means, nats per token
+    double k1 = 0.0;
+    double k3 = 0.0;
+    std::int64_t tokens = 0;
+    // Per prompt, for a bootstrap over prompts (metrics::bootstrapRatio(sums, tokens)).
+    std::vector<double> promptKlSums;
+    std::vector<double> promptK1Sums;
+    std::vector<double> promptK3Sums;
+    std::vector<std::int64_t> promptTokens;
+    // The engine's generations (without their distributions).
+    std::vector<GenerationResult> generations;
+};
+
+// Generates with `engine` on `requests` and scores with `trainer`. A request the engine's cache can never hold
+// throws its ResourceError. Progress: fraction of prompts done, cancellable between chunks.
+MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& engine,
+    const std::vector<GenerationRequest>& requests, const MismatchOptions& options, Progress* progress = nullptr);
+
+} // namespace mismatch::engine

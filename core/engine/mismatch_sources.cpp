@@ -1,0 +1,132 @@
+#include "core/engine/mismatch_sources.h"
+
+#include "core/common/error.h"
+#include "core/metrics/bootstrap.h"
+#include "core/quant/recipe.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cassert>
+#include <cmath>
+#include <stdexcept>
+
+namespace mismatch::engine {
+
+namespace {
+
+// Elements per independently seeded chunk of a tensor's noise: fixed, so the noise is the same whatever the
+// thread count.
+constexpr std::int64_t kNoiseChunk = 1 << 16;
+
+std::string moduleOf(const std::string& tensorName)
+{
+    for (const std::string suffix : {".weight", ".bias"}) {
+        if (tensorName.size() > suffix.size()
+            && tensorName.compare(tensorName.size() - suffix.size(), suffix.size(), suffix) == 0) {
+            return tensorName.substr(0, tensorName.size() - suffix.size());
+        }
+    }
+    return tensorName;
+}
+
+// n ~ N(0, 1) in float64 for elements [begin, end) of a tensor's noise stream (Box-Muller, both outputs used).
+void fillGaussian(std::uint64_t tensorSeed, std::int64_t chunk, double* out, std::int64_t count)
+{
+    metrics::SplitMix64 generator(tensorSeed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(chunk + 1)));
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    for (std::int64_t i = 0; i < count; i += 2) {
+        const double u1 = 1.0 - generator.uniform(); // (0, 1]: log stays finite
+        const double u2 = generator.uniform();
+        const double radius = std::sqrt(-2.0 * std::log(u1));
+        out[i] = radius * std::cos(kTwoPi * u2);
+        if (i + 1 < count) {
+            out[i + 1] = radius * std::sin(kTwoPi * u2);
+        }
+    }
+}
+
+} // namespace
+
+WeightHistory::WeightHistory(std::int64_t staleness)
+    : staleness_(staleness)
+{
+    if (staleness < 0) {
+        throw InputError("rollout configuration", "staleness", "must be >= 0 syncs, got " + std::to_string(staleness));
+    }
+}
+
+void WeightHistory::push(const model::TransformerWeights& weights)
+{
+    snapshots_.push_back(weights.clone());
+    ++syncs_;
+    while (static_cast<std::int64_t>(snapshots_.size()) > staleness_ + 1) {
+        snapshots_.pop_front();
+    }
+}
+
+const model::TransformerWeights& WeightHistory::at(std::int64_t syncsAgo) const
+{
+    // Programmer error: a history is read after the first sync.
+    assert(!snapshots_.empty());
+    if (snapshots_.empty()) {
+        throw std::logic_error("WeightHistory: no snapshot pushed yet");
+    }
+    const std::int64_t clamped = std::min<std::int64_t>(std::max<std::int64_t>(syncsAgo, 0), size() - 1);
+    return snapshots_[static_cast<std::size_t>(size() - 1 - clamped)];
+}
+
+const model::TransformerWeights& WeightHistory::stale() const
+{
+    return at(staleness_);
+}
+
+std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName)
+{
+    std::uint64_t hash = 0xCBF29CE484222325ULL; // FNV-1a 64
+    for (const unsigned char c : tensorName) {
+        hash = (hash ^ c) * 0x100000001B3ULL;
+    }
+    metrics::SplitMix64 mixer(seed ^ hash);
+    return mixer.next();
+}
+
+model::TransformerWeights addWeightNoise(
+    const model::TransformerWeights& weights, double sigma, std::uint64_t seed, const std::string& modulePattern)
+{
+    if (!std::isfinite(sigma) || sigma < 0.0) {
+        throw InputError(
+            "rollout configuration", "noise sigma", "must be finite and >= 0, got " + std::to_string(sigma));
+    }
+    quant::ModulePattern pattern = quant::ModulePattern::compile("*");
+    try {
+        pattern = quant::ModulePattern::compile(modulePattern);
+    } catch (const std::invalid_argument& error) {
+        throw InputError("rollout configuration", "noise module pattern '" + modulePattern + "'", error.what());
+    }
+    const at::NoGradGuard noGrad;
+    model::TransformerWeights noisy;
+    for (const auto& [name, tensor] : weights.named()) {
+        const at::Tensor source = tensor.detach();
+        if (sigma == 0.0 || !pattern.matches(moduleOf(name)) || source.numel() == 0) {
+            noisy.set(name, source.clone());
+            continue;
+        }
+        const at::Tensor wide = source.to(at::kCPU).to(at::kDouble).contiguous();
+        const double rms = std::sqrt(wide.pow(2).mean().item<double>());
+        at::Tensor noise = at::empty_like(wide);
+        double* data = noise.data_ptr<double>();
+        const std::uint64_t tensorSeed = tensorNoiseSeed(seed, name);
+        const std::int64_t chunks = (wide.numel() + kNoiseChunk - 1) / kNoiseChunk;
+        at::parallel_for(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t chunk = begin; chunk < end; ++chunk) {
+                const std::int64_t first = chunk * kNoiseChunk;
+                fillGaussian(tensorSeed, chunk, data + first, std::min(kNoiseChunk, wide.numel() - first));
+            }
+        });
+        noisy.set(name, (wide + sigma * rms * noise).to(source.scalar_type()).to(source.device()));
+    }
+    return noisy;
+}
+
+} // namespace mismatch::engine

@@ -1,0 +1,180 @@
+#pragma once
+// The engine's paged KV cache: fixed-size blocks of tokens handed out from a free list, a block table per
+// sequence, and capacity counted in BYTES of the per-layer KV formats, as a real engine sizes its cache:
+//
+//   bytes per token  = sum over layers of 2 (K and V) * kvHeads * headDim * bytesPerElement(layer format)
+//                      (fp32 4, bf16 2, fp8 1)
+//   scale bytes      = sum over FP8 layers of 4 * (2 per tensor, or 2 * kvHeads per head)   fixed, float32
+//   bytes per block  = blockSize * bytes per token
+//   blocks           = floor((memory - scale bytes) / bytes per block)      the scales are set aside first
+//   capacity tokens  = blocks * blockSize
+//
+// The emulation stores dequantized float32 values (storage grows with the blocks in use, not with the budget),
+// but admits exactly what the formats would fit. kvCapacity() reports capacity through the same allocator.
+#include "core/engine/engine_model.h"
+#include "core/model/config.h"
+#include "core/model/transformer.h"
+#include "core/quant/recipe_plan.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace mismatch::engine {
+
+// Geometry and per-layer storage of a KV cache.
+struct KvCacheLayout {
+    std::int64_t numLayers = 0;
+    std::int64_t kvHeads = 0;
+    std::int64_t headDim = 0;
+    std::vector<double> elementBytes; // per layer: 4 (fp32 engine), 2 (bf16), 1 (fp8_e4m3)
+    std::vector<std::int64_t> scaleCounts; // per layer: float32 scales of K and V together (0, 2, 2 * kvHeads)
+
+    // Per layer: 2 * kvHeads * headDim * elementBytes.
+    std::vector<std::int64_t> layerBytesPerToken() const;
+    std::int64_t bytesPerToken() const;
+    std::int64_t scaleBytes() const; // 4 * sum of scaleCounts
+};
+
+// The layout of `precisions` (one per layer; fp8 without a scale mode counts as per tensor).
+KvCacheLayout kvCacheLayout(const model::ModelConfig& config, const std::vector<quant::KvPrecision>& precisions);
+// The layout a recipe plan implies (all bf16 without a plan).
+KvCacheLayout kvCacheLayout(const model::ModelConfig& config, const quant::RecipePlan* plan);
+// The layout an engine allocates (fp32 for the FP32 engine).
+KvCacheLayout kvCacheLayout(const EngineModel& model);
+
+using SequenceId = std::int64_t;
+
+// Fixed-size blocks from a byte budget; lowest free block first, so that the float32 storage stays compact.
+class KvBlockAllocator {
+public:
+    // blockSize > 0 (programmer error otherwise). A budget smaller than the scale storage holds no block.
+    KvBlockAllocator(KvCacheLayout layout, std::uint64_t memoryBytes, std::int64_t blockSize);
+
+    const KvCacheLayout& layout() const { return layout_; }
+    std::uint64_t memoryBytes() const { return memoryBytes_; }
+    std::int64_t blockSize() const { return blockSize_; }
+    std::int64_t bytesPerBlock() const { return bytesPerBlock_; }
+    std::int64_t totalBlocks() const { return totalBlocks_; }
+    std::int64_t freeBlocks() const { return static_cast<std::int64_t>(free_.size()); }
+    std::int64_t usedBlocks() const { return totalBlocks_ - freeBlocks(); }
+    std::int64_t capacityTokens() const { return totalBlocks_ * blockSize_; }
+    std::int64_t blocksFor(std::int64_t tokens) const { return (tokens + blockSize_ - 1) / blockSize_; }
+    // Whether `tokens` could ever fit (in an empty cache) / fit now.
+    bool couldEverFit(std::int64_t tokens) const { return blocksFor(tokens) <= totalBlocks_; }
+    bool fitsNow(std::int64_t tokens) const { return blocksFor(tokens) <= freeBlocks(); }
+
+    // Reserves blocks for a sequence of up to `tokens` tokens; nullopt when they are not free now (nothing is
+    // taken then).
+    std::optional<SequenceId> allocate(std::int64_t tokens);
+    // Returns the sequence's blocks to the free list. Unknown ids are a programmer error.
+    void release(SequenceId sequence);
+    const std::vector<std::int64_t>& blockTable(SequenceId sequence) const;
+    std::int64_t reservedTokens(SequenceId sequence) const;
+    // One past the largest block index ever handed out (the storage a pool must hold).
+    std::int64_t highWaterBlocks() const { return highWater_; }
+
+private:
+    KvCacheLayout layout_;
+    std::uint64_t memoryBytes_ = 0;
+    std::int64_t blockSize_ = 0;
+    std::int64_t bytesPerBlock_ = 0;
+    std::int64_t totalBlocks_ = 0;
+    std::set<std::int64_t> free_;
+    std::map<SequenceId, std::vector<std::int64_t>> tables_;
+    SequenceId nextSequence_ = 0;
+    std::int64_t highWater_ = 0;
+};
+
+// The allocator plus the float32 storage of every block: per layer, keys and values as [slots, kvHeads, headDim]
+// where slot 0 is an always-zero slot (what padding positions read) and block b, offset o is slot
+// 1 + b * blockSize + o.
+class KvBlockPool {
+public:
+    KvBlockPool(KvCacheLayout layout, std::uint64_t memoryBytes, std::int64_t blockSize);
+
+    KvBlockAllocator& allocator() { return allocator_; }
+    const KvBlockAllocator& allocator() const { return allocator_; }
+    // Writes rows [N, kvHeads, headDim] of layer `layer` to `slots` [N] (int64).
+    void write(std::int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values);
+    // Reads slots [B, S] of layer `layer` as keys and values [B, kvHeads, S, headDim].
+    std::pair<at::Tensor, at::Tensor> read(std::int64_t layer, const at::Tensor& slots) const;
+    // Slots of the storage now held (for tests: storage grows with use, not with the budget).
+    std::int64_t storageSlots() const;
+
+private:
+    void reserveStorage(std::int64_t blocks);
+
+    KvBlockAllocator allocator_;
+    std::vector<at::Tensor> keys_;
+    std::vector<at::Tensor> values_;
+};
+
+// One wave of sequences decoding together through a pool: rows of the batch share a logical length (left
+// padding); padding positions take no blocks and read as zeros (they are masked out of attention). Keys and
+// values are rounded by the quantizer (null: stored as given) when they are appended.
+class PagedKvCache : public model::KvCache {
+public:
+    PagedKvCache(KvBlockPool& pool, KvQuantizer* quantizer);
+    // Releases the blocks of the rows still held.
+    ~PagedKvCache() override;
+    PagedKvCache(const PagedKvCache&) = delete;
+    PagedKvCache& operator=(const PagedKvCache&) = delete;
+
+    // Adds a row for an allocated sequence whose first `padding` positions are padding. Only before the
+    // first forward (programmer error otherwise). The cache releases the sequence's blocks when the row is
+    // dropped or the cache is destroyed.
+    void addRow(SequenceId sequence, std::int64_t padding);
+    std::int64_t rows() const { return static_cast<std::int64_t>(rows_.size()); }
+    SequenceId sequence(std::int64_t row) const { return rows_[static_cast<std::size_t>(row)].sequence; }
+
+    std::int64_t length() const override { return length_; }
+    // Writing past a sequence's reservation is a programmer error (the generate loop reserves
+    // prompt + max new tokens); it throws ResourceError rather than touching another sequence's blocks.
+    std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override;
+    void advance(std::int64_t tokens) override;
+
+    // Keeps only the listed rows (in this order) and releases the blocks of the others (finished sequences).
+    void keepRows(const std::vector<std::int64_t>& rows);
+
+private:
+    struct Row {
+        SequenceId sequence = 0;
+        std::int64_t padding = 0;
+    };
+    at::Tensor newSlots(std::int64_t tokens) const; // [B, tokens] for positions length .. length + tokens - 1
+
+    KvBlockPool& pool_;
+    KvQuantizer* quantizer_;
+    std::vector<Row> rows_;
+    at::Tensor slots_; // [B, length] committed positions
+    at::Tensor pendingSlots_; // [B, T] positions being appended in the current forward
+    std::int64_t length_ = 0;
+};
+
+struct KvCapacity {
+    std::int64_t blockSize = 0;
+    std::uint64_t memoryBytes = 0;
+    std::int64_t blocks = 0;
+    std::int64_t tokens = 0; // blocks * blockSize
+    std::int64_t bytesPerToken = 0;
+    std::vector<std::int64_t> layerBytesPerToken; // per layer
+    std::vector<std::string> layerFormats; // per layer: "bf16", "fp8_e4m3/per_head", ...
+    std::int64_t scaleBytes = 0; // fixed float32 scale storage
+    std::int64_t bf16Blocks = 0; // the same budget with an all-BF16 KV cache
+    std::int64_t bf16Tokens = 0;
+    double ratioToBf16 = 0.0; // tokens / bf16Tokens
+};
+
+// Tokens of `plan`'s KV formats (all bf16 without a plan) that fit `memoryBytes` in blocks of `blockSize`,
+// from the engine's allocator. blockSize <= 0 is an InputError.
+KvCapacity kvCapacity(const model::ModelConfig& config, const quant::RecipePlan* plan, std::uint64_t memoryBytes,
+    std::int64_t blockSize = 16);
+
+} // namespace mismatch::engine

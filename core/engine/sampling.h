@@ -1,0 +1,72 @@
+#pragma once
+// Token sampling of the engine, deterministic per request.
+//
+// The SAMPLING distribution mu of a position, from float32 logits z (computed in float64):
+//   1. temperature:  log p = log_softmax(z / temperature)
+//   2. top-k (k > 0): keep the k most probable tokens (ties: lower id first)
+//   3. top-p (p < 1): of those, keep the smallest set of most probable tokens whose probability, renormalized
+//                     over the kept set, sums to >= p (the token that crosses p is kept; ties: lower id first)
+//   4. renormalize:   log mu(v) = log p(v) - logsumexp over kept, -inf for the others
+// Every log-probability the engine reports (per sampled token, top-k lists, full distributions) is log mu.
+// Greedy decoding (greedy, or temperature 0) picks argmax z (lowest id on ties) and reports log mu with
+// temperature 1 and the same top-k/top-p: a point mass would say nothing.
+//
+// Draws: one uniform u in [0, 1) per generated token from the request's own SplitMix64 generator, seeded
+// from (SamplingOptions::seed, GenerationRequest::seed) by requestGeneratorSeed(); the token is the first id
+// (in id order) where the cumulative mu exceeds u. Results therefore do not depend on which other requests
+// share the batch.
+#include "core/metrics/bootstrap.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mismatch::engine {
+
+struct SamplingOptions {
+    double temperature = 1.0; // 0 means greedy
+    double topP = 1.0; // (0, 1]
+    std::int64_t topK = 0; // 0: off
+    bool greedy = false;
+    std::int64_t maxNewTokens = 64;
+    std::uint64_t seed = 0; // combined with each request's seed
+    // Stop on these ids and on the model config's eos_token_id(s) (unless ignoreEos). The id is kept as the
+    // last generated token.
+    std::vector<std::int64_t> stopTokenIds;
+    bool ignoreEos = false;
+    // Stop when the decoded response contains one of these (needs the engine's tokenizer); the text is cut
+    // before it, the tokens are kept up to the one that completed it.
+    std::vector<std::string> stopStrings;
+    // Per generated token, this many (id, log mu) pairs of the most probable tokens (0: none).
+    std::int64_t topLogProbs = 0;
+    // Per request, the full [T, vocab] float32 log mu of every generated position (for mismatch).
+    bool fullDistributions = false;
+};
+
+// Throws InputError("sampling options", field, ...) for a temperature < 0 or not finite, top-p outside
+// (0, 1], top-k < 0, maxNewTokens < 1 or topLogProbs < 0.
+void validateSamplingOptions(const SamplingOptions& options);
+
+// The seed of a request's generator: SplitMix64 of the options seed, mixed with the request seed.
+std::uint64_t requestGeneratorSeed(std::uint64_t optionsSeed, std::uint64_t requestSeed);
+
+struct TokenLogProb {
+    std::int64_t id = 0;
+    float logProb = 0.0f;
+};
+
+struct SampledToken {
+    std::int64_t id = 0;
+    double logProb = 0.0; // log mu(id)
+    std::vector<TokenLogProb> top; // when topLogProbs > 0: most probable first (ties: lower id first)
+};
+
+// log mu of one position (see above) from float32 logits of length `vocab`; entries outside the kept set are
+// -infinity. Throws mismatch::Error for NaN or +-infinite-only logits (nothing to sample from).
+std::vector<double> samplingLogProbs(const float* logits, std::int64_t vocab, const SamplingOptions& options);
+// Samples a token from log mu (as returned by samplingLogProbs) with one draw from `generator`; greedy options
+// take argmax of `logits` instead (the draw is still consumed, so streams stay aligned).
+SampledToken sampleToken(const float* logits, const std::vector<double>& logMu, const SamplingOptions& options,
+    metrics::SplitMix64& generator);
+
+} // namespace mismatch::engine

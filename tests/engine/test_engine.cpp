@@ -1,0 +1,1157 @@
+// The emulated rollout engine: module rounding against float64 references, the paged KV cache against the dense
+// cache and full recomputation, capacity accounting against hand computation, sampling semantics against float64
+// loops, seeds, waves, rejection, staleness, noise, and the mismatch invariants (FP32 engine = trainer, BF16 small,
+// FP8 larger, per-head KV scales beat per-tensor on an outlier head).
+#include "core/common/error.h"
+#include "core/engine/byte_size.h"
+#include "core/engine/engine.h"
+#include "core/engine/engine_model.h"
+#include "core/engine/measure.h"
+#include "core/engine/mismatch_sources.h"
+#include "core/engine/paged_kv_cache.h"
+#include "core/engine/sampling.h"
+#include "core/io/char_tokenizer_json.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+#include "core/quant/quantize.h"
+#include "core/quant/recipe.h"
+#include "core/quant/recipe_plan.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace mismatch;
+using namespace mismatch::engine;
+using model::ModelConfig;
+using model::TransformerWeights;
+
+namespace {
+
+// FP32 engine vs FP32 trainer on the same prefixes: the cached decode sums in another order than the full
+// forward (float32, ~1e-7 relative per operation), nothing more.
+constexpr double kFp32LogProbTolerance = 1e-4;
+constexpr double kFp32MismatchBound = 1e-6; // nats per token
+// Paged cache vs dense cache on the same float32 forward: identical arithmetic on the attended positions.
+constexpr double kPagedVsDenseTolerance = 1e-5;
+// Cached decode vs full recomputation in a rounding engine: a float32 sum in another order can move a value
+// across a bf16 rounding boundary (one bf16 ulp, 2^-8 relative) somewhere in the network; log-probabilities
+// then move by a few 1e-3 at most on this model. A cache bug moves them by O(1).
+constexpr double kRoundedCacheTolerance = 5e-2;
+// Module output of the engine vs a float64 reference of the same formula: one bf16 ulp (2^-8 relative) for the
+// final rounding taken from a float32 vs a float64 sum.
+constexpr double kBf16Ulp = 1.0 / 256.0;
+// Test weights: peaked enough that distributions are far from uniform.
+constexpr double kTestStddev = 0.15;
+
+ModelConfig tinyConfig()
+{
+    ModelConfig config;
+    config.architecture = model::Architecture::Qwen2;
+    config.vocabSize = io::kDemoVocabularySize; // the demo byte tokenizer's 258 ids
+    config.hiddenSize = 32;
+    config.intermediateSize = 64;
+    config.numLayers = 2;
+    config.numHeads = 4;
+    config.numKeyValueHeads = 2;
+    config.headDim = 8;
+    config.attentionBias = true;
+    config.tieWordEmbeddings = true;
+    config.eosTokenIds = {io::kDemoEndOfTextId};
+    return config;
+}
+
+TransformerWeights tinyWeights(const ModelConfig& config, std::uint64_t seed)
+{
+    return model::randomWeights(config, seed, kTestStddev);
+}
+
+std::vector<GenerationRequest> randomRequests(
+    std::size_t count, std::uint64_t seed, std::int64_t minLength = 3, std::int64_t maxLength = 9)
+{
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    std::vector<GenerationRequest> requests;
+    for (std::size_t i = 0; i < count; ++i) {
+        const std::int64_t length
+            = at::randint(minLength, maxLength + 1, {1}, generator, at::TensorOptions().dtype(at::kLong))
+                  .item<std::int64_t>();
+        const at::Tensor ids = at::randint(0, 256, {length}, generator, at::TensorOptions().dtype(at::kLong));
+        GenerationRequest request;
+        const auto access = ids.accessor<std::int64_t, 1>();
+        for (std::int64_t t = 0; t < length; ++t) {
+            request.prompt.push_back(access[t]);
+        }
+        request.seed = 1000 + i;
+        requests.push_back(request);
+    }
+    return requests;
+}
+
+quant::RecipePlan planFor(const std::string& yaml, const ModelConfig& config)
+{
+    return quant::resolveRecipe(quant::parseRecipe(yaml, "test-recipe.yaml"), config);
+}
+
+const char* kFp8Recipe = "version: 1\n"
+                         "weights: {format: fp8_e4m3, granularity: channel}\n"
+                         "activations: {format: fp8_e4m3}\n"
+                         "kv_cache: {format: fp8_e4m3, scales: per_head}\n";
+
+std::vector<std::vector<std::int64_t>> promptsOf(const std::vector<GenerationRequest>& requests)
+{
+    std::vector<std::vector<std::int64_t>> prompts;
+    for (const auto& request : requests) {
+        prompts.push_back(request.prompt);
+    }
+    return prompts;
+}
+
+std::vector<std::vector<std::int64_t>> tokensOf(const std::vector<GenerationResult>& results)
+{
+    std::vector<std::vector<std::int64_t>> tokens;
+    for (const auto& result : results) {
+        tokens.push_back(result.tokens);
+    }
+    return tokens;
+}
+
+// max |a - b| over entries where both are finite; -inf must match -inf.
+double maxFiniteDifference(const at::Tensor& a, const at::Tensor& b)
+{
+    const at::Tensor x = a.to(at::kDouble);
+    const at::Tensor y = b.to(at::kDouble);
+    const at::Tensor finite = x.isfinite().logical_and(y.isfinite());
+    if (!finite.all().item<bool>()) {
+        // Infinite entries (top-k/top-p cuts) must agree.
+        if (!at::equal(x.isfinite(), y.isfinite())) {
+            return std::numeric_limits<double>::infinity();
+        }
+    }
+    return at::where(finite, (x - y).abs(), at::zeros_like(x)).max().item<double>();
+}
+
+QString reasonText(FinishReason reason)
+{
+    return QString::fromStdString(toString(reason));
+}
+
+// Exposes the protected module seams for direct checks.
+class ExposedEngineModel : public EngineModel {
+public:
+    using EngineModel::EngineModel;
+    at::Tensor callLinear(
+        const std::string& module, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const
+    {
+        return linear(module, x, weight, bias);
+    }
+};
+
+// Makes KV head 0 of every layer an outlier without changing the function: its k_proj/v_proj rows (and biases)
+// are multiplied by `factor`, the q_proj rows of the query heads reading it by 1 / factor (q.k unchanged; RoPE
+// is linear per head), and the o_proj columns of those heads by 1 / factor (their output unchanged).
+TransformerWeights withOutlierKvHead(const ModelConfig& config, const TransformerWeights& weights, double factor)
+{
+    TransformerWeights out = weights.clone();
+    const std::int64_t groups = config.numHeads / config.numKeyValueHeads;
+    const std::int64_t headDim = config.headDim;
+    for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+        const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
+        for (const char* name : {"k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias"}) {
+            out.get(prefix + name).narrow(0, 0, headDim).mul_(factor);
+        }
+        for (const char* name : {"q_proj.weight", "q_proj.bias"}) {
+            out.get(prefix + name).narrow(0, 0, groups * headDim).div_(factor);
+        }
+        out.get(prefix + "o_proj.weight").narrow(1, 0, groups * headDim).div_(factor);
+    }
+    return out;
+}
+
+// Records the keys and values the forward hands to the cache (no past) and, like the BF16 engine's cache, lets
+// attention read them rounded to bf16.
+class RecordingKvCache : public model::KvCache {
+public:
+    std::int64_t length() const override { return 0; }
+    std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override
+    {
+        recordedKeys[layer] = keys.clone();
+        recordedValues[layer] = values.clone();
+        return {roundBf16(keys), roundBf16(values)};
+    }
+    void advance(std::int64_t) override { }
+    std::map<std::int64_t, at::Tensor> recordedKeys;
+    std::map<std::int64_t, at::Tensor> recordedValues;
+};
+
+} // namespace
+
+class TestEngine : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase() { at::manual_seed(0); }
+
+    // ---- rounding and modules ----
+    void bf16FastRoundingEqualsReference();
+    void moduleLinearMatchesFloat64Reference_data();
+    void moduleLinearMatchesFloat64Reference();
+    void weightsQuantizedOncePerSync();
+    void fp32EngineReproducesTrainer();
+
+    // ---- KV cache ----
+    void pagedCacheEqualsDenseCache();
+    void cachedDecodingEqualsRecomputation_data();
+    void cachedDecodingEqualsRecomputation();
+    void allocatorNeverCorruptsAnotherSequence();
+    void capacityMatchesHandComputation();
+    void capacityQwen7bShape();
+    void kvScalesCalibratedAndFrozen();
+
+    // ---- generation ----
+    void samplingDistributionSemantics();
+    void samplingFrequenciesFollowDistribution();
+    void greedyAndTopKOne();
+    void seedsDecideTokens();
+    void seedsIndependentOfBatchComposition();
+    void stopsOnEosAndMaxTokens();
+    void stopsOnStopString();
+    void tooLargeRequestRejectedOthersComplete();
+    void waitingRequestsRunInLaterWaves();
+    void badInputIsInputError();
+
+    // ---- mismatch ----
+    void bf16MismatchSmallAndPositive();
+    void fp8MismatchLargerThanBf16();
+    void perHeadKvScalesBeatPerTensorOnOutlierHead();
+    void stalenessPicksSnapshot();
+    void noiseSeededAndScalesWithSigma();
+    void byteSizes();
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+
+void TestEngine::bf16FastRoundingEqualsReference()
+{
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(11);
+    // Magnitudes from 2^-140 (bf16 subnormals) to 2^120, plus ties and exact values.
+    const at::Tensor mantissa = at::randn({20000}, generator);
+    const at::Tensor exponent = at::randint(-140, 120, {20000}, generator, at::TensorOptions().dtype(at::kFloat));
+    at::Tensor values = mantissa * at::pow(2.0, exponent);
+    values = at::cat({values, at::tensor({1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 256.0f, -0.0f, 0.0f, 3.0e38f})});
+    const at::Tensor fast = roundBf16(values);
+    const at::Tensor reference = quant::roundToBFloat16(values);
+    QVERIFY(at::equal(fast, reference));
+    QVERIFY(!at::equal(fast, values)); // it does round
+}
+
+void TestEngine::moduleLinearMatchesFloat64Reference_data()
+{
+    QTest::addColumn<QString>("recipe");
+    QTest::addColumn<bool>("fp8Activations");
+    QTest::newRow("bf16") << QString() << false;
+    QTest::newRow("fp8-channel-fp8-activations") << QString(kFp8Recipe) << true;
+    QTest::newRow("int8-bf16-activations") << QString("version: 1\nweights: {format: int8}\n") << false;
+}
+
+void TestEngine::moduleLinearMatchesFloat64Reference()
+{
+    QFETCH(QString, recipe);
+    QFETCH(bool, fp8Activations);
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 21);
+    std::optional<quant::RecipePlan> plan;
+    if (!recipe.isEmpty()) {
+        plan = planFor(recipe.toStdString(), config);
+    }
+    const ExposedEngineModel engine(config, weights, plan);
+    const std::string module = "model.layers.1.self_attn.q_proj";
+    const at::Tensor weight = weights.get(module + ".weight");
+    const at::Tensor bias = weights.get(module + ".bias");
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(22);
+    const at::Tensor x = at::randn({3, 5, config.hiddenSize}, generator);
+
+    const at::Tensor out = engine.callLinear(module, x, weight, bias);
+
+    // Reference: the module's formats from the quant module, product and sum in float64.
+    const quant::ModulePrecision precision = plan ? plan->modules.at(module) : quant::ModulePrecision {};
+    const at::Tensor xq = fp8Activations ? quant::fakeQuantizeActivations(x, quant::ActivationFormat::Fp8E4m3)
+                                         : quant::roundToBFloat16(x);
+    const at::Tensor wq
+        = quant::fakeQuantize(weight, precision.weights.format, precision.weights.granularity).to(at::kDouble);
+    const at::Tensor bq = quant::roundToBFloat16(bias).to(at::kDouble);
+    const at::Tensor reference = at::matmul(xq.to(at::kDouble), wq.t()) + bq;
+    const double scale = reference.abs().max().item<double>();
+    const double difference = (out.to(at::kDouble) - reference).abs().max().item<double>();
+    QVERIFY2(difference <= kBf16Ulp * scale, qPrintable(QString("difference %1, scale %2").arg(difference).arg(scale)));
+    // The output is bf16: rounding it again changes nothing.
+    QVERIFY(at::equal(roundBf16(out), out));
+    // And the engine really rounds: the plain FP32 module differs.
+    const at::Tensor plain = at::linear(x, weight, bias);
+    QVERIFY((out - plain).abs().max().item<double>() > 1e-4 * scale);
+}
+
+void TestEngine::weightsQuantizedOncePerSync()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights first = tinyWeights(config, 31);
+    const TransformerWeights second = tinyWeights(config, 32);
+    EngineModel engine(config, first, planFor(kFp8Recipe, config));
+    const std::string module = "model.layers.0.mlp.down_proj";
+    const at::Tensor expectedFirst
+        = quant::fakeQuantize(first.get(module + ".weight"), quant::WeightFormat::Fp8E4m3, quant::Granularity::Channel);
+    QVERIFY(at::equal(engine.engineWeight(module), expectedFirst));
+    // Precomputed: the same tensor object on every call.
+    QVERIFY(engine.engineWeight(module).is_same(engine.engineWeight(module)));
+    // The embedding stays BF16 in this recipe (top-level defaults cover the per-layer projections only).
+    QVERIFY(
+        at::equal(engine.engineWeight("embed_tokens"), quant::roundToBFloat16(first.get("model.embed_tokens.weight"))));
+
+    const at::Tensor ids = at::randint(0, 256, {2, 6}, at::kLong);
+    const at::Tensor mask = at::ones({2, 6}, at::kLong);
+    engine.syncWeights(second);
+    QCOMPARE(engine.syncCount(), std::int64_t(1));
+    QVERIFY(at::equal(engine.engineWeight(module),
+        quant::fakeQuantize(
+            second.get(module + ".weight"), quant::WeightFormat::Fp8E4m3, quant::Granularity::Channel)));
+    const at::Tensor synced = engine.forward(ids, mask);
+    // Transformer::setWeights bypasses the sync; the engine notices and still computes the right function.
+    EngineModel viaBase(config, first, planFor(kFp8Recipe, config));
+    static_cast<model::Transformer&>(viaBase).setWeights(second);
+    QVERIFY(at::equal(viaBase.forward(ids, mask), synced));
+}
+
+void TestEngine::fp32EngineReproducesTrainer()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 41);
+    const model::Transformer trainer(config, weights);
+    EngineOptions options;
+    options.precision = EnginePrecision::Fp32;
+    Engine engine(config, weights, std::nullopt, options);
+    const std::vector<GenerationRequest> requests = randomRequests(6, 42);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 12;
+    sampling.ignoreEos = true;
+    sampling.fullDistributions = true;
+    const std::vector<GenerationResult> results = engine.generate(requests, sampling);
+    const std::vector<at::Tensor> trainerScores = scoreSequences(trainer, promptsOf(requests), tokensOf(results));
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        QCOMPARE(results[i].distributions.size(0), std::int64_t(sampling.maxNewTokens));
+        QVERIFY(maxFiniteDifference(results[i].distributions, trainerScores[i]) < kFp32LogProbTolerance);
+        for (std::size_t t = 0; t < results[i].tokens.size(); ++t) {
+            const double trainerLogProb
+                = trainerScores[i][static_cast<std::int64_t>(t)][results[i].tokens[t]].item<double>();
+            QVERIFY(std::abs(results[i].logProbs[t] - trainerLogProb) < kFp32LogProbTolerance);
+        }
+    }
+    MismatchOptions mismatchOptions;
+    mismatchOptions.sampling = sampling;
+    const MismatchMeasurement measurement = measureMismatch(trainer, engine, requests, mismatchOptions);
+    QCOMPARE(measurement.tokens, std::int64_t(6 * 12));
+    QVERIFY(measurement.kl < kFp32MismatchBound);
+    QVERIFY(std::abs(measurement.k1) < kFp32MismatchBound * 100);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// KV cache
+
+void TestEngine::pagedCacheEqualsDenseCache()
+{
+    const ModelConfig config = tinyConfig();
+    const model::Transformer transformer(config, tinyWeights(config, 51));
+    const std::vector<GenerationRequest> requests = randomRequests(3, 52, 2, 11);
+    auto [ids, mask] = leftPaddedBatch(promptsOf(requests));
+    const std::int64_t steps = 20; // crosses block boundaries (block size 4 below)
+    const at::Tensor next = at::randint(0, 256, {3, steps}, at::kLong);
+
+    model::DenseKvCache dense(config.numLayers);
+    KvBlockPool pool(kvCacheLayout(config, nullptr), 1 << 20, 4);
+    PagedKvCache paged(pool, nullptr);
+    for (std::size_t row = 0; row < requests.size(); ++row) {
+        const auto sequence = pool.allocator().allocate(static_cast<std::int64_t>(requests[row].prompt.size()) + steps);
+        QVERIFY(sequence.has_value());
+        paged.addRow(*sequence, ids.size(1) - static_cast<std::int64_t>(requests[row].prompt.size()));
+    }
+    const at::NoGradGuard noGrad;
+    at::Tensor denseOut = transformer.forward(ids, mask, at::Tensor(), &dense);
+    at::Tensor pagedOut = transformer.forward(ids, mask, at::Tensor(), &paged);
+    // Real positions only: padded positions are meaningless (and the dense cache stores pad keys).
+    const at::Tensor real = mask.ne(0).unsqueeze(-1);
+    QVERIFY(at::where(real, (denseOut - pagedOut).abs(), at::zeros_like(denseOut)).max().item<double>()
+        < kPagedVsDenseTolerance);
+    for (std::int64_t step = 0; step < steps; ++step) {
+        mask = at::cat({mask, at::ones({3, 1}, at::kLong)}, 1);
+        const at::Tensor token = next.narrow(1, step, 1);
+        denseOut = transformer.forward(token, mask, at::Tensor(), &dense);
+        pagedOut = transformer.forward(token, mask, at::Tensor(), &paged);
+        QVERIFY((denseOut - pagedOut).abs().max().item<double>() < kPagedVsDenseTolerance);
+    }
+    // Padding takes no blocks: each row holds ceil((prompt + steps) / 4) blocks.
+    std::int64_t expectedBlocks = 0;
+    for (const auto& request : requests) {
+        expectedBlocks += (static_cast<std::int64_t>(request.prompt.size()) + steps + 3) / 4;
+    }
+    QCOMPARE(pool.allocator().usedBlocks(), expectedBlocks);
+    // Dropping a row releases its blocks; the others continue unchanged.
+    paged.keepRows({0, 2});
+    QCOMPARE(pool.allocator().usedBlocks(),
+        expectedBlocks - (static_cast<std::int64_t>(requests[1].prompt.size()) + steps + 3) / 4);
+}
+
+void TestEngine::cachedDecodingEqualsRecomputation_data()
+{
+    QTest::addColumn<QString>("precision");
+    QTest::newRow("fp32") << "fp32";
+    QTest::newRow("bf16") << "bf16";
+    QTest::newRow("fp8-recipe") << "fp8";
+}
+
+void TestEngine::cachedDecodingEqualsRecomputation()
+{
+    QFETCH(QString, precision);
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 61);
+    EngineOptions options;
+    options.kvBlockSize = 4;
+    options.precision = precision == "fp32" ? EnginePrecision::Fp32 : EnginePrecision::Bf16Reference;
+    std::optional<quant::RecipePlan> plan;
+    if (precision == "fp8") {
+        plan = planFor(kFp8Recipe, config);
+    }
+    Engine engine(config, weights, plan, options);
+    const std::vector<GenerationRequest> requests = randomRequests(4, 62);
+    if (precision == "fp8") {
+        engine.model().calibrateKvScales(promptsOf(randomRequests(8, 63)));
+    }
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 16;
+    sampling.ignoreEos = true;
+    sampling.fullDistributions = true;
+    const std::vector<GenerationResult> results = engine.generate(requests, sampling);
+    // Full recomputation of every prefix with the same engine (same rounding of K and V, no reuse).
+    const std::vector<at::Tensor> recomputed = scoreSequences(engine.model(), promptsOf(requests), tokensOf(results));
+    // The plain reference (no KV rounding) as a sanity bound: rounding engines must differ from it.
+    double largest = 0.0;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        largest = std::max(largest, maxFiniteDifference(results[i].distributions, recomputed[i]));
+    }
+    const double tolerance = precision == "fp32" ? kFp32LogProbTolerance : kRoundedCacheTolerance;
+    QVERIFY2(largest < tolerance, qPrintable(QString("max |log mu difference| %1").arg(largest)));
+}
+
+void TestEngine::allocatorNeverCorruptsAnotherSequence()
+{
+    const ModelConfig config = tinyConfig();
+    const KvCacheLayout layout = kvCacheLayout(config, nullptr);
+    // Room for exactly 3 blocks of 4 tokens.
+    const std::uint64_t memory = static_cast<std::uint64_t>(3 * 4 * layout.bytesPerToken());
+    KvBlockPool pool(layout, memory, 4);
+    QCOMPARE(pool.allocator().totalBlocks(), std::int64_t(3));
+    const auto first = pool.allocator().allocate(6); // 2 blocks
+    QVERIFY(first.has_value());
+    PagedKvCache cache(pool, nullptr);
+    cache.addRow(*first, 0);
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(71);
+    const at::Tensor keys = at::randn({1, config.numKeyValueHeads, 6, config.headDim}, generator);
+    const at::Tensor values = at::randn({1, config.numKeyValueHeads, 6, config.headDim}, generator);
+    for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+        const auto [k, v] = cache.append(layer, keys, values);
+        QVERIFY(at::equal(k, keys));
+        QVERIFY(at::equal(v, values));
+    }
+    cache.advance(6);
+    // A sequence of 5 tokens needs 2 blocks; 1 is free: refused, nothing taken.
+    QVERIFY(!pool.allocator().allocate(5).has_value());
+    QCOMPARE(pool.allocator().freeBlocks(), std::int64_t(1));
+    // Writing past the reservation (2 blocks = 8 tokens) is refused before anything is written.
+    const at::Tensor more = at::randn({1, config.numKeyValueHeads, 3, config.headDim}, generator);
+    QVERIFY_EXCEPTION_THROWN(cache.append(0, more, more), ResourceError);
+    // A neighbour writes its own block; the first sequence reads back unchanged.
+    const auto second = pool.allocator().allocate(4);
+    QVERIFY(second.has_value());
+    {
+        PagedKvCache neighbour(pool, nullptr);
+        neighbour.addRow(*second, 0);
+        const at::Tensor other = at::randn({1, config.numKeyValueHeads, 4, config.headDim}, generator) * 100.0;
+        for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+            neighbour.append(layer, other, other);
+        }
+        neighbour.advance(4);
+    }
+    QCOMPARE(pool.allocator().freeBlocks(), std::int64_t(1)); // the neighbour's destructor released its block
+    const at::Tensor one = at::randn({1, config.numKeyValueHeads, 1, config.headDim}, generator);
+    for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+        const auto [k, v] = cache.append(layer, one, one);
+        QVERIFY(at::equal(k.narrow(2, 0, 6), keys));
+        QVERIFY(at::equal(v.narrow(2, 0, 6), values));
+        QVERIFY(at::equal(k.narrow(2, 6, 1), one));
+    }
+}
+
+void TestEngine::capacityMatchesHandComputation()
+{
+    const ModelConfig config = tinyConfig(); // 2 layers, 2 KV heads, head dim 8
+    const quant::RecipePlan plan = planFor("version: 1\n"
+                                           "kv_cache: {format: fp8_e4m3, scales: per_head}\n"
+                                           "rules:\n"
+                                           "  - match: \"model.layers.0.self_attn\"\n"
+                                           "    kv_cache: {format: bf16}\n",
+        config);
+    // Layer 0 bf16: 2 * 2 * 8 * 2 = 64 bytes per token; layer 1 fp8: 2 * 2 * 8 * 1 = 32.
+    // Scales: layer 1 per head, K and V: 2 * 2 float32 = 16 bytes. Block of 16 tokens: 16 * 96 = 1536 bytes.
+    const std::int64_t scaleBytes = 16;
+    const std::int64_t blockBytes = 1536;
+    const KvCapacity exact = kvCapacity(config, &plan, scaleBytes + 5 * blockBytes, 16);
+    QCOMPARE(exact.layerBytesPerToken, (std::vector<std::int64_t> {64, 32}));
+    QCOMPARE(exact.bytesPerToken, std::int64_t(96));
+    QCOMPARE(exact.scaleBytes, scaleBytes);
+    QCOMPARE(exact.blocks, std::int64_t(5));
+    QCOMPARE(exact.tokens, std::int64_t(80));
+    // One byte less: the scales come off first, so only 4 blocks fit.
+    QCOMPARE(kvCapacity(config, &plan, scaleBytes + 5 * blockBytes - 1, 16).blocks, std::int64_t(4));
+    // BF16: 128 bytes per token, 2048 per block, no scales: 7696 bytes hold 3 blocks.
+    QCOMPARE(exact.bf16Blocks, std::int64_t((scaleBytes + 5 * blockBytes) / 2048));
+    QCOMPARE(exact.ratioToBf16, 80.0 / 48.0);
+    // Per tensor: 2 scales per FP8 layer.
+    const quant::RecipePlan perTensor
+        = planFor("version: 1\nkv_cache: {format: fp8_e4m3, scales: per_tensor}\n", config);
+    const KvCapacity tensorCapacity = kvCapacity(config, &perTensor, 1000000, 8);
+    QCOMPARE(tensorCapacity.scaleBytes, std::int64_t(2 * 2 * 4));
+    QCOMPARE(tensorCapacity.blocks, std::int64_t((1000000 - 16) / (8 * 64)));
+    // The engine's own allocator agrees with kvCapacity for its recipe.
+    EngineOptions options;
+    options.kvCacheBytes = 1000000;
+    options.kvBlockSize = 8;
+    const Engine engine(config, tinyWeights(config, 81), perTensor, options);
+    QCOMPARE(engine.allocator().totalBlocks(), tensorCapacity.blocks);
+    // The FP32 engine stores float32: 4 bytes per element.
+    options.precision = EnginePrecision::Fp32;
+    const Engine fp32(config, tinyWeights(config, 81), std::nullopt, options);
+    QCOMPARE(fp32.allocator().layout().bytesPerToken(), std::int64_t(2 * 2 * 2 * 8 * 4));
+    QVERIFY_EXCEPTION_THROWN(kvCapacity(config, &plan, 1000, 0), InputError);
+}
+
+void TestEngine::capacityQwen7bShape()
+{
+    ModelConfig config;
+    config.vocabSize = 152064;
+    config.hiddenSize = 3584;
+    config.intermediateSize = 18944;
+    config.numLayers = 28;
+    config.numHeads = 28;
+    config.numKeyValueHeads = 4;
+    config.headDim = 128;
+    config.attentionBias = true;
+    const quant::RecipePlan plan = planFor("version: 1\nkv_cache: {format: fp8_e4m3, scales: per_head}\n", config);
+    const std::uint64_t memory = 8ull << 30;
+    const KvCapacity capacity = kvCapacity(config, &plan, memory, 16);
+    // BF16: 28 * 2 * 4 * 128 * 2 = 57344 bytes per token; FP8 28672 plus 28 * 2 * 4 * 4 = 896 scale bytes.
+    QCOMPARE(capacity.bytesPerToken, std::int64_t(28672));
+    QCOMPARE(capacity.scaleBytes, std::int64_t(896));
+    QCOMPARE(capacity.bf16Tokens, std::int64_t(memory / (57344 * 16)) * 16);
+    QCOMPARE(capacity.tokens, std::int64_t((memory - 896) / (28672 * 16)) * 16);
+    QVERIFY(capacity.ratioToBf16 >= 1.93);
+}
+
+void TestEngine::kvScalesCalibratedAndFrozen()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 91);
+    const quant::RecipePlan plan = planFor("version: 1\nkv_cache: {format: fp8_e4m3, scales: per_head}\n", config);
+    EngineModel engine(config, weights, plan);
+    const std::vector<std::vector<std::int64_t>> probes = promptsOf(randomRequests(5, 92));
+    // One probe per forward: the same forwards as the reference below, so the scales must agree exactly.
+    const KvScaleTable table = calibrateKvScales(engine, probes, /*batchSize=*/1);
+
+    // Reference: amax per KV head over each probe's tokens, one probe at a time (no padding), BF16 engine.
+    EngineOptions bf16Options;
+    bf16Options.precision = EnginePrecision::Bf16Reference;
+    const EngineModel bf16(config, weights, std::nullopt, bf16Options);
+    const at::NoGradGuard noGrad;
+    std::vector<std::vector<double>> keyAmax(2, std::vector<double>(2, 0.0));
+    std::vector<std::vector<double>> valueAmax(2, std::vector<double>(2, 0.0));
+    for (const auto& probe : probes) {
+        RecordingKvCache recorder;
+        const at::Tensor ids = at::tensor(probe, at::kLong).unsqueeze(0);
+        bf16.forward(ids, at::ones_like(ids), at::Tensor(), &recorder);
+        for (std::int64_t layer = 0; layer < 2; ++layer) {
+            for (std::int64_t head = 0; head < 2; ++head) {
+                const at::Tensor k = roundBf16(recorder.recordedKeys[layer])[0][head];
+                const at::Tensor v = roundBf16(recorder.recordedValues[layer])[0][head];
+                keyAmax[layer][head] = std::max(keyAmax[layer][head], k.abs().max().item<double>());
+                valueAmax[layer][head] = std::max(valueAmax[layer][head], v.abs().max().item<double>());
+            }
+        }
+    }
+    for (std::int64_t layer = 0; layer < 2; ++layer) {
+        for (std::int64_t head = 0; head < 2; ++head) {
+            // scale = amax / 448, one float32 division; padding in the batched calibration changes nothing.
+            QCOMPARE(table.keys[layer][head].item<float>(), static_cast<float>(keyAmax[layer][head]) / 448.0f);
+            QCOMPARE(table.values[layer][head].item<float>(), static_cast<float>(valueAmax[layer][head]) / 448.0f);
+        }
+    }
+
+    // Batched (left padded) calibration: padding never enters the amax; the batched float32 sums may move a
+    // bf16-rounded value by one bf16 ulp (2^-8 relative).
+    const KvScaleTable batched = calibrateKvScales(engine, probes, /*batchSize=*/3);
+    for (std::int64_t layer = 0; layer < 2; ++layer) {
+        QVERIFY(((batched.keys[layer] - table.keys[layer]).abs() <= kBf16Ulp * table.keys[layer]).all().item<bool>());
+        QVERIFY(
+            ((batched.values[layer] - table.values[layer]).abs() <= kBf16Ulp * table.values[layer]).all().item<bool>());
+    }
+
+    // A scale measured in a prefill ignores padding positions, however large their keys.
+    {
+        quant::KvPrecision fp8;
+        fp8.format = quant::KvFormat::Fp8E4m3;
+        fp8.scales = quant::KvScales::PerHead;
+        KvQuantizer quantizer({fp8}, 2, true);
+        at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(97);
+        at::Tensor keys = at::randn({2, 2, 5, 8}, generator);
+        const at::Tensor real = at::ones({2, 5}, at::kBool);
+        real[1].narrow(0, 0, 2).fill_(false); // row 1: two left-padding positions
+        const at::Tensor realKeys = keys[1].narrow(1, 2, 3);
+        keys[1].narrow(1, 0, 2).fill_(1.0e4);
+        quantizer.quantize(0, keys, keys, real);
+        for (std::int64_t head = 0; head < 2; ++head) {
+            const float amax
+                = std::max(keys[0][head].abs().max().item<float>(), realKeys[head].abs().max().item<float>());
+            QCOMPARE(quantizer.scales().keys[0][head].item<float>(), amax / 448.0f);
+        }
+    }
+
+    // Without calibration: measured at the first prefill, then frozen.
+    Engine fresh(config, weights, plan);
+    QVERIFY(!fresh.model().kvQuantizer().hasScales(0));
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 3;
+    fresh.generate(randomRequests(2, 93), sampling);
+    QVERIFY(fresh.model().kvQuantizer().hasScales(1));
+    const at::Tensor frozen = fresh.model().kvQuantizer().scales().keys[1].clone();
+    fresh.generate(randomRequests(3, 94), sampling);
+    QVERIFY(at::equal(fresh.model().kvQuantizer().scales().keys[1], frozen));
+    // probe calibration survives a weight sync...
+    fresh.syncWeights(tinyWeights(config, 95));
+    QVERIFY(at::equal(fresh.model().kvQuantizer().scales().keys[1], frozen));
+    // ...every_sync re-measures (here: calibrated on the remembered probe prompts at once).
+    const quant::RecipePlan everySync
+        = planFor("version: 1\nkv_cache: {format: fp8_e4m3, scales: per_head, calibration: every_sync}\n", config);
+    Engine syncing(config, weights, everySync);
+    syncing.model().calibrateKvScales(probes);
+    QVERIFY(at::equal(syncing.model().kvQuantizer().scales().keys[1], table.keys[1]));
+    const TransformerWeights next = tinyWeights(config, 96);
+    syncing.syncWeights(next);
+    EngineModel nextModel(config, next, everySync);
+    const KvScaleTable nextTable = calibrateKvScales(nextModel, probes);
+    QVERIFY(at::equal(syncing.model().kvQuantizer().scales().keys[1], nextTable.keys[1]));
+    QVERIFY(!at::equal(nextTable.keys[1], table.keys[1]));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sampling
+
+void TestEngine::samplingDistributionSemantics()
+{
+    // Independent float64 reference on a hand-made row with a tie.
+    const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 3.0f, 1.0f, -1.0f};
+    const auto reference = [&](double temperature, std::vector<int> kept) {
+        double normalizer = 0.0;
+        for (int v : kept) {
+            normalizer += std::exp(logits[static_cast<std::size_t>(v)] / temperature);
+        }
+        std::vector<double> out(logits.size(), -std::numeric_limits<double>::infinity());
+        for (int v : kept) {
+            out[static_cast<std::size_t>(v)] = logits[static_cast<std::size_t>(v)] / temperature - std::log(normalizer);
+        }
+        return out;
+    };
+    const auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            if (std::isinf(a[i]) || std::isinf(b[i])) {
+                if (a[i] != b[i]) {
+                    return false;
+                }
+            } else if (std::abs(a[i] - b[i]) > 1e-12) {
+                return false;
+            }
+        }
+        return true;
+    };
+    SamplingOptions options;
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {0, 1, 2, 3, 4, 5})));
+    options.temperature = 0.5;
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(0.5, {0, 1, 2, 3, 4, 5})));
+    options.temperature = 1.0;
+    options.topK = 3; // 3.0, 2.0, then the tie 1.0 at ids 1 and 4: the lower id wins
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {3, 0, 1})));
+    options.topK = 0;
+    // Probabilities at T=1: e^3, e^2, e^1, e^1, e^.5, e^-1 over 34.93: 0.575, 0.2115, 0.0778, 0.0778, 0.0472,
+    // 0.0105.
+    options.topP = 0.5; // the top token alone reaches 0.575 >= 0.5
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {3})));
+    options.topP = 0.78; // 0.575 + 0.2115 = 0.7865 >= 0.78
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {3, 0})));
+    options.topP = 0.8; // needs one of the tied 0.0778s: id 1 (lower id first)
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {3, 0, 1})));
+    options.topK = 2; // top-k first, then top-p renormalized over the two: 0.731, 0.269
+    options.topP = 0.7;
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {3})));
+    options.topP = 0.75;
+    QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {3, 0})));
+
+    // top log-probs: the most probable kept tokens in order, ties by lower id.
+    SamplingOptions topOptions;
+    topOptions.topLogProbs = 4;
+    metrics::SplitMix64 generator(5);
+    const SampledToken token
+        = sampleToken(logits.data(), samplingLogProbs(logits.data(), 6, topOptions), topOptions, generator);
+    QCOMPARE(token.top.size(), std::size_t(4));
+    QCOMPARE(token.top[0].id, std::int64_t(3));
+    QCOMPARE(token.top[1].id, std::int64_t(0));
+    QCOMPARE(token.top[2].id, std::int64_t(1));
+    QCOMPARE(token.top[3].id, std::int64_t(4));
+
+    // Non-finite logits have no distribution: an error, not a silent token.
+    const std::vector<float> withNan = {0.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f};
+    QVERIFY_EXCEPTION_THROWN(samplingLogProbs(withNan.data(), 3, SamplingOptions {}), Error);
+    const std::vector<float> withInf = {0.0f, std::numeric_limits<float>::infinity(), 1.0f};
+    QVERIFY_EXCEPTION_THROWN(samplingLogProbs(withInf.data(), 3, SamplingOptions {}), Error);
+}
+
+void TestEngine::samplingFrequenciesFollowDistribution()
+{
+    const std::vector<float> logits = {0.3f, -0.2f, 1.1f, 0.0f, 0.7f};
+    SamplingOptions options;
+    options.temperature = 0.8;
+    options.topP = 0.9;
+    const std::vector<double> logMu = samplingLogProbs(logits.data(), 5, options);
+    metrics::SplitMix64 generator(17);
+    const int draws = 200000;
+    std::vector<int> counts(5, 0);
+    for (int i = 0; i < draws; ++i) {
+        const SampledToken token = sampleToken(logits.data(), logMu, options, generator);
+        ++counts[static_cast<std::size_t>(token.id)];
+        QVERIFY(token.logProb == logMu[static_cast<std::size_t>(token.id)]);
+    }
+    for (std::size_t v = 0; v < 5; ++v) {
+        const double p = std::exp(logMu[v]);
+        const double sd = std::sqrt(p * (1 - p) / draws);
+        // 5 standard deviations: a false failure has probability ~1e-6.
+        QVERIFY2(std::abs(counts[v] / static_cast<double>(draws) - p) <= 5 * sd + 1e-12,
+            qPrintable(QString("token %1: %2 vs %3").arg(v).arg(counts[v] / double(draws)).arg(p)));
+    }
+    QCOMPARE(counts[1], 0); // cut by top-p (the least probable token)
+}
+
+void TestEngine::greedyAndTopKOne()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 101);
+    Engine engine(config, weights);
+    const std::vector<GenerationRequest> requests = randomRequests(3, 102);
+    SamplingOptions greedy;
+    greedy.greedy = true;
+    greedy.maxNewTokens = 8;
+    greedy.ignoreEos = true;
+    const std::vector<GenerationResult> greedyResults = engine.generate(requests, greedy);
+    // Every greedy token is the argmax of the recomputed engine logits at its prefix.
+    const std::vector<at::Tensor> recomputed
+        = scoreSequences(engine.model(), promptsOf(requests), tokensOf(greedyResults));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        for (std::size_t t = 0; t < greedyResults[i].tokens.size(); ++t) {
+            QCOMPARE(
+                recomputed[i][static_cast<std::int64_t>(t)].argmax().item<std::int64_t>(), greedyResults[i].tokens[t]);
+        }
+    }
+    // temperature 0 is greedy; top-k 1 samples the argmax whatever the seed and reports log mu = 0.
+    SamplingOptions zero = greedy;
+    zero.greedy = false;
+    zero.temperature = 0.0;
+    QCOMPARE(tokensOf(engine.generate(requests, zero)), tokensOf(greedyResults));
+    SamplingOptions topOne = greedy;
+    topOne.greedy = false;
+    topOne.topK = 1;
+    topOne.seed = 12345;
+    const std::vector<GenerationResult> topOneResults = engine.generate(requests, topOne);
+    QCOMPARE(tokensOf(topOneResults), tokensOf(greedyResults));
+    for (const auto& result : topOneResults) {
+        for (double logProb : result.logProbs) {
+            QCOMPARE(logProb, 0.0);
+        }
+    }
+}
+
+void TestEngine::seedsDecideTokens()
+{
+    const ModelConfig config = tinyConfig();
+    Engine engine(config, tinyWeights(config, 111));
+    const std::vector<GenerationRequest> requests = randomRequests(4, 112);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 12;
+    sampling.ignoreEos = true;
+    sampling.seed = 7;
+    const auto first = tokensOf(engine.generate(requests, sampling));
+    QCOMPARE(tokensOf(engine.generate(requests, sampling)), first);
+    sampling.seed = 8;
+    QVERIFY(tokensOf(engine.generate(requests, sampling)) != first);
+    // A different request seed changes that request only.
+    sampling.seed = 7;
+    std::vector<GenerationRequest> changed = requests;
+    changed[2].seed += 1;
+    const auto changedTokens = tokensOf(engine.generate(changed, sampling));
+    QCOMPARE(changedTokens[0], first[0]);
+    QCOMPARE(changedTokens[1], first[1]);
+    QVERIFY(changedTokens[2] != first[2]);
+    QCOMPARE(changedTokens[3], first[3]);
+}
+
+void TestEngine::seedsIndependentOfBatchComposition()
+{
+    const ModelConfig config = tinyConfig();
+    Engine engine(config, tinyWeights(config, 121));
+    const std::vector<GenerationRequest> requests = randomRequests(5, 122, 2, 14);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 10;
+    sampling.seed = 3;
+    const auto together = tokensOf(engine.generate(requests, sampling));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        QCOMPARE(tokensOf(engine.generate({requests[i]}, sampling))[0], together[i]);
+    }
+    // Reversed order, other neighbours.
+    std::vector<GenerationRequest> reversed(requests.rbegin(), requests.rend());
+    auto reversedTokens = tokensOf(engine.generate(reversed, sampling));
+    std::reverse(reversedTokens.begin(), reversedTokens.end());
+    QCOMPARE(reversedTokens, together);
+}
+
+void TestEngine::stopsOnEosAndMaxTokens()
+{
+    ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 131);
+    const std::vector<GenerationRequest> requests = randomRequests(3, 132);
+    SamplingOptions sampling;
+    sampling.greedy = true;
+    sampling.maxNewTokens = 6;
+    sampling.ignoreEos = true;
+    Engine engine(config, weights);
+    const std::vector<GenerationResult> free = engine.generate(requests, sampling);
+    for (const auto& result : free) {
+        QCOMPARE(reasonText(result.finishReason), reasonText(FinishReason::Length));
+        QCOMPARE(result.tokens.size(), std::size_t(6));
+    }
+    // Make request 0's third greedy token the EOS id: it stops there, keeping the EOS token.
+    const std::int64_t eos = free[0].tokens[2];
+    config.eosTokenIds = {eos};
+    Engine stopping(config, weights);
+    sampling.ignoreEos = false;
+    const std::vector<GenerationResult> stopped = stopping.generate(requests, sampling);
+    const std::size_t firstEos = static_cast<std::size_t>(
+        std::find(free[0].tokens.begin(), free[0].tokens.end(), eos) - free[0].tokens.begin());
+    QCOMPARE(reasonText(stopped[0].finishReason), reasonText(FinishReason::Eos));
+    QCOMPARE(
+        stopped[0].tokens, std::vector<std::int64_t>(free[0].tokens.begin(), free[0].tokens.begin() + firstEos + 1));
+    QCOMPARE(stopped[0].logProbs.size(), stopped[0].tokens.size());
+    // ignoreEos runs to the limit; an explicit stop id works as well.
+    sampling.ignoreEos = true;
+    sampling.stopTokenIds = {free[1].tokens[0]};
+    const std::vector<GenerationResult> explicitStop = stopping.generate(requests, sampling);
+    const auto stopAt = std::find(free[0].tokens.begin(), free[0].tokens.end(), free[1].tokens[0]);
+    QCOMPARE(reasonText(explicitStop[0].finishReason),
+        reasonText(stopAt == free[0].tokens.end() ? FinishReason::Length : FinishReason::Eos));
+    QCOMPARE(reasonText(explicitStop[1].finishReason), reasonText(FinishReason::Eos));
+    QCOMPARE(explicitStop[1].tokens.size(), std::size_t(1));
+}
+
+void TestEngine::stopsOnStopString()
+{
+    const ModelConfig config = tinyConfig();
+    const model::Tokenizer tokenizer = model::Tokenizer::fromJson(io::demoTokenizerJson(), "demo tokenizer.json");
+    Engine engine(config, tinyWeights(config, 141));
+    engine.setTokenizer(&tokenizer);
+    const std::vector<GenerationRequest> requests = randomRequests(2, 142);
+    SamplingOptions sampling;
+    sampling.greedy = true;
+    sampling.maxNewTokens = 10;
+    sampling.ignoreEos = true;
+    const std::vector<GenerationResult> free = engine.generate(requests, sampling);
+    QCOMPARE(free[0].text, tokenizer.decode(free[0].tokens, /*skipSpecialTokens=*/true));
+    // Stop at the text of tokens 3..4 of request 0 (byte tokens: one byte each unless special).
+    const std::string stop = tokenizer.decode({free[0].tokens[3], free[0].tokens[4]});
+    if (stop.size() != 2 || tokenizer.isSpecial(free[0].tokens[3]) || tokenizer.isSpecial(free[0].tokens[4])) {
+        QSKIP("greedy tokens include special tokens; the byte-level check needs plain bytes");
+    }
+    sampling.stopStrings = {stop};
+    const std::vector<GenerationResult> stopped = engine.generate(requests, sampling);
+    const std::string freeText = free[0].text;
+    const std::size_t at = freeText.find(stop);
+    QCOMPARE(reasonText(stopped[0].finishReason), reasonText(FinishReason::StopString));
+    QCOMPARE(stopped[0].text, freeText.substr(0, at));
+    QCOMPARE(stopped[0].tokens.size(), at + stop.size());
+    // Without a tokenizer, stop strings are bad input.
+    Engine blind(config, tinyWeights(config, 141));
+    QVERIFY_EXCEPTION_THROWN(blind.generate(requests, sampling), InputError);
+}
+
+void TestEngine::tooLargeRequestRejectedOthersComplete()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 151);
+    EngineOptions options;
+    options.kvBlockSize = 4;
+    // 10 blocks of 4 tokens (bf16: 128 bytes per token).
+    options.kvCacheBytes = 10 * 4 * 128;
+    Engine engine(config, weights, std::nullopt, options);
+    std::vector<GenerationRequest> requests = randomRequests(3, 152);
+    requests[1].prompt.assign(40, 65); // 40 + 8 tokens > 40 capacity
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 8;
+    sampling.ignoreEos = true;
+    const std::vector<GenerationResult> results = engine.generate(requests, sampling);
+    QCOMPARE(reasonText(results[1].finishReason), reasonText(FinishReason::Rejected));
+    QVERIFY(results[1].error.has_value());
+    QVERIFY(results[1].tokens.empty());
+    const std::string message = results[1].error->what();
+    QVERIFY2(message.find("needs 48 tokens") != std::string::npos, message.c_str());
+    QVERIFY2(message.find("holds 40 tokens") != std::string::npos, message.c_str());
+    QVERIFY_EXCEPTION_THROWN(throwIfRejected(results), ResourceError);
+    // The others complete exactly as they do without the oversized neighbour.
+    const std::vector<GenerationResult> alone = engine.generate({requests[0], requests[2]}, sampling);
+    QCOMPARE(results[0].tokens, alone[0].tokens);
+    QCOMPARE(results[2].tokens, alone[1].tokens);
+    QCOMPARE(reasonText(results[0].finishReason), reasonText(FinishReason::Length));
+    // measureMismatch needs every request: it throws the ResourceError.
+    const model::Transformer trainer(config, weights);
+    MismatchOptions mismatchOptions;
+    mismatchOptions.sampling = sampling;
+    QVERIFY_EXCEPTION_THROWN(measureMismatch(trainer, engine, requests, mismatchOptions), ResourceError);
+}
+
+void TestEngine::waitingRequestsRunInLaterWaves()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 161);
+    std::vector<GenerationRequest> requests = randomRequests(5, 162);
+    for (auto& request : requests) {
+        request.prompt.resize(6, 70); // 6 + 10 = 16 tokens = 4 blocks of 4 each
+    }
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 10;
+    sampling.ignoreEos = true;
+    EngineOptions small;
+    small.kvBlockSize = 4;
+    small.kvCacheBytes = 9 * 4 * 128; // 9 blocks: two requests per wave
+    Engine tight(config, weights, std::nullopt, small);
+    Engine roomy(config, weights);
+    Progress progress;
+    const std::vector<GenerationResult> waves = tight.generate(requests, sampling, &progress);
+    const std::vector<GenerationResult> together = roomy.generate(requests, sampling);
+    const std::vector<std::int64_t> expectedWaves = {0, 0, 1, 1, 2};
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        QCOMPARE(waves[i].wave, expectedWaves[i]);
+        QCOMPARE(together[i].wave, std::int64_t(0));
+        QCOMPARE(waves[i].tokens, together[i].tokens);
+    }
+    QCOMPARE(progress.fraction(), 1.0);
+    // maxBatchSize caps a wave as well.
+    EngineOptions capped;
+    capped.maxBatchSize = 3;
+    Engine cappedEngine(config, weights, std::nullopt, capped);
+    const std::vector<GenerationResult> cappedResults = cappedEngine.generate(requests, sampling);
+    QCOMPARE(cappedResults[2].wave, std::int64_t(0));
+    QCOMPARE(cappedResults[3].wave, std::int64_t(1));
+    // Cancellation stops between decode steps.
+    Progress cancelled;
+    cancelled.cancel();
+    QVERIFY_EXCEPTION_THROWN(roomy.generate(requests, sampling, &cancelled), CancelledError);
+}
+
+void TestEngine::badInputIsInputError()
+{
+    const ModelConfig config = tinyConfig();
+    Engine engine(config, tinyWeights(config, 171));
+    SamplingOptions sampling;
+    QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {}}, sampling), InputError);
+    QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {{1, 2, 999}, 0}}, sampling), InputError);
+    for (auto change :
+        std::vector<std::function<void(SamplingOptions&)>> {[](SamplingOptions& s) { s.temperature = -1; },
+            [](SamplingOptions& s) { s.topP = 0; }, [](SamplingOptions& s) { s.topP = 1.5; },
+            [](SamplingOptions& s) { s.topK = -2; }, [](SamplingOptions& s) { s.maxNewTokens = 0; }}) {
+        SamplingOptions bad;
+        change(bad);
+        QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {{1, 2}, 0}}, bad), InputError);
+    }
+    const model::Transformer trainer(config, tinyWeights(config, 171));
+    QVERIFY_EXCEPTION_THROWN(scoreSequences(trainer, {{1, 2}}, {}), InputError);
+    EngineOptions badBlocks;
+    badBlocks.kvBlockSize = 0;
+    QVERIFY_EXCEPTION_THROWN(Engine(config, tinyWeights(config, 171), std::nullopt, badBlocks), InputError);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Mismatch
+
+void TestEngine::bf16MismatchSmallAndPositive()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 181);
+    const model::Transformer trainer(config, weights);
+    Engine engine(config, weights);
+    MismatchOptions options;
+    options.sampling.maxNewTokens = 16;
+    options.sampling.ignoreEos = true;
+    options.batchSize = 4;
+    const MismatchMeasurement measurement = measureMismatch(trainer, engine, randomRequests(8, 182), options);
+    QCOMPARE(measurement.tokens, std::int64_t(8 * 16));
+    QCOMPARE(measurement.promptTokens.size(), std::size_t(8));
+    QVERIFY2(measurement.kl > 0.0 && measurement.kl < 1e-2, qPrintable(QString::number(measurement.kl)));
+    QVERIFY(measurement.k3 >= 0.0);
+    double sum = 0.0;
+    for (double value : measurement.promptKlSums) {
+        sum += value;
+    }
+    QVERIFY(std::abs(sum / static_cast<double>(measurement.tokens) - measurement.kl) < 1e-12);
+}
+
+void TestEngine::fp8MismatchLargerThanBf16()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 191);
+    const model::Transformer trainer(config, weights);
+    const std::vector<GenerationRequest> requests = randomRequests(8, 192);
+    MismatchOptions options;
+    options.sampling.maxNewTokens = 16;
+    options.sampling.ignoreEos = true;
+    Engine bf16(config, weights);
+    Engine fp8(config, weights, planFor(kFp8Recipe, config));
+    fp8.model().calibrateKvScales(promptsOf(randomRequests(8, 193)));
+    const double bf16Kl = measureMismatch(trainer, bf16, requests, options).kl;
+    const double fp8Kl = measureMismatch(trainer, fp8, requests, options).kl;
+    QVERIFY2(fp8Kl > 2.0 * bf16Kl, qPrintable(QString("fp8 %1, bf16 %2").arg(fp8Kl).arg(bf16Kl)));
+}
+
+void TestEngine::perHeadKvScalesBeatPerTensorOnOutlierHead()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights base = tinyWeights(config, 201);
+    // 2^15: the normal head's values fall ~2^15 below the outlier's, into FP8's subnormals under one shared scale.
+    const TransformerWeights weights = withOutlierKvHead(config, base, 32768.0);
+    const model::Transformer trainer(config, weights);
+    // The rescaling preserves the function (up to float32 rounding).
+    {
+        const at::NoGradGuard noGrad;
+        const at::Tensor ids = at::randint(0, 256, {2, 7}, at::kLong);
+        const at::Tensor mask = at::ones({2, 7}, at::kLong);
+        const model::Transformer original(config, base);
+        QVERIFY((original.forward(ids, mask) - trainer.forward(ids, mask)).abs().max().item<double>() < 1e-3);
+    }
+    const std::vector<GenerationRequest> requests = randomRequests(8, 202);
+    const std::vector<std::vector<std::int64_t>> probes = promptsOf(randomRequests(8, 203));
+    MismatchOptions options;
+    options.sampling.maxNewTokens = 16;
+    options.sampling.ignoreEos = true;
+    const auto measure = [&](const char* scales) {
+        Engine engine(config, weights,
+            planFor(std::string("version: 1\nkv_cache: {format: fp8_e4m3, scales: ") + scales + "}\n", config));
+        engine.model().calibrateKvScales(probes);
+        return measureMismatch(trainer, engine, requests, options).kl;
+    };
+    const double perTensor = measure("per_tensor");
+    const double perHead = measure("per_head");
+    QVERIFY2(perHead < 0.5 * perTensor, qPrintable(QString("per head %1, per tensor %2").arg(perHead).arg(perTensor)));
+}
+
+void TestEngine::stalenessPicksSnapshot()
+{
+    const ModelConfig config = tinyConfig();
+    WeightHistory history(2);
+    std::vector<TransformerWeights> synced;
+    for (std::uint64_t step = 0; step < 5; ++step) {
+        synced.push_back(tinyWeights(config, 300 + step));
+        history.push(synced.back());
+        // Until k + 1 syncs, the oldest; then the one pushed k syncs ago.
+        const std::size_t expected = step < 2 ? 0 : static_cast<std::size_t>(step - 2);
+        QVERIFY(at::equal(
+            history.stale().get("model.embed_tokens.weight"), synced[expected].get("model.embed_tokens.weight")));
+    }
+    QCOMPARE(history.size(), std::int64_t(3));
+    QVERIFY(at::equal(history.at(0).get("model.norm.weight"), synced[4].get("model.norm.weight")));
+    QVERIFY(at::equal(history.at(99).get("model.norm.weight"), synced[2].get("model.norm.weight")));
+    // Snapshots are copies: an in-place optimizer update of the live weights does not reach them.
+    synced[4].get("model.norm.weight").add_(1.0);
+    QVERIFY(!at::equal(history.at(0).get("model.norm.weight"), synced[4].get("model.norm.weight")));
+    // Staleness 0 is the newest weights.
+    WeightHistory fresh(0);
+    fresh.push(synced[0]);
+    fresh.push(synced[1]);
+    QVERIFY(at::equal(fresh.stale().get("model.norm.weight"), synced[1].get("model.norm.weight")));
+    QVERIFY_EXCEPTION_THROWN(WeightHistory(-1), InputError);
+}
+
+void TestEngine::noiseSeededAndScalesWithSigma()
+{
+    ModelConfig config = tinyConfig();
+    config.intermediateSize = 512; // a large tensor for the statistics
+    const TransformerWeights weights = tinyWeights(config, 401);
+    const std::string name = "model.layers.0.mlp.up_proj.weight";
+    const TransformerWeights a = addWeightNoise(weights, 0.1, 7);
+    const TransformerWeights b = addWeightNoise(weights, 0.1, 7);
+    const TransformerWeights c = addWeightNoise(weights, 0.1, 8);
+    const TransformerWeights doubled = addWeightNoise(weights, 0.2, 7);
+    for (const auto& [tensorName, tensor] : weights.named()) {
+        QVERIFY(at::equal(a.get(tensorName), b.get(tensorName)));
+        QVERIFY(!at::equal(a.get(tensorName), c.get(tensorName)));
+        QVERIFY(!at::equal(a.get(tensorName), tensor));
+    }
+    const at::Tensor w = weights.get(name).to(at::kDouble);
+    const double rms = w.pow(2).mean().sqrt().item<double>();
+    const at::Tensor n = (a.get(name).to(at::kDouble) - w) / (0.1 * rms);
+    const double count = static_cast<double>(n.numel()); // 16384
+    // N(0, 1): mean within 5 / sqrt(count), variance within 5 * sqrt(2 / count).
+    QVERIFY(std::abs(n.mean().item<double>()) < 5.0 / std::sqrt(count));
+    QVERIFY(std::abs(n.pow(2).mean().item<double>() - 1.0) < 5.0 * std::sqrt(2.0 / count));
+    // Twice sigma, the same draws: twice the perturbation (float32 storage rounding aside).
+    const at::Tensor deltaA = a.get(name).to(at::kDouble) - w;
+    const at::Tensor deltaDoubled = doubled.get(name).to(at::kDouble) - w;
+    QVERIFY((deltaDoubled - 2.0 * deltaA).abs().max().item<double>() < 1e-6 * w.abs().max().item<double>() * 10);
+    // A tensor's noise depends on (seed, name) only: filtering other modules leaves it unchanged.
+    const TransformerWeights filtered = addWeightNoise(weights, 0.1, 7, "model.layers.{0}.mlp.*");
+    QVERIFY(at::equal(filtered.get(name), a.get(name)));
+    QVERIFY(
+        at::equal(filtered.get("model.layers.1.mlp.up_proj.weight"), weights.get("model.layers.1.mlp.up_proj.weight")));
+    QVERIFY(at::equal(filtered.get("model.embed_tokens.weight"), weights.get("model.embed_tokens.weight")));
+    // sigma 0 copies.
+    const TransformerWeights zero = addWeightNoise(weights, 0.0, 7);
+    QVERIFY(at::equal(zero.get(name), weights.get(name)));
+    QVERIFY_EXCEPTION_THROWN(addWeightNoise(weights, -0.1, 7), InputError);
+    QVERIFY_EXCEPTION_THROWN(addWeightNoise(weights, 0.1, 7, "model.layers.{3-1}.*"), InputError);
+}
+
+void TestEngine::byteSizes()
+{
+    QCOMPARE(parseByteSize("8GiB"), std::uint64_t(8) << 30);
+    QCOMPARE(parseByteSize("512MiB"), std::uint64_t(512) << 20);
+    QCOMPARE(parseByteSize("1e9"), std::uint64_t(1000000000));
+    QCOMPARE(parseByteSize("1.5 gib"), std::uint64_t(3) << 29);
+    QCOMPARE(parseByteSize("2GB"), std::uint64_t(2000000000));
+    QCOMPARE(parseByteSize("4096"), std::uint64_t(4096));
+    QCOMPARE(parseByteSize("100 B"), std::uint64_t(100));
+    for (const char* bad : {"", "GiB", "8G", "-1GiB", "8 parsecs", "1e30"}) {
+        QVERIFY_EXCEPTION_THROWN(parseByteSize(bad), InputError);
+    }
+    QCOMPARE(formatByteSize(std::uint64_t(8) << 30), std::string("8 GiB"));
+    QCOMPARE(formatByteSize(1536), std::string("1.50 KiB"));
+}
+
+QTEST_MAIN(TestEngine)
+#include "test_engine.moc"
