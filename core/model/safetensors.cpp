@@ -60,19 +60,6 @@ bool parseDtype(const std::string& text, DType& dtype)
     return true;
 }
 
-at::ScalarType scalarType(DType dtype)
-{
-    switch (dtype) {
-    case DType::F32:
-        return at::kFloat;
-    case DType::F16:
-        return at::kHalf;
-    case DType::BF16:
-        return at::kBFloat16;
-    }
-    return at::kFloat;
-}
-
 // Byte count of a tensor, or false when it overflows 64 bits (only a corrupt header gets there).
 bool tensorBytes(const std::vector<std::int64_t>& shape, DType dtype, std::uint64_t& bytes)
 {
@@ -247,6 +234,20 @@ std::uint64_t tensorBytes(const at::Tensor& tensor)
 }
 
 } // namespace
+
+at::ScalarType scalarType(DType dtype)
+{
+    switch (dtype) {
+    case DType::F32:
+        return at::kFloat;
+    case DType::F16:
+        return at::kHalf;
+    case DType::BF16:
+        return at::kBFloat16;
+    }
+    return at::kFloat;
+}
+
 
 std::string toString(DType dtype)
 {

@@ -15,6 +15,7 @@ namespace mismatch::model {
 enum class DType { F32, F16, BF16 };
 std::string toString(DType dtype);  // "F32", "F16", "BF16"
 std::size_t byteSize(DType dtype);
+at::ScalarType scalarType(DType dtype);  // kFloat, kHalf, kBFloat16
 
 struct TensorInfo {
     std::string name;

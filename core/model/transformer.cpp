@@ -38,19 +38,6 @@ bool isNormWeight(const std::string& name)
     return endsWith("layernorm.weight") || endsWith("_norm.weight") || name == "model.norm.weight";
 }
 
-at::ScalarType scalarType(DType dtype)
-{
-    switch (dtype) {
-    case DType::F32:
-        return at::kFloat;
-    case DType::F16:
-        return at::kHalf;
-    case DType::BF16:
-        return at::kBFloat16;
-    }
-    return at::kFloat;
-}
-
 // Norms and softmax accumulate in FP32, or in float64 when the whole forward is float64.
 at::ScalarType accumulateType(at::ScalarType compute)
 {

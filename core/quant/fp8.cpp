@@ -46,6 +46,9 @@ std::array<float, 256> buildDecodeTable(Fp8Format format)
     return table;
 }
 
+
+} // namespace
+
 // Float32 CPU contiguous copy (or the tensor itself when it already is one).
 at::Tensor cpuFloat(const at::Tensor& values, const char* what)
 {
@@ -58,8 +61,6 @@ at::Tensor cpuFloat(const at::Tensor& values, const char* what)
     }
     return values.to(at::kCPU).to(at::kFloat).contiguous();
 }
-
-} // namespace
 
 const Fp8Traits& fp8Traits(Fp8Format format)
 {

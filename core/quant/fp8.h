@@ -124,4 +124,8 @@ inline std::uint8_t encodeFp8(float value, Fp8Format format)
     return static_cast<std::uint8_t>(sign | detail::roundMagnitude(magnitude, e4m3 ? 3 : 2, e4m3 ? -6 : -14));
 }
 
+// Float32, CPU, contiguous copy of a floating tensor (the tensor itself when it already is one); InputError
+// naming `what` for an undefined or non-floating tensor. The input of every quantizer.
+at::Tensor cpuFloat(const at::Tensor& values, const char* what);
+
 } // namespace mismatch::quant

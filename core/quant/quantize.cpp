@@ -29,18 +29,6 @@ std::int64_t rowGrain(std::int64_t columns)
     return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, columns));
 }
 
-at::Tensor cpuFloat(const at::Tensor& values, const char* what)
-{
-    if (!values.defined()) {
-        throw InputError("", what, "undefined tensor");
-    }
-    if (!at::isFloatingType(values.scalar_type())) {
-        throw InputError(
-            "", what, std::string("expected a floating tensor, got ") + c10::toString(values.scalar_type()));
-    }
-    return values.to(at::kCPU).to(at::kFloat).contiguous();
-}
-
 std::string shapeText(at::IntArrayRef shape)
 {
     std::string text = "[";
