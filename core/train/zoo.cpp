@@ -203,11 +203,11 @@ ZooOptions defaultZooOptions(const std::string& resourceDirectory)
     options.promptDirectory = (fs::path(resourceDirectory) / "prompts").string();
     ZooModelSpec teacher;
     teacher.name = "arith-teacher";
-    teacher.config = demoConfig(256, 4, 4, 2, 512);
-    teacher.steps = 1200;
-    teacher.batchSize = 64;
+    teacher.config = demoConfig(192, 3, 4, 2, 512);
+    teacher.steps = 2000;
+    teacher.batchSize = 48;
     teacher.learningRate = 3e-3;
-    teacher.warmupSteps = 60;
+    teacher.warmupSteps = 80;
     teacher.seed = 20261108;
     ZooModelSpec student;
     student.name = "arith-student";

@@ -41,7 +41,7 @@ struct ZooModelReport {
     double trainSeconds = 0.0;
 };
 
-// The demo pair's specifications: a Qwen2-style teacher (hidden 256, 4 layers, GQA 4/2) trained long enough to
+// The demo pair's specifications: a Qwen2-style teacher (hidden 192, 3 layers, GQA 4/2) trained long enough to
 // solve the held-out problems, and a smaller student (hidden 128, 2 layers) trained briefly.
 ZooOptions defaultZooOptions(const std::string& resourceDirectory);
 
