@@ -1,6 +1,9 @@
 // The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo.
 #include "app/cli/cli.h"
 #include "core/common/version.h"
+#include "core/io/char_tokenizer_json.h"
+#include "core/io/prompt_set.h"
+#include "core/model/transformer.h"
 #include "core/store/run_store.h"
 
 #include <QProcess>
@@ -9,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <sstream>
 
 using namespace mismatch;
@@ -57,6 +61,8 @@ private slots:
     void badWorkspaceFileIsAnErrorNotACrash();
     void demoRegistersResources();
     void realBinaryExitCodes();
+    void kvCapacityOfA7bShapedConfig();
+    void generateIsSeededAndWritesLogProbs();
 };
 
 void TestCli::versionAndHelp()
@@ -217,6 +223,84 @@ void TestCli::realBinaryExitCodes()
     process.start(MISMATCH_CLI_PATH, {"store", "bogus"});
     QVERIFY(process.waitForFinished(60000));
     QCOMPARE(process.exitCode(), 2);
+}
+
+void TestCli::kvCapacityOfA7bShapedConfig()
+{
+    // Qwen2.5-7B's shape (config only: kv-capacity needs no weights): 28 layers, 4 KV heads, head dim 128.
+    QTemporaryDir dir;
+    std::ofstream(dir.path().toStdString() + "/config.json")
+        << R"({"architectures":["Qwen2ForCausalLM"],"hidden_size":3584,"intermediate_size":18944,)"
+           R"("num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"vocab_size":152064,)"
+           R"("rms_norm_eps":1e-6,"rope_theta":1000000.0,"max_position_embeddings":32768,)"
+           R"("tie_word_embeddings":false,"torch_dtype":"bfloat16","eos_token_id":151643})";
+    const Result r = runCli({"--json", "kv-capacity", "--model", dir.path().toStdString(), "--recipe",
+        MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml", "--memory", "8GiB"});
+    QCOMPARE(r.code, 0);
+    const auto j = parseJson(r.out);
+    // By hand: BF16 = 28 layers * 2 (K, V) * 4 heads * 128 dims * 2 bytes = 57344 B/token, FP8 half of it;
+    // per-head float32 scales: 28 layers * 2 * 4 heads * 4 B = 896 B, taken from the budget first; blocks of 16.
+    const std::int64_t budget = 8LL * 1024 * 1024 * 1024;
+    QCOMPARE(j.at("bytes_per_token").get<std::int64_t>(), 28672);
+    QCOMPARE(j.at("bf16_blocks").get<std::int64_t>(), budget / (16 * 57344));
+    QCOMPARE(j.at("blocks").get<std::int64_t>(), (budget - 896) / (16 * 28672));
+    const double ratio = static_cast<double>(j.at("blocks").get<std::int64_t>()) / j.at("bf16_blocks").get<std::int64_t>();
+    QVERIFY2(ratio >= 1.93, qPrintable(QString::number(ratio)));  // the paper's figure
+    const Result bad = runCli({"kv-capacity", "--model", dir.path().toStdString(), "--recipe",
+        MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml", "--memory", "8 parsecs"});
+    QVERIFY(bad.code != 0);
+}
+
+void TestCli::generateIsSeededAndWritesLogProbs()
+{
+    QTemporaryDir dir;
+    const std::string modelDir = dir.path().toStdString() + "/model";
+    model::ModelConfig config;
+    config.architecture = model::Architecture::Qwen2;
+    config.vocabSize = io::kDemoVocabularySize;
+    config.hiddenSize = 32;
+    config.intermediateSize = 48;
+    config.numLayers = 2;
+    config.numHeads = 4;
+    config.numKeyValueHeads = 2;
+    config.headDim = 8;
+    config.attentionBias = true;
+    config.tieWordEmbeddings = true;
+    config.eosTokenIds = {io::kDemoEndOfTextId};
+    model::saveWeights(modelDir, model::randomWeights(config, 3, 0.3), model::DType::F32);
+    std::ofstream(modelDir + "/config.json") << model::configToJson(config);
+    std::ofstream(modelDir + "/tokenizer.json") << io::demoTokenizerJson();
+    const std::string prompts = MISMATCH_SOURCE_DIR "/resources/prompts/arith-probe.jsonl";
+    auto generate = [&](const std::string& out, const std::string& seed) {
+        return runCli({"--json", "generate", "--model", modelDir, "--recipe",
+            MISMATCH_SOURCE_DIR "/resources/recipes/fp8-w8a8-block.yaml", "--prompts", prompts, "--max-tokens", "8",
+            "--temperature", "1", "--seed", seed, "--out", out});
+    };
+    const std::string a = dir.path().toStdString() + "/a.jsonl";
+    const std::string b = dir.path().toStdString() + "/b.jsonl";
+    const std::string c = dir.path().toStdString() + "/c.jsonl";
+    QCOMPARE(generate(a, "7").code, 0);
+    QCOMPARE(generate(b, "7").code, 0);
+    QCOMPARE(generate(c, "8").code, 0);
+    auto lines = [](const std::string& path) {
+        std::ifstream in(path);
+        std::vector<nlohmann::json> all;
+        std::string line;
+        while (std::getline(in, line)) all.push_back(nlohmann::json::parse(line));
+        return all;
+    };
+    const auto first = lines(a), same = lines(b), other = lines(c);
+    QCOMPARE(first.size(), size_t(128));
+    bool anyDifferent = false;
+    for (size_t i = 0; i < first.size(); ++i) {
+        const auto& tokens = first[i].at("tokens");
+        QVERIFY(!tokens.empty() && tokens.size() <= 8);
+        QCOMPARE(first[i].at("logprobs").size(), tokens.size());
+        for (const auto& lp : first[i].at("logprobs")) QVERIFY(lp.get<double>() <= 0.0);
+        QCOMPARE(first[i].dump(), same[i].dump());  // same seed, same output
+        anyDifferent = anyDifferent || other[i].at("tokens") != tokens;
+    }
+    QVERIFY(anyDifferent);
 }
 
 QTEST_GUILESS_MAIN(TestCli)
