@@ -24,7 +24,8 @@ void registerDemoCommand(CLI::App& app, Context& context)
         if (context.json) {
             nlohmann::json models = nlohmann::json::array();
             for (const auto& m : report.models) {
-                models.push_back({{"id", m.id}, {"name", m.name}, {"path", m.path}, {"architecture", m.architecture}});
+                models.push_back({{"id", m.id}, {"name", m.name}, {"path", m.path}, {"architecture", m.architecture},
+                    {"parameters", m.parameterCount}});
             }
             nlohmann::json sets = nlohmann::json::array();
             for (const auto& p : report.promptSets) {
@@ -37,10 +38,10 @@ void registerDemoCommand(CLI::App& app, Context& context)
         *context.out << "Mismatch Lab demo: workspace " << store.path() << "\n\n";
         std::vector<std::vector<std::string>> modelRows;
         for (const auto& m : report.models) {
-            modelRows.push_back({m.name, m.architecture, m.path});
+            modelRows.push_back({m.name, m.architecture, std::to_string(m.parameterCount), m.path});
         }
         *context.out << "Built-in models (" << report.models.size() << ")\n"
-                     << formatTable({"name", "architecture", "path"}, modelRows) << "\n";
+                     << formatTable({"name", "architecture", "parameters", "path"}, modelRows) << "\n";
         std::vector<std::vector<std::string>> setRows;
         for (const auto& p : report.promptSets) {
             setRows.push_back({p.name, std::to_string(p.promptCount), p.path});

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/io/prompt_set.h"
+#include "core/model/model_files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -46,19 +47,15 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
                 continue;
             }
             progress.checkCancelled();
-            std::ifstream in(configFile);
-            nlohmann::json config;
-            try {
-                config = nlohmann::json::parse(in);
-            } catch (const nlohmann::json::exception& error) {
-                throw InputError(configFile.string(), "", std::string("invalid JSON: ") + error.what());
-            }
+            // Opening validates config.json against the checkpoint (names, shapes, dtypes).
+            const model::ModelFiles files = model::openModelDirectory(directory.string());
             store::ModelRecord record;
             record.name = directory.filename().string();
             record.path = fs::absolute(directory).string();
-            const auto architectures = config.value("architectures", nlohmann::json::array());
-            record.architecture = architectures.empty() ? std::string("unknown") : architectures[0].get<std::string>();
-            record.configJson = config.dump();
+            record.architecture = model::toString(files.config.architecture);
+            record.parameterCount = model::checkpointStats(files.checkpoint).parameterCount;
+            std::ifstream in(configFile);
+            record.configJson = nlohmann::json::parse(in).dump();
             record.id = store.addModel(record);
             report.models.push_back(record);
         }
