@@ -100,6 +100,8 @@ void RunPlot::scheduleReplot()
 void RunPlot::replot()
 {
     plot_->rescaleAxes();
+    // A little headroom so that the extreme points are not drawn on the axes.
+    plot_->yAxis->scaleRange(1.1, plot_->yAxis->range().center());
     plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
