@@ -21,9 +21,7 @@ namespace fs = std::filesystem;
 
 namespace mismatch::train {
 
-namespace {
-
-model::ModelConfig demoConfig(std::int64_t hidden, std::int64_t layers, std::int64_t heads, std::int64_t kvHeads,
+model::ModelConfig demoModelConfig(std::int64_t hidden, std::int64_t layers, std::int64_t heads, std::int64_t kvHeads,
     std::int64_t intermediate)
 {
     model::ModelConfig c;
@@ -44,6 +42,8 @@ model::ModelConfig demoConfig(std::int64_t hidden, std::int64_t layers, std::int
     c.torchDtype = "float32";
     return c;
 }
+
+namespace {
 
 // One training batch: prompt + response + EOS, right-padded; targets are -100 outside the response so that
 // the loss is the response-token cross-entropy (the prompt is random and carries nothing to learn).
@@ -173,9 +173,7 @@ ZooModelReport trainOne(const ZooModelSpec& spec, const ZooOptions& options, con
     const fs::path staging = target.string() + ".partial";
     fs::remove_all(staging);
     fs::create_directories(staging);
-    writeText(staging / "config.json", model::configToJson(spec.config));
-    writeText(staging / "tokenizer.json", io::demoTokenizerJson());
-    model::saveWeights(staging.string(), weights.clone(), model::DType::F32);
+    writeDemoModelDirectory(staging.string(), spec.config, weights.clone());
 
     progress.update(progressStart + progressSpan, "evaluating " + spec.name);
     const std::string heldout = (fs::path(options.promptDirectory) / "arith-heldout.jsonl").string();
@@ -196,6 +194,15 @@ ZooModelReport trainOne(const ZooModelSpec& spec, const ZooOptions& options, con
 
 }  // namespace
 
+void writeDemoModelDirectory(const std::string& directory, const model::ModelConfig& config,
+    const model::TransformerWeights& weights)
+{
+    fs::create_directories(directory);
+    writeText(fs::path(directory) / "config.json", model::configToJson(config));
+    writeText(fs::path(directory) / "tokenizer.json", io::demoTokenizerJson());
+    model::saveWeights(directory, weights, model::DType::F32);
+}
+
 ZooOptions defaultZooOptions(const std::string& resourceDirectory)
 {
     ZooOptions options;
@@ -203,7 +210,7 @@ ZooOptions defaultZooOptions(const std::string& resourceDirectory)
     options.promptDirectory = (fs::path(resourceDirectory) / "prompts").string();
     ZooModelSpec teacher;
     teacher.name = "arith-teacher";
-    teacher.config = demoConfig(192, 3, 4, 2, 512);
+    teacher.config = demoModelConfig(192, 3, 4, 2, 512);
     teacher.steps = 2000;
     teacher.batchSize = 48;
     teacher.learningRate = 3e-3;
@@ -211,7 +218,7 @@ ZooOptions defaultZooOptions(const std::string& resourceDirectory)
     teacher.seed = 20261108;
     ZooModelSpec student;
     student.name = "arith-student";
-    student.config = demoConfig(128, 2, 4, 2, 256);
+    student.config = demoModelConfig(128, 2, 4, 2, 256);
     student.steps = 150;
     student.batchSize = 64;
     student.learningRate = 3e-3;

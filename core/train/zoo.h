@@ -4,6 +4,7 @@
 // model.safetensors, tokenizer.json) plus training.json recording how each was made.
 #include "core/common/progress.h"
 #include "core/model/config.h"
+#include "core/model/transformer.h"
 
 #include <cstdint>
 #include <string>
@@ -40,6 +41,14 @@ struct ZooModelReport {
     int evaluated = 0;
     double trainSeconds = 0.0;
 };
+
+// A Qwen2-style configuration over the demo tokenizer (258 ids, EOS <|endoftext|>): QKV bias, tied
+// embeddings, head dim hidden / heads. The demo pair and the tests' tiny models use it.
+model::ModelConfig demoModelConfig(std::int64_t hidden, std::int64_t layers, std::int64_t heads, std::int64_t kvHeads,
+    std::int64_t intermediate);
+// Writes a model directory (config.json, tokenizer.json = the demo tokenizer, model.safetensors in F32).
+void writeDemoModelDirectory(const std::string& directory, const model::ModelConfig& config,
+    const model::TransformerWeights& weights);
 
 // The demo pair's specifications: a Qwen2-style teacher (hidden 192, 3 layers, GQA 4/2) trained long enough to
 // solve the held-out problems, and a smaller student (hidden 128, 2 layers) trained briefly.

@@ -4,6 +4,7 @@
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
 #include "core/model/transformer.h"
+#include "core/train/zoo.h"
 #include "core/store/run_store.h"
 
 #include <QProcess>
@@ -255,21 +256,8 @@ void TestCli::generateIsSeededAndWritesLogProbs()
 {
     QTemporaryDir dir;
     const std::string modelDir = dir.path().toStdString() + "/model";
-    model::ModelConfig config;
-    config.architecture = model::Architecture::Qwen2;
-    config.vocabSize = io::kDemoVocabularySize;
-    config.hiddenSize = 32;
-    config.intermediateSize = 48;
-    config.numLayers = 2;
-    config.numHeads = 4;
-    config.numKeyValueHeads = 2;
-    config.headDim = 8;
-    config.attentionBias = true;
-    config.tieWordEmbeddings = true;
-    config.eosTokenIds = {io::kDemoEndOfTextId};
-    model::saveWeights(modelDir, model::randomWeights(config, 3, 0.3), model::DType::F32);
-    std::ofstream(modelDir + "/config.json") << model::configToJson(config);
-    std::ofstream(modelDir + "/tokenizer.json") << io::demoTokenizerJson();
+    const model::ModelConfig config = train::demoModelConfig(32, 2, 4, 2, 48);
+    train::writeDemoModelDirectory(modelDir, config, model::randomWeights(config, 3, 0.3));
     const std::string prompts = MISMATCH_SOURCE_DIR "/resources/prompts/arith-probe.jsonl";
     auto generate = [&](const std::string& out, const std::string& seed) {
         return runCli({"--json", "generate", "--model", modelDir, "--recipe",

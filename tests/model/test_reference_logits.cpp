@@ -6,6 +6,7 @@
 #include "core/model/safetensors.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
+#include "core/train/zoo.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -33,22 +34,9 @@ void TestReferenceLogits::batchedFileEqualsSinglePromptForward()
 {
     QTemporaryDir dir;
     const std::string modelDir = dir.path().toStdString() + "/model";
-    model::ModelConfig config;
-    config.architecture = model::Architecture::Qwen2;
-    config.vocabSize = io::kDemoVocabularySize;
-    config.hiddenSize = 32;
-    config.intermediateSize = 48;
-    config.numLayers = 2;
-    config.numHeads = 4;
-    config.numKeyValueHeads = 2;
-    config.headDim = 8;
-    config.attentionBias = true;
-    config.tieWordEmbeddings = true;
-    config.eosTokenIds = {io::kDemoEndOfTextId};
+    const model::ModelConfig config = train::demoModelConfig(32, 2, 4, 2, 48);
     const model::TransformerWeights weights = model::randomWeights(config, 77, 0.2);
-    model::saveWeights(modelDir, weights, model::DType::F32);
-    std::ofstream(modelDir + "/config.json") << model::configToJson(config);
-    std::ofstream(modelDir + "/tokenizer.json") << io::demoTokenizerJson();
+    train::writeDemoModelDirectory(modelDir, config, weights);
 
     io::PromptSet set;
     set.prompts = {{"a", "Q:3+4*2\n", "11"}, {"b", "Q:12-5\n", "7"}, {"c", "Q:(1+2)*3-4+5\n", "10"}};
