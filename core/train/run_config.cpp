@@ -1,0 +1,781 @@
+#include "core/train/run_config.h"
+
+#include "core/common/error.h"
+#include "core/quant/recipe.h"
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace mismatch::train {
+
+namespace {
+
+const std::vector<std::pair<Objective, const char*>>& objectiveTable()
+{
+    static const std::vector<std::pair<Objective, const char*>> table
+        = {{Objective::OpdFullKl, "opd_full_kl"}, {Objective::OpdK1, "opd_k1"}, {Objective::OpdK3, "opd_k3"},
+            {Objective::OpdTopK, "opd_topk"}, {Objective::Reinforce, "reinforce"}, {Objective::Grpo, "grpo"}};
+    return table;
+}
+
+const std::vector<std::pair<CorrectionKind, const char*>>& correctionTable()
+{
+    static const std::vector<std::pair<CorrectionKind, const char*>> table
+        = {{CorrectionKind::None, "none"}, {CorrectionKind::Tis, "tis"}, {CorrectionKind::Mis, "mis"}};
+    return table;
+}
+
+} // namespace
+
+std::string toString(Objective objective)
+{
+    for (const auto& [value, name] : objectiveTable()) {
+        if (value == objective) {
+            return name;
+        }
+    }
+    return "opd_full_kl";
+}
+
+std::optional<Objective> objectiveFromString(const std::string& text)
+{
+    for (const auto& [value, name] : objectiveTable()) {
+        if (text == name) {
+            return value;
+        }
+    }
+    return std::nullopt;
+}
+
+std::string objectiveNames()
+{
+    std::string names;
+    for (const auto& entry : objectiveTable()) {
+        names += (names.empty() ? "" : ", ") + std::string(entry.second);
+    }
+    return names;
+}
+
+bool usesTeacher(Objective objective)
+{
+    return objective != Objective::Reinforce && objective != Objective::Grpo;
+}
+
+std::string toString(CorrectionKind kind)
+{
+    for (const auto& [value, name] : correctionTable()) {
+        if (value == kind) {
+            return name;
+        }
+    }
+    return "none";
+}
+
+std::optional<CorrectionKind> correctionKindFromString(const std::string& text)
+{
+    for (const auto& [value, name] : correctionTable()) {
+        if (text == name) {
+            return value;
+        }
+    }
+    return std::nullopt;
+}
+
+bool operator==(const RunConfig& a, const RunConfig& b)
+{
+    const auto tie = [](const RunConfig& c) {
+        return std::make_tuple(c.name, c.student, c.teacher, c.prompts, c.objective.kind, c.objective.topK,
+            c.correction.kind, c.correction.cap, c.rollout.recipe, c.rollout.staleness, c.rollout.noise.sigma,
+            c.rollout.noise.seed, c.rollout.noise.modules, c.rollout.sampling.temperature, c.rollout.sampling.topP,
+            c.rollout.sampling.topK, c.rollout.sampling.maxTokens, c.rollout.sampling.seed, c.rollout.asynchronous,
+            c.optimizer.learningRate, c.optimizer.warmupSteps, c.optimizer.weightDecay, c.optimizer.gradientClip,
+            c.optimizer.beta1, c.optimizer.beta2, c.batch.promptsPerStep, c.batch.samplesPerPrompt, c.steps,
+            c.evaluation.every, c.evaluation.prompts, c.evaluation.count, c.evaluation.maxTokens,
+            c.evaluation.bf16UnitEvery, c.checkpoint.every, c.seed, c.threads);
+    };
+    return tie(a) == tie(b);
+}
+
+namespace {
+
+enum class ScalarKind { String, Integer, Number, Boolean, Null };
+
+bool isDigits(const std::string& text)
+{
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// YAML 1.2 core schema for plain scalars; quoted scalars (tag "!", also every JSON string) are strings.
+ScalarKind scalarKind(const YAML::Node& node)
+{
+    if (node.IsNull()) {
+        return ScalarKind::Null;
+    }
+    if (node.Tag() == "!") {
+        return ScalarKind::String;
+    }
+    const std::string& text = node.Scalar();
+    if (text == "~" || text == "null" || text == "Null" || text == "NULL") {
+        return ScalarKind::Null;
+    }
+    if (text == "true" || text == "True" || text == "TRUE" || text == "false" || text == "False" || text == "FALSE") {
+        return ScalarKind::Boolean;
+    }
+    std::string digits = text;
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
+        digits.erase(0, 1);
+    }
+    if (isDigits(digits)) {
+        return ScalarKind::Integer;
+    }
+    try {
+        size_t used = 0;
+        std::stod(text, &used);
+        if (used == text.size()) {
+            return ScalarKind::Number;
+        }
+    } catch (const std::exception&) {
+    }
+    return ScalarKind::String;
+}
+
+std::string kindName(const YAML::Node& node)
+{
+    if (node.IsMap()) {
+        return "a mapping";
+    }
+    if (node.IsSequence()) {
+        return "a list";
+    }
+    switch (scalarKind(node)) {
+    case ScalarKind::String:
+        return "a string";
+    case ScalarKind::Integer:
+        return "an integer";
+    case ScalarKind::Number:
+        return "a number";
+    case ScalarKind::Boolean:
+        return "a boolean";
+    case ScalarKind::Null:
+        return "nothing (null)";
+    }
+    return "something else";
+}
+
+struct Place {
+    std::string keyPath;
+    int line = 0; // 1-based; 0 unknown
+    int column = 0;
+};
+
+std::string lineColumn(const Place& where)
+{
+    return "line " + std::to_string(where.line) + ", column " + std::to_string(where.column);
+}
+
+struct Entry {
+    std::string key;
+    YAML::Node value;
+    Place keyPlace;
+    Place valuePlace; // the key's place when the value is empty
+};
+
+class Parser {
+public:
+    Parser(std::string file, fs::path baseDirectory)
+        : file_(std::move(file))
+        , base_(std::move(baseDirectory))
+    {
+    }
+
+    RunConfig parse(const YAML::Node& root);
+
+private:
+    [[noreturn]] void fail(const Place& where, const std::string& detail) const
+    {
+        const std::string message = where.keyPath.empty() ? detail : where.keyPath + ": " + detail;
+        throw InputError(file_, where.line > 0 ? lineColumn(where) : std::string(), message);
+    }
+
+    static Place locate(const YAML::Node& node, const std::string& keyPath)
+    {
+        Place where;
+        where.keyPath = keyPath;
+        const YAML::Mark mark = node.Mark();
+        if (!mark.is_null() && mark.line >= 0) {
+            // yaml-cpp counts from 0; editors count from 1.
+            where.line = mark.line + 1;
+            where.column = mark.column + 1;
+        }
+        return where;
+    }
+
+    static std::string child(const std::string& path, const std::string& key)
+    {
+        return path.empty() ? key : path + "." + key;
+    }
+
+    std::vector<Entry> entries(const YAML::Node& map, const Place& where, const std::vector<std::string>& allowed) const
+    {
+        if (!map.IsMap()) {
+            fail(where, "expected a mapping, got " + kindName(map));
+        }
+        std::vector<Entry> result;
+        for (auto it = map.begin(); it != map.end(); ++it) {
+            Entry entry;
+            entry.value = it->second;
+            entry.keyPlace = locate(it->first, where.keyPath);
+            if (!it->first.IsScalar() || scalarKind(it->first) == ScalarKind::Null) {
+                fail(entry.keyPlace, "expected a key name, got " + kindName(it->first));
+            }
+            entry.key = it->first.Scalar();
+            if (std::find(allowed.begin(), allowed.end(), entry.key) == allowed.end()) {
+                std::string expected;
+                for (const auto& name : allowed) {
+                    expected += (expected.empty() ? "" : ", ") + name;
+                }
+                fail(entry.keyPlace,
+                    "unknown key '" + entry.key + "'" + (where.keyPath.empty() ? "" : " in " + where.keyPath)
+                        + " (expected one of: " + expected + ")");
+            }
+            entry.keyPlace.keyPath = child(where.keyPath, entry.key);
+            for (const Entry& earlier : result) {
+                if (earlier.key == entry.key) {
+                    fail(entry.keyPlace,
+                        "duplicate key '" + entry.key + "' (first given at " + lineColumn(earlier.keyPlace) + ")");
+                }
+            }
+            entry.valuePlace = entry.value.IsNull() ? entry.keyPlace : locate(entry.value, entry.keyPlace.keyPath);
+            result.push_back(entry);
+        }
+        return result;
+    }
+
+    static const Entry* find(const std::vector<Entry>& list, const std::string& key)
+    {
+        for (const Entry& entry : list) {
+            if (entry.key == key) {
+                return &entry;
+            }
+        }
+        return nullptr;
+    }
+
+    std::string stringValue(const Entry& entry) const
+    {
+        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::String) {
+            fail(entry.valuePlace, "expected a string, got " + kindName(entry.value));
+        }
+        return entry.value.Scalar();
+    }
+
+    bool boolValue(const Entry& entry) const
+    {
+        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::Boolean) {
+            fail(entry.valuePlace, "expected true or false, got " + kindName(entry.value));
+        }
+        const std::string& text = entry.value.Scalar();
+        return text == "true" || text == "True" || text == "TRUE";
+    }
+
+    double numberValue(const YAML::Node& node, const Place& where) const
+    {
+        const ScalarKind kind = node.IsScalar() ? scalarKind(node) : ScalarKind::String;
+        if (!node.IsScalar() || (kind != ScalarKind::Integer && kind != ScalarKind::Number)) {
+            fail(where, "expected a number, got " + kindName(node));
+        }
+        double value = 0.0;
+        try {
+            value = std::stod(node.Scalar());
+        } catch (const std::exception&) {
+            fail(where, "number '" + node.Scalar() + "' is out of range");
+        }
+        if (!std::isfinite(value)) {
+            fail(where, "expected a finite number, got " + node.Scalar());
+        }
+        return value;
+    }
+
+    double numberValue(const Entry& entry) const { return numberValue(entry.value, entry.valuePlace); }
+
+    std::int64_t integerValue(const Entry& entry, std::int64_t minimum) const
+    {
+        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::Integer) {
+            fail(entry.valuePlace, "expected an integer, got " + kindName(entry.value));
+        }
+        std::int64_t value = 0;
+        try {
+            value = std::stoll(entry.value.Scalar());
+        } catch (const std::exception&) {
+            fail(entry.valuePlace, "integer " + entry.value.Scalar() + " is out of range");
+        }
+        if (value < minimum) {
+            fail(entry.valuePlace, "must be at least " + std::to_string(minimum) + ", got " + std::to_string(value));
+        }
+        return value;
+    }
+
+    std::uint64_t seedValue(const Entry& entry) const
+    {
+        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::Integer) {
+            fail(entry.valuePlace, "expected an integer seed, got " + kindName(entry.value));
+        }
+        const std::string& text = entry.value.Scalar();
+        if (text[0] == '-') {
+            fail(entry.valuePlace, "a seed must not be negative, got " + text);
+        }
+        try {
+            return static_cast<std::uint64_t>(std::stoull(text));
+        } catch (const std::exception&) {
+            fail(entry.valuePlace, "seed " + text + " does not fit in 64 bits");
+        }
+    }
+
+    double rangedNumber(const Entry& entry, double low, bool lowInclusive, double high, bool highInclusive) const
+    {
+        const double value = numberValue(entry);
+        const bool aboveLow = lowInclusive ? value >= low : value > low;
+        const bool belowHigh = highInclusive ? value <= high : value < high;
+        if (!aboveLow || !belowHigh) {
+            std::ostringstream range;
+            range << (lowInclusive ? "[" : "(") << low << ", ";
+            if (std::isinf(high)) {
+                range << "infinity)";
+            } else {
+                range << high << (highInclusive ? "]" : ")");
+            }
+            fail(entry.valuePlace, "must be in " + range.str() + ", got " + entry.value.Scalar());
+        }
+        return value;
+    }
+
+    enum class PathKind { ModelDirectory, File };
+
+    std::string pathValue(const Entry& entry, PathKind kind, const std::string& what) const
+    {
+        const std::string text = stringValue(entry);
+        if (text.empty()) {
+            fail(entry.valuePlace, "expected a path to the " + what + ", got an empty string");
+        }
+        fs::path path(text);
+        if (path.is_relative()) {
+            path = base_ / path;
+        }
+        path = path.lexically_normal();
+        const std::string shown = path.string()
+            + (fs::path(text).is_relative() ? " (resolved against the run file's directory " + base_.string() + ")"
+                                            : "");
+        std::error_code error;
+        const fs::file_status status = fs::status(path, error);
+        if (!fs::exists(status)) {
+            fail(entry.valuePlace, what + " " + shown + " does not exist");
+        }
+        if (kind == PathKind::ModelDirectory) {
+            if (!fs::is_directory(status)) {
+                fail(entry.valuePlace, what + " " + shown + " is not a directory");
+            }
+            if (!fs::exists(path / "config.json", error)) {
+                fail(entry.valuePlace, what + " " + shown + " has no config.json (expected a model directory)");
+            }
+        } else if (fs::is_directory(status)) {
+            fail(entry.valuePlace, what + " " + shown + " is a directory, expected a file");
+        }
+        return path.string();
+    }
+
+    void objective(const Entry& entry, RunConfig& config);
+    void correction(const Entry& entry, RunConfig& config);
+    void rollout(const Entry& entry, RunConfig& config);
+    void optimizer(const Entry& entry, RunConfig& config);
+    void evaluation(const Entry& entry, RunConfig& config);
+
+    std::string file_;
+    fs::path base_;
+    // Where things were written, for the cross-field rules.
+    std::optional<Place> objectivePlace_;
+    std::optional<Place> topKPlace_;
+    std::optional<Place> correctionKindPlace_;
+    std::optional<Place> capPlace_;
+    std::optional<Place> samplesPerPromptPlace_;
+    std::optional<Place> asynchronousPlace_;
+    std::optional<Place> evaluationEveryPlace_;
+};
+
+void Parser::objective(const Entry& entry, RunConfig& config)
+{
+    objectivePlace_ = entry.valuePlace;
+    const Entry* nameEntry = &entry;
+    std::vector<Entry> list;
+    if (entry.value.IsMap()) {
+        list = entries(entry.value, entry.valuePlace, {"name", "top_k"});
+        nameEntry = find(list, "name");
+        if (!nameEntry) {
+            fail(entry.valuePlace, "missing required key 'name'");
+        }
+    }
+    const std::string name = stringValue(*nameEntry);
+    const auto kind = objectiveFromString(name);
+    if (!kind) {
+        fail(nameEntry->valuePlace, "unknown objective '" + name + "' (valid: " + objectiveNames() + ")");
+    }
+    config.objective.kind = *kind;
+    objectivePlace_ = nameEntry->valuePlace;
+    if (const Entry* topK = find(list, "top_k")) {
+        if (*kind != Objective::OpdTopK) {
+            fail(topK->keyPlace, "only the opd_topk objective takes top_k, not " + name);
+        }
+        config.objective.topK = integerValue(*topK, 1);
+    } else if (*kind == Objective::OpdTopK) {
+        fail(nameEntry->valuePlace, "opd_topk needs its k: write `objective: {name: opd_topk, top_k: 32}`");
+    }
+}
+
+void Parser::correction(const Entry& entry, RunConfig& config)
+{
+    const auto list = entries(entry.value, entry.valuePlace, {"kind", "cap"});
+    if (const Entry* kind = find(list, "kind")) {
+        const std::string text = stringValue(*kind);
+        const auto value = correctionKindFromString(text);
+        if (!value) {
+            fail(kind->valuePlace, "unknown correction '" + text + "' (valid: none, tis, mis)");
+        }
+        config.correction.kind = *value;
+        correctionKindPlace_ = kind->valuePlace;
+    } else {
+        fail(entry.valuePlace, "missing required key 'kind' (none, tis or mis)");
+    }
+    if (const Entry* cap = find(list, "cap")) {
+        if (config.correction.kind == CorrectionKind::None) {
+            fail(cap->keyPlace, "a cap has no effect with kind none (use kind tis or mis, or remove the cap)");
+        }
+        config.correction.cap = numberValue(*cap);
+        capPlace_ = cap->valuePlace;
+    }
+}
+
+void Parser::rollout(const Entry& entry, RunConfig& config)
+{
+    const auto list
+        = entries(entry.value, entry.valuePlace, {"recipe", "staleness", "noise", "sampling", "asynchronous"});
+    if (const Entry* recipe = find(list, "recipe")) {
+        config.rollout.recipe = pathValue(*recipe, PathKind::File, "recipe");
+        try {
+            quant::loadRecipe(config.rollout.recipe);
+        } catch (const InputError& error) {
+            throw InputError(error.file(), error.location(),
+                error.detail() + " (recipe named by " + file_ + ", " + lineColumn(recipe->valuePlace) + ")");
+        }
+    }
+    if (const Entry* staleness = find(list, "staleness")) {
+        config.rollout.staleness = integerValue(*staleness, 0);
+    }
+    if (const Entry* asynchronous = find(list, "asynchronous")) {
+        config.rollout.asynchronous = boolValue(*asynchronous);
+        asynchronousPlace_ = asynchronous->valuePlace;
+    }
+    if (const Entry* noise = find(list, "noise")) {
+        const auto fields = entries(noise->value, noise->valuePlace, {"sigma", "seed", "modules"});
+        if (const Entry* sigma = find(fields, "sigma")) {
+            config.rollout.noise.sigma = rangedNumber(*sigma, 0.0, true, INFINITY, false);
+        }
+        if (const Entry* seed = find(fields, "seed")) {
+            config.rollout.noise.seed = seedValue(*seed);
+        }
+        if (const Entry* modules = find(fields, "modules")) {
+            const std::string pattern = stringValue(*modules);
+            try {
+                quant::ModulePattern::compile(pattern);
+            } catch (const std::invalid_argument& error) {
+                fail(modules->valuePlace, "malformed module pattern \"" + pattern + "\": " + error.what());
+            }
+            config.rollout.noise.modules = pattern;
+        }
+    }
+    if (const Entry* sampling = find(list, "sampling")) {
+        const auto fields
+            = entries(sampling->value, sampling->valuePlace, {"temperature", "top_p", "top_k", "max_tokens", "seed"});
+        SamplingConfig& s = config.rollout.sampling;
+        if (const Entry* e = find(fields, "temperature")) {
+            s.temperature = rangedNumber(*e, 0.0, true, INFINITY, false);
+        }
+        if (const Entry* e = find(fields, "top_p")) {
+            s.topP = rangedNumber(*e, 0.0, false, 1.0, true);
+        }
+        if (const Entry* e = find(fields, "top_k")) {
+            s.topK = integerValue(*e, 0);
+        }
+        if (const Entry* e = find(fields, "max_tokens")) {
+            s.maxTokens = integerValue(*e, 1);
+        }
+        if (const Entry* e = find(fields, "seed")) {
+            s.seed = seedValue(*e);
+        }
+    }
+}
+
+void Parser::optimizer(const Entry& entry, RunConfig& config)
+{
+    const auto list = entries(
+        entry.value, entry.valuePlace, {"learning_rate", "warmup_steps", "weight_decay", "gradient_clip", "betas"});
+    OptimizerConfig& o = config.optimizer;
+    if (const Entry* e = find(list, "learning_rate")) {
+        o.learningRate = rangedNumber(*e, 0.0, false, INFINITY, false);
+    }
+    if (const Entry* e = find(list, "warmup_steps")) {
+        o.warmupSteps = integerValue(*e, 0);
+    }
+    if (const Entry* e = find(list, "weight_decay")) {
+        o.weightDecay = rangedNumber(*e, 0.0, true, INFINITY, false);
+    }
+    if (const Entry* e = find(list, "gradient_clip")) {
+        o.gradientClip = rangedNumber(*e, 0.0, true, INFINITY, false);
+    }
+    if (const Entry* e = find(list, "betas")) {
+        if (!e->value.IsSequence() || e->value.size() != 2) {
+            fail(e->valuePlace,
+                "expected a list of two numbers [beta1, beta2], got "
+                    + (e->value.IsSequence() ? "a list of " + std::to_string(e->value.size()) : kindName(e->value)));
+        }
+        double betas[2] = {0.0, 0.0};
+        for (std::size_t i = 0; i < 2; ++i) {
+            const YAML::Node item = e->value[i];
+            const Place where = locate(item, e->keyPlace.keyPath + "[" + std::to_string(i) + "]");
+            betas[i] = numberValue(item, where);
+            if (betas[i] < 0.0 || betas[i] >= 1.0) {
+                fail(where, "must be in [0, 1), got " + item.Scalar());
+            }
+        }
+        o.beta1 = betas[0];
+        o.beta2 = betas[1];
+    }
+}
+
+void Parser::evaluation(const Entry& entry, RunConfig& config)
+{
+    const auto list
+        = entries(entry.value, entry.valuePlace, {"every", "prompts", "count", "max_tokens", "bf16_unit_every"});
+    EvaluationConfig& e = config.evaluation;
+    if (const Entry* every = find(list, "every")) {
+        e.every = integerValue(*every, 0);
+        evaluationEveryPlace_ = every->valuePlace;
+    }
+    if (const Entry* prompts = find(list, "prompts")) {
+        e.prompts = pathValue(*prompts, PathKind::File, "evaluation prompt set");
+    }
+    if (const Entry* count = find(list, "count")) {
+        e.count = integerValue(*count, 0);
+    }
+    if (const Entry* maxTokens = find(list, "max_tokens")) {
+        e.maxTokens = integerValue(*maxTokens, 1);
+    }
+    if (const Entry* unit = find(list, "bf16_unit_every")) {
+        e.bf16UnitEvery = integerValue(*unit, 0);
+    }
+}
+
+RunConfig Parser::parse(const YAML::Node& root)
+{
+    Place top = locate(root, "");
+    if (top.line == 0) {
+        top.line = 1;
+        top.column = 1;
+    }
+    if (!root.IsDefined() || root.IsNull()) {
+        fail(top, "empty run file (expected a mapping with at least `student` and `prompts`)");
+    }
+    const auto list = entries(root, top,
+        {"name", "student", "teacher", "prompts", "objective", "correction", "rollout", "optimizer", "batch", "steps",
+            "evaluation", "checkpoint", "seed", "threads"});
+    RunConfig config;
+    config.sourceFile = file_;
+    config.name = fs::path(file_).stem().string();
+
+    if (const Entry* e = find(list, "name")) {
+        config.name = stringValue(*e);
+        if (config.name.empty()) {
+            fail(e->valuePlace, "expected a non-empty name");
+        }
+    }
+    const Entry* student = find(list, "student");
+    if (!student) {
+        fail(top, "missing required key 'student' (the student model directory)");
+    }
+    config.student = pathValue(*student, PathKind::ModelDirectory, "student model directory");
+    const Entry* teacher = find(list, "teacher");
+    if (teacher) {
+        config.teacher = pathValue(*teacher, PathKind::ModelDirectory, "teacher model directory");
+    }
+    const Entry* prompts = find(list, "prompts");
+    if (!prompts) {
+        fail(top, "missing required key 'prompts' (the training prompt set)");
+    }
+    config.prompts = pathValue(*prompts, PathKind::File, "training prompt set");
+    if (const Entry* e = find(list, "objective")) {
+        objective(*e, config);
+    }
+    if (const Entry* e = find(list, "correction")) {
+        correction(*e, config);
+    }
+    if (const Entry* e = find(list, "rollout")) {
+        rollout(*e, config);
+    }
+    if (const Entry* e = find(list, "optimizer")) {
+        optimizer(*e, config);
+    }
+    if (const Entry* e = find(list, "batch")) {
+        const auto fields = entries(e->value, e->valuePlace, {"prompts_per_step", "samples_per_prompt"});
+        if (const Entry* f = find(fields, "prompts_per_step")) {
+            config.batch.promptsPerStep = integerValue(*f, 1);
+        }
+        if (const Entry* f = find(fields, "samples_per_prompt")) {
+            config.batch.samplesPerPrompt = integerValue(*f, 1);
+            samplesPerPromptPlace_ = f->valuePlace;
+        }
+    }
+    if (const Entry* e = find(list, "steps")) {
+        config.steps = integerValue(*e, 1);
+    }
+    if (const Entry* e = find(list, "evaluation")) {
+        evaluation(*e, config);
+    }
+    if (const Entry* e = find(list, "checkpoint")) {
+        const auto fields = entries(e->value, e->valuePlace, {"every"});
+        if (const Entry* f = find(fields, "every")) {
+            config.checkpoint.every = integerValue(*f, 0);
+        }
+    }
+    if (const Entry* e = find(list, "seed")) {
+        config.seed = seedValue(*e);
+    }
+    if (const Entry* e = find(list, "threads")) {
+        config.threads = integerValue(*e, 0);
+    }
+
+    // Cross-field rules.
+    const Place objectivePlace = objectivePlace_.value_or(top);
+    if (usesTeacher(config.objective.kind) && config.teacher.empty()) {
+        fail(objectivePlace,
+            "objective " + toString(config.objective.kind)
+                + " distills from a teacher: give `teacher` (a model directory)");
+    }
+    if (config.objective.kind == Objective::Grpo && config.batch.samplesPerPrompt < 2) {
+        fail(samplesPerPromptPlace_.value_or(objectivePlace),
+            "grpo needs batch.samples_per_prompt >= 2 (its advantages are relative to the other samples of the "
+            "same prompt), got "
+                + std::to_string(config.batch.samplesPerPrompt));
+    }
+    if (config.correction.kind != CorrectionKind::None && !(config.correction.cap > 1.0)) {
+        std::ostringstream cap;
+        cap << config.correction.cap;
+        fail(capPlace_.value_or(correctionKindPlace_.value_or(top)),
+            toString(config.correction.kind)
+                + " needs a cap > 1 (importance ratios are truncated or masked above it), got " + cap.str());
+    }
+    if (config.rollout.asynchronous && config.rollout.staleness < 1) {
+        fail(*asynchronousPlace_,
+            "asynchronous rollouts need rollout.staleness >= 1 (the worker samples with weights up to that many "
+            "steps old while the trainer trains)");
+    }
+    if (config.evaluation.every > 0 && config.evaluation.prompts.empty()) {
+        fail(*evaluationEveryPlace_, "periodic evaluation needs evaluation.prompts (a held-out prompt set)");
+    }
+    return config;
+}
+
+} // namespace
+
+RunConfig parseRunConfig(const std::string& text, const std::string& fileName, const std::string& baseDirectory)
+{
+    YAML::Node root;
+    try {
+        root = YAML::Load(text);
+    } catch (const YAML::Exception& error) {
+        throw InputError(fileName,
+            "line " + std::to_string(error.mark.line + 1) + ", column " + std::to_string(error.mark.column + 1),
+            "malformed YAML: " + error.msg);
+    }
+    return Parser(fileName, fs::path(baseDirectory)).parse(root);
+}
+
+RunConfig loadRunConfig(const std::string& path)
+{
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        throw InputError(path, "", "cannot open the run file");
+    }
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (file.bad()) {
+        throw InputError(path, "", "cannot read the run file");
+    }
+    std::error_code error;
+    fs::path directory = fs::absolute(fs::path(path), error).parent_path();
+    if (error) {
+        directory = fs::path(path).parent_path();
+    }
+    return parseRunConfig(text.str(), path, directory.string());
+}
+
+std::string runConfigToJson(const RunConfig& c)
+{
+    nlohmann::ordered_json j;
+    j["name"] = c.name;
+    j["student"] = c.student;
+    if (!c.teacher.empty()) {
+        j["teacher"] = c.teacher;
+    }
+    j["prompts"] = c.prompts;
+    if (c.objective.kind == Objective::OpdTopK) {
+        j["objective"] = {{"name", toString(c.objective.kind)}, {"top_k", c.objective.topK}};
+    } else {
+        j["objective"] = toString(c.objective.kind);
+    }
+    j["correction"] = {{"kind", toString(c.correction.kind)}};
+    if (c.correction.kind != CorrectionKind::None) {
+        j["correction"]["cap"] = c.correction.cap;
+    }
+    nlohmann::ordered_json rollout;
+    if (!c.rollout.recipe.empty()) {
+        rollout["recipe"] = c.rollout.recipe;
+    }
+    rollout["staleness"] = c.rollout.staleness;
+    rollout["asynchronous"] = c.rollout.asynchronous;
+    rollout["noise"]
+        = {{"sigma", c.rollout.noise.sigma}, {"seed", c.rollout.noise.seed}, {"modules", c.rollout.noise.modules}};
+    rollout["sampling"] = {{"temperature", c.rollout.sampling.temperature}, {"top_p", c.rollout.sampling.topP},
+        {"top_k", c.rollout.sampling.topK}, {"max_tokens", c.rollout.sampling.maxTokens},
+        {"seed", c.rollout.sampling.seed}};
+    j["rollout"] = rollout;
+    j["optimizer"] = {{"learning_rate", c.optimizer.learningRate}, {"warmup_steps", c.optimizer.warmupSteps},
+        {"weight_decay", c.optimizer.weightDecay}, {"gradient_clip", c.optimizer.gradientClip},
+        {"betas", {c.optimizer.beta1, c.optimizer.beta2}}};
+    j["batch"] = {{"prompts_per_step", c.batch.promptsPerStep}, {"samples_per_prompt", c.batch.samplesPerPrompt}};
+    j["steps"] = c.steps;
+    nlohmann::ordered_json evaluation;
+    evaluation["every"] = c.evaluation.every;
+    if (!c.evaluation.prompts.empty()) {
+        evaluation["prompts"] = c.evaluation.prompts;
+    }
+    evaluation["count"] = c.evaluation.count;
+    evaluation["max_tokens"] = c.evaluation.maxTokens;
+    evaluation["bf16_unit_every"] = c.evaluation.bf16UnitEvery;
+    j["evaluation"] = evaluation;
+    j["checkpoint"] = {{"every", c.checkpoint.every}};
+    j["seed"] = c.seed;
+    j["threads"] = c.threads;
+    return j.dump(2);
+}
+
+} // namespace mismatch::train
