@@ -59,8 +59,8 @@ struct ObjectiveConfig {
     std::int64_t topK = 0; // opd_topk only: KL over the teacher's k most probable tokens (>= 1)
 };
 
-// Per-token importance-sampling correction of the mu/pi mismatch: TIS truncates the ratio pi/mu at `cap`,
-// MIS masks tokens whose ratio exceeds it.
+// Per-token importance-sampling correction of the mu/pi mismatch (core/train/objectives.h): TIS truncates the
+// ratio pi/mu at `cap`, MIS masks the tokens whose ratio lies outside [1/cap, cap].
 struct CorrectionConfig {
     CorrectionKind kind = CorrectionKind::None;
     double cap = 2.0; // used by tis/mis only; must be > 1
