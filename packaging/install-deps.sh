@@ -14,6 +14,8 @@ packages=(
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev
   # GUI tests and screenshots without a display
   xvfb xauth
+  # the .deb (cpack, dpkg-shlibdeps) and its checks (desktop file, AppStream metainfo, zsh completion)
+  file dpkg-dev desktop-file-utils appstream zsh
 )
 
 # Node.js and npm fetch the reference tokenizer for the tokenizer tests (they skip without it). A machine that
