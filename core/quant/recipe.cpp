@@ -1,5 +1,7 @@
 #include "core/quant/recipe.h"
 
+#include "core/io/yaml_scalar.h"
+
 #include "core/common/error.h"
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,8 @@
 namespace mismatch::quant {
 
 namespace {
+
+using io::isDigits;
 
 // Name tables: the spelling in recipe files, in the order the error messages list them. The format spellings
 // are formats.h's (one source for the recipe parser, the fake quantizer and the CLI).
@@ -106,10 +110,6 @@ std::string joinGranularities(const std::vector<Granularity>& list)
     return text;
 }
 
-bool isDigits(const std::string& text)
-{
-    return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
-}
 
 std::string trim(const std::string& text)
 {
@@ -394,66 +394,9 @@ std::string describeLocation(const SourceLocation& where)
 
 namespace {
 
-enum class ScalarKind { String, Integer, Number, Boolean, Null };
-
-// YAML 1.2 core schema for plain scalars; quoted scalars (tag "!", also every JSON string) are strings.
-ScalarKind scalarKind(const YAML::Node& node)
-{
-    if (node.IsNull()) {
-        return ScalarKind::Null;
-    }
-    if (node.Tag() == "!") {
-        return ScalarKind::String;
-    }
-    const std::string& text = node.Scalar();
-    static const char* nulls[] = {"~", "null", "Null", "NULL"};
-    static const char* booleans[] = {"true", "True", "TRUE", "false", "False", "FALSE"};
-    if (std::find(std::begin(nulls), std::end(nulls), text) != std::end(nulls)) {
-        return ScalarKind::Null;
-    }
-    if (std::find(std::begin(booleans), std::end(booleans), text) != std::end(booleans)) {
-        return ScalarKind::Boolean;
-    }
-    std::string digits = text;
-    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
-        digits.erase(0, 1);
-    }
-    if (isDigits(digits)) {
-        return ScalarKind::Integer;
-    }
-    try {
-        size_t used = 0;
-        std::stod(text, &used);
-        if (used == text.size()) {
-            return ScalarKind::Number;
-        }
-    } catch (const std::exception&) {
-    }
-    return ScalarKind::String;
-}
-
-std::string kindName(const YAML::Node& node)
-{
-    if (node.IsMap()) {
-        return "a mapping";
-    }
-    if (node.IsSequence()) {
-        return "a list";
-    }
-    switch (scalarKind(node)) {
-    case ScalarKind::String:
-        return "a string";
-    case ScalarKind::Integer:
-        return "an integer";
-    case ScalarKind::Number:
-        return "a number";
-    case ScalarKind::Boolean:
-        return "a boolean";
-    case ScalarKind::Null:
-        return "nothing (null)";
-    }
-    return "something else";
-}
+using io::kindName;
+using io::ScalarKind;
+using io::scalarKind;
 
 struct Entry {
     std::string key;

@@ -4,6 +4,8 @@
 #include "core/quant/recipe.h"
 
 #include <nlohmann/json.hpp>
+#include "core/io/yaml_scalar.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -110,69 +112,10 @@ bool operator==(const RunConfig& a, const RunConfig& b)
 
 namespace {
 
-enum class ScalarKind { String, Integer, Number, Boolean, Null };
-
-bool isDigits(const std::string& text)
-{
-    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// YAML 1.2 core schema for plain scalars; quoted scalars (tag "!", also every JSON string) are strings.
-ScalarKind scalarKind(const YAML::Node& node)
-{
-    if (node.IsNull()) {
-        return ScalarKind::Null;
-    }
-    if (node.Tag() == "!") {
-        return ScalarKind::String;
-    }
-    const std::string& text = node.Scalar();
-    if (text == "~" || text == "null" || text == "Null" || text == "NULL") {
-        return ScalarKind::Null;
-    }
-    if (text == "true" || text == "True" || text == "TRUE" || text == "false" || text == "False" || text == "FALSE") {
-        return ScalarKind::Boolean;
-    }
-    std::string digits = text;
-    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
-        digits.erase(0, 1);
-    }
-    if (isDigits(digits)) {
-        return ScalarKind::Integer;
-    }
-    try {
-        size_t used = 0;
-        std::stod(text, &used);
-        if (used == text.size()) {
-            return ScalarKind::Number;
-        }
-    } catch (const std::exception&) {
-    }
-    return ScalarKind::String;
-}
-
-std::string kindName(const YAML::Node& node)
-{
-    if (node.IsMap()) {
-        return "a mapping";
-    }
-    if (node.IsSequence()) {
-        return "a list";
-    }
-    switch (scalarKind(node)) {
-    case ScalarKind::String:
-        return "a string";
-    case ScalarKind::Integer:
-        return "an integer";
-    case ScalarKind::Number:
-        return "a number";
-    case ScalarKind::Boolean:
-        return "a boolean";
-    case ScalarKind::Null:
-        return "nothing (null)";
-    }
-    return "something else";
-}
+using io::isDigits;
+using io::kindName;
+using io::ScalarKind;
+using io::scalarKind;
 
 struct Place {
     std::string keyPath;
