@@ -1,5 +1,6 @@
 // The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo.
 #include "app/cli/cli.h"
+#include "tests/common/cli_runner.h"
 #include "core/common/version.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
@@ -20,33 +21,9 @@ using namespace mismatch;
 
 namespace {
 
-struct Result {
-    int code = 0;
-    std::string out;
-    std::string err;
-};
-
-Result runCli(const std::vector<std::string>& arguments)
-{
-    std::vector<std::string> argv = {"mismatch"};
-    argv.insert(argv.end(), arguments.begin(), arguments.end());
-    std::ostringstream out;
-    std::ostringstream err;
-    Result r;
-    r.code = cli::run(argv, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-}
-
-nlohmann::json parseJson(const std::string& text)
-{
-    try {
-        return nlohmann::json::parse(text);
-    } catch (const std::exception& error) {
-        qFatal("output is not JSON (%s): %s", error.what(), text.c_str());
-    }
-}
+using test::CliResult;
+using test::runCli;
+using test::parseJson;
 
 }  // namespace
 
@@ -68,17 +45,17 @@ private slots:
 
 void TestCli::versionAndHelp()
 {
-    const Result version = runCli({"--version"});
+    const CliResult version = runCli({"--version"});
     QCOMPARE(version.code, 0);
     QVERIFY2(QString::fromStdString(version.out).contains(QString("mismatch ") + kVersion), version.out.c_str());
     QVERIFY(QString::fromStdString(version.out).contains("LibTorch"));
 
-    const Result help = runCli({"--help"});
+    const CliResult help = runCli({"--help"});
     QCOMPARE(help.code, 0);
     for (const char* word : {"store", "demo", "--workspace", "--json"}) {
         QVERIFY2(QString::fromStdString(help.out).contains(word), word);
     }
-    const Result storeHelp = runCli({"store", "--help"});
+    const CliResult storeHelp = runCli({"store", "--help"});
     QCOMPARE(storeHelp.code, 0);
     for (const char* word : {"init", "info", "runs"}) {
         QVERIFY2(QString::fromStdString(storeHelp.out).contains(word), word);
@@ -103,7 +80,7 @@ void TestCli::badArguments()
     for (const QString& a : arguments) {
         args.push_back(a.toStdString());
     }
-    const Result r = runCli(args);
+    const CliResult r = runCli(args);
     QCOMPARE(r.code, 2);
     QVERIFY(!r.err.empty());
     QVERIFY(r.out.empty() || QString::fromStdString(r.out).contains("Usage"));
@@ -114,29 +91,29 @@ void TestCli::storeInitInfoRuns()
     QTemporaryDir dir;
     const std::string ws = dir.path().toStdString() + "/ws";
     // info on a workspace that does not exist yet: a clear error, nothing created.
-    const Result missing = runCli({"--workspace", ws, "store", "info"});
+    const CliResult missing = runCli({"--workspace", ws, "store", "info"});
     QCOMPARE(missing.code, 1);
     QVERIFY2(QString::fromStdString(missing.err).contains("does not exist"), missing.err.c_str());
     QVERIFY(!QFile::exists(QString::fromStdString(ws + "/workspace.db")));
 
-    const Result init = runCli({"--workspace", ws, "--json", "store", "init"});
+    const CliResult init = runCli({"--workspace", ws, "--json", "store", "init"});
     QCOMPARE(init.code, 0);
     const auto initJson = parseJson(init.out);
     QCOMPARE(initJson.at("schema_version").get<int>(), store::currentSchemaVersion());
     QCOMPARE(QString::fromStdString(initJson.at("path").get<std::string>()), QString::fromStdString(ws + "/workspace.db"));
 
-    const Result info = runCli({"-w", ws, "store", "info", "--json"});
+    const CliResult info = runCli({"-w", ws, "store", "info", "--json"});
     QCOMPARE(info.code, 0);
     const auto infoJson = parseJson(info.out);
     QCOMPARE(infoJson.at("runs").get<int>(), 0);
     QCOMPARE(infoJson.at("steps").get<int>(), 0);
     QVERIFY(infoJson.contains("admission_decisions"));
 
-    const Result human = runCli({"-w", ws, "store", "info"});
+    const CliResult human = runCli({"-w", ws, "store", "info"});
     QCOMPARE(human.code, 0);
     QVERIFY(QString::fromStdString(human.out).contains("schema version"));
 
-    const Result runs = runCli({"-w", ws, "store", "runs", "--json"});
+    const CliResult runs = runCli({"-w", ws, "store", "runs", "--json"});
     QCOMPARE(runs.code, 0);
     QVERIFY(parseJson(runs.out).is_array());
     QCOMPARE(parseJson(runs.out).size(), size_t(0));
@@ -156,7 +133,7 @@ void TestCli::runsListsStoredRunsAsTableAndJson()
         s.finishRun(a, store::RunStatus::Finished);
         s.beginRun({"admit-fp8", "admit", "{}", std::nullopt});
     }
-    const Result json = runCli({"-w", ws, "--json", "store", "runs"});
+    const CliResult json = runCli({"-w", ws, "--json", "store", "runs"});
     QCOMPARE(json.code, 0);
     const auto list = parseJson(json.out);
     QCOMPARE(list.size(), size_t(2));
@@ -167,7 +144,7 @@ void TestCli::runsListsStoredRunsAsTableAndJson()
     QVERIFY(list[1].at("last_mismatch").is_null());
     QCOMPARE(QString::fromStdString(list[1].at("status").get<std::string>()), QStringLiteral("running"));
 
-    const Result table = runCli({"-w", ws, "store", "runs"});
+    const CliResult table = runCli({"-w", ws, "store", "runs"});
     QCOMPARE(table.code, 0);
     const QString text = QString::fromStdString(table.out);
     QVERIFY(text.contains("opd-bf16"));
@@ -183,7 +160,7 @@ void TestCli::badWorkspaceFileIsAnErrorNotACrash()
     junk.write(QByteArray(1000, 'z'));
     junk.close();
     for (const char* command : {"init", "info", "runs"}) {
-        const Result r = runCli({"-w", dir.path().toStdString(), "store", command});
+        const CliResult r = runCli({"-w", dir.path().toStdString(), "store", command});
         QCOMPARE(r.code, 1);
         QVERIFY2(QString::fromStdString(r.err).contains("is not a SQLite database"), r.err.c_str());
         QVERIFY2(QString::fromStdString(r.err).contains(dir.path() + "/workspace.db"), r.err.c_str());
@@ -194,14 +171,14 @@ void TestCli::demoRegistersResources()
 {
     QTemporaryDir dir;
     const std::string ws = dir.path().toStdString();
-    const Result first = runCli({"-w", ws, "--json", "demo"});
+    const CliResult first = runCli({"-w", ws, "--json", "demo"});
     QCOMPARE(first.code, 0);
     const auto report = parseJson(first.out);
     const QDir prompts(QStringLiteral(MISMATCH_SOURCE_DIR "/resources/prompts"));
     QCOMPARE(report.at("prompt_sets").size(), static_cast<size_t>(prompts.entryList({"*.jsonl"}, QDir::Files).size()));
     QCOMPARE(report.at("runs").get<int>(), 1);
     // Running it again registers nothing twice.
-    const Result second = runCli({"-w", ws, "--json", "demo"});
+    const CliResult second = runCli({"-w", ws, "--json", "demo"});
     QCOMPARE(second.code, 0);
     const auto again = parseJson(second.out);
     QCOMPARE(again.at("prompt_sets").size(), report.at("prompt_sets").size());
@@ -209,7 +186,7 @@ void TestCli::demoRegistersResources()
     QCOMPARE(s.summary().promptSets, static_cast<std::int64_t>(report.at("prompt_sets").size()));
     QCOMPARE(s.summary().runs, 2);
 
-    const Result human = runCli({"-w", ws, "demo"});
+    const CliResult human = runCli({"-w", ws, "demo"});
     QCOMPARE(human.code, 0);
     QVERIFY(QString::fromStdString(human.out).contains("Built-in prompt sets"));
 }
@@ -235,7 +212,7 @@ void TestCli::kvCapacityOfA7bShapedConfig()
            R"("num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"vocab_size":152064,)"
            R"("rms_norm_eps":1e-6,"rope_theta":1000000.0,"max_position_embeddings":32768,)"
            R"("tie_word_embeddings":false,"torch_dtype":"bfloat16","eos_token_id":151643})";
-    const Result r = runCli({"--json", "kv-capacity", "--model", dir.path().toStdString(), "--recipe",
+    const CliResult r = runCli({"--json", "kv-capacity", "--model", dir.path().toStdString(), "--recipe",
         MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml", "--memory", "8GiB"});
     QCOMPARE(r.code, 0);
     const auto j = parseJson(r.out);
@@ -247,7 +224,7 @@ void TestCli::kvCapacityOfA7bShapedConfig()
     QCOMPARE(j.at("blocks").get<std::int64_t>(), (budget - 896) / (16 * 28672));
     const double ratio = static_cast<double>(j.at("blocks").get<std::int64_t>()) / j.at("bf16_blocks").get<std::int64_t>();
     QVERIFY2(ratio >= 1.93, qPrintable(QString::number(ratio)));  // the paper's figure
-    const Result bad = runCli({"kv-capacity", "--model", dir.path().toStdString(), "--recipe",
+    const CliResult bad = runCli({"kv-capacity", "--model", dir.path().toStdString(), "--recipe",
         MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml", "--memory", "8 parsecs"});
     QVERIFY(bad.code != 0);
 }

@@ -4,6 +4,7 @@
 // scheme keys derived by hand from the recipe text and the 3-layer demo model); and every feature a target cannot
 // express is an error naming the feature and the target.
 #include "app/cli/cli.h"
+#include "tests/common/cli_runner.h"
 #include "core/common/error.h"
 #include "core/io/recipe_export.h"
 #include "core/model/config.h"
@@ -49,24 +50,8 @@ std::string readFile(const std::string& path)
     return text.str();
 }
 
-struct CliResult {
-    int code = 0;
-    std::string out;
-    std::string err;
-};
-
-CliResult runCli(const std::vector<std::string>& arguments)
-{
-    std::vector<std::string> argv = {"mismatch"};
-    argv.insert(argv.end(), arguments.begin(), arguments.end());
-    std::ostringstream out;
-    std::ostringstream err;
-    CliResult result;
-    result.code = cli::run(argv, out, err);
-    result.out = out.str();
-    result.err = err.str();
-    return result;
-}
+using test::CliResult;
+using test::runCli;
 
 // Exports `recipePath` against the demo model in-process; the error text when it throws.
 std::string exportError(const std::string& recipePath, io::ExportTarget target, std::int64_t staleness = 0)

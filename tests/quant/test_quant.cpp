@@ -5,6 +5,7 @@
 // Random inputs are fresh every run (seed from MISMATCH_TEST_SEED, else random; printed at start) and never
 // contain zeros.
 #include "app/cli/cli.h"
+#include "tests/common/cli_runner.h"
 #include "core/common/error.h"
 #include "core/model/safetensors.h"
 #include "core/quant/formats.h"
@@ -315,24 +316,8 @@ double relativeRms(const std::vector<float>& got, const std::vector<float>& refe
     return std::sqrt(error / norm);
 }
 
-struct CliResult {
-    int code = 0;
-    std::string out;
-    std::string err;
-};
-
-CliResult runCli(const std::vector<std::string>& arguments)
-{
-    std::vector<std::string> argv = {"mismatch"};
-    argv.insert(argv.end(), arguments.begin(), arguments.end());
-    std::ostringstream out;
-    std::ostringstream err;
-    CliResult r;
-    r.code = cli::run(argv, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-}
+using test::CliResult;
+using test::runCli;
 
 } // namespace
 

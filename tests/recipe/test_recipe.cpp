@@ -3,6 +3,7 @@
 // Every expected value below is derived by hand from the recipe text or the configuration (the arithmetic is
 // written next to it), never copied from the code's output.
 #include "app/cli/cli.h"
+#include "tests/common/cli_runner.h"
 #include "core/common/error.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -68,24 +69,8 @@ std::string text(const ModulePrecision& module)
     return describe(module.weights) + " " + toString(module.activations.format);
 }
 
-struct CliResult {
-    int code = 0;
-    std::string out;
-    std::string err;
-};
-
-CliResult runCli(const std::vector<std::string>& arguments)
-{
-    std::vector<std::string> argv = {"mismatch"};
-    argv.insert(argv.end(), arguments.begin(), arguments.end());
-    std::ostringstream out;
-    std::ostringstream err;
-    CliResult result;
-    result.code = cli::run(argv, out, err);
-    result.out = out.str();
-    result.err = err.str();
-    return result;
-}
+using test::CliResult;
+using test::runCli;
 
 } // namespace
 

@@ -1,6 +1,7 @@
 // Run files (core/train/run_config.h), the evaluation store (core/store/evaluation_store.h) and
 // `mismatch compare` (app/cli/cli_compare.cpp).
 #include "app/cli/cli.h"
+#include "tests/common/cli_runner.h"
 #include "core/common/error.h"
 #include "core/metrics/bootstrap.h"
 #include "core/store/evaluation_store.h"
@@ -44,33 +45,9 @@ const std::string kHeader = "student: ../../resources/models/arith-student\n"
                             "teacher: ../../resources/models/arith-teacher\n"
                             "prompts: ../../resources/prompts/arith-train.jsonl\n";
 
-struct Result {
-    int code = 0;
-    std::string out;
-    std::string err;
-};
-
-Result runCli(const std::vector<std::string>& arguments)
-{
-    std::vector<std::string> argv = {"mismatch"};
-    argv.insert(argv.end(), arguments.begin(), arguments.end());
-    std::ostringstream out;
-    std::ostringstream err;
-    Result r;
-    r.code = cli::run(argv, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-}
-
-nlohmann::json parseJson(const std::string& text)
-{
-    try {
-        return nlohmann::json::parse(text);
-    } catch (const std::exception& error) {
-        qFatal("output is not JSON (%s): %s", error.what(), text.c_str());
-    }
-}
+using test::CliResult;
+using test::runCli;
+using test::parseJson;
 
 std::vector<store::ProblemQuality> problems(const std::vector<double>& qualities, const std::string& prefix = "p")
 {
@@ -685,7 +662,7 @@ void TestRunFile::compareFailsAndPasses()
         return runCli(args);
     };
 
-    const Result fail = compare(tightId);
+    const CliResult fail = compare(tightId);
     QVERIFY2(fail.code == 0, fail.err.c_str()); // a verdict is a result, not an error
     const nlohmann::json f = parseJson(fail.out);
     QCOMPARE(QString::fromStdString(f.at("verdict").get<std::string>()), QString("fail"));
@@ -706,7 +683,7 @@ void TestRunFile::compareFailsAndPasses()
     QCOMPARE(f.at("run").at("id").get<std::int64_t>(), tightId);
     QCOMPARE(QString::fromStdString(f.at("baseline").at("name").get<std::string>()), QString("bf16-baseline"));
 
-    const Result spreadResult = compare(spreadId);
+    const CliResult spreadResult = compare(spreadId);
     QVERIFY2(spreadResult.code == 0, spreadResult.err.c_str());
     const nlohmann::json p = parseJson(spreadResult.out);
     QCOMPARE(QString::fromStdString(p.at("verdict").get<std::string>()), QString("pass"));
@@ -718,7 +695,7 @@ void TestRunFile::compareFailsAndPasses()
     QVERIFY(p.at("difference").at("low").get<double>() < 0.0);
     QVERIFY(p.at("difference").at("high").get<double>() > 0.0);
 
-    const Result smallResult = compare(smallId);
+    const CliResult smallResult = compare(smallId);
     const nlohmann::json sm = parseJson(smallResult.out);
     QCOMPARE(QString::fromStdString(sm.at("verdict").get<std::string>()), QString("pass"));
     QVERIFY(std::abs(sm.at("relative_change").get<double>() - 0.05) < 1e-10);
@@ -740,7 +717,7 @@ void TestRunFile::compareFailsAndPasses()
     QCOMPARE(seeded.at("difference").at("seed").get<std::uint64_t>(), std::uint64_t(7));
 
     // Human output: the verdict, both qualities, the change and the rule in words.
-    const Result human = runCli(
+    const CliResult human = runCli(
         {"--workspace", workspace, "compare", std::to_string(tightId), std::to_string(baseId), "--step", "100"});
     QCOMPARE(human.code, 0);
     const QString text = QString::fromStdString(human.out);
@@ -750,7 +727,7 @@ void TestRunFile::compareFailsAndPasses()
     QVERIFY2(text.contains("+30.00%"), human.out.c_str());
     QVERIFY2(text.contains("the run fails when (Q_run - Q_base) / Q_base >= 20%"), human.out.c_str());
     QVERIFY2(text.contains("95% paired bootstrap interval"), human.out.c_str());
-    const Result humanPass = runCli(
+    const CliResult humanPass = runCli(
         {"--workspace", workspace, "compare", std::to_string(spreadId), std::to_string(baseId), "--step", "100"});
     QVERIFY2(QString::fromStdString(humanPass.out).startsWith("verdict          pass"), humanPass.out.c_str());
 }
@@ -778,19 +755,19 @@ void TestRunFile::compareErrors()
             {"--workspace", workspace, "compare", std::to_string(run), std::to_string(baseline), "--step", step});
     };
 
-    const Result unknown = compare(999, baseId, "100");
+    const CliResult unknown = compare(999, baseId, "100");
     QCOMPARE(unknown.code, 1);
     QVERIFY2(QString::fromStdString(unknown.err).contains("has no run with id 999"), unknown.err.c_str());
 
-    const Result noStep = compare(baseId, baseId, "75");
+    const CliResult noStep = compare(baseId, baseId, "75");
     QCOMPARE(noStep.code, 1);
     QVERIFY2(QString::fromStdString(noStep.err).contains("has no evaluation at step 75 (evaluated steps: 50, 100)"),
         noStep.err.c_str());
-    const Result notEvaluated = compare(emptyId, baseId, "100");
+    const CliResult notEvaluated = compare(emptyId, baseId, "100");
     QCOMPARE(notEvaluated.code, 1);
     QVERIFY2(QString::fromStdString(notEvaluated.err).contains("(it has no evaluations)"), notEvaluated.err.c_str());
 
-    const Result differ = compare(otherSetId, baseId, "100");
+    const CliResult differ = compare(otherSetId, baseId, "100");
     QCOMPARE(differ.code, 1);
     const QString message = QString::fromStdString(differ.err);
     QVERIFY2(
@@ -807,7 +784,7 @@ void TestRunFile::compareErrors()
     QCOMPARE(runCli({"--workspace", workspace, "compare", "1", "1", "--step", "100", "--confidence", "1.5"}).code, 2);
     QCOMPARE(runCli({"--workspace", workspace, "compare", "1", "1", "--step", "100", "--resamples", "0"}).code, 2);
     // A workspace that does not exist is an error, and compare does not create it.
-    const Result missing = runCli({"--workspace", workspace + "/nowhere", "compare", "1", "1", "--step", "1"});
+    const CliResult missing = runCli({"--workspace", workspace + "/nowhere", "compare", "1", "1", "--step", "1"});
     QCOMPARE(missing.code, 1);
     QVERIFY(!fs::exists(workspace + "/nowhere"));
 }
