@@ -67,4 +67,15 @@ std::string kindName(const YAML::Node& node)
     return "something else";
 }
 
+YamlPosition yamlPosition(const YAML::Node& node)
+{
+    YamlPosition position;
+    const YAML::Mark mark = node.Mark();
+    if (!mark.is_null() && mark.line >= 0) {
+        position.line = mark.line + 1;
+        position.column = mark.column + 1;
+    }
+    return position;
+}
+
 }  // namespace mismatch::io

@@ -426,12 +426,9 @@ private:
     {
         SourceLocation where;
         where.keyPath = keyPath;
-        const YAML::Mark mark = node.Mark();
-        if (!mark.is_null() && mark.line >= 0) {
-            // yaml-cpp counts from 0; editors count from 1.
-            where.line = mark.line + 1;
-            where.column = mark.column + 1;
-        }
+        const io::YamlPosition position = io::yamlPosition(node);
+        where.line = position.line;
+        where.column = position.column;
         return where;
     }
 
