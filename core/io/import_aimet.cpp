@@ -1,0 +1,247 @@
+#include "core/io/import_aimet.h"
+
+#include "core/common/error.h"
+#include "core/io/import_log.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+namespace mismatch::io {
+
+namespace {
+
+using nlohmann::json;
+
+std::string readFile(const std::string& path)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+        throw InputError(path, "", "is a directory; expected an AIMET QuantAnalyzer JSON file");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw InputError(path, "", fs::exists(path, ec) ? "cannot be read (permission denied?)" : "does not exist");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// "line L, column C" of a 0-based byte offset.
+std::string lineColumn(const std::string& text, size_t offset)
+{
+    offset = std::min(offset, text.size());
+    size_t line = 1;
+    size_t lineStart = 0;
+    for (size_t i = 0; i < offset; ++i) {
+        if (text[i] == '\n') {
+            ++line;
+            lineStart = i + 1;
+        }
+    }
+    return std::to_string(line) + ":" + std::to_string(offset - lineStart + 1);
+}
+
+std::string number(double value)
+{
+    std::ostringstream text;
+    text.precision(10);
+    text << value;
+    return text.str();
+}
+
+} // namespace
+
+std::string toString(AimetAnalysis analysis)
+{
+    switch (analysis) {
+    case AimetAnalysis::QuantEnabled: return "enabled";
+    case AimetAnalysis::QuantDisabled: return "disabled";
+    case AimetAnalysis::MseLoss: return "mse";
+    }
+    return "enabled";
+}
+
+std::optional<AimetAnalysis> parseAimetAnalysis(const std::string& text)
+{
+    if (text == "enabled") return AimetAnalysis::QuantEnabled;
+    if (text == "disabled") return AimetAnalysis::QuantDisabled;
+    if (text == "mse") return AimetAnalysis::MseLoss;
+    return std::nullopt;
+}
+
+std::optional<std::pair<std::int64_t, std::string>> sensitivityCellOf(const std::string& moduleName)
+{
+    // Dots (PyTorch module names) or slashes (ONNX node names) separate the parts.
+    static const std::regex projection(
+        R"((?:^|[./])layers[./](\d+)[./](?:self_attn|mlp)[./](q|k|v|o|gate|up|down)_proj(?:$|[./]))");
+    static const std::regex embedding(R"((?:^|[./])embed_tokens(?:$|[./]))");
+    static const std::regex head(R"((?:^|[./])lm_head(?:$|[./]))");
+    std::smatch match;
+    if (std::regex_search(moduleName, match, projection)) {
+        const std::string digits = match[1].str();
+        if (digits.size() > 9) {
+            return std::nullopt;
+        }
+        return std::make_pair(static_cast<std::int64_t>(std::stoll(digits)), match[2].str());
+    }
+    if (std::regex_search(moduleName, embedding)) {
+        return std::make_pair(std::int64_t{-1}, std::string("embed_tokens"));
+    }
+    if (std::regex_search(moduleName, head)) {
+        return std::make_pair(std::int64_t{-1}, std::string("lm_head"));
+    }
+    return std::nullopt;
+}
+
+AimetImport importAimetSensitivity(const std::string& path, const AimetImportOptions& options)
+{
+    AimetImport result;
+    result.file = path;
+    const std::string stem = std::filesystem::path(path).stem().string();
+    if (options.analysis) {
+        result.analysis = *options.analysis;
+    } else if (stem.find("per_layer_quant_enabled") != std::string::npos) {
+        result.analysis = AimetAnalysis::QuantEnabled;
+    } else if (stem.find("per_layer_quant_disabled") != std::string::npos) {
+        result.analysis = AimetAnalysis::QuantDisabled;
+    } else if (stem.find("per_layer_mse_loss") != std::string::npos) {
+        result.analysis = AimetAnalysis::MseLoss;
+    } else {
+        throw InputError(path, "",
+            "cannot tell which QuantAnalyzer result this is from its name (expected per_layer_quant_enabled, "
+            "per_layer_quant_disabled or per_layer_mse_loss in it); say so with --analysis enabled|disabled|mse");
+    }
+    if (result.analysis == AimetAnalysis::MseLoss && (options.referenceScore || options.lowerIsBetter)) {
+        throw InputError(path, "", "a reference score or --lower-is-better applies to eval scores, not to MSE values");
+    }
+
+    const std::string text = readFile(path);
+    json object;
+    try {
+        object = json::parse(markNonFiniteTokens(text));
+    } catch (const json::parse_error& error) {
+        // The marked text is longer than the original only after a NaN/Infinity token; the offset before the first
+        // one is exact, which is where a typical truncation or typo is reported.
+        const size_t offset = error.byte > 0 ? error.byte - 1 : 0;
+        std::string what = error.what();
+        const auto colon = what.rfind(": ");
+        throw InputError(path, lineColumn(text, offset),
+            "not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon + 2)) + ")");
+    }
+    if (!object.is_object()) {
+        throw InputError(path, "", std::string("expected one JSON object {\"layer name\": value, ...}, got a JSON ")
+                + object.type_name());
+    }
+
+    std::map<std::pair<std::int64_t, std::string>, std::string> seen;
+    for (const auto& [name, value] : object.items()) {
+        ++result.entriesRead;
+        const auto cell = sensitivityCellOf(name);
+        if (!cell) {
+            result.skipped.push_back({name, "not a quantized module of the matrix (expected model.layers.N.self_attn."
+                                            "{q,k,v,o}_proj, model.layers.N.mlp.{gate,up,down}_proj, embed_tokens "
+                                            "or lm_head)"});
+            continue;
+        }
+        if (const auto previous = seen.find(*cell); previous != seen.end()) {
+            result.skipped.push_back({name, "the cell (layer " + std::to_string(cell->first) + ", " + cell->second
+                                                + ") was already given by " + previous->second});
+            continue;
+        }
+        if (value.is_string() && !value.get_ref<const std::string&>().empty()
+            && value.get_ref<const std::string&>()[0] == kNonFiniteMark) {
+            result.skipped.push_back({name, "the value " + value.get_ref<const std::string&>().substr(1)
+                                                + " is not a finite number"});
+            continue;
+        }
+        if (!value.is_number()) {
+            result.skipped.push_back({name, std::string("the value is a JSON ") + value.type_name() + ", expected a number"});
+            continue;
+        }
+        const double v = value.get<double>();
+        if (result.analysis == AimetAnalysis::MseLoss && v < 0) {
+            result.skipped.push_back({name, "the MSE " + number(v) + " is negative"});
+            continue;
+        }
+        seen.emplace(*cell, name);
+        result.cells.push_back({name, cell->first, cell->second, v, 0.0});
+    }
+    if (result.cells.empty()) {
+        std::string detail = "no usable layer entry (" + std::to_string(result.entriesRead) + " entries read";
+        for (size_t i = 0; i < result.skipped.size() && i < 3; ++i) {
+            detail += (i ? "; " : "; first skipped: ") + result.skipped[i].name + ": " + result.skipped[i].reason;
+        }
+        throw InputError(path, "", detail + ")");
+    }
+
+    // The reference and the sign that make "larger = more sensitive".
+    double best = result.cells.front().value;
+    double worst = best;
+    for (const auto& cell : result.cells) {
+        const bool better = options.lowerIsBetter ? cell.value < best : cell.value > best;
+        const bool worse = options.lowerIsBetter ? cell.value > worst : cell.value < worst;
+        if (better) best = cell.value;
+        if (worse) worst = cell.value;
+    }
+    // A score difference "reference - score" is a loss of quality when higher scores are better.
+    const double sign = options.lowerIsBetter ? -1.0 : 1.0;
+    std::string sensitivityText;
+    switch (result.analysis) {
+    case AimetAnalysis::QuantEnabled:
+        result.reference = options.referenceScore ? *options.referenceScore : best;
+        result.referenceKind = options.referenceScore ? "given (float model's score)" : "best layer in the file";
+        for (auto& cell : result.cells) {
+            cell.sensitivity = sign * (result.reference - cell.value);
+        }
+        sensitivityText = options.lowerIsBetter ? "score - reference: the score lost when only this layer is quantized"
+                                                : "reference - score: the score lost when only this layer is quantized";
+        break;
+    case AimetAnalysis::QuantDisabled:
+        result.reference = options.referenceScore ? *options.referenceScore : worst;
+        result.referenceKind = options.referenceScore ? "given (fully quantized model's score)" : "worst layer in the file";
+        for (auto& cell : result.cells) {
+            cell.sensitivity = sign * (cell.value - result.reference);
+        }
+        sensitivityText = options.lowerIsBetter
+            ? "reference - score: the score recovered when only this layer is left in float"
+            : "score - reference: the score recovered when only this layer is left in float";
+        break;
+    case AimetAnalysis::MseLoss:
+        result.reference = 0.0;
+        result.referenceKind = "zero";
+        for (auto& cell : result.cells) {
+            cell.sensitivity = cell.value;
+        }
+        sensitivityText = "the MSE itself";
+        break;
+    }
+
+    result.format = "aimet:" + (options.scheme.empty() ? std::string("unspecified scheme") : options.scheme);
+    const bool mse = result.analysis == AimetAnalysis::MseLoss;
+    const std::string unit = mse ? "mean squared error of the layer output (AIMET), not nats"
+                                 : "AIMET eval score (the eval_callback's metric), not nats";
+    json config = {{"source", "aimet"}, {"file", path}, {"analysis", toString(result.analysis)},
+        {"unit", unit}, {"not_nats", true}, {"lower_is_better", options.lowerIsBetter},
+        {"scheme", options.scheme.empty() ? json() : json(options.scheme)},
+        {"reference", {{"value", result.reference}, {"kind", result.referenceKind}}},
+        {"columns",
+            {{"mismatch", mse ? "the layer's MSE as read" : "the eval score as read"},
+                {"added_mismatch", "sensitivity, larger = more sensitive: " + sensitivityText}}},
+        {"layer_-1", "embed_tokens and lm_head"}};
+    result.configJson = config.dump();
+    result.estimatorJson = json({{"sensitivity", {{"analysis", toString(result.analysis)}, {"unit", unit},
+                                                     {"estimator", sensitivityText}}}})
+                               .dump();
+    return result;
+}
+
+} // namespace mismatch::io

@@ -1,0 +1,88 @@
+#include "core/store/import_store.h"
+
+#include "core/common/error.h"
+#include "core/common/version.h"
+#include "core/store/sqlite_util.h"
+
+#include <sqlite3.h>
+
+namespace mismatch::store {
+
+ExternalImportIds storeExternalRun(RunStore& store, const ExternalRunSpec& run, const std::vector<StepMetrics>& steps,
+    const std::optional<ExternalScanSpec>& scan)
+{
+    if (store.readOnly()) {
+        throw StoreError(store.path(), "is open read-only; an import needs to write");
+    }
+    sqlite3* db = store.handle();
+    Transaction transaction(db);
+    ExternalImportIds ids;
+    {
+        Statement insert(db, "INSERT INTO runs (name, kind, status, config_json, tool_version, finished_at) "
+                             "VALUES (?, 'external', 'finished', ?, ?, strftime('%Y-%m-%dT%H:%M:%SZ','now'))");
+        insert.bind(1, run.name).bind(2, run.configJson).bind(3, kVersion);
+        insert.run();
+        ids.runId = sqlite3_last_insert_rowid(db);
+    }
+    {
+        Statement insert(db, "INSERT INTO external_runs (run_id, source, file, estimator_json) VALUES (?, ?, ?, ?)");
+        insert.bind(1, ids.runId).bind(2, run.source).bind(3, run.file).bind(4, run.estimatorJson);
+        insert.run();
+    }
+    {
+        Statement insert(db,
+            "INSERT INTO step_metrics (run_id, step, mismatch_kl, k1, k3, bf16_multiple, loss, reward, accuracy, "
+            "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, extras_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        for (const StepMetrics& m : steps) {
+            insert.reset();
+            insert.bind(1, ids.runId).bind(2, m.step).bind(3, m.mismatchKl).bind(4, m.k1).bind(5, m.k3);
+            insert.bind(6, m.bf16Multiple).bind(7, m.loss).bind(8, m.reward).bind(9, m.accuracy).bind(10, m.entropy);
+            insert.bind(11, m.staleness).bind(12, m.rolloutTokensPerSecond).bind(13, m.trainTokensPerSecond);
+            insert.bind(14, m.wallTimeSeconds).bind(15, m.extrasJson.empty() ? std::string("{}") : m.extrasJson);
+            try {
+                insert.run();
+            } catch (const StoreError& error) {
+                throw StoreError(store.path(), "cannot store step " + std::to_string(m.step) + " of the imported run "
+                        + run.name + ": " + error.detail() + " (nothing was imported)");
+            }
+        }
+    }
+    if (scan) {
+        {
+            Statement insert(db, "INSERT INTO sensitivity_scans (run_id, format, config_json) VALUES (?, ?, ?)");
+            insert.bind(1, ids.runId).bind(2, scan->format).bind(3, scan->configJson);
+            insert.run();
+            ids.scanId = sqlite3_last_insert_rowid(db);
+        }
+        Statement insert(db, "INSERT INTO sensitivity_cells (scan_id, layer, module_group, mismatch, added_mismatch) "
+                             "VALUES (?, ?, ?, ?, ?)");
+        for (const auto& cell : scan->cells) {
+            insert.reset();
+            insert.bind(1, *ids.scanId).bind(2, cell.layer).bind(3, cell.moduleGroup).bind(4, cell.value);
+            insert.bind(5, cell.added);
+            try {
+                insert.run();
+            } catch (const StoreError& error) {
+                throw StoreError(store.path(), "cannot store the sensitivity cell (layer " + std::to_string(cell.layer)
+                        + ", " + cell.moduleGroup + ") of " + run.name + ": " + error.detail()
+                        + " (nothing was imported)");
+            }
+        }
+    }
+    transaction.commit();
+    return ids;
+}
+
+std::optional<ExternalRunInfo> externalRun(const RunStore& store, std::int64_t runId)
+{
+    Statement s(store.handle(),
+        "SELECT run_id, source, file, estimator_json, imported_at FROM external_runs WHERE run_id = ?");
+    s.bind(1, runId);
+    if (!s.step()) {
+        return std::nullopt;
+    }
+    return ExternalRunInfo{s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4)};
+}
+
+} // namespace mismatch::store

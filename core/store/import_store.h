@@ -1,0 +1,58 @@
+#pragma once
+// Runs imported from outside tools (verl, Tinker, CSV logs, AIMET sensitivity files). An imported run is a `runs`
+// row of kind "external" (status finished) with an `external_runs` row naming the source, the file and the
+// estimator of every measure; a log brings its `step_metrics`, an AIMET file a `sensitivity_scans` row with its
+// `sensitivity_cells`. Each import is written in one transaction: a failure leaves the store unchanged.
+#include "core/store/run_store.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mismatch::store {
+
+struct ExternalRunSpec {
+    std::string name;
+    std::string source; // "verl", "tinker", "csv", "aimet"
+    std::string file; // the imported file as given
+    std::string configJson = "{}"; // the runs row's config_json
+    std::string estimatorJson = "{}"; // external_runs.estimator_json: what each stored measure was computed by
+};
+
+// One cell of an imported sensitivity matrix (layer -1 for the embedding and lm_head).
+struct ExternalSensitivityCell {
+    std::int64_t layer = 0;
+    std::string moduleGroup; // q, k, v, o, gate, up, down, embed_tokens, lm_head
+    double value = 0.0; // sensitivity_cells.mismatch: the source's own value in its own unit
+    double added = 0.0; // sensitivity_cells.added_mismatch: its sensitivity, larger = more sensitive
+};
+
+struct ExternalScanSpec {
+    std::string format; // sensitivity_scans.format
+    std::string configJson = "{}"; // sensitivity_scans.config_json (units, reference, analysis)
+    std::vector<ExternalSensitivityCell> cells;
+};
+
+struct ExternalImportIds {
+    std::int64_t runId = 0;
+    std::optional<std::int64_t> scanId;
+};
+
+// Stores the run, its steps (any order; a repeated step is a StoreError) and, when given, a sensitivity scan.
+// All or nothing. Throws StoreError naming the workspace for a read-only store or a failed insert.
+ExternalImportIds storeExternalRun(RunStore& store, const ExternalRunSpec& run, const std::vector<StepMetrics>& steps,
+    const std::optional<ExternalScanSpec>& scan = std::nullopt);
+
+struct ExternalRunInfo {
+    std::int64_t runId = 0;
+    std::string source;
+    std::string file;
+    std::string estimatorJson;
+    std::string importedAt;
+};
+
+// The external_runs row of a run, or nullopt for a local run.
+std::optional<ExternalRunInfo> externalRun(const RunStore& store, std::int64_t runId);
+
+} // namespace mismatch::store
