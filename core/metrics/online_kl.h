@@ -1,0 +1,20 @@
+#pragma once
+// The fused mismatch kernel's algorithm on the CPU: per row, one pass over both logit rows with running
+// log-sum-exps (core/metrics/online_kl_state.h), float32, the vocabulary split into `lanes` strided partials
+// merged pairwise as the CUDA block does (thread i takes v = i, i + lanes, ...). It is the CPU twin of
+// cuda::fusedMismatch and is tested against the naive two-pass float64 loop (tokenMismatchFromLogits).
+#include "core/metrics/mismatch.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace mismatch::metrics {
+
+// engineLogits, trainerLogits: [N, V] of the same floating dtype (converted to float32); sampled: [N] int64.
+// Result tensors are float64 holding the float32 results; k1 and k3 are NaN for a sampled id outside [0, V).
+// InputError for mismatched shapes or lanes < 1.
+TokenMismatch onlineTokenMismatch(
+    const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled, std::int64_t lanes = 512);
+
+} // namespace mismatch::metrics
