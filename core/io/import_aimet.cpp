@@ -17,7 +17,7 @@ namespace mismatch::io {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json; // keeps the file's order of layers
 
 std::string readFile(const std::string& path)
 {
