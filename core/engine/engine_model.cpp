@@ -8,7 +8,12 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
+
+#if defined(MISMATCH_HAVE_CUDA)
+#include "cuda/fp8_ops.h"
+#endif
 
 namespace mismatch::engine {
 
@@ -99,6 +104,23 @@ at::Tensor scalesFromHeadAmax(const at::Tensor& headAmax, quant::KvScales mode)
     return scales;
 }
 
+std::atomic<std::int64_t> nativeFp8Calls {0};
+
+#if defined(MISMATCH_HAVE_CUDA)
+// The kernels' name for a weight granularity (fp8 weights have tensor, channel or block128 scales).
+cuda::Fp8Scaling cudaScaling(const quant::WeightPrecision& weights)
+{
+    switch (quant::effectiveGranularity(weights.format, weights.granularity)) {
+    case quant::Granularity::Channel:
+        return cuda::Fp8Scaling::Row;
+    case quant::Granularity::Block128:
+        return cuda::Fp8Scaling::Block128;
+    default:
+        return cuda::Fp8Scaling::Tensor;
+    }
+}
+#endif
+
 quant::KvScales effectiveScales(const quant::KvPrecision& precision)
 {
     // FP8 without a scale mode is per tensor (the recipe's default).
@@ -118,6 +140,11 @@ std::string toString(EnginePrecision precision)
         return "recipe";
     }
     return "unknown";
+}
+
+std::int64_t nativeFp8LinearCalls()
+{
+    return nativeFp8Calls.load();
 }
 
 at::Tensor roundBf16(const at::Tensor& values)
@@ -324,6 +351,16 @@ EngineModel::ModuleState EngineModel::moduleState(
     if (bias.defined()) {
         state.bias = roundBf16(bias.detach().to(at::kFloat)); // engines keep biases in bf16
     }
+#if defined(MISMATCH_HAVE_CUDA)
+    // The native GEMM's operands: the same codes and scales fakeQuantize rounded to (bit for bit, tests/gpu).
+    if (weight.is_cuda() && module != "embed_tokens" && precision.weights.format == quant::WeightFormat::Fp8E4m3
+        && weight.dim() == 2) {
+        const cuda::Fp8Tensor quantized
+            = cuda::quantizeFp8(weight.detach(), cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
+        state.fp8Codes = quantized.codes;
+        state.fp8Scales = quantized.scales;
+    }
+#endif
     return state;
 }
 
@@ -418,6 +455,23 @@ at::Tensor EngineModel::linear(
         current = moduleState(module, weight, bias);
         state = &current;
     }
+#if defined(MISMATCH_HAVE_CUDA)
+    // Native FP8 on the GPU: per-token e4m3 activations (the emulation's codes and scales, bit for bit) times the
+    // e4m3 weight codes through cuBLASLt, FP32 accumulation, BF16 out. Same function as the emulation below up
+    // to the accumulation order (tests/gpu compares them). FP8 weights with BF16 activations stay emulated:
+    // cuBLASLt has no mixed BF16 x FP8 GEMM.
+    if (state->fp8Codes.defined() && x.is_cuda()
+        && state->activations.format == quant::ActivationFormat::Fp8E4m3) {
+        std::vector<std::int64_t> shape = x.sizes().vec();
+        const at::Tensor rows = x.reshape({-1, x.size(-1)});
+        const cuda::Fp8Tensor input = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row);
+        const cuda::Fp8Tensor weights {state->fp8Codes, state->fp8Scales, cuda::Fp8Kind::E4M3, cudaScaling(state->weights)};
+        const cuda::Fp8GemmResult product = cuda::fp8Gemm(input, weights, state->bias);
+        ++nativeFp8Calls;
+        shape.back() = state->fp8Codes.size(0);
+        return product.output.to(at::kFloat).reshape(shape);
+    }
+#endif
     const at::Tensor input = state->activations.format == quant::ActivationFormat::Bf16
         ? roundBf16(x)
         : quant::fakeQuantizeActivations(x, state->activations.format);

@@ -136,6 +136,10 @@ private:
         at::Tensor bias; // float32, bf16-rounded; undefined when absent
         quant::WeightPrecision weights;
         quant::ActivationPrecision activations;
+        // CUDA builds, fp8_e4m3 weights on a CUDA device: the e4m3 codes and float32 scale grid of `weight`
+        // (bit-identical to it once dequantized), the operands of the cuBLASLt FP8 GEMM. Undefined otherwise.
+        at::Tensor fp8Codes;
+        at::Tensor fp8Scales;
     };
     void prepareModules();
     ModuleState moduleState(const std::string& module, const at::Tensor& weight, const at::Tensor& bias) const;
@@ -157,6 +161,10 @@ private:
 // InputError for an empty prompt set, an empty prompt or an id outside the vocabulary.
 KvScaleTable calibrateKvScales(
     const EngineModel& model, const std::vector<std::vector<std::int64_t>>& probePrompts, std::int64_t batchSize = 16);
+
+// How many linear() calls, process-wide, ran as a native FP8 GEMM on CUDA (cuda::fp8Gemm) instead of the emulation:
+// fp8_e4m3 weights and activations with tensors on a CUDA device, in a build with MISMATCH_HAVE_CUDA.
+std::int64_t nativeFp8LinearCalls();
 
 // bf16 rounding (nearest even) of a float32 tensor, as a cast to bfloat16 and back: the engine's fast path,
 // bit-identical to quant::roundToBFloat16 (tested).
