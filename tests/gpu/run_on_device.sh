@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds core, cuda/ and the CLI against the LibTorch inside the machine's PyTorch (the system LibTorch when
+# python3 has no torch), GUI off and Qt not required; runs the `gpu` tests; then the device benchmark, which
+# writes ONE JSON file, $OUT/gpu-bench.json (OUT defaults to ./gpu-out), and prints a short table last.
+#
+#   tests/gpu/run_on_device.sh [BUILD_DIR]        run from the repository root; BUILD_DIR defaults to build/gpu
+#
+# Sections: FP8 vs BF16 cuBLASLt GEMM (TFLOP/s), fused KL vs unfused LibTorch (GB/s against the copy bandwidth),
+# KV capacity FP8/BF16 from the engine's allocator (7B shape), synthetic 7B decode tokens/s BF16 vs FP8, and time
+# to quality of synchronous BF16 vs asynchronous FP8 training on the demo pair through `mismatch train` (skipped
+# with a message when this CLI has no `train` command). Sized for <= 8 minutes on one H200 with 16 cores.
+# Without a CUDA device (or with a CPU-only LibTorch) it stops after the build, before anything needs the GPU,
+# and exits 0 saying so. MISMATCH_GPU_QUICK=1 shrinks every benchmark (a smoke run).
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${1:-$root/build/gpu}
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out" "$build"
+started=$SECONDS
+log() { printf '[run_on_device %3ds] %s\n' "$((SECONDS - started))" "$*"; }
+
+# 1. LibTorch: PyTorch's bundled one when importable (a CUDA build on GPU machines), else the system one.
+prefix=""
+if prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) && [ -n "$prefix" ]; then
+  log "LibTorch from PyTorch $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null) at $prefix"
+else
+  prefix=""
+  log "python3 has no torch: building against the system LibTorch (CPU-only on Debian)"
+fi
+
+# 2. Configure and build (GUI off; Qt is optional then, and only the Qt-free tests are built).
+cuda_option=-DMISMATCH_CUDA=ON
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  log "no nvcc: cuda/ cannot be built here"
+  exit 1
+fi
+if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH_BUILD_GUI=OFF "$cuda_option" \
+    -DMISMATCH_TEST_DIRS=gpu ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$build/configure.log" 2>&1; then
+  tail -n 30 "$build/configure.log"
+  log "configure failed (a missing dependency? packaging/install-deps.sh lists them); log: $build/configure.log"
+  exit 1
+fi
+grep -E "Mismatch Lab|Qt 6 Test" "$build/configure.log" || true
+log "building mismatch, test_gpu_reference, test_gpu_kernels, bench_gpu"
+if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels bench_gpu \
+    >"$build/build.log" 2>&1; then
+  grep -E "error|Error" "$build/build.log" | head -n 30
+  log "build failed; log: $build/build.log"
+  exit 1
+fi
+log "build done"
+
+# 3. The always-running CPU reference tests, then the gpu tests. 77 = no device: stop before the GPU parts.
+"$build/tests/gpu/test_gpu_reference" >"$build/test_gpu_reference.log" 2>&1 || {
+  tail -n 20 "$build/test_gpu_reference.log"; log "test_gpu_reference FAILED"; exit 1; }
+log "test_gpu_reference passed"
+"$build/tests/gpu/test_gpu_kernels" >"$build/test_gpu_kernels.log" 2>&1
+rc=$?
+if [ "$rc" -eq 77 ]; then
+  cat "$build/test_gpu_kernels.log"
+  log "no CUDA device, or a LibTorch without CUDA: built and CPU-tested; stopping before the GPU tests and the benchmark"
+  exit 0
+fi
+ctest --test-dir "$build" -L gpu --output-on-failure >"$build/ctest_gpu.log" 2>&1
+ctest_rc=$?
+grep -E "^(FAIL|----)|failure" "$build/test_gpu_kernels.log" | grep -v "^----" || true
+if [ "$rc" -ne 0 ] || [ "$ctest_rc" -ne 0 ]; then
+  log "gpu tests FAILED (log: $build/test_gpu_kernels.log); benchmarking anyway"
+  gpu_tests=failed
+else
+  log "gpu tests passed ($(grep -c '^PASS' "$build/test_gpu_kernels.log") checks)"
+  gpu_tests=passed
+fi
+
+# 4. Time to quality through the CLI: BF16 synchronous vs FP8 asynchronous on the demo pair.
+ttq="$build/time-to-quality.json"
+mismatch="$build/app/mismatch"
+workspace="$build/ttq-workspace"
+if ! "$mismatch" train --help >/dev/null 2>&1; then
+  printf '{"skipped": "this mismatch CLI has no train command"}\n' >"$ttq"
+  log "time to quality skipped: this CLI has no 'train' command"
+else
+  rm -rf "$workspace"
+  ok=1
+  for run in ttq-bf16-sync ttq-fp8-async; do
+    log "mismatch train $run"
+    if ! timeout 120 "$mismatch" --workspace "$workspace" --json train "$root/tests/gpu/$run.yaml" --quiet \
+        >"$build/$run.train.json" 2>"$build/$run.train.log"; then
+      tail -n 5 "$build/$run.train.log"; ok=0; break
+    fi
+    "$mismatch" --workspace "$workspace" --json runs show "$run" >"$build/$run.show.json" 2>>"$build/$run.train.log" || { ok=0; break; }
+  done
+  if [ "$ok" -eq 1 ]; then
+    python3 "$root/tests/gpu/time_to_quality.py" "$build/ttq-bf16-sync.show.json" "$build/ttq-fp8-async.show.json" >"$ttq" \
+      || printf '{"skipped": "could not read evaluations and wall times from runs show --json"}\n' >"$ttq"
+  else
+    printf '{"skipped": "mismatch train or runs show failed; see %s"}\n' "$build" >"$ttq"
+  fi
+fi
+
+# 5. The benchmark: one JSON file, the table printed last.
+quick=()
+[ "${MISMATCH_GPU_QUICK:-0}" = 1 ] && quick=(--quick)
+log "bench_gpu (gpu tests $gpu_tests)"
+"$build/tests/gpu/bench_gpu" --out "$out/gpu-bench.json" --time-to-quality "$ttq" "${quick[@]}"
+rc=$?
+log "done in $((SECONDS - started)) s; JSON: $out/gpu-bench.json"
+exit "$rc"
