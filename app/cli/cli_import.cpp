@@ -52,7 +52,7 @@ std::string absolutePath(const std::string& file)
 }
 
 // Repeated columns or measures among --map entries are argument errors (exit 2), like a malformed entry.
-void checkMapEntries(const std::vector<std::string>& entries)
+void checkMapEntries(io::LogSource source, const std::vector<std::string>& entries)
 {
     std::map<std::string, std::string> columns;
     std::map<std::string, std::string> measures;
@@ -60,6 +60,10 @@ void checkMapEntries(const std::vector<std::string>& entries)
         const auto equals = entry.rfind('=');
         const std::string column = entry.substr(0, equals);
         const std::string measure = entry.substr(equals + 1);
+        if (measure == "step" && source != io::LogSource::Csv) {
+            throw CLI::ValidationError("--map", entry + ": only a CSV file takes a step column (" + io::toString(source)
+                    + " lines hold their step under \"step\")");
+        }
         if (!columns.emplace(column, entry).second) {
             throw CLI::ValidationError("--map", entry + ": the column " + column + " is mapped twice");
         }
@@ -73,7 +77,7 @@ void checkMapEntries(const std::vector<std::string>& entries)
 
 void importLogFile(const Context& context, io::LogSource source, const LogImportArguments& a)
 {
-    checkMapEntries(a.map);
+    checkMapEntries(source, a.map);
     io::LogImportOptions options;
     options.map = a.map;
     const io::ImportedLog log = io::importLog(source, a.file, options);

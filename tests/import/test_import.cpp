@@ -675,6 +675,9 @@ void TestImport::cliFailuresLeaveWorkspaceUnchanged()
     QCOMPARE(runCli({"--workspace", workspace, "import", "aimet", kFixtures + "per_layer_quant_enabled.json",
                  "--analysis", "both"}).code,
         2);
+    QCOMPARE(runCli({"--workspace", workspace, "import", "tinker", kFixtures + "tinker_metrics.jsonl", "--map",
+                 "progress/batch=step"}).code,
+        2);
     QCOMPARE(runCli({"--workspace", workspace, "import"}).code, 2);
 
     QCOMPARE(dumpRows(store.handle()), rowsBefore);
