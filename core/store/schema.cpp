@@ -159,11 +159,52 @@ CREATE TABLE external_runs (
 );
 )sql";
 
+
+// Version 3: the analyses' extra measures. Sensitivity cells get the interval of their own mismatch (ci_low and
+// ci_high are the added mismatch's paired interval), their token count and time; prefix-shift analyses with
+// their paired generations (tokens and per-token KL, for the viewer).
+const char* kSchemaV3 = R"sql(
+ALTER TABLE sensitivity_cells ADD COLUMN mismatch_ci_low REAL;
+ALTER TABLE sensitivity_cells ADD COLUMN mismatch_ci_high REAL;
+ALTER TABLE sensitivity_cells ADD COLUMN tokens INTEGER;
+ALTER TABLE sensitivity_cells ADD COLUMN seconds REAL;
+CREATE TABLE prefix_shift_analyses (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  model TEXT NOT NULL,
+  configuration_json TEXT NOT NULL,
+  total REAL NOT NULL,
+  per_token REAL NOT NULL,
+  prefix_shift REAL NOT NULL,
+  bf16_unit REAL NOT NULL,
+  total_ci_low REAL,
+  total_ci_high REAL,
+  per_token_ci_low REAL,
+  per_token_ci_high REAL,
+  pairs INTEGER NOT NULL,
+  diverged INTEGER NOT NULL,
+  details_json TEXT NOT NULL DEFAULT '{}',
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE prefix_shift_pairs (
+  analysis_id INTEGER NOT NULL REFERENCES prefix_shift_analyses(id) ON DELETE CASCADE,
+  pair_index INTEGER NOT NULL,
+  prompt_id TEXT NOT NULL,
+  prompt_tokens_json TEXT NOT NULL,
+  first_divergence INTEGER,
+  candidate_tokens_json TEXT NOT NULL,
+  candidate_kl_json TEXT NOT NULL,
+  reference_tokens_json TEXT NOT NULL,
+  reference_kl_json TEXT NOT NULL,
+  PRIMARY KEY (analysis_id, pair_index)
+);
+)sql";
+
 }  // namespace
 
 const std::vector<const char*>& migrations()
 {
-    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2};
+    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3};
     return all;
 }
 

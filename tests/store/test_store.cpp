@@ -185,6 +185,20 @@ void TestStore::migratesFromEveryEarlierVersion()
                              std::to_string(runId) + ", '{}', 'step-0', 0.1, 0.05, 0.15, 0.2, 'admit', 1.5, 'test')")
                                 .c_str());
     QCOMPARE(store.summary().admissionDecisions, 1);
+    // Version 3: sensitivity cells with their own interval, tokens and time; prefix-shift analyses and pairs.
+    execute(store.handle(), ("INSERT INTO sensitivity_scans (run_id, format) VALUES (" + std::to_string(runId) +
+                             ", 'int8/channel')").c_str());
+    execute(store.handle(), "INSERT INTO sensitivity_cells (scan_id, layer, module_group, mismatch, added_mismatch, "
+                            "mismatch_ci_low, mismatch_ci_high, tokens, seconds) VALUES (last_insert_rowid(), 0, 'q', "
+                            "0.2, 0.1, 0.15, 0.25, 100, 0.5)");
+    execute(store.handle(), "INSERT INTO prefix_shift_analyses (model, configuration_json, total, per_token, "
+                            "prefix_shift, bf16_unit, pairs, diverged) VALUES ('m', '{}', 0.3, 0.2, 0.1, 0.001, 1, 1)");
+    execute(store.handle(), "INSERT INTO prefix_shift_pairs (analysis_id, pair_index, prompt_id, prompt_tokens_json, "
+                            "first_divergence, candidate_tokens_json, candidate_kl_json, reference_tokens_json, "
+                            "reference_kl_json) VALUES (last_insert_rowid(), 0, 'p', '[1]', 0, '[2]', '[0.1]', '[3]', "
+                            "'[0.2]')");
+    QCOMPARE(queryInt64(store.handle(), "SELECT tokens FROM sensitivity_cells"), 100);
+    QCOMPARE(queryInt64(store.handle(), "SELECT count(*) FROM prefix_shift_pairs"), 1);
     // Reopening a migrated database is a no-op.
     RunStore again = RunStore::open(path);
     QCOMPARE(again.summary().runs, version > 0 ? 2 : 1);

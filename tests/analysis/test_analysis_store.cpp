@@ -1,0 +1,313 @@
+// The analyses' store API: sensitivity scans and cells, calibrations (points, brackets, thresholds), admission
+// decisions and prefix-shift analyses round-trip; bad values are refused with nothing written.
+#include "core/common/error.h"
+#include "core/store/analysis_store.h"
+#include "core/store/sqlite_util.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace mismatch;
+using namespace mismatch::store;
+
+class TestAnalysisStore : public QObject {
+    Q_OBJECT
+
+private slots:
+    void sensitivityScanRoundTrip();
+    void sensitivityCellRefusals();
+    void scanStatusFollowsItsRun();
+    void calibrationRoundTripAndThreshold();
+    void calibrationRefusalsWriteNothing();
+    void bracketFromPointsOnHandMadePoints();
+    void admissionDecisionRoundTrip();
+    void admissionDecisionRefusals_data();
+    void admissionDecisionRefusals();
+    void prefixShiftRoundTrip();
+
+private:
+    RunStore openTemporary()
+    {
+        dirs_.push_back(std::make_unique<QTemporaryDir>());
+        return RunStore::open((dirs_.back()->path() + "/workspace.db").toStdString());
+    }
+    std::vector<std::unique_ptr<QTemporaryDir>> dirs_;
+};
+
+namespace {
+
+SensitivityCell cellOf(std::int64_t layer, const std::string& group, double mismatch, double added)
+{
+    SensitivityCell cell;
+    cell.layer = layer;
+    cell.moduleGroup = group;
+    cell.mismatch = mismatch;
+    cell.addedMismatch = added;
+    return cell;
+}
+
+CalibrationPoint pointOf(std::int64_t run, std::int64_t step, double mismatch, double quality)
+{
+    CalibrationPoint point;
+    point.runId = run;
+    point.step = step;
+    point.mismatch = mismatch;
+    point.quality = quality;
+    return point;
+}
+
+std::int64_t count(const RunStore& store, const char* table)
+{
+    return queryInt64(store.handle(), (std::string("SELECT count(*) FROM ") + table).c_str());
+}
+
+} // namespace
+
+void TestAnalysisStore::sensitivityScanRoundTrip()
+{
+    RunStore store = openTemporary();
+    const std::int64_t run = store.beginRun({"scan", "sensitivity", "{}", std::nullopt});
+    SensitivityScanInfo info;
+    info.runId = run;
+    info.format = "fp8_e4m3/block128";
+    info.bf16Unit = 0.00123;
+    info.configJson = R"({"model":"m"})";
+    const std::int64_t scanId = addSensitivityScan(store, info);
+    SensitivityCell a {1, "down", 0.5, 0.49877, 0.4, 0.6, 0.45, 0.55, 321, 1.5};
+    SensitivityCell b {0, "kv", 0.01, 0.00877, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 300, 0.25};
+    SensitivityCell c {kNoLayer, "embed_lm_head", 0.2, 0.19877, 0.1, 0.3, 0.15, 0.25, 310, 0.5};
+    addSensitivityCell(store, scanId, a);
+    addSensitivityCell(store, scanId, b);
+    addSensitivityCell(store, scanId, c);
+    const auto scan = sensitivityScan(store, scanId);
+    QVERIFY(scan.has_value());
+    QCOMPARE(scan->info.format, std::string("fp8_e4m3/block128"));
+    QCOMPARE(*scan->info.bf16Unit, 0.00123);
+    QCOMPARE(scan->info.status, std::string("running"));
+    QCOMPARE(scan->info.cellCount, std::int64_t(3));
+    QCOMPARE(scan->cells.size(), std::size_t(3));
+    // Ordered by layer: the embedding cell (-1) first, then layer 0, then layer 1.
+    QCOMPARE(scan->cells[0].moduleGroup, std::string("embed_lm_head"));
+    QCOMPARE(scan->cells[1].moduleGroup, std::string("kv"));
+    QVERIFY(!scan->cells[1].ciLow.has_value());
+    QCOMPARE(scan->cells[2].layer, std::int64_t(1));
+    QCOMPARE(*scan->cells[2].ciHigh, 0.6);
+    QCOMPARE(*scan->cells[2].mismatchCiLow, 0.45);
+    QCOMPARE(*scan->cells[2].tokens, std::int64_t(321));
+    QCOMPARE(sensitivityScans(store).size(), std::size_t(1));
+    QVERIFY(!sensitivityScan(store, scanId + 5).has_value());
+}
+
+void TestAnalysisStore::sensitivityCellRefusals()
+{
+    RunStore store = openTemporary();
+    SensitivityScanInfo info;
+    info.format = "int4/group128";
+    const std::int64_t scanId = addSensitivityScan(store, info);
+    addSensitivityCell(store, scanId, cellOf(0, "q", 0.1, 0.05));
+    // Same cell twice, unknown scan, NaN, empty group: each refused, nothing more stored.
+    QVERIFY_THROWS_EXCEPTION(StoreError, addSensitivityCell(store, scanId, cellOf(0, "q", 0.2, 0.1)));
+    QVERIFY_THROWS_EXCEPTION(StoreError, addSensitivityCell(store, scanId + 1, cellOf(0, "k", 0.2, 0.1)));
+    QVERIFY_THROWS_EXCEPTION(StoreError, addSensitivityCell(store, scanId, cellOf(0, "k", std::nan(""), 0.1)));
+    QVERIFY_THROWS_EXCEPTION(StoreError, addSensitivityCell(store, scanId, cellOf(0, "", 0.2, 0.1)));
+    QCOMPARE(count(store, "sensitivity_cells"), std::int64_t(1));
+    SensitivityScanInfo bad;
+    QVERIFY_THROWS_EXCEPTION(StoreError, addSensitivityScan(store, bad)); // no format
+    bad.format = "x";
+    bad.runId = 999;
+    QVERIFY_THROWS_EXCEPTION(StoreError, addSensitivityScan(store, bad)); // unknown run
+    QCOMPARE(count(store, "sensitivity_scans"), std::int64_t(1));
+}
+
+void TestAnalysisStore::scanStatusFollowsItsRun()
+{
+    RunStore store = openTemporary();
+    const std::int64_t run = store.beginRun({"scan", "sensitivity", "{}", std::nullopt});
+    SensitivityScanInfo info;
+    info.runId = run;
+    info.format = "int8/channel";
+    const std::int64_t scanId = addSensitivityScan(store, info);
+    store.finishRun(run, RunStatus::Cancelled, "cancelled");
+    QCOMPARE(sensitivityScan(store, scanId)->info.status, std::string("cancelled"));
+    SensitivityScanInfo standalone;
+    standalone.format = "int8/channel";
+    const std::int64_t other = addSensitivityScan(store, standalone);
+    QCOMPARE(sensitivityScan(store, other)->info.status, std::string("finished"));
+}
+
+void TestAnalysisStore::calibrationRoundTripAndThreshold()
+{
+    RunStore store = openTemporary();
+    const std::int64_t base = store.beginRun({"base", "train", "{}", std::nullopt});
+    const std::int64_t noisy = store.beginRun({"noisy", "train", "{}", std::nullopt});
+    CalibrationInfo info;
+    info.name = "demo";
+    info.student = "resources/models/arith-student";
+    const std::vector<CalibrationPoint> points = {{base, 100, 0.01, 0.5, 0.0, -0.01, 0.01, false},
+        {noisy, 100, 0.3, 0.7, 0.4, 0.1, 0.3, true}, {noisy, 200, 0.3, 0.8, 0.5, 0.2, 0.4, true}};
+    const std::vector<CalibrationBracket> brackets
+        = {{100, 0.01, 0.3, 0.008}, {200, std::nullopt, 0.3, std::nullopt}};
+    const std::int64_t id = addCalibration(store, info, points, brackets);
+    const auto read = calibration(store, id);
+    QVERIFY(read.has_value());
+    QCOMPARE(read->info.name, std::string("demo"));
+    QCOMPARE(read->points.size(), std::size_t(3));
+    QCOMPARE(read->brackets.size(), std::size_t(2));
+    QCOMPARE(*read->brackets[0].largestPassing, 0.01);
+    QVERIFY(!read->brackets[1].largestPassing.has_value());
+    // The bracket's threshold (a margin was set) wins over its lower end.
+    QCOMPARE(admissionThreshold(store, id, 100), 0.008);
+    // Nothing passed at step 200; step 300 does not exist; no step with two brackets is ambiguous.
+    QVERIFY_THROWS_EXCEPTION(StoreError, admissionThreshold(store, id, 200));
+    QVERIFY_THROWS_EXCEPTION(StoreError, admissionThreshold(store, id, 300));
+    QVERIFY_THROWS_EXCEPTION(StoreError, admissionThreshold(store, id, std::nullopt));
+    QVERIFY_THROWS_EXCEPTION(StoreError, admissionThreshold(store, id + 1, 100));
+    // A bracket set later replaces the step's bracket; without a threshold the lower end is used.
+    setCalibrationBracket(store, id, {200, 0.2, 0.3, std::nullopt});
+    QCOMPARE(admissionThreshold(store, id, 200), 0.2);
+    addCalibrationPoints(store, id, {{base, 200, 0.01, 0.45, 0.0, -0.01, 0.02, false}});
+    QCOMPARE(calibration(store, id)->points.size(), std::size_t(4));
+    try {
+        admissionThreshold(store, id, 300);
+        QFAIL("expected a StoreError");
+    } catch (const StoreError& error) {
+        QVERIFY2(std::string(error.what()).find("100, 200") != std::string::npos, error.what());
+    }
+    QCOMPARE(calibrations(store).size(), std::size_t(1));
+}
+
+void TestAnalysisStore::calibrationRefusalsWriteNothing()
+{
+    RunStore store = openTemporary();
+    const std::int64_t run = store.beginRun({"r", "train", "{}", std::nullopt});
+    CalibrationInfo info;
+    info.name = "c";
+    info.student = "s";
+    // A point of an unknown run: the whole calibration is refused.
+    QVERIFY_THROWS_EXCEPTION(StoreError, addCalibration(store, info, {pointOf(run + 10, 1, 0.1, 0.1)}, {}));
+    // A NaN mismatch.
+    QVERIFY_THROWS_EXCEPTION(StoreError, addCalibration(store, info, {pointOf(run, 1, std::nan(""), 0.1)}, {}));
+    // Two brackets at one step.
+    QVERIFY_THROWS_EXCEPTION(StoreError, addCalibration(store, info, {}, {{1, 0.1, 0.2, 0.1}, {1, 0.1, 0.2, 0.1}}));
+    CalibrationInfo unnamed;
+    QVERIFY_THROWS_EXCEPTION(StoreError, addCalibration(store, unnamed, {}, {}));
+    QCOMPARE(count(store, "calibrations"), std::int64_t(0));
+    QCOMPARE(count(store, "calibration_points"), std::int64_t(0));
+    QVERIFY_THROWS_EXCEPTION(StoreError, setCalibrationBracket(store, 42, {1, 0.1, 0.2, 0.1}));
+}
+
+void TestAnalysisStore::bracketFromPointsOnHandMadePoints()
+{
+    // Passing 0.05, 0.184; failing 0.39, 0.5 at step 100; another step ignored.
+    const std::vector<CalibrationPoint> points = {{1, 100, 0.05, 0, {}, {}, {}, false},
+        {2, 100, 0.184, 0, {}, {}, {}, false}, {3, 100, 0.39, 0, {}, {}, {}, true}, {4, 100, 0.5, 0, {}, {}, {}, true},
+        {5, 200, 0.01, 0, {}, {}, {}, true}};
+    const CalibrationBracket bracket = bracketFromPoints(points, 100);
+    QCOMPARE(*bracket.largestPassing, 0.184);
+    QCOMPARE(*bracket.smallestFailing, 0.39);
+    QCOMPARE(*bracket.threshold, 0.184);
+    const CalibrationBracket withMargin = bracketFromPoints(points, 100, 0.25);
+    QCOMPARE(*withMargin.threshold, 0.184 * 0.75);
+    const CalibrationBracket failedOnly = bracketFromPoints(points, 200);
+    QVERIFY(!failedOnly.largestPassing && !failedOnly.threshold);
+    QCOMPARE(*failedOnly.smallestFailing, 0.01);
+    QVERIFY_THROWS_EXCEPTION(InputError, bracketFromPoints(points, 100, 1.0));
+}
+
+void TestAnalysisStore::admissionDecisionRoundTrip()
+{
+    RunStore store = openTemporary();
+    const std::int64_t run = store.beginRun({"admit", "admit", "{}", std::nullopt});
+    AdmissionDecision decision;
+    decision.runId = run;
+    decision.candidateJson = R"({"name":"fp8"})";
+    decision.checkpoint = "step-100";
+    decision.mismatch = 0.02;
+    decision.ciLow = 0.015;
+    decision.ciHigh = 0.025;
+    decision.threshold = 0.184;
+    decision.decision = "admit";
+    decision.seconds = 3.5;
+    const std::int64_t id = addAdmissionDecision(store, decision);
+    const auto all = admissionDecisions(store, run);
+    QCOMPARE(all.size(), std::size_t(1));
+    QCOMPARE(all[0].id, id);
+    QCOMPARE(all[0].candidateJson, decision.candidateJson);
+    QCOMPARE(all[0].ciHigh, 0.025);
+    QCOMPARE(all[0].decision, std::string("admit"));
+    QVERIFY(!all[0].toolVersion.empty()); // this build's version when none was given
+    QVERIFY(!all[0].createdAt.empty());
+    QCOMPARE(admissionDecisions(store, run + 1).size(), std::size_t(0));
+    QCOMPARE(store.summary().admissionDecisions, std::int64_t(1));
+}
+
+void TestAnalysisStore::admissionDecisionRefusals_data()
+{
+    QTest::addColumn<QString>("field");
+    QTest::newRow("decision word") << "decision";
+    QTest::newRow("nan mismatch") << "mismatch";
+    QTest::newRow("low above high") << "interval";
+    QTest::newRow("unknown run") << "run";
+    QTest::newRow("unknown calibration") << "calibration";
+}
+
+void TestAnalysisStore::admissionDecisionRefusals()
+{
+    QFETCH(QString, field);
+    RunStore store = openTemporary();
+    AdmissionDecision decision;
+    decision.checkpoint = "c";
+    decision.mismatch = 0.1;
+    decision.ciLow = 0.05;
+    decision.ciHigh = 0.15;
+    decision.threshold = 0.2;
+    decision.decision = "borderline";
+    if (field == "decision") {
+        decision.decision = "maybe";
+    } else if (field == "mismatch") {
+        decision.mismatch = std::nan("");
+    } else if (field == "interval") {
+        decision.ciLow = 0.2;
+    } else if (field == "run") {
+        decision.runId = 77;
+    } else {
+        decision.calibrationId = 5;
+    }
+    QVERIFY_THROWS_EXCEPTION(StoreError, addAdmissionDecision(store, decision));
+    QCOMPARE(count(store, "admission_decisions"), std::int64_t(0));
+}
+
+void TestAnalysisStore::prefixShiftRoundTrip()
+{
+    RunStore store = openTemporary();
+    PrefixShiftRecord record;
+    record.model = "m";
+    record.total = 0.3;
+    record.perToken = 0.2;
+    record.prefixShift = 0.1;
+    record.bf16Unit = 0.001;
+    record.pairs = 2;
+    record.diverged = 1;
+    record.detailsJson = R"({"divergence_histogram":[0,1]})";
+    PrefixShiftPair diverged {"p0", {1, 2, 3}, 1, {5, 6, 7}, {0.1, 0.2, 0.3}, {5, 8}, {0.1, 0.25}};
+    PrefixShiftPair identical {"p1", {4}, std::nullopt, {9}, {0.5}, {9}, {0.5}};
+    const std::int64_t id = addPrefixShift(store, record, {diverged, identical});
+    const auto read = prefixShift(store, id);
+    QVERIFY(read.has_value());
+    QCOMPARE(read->prefixShift, 0.1);
+    QCOMPARE(read->detailsJson, record.detailsJson);
+    const auto pairs = prefixShiftPairs(store, id);
+    QCOMPARE(pairs.size(), std::size_t(2));
+    QCOMPARE(pairs[0].referenceTokens, (std::vector<std::int64_t> {5, 8}));
+    QCOMPARE(pairs[0].candidateKl, (std::vector<double> {0.1, 0.2, 0.3}));
+    QCOMPARE(*pairs[0].firstDivergence, std::int64_t(1));
+    QVERIFY(!pairs[1].firstDivergence.has_value());
+    QCOMPARE(prefixShifts(store).size(), std::size_t(1));
+    // A KL list that does not match its tokens is refused, nothing written.
+    PrefixShiftPair broken {"p2", {1}, std::nullopt, {1, 2}, {0.1}, {1}, {0.1}};
+    QVERIFY_THROWS_EXCEPTION(StoreError, addPrefixShift(store, record, {broken}));
+    QCOMPARE(count(store, "prefix_shift_analyses"), std::int64_t(1));
+}
+
+QTEST_MAIN(TestAnalysisStore)
+#include "test_analysis_store.moc"
