@@ -366,7 +366,20 @@ int main(int argc, char** argv)
         report["decode"]["setup"].get<std::string>().c_str(), report["decode"]["bf16_tokens_per_s"].get<double>(),
         report["decode"]["fp8_tokens_per_s"].get<double>(), report["decode"]["speedup"].get<double>());
     if (report.contains("time_to_quality")) {
-        std::printf("time to quality: %s\n", report["time_to_quality"].dump().c_str());
+        const json& ttq = report["time_to_quality"];
+        const auto reached = [](const json& side) {
+            return side.contains("reached") && side["reached"].is_object()
+                ? std::to_string(side["reached"]["wall_seconds"].get<double>()) + " s (step "
+                    + std::to_string(side["reached"]["step"].get<std::int64_t>()) + ")"
+                : std::string("not reached");
+        };
+        if (ttq.contains("skipped")) {
+            std::printf("time to quality: skipped (%s)\n", ttq["skipped"].get<std::string>().c_str());
+        } else if (ttq.contains("target_quality")) {
+            std::printf("time to quality (target Q %.4f): BF16 sync %s, FP8 async %s, speedup %s\n",
+                ttq["target_quality"].get<double>(), reached(ttq["baseline"]).c_str(), reached(ttq["candidate"]).c_str(),
+                ttq["speedup"].is_number() ? (std::to_string(ttq["speedup"].get<double>()) + "x").c_str() : "n/a");
+        }
     }
     std::printf("JSON: %s\n", settings.out.c_str());
     return 0;

@@ -25,11 +25,11 @@ inline int failures()
     return failureCount();
 }
 
-// Records one named condition; `detail` says what was compared when it fails.
+// Records one named condition; `detail` (printed either way) says what was measured, so that logs show margins.
 inline bool check(bool condition, const std::string& name, const std::string& detail = "")
 {
     if (condition) {
-        std::printf("PASS  %s\n", name.c_str());
+        std::printf("PASS  %s%s%s\n", name.c_str(), detail.empty() ? "" : ": ", detail.c_str());
     } else {
         ++failureCount();
         std::printf("FAIL  %s%s%s\n", name.c_str(), detail.empty() ? "" : ": ", detail.c_str());

@@ -85,7 +85,7 @@ else
   ok=1
   for run in ttq-bf16-sync ttq-fp8-async; do
     log "mismatch train $run"
-    if ! timeout 120 "$mismatch" --workspace "$workspace" --json train "$root/tests/gpu/$run.yaml" --quiet \
+    if ! timeout 100 "$mismatch" --workspace "$workspace" --json train "$root/tests/gpu/$run.yaml" --quiet \
         >"$build/$run.train.json" 2>"$build/$run.train.log"; then
       tail -n 5 "$build/$run.train.log"; ok=0; break
     fi
