@@ -329,7 +329,15 @@ Fp8GemmResult dequantizedGemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::
     Fp8GemmResult result;
     result.path = Fp8GemmPath::DequantizedBf16;
     result.note = std::move(note);
-    result.output = bf16Gemm(dequantizeToBf16(a), dequantizeToBf16(b), bias);
+    const at::Tensor left = dequantizeToBf16(a);
+    const at::Tensor right = dequantizeToBf16(b);
+    try {
+        result.output = bf16Gemm(left, right, bias);
+    } catch (const CudaError& error) {
+        // Shapes cuBLASLt has no BF16 algorithm for (odd leading dimensions): LibTorch's own BF16 GEMM.
+        result.output = bias.defined() ? at::linear(left, right, bias.to(at::kBFloat16)) : at::linear(left, right);
+        result.note += std::string("; BF16 product by LibTorch (") + error.what() + ")";
+    }
     return result;
 }
 
