@@ -1,0 +1,149 @@
+// mismatch prefix-shift MODEL --recipe R [--noise SIGMA --noise-seed S --noise-modules P] --prompts SET [--cap C]
+// A configuration's mismatch split into the per-token part (on the BF16 engine's prefixes, teacher-forced) and the
+// prefix-shift part (the rest, from reaching other prefixes), first-divergence positions of paired same-seed
+// generations, mismatch by position and the effect of TIS/MIS on each part.
+#include "app/cli/analysis_options.h"
+#include "app/cli/context.h"
+#include "app/cli/terminal_progress.h"
+#include "core/analysis/prefix_shift.h"
+#include "core/common/error.h"
+
+#include <memory>
+#include <ostream>
+
+namespace mismatch::cli {
+
+namespace {
+
+struct PrefixShiftArguments {
+    std::string model;
+    std::string recipe;
+    double noise = 0.0;
+    std::uint64_t noiseSeed = 0;
+    std::string noiseModules = "*";
+    std::string prompts;
+    double cap = 2.0;
+    std::int64_t storePairs = 16;
+    AnalysisArguments analysis;
+};
+
+void registerPrefixShiftCommand(CLI::App& app, Context& context)
+{
+    auto a = std::make_shared<PrefixShiftArguments>();
+    CLI::App* command = app.add_subcommand("prefix-shift",
+        "Split a configuration's mismatch into the per-token part (its KL on the BF16 engine's prefixes, "
+        "teacher-forced) and the prefix-shift part; where paired same-seed generations first diverge; mismatch by "
+        "position; TIS/MIS effect on each part");
+    command->add_option("MODEL", a->model, "Model directory (the FP32 trainer and the engines' weights)")
+        ->required()
+        ->type_name("DIR");
+    command->add_option("--recipe,-r", a->recipe, "The configuration's recipe (default: BF16, e.g. with --noise)")
+        ->type_name("R");
+    command->add_option("--noise", a->noise, "Weight noise sigma relative to each tensor's RMS")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise")->capture_default_str();
+    command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules")
+        ->capture_default_str();
+    command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->required()->type_name("SET");
+    command->add_option("--cap", a->cap, "Cap C of TIS (min(w, C)) and MIS (keep w in [1/C, C])")
+        ->check(CLI::Range(1.0, 1e9))
+        ->capture_default_str();
+    command->add_option("--store-pairs", a->storePairs, "Paired generations stored token by token (for the viewer)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    addAnalysisOptions(command, a->analysis);
+    command->callback([&context, a] {
+        analysis::PrefixShiftOptions options;
+        options.modelDirectory = a->model;
+        options.promptSetPath = a->prompts;
+        options.count = a->analysis.count;
+        options.settings = resolveSettings(a->analysis);
+        if (!a->recipe.empty()) {
+            options.configuration.recipe = quant::loadRecipe(a->recipe);
+            options.recipePath = a->recipe;
+        }
+        options.configuration.noise = a->noise;
+        options.configuration.noiseSeed = a->noiseSeed;
+        options.configuration.noiseModules = a->noiseModules;
+        options.cap = a->cap;
+        options.storedPairs = a->storePairs;
+        store::RunStore store = context.openStore();
+        TerminalProgress bar(*context.err);
+        CancelOnInterrupt interrupt(bar.progress());
+        const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, options, bar.progress());
+        bar.finish();
+        if (context.json) {
+            nlohmann::json positions = nlohmann::json::array();
+            for (const auto& p : r.byPosition) {
+                positions.push_back({{"position", p.position}, {"total", p.total}, {"total_tokens", p.totalTokens},
+                    {"per_token", p.perToken}, {"per_token_tokens", p.perTokenTokens}, {"bf16_unit", p.bf16Unit}});
+            }
+            nlohmann::json corrections = nlohmann::json::array();
+            for (const auto& e : r.corrections) {
+                corrections.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total},
+                    {"per_token", e.perToken}, {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
+                    {"affected_reference", e.affectedReference}});
+            }
+            context.printJson({{"analysis_id", r.analysisId}, {"run_id", r.runId},
+                {"total", intervalJson(r.totalInterval)}, {"per_token", intervalJson(r.perTokenInterval)},
+                {"prefix_shift", intervalJson(r.prefixShiftInterval)}, {"bf16_unit", r.bf16Unit},
+                {"own_tokens", r.ownTokens}, {"reference_tokens", r.referenceTokens}, {"pairs", r.pairs},
+                {"diverged", r.diverged}, {"divergence_histogram", r.divergenceHistogram},
+                {"median_divergence", r.medianDivergence ? nlohmann::json(*r.medianDivergence) : nlohmann::json()},
+                {"by_position", positions}, {"corrections", corrections}, {"seconds", r.seconds}});
+            return;
+        }
+        std::ostream& out = *context.out;
+        out << "prefix shift analysis " << r.analysisId << " (run " << r.runId << "), " << r.pairs
+            << " paired generations\n\n"
+            << formatTable({"part", "nats/token [95%]", "x BF16"},
+                   {{"total (own prefixes)", intervalText(r.totalInterval),
+                        r.bf16Unit > 0.0 ? formatNumber(r.total / r.bf16Unit, 3) + "x" : std::string("-")},
+                       {"per-token (BF16 prefixes)", intervalText(r.perTokenInterval),
+                           r.bf16Unit > 0.0 ? formatNumber(r.perToken / r.bf16Unit, 3) + "x" : std::string("-")},
+                       {"prefix shift (total - per-token)", intervalText(r.prefixShiftInterval),
+                           r.bf16Unit > 0.0 ? formatNumber(r.prefixShift / r.bf16Unit, 3) + "x" : std::string("-")},
+                       {"BF16 unit", formatNumber(r.bf16Unit, 4), "1x"}})
+            << "\n";
+        out << "first divergence: " << r.diverged << " of " << r.pairs << " pairs diverge";
+        if (r.medianDivergence) {
+            out << ", median position " << formatNumber(*r.medianDivergence, 4);
+        }
+        out << "\n";
+        std::vector<std::vector<std::string>> histogram;
+        for (std::size_t p = 0; p < r.divergenceHistogram.size(); ++p) {
+            if (r.divergenceHistogram[p] > 0) {
+                histogram.push_back({std::to_string(p), std::to_string(r.divergenceHistogram[p])});
+            }
+        }
+        if (!histogram.empty()) {
+            out << formatTable({"position", "pairs"}, histogram);
+        }
+        out << "\n";
+        std::vector<std::vector<std::string>> positions;
+        for (const auto& p : r.byPosition) {
+            positions.push_back({std::to_string(p.position), formatNumber(p.total, 4), std::to_string(p.totalTokens),
+                formatNumber(p.perToken, 4), std::to_string(p.perTokenTokens), formatNumber(p.bf16Unit, 4)});
+        }
+        out << "mismatch by response position (nats/token)\n"
+            << formatTable({"position", "own prefixes", "tokens", "BF16 prefixes", "tokens", "BF16 unit"}, positions)
+            << "\n";
+        std::vector<std::vector<std::string>> corrections;
+        for (const auto& e : r.corrections) {
+            corrections.push_back({e.kind == "none" ? std::string("none") : e.kind + " C=" + formatNumber(e.cap, 4),
+                formatNumber(e.total, 4), formatNumber(e.perToken, 4), formatNumber(e.prefixShift, 4),
+                formatNumber(100.0 * e.affectedOwn, 3) + "% / " + formatNumber(100.0 * e.affectedReference, 3) + "%"});
+        }
+        out << "corrected KL (weights w = pi(y)/mu(y) per token; divergence positions do not change)\n"
+            << formatTable({"correction", "total", "per-token", "prefix shift", "tokens affected own / BF16"},
+                   corrections)
+            << "\ntime " << formatDuration(r.seconds) << "\n";
+    });
+}
+
+const CommandRegistration registration(75, registerPrefixShiftCommand);
+
+} // namespace
+
+} // namespace mismatch::cli

@@ -1,0 +1,337 @@
+#include "core/analysis/prefix_shift.h"
+
+#include "core/common/error.h"
+#include "core/metrics/mismatch.h"
+#include "core/store/analysis_store.h"
+#include "core/train/objectives.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+namespace mismatch::analysis {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<double> toVector(const at::Tensor& values)
+{
+    const at::Tensor contiguous = values.to(at::kDouble).contiguous();
+    const double* data = contiguous.data_ptr<double>();
+    return std::vector<double>(data, data + contiguous.numel());
+}
+
+// log mu of the candidate at teacher-forced positions: rows are log_softmax(z / T); the sampling distribution
+// applies top-k / top-p to them (samplingLogProbs at temperature 1 of log_softmax(z / T) is log_softmax(z / T)).
+at::Tensor samplingRows(const at::Tensor& rows, const engine::SamplingOptions& sampling)
+{
+    if (sampling.topK == 0 && sampling.topP >= 1.0) {
+        return rows;
+    }
+    engine::SamplingOptions atTemperatureOne = sampling;
+    atTemperatureOne.temperature = 1.0;
+    atTemperatureOne.greedy = false;
+    const at::Tensor input = rows.to(at::kFloat).contiguous();
+    at::Tensor output = at::empty(input.sizes(), input.options().dtype(at::kDouble));
+    const std::int64_t vocab = input.size(1);
+    for (std::int64_t t = 0; t < input.size(0); ++t) {
+        const std::vector<double> logMu
+            = engine::samplingLogProbs(input.data_ptr<float>() + t * vocab, vocab, atTemperatureOne);
+        std::copy(logMu.begin(), logMu.end(), output.data_ptr<double>() + t * vocab);
+    }
+    return output;
+}
+
+struct Accumulator {
+    double sum = 0.0;
+    double weight = 0.0;
+    std::int64_t affected = 0;
+    std::int64_t tokens = 0;
+    double mean() const { return weight > 0.0 ? sum / weight : 0.0; }
+    double affectedFraction() const { return tokens > 0 ? static_cast<double>(affected) / static_cast<double>(tokens) : 0.0; }
+};
+
+// Adds one response's corrected KL: TIS divides by every token, MIS by the kept ones (objectives.h).
+void addCorrected(Accumulator& accumulator, const at::Tensor& kl, const at::Tensor& logPiY, const at::Tensor& logMuY,
+    train::CorrectionOptions options)
+{
+    if (kl.numel() == 0) {
+        return;
+    }
+    const train::CorrectionWeights weights = train::correctionWeights(logPiY, logMuY, options);
+    accumulator.sum += (weights.weight * kl.to(at::kDouble)).sum().item<double>();
+    accumulator.weight += options.kind == train::CorrectionOptions::Mis ? weights.weight.sum().item<double>()
+                                                                       : static_cast<double>(kl.numel());
+    accumulator.affected += weights.affected.sum().item<std::int64_t>();
+    accumulator.tokens += kl.numel();
+}
+
+at::Tensor gatherSampled(const at::Tensor& logProbs, const std::vector<std::int64_t>& tokens)
+{
+    if (tokens.empty()) {
+        return at::empty({0}, logProbs.options().dtype(at::kDouble));
+    }
+    return logProbs.to(at::kDouble).gather(1, at::tensor(tokens, at::kLong).unsqueeze(1)).squeeze(1);
+}
+
+} // namespace
+
+std::optional<std::int64_t> firstDivergence(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b)
+{
+    const std::size_t common = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < common; ++i) {
+        if (a[i] != b[i]) {
+            return static_cast<std::int64_t>(i);
+        }
+    }
+    if (a.size() != b.size()) {
+        return static_cast<std::int64_t>(common);
+    }
+    return std::nullopt;
+}
+
+PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOptions& options, Progress& progress)
+{
+    const auto started = std::chrono::steady_clock::now();
+    if (!(options.cap >= 1.0) || !std::isfinite(options.cap)) {
+        throw InputError("prefix-shift", "--cap", "the TIS/MIS cap C must be a finite number >= 1");
+    }
+    if (options.storedPairs < 0) {
+        throw InputError("prefix-shift", "--store-pairs", "must be >= 0");
+    }
+    progress.update(0.0, "loading model and prompts");
+    const ModelDirectory model = loadModelDirectory(options.modelDirectory);
+    const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
+    engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);
+    sampling.fullDistributions = true;
+    engine::ScoreOptions scoring;
+    scoring.batchSize = options.settings.batchSize;
+    scoring.temperature = sampling.greedy || sampling.temperature == 0.0 ? 1.0 : sampling.temperature;
+
+    const model::Transformer trainer(model.config, model.weights);
+    const std::vector<std::vector<std::int64_t>> probes = requests.prompts();
+    auto reference = buildEngine(model.config, model.weights, EngineConfiguration {}, probes, options.settings);
+    auto candidate = buildEngine(model.config, model.weights, options.configuration, probes, options.settings);
+
+    PrefixShiftResult result;
+    nlohmann::json configuration = {{"model", std::filesystem::absolute(options.modelDirectory).string()},
+        {"prompts", std::filesystem::absolute(options.promptSetPath).string()}, {"count", requests.requests.size()},
+        {"recipe", options.recipePath.empty() ? nlohmann::json() : nlohmann::json(options.recipePath)},
+        {"recipe_content",
+            options.configuration.recipe ? nlohmann::json::parse(quant::recipeToJson(*options.configuration.recipe))
+                                         : nlohmann::json()},
+        {"noise", options.configuration.noise}, {"noise_seed", options.configuration.noiseSeed},
+        {"noise_modules", options.configuration.noiseModules}, {"cap", options.cap},
+        {"sampling",
+            {{"temperature", options.settings.temperature}, {"top_p", options.settings.topP},
+                {"top_k", options.settings.topK}, {"max_tokens", options.settings.maxNewTokens},
+                {"seed", options.settings.seed}}}};
+    result.runId = store.beginRun({"prefix shift", "prefix_shift", configuration.dump(), std::nullopt});
+    try {
+        const std::size_t n = requests.requests.size();
+        std::vector<double> ownSums, referenceSums, unitSums;
+        std::vector<std::int64_t> ownTokens, referenceTokens, unitTokens;
+        const auto maxTokens = static_cast<std::size_t>(sampling.maxNewTokens);
+        std::vector<double> positionOwn(maxTokens, 0.0), positionReference(maxTokens, 0.0), positionUnit(maxTokens, 0.0);
+        std::vector<std::int64_t> positionOwnCount(maxTokens, 0), positionReferenceCount(maxTokens, 0);
+        result.divergenceHistogram.assign(maxTokens + 1, 0);
+        std::vector<std::int64_t> divergences;
+        const std::vector<train::CorrectionOptions> corrections = {{train::CorrectionOptions::None, options.cap},
+            {train::CorrectionOptions::Tis, options.cap}, {train::CorrectionOptions::Mis, options.cap}};
+        std::vector<Accumulator> correctedOwn(corrections.size()), correctedReference(corrections.size());
+        std::vector<store::PrefixShiftPair> stored;
+
+        const auto chunk = static_cast<std::size_t>(std::max<std::int64_t>(1, options.settings.batchSize));
+        for (std::size_t begin = 0; begin < n; begin += chunk) {
+            progress.checkCancelled();
+            progress.update(static_cast<double>(begin) / static_cast<double>(n), "paired generations");
+            const std::size_t end = std::min(n, begin + chunk);
+            const std::vector<engine::GenerationRequest> part(requests.requests.begin() + static_cast<std::ptrdiff_t>(begin),
+                requests.requests.begin() + static_cast<std::ptrdiff_t>(end));
+            std::vector<engine::GenerationResult> referenceRuns = reference->generate(part, sampling);
+            engine::throwIfRejected(referenceRuns);
+            std::vector<engine::GenerationResult> candidateRuns = candidate->generate(part, sampling);
+            engine::throwIfRejected(candidateRuns);
+            std::vector<std::vector<std::int64_t>> prompts, referenceResponses, candidateResponses;
+            for (std::size_t i = 0; i < part.size(); ++i) {
+                prompts.push_back(part[i].prompt);
+                referenceResponses.push_back(referenceRuns[i].tokens);
+                candidateResponses.push_back(candidateRuns[i].tokens);
+            }
+            const auto piOnReference = engine::scoreSequences(trainer, prompts, referenceResponses, scoring);
+            const auto piOnCandidate = engine::scoreSequences(trainer, prompts, candidateResponses, scoring);
+            const auto forced = engine::scoreSequences(candidate->model(), prompts, referenceResponses, scoring);
+            for (std::size_t i = 0; i < part.size(); ++i) {
+                const std::vector<std::int64_t>& own = candidateResponses[i];
+                const std::vector<std::int64_t>& ref = referenceResponses[i];
+                const at::Tensor muForced = samplingRows(forced[i], sampling);
+                const metrics::TokenMismatch ownKl = metrics::tokenMismatch(
+                    candidateRuns[i].distributions, piOnCandidate[i], at::tensor(own, at::kLong));
+                const metrics::TokenMismatch forcedKl
+                    = metrics::tokenMismatch(muForced, piOnReference[i], at::tensor(ref, at::kLong));
+                const metrics::TokenMismatch unitKl = metrics::tokenMismatch(
+                    referenceRuns[i].distributions, piOnReference[i], at::tensor(ref, at::kLong));
+                const std::vector<double> ownValues = toVector(ownKl.kl);
+                const std::vector<double> forcedValues = toVector(forcedKl.kl);
+                const std::vector<double> unitValues = toVector(unitKl.kl);
+                double ownSum = 0.0, forcedSum = 0.0, unitSum = 0.0;
+                for (std::size_t t = 0; t < ownValues.size(); ++t) {
+                    ownSum += ownValues[t];
+                    positionOwn[t] += ownValues[t];
+                    ++positionOwnCount[t];
+                }
+                for (std::size_t t = 0; t < forcedValues.size(); ++t) {
+                    forcedSum += forcedValues[t];
+                    unitSum += unitValues[t];
+                    positionReference[t] += forcedValues[t];
+                    positionUnit[t] += unitValues[t];
+                    ++positionReferenceCount[t];
+                }
+                ownSums.push_back(ownSum);
+                ownTokens.push_back(static_cast<std::int64_t>(ownValues.size()));
+                referenceSums.push_back(forcedSum);
+                referenceTokens.push_back(static_cast<std::int64_t>(forcedValues.size()));
+                unitSums.push_back(unitSum);
+                unitTokens.push_back(static_cast<std::int64_t>(unitValues.size()));
+
+                // Corrections: w = pi(y) / mu_c(y) on each part's sampled tokens.
+                const at::Tensor ownPiY = gatherSampled(piOnCandidate[i], own);
+                const at::Tensor ownMuY = gatherSampled(candidateRuns[i].distributions, own);
+                const at::Tensor refPiY = gatherSampled(piOnReference[i], ref);
+                const at::Tensor refMuY = gatherSampled(muForced, ref);
+                for (std::size_t c = 0; c < corrections.size(); ++c) {
+                    addCorrected(correctedOwn[c], ownKl.kl, ownPiY, ownMuY, corrections[c]);
+                    addCorrected(correctedReference[c], forcedKl.kl, refPiY, refMuY, corrections[c]);
+                }
+
+                const std::optional<std::int64_t> divergence = firstDivergence(own, ref);
+                if (divergence) {
+                    ++result.diverged;
+                    ++result.divergenceHistogram[static_cast<std::size_t>(
+                        std::min<std::int64_t>(*divergence, static_cast<std::int64_t>(maxTokens)))];
+                    divergences.push_back(*divergence);
+                }
+                if (static_cast<std::int64_t>(stored.size()) < options.storedPairs) {
+                    store::PrefixShiftPair pair;
+                    pair.promptId = requests.ids[begin + i];
+                    pair.promptTokens = part[i].prompt;
+                    pair.firstDivergence = divergence;
+                    pair.candidateTokens = own;
+                    pair.candidateKl = ownValues;
+                    pair.referenceTokens = ref;
+                    pair.referenceKl = forcedValues;
+                    stored.push_back(std::move(pair));
+                }
+            }
+        }
+        progress.update(0.95, "intervals");
+        result.pairs = static_cast<std::int64_t>(n);
+        std::vector<double> ownTokenCounts(ownTokens.begin(), ownTokens.end());
+        std::vector<double> referenceTokenCounts(referenceTokens.begin(), referenceTokens.end());
+        result.totalInterval = metrics::bootstrapRatio(ownSums, ownTokenCounts, options.settings.bootstrap);
+        result.perTokenInterval = metrics::bootstrapRatio(referenceSums, referenceTokenCounts, options.settings.bootstrap);
+        result.prefixShiftInterval
+            = pairedRatioDifference(ownSums, ownTokens, referenceSums, referenceTokens, options.settings.bootstrap);
+        result.total = result.totalInterval.estimate;
+        result.perToken = result.perTokenInterval.estimate;
+        result.prefixShift = result.total - result.perToken;
+        double unitSum = 0.0;
+        std::int64_t unitCount = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            unitSum += unitSums[i];
+            unitCount += unitTokens[i];
+            result.ownTokens += ownTokens[i];
+            result.referenceTokens += referenceTokens[i];
+        }
+        result.bf16Unit = unitCount > 0 ? unitSum / static_cast<double>(unitCount) : 0.0;
+        if (!divergences.empty()) {
+            std::sort(divergences.begin(), divergences.end());
+            const std::size_t m = divergences.size();
+            result.medianDivergence = m % 2 == 1
+                ? static_cast<double>(divergences[m / 2])
+                : 0.5 * static_cast<double>(divergences[m / 2 - 1] + divergences[m / 2]);
+        }
+        for (std::size_t t = 0; t < maxTokens; ++t) {
+            if (positionOwnCount[t] == 0 && positionReferenceCount[t] == 0) {
+                continue;
+            }
+            PositionMismatch position;
+            position.position = static_cast<std::int64_t>(t);
+            position.totalTokens = positionOwnCount[t];
+            position.perTokenTokens = positionReferenceCount[t];
+            position.total = positionOwnCount[t] ? positionOwn[t] / static_cast<double>(positionOwnCount[t]) : 0.0;
+            if (positionReferenceCount[t]) {
+                position.perToken = positionReference[t] / static_cast<double>(positionReferenceCount[t]);
+                position.bf16Unit = positionUnit[t] / static_cast<double>(positionReferenceCount[t]);
+            }
+            result.byPosition.push_back(position);
+        }
+        static const char* kNames[] = {"none", "tis", "mis"};
+        for (std::size_t c = 0; c < corrections.size(); ++c) {
+            CorrectionEffect effect;
+            effect.kind = kNames[c];
+            effect.cap = c == 0 ? 0.0 : options.cap;
+            effect.total = correctedOwn[c].mean();
+            effect.perToken = correctedReference[c].mean();
+            effect.prefixShift = effect.total - effect.perToken;
+            effect.affectedOwn = correctedOwn[c].affectedFraction();
+            effect.affectedReference = correctedReference[c].affectedFraction();
+            result.corrections.push_back(effect);
+        }
+
+        nlohmann::json positions = nlohmann::json::array();
+        for (const auto& p : result.byPosition) {
+            positions.push_back({{"position", p.position}, {"total", p.total}, {"total_tokens", p.totalTokens},
+                {"per_token", p.perToken}, {"per_token_tokens", p.perTokenTokens}, {"bf16_unit", p.bf16Unit}});
+        }
+        nlohmann::json correctionsJson = nlohmann::json::array();
+        for (const auto& e : result.corrections) {
+            correctionsJson.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total},
+                {"per_token", e.perToken}, {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
+                {"affected_reference", e.affectedReference}});
+        }
+        const nlohmann::json details = {{"divergence_histogram", result.divergenceHistogram},
+            {"median_divergence",
+                result.medianDivergence ? nlohmann::json(*result.medianDivergence) : nlohmann::json()},
+            {"by_position", positions}, {"corrections", correctionsJson},
+            {"prefix_shift_interval", {result.prefixShiftInterval.low, result.prefixShiftInterval.high}},
+            {"own_tokens", result.ownTokens}, {"reference_tokens", result.referenceTokens}};
+        store::PrefixShiftRecord record;
+        record.runId = result.runId;
+        record.model = std::filesystem::absolute(options.modelDirectory).string();
+        record.configurationJson = configuration.dump();
+        record.total = result.total;
+        record.perToken = result.perToken;
+        record.prefixShift = result.prefixShift;
+        record.bf16Unit = result.bf16Unit;
+        record.totalCiLow = result.totalInterval.low;
+        record.totalCiHigh = result.totalInterval.high;
+        record.perTokenCiLow = result.perTokenInterval.low;
+        record.perTokenCiHigh = result.perTokenInterval.high;
+        record.pairs = result.pairs;
+        record.diverged = result.diverged;
+        record.detailsJson = details.dump();
+        progress.checkCancelled();
+        result.analysisId = store::addPrefixShift(store, record, stored);
+    } catch (const CancelledError& error) {
+        store.finishRun(result.runId, store::RunStatus::Cancelled, error.what());
+        throw;
+    } catch (const std::exception& error) {
+        store.finishRun(result.runId, store::RunStatus::Failed, error.what());
+        throw;
+    }
+    store.finishRun(result.runId, store::RunStatus::Finished);
+    progress.update(1.0, "done");
+    result.seconds = secondsSince(started);
+    return result;
+}
+
+} // namespace mismatch::analysis

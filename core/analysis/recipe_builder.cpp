@@ -1,0 +1,368 @@
+#include "core/analysis/recipe_builder.h"
+
+#include "core/common/error.h"
+#include "core/engine/paged_kv_cache.h"
+#include "core/quant/formats.h"
+#include "core/store/analysis_store.h"
+#include "core/store/sqlite_util.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+
+namespace fs = std::filesystem;
+
+namespace mismatch::analysis {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <typename T, typename Parse>
+T parseEnum(const nlohmann::json& value, Parse parse, const std::string& source, const std::string& key)
+{
+    if (!value.is_string()) {
+        throw InputError(source, key, "expected a string");
+    }
+    const auto parsed = parse(value.get<std::string>());
+    if (!parsed) {
+        throw InputError(source, key, "unknown value '" + value.get<std::string>() + "'");
+    }
+    return *parsed;
+}
+
+// The options a stored scan was made with (sensitivityConfigJson), so that the builder measures the same way.
+SensitivityOptions scanOptions(const store::SensitivityScanInfo& scan, const std::string& storePath)
+{
+    const std::string source = storePath + " (sensitivity scan " + std::to_string(scan.id) + " config_json)";
+    SensitivityOptions options;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(scan.configJson);
+        options.modelDirectory = j.at("model").get<std::string>();
+        options.promptSetPath = j.at("prompts").get<std::string>();
+        options.count = j.at("count").get<std::int64_t>();
+        options.weights.format = parseEnum<quant::WeightFormat>(
+            j.at("weights").at("format"), [](const std::string& s) { return quant::parseWeightFormat(s); }, source,
+            "weights.format");
+        const std::string granularity = j.at("weights").at("granularity").get<std::string>();
+        options.weights.granularity = granularity == "none" ? quant::Granularity::None
+                                                            : parseEnum<quant::Granularity>(
+                                                                j.at("weights").at("granularity"),
+                                                                [](const std::string& s) { return quant::parseGranularity(s); },
+                                                                source, "weights.granularity");
+        options.activations.format = parseEnum<quant::ActivationFormat>(
+            j.at("activations"), [](const std::string& s) { return quant::parseActivationFormat(s); }, source,
+            "activations");
+        options.kvCells = j.at("kv_cells").get<bool>();
+        options.kv.format = parseEnum<quant::KvFormat>(
+            j.at("kv").at("format"), [](const std::string& s) { return quant::parseKvFormat(s); }, source, "kv.format");
+        const std::string scales = j.at("kv").at("scales").get<std::string>();
+        options.kv.scales = scales == "none" ? quant::KvScales::None
+                                             : parseEnum<quant::KvScales>(
+                                                 j.at("kv").at("scales"),
+                                                 [](const std::string& s) { return quant::parseKvScales(s); }, source,
+                                                 "kv.scales");
+        options.embeddingCells = j.at("embedding_cells").get<bool>();
+        const nlohmann::json& s = j.at("sampling");
+        options.settings.temperature = s.at("temperature").get<double>();
+        options.settings.topP = s.at("top_p").get<double>();
+        options.settings.topK = s.at("top_k").get<std::int64_t>();
+        options.settings.maxNewTokens = s.at("max_tokens").get<std::int64_t>();
+        options.settings.seed = s.at("seed").get<std::uint64_t>();
+        const nlohmann::json& b = j.at("bootstrap");
+        options.settings.bootstrap.resamples = b.at("resamples").get<int>();
+        options.settings.bootstrap.confidence = b.at("confidence").get<double>();
+        options.settings.bootstrap.seed = b.at("seed").get<std::uint64_t>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(source, "", std::string("is not a sensitivity scan's settings: ") + error.what());
+    }
+    return options;
+}
+
+void addRecipeRow(store::RunStore& store, const std::string& name, const std::string& path, const std::string& content,
+    std::int64_t& id)
+{
+    store::Transaction transaction(store.handle());
+    store::Statement insert(store.handle(), "INSERT INTO recipes (name, path, content) VALUES (?, ?, ?)");
+    insert.bind(1, name).bind(2, path).bind(3, content);
+    insert.run();
+    id = sqlite3_last_insert_rowid(store.handle());
+    transaction.commit();
+}
+
+} // namespace
+
+std::string cellLabel(std::int64_t layer, const std::string& group)
+{
+    return layer == store::kNoLayer ? group : "layer " + std::to_string(layer) + " " + group;
+}
+
+quant::Recipe recipeForCells(const std::vector<SensitivityCellSpec>& cells, const std::vector<bool>& quantized,
+    const quant::WeightPrecision& weights, const quant::ActivationPrecision& activations,
+    const std::optional<quant::KvPrecision>& kv, const std::string& name)
+{
+    quant::Recipe recipe;
+    recipe.name = name;
+    recipe.weights = weights;
+    recipe.activations = activations;
+    if (kv) {
+        recipe.kvCache = *kv;
+    }
+    const quant::WeightPrecision bf16Weights {quant::WeightFormat::Bf16, quant::Granularity::None};
+    const quant::ActivationPrecision bf16Activations {quant::ActivationFormat::Bf16};
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+        const SensitivityCellSpec& cell = cells[c];
+        for (const std::string& module : cell.modules) {
+            quant::RecipeRule rule;
+            rule.match = module;
+            if (cell.group == "kv") {
+                if (!kv || quantized[c]) {
+                    continue; // the top-level kv_cache (or BF16 without one) already says it
+                }
+                rule.kvCache = quant::KvPrecision {};
+            } else if (cell.layer == store::kNoLayer) {
+                if (!quantized[c]) {
+                    continue; // the embedding and lm_head are BF16 unless a rule names them
+                }
+                rule.weights = weights;
+                if (module != quant::kEmbedName) {
+                    rule.activations = activations;
+                }
+            } else {
+                if (quantized[c]) {
+                    continue; // the top-level defaults quantize every projection
+                }
+                rule.weights = bf16Weights;
+                rule.activations = bf16Activations;
+            }
+            recipe.rules.push_back(std::move(rule));
+        }
+    }
+    return recipe;
+}
+
+void writeFileAtomically(const std::string& path, const std::string& text)
+{
+    const fs::path target(path);
+    const fs::path temporary = target.string() + ".tmp";
+    {
+        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+        if (!out) {
+            throw InputError(path, "", "cannot open for writing");
+        }
+        out << text;
+        out.flush();
+        if (!out) {
+            std::error_code ignored;
+            fs::remove(temporary, ignored);
+            throw InputError(path, "", "write failed");
+        }
+    }
+    std::error_code error;
+    fs::rename(temporary, target, error);
+    if (error) {
+        fs::remove(temporary, error);
+        throw InputError(path, "", "cannot rename the temporary file into place");
+    }
+}
+
+RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress)
+{
+    const auto started = std::chrono::steady_clock::now();
+    if (!(options.budget > 0.0) || !std::isfinite(options.budget)) {
+        throw InputError("recipe build", "budget", "must be a positive number of nats per token");
+    }
+    if (!(options.targetFraction > 0.0 && options.targetFraction <= 1.0)) {
+        throw InputError("recipe build", "--target-fraction", "must be in (0, 1]");
+    }
+    if (options.outPath.empty()) {
+        throw InputError("recipe build", "--out", "an output recipe file is needed");
+    }
+    const std::string extension = fs::path(options.outPath).extension().string();
+    const bool json = extension == ".json";
+    if (!json && extension != ".yaml" && extension != ".yml") {
+        throw InputError(options.outPath, "", "the recipe file must end in .yaml, .yml or .json");
+    }
+
+    RecipeBuildResult result;
+    result.budget = options.budget;
+    result.target = options.budget * options.targetFraction;
+    result.kvMemoryBytes = options.kvMemoryBytes;
+    result.outPath = options.outPath;
+
+    // The sensitivity order: a stored scan, or a scan measured now (stored too).
+    SensitivityOptions scanSettings = options.scan;
+    std::vector<store::SensitivityCell> scanCells;
+    if (options.scanId) {
+        const auto scan = store::sensitivityScan(store, *options.scanId);
+        if (!scan) {
+            throw StoreError(store.path(), "has no sensitivity scan with id " + std::to_string(*options.scanId));
+        }
+        if (scan->info.status != "finished") {
+            throw StoreError(store.path(),
+                "sensitivity scan " + std::to_string(*options.scanId) + " is " + scan->info.status
+                    + " (not finished): run `mismatch sensitivity` again");
+        }
+        scanSettings = scanOptions(scan->info, store.path());
+        scanCells = scan->cells;
+        result.scanId = scan->info.id;
+        progress.update(0.0, "loading scan");
+    } else {
+        ProgressSlice slice(&progress, 0.0, 0.5, "sensitivity scan");
+        const SensitivityResult scan = runSensitivity(store, scanSettings, *slice.get());
+        scanCells = scan.cells;
+        result.scanId = scan.scanId;
+    }
+    result.format = scanFormat(scanSettings.weights, scanSettings.activations);
+
+    const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory);
+    const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
+    const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);
+    const model::Transformer trainer(model.config, model.weights);
+
+    // The cells of the recipe: the scanned ones, KV cells only when the KV cache starts quantized.
+    std::vector<SensitivityCellSpec> cells;
+    std::vector<double> added;
+    {
+        std::map<std::pair<std::int64_t, std::string>, double> addedByCell;
+        for (const auto& cell : scanCells) {
+            addedByCell[{cell.layer, cell.moduleGroup}] = cell.addedMismatch;
+        }
+        for (const auto& spec : sensitivityCells(model.config, true, true)) {
+            const auto found = addedByCell.find({spec.layer, spec.group});
+            if (spec.group == "kv" && !options.quantizeKv) {
+                continue;
+            }
+            if (found == addedByCell.end()) {
+                if (spec.layer != store::kNoLayer) {
+                    throw StoreError(store.path(),
+                        "sensitivity scan " + std::to_string(result.scanId) + " has no cell for "
+                            + cellLabel(spec.layer, spec.group)
+                            + (spec.group == "kv" ? " (scan again with KV cells to build a recipe with an FP8 KV cache)"
+                                                  : " (is it a scan of this model?)"));
+                }
+                continue; // a scan without embedding cells leaves the embedding and lm_head BF16
+            }
+            cells.push_back(spec);
+            added.push_back(found->second);
+        }
+    }
+    std::vector<std::size_t> order(cells.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return added[a] > added[b]; });
+
+    const std::string name = options.name.empty() ? "built-" + quant::toString(scanSettings.weights.format) : options.name;
+    const std::optional<quant::KvPrecision> kv
+        = options.quantizeKv ? std::optional<quant::KvPrecision>(scanSettings.kv) : std::nullopt;
+    nlohmann::json config = {{"scan_id", result.scanId}, {"format", result.format}, {"budget", options.budget},
+        {"target_fraction", options.targetFraction}, {"quantize_kv", options.quantizeKv}, {"out", options.outPath},
+        {"model", scanSettings.modelDirectory}, {"prompts", scanSettings.promptSetPath}};
+    result.runId = store.beginRun({"recipe build " + name, "recipe_build", config.dump(), std::nullopt});
+
+    try {
+        std::vector<bool> quantized(cells.size(), true);
+        std::string text;
+        quant::Recipe written;
+        const double stepsTotal = static_cast<double>(cells.size() + 1);
+        const double progressBase = options.scanId ? 0.0 : 0.5;
+        // Unit of the BF16 multiples: measured once here (same prompts and seeds).
+        {
+            ProgressSlice slice(&progress, progressBase, progressBase + (1.0 - progressBase) / (stepsTotal + 1.0),
+                "BF16 unit");
+            result.bf16Unit = measureConfiguration(
+                trainer, model.weights, EngineConfiguration {}, requests, sampling, scanSettings.settings, slice.get())
+                                  .kl;
+        }
+        std::size_t kept = 0;
+        while (true) {
+            progress.checkCancelled();
+            const quant::Recipe recipe = recipeForCells(
+                cells, quantized, scanSettings.weights, scanSettings.activations, kv, name);
+            // Measure exactly what the file will hold: the text parsed back.
+            text = json ? quant::recipeToJson(recipe) : quant::recipeToYaml(recipe);
+            written = quant::parseRecipe(text, options.outPath);
+            EngineConfiguration configuration;
+            configuration.recipe = written;
+            const double begin = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 1) / (stepsTotal + 1.0);
+            const double end = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 2) / (stepsTotal + 1.0);
+            engine::MismatchMeasurement measured;
+            {
+                ProgressSlice slice(&progress, begin, end,
+                    kept == 0 ? std::string("everything quantized")
+                              : "kept " + std::to_string(kept) + " cell" + (kept == 1 ? "" : "s") + " in BF16");
+                measured = measureConfiguration(
+                    trainer, model.weights, configuration, requests, sampling, scanSettings.settings, slice.get());
+            }
+            RecipeBuildStep step;
+            step.keptCell = kept == 0 ? std::string() : result.bf16Cells.back();
+            step.mismatch = measured.kl;
+            step.interval = klInterval(measured, scanSettings.settings.bootstrap);
+            result.steps.push_back(step);
+            store::StepMetrics metrics;
+            metrics.step = static_cast<std::int64_t>(kept);
+            metrics.mismatchKl = measured.kl;
+            metrics.k1 = measured.k1;
+            metrics.k3 = measured.k3;
+            if (result.bf16Unit > 0.0) {
+                metrics.bf16Multiple = measured.kl / result.bf16Unit;
+            }
+            metrics.wallTimeSeconds = secondsSince(started);
+            metrics.extrasJson = nlohmann::json {{"kept_cell", step.keptCell}, {"ci_low", step.interval.low},
+                {"ci_high", step.interval.high}, {"target", result.target}}
+                                     .dump();
+            store.appendSteps(result.runId, {metrics});
+            result.mismatch = measured.kl;
+            result.interval = step.interval;
+            if (measured.kl <= result.target) {
+                break;
+            }
+            if (kept == order.size()) {
+                throw Error("recipe build: the target " + std::to_string(result.target) + " nats/token ("
+                    + std::to_string(options.targetFraction) + " x budget " + std::to_string(options.budget)
+                    + ") is not reached even with every cell in BF16 (measured "
+                    + std::to_string(measured.kl) + " nats/token; the BF16 unit is "
+                    + std::to_string(result.bf16Unit) + "); no recipe was written");
+            }
+            const std::size_t next = order[kept];
+            quantized[next] = false;
+            result.bf16Cells.push_back(cellLabel(cells[next].layer, cells[next].group));
+            ++kept;
+        }
+        for (std::size_t c = 0; c < cells.size(); ++c) {
+            if (quantized[c]) {
+                result.quantizedCells.push_back(cellLabel(cells[c].layer, cells[c].group));
+            }
+        }
+        const quant::RecipePlan plan = quant::resolveRecipe(written, model.config);
+        result.weightBytes = plan.weightBytes;
+        result.bf16WeightBytes = plan.bf16WeightBytes;
+        const engine::KvCapacity capacity = engine::kvCapacity(model.config, &plan, options.kvMemoryBytes);
+        result.kvTokens = capacity.tokens;
+        result.bf16KvTokens = capacity.bf16Tokens;
+        result.kvCapacityRatio = capacity.ratioToBf16;
+        result.recipeText = text;
+        writeFileAtomically(options.outPath, text);
+        addRecipeRow(store, name, fs::absolute(options.outPath).string(), text, result.recipeId);
+    } catch (const CancelledError& error) {
+        store.finishRun(result.runId, store::RunStatus::Cancelled, error.what());
+        throw;
+    } catch (const std::exception& error) {
+        store.finishRun(result.runId, store::RunStatus::Failed, error.what());
+        throw;
+    }
+    store.finishRun(result.runId, store::RunStatus::Finished);
+    progress.update(1.0, "done");
+    result.seconds = secondsSince(started);
+    return result;
+}
+
+} // namespace mismatch::analysis

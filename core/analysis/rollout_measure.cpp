@@ -1,0 +1,257 @@
+#include "core/analysis/rollout_measure.h"
+
+#include "core/common/error.h"
+#include "core/common/random.h"
+#include "core/engine/mismatch_sources.h"
+#include "core/quant/formats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace mismatch::analysis {
+
+namespace {
+
+std::string configPath(const std::string& directory)
+{
+    return (fs::path(directory) / "config.json").string();
+}
+
+// Linear-interpolated quantile of sorted data (type 7, as metrics/bootstrap.cpp and numpy's default).
+double quantile(const std::vector<double>& sorted, double q)
+{
+    const double position = q * static_cast<double>(sorted.size() - 1);
+    const auto lower = static_cast<std::size_t>(std::floor(position));
+    const std::size_t upper = std::min(lower + 1, sorted.size() - 1);
+    const double fraction = position - static_cast<double>(lower);
+    return sorted[lower] + fraction * (sorted[upper] - sorted[lower]);
+}
+
+} // namespace
+
+ModelDirectory loadModelDirectory(const std::string& directory)
+{
+    if (!fs::is_directory(directory)) {
+        throw InputError(directory, "", "is not a model directory (expected config.json, weights, tokenizer.json)");
+    }
+    ModelDirectory loaded;
+    loaded.directory = directory;
+    loaded.config = model::loadConfig(configPath(directory));
+    loaded.weights = model::loadWeights(directory, loaded.config);
+    loaded.tokenizer = std::make_shared<model::Tokenizer>(
+        model::Tokenizer::fromFile((fs::path(directory) / "tokenizer.json").string()));
+    return loaded;
+}
+
+model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference)
+{
+    const model::ModelConfig config = model::loadConfig(configPath(directory));
+    if (config != reference) {
+        throw InputError(configPath(directory), "",
+            "is not a checkpoint of the same model: its architecture (config.json) differs from the student's");
+    }
+    return model::loadWeights(directory, config);
+}
+
+std::vector<std::vector<std::int64_t>> PromptRequests::prompts() const
+{
+    std::vector<std::vector<std::int64_t>> result;
+    result.reserve(requests.size());
+    for (const auto& request : requests) {
+        result.push_back(request.prompt);
+    }
+    return result;
+}
+
+std::uint64_t promptSeed(const std::string& id)
+{
+    std::uint64_t hash = 0xCBF29CE484222325ULL; // FNV-1a, 64 bit
+    for (const unsigned char c : id) {
+        hash = (hash ^ c) * 0x100000001B3ULL;
+    }
+    return hash;
+}
+
+PromptRequests promptRequests(const std::string& promptSetPath, const model::Tokenizer& tokenizer, std::int64_t count)
+{
+    if (count < 0) {
+        throw InputError(promptSetPath, "", "prompt count must be >= 0 (0: all), got " + std::to_string(count));
+    }
+    const io::PromptSet set = io::loadPromptSet(promptSetPath);
+    PromptRequests result;
+    result.path = promptSetPath;
+    const std::size_t n = count == 0 ? set.prompts.size() : std::min(set.prompts.size(), static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < n; ++i) {
+        const io::Prompt& prompt = set.prompts[i];
+        engine::GenerationRequest request;
+        request.prompt = tokenizer.encode(io::renderPrompt(set, prompt), /*addSpecialTokens=*/true);
+        if (request.prompt.empty()) {
+            throw InputError(promptSetPath, "prompt '" + prompt.id + "'", "encodes to no tokens");
+        }
+        request.seed = promptSeed(prompt.id);
+        result.ids.push_back(prompt.id);
+        result.requests.push_back(std::move(request));
+    }
+    return result;
+}
+
+engine::SamplingOptions samplingOptions(
+    const MeasureSettings& settings, const model::ModelConfig& config, const model::Tokenizer& tokenizer)
+{
+    engine::SamplingOptions sampling;
+    sampling.temperature = settings.temperature;
+    sampling.topP = settings.topP;
+    sampling.topK = settings.topK;
+    sampling.maxNewTokens = settings.maxNewTokens;
+    sampling.seed = settings.seed;
+    if (config.eosTokenIds.empty() && tokenizer.eosTokenId()) {
+        sampling.stopTokenIds.push_back(*tokenizer.eosTokenId());
+    }
+    engine::validateSamplingOptions(sampling);
+    return sampling;
+}
+
+std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
+    const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
+    const MeasureSettings& settings)
+{
+    std::optional<quant::RecipePlan> plan;
+    if (configuration.recipe) {
+        plan = quant::resolveRecipe(*configuration.recipe, config);
+    }
+    if (configuration.noise < 0.0 || !std::isfinite(configuration.noise)) {
+        throw InputError("rollout configuration", "noise", "sigma must be finite and >= 0");
+    }
+    model::TransformerWeights engineWeights = configuration.noise > 0.0
+        ? engine::addWeightNoise(weights, configuration.noise, configuration.noiseSeed, configuration.noiseModules)
+        : weights;
+    engine::EngineOptions options;
+    options.precision = engine::EnginePrecision::Bf16Reference;
+    options.kvCacheBytes = settings.kvCacheBytes;
+    auto result = std::make_unique<engine::Engine>(config, std::move(engineWeights), std::move(plan), options);
+    result->model().calibrateKvScales(probePrompts);
+    return result;
+}
+
+engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,
+    const model::TransformerWeights& engineWeights, const EngineConfiguration& configuration,
+    const PromptRequests& requests, const engine::SamplingOptions& sampling, const MeasureSettings& settings,
+    Progress* progress)
+{
+    if (progress) {
+        progress->checkCancelled();
+    }
+    auto engine = buildEngine(trainer.config(), engineWeights, configuration, requests.prompts(), settings);
+    engine::MismatchOptions options;
+    options.batchSize = settings.batchSize;
+    options.sampling = sampling;
+    return engine::measureMismatch(trainer, *engine, requests.requests, options, progress);
+}
+
+metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, const metrics::BootstrapOptions& options)
+{
+    std::vector<double> tokens(measurement.promptTokens.begin(), measurement.promptTokens.end());
+    return metrics::bootstrapRatio(measurement.promptKlSums, tokens, options);
+}
+
+metrics::Interval pairedRatioDifference(const std::vector<double>& aSums, const std::vector<std::int64_t>& aTokens,
+    const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens, const metrics::BootstrapOptions& options)
+{
+    const std::size_t n = aSums.size();
+    if (n == 0 || aTokens.size() != n || bSums.size() != n || bTokens.size() != n) {
+        throw std::invalid_argument("pairedRatioDifference: empty or unpaired samples");
+    }
+    if (options.resamples < 1 || !(options.confidence > 0.0 && options.confidence < 1.0)) {
+        throw std::invalid_argument("bootstrap needs resamples >= 1 and confidence in (0, 1)");
+    }
+    auto ratio = [](double sum, double tokens) { return tokens > 0.0 ? sum / tokens : 0.0; };
+    double aSum = 0.0, aTok = 0.0, bSum = 0.0, bTok = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+        aSum += aSums[i];
+        aTok += static_cast<double>(aTokens[i]);
+        bSum += bSums[i];
+        bTok += static_cast<double>(bTokens[i]);
+    }
+    SplitMix64 rng(options.seed);
+    std::vector<double> statistics(static_cast<std::size_t>(options.resamples));
+    for (double& statistic : statistics) {
+        double as = 0.0, at = 0.0, bs = 0.0, bt = 0.0;
+        for (std::size_t draw = 0; draw < n; ++draw) {
+            const auto i = static_cast<std::size_t>(rng.below(n));
+            as += aSums[i];
+            at += static_cast<double>(aTokens[i]);
+            bs += bSums[i];
+            bt += static_cast<double>(bTokens[i]);
+        }
+        statistic = ratio(as, at) - ratio(bs, bt);
+    }
+    std::sort(statistics.begin(), statistics.end());
+    const double alpha = 1.0 - options.confidence;
+    metrics::Interval interval;
+    interval.estimate = ratio(aSum, aTok) - ratio(bSum, bTok);
+    interval.low = quantile(statistics, alpha / 2.0);
+    interval.high = quantile(statistics, 1.0 - alpha / 2.0);
+    interval.confidence = options.confidence;
+    interval.resamples = options.resamples;
+    return interval;
+}
+
+ProgressSlice::ProgressSlice(Progress* parent, double begin, double end, std::string stage)
+    : parent_(parent)
+    , begin_(begin)
+    , end_(end)
+    , stage_(std::move(stage))
+    , child_([this](double fraction, const std::string& stage) {
+        if (!parent_) {
+            return;
+        }
+        parent_->update(begin_ + (end_ - begin_) * fraction, stage_.empty() ? stage : stage_ + ": " + stage);
+        // After the update: a parent listener that cancels on this very update reaches the child at once.
+        if (parent_->cancelled()) {
+            child_.cancel();
+        }
+    })
+{
+    if (parent_ && parent_->cancelled()) {
+        child_.cancel();
+    }
+}
+
+quant::WeightPrecision parseWeightPrecision(const std::string& text, const std::string& source)
+{
+    const auto colon = text.find(':');
+    const std::string formatName = text.substr(0, colon);
+    const auto format = quant::parseWeightFormat(formatName);
+    if (!format) {
+        std::string choices;
+        for (const auto& choice : quant::weightFormatChoices()) {
+            choices += (choices.empty() ? "" : ", ") + choice;
+        }
+        throw InputError(source, "", "unknown weight format '" + formatName + "' (expected one of " + choices + ")");
+    }
+    quant::WeightPrecision precision;
+    precision.format = *format;
+    precision.granularity = quant::defaultGranularity(*format);
+    if (colon != std::string::npos) {
+        const std::string granularityName = text.substr(colon + 1);
+        const auto granularity = quant::parseGranularity(granularityName);
+        if (!granularity || !quant::isSupported(*format, *granularity)) {
+            std::string choices;
+            for (const auto g : quant::allowedGranularities(*format)) {
+                choices += (choices.empty() ? "" : ", ") + quant::toString(g);
+            }
+            throw InputError(source, "",
+                "granularity '" + granularityName + "' does not apply to " + formatName
+                    + (choices.empty() ? std::string(" (it has no scales)") : " (expected " + choices + ")"));
+        }
+        precision.granularity = *granularity;
+    }
+    return precision;
+}
+
+} // namespace mismatch::analysis

@@ -1,0 +1,110 @@
+#pragma once
+// What the engine-only analyses (sensitivity, recipe builder, admission check, prefix shift) share: loading a
+// model directory and a prompt set into seeded requests, building a rollout engine for a configuration (recipe,
+// weight noise, older weights), measuring its mismatch against the FP32 trainer, bootstrap intervals over
+// prompts and progress slices for jobs made of several measurements.
+#include "core/common/progress.h"
+#include "core/engine/engine.h"
+#include "core/engine/measure.h"
+#include "core/io/prompt_set.h"
+#include "core/metrics/bootstrap.h"
+#include "core/model/config.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+#include "core/quant/recipe.h"
+#include "core/quant/recipe_plan.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mismatch::analysis {
+
+// A Hugging Face style model directory: config.json, the weights (converted to FP32) and tokenizer.json.
+struct ModelDirectory {
+    std::string directory;
+    model::ModelConfig config;
+    model::TransformerWeights weights;
+    std::shared_ptr<model::Tokenizer> tokenizer;
+};
+ModelDirectory loadModelDirectory(const std::string& directory);
+// Same config and tokenizer, other weights (another checkpoint of the same model): InputError naming the
+// config.json when the architecture differs from `reference`.
+model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference);
+
+// A prompt set as engine requests: each prompt rendered through the set's template and encoded with the special
+// tokens; the request seed is FNV-1a of the prompt id, so a prompt gets the same sample in every configuration
+// and whatever else is in the set (the pairing of every analysis). `count` > 0 keeps the first `count` prompts.
+struct PromptRequests {
+    std::string path;
+    std::vector<std::string> ids;
+    std::vector<engine::GenerationRequest> requests;
+    std::vector<std::vector<std::int64_t>> prompts() const;
+};
+PromptRequests promptRequests(const std::string& promptSetPath, const model::Tokenizer& tokenizer, std::int64_t count);
+std::uint64_t promptSeed(const std::string& id);
+
+// Sampling and measurement settings shared by every configuration of one analysis.
+struct MeasureSettings {
+    double temperature = 1.0;
+    double topP = 1.0;
+    std::int64_t topK = 0;
+    std::int64_t maxNewTokens = 64;
+    std::uint64_t seed = 0; // sampling seed (combined with each prompt's seed)
+    std::int64_t batchSize = 16; // prompts generated and scored per chunk
+    std::uint64_t kvCacheBytes = 256ull * 1024 * 1024;
+    metrics::BootstrapOptions bootstrap; // intervals over prompts
+};
+// The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
+engine::SamplingOptions samplingOptions(
+    const MeasureSettings& settings, const model::ModelConfig& config, const model::Tokenizer& tokenizer);
+
+// A rollout configuration's engine side (spec "Rollout configuration" without the sampling settings).
+struct EngineConfiguration {
+    std::optional<quant::Recipe> recipe; // none: the plain BF16 engine (the BF16 unit's engine)
+    double noise = 0.0; // sigma relative to each tensor's RMS (engine::addWeightNoise)
+    std::uint64_t noiseSeed = 0;
+    std::string noiseModules = "*";
+};
+
+// An engine for `configuration` on `weights` (noise added here), FP8 KV scales calibrated on `probePrompts`.
+std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
+    const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
+    const MeasureSettings& settings);
+
+// measureMismatch of the configuration's engine (on `engineWeights`) against `trainer` on the requests, with
+// `sampling` (from samplingOptions()).
+engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,
+    const model::TransformerWeights& engineWeights, const EngineConfiguration& configuration,
+    const PromptRequests& requests, const engine::SamplingOptions& sampling, const MeasureSettings& settings,
+    Progress* progress);
+
+// Bootstrap interval of a measurement's token-mean KL, prompts resampled (metrics::bootstrapRatio).
+metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, const metrics::BootstrapOptions& options);
+// Paired percentile bootstrap of ratio(a) - ratio(b), ratio(x) = sum(x sums) / sum(x tokens), resampling the
+// same prompts for both (the same draws as metrics::bootstrapRatio would make for one of them). Sizes must agree.
+metrics::Interval pairedRatioDifference(const std::vector<double>& aSums, const std::vector<std::int64_t>& aTokens,
+    const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens, const metrics::BootstrapOptions& options);
+
+// Runs a sub-job as the part [begin, end] of a parent's progress: the child's fractions are mapped into the
+// parent's, its stage is prefixed, and a cancel of the parent reaches the child at its next update.
+class ProgressSlice {
+public:
+    ProgressSlice(Progress* parent, double begin, double end, std::string stage);
+    Progress* get() { return &child_; }
+
+private:
+    Progress* parent_;
+    double begin_;
+    double end_;
+    std::string stage_;
+    Progress child_;
+};
+
+// "fp8_e4m3", "fp8_e4m3:block128", "int8", "int4:group128", "bf16": a weight format with an optional granularity
+// (the format's default when absent). InputError naming `source` otherwise.
+quant::WeightPrecision parseWeightPrecision(const std::string& text, const std::string& source);
+
+} // namespace mismatch::analysis

@@ -1,0 +1,78 @@
+#pragma once
+// Layer sensitivity (spec "Layer sensitivity"): quantize one cell at a time, everything else BF16, and measure the
+// mismatch it adds over the BF16 unit.
+//
+// Cells: per layer the seven projections (q, k, v, o, gate, up, down: that module's weights in the scan's
+// format, its input activations in the scan's activation format) and "kv" (that layer's KV cache only, in the
+// scan's KV format); at layer -1 the embedding and lm_head ("embed_tokens", "lm_head"), or one cell
+// "embed_lm_head" when the model ties them (one tensor: a recipe cannot give them different formats). Each cell
+// is an ordinary recipe (cellRecipe) resolved by the recipe parser, so what is measured is what a recipe file
+// would run.
+//
+// Measurement: the BF16 unit is the plain BF16 engine's mismatch against the FP32 trainer (model weights, no
+// noise) on the prompt set; every cell's engine runs the same prompts with the same per-prompt seeds, so cells
+// are paired with the unit and with each other. added = KL_cell - KL_unit (token means, nats per token); its
+// interval is a paired bootstrap over prompts (pairedRatioDifference), the cell's own KL interval is
+// metrics::bootstrapRatio.
+//
+// Store: a run of kind "sensitivity" (config_json = the options), a sensitivity_scans row linked to it, then each
+// cell in its own transaction as soon as it is measured (a GUI can watch the heatmap fill). A cancelled or failed
+// scan leaves only whole cells and its run marked cancelled / failed.
+#include "core/analysis/rollout_measure.h"
+#include "core/common/progress.h"
+#include "core/store/analysis_store.h"
+#include "core/store/run_store.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mismatch::analysis {
+
+struct SensitivityOptions {
+    std::string modelDirectory;
+    std::string promptSetPath;
+    std::int64_t count = 0; // first N prompts; 0: all
+    MeasureSettings settings;
+    quant::WeightPrecision weights; // the format scanned
+    quant::ActivationPrecision activations; // input activations of a quantized projection (bf16 by default)
+    bool kvCells = true; // also the KV-cache-only cell of every layer
+    quant::KvPrecision kv {quant::KvFormat::Fp8E4m3, quant::KvScales::PerTensor, quant::KvCalibration::Probe};
+    bool embeddingCells = true; // embed_tokens / lm_head cells
+};
+
+// One cell of the scan: what it quantizes.
+struct SensitivityCellSpec {
+    std::int64_t layer = store::kNoLayer;
+    std::string group; // q, k, v, o, gate, up, down, kv, embed_tokens, lm_head, embed_lm_head
+    std::vector<std::string> modules; // module names it quantizes (recipe names); for kv the attention block
+};
+
+// The cells of a scan over `config`, in table order (layer 0..L-1, groups q..down then kv; then layer -1).
+std::vector<SensitivityCellSpec> sensitivityCells(const model::ModelConfig& config, bool kvCells, bool embeddingCells);
+// The recipe that quantizes only `cell` (everything else BF16).
+quant::Recipe cellRecipe(const SensitivityCellSpec& cell, const quant::WeightPrecision& weights,
+    const quant::ActivationPrecision& activations, const quant::KvPrecision& kv);
+// "fp8_e4m3/block128" (+ " a8" with fp8 activations): the scan's format text.
+std::string scanFormat(const quant::WeightPrecision& weights, const quant::ActivationPrecision& activations);
+
+struct SensitivityResult {
+    std::int64_t runId = 0;
+    std::int64_t scanId = 0;
+    std::string format;
+    double bf16Unit = 0.0; // nats per token
+    metrics::Interval bf16UnitInterval;
+    std::int64_t unitTokens = 0;
+    std::vector<store::SensitivityCell> cells; // in sensitivityCells() order
+    std::int64_t layers = 0;
+    double seconds = 0.0;
+};
+
+// Runs the scan. InputError for unreadable models/prompts and formats the model cannot take; CancelledError
+// after marking the run cancelled.
+SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOptions& options, Progress& progress);
+
+// The options as stored in the scan's config_json (and read back by the recipe builder).
+std::string sensitivityConfigJson(const SensitivityOptions& options);
+
+} // namespace mismatch::analysis
