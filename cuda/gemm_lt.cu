@@ -65,11 +65,16 @@ struct LtCall {
     }
 };
 
+#define MISMATCH_LT_STRING2(x) #x
+#define MISMATCH_LT_STRING(x) MISMATCH_LT_STRING2(x)
+// Every cuBLASLt call of a GEMM: a failure returns its status with the call, file and line (the caller decides
+// between a fallback and an error).
 #define MISMATCH_LT_TRY(call)                                                                                       \
     do {                                                                                                            \
         const cublasStatus_t mismatchLtStatus_ = (call);                                                            \
         if (mismatchLtStatus_ != CUBLAS_STATUS_SUCCESS) {                                                           \
-            return LtStatus {false, static_cast<int>(mismatchLtStatus_), #call};                                    \
+            return LtStatus {false, static_cast<int>(mismatchLtStatus_),                                            \
+                #call " at " __FILE__ ":" MISMATCH_LT_STRING(__LINE__)};                                            \
         }                                                                                                           \
     } while (0)
 
