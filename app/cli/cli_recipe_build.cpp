@@ -70,8 +70,8 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                        ->check(CLI::PositiveNumber);
     auto* calibration = command->add_option(
         "--calibration", a->calibration, "Take the budget from a stored calibration's admission threshold");
-    command->add_option("--step", a->step, "Training step of the calibration's bracket (when it has several)")
-        ->needs(calibration);
+    auto* step = command->add_option("--step", a->step, "Training step of the calibration's bracket (when it has several)")
+                     ->needs(calibration);
     budget->excludes(calibration);
     command->add_option("--target-fraction", a->targetFraction, "Target: measured mismatch <= this x budget")
         ->check(CLI::Range(1e-9, 1.0))
@@ -84,7 +84,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
     command->add_option("--capacity-memory", a->capacityMemory, "KV memory for the capacity report")
         ->capture_default_str();
     addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a, scan, calibration] {
+    command->callback([&context, a, scan, calibration, step] {
         analysis::RecipeBuildOptions options;
         if (scan->count() > 0) {
             options.scanId = a->scan;
@@ -119,8 +119,9 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         store::RunStore store = context.openStore();
         std::string budgetSource = "--budget";
         if (calibration->count() > 0) {
-            const std::optional<std::int64_t> step = a->step > 0 ? std::optional<std::int64_t>(a->step) : std::nullopt;
-            options.budget = store::admissionThreshold(store, a->calibration, step);
+            const std::optional<std::int64_t> bracketStep
+                = step->count() > 0 ? std::optional<std::int64_t>(a->step) : std::nullopt;
+            options.budget = store::admissionThreshold(store, a->calibration, bracketStep);
             budgetSource = "calibration " + std::to_string(a->calibration);
         } else if (a->budget > 0.0) {
             options.budget = a->budget;

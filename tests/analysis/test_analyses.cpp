@@ -77,6 +77,7 @@ private slots:
     void prefixShiftOfTheBf16EngineIsZero();
     void cancelledScanLeavesWholeCellsAndAMarkedRun();
     void cancelledAdmissionLeavesWholeDecisions();
+    void cancelledPrefixShiftStoresNothing();
     void badCandidatesFiles_data();
     void badCandidatesFiles();
 
@@ -551,6 +552,29 @@ void TestAnalyses::cancelledAdmissionLeavesWholeDecisions()
     const auto decisions = store::admissionDecisions(store, runs.back().id);
     QCOMPARE(decisions.size(), std::size_t(1));
     QVERIFY(decisions[0].candidateJson.find("\"c0\"") != std::string::npos);
+}
+
+void TestAnalyses::cancelledPrefixShiftStoresNothing()
+{
+    store::RunStore store = openStore("cancel-prefix");
+    analysis::PrefixShiftOptions options;
+    options.modelDirectory = model_;
+    options.promptSetPath = probePath();
+    options.count = 8;
+    options.settings = smallSettings();
+    options.settings.batchSize = 4;
+    options.configuration.noise = 0.05;
+    Progress* self = nullptr;
+    Progress progress([&self](double fraction, const std::string& stage) {
+        if (self && stage == "paired generations" && fraction > 0.0) {
+            self->cancel(); // after the first chunk of pairs
+        }
+    });
+    self = &progress;
+    QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::runPrefixShift(store, options, progress));
+    QCOMPARE(store::prefixShifts(store).size(), std::size_t(0));
+    QCOMPARE(store.listRuns().back().kind, std::string("prefix_shift"));
+    QCOMPARE(store::toString(store.listRuns().back().status), std::string("cancelled"));
 }
 
 void TestAnalyses::badCandidatesFiles_data()

@@ -40,6 +40,7 @@ private:
     std::string model_;
     std::string workspace_;
     std::string probe_;
+    std::int64_t scanId_ = 0;
 };
 
 void TestAnalysisCli::initTestCase()
@@ -73,6 +74,7 @@ void TestAnalysisCli::sensitivityThenRecipeBuild()
     QCOMPARE(scanJson["cells"].size(), std::size_t(15));
     QVERIFY(scanJson["bf16_unit"]["estimate"].get<double>() > 0.0);
     const std::int64_t scanId = scanJson["scan_id"].get<std::int64_t>();
+    scanId_ = scanId;
 
     const auto human = runCli(common({"sensitivity", model_, "--format", "fp8_e4m3:channel", "--no-embedding"}));
     QVERIFY2(human.code == 0, human.err.c_str());
@@ -144,6 +146,15 @@ void TestAnalysisCli::admitWithStoredCalibration()
     const nlohmann::json json = parseJson(result.out);
     QCOMPARE(json["decisions"][0]["threshold"].get<double>(), 0.025);
     QVERIFY(json["decisions"][0]["bf16_unit"].is_null());
+    // The recipe builder takes its budget from the same bracket.
+    const auto build = runCli({"--workspace", workspace_, "--json", "recipe", "build", "--scan", std::to_string(scanId_),
+        "--calibration", std::to_string(calibrationId), "--step", "200", "--target-fraction", "1", "--out",
+        (dir_.path() + "/from-calibration.json").toStdString()});
+    QVERIFY2(build.code == 0, build.err.c_str());
+    const nlohmann::json built = parseJson(build.out);
+    QCOMPARE(built["budget"].get<double>(), 0.025);
+    QVERIFY(built["mismatch"]["estimate"].get<double>() <= 0.025);
+    QVERIFY(runCli({"recipe", "check", (dir_.path() + "/from-calibration.json").toStdString()}).code == 0);
     // Two brackets and no --step: which one is ambiguous.
     const auto ambiguous = runCli(common({"admit", model_, "--calibration", std::to_string(calibrationId)}));
     QCOMPARE(ambiguous.code, 1);
