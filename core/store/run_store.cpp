@@ -370,6 +370,28 @@ void RunStore::finishRun(std::int64_t runId, RunStatus status, const std::string
     transaction.commit();
 }
 
+std::int64_t RunStore::reopenRun(std::int64_t runId, std::int64_t keepThroughStep)
+{
+    Transaction transaction(db_);
+    Statement update(db_, "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL WHERE id = ?");
+    update.bind(1, runId);
+    update.run();
+    if (sqlite3_changes(db_) != 1) {
+        throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+    }
+    Statement steps(db_, "DELETE FROM step_metrics WHERE run_id = ? AND step > ?");
+    steps.bind(1, runId);
+    steps.bind(2, keepThroughStep);
+    steps.run();
+    const std::int64_t deleted = sqlite3_changes(db_);
+    Statement evaluations(db_, "DELETE FROM evaluations WHERE run_id = ? AND step > ?");
+    evaluations.bind(1, runId);
+    evaluations.bind(2, keepThroughStep);
+    evaluations.run();
+    transaction.commit();
+    return deleted;
+}
+
 std::vector<RunInfo> RunStore::listRuns() const
 {
     Statement s(db_, (std::string(kRunSelect) + "ORDER BY r.id").c_str());

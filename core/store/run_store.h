@@ -119,6 +119,10 @@ public:
     // stored for the run is an error (nothing is written).
     void appendSteps(std::int64_t runId, const std::vector<StepMetrics>& steps);
     void finishRun(std::int64_t runId, RunStatus status, const std::string& error = {});
+    // Resuming a run: in one transaction, deletes its steps and evaluations after `keepThroughStep` (they
+    // will be computed again) and marks it running (no finish time, no error). Returns the number of step
+    // rows deleted. StoreError for an unknown run.
+    std::int64_t reopenRun(std::int64_t runId, std::int64_t keepThroughStep);
     std::vector<RunInfo> listRuns() const;
     std::optional<RunInfo> run(std::int64_t runId) const;
     // Steps of a run with rowId > afterRowId, in order: a live reader passes the last rowId it saw.

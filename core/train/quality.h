@@ -6,6 +6,7 @@
 // Q = mean_i q_i, lower is better. And time to quality: wall time until a stored run first reaches a quality.
 #include "core/common/progress.h"
 #include "core/io/prompt_set.h"
+#include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/run_store.h"
@@ -31,10 +32,13 @@ struct QualityResult {
     std::int64_t tokens = 0; // response tokens scored
 };
 
-// Empty responses (an immediate end of text) count as q_i = 0 and are scored for correctness as they are.
-// InputError when the set (after `count`) is empty. Progress: fraction of prompts, cancellable per chunk.
+// Prompts are rendered through the set's template and encoded with `tokenizer` (the student's). Empty
+// responses (an immediate end of text) count as q_i = 0 and are scored for correctness as they are.
+// InputError when the set (after `count`) is empty or the vocabularies differ; Error for a non-finite q_i.
+// Progress: fraction of prompts, cancellable per chunk.
 QualityResult evaluateQuality(const model::Transformer& student, const model::Transformer& teacher,
-    const io::PromptSet& prompts, const QualityOptions& options, Progress* progress = nullptr);
+    const io::PromptSet& prompts, const QualityOptions& options, const model::Tokenizer& tokenizer,
+    Progress* progress = nullptr);
 
 struct TimeToQuality {
     bool reached = false;

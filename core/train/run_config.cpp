@@ -349,7 +349,6 @@ private:
     std::optional<Place> correctionKindPlace_;
     std::optional<Place> capPlace_;
     std::optional<Place> samplesPerPromptPlace_;
-    std::optional<Place> asynchronousPlace_;
     std::optional<Place> evaluationEveryPlace_;
 };
 
@@ -423,7 +422,6 @@ void Parser::rollout(const Entry& entry, RunConfig& config)
     }
     if (const Entry* asynchronous = find(list, "asynchronous")) {
         config.rollout.asynchronous = boolValue(*asynchronous);
-        asynchronousPlace_ = asynchronous->valuePlace;
     }
     if (const Entry* noise = find(list, "noise")) {
         const auto fields = entries(noise->value, noise->valuePlace, {"sigma", "seed", "modules"});
@@ -623,13 +621,13 @@ RunConfig Parser::parse(const YAML::Node& root)
             toString(config.correction.kind)
                 + " needs a cap > 1 (importance ratios are truncated or masked above it), got " + cap.str());
     }
-    if (config.rollout.asynchronous && config.rollout.staleness < 1) {
-        fail(*asynchronousPlace_,
-            "asynchronous rollouts need rollout.staleness >= 1 (the worker samples with weights up to that many "
-            "steps old while the trainer trains)");
-    }
     if (config.evaluation.every > 0 && config.evaluation.prompts.empty()) {
         fail(*evaluationEveryPlace_, "periodic evaluation needs evaluation.prompts (a held-out prompt set)");
+    }
+    if (config.evaluation.every > 0 && config.teacher.empty()) {
+        fail(*evaluationEveryPlace_,
+            "periodic evaluation needs a teacher: quality is the student's KL to the teacher on held-out prompts "
+            "(give `teacher`; reinforce and grpo do not train on it)");
     }
     return config;
 }

@@ -11,7 +11,7 @@
 //   rollout:
 //     recipe: ../recipes/fp8-kv.yaml          # optional; validated with loadRecipe (absent: plain BF16)
 //     staleness: 1                            # engine weights are this many optimizer steps old
-//     asynchronous: true                      # rollout worker overlaps training; needs staleness >= 1
+//     asynchronous: true                      # a rollout thread overlaps training (staleness 0: no overlap)
 //     noise: {sigma: 0.0, seed: 7, modules: "model.layers.*"}   # sigma relative to each tensor's RMS
 //     sampling: {temperature: 1.0, top_p: 1.0, top_k: 0, max_tokens: 16, seed: 1}
 //   optimizer: {learning_rate: 1.0e-4, warmup_steps: 10, weight_decay: 0.0, gradient_clip: 1.0,
@@ -34,7 +34,7 @@
 // listed), paths that do not exist, a recipe that does not validate (the recipe's own located error, plus
 // where the run file names it), and the cross-field rules: opd objectives need a teacher; grpo needs
 // samples_per_prompt >= 2 (its advantage is relative to the other samples of a prompt); tis/mis need a cap
-// > 1 and a cap with kind none is an error; asynchronous rollouts need staleness >= 1; opd_topk needs top_k
+// > 1 and a cap with kind none is an error; periodic evaluation needs a teacher; opd_topk needs top_k
 // and no other objective takes one; periodic evaluation (every > 0) needs an evaluation prompt set.
 #include <cstdint>
 #include <optional>
@@ -109,7 +109,7 @@ struct EvaluationConfig {
     std::string prompts; // absolute path of the held-out prompt set; needed when every > 0
     std::int64_t count = 0; // first `count` prompts of the set; 0: all
     std::int64_t maxTokens = 64; // >= 1
-    std::int64_t bf16UnitEvery = 0; // measure the BF16 unit every this many steps; 0: never
+    std::int64_t bf16UnitEvery = 0; // measure the BF16 unit at step 1 and every this many steps; 0: step 1 only
 };
 
 struct CheckpointConfig {

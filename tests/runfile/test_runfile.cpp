@@ -154,9 +154,6 @@ void TestRunFile::errors_data()
     QTest::newRow("top_p zero") << "rollout:\n  sampling: {temperature: 0.7, top_p: 0}"
                                 << "line 5, column 39"
                                 << "rollout.sampling.top_p: must be in (0, 1], got 0";
-    QTest::newRow("async without staleness") << "rollout: {asynchronous: true}"
-                                             << "line 4, column 25"
-                                             << "asynchronous rollouts need rollout.staleness >= 1";
     QTest::newRow("async not a boolean") << "rollout: {staleness: 2, asynchronous: yes}"
                                          << "line 4, column 39"
                                          << "rollout.asynchronous: expected true or false, got a string";
@@ -235,6 +232,12 @@ void TestRunFile::errorsWithoutHeader_data()
                                                           "prompts: ../../resources/prompts/arith-train.jsonl\n"
                                                        << "line 1, column 1"
                                                        << "objective opd_full_kl distills from a teacher";
+    QTest::newRow("evaluation without teacher") << "student: ../../resources/models/arith-student\n"
+                                                   "prompts: ../../resources/prompts/arith-train.jsonl\n"
+                                                   "objective: reinforce\n"
+                                                   "evaluation: {every: 5, prompts: ../../resources/prompts/arith-heldout.jsonl}\n"
+                                                << "line 4, column 21"
+                                                << "periodic evaluation needs a teacher";
     QTest::newRow("student is a file") << "student: ../../resources/prompts/arith-train.jsonl\n"
                                        << "line 1, column 10"
                                        << "is not a directory";

@@ -1,0 +1,258 @@
+// mismatch train RUN.yaml | --resume RUN: a training run (core/train/trainer.h) with a progress bar on stderr;
+// mismatch runs show RUN: a run's configuration, per-step metrics and evaluations.
+#include "app/cli/context.h"
+#include "app/cli/terminal_progress.h"
+#include "core/common/error.h"
+#include "core/store/evaluation_store.h"
+#include "core/train/run_config.h"
+#include "core/train/trainer.h"
+
+#include <atomic>
+#include <csignal>
+#include <ostream>
+
+namespace mismatch::cli {
+
+namespace {
+
+// A run given on the command line: its id, or its name (the newest run of that name).
+std::int64_t resolveRun(const store::RunStore& store, const std::string& text)
+{
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+        const std::int64_t id = std::stoll(text);
+        if (!store.run(id)) {
+            throw StoreError(store.path(), "has no run with id " + text + " (see `mismatch store runs`)");
+        }
+        return id;
+    }
+    std::optional<std::int64_t> found;
+    for (const auto& run : store.listRuns()) {
+        if (run.name == text) {
+            found = run.id;
+        }
+    }
+    if (!found) {
+        throw StoreError(store.path(), "has no run named '" + text + "' (see `mismatch store runs`)");
+    }
+    return *found;
+}
+
+std::atomic<Progress*> interruptTarget{nullptr};
+
+extern "C" void onInterrupt(int)
+{
+    if (Progress* progress = interruptTarget.load()) {
+        progress->cancel();
+    }
+}
+
+// Ctrl-C cancels the job (the run is stored as cancelled and stays resumable) instead of killing the process.
+class InterruptGuard {
+public:
+    explicit InterruptGuard(Progress& progress)
+    {
+        interruptTarget.store(&progress);
+        previous_ = std::signal(SIGINT, onInterrupt);
+    }
+    ~InterruptGuard()
+    {
+        std::signal(SIGINT, previous_ == SIG_ERR ? SIG_DFL : previous_);
+        interruptTarget.store(nullptr);
+    }
+    InterruptGuard(const InterruptGuard&) = delete;
+    InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+private:
+    void (*previous_)(int) = SIG_DFL;
+};
+
+nlohmann::json optionalJson(const std::optional<double>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json stepJson(const store::StepMetrics& m)
+{
+    nlohmann::json j = {{"step", m.step}, {"mismatch_kl", optionalJson(m.mismatchKl)}, {"k1", optionalJson(m.k1)},
+        {"k3", optionalJson(m.k3)}, {"bf16_multiple", optionalJson(m.bf16Multiple)}, {"loss", optionalJson(m.loss)},
+        {"reward", optionalJson(m.reward)}, {"accuracy", optionalJson(m.accuracy)},
+        {"entropy", optionalJson(m.entropy)},
+        {"staleness", m.staleness ? nlohmann::json(*m.staleness) : nlohmann::json(nullptr)},
+        {"rollout_tokens_per_s", optionalJson(m.rolloutTokensPerSecond)},
+        {"train_tokens_per_s", optionalJson(m.trainTokensPerSecond)},
+        {"wall_time_s", optionalJson(m.wallTimeSeconds)}};
+    j["extras"] = nlohmann::json::parse(m.extrasJson.empty() ? "{}" : m.extrasJson);
+    return j;
+}
+
+std::string cell(const std::optional<double>& value, int precision = 4)
+{
+    return value ? formatNumber(*value, precision) : "-";
+}
+
+struct TrainArguments {
+    std::string runFile;
+    std::string resume;
+    std::int64_t stopAfter = 0;
+    bool quiet = false;
+};
+
+void train(const Context& context, const TrainArguments& a)
+{
+    store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+    TerminalProgress bar(*context.err, !a.quiet);
+    InterruptGuard interrupt(bar.progress());
+    train::TrainOptions options;
+    options.workspaceDirectory = context.workspaceDirectory();
+    options.stopAfterSteps = a.stopAfter;
+    std::string lastEvaluation;
+    options.onEvaluation = [&bar, &lastEvaluation](const store::EvaluationSummary& e) {
+        lastEvaluation = "Q " + formatNumber(e.quality, 4) + " @" + std::to_string(e.step);
+        bar.setDetail(lastEvaluation);
+    };
+    train::TrainResult result;
+    if (!a.resume.empty()) {
+        const std::int64_t runId = resolveRun(store, a.resume);
+        result = train::resumeTraining(runId, store, bar.progress(), options);
+    } else {
+        const train::RunConfig config = train::loadRunConfig(a.runFile);
+        result = train::runTraining(config, store, bar.progress(), options);
+    }
+    bar.finish();
+    const auto info = store.run(result.runId);
+    const std::string status = info ? store::toString(info->status) : "unknown";
+    if (context.json) {
+        context.printJson({{"run_id", result.runId}, {"name", info ? info->name : ""}, {"status", status},
+            {"steps_stored", result.stepsStored}, {"resumed_from_step", result.resumedFromStep},
+            {"final_quality", optionalJson(result.finalQuality)},
+            {"final_accuracy", optionalJson(result.finalAccuracy)}, {"wall_seconds", result.wallSeconds},
+            {"last_checkpoint", result.lastCheckpoint}, {"workspace", context.workspaceDirectory()}});
+        return;
+    }
+    std::vector<std::vector<std::string>> rows = {{"run", std::to_string(result.runId) + " (" + (info ? info->name : "") + ")"},
+        {"status", status}, {"steps stored", std::to_string(result.stepsStored)},
+        {"resumed from step", std::to_string(result.resumedFromStep)},
+        {"final quality Q (nats/token)", cell(result.finalQuality)},
+        {"final accuracy", result.finalAccuracy ? formatNumber(100.0 * *result.finalAccuracy, 4) + "%" : "-"},
+        {"wall time", formatDuration(result.wallSeconds)},
+        {"last checkpoint", result.lastCheckpoint.empty() ? "-" : result.lastCheckpoint}};
+    *context.out << formatTable({"", ""}, rows);
+    if (status == "running") {
+        *context.out << "The run stopped early (--stop-after) and can be continued with `mismatch train --resume "
+                     << result.runId << "`.\n";
+    }
+}
+
+void showRun(const Context& context, const std::string& runText, bool problems, std::int64_t lastSteps)
+{
+    const store::RunStore store = context.openStore(store::OpenMode::ReadOnly);
+    const std::int64_t runId = resolveRun(store, runText);
+    const store::RunInfo run = *store.run(runId);
+    const std::vector<store::StepMetrics> steps = store.stepsAfter(runId, 0);
+    const std::vector<store::EvaluationSummary> evaluations = store::evaluations(store, runId);
+    if (context.json) {
+        nlohmann::json stepList = nlohmann::json::array();
+        for (const auto& m : steps) {
+            stepList.push_back(stepJson(m));
+        }
+        nlohmann::json evaluationList = nlohmann::json::array();
+        for (const auto& e : evaluations) {
+            nlohmann::json entry = {{"step", e.step}, {"quality", e.quality}, {"accuracy", e.accuracy},
+                {"problems", e.problemCount}, {"created_at", e.createdAt}};
+            if (problems) {
+                nlohmann::json list = nlohmann::json::array();
+                if (const auto full = store::evaluationAt(store, runId, e.step)) {
+                    for (const auto& p : full->problems) {
+                        list.push_back({{"id", p.problemId}, {"quality", p.quality}, {"correct", p.correct}});
+                    }
+                }
+                entry["problem_values"] = list;
+            }
+            evaluationList.push_back(entry);
+        }
+        nlohmann::json config = nlohmann::json::object();
+        try {
+            config = nlohmann::json::parse(run.configJson);
+        } catch (const nlohmann::json::exception&) {
+            config = run.configJson;
+        }
+        context.printJson({{"run_id", run.id}, {"name", run.name}, {"kind", run.kind},
+            {"status", store::toString(run.status)}, {"started_at", run.startedAt}, {"finished_at", run.finishedAt},
+            {"error", run.error}, {"tool_version", run.toolVersion}, {"config", config}, {"steps", stepList},
+            {"evaluations", evaluationList}});
+        return;
+    }
+    *context.out << "run " << run.id << " (" << run.name << "), " << run.kind << ", " << store::toString(run.status)
+                 << ", started " << run.startedAt << (run.finishedAt.empty() ? "" : ", finished " + run.finishedAt)
+                 << "\n";
+    if (!run.error.empty()) {
+        *context.out << "error: " << run.error << "\n";
+    }
+    std::vector<std::vector<std::string>> rows;
+    const std::size_t from = lastSteps > 0 && steps.size() > static_cast<std::size_t>(lastSteps)
+        ? steps.size() - static_cast<std::size_t>(lastSteps)
+        : 0;
+    for (std::size_t i = from; i < steps.size(); ++i) {
+        const auto& m = steps[i];
+        rows.push_back({std::to_string(m.step), cell(m.mismatchKl), cell(m.k1), cell(m.k3), cell(m.bf16Multiple, 3),
+            cell(m.loss), cell(m.accuracy, 3), m.staleness ? std::to_string(*m.staleness) : "-",
+            m.wallTimeSeconds ? formatDuration(*m.wallTimeSeconds) : "-"});
+    }
+    *context.out << "\nsteps (" << steps.size() << (from > 0 ? ", the last " + std::to_string(steps.size() - from) : "")
+                 << "; mismatch in nats/token):\n"
+                 << formatTable({"step", "KL(mu||pi)", "k1", "k3", "x BF16", "loss", "accuracy", "staleness", "wall"},
+                        rows);
+    rows.clear();
+    for (const auto& e : evaluations) {
+        rows.push_back({std::to_string(e.step), formatNumber(e.quality, 5), formatNumber(100.0 * e.accuracy, 4) + "%",
+            std::to_string(e.problemCount)});
+    }
+    *context.out << "\nevaluations (quality Q = mean_i q_i, nats/token, lower is better):\n"
+                 << (rows.empty() ? "none\n" : formatTable({"step", "Q", "accuracy", "problems"}, rows));
+}
+
+void registerTrainCommands(CLI::App& app, Context& context)
+{
+    auto a = std::make_shared<TrainArguments>();
+    CLI::App* trainCommand = app.add_subcommand("train",
+        "Train a student with a run file (OPD, REINFORCE or GRPO with the rollout engine in the loop); every "
+        "step's mismatch, loss and timing and every evaluation go to the workspace as the run goes");
+    auto* file = trainCommand->add_option("RUN_FILE", a->runFile, "Run file (YAML or JSON)")->type_name("FILE");
+    auto* resume = trainCommand
+                       ->add_option("--resume", a->resume,
+                           "Continue run RUN (id or name) from its newest checkpoint instead of starting a run file")
+                       ->type_name("RUN");
+    file->excludes(resume);
+    trainCommand
+        ->add_option("--stop-after", a->stopAfter,
+            "Stop after this many steps of this invocation, leaving the run resumable")
+        ->check(CLI::PositiveNumber)
+        ->type_name("N");
+    trainCommand->add_flag("--quiet", a->quiet, "No progress bar");
+    trainCommand->callback([&context, a, file, resume] {
+        if (file->count() == 0 && resume->count() == 0) {
+            throw CLI::RequiredError("RUN_FILE or --resume");
+        }
+        train(context, *a);
+    });
+
+    CLI::App* runs = app.add_subcommand("runs", "Inspect the workspace's runs");
+    runs->require_subcommand(1);
+    auto runText = std::make_shared<std::string>();
+    auto problems = std::make_shared<bool>(false);
+    auto last = std::make_shared<std::int64_t>(20);
+    CLI::App* show = runs->add_subcommand("show",
+        "A run's configuration, per-step metrics and evaluations (--json: every step and every evaluation)");
+    show->add_option("RUN", *runText, "Run id or name (the newest run of that name)")->required();
+    show->add_flag("--problems", *problems, "With --json: each evaluation's per-problem q_i and correctness");
+    show->add_option("--last", *last, "Text output: show only the last N steps (0: all)")
+        ->check(CLI::NonNegativeNumber)
+        ->type_name("N");
+    show->callback([&context, runText, problems, last] { showRun(context, *runText, *problems, *last); });
+}
+
+const CommandRegistration registration(80, registerTrainCommands);
+
+} // namespace
+
+} // namespace mismatch::cli

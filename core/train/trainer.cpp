@@ -1,0 +1,987 @@
+#include "core/train/trainer.h"
+
+#include "core/common/error.h"
+#include "core/common/random.h"
+#include "core/common/version.h"
+#include "core/engine/engine.h"
+#include "core/engine/measure.h"
+#include "core/engine/mismatch_sources.h"
+#include "core/io/arith_task.h"
+#include "core/io/prompt_set.h"
+#include "core/metrics/mismatch.h"
+#include "core/model/config.h"
+#include "core/model/model_files.h"
+#include "core/model/safetensors.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+#include "core/quant/recipe.h"
+#include "core/quant/recipe_plan.h"
+#include "core/train/adamw.h"
+#include "core/train/objectives.h"
+#include "core/train/quality.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace mismatch::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start)
+{
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A 64-bit mix of several values (SplitMix64 of a running hash): seeds of independent random streams.
+std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0)
+{
+    SplitMix64 generator(a ^ 0x9e3779b97f4a7c15ull);
+    std::uint64_t h = generator.next() ^ b;
+    SplitMix64 second(h);
+    h = second.next() ^ c;
+    SplitMix64 third(h);
+    return third.next();
+}
+
+void writeTextFile(const fs::path& path, const std::string& text)
+{
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) {
+        throw Error("cannot write " + path.string());
+    }
+}
+
+std::string readTextFile(const fs::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw InputError(path.string(), "file", "cannot be read");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::string stepDirectoryName(std::int64_t step)
+{
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+    return name;
+}
+
+// Counts of NaN and infinite entries of a tensor ("3 NaN and 1 infinite values"), empty when all are finite.
+std::string nonFiniteSummary(const at::Tensor& tensor)
+{
+    if (at::isfinite(tensor).all().item<bool>()) {
+        return {};
+    }
+    const auto nans = at::isnan(tensor).sum().item<std::int64_t>();
+    const auto infinities = at::isinf(tensor).sum().item<std::int64_t>();
+    return std::to_string(nans) + " NaN and " + std::to_string(infinities) + " infinite values";
+}
+
+// Weights loaded from a model directory must be finite: InputError naming the directory and the tensor.
+void requireFiniteWeights(const model::TransformerWeights& weights, const std::string& directory)
+{
+    for (const std::string& name : weights.names()) {
+        const std::string problem = nonFiniteSummary(weights.get(name));
+        if (!problem.empty()) {
+            throw InputError(directory, name, "holds " + problem + " (a model's weights must be finite)");
+        }
+    }
+}
+
+// One step's rollouts as the engine produced them, with the teacher's scores of the same prefixes.
+struct Rollout {
+    std::int64_t step = 0;
+    std::int64_t version = 0; // weight version the engine generated with
+    std::vector<engine::GenerationRequest> requests; // one per sequence (prompt-major, samples contiguous)
+    std::vector<std::size_t> promptIndex; // per sequence: index into the training set
+    std::vector<engine::GenerationResult> generations; // with full distributions log mu
+    std::vector<at::Tensor> teacherLogProbs; // per sequence [T, vocab] (OPD objectives only)
+    double rolloutSeconds = 0.0;
+    double teacherSeconds = 0.0;
+    std::int64_t tokens = 0;
+};
+
+// Weight versions the rollout side may need: version v = the student after v optimizer steps (detached).
+class WeightVersions {
+public:
+    void publish(std::int64_t version, model::TransformerWeights weights)
+    {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            versions_[version] = std::move(weights);
+            newest_ = std::max(newest_, version);
+        }
+        changed_.notify_all();
+    }
+    // Waits until `version` is published (or `stop` is set: nullopt).
+    std::optional<model::TransformerWeights> wait(std::int64_t version, const std::atomic<bool>& stop)
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return stop.load() || versions_.count(version) != 0; });
+        if (stop.load() && versions_.count(version) == 0) {
+            return std::nullopt;
+        }
+        return versions_.at(version);
+    }
+    void wake() { changed_.notify_all(); }
+    // Forgets versions older than `oldest`.
+    void prune(std::int64_t oldest)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = versions_.begin(); it != versions_.end() && it->first < oldest;) {
+            it = versions_.erase(it);
+        }
+    }
+    std::map<std::int64_t, model::TransformerWeights> snapshot() const
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return versions_;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;
+    std::map<std::int64_t, model::TransformerWeights> versions_;
+    std::int64_t newest_ = -1;
+};
+
+// Bounded queue of rollouts between the rollout thread and the trainer.
+class RolloutQueue {
+public:
+    explicit RolloutQueue(std::size_t capacity) : capacity_(std::max<std::size_t>(1, capacity)) {}
+    // False when the queue was closed (the trainer stopped).
+    bool push(Rollout rollout)
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return closed_ || items_.size() < capacity_; });
+        if (closed_) {
+            return false;
+        }
+        items_.push_back(std::move(rollout));
+        changed_.notify_all();
+        return true;
+    }
+    void fail(std::exception_ptr error)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        error_ = error;
+        changed_.notify_all();
+    }
+    // The next rollout; rethrows the producer's error.
+    Rollout pop()
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return !items_.empty() || error_ || closed_; });
+        if (!items_.empty()) {
+            Rollout rollout = std::move(items_.front());
+            items_.pop_front();
+            changed_.notify_all();
+            return rollout;
+        }
+        if (error_) {
+            std::rethrow_exception(error_);
+        }
+        throw CancelledError("the rollout queue was closed");
+    }
+    void close()
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        closed_ = true;
+        changed_.notify_all();
+    }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::deque<Rollout> items_;
+    std::size_t capacity_;
+    bool closed_ = false;
+    std::exception_ptr error_;
+};
+
+// Everything a run needs, loaded and validated before anything is stored.
+class Session {
+public:
+    Session(const RunConfig& config, const std::string& workspaceDirectory)
+        : config_(config), workspace_(workspaceDirectory)
+    {
+        const model::ModelFiles studentFiles = model::openModelDirectory(config.student);
+        modelConfig_ = studentFiles.config;
+        tokenizer_ = std::make_unique<model::Tokenizer>(
+            model::Tokenizer::fromFile((fs::path(config.student) / "tokenizer.json").string()));
+        weights_ = model::loadWeights(config.student, modelConfig_);
+        requireFiniteWeights(weights_, config.student);
+        parameterCount_ = model::checkpointStats(studentFiles.checkpoint).parameterCount;
+        if (!config.teacher.empty()) {
+            const model::ModelFiles teacherFiles = model::openModelDirectory(config.teacher);
+            if (teacherFiles.config.vocabSize != modelConfig_.vocabSize) {
+                throw InputError(config.sourceFile.empty() ? config.teacher : config.sourceFile, "teacher",
+                    "the teacher's vocabulary (" + std::to_string(teacherFiles.config.vocabSize)
+                        + ") differs from the student's (" + std::to_string(modelConfig_.vocabSize) + ")");
+            }
+            model::TransformerWeights teacherWeights = model::loadWeights(config.teacher, teacherFiles.config);
+            requireFiniteWeights(teacherWeights, config.teacher);
+            teacher_ = std::make_unique<model::Transformer>(teacherFiles.config, std::move(teacherWeights));
+        }
+        trainSet_ = io::loadPromptSet(config.prompts);
+        for (const io::Prompt& prompt : trainSet_.prompts) {
+            std::vector<std::int64_t> ids = tokenizer_->encode(io::renderPrompt(trainSet_, prompt), true);
+            if (ids.empty()) {
+                throw InputError(config.prompts, "prompt '" + prompt.id + "'", "encodes to no tokens");
+            }
+            trainIds_.push_back(std::move(ids));
+        }
+        if (!config.evaluation.prompts.empty()) {
+            evalSet_ = io::loadPromptSet(config.evaluation.prompts);
+        }
+        if (!config.rollout.recipe.empty()) {
+            plan_ = quant::resolveRecipe(quant::loadRecipe(config.rollout.recipe), modelConfig_);
+        }
+        sampling_.temperature = config.rollout.sampling.temperature;
+        sampling_.greedy = config.rollout.sampling.temperature == 0.0;
+        sampling_.topP = config.rollout.sampling.topP;
+        sampling_.topK = config.rollout.sampling.topK;
+        sampling_.maxNewTokens = config.rollout.sampling.maxTokens;
+        sampling_.seed = config.rollout.sampling.seed;
+        sampling_.fullDistributions = true;
+        engine::validateSamplingOptions(sampling_);
+        measureTemperature_ = sampling_.greedy ? 1.0 : sampling_.temperature;
+        threads_ = at::get_num_threads();
+    }
+
+    const RunConfig& config() const { return config_; }
+    const model::ModelConfig& modelConfig() const { return modelConfig_; }
+    std::int64_t parameterCount() const { return parameterCount_; }
+
+    TrainResult run(store::RunStore& store, std::int64_t runId, Progress& progress, const TrainOptions& options,
+        std::int64_t resumedFrom);
+
+    // Restores the state saved with checkpoint `directory` (weights, optimizer, weight history, state.json).
+    std::int64_t loadCheckpoint(const fs::path& directory);
+
+private:
+    std::vector<std::size_t> batchPromptIndices(std::int64_t step);
+    std::vector<engine::GenerationRequest> batchRequests(std::int64_t step, std::vector<std::size_t>& promptIndex);
+    Rollout produce(std::int64_t step, engine::Engine& engine, std::int64_t& syncedVersion,
+        const model::TransformerWeights& versionWeights);
+    Rollout produceUnchecked(std::int64_t step, engine::Engine& engine, std::int64_t& syncedVersion,
+        const model::TransformerWeights& versionWeights);
+    std::unique_ptr<engine::Engine> makeRolloutEngine() const;
+    std::int64_t rolloutVersion(std::int64_t step) const
+    {
+        return std::max<std::int64_t>(0, step - 1 - config_.rollout.staleness);
+    }
+    bool rolloutIsBf16Engine() const
+    {
+        return !plan_ && config_.rollout.noise.sigma == 0.0 && config_.rollout.staleness == 0;
+    }
+    store::StepMetrics trainStep(const Rollout& rollout, AdamW& optimizer, const std::vector<at::Tensor>& parameters,
+        model::Transformer& student, double& bf16Unit, double wallOffset, Clock::time_point start);
+    void evaluate(store::RunStore& store, std::int64_t runId, std::int64_t step, const model::Transformer& student,
+        Progress& progress, const TrainOptions& options, TrainResult& result);
+    void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, double bf16Unit,
+        double wallSeconds, TrainResult& result);
+
+    RunConfig config_;
+    std::string workspace_;
+    model::ModelConfig modelConfig_;
+    std::unique_ptr<model::Tokenizer> tokenizer_;
+    model::TransformerWeights weights_; // the student's FP32 master weights
+    std::int64_t parameterCount_ = 0;
+    std::unique_ptr<model::Transformer> teacher_;
+    io::PromptSet trainSet_;
+    std::vector<std::vector<std::int64_t>> trainIds_;
+    std::optional<io::PromptSet> evalSet_;
+    std::optional<std::int64_t> evalSetId_;
+    std::optional<quant::RecipePlan> plan_;
+    engine::SamplingOptions sampling_;
+    double measureTemperature_ = 1.0;
+    int threads_ = 1;
+    std::map<std::int64_t, std::vector<std::size_t>> epochOrders_;
+    WeightVersions versions_;
+    // Restored by a checkpoint:
+    std::vector<std::pair<std::string, at::Tensor>> optimizerState_;
+    double restoredBf16Unit_ = 0.0;
+    double restoredWallSeconds_ = 0.0;
+};
+
+std::vector<std::size_t> Session::batchPromptIndices(std::int64_t step)
+{
+    // Epoch e visits the whole set in the order of a Fisher-Yates shuffle seeded by (seed, e).
+    const auto n = static_cast<std::int64_t>(trainSet_.prompts.size());
+    std::vector<std::size_t> indices;
+    for (std::int64_t j = 0; j < config_.batch.promptsPerStep; ++j) {
+        const std::int64_t global = (step - 1) * config_.batch.promptsPerStep + j;
+        const std::int64_t epoch = global / n;
+        auto found = epochOrders_.find(epoch);
+        if (found == epochOrders_.end()) {
+            std::vector<std::size_t> order(static_cast<std::size_t>(n));
+            for (std::size_t i = 0; i < order.size(); ++i) {
+                order[i] = i;
+            }
+            SplitMix64 generator(mixSeed(config_.seed, 0x6570637ull, static_cast<std::uint64_t>(epoch)));
+            for (std::size_t i = order.size(); i > 1; --i) {
+                std::swap(order[i - 1], order[generator.below(i)]);
+            }
+            found = epochOrders_.emplace(epoch, std::move(order)).first;
+            if (epochOrders_.size() > 4) {
+                epochOrders_.erase(epochOrders_.begin());
+            }
+        }
+        indices.push_back(found->second[static_cast<std::size_t>(global % n)]);
+    }
+    return indices;
+}
+
+std::vector<engine::GenerationRequest> Session::batchRequests(std::int64_t step, std::vector<std::size_t>& promptIndex)
+{
+    const std::vector<std::size_t> prompts = batchPromptIndices(step);
+    std::vector<engine::GenerationRequest> requests;
+    promptIndex.clear();
+    for (std::size_t j = 0; j < prompts.size(); ++j) {
+        for (std::int64_t r = 0; r < config_.batch.samplesPerPrompt; ++r) {
+            engine::GenerationRequest request;
+            request.prompt = trainIds_[prompts[j]];
+            request.seed = mixSeed(config_.seed, static_cast<std::uint64_t>(step),
+                static_cast<std::uint64_t>(requests.size()));
+            requests.push_back(std::move(request));
+            promptIndex.push_back(prompts[j]);
+        }
+    }
+    return requests;
+}
+
+std::unique_ptr<engine::Engine> Session::makeRolloutEngine() const
+{
+    engine::EngineOptions options;
+    options.precision = engine::EnginePrecision::Bf16Reference;
+    auto rolloutEngine = std::make_unique<engine::Engine>(modelConfig_, weights_.clone(), plan_, options);
+    rolloutEngine->setTokenizer(tokenizer_.get());
+    return rolloutEngine;
+}
+
+Rollout Session::produce(std::int64_t step, engine::Engine& rolloutEngine, std::int64_t& syncedVersion,
+    const model::TransformerWeights& versionWeights)
+{
+    try {
+        return produceUnchecked(step, rolloutEngine, syncedVersion, versionWeights);
+    } catch (const CancelledError&) {
+        throw;
+    } catch (const std::exception& error) {
+        throw Error("step " + std::to_string(step) + ": the rollout with weight version "
+            + std::to_string(rolloutVersion(step)) + " failed: " + error.what());
+    }
+}
+
+Rollout Session::produceUnchecked(std::int64_t step, engine::Engine& rolloutEngine, std::int64_t& syncedVersion,
+    const model::TransformerWeights& versionWeights)
+{
+    Rollout rollout;
+    rollout.step = step;
+    rollout.version = rolloutVersion(step);
+    const Clock::time_point start = Clock::now();
+    if (syncedVersion != rollout.version) {
+        // A weight sync. The noise is drawn afresh for every version (seeded by the run's noise seed and the
+        // version), as an engine whose error is not a fixed offset.
+        const auto& noise = config_.rollout.noise;
+        rolloutEngine.syncWeights(noise.sigma > 0.0
+                ? engine::addWeightNoise(versionWeights, noise.sigma,
+                    mixSeed(noise.seed, 0x6e6f697365ull, static_cast<std::uint64_t>(rollout.version)), noise.modules)
+                : versionWeights.clone());
+        syncedVersion = rollout.version;
+    }
+    rollout.requests = batchRequests(step, rollout.promptIndex);
+    {
+        at::NoGradGuard noGrad;
+        rollout.generations = rolloutEngine.generate(rollout.requests, sampling_);
+    }
+    engine::throwIfRejected(rollout.generations);
+    for (const auto& generation : rollout.generations) {
+        rollout.tokens += static_cast<std::int64_t>(generation.tokens.size());
+    }
+    rollout.rolloutSeconds = secondsSince(start);
+    if (usesTeacher(config_.objective.kind)) {
+        const Clock::time_point teacherStart = Clock::now();
+        std::vector<std::vector<std::int64_t>> prompts;
+        std::vector<std::vector<std::int64_t>> responses;
+        for (std::size_t i = 0; i < rollout.requests.size(); ++i) {
+            prompts.push_back(rollout.requests[i].prompt);
+            responses.push_back(rollout.generations[i].tokens);
+        }
+        at::NoGradGuard noGrad;
+        engine::ScoreOptions scoring;
+        scoring.batchSize = 64;
+        rollout.teacherLogProbs = engine::scoreSequences(*teacher_, prompts, responses, scoring);
+        rollout.teacherSeconds = secondsSince(teacherStart);
+    }
+    return rollout;
+}
+
+store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
+    const std::vector<at::Tensor>& parameters, model::Transformer& student, double& bf16Unit, double wallOffset,
+    Clock::time_point start)
+{
+    const std::int64_t step = rollout.step;
+    const Clock::time_point trainStart = Clock::now();
+    const auto batch = static_cast<std::int64_t>(rollout.requests.size());
+
+    // Right-padded [B, L] batch of prompt + response; row index of the logits predicting each response token.
+    std::int64_t longest = 0;
+    for (std::int64_t b = 0; b < batch; ++b) {
+        longest = std::max<std::int64_t>(longest,
+            static_cast<std::int64_t>(rollout.requests[b].prompt.size() + rollout.generations[b].tokens.size()));
+    }
+    at::Tensor ids = at::zeros({batch, longest}, at::kLong);
+    at::Tensor mask = at::zeros({batch, longest}, at::kLong);
+    std::vector<std::int64_t> rows;
+    std::vector<std::int64_t> sequenceOf;
+    std::vector<std::int64_t> sampled;
+    std::vector<double> engineLogProbs;
+    auto* idData = ids.data_ptr<std::int64_t>();
+    auto* maskData = mask.data_ptr<std::int64_t>();
+    for (std::int64_t b = 0; b < batch; ++b) {
+        const auto& prompt = rollout.requests[b].prompt;
+        const auto& generation = rollout.generations[b];
+        std::int64_t t = 0;
+        for (const std::int64_t id : prompt) {
+            idData[b * longest + t] = id;
+            maskData[b * longest + t] = 1;
+            ++t;
+        }
+        for (std::size_t r = 0; r < generation.tokens.size(); ++r) {
+            idData[b * longest + t] = generation.tokens[r];
+            maskData[b * longest + t] = 1;
+            rows.push_back(b * longest + t - 1);
+            sequenceOf.push_back(b);
+            sampled.push_back(generation.tokens[r]);
+            engineLogProbs.push_back(generation.logProbs[r]);
+            ++t;
+        }
+    }
+    const auto tokens = static_cast<std::int64_t>(rows.size());
+    const std::int64_t vocab = modelConfig_.vocabSize;
+    const at::Tensor rowIndex = at::tensor(rows, at::kLong);
+    const at::Tensor realTokens = at::ones({tokens}, at::kBool);
+    EngineTokens engineTokens;
+    engineTokens.sampled = at::tensor(sampled, at::kLong);
+    engineTokens.logProbs = at::tensor(engineLogProbs, at::kDouble);
+
+    // Rewards: exact-match answers of the rollouts (the verifiable reward of REINFORCE and GRPO).
+    std::vector<double> rewards;
+    for (std::int64_t b = 0; b < batch; ++b) {
+        const io::Prompt& prompt = trainSet_.prompts[rollout.promptIndex[static_cast<std::size_t>(b)]];
+        const std::string text = tokenizer_->decode(rollout.generations[b].tokens, true);
+        rewards.push_back(!prompt.answer.empty() && io::verifyAnswer(text, prompt.answer) ? 1.0 : 0.0);
+    }
+    const at::Tensor rewardTensor = at::tensor(rewards, at::kDouble);
+
+    const at::Tensor logits = student.forward(ids, mask); // [B, L, V], FP32, with gradients
+    const at::Tensor studentLogits = logits.reshape({batch * longest, vocab}).index_select(0, rowIndex);
+
+    CorrectionOptions correction;
+    correction.kind = config_.correction.kind == CorrectionKind::Tis
+        ? CorrectionOptions::Tis
+        : (config_.correction.kind == CorrectionKind::Mis ? CorrectionOptions::Mis : CorrectionOptions::None);
+    correction.cap = config_.correction.cap;
+    at::Tensor teacherLogProbs;
+    if (usesTeacher(config_.objective.kind)) {
+        teacherLogProbs = at::cat(rollout.teacherLogProbs, 0);
+    }
+    ObjectiveResult result;
+    switch (config_.objective.kind) {
+    case Objective::OpdFullKl:
+        result = opdFullKl(studentLogits, teacherLogProbs, realTokens, engineTokens, correction);
+        break;
+    case Objective::OpdK1:
+        result = opdK1(studentLogits, teacherLogProbs, realTokens, engineTokens, correction);
+        break;
+    case Objective::OpdK3:
+        result = opdK3(studentLogits, teacherLogProbs, realTokens, engineTokens, correction);
+        break;
+    case Objective::OpdTopK:
+        result = opdTopK(studentLogits, teacherLogProbs, realTokens, config_.objective.topK, engineTokens, correction);
+        break;
+    case Objective::Reinforce:
+        result = reinforce(studentLogits, realTokens, at::tensor(sequenceOf, at::kLong), rewardTensor, engineTokens,
+            correction);
+        break;
+    case Objective::Grpo: {
+        GrpoOptions grpoOptions;
+        grpoOptions.groupSize = config_.batch.samplesPerPrompt;
+        result = grpo(studentLogits, realTokens, at::tensor(sequenceOf, at::kLong), rewardTensor, engineTokens,
+            grpoOptions);
+        break;
+    }
+    }
+    const double lossValue = result.loss.item<double>();
+    if (!std::isfinite(lossValue)) {
+        throw Error("step " + std::to_string(step) + ": the " + toString(config_.objective.kind)
+            + " loss is not finite (" + std::to_string(lossValue)
+            + "); the student's logits or the teacher's log-probabilities hold NaN or infinite values");
+    }
+    result.loss.backward();
+    double gradientNorm = 0.0;
+    if (config_.optimizer.gradientClip > 0.0) {
+        gradientNorm = clipGradientNorm(parameters, config_.optimizer.gradientClip);
+    } else {
+        double squares = 0.0;
+        for (const at::Tensor& parameter : parameters) {
+            if (parameter.grad().defined()) {
+                squares += parameter.grad().to(at::kDouble).pow(2).sum().item<double>();
+            }
+        }
+        gradientNorm = std::sqrt(squares);
+    }
+    if (!std::isfinite(gradientNorm)) {
+        throw Error("step " + std::to_string(step) + ": the gradient norm is not finite; training stopped before "
+            "the update so that no NaN reaches the weights");
+    }
+    const double learningRate = warmupCosineLearningRate(
+        step - 1, config_.optimizer.warmupSteps, config_.steps, config_.optimizer.learningRate);
+    optimizer.step(learningRate);
+    optimizer.zeroGrad();
+    for (const std::string& name : weights_.names()) {
+        const std::string problem = nonFiniteSummary(weights_.get(name));
+        if (!problem.empty()) {
+            throw Error("step " + std::to_string(step) + ": after the optimizer update the weights are not finite: "
+                + name + " holds " + problem + " (learning rate " + std::to_string(learningRate)
+                + "); the run stops before anything of this step is stored");
+        }
+    }
+
+    // Mismatch of the step: the engine's mu against the trainer's pi_theta (before this update) at the rollout
+    // temperature, on the engine's own prefixes.
+    double klMean = 0.0;
+    double k1Mean = 0.0;
+    double k3Mean = 0.0;
+    {
+        at::NoGradGuard noGrad;
+        std::vector<at::Tensor> mus;
+        for (const auto& generation : rollout.generations) {
+            mus.push_back(generation.distributions);
+        }
+        const at::Tensor piLogProbs = at::log_softmax(studentLogits.detach().to(at::kDouble) / measureTemperature_, -1);
+        const metrics::TokenMismatch m = metrics::tokenMismatch(at::cat(mus, 0), piLogProbs, engineTokens.sampled);
+        klMean = m.kl.mean().item<double>();
+        k1Mean = m.k1.mean().item<double>();
+        k3Mean = m.k3.mean().item<double>();
+    }
+    if (!std::isfinite(klMean) || !std::isfinite(k1Mean) || !std::isfinite(k3Mean)) {
+        throw Error("step " + std::to_string(step) + ": the mismatch is not finite (KL " + std::to_string(klMean)
+            + "); the engine's or the trainer's distributions hold NaN or infinite values");
+    }
+    const double trainSeconds = secondsSince(trainStart);
+
+    // The BF16 unit: the plain BF16 engine at the trainer's weights before this update, same prompts and seeds.
+    const std::int64_t unitEvery = config_.evaluation.bf16UnitEvery;
+    double unitSeconds = 0.0;
+    const bool measureUnit = step == 1 || bf16Unit <= 0.0 || (unitEvery > 0 && (step - 1) % unitEvery == 0);
+    if (measureUnit) {
+        const Clock::time_point unitStart = Clock::now();
+        if (rolloutIsBf16Engine()) {
+            bf16Unit = klMean; // this rollout is the BF16 engine at the current weights
+        } else {
+            // The weights before this step's update are the version published last (step - 1).
+            auto before = versions_.snapshot();
+            const auto found = before.find(step - 1);
+            engine::EngineOptions engineOptions;
+            engineOptions.precision = engine::EnginePrecision::Bf16Reference;
+            engine::Engine bf16Engine(modelConfig_, found->second, std::nullopt, engineOptions);
+            const model::Transformer trainer(modelConfig_, found->second);
+            engine::MismatchOptions measureOptions;
+            measureOptions.sampling = sampling_;
+            measureOptions.batchSize = 64;
+            at::NoGradGuard noGrad;
+            bf16Unit = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
+        }
+        unitSeconds = secondsSince(unitStart);
+    }
+
+    store::StepMetrics metrics;
+    metrics.step = step;
+    metrics.mismatchKl = klMean;
+    metrics.k1 = k1Mean;
+    metrics.k3 = k3Mean;
+    if (bf16Unit > 0.0) {
+        metrics.bf16Multiple = klMean / bf16Unit;
+    }
+    metrics.loss = lossValue;
+    double rewardMean = 0.0;
+    for (const double r : rewards) {
+        rewardMean += r;
+    }
+    rewardMean /= static_cast<double>(std::max<std::int64_t>(1, batch));
+    if (!usesTeacher(config_.objective.kind)) {
+        metrics.reward = rewardMean;
+    }
+    metrics.accuracy = rewardMean;
+    metrics.entropy = result.studentEntropy;
+    metrics.staleness = step - 1 - rollout.version;
+    metrics.rolloutTokensPerSecond
+        = rollout.rolloutSeconds > 0.0 ? static_cast<double>(rollout.tokens) / rollout.rolloutSeconds : 0.0;
+    metrics.trainTokensPerSecond = trainSeconds > 0.0 ? static_cast<double>(tokens) / trainSeconds : 0.0;
+    metrics.wallTimeSeconds = wallOffset + secondsSince(start);
+    nlohmann::json extras = {{"learning_rate", learningRate}, {"gradient_norm", gradientNorm},
+        {"objective_kl", result.meanKl}, {"correction_weight_mean", result.meanWeight},
+        {"clipped_fraction", result.clippedFraction}, {"tokens", tokens}, {"sequences", batch},
+        {"weight_version", rollout.version}, {"rollout_seconds", rollout.rolloutSeconds},
+        {"teacher_seconds", rollout.teacherSeconds}, {"train_seconds", trainSeconds},
+        {"response_length_mean", static_cast<double>(tokens) / static_cast<double>(std::max<std::int64_t>(1, batch))},
+        {"bf16_unit", bf16Unit}, {"bf16_unit_measured", measureUnit}, {"bf16_unit_seconds", unitSeconds}};
+    metrics.extrasJson = extras.dump();
+    return metrics;
+}
+
+void Session::evaluate(store::RunStore& store, std::int64_t runId, std::int64_t step,
+    const model::Transformer& student, Progress& progress, const TrainOptions& options, TrainResult& result)
+{
+    if (!evalSet_ || !teacher_) {
+        return;
+    }
+    progress.setStage("evaluating step " + std::to_string(step));
+    QualityOptions quality;
+    quality.count = config_.evaluation.count;
+    quality.maxTokens = config_.evaluation.maxTokens;
+    quality.temperature = config_.rollout.sampling.temperature;
+    quality.seed = mixSeed(config_.seed, 0x6576616cull);
+    at::NoGradGuard noGrad;
+    const QualityResult evaluation = evaluateQuality(student, *teacher_, *evalSet_, quality, *tokenizer_);
+    if (!evalSetId_) {
+        store::PromptSetRecord record;
+        record.name = evalSet_->name;
+        record.path = fs::absolute(config_.evaluation.prompts).string();
+        record.promptCount = static_cast<std::int64_t>(evalSet_->prompts.size());
+        evalSetId_ = store.addPromptSet(record);
+    }
+    store::addEvaluation(store, runId, step, evalSetId_, evaluation.problems);
+    result.finalQuality = evaluation.quality;
+    result.finalAccuracy = evaluation.accuracy;
+    if (options.onEvaluation) {
+        store::EvaluationSummary summary;
+        summary.runId = runId;
+        summary.step = step;
+        summary.promptSetId = evalSetId_;
+        summary.quality = evaluation.quality;
+        summary.accuracy = evaluation.accuracy;
+        summary.problemCount = static_cast<std::int64_t>(evaluation.problems.size());
+        options.onEvaluation(summary);
+    }
+}
+
+void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, double bf16Unit,
+    double wallSeconds, TrainResult& result)
+{
+    const fs::path root(checkpointDirectory(workspace_, runId));
+    const fs::path target = root / stepDirectoryName(step);
+    const fs::path staging = root / (stepDirectoryName(step) + ".tmp");
+    fs::remove_all(staging);
+    fs::create_directories(staging);
+    writeTextFile(staging / "config.json", model::configToJson(modelConfig_));
+    fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
+        fs::copy_options::overwrite_existing);
+    model::saveWeights(staging.string(), weights_.clone(), model::DType::F32);
+    model::writeSafetensors((staging / "optimizer.safetensors").string(), optimizer.state());
+    // The versions the next steps' rollouts use: max(0, step - k) .. step - 1 (step itself is the model).
+    std::vector<std::pair<std::string, at::Tensor>> history;
+    std::vector<std::int64_t> historyVersions;
+    for (const auto& [version, weights] : versions_.snapshot()) {
+        if (version >= step || version < step - config_.rollout.staleness) {
+            continue;
+        }
+        historyVersions.push_back(version);
+        for (const auto& [name, tensor] : weights.named()) {
+            history.emplace_back("v" + std::to_string(version) + "/" + name, tensor);
+        }
+    }
+    if (!history.empty()) {
+        model::writeSafetensors((staging / "history.safetensors").string(), history);
+    }
+    nlohmann::json state = {{"run_id", runId}, {"step", step}, {"optimizer_steps", optimizer.stepCount()},
+        {"bf16_unit", bf16Unit}, {"wall_time_s", wallSeconds}, {"history_versions", historyVersions},
+        {"tool_version", kVersion}};
+    writeTextFile(staging / "state.json", state.dump(2) + "\n");
+    fs::remove_all(target);
+    fs::rename(staging, target);
+    result.lastCheckpoint = target.string();
+    // Older checkpoints are kept: a resumable run needs only the newest, but earlier ones are student
+    // checkpoints that admission checks and calibrations can use.
+}
+
+std::int64_t Session::loadCheckpoint(const fs::path& directory)
+{
+    const nlohmann::json state = nlohmann::json::parse(readTextFile(directory / "state.json"));
+    const std::int64_t step = state.at("step").get<std::int64_t>();
+    model::TransformerWeights restored = model::loadWeights(directory.string(), modelConfig_);
+    for (const std::string& name : weights_.names()) {
+        weights_.set(name, restored.get(name).clone());
+    }
+    const auto optimizerFile = model::SafetensorsFile::open((directory / "optimizer.safetensors").string());
+    optimizerState_.clear();
+    for (const auto& info : optimizerFile->tensors()) {
+        optimizerState_.emplace_back(info.name, optimizerFile->load(info.name));
+    }
+    const std::vector<std::int64_t> historyVersions = state.at("history_versions").get<std::vector<std::int64_t>>();
+    if (!historyVersions.empty()) {
+        const auto historyFile = model::SafetensorsFile::open((directory / "history.safetensors").string());
+        for (const std::int64_t version : historyVersions) {
+            model::TransformerWeights snapshot;
+            for (const std::string& name : weights_.names()) {
+                snapshot.set(name, historyFile->load("v" + std::to_string(version) + "/" + name));
+            }
+            versions_.publish(version, std::move(snapshot));
+        }
+    }
+    restoredBf16Unit_ = state.at("bf16_unit").get<double>();
+    restoredWallSeconds_ = state.at("wall_time_s").get<double>();
+    return step;
+}
+
+TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& progress, const TrainOptions& options,
+    std::int64_t resumedFrom)
+{
+    TrainResult result;
+    result.runId = runId;
+    result.resumedFromStep = resumedFrom;
+    const Clock::time_point start = Clock::now();
+    const double wallOffset = resumedFrom > 0 ? restoredWallSeconds_ : 0.0;
+    double bf16Unit = resumedFrom > 0 ? restoredBf16Unit_ : 0.0;
+
+    std::vector<at::Tensor> parameters = weights_.parameters();
+    AdamWOptions adamOptions;
+    adamOptions.learningRate = config_.optimizer.learningRate;
+    adamOptions.beta1 = config_.optimizer.beta1;
+    adamOptions.beta2 = config_.optimizer.beta2;
+    adamOptions.weightDecay = config_.optimizer.weightDecay;
+    AdamW optimizer(parameters, adamOptions);
+    if (resumedFrom > 0) {
+        optimizer.loadState(optimizerState_);
+    }
+    model::Transformer student(modelConfig_, weights_);
+    versions_.publish(resumedFrom, weights_.clone());
+
+    if (resumedFrom == 0) {
+        evaluate(store, runId, 0, student, progress, options, result);
+    }
+
+    std::atomic<bool> stop{false};
+    std::unique_ptr<RolloutQueue> queue;
+    std::thread producer;
+    std::unique_ptr<engine::Engine> rolloutEngine = makeRolloutEngine();
+    std::int64_t syncedVersion = -1;
+    const std::int64_t first = resumedFrom + 1;
+    const std::int64_t last = options.stopAfterSteps > 0
+        ? std::min(config_.steps, resumedFrom + options.stopAfterSteps)
+        : config_.steps;
+    if (config_.rollout.asynchronous && first <= last) {
+        queue = std::make_unique<RolloutQueue>(static_cast<std::size_t>(config_.rollout.staleness));
+        producer = std::thread([this, &stop, &queue, &rolloutEngine, &syncedVersion, first, last] {
+            at::set_num_threads(threads_);
+            try {
+                for (std::int64_t step = first; step <= last && !stop.load(); ++step) {
+                    std::optional<model::TransformerWeights> weights = versions_.wait(rolloutVersion(step), stop);
+                    if (!weights) {
+                        return;
+                    }
+                    if (!queue->push(produce(step, *rolloutEngine, syncedVersion, *weights))) {
+                        return;
+                    }
+                }
+            } catch (...) {
+                queue->fail(std::current_exception());
+            }
+        });
+    }
+    const auto stopProducer = [&] {
+        if (producer.joinable()) {
+            stop.store(true);
+            versions_.wake();
+            queue->close();
+            producer.join();
+        }
+    };
+
+    try {
+        for (std::int64_t step = first; step <= last; ++step) {
+            progress.checkCancelled();
+            Rollout rollout;
+            if (queue) {
+                rollout = queue->pop();
+            } else {
+                const auto weights = versions_.snapshot();
+                rollout = produce(step, *rolloutEngine, syncedVersion, weights.at(rolloutVersion(step)));
+            }
+            const store::StepMetrics metrics
+                = trainStep(rollout, optimizer, parameters, student, bf16Unit, wallOffset, start);
+            versions_.publish(step, weights_.clone());
+            versions_.prune(step - config_.rollout.staleness - 1);
+            store.appendSteps(runId, {metrics});
+            ++result.stepsStored;
+            if (options.onStep) {
+                options.onStep(metrics);
+            }
+            char stage[160];
+            std::snprintf(stage, sizeof stage, "step %lld/%lld  loss %.4g  mismatch %.3g", static_cast<long long>(step),
+                static_cast<long long>(config_.steps), metrics.loss.value_or(0.0), metrics.mismatchKl.value_or(0.0));
+            progress.update(static_cast<double>(step) / static_cast<double>(config_.steps), stage);
+            const bool lastStep = step == config_.steps;
+            if (lastStep || (config_.evaluation.every > 0 && step % config_.evaluation.every == 0)) {
+                evaluate(store, runId, step, student, progress, options, result);
+            }
+            if (lastStep || (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0)) {
+                saveCheckpoint(runId, step, optimizer, bf16Unit, metrics.wallTimeSeconds.value_or(0.0), result);
+            }
+        }
+    } catch (...) {
+        stopProducer();
+        throw;
+    }
+    stopProducer();
+    result.wallSeconds = secondsSince(start);
+    const auto info = store.run(runId);
+    result.stepsStored = info ? info->stepCount : result.stepsStored;
+    return result;
+}
+
+TrainResult runSession(Session& session, store::RunStore& store, std::int64_t runId, Progress& progress,
+    const TrainOptions& options, std::int64_t resumedFrom)
+{
+    try {
+        TrainResult result = session.run(store, runId, progress, options, resumedFrom);
+        const auto info = store.run(runId);
+        if (info && info->lastStep.value_or(0) >= session.config().steps) {
+            store.finishRun(runId, store::RunStatus::Finished);
+        }
+        return result;
+    } catch (const CancelledError&) {
+        store.finishRun(runId, store::RunStatus::Cancelled, "cancelled");
+        throw;
+    } catch (const std::exception& error) {
+        try {
+            store.finishRun(runId, store::RunStatus::Failed, error.what());
+        } catch (...) {
+            // The original error matters more than a failure to record it.
+        }
+        throw;
+    }
+}
+
+std::string workspaceOf(const store::RunStore& store, const TrainOptions& options)
+{
+    if (!options.workspaceDirectory.empty()) {
+        return options.workspaceDirectory;
+    }
+    return fs::absolute(fs::path(store.path())).parent_path().string();
+}
+
+// The newest complete checkpoint of a run (a step-N directory with state.json), or nullopt.
+std::optional<fs::path> newestCheckpoint(const std::string& directory)
+{
+    std::error_code ec;
+    if (!fs::is_directory(directory, ec)) {
+        return std::nullopt;
+    }
+    std::optional<fs::path> newest;
+    for (const auto& entry : fs::directory_iterator(directory)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("step-", 0) != 0 || name.find(".tmp") != std::string::npos
+            || !fs::exists(entry.path() / "state.json")) {
+            continue;
+        }
+        if (!newest || name > newest->filename().string()) {
+            newest = entry.path();
+        }
+    }
+    return newest;
+}
+
+} // namespace
+
+std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId)
+{
+    return (fs::path(workspaceDirectory) / "checkpoints" / ("run-" + std::to_string(runId))).string();
+}
+
+TrainResult runTraining(const RunConfig& config, store::RunStore& store, Progress& progress, const TrainOptions& options)
+{
+    progress.update(0.0, "loading models");
+    Session session(config, workspaceOf(store, options));
+    store::ModelRecord model;
+    model.name = fs::path(config.student).filename().string();
+    model.path = fs::absolute(config.student).string();
+    model.architecture = model::toString(session.modelConfig().architecture);
+    model.parameterCount = session.parameterCount();
+    model.configJson = nlohmann::json::parse(model::configToJson(session.modelConfig())).dump();
+    store::RunSpec spec;
+    spec.name = config.name;
+    spec.kind = "train";
+    spec.configJson = runConfigToJson(config);
+    spec.modelId = store.addModel(model);
+    const std::int64_t runId = store.beginRun(spec);
+    return runSession(session, store, runId, progress, options, 0);
+}
+
+TrainResult resumeTraining(std::int64_t runId, store::RunStore& store, Progress& progress, const TrainOptions& options)
+{
+    const auto info = store.run(runId);
+    if (!info) {
+        throw StoreError(store.path(), "has no run with id " + std::to_string(runId) + " (see `mismatch store runs`)");
+    }
+    if (info->kind != "train") {
+        throw StoreError(store.path(), "run " + std::to_string(runId) + " (" + info->name + ") is a '" + info->kind
+            + "' run, not a training run");
+    }
+    if (info->status == store::RunStatus::Finished) {
+        throw StoreError(store.path(), "run " + std::to_string(runId) + " (" + info->name
+            + ") has finished; there is nothing to resume");
+    }
+    const RunConfig config = parseRunConfig(info->configJson,
+        store.path() + " (run " + std::to_string(runId) + " configuration)", fs::path(store.path()).parent_path().string());
+    progress.update(0.0, "loading models");
+    const std::string workspace = workspaceOf(store, options);
+    Session session(config, workspace);
+    const std::string directory = checkpointDirectory(workspace, runId);
+    std::int64_t resumedFrom = 0;
+    if (const auto checkpoint = newestCheckpoint(directory)) {
+        resumedFrom = session.loadCheckpoint(*checkpoint);
+    }
+    // Unfinished checkpoint writes of the killed process.
+    std::error_code ec;
+    if (fs::is_directory(directory, ec)) {
+        for (const auto& entry : fs::directory_iterator(directory)) {
+            if (entry.path().extension() == ".tmp") {
+                fs::remove_all(entry.path(), ec);
+            }
+        }
+    }
+    // Steps and evaluations after the checkpoint are computed again (identically: every draw is a function of
+    // the seed and the step); a run without a checkpoint starts over, its step-0 evaluation included.
+    store.reopenRun(runId, resumedFrom > 0 ? resumedFrom : -1);
+    return runSession(session, store, runId, progress, options, resumedFrom);
+}
+
+} // namespace mismatch::train

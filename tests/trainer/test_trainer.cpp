@@ -1,0 +1,616 @@
+// The training loop on tiny random models: the OPD gradient through the whole model against central finite
+// differences (float64), the asynchronous loop against the synchronous one (k = 0 and k = 2, bit for bit),
+// resume after a stop and after SIGKILL (nothing lost or duplicated, the same results as an uninterrupted
+// run), cancellation, numerical faults, the stored measures, and time to quality.
+#include "core/common/error.h"
+#include "core/common/progress.h"
+#include "core/engine/engine.h"
+#include "core/model/model_files.h"
+#include "core/model/safetensors.h"
+#include "core/model/transformer.h"
+#include "core/store/evaluation_store.h"
+#include "core/store/run_store.h"
+#include "core/store/sqlite_util.h"
+#include "core/train/objectives.h"
+#include "core/train/quality.h"
+#include "core/train/run_config.h"
+#include "core/train/trainer.h"
+#include "core/train/zoo.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+using namespace mismatch;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kGradientTolerance = 1e-6; // relative, float64 central differences with h = 1e-6
+constexpr const char* kResources = MISMATCH_SOURCE_DIR "/resources";
+
+// A small model pair over the demo tokenizer: a random student and a sharper random teacher.
+struct TinyPair {
+    QTemporaryDir dir;
+    std::string student;
+    std::string teacher;
+    TinyPair()
+    {
+        student = (fs::path(dir.path().toStdString()) / "student").string();
+        teacher = (fs::path(dir.path().toStdString()) / "teacher").string();
+        const model::ModelConfig small = train::demoModelConfig(32, 2, 2, 1, 64);
+        train::writeDemoModelDirectory(student, small, model::randomWeights(small, 11, 0.05));
+        const model::ModelConfig larger = train::demoModelConfig(48, 2, 4, 2, 96);
+        train::writeDemoModelDirectory(teacher, larger, model::randomWeights(larger, 12, 0.3));
+    }
+};
+
+std::string writeRunFile(const std::string& directory, const std::string& name, const std::string& body)
+{
+    const std::string path = (fs::path(directory) / (name + ".yaml")).string();
+    std::ofstream out(path);
+    out << body;
+    return path;
+}
+
+std::string runBody(const TinyPair& pair, const std::string& extra)
+{
+    return "student: " + pair.student + "\nteacher: " + pair.teacher + "\nprompts: " + std::string(kResources)
+        + "/prompts/arith-train.jsonl\n" + "optimizer: {learning_rate: 3.0e-3, warmup_steps: 1}\n"
+        + "batch: {prompts_per_step: 4}\nseed: 5\n" + extra;
+}
+
+std::string baseRollout(const std::string& more = "")
+{
+    return "rollout:\n  sampling: {temperature: 1.0, max_tokens: 6, seed: 3}\n" + more;
+}
+
+std::string evaluation(int every)
+{
+    return "evaluation: {every: " + std::to_string(every) + ", prompts: " + std::string(kResources)
+        + "/prompts/arith-heldout.jsonl, count: 6, max_tokens: 6, bf16_unit_every: 2}\n";
+}
+
+// What must agree between two runs of the same configuration (timing columns excluded).
+struct StepValues {
+    std::int64_t step = 0;
+    double kl = 0, k1 = 0, k3 = 0, loss = 0, entropy = 0, accuracy = 0;
+    std::optional<double> bf16Multiple;
+    std::int64_t staleness = 0;
+    std::int64_t version = 0;
+    bool operator==(const StepValues& o) const
+    {
+        return step == o.step && kl == o.kl && k1 == o.k1 && k3 == o.k3 && loss == o.loss && entropy == o.entropy
+            && accuracy == o.accuracy && bf16Multiple == o.bf16Multiple && staleness == o.staleness
+            && version == o.version;
+    }
+};
+
+std::vector<StepValues> stepValues(const store::RunStore& store, std::int64_t runId)
+{
+    std::vector<StepValues> values;
+    for (const auto& m : store.stepsAfter(runId, 0)) {
+        StepValues v;
+        v.step = m.step;
+        v.kl = m.mismatchKl.value();
+        v.k1 = m.k1.value();
+        v.k3 = m.k3.value();
+        v.loss = m.loss.value();
+        v.entropy = m.entropy.value();
+        v.accuracy = m.accuracy.value();
+        v.bf16Multiple = m.bf16Multiple;
+        v.staleness = m.staleness.value();
+        v.version = nlohmann::json::parse(m.extrasJson).at("weight_version").get<std::int64_t>();
+        values.push_back(v);
+    }
+    return values;
+}
+
+std::vector<std::pair<std::int64_t, double>> evaluationValues(const store::RunStore& store, std::int64_t runId)
+{
+    std::vector<std::pair<std::int64_t, double>> values;
+    for (const auto& e : store::evaluations(store, runId)) {
+        values.emplace_back(e.step, e.quality);
+    }
+    return values;
+}
+
+at::Tensor checkpointTensor(const std::string& workspace, std::int64_t runId, std::int64_t step, const char* name)
+{
+    char directory[32];
+    std::snprintf(directory, sizeof directory, "step-%08lld", static_cast<long long>(step));
+    const auto file = model::SafetensorsFile::open(
+        (fs::path(train::checkpointDirectory(workspace, runId)) / directory / "model.safetensors").string());
+    return file->load(name);
+}
+
+void printSteps(const char* label, const std::vector<StepValues>& values)
+{
+    for (const auto& v : values) {
+        qInfo("%s step %lld: KL %.6g loss %.6g staleness %lld", label, static_cast<long long>(v.step), v.kl, v.loss,
+            static_cast<long long>(v.staleness));
+    }
+}
+
+} // namespace
+
+class TestTrainer : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void opdGradientThroughTheModelMatchesFiniteDifferences();
+    void storesEveryMeasureOfEveryStep();
+    void asynchronousWithoutStalenessEqualsSynchronous();
+    void asynchronousEqualsSynchronousAtTheSameStaleness();
+    void resumeAfterStopIsExact();
+    void resumeAfterSigkillLosesAndDuplicatesNothing();
+    void cancelStoresWhatWasDoneAndStaysResumable();
+    void nanWeightsFailTheRunWithAClearMessage();
+    void resumeErrors();
+    void mismatchedVocabulariesAreRejectedBeforeARunIsStored();
+    void rewardObjectivesRunOnTinyModels_data();
+    void rewardObjectivesRunOnTinyModels();
+    void timeToQualityReadsTheStoredRun();
+
+private:
+    TinyPair pair_;
+};
+
+void TestTrainer::initTestCase()
+{
+    at::set_num_threads(2);
+}
+
+void TestTrainer::opdGradientThroughTheModelMatchesFiniteDifferences()
+{
+    // loss(theta) = token mean of KL(p_student || p_teacher) on fixed sequences, all in float64; its autograd
+    // gradient against central differences on entries of several tensors.
+    const model::ModelConfig config = train::demoModelConfig(16, 1, 2, 1, 24);
+    model::TransformerWeights weights = model::randomWeights(config, 3, 0.2).to(at::kDouble);
+    const model::TransformerWeights teacherWeights = model::randomWeights(config, 4, 0.5).to(at::kDouble);
+    const model::Transformer teacher(config, teacherWeights);
+    const at::Tensor ids = at::tensor(std::vector<std::int64_t> {81, 58, 49, 43, 50, 10, 49, 61, 55, 59}, at::kLong)
+                               .reshape({2, 5});
+    const at::Tensor mask = at::ones({2, 5}, at::kLong);
+    // Everything in float64: a float32 forward would round the h = 1e-6 perturbations away.
+    model::ForwardOptions float64;
+    float64.compute = at::kDouble;
+    const at::Tensor teacherLogProbs = at::log_softmax(teacher.forward(ids, mask, float64), -1).reshape({10, -1});
+    const at::Tensor real = at::ones({10}, at::kBool);
+    const auto lossOf = [&](const model::TransformerWeights& w) {
+        const model::Transformer student(config, w);
+        const at::Tensor logits = student.forward(ids, mask, float64).reshape({10, -1});
+        Q_ASSERT(logits.scalar_type() == at::kDouble);
+        return train::opdFullKl(logits, teacherLogProbs, real).loss;
+    };
+    std::vector<at::Tensor> parameters = weights.parameters();
+    lossOf(weights).backward();
+    const std::vector<std::string> names
+        = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight", "model.norm.weight",
+            "model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.bias"};
+    int checked = 0;
+    for (const std::string& name : names) {
+        const at::Tensor parameter = weights.get(name);
+        const at::Tensor gradient = parameter.grad().reshape({-1});
+        for (const std::int64_t index : {std::int64_t(0), parameter.numel() / 2, parameter.numel() - 1}) {
+            const double h = 1e-6;
+            model::TransformerWeights plus = weights.clone();
+            model::TransformerWeights minus = weights.clone();
+            plus.get(name).reshape({-1})[index] += h;
+            minus.get(name).reshape({-1})[index] -= h;
+            const double numeric = (lossOf(plus).item<double>() - lossOf(minus).item<double>()) / (2 * h);
+            const double analytic = gradient[index].item<double>();
+            const double scale = std::max(1e-3, std::abs(numeric));
+            QVERIFY2(std::abs(analytic - numeric) / scale < kGradientTolerance,
+                qPrintable(QString::fromStdString(name) + "[" + QString::number(index) + "]: autograd "
+                    + QString::number(analytic, 'g', 12) + " vs finite differences " + QString::number(numeric, 'g', 12)));
+            ++checked;
+        }
+    }
+    QCOMPARE(checked, 15);
+}
+
+void TestTrainer::storesEveryMeasureOfEveryStep()
+{
+    QTemporaryDir workspace;
+    store::RunStore store = store::RunStore::open(store::databasePath(workspace.path().toStdString()));
+    const train::RunConfig config = train::loadRunConfig(writeRunFile(workspace.path().toStdString(), "measures",
+        runBody(pair_, "steps: 4\n" + baseRollout("  recipe: " + std::string(kResources) + "/recipes/fp8-kv.yaml\n")
+                + evaluation(2) + "checkpoint: {every: 2}\n")));
+    Progress progress;
+    std::vector<std::int64_t> seen;
+    train::TrainOptions options;
+    options.onStep = [&seen](const store::StepMetrics& m) { seen.push_back(m.step); };
+    const train::TrainResult result = train::runTraining(config, store, progress, options);
+    QCOMPARE(seen, (std::vector<std::int64_t> {1, 2, 3, 4}));
+    QCOMPARE(result.stepsStored, std::int64_t(4));
+    const auto run = store.run(result.runId);
+    QVERIFY(run);
+    QVERIFY(run->status == store::RunStatus::Finished);
+    QCOMPARE(nlohmann::json::parse(run->configJson).at("rollout").at("recipe").get<std::string>(),
+        config.rollout.recipe);
+    for (const auto& m : store.stepsAfter(result.runId, 0)) {
+        for (const auto& value : {m.mismatchKl, m.k1, m.k3, m.bf16Multiple, m.loss, m.accuracy, m.entropy,
+                 m.rolloutTokensPerSecond, m.trainTokensPerSecond, m.wallTimeSeconds}) {
+            QVERIFY(value.has_value());
+            QVERIFY(std::isfinite(*value));
+        }
+        QVERIFY(*m.mismatchKl >= 0.0);
+        QVERIFY(*m.mismatchKl > 0.0); // an FP8 KV cache against the FP32 trainer cannot be exact
+        QVERIFY(*m.bf16Multiple > 0.0);
+        QCOMPARE(*m.staleness, std::int64_t(0));
+        QVERIFY(!m.reward.has_value()); // OPD: no reward; accuracy is the rollouts' exact-match rate
+        const auto extras = nlohmann::json::parse(m.extrasJson);
+        QCOMPARE(extras.at("weight_version").get<std::int64_t>(), m.step - 1);
+        // The multiple is the step's KL over the unit stored with it.
+        QVERIFY(std::abs(*m.bf16Multiple - *m.mismatchKl / extras.at("bf16_unit").get<double>()) < 1e-12 * *m.bf16Multiple);
+        QCOMPARE(extras.at("bf16_unit_measured").get<bool>(), m.step == 1 || m.step == 3);
+    }
+    // Evaluations at 0 (before training), 2 and 4, each with its 6 problems.
+    const auto evaluations = store::evaluations(store, result.runId);
+    QCOMPARE(evaluations.size(), std::size_t(3));
+    QCOMPARE(evaluations[0].step, std::int64_t(0));
+    QCOMPARE(evaluations[2].step, std::int64_t(4));
+    for (const auto& e : evaluations) {
+        QCOMPARE(e.problemCount, std::int64_t(6));
+        QVERIFY(e.quality > 0.0);
+    }
+    QCOMPARE(*result.finalQuality, evaluations.back().quality);
+    // Checkpoints at 2 and 4 are model directories.
+    for (const char* step : {"step-00000002", "step-00000004"}) {
+        const fs::path dir = fs::path(train::checkpointDirectory(workspace.path().toStdString(), result.runId)) / step;
+        QVERIFY2(fs::exists(dir / "optimizer.safetensors"), dir.c_str());
+        QCOMPARE(model::openModelDirectory(dir.string()).config.hiddenSize, std::int64_t(32));
+    }
+}
+
+void TestTrainer::asynchronousWithoutStalenessEqualsSynchronous()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    const train::TrainResult sync = train::runTraining(
+        train::loadRunConfig(writeRunFile(ws, "sync", runBody(pair_, "steps: 5\n" + baseRollout() + evaluation(5)))),
+        store, progress);
+    const train::TrainResult async = train::runTraining(train::loadRunConfig(writeRunFile(ws, "async",
+                                                            runBody(pair_, "steps: 5\n" + baseRollout("  asynchronous: true\n")
+                                                                    + evaluation(5)))),
+        store, progress);
+    const auto a = stepValues(store, sync.runId);
+    const auto b = stepValues(store, async.runId);
+    printSteps("sync", a);
+    QCOMPARE(a.size(), std::size_t(5));
+    QVERIFY(a == b);
+    QVERIFY(evaluationValues(store, sync.runId) == evaluationValues(store, async.runId));
+    QVERIFY(at::equal(checkpointTensor(ws, sync.runId, 5, "model.layers.1.mlp.up_proj.weight"),
+        checkpointTensor(ws, async.runId, 5, "model.layers.1.mlp.up_proj.weight")));
+    // Training moved the weights.
+    QVERIFY(!at::equal(checkpointTensor(ws, sync.runId, 5, "model.layers.1.mlp.up_proj.weight"),
+        model::loadWeights(pair_.student, model::openModelDirectory(pair_.student).config)
+            .get("model.layers.1.mlp.up_proj.weight")));
+}
+
+void TestTrainer::asynchronousEqualsSynchronousAtTheSameStaleness()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    const std::string noise = "  noise: {sigma: 0.05, seed: 9}\n";
+    const train::TrainResult sync = train::runTraining(train::loadRunConfig(writeRunFile(ws, "sync2",
+                                                           runBody(pair_, "steps: 6\n" + baseRollout("  staleness: 2\n" + noise)))),
+        store, progress);
+    const train::TrainResult async = train::runTraining(train::loadRunConfig(writeRunFile(ws, "async2",
+                                                            runBody(pair_, "steps: 6\n"
+                                                                    + baseRollout("  staleness: 2\n  asynchronous: true\n" + noise)))),
+        store, progress);
+    const auto a = stepValues(store, sync.runId);
+    const auto b = stepValues(store, async.runId);
+    printSteps("async k=2", b);
+    QVERIFY(a == b);
+    // Batch s was generated with weights max(0, s - 1 - 2): staleness min(2, s - 1).
+    for (const auto& v : b) {
+        QCOMPARE(v.version, std::max<std::int64_t>(0, v.step - 3));
+        QCOMPARE(v.staleness, std::min<std::int64_t>(2, v.step - 1));
+    }
+}
+
+void TestTrainer::resumeAfterStopIsExact()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    const std::string body = runBody(pair_, "steps: 8\n" + baseRollout("  staleness: 1\n  asynchronous: true\n")
+            + evaluation(2) + "checkpoint: {every: 3}\n");
+    const train::TrainResult whole = train::runTraining(train::loadRunConfig(writeRunFile(ws, "whole", body)), store, progress);
+
+    // Stop after 5 steps: checkpoint at 3, steps 4 and 5 and the evaluation at 4 stored after it.
+    train::TrainOptions stopEarly;
+    stopEarly.stopAfterSteps = 5;
+    const train::TrainResult first
+        = train::runTraining(train::loadRunConfig(writeRunFile(ws, "parts", body)), store, progress, stopEarly);
+    QCOMPARE(first.stepsStored, std::int64_t(5));
+    QVERIFY(store.run(first.runId)->status == store::RunStatus::Running);
+    const train::TrainResult rest = train::resumeTraining(first.runId, store, progress);
+    QCOMPARE(rest.resumedFromStep, std::int64_t(3));
+    QVERIFY(store.run(first.runId)->status == store::RunStatus::Finished);
+    const auto expected = stepValues(store, whole.runId);
+    const auto resumed = stepValues(store, first.runId);
+    QCOMPARE(resumed.size(), std::size_t(8));
+    QVERIFY(expected == resumed);
+    QVERIFY(evaluationValues(store, whole.runId) == evaluationValues(store, first.runId));
+    QCOMPARE(store::queryInt64(store.handle(),
+                 ("SELECT count(DISTINCT step) - count(*) FROM step_metrics WHERE run_id = " + std::to_string(first.runId))
+                     .c_str()),
+        std::int64_t(0));
+    QVERIFY(at::equal(checkpointTensor(ws, whole.runId, 8, "model.embed_tokens.weight"),
+        checkpointTensor(ws, first.runId, 8, "model.embed_tokens.weight")));
+}
+
+void TestTrainer::resumeAfterSigkillLosesAndDuplicatesNothing()
+{
+    // The CLI in a child process, killed with SIGKILL after its first checkpoint and later steps are stored,
+    // then resumed with `mismatch train --resume`; compared with an uninterrupted CLI run.
+    const QString binary = QStringLiteral(MISMATCH_BINARY_DIR "/app/mismatch");
+    QVERIFY2(QFileInfo::exists(binary), "the mismatch CLI is built with the tests");
+    QTemporaryDir files;
+    const std::string runFile = writeRunFile(files.path().toStdString(), "killed",
+        runBody(pair_, "steps: 30\n" + baseRollout() + evaluation(8) + "checkpoint: {every: 4}\n"));
+    const auto runCli = [&](const QString& workspace, const QStringList& arguments) {
+        QProcess process;
+        process.start(binary, QStringList {"--workspace", workspace, "--threads", "1"} + arguments);
+        QVERIFY(process.waitForFinished(120000));
+        QVERIFY2(process.exitCode() == 0, process.readAllStandardError().constData());
+    };
+    QTemporaryDir reference;
+    runCli(reference.path(), {"train", QString::fromStdString(runFile), "--quiet"});
+
+    QTemporaryDir killed;
+    const std::string ws = killed.path().toStdString();
+    int kills = 0;
+    QProcess process;
+    process.start(binary, {"--workspace", killed.path(), "--threads", "1", "train", QString::fromStdString(runFile), "--quiet"});
+    QVERIFY(process.waitForStarted());
+    // Wait until step 6 is stored (checkpoint 4 exists, steps 5-6 after it), then kill.
+    const std::string database = store::databasePath(ws);
+    QElapsedTimer timer;
+    timer.start();
+    std::int64_t stored = 0;
+    while (timer.elapsed() < 120000 && process.state() == QProcess::Running) {
+        if (fs::exists(database)) {
+            try {
+                const store::RunStore reader = store::RunStore::open(database, store::OpenMode::ReadOnly);
+                stored = store::queryInt64(reader.handle(), "SELECT count(*) FROM step_metrics");
+            } catch (const StoreError&) {
+                stored = 0; // the writer is still creating the schema
+            }
+        }
+        if (stored >= 6) {
+            ::kill(static_cast<pid_t>(process.processId()), SIGKILL);
+            ++kills;
+            break;
+        }
+        QThread::msleep(20);
+    }
+    process.waitForFinished(10000);
+    QCOMPARE(kills, 1);
+    QVERIFY(stored >= 6);
+    QVERIFY2(stored < 30, "the run finished before it could be killed; slow the run down");
+    {
+        const store::RunStore reader = store::RunStore::open(database, store::OpenMode::ReadOnly);
+        QVERIFY(reader.run(1)->status == store::RunStatus::Running); // killed: nobody marked it
+    }
+    runCli(killed.path(), {"train", "--resume", "1", "--quiet"});
+
+    const store::RunStore a = store::RunStore::open(store::databasePath(reference.path().toStdString()), store::OpenMode::ReadOnly);
+    const store::RunStore b = store::RunStore::open(database, store::OpenMode::ReadOnly);
+    QVERIFY(b.run(1)->status == store::RunStatus::Finished);
+    const auto expected = stepValues(a, 1);
+    const auto resumed = stepValues(b, 1);
+    QCOMPARE(resumed.size(), std::size_t(30));
+    QVERIFY(expected == resumed);
+    QVERIFY(evaluationValues(a, 1) == evaluationValues(b, 1));
+}
+
+void TestTrainer::cancelStoresWhatWasDoneAndStaysResumable()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    train::TrainOptions options;
+    options.onStep = [&progress](const store::StepMetrics& m) {
+        if (m.step == 3) {
+            progress.cancel();
+        }
+    };
+    const train::RunConfig config = train::loadRunConfig(writeRunFile(ws, "cancelled",
+        runBody(pair_, "steps: 6\n" + baseRollout("  staleness: 1\n  asynchronous: true\n") + "checkpoint: {every: 2}\n")));
+    QVERIFY_EXCEPTION_THROWN(train::runTraining(config, store, progress, options), CancelledError);
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), std::size_t(1));
+    QVERIFY(runs[0].status == store::RunStatus::Cancelled);
+    QCOMPARE(runs[0].stepCount, std::int64_t(3));
+    Progress fresh;
+    const train::TrainResult rest = train::resumeTraining(runs[0].id, store, fresh);
+    QCOMPARE(rest.resumedFromStep, std::int64_t(2));
+    QCOMPARE(store.run(runs[0].id)->stepCount, std::int64_t(6));
+    QVERIFY(store.run(runs[0].id)->status == store::RunStatus::Finished);
+}
+
+void TestTrainer::nanWeightsFailTheRunWithAClearMessage()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    const model::ModelConfig config = train::demoModelConfig(32, 2, 2, 1, 64);
+    model::TransformerWeights weights = model::randomWeights(config, 11, 0.05);
+    weights.get("model.layers.1.mlp.down_proj.weight")[3][5] = std::nan("");
+    const std::string student = (fs::path(ws) / "nan-student").string();
+    train::writeDemoModelDirectory(student, config, weights);
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    const std::string body = "student: " + student + "\nteacher: " + pair_.teacher + "\nprompts: "
+        + std::string(kResources) + "/prompts/arith-train.jsonl\nsteps: 3\nbatch: {prompts_per_step: 2}\n" + baseRollout();
+    Progress progress;
+    // Refused when the student is loaded: the error names the file and the tensor; no run is stored.
+    try {
+        train::runTraining(train::loadRunConfig(writeRunFile(ws, "nan", body)), store, progress);
+        QFAIL("a student with NaN weights trained");
+    } catch (const InputError& error) {
+        const QString message = error.what();
+        QVERIFY2(message.contains("NaN"), qPrintable(message));
+        QVERIFY2(message.contains("model.layers.1.mlp.down_proj.weight"), qPrintable(message));
+        QVERIFY2(message.contains("nan-student"), qPrintable(message));
+    }
+    QCOMPARE(store.listRuns().size(), std::size_t(0));
+
+    // A learning rate so large that the update overflows: the run stops at the step where it happened, is
+    // marked failed with the reason, and no non-finite value reaches the store.
+    const std::string blowUp = "student: " + pair_.student + "\nteacher: " + pair_.teacher + "\nprompts: "
+        + std::string(kResources) + "/prompts/arith-train.jsonl\nsteps: 3\nbatch: {prompts_per_step: 2}\n"
+        + "optimizer: {learning_rate: 1.0e+30, gradient_clip: 0}\n" + baseRollout();
+    try {
+        train::runTraining(train::loadRunConfig(writeRunFile(ws, "overflow", blowUp)), store, progress);
+        QFAIL("a run whose weights overflowed finished");
+    } catch (const Error& error) {
+        const QString message = error.what();
+        QVERIFY2(message.contains("step ") && message.contains("finite"), qPrintable(message));
+    }
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), std::size_t(1));
+    QVERIFY(runs[0].status == store::RunStatus::Failed);
+    QVERIFY(runs[0].error.find("finite") != std::string::npos);
+    QVERIFY(runs[0].stepCount < 3);
+    for (const auto& m : store.stepsAfter(runs[0].id, 0)) { // nothing non-finite was stored
+        QVERIFY(std::isfinite(*m.loss) && std::isfinite(*m.mismatchKl) && std::isfinite(*m.entropy));
+    }
+}
+
+void TestTrainer::resumeErrors()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    QVERIFY_EXCEPTION_THROWN(train::resumeTraining(42, store, progress), StoreError);
+    const std::int64_t demo = store.beginRun({"not-training", "demo", "{}", std::nullopt});
+    try {
+        train::resumeTraining(demo, store, progress);
+        QFAIL("resumed a demo run");
+    } catch (const StoreError& error) {
+        QVERIFY2(std::string(error.what()).find("not a training run") != std::string::npos, error.what());
+    }
+    const train::TrainResult done = train::runTraining(
+        train::loadRunConfig(writeRunFile(ws, "done", runBody(pair_, "steps: 1\n" + baseRollout()))), store, progress);
+    try {
+        train::resumeTraining(done.runId, store, progress);
+        QFAIL("resumed a finished run");
+    } catch (const StoreError& error) {
+        QVERIFY2(std::string(error.what()).find("has finished") != std::string::npos, error.what());
+    }
+}
+
+void TestTrainer::mismatchedVocabulariesAreRejectedBeforeARunIsStored()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    model::ModelConfig other = train::demoModelConfig(32, 1, 2, 1, 64);
+    other.vocabSize = 300;
+    const std::string teacher = (fs::path(ws) / "wide-teacher").string();
+    fs::create_directories(teacher);
+    {
+        std::ofstream(fs::path(teacher) / "config.json") << model::configToJson(other);
+    }
+    model::saveWeights(teacher, model::randomWeights(other, 1), model::DType::F32);
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    const std::string body = "student: " + pair_.student + "\nteacher: " + teacher + "\nprompts: "
+        + std::string(kResources) + "/prompts/arith-train.jsonl\nsteps: 2\n";
+    const std::string file = writeRunFile(ws, "wide", body);
+    Progress progress;
+    try {
+        train::runTraining(train::loadRunConfig(file), store, progress);
+        QFAIL("trained against a teacher with another vocabulary");
+    } catch (const InputError& error) {
+        QVERIFY2(std::string(error.what()).find("vocabulary") != std::string::npos, error.what());
+        QVERIFY2(std::string(error.what()).find(file) != std::string::npos, error.what());
+    }
+    QCOMPARE(store.listRuns().size(), std::size_t(0));
+}
+
+void TestTrainer::rewardObjectivesRunOnTinyModels_data()
+{
+    QTest::addColumn<QString>("objective");
+    QTest::newRow("reinforce") << "objective: reinforce\ncorrection: {kind: tis, cap: 2.0}\n";
+    QTest::newRow("grpo") << "objective: grpo\nbatch: {prompts_per_step: 2, samples_per_prompt: 3}\n";
+    QTest::newRow("opd_k3 with mis") << "objective: opd_k3\ncorrection: {kind: mis, cap: 3.0}\n";
+    QTest::newRow("opd_topk") << "objective: {name: opd_topk, top_k: 8}\n";
+}
+
+void TestTrainer::rewardObjectivesRunOnTinyModels()
+{
+    QFETCH(QString, objective);
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    std::string body = "student: " + pair_.student + "\nteacher: " + pair_.teacher + "\nprompts: "
+        + std::string(kResources) + "/prompts/arith-train.jsonl\nsteps: 3\nseed: 2\n" + objective.toStdString()
+        + baseRollout("  staleness: 1\n  noise: {sigma: 0.02, seed: 1}\n");
+    if (!objective.contains("batch")) {
+        body += "batch: {prompts_per_step: 3}\n";
+    }
+    Progress progress;
+    const train::TrainResult result = train::runTraining(train::loadRunConfig(writeRunFile(ws, "objective", body)), store, progress);
+    const bool reward = objective.contains("reinforce") || objective.contains("grpo");
+    for (const auto& m : store.stepsAfter(result.runId, 0)) {
+        QVERIFY(std::isfinite(*m.loss));
+        QVERIFY(std::isfinite(*m.mismatchKl));
+        QCOMPARE(m.reward.has_value(), reward);
+        if (objective.contains("grpo")) {
+            QCOMPARE(nlohmann::json::parse(m.extrasJson).at("sequences").get<int>(), 6);
+        }
+    }
+    QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
+}
+
+void TestTrainer::timeToQualityReadsTheStoredRun()
+{
+    QTemporaryDir workspace;
+    store::RunStore store = store::RunStore::open(store::databasePath(workspace.path().toStdString()));
+    const std::int64_t run = store.beginRun({"ttq", "train", "{}", std::nullopt});
+    std::vector<store::StepMetrics> steps;
+    for (int s = 1; s <= 30; ++s) {
+        store::StepMetrics m;
+        m.step = s;
+        m.wallTimeSeconds = 2.5 * s;
+        steps.push_back(m);
+    }
+    store.appendSteps(run, steps);
+    const std::vector<std::pair<int, double>> qualities = {{0, 1.0}, {10, 0.8}, {20, 0.55}, {30, 0.6}};
+    for (const auto& [step, q] : qualities) {
+        store::addEvaluation(store, run, step, std::nullopt, {{"p1", q, false}, {"p2", q, true}});
+    }
+    const train::TimeToQuality reached = train::timeToQuality(store, run, 0.7);
+    QVERIFY(reached.reached);
+    QCOMPARE(reached.step, std::int64_t(20));
+    QCOMPARE(reached.wallSeconds, 50.0);
+    QCOMPARE(reached.quality, 0.55);
+    QCOMPARE(*reached.bestQuality, 0.55);
+    QCOMPARE(reached.evaluations, std::int64_t(4));
+    const train::TimeToQuality never = train::timeToQuality(store, run, 0.5);
+    QVERIFY(!never.reached);
+    QVERIFY_EXCEPTION_THROWN(train::timeToQuality(store, run + 1, 0.5), StoreError);
+}
+
+QTEST_GUILESS_MAIN(TestTrainer)
+#include "test_trainer.moc"
