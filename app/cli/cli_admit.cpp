@@ -61,15 +61,16 @@ void registerAdmitCommand(CLI::App& app, Context& context)
     for (auto* option : {recipe, staleness, noise, noiseSeed, noiseModules, name}) {
         option->excludes(candidates);
     }
-    command->add_option("--history", a->history,
-        "Older checkpoints of the same student (oldest first), used only as stale engine weights")
+    command
+        ->add_option("--history", a->history,
+            "Older checkpoints of the same student (oldest first), used only as stale engine weights")
         ->type_name("DIR...");
     command->add_option("--prompts,-p", a->prompts, "Probe prompt set (JSONL)")->required()->type_name("PROBE");
-    auto* calibration = command->add_option("--calibration", a->calibration,
-        "Stored calibration whose budget bracket gives the threshold");
+    auto* calibration = command->add_option(
+        "--calibration", a->calibration, "Stored calibration whose budget bracket gives the threshold");
     command
-        ->add_option("--step", a->steps,
-            "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint")
+        ->add_option(
+            "--step", a->steps, "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint")
         ->needs(calibration);
     auto* threshold = command->add_option("--threshold", a->threshold, "Explicit threshold, nats per token")
                           ->check(CLI::PositiveNumber);
@@ -94,8 +95,8 @@ void registerAdmitCommand(CLI::App& app, Context& context)
             candidate.noiseSeed = a->noiseSeed;
             candidate.noiseModules = a->noiseModules;
             candidate.name = !a->name.empty() ? a->name
-                : a->recipe.empty()          ? std::string("bf16")
-                                             : std::filesystem::path(a->recipe).stem().string();
+                : a->recipe.empty()           ? std::string("bf16")
+                                              : std::filesystem::path(a->recipe).stem().string();
             options.candidates.push_back(candidate);
         }
         if (calibration->count() > 0) {
@@ -125,22 +126,22 @@ void registerAdmitCommand(CLI::App& app, Context& context)
                     {"seconds", row.seconds}, {"decision_id", row.decisionId}});
             }
             context.printJson({{"run_id", result.runId}, {"decisions", rows}, {"seconds", result.seconds},
-                {"rule", "admit when the interval's high end < threshold, reject when its low end > threshold, "
-                         "borderline otherwise"}});
+                {"rule",
+                    "admit when the interval's high end < threshold, reject when its low end > threshold, "
+                    "borderline otherwise"}});
             return;
         }
         std::vector<std::vector<std::string>> rows;
         for (const auto& row : result.rows) {
-            rows.push_back({row.candidate, std::filesystem::path(row.checkpoint).filename().string(),
-                intervalText(row.interval),
-                row.bf16Unit && *row.bf16Unit > 0.0 ? formatNumber(row.mismatch / *row.bf16Unit, 3) + "x"
-                                                    : std::string("-"),
-                formatNumber(row.threshold, 4), analysis::toString(row.verdict), formatDuration(row.seconds)});
+            rows.push_back(
+                {row.candidate, std::filesystem::path(row.checkpoint).filename().string(), intervalText(row.interval),
+                    row.bf16Unit && *row.bf16Unit > 0.0 ? formatNumber(row.mismatch / *row.bf16Unit, 3) + "x"
+                                                        : std::string("-"),
+                    formatNumber(row.threshold, 4), analysis::toString(row.verdict), formatDuration(row.seconds)});
         }
         std::ostream& out = *context.out;
-        out << formatTable({"candidate", "checkpoint", "mismatch [95%] nats/token", "x BF16", "threshold", "decision",
-                               "time"},
-                   rows)
+        out << formatTable(
+            {"candidate", "checkpoint", "mismatch [95%] nats/token", "x BF16", "threshold", "decision", "time"}, rows)
             << "\nadmit: interval below the threshold; reject: above; borderline: straddles it\n"
             << result.rows.size() << " decision(s) stored (run " << result.runId << "), total time "
             << formatDuration(result.seconds) << "\n";

@@ -81,8 +81,8 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
             }
             nlohmann::json corrections = nlohmann::json::array();
             for (const auto& e : r.corrections) {
-                corrections.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total},
-                    {"per_token", e.perToken}, {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
+                corrections.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total}, {"per_token", e.perToken},
+                    {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
                     {"affected_reference", e.affectedReference}});
             }
             context.printJson({{"analysis_id", r.analysisId}, {"run_id", r.runId},
@@ -136,8 +136,8 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
                 formatNumber(100.0 * e.affectedOwn, 3) + "% / " + formatNumber(100.0 * e.affectedReference, 3) + "%"});
         }
         out << "corrected KL (weights w = pi(y)/mu(y) per token; divergence positions do not change)\n"
-            << formatTable({"correction", "total", "per-token", "prefix shift", "tokens affected own / BF16"},
-                   corrections)
+            << formatTable(
+                   {"correction", "total", "per-token", "prefix shift", "tokens affected own / BF16"}, corrections)
             << "\ntime " << formatDuration(r.seconds) << "\n";
     });
 }

@@ -66,20 +66,24 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         ->capture_default_str();
     command->add_option("--kv-scales", a->kvScales, "Scales of the fp8_e4m3 KV cache: per_tensor | per_head")
         ->capture_default_str();
-    auto* budget = command->add_option("--budget", a->budget, "Mismatch budget, nats per token")
-                       ->check(CLI::PositiveNumber);
+    auto* budget
+        = command->add_option("--budget", a->budget, "Mismatch budget, nats per token")->check(CLI::PositiveNumber);
     auto* calibration = command->add_option(
         "--calibration", a->calibration, "Take the budget from a stored calibration's admission threshold");
-    auto* step = command->add_option("--step", a->step, "Training step of the calibration's bracket (when it has several)")
-                     ->needs(calibration);
+    auto* step
+        = command->add_option("--step", a->step, "Training step of the calibration's bracket (when it has several)")
+              ->needs(calibration);
     budget->excludes(calibration);
     command->add_option("--target-fraction", a->targetFraction, "Target: measured mismatch <= this x budget")
         ->check(CLI::Range(1e-9, 1.0))
         ->capture_default_str();
     auto* scan = command->add_option("--scan", a->scan, "Order cells by this stored sensitivity scan (else scan now)");
-    command->add_flag("--kv-cache", a->kvCache, "Also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16");
+    command->add_flag(
+        "--kv-cache", a->kvCache, "Also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16");
     command->add_flag("--no-embedding", a->noEmbedding, "Leave the embedding and lm_head in BF16 (when scanning now)");
-    command->add_option("--out,-o", a->out, "Recipe file to write (.yaml, .yml or .json)")->required()->type_name("FILE");
+    command->add_option("--out,-o", a->out, "Recipe file to write (.yaml, .yml or .json)")
+        ->required()
+        ->type_name("FILE");
     command->add_option("--name", a->name, "Recipe name (default built-<format>)");
     command->add_option("--capacity-memory", a->capacityMemory, "KV memory for the capacity report")
         ->capture_default_str();
@@ -142,9 +146,11 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                 {"scan_id", r.scanId}, {"format", r.format}, {"budget", r.budget}, {"budget_source", budgetSource},
                 {"target", r.target}, {"target_fraction", options.targetFraction}, {"bf16_unit", r.bf16Unit},
                 {"mismatch", intervalJson(r.interval)}, {"bf16_cells", r.bf16Cells},
-                {"quantized_cells", r.quantizedCells}, {"steps", steps},
-                {"weight_bytes", r.weightBytes}, {"bf16_weight_bytes", r.bf16WeightBytes},
-                {"weight_ratio", r.bf16WeightBytes ? static_cast<double>(r.weightBytes) / static_cast<double>(r.bf16WeightBytes) : 0.0},
+                {"quantized_cells", r.quantizedCells}, {"steps", steps}, {"weight_bytes", r.weightBytes},
+                {"bf16_weight_bytes", r.bf16WeightBytes},
+                {"weight_ratio",
+                    r.bf16WeightBytes ? static_cast<double>(r.weightBytes) / static_cast<double>(r.bf16WeightBytes)
+                                      : 0.0},
                 {"kv_memory_bytes", r.kvMemoryBytes}, {"kv_tokens", r.kvTokens}, {"bf16_kv_tokens", r.bf16KvTokens},
                 {"kv_capacity_ratio", r.kvCapacityRatio}, {"seconds", r.seconds}});
             return;
@@ -169,7 +175,8 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                 {"kv tokens in " + engine::formatByteSize(r.kvMemoryBytes), std::to_string(r.kvTokens),
                     std::to_string(r.bf16KvTokens), formatNumber(r.kvCapacityRatio, 4) + "x"}})
             << "\n"
-            << "kept in BF16: " << (r.bf16Cells.empty() ? std::string("nothing") : std::to_string(r.bf16Cells.size()) + " cell(s)")
+            << "kept in BF16: "
+            << (r.bf16Cells.empty() ? std::string("nothing") : std::to_string(r.bf16Cells.size()) + " cell(s)")
             << "; quantized: " << r.quantizedCells.size() << " cell(s); time " << formatDuration(r.seconds) << "\n";
     });
 }

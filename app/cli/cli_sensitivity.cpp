@@ -69,9 +69,9 @@ void printResult(const Context& context, const analysis::SensitivityResult& r, c
             cells.push_back(cellJson(cell, r.bf16Unit));
         }
         context.printJson({{"scan_id", r.scanId}, {"run_id", r.runId}, {"format", r.format},
-            {"kv_format", quant::describe(o.kv)}, {"layers", r.layers},
-            {"bf16_unit", intervalJson(r.bf16UnitInterval)}, {"bf16_unit_tokens", r.unitTokens}, {"cells", cells},
-            {"seconds", r.seconds}, {"units", "nats per token; added = cell mismatch - BF16 unit"}});
+            {"kv_format", quant::describe(o.kv)}, {"layers", r.layers}, {"bf16_unit", intervalJson(r.bf16UnitInterval)},
+            {"bf16_unit_tokens", r.unitTokens}, {"cells", cells}, {"seconds", r.seconds},
+            {"units", "nats per token; added = cell mismatch - BF16 unit"}});
         return;
     }
     std::ostream& out = *context.out;

@@ -99,8 +99,9 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
             const std::string name = key.Scalar();
             if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
                 fail(path, key,
-                    "unknown key '" + name + "' (expected one of: name, recipe, staleness, noise, noise_seed, "
-                                             "noise_modules)");
+                    "unknown key '" + name
+                        + "' (expected one of: name, recipe, staleness, noise, noise_seed, "
+                          "noise_modules)");
             }
             if (!seen.emplace(name, place(key)).second) {
                 fail(path, key, "duplicate key '" + name + "' (first given at " + seen[name] + ")");
@@ -134,7 +135,8 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
             } else { // noise
                 const io::ScalarKind kind = value.IsScalar() ? io::scalarKind(value) : io::ScalarKind::String;
                 if (!value.IsScalar() || (kind != io::ScalarKind::Integer && kind != io::ScalarKind::Number)) {
-                    fail(path, value, "`noise` must be a number >= 0 (sigma relative to each tensor's RMS), got "
+                    fail(path, value,
+                        "`noise` must be a number >= 0 (sigma relative to each tensor's RMS), got "
                             + io::kindName(value));
                 }
                 candidate.noise = value.as<double>();
@@ -338,8 +340,8 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
                                                      : nlohmann::json::parse(recipeTexts.at(candidate.recipePath))},
                     {"staleness", candidate.staleness}, {"engine_weights", engineCheckpoint},
                     {"noise", candidate.noise}, {"noise_seed", candidate.noiseSeed},
-                    {"noise_modules", candidate.noiseModules}, {"settings", settingsJson},
-                    {"k1", measured.k1}, {"k3", measured.k3}, {"tokens", measured.tokens},
+                    {"noise_modules", candidate.noiseModules}, {"settings", settingsJson}, {"k1", measured.k1},
+                    {"k3", measured.k3}, {"tokens", measured.tokens},
                     {"bf16_unit", unit ? nlohmann::json(*unit) : nlohmann::json()},
                     {"threshold_source",
                         options.calibrationId ? "calibration " + std::to_string(*options.calibrationId)

@@ -56,7 +56,10 @@ struct Accumulator {
     std::int64_t affected = 0;
     std::int64_t tokens = 0;
     double mean() const { return weight > 0.0 ? sum / weight : 0.0; }
-    double affectedFraction() const { return tokens > 0 ? static_cast<double>(affected) / static_cast<double>(tokens) : 0.0; }
+    double affectedFraction() const
+    {
+        return tokens > 0 ? static_cast<double>(affected) / static_cast<double>(tokens) : 0.0;
+    }
 };
 
 // Adds one response's corrected KL: TIS divides by every token, MIS by the kept ones (objectives.h).
@@ -69,7 +72,7 @@ void addCorrected(Accumulator& accumulator, const at::Tensor& kl, const at::Tens
     const train::CorrectionWeights weights = train::correctionWeights(logPiY, logMuY, options);
     accumulator.sum += (weights.weight * kl.to(at::kDouble)).sum().item<double>();
     accumulator.weight += options.kind == train::CorrectionOptions::Mis ? weights.weight.sum().item<double>()
-                                                                       : static_cast<double>(kl.numel());
+                                                                        : static_cast<double>(kl.numel());
     accumulator.affected += weights.affected.sum().item<std::int64_t>();
     accumulator.tokens += kl.numel();
 }
@@ -140,7 +143,8 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
         std::vector<double> ownSums, referenceSums, unitSums;
         std::vector<std::int64_t> ownTokens, referenceTokens, unitTokens;
         const auto maxTokens = static_cast<std::size_t>(sampling.maxNewTokens);
-        std::vector<double> positionOwn(maxTokens, 0.0), positionReference(maxTokens, 0.0), positionUnit(maxTokens, 0.0);
+        std::vector<double> positionOwn(maxTokens, 0.0), positionReference(maxTokens, 0.0),
+            positionUnit(maxTokens, 0.0);
         std::vector<std::int64_t> positionOwnCount(maxTokens, 0), positionReferenceCount(maxTokens, 0);
         result.divergenceHistogram.assign(maxTokens + 1, 0);
         std::vector<std::int64_t> divergences;
@@ -154,7 +158,8 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
             progress.checkCancelled();
             progress.update(static_cast<double>(begin) / static_cast<double>(n), "paired generations");
             const std::size_t end = std::min(n, begin + chunk);
-            const std::vector<engine::GenerationRequest> part(requests.requests.begin() + static_cast<std::ptrdiff_t>(begin),
+            const std::vector<engine::GenerationRequest> part(
+                requests.requests.begin() + static_cast<std::ptrdiff_t>(begin),
                 requests.requests.begin() + static_cast<std::ptrdiff_t>(end));
             std::vector<engine::GenerationResult> referenceRuns = reference->generate(part, sampling);
             engine::throwIfRejected(referenceRuns);
@@ -237,7 +242,8 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
         std::vector<double> ownTokenCounts(ownTokens.begin(), ownTokens.end());
         std::vector<double> referenceTokenCounts(referenceTokens.begin(), referenceTokens.end());
         result.totalInterval = metrics::bootstrapRatio(ownSums, ownTokenCounts, options.settings.bootstrap);
-        result.perTokenInterval = metrics::bootstrapRatio(referenceSums, referenceTokenCounts, options.settings.bootstrap);
+        result.perTokenInterval
+            = metrics::bootstrapRatio(referenceSums, referenceTokenCounts, options.settings.bootstrap);
         result.prefixShiftInterval
             = pairedRatioDifference(ownSums, ownTokens, referenceSums, referenceTokens, options.settings.bootstrap);
         result.total = result.totalInterval.estimate;
@@ -294,8 +300,8 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
         }
         nlohmann::json correctionsJson = nlohmann::json::array();
         for (const auto& e : result.corrections) {
-            correctionsJson.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total},
-                {"per_token", e.perToken}, {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
+            correctionsJson.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total}, {"per_token", e.perToken},
+                {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
                 {"affected_reference", e.affectedReference}});
         }
         const nlohmann::json details = {{"divergence_histogram", result.divergenceHistogram},

@@ -54,11 +54,11 @@ SensitivityOptions scanOptions(const store::SensitivityScanInfo& scan, const std
             j.at("weights").at("format"), [](const std::string& s) { return quant::parseWeightFormat(s); }, source,
             "weights.format");
         const std::string granularity = j.at("weights").at("granularity").get<std::string>();
-        options.weights.granularity = granularity == "none" ? quant::Granularity::None
-                                                            : parseEnum<quant::Granularity>(
-                                                                j.at("weights").at("granularity"),
-                                                                [](const std::string& s) { return quant::parseGranularity(s); },
-                                                                source, "weights.granularity");
+        options.weights.granularity = granularity == "none"
+            ? quant::Granularity::None
+            : parseEnum<quant::Granularity>(
+                j.at("weights").at("granularity"), [](const std::string& s) { return quant::parseGranularity(s); },
+                source, "weights.granularity");
         options.activations.format = parseEnum<quant::ActivationFormat>(
             j.at("activations"), [](const std::string& s) { return quant::parseActivationFormat(s); }, source,
             "activations");
@@ -66,11 +66,11 @@ SensitivityOptions scanOptions(const store::SensitivityScanInfo& scan, const std
         options.kv.format = parseEnum<quant::KvFormat>(
             j.at("kv").at("format"), [](const std::string& s) { return quant::parseKvFormat(s); }, source, "kv.format");
         const std::string scales = j.at("kv").at("scales").get<std::string>();
-        options.kv.scales = scales == "none" ? quant::KvScales::None
-                                             : parseEnum<quant::KvScales>(
-                                                 j.at("kv").at("scales"),
-                                                 [](const std::string& s) { return quant::parseKvScales(s); }, source,
-                                                 "kv.scales");
+        options.kv.scales = scales == "none"
+            ? quant::KvScales::None
+            : parseEnum<quant::KvScales>(
+                j.at("kv").at("scales"), [](const std::string& s) { return quant::parseKvScales(s); }, source,
+                "kv.scales");
         options.embeddingCells = j.at("embedding_cells").get<bool>();
         const nlohmann::json& s = j.at("sampling");
         options.settings.temperature = s.at("temperature").get<double>();
@@ -260,7 +260,8 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return added[a] > added[b]; });
 
-    const std::string name = options.name.empty() ? "built-" + quant::toString(scanSettings.weights.format) : options.name;
+    const std::string name
+        = options.name.empty() ? "built-" + quant::toString(scanSettings.weights.format) : options.name;
     const std::optional<quant::KvPrecision> kv
         = options.quantizeKv ? std::optional<quant::KvPrecision>(scanSettings.kv) : std::nullopt;
     nlohmann::json config = {{"scan_id", result.scanId}, {"format", result.format}, {"budget", options.budget},
@@ -276,8 +277,8 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         const double progressBase = options.scanId ? 0.0 : 0.5;
         // Unit of the BF16 multiples: measured once here (same prompts and seeds).
         {
-            ProgressSlice slice(&progress, progressBase, progressBase + (1.0 - progressBase) / (stepsTotal + 1.0),
-                "BF16 unit");
+            ProgressSlice slice(
+                &progress, progressBase, progressBase + (1.0 - progressBase) / (stepsTotal + 1.0), "BF16 unit");
             result.bf16Unit = measureConfiguration(
                 trainer, model.weights, EngineConfiguration {}, requests, sampling, scanSettings.settings, slice.get())
                                   .kl;
@@ -285,14 +286,15 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         std::size_t kept = 0;
         while (true) {
             progress.checkCancelled();
-            const quant::Recipe recipe = recipeForCells(
-                cells, quantized, scanSettings.weights, scanSettings.activations, kv, name);
+            const quant::Recipe recipe
+                = recipeForCells(cells, quantized, scanSettings.weights, scanSettings.activations, kv, name);
             // Measure exactly what the file will hold: the text parsed back.
             text = json ? quant::recipeToJson(recipe) : quant::recipeToYaml(recipe);
             written = quant::parseRecipe(text, options.outPath);
             EngineConfiguration configuration;
             configuration.recipe = written;
-            const double begin = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 1) / (stepsTotal + 1.0);
+            const double begin
+                = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 1) / (stepsTotal + 1.0);
             const double end = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 2) / (stepsTotal + 1.0);
             engine::MismatchMeasurement measured;
             {
@@ -317,8 +319,9 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             }
             metrics.wallTimeSeconds = secondsSince(started);
             metrics.extrasJson = nlohmann::json {{"kept_cell", step.keptCell}, {"ci_low", step.interval.low},
-                {"ci_high", step.interval.high}, {"target", result.target}}
-                                     .dump();
+                {"ci_high", step.interval.high},
+                {"target",
+                    result.target}}.dump();
             store.appendSteps(result.runId, {metrics});
             result.mismatch = measured.kl;
             result.interval = step.interval;
@@ -328,9 +331,8 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             if (kept == order.size()) {
                 throw Error("recipe build: the target " + std::to_string(result.target) + " nats/token ("
                     + std::to_string(options.targetFraction) + " x budget " + std::to_string(options.budget)
-                    + ") is not reached even with every cell in BF16 (measured "
-                    + std::to_string(measured.kl) + " nats/token; the BF16 unit is "
-                    + std::to_string(result.bf16Unit) + "); no recipe was written");
+                    + ") is not reached even with every cell in BF16 (measured " + std::to_string(measured.kl)
+                    + " nats/token; the BF16 unit is " + std::to_string(result.bf16Unit) + "); no recipe was written");
             }
             const std::size_t next = order[kept];
             quantized[next] = false;

@@ -85,7 +85,8 @@ PromptRequests promptRequests(const std::string& promptSetPath, const model::Tok
     const io::PromptSet set = io::loadPromptSet(promptSetPath);
     PromptRequests result;
     result.path = promptSetPath;
-    const std::size_t n = count == 0 ? set.prompts.size() : std::min(set.prompts.size(), static_cast<std::size_t>(count));
+    const std::size_t n
+        = count == 0 ? set.prompts.size() : std::min(set.prompts.size(), static_cast<std::size_t>(count));
     for (std::size_t i = 0; i < n; ++i) {
         const io::Prompt& prompt = set.prompts[i];
         engine::GenerationRequest request;
@@ -160,7 +161,8 @@ metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, con
 }
 
 metrics::Interval pairedRatioDifference(const std::vector<double>& aSums, const std::vector<std::int64_t>& aTokens,
-    const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens, const metrics::BootstrapOptions& options)
+    const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens,
+    const metrics::BootstrapOptions& options)
 {
     const std::size_t n = aSums.size();
     if (n == 0 || aTokens.size() != n || bSums.size() != n || bTokens.size() != n) {

@@ -86,7 +86,8 @@ metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, con
 // Paired percentile bootstrap of ratio(a) - ratio(b), ratio(x) = sum(x sums) / sum(x tokens), resampling the
 // same prompts for both (the same draws as metrics::bootstrapRatio would make for one of them). Sizes must agree.
 metrics::Interval pairedRatioDifference(const std::vector<double>& aSums, const std::vector<std::int64_t>& aTokens,
-    const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens, const metrics::BootstrapOptions& options);
+    const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens,
+    const metrics::BootstrapOptions& options);
 
 // Runs a sub-job as the part [begin, end] of a parent's progress: the child's fractions are mapped into the
 // parent's, its stage is prefixed, and a cancel of the parent reaches the child at its next update.

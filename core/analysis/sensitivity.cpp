@@ -79,16 +79,14 @@ std::string sensitivityConfigJson(const SensitivityOptions& options)
         {"weights",
             {{"format", quant::toString(options.weights.format)},
                 {"granularity", quant::toString(options.weights.granularity)}}},
-        {"activations", quant::toString(options.activations.format)},
-        {"kv_cells", options.kvCells},
+        {"activations", quant::toString(options.activations.format)}, {"kv_cells", options.kvCells},
         {"kv", {{"format", quant::toString(options.kv.format)}, {"scales", quant::toString(options.kv.scales)}}},
         {"embedding_cells", options.embeddingCells},
         {"sampling",
             {{"temperature", s.temperature}, {"top_p", s.topP}, {"top_k", s.topK}, {"max_tokens", s.maxNewTokens},
                 {"seed", s.seed}}},
         {"bootstrap",
-            {{"resamples", s.bootstrap.resamples}, {"confidence", s.bootstrap.confidence},
-                {"seed", s.bootstrap.seed}}}}
+            {{"resamples", s.bootstrap.resamples}, {"confidence", s.bootstrap.confidence}, {"seed", s.bootstrap.seed}}}}
         .dump();
 }
 
@@ -137,13 +135,12 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
             const auto cellStarted = std::chrono::steady_clock::now();
             EngineConfiguration configuration;
             configuration.recipe = cellRecipe(spec, options.weights, options.activations, options.kv);
-            const std::string label = spec.layer == store::kNoLayer
-                ? spec.group
-                : "layer " + std::to_string(spec.layer) + " " + spec.group;
+            const std::string label
+                = spec.layer == store::kNoLayer ? spec.group : "layer " + std::to_string(spec.layer) + " " + spec.group;
             engine::MismatchMeasurement measured;
             {
-                ProgressSlice slice(&progress, static_cast<double>(c + 1) / parts,
-                    static_cast<double>(c + 2) / parts, label);
+                ProgressSlice slice(
+                    &progress, static_cast<double>(c + 1) / parts, static_cast<double>(c + 2) / parts, label);
                 measured = measureConfiguration(
                     trainer, model.weights, configuration, requests, sampling, options.settings, slice.get());
             }

@@ -63,7 +63,8 @@ template <typename T> std::vector<T> fromJsonText(const RunStore& store, const s
     try {
         return nlohmann::json::parse(text).get<std::vector<T>>();
     } catch (const std::exception& error) {
-        throw StoreError(store.path(), std::string("prefix_shift_pairs.") + what + " is not a JSON list: " + error.what());
+        throw StoreError(
+            store.path(), std::string("prefix_shift_pairs.") + what + " is not a JSON list: " + error.what());
     }
 }
 
@@ -83,8 +84,8 @@ std::int64_t addSensitivityScan(RunStore& store, const SensitivityScanInfo& scan
     if (scan.modelId) {
         requireRow(store, "SELECT 1 FROM models WHERE id = ?", *scan.modelId, "model");
     }
-    Statement insert(db,
-        "INSERT INTO sensitivity_scans (run_id, model_id, format, bf16_unit, config_json) VALUES (?, ?, ?, ?, ?)");
+    Statement insert(
+        db, "INSERT INTO sensitivity_scans (run_id, model_id, format, bf16_unit, config_json) VALUES (?, ?, ?, ?, ?)");
     insert.bind(1, scan.runId).bind(2, scan.modelId).bind(3, scan.format).bind(4, scan.bf16Unit);
     insert.bind(5, scan.configJson.empty() ? std::string("{}") : scan.configJson);
     insert.run();
@@ -95,8 +96,8 @@ std::int64_t addSensitivityScan(RunStore& store, const SensitivityScanInfo& scan
 
 void addSensitivityCell(RunStore& store, std::int64_t scanId, const SensitivityCell& cell)
 {
-    const std::string what = "sensitivity scan " + std::to_string(scanId) + " cell (layer "
-        + std::to_string(cell.layer) + ", " + cell.moduleGroup + ")";
+    const std::string what = "sensitivity scan " + std::to_string(scanId) + " cell (layer " + std::to_string(cell.layer)
+        + ", " + cell.moduleGroup + ")";
     if (cell.moduleGroup.empty()) {
         throw StoreError(store.path(), what + " has no module group; nothing was written");
     }
@@ -110,8 +111,7 @@ void addSensitivityCell(RunStore& store, std::int64_t scanId, const SensitivityC
     Transaction transaction(db);
     requireRow(store, "SELECT 1 FROM sensitivity_scans WHERE id = ?", scanId, "sensitivity scan");
     {
-        Statement existing(
-            db, "SELECT 1 FROM sensitivity_cells WHERE scan_id = ? AND layer = ? AND module_group = ?");
+        Statement existing(db, "SELECT 1 FROM sensitivity_cells WHERE scan_id = ? AND layer = ? AND module_group = ?");
         existing.bind(1, scanId).bind(2, cell.layer).bind(3, cell.moduleGroup);
         if (existing.step()) {
             throw StoreError(store.path(), what + " is already stored; nothing was written");
@@ -227,8 +227,8 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         "INSERT INTO calibration_points (calibration_id, run_id, step, mismatch, quality, relative_change, ci_low, "
         "ci_high, failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const CalibrationPoint& point : points) {
-        const std::string what = "calibration point (run " + std::to_string(point.runId) + ", step "
-            + std::to_string(point.step) + ")";
+        const std::string what
+            = "calibration point (run " + std::to_string(point.runId) + ", step " + std::to_string(point.step) + ")";
         requireFinite(store, what + " mismatch", point.mismatch);
         requireFinite(store, what + " quality", point.quality);
         requireFinite(store, what + " relative change", point.relativeChange);
@@ -393,8 +393,8 @@ double admissionThreshold(const RunStore& store, std::int64_t calibrationId, std
         }
         if (!bracket) {
             throw StoreError(store.path(),
-                label + " has no budget bracket at step " + std::to_string(*step) + " (its steps: "
-                    + stepList(found->brackets) + ")");
+                label + " has no budget bracket at step " + std::to_string(*step)
+                    + " (its steps: " + stepList(found->brackets) + ")");
         }
     } else {
         if (found->brackets.size() != 1) {

@@ -99,7 +99,8 @@ struct Calibration {
 
 // The bracket of the points at `step`: largest mismatch of a passing point, smallest of a failing one; threshold
 // = largest passing * (1 - margin) (margin in [0, 1)), unset when nothing passed.
-CalibrationBracket bracketFromPoints(const std::vector<CalibrationPoint>& points, std::int64_t step, double margin = 0.0);
+CalibrationBracket bracketFromPoints(
+    const std::vector<CalibrationPoint>& points, std::int64_t step, double margin = 0.0);
 
 // Creates a calibration with its points and brackets in one transaction. StoreError for an unknown run, an empty
 // name or student, a value that is not finite or a step given twice.
@@ -174,7 +175,8 @@ struct PrefixShiftRecord {
 };
 
 // Stores an analysis and its stored pairs in one transaction; returns its id.
-std::int64_t addPrefixShift(RunStore& store, const PrefixShiftRecord& record, const std::vector<PrefixShiftPair>& pairs);
+std::int64_t addPrefixShift(
+    RunStore& store, const PrefixShiftRecord& record, const std::vector<PrefixShiftPair>& pairs);
 std::vector<PrefixShiftRecord> prefixShifts(const RunStore& store);
 std::optional<PrefixShiftRecord> prefixShift(const RunStore& store, std::int64_t id);
 std::vector<PrefixShiftPair> prefixShiftPairs(const RunStore& store, std::int64_t id);

@@ -167,7 +167,8 @@ void TestAnalyses::zeroNoiseIsAdmittedHugeNoiseRejected()
     const analysis::AdmissionResult result = analysis::runAdmission(store, options, progress);
     QCOMPARE(result.rows.size(), std::size_t(2));
     // Preconditions of the known answers: the engines sit far on either side of the fixed threshold.
-    QVERIFY2(result.rows[0].interval.high < kGenerousThreshold / 10, std::to_string(result.rows[0].interval.high).c_str());
+    QVERIFY2(
+        result.rows[0].interval.high < kGenerousThreshold / 10, std::to_string(result.rows[0].interval.high).c_str());
     QVERIFY2(result.rows[1].interval.low > kStrictThreshold * 2, std::to_string(result.rows[1].interval.low).c_str());
     QCOMPARE(analysis::toString(result.rows[0].verdict), std::string("admit"));
     QCOMPARE(analysis::toString(result.rows[1].verdict), std::string("reject"));
@@ -371,8 +372,8 @@ void TestAnalyses::recipeBuilderReachesTheTargetAndWritesACheckedRecipe()
     configuration.recipe = written;
     const auto sampling = analysis::samplingOptions(options.scan.settings, model.config, *model.tokenizer);
     const model::Transformer trainer(model.config, model.weights);
-    QCOMPARE(analysis::measureConfiguration(trainer, model.weights, configuration, requests, sampling,
-                 options.scan.settings, nullptr)
+    QCOMPARE(analysis::measureConfiguration(
+                 trainer, model.weights, configuration, requests, sampling, options.scan.settings, nullptr)
                  .kl,
         built.mismatch);
     const auto steps = store.stepsAfter(built.runId);
@@ -582,18 +583,39 @@ void TestAnalyses::badCandidatesFiles_data()
     QTest::addColumn<QString>("text");
     QTest::addColumn<QString>("location");
     QTest::addColumn<QString>("detail");
-    QTest::newRow("not a list") << "name: a\n" << "line 1, column 1" << "expected a list of candidates";
-    QTest::newRow("empty list") << "[]\n" << "line 1, column 1" << "empty";
-    QTest::newRow("unknown key") << "- name: a\n  noize: 0.1\n" << "line 2, column 3" << "unknown key 'noize'";
-    QTest::newRow("negative staleness") << "- name: a\n  staleness: -1\n" << "line 2, column 14" << "must be >= 0";
-    QTest::newRow("text noise") << "- name: a\n  noise: lots\n" << "line 2, column 10" << "`noise` must be a number";
-    QTest::newRow("missing name") << "- noise: 0.1\n" << "line 1, column 3" << "has no `name`";
-    QTest::newRow("duplicate name") << "- name: a\n- name: a\n" << "line 2, column 3" << "used twice";
-    QTest::newRow("missing recipe") << "- name: a\n  recipe: nowhere.yaml\n" << "line 2, column 11" << "does not exist";
-    QTest::newRow("item not a mapping") << "- a\n" << "line 1, column 3" << "expected a mapping";
-    QTest::newRow("bad pattern") << "- name: a\n  noise_modules: \"model.{3-1}\"\n" << "line 2, column 18"
+    QTest::newRow("not a list") << "name: a\n"
+                                << "line 1, column 1"
+                                << "expected a list of candidates";
+    QTest::newRow("empty list") << "[]\n"
+                                << "line 1, column 1"
+                                << "empty";
+    QTest::newRow("unknown key") << "- name: a\n  noize: 0.1\n"
+                                 << "line 2, column 3"
+                                 << "unknown key 'noize'";
+    QTest::newRow("negative staleness") << "- name: a\n  staleness: -1\n"
+                                        << "line 2, column 14"
+                                        << "must be >= 0";
+    QTest::newRow("text noise") << "- name: a\n  noise: lots\n"
+                                << "line 2, column 10"
+                                << "`noise` must be a number";
+    QTest::newRow("missing name") << "- noise: 0.1\n"
+                                  << "line 1, column 3"
+                                  << "has no `name`";
+    QTest::newRow("duplicate name") << "- name: a\n- name: a\n"
+                                    << "line 2, column 3"
+                                    << "used twice";
+    QTest::newRow("missing recipe") << "- name: a\n  recipe: nowhere.yaml\n"
+                                    << "line 2, column 11"
+                                    << "does not exist";
+    QTest::newRow("item not a mapping") << "- a\n"
+                                        << "line 1, column 3"
+                                        << "expected a mapping";
+    QTest::newRow("bad pattern") << "- name: a\n  noise_modules: \"model.{3-1}\"\n"
+                                 << "line 2, column 18"
                                  << "not a module pattern";
-    QTest::newRow("malformed yaml") << "- name: [a\n" << "line 2" << "malformed YAML";
+    QTest::newRow("malformed yaml") << "- name: [a\n"
+                                    << "line 2"
+                                    << "malformed YAML";
 }
 
 void TestAnalyses::badCandidatesFiles()

@@ -33,7 +33,8 @@ private:
     std::vector<std::string> common(std::vector<std::string> arguments) const
     {
         arguments.insert(arguments.end(),
-            {"--workspace", workspace_, "--prompts", probe_, "--count", "4", "--max-tokens", "8", "--resamples", "500"});
+            {"--workspace", workspace_, "--prompts", probe_, "--count", "4", "--max-tokens", "8", "--resamples",
+                "500"});
         return arguments;
     }
     QTemporaryDir dir_;
@@ -82,8 +83,8 @@ void TestAnalysisCli::sensitivityThenRecipeBuild()
     QVERIFY(human.out.find("gate") != std::string::npos);
 
     const std::string out = (dir_.path() + "/built.yaml").toStdString();
-    const auto build = runCli({"--workspace", workspace_, "--json", "recipe", "build", "--scan",
-        std::to_string(scanId), "--budget", "1000", "--out", out});
+    const auto build = runCli({"--workspace", workspace_, "--json", "recipe", "build", "--scan", std::to_string(scanId),
+        "--budget", "1000", "--out", out});
     QVERIFY2(build.code == 0, build.err.c_str());
     const nlohmann::json built = parseJson(build.out);
     QCOMPARE(built["bf16_cells"].size(), std::size_t(0)); // a generous budget: everything stays int8
@@ -97,11 +98,10 @@ void TestAnalysisCli::sensitivityThenRecipeBuild()
     QVERIFY2(humanBuild.code == 0, humanBuild.err.c_str());
     QVERIFY(humanBuild.out.find("kv tokens in") != std::string::npos);
     // No budget at all: a clear error (1); budget and calibration together: an argument error (2).
-    QCOMPARE(runCli({"--workspace", workspace_, "recipe", "build", "--scan", std::to_string(scanId), "--out", out})
-                 .code,
-        1);
+    QCOMPARE(
+        runCli({"--workspace", workspace_, "recipe", "build", "--scan", std::to_string(scanId), "--out", out}).code, 1);
     QCOMPARE(runCli({"--workspace", workspace_, "recipe", "build", "--scan", std::to_string(scanId), "--budget", "1",
-                 "--calibration", "1", "--out", out})
+                        "--calibration", "1", "--out", out})
                  .code,
         2);
 }
@@ -140,16 +140,16 @@ void TestAnalysisCli::admitWithStoredCalibration()
         calibrationId = store::addCalibration(store, info, {{run, 100, 0.02, 0.5, 0.0, {}, {}, false}},
             {{100, 0.02, 0.4, std::nullopt}, {200, 0.03, 0.4, 0.025}});
     }
-    const auto result = runCli(common({"--json", "admit", model_, "--calibration", std::to_string(calibrationId),
-        "--step", "200", "--no-unit"}));
+    const auto result = runCli(common(
+        {"--json", "admit", model_, "--calibration", std::to_string(calibrationId), "--step", "200", "--no-unit"}));
     QVERIFY2(result.code == 0, result.err.c_str());
     const nlohmann::json json = parseJson(result.out);
     QCOMPARE(json["decisions"][0]["threshold"].get<double>(), 0.025);
     QVERIFY(json["decisions"][0]["bf16_unit"].is_null());
     // The recipe builder takes its budget from the same bracket.
-    const auto build = runCli({"--workspace", workspace_, "--json", "recipe", "build", "--scan", std::to_string(scanId_),
-        "--calibration", std::to_string(calibrationId), "--step", "200", "--target-fraction", "1", "--out",
-        (dir_.path() + "/from-calibration.json").toStdString()});
+    const auto build = runCli({"--workspace", workspace_, "--json", "recipe", "build", "--scan",
+        std::to_string(scanId_), "--calibration", std::to_string(calibrationId), "--step", "200", "--target-fraction",
+        "1", "--out", (dir_.path() + "/from-calibration.json").toStdString()});
     QVERIFY2(build.code == 0, build.err.c_str());
     const nlohmann::json built = parseJson(build.out);
     QCOMPARE(built["budget"].get<double>(), 0.025);

@@ -145,8 +145,7 @@ void TestAnalysisStore::calibrationRoundTripAndThreshold()
     info.student = "resources/models/arith-student";
     const std::vector<CalibrationPoint> points = {{base, 100, 0.01, 0.5, 0.0, -0.01, 0.01, false},
         {noisy, 100, 0.3, 0.7, 0.4, 0.1, 0.3, true}, {noisy, 200, 0.3, 0.8, 0.5, 0.2, 0.4, true}};
-    const std::vector<CalibrationBracket> brackets
-        = {{100, 0.01, 0.3, 0.008}, {200, std::nullopt, 0.3, std::nullopt}};
+    const std::vector<CalibrationBracket> brackets = {{100, 0.01, 0.3, 0.008}, {200, std::nullopt, 0.3, std::nullopt}};
     const std::int64_t id = addCalibration(store, info, points, brackets);
     const auto read = calibration(store, id);
     QVERIFY(read.has_value());
