@@ -2,12 +2,15 @@
 // differences (float64), the asynchronous loop against the synchronous one (k = 0 and k = 2, bit for bit),
 // resume after a stop and after SIGKILL (nothing lost or duplicated, the same results as an uninterrupted
 // run), cancellation, numerical faults, the stored measures, and time to quality.
+#include "core/analysis/calibrate.h"
+#include "core/analysis/time_to_quality.h"
 #include "core/common/error.h"
 #include "core/common/progress.h"
 #include "core/engine/engine.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/transformer.h"
+#include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
@@ -161,6 +164,9 @@ private slots:
     void rewardObjectivesRunOnTinyModels_data();
     void rewardObjectivesRunOnTinyModels();
     void timeToQualityReadsTheStoredRun();
+    void calibrationSweepStoresPointsAndBrackets();
+    void calibrationOptionErrors();
+    void timeToQualityJobTrainsBothRuns();
 
 private:
     TinyPair pair_;
@@ -610,6 +616,128 @@ void TestTrainer::timeToQualityReadsTheStoredRun()
     const train::TimeToQuality never = train::timeToQuality(store, run, 0.5);
     QVERIFY(!never.reached);
     QVERIFY_EXCEPTION_THROWN(train::timeToQuality(store, run + 1, 0.5), StoreError);
+}
+
+void TestTrainer::calibrationSweepStoresPointsAndBrackets()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CalibrationOptions options;
+    options.name = "tiny";
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(2))));
+    options.noiseSigmas = {0.2, 3.0};
+    options.staleness = {1};
+    options.steps = {2, 4};
+    options.rule.bootstrap.resamples = 2000;
+    Progress progress;
+    const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
+    QCOMPARE(result.runs.size(), std::size_t(4));
+    QCOMPARE(QString::fromStdString(result.runs[0].label), QString("baseline"));
+    QCOMPARE(result.points.size(), std::size_t(8));
+    // Each point's mismatch is the mean of its run's step mismatch up to the step, recomputed here.
+    for (const auto& point : result.points) {
+        double sum = 0.0;
+        int count = 0;
+        for (const auto& m : store.stepsAfter(point.runId, 0)) {
+            if (m.step <= point.step) {
+                sum += *m.mismatchKl;
+                ++count;
+            }
+        }
+        QCOMPARE(count, static_cast<int>(point.step));
+        QVERIFY(std::abs(point.mismatch - sum / count) <= 1e-12 * std::max(1e-12, point.mismatch));
+        QCOMPARE(point.quality, store::evaluationAt(store, point.runId, point.step)->summary.quality);
+    }
+    // The noisier the engine, the larger the mismatch (sigma 3 against sigma 0.2 against none).
+    const auto at = [&](std::size_t run, std::int64_t step) {
+        for (const auto& point : result.points) {
+            if (point.runId == result.runs[run].runId && point.step == step) {
+                return point;
+            }
+        }
+        return store::CalibrationPoint {};
+    };
+    QVERIFY(at(2, 4).mismatch > at(1, 4).mismatch);
+    QVERIFY(at(1, 4).mismatch > at(0, 4).mismatch);
+    QVERIFY(!at(0, 4).failed);
+    // Brackets from the points, computed here from their definition.
+    for (const auto& bracket : result.brackets) {
+        std::optional<double> passing;
+        std::optional<double> failing;
+        for (const auto& point : result.points) {
+            if (point.step != bracket.step) {
+                continue;
+            }
+            auto& end = point.failed ? failing : passing;
+            end = !end ? point.mismatch : (point.failed ? std::min(*end, point.mismatch) : std::max(*end, point.mismatch));
+        }
+        QCOMPARE(bracket.largestPassing, passing);
+        QCOMPARE(bracket.smallestFailing, failing);
+    }
+    const auto stored = store::calibration(store, result.calibrationId);
+    QVERIFY(stored);
+    QCOMPARE(stored->points.size(), std::size_t(8));
+    QCOMPARE(stored->brackets.size(), std::size_t(2));
+    QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
+    QCOMPARE(QString::fromStdString(store.run(result.runId)->kind), QString("calibrate"));
+}
+
+void TestTrainer::calibrationOptionErrors()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CalibrationOptions options;
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(2))));
+    options.steps = {3};
+    options.noiseSigmas = {0.1};
+    Progress progress;
+    const auto expectError = [&](const analysis::CalibrationOptions& o, const char* part) {
+        try {
+            analysis::runCalibration(store, o, progress);
+            QFAIL("accepted a bad calibration");
+        } catch (const InputError& error) {
+            QVERIFY2(std::string(error.what()).find(part) != std::string::npos, error.what());
+        }
+    };
+    expectError(options, "step 3 is not evaluated");
+    options.steps = {2};
+    options.noiseSigmas = {-1.0};
+    expectError(options, "--noise");
+    options.noiseSigmas = {};
+    expectError(options, "at least one noise sigma");
+    options.noiseSigmas = {0.1};
+    options.staleness = {0};
+    expectError(options, "--staleness");
+    QCOMPARE(store.listRuns().size(), std::size_t(0)); // nothing stored for a refused calibration
+}
+
+void TestTrainer::timeToQualityJobTrainsBothRuns()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::TimeToQualityOptions options;
+    options.base = train::loadRunConfig(writeRunFile(ws, "ttq", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(2))));
+    options.recipe = std::string(kResources) + "/recipes/fp8-kv.yaml";
+    options.staleness = 1;
+    Progress progress;
+    const analysis::TimeToQualityResult result = analysis::runTimeToQuality(store, options, progress);
+    QCOMPARE(result.targetStep, std::int64_t(4));
+    QCOMPARE(result.targetQuality, store::evaluationAt(store, result.baseline.runId, 4)->summary.quality);
+    // The baseline reaches its own quality at step 4 at the latest.
+    QVERIFY(result.baseline.reached.reached);
+    QVERIFY(result.baseline.reached.step <= 4);
+    const auto candidate = store.stepsAfter(result.candidate.runId, 0);
+    QCOMPARE(candidate.size(), std::size_t(4));
+    QCOMPARE(*candidate.back().staleness, std::int64_t(1));
+    // A speedup needs both runs to reach the target after some training (a run already there at step 0 has none).
+    QCOMPARE(result.speedup.has_value(),
+        result.candidate.reached.reached && result.candidate.reached.step > 0 && result.baseline.reached.reached);
+    if (result.speedup) {
+        QVERIFY(std::abs(*result.speedup - result.baseline.reached.wallSeconds / result.candidate.reached.wallSeconds) < 1e-12);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestTrainer)

@@ -1,0 +1,47 @@
+#pragma once
+// Time to quality (`mismatch time-to-quality`, spec "Time to quality"): the synchronous BF16-engine run of a base
+// run file against a candidate rollout configuration (a recipe, staleness, asynchronous loop), both trained in
+// one invocation; the target is the baseline's quality Q at a chosen evaluated step, and each run's time to it is
+// the wall time of the first evaluated step whose Q is at or below the target (train::timeToQuality). Speedup =
+// baseline time / candidate time. On the CPU the FP8 formats are emulated (slower than BF16), so the speedup
+// measured there says what the loop and staleness buy, not what FP8 hardware buys.
+#include "core/common/progress.h"
+#include "core/store/run_store.h"
+#include "core/train/quality.h"
+#include "core/train/run_config.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mismatch::analysis {
+
+struct TimeToQualityOptions {
+    train::RunConfig base; // its rollout settings are replaced by the two configurations below
+    std::string recipe; // the candidate's recipe (empty: BF16)
+    std::int64_t staleness = 1; // the candidate's staleness
+    bool asynchronous = true; // the candidate's loop
+    std::optional<std::int64_t> targetStep; // evaluated step of the baseline whose Q is the target (default: last)
+    std::string workspaceDirectory;
+};
+
+struct TimeToQualityRun {
+    std::string label;
+    std::int64_t runId = 0;
+    train::TimeToQuality reached;
+    double totalSeconds = 0.0; // the whole run
+};
+
+struct TimeToQualityResult {
+    double targetQuality = 0.0;
+    std::int64_t targetStep = 0;
+    TimeToQualityRun baseline;
+    TimeToQualityRun candidate;
+    std::optional<double> speedup; // baseline seconds / candidate seconds, when both reached the target and the
+                                   // candidate after step 0 (a run already there before training has none)
+};
+
+// InputError for a target step the base does not evaluate or a base without evaluations. Progress over both runs.
+TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQualityOptions& options, Progress& progress);
+
+} // namespace mismatch::analysis
