@@ -3,46 +3,101 @@
 #include "core/analysis/demo.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/model/config.h"
 #include "ui/about_dialog.h"
+#include "ui/admission_view.h"
+#include "ui/analysis_data.h"
+#include "ui/budget_view.h"
+#include "ui/compare_plot.h"
+#include "ui/job_queue.h"
 #include "ui/job_runner.h"
+#include "ui/library_panels.h"
+#include "ui/plot_export.h"
+#include "ui/recipe_editor.h"
 #include "ui/run_plot.h"
 #include "ui/run_table_model.h"
+#include "ui/sensitivity_view.h"
+#include "ui/training_dialog.h"
+
+#include <qcustomplot.h>
 
 #include <QAction>
 #include <QApplication>
+#include <QClipboard>
 #include <QCloseEvent>
 #include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFile>
 #include <QFileDialog>
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QMimeData>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QSplitter>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTableView>
+#include <QUndoStack>
 #include <QVBoxLayout>
+
+#include <fstream>
+#include <sstream>
 
 namespace mismatch::ui {
 
 namespace {
 constexpr int kPollIntervalMs = 500;
 constexpr int kMaxRecentWorkspaces = 8;
-}  // namespace
 
-MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent) : QMainWindow(parent)
+std::string readText(const QString& path)
+{
+    std::ifstream in(path.toStdString());
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// What a dropped or opened file is: decided by its contents' top-level keys, not only its suffix (a run file
+// and a recipe are both YAML).
+enum class FileKind { ModelDirectory, Recipe, RunFile, PromptSet, Unknown };
+FileKind classify(const QString& path)
+{
+    const QFileInfo info(path);
+    if (info.isDir()) {
+        return QFile::exists(QDir(path).filePath("config.json")) ? FileKind::ModelDirectory : FileKind::Unknown;
+    }
+    const QString suffix = info.suffix().toLower();
+    if (suffix == QLatin1String("jsonl"))
+        return FileKind::PromptSet;
+    if (suffix == QLatin1String("yaml") || suffix == QLatin1String("yml") || suffix == QLatin1String("json")) {
+        const QString text = QString::fromStdString(readText(path));
+        static const QRegularExpression runKey(QStringLiteral("(^|\\n)\\s*\"?(student|objective)\"?\\s*:"));
+        return text.contains(runKey) ? FileKind::RunFile : FileKind::Recipe;
+    }
+    return FileKind::Unknown;
+}
+} // namespace
+
+MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
+    : QMainWindow(parent)
 {
     setWindowTitle(tr("Mismatch Lab"));
     setWindowIcon(QIcon(":/mismatch/icons/mismatch-lab.svg"));
     setObjectName("mainWindow");
-    resize(1100, 720);
+    setAcceptDrops(true);
+    resize(1200, 780);
 
     runModel_ = new RunTableModel(this);
     jobRunner_ = new JobRunner(this);
+    jobQueue_ = new JobQueue(jobRunner_, this);
 
     // Empty state: what to do when the workspace holds no runs yet.
     emptyState_ = new QWidget(this);
@@ -53,7 +108,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent) : QMa
         tr("<h2>No runs in this workspace yet</h2>"
            "<p>Start with the built-in demo: the arithmetic teacher/student pair and its prompt sets.<br>"
            "Click <b>Run the demo</b>, or run <code>mismatch demo</code> in a terminal on the same workspace:<br>"
-           "its runs appear here live.</p>"),
+           "its runs appear here live. Drop model folders, recipes and run files on this window to open them.</p>"),
         emptyState_);
     emptyText->setAlignment(Qt::AlignCenter);
     emptyText->setTextFormat(Qt::RichText);
@@ -69,34 +124,63 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent) : QMa
     runTable_->setObjectName("runTable");
     runTable_->setModel(runModel_);
     runTable_->setSelectionBehavior(QAbstractItemView::SelectRows);
-    runTable_->setSelectionMode(QAbstractItemView::SingleSelection);
+    runTable_->setSelectionMode(QAbstractItemView::ExtendedSelection); // several rows: overlay them
     runTable_->setAlternatingRowColors(true);
     runTable_->verticalHeader()->hide();
     runTable_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     runTable_->horizontalHeader()->setSectionResizeMode(RunTableModel::Name, QHeaderView::Stretch);
+    addTableExportMenu(runTable_);
     connect(runTable_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &MainWindow::onSelectionChanged);
 
     runPlot_ = new RunPlot(this);
+    comparePlot_ = new ComparePlot(this);
+    plotTabs_ = new QTabWidget(this);
+    plotTabs_->setObjectName("plotTabs");
+    plotTabs_->addTab(runPlot_, tr("Selected run"));
+    plotTabs_->addTab(comparePlot_, tr("Overlay of selected runs"));
 
     auto* browser = new QSplitter(Qt::Vertical, this);
     browser->setObjectName("browserSplitter");
     browser->addWidget(runTable_);
-    browser->addWidget(runPlot_);
+    browser->addWidget(plotTabs_);
     browser->setStretchFactor(0, 1);
-    browser->setStretchFactor(1, 1);
+    browser->setStretchFactor(1, 2);
 
     stack_ = new QStackedWidget(this);
     stack_->addWidget(emptyState_);
     stack_->addWidget(browser);
-    setCentralWidget(stack_);
+
+    modelPanel_ = new ModelLibraryPanel(this);
+    promptSetPanel_ = new PromptSetPanel(this);
+    recipeEditor_ = new RecipeEditor(this);
+    sensitivityView_ = new SensitivityView(this);
+    budgetView_ = new BudgetView(this);
+    admissionView_ = new AdmissionView(this);
+    jobPanel_ = new JobQueuePanel(jobQueue_, this);
+
+    tabs_ = new QTabWidget(this);
+    tabs_->setObjectName("mainTabs");
+    tabs_->setDocumentMode(true);
+    tabs_->addTab(stack_, tr("&Runs"));
+    tabs_->addTab(modelPanel_, tr("&Models"));
+    tabs_->addTab(promptSetPanel_, tr("&Prompt Sets"));
+    tabs_->addTab(recipeEditor_, tr("R&ecipe"));
+    tabs_->addTab(sensitivityView_, tr("&Sensitivity"));
+    tabs_->addTab(budgetView_, tr("&Budget"));
+    tabs_->addTab(admissionView_, tr("&Admission"));
+    tabs_->addTab(jobPanel_, tr("&Jobs"));
+    setCentralWidget(tabs_);
+    connect(tabs_, &QTabWidget::currentChanged, this, [this] { refreshAnalyses(false); });
 
     workspaceLabel_ = new QLabel(this);
     runCountLabel_ = new QLabel(this);
     jobProgress_ = new QProgressBar(this);
-    jobProgress_->setMaximumWidth(260);
+    jobProgress_->setObjectName("jobProgress");
+    jobProgress_->setMinimumWidth(260);
     jobProgress_->setRange(0, 1000);
     jobProgress_->setVisible(false);
     cancelButton_ = new QPushButton(tr("Cancel"), this);
+    cancelButton_->setObjectName("statusCancelButton");
     cancelButton_->setVisible(false);
     connect(cancelButton_, &QPushButton::clicked, jobRunner_, &JobRunner::cancel);
     statusBar()->addWidget(workspaceLabel_, 1);
@@ -105,19 +189,29 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent) : QMa
     statusBar()->addPermanentWidget(cancelButton_);
 
     connect(jobRunner_, &JobRunner::progressChanged, this, [this](double fraction, const QString& stage, double eta) {
+        // The bar shows the job and the numbers; the stage text (which can be long) goes to its tooltip and to
+        // the job table.
+        const QString job = jobRunner_->jobName();
         jobProgress_->setValue(static_cast<int>(fraction * 1000));
-        jobProgress_->setFormat(eta >= 0 ? tr("%1: %p% (ETA %2 s)").arg(stage).arg(eta, 0, 'f', 0)
-                                         : tr("%1: %p%").arg(stage));
+        jobProgress_->setFormat(
+            eta >= 0 ? tr("%1: %p% (ETA %2 s)").arg(job).arg(eta, 0, 'f', 0) : tr("%1: %p%").arg(job));
+        jobProgress_->setToolTip(stage);
     });
-    connect(jobRunner_, &JobRunner::finished, this,
-        [this](const QString& name, bool ok, bool cancelled, const QString& error) {
-            jobProgress_->setVisible(false);
-            cancelButton_->setVisible(false);
+    connect(jobQueue_, &JobQueue::jobStarted, this, [this](int, const QString& name) {
+        jobProgress_->setValue(0);
+        jobProgress_->setFormat(tr("%1: starting").arg(name));
+        jobProgress_->setVisible(true);
+        cancelButton_->setVisible(true);
+    });
+    connect(jobQueue_, &JobQueue::jobFinished, this,
+        [this](int, const QString& name, bool ok, bool cancelled, const QString& error) {
+            jobProgress_->setVisible(jobRunner_->running());
+            cancelButton_->setVisible(jobRunner_->running());
             refresh();
             if (ok) {
                 statusBar()->showMessage(tr("%1 finished").arg(name), 5000);
             } else if (cancelled) {
-                statusBar()->showMessage(tr("%1 cancelled").arg(name), 5000);
+                statusBar()->showMessage(tr("%1 cancelled; what it stored is kept").arg(name), 5000);
             } else {
                 showError(tr("%1 failed").arg(name), error);
             }
@@ -125,22 +219,30 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent) : QMa
     connect(runModel_, &RunTableModel::refreshed, this, [this] {
         updateView();
         runPlot_->tail();
+        comparePlot_->tail();
+        refreshAnalyses(false);
     });
+    connect(modelPanel_, &ModelLibraryPanel::modelsChanged, this, &MainWindow::updateRecipeModels);
+    connect(recipeEditor_, &RecipeEditor::fileChanged, this, &MainWindow::updateRecipeTitle);
+    connect(recipeEditor_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateRecipeTitle);
 
     createMenus();
     QSettings settings;
     restoreGeometry(settings.value("mainWindow/geometry").toByteArray());
     restoreState(settings.value("mainWindow/state").toByteArray());
+    browser->restoreState(settings.value("mainWindow/browserSplitter").toByteArray());
+    tabs_->setCurrentIndex(settings.value("mainWindow/tab", 0).toInt());
     openWorkspace(workspaceDirectory);
     runModel_->setLivePolling(kPollIntervalMs);
 }
 
 MainWindow::~MainWindow()
 {
-    // The model and plot hold raw pointers to the store: detach them before it closes.
+    // The views hold raw pointers to the store: detach them before it closes.
     runModel_->setLivePolling(0);
     runModel_->setStore(nullptr);
     runPlot_->setStore(nullptr);
+    comparePlot_->setStore(nullptr);
 }
 
 void MainWindow::createMenus()
@@ -156,17 +258,85 @@ void MainWindow::createMenus()
     recentMenu_ = file->addMenu(tr("Recent Workspaces"));
     rebuildRecentMenu();
     file->addSeparator();
+    QAction* addModel = file->addAction(tr("Add &Model Directory..."), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Model directory"));
+        if (!dir.isEmpty())
+            openPaths({dir});
+    });
+    addModel->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_M));
+    file->addAction(tr("Add &Prompt Set..."), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Prompt set"), {}, tr("JSON Lines (*.jsonl)"));
+        if (!path.isEmpty())
+            openPaths({path});
+    });
+    file->addSeparator();
+    QAction* newRecipe = file->addAction(tr("&New Recipe"), this, [this] {
+        quant::Recipe recipe;
+        recipe.name = "untitled";
+        recipeEditor_->setRecipe(recipe);
+        tabs_->setCurrentIndex(RecipeTab);
+    });
+    newRecipe->setShortcut(QKeySequence::New);
+    QAction* openRecipe = file->addAction(tr("Open &Recipe..."), this, [this] {
+        const QString path
+            = QFileDialog::getOpenFileName(this, tr("Open recipe"), {}, tr("Recipes (*.yaml *.yml *.json)"));
+        if (!path.isEmpty())
+            openPaths({path});
+    });
+    openRecipe->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+    QAction* saveRecipe = file->addAction(tr("&Save Recipe"), this, [this] {
+        QString path = recipeEditor_->filePath();
+        if (path.isEmpty()) {
+            path = QFileDialog::getSaveFileName(this, tr("Save recipe"), {}, tr("YAML (*.yaml);;JSON (*.json)"));
+        }
+        if (!path.isEmpty() && !recipeEditor_->saveFile(path))
+            showError(tr("Recipe not saved"), recipeEditor_->lastError());
+    });
+    saveRecipe->setShortcut(QKeySequence::Save);
+    QAction* saveRecipeAs = file->addAction(tr("Save Recipe &As..."), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Save recipe as"), recipeEditor_->filePath(), tr("YAML (*.yaml);;JSON (*.json)"));
+        if (!path.isEmpty() && !recipeEditor_->saveFile(path))
+            showError(tr("Recipe not saved"), recipeEditor_->lastError());
+    });
+    saveRecipeAs->setShortcut(QKeySequence::SaveAs);
+    file->addSeparator();
+    QAction* exportPlot = file->addAction(tr("&Export Plot..."), this, &MainWindow::exportCurrentPlot);
+    exportPlot->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+    QAction* exportTable = file->addAction(tr("Export &Table as CSV..."), this, &MainWindow::exportCurrentTable);
+    exportTable->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E));
+    file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
+
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    QAction* undo = recipeEditor_->undoStack()->createUndoAction(this, tr("&Undo"));
+    undo->setShortcut(QKeySequence::Undo);
+    QAction* redo = recipeEditor_->undoStack()->createRedoAction(this, tr("&Redo"));
+    redo->setShortcut(QKeySequence::Redo);
+    edit->addAction(undo);
+    edit->addAction(redo);
+    edit->addSeparator();
+    QAction* copyCli = edit->addAction(tr("Copy &CLI Command"), this, &MainWindow::copyCliCommand);
+    copyCli->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     QAction* refreshAction = view->addAction(tr("&Refresh"), this, &MainWindow::refresh);
     refreshAction->setShortcut(QKeySequence::Refresh);
+    view->addSeparator();
+    for (int i = 0; i < tabs_->count(); ++i) {
+        QString name = tabs_->tabText(i);
+        name.remove(QLatin1Char('&'));
+        QAction* show = view->addAction(name, this, [this, i] { tabs_->setCurrentIndex(i); });
+        show->setShortcut(QKeySequence(Qt::CTRL | (Qt::Key_1 + i)));
+    }
 
     QMenu* jobs = menuBar()->addMenu(tr("&Jobs"));
+    QAction* train = jobs->addAction(tr("Start &Training Run..."), this, &MainWindow::showTrainingDialog);
+    train->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
     QAction* demo = jobs->addAction(tr("Run the &Demo"), this, &MainWindow::runDemo);
     demo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
-    QAction* cancel = jobs->addAction(tr("&Cancel Job"), jobRunner_, &JobRunner::cancel);
+    QAction* cancel = jobs->addAction(tr("&Cancel Running Job"), jobRunner_, &JobRunner::cancel);
     cancel->setShortcut(QKeySequence(Qt::Key_Escape));
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
@@ -181,10 +351,19 @@ bool MainWindow::openWorkspace(const QString& directory)
             store::RunStore::open(store::databasePath(directory.toStdString()), store::OpenMode::CreateOrOpen));
         runModel_->setStore(nullptr);
         runPlot_->setStore(nullptr);
+        comparePlot_->setStore(nullptr);
         store_ = std::move(store);
         workspaceDirectory_ = directory;
         runModel_->setStore(store_.get());
         runPlot_->setStore(store_.get());
+        comparePlot_->setStore(store_.get());
+        modelPanel_->setStore(store_.get());
+        promptSetPanel_->setStore(store_.get());
+        sensitivityView_->setStore(store_.get());
+        budgetView_->setStore(store_.get());
+        admissionView_->setStore(store_.get());
+        analysisFingerprint_ = QString::fromStdString(AnalysisData(*store_).fingerprint());
+        updateRecipeModels();
         workspaceLabel_->setText(tr("Workspace: %1").arg(QString::fromStdString(store_->path())));
         rememberWorkspace(directory);
         updateView();
@@ -193,6 +372,45 @@ bool MainWindow::openWorkspace(const QString& directory)
         showError(tr("Cannot open workspace"), QString::fromUtf8(error.what()));
         return false;
     }
+}
+
+void MainWindow::updateRecipeModels()
+{
+    std::vector<RecipeModel> models;
+    auto add = [&models](const QString& name, const QString& directory, const std::string& configJson) {
+        try {
+            models.push_back(
+                {name, directory, model::parseConfig(configJson, directory.toStdString() + "/config.json")});
+        } catch (const Error&) {
+            // A registered model whose config no longer parses is listed in the models tab with the problem.
+        }
+    };
+    QStringList seen;
+    if (store_) {
+        for (const store::ModelRecord& record : store_->listModels()) {
+            add(QString::fromStdString(record.name), QString::fromStdString(record.path), record.configJson);
+            seen << QString::fromStdString(record.path);
+        }
+    }
+    // The built-in demo models, so that a recipe can be sized before any model is registered.
+    const QDir builtIn(QString::fromStdString(resourceDirectory()) + "/models");
+    for (const QString& name : builtIn.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+        const QString directory = QDir::cleanPath(builtIn.absoluteFilePath(name));
+        if (!seen.contains(directory) && QFile::exists(directory + "/config.json")) {
+            add(name, directory, readText(directory + "/config.json"));
+        }
+    }
+    recipeEditor_->setModels(models);
+}
+
+void MainWindow::updateRecipeTitle()
+{
+    const QString path = recipeEditor_->filePath();
+    QString title = path.isEmpty() ? tr("R&ecipe") : tr("R&ecipe: %1").arg(QFileInfo(path).fileName());
+    if (!recipeEditor_->undoStack()->isClean()) {
+        title += QStringLiteral(" *");
+    }
+    tabs_->setTabText(RecipeTab, title);
 }
 
 bool MainWindow::showingEmptyState() const
@@ -211,16 +429,52 @@ void MainWindow::refresh()
 {
     try {
         runModel_->refresh();
+        modelPanel_->refresh();
+        promptSetPanel_->refresh();
+        refreshAnalyses(true);
     } catch (const Error& error) {
         showError(tr("Cannot read workspace"), QString::fromUtf8(error.what()));
+    }
+}
+
+void MainWindow::refreshAnalyses(bool force)
+{
+    if (!store_) {
+        return;
+    }
+    try {
+        const QString fingerprint = QString::fromStdString(AnalysisData(*store_).fingerprint());
+        if (!force && fingerprint == analysisFingerprint_) {
+            return;
+        }
+        analysisFingerprint_ = fingerprint;
+        sensitivityView_->refresh();
+        budgetView_->refresh();
+        admissionView_->refresh();
+    } catch (const Error& error) {
+        showError(tr("Cannot read the analyses"), QString::fromUtf8(error.what()));
     }
 }
 
 void MainWindow::onSelectionChanged()
 {
     const QModelIndexList rows = runTable_->selectionModel()->selectedRows();
-    const store::RunInfo* run = rows.isEmpty() ? nullptr : runModel_->runAt(rows.front().row());
-    runPlot_->showRun(run ? run->id : 0, run ? QString::fromStdString(run->name) : QString());
+    std::vector<std::pair<std::int64_t, QString>> selected;
+    for (const QModelIndex& index : rows) {
+        if (const store::RunInfo* run = runModel_->runAt(index.row())) {
+            selected.emplace_back(run->id, QString::fromStdString(run->name));
+        }
+    }
+    std::sort(selected.begin(), selected.end());
+    if (selected.size() == 1) {
+        runPlot_->showRun(selected.front().first, selected.front().second);
+        plotTabs_->setCurrentIndex(0);
+    } else if (selected.empty()) {
+        runPlot_->showRun(0, {});
+    } else {
+        plotTabs_->setCurrentIndex(1);
+    }
+    comparePlot_->setRuns(selected);
 }
 
 void MainWindow::runDemo()
@@ -231,19 +485,190 @@ void MainWindow::runDemo()
         return;
     }
     // The job opens its own connection: SQLite connections are not shared across threads here.
-    const bool started = jobRunner_->start(tr("Demo"), [databasePath](Progress& progress) {
-        store::RunStore store = store::RunStore::open(databasePath, store::OpenMode::OpenExisting);
-        analysis::DemoOptions options;
-        options.resourceDirectory = resourceDirectory();
-        analysis::runDemo(store, options, progress);
+    jobQueue_->enqueue(tr("Demo"), QStringLiteral("mismatch --workspace %1 demo").arg(shellQuote(workspaceDirectory_)),
+        [databasePath](Progress& progress) {
+            store::RunStore store = store::RunStore::open(databasePath, store::OpenMode::OpenExisting);
+            analysis::DemoOptions options;
+            options.resourceDirectory = resourceDirectory();
+            analysis::runDemo(store, options, progress);
+        });
+}
+
+int MainWindow::startTraining(const QString& runFile)
+{
+    if (!store_) {
+        showError(tr("No workspace"), tr("Open a workspace first."));
+        return 0;
+    }
+    TrainingDialog check(workspaceDirectory_);
+    check.setRunFile(runFile);
+    if (!check.runFileValid()) {
+        showError(tr("Cannot start training"), check.errorText());
+        return 0;
+    }
+    return jobQueue_->enqueue(
+        tr("Train %1").arg(check.runName()), check.cliCommand(), trainingJob(workspaceDirectory_, runFile));
+}
+
+void MainWindow::showTrainingDialog()
+{
+    auto* dialog = new TrainingDialog(workspaceDirectory_, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setRunFile(QSettings().value("training/lastRunFile").toString());
+    connect(dialog, &QDialog::accepted, this, [this, dialog] {
+        QSettings().setValue("training/lastRunFile", dialog->runFile());
+        if (startTraining(dialog->runFile()) != 0) {
+            tabs_->setCurrentIndex(RunsTab);
+        }
     });
-    if (!started) {
-        statusBar()->showMessage(tr("A job is already running"), 4000);
+    dialog->open();
+}
+
+void MainWindow::copyCliCommand()
+{
+    QString command;
+    if (tabs_->currentIndex() == RecipeTab) {
+        command = recipeEditor_->cliCommand();
+    } else if (tabs_->currentIndex() == JobsTab && jobPanel_->selectedJob() != 0) {
+        command = jobQueue_->cliCommand(jobPanel_->selectedJob());
+    } else if (const int row = jobQueue_->model()->rowCount() - 1; row >= 0) {
+        command = jobQueue_->cliCommand(jobQueue_->idAtRow(row)); // the latest job
+    }
+    if (command.isEmpty()) {
+        statusBar()->showMessage(tr("No job or recipe to copy a command for"), 4000);
         return;
     }
-    jobProgress_->setValue(0);
-    jobProgress_->setVisible(true);
-    cancelButton_->setVisible(true);
+    QGuiApplication::clipboard()->setText(command);
+    statusBar()->showMessage(tr("Copied: %1").arg(command), 6000);
+}
+
+void MainWindow::exportCurrentPlot()
+{
+    QCustomPlot* plot = nullptr;
+    switch (tabs_->currentIndex()) {
+    case RunsTab:
+        plot = plotTabs_->currentIndex() == 0 ? runPlot_->plot() : comparePlot_->plot();
+        break;
+    case SensitivityTab:
+        plot = sensitivityView_->plot();
+        break;
+    case BudgetTab:
+        plot = budgetView_->plot();
+        break;
+    case AdmissionTab:
+        plot = admissionView_->plot();
+        break;
+    default:
+        break;
+    }
+    if (!plot) {
+        statusBar()->showMessage(tr("This tab has no plot to export"), 4000);
+        return;
+    }
+    const QString path
+        = QFileDialog::getSaveFileName(this, tr("Export plot"), {}, tr("PNG image (*.png);;PDF (*.pdf);;SVG (*.svg)"));
+    if (path.isEmpty())
+        return;
+    const QString error = exportPlot(plot, path);
+    if (!error.isEmpty())
+        showError(tr("Export failed"), error);
+}
+
+void MainWindow::exportCurrentTable()
+{
+    QTableView* table = nullptr;
+    switch (tabs_->currentIndex()) {
+    case RunsTab:
+        table = runTable_;
+        break;
+    case ModelsTab:
+        table = modelPanel_->table();
+        break;
+    case PromptSetsTab:
+        table = promptSetPanel_->table();
+        break;
+    case BudgetTab:
+        table = budgetView_->table();
+        break;
+    case AdmissionTab:
+        table = admissionView_->table();
+        break;
+    case JobsTab:
+        table = jobPanel_->table();
+        break;
+    default:
+        break;
+    }
+    if (!table) {
+        statusBar()->showMessage(tr("This tab has no table to export"), 4000);
+        return;
+    }
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export table"), {}, tr("CSV (*.csv)"));
+    if (path.isEmpty())
+        return;
+    const QString error = exportCsv(*table->model(), path);
+    if (!error.isEmpty())
+        showError(tr("Export failed"), error);
+}
+
+void MainWindow::openPaths(const QStringList& paths)
+{
+    for (const QString& path : paths) {
+        switch (classify(path)) {
+        case FileKind::ModelDirectory:
+            tabs_->setCurrentIndex(ModelsTab);
+            if (const QString error = modelPanel_->addModelDirectory(path); !error.isEmpty()) {
+                showError(tr("Cannot add model"), error);
+            }
+            break;
+        case FileKind::PromptSet:
+            tabs_->setCurrentIndex(PromptSetsTab);
+            if (const QString error = promptSetPanel_->addPromptSetFile(path); !error.isEmpty()) {
+                showError(tr("Cannot add prompt set"), error);
+            }
+            break;
+        case FileKind::Recipe:
+            tabs_->setCurrentIndex(RecipeTab);
+            if (!recipeEditor_->openFile(path)) {
+                showError(tr("Cannot open recipe"), recipeEditor_->lastError());
+            }
+            break;
+        case FileKind::RunFile: {
+            auto* dialog = new TrainingDialog(workspaceDirectory_, this);
+            dialog->setAttribute(Qt::WA_DeleteOnClose);
+            dialog->setRunFile(path);
+            connect(dialog, &QDialog::accepted, this, [this, dialog] { startTraining(dialog->runFile()); });
+            dialog->open();
+            break;
+        }
+        case FileKind::Unknown:
+            showError(tr("Cannot open %1").arg(path),
+                tr("expected a model directory (with config.json), a recipe or run file (.yaml, .yml, .json) or a "
+                   "prompt set (.jsonl)"));
+            break;
+        }
+    }
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (event->mimeData()->hasUrls()) {
+        for (const QUrl& url : event->mimeData()->urls()) {
+            if (!url.isLocalFile())
+                return;
+        }
+        event->acceptProposedAction();
+    }
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    QStringList paths;
+    for (const QUrl& url : event->mimeData()->urls()) {
+        paths << url.toLocalFile();
+    }
+    event->acceptProposedAction();
+    openPaths(paths);
 }
 
 void MainWindow::showAbout()
@@ -294,8 +719,12 @@ void MainWindow::closeEvent(QCloseEvent* event)
     QSettings settings;
     settings.setValue("mainWindow/geometry", saveGeometry());
     settings.setValue("mainWindow/state", saveState());
+    settings.setValue("mainWindow/tab", tabs_->currentIndex());
+    if (auto* browser = findChild<QSplitter*>("browserSplitter")) {
+        settings.setValue("mainWindow/browserSplitter", browser->saveState());
+    }
     jobRunner_->cancel();
     QMainWindow::closeEvent(event);
 }
 
-}  // namespace mismatch::ui
+} // namespace mismatch::ui

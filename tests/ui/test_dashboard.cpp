@@ -1,0 +1,417 @@
+// The dashboard's views, offscreen, each populated from a fixture workspace (tests/ui/fixture_workspace.h) and
+// saved as a screenshot under MISMATCH_TEST_OUTPUT: runs (per-run plot with quality, overlay), models and
+// prompt sets, the recipe editor (edited in its table, saved, accepted unchanged by `mismatch recipe check`),
+// the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports.
+#include "core/quant/recipe.h"
+#include "fixture_workspace.h"
+#include "tests/common/cli_runner.h"
+#include "ui/admission_view.h"
+#include "ui/budget_view.h"
+#include "ui/compare_plot.h"
+#include "ui/library_panels.h"
+#include "ui/main_window.h"
+#include "ui/plot_export.h"
+#include "ui/recipe_editor.h"
+#include "ui/run_plot.h"
+#include "ui/run_table_model.h"
+#include "ui/sensitivity_view.h"
+
+#include <qcustomplot.h>
+
+#include <QComboBox>
+#include <QItemSelectionModel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSignalSpy>
+#include <QStandardItemModel>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+#include <sstream>
+
+using namespace mismatch;
+
+namespace {
+
+void saveScreenshot(QWidget& widget, const QString& name)
+{
+    QTest::qWait(120); // let throttled replots (40 ms) happen first
+    const QString path = fixture::screenshotPath(name);
+    QVERIFY2(widget.grab().save(path), qPrintable(path));
+    qInfo("screenshot: %s", qPrintable(path));
+}
+
+QString readFile(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        return {};
+    }
+    return QString::fromUtf8(file.readAll());
+}
+
+int rowOfRun(const ui::RunTableModel& model, std::int64_t runId)
+{
+    for (int row = 0; row < model.rowCount(); ++row) {
+        if (model.runAt(row)->id == runId)
+            return row;
+    }
+    return -1;
+}
+
+} // namespace
+
+class TestDashboard : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void runsTabPlotsRunAndOverlay();
+    void modelAndPromptSetLibraries();
+    void sensitivityHeatmapHoverAndClick();
+    void budgetPlotShadesBracket();
+    void admissionDecisionsAgainstThreshold();
+    void exportsPlotsAndTables();
+    void recipeEditedInTableSavesCheckableFile();
+    void recipeEditorShowsErrors();
+
+private:
+    std::unique_ptr<ui::MainWindow> openWindow(int tab);
+
+    QTemporaryDir workspace_;
+    fixture::Ids ids_;
+};
+
+void TestDashboard::initTestCase()
+{
+    Q_INIT_RESOURCE(resources);
+    QCoreApplication::setOrganizationName("Mismatch Lab Tests");
+    QStandardPaths::setTestModeEnabled(true);
+    QSettings().clear();
+    QVERIFY(workspace_.isValid());
+    store::RunStore store = store::RunStore::open(store::databasePath(workspace_.path().toStdString()));
+    ids_ = fixture::build(store);
+}
+
+std::unique_ptr<ui::MainWindow> TestDashboard::openWindow(int tab)
+{
+    auto window = std::make_unique<ui::MainWindow>(workspace_.path());
+    window->resize(1280, 820);
+    window->tabs()->setCurrentIndex(tab);
+    window->show();
+    if (!QTest::qWaitForWindowExposed(window.get())) {
+        qFatal("window not exposed");
+    }
+    return window;
+}
+
+void TestDashboard::runsTabPlotsRunAndOverlay()
+{
+    auto window = openWindow(ui::MainWindow::RunsTab);
+    QVERIFY(!window->showingEmptyState());
+    const int row = rowOfRun(*window->runModel(), ids_.fp8Run);
+    QVERIFY(row >= 0);
+    window->runTable()->selectRow(row);
+    QCOMPARE(window->runPlot()->runId(), ids_.fp8Run);
+    QCOMPARE(window->runPlot()->pointCount(), 120);
+    QCOMPARE(window->runPlot()->bf16MultipleCount(), 120);
+    QCOMPARE(window->runPlot()->evaluationCount(), 4); // steps 0, 40, 80, 120
+    saveScreenshot(*window, "dashboard_run.png");
+
+    // Several runs selected: the overlay shows one curve each.
+    auto* selection = window->runTable()->selectionModel();
+    for (std::int64_t id : {ids_.baselineRun, ids_.noisyRun}) {
+        selection->select(window->runModel()->index(rowOfRun(*window->runModel(), id), 0),
+            QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    }
+    QCOMPARE(window->comparePlot()->curveCount(), 3);
+    QCOMPARE(window->comparePlot()->pointCount(ids_.noisyRun), 80);
+    QCOMPARE(window->comparePlot()->pointCount(ids_.fp8Run), 120);
+    saveScreenshot(*window, "dashboard_overlay.png");
+    window->comparePlot()->setMeasure(ui::ComparePlot::Quality);
+    QCOMPARE(window->comparePlot()->pointCount(ids_.noisyRun), 3); // evaluations at 0, 40, 80
+    QCOMPARE(window->comparePlot()->pointCount(ids_.baselineRun), 4);
+}
+
+void TestDashboard::modelAndPromptSetLibraries()
+{
+    QTemporaryDir own; // a workspace of its own: adding models must not disturb the fixture for other tests
+    ui::MainWindow window(own.path());
+    window.resize(1280, 820);
+    window.tabs()->setCurrentIndex(ui::MainWindow::ModelsTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    const QString models = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/models");
+    for (const QString& name : {QStringLiteral("arith-student"), QStringLiteral("arith-teacher")}) {
+        QCOMPARE(window.modelPanel()->addModelDirectory(models + "/" + name), QString());
+    }
+    QStandardItemModel* table = window.modelPanel()->model();
+    QCOMPARE(table->rowCount(), 2);
+    QCOMPARE(table->item(0, ui::ModelLibraryPanel::Name)->text(), QStringLiteral("arith-student"));
+    QVERIFY(table->item(0, ui::ModelLibraryPanel::Architecture)->text().endsWith("ForCausalLM"));
+    store::RunStore reader = store::RunStore::open(store::databasePath(own.path().toStdString()));
+    QCOMPARE(reader.listModels().size(), size_t(2));
+    QVERIFY(reader.listModels()[0].parameterCount > 0);
+    // A folder without config.json: an error naming it, nothing stored.
+    QTemporaryDir empty;
+    const QString error = window.modelPanel()->addModelDirectory(empty.path());
+    QVERIFY2(error.contains(empty.path()) && error.contains("config.json"), qPrintable(error));
+    QCOMPARE(reader.listModels().size(), size_t(2));
+    // The recipe editor can now size recipes for the registered models.
+    QVERIFY(window.recipeEditor()->selectModel("arith-teacher"));
+    saveScreenshot(window, "dashboard_models.png");
+
+    const QString prompts = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/prompts/arith-probe.jsonl");
+    QCOMPARE(window.promptSetPanel()->addPromptSetFile(prompts), QString());
+    int lines = 0;
+    for (const QString& line : readFile(prompts).split('\n'))
+        lines += line.trimmed().isEmpty() ? 0 : 1;
+    QCOMPARE(window.promptSetPanel()->model()->item(0, ui::PromptSetPanel::Prompts)->text().toInt(), lines);
+    QTemporaryDir junkDir;
+    QFile junk(junkDir.filePath("bad.jsonl"));
+    QVERIFY(junk.open(QIODevice::WriteOnly));
+    junk.write("{\"id\": \"a\", \"prompt\": \"Q:1+1\\n\", \"answer\": \"2\"}\nnot json\n");
+    junk.close();
+    const QString promptError = window.promptSetPanel()->addPromptSetFile(junk.fileName());
+    QVERIFY2(promptError.contains("bad.jsonl") && promptError.contains("line 2"), qPrintable(promptError));
+    window.tabs()->setCurrentIndex(ui::MainWindow::PromptSetsTab);
+    saveScreenshot(window, "dashboard_prompt_sets.png");
+}
+
+void TestDashboard::sensitivityHeatmapHoverAndClick()
+{
+    auto window = openWindow(ui::MainWindow::SensitivityTab);
+    ui::SensitivityView* view = window->sensitivityView();
+    QCOMPARE(view->scanId(), ids_.scan);
+    const std::vector<std::string> expected = {"q", "k", "v", "o", "kv", "gate", "up", "down"};
+    QCOMPARE(view->moduleGroups(), expected);
+    QCOMPARE(view->layerCount(), std::int64_t(6));
+    // The colour map holds each cell's added mismatch: column "down" (fixture group 6), layer 5.
+    const int down = 7;
+    QCOMPARE(view->colorMap()->data()->cell(down, 5), fixture::addedMismatch(5, 6));
+    QCOMPARE(view->colorMap()->data()->cell(4, 2), fixture::addedMismatch(2, 7)); // kv of layer 2
+    QTest::qWait(80);
+    view->plot()->replot();
+
+    QSignalSpy selected(view, &ui::SensitivityView::cellSelected);
+    QTest::mouseClick(view->plot(), Qt::LeftButton, {}, view->cellCenter(5, down));
+    QCOMPARE(selected.count(), 1);
+    QCOMPARE(selected.at(0).at(0).toLongLong(), 5LL);
+    QCOMPARE(selected.at(0).at(1).toString(), QStringLiteral("down"));
+    const QString detail = view->detailText();
+    QVERIFY2(
+        detail.startsWith("Layer 5, down: +") && detail.contains(QString::number(fixture::addedMismatch(5, 6), 'g', 4)),
+        qPrintable(detail));
+    QVERIFY2(detail.contains("x BF16"), qPrintable(detail));
+    // A click outside the cells selects nothing.
+    QTest::mouseClick(view->plot(), Qt::LeftButton, {}, QPoint(3, 3));
+    QCOMPARE(selected.count(), 1);
+    saveScreenshot(*window, "dashboard_sensitivity.png");
+}
+
+void TestDashboard::budgetPlotShadesBracket()
+{
+    auto window = openWindow(ui::MainWindow::BudgetTab);
+    ui::BudgetView* view = window->budgetView();
+    QVERIFY(view->selectCalibration(ids_.calibration, 120));
+    QCOMPARE(view->passCount(), 3);
+    QCOMPARE(view->failCount(), 2);
+    QVERIFY(view->bracketItem()->visible());
+    QCOMPARE(view->bracketItem()->topLeft->coords().x(), 0.06);
+    QCOMPARE(view->bracketItem()->bottomRight->coords().x(), 0.15);
+    QCOMPARE(view->pointModel()->rowCount(), 5);
+    saveScreenshot(*window, "dashboard_budget.png");
+    // Step 80 has one passing point and no bracket.
+    QVERIFY(view->selectCalibration(ids_.calibration, 80));
+    QCOMPARE(view->passCount(), 1);
+    QCOMPARE(view->failCount(), 0);
+    QVERIFY(!view->bracketItem()->visible());
+}
+
+void TestDashboard::admissionDecisionsAgainstThreshold()
+{
+    auto window = openWindow(ui::MainWindow::AdmissionTab);
+    ui::AdmissionView* view = window->admissionView();
+    QCOMPARE(view->decisions().size(), size_t(5));
+    QCOMPARE(view->decisionModel()->rowCount(), 5);
+    QCOMPARE(view->thresholdLineCount(), 1);
+    QCOMPARE(view->decisionModel()->item(3, 5)->text(), QStringLiteral("reject"));
+    QCOMPARE(view->decisionModel()->item(3, 3)->text(), QStringLiteral("[0.16, 0.22]"));
+    // Three graphs (admit, borderline, reject) with their error bars.
+    int graphs = 0;
+    int points = 0;
+    for (int i = 0; i < view->plot()->graphCount(); ++i) {
+        ++graphs;
+        points += view->plot()->graph(i)->dataCount();
+    }
+    QCOMPARE(graphs, 3);
+    QCOMPARE(points, 5);
+    saveScreenshot(*window, "dashboard_admission.png");
+}
+
+void TestDashboard::exportsPlotsAndTables()
+{
+    auto window = openWindow(ui::MainWindow::AdmissionTab);
+    QTest::qWait(80);
+    QTemporaryDir out;
+    QCustomPlot* plot = window->admissionView()->plot();
+    QCOMPARE(ui::exportPlot(plot, out.filePath("admission.png")), QString());
+    QImage image(out.filePath("admission.png"));
+    QCOMPARE(image.width(), plot->width() * 2); // rendered at twice the pixels for high-DPI and print
+    QCOMPARE(ui::exportPlot(plot, out.filePath("admission.pdf")), QString());
+    QVERIFY(readFile(out.filePath("admission.pdf")).startsWith("%PDF"));
+    QCOMPARE(ui::exportPlot(plot, out.filePath("admission.svg")), QString());
+    const QString svg = readFile(out.filePath("admission.svg"));
+    QVERIFY(svg.contains("<svg") && svg.contains("</svg>"));
+    // Only the finished files are left: no temporaries.
+    QCOMPARE(QDir(out.path()).entryList(QDir::Files | QDir::Hidden).size(), 3);
+    const QString bad = ui::exportPlot(plot, out.filePath("admission.bmp"));
+    QVERIFY2(bad.contains("admission.bmp") && bad.contains(".png, .pdf or .svg"), qPrintable(bad));
+    const QString missing = ui::exportPlot(plot, out.filePath("no/such/dir/a.png"));
+    QVERIFY2(missing.contains("no/such/dir/a.png"), qPrintable(missing));
+
+    QCOMPARE(ui::exportCsv(*window->admissionView()->decisionModel(), out.filePath("decisions.csv")), QString());
+    const QStringList lines = readFile(out.filePath("decisions.csv")).split("\r\n", Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 6);
+    QVERIFY(lines[0].startsWith("Candidate,Checkpoint,Mismatch"));
+    QVERIFY2(lines[4].startsWith("int4-weights,step-100,0.19,\"[0.16, 0.22]\",0.06,reject"), qPrintable(lines[4]));
+    QStandardItemModel quoting;
+    quoting.setHorizontalHeaderLabels({"a,b", "say \"hi\""});
+    quoting.appendRow({new QStandardItem("1"), new QStandardItem("x\ny")});
+    QCOMPARE(ui::toCsv(quoting), QStringLiteral("\"a,b\",\"say \"\"hi\"\"\"\r\n1,\"x\ny\"\r\n"));
+}
+
+void TestDashboard::recipeEditedInTableSavesCheckableFile()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    QVERIFY(editor->selectModel("arith-teacher")); // built-in model, offered before any is registered
+    const std::int64_t layers = editor->modelConfig()->numLayers;
+    QVERIFY(layers >= 3); // so that the first and last layers are not adjacent
+    ui::RecipeTableModel* table = editor->tableModel();
+    QCOMPARE(table->rowCount(), static_cast<int>(layers) + 2);
+
+    editor->setName("fp8-edges-gui");
+    editor->setDefaults("fp8_e4m3/block128", "fp8_e4m3", "fp8_e4m3/per_head");
+    QCOMPARE(table->index(table->rowOfLayer(1), 0).data().toString(), QStringLiteral("fp8_e4m3/block128"));
+
+    // Select the down_proj cells of the first and last layers in the table and set them to BF16.
+    QTableView* view = editor->moduleTable();
+    view->setFocus();
+    auto* selection = view->selectionModel();
+    selection->clear();
+    const int downColumn = 6;
+    selection->select(table->index(table->rowOfLayer(0), downColumn), QItemSelectionModel::Select);
+    selection->setCurrentIndex(table->index(table->rowOfLayer(layers - 1), downColumn), QItemSelectionModel::Select);
+    auto* setBox = editor->findChild<QComboBox*>("setSelectionBox");
+    setBox->setCurrentText("bf16");
+    QTest::mouseClick(editor->findChild<QPushButton*>("applySelectionButton"), Qt::LeftButton);
+    QCOMPARE(editor->recipe().rules.size(), size_t(1));
+    const std::string expectedMatch = "model.layers.{0," + std::to_string(layers - 1) + "}.mlp.down_proj";
+    QCOMPARE(QString::fromStdString(editor->recipe().rules[0].match), QString::fromStdString(expectedMatch));
+    QCOMPARE(table->index(table->rowOfLayer(0), downColumn).data().toString(), QStringLiteral("bf16"));
+    QCOMPARE(table->index(table->rowOfLayer(1), downColumn).data().toString(), QStringLiteral("fp8_e4m3/block128"));
+
+    // One cell through the table's editor path (setData, as the combo delegate commits), the KV cache of layer 0
+    // and lm_head's weights.
+    QVERIFY(table->setData(table->index(table->rowOfLayer(0), 0), "int8/channel", Qt::EditRole));
+    QVERIFY(table->setData(table->index(table->rowOfLayer(0), ui::RecipeTableModel::kKvColumn), "bf16", Qt::EditRole));
+    QVERIFY(table->setData(table->index(table->rowCount() - 1, 0), "fp8_e4m3/channel", Qt::EditRole));
+    // With tied embeddings (one tensor) lm_head's format is set for the embedding too, in the same command.
+    const bool tied = editor->modelConfig()->tieWordEmbeddings;
+    QCOMPARE(editor->recipe().rules.size(), size_t(tied ? 5 : 4));
+    QVERIFY2(editor->resolves(), qPrintable(editor->validationMessage()));
+    QCOMPARE(table->index(0, 0).data().toString(), QString(tied ? "fp8_e4m3/channel" : "bf16"));
+
+    // Undo and redo walk the same states.
+    const quant::Recipe edited = editor->recipe();
+    editor->undoStack()->undo();
+    QCOMPARE(editor->recipe().rules.size(), size_t(3));
+    QCOMPARE(table->index(table->rowCount() - 1, 0).data().toString(), QStringLiteral("bf16"));
+    editor->undoStack()->redo();
+    QVERIFY(editor->recipe() == edited);
+
+    // KV capacity against BF16: an FP8 cache holds about twice the tokens (scales cost a little), one BF16 layer
+    // less of that.
+    const QRegularExpression ratio(QStringLiteral("= ([0-9.]+)x BF16"));
+    const auto match = ratio.match(editor->summaryText());
+    QVERIFY2(match.hasMatch(), qPrintable(editor->summaryText()));
+    const double expectedRatio
+        = static_cast<double>(editor->plan()->bf16KvBytesPerToken) / editor->plan()->kvBytesPerToken;
+    QVERIFY2(std::abs(match.captured(1).toDouble() - expectedRatio) < 0.05, qPrintable(editor->summaryText()));
+    QVERIFY(expectedRatio > 1.0 && expectedRatio < 2.0);
+    saveScreenshot(*window, "dashboard_recipe_table.png");
+    editor->tabs()->setCurrentIndex(1);
+    saveScreenshot(*window, "dashboard_recipe_rules.png");
+    editor->tabs()->setCurrentIndex(0);
+
+    // Saved: the file is what `mismatch recipe check` accepts, unchanged, and reads back as the edited recipe.
+    QTemporaryDir out;
+    const QString path = out.filePath("fp8-edges-gui.yaml");
+    QVERIFY2(editor->saveFile(path), qPrintable(editor->lastError()));
+    const QString saved = readFile(path);
+    const test::CliResult check = test::runCli({"recipe", "check", path.toStdString()});
+    QVERIFY2(check.code == 0, check.err.c_str());
+    const QString modelDir = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/models/arith-teacher");
+    const test::CliResult resolved
+        = test::runCli({"recipe", "check", path.toStdString(), "--model", modelDir.toStdString()});
+    QVERIFY2(resolved.code == 0, resolved.err.c_str());
+    QCOMPARE(readFile(path), saved); // checking does not rewrite it
+    const quant::Recipe loaded = quant::loadRecipe(path.toStdString());
+    QVERIFY(loaded == editor->recipe());
+    QCOMPARE(QString::fromStdString(quant::recipeToYaml(loaded)), saved);
+    QVERIFY(editor->undoStack()->isClean());
+    QVERIFY(window->tabs()->tabText(ui::MainWindow::RecipeTab).contains("fp8-edges-gui.yaml"));
+    QVERIFY(!window->tabs()->tabText(ui::MainWindow::RecipeTab).endsWith("*"));
+    QCOMPARE(editor->cliCommand(), QStringLiteral("mismatch recipe check %1 --model %2").arg(path, modelDir));
+    // JSON too.
+    QVERIFY(editor->saveFile(out.filePath("fp8-edges-gui.json")));
+    QVERIFY(quant::loadRecipe(out.filePath("fp8-edges-gui.json").toStdString()) == editor->recipe());
+}
+
+void TestDashboard::recipeEditorShowsErrors()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    QVERIFY(editor->selectModel("arith-student"));
+    const std::int64_t layers = editor->modelConfig()->numLayers;
+    // A syntax error in the text: not applied, the message names the line.
+    QVERIFY(!editor->applyText("version: 1\nweights: {format: fp9}\n"));
+    QVERIFY2(editor->lastError().contains("line 2"), qPrintable(editor->lastError()));
+    QVERIFY2(editor->lastError().contains("fp8_e4m3"), qPrintable(editor->lastError())); // lists the valid ones
+    // A rule naming a layer the model does not have: applied (the recipe may be meant for another model),
+    // shown as a model error naming the layer count; the table cannot show a plan.
+    const QString text
+        = QStringLiteral("version: 1\nname: too-deep\nrules:\n  - match: \"model.layers.%1.mlp.down_proj\"\n"
+                         "    weights: {format: int8}\n")
+              .arg(layers + 20);
+    QVERIFY(editor->applyText(text));
+    QVERIFY(editor->syntaxValid());
+    QVERIFY(!editor->resolves());
+    QVERIFY2(editor->validationMessage().contains(QString::number(layers)), qPrintable(editor->validationMessage()));
+    QCOMPARE(editor->tableModel()->index(1, 0).data().toString(), QStringLiteral("?"));
+    // A malformed pattern typed into the rule list: a syntax error; saving refuses.
+    auto* rules = editor->ruleTable();
+    rules->item(0, 0)->setText("model.layers.{5-2}.mlp.down_proj");
+    QVERIFY(!editor->syntaxValid());
+    QVERIFY2(editor->validationMessage().contains("5-2"), qPrintable(editor->validationMessage()));
+    QTemporaryDir out;
+    QVERIFY(!editor->saveFile(out.filePath("bad.yaml")));
+    QVERIFY(!QFile::exists(out.filePath("bad.yaml")));
+    // An unknown format typed into a rule cell is refused with the valid choices.
+    QVERIFY(!editor->setRuleField(0, 1, "fp7"));
+    QVERIFY2(editor->lastError().contains("int4/group128"), qPrintable(editor->lastError()));
+    editor->tabs()->setCurrentIndex(1);
+    saveScreenshot(*window, "dashboard_recipe_error.png");
+    // Undo returns to the recipe before the pattern edit.
+    editor->undoStack()->undo();
+    QVERIFY(editor->syntaxValid());
+}
+
+QTEST_MAIN(TestDashboard)
+#include "test_dashboard.moc"

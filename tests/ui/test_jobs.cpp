@@ -1,0 +1,278 @@
+// Jobs from the GUI, offscreen: a training run started from its dialog emits progress and finishes with its run
+// and plot visible; cancelling one from the job panel leaves the store consistent (run cancelled, steps whole
+// and contiguous, database intact); and while another connection appends steps as fast as it can, the GUI
+// event loop stays responsive (latency measured with a QTimer probe, p99 under 100 ms, printed).
+#include "core/store/evaluation_store.h"
+#include "core/store/run_store.h"
+#include "core/store/sqlite_util.h"
+#include "fixture_workspace.h"
+#include "ui/compare_plot.h"
+#include "ui/job_queue.h"
+#include "ui/job_runner.h"
+#include "ui/main_window.h"
+#include "ui/run_plot.h"
+#include "ui/run_table_model.h"
+#include "ui/training_dialog.h"
+
+#include <QElapsedTimer>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+using namespace mismatch;
+
+namespace {
+
+void saveScreenshot(QWidget& widget, const QString& name)
+{
+    QTest::qWait(120);
+    const QString path = fixture::screenshotPath(name);
+    QVERIFY2(widget.grab().save(path), qPrintable(path));
+    qInfo("screenshot: %s", qPrintable(path));
+}
+
+// A small OPD run on the built-in pair: a few steps of two prompts, evaluated on four held-out problems.
+QString writeRunFile(const QString& directory, const QString& name, int steps, int evaluateEvery)
+{
+    const QString resources = QStringLiteral(MISMATCH_SOURCE_DIR "/resources");
+    const QString path = directory + "/" + name + ".yaml";
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly))
+        qFatal("cannot write %s", qPrintable(path));
+    QString text = QStringLiteral(
+        "name: %1\nstudent: %2/models/arith-student\nteacher: %2/models/arith-teacher\n"
+        "prompts: %2/prompts/arith-train.jsonl\nobjective: opd_full_kl\n"
+        "rollout:\n  sampling: {temperature: 1.0, max_tokens: 8, seed: 1}\n"
+        "optimizer: {learning_rate: 1.0e-3}\nbatch: {prompts_per_step: 2, samples_per_prompt: 1}\nsteps: %3\n")
+                       .arg(name, resources)
+                       .arg(steps);
+    if (evaluateEvery > 0) {
+        text += QStringLiteral(
+            "evaluation: {every: %1, prompts: %2/prompts/arith-heldout.jsonl, count: 4, max_tokens: 8}\n")
+                    .arg(evaluateEvery)
+                    .arg(resources);
+    }
+    text += QStringLiteral("checkpoint: {every: 0}\nseed: 7\n");
+    file.write(text.toUtf8());
+    return path;
+}
+
+} // namespace
+
+class TestJobs : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void trainingDialogRejectsBadRunFile();
+    void trainingFromDialogShowsProgressAndResult();
+    void cancelLeavesStoreConsistent();
+    void eventLoopStaysResponsiveWhileRunAppends();
+};
+
+void TestJobs::initTestCase()
+{
+    Q_INIT_RESOURCE(resources);
+    QCoreApplication::setOrganizationName("Mismatch Lab Tests");
+    QStandardPaths::setTestModeEnabled(true);
+    QSettings().clear();
+}
+
+void TestJobs::trainingDialogRejectsBadRunFile()
+{
+    QTemporaryDir dir;
+    QFile file(dir.filePath("bad.yaml"));
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("name: bad\nstudent: /nonexistent/student\nobjective: opd_full_kl\n");
+    file.close();
+    ui::TrainingDialog dialog(dir.path());
+    dialog.setRunFile(file.fileName());
+    QVERIFY(!dialog.runFileValid());
+    QVERIFY(!dialog.startButton()->isEnabled());
+    QVERIFY2(
+        dialog.errorText().contains("bad.yaml") && dialog.errorText().contains("line"), qPrintable(dialog.errorText()));
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    saveScreenshot(dialog, "training_dialog_error.png");
+}
+
+void TestJobs::trainingFromDialogShowsProgressAndResult()
+{
+    QTemporaryDir dir;
+    const QString runFile = writeRunFile(dir.path(), "gui-opd", 4, 2);
+    ui::MainWindow window(dir.path());
+    window.resize(1280, 820);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+
+    window.showTrainingDialog();
+    auto* dialog = window.findChild<ui::TrainingDialog*>();
+    QVERIFY(dialog);
+    dialog->setRunFile(runFile);
+    QVERIFY2(dialog->runFileValid(), qPrintable(dialog->errorText()));
+    QVERIFY(dialog->summaryText().contains("gui-opd"));
+    QCOMPARE(dialog->cliCommand(), QStringLiteral("mismatch --workspace %1 train %2").arg(dir.path(), runFile));
+    QVERIFY(QTest::qWaitForWindowExposed(dialog));
+    saveScreenshot(*dialog, "training_dialog.png");
+
+    QSignalSpy progress(window.jobRunner(), &ui::JobRunner::progressChanged);
+    QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+    QTest::mouseClick(dialog->startButton(), Qt::LeftButton);
+    QCOMPARE(window.jobQueue()->state(1), QStringLiteral("running"));
+    QVERIFY(finished.wait(120000));
+    const QList<QVariant> result = finished.takeFirst();
+    QVERIFY2(result.at(2).toBool(), qPrintable(result.at(4).toString()));
+    // Progress arrived as the steps went (fraction = steps done / steps), ending at 1.
+    QVERIFY2(progress.count() >= 4, qPrintable(QString::number(progress.count())));
+    QCOMPARE(progress.last().at(0).toDouble(), 1.0);
+    QCOMPARE(window.jobQueue()->state(1), QStringLiteral("finished"));
+
+    // The run is in the browser, finished, with its steps and evaluations plotted.
+    QTRY_COMPARE_WITH_TIMEOUT(window.runModel()->rowCount(), 1, 5000);
+    const store::RunInfo* run = window.runModel()->runAt(0);
+    QCOMPARE(QString::fromStdString(run->name), QStringLiteral("gui-opd"));
+    QVERIFY(run->status == store::RunStatus::Finished);
+    QCOMPARE(run->stepCount, std::int64_t(4));
+    window.runTable()->selectRow(0);
+    QCOMPARE(window.runPlot()->pointCount(), 4);
+    QCOMPARE(window.runPlot()->evaluationCount(), 3); // steps 0, 2, 4
+    saveScreenshot(window, "training_finished_run.png");
+    window.tabs()->setCurrentIndex(ui::MainWindow::JobsTab);
+    saveScreenshot(window, "training_job_queue.png");
+}
+
+void TestJobs::cancelLeavesStoreConsistent()
+{
+    QTemporaryDir dir;
+    const QString runFile = writeRunFile(dir.path(), "long-opd", 400, 0);
+    ui::MainWindow window(dir.path());
+    window.resize(1280, 820);
+    window.tabs()->setCurrentIndex(ui::MainWindow::JobsTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QSignalSpy progress(window.jobRunner(), &ui::JobRunner::progressChanged);
+    QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+    const int job = window.startTraining(runFile);
+    QVERIFY(job != 0);
+    // A second job queued behind it, dropped from the queue before it starts.
+    const int queued = window.startTraining(runFile);
+    QCOMPARE(window.jobQueue()->state(queued), QStringLiteral("queued"));
+    QVERIFY(window.jobQueue()->cancel(queued));
+    QCOMPARE(window.jobQueue()->state(queued), QStringLiteral("cancelled"));
+
+    // Let a few steps be stored, then cancel from the panel.
+    QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(0).toDouble() >= 3.0 / 400, 60000);
+    window.jobPanel()->table()->selectRow(window.jobQueue()->rowOf(job));
+    QCOMPARE(window.jobQueue()->state(job), QStringLiteral("running"));
+    QVERIFY(window.findChild<QProgressBar*>("jobProgress")->isVisible());
+    saveScreenshot(window, "training_running.png");
+    QTest::mouseClick(window.jobPanel()->findChild<QPushButton*>("cancelJobButton"), Qt::LeftButton);
+    QVERIFY(finished.wait(60000));
+    const QList<QVariant> result = finished.takeFirst();
+    QCOMPARE(result.at(0).toInt(), job);
+    QVERIFY(!result.at(2).toBool());
+    QVERIFY(result.at(3).toBool()); // cancelled
+    QCOMPARE(window.jobQueue()->state(job), QStringLiteral("cancelled"));
+    QTest::qWait(200);
+    QCOMPARE(finished.count(), 0); // the dropped job never ran
+
+    // The store: one run, cancelled, finish time set, steps 1..n whole and contiguous, nothing half-written.
+    store::RunStore reader
+        = store::RunStore::open(store::databasePath(dir.path().toStdString()), store::OpenMode::ReadOnly);
+    const auto runs = reader.listRuns();
+    QCOMPARE(runs.size(), size_t(1));
+    QVERIFY(runs[0].status == store::RunStatus::Cancelled);
+    QVERIFY(!runs[0].finishedAt.empty());
+    const auto steps = reader.stepsAfter(runs[0].id);
+    QVERIFY(steps.size() >= 3 && steps.size() < 400);
+    QCOMPARE(runs[0].stepCount, static_cast<std::int64_t>(steps.size()));
+    for (size_t i = 0; i < steps.size(); ++i) {
+        QCOMPARE(steps[i].step, static_cast<std::int64_t>(i + 1));
+        QVERIFY(steps[i].mismatchKl.has_value() && steps[i].loss.has_value());
+    }
+    store::Statement integrity(reader.handle(), "PRAGMA integrity_check");
+    QVERIFY(integrity.step());
+    QCOMPARE(QString::fromStdString(integrity.text(0)), QStringLiteral("ok"));
+    // The GUI shows it cancelled.
+    QTRY_COMPARE_WITH_TIMEOUT(
+        window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Status), Qt::DisplayRole).toString(),
+        QStringLiteral("cancelled"), 5000);
+    saveScreenshot(window, "training_cancelled_jobs.png");
+}
+
+void TestJobs::eventLoopStaysResponsiveWhileRunAppends()
+{
+    QTemporaryDir dir;
+    ui::MainWindow window(dir.path());
+    window.resize(1280, 820);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+
+    // Another connection on its own thread (as `mismatch train` in another process would) creates a run, then
+    // appends a step every 2 ms, one transaction each, for 4 seconds.
+    const std::string database = store::databasePath(dir.path().toStdString());
+    store::RunStore writer = store::RunStore::open(database);
+    const std::int64_t runId = writer.beginRun({"fast-writer", "train", "{}", std::nullopt});
+    writer.appendSteps(runId, fixture::steps(1, 1, 0.01, 0.0002));
+    QTRY_COMPARE_WITH_TIMEOUT(window.runModel()->rowCount(), 1, 5000);
+    window.runTable()->selectRow(0);
+    QCOMPARE(window.runPlot()->runId(), runId);
+
+    std::atomic<bool> stop {false};
+    std::atomic<int> written {1};
+    std::thread appender([&] {
+        int step = 2;
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+        while (!stop.load() && std::chrono::steady_clock::now() < end) {
+            writer.appendSteps(runId, fixture::steps(step, 1, 0.01, 0.0002));
+            written.store(step++);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+
+    // The probe: a 10 ms timer; latency = how late each tick fires after the previous one.
+    constexpr int kProbeMs = 10;
+    std::vector<double> lateness;
+    QElapsedTimer clock;
+    QTimer probe;
+    probe.setTimerType(Qt::PreciseTimer);
+    qint64 last = 0;
+    clock.start();
+    connect(&probe, &QTimer::timeout, this, [&] {
+        const qint64 now = clock.nsecsElapsed();
+        if (last != 0)
+            lateness.push_back(std::max(0.0, (now - last) / 1e6 - kProbeMs));
+        last = now;
+    });
+    probe.start(kProbeMs);
+    QTest::qWait(4300);
+    probe.stop();
+    stop.store(true);
+    appender.join();
+
+    std::sort(lateness.begin(), lateness.end());
+    QVERIFY(lateness.size() > 100);
+    const double p50 = lateness[lateness.size() / 2];
+    const double p99 = lateness[static_cast<size_t>(0.99 * (lateness.size() - 1))];
+    const double worst = lateness.back();
+    qInfo("event-loop latency while %d steps were appended (one commit each): p50 %.1f ms, p99 %.1f ms, max %.1f ms "
+          "over %zu probe ticks; replots %d",
+        written.load(), p50, p99, worst, lateness.size(), window.runPlot()->replotCount());
+    QVERIFY2(p99 < 100.0, qPrintable(QString("p99 event-loop latency %1 ms").arg(p99)));
+    // The window kept up: every step plotted, replotted far fewer times than steps arrived (throttled).
+    QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), written.load(), 5000);
+    QVERIFY(window.runPlot()->replotCount() < written.load() / 10);
+    saveScreenshot(window, "live_fast_writer.png");
+}
+
+QTEST_MAIN(TestJobs)
+#include "test_jobs.moc"

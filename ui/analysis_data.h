@@ -1,0 +1,101 @@
+#pragma once
+// Read-only access to the analysis tables of a workspace (sensitivity scans, calibrations, admission
+// decisions) with plain SQL, for the GUI's views. Nothing here writes: the analyses themselves store their
+// results through core. Every value is in nats per token unless its name says otherwise.
+#include "core/store/run_store.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mismatch::ui {
+
+struct SensitivityScanInfo {
+    std::int64_t id = 0;
+    std::optional<std::int64_t> runId;
+    std::string modelName; // empty when the scan names no registered model
+    std::string format; // the format each cell was quantized to ("fp8_e4m3", "int4", ...)
+    std::optional<double> bf16Unit;
+    std::string createdAt;
+};
+
+struct SensitivityCell {
+    std::int64_t layer = 0;
+    std::string moduleGroup; // "q", "k", "v", "o", "gate", "up", "down", "kv", ...
+    double mismatch = 0.0; // with this one group quantized
+    double addedMismatch = 0.0; // mismatch - BF16 unit
+    std::optional<double> ciLow;
+    std::optional<double> ciHigh;
+};
+
+struct CalibrationInfo {
+    std::int64_t id = 0;
+    std::optional<std::int64_t> runId;
+    std::string name;
+    std::string student;
+    std::string createdAt;
+};
+
+struct CalibrationPoint {
+    std::int64_t runId = 0;
+    std::string runName;
+    std::int64_t step = 0;
+    double mismatch = 0.0;
+    double quality = 0.0;
+    std::optional<double> relativeChange; // (Q_run - Q_base) / Q_base
+    std::optional<double> ciLow; // paired bootstrap interval of mean_i (q_i_run - q_i_base)
+    std::optional<double> ciHigh;
+    bool failed = false;
+};
+
+struct CalibrationBracket {
+    std::int64_t step = 0;
+    std::optional<double> largestPassing;
+    std::optional<double> smallestFailing;
+    std::optional<double> threshold;
+};
+
+struct AdmissionDecision {
+    std::int64_t id = 0;
+    std::optional<std::int64_t> runId;
+    std::optional<std::int64_t> calibrationId;
+    std::string candidateJson;
+    std::string candidateName; // the candidate's "name" (or its recipe's), else "#id"
+    std::string checkpoint;
+    double mismatch = 0.0;
+    double ciLow = 0.0;
+    double ciHigh = 0.0;
+    double threshold = 0.0;
+    std::string decision; // admit, reject, borderline
+    double seconds = 0.0;
+    std::string toolVersion;
+    std::string createdAt;
+};
+
+// Reads through `store`'s connection (not owned). Throws StoreError from the store on a damaged database.
+class AnalysisData {
+public:
+    explicit AnalysisData(const store::RunStore& store)
+        : store_(store)
+    {
+    }
+
+    std::vector<SensitivityScanInfo> sensitivityScans() const;
+    std::vector<SensitivityCell> sensitivityCells(std::int64_t scanId) const;
+
+    std::vector<CalibrationInfo> calibrations() const;
+    std::vector<CalibrationPoint> calibrationPoints(std::int64_t calibrationId) const;
+    std::vector<CalibrationBracket> calibrationBrackets(std::int64_t calibrationId) const;
+
+    std::vector<AdmissionDecision> admissionDecisions() const;
+
+    // Changes whenever any analysis table gains, loses or changes rows (row counts and newest ids; cheap: these
+    // tables are small). Views re-read only when it moved.
+    std::string fingerprint() const;
+
+private:
+    const store::RunStore& store_;
+};
+
+} // namespace mismatch::ui
