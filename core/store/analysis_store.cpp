@@ -201,16 +201,19 @@ CalibrationBracket bracketFromPoints(const std::vector<CalibrationPoint>& points
     CalibrationBracket bracket;
     bracket.step = step;
     for (const CalibrationPoint& point : points) {
-        if (point.step != step) {
-            continue;
-        }
-        if (point.failed) {
+        if (point.step == step && point.failed) {
             bracket.smallestFailing
                 = bracket.smallestFailing ? std::min(*bracket.smallestFailing, point.mismatch) : point.mismatch;
-        } else {
-            bracket.largestPassing
-                = bracket.largestPassing ? std::max(*bracket.largestPassing, point.mismatch) : point.mismatch;
         }
+    }
+    // Passing points above the smallest failing one (a non-monotone sweep) do not widen the budget: the lower end
+    // is the largest mismatch that passed below every failure.
+    for (const CalibrationPoint& point : points) {
+        if (point.step != step || point.failed
+            || (bracket.smallestFailing && point.mismatch >= *bracket.smallestFailing)) {
+            continue;
+        }
+        bracket.largestPassing = bracket.largestPassing ? std::max(*bracket.largestPassing, point.mismatch) : point.mismatch;
     }
     if (bracket.largestPassing) {
         bracket.threshold = *bracket.largestPassing * (1.0 - margin);

@@ -97,8 +97,10 @@ struct Calibration {
     std::vector<CalibrationBracket> brackets; // by step
 };
 
-// The bracket of the points at `step`: largest mismatch of a passing point, smallest of a failing one; threshold
-// = largest passing * (1 - margin) (margin in [0, 1)), unset when nothing passed.
+// The bracket of the points at `step`: the smallest mismatch of a failing point, and the largest mismatch of a
+// passing point below it (a run that passed at a larger mismatch than one that failed does not widen the budget:
+// the sweep is not monotone there, and the conservative end is kept); threshold = largest passing * (1 - margin)
+// (margin in [0, 1)), unset when nothing passed below the smallest failure.
 CalibrationBracket bracketFromPoints(
     const std::vector<CalibrationPoint>& points, std::int64_t step, double margin = 0.0);
 

@@ -211,6 +211,13 @@ void TestAnalysisStore::bracketFromPointsOnHandMadePoints()
     QVERIFY(!failedOnly.largestPassing && !failedOnly.threshold);
     QCOMPARE(*failedOnly.smallestFailing, 0.01);
     QVERIFY_THROWS_EXCEPTION(InputError, bracketFromPoints(points, 100, 1.0));
+    // A non-monotone sweep: 2.9 passed although 0.98 failed; the budget's lower end stays below the failure.
+    const std::vector<CalibrationPoint> uneven = {{1, 20, 0.0156, 0, {}, {}, {}, false},
+        {2, 20, 0.193, 0, {}, {}, {}, false}, {3, 20, 0.98, 0, {}, {}, {}, true}, {4, 20, 2.9, 0, {}, {}, {}, false}};
+    const CalibrationBracket conservative = bracketFromPoints(uneven, 20);
+    QCOMPARE(*conservative.largestPassing, 0.193);
+    QCOMPARE(*conservative.smallestFailing, 0.98);
+    QCOMPARE(*conservative.threshold, 0.193);
 }
 
 void TestAnalysisStore::admissionDecisionRoundTrip()

@@ -3,6 +3,7 @@
 // resume after a stop and after SIGKILL (nothing lost or duplicated, the same results as an uninterrupted
 // run), cancellation, numerical faults, the stored measures, and time to quality.
 #include "core/analysis/calibrate.h"
+#include "core/analysis/compare_objectives.h"
 #include "core/analysis/time_to_quality.h"
 #include "core/common/error.h"
 #include "core/common/progress.h"
@@ -167,6 +168,7 @@ private slots:
     void calibrationSweepStoresPointsAndBrackets();
     void calibrationOptionErrors();
     void timeToQualityJobTrainsBothRuns();
+    void compareObjectivesAppliesEachRule();
 
 private:
     TinyPair pair_;
@@ -738,6 +740,41 @@ void TestTrainer::timeToQualityJobTrainsBothRuns()
     if (result.speedup) {
         QVERIFY(std::abs(*result.speedup - result.baseline.reached.wallSeconds / result.candidate.reached.wallSeconds) < 1e-12);
     }
+}
+
+void TestTrainer::compareObjectivesAppliesEachRule()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CompareObjectivesOptions options;
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
+    options.noiseSigmas = {0.5};
+    options.samplesPerPrompt = 2;
+    options.rule.bootstrap.resamples = 2000;
+    Progress progress;
+    const analysis::CompareObjectivesResult result = analysis::runCompareObjectives(store, options, progress);
+    QCOMPARE(result.rows.size(), std::size_t(6)); // 3 objectives x (bf16, noise 0.5)
+    QCOMPARE(result.breaks.size(), std::size_t(3));
+    for (std::size_t i = 0; i < result.rows.size(); i += 2) {
+        const auto& bf16 = result.rows[i];
+        const auto& noisy = result.rows[i + 1];
+        QCOMPARE(QString::fromStdString(bf16.configuration), QString("bf16"));
+        QCOMPARE(bf16.bf16Multiple, 1.0);
+        QVERIFY(noisy.mismatch > bf16.mismatch);
+        QVERIFY(std::abs(noisy.bf16Multiple - noisy.mismatch / bf16.mismatch) < 1e-12 * noisy.bf16Multiple);
+        if (train::usesTeacher(bf16.objective)) {
+            QVERIFY(noisy.quality && noisy.relativeChange);
+            QVERIFY(std::abs(*noisy.relativeChange - (*noisy.quality - *bf16.quality) / *bf16.quality) < 1e-9);
+        } else {
+            // The tiny random student never answers correctly: its BF16 reward is 0, so the rule cannot decide.
+            QCOMPARE(*bf16.reward, 0.0);
+            QVERIFY(noisy.verdict == analysis::ObjectiveVerdict::Undecided);
+        }
+    }
+    QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
+    const auto stored = nlohmann::json::parse(store.run(result.runId)->configJson);
+    QCOMPARE(stored.at("rows").size(), std::size_t(6));
 }
 
 QTEST_GUILESS_MAIN(TestTrainer)
