@@ -1,5 +1,7 @@
 #include "core/analysis/demo.h"
 
+#include "core/store/analysis_store.h"
+
 #include "core/common/error.h"
 #include "core/io/prompt_set.h"
 #include "core/model/model_files.h"
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 namespace fs = std::filesystem;
 
@@ -30,7 +33,72 @@ std::vector<fs::path> sortedEntries(const fs::path& directory)
     return entries;
 }
 
+std::optional<double> optionalNumber(const nlohmann::json& value)
+{
+    return value.is_number() ? std::optional<double>(value.get<double>()) : std::nullopt;
+}
+
 }  // namespace
+
+std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& path, const std::string& resourceDirectory)
+{
+    std::ifstream in(path);
+    if (!in) {
+        throw InputError(path, "file", "cannot be read");
+    }
+    nlohmann::json file;
+    try {
+        file = nlohmann::json::parse(in);
+        const std::string name = file.at("name").get<std::string>() + " (shipped)";
+        for (const auto& existing : store::calibrations(store)) {
+            if (existing.name == name) {
+                return existing.id;
+            }
+        }
+        store::CalibrationInfo info;
+        info.name = name;
+        info.student
+            = (fs::path(resourceDirectory) / file.at("student_in_resources").get<std::string>()).lexically_normal().string();
+        info.configJson = file.dump();
+        std::map<std::int64_t, std::int64_t> runIds; // id in the file -> record run here
+        for (const auto& run : file.at("runs")) {
+            const std::int64_t id = store.beginRun({file.at("name").get<std::string>() + "/" + run.at("label").get<std::string>()
+                    + " (shipped)",
+                "train", nlohmann::json {{"shipped_calibration", fs::absolute(path).string()}, {"sweep_run", run}}.dump(),
+                std::nullopt});
+            store.finishRun(id, store::RunStatus::Finished);
+            runIds[run.at("run_id").get<std::int64_t>()] = id;
+        }
+        std::vector<store::CalibrationPoint> points;
+        for (const auto& p : file.at("points")) {
+            store::CalibrationPoint point;
+            point.runId = runIds.at(p.at("run_id").get<std::int64_t>());
+            point.step = p.at("step").get<std::int64_t>();
+            point.mismatch = p.at("mismatch").get<double>();
+            point.quality = p.at("quality").get<double>();
+            point.relativeChange = optionalNumber(p.at("relative_change"));
+            point.ciLow = optionalNumber(p.at("ci_low"));
+            point.ciHigh = optionalNumber(p.at("ci_high"));
+            point.failed = p.at("failed").get<bool>();
+            points.push_back(point);
+        }
+        std::vector<store::CalibrationBracket> brackets;
+        for (const auto& b : file.at("brackets")) {
+            store::CalibrationBracket bracket;
+            bracket.step = b.at("step").get<std::int64_t>();
+            bracket.largestPassing = optionalNumber(b.at("largest_passing"));
+            bracket.smallestFailing = optionalNumber(b.at("smallest_failing"));
+            bracket.threshold = optionalNumber(b.at("threshold"));
+            brackets.push_back(bracket);
+        }
+        return store::addCalibration(store, info, points, brackets);
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(path, "calibration", std::string("expected the JSON of `mismatch calibrate --json` of a "
+                                              "built-in student: ") + error.what());
+    } catch (const std::out_of_range&) {
+        throw InputError(path, "points", "a point names a run that is not in \"runs\"");
+    }
+}
 
 DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress)
 {
@@ -71,6 +139,43 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
             record.promptCount = static_cast<std::int64_t>(io::loadPromptSet(file.string()).prompts.size());
             record.id = store.addPromptSet(record);
             report.promptSets.push_back(record);
+        }
+        if (options.screen) {
+            progress.update(0.6, "storing the shipped calibration");
+            const fs::path calibrationFile = resources / "calibrations" / "arith-student.json";
+            report.calibrationId = storeShippedCalibration(store, calibrationFile.string(), resources.string());
+            const auto calibration = store::calibration(store, *report.calibrationId);
+            const nlohmann::json shipped = nlohmann::json::parse(calibration->info.configJson);
+            report.calibrationCommand = shipped.value("command", "");
+            for (const auto& bracket : calibration->brackets) {
+                if (bracket.threshold) {
+                    report.calibrationStep = bracket.step;
+                    break;
+                }
+            }
+            AdmissionOptions admission;
+            admission.checkpoints = {calibration->info.student};
+            admission.candidates = loadCandidates((resources / "candidates" / "demo.yaml").string());
+            admission.probePath = (resources / "prompts" / "arith-probe.jsonl").string();
+            admission.count = options.probeCount;
+            // The calibration's rollout sampling, so that the screened mismatch is on the budget's scale.
+            const nlohmann::json& sampling = shipped.at("base").at("rollout").at("sampling");
+            admission.settings.temperature = sampling.at("temperature").get<double>();
+            admission.settings.topP = sampling.at("top_p").get<double>();
+            admission.settings.topK = sampling.at("top_k").get<std::int64_t>();
+            admission.settings.maxNewTokens = sampling.at("max_tokens").get<std::int64_t>();
+            admission.settings.seed = sampling.at("seed").get<std::uint64_t>();
+            admission.calibrationId = report.calibrationId;
+            admission.steps = {report.calibrationStep};
+            Progress* inner = nullptr;
+            Progress screening([&progress, &inner](double fraction, const std::string& stage) {
+                progress.update(0.65 + 0.35 * fraction, stage);
+                if (progress.cancelled() && inner) {
+                    inner->cancel();
+                }
+            });
+            inner = &screening;
+            report.admission = runAdmission(store, admission, screening);
         }
     } catch (const CancelledError& error) {
         store.finishRun(report.runId, store::RunStatus::Cancelled, error.what());

@@ -1,7 +1,10 @@
 #pragma once
 // The headless demo job: what `mismatch demo` and the GUI's "Run the demo" do on the built-in resources.
+#include "core/analysis/admission.h"
 #include "core/common/progress.h"
 #include "core/store/run_store.h"
+
+#include <optional>
 
 #include <string>
 #include <vector>
@@ -10,6 +13,10 @@ namespace mismatch::analysis {
 
 struct DemoOptions {
     std::string resourceDirectory;  // built-in models and prompt sets
+    // Screen the shipped candidates (resources/candidates/demo.yaml) against the shipped calibration of the demo
+    // student (resources/calibrations/arith-student.json) with the admission check; false: only register.
+    bool screen = true;
+    std::int64_t probeCount = 128;  // first N prompts of arith-probe.jsonl
 };
 
 struct DemoReport {
@@ -17,9 +24,22 @@ struct DemoReport {
     std::vector<store::ModelRecord> models;          // registered from resources/models/*
     std::vector<store::PromptSetRecord> promptSets;  // registered from resources/prompts/*.jsonl
     store::StoreSummary summary;                     // what the workspace holds afterwards
+    // The screening (when DemoOptions::screen):
+    std::optional<std::int64_t> calibrationId;       // the shipped calibration as stored in this workspace
+    std::string calibrationCommand;                  // the command that made it
+    std::int64_t calibrationStep = 0;                // the bracket used
+    std::optional<AdmissionResult> admission;        // one decision per candidate, with intervals
 };
 
-// Registers the built-in demo models and prompt sets in the workspace (idempotent) and reports what it holds.
+// Registers the built-in demo models and prompt sets in the workspace (idempotent), stores the shipped calibration
+// of the demo student (once per workspace), screens the shipped candidate configurations with the admission
+// check against its budget at its first calibrated step, and reports what it decided and what the workspace holds.
 DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress);
+
+// Stores a calibration written by `mismatch calibrate --json` for a built-in student (its "student_in_resources"
+// is relative to `resourceDirectory`) as the calibration "<name> (shipped)": one finished record run per sweep run (its step
+// data stays with whoever ran the calibration) and the points and brackets. Idempotent: a calibration of that name
+// already in the store is reused. InputError naming the file for a malformed one. Returns the calibration id.
+std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& path, const std::string& resourceDirectory);
 
 }  // namespace mismatch::analysis

@@ -171,24 +171,45 @@ void TestCli::demoRegistersResources()
 {
     QTemporaryDir dir;
     const std::string ws = dir.path().toStdString();
-    const CliResult first = runCli({"-w", ws, "--json", "demo"});
+    // 16 probe prompts keep the screening short; the shipped candidates are all screened.
+    const CliResult first = runCli({"-w", ws, "--json", "demo", "--count", "16"});
     QCOMPARE(first.code, 0);
     const auto report = parseJson(first.out);
     const QDir prompts(QStringLiteral(MISMATCH_SOURCE_DIR "/resources/prompts"));
     QCOMPARE(report.at("prompt_sets").size(), static_cast<size_t>(prompts.entryList({"*.jsonl"}, QDir::Files).size()));
-    QCOMPARE(report.at("runs").get<int>(), 1);
-    // Running it again registers nothing twice.
-    const CliResult second = runCli({"-w", ws, "--json", "demo"});
+    // The demo run, one record run per sweep run of the shipped calibration, the admission run.
+    const auto shipped = nlohmann::json::parse(
+        std::ifstream(MISMATCH_SOURCE_DIR "/resources/calibrations/arith-student.json"));
+    const int sweepRuns = static_cast<int>(shipped.at("runs").size());
+    QCOMPARE(report.at("runs").get<int>(), 1 + sweepRuns + 1);
+    QVERIFY(report.at("calibration_id").is_number());
+    const auto& decisions = report.at("decisions");
+    QVERIFY(decisions.size() >= 6);
+    for (const auto& d : decisions) {
+        const double mismatch = d.at("mismatch").get<double>();
+        QVERIFY(d.at("ci_low").get<double>() <= mismatch && mismatch <= d.at("ci_high").get<double>());
+        const std::string verdict = d.at("verdict").get<std::string>();
+        // The decision follows from the interval and the threshold.
+        const std::string expected = d.at("ci_high").get<double>() < d.at("threshold").get<double>()
+            ? "admit"
+            : (d.at("ci_low").get<double>() > d.at("threshold").get<double>() ? "reject" : "borderline");
+        QCOMPARE(QString::fromStdString(verdict), QString::fromStdString(expected));
+    }
+    // Running it again registers nothing twice and reuses the shipped calibration.
+    const CliResult second = runCli({"-w", ws, "--json", "demo", "--count", "4"});
     QCOMPARE(second.code, 0);
     const auto again = parseJson(second.out);
     QCOMPARE(again.at("prompt_sets").size(), report.at("prompt_sets").size());
     store::RunStore s = store::RunStore::open(store::databasePath(ws), store::OpenMode::ReadOnly);
     QCOMPARE(s.summary().promptSets, static_cast<std::int64_t>(report.at("prompt_sets").size()));
-    QCOMPARE(s.summary().runs, 2);
+    QCOMPARE(s.summary().runs, 1 + sweepRuns + 1 + 2);
+    QCOMPARE(s.summary().calibrations, std::int64_t(1));
+    QCOMPARE(parseJson(second.out).at("calibration_id"), report.at("calibration_id"));
 
-    const CliResult human = runCli({"-w", ws, "demo"});
+    const CliResult human = runCli({"-w", ws, "demo", "--count", "4"});
     QCOMPARE(human.code, 0);
     QVERIFY(QString::fromStdString(human.out).contains("Built-in prompt sets"));
+    QVERIFY(QString::fromStdString(human.out).contains("Admission check of the shipped candidates"));
 }
 
 void TestCli::realBinaryExitCodes()

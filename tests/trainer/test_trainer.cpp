@@ -7,6 +7,7 @@
 #include "core/analysis/time_to_quality.h"
 #include "core/common/error.h"
 #include "core/common/progress.h"
+#include "core/common/random.h"
 #include "core/engine/engine.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
@@ -373,9 +374,15 @@ void TestTrainer::resumeAfterSigkillLosesAndDuplicatesNothing()
     // then resumed with `mismatch train --resume`; compared with an uninterrupted CLI run.
     const QString binary = QStringLiteral(MISMATCH_BINARY_DIR "/app/mismatch");
     QVERIFY2(QFileInfo::exists(binary), "the mismatch CLI is built with the tests");
+    // Killed several times (MISMATCH_TRAIN_KILLS, default 3) at random moments once more steps than at the last
+    // kill are stored, each time resumed with `mismatch train --resume 1`; the run is long enough for them.
+    const int plannedKills = qEnvironmentVariableIsSet("MISMATCH_TRAIN_KILLS")
+        ? qEnvironmentVariableIntValue("MISMATCH_TRAIN_KILLS")
+        : 3;
+    const int steps = std::max(30, 8 * plannedKills);
     QTemporaryDir files;
     const std::string runFile = writeRunFile(files.path().toStdString(), "killed",
-        runBody(pair_, "steps: 30\n" + baseRollout() + evaluation(8) + "checkpoint: {every: 4}\n"));
+        runBody(pair_, "steps: " + std::to_string(steps) + "\n" + baseRollout() + evaluation(8) + "checkpoint: {every: 4}\n"));
     const auto runCli = [&](const QString& workspace, const QStringList& arguments) {
         QProcess process;
         process.start(binary, QStringList {"--workspace", workspace, "--threads", "1"} + arguments);
@@ -387,47 +394,67 @@ void TestTrainer::resumeAfterSigkillLosesAndDuplicatesNothing()
 
     QTemporaryDir killed;
     const std::string ws = killed.path().toStdString();
-    int kills = 0;
-    QProcess process;
-    process.start(binary, {"--workspace", killed.path(), "--threads", "1", "train", QString::fromStdString(runFile), "--quiet"});
-    QVERIFY(process.waitForStarted());
-    // Wait until step 6 is stored (checkpoint 4 exists, steps 5-6 after it), then kill.
     const std::string database = store::databasePath(ws);
-    QElapsedTimer timer;
-    timer.start();
-    std::int64_t stored = 0;
-    while (timer.elapsed() < 120000 && process.state() == QProcess::Running) {
-        if (fs::exists(database)) {
-            try {
-                const store::RunStore reader = store::RunStore::open(database, store::OpenMode::ReadOnly);
-                stored = store::queryInt64(reader.handle(), "SELECT count(*) FROM step_metrics");
-            } catch (const StoreError&) {
-                stored = 0; // the writer is still creating the schema
-            }
+    const auto storedSteps = [&database]() -> std::int64_t {
+        if (!fs::exists(database)) {
+            return 0;
         }
-        if (stored >= 6) {
-            ::kill(static_cast<pid_t>(process.processId()), SIGKILL);
-            ++kills;
+        try {
+            const store::RunStore reader = store::RunStore::open(database, store::OpenMode::ReadOnly);
+            return store::queryInt64(reader.handle(), "SELECT count(*) FROM step_metrics");
+        } catch (const StoreError&) {
+            return 0; // the writer is still creating the schema
+        }
+    };
+    SplitMix64 random(20261129);
+    int kills = 0;
+    std::int64_t lastKilledAt = 0;
+    bool finished = false;
+    while (!finished) {
+        QProcess process;
+        QStringList arguments {"--workspace", killed.path(), "--threads", "1", "train", "--quiet"};
+        arguments += kills == 0 && lastKilledAt == 0 ? QStringList {QString::fromStdString(runFile)}
+                                                     : QStringList {"--resume", "1"};
+        process.start(binary, arguments);
+        QVERIFY(process.waitForStarted());
+        if (kills >= plannedKills) {
+            QVERIFY(process.waitForFinished(120000));
+            QVERIFY2(process.exitCode() == 0, process.readAllStandardError().constData());
+            finished = true;
             break;
         }
-        QThread::msleep(20);
-    }
-    process.waitForFinished(10000);
-    QCOMPARE(kills, 1);
-    QVERIFY(stored >= 6);
-    QVERIFY2(stored < 30, "the run finished before it could be killed; slow the run down");
-    {
+        const std::int64_t target = lastKilledAt + 1 + static_cast<std::int64_t>(random.below(5));
+        QElapsedTimer timer;
+        timer.start();
+        while (timer.elapsed() < 120000 && process.state() == QProcess::Running && storedSteps() < target) {
+            QThread::msleep(10);
+        }
+        if (process.state() != QProcess::Running) {
+            QVERIFY2(process.exitCode() == 0, process.readAllStandardError().constData());
+            finished = true; // it finished before this kill
+            break;
+        }
+        QThread::msleep(static_cast<unsigned long>(random.below(40))); // anywhere inside the next step or two
+        ::kill(static_cast<pid_t>(process.processId()), SIGKILL);
+        process.waitForFinished(10000);
+        lastKilledAt = storedSteps();
         const store::RunStore reader = store::RunStore::open(database, store::OpenMode::ReadOnly);
+        if (reader.run(1)->status == store::RunStatus::Finished) {
+            finished = true; // the run completed inside the random delay, before the kill landed
+            break;
+        }
         QVERIFY(reader.run(1)->status == store::RunStatus::Running); // killed: nobody marked it
+        ++kills;
     }
-    runCli(killed.path(), {"train", "--resume", "1", "--quiet"});
+    qInfo("killed the training process %d times with SIGKILL, resumed each time", kills);
+    QVERIFY(kills >= 1);
 
     const store::RunStore a = store::RunStore::open(store::databasePath(reference.path().toStdString()), store::OpenMode::ReadOnly);
     const store::RunStore b = store::RunStore::open(database, store::OpenMode::ReadOnly);
     QVERIFY(b.run(1)->status == store::RunStatus::Finished);
     const auto expected = stepValues(a, 1);
     const auto resumed = stepValues(b, 1);
-    QCOMPARE(resumed.size(), std::size_t(30));
+    QCOMPARE(resumed.size(), static_cast<std::size_t>(steps));
     QVERIFY(expected == resumed);
     QVERIFY(evaluationValues(a, 1) == evaluationValues(b, 1));
 }
