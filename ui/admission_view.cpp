@@ -4,6 +4,7 @@
 
 #include <qcustomplot.h>
 
+#include <QFileInfo>
 #include <QHeaderView>
 #include <QLabel>
 #include <QSplitter>
@@ -91,7 +92,11 @@ void AdmissionView::refresh()
         points[d.decision].second.append(row);
         lowErrors[d.decision].append(d.mismatch - d.ciLow);
         highErrors[d.decision].append(d.ciHigh - d.mismatch);
-        ticker->addTick(row, QString::fromStdString(d.candidateName + " @ " + d.checkpoint));
+        // A checkpoint is often a directory path: its last component names it well enough on an axis.
+        const QString checkpoint = QFileInfo(QString::fromStdString(d.checkpoint)).fileName();
+        ticker->addTick(row,
+            QString::fromStdString(d.candidateName) + " @ "
+                + (checkpoint.isEmpty() ? QString::fromStdString(d.checkpoint) : checkpoint));
         xMax = std::max({xMax, d.ciHigh, d.threshold});
         thresholds.insert(d.threshold);
         counts[d.decision == "admit" ? 0 : d.decision == "reject" ? 2 : 1]++;

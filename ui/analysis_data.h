@@ -1,7 +1,8 @@
 #pragma once
-// Read-only access to the analysis tables of a workspace (sensitivity scans, calibrations, admission
-// decisions) with plain SQL, for the GUI's views. Nothing here writes: the analyses themselves store their
-// results through core. Every value is in nats per token unless its name says otherwise.
+// Read-only access to the analyses of a workspace (sensitivity scans, calibrations, admission decisions) for
+// the GUI's views, through core's analysis store (core/store/analysis_store.h), with the names the views show
+// (model and run names) resolved. Nothing here writes. Every value is in nats per token unless its name says
+// otherwise.
 #include "core/store/run_store.h"
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct SensitivityScanInfo {
     std::string format; // the format each cell was quantized to ("fp8_e4m3", "int4", ...)
     std::optional<double> bf16Unit;
     std::string createdAt;
+    std::string status = "finished"; // the scan's run: "running", "cancelled" or "failed" means partial
 };
 
 struct SensitivityCell {

@@ -52,7 +52,7 @@ BudgetView::BudgetView(QWidget* parent)
     plot_->yAxis->setLabel(tr("quality change against the BF16 baseline (%)"));
     plot_->legend->setVisible(true);
     plot_->legend->setFont(QFont(font().family(), 8));
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
 
     bracket_ = new QCPItemRect(plot_);
     bracket_->setPen(Qt::NoPen);
@@ -79,8 +79,8 @@ BudgetView::BudgetView(QWidget* parent)
     thresholdLabel_->setText(tr("admission threshold "));
     failLabel_ = new QCPItemText(plot_);
     failLabel_->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-    failLabel_->position->setCoords(1.0, kFailRise * 100);
-    failLabel_->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+    failLabel_->position->setCoords(0.01, kFailRise * 100);
+    failLabel_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
     failLabel_->setColor(QColor(0x75, 0x75, 0x75));
     failLabel_->setText(tr("failure rule: +20% quality loss"));
 
@@ -265,12 +265,17 @@ void BudgetView::showCalibration()
     bracketLabel_->setVisible(haveBracket);
     if (haveBracket) {
         const double low = shownBracket_->largestPassing.value_or(0.0);
-        const double high = shownBracket_->smallestFailing.value_or(xMax * 1.1);
+        // With no failing run yet the bracket is open to the right: shade to beyond the axis end.
+        const bool open = !shownBracket_->smallestFailing.has_value();
+        const double high = open ? std::max(xMax, low) * 10.0 : *shownBracket_->smallestFailing;
         bracket_->topLeft->setCoords(low, 0.0);
         bracket_->bottomRight->setCoords(high, 1.0);
-        bracketLabel_->position->setCoords((low + high) / 2, 0.02);
-        bracketLabel_->setText(tr("budget bracket\n[%1, %2]").arg(low, 0, 'g', 3).arg(high, 0, 'g', 3));
-        xMax = std::max(xMax, high);
+        bracketLabel_->position->setCoords(
+            open ? low + (std::max(xMax, low) * 1.35 - low) / 2 : (low + high) / 2, 0.02);
+        bracketLabel_->setText(open ? tr("budget bracket\n[%1, no failing run yet)").arg(low, 0, 'g', 3)
+                                    : tr("budget bracket\n[%1, %2]").arg(low, 0, 'g', 3).arg(high, 0, 'g', 3));
+        // Room right of the passing end for the open bracket and the labels of the points near it.
+        xMax = open ? std::max(xMax, low) * 1.3 : std::max(xMax, high);
     }
     const bool haveThreshold = shownBracket_ && shownBracket_->threshold;
     thresholdLine_->setVisible(haveThreshold);

@@ -13,6 +13,7 @@
 #include "ui/job_runner.h"
 #include "ui/library_panels.h"
 #include "ui/plot_export.h"
+#include "ui/prefix_shift_view.h"
 #include "ui/recipe_editor.h"
 #include "ui/run_plot.h"
 #include "ui/run_table_model.h"
@@ -156,6 +157,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     sensitivityView_ = new SensitivityView(this);
     budgetView_ = new BudgetView(this);
     admissionView_ = new AdmissionView(this);
+    prefixShiftView_ = new PrefixShiftView(this);
     jobPanel_ = new JobQueuePanel(jobQueue_, this);
 
     tabs_ = new QTabWidget(this);
@@ -168,6 +170,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     tabs_->addTab(sensitivityView_, tr("&Sensitivity"));
     tabs_->addTab(budgetView_, tr("&Budget"));
     tabs_->addTab(admissionView_, tr("&Admission"));
+    tabs_->addTab(prefixShiftView_, tr("Prefix Shif&t"));
     tabs_->addTab(jobPanel_, tr("&Jobs"));
     setCentralWidget(tabs_);
     connect(tabs_, &QTabWidget::currentChanged, this, [this] { refreshAnalyses(false); });
@@ -362,6 +365,7 @@ bool MainWindow::openWorkspace(const QString& directory)
         sensitivityView_->setStore(store_.get());
         budgetView_->setStore(store_.get());
         admissionView_->setStore(store_.get());
+        prefixShiftView_->setStore(store_.get());
         analysisFingerprint_ = QString::fromStdString(AnalysisData(*store_).fingerprint());
         updateRecipeModels();
         workspaceLabel_->setText(tr("Workspace: %1").arg(QString::fromStdString(store_->path())));
@@ -451,6 +455,7 @@ void MainWindow::refreshAnalyses(bool force)
         sensitivityView_->refresh();
         budgetView_->refresh();
         admissionView_->refresh();
+        prefixShiftView_->refresh();
     } catch (const Error& error) {
         showError(tr("Cannot read the analyses"), QString::fromUtf8(error.what()));
     }
@@ -557,6 +562,9 @@ void MainWindow::exportCurrentPlot()
         break;
     case AdmissionTab:
         plot = admissionView_->plot();
+        break;
+    case PrefixShiftTab:
+        plot = prefixShiftView_->plot();
         break;
     default:
         break;

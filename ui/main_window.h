@@ -1,7 +1,7 @@
 #pragma once
 // The Mismatch Lab main window. Tabs: runs (live run browser, per-run plot, overlay of selected runs), models,
-// prompt sets, recipe editor, layer sensitivity, budget (calibrations), admission, jobs. Everything shown comes
-// from the workspace's store, polled for commits by any process (the CLI included); jobs run off the GUI thread.
+// prompt sets, recipe editor, layer sensitivity, budget (calibrations), admission, prefix shift, jobs. Everything shown
+// comes from the workspace's store, polled for commits by any process (the CLI included); jobs run off the GUI thread.
 #include "core/store/run_store.h"
 
 #include <QMainWindow>
@@ -25,6 +25,7 @@ class JobQueue;
 class JobQueuePanel;
 class JobRunner;
 class ModelLibraryPanel;
+class PrefixShiftView;
 class PromptSetPanel;
 class RecipeEditor;
 class RunPlot;
@@ -34,7 +35,17 @@ class SensitivityView;
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    enum Tab { RunsTab, ModelsTab, PromptSetsTab, RecipeTab, SensitivityTab, BudgetTab, AdmissionTab, JobsTab };
+    enum Tab {
+        RunsTab,
+        ModelsTab,
+        PromptSetsTab,
+        RecipeTab,
+        SensitivityTab,
+        BudgetTab,
+        AdmissionTab,
+        PrefixShiftTab,
+        JobsTab
+    };
 
     explicit MainWindow(const QString& workspaceDirectory, QWidget* parent = nullptr);
     ~MainWindow() override;
@@ -59,6 +70,7 @@ public:
     SensitivityView* sensitivityView() const { return sensitivityView_; }
     BudgetView* budgetView() const { return budgetView_; }
     AdmissionView* admissionView() const { return admissionView_; }
+    PrefixShiftView* prefixShiftView() const { return prefixShiftView_; }
     JobQueuePanel* jobPanel() const { return jobPanel_; }
 
     // Queues a training run from a run file (as the "Start Training Run" dialog does); returns the job id or 0
@@ -110,6 +122,7 @@ private:
     SensitivityView* sensitivityView_ = nullptr;
     BudgetView* budgetView_ = nullptr;
     AdmissionView* admissionView_ = nullptr;
+    PrefixShiftView* prefixShiftView_ = nullptr;
     JobRunner* jobRunner_ = nullptr;
     JobQueue* jobQueue_ = nullptr;
     JobQueuePanel* jobPanel_ = nullptr;

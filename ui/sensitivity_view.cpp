@@ -108,6 +108,9 @@ void SensitivityView::refresh()
             label += tr(" on %1").arg(QString::fromStdString(scan.modelName));
         }
         label += QStringLiteral(" (%1)").arg(QString::fromStdString(scan.createdAt));
+        if (scan.status != "finished") {
+            label += tr(" [%1: partial]").arg(QString::fromStdString(scan.status));
+        }
         scanBox_->addItem(label, QVariant::fromValue<qlonglong>(scan.id));
         if (scan.id == keep) {
             keepIndex = static_cast<int>(i);

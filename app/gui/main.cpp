@@ -9,6 +9,9 @@
 
 int main(int argc, char** argv)
 {
+    // Qt 6 scales by the screen's device pixel ratio; pass fractional ratios (125%, 150%) through unrounded so
+    // that plots and text stay sharp and correctly sized on high-DPI screens.
+    QGuiApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);
     QApplication app(argc, argv);
     Q_INIT_RESOURCE(resources);  // resources.qrc lives in the static mismatch_ui library
     QApplication::setApplicationName("mismatch-lab");

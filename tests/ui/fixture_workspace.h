@@ -1,11 +1,12 @@
 #pragma once
 // A fixture workspace for the UI tests, written through the store's own APIs (runs, steps, evaluations, models,
-// prompt sets) and plain SQL inserts for the analysis tables, with values chosen so that each view has
+// prompt sets) and core's analysis store API for the analyses, with values chosen so that each view has
 // something a person can judge: a run with a rising mismatch, a sensitivity scan whose first and last layers
 // stand out, a calibration with a bracket, admission decisions of every kind.
+#include "core/model/tokenizer.h"
+#include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/run_store.h"
-#include "core/store/sqlite_util.h"
 
 #include <QDir>
 #include <QString>
@@ -65,6 +66,7 @@ struct Ids {
     std::int64_t noisyRun = 0;
     std::int64_t scan = 0;
     std::int64_t calibration = 0;
+    std::int64_t prefixShift = 0;
 };
 
 // Sensitivity cells: added mismatch per (layer, group) of a 6-layer model, first and last layers and down_proj
@@ -106,110 +108,121 @@ inline Ids build(store::RunStore& store)
         store.finishRun(failing[index++], store::RunStatus::Finished);
     }
 
-    sqlite3* db = store.handle();
-    store::Transaction transaction(db);
-    {
-        store::Statement scan(db, "INSERT INTO sensitivity_scans (format, bf16_unit) VALUES ('fp8_e4m3/block128', ?)");
-        scan.bind(1, unit).run();
-        ids.scan = sqlite3_last_insert_rowid(db);
-        store::Statement cell(db,
-            "INSERT INTO sensitivity_cells (scan_id, layer, module_group, mismatch, added_mismatch, ci_low, ci_high) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)");
-        const char* groups[] = {"q", "k", "v", "o", "gate", "up", "down", "kv"};
-        for (int layer = 0; layer < 6; ++layer) {
-            for (int g = 0; g < 8; ++g) {
-                const double added = addedMismatch(layer, g);
-                cell.reset();
-                cell.bind(1, ids.scan)
-                    .bind(2, layer)
-                    .bind(3, groups[g])
-                    .bind(4, unit + added)
-                    .bind(5, added)
-                    .bind(6, added * 0.8)
-                    .bind(7, added * 1.2)
-                    .run();
-            }
+    // Sensitivity scan: 6 layers x 8 groups.
+    store::SensitivityScanInfo scan;
+    scan.format = "fp8_e4m3/block128";
+    scan.bf16Unit = unit;
+    ids.scan = store::addSensitivityScan(store, scan);
+    const char* groups[] = {"q", "k", "v", "o", "gate", "up", "down", "kv"};
+    for (int layer = 0; layer < 6; ++layer) {
+        for (int g = 0; g < 8; ++g) {
+            store::SensitivityCell cell;
+            cell.layer = layer;
+            cell.moduleGroup = groups[g];
+            cell.addedMismatch = addedMismatch(layer, g);
+            cell.mismatch = unit + cell.addedMismatch;
+            cell.ciLow = cell.addedMismatch * 0.8;
+            cell.ciHigh = cell.addedMismatch * 1.2;
+            store::addSensitivityCell(store, ids.scan, cell);
         }
     }
-    {
-        store::Statement calibration(
-            db, "INSERT INTO calibrations (name, student) VALUES ('noise sweep', 'arith-student')");
-        calibration.run();
-        ids.calibration = sqlite3_last_insert_rowid(db);
-        store::Statement point(db,
-            "INSERT INTO calibration_points (calibration_id, run_id, step, mismatch, quality, relative_change, ci_low, "
-            "ci_high, failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-        // (mismatch, relative change, failed) at step 120; one more point at step 40.
-        const struct {
-            std::int64_t run;
-            int step;
-            double mismatch;
-            double change;
-            bool failed;
-        } points[] = {{ids.baselineRun, 120, 0.00021, 0.0, false}, {ids.fp8Run, 120, 0.012, 0.02, false},
-            {ids.noisyRun, 120, 0.06, 0.09, false}, {ids.noisyRun, 80, 0.06, 0.05, false}};
-        for (const auto& p : points) {
-            point.reset();
-            point.bind(1, ids.calibration)
-                .bind(2, p.run)
-                .bind(3, p.step)
-                .bind(4, p.mismatch)
-                .bind(5, 0.06 * (1 + p.change))
-                .bind(6, p.change)
-                .bind(7, p.change * 0.05)
-                .bind(8, p.change * 0.07)
-                .bind(9, p.failed ? 1 : 0)
-                .run();
-        }
-        // Failing points: runs of their own (created before the transaction).
-        for (const auto& [run, mismatch, change] :
-            {std::tuple {failing[0], 0.15, 0.27}, std::tuple {failing[1], 0.24, 0.41}}) {
-            point.reset();
-            point.bind(1, ids.calibration)
-                .bind(2, run)
-                .bind(3, 120)
-                .bind(4, mismatch)
-                .bind(5, 0.06 * (1 + change))
-                .bind(6, change)
-                .bind(7, change * 0.05)
-                .bind(8, change * 0.07)
-                .bind(9, 1)
-                .run();
-        }
-        store::Statement bracket(db,
-            "INSERT INTO calibration_brackets (calibration_id, step, largest_passing, smallest_failing, threshold) "
-            "VALUES (?, ?, ?, ?, ?)");
-        bracket.bind(1, ids.calibration).bind(2, 120).bind(3, 0.06).bind(4, 0.15).bind(5, 0.06).run();
+
+    // Calibration: three passing and two failing points at step 120, one passing point at step 80, the bracket
+    // at step 120.
+    const struct {
+        std::int64_t run;
+        int step;
+        double mismatch;
+        double change;
+        bool failed;
+    } points[] = {{ids.baselineRun, 120, 0.00021, 0.0, false}, {ids.fp8Run, 120, 0.012, 0.02, false},
+        {ids.noisyRun, 120, 0.06, 0.09, false}, {ids.noisyRun, 80, 0.06, 0.05, false},
+        {failing[0], 120, 0.15, 0.27, true}, {failing[1], 120, 0.24, 0.41, true}};
+    std::vector<store::CalibrationPoint> stored;
+    for (const auto& p : points) {
+        store::CalibrationPoint point;
+        point.runId = p.run;
+        point.step = p.step;
+        point.mismatch = p.mismatch;
+        point.quality = 0.06 * (1 + p.change);
+        point.relativeChange = p.change;
+        point.ciLow = p.change * 0.05;
+        point.ciHigh = p.change * 0.07;
+        point.failed = p.failed;
+        stored.push_back(point);
     }
-    {
-        store::Statement decision(db,
-            "INSERT INTO admission_decisions (calibration_id, candidate_json, checkpoint, mismatch, ci_low, ci_high, "
-            "threshold, decision, seconds, tool_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '0.1.0')");
-        const struct {
-            const char* name;
-            const char* checkpoint;
-            double mismatch, low, high;
-            const char* decision;
-        } decisions[] = {{"fp8-kv", "step-100", 0.011, 0.009, 0.013, "admit"},
-            {"fp8-keep-edges", "step-100", 0.024, 0.019, 0.031, "admit"},
-            {"fp8-w8a8-block", "step-100", 0.052, 0.041, 0.067, "borderline"},
-            {"int4-weights", "step-100", 0.19, 0.16, 0.22, "reject"},
-            {"fp8-w8a8-block", "step-200", 0.071, 0.064, 0.079, "reject"}};
-        for (const auto& d : decisions) {
-            decision.reset();
-            decision.bind(1, ids.calibration)
-                .bind(2, std::string("{\"name\": \"") + d.name + "\"}")
-                .bind(3, d.checkpoint)
-                .bind(4, d.mismatch)
-                .bind(5, d.low)
-                .bind(6, d.high)
-                .bind(7, 0.06)
-                .bind(8, d.decision)
-                .bind(9, 95.0)
-                .run();
-        }
+    store::CalibrationInfo calibration;
+    calibration.name = "noise sweep";
+    calibration.student = "arith-student";
+    ids.calibration = store::addCalibration(store, calibration, stored, {{120, 0.06, 0.15, 0.06}});
+
+    const struct {
+        const char* name;
+        const char* checkpoint;
+        double mismatch, low, high;
+        const char* decision;
+    } decisions[] = {{"fp8-kv", "step-100", 0.011, 0.009, 0.013, "admit"},
+        {"fp8-keep-edges", "step-100", 0.024, 0.019, 0.031, "admit"},
+        {"fp8-w8a8-block", "step-100", 0.052, 0.041, 0.067, "borderline"},
+        {"int4-weights", "step-100", 0.19, 0.16, 0.22, "reject"},
+        {"fp8-w8a8-block", "step-200", 0.071, 0.064, 0.079, "reject"}};
+    for (const auto& d : decisions) {
+        store::AdmissionDecision decision;
+        decision.calibrationId = ids.calibration;
+        decision.candidateJson = std::string("{\"name\": \"") + d.name + "\"}";
+        decision.checkpoint = d.checkpoint;
+        decision.mismatch = d.mismatch;
+        decision.ciLow = d.low;
+        decision.ciHigh = d.high;
+        decision.threshold = 0.06;
+        decision.decision = d.decision;
+        decision.seconds = 95.0;
+        decision.toolVersion = "0.1.0";
+        store::addAdmissionDecision(store, decision);
     }
-    transaction.commit();
+    // Prefix shift on the built-in student (its tokenizer turns the ids back into text): three pairs, one
+    // diverging at response position 1.
+    const std::string student = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
+    const model::Tokenizer tokenizer = model::Tokenizer::fromFile(student + "/tokenizer.json");
+    struct Pair {
+        const char* id;
+        const char* prompt;
+        const char* candidate;
+        const char* reference;
+        std::optional<std::int64_t> divergence;
+    };
+    const Pair pairs[] = {{"arith-probe-0000", "Q:16-7+12\n", "21\n", "21\n", std::nullopt},
+        {"arith-probe-0001", "Q:(13-6)*3-1\n", "21\n", "20\n", 1},
+        {"arith-probe-0002", "Q:(7*4+14)*2\n", "84\n", "84\n", std::nullopt}};
+    std::vector<store::PrefixShiftPair> storedPairs;
+    for (const Pair& p : pairs) {
+        store::PrefixShiftPair pair;
+        pair.promptId = p.id;
+        pair.promptTokens = tokenizer.encode(p.prompt);
+        pair.candidateTokens = tokenizer.encode(p.candidate);
+        pair.referenceTokens = tokenizer.encode(p.reference);
+        pair.firstDivergence = p.divergence;
+        for (size_t i = 0; i < pair.candidateTokens.size(); ++i) {
+            pair.candidateKl.push_back(p.divergence && static_cast<std::int64_t>(i) >= *p.divergence
+                    ? 0.09 / (1.0 + i - *p.divergence)
+                    : 0.002 + 0.001 * i);
+        }
+        for (size_t i = 0; i < pair.referenceTokens.size(); ++i) {
+            pair.referenceKl.push_back(0.002 + 0.002 * i);
+        }
+        storedPairs.push_back(pair);
+    }
+    store::PrefixShiftRecord record;
+    record.model = student;
+    record.total = 0.031;
+    record.perToken = 0.009;
+    record.prefixShift = 0.022;
+    record.bf16Unit = unit;
+    record.totalCiLow = 0.024;
+    record.totalCiHigh = 0.038;
+    record.pairs = 3;
+    record.diverged = 1;
+    ids.prefixShift = store::addPrefixShift(store, record, storedPairs);
     return ids;
 }
 

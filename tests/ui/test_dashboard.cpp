@@ -11,6 +11,7 @@
 #include "ui/library_panels.h"
 #include "ui/main_window.h"
 #include "ui/plot_export.h"
+#include "ui/prefix_shift_view.h"
 #include "ui/recipe_editor.h"
 #include "ui/run_plot.h"
 #include "ui/run_table_model.h"
@@ -76,6 +77,7 @@ private slots:
     void sensitivityHeatmapHoverAndClick();
     void budgetPlotShadesBracket();
     void admissionDecisionsAgainstThreshold();
+    void prefixShiftViewerMarksDivergence();
     void exportsPlotsAndTables();
     void recipeEditedInTableSavesCheckableFile();
     void recipeEditorShowsErrors();
@@ -252,6 +254,33 @@ void TestDashboard::admissionDecisionsAgainstThreshold()
     QCOMPARE(graphs, 3);
     QCOMPARE(points, 5);
     saveScreenshot(*window, "dashboard_admission.png");
+}
+
+void TestDashboard::prefixShiftViewerMarksDivergence()
+{
+    auto window = openWindow(ui::MainWindow::PrefixShiftTab);
+    ui::PrefixShiftView* view = window->prefixShiftView();
+    QCOMPARE(view->analysisId(), ids_.prefixShift);
+    const QString summary = view->summaryText();
+    QVERIFY2(summary.contains("per-token 0.009") && summary.contains("prefix shift 0.022")
+            && summary.contains("1 of 3 paired generations diverged") && summary.contains("71%"),
+        qPrintable(summary));
+    QCOMPARE(view->pairList()->count(), 3);
+    QCOMPARE(view->pairList()->currentRow(), 1); // the diverging pair is shown first
+    const QString html = view->tokenHtml();
+    QVERIFY(html.contains("first divergence"));
+    QVERIFY2(html.contains("arith-probe-0001"), qPrintable(html));
+    // Tokens decoded with the model's tokenizer: the candidate's "21" and the BF16 engine's "20".
+    QVERIFY(html.contains(">2</span>") && html.contains(">1</span>") && html.contains(">0</span>"));
+    // Mean by position over the three pairs: position 0 is 0.002 in all of them.
+    QCOMPARE(view->plot()->graph(0)->data()->at(0)->value, 0.002);
+    QCOMPARE(view->plot()->graph(0)->dataCount(), 3); // responses of three tokens ("21\n")
+    QCOMPARE(view->plot()->itemCount(), 2); // the divergence line and its label
+    view->selectPair(0);
+    QVERIFY(!view->tokenHtml().contains("first divergence"));
+    QCOMPARE(view->plot()->itemCount(), 0);
+    view->selectPair(1);
+    saveScreenshot(*window, "dashboard_prefix_shift.png");
 }
 
 void TestDashboard::exportsPlotsAndTables()

@@ -3,6 +3,9 @@
 // screenshots under the build tree (test-output/) for a person to look at.
 #include "core/store/run_store.h"
 #include "ui/about_dialog.h"
+#include "ui/admission_view.h"
+#include "ui/analysis_data.h"
+#include "ui/budget_view.h"
 #include "ui/job_runner.h"
 #include "ui/main_window.h"
 #include "ui/run_plot.h"
@@ -11,6 +14,7 @@
 #include <QDir>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -21,19 +25,21 @@ namespace {
 
 QString screenshotDirectory()
 {
-    const QString dir = qEnvironmentVariable("MISMATCH_TEST_OUTPUT", QStringLiteral(MISMATCH_BINARY_DIR "/test-output"));
+    const QString dir
+        = qEnvironmentVariable("MISMATCH_TEST_OUTPUT", QStringLiteral(MISMATCH_BINARY_DIR "/test-output"));
     QDir().mkpath(dir);
     return dir;
 }
 
 void saveScreenshot(QWidget& widget, const QString& name)
 {
+    QTest::qWait(120); // let throttled replots happen first
     const QString path = screenshotDirectory() + "/" + name;
     QVERIFY2(widget.grab().save(path), qPrintable(path));
     qInfo("screenshot: %s", qPrintable(path));
 }
 
-}  // namespace
+} // namespace
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -51,7 +57,7 @@ void TestMainWindow::initTestCase()
 {
     Q_INIT_RESOURCE(resources);
     QCoreApplication::setOrganizationName("Mismatch Lab Tests");
-    QStandardPaths::setTestModeEnabled(true);  // QSettings go to a test location
+    QStandardPaths::setTestModeEnabled(true); // QSettings go to a test location
 }
 
 void TestMainWindow::emptyStatePointsToDemo()
@@ -96,7 +102,9 @@ void TestMainWindow::runInsertedElsewhereAppearsLive()
     QVERIFY(!window.showingEmptyState());
     const QModelIndex name = window.runModel()->index(0, ui::RunTableModel::Name);
     QCOMPARE(window.runModel()->data(name, Qt::DisplayRole).toString(), QStringLiteral("opd-fp8-kv"));
-    QCOMPARE(window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Steps), Qt::DisplayRole).toLongLong(), 30);
+    QCOMPARE(
+        window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Steps), Qt::DisplayRole).toLongLong(),
+        30);
 
     window.runTable()->selectRow(0);
     QCOMPARE(window.runPlot()->runId(), runId);
@@ -117,7 +125,7 @@ void TestMainWindow::runInsertedElsewhereAppearsLive()
         window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Steps), Qt::DisplayRole).toLongLong(),
         45LL, 5000);
     QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), 45, 5000);
-    QTest::qWait(100);  // let the throttled replot happen before the screenshot
+    QTest::qWait(100); // let the throttled replot happen before the screenshot
     saveScreenshot(window, "main_window_run.png");
 }
 
@@ -134,7 +142,7 @@ void TestMainWindow::demoButtonRunsDemoJob()
     QVERIFY(finished.wait(60000));
     QCOMPARE(finished.count(), 1);
     const QList<QVariant> args = finished.takeFirst();
-    QVERIFY2(args.at(1).toBool(), qPrintable(args.at(3).toString()));  // ok
+    QVERIFY2(args.at(1).toBool(), qPrintable(args.at(3).toString())); // ok
     QVERIFY(progress.count() >= 1);
     // The demo registered the built-in resources in this workspace.
     store::RunStore reader = store::RunStore::open(store::databasePath(dir.path().toStdString()));
@@ -147,10 +155,27 @@ void TestMainWindow::demoButtonRunsDemoJob()
     QCOMPARE(reader.summary().promptSets, static_cast<std::int64_t>(promptFiles));
     QCOMPARE(reader.summary().models, static_cast<std::int64_t>(modelDirs));
     QCOMPARE(window.lastError(), QString());
-    // The demo is recorded as a finished run, and the window leaves its empty state.
-    QCOMPARE(reader.listRuns().size(), size_t(1));
-    QCOMPARE(QString::fromStdString(reader.listRuns()[0].kind), QStringLiteral("demo"));
+    // The demo is recorded as a finished run of kind "demo" (next to the record runs of the shipped calibration),
+    // and the window leaves its empty state.
+    int demoRuns = 0;
+    for (const store::RunInfo& run : reader.listRuns()) {
+        if (run.kind == "demo") {
+            ++demoRuns;
+            QVERIFY(run.status == store::RunStatus::Finished);
+        }
+    }
+    QCOMPARE(demoRuns, 1);
     QTRY_VERIFY_WITH_TIMEOUT(!window.showingEmptyState(), 5000);
+    // What the demo screened shows in the budget and admission tabs.
+    const auto decisions = ui::AnalysisData(reader).admissionDecisions();
+    QVERIFY(!decisions.empty());
+    QTRY_COMPARE_WITH_TIMEOUT(window.admissionView()->decisions().size(), decisions.size(), 5000);
+    window.resize(1280, 820);
+    window.tabs()->setCurrentIndex(ui::MainWindow::BudgetTab);
+    QVERIFY(window.budgetView()->passCount() + window.budgetView()->failCount() > 0);
+    saveScreenshot(window, "demo_budget.png");
+    window.tabs()->setCurrentIndex(ui::MainWindow::AdmissionTab);
+    saveScreenshot(window, "demo_admission.png");
 }
 
 void TestMainWindow::badWorkspaceShowsErrorAndKeepsCurrent()
