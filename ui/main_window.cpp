@@ -303,6 +303,15 @@ void MainWindow::createMenus()
             showError(tr("Recipe not saved"), recipeEditor_->lastError());
     });
     saveRecipeAs->setShortcut(QKeySequence::SaveAs);
+    QMenu* exportRecipe = file->addMenu(tr("E&xport Recipe For"));
+    for (const char* target : {"vllm", "llm-compressor", "compressed-tensors", "verl", "modelopt"}) {
+        exportRecipe->addAction(QString::fromLatin1(target), this, [this, target = QString::fromLatin1(target)] {
+            const QString path = QFileDialog::getSaveFileName(this, tr("Export recipe for %1").arg(target));
+            if (!path.isEmpty() && !recipeEditor_->exportFor(target, path)) {
+                showError(tr("Recipe not exported"), recipeEditor_->lastError());
+            }
+        });
+    }
     file->addSeparator();
     QAction* exportPlot = file->addAction(tr("&Export Plot..."), this, &MainWindow::exportCurrentPlot);
     exportPlot->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));

@@ -1,6 +1,7 @@
 #include "ui/recipe_editor.h"
 
 #include "core/common/error.h"
+#include "core/io/recipe_export.h"
 #include "ui/kv_capacity_summary.h"
 #include "ui/library_io.h"
 
@@ -692,6 +693,29 @@ bool RecipeEditor::saveFile(const QString& path)
     undoStack_->setClean();
     emit fileChanged(filePath_);
     return true;
+}
+
+bool RecipeEditor::exportFor(const QString& target, const QString& path)
+{
+    lastError_.clear();
+    const auto parsedTarget = io::parseExportTarget(target.toStdString());
+    if (!parsedTarget) {
+        lastError_ = tr("Unknown export target '%1'").arg(target);
+        return false;
+    }
+    if (!plan_) {
+        lastError_ = tr("Not exported: the recipe must resolve for a model first (%1)").arg(validationMessage());
+        return false;
+    }
+    try {
+        io::ExportOptions options;
+        options.target = *parsedTarget;
+        io::writeFileAtomically(path.toStdString(), io::exportRecipe(recipe_, *plan_, options));
+        return true;
+    } catch (const std::exception& error) {
+        lastError_ = tr("Not exported: %1").arg(QString::fromUtf8(error.what()));
+        return false;
+    }
 }
 
 bool RecipeEditor::setCells(const std::vector<std::pair<int, int>>& cells, const QString& choice)

@@ -99,6 +99,10 @@ public:
     // Writes the recipe (YAML, or JSON for a .json name) to a temporary file and renames it over `path`. Refuses
     // (returns false, message in lastError()) a recipe with a syntax error.
     bool saveFile(const QString& path);
+    // Writes the recipe as `target` ("vllm", "llm-compressor", "compressed-tensors", "verl", "modelopt"; see
+    // core/io/recipe_export.h) resolved for the chosen model, through a temporary file. False with lastError()
+    // when the recipe does not resolve or the target cannot express it.
+    bool exportFor(const QString& target, const QString& path);
     QString filePath() const { return filePath_; }
     QString lastError() const { return lastError_; }
 

@@ -19,8 +19,10 @@
 
 #include <qcustomplot.h>
 
+#include <QApplication>
 #include <QComboBox>
 #include <QItemSelectionModel>
+#include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -81,6 +83,7 @@ private slots:
     void exportsPlotsAndTables();
     void recipeEditedInTableSavesCheckableFile();
     void recipeEditorShowsErrors();
+    void dropOpensModelsRecipesAndRememberedLayout();
 
 private:
     std::unique_ptr<ui::MainWindow> openWindow(int tab);
@@ -398,6 +401,22 @@ void TestDashboard::recipeEditedInTableSavesCheckableFile()
     QVERIFY(window->tabs()->tabText(ui::MainWindow::RecipeTab).contains("fp8-edges-gui.yaml"));
     QVERIFY(!window->tabs()->tabText(ui::MainWindow::RecipeTab).endsWith("*"));
     QCOMPARE(editor->cliCommand(), QStringLiteral("mismatch recipe check %1 --model %2").arg(path, modelDir));
+    // Ecosystem export. vLLM quantizes linear layers only: the FP8 embedding is refused with the reason, and
+    // nothing is written.
+    QVERIFY(!editor->exportFor("vllm", out.filePath("vllm.json")));
+    QVERIFY2(editor->lastError().contains("model.embed_tokens"), qPrintable(editor->lastError()));
+    QVERIFY(!QFile::exists(out.filePath("vllm.json")));
+    // A recipe the target can express (a shipped one, opened in the editor) exports the same text that
+    // `mismatch export` writes from its file.
+    const QString shipped = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-w8a8-block.yaml");
+    QVERIFY(editor->openFile(shipped));
+    QVERIFY2(editor->exportFor("vllm", out.filePath("vllm.json")), qPrintable(editor->lastError()));
+    const test::CliResult exported
+        = test::runCli({"export", shipped.toStdString(), "--to", "vllm", "--model", modelDir.toStdString()});
+    QVERIFY2(exported.code == 0, exported.err.c_str());
+    QCOMPARE(readFile(out.filePath("vllm.json")).trimmed(), QString::fromStdString(exported.out).trimmed());
+    QVERIFY(!editor->exportFor("tensorrt", out.filePath("x.json")));
+    QVERIFY2(editor->lastError().contains("tensorrt"), qPrintable(editor->lastError()));
     // JSON too.
     QVERIFY(editor->saveFile(out.filePath("fp8-edges-gui.json")));
     QVERIFY(quant::loadRecipe(out.filePath("fp8-edges-gui.json").toStdString()) == editor->recipe());
@@ -440,6 +459,44 @@ void TestDashboard::recipeEditorShowsErrors()
     // Undo returns to the recipe before the pattern edit.
     editor->undoStack()->undo();
     QVERIFY(editor->syntaxValid());
+}
+
+void TestDashboard::dropOpensModelsRecipesAndRememberedLayout()
+{
+    QTemporaryDir own;
+    {
+        ui::MainWindow window(own.path());
+        window.resize(1100, 700);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        // A model folder and a recipe file dropped on the window, as a file manager would.
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(QStringLiteral(MISMATCH_SOURCE_DIR "/resources/models/arith-student")),
+            QUrl::fromLocalFile(QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml"))});
+        QDragEnterEvent enter(QPoint(50, 50), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&window, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(50, 50), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&window, &drop);
+        QCOMPARE(window.modelPanel()->model()->rowCount(), 1);
+        QCOMPARE(
+            window.recipeEditor()->filePath(), QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml"));
+        QVERIFY(
+            window.recipeEditor()->recipe() == quant::loadRecipe(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml"));
+        QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::RecipeTab)); // the last thing opened
+        // Something that is neither: an error naming it and what was expected.
+        window.openPaths({own.filePath("notes.txt")});
+        QVERIFY2(window.lastError().contains("expected a model directory"), qPrintable(window.lastError()));
+        // Keyboard: Ctrl+5 shows the fifth tab, sensitivity.
+        QTest::keyClick(&window, Qt::Key_5, Qt::ControlModifier);
+        QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::SensitivityTab));
+        window.resize(1250, 700);
+        window.close(); // saves the layout
+    }
+    ui::MainWindow again(own.path());
+    QCOMPARE(again.tabs()->currentIndex(), int(ui::MainWindow::SensitivityTab));
+    QCOMPARE(again.size(), QSize(1250, 700));
+    QCOMPARE(QSettings().value("recentWorkspaces").toStringList().value(0), own.path());
 }
 
 QTEST_MAIN(TestDashboard)
