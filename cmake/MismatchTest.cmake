@@ -27,7 +27,7 @@ function(mismatch_add_test)
     set(T_TIMEOUT 600)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;MISMATCH_TEST_OUTPUT=${PROJECT_BINARY_DIR}/test-output;${T_ENVIRONMENT}")
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;OMP_WAIT_POLICY=PASSIVE;MISMATCH_TEST_OUTPUT=${PROJECT_BINARY_DIR}/test-output;${T_ENVIRONMENT}")
 endfunction()
 
 # mismatch_add_plain_test(NAME <name> SOURCES <files...> LABELS <labels...> [LIBS <targets...>] [TIMEOUT <s>])

@@ -77,7 +77,7 @@ void registerDemoCommand(CLI::App& app, Context& context)
                 rows.push_back({row.candidate, formatNumber(row.mismatch),
                     "[" + formatNumber(row.interval.low) + ", " + formatNumber(row.interval.high) + "]",
                     row.bf16Unit && *row.bf16Unit > 0 ? formatNumber(row.mismatch / *row.bf16Unit, 3) + "x" : "-",
-                    analysis::toString(row.verdict), formatDuration(row.seconds)});
+                    analysis::toString(row.verdict), formatNumber(row.seconds, 2) + " s"});
             }
             *context.out << "Admission check of the shipped candidates on arith-student (" << report.admission->rows.size()
                          << " candidates, " << formatDuration(report.admission->seconds) << ")\n"

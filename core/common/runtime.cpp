@@ -18,6 +18,16 @@
 
 namespace mismatch {
 
+void preferPassiveOpenMpWaiting(char** argv)
+{
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("MISMATCH_NO_REEXEC") != nullptr || argv == nullptr) {
+        return;
+    }
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::execv("/proc/self/exe", argv);
+    // execv returned: it failed; run on with the active policy (slower, not wrong).
+}
+
 void initializeRuntime(int threads)
 {
     if (threads <= 0) {

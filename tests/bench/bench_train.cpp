@@ -91,6 +91,7 @@ struct Loop {
 
 int main(int argc, char** argv)
 {
+    preferPassiveOpenMpWaiting(argv);
     const Arguments a = parseArguments(argc, argv);
     initializeRuntime(a.threads);
     const fs::path resources(resourceDirectory());
