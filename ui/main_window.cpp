@@ -17,6 +17,7 @@
 #include "ui/recipe_editor.h"
 #include "ui/run_plot.h"
 #include "ui/run_table_model.h"
+#include "ui/sensitivity_dialog.h"
 #include "ui/sensitivity_view.h"
 #include "ui/training_dialog.h"
 
@@ -346,6 +347,8 @@ void MainWindow::createMenus()
     QMenu* jobs = menuBar()->addMenu(tr("&Jobs"));
     QAction* train = jobs->addAction(tr("Start &Training Run..."), this, &MainWindow::showTrainingDialog);
     train->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
+    QAction* scan = jobs->addAction(tr("Start &Sensitivity Scan..."), this, &MainWindow::showSensitivityDialog);
+    scan->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_L));
     QAction* demo = jobs->addAction(tr("Run the &Demo"), this, &MainWindow::runDemo);
     demo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
     QAction* cancel = jobs->addAction(tr("&Cancel Running Job"), jobRunner_, &JobRunner::cancel);
@@ -531,9 +534,31 @@ void MainWindow::showTrainingDialog()
     dialog->setRunFile(QSettings().value("training/lastRunFile").toString());
     connect(dialog, &QDialog::accepted, this, [this, dialog] {
         QSettings().setValue("training/lastRunFile", dialog->runFile());
-        if (startTraining(dialog->runFile()) != 0) {
+        lastQueuedJob_ = startTraining(dialog->runFile());
+        if (lastQueuedJob_ != 0) {
             tabs_->setCurrentIndex(RunsTab);
         }
+    });
+    dialog->open();
+}
+
+void MainWindow::showSensitivityDialog()
+{
+    auto* dialog = new SensitivityDialog(workspaceDirectory_, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    QSettings settings;
+    dialog->setModelDirectory(settings.value("sensitivity/model").toString());
+    dialog->setPromptSet(settings.value("sensitivity/prompts").toString());
+    connect(dialog, &QDialog::accepted, this, [this, dialog] {
+        if (!dialog->valid()) {
+            showError(tr("Cannot start the scan"), dialog->errorText());
+            return;
+        }
+        QSettings remembered;
+        remembered.setValue("sensitivity/model", dialog->modelDirectory());
+        remembered.setValue("sensitivity/prompts", dialog->promptSet());
+        lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->job());
+        tabs_->setCurrentIndex(SensitivityTab);
     });
     dialog->open();
 }

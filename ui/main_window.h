@@ -76,6 +76,8 @@ public:
     // Queues a training run from a run file (as the "Start Training Run" dialog does); returns the job id or 0
     // with the error shown.
     int startTraining(const QString& runFile);
+    // The job id of the last job queued from a dialog (0: none).
+    int lastQueuedJob() const { return lastQueuedJob_; }
     // Handles dropped or opened paths: model directories, recipe files, run files, prompt sets.
     void openPaths(const QStringList& paths);
 
@@ -84,6 +86,7 @@ public slots:
     void refresh();
     void showAbout();
     void showTrainingDialog();
+    void showSensitivityDialog();
     void copyCliCommand();
     void exportCurrentPlot();
     void exportCurrentTable();
@@ -107,6 +110,7 @@ private:
     QString workspaceDirectory_;
     QString lastError_;
     QString analysisFingerprint_;
+    int lastQueuedJob_ = 0;
     std::unique_ptr<store::RunStore> store_;
     RunTableModel* runModel_ = nullptr;
     QTableView* runTable_ = nullptr;
