@@ -9,6 +9,7 @@
 
 int main(int argc, char** argv)
 {
+    mismatch::preferPassiveOpenMpWaiting(argv);
     // Qt 6 scales by the screen's device pixel ratio; pass fractional ratios (125%, 150%) through unrounded so
     // that plots and text stay sharp and correctly sized on high-DPI screens.
     QGuiApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);

@@ -219,17 +219,19 @@ CompareObjectivesResult runCompareObjectives(
                         row.verdict = verdict.failed ? ObjectiveVerdict::Breaks : ObjectiveVerdict::Holds;
                     }
                 }
-                if (bf16Run != trained.runId) {
-                    if (row.verdict == ObjectiveVerdict::Breaks) {
-                        breaks.smallestBreaking = breaks.smallestBreaking
-                            ? std::min(*breaks.smallestBreaking, row.bf16Multiple)
-                            : row.bf16Multiple;
-                    } else if (row.verdict == ObjectiveVerdict::Holds) {
-                        breaks.largestHolding = breaks.largestHolding ? std::max(*breaks.largestHolding, row.bf16Multiple)
-                                                                      : row.bf16Multiple;
-                    }
-                }
                 result.rows.push_back(row);
+            }
+            // As the budget bracket does: the smallest breaking multiple, and the largest holding one below it.
+            for (const auto& row : result.rows) {
+                if (row.objective == objective && row.runId != bf16Run && row.verdict == ObjectiveVerdict::Breaks) {
+                    breaks.smallestBreaking = std::min(breaks.smallestBreaking.value_or(row.bf16Multiple), row.bf16Multiple);
+                }
+            }
+            for (const auto& row : result.rows) {
+                if (row.objective == objective && row.runId != bf16Run && row.verdict == ObjectiveVerdict::Holds
+                    && (!breaks.smallestBreaking || row.bf16Multiple < *breaks.smallestBreaking)) {
+                    breaks.largestHolding = std::max(breaks.largestHolding.value_or(row.bf16Multiple), row.bf16Multiple);
+                }
             }
             result.breaks.push_back(breaks);
         }

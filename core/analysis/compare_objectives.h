@@ -53,7 +53,7 @@ struct ObjectiveComparisonRow {
 
 struct ObjectiveBreak {
     train::Objective objective = train::Objective::OpdFullKl;
-    std::optional<double> largestHolding; // BF16 multiple
+    std::optional<double> largestHolding; // BF16 multiple; the largest below smallestBreaking (as budget brackets)
     std::optional<double> smallestBreaking;
     std::string rule; // the rule applied, in words
 };
