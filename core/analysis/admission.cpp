@@ -284,7 +284,7 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
     }
     AdmissionResult result;
     result.runId = store.beginRun({"admit", "admit", runConfig.dump(), std::nullopt});
-    try {
+    store::recordRunOutcome(store, result.runId, [&] {
         const std::size_t perCheckpoint = options.candidates.size() + (options.measureUnit ? 1 : 0);
         const double parts = static_cast<double>(perCheckpoint * options.checkpoints.size());
         std::size_t part = 0;
@@ -362,13 +362,7 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
                 result.rows.push_back(std::move(row));
             }
         }
-    } catch (const CancelledError& error) {
-        store.finishRun(result.runId, store::RunStatus::Cancelled, error.what());
-        throw;
-    } catch (const std::exception& error) {
-        store.finishRun(result.runId, store::RunStatus::Failed, error.what());
-        throw;
-    }
+    });
     store.finishRun(result.runId, store::RunStatus::Finished);
     progress.update(1.0, "done");
     result.seconds = secondsSince(started);

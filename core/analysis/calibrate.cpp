@@ -170,7 +170,7 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
     spec.configJson = config.dump();
     CalibrationResult result;
     result.runId = store.beginRun(spec);
-    try {
+    store::recordRunOutcome(store, result.runId, [&] {
         train::TrainOptions trainOptions;
         trainOptions.workspaceDirectory = options.workspaceDirectory;
         for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -242,16 +242,7 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
         info.configJson = config.dump();
         result.calibrationId = store::addCalibration(store, info, result.points, result.brackets);
         store.finishRun(result.runId, store::RunStatus::Finished);
-    } catch (const CancelledError&) {
-        store.finishRun(result.runId, store::RunStatus::Cancelled, "cancelled");
-        throw;
-    } catch (const std::exception& error) {
-        try {
-            store.finishRun(result.runId, store::RunStatus::Failed, error.what());
-        } catch (...) {
-        }
-        throw;
-    }
+    });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.update(1.0, "calibrated");
     return result;

@@ -131,7 +131,7 @@ CompareObjectivesResult runCompareObjectives(
         {"rl_rule", rlRule}, {"opd_rule", opdRule}};
     CompareObjectivesResult result;
     result.runId = store.beginRun({"compare-objectives", "compare_objectives", config.dump(), std::nullopt});
-    try {
+    store::recordRunOutcome(store, result.runId, [&] {
         const std::int64_t total = static_cast<std::int64_t>(o.objectives.size() * configurations.size()) * o.base.steps;
         std::int64_t done = 0;
         for (const train::Objective objective : o.objectives) {
@@ -249,16 +249,7 @@ CompareObjectivesResult runCompareObjectives(
         update.bind(2, result.runId);
         update.run();
         store.finishRun(result.runId, store::RunStatus::Finished);
-    } catch (const CancelledError&) {
-        store.finishRun(result.runId, store::RunStatus::Cancelled, "cancelled");
-        throw;
-    } catch (const std::exception& error) {
-        try {
-            store.finishRun(result.runId, store::RunStatus::Failed, error.what());
-        } catch (...) {
-        }
-        throw;
-    }
+    });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.update(1.0, "compared");
     return result;

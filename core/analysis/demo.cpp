@@ -107,7 +107,7 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
     // The demo is itself a run of the workspace, so that the GUI's run browser and `store runs` show it.
     report.runId = store.beginRun({"demo", "demo",
         nlohmann::json{{"resources", fs::absolute(resources).string()}}.dump(), std::nullopt});
-    try {
+    store::recordRunOutcome(store, report.runId, [&] {
         progress.update(0.0, "registering built-in models");
         for (const fs::path& directory : sortedEntries(resources / "models")) {
             const fs::path configFile = directory / "config.json";
@@ -177,13 +177,7 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
             inner = &screening;
             report.admission = runAdmission(store, admission, screening);
         }
-    } catch (const CancelledError& error) {
-        store.finishRun(report.runId, store::RunStatus::Cancelled, error.what());
-        throw;
-    } catch (const std::exception& error) {
-        store.finishRun(report.runId, store::RunStatus::Failed, error.what());
-        throw;
-    }
+    });
     store.finishRun(report.runId, store::RunStatus::Finished);
     report.summary = store.summary();
     progress.update(1.0, "done");

@@ -138,7 +138,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
                 {"top_k", options.settings.topK}, {"max_tokens", options.settings.maxNewTokens},
                 {"seed", options.settings.seed}}}};
     result.runId = store.beginRun({"prefix shift", "prefix_shift", configuration.dump(), std::nullopt});
-    try {
+    store::recordRunOutcome(store, result.runId, [&] {
         const std::size_t n = requests.requests.size();
         std::vector<double> ownSums, referenceSums, unitSums;
         std::vector<std::int64_t> ownTokens, referenceTokens, unitTokens;
@@ -327,13 +327,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
         record.detailsJson = details.dump();
         progress.checkCancelled();
         result.analysisId = store::addPrefixShift(store, record, stored);
-    } catch (const CancelledError& error) {
-        store.finishRun(result.runId, store::RunStatus::Cancelled, error.what());
-        throw;
-    } catch (const std::exception& error) {
-        store.finishRun(result.runId, store::RunStatus::Failed, error.what());
-        throw;
-    }
+    });
     store.finishRun(result.runId, store::RunStatus::Finished);
     progress.update(1.0, "done");
     result.seconds = secondsSince(started);

@@ -269,7 +269,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         {"model", scanSettings.modelDirectory}, {"prompts", scanSettings.promptSetPath}};
     result.runId = store.beginRun({"recipe build " + name, "recipe_build", config.dump(), std::nullopt});
 
-    try {
+    store::recordRunOutcome(store, result.runId, [&] {
         std::vector<bool> quantized(cells.size(), true);
         std::string text;
         quant::Recipe written;
@@ -354,13 +354,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         result.recipeText = text;
         writeFileAtomically(options.outPath, text);
         addRecipeRow(store, name, fs::absolute(options.outPath).string(), text, result.recipeId);
-    } catch (const CancelledError& error) {
-        store.finishRun(result.runId, store::RunStatus::Cancelled, error.what());
-        throw;
-    } catch (const std::exception& error) {
-        store.finishRun(result.runId, store::RunStatus::Failed, error.what());
-        throw;
-    }
+    });
     store.finishRun(result.runId, store::RunStatus::Finished);
     progress.update(1.0, "done");
     result.seconds = secondsSince(started);

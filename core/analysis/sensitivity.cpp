@@ -111,7 +111,7 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
     result.layers = model.config.numLayers;
     const std::string configJson = sensitivityConfigJson(options);
     result.runId = store.beginRun({"sensitivity " + result.format, "sensitivity", configJson, std::nullopt});
-    try {
+    store::recordRunOutcome(store, result.runId, [&] {
         const double parts = static_cast<double>(cells.size() + 1);
         engine::MismatchMeasurement unit;
         {
@@ -161,13 +161,7 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
             store::addSensitivityCell(store, result.scanId, cell);
             result.cells.push_back(cell);
         }
-    } catch (const CancelledError& error) {
-        store.finishRun(result.runId, store::RunStatus::Cancelled, error.what());
-        throw;
-    } catch (const std::exception& error) {
-        store.finishRun(result.runId, store::RunStatus::Failed, error.what());
-        throw;
-    }
+    });
     store.finishRun(result.runId, store::RunStatus::Finished);
     progress.update(1.0, "done");
     result.seconds = secondsSince(started);

@@ -370,6 +370,15 @@ void RunStore::finishRun(std::int64_t runId, RunStatus status, const std::string
     transaction.commit();
 }
 
+void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const std::string& error) noexcept
+{
+    try {
+        store.finishRun(runId, status, error);
+    } catch (...) {
+        // The job's own error matters more than a failure to record it.
+    }
+}
+
 std::int64_t RunStore::reopenRun(std::int64_t runId, std::int64_t keepThroughStep)
 {
     Transaction transaction(db_);

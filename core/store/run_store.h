@@ -2,7 +2,10 @@
 // The workspace's run store: one SQLite database per workspace, shared by the GUI, the CLI and headless
 // jobs. One writer process and any number of readers at once (WAL); readers see newly committed steps on
 // their next query without reopening.
+#include "core/common/error.h"
+
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -147,6 +150,24 @@ private:
     std::string path_;
     bool readOnly_ = false;
 };
+
+// Runs `body`, the work of recorded run `runId`: when it throws, the run is marked cancelled (CancelledError) or
+// failed (any other exception, with its message) and the exception is rethrown; a failure to record that is
+// ignored so that the original error is the one reported. The caller marks success (finishRun) itself.
+void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const std::string& error) noexcept;
+template <typename Body>
+auto recordRunOutcome(RunStore& store, std::int64_t runId, Body&& body) -> decltype(body())
+{
+    try {
+        return body();
+    } catch (const CancelledError& error) {
+        markRunEnded(store, runId, RunStatus::Cancelled, error.what());
+        throw;
+    } catch (const std::exception& error) {
+        markRunEnded(store, runId, RunStatus::Failed, error.what());
+        throw;
+    }
+}
 
 // The database file of a workspace directory.
 std::string databasePath(const std::string& workspaceDirectory);

@@ -870,24 +870,14 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
 TrainResult runSession(Session& session, store::RunStore& store, std::int64_t runId, Progress& progress,
     const TrainOptions& options, std::int64_t resumedFrom)
 {
-    try {
+    return store::recordRunOutcome(store, runId, [&] {
         TrainResult result = session.run(store, runId, progress, options, resumedFrom);
         const auto info = store.run(runId);
         if (info && info->lastStep.value_or(0) >= session.config().steps) {
             store.finishRun(runId, store::RunStatus::Finished);
         }
         return result;
-    } catch (const CancelledError&) {
-        store.finishRun(runId, store::RunStatus::Cancelled, "cancelled");
-        throw;
-    } catch (const std::exception& error) {
-        try {
-            store.finishRun(runId, store::RunStatus::Failed, error.what());
-        } catch (...) {
-            // The original error matters more than a failure to record it.
-        }
-        throw;
-    }
+    });
 }
 
 std::string workspaceOf(const store::RunStore& store, const TrainOptions& options)
