@@ -132,19 +132,6 @@ std::pair<double, double> runMismatch(const store::RunStore& store, std::int64_t
     return {sum / static_cast<double>(count), unitCount ? unitSum / static_cast<double>(unitCount) : 0.0};
 }
 
-std::vector<double> problemQualities(const store::Evaluation& evaluation, const store::Evaluation& order)
-{
-    std::unordered_map<std::string, double> byId;
-    for (const auto& p : evaluation.problems) {
-        byId.emplace(p.problemId, p.quality);
-    }
-    std::vector<double> values;
-    for (const auto& p : order.problems) {
-        values.push_back(byId.at(p.problemId));
-    }
-    return values;
-}
-
 } // namespace
 
 std::vector<double> defaultNoiseSigmas()
@@ -199,7 +186,7 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
             if (!base) {
                 throw StoreError(store.path(), "the baseline run has no evaluation at step " + std::to_string(step));
             }
-            const std::vector<double> qBase = problemQualities(*base, *base);
+            const std::vector<double> qBase = store::qualitiesInOrderOf(*base, *base);
             for (const CalibrationSweepRun& run : result.runs) {
                 const auto evaluation = store::evaluationAt(store, run.runId, step);
                 if (!evaluation) {
@@ -218,7 +205,7 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
                     point.failed = false;
                 } else {
                     const metrics::FailureVerdict verdict
-                        = metrics::applyFailureRule(problemQualities(*evaluation, *base), qBase, options.rule);
+                        = metrics::applyFailureRule(store::qualitiesInOrderOf(*evaluation, *base), qBase, options.rule);
                     point.relativeChange = verdict.relativeChange;
                     point.ciLow = verdict.difference.low;
                     point.ciHigh = verdict.difference.high;

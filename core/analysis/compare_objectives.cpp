@@ -59,19 +59,6 @@ double meanReward(const store::RunStore& store, std::int64_t runId, std::int64_t
     return count ? sum / static_cast<double>(count) : 0.0;
 }
 
-std::vector<double> qualities(const store::Evaluation& evaluation, const store::Evaluation& order)
-{
-    std::unordered_map<std::string, double> byId;
-    for (const auto& p : evaluation.problems) {
-        byId.emplace(p.problemId, p.quality);
-    }
-    std::vector<double> values;
-    for (const auto& p : order.problems) {
-        values.push_back(byId.at(p.problemId));
-    }
-    return values;
-}
-
 } // namespace
 
 std::string toString(ObjectiveVerdict verdict)
@@ -214,7 +201,8 @@ CompareObjectivesResult runCompareObjectives(
                         row.relativeChange = 0.0;
                     } else {
                         const metrics::FailureVerdict verdict
-                            = metrics::applyFailureRule(qualities(*evaluation, *base), qualities(*base, *base), o.rule);
+                            = metrics::applyFailureRule(
+                                store::qualitiesInOrderOf(*evaluation, *base), store::qualitiesInOrderOf(*base, *base), o.rule);
                         row.relativeChange = verdict.relativeChange;
                         row.verdict = verdict.failed ? ObjectiveVerdict::Breaks : ObjectiveVerdict::Holds;
                     }

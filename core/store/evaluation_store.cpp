@@ -123,4 +123,24 @@ std::optional<Evaluation> evaluationAt(const RunStore& store, std::int64_t runId
     return evaluation;
 }
 
+std::vector<double> qualitiesInOrderOf(const Evaluation& evaluation, const Evaluation& order)
+{
+    std::unordered_map<std::string, double> byId;
+    for (const auto& problem : evaluation.problems) {
+        byId.emplace(problem.problemId, problem.quality);
+    }
+    std::vector<double> values;
+    values.reserve(order.problems.size());
+    for (const auto& problem : order.problems) {
+        const auto found = byId.find(problem.problemId);
+        if (found == byId.end()) {
+            throw StoreError("evaluation of run " + std::to_string(evaluation.summary.runId),
+                "has no problem '" + problem.problemId + "' (evaluated at step " + std::to_string(evaluation.summary.step)
+                    + "), so it cannot be paired with run " + std::to_string(order.summary.runId));
+        }
+        values.push_back(found->second);
+    }
+    return values;
+}
+
 } // namespace mismatch::store
