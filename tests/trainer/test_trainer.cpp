@@ -168,6 +168,7 @@ private slots:
     void timeToQualityReadsTheStoredRun();
     void calibrationSweepStoresPointsAndBrackets();
     void calibrationOptionErrors();
+    void cancelledCalibrationStoresNoCalibration();
     void timeToQualityJobTrainsBothRuns();
     void compareObjectivesAppliesEachRule();
 
@@ -740,6 +741,39 @@ void TestTrainer::calibrationOptionErrors()
     options.staleness = {0};
     expectError(options, "--staleness");
     QCOMPARE(store.listRuns().size(), std::size_t(0)); // nothing stored for a refused calibration
+}
+
+void TestTrainer::cancelledCalibrationStoresNoCalibration()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CalibrationOptions options;
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(2))));
+    options.noiseSigmas = {0.2, 0.4};
+    options.steps = {4};
+    // Cancelled from the progress listener once the second sweep run has stored its second step.
+    Progress* self = nullptr;
+    Progress progress([&self](double, const std::string& stage) {
+        if (self && stage.find("noise 0.2: step 2/") != std::string::npos) {
+            self->cancel();
+        }
+    });
+    self = &progress;
+    QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(store, options, progress), CancelledError);
+    QCOMPARE(store::calibrations(store).size(), std::size_t(0)); // no calibration from a partial sweep
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), std::size_t(3)); // the calibration, the baseline, the cancelled sweep run
+    QVERIFY(runs[0].kind == "calibrate" && runs[0].status == store::RunStatus::Cancelled);
+    QVERIFY(runs[1].status == store::RunStatus::Finished && runs[1].stepCount == 4);
+    QVERIFY(runs[2].status == store::RunStatus::Cancelled);
+    QVERIFY(runs[2].stepCount >= 2 && runs[2].stepCount < 4); // whole steps only, numbered from 1
+    QCOMPARE(store::queryInt64(store.handle(),
+                 ("SELECT max(step) - count(*) FROM step_metrics WHERE run_id = " + std::to_string(runs[2].id)).c_str()),
+        std::int64_t(0));
+    store::Statement integrity(store.handle(), "PRAGMA integrity_check");
+    QVERIFY(integrity.step());
+    QCOMPARE(QString::fromStdString(integrity.text(0)), QString("ok"));
 }
 
 void TestTrainer::timeToQualityJobTrainsBothRuns()
