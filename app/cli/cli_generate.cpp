@@ -3,6 +3,7 @@
 //                   [--temperature T --top-p P --top-k K --max-tokens N --seed S --stop STR --top-logprobs K]
 //                   [--kv-memory SIZE --block-size N --max-batch N]
 #include "app/cli/context.h"
+#include "core/io/recipe_export.h"
 #include "app/cli/terminal_progress.h"
 #include "core/common/error.h"
 #include "core/engine/byte_size.h"
@@ -70,30 +71,15 @@ std::string checkpointConfigPath(const std::string& directory)
     return (fs::path(directory) / "config.json").string();
 }
 
-// Writes lines to a temporary file beside `path`, then renames it: a failed run leaves no half-written output.
+// JSON Lines through io::writeFileAtomically: a failed run leaves no half-written output.
 void writeJsonLines(const std::string& path, const std::vector<nlohmann::json>& lines)
 {
-    const fs::path target(path);
-    const fs::path temporary = target.string() + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        if (!out) {
-            throw InputError(path, "", "cannot open for writing");
-        }
-        for (const nlohmann::json& line : lines) {
-            // Response bytes need not be valid UTF-8 (a token may hold part of a character): replace, not throw.
-            out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-        }
-        if (!out) {
-            throw InputError(path, "", "write failed");
-        }
+    std::string text;
+    for (const nlohmann::json& line : lines) {
+        // Response bytes need not be valid UTF-8 (a token may hold part of a character): replace, not throw.
+        text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
-    std::error_code error;
-    fs::rename(temporary, target, error);
-    if (error) {
-        fs::remove(temporary, error);
-        throw InputError(path, "", "cannot rename the temporary file into place");
-    }
+    io::writeFileAtomically(path, text);
 }
 
 void runGenerate(const Context& context, const GenerateArguments& arguments)

@@ -1,5 +1,7 @@
 #include "core/analysis/recipe_builder.h"
 
+#include "core/io/recipe_export.h"
+
 #include "core/common/error.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/quant/formats.h"
@@ -148,31 +150,6 @@ quant::Recipe recipeForCells(const std::vector<SensitivityCellSpec>& cells, cons
         }
     }
     return recipe;
-}
-
-void writeFileAtomically(const std::string& path, const std::string& text)
-{
-    const fs::path target(path);
-    const fs::path temporary = target.string() + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        if (!out) {
-            throw InputError(path, "", "cannot open for writing");
-        }
-        out << text;
-        out.flush();
-        if (!out) {
-            std::error_code ignored;
-            fs::remove(temporary, ignored);
-            throw InputError(path, "", "write failed");
-        }
-    }
-    std::error_code error;
-    fs::rename(temporary, target, error);
-    if (error) {
-        fs::remove(temporary, error);
-        throw InputError(path, "", "cannot rename the temporary file into place");
-    }
 }
 
 RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress)
@@ -352,7 +329,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         result.bf16KvTokens = capacity.bf16Tokens;
         result.kvCapacityRatio = capacity.ratioToBf16;
         result.recipeText = text;
-        writeFileAtomically(options.outPath, text);
+        io::writeFileAtomically(options.outPath, text);
         addRecipeRow(store, name, fs::absolute(options.outPath).string(), text, result.recipeId);
     });
     store.finishRun(result.runId, store::RunStatus::Finished);

@@ -8,6 +8,7 @@
 #include "core/engine/mismatch_sources.h"
 #include "core/io/arith_task.h"
 #include "core/io/prompt_set.h"
+#include "core/io/recipe_export.h"
 #include "core/metrics/mismatch.h"
 #include "core/model/config.h"
 #include "core/model/model_files.h"
@@ -61,16 +62,6 @@ std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0)
     h = second.next() ^ c;
     SplitMix64 third(h);
     return third.next();
-}
-
-void writeTextFile(const fs::path& path, const std::string& text)
-{
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    out.close();
-    if (!out) {
-        throw Error("cannot write " + path.string());
-    }
 }
 
 std::string readTextFile(const fs::path& path)
@@ -701,7 +692,7 @@ void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW&
     const fs::path staging = root / (stepDirectoryName(step) + ".tmp");
     fs::remove_all(staging);
     fs::create_directories(staging);
-    writeTextFile(staging / "config.json", model::configToJson(modelConfig_));
+    io::writeFileAtomically((staging / "config.json").string(), model::configToJson(modelConfig_));
     fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
         fs::copy_options::overwrite_existing);
     model::saveWeights(staging.string(), weights_.clone(), model::DType::F32);
@@ -724,7 +715,7 @@ void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW&
     nlohmann::json state = {{"run_id", runId}, {"step", step}, {"optimizer_steps", optimizer.stepCount()},
         {"bf16_unit", bf16Unit}, {"wall_time_s", wallSeconds}, {"history_versions", historyVersions},
         {"tool_version", kVersion}};
-    writeTextFile(staging / "state.json", state.dump(2) + "\n");
+    io::writeFileAtomically((staging / "state.json").string(), state.dump(2) + "\n");
     fs::remove_all(target);
     fs::rename(staging, target);
     result.lastCheckpoint = target.string();
