@@ -60,6 +60,9 @@ std::int64_t nonNegativeInteger(const std::string& path, const YAML::Node& value
 
 std::vector<Candidate> parseCandidates(const std::string& text, const std::string& path)
 {
+    if (const std::size_t bad = io::invalidUtf8Offset(text); bad != std::string::npos) {
+        throw InputError(path, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML files are UTF-8)");
+    }
     YAML::Node root;
     try {
         root = YAML::Load(text);

@@ -136,6 +136,8 @@ AimetImport importAimetSensitivity(const std::string& path, const AimetImportOpt
         const auto colon = what.rfind(": ");
         throw InputError(path, lineColumn(text, offset),
             "not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon + 2)) + ")");
+    } catch (const json::out_of_range& error) { // a number such as 1e400
+        throw InputError(path, "", std::string("not valid JSON (") + error.what() + ")");
     }
     if (!object.is_object()) {
         throw InputError(path, "", std::string("expected one JSON object {\"layer name\": value, ...}, got a JSON ")

@@ -507,7 +507,7 @@ ImportedLog importJsonLines(LogSource source, const std::string& path, const Log
         json object;
         try {
             object = json::parse(markNonFiniteTokens(text));
-        } catch (const json::parse_error& error) {
+        } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
             std::string what = error.what();
             // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
             const auto colon = what.find("column");

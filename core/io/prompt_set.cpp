@@ -173,6 +173,8 @@ PromptSet parsePromptSet(const std::string& text, const std::string& source)
             value = nlohmann::json::parse(raw);
         } catch (const nlohmann::json::parse_error& error) {
             throw InputError(source, location, "invalid JSON: " + parseErrorDetail(error));
+        } catch (const nlohmann::json::out_of_range& error) { // a number such as 1e400
+            throw InputError(source, location, std::string("invalid JSON: ") + error.what());
         }
         if (!value.is_object()) {
             throw InputError(source, location, "expected a JSON object, found " + describeType(value));

@@ -21,5 +21,11 @@ struct YamlPosition {
 YamlPosition yamlPosition(const YAML::Node& node);
 // Non-empty and only the digits 0-9.
 bool isDigits(const std::string& text);
+// YAML and JSON text must be UTF-8 (yaml-cpp passes other bytes through into scalars, which then cannot be
+// written back as JSON or YAML). The offset of the first byte that is not part of well-formed UTF-8 (no
+// overlong forms, surrogates or code points above U+10FFFF), or std::string::npos when all of it is.
+std::size_t invalidUtf8Offset(const std::string& text);
+// "line L, column C" (1-based; the column counts bytes) of a byte offset in text.
+std::string lineColumnOf(const std::string& text, std::size_t offset);
 
 }  // namespace mismatch::io

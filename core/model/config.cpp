@@ -289,7 +289,7 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
     json root;
     try {
         root = json::parse(jsonText);
-    } catch (const json::parse_error& error) {
+    } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
         throw InputError(file, "", std::string("invalid JSON: ") + error.what());
     }
     if (!root.is_object()) {

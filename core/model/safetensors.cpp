@@ -322,7 +322,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path)
     json header;
     try {
         header = json::parse(bytes + 8, bytes + 8 + headerLength);
-    } catch (const json::parse_error& error) {
+    } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
         throw InputError(path, "header", std::string("invalid JSON header: ") + error.what());
     }
     if (!header.is_object()) {
@@ -446,7 +446,7 @@ Checkpoint Checkpoint::open(const std::string& directory)
     json index;
     try {
         index = json::parse(text.str());
-    } catch (const json::parse_error& error) {
+    } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
         throw InputError(indexFile, "", std::string("invalid JSON: ") + error.what());
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {

@@ -1313,6 +1313,8 @@ Tokenizer Tokenizer::fromJson(const std::string& jsonText, const std::string& fi
     } catch (const Json::parse_error& error) {
         throw InputError(
             fileNameForErrors, "byte " + std::to_string(error.byte), std::string("invalid JSON: ") + error.what());
+    } catch (const Json::out_of_range& error) { // a number such as 1e400
+        throw InputError(fileNameForErrors, "", std::string("invalid JSON: ") + error.what());
     }
     auto impl = std::make_unique<Impl>();
     impl->file = fileNameForErrors;

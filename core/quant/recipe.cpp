@@ -773,6 +773,9 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
     } else if (!endsWith(fileName, ".yaml") && !endsWith(fileName, ".yml")) {
         json = nlohmann::ordered_json::accept(text);
     }
+    if (const std::size_t bad = io::invalidUtf8Offset(text); bad != std::string::npos) {
+        throwLocated(fileName, json, byteToLocation(text, bad + 1), "not valid UTF-8 (YAML and JSON files are UTF-8)");
+    }
     YAML::Node root;
     if (json) {
         nlohmann::ordered_json document;
@@ -786,6 +789,8 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
                 detail = detail.substr(colon + 2);
             }
             throwLocated(fileName, true, byteToLocation(text, error.byte), "malformed JSON: " + detail);
+        } catch (const nlohmann::json::out_of_range& error) { // a number such as 1e400
+            throwLocated(fileName, true, SourceLocation{}, std::string("malformed JSON: ") + error.what());
         }
         try {
             root = YAML::Load(text);

@@ -636,6 +636,9 @@ RunConfig Parser::parse(const YAML::Node& root)
 
 RunConfig parseRunConfig(const std::string& text, const std::string& fileName, const std::string& baseDirectory)
 {
+    if (const std::size_t bad = io::invalidUtf8Offset(text); bad != std::string::npos) {
+        throw InputError(fileName, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML and JSON files are UTF-8)");
+    }
     YAML::Node root;
     try {
         root = YAML::Load(text);
