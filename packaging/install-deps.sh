@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
+  # the `fuzz` preset (ASan + UBSan, libFuzzer targets) that CI builds after the test command
+  clang libclang-rt-14-dev
   # core
   libtorch-dev libopenblas0-pthread libsqlite3-dev sqlite3
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev
