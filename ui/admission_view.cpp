@@ -42,7 +42,7 @@ AdmissionView::AdmissionView(QWidget* parent)
     plot_->yAxis->setRangeReversed(true); // first decision at the top, as in the table
     plot_->legend->setVisible(true);
     plot_->legend->setFont(QFont(font().family(), 8));
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
+    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
     addPlotExportMenu(plot_);
 
     model_ = new QStandardItemModel(this);
@@ -68,9 +68,20 @@ void AdmissionView::setStore(const store::RunStore* store)
     refresh();
 }
 
+void AdmissionView::setRunFilter(std::optional<std::int64_t> runId)
+{
+    runFilter_ = runId;
+    refresh();
+}
+
 void AdmissionView::refresh()
 {
     decisions_ = store_ ? AnalysisData(*store_).admissionDecisions() : std::vector<AdmissionDecision> {};
+    if (runFilter_) {
+        decisions_.erase(std::remove_if(decisions_.begin(), decisions_.end(),
+                             [this](const AdmissionDecision& d) { return d.runId != runFilter_; }),
+            decisions_.end());
+    }
     plot_->clearPlottables();
     plot_->clearItems();
     thresholdLines_ = 0;
@@ -151,7 +162,8 @@ void AdmissionView::refresh()
     }
     plot_->yAxis->setTicker(ticker);
     plot_->yAxis->setRange(-0.6, std::max<double>(1.0, static_cast<double>(decisions_.size())) - 0.4);
-    plot_->xAxis->setRange(0, xMax > 0 ? xMax * 1.15 : 1.0);
+    // Room on the right for the legend, clear of the widest interval.
+    plot_->xAxis->setRange(0, xMax > 0 ? xMax * 1.35 : 1.0);
     table_->resizeColumnsToContents();
     summary_->setText(decisions_.empty() ? tr("No admission decisions in this workspace yet.")
                                          : tr("%1 decisions: %2 admitted, %3 borderline, %4 rejected")

@@ -7,6 +7,8 @@
 
 #include <QWidget>
 
+#include <optional>
+
 class QCustomPlot;
 class QLabel;
 class QStandardItemModel;
@@ -21,6 +23,8 @@ public:
 
     void setStore(const store::RunStore* store);
     void refresh();
+    // Shows only the decisions of one admission run (nullopt: every decision of the workspace).
+    void setRunFilter(std::optional<std::int64_t> runId);
 
     QCustomPlot* plot() const { return plot_; }
     QTableView* table() const { return table_; }
@@ -31,6 +35,7 @@ public:
 private:
     const store::RunStore* store_ = nullptr;
     std::vector<AdmissionDecision> decisions_;
+    std::optional<std::int64_t> runFilter_;
     QLabel* summary_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QStandardItemModel* model_ = nullptr;

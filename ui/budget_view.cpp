@@ -4,6 +4,7 @@
 
 #include <qcustomplot.h>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -14,6 +15,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace mismatch::ui {
@@ -40,6 +42,10 @@ BudgetView::BudgetView(QWidget* parent)
     stepBox_ = new QComboBox(this);
     stepBox_->setObjectName("calibrationStepBox");
     top->addWidget(stepBox_);
+    logScale_ = new QCheckBox(tr("Log mismatch axis"), this);
+    logScale_->setObjectName("budgetLogScale");
+    logScale_->setChecked(true);
+    top->addWidget(logScale_);
     summary_ = new QLabel(this);
     summary_->setObjectName("budgetSummary");
     top->addWidget(summary_, 1);
@@ -64,12 +70,16 @@ BudgetView::BudgetView(QWidget* parent)
     thresholdLine_->setPen(QPen(QColor(0x6a, 0x1b, 0x9a), 1.5, Qt::DashLine));
     failLine_ = new QCPItemStraightLine(plot_);
     failLine_->setPen(QPen(QColor(0x75, 0x75, 0x75), 1, Qt::DotLine));
+    // Horizontal: x in axis-rect fractions, so that it also works on a logarithmic mismatch axis.
+    failLine_->point1->setTypeX(QCPItemPosition::ptAxisRectRatio);
+    failLine_->point2->setTypeX(QCPItemPosition::ptAxisRectRatio);
     failLine_->point1->setCoords(0, kFailRise * 100);
     failLine_->point2->setCoords(1, kFailRise * 100);
 
     bracketLabel_ = new QCPItemText(plot_);
     bracketLabel_->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
-    bracketLabel_->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+    bracketLabel_->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+    bracketLabel_->setPadding(QMargins(6, 0, 0, 0));
     bracketLabel_->setColor(QColor(0x8d, 0x6e, 0x00));
     thresholdLabel_ = new QCPItemText(plot_);
     thresholdLabel_->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
@@ -115,6 +125,7 @@ BudgetView::BudgetView(QWidget* parent)
         showCalibration();
     });
     connect(stepBox_, qOverload<int>(&QComboBox::activated), this, [this] { showCalibration(); });
+    connect(logScale_, &QCheckBox::toggled, this, [this] { showCalibration(); });
 }
 
 void BudgetView::setStore(const store::RunStore* store)
@@ -206,6 +217,7 @@ void BudgetView::showCalibration()
     }
 
     QVector<double> passX, passY, failX, failY;
+    double xMinPositive = 0.0; // smallest positive mismatch shown (the log axis starts below it)
     pointModel_->clear();
     pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"), tr("Quality Q"),
         tr("Change vs BF16"), tr("95% interval of mean q diff"), tr("Result")});
@@ -220,6 +232,9 @@ void BudgetView::showCalibration()
         (p.failed ? failX : passX).append(p.mismatch);
         (p.failed ? failY : passY).append(change);
         xMax = std::max(xMax, p.mismatch);
+        if (p.mismatch > 0 && (xMinPositive == 0.0 || p.mismatch < xMinPositive)) {
+            xMinPositive = p.mismatch;
+        }
         yMin = std::min(yMin, change);
         yMax = std::max(yMax, change);
         QList<QStandardItem*> row;
@@ -239,6 +254,24 @@ void BudgetView::showCalibration()
         plot_->removeItem(label);
     }
     pointLabels_.clear();
+    // Sweep runs are named "CALIBRATION/label": on the plot the label alone says which run a point is.
+    std::optional<std::string> common;
+    for (const CalibrationPoint& p : points_) {
+        if (step && p.step != *step) {
+            continue;
+        }
+        if (!common) {
+            common = p.runName;
+        } else {
+            size_t n = 0;
+            while (n < common->size() && n < p.runName.size() && (*common)[n] == p.runName[n]) {
+                ++n;
+            }
+            common->resize(n);
+        }
+    }
+    const size_t slash = common ? common->rfind('/') : std::string::npos;
+    const size_t cut = slash == std::string::npos ? 0 : slash + 1;
     for (const CalibrationPoint& p : points_) {
         if (step && p.step != *step) {
             continue;
@@ -249,7 +282,7 @@ void BudgetView::showCalibration()
         label->setPadding(QMargins(6, 0, 0, 4));
         label->setFont(QFont(font().family(), 8));
         label->setColor(p.failed ? kFailColor : kPassColor);
-        label->setText(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName));
+        label->setText(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName.substr(cut)));
         pointLabels_.push_back(label);
     }
     plot_->graph(Passed)->setData(passX, passY);
@@ -260,22 +293,37 @@ void BudgetView::showCalibration()
             shownBracket_ = b;
         }
     }
+    // A logarithmic mismatch axis needs positive values; KL is never negative, a zero (an exact engine) falls back.
+    bool logAxis = logScale_->isChecked() && xMinPositive > 0.0;
+    for (const CalibrationPoint& p : points_) {
+        if ((!step || p.step == *step) && p.mismatch <= 0.0) {
+            logAxis = false;
+        }
+    }
+    plot_->xAxis->setScaleType(logAxis ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    plot_->xAxis->setTicker(logAxis ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog)
+                                    : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    plot_->xAxis->setLabel(logAxis ? tr("mismatch (nats/token, log scale)") : tr("mismatch (nats/token)"));
     const bool haveBracket = shownBracket_ && (shownBracket_->largestPassing || shownBracket_->smallestFailing);
     bracket_->setVisible(haveBracket);
     bracketLabel_->setVisible(haveBracket);
     if (haveBracket) {
-        const double low = shownBracket_->largestPassing.value_or(0.0);
+        // With nothing passing the bracket starts at the axis' left end (zero, or below every point on a log axis).
+        const double low = shownBracket_->largestPassing.value_or(logAxis ? xMinPositive / 10.0 : 0.0);
         // With no failing run yet the bracket is open to the right: shade to beyond the axis end.
         const bool open = !shownBracket_->smallestFailing.has_value();
         const double high = open ? std::max(xMax, low) * 10.0 : *shownBracket_->smallestFailing;
         bracket_->topLeft->setCoords(low, 0.0);
         bracket_->bottomRight->setCoords(high, 1.0);
-        bracketLabel_->position->setCoords(
-            open ? low + (std::max(xMax, low) * 1.35 - low) / 2 : (low + high) / 2, 0.02);
+        // Left-aligned just inside the bracket, clear of the threshold's label left of its line.
+        bracketLabel_->position->setCoords(low, 0.02);
         bracketLabel_->setText(open ? tr("budget bracket\n[%1, no failing run yet)").arg(low, 0, 'g', 3)
                                     : tr("budget bracket\n[%1, %2]").arg(low, 0, 'g', 3).arg(high, 0, 'g', 3));
         // Room right of the passing end for the open bracket and the labels of the points near it.
-        xMax = open ? std::max(xMax, low) * 1.3 : std::max(xMax, high);
+        xMax = open ? std::max(xMax, low) * (logAxis ? 6.0 : 1.5) : std::max(xMax, high);
+        if (logAxis && shownBracket_->largestPassing) {
+            xMinPositive = std::min(xMinPositive, *shownBracket_->largestPassing);
+        }
     }
     const bool haveThreshold = shownBracket_ && shownBracket_->threshold;
     thresholdLine_->setVisible(haveThreshold);
@@ -287,7 +335,14 @@ void BudgetView::showCalibration()
     thresholdLabel_->setVisible(haveThreshold);
     failLabel_->setVisible(!points_.empty());
     failLine_->setVisible(!points_.empty());
-    plot_->xAxis->setRange(xMax > 0 ? -xMax * 0.02 : 0.0, xMax > 0 ? xMax * 1.2 : 1.0);
+    if (logAxis) {
+        // Labels sit right of their points: room on the right in proportion to the decades shown.
+        const double lower = xMinPositive / 1.8;
+        const double decades = std::log10(xMax) - std::log10(lower);
+        plot_->xAxis->setRange(lower, xMax * std::pow(10.0, std::max(0.35, 0.2 * decades)));
+    } else {
+        plot_->xAxis->setRange(xMax > 0 ? -xMax * 0.02 : 0.0, xMax > 0 ? xMax * 1.2 : 1.0);
+    }
     const double pad = (yMax - yMin) * 0.1 + 1.0;
     plot_->yAxis->setRange(yMin - pad, yMax + pad);
 

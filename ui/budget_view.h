@@ -9,6 +9,7 @@
 
 #include <optional>
 
+class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QCPItemRect;
@@ -31,6 +32,8 @@ public:
 
     QCustomPlot* plot() const { return plot_; }
     QTableView* table() const { return table_; }
+    // The mismatch axis is logarithmic by default (the sweep spans orders of magnitude); unchecked: linear.
+    QCheckBox* logScaleBox() const { return logScale_; }
     QStandardItemModel* pointModel() const { return pointModel_; }
     QCPItemRect* bracketItem() const { return bracket_; }
     int passCount() const;
@@ -47,6 +50,7 @@ private:
     std::optional<CalibrationBracket> shownBracket_;
     QComboBox* calibrationBox_ = nullptr;
     QComboBox* stepBox_ = nullptr;
+    QCheckBox* logScale_ = nullptr;
     QLabel* summary_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QCPItemRect* bracket_ = nullptr;

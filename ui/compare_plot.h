@@ -35,10 +35,12 @@ public:
     int curveCount() const;
     int pointCount(std::int64_t runId) const;
 
+    // Rescales and redraws now (the live path throttles through a timer); used for offscreen rendering.
+    void replot();
+
 private:
     void rebuild();
     void scheduleReplot();
-    void replot();
 
     store::RunStore* store_ = nullptr;
     std::vector<std::pair<std::int64_t, QString>> runs_;

@@ -115,6 +115,9 @@ QString exportPlot(QCustomPlot* plot, const QString& path)
         return QObject::tr("Cannot rename %1 to %2").arg(temporaryPath, path);
     }
     temporary.setAutoRemove(false);
+    // QTemporaryFile creates its file private (0600); an exported plot is an ordinary document.
+    QFile::setPermissions(path, QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup
+            | QFileDevice::ReadOther);
     return {};
 }
 

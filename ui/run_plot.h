@@ -30,9 +30,11 @@ public:
     int evaluationCount() const;
     int replotCount() const { return replots_; }
 
+    // Rescales and redraws now (the live path throttles through a timer); used for offscreen rendering.
+    void replot();
+
 private:
     void scheduleReplot();
-    void replot();
 
     store::RunStore* store_ = nullptr;
     std::int64_t runId_ = 0;

@@ -4,6 +4,7 @@
 
 #include <qcustomplot.h>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -36,6 +37,10 @@ SensitivityView::SensitivityView(QWidget* parent)
     scanBox_->setObjectName("sensitivityScanBox");
     scanBox_->setMinimumWidth(320);
     top->addWidget(scanBox_);
+    logScale_ = new QCheckBox(tr("Log colour scale"), this);
+    logScale_->setObjectName("sensitivityLogScale");
+    logScale_->setChecked(true);
+    top->addWidget(logScale_);
     summary_ = new QLabel(this);
     top->addWidget(summary_, 1);
     layout->addLayout(top);
@@ -83,6 +88,7 @@ SensitivityView::SensitivityView(QWidget* parent)
     layout->addWidget(detail_);
 
     connect(scanBox_, qOverload<int>(&QComboBox::currentIndexChanged), this, &SensitivityView::showScan);
+    connect(logScale_, &QCheckBox::toggled, this, [this] { showScan(scanBox_->currentIndex()); });
     connect(plot_, &QCustomPlot::mouseMove, this, &SensitivityView::onMouseMove);
     connect(plot_, &QCustomPlot::mousePress, this, &SensitivityView::onMousePress);
 }
@@ -129,6 +135,11 @@ bool SensitivityView::selectScan(std::int64_t scanId)
     scanBox_->setCurrentIndex(index);
     showScan(index);
     return true;
+}
+
+bool SensitivityView::logarithmic() const
+{
+    return logarithmic_;
 }
 
 void SensitivityView::showScan(int comboIndex)
@@ -187,7 +198,31 @@ void SensitivityView::showScan(int comboIndex)
             high = first ? cell.addedMismatch : std::max(high, cell.addedMismatch);
             first = false;
         }
-        colorMap_->setDataRange(QCPRange(std::min(0.0, low), high > low ? high : low + 1e-6));
+        double floor = 0.0; // the log scale's lower end: smallest positive value, at least high * 1e-4
+        for (const SensitivityCell& cell : cells_) {
+            if (cell.addedMismatch > 0 && (floor == 0.0 || cell.addedMismatch < floor)) {
+                floor = cell.addedMismatch;
+            }
+        }
+        floor = std::max(floor, high * 1e-4);
+        logarithmic_ = logScale_->isChecked() && high > 0 && floor < high;
+        if (logarithmic_) {
+            for (const SensitivityCell& cell : cells_) {
+                const int c
+                    = static_cast<int>(std::find(groups_.begin(), groups_.end(), cell.moduleGroup) - groups_.begin());
+                colorMap_->data()->setCell(c, static_cast<int>(cell.layer - firstRow_), std::max(cell.addedMismatch, floor));
+            }
+            colorMap_->setDataScaleType(QCPAxis::stLogarithmic);
+            colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+            colorMap_->setDataRange(QCPRange(floor, high));
+            colorScale_->axis()->setLabel(tr("added mismatch (nats/token, log scale; %1 and below at the bottom colour)")
+                                              .arg(floor, 0, 'g', 2));
+        } else {
+            colorMap_->setDataScaleType(QCPAxis::stLinear);
+            colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTicker>::create());
+            colorMap_->setDataRange(QCPRange(std::min(0.0, low), high > low ? high : low + 1e-6));
+            colorScale_->axis()->setLabel(tr("added mismatch (nats/token)"));
+        }
     }
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int c = 0; c < columns; ++c) {

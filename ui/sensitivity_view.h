@@ -9,6 +9,7 @@
 
 #include <vector>
 
+class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QCPColorMap;
@@ -33,6 +34,11 @@ public:
     QCustomPlot* plot() const { return plot_; }
     QCPColorMap* colorMap() const { return colorMap_; }
     QComboBox* scanBox() const { return scanBox_; }
+    // Logarithmic colour scale (default): one dominant cell no longer flattens the rest. Cells at or below the
+    // scale's floor (the smallest positive added mismatch, at least 1e-4 of the largest) take the floor's colour;
+    // tooltips and the detail line show the measured values.
+    QCheckBox* logScaleBox() const { return logScale_; }
+    bool logarithmic() const;
     const std::vector<std::string>& moduleGroups() const { return groups_; }
     std::int64_t layerCount() const { return layers_; }
     // The cell at (layer, group column), or nullptr when the scan has none there.
@@ -60,7 +66,9 @@ private:
     std::int64_t layers_ = 0; // one past the last layer with a cell
     std::int64_t firstRow_ = 0; // -1 when the scan has embedding / lm_head cells
     std::int64_t scanId_ = 0;
+    bool logarithmic_ = false; // the colour scale shown is logarithmic
     QComboBox* scanBox_ = nullptr;
+    QCheckBox* logScale_ = nullptr;
     QLabel* summary_ = nullptr;
     QLabel* detail_ = nullptr;
     QCustomPlot* plot_ = nullptr;

@@ -8,6 +8,8 @@
 #include "core/train/zoo.h"
 #include "core/store/run_store.h"
 
+#include <QDir>
+#include <QFile>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -39,6 +41,7 @@ private slots:
     void badWorkspaceFileIsAnErrorNotACrash();
     void demoRegistersResources();
     void realBinaryExitCodes();
+    void reportOfTheDemoWorkspace();
     void kvCapacityOfA7bShapedConfig();
     void generateIsSeededAndWritesLogProbs();
 };
@@ -222,6 +225,40 @@ void TestCli::realBinaryExitCodes()
     process.start(MISMATCH_CLI_PATH, {"store", "bogus"});
     QVERIFY(process.waitForFinished(60000));
     QCOMPARE(process.exitCode(), 2);
+}
+
+// `mismatch report` in the real binary (it makes its own offscreen QApplication): with the GUI it writes the page
+// and its plots; a build without the GUI says so plainly and writes nothing.
+void TestCli::reportOfTheDemoWorkspace()
+{
+    QTemporaryDir dir;
+    const std::string ws = dir.filePath("ws").toStdString();
+    QCOMPARE(runCli({"-w", ws, "demo", "--count", "4"}).code, 0);
+    const QString out = dir.filePath("report");
+    QProcess process;
+    process.start(MISMATCH_CLI_PATH, {"-w", QString::fromStdString(ws), "--json", "report", "workspace", "--out", out});
+    QVERIFY(process.waitForFinished(120000));
+    const QByteArray stdoutText = process.readAllStandardOutput();
+    const QByteArray stderrText = process.readAllStandardError();
+#if MISMATCH_TEST_GUI_BUILD
+    QVERIFY2(process.exitCode() == 0, stderrText.constData());
+    const auto j = parseJson(stdoutText.toStdString());
+    QCOMPARE(QString::fromStdString(j.at("index").get<std::string>()), QDir(out).absoluteFilePath("index.html"));
+    QVERIFY(QFile::exists(out + "/index.html"));
+    // The demo stores the shipped calibration (two bracket steps) and screens the candidates against it.
+    QVERIFY(QFile::exists(out + "/plots/calibration-1-step-20.png"));
+    QVERIFY(QFile::exists(out + "/plots/calibration-1-step-40.png"));
+    bool admission = false;
+    for (const auto& file : j.at("files")) {
+        admission = admission || file.get<std::string>().rfind("plots/admission-", 0) == 0;
+    }
+    QVERIFY(admission);
+#else
+    QCOMPARE(process.exitCode(), 1);
+    QVERIFY2(stderrText.contains("this build has no GUI"), stderrText.constData());
+    QVERIFY(stdoutText.isEmpty());
+    QVERIFY(!QFile::exists(out));
+#endif
 }
 
 void TestCli::kvCapacityOfA7bShapedConfig()

@@ -1,0 +1,773 @@
+#include "ui/report.h"
+
+#include "core/common/error.h"
+#include "core/common/version.h"
+#include "core/io/recipe_export.h"
+#include "core/store/analysis_store.h"
+#include "core/store/evaluation_store.h"
+#include "ui/admission_view.h"
+#include "ui/budget_view.h"
+#include "ui/compare_plot.h"
+#include "ui/plot_export.h"
+#include "ui/prefix_shift_view.h"
+#include "ui/run_plot.h"
+#include "ui/sensitivity_view.h"
+
+#include <qcustomplot.h>
+
+#include <QCheckBox>
+#include <QCoreApplication>
+#include <QDateTime>
+#include <QFile>
+#include <QStandardItemModel>
+#include <QTemporaryFile>
+#include <QImage>
+#include <QPainter>
+#include <QTextDocument>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace mismatch::ui {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string escapeHtml(const std::string& text)
+{
+    std::string out;
+    out.reserve(text.size());
+    for (char c : text) {
+        switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&quot;"; break;
+        default: out += c;
+        }
+    }
+    return out;
+}
+
+std::string number(double value, int digits = 4)
+{
+    if (!std::isfinite(value)) {
+        return "-";
+    }
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    return buffer;
+}
+
+std::string number(const std::optional<double>& value, int digits = 4)
+{
+    return value ? number(*value, digits) : "-";
+}
+
+std::string interval(const std::optional<double>& low, const std::optional<double>& high)
+{
+    return low && high ? "[" + number(*low, 3) + ", " + number(*high, 3) + "]" : "-";
+}
+
+std::string percent(const std::optional<double>& fraction)
+{
+    if (!fraction) {
+        return "-";
+    }
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%+.1f%%", *fraction * 100.0);
+    return buffer;
+}
+
+bool isNumber(const std::string& text)
+{
+    return !text.empty() && text.size() < 19 && std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+    });
+}
+
+// A table both as HTML (in the page) and as a QStandardItemModel (written as CSV by the GUI's exportCsv).
+struct Table {
+    std::vector<std::string> header;
+    std::vector<std::vector<std::string>> rows;
+    std::map<std::pair<size_t, size_t>, std::string> cellClass; // (row, column) -> CSS class
+};
+
+const char* kStyle = R"(body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em}h2{font-size:1.3em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+h3{font-size:1.05em;margin-top:1.4em}table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%;border:1px solid #ddd}
+.pass,.admit{color:#2e7d32;font-weight:bold}.fail,.reject{color:#c62828;font-weight:bold}
+.borderline{color:#ef8a17;font-weight:bold}.note{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}
+)";
+
+class ReportWriter {
+public:
+    ReportWriter(store::RunStore& store, const ReportOptions& options, Progress& progress)
+        : store_(store)
+        , options_(options)
+        , progress_(progress)
+        , out_(fs::absolute(options.outDirectory))
+    {
+    }
+
+    ReportResult write(const std::vector<store::RunInfo>& studyRuns)
+    {
+        prepareDirectories();
+        const bool workspace = studyRuns.empty();
+        const std::string title = workspace ? "Workspace report"
+                                            : "Report: run #" + std::to_string(studyRuns.front().id) + " "
+                + studyRuns.front().name + " (" + studyRuns.front().kind + ")";
+        html_ += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escapeHtml(title)
+            + "</title>\n<style>" + kStyle + "</style></head><body>\n<h1>" + escapeHtml(title) + "</h1>\n";
+        html_ += "<p class=\"note\">Workspace <code>" + escapeHtml(store_.path()) + "</code>; written "
+            + QDateTime::currentDateTimeUtc().toString(Qt::ISODate).toStdString() + " by Mismatch Lab "
+            + kVersion + " (<code>mismatch report " + escapeHtml(options_.study)
+            + "</code>). Mismatch is KL(&mu; || &pi;) in nats per token; intervals are 95% bootstrap intervals over "
+              "prompts or problems.</p>\n";
+        if (workspace) {
+            writeWorkspace();
+        } else {
+            writeRun(studyRuns.front());
+        }
+        html_ += "</body></html>\n";
+        progress_.checkCancelled();
+        const std::string index = (out_ / "index.html").string();
+        io::writeFileAtomically(index, html_);
+        result_.files.push_back("index.html");
+        result_.indexPath = index;
+        progress_.update(1.0, "report written");
+        return result_;
+    }
+
+private:
+    void prepareDirectories()
+    {
+        std::error_code error;
+        for (const fs::path& directory : {out_, out_ / "plots", out_ / "tables"}) {
+            fs::create_directories(directory, error);
+            if (error || !fs::is_directory(directory)) {
+                throw InputError(directory.string(), "", "cannot create the report directory"
+                        + (error ? ": " + error.message() : std::string()));
+            }
+        }
+    }
+
+    void beginSection(const std::string& title, const std::string& level = "h2")
+    {
+        progress_.checkCancelled();
+        ++sectionIndex_;
+        progress_.update(std::min(0.95, 0.05 + 0.05 * sectionIndex_), title);
+        html_ += "<" + level + ">" + escapeHtml(title) + "</" + level + ">\n";
+        result_.sections.push_back({title, {}, {}});
+    }
+
+    void paragraph(const std::string& text, bool note = false)
+    {
+        html_ += note ? "<p class=\"note\">" + text + "</p>\n" : "<p>" + text + "</p>\n";
+    }
+
+    // Renders `plot` at the report's size (twice its pixels) under plots/NAME.png and shows it.
+    void addPlot(QCustomPlot* plot, const std::string& name, const std::string& caption, int height = 0)
+    {
+        progress_.checkCancelled();
+        plot->resize(options_.plotWidth, height > 0 ? height : options_.plotHeight);
+        plot->replot();
+        const std::string relative = "plots/" + name + ".png";
+        const QString error = exportPlot(plot, QString::fromStdString((out_ / relative).string()));
+        if (!error.isEmpty()) {
+            throw InputError((out_ / relative).string(), "", error.toStdString());
+        }
+        html_ += "<figure><img src=\"" + relative + "\" alt=\"" + escapeHtml(caption) + "\" width=\""
+            + std::to_string(options_.plotWidth) + "\"><figcaption class=\"note\">" + escapeHtml(caption)
+            + "</figcaption></figure>\n";
+        result_.files.push_back(relative);
+        result_.sections.back().plots.push_back(relative);
+    }
+
+    // Rich text (the prefix-shift viewer's token view) rendered to PNG at twice its pixels.
+    void addHtmlImage(const QString& html, const std::string& name, const std::string& caption)
+    {
+        progress_.checkCancelled();
+        const std::string relative = "plots/" + name + ".png";
+        const std::string path = (out_ / relative).string();
+        QTextDocument document;
+        document.setHtml(html);
+        document.setTextWidth(options_.plotWidth);
+        const int height = static_cast<int>(std::ceil(document.size().height()));
+        QImage image(QSize(options_.plotWidth * 2, height * 2), QImage::Format_ARGB32);
+        image.setDevicePixelRatio(2.0);
+        image.fill(Qt::white);
+        {
+            QPainter painter(&image);
+            document.drawContents(&painter);
+        }
+        QTemporaryFile temporary(
+            QString::fromStdString((out_ / "plots").string()) + "/." + QString::fromStdString(name) + ".XXXXXX.png");
+        if (!temporary.open() || !image.save(&temporary, "PNG") || !temporary.flush()) {
+            throw InputError(path, "", "cannot write the image: " + temporary.errorString().toStdString());
+        }
+        temporary.close();
+        std::error_code error;
+        fs::rename(temporary.fileName().toStdString(), path, error);
+        if (error) {
+            throw InputError(path, "", "cannot rename the image into place: " + error.message());
+        }
+        temporary.setAutoRemove(false);
+        fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read
+                | fs::perms::others_read, error);
+        html_ += "<figure><img src=\"" + relative + "\" alt=\"" + escapeHtml(caption) + "\" width=\""
+            + std::to_string(options_.plotWidth) + "\"><figcaption class=\"note\">" + escapeHtml(caption)
+            + "</figcaption></figure>\n";
+        result_.files.push_back(relative);
+        result_.sections.back().plots.push_back(relative);
+    }
+
+    void addTable(const Table& table, const std::string& name)
+    {
+        html_ += "<table><tr>";
+        for (const auto& h : table.header) {
+            html_ += "<th>" + escapeHtml(h) + "</th>";
+        }
+        html_ += "</tr>\n";
+        QStandardItemModel model;
+        QStringList header;
+        for (const auto& h : table.header) {
+            header << QString::fromStdString(h);
+        }
+        model.setHorizontalHeaderLabels(header);
+        for (size_t r = 0; r < table.rows.size(); ++r) {
+            html_ += "<tr>";
+            QList<QStandardItem*> items;
+            for (size_t c = 0; c < table.rows[r].size(); ++c) {
+                const std::string& cell = table.rows[r][c];
+                const auto klass = table.cellClass.find({r, c});
+                const bool numeric = !cell.empty()
+                    && (std::isdigit(static_cast<unsigned char>(cell[0])) || cell[0] == '-' || cell[0] == '+'
+                        || cell[0] == '[');
+                std::string attributes;
+                if (klass != table.cellClass.end()) {
+                    attributes = " class=\"" + klass->second + "\"";
+                } else if (numeric && cell != "-") {
+                    attributes = " class=\"num\"";
+                }
+                html_ += "<td" + attributes + ">" + escapeHtml(cell) + "</td>";
+                items << new QStandardItem(QString::fromStdString(cell));
+            }
+            html_ += "</tr>\n";
+            model.appendRow(items);
+        }
+        html_ += "</table>\n";
+        const std::string relative = "tables/" + name + ".csv";
+        const QString error = exportCsv(model, QString::fromStdString((out_ / relative).string()));
+        if (!error.isEmpty()) {
+            throw InputError((out_ / relative).string(), "", error.toStdString());
+        }
+        html_ += "<p class=\"note\">CSV: <a href=\"" + relative + "\">" + relative + "</a></p>\n";
+        result_.files.push_back(relative);
+        result_.sections.back().tables.push_back(relative);
+    }
+
+    std::string runName(std::int64_t runId)
+    {
+        const auto run = store_.run(runId);
+        return run ? run->name : "#" + std::to_string(runId);
+    }
+
+    // ---- workspace -----------------------------------------------------------------------------------------
+
+    void writeWorkspace()
+    {
+        const std::vector<store::RunInfo> runs = store_.listRuns();
+        beginSection("Runs");
+        Table table {{"Run", "Name", "Kind", "Status", "Steps", "Last mismatch", "Started (UTC)"}, {}, {}};
+        for (const auto& run : runs) {
+            table.rows.push_back({"#" + std::to_string(run.id), run.name, run.kind, store::toString(run.status),
+                std::to_string(run.stepCount), number(run.lastMismatch), run.startedAt});
+        }
+        addTable(table, "runs");
+        paragraph("A run's own plots: <code>mismatch report RUN --out DIR</code>.", true);
+        if (runs.empty()) {
+            paragraph("The workspace holds no runs yet.");
+        }
+        for (const auto& calibration : store::calibrations(store_)) {
+            writeCalibration(calibration.id);
+        }
+        std::set<std::int64_t> admissionRuns;
+        bool unlinkedDecisions = false;
+        for (const auto& decision : store::admissionDecisions(store_)) {
+            if (decision.runId) {
+                admissionRuns.insert(*decision.runId);
+            } else {
+                unlinkedDecisions = true;
+            }
+        }
+        for (std::int64_t runId : admissionRuns) {
+            writeAdmission(runId);
+        }
+        if (unlinkedDecisions) {
+            writeAdmission(std::nullopt);
+        }
+        for (const auto& scan : store::sensitivityScans(store_)) {
+            writeSensitivity(scan.id);
+        }
+        for (const auto& record : store::prefixShifts(store_)) {
+            writePrefixShift(record.id);
+        }
+        for (const auto& run : runs) {
+            if (run.kind == "compare_objectives") {
+                writeCompareObjectives(run);
+            }
+        }
+    }
+
+    // ---- one run -------------------------------------------------------------------------------------------
+
+    void writeRun(const store::RunInfo& run)
+    {
+        beginSection("Run #" + std::to_string(run.id) + " " + run.name);
+        Table info {{"Kind", "Status", "Started (UTC)", "Finished (UTC)", "Steps", "Tool version"}, {}, {}};
+        info.rows.push_back({run.kind, store::toString(run.status), run.startedAt,
+            run.finishedAt.empty() ? "-" : run.finishedAt, std::to_string(run.stepCount), run.toolVersion});
+        addTable(info, "run-" + std::to_string(run.id));
+        if (!run.error.empty()) {
+            paragraph("Ended with: " + escapeHtml(run.error));
+        }
+        bool wrote = false;
+        if (run.kind == "calibrate" || run.kind == "demo") {
+            for (const auto& calibration : store::calibrations(store_)) {
+                if (calibration.runId == run.id) {
+                    writeCalibration(calibration.id);
+                    wrote = true;
+                }
+            }
+        }
+        if (run.kind == "demo") {
+            const auto config = nlohmann::json::parse(run.configJson, nullptr, false);
+            if (config.is_object() && config.contains("calibration_id") && !wrote) {
+                writeCalibration(config.at("calibration_id").get<std::int64_t>());
+            }
+            if (config.is_object() && config.contains("admission_run_id")) {
+                writeAdmission(config.at("admission_run_id").get<std::int64_t>());
+            }
+            wrote = true;
+        }
+        if (run.kind == "admit") {
+            writeAdmission(run.id);
+            wrote = true;
+        }
+        if (run.kind == "sensitivity") {
+            for (const auto& scan : store::sensitivityScans(store_)) {
+                if (scan.runId == run.id) {
+                    writeSensitivity(scan.id);
+                    wrote = true;
+                }
+            }
+        }
+        if (run.kind == "prefix_shift") {
+            for (const auto& record : store::prefixShifts(store_)) {
+                if (record.runId == run.id) {
+                    writePrefixShift(record.id);
+                    wrote = true;
+                }
+            }
+        }
+        if (run.kind == "compare_objectives") {
+            writeCompareObjectives(run);
+            wrote = true;
+        }
+        if (run.stepCount > 0 || !store::evaluations(store_, run.id).empty()) {
+            writeTraining(run);
+            wrote = true;
+        }
+        if (!wrote) {
+            paragraph(run.status == store::RunStatus::Finished
+                    ? "This run stored no results that a report shows (no steps, evaluations or analysis rows)."
+                    : "This run stored no results yet (status " + store::toString(run.status) + ").");
+        }
+    }
+
+    void writeTraining(const store::RunInfo& run)
+    {
+        beginSection("Training run #" + std::to_string(run.id) + " " + run.name, "h3");
+        RunPlot view;
+        view.setStore(&store_);
+        view.showRun(run.id, QString::fromStdString(run.name));
+        view.tail();
+        view.replot();
+        addPlot(view.plot(), "run-" + std::to_string(run.id),
+            "Per-step mismatch (full-vocabulary KL, k1, k3; BF16 multiple on the right axis) and quality Q and "
+            "accuracy at the evaluation points.",
+            options_.plotHeight * 6 / 5);
+        Table table {{"Step", "Quality Q (nats/token)", "Accuracy", "Problems", "Evaluated (UTC)"}, {}, {}};
+        for (const auto& e : store::evaluations(store_, run.id)) {
+            table.rows.push_back({std::to_string(e.step), number(e.quality), number(e.accuracy, 3),
+                std::to_string(e.problemCount), e.createdAt});
+        }
+        if (!table.rows.empty()) {
+            addTable(table, "run-" + std::to_string(run.id) + "-evaluations");
+        }
+    }
+
+    void writeCalibration(std::int64_t calibrationId)
+    {
+        const auto calibration = store::calibration(store_, calibrationId);
+        if (!calibration) {
+            return;
+        }
+        const std::string id = std::to_string(calibrationId);
+        beginSection("Calibration #" + id + " " + calibration->info.name);
+        paragraph("Student <code>" + escapeHtml(calibration->info.student) + "</code>. Each point is one training "
+            "run of the sweep at one step, compared with the BF16-engine baseline by the failure rule (a rise of "
+            "quality Q by 20% or more, with the paired interval of the mean per-problem difference above zero); "
+            "the budget bracket is [largest passing, smallest failing] mismatch.");
+        Table brackets {{"Step", "Largest passing", "Smallest failing", "Admission threshold"}, {}, {}};
+        for (const auto& b : calibration->brackets) {
+            brackets.rows.push_back({std::to_string(b.step), number(b.largestPassing), number(b.smallestFailing),
+                number(b.threshold)});
+        }
+        addTable(brackets, "calibration-" + id + "-brackets");
+
+        BudgetView budget;
+        budget.setStore(&store_);
+        std::set<std::int64_t> steps;
+        for (const auto& p : calibration->points) {
+            steps.insert(p.step);
+        }
+        for (const auto& b : calibration->brackets) {
+            steps.insert(b.step);
+        }
+        for (std::int64_t step : steps) {
+            if (budget.selectCalibration(calibrationId, step)) {
+                addPlot(budget.plot(), "calibration-" + id + "-step-" + std::to_string(step),
+                    "Step " + std::to_string(step)
+                        + ": quality change against the BF16 baseline by mismatch (log axis), passed green, failed "
+                          "red, the budget bracket shaded and the admission threshold dashed.");
+            }
+        }
+
+        Table points {{"Run", "Step", "Mismatch", "Quality Q", "Change vs BF16", "95% interval of mean q diff",
+                          "Result"},
+            {}, {}};
+        std::vector<std::pair<std::int64_t, QString>> curves;
+        for (const auto& p : calibration->points) {
+            const std::string name = runName(p.runId);
+            points.cellClass[{points.rows.size(), 6}] = p.failed ? "fail" : "pass";
+            points.rows.push_back({name, std::to_string(p.step), number(p.mismatch), number(p.quality),
+                percent(p.relativeChange), interval(p.ciLow, p.ciHigh), p.failed ? "failed" : "passed"});
+            if (std::none_of(curves.begin(), curves.end(), [&](const auto& c) { return c.first == p.runId; })) {
+                curves.emplace_back(p.runId, QString::fromStdString(name));
+            }
+        }
+        addTable(points, "calibration-" + id + "-points");
+
+        // A shipped or imported calibration carries its points but not its runs' steps.
+        const bool haveSteps = std::any_of(curves.begin(), curves.end(), [this](const auto& c) {
+            const auto run = store_.run(c.first);
+            return run && run->stepCount > 0;
+        });
+        if (!haveSteps) {
+            paragraph("The sweep's runs have no per-step measures in this workspace (a shipped or imported "
+                      "calibration), so there are no curves to show.",
+                true);
+        } else {
+            ComparePlot compare;
+            compare.setStore(&store_);
+            compare.setRuns(curves);
+            compare.setMeasure(ComparePlot::FullKl);
+            compare.logScaleBox()->setChecked(true);
+            compare.tail();
+            compare.replot();
+            addPlot(compare.plot(), "calibration-" + id + "-mismatch",
+                "The sweep's runs: per-step mismatch (log axis).");
+            compare.setMeasure(ComparePlot::Quality);
+            compare.logScaleBox()->setChecked(false);
+            compare.tail();
+            compare.replot();
+            addPlot(compare.plot(), "calibration-" + id + "-quality",
+                "The sweep's runs: quality Q (nats/token, lower is better) at the evaluation points.");
+        }
+    }
+
+    void writeAdmission(std::optional<std::int64_t> runId)
+    {
+        const auto decisions = store::admissionDecisions(store_, runId);
+        std::vector<store::AdmissionDecision> shown;
+        for (const auto& d : decisions) {
+            if (d.runId == runId) {
+                shown.push_back(d);
+            }
+        }
+        if (shown.empty()) {
+            return;
+        }
+        const std::string name = runId ? std::to_string(*runId) : "unlinked";
+        beginSection(runId ? "Admission check (run #" + name + ")" : "Admission decisions without a run");
+        std::map<std::string, int> counts;
+        double seconds = 0.0;
+        for (const auto& d : shown) {
+            ++counts[d.decision];
+            seconds += d.seconds;
+        }
+        paragraph(std::to_string(shown.size()) + " decisions: " + std::to_string(counts["admit"]) + " admitted, "
+            + std::to_string(counts["borderline"]) + " borderline, " + std::to_string(counts["reject"])
+            + " rejected, in " + number(seconds, 3)
+            + " s. A candidate is admitted when its whole interval lies below the threshold, rejected when it lies "
+              "above, borderline when it straddles it.");
+        AdmissionView view;
+        view.setStore(&store_);
+        view.setRunFilter(runId);
+        addPlot(view.plot(), "admission-" + name, "Mismatch of each candidate with its 95% bootstrap interval "
+                                                  "against the admission threshold (dashed).",
+            std::max(options_.plotHeight * 3 / 5, 90 + 34 * static_cast<int>(shown.size())));
+        Table table {{"Candidate", "Checkpoint", "Mismatch", "95% interval", "Threshold", "BF16 multiple",
+                         "Decision", "Seconds"},
+            {}, {}};
+        for (const auto& d : shown) {
+            const auto candidate = nlohmann::json::parse(d.candidateJson, nullptr, false);
+            std::string candidateName = "#" + std::to_string(d.id);
+            std::optional<double> unit;
+            if (candidate.is_object()) {
+                if (candidate.contains("name") && candidate.at("name").is_string()) {
+                    candidateName = candidate.at("name").get<std::string>();
+                }
+                if (candidate.contains("bf16_unit") && candidate.at("bf16_unit").is_number()) {
+                    unit = candidate.at("bf16_unit").get<double>();
+                }
+            }
+            table.cellClass[{table.rows.size(), 6}] = d.decision;
+            table.rows.push_back({candidateName, fs::path(d.checkpoint).filename().string(), number(d.mismatch),
+                interval(d.ciLow, d.ciHigh), number(d.threshold),
+                unit && *unit > 0 ? number(d.mismatch / *unit, 3) + "x" : "-", d.decision, number(d.seconds, 3)});
+        }
+        addTable(table, "admission-" + name);
+    }
+
+    void writeSensitivity(std::int64_t scanId)
+    {
+        const auto scan = store::sensitivityScan(store_, scanId);
+        if (!scan) {
+            return;
+        }
+        const std::string id = std::to_string(scanId);
+        beginSection("Layer sensitivity scan #" + id + " (" + scan->info.format + ")");
+        paragraph("Each cell is the mismatch added over the BF16 unit (" + number(scan->info.bf16Unit)
+            + " nats/token) when only that layer's module group is quantized to " + escapeHtml(scan->info.format)
+            + "; " + std::to_string(scan->cells.size()) + " cells, scan " + escapeHtml(scan->info.status) + ".");
+        SensitivityView view;
+        view.setStore(&store_);
+        if (view.selectScan(scanId)) {
+            addPlot(view.plot(), "sensitivity-" + id,
+                "Added mismatch (nats/token) per layer and module group; row -1 holds the embedding and lm_head.",
+                options_.plotHeight * 6 / 5);
+        }
+        std::vector<store::SensitivityCell> cells = scan->cells;
+        std::stable_sort(cells.begin(), cells.end(),
+            [](const auto& a, const auto& b) { return a.addedMismatch > b.addedMismatch; });
+        Table table {{"Rank", "Layer", "Module group", "Added mismatch", "95% interval", "Mismatch",
+                         "BF16 multiple"},
+            {}, {}};
+        for (size_t i = 0; i < cells.size(); ++i) {
+            const auto& c = cells[i];
+            table.rows.push_back({std::to_string(i + 1), c.layer < 0 ? "-" : std::to_string(c.layer), c.moduleGroup,
+                number(c.addedMismatch), interval(c.ciLow, c.ciHigh), number(c.mismatch),
+                scan->info.bf16Unit && *scan->info.bf16Unit > 0 ? number(c.mismatch / *scan->info.bf16Unit, 3) + "x"
+                                                                 : "-"});
+        }
+        addTable(table, "sensitivity-" + id);
+    }
+
+    void writePrefixShift(std::int64_t recordId)
+    {
+        const auto record = store::prefixShift(store_, recordId);
+        if (!record) {
+            return;
+        }
+        const std::string id = std::to_string(recordId);
+        beginSection("Prefix shift #" + id);
+        const auto details = nlohmann::json::parse(record->detailsJson, nullptr, false);
+        std::optional<double> shiftLow, shiftHigh;
+        if (details.is_object() && details.contains("prefix_shift_interval")
+            && details.at("prefix_shift_interval").is_array() && details.at("prefix_shift_interval").size() == 2
+            && details.at("prefix_shift_interval")[0].is_number() && details.at("prefix_shift_interval")[1].is_number()) {
+            shiftLow = details.at("prefix_shift_interval")[0].get<double>();
+            shiftHigh = details.at("prefix_shift_interval")[1].get<double>();
+        }
+        paragraph("Model <code>" + escapeHtml(record->model) + "</code>; " + std::to_string(record->pairs)
+            + " paired same-seed generations, " + std::to_string(record->diverged)
+            + " diverged from the BF16 engine's.");
+        Table table {{"Part", "Nats/token", "95% interval", "BF16 multiple"}, {}, {}};
+        const auto multiple = [&](double v) {
+            return record->bf16Unit > 0 ? number(v / record->bf16Unit, 3) + "x" : std::string("-");
+        };
+        table.rows.push_back({"total (own prefixes)", number(record->total),
+            interval(record->totalCiLow, record->totalCiHigh), multiple(record->total)});
+        table.rows.push_back({"per-token (BF16 prefixes, teacher-forced)", number(record->perToken),
+            interval(record->perTokenCiLow, record->perTokenCiHigh), multiple(record->perToken)});
+        table.rows.push_back({"prefix shift (total - per-token)", number(record->prefixShift),
+            interval(shiftLow, shiftHigh), multiple(record->prefixShift)});
+        table.rows.push_back({"BF16 unit", number(record->bf16Unit), "-", "1x"});
+        addTable(table, "prefix-shift-" + id);
+
+        PrefixShiftView view;
+        view.setStore(&store_);
+        if (view.selectAnalysis(recordId)) {
+            addPlot(view.plot(), "prefix-shift-" + id, "Mismatch by response position: total on the candidate's own "
+                                                       "prefixes and per-token on the BF16 engine's.");
+            // The first pair that diverged, token by token, coloured by per-token KL.
+            const auto pairs = store::prefixShiftPairs(store_, recordId);
+            int shownPair = 0;
+            for (size_t i = 0; i < pairs.size(); ++i) {
+                if (pairs[i].firstDivergence) {
+                    shownPair = static_cast<int>(i);
+                    break;
+                }
+            }
+            if (!pairs.empty()) {
+                view.selectPair(shownPair);
+                addHtmlImage(view.tokenHtml(), "prefix-shift-" + id + "-pair",
+                    "Pair " + std::to_string(shownPair + 1) + " (prompt " + pairs[shownPair].promptId
+                        + "): the candidate's and the BF16 engine's responses, each token coloured by its "
+                          "KL(mu || pi), the first divergence marked.");
+            }
+        }
+        if (details.is_object() && details.contains("corrections") && details.at("corrections").is_array()
+            && !details.at("corrections").empty()) {
+            Table corrections {{"Correction", "Cap", "Total", "Per-token", "Prefix shift", "Tokens affected (own)"},
+                {}, {}};
+            for (const auto& c : details.at("corrections")) {
+                if (!c.is_object()) {
+                    continue;
+                }
+                const auto value = [&c](const char* key) {
+                    return c.contains(key) && c.at(key).is_number() ? std::optional<double>(c.at(key).get<double>())
+                                                                     : std::nullopt;
+                };
+                corrections.rows.push_back({c.value("kind", std::string("?")), number(value("cap")),
+                    number(value("total")), number(value("per_token")), number(value("prefix_shift")),
+                    value("affected_own") ? number(*value("affected_own") * 100.0, 3) + "%" : "-"});
+            }
+            paragraph("Effect of the TIS/MIS corrections on each part (importance-weighted mismatch):");
+            addTable(corrections, "prefix-shift-" + id + "-corrections");
+        }
+    }
+
+    void writeCompareObjectives(const store::RunInfo& run)
+    {
+        const std::string id = std::to_string(run.id);
+        beginSection("Objectives under mismatch (run #" + id + ")");
+        const auto config = nlohmann::json::parse(run.configJson, nullptr, false);
+        if (!config.is_object() || !config.contains("rows") || !config.at("rows").is_array()) {
+            paragraph("The comparison stored no results (status " + store::toString(run.status) + ").");
+            return;
+        }
+        paragraph("OPD breaks by the failure rule against its BF16-engine run; REINFORCE and GRPO break when "
+                  "their reward collapses against their own BF16-engine run.");
+        Table table {{"Objective", "Configuration", "Run", "Mismatch", "BF16 multiple", "Quality Q",
+                         "Change vs BF16", "Reward", "Verdict"},
+            {}, {}};
+        std::vector<std::pair<std::int64_t, QString>> curves;
+        for (const auto& row : config.at("rows")) {
+            if (!row.is_object()) {
+                continue;
+            }
+            const auto value = [&row](const char* key) {
+                return row.contains(key) && row.at(key).is_number() ? std::optional<double>(row.at(key).get<double>())
+                                                                     : std::nullopt;
+            };
+            const std::int64_t runId = row.value("run_id", std::int64_t {0});
+            const std::string verdict = row.value("verdict", std::string("-"));
+            if (verdict == "breaks") {
+                table.cellClass[{table.rows.size(), 8}] = "fail";
+            } else if (verdict == "holds") {
+                table.cellClass[{table.rows.size(), 8}] = "pass";
+            }
+            table.rows.push_back({row.value("objective", std::string("?")), row.value("configuration", std::string("?")),
+                "#" + std::to_string(runId), number(value("mismatch")), number(value("bf16_multiple"), 3) + "x",
+                number(value("quality")), percent(value("relative_change")), number(value("reward"), 3), verdict});
+            if (store_.run(runId)) {
+                curves.emplace_back(runId, QString::fromStdString(row.value("objective", std::string("?")) + " "
+                    + row.value("configuration", std::string("?"))));
+            }
+        }
+        addTable(table, "compare-objectives-" + id);
+        if (!curves.empty()) {
+            ComparePlot compare;
+            compare.setStore(&store_);
+            compare.setRuns(curves);
+            compare.setMeasure(ComparePlot::FullKl);
+            compare.logScaleBox()->setChecked(true);
+            compare.tail();
+            compare.replot();
+            addPlot(compare.plot(), "compare-objectives-" + id, "Per-step mismatch of every run of the comparison "
+                                                               "(log axis).");
+        }
+    }
+
+    store::RunStore& store_;
+    const ReportOptions& options_;
+    Progress& progress_;
+    fs::path out_;
+    std::string html_;
+    ReportResult result_;
+    int sectionIndex_ = 0;
+};
+
+} // namespace
+
+std::vector<store::RunInfo> resolveStudy(const store::RunStore& store, const std::string& study)
+{
+    if (study == "workspace" || study == "all") {
+        return {};
+    }
+    const std::vector<store::RunInfo> runs = store.listRuns();
+    if (isNumber(study)) {
+        const std::int64_t id = std::stoll(study);
+        for (const auto& run : runs) {
+            if (run.id == id) {
+                return {run};
+            }
+        }
+        throw InputError("STUDY", study, "no run with id " + study + " in " + store.path()
+                + " (see `mismatch store runs`)");
+    }
+    std::vector<store::RunInfo> named;
+    for (const auto& run : runs) {
+        if (run.name == study) {
+            named.push_back(run);
+        }
+    }
+    if (named.empty()) {
+        throw InputError("STUDY", study, "expected `workspace`, a run id or a run name; no run is named \"" + study
+                + "\" in " + store.path() + " (see `mismatch store runs`)");
+    }
+    if (named.size() > 1) {
+        std::string ids;
+        for (const auto& run : named) {
+            ids += (ids.empty() ? "" : ", ") + std::to_string(run.id);
+        }
+        throw InputError("STUDY", study, "several runs are named \"" + study + "\" (ids " + ids + "): give the id");
+    }
+    return named;
+}
+
+ReportResult writeReport(store::RunStore& store, const ReportOptions& options, Progress& progress)
+{
+    if (options.outDirectory.empty()) {
+        throw InputError("--out", "", "expected the report's directory");
+    }
+    progress.update(0.0, "reading the workspace");
+    const std::vector<store::RunInfo> runs = resolveStudy(store, options.study);
+    ReportWriter writer(store, options, progress);
+    return writer.write(runs);
+}
+
+} // namespace mismatch::ui
