@@ -151,7 +151,11 @@ void validateExisting(const std::string& path)
             }
         }
     } catch (const StoreError& error) {
-        problem = "is corrupt or unreadable: " + error.detail();
+        // The system refusing a read or the shared-memory index (a file size limit, permissions) is not damage.
+        const int code = sqlite3_errcode(db) & 0xff;
+        const bool system = code == SQLITE_IOERR || code == SQLITE_FULL || code == SQLITE_CANTOPEN
+            || code == SQLITE_READONLY || code == SQLITE_PERM;
+        problem = (system ? "cannot be opened: " : "is corrupt or unreadable: ") + error.detail();
     }
     if (!problem.empty()) {
         throw StoreError(path, problem);

@@ -1,14 +1,47 @@
 #include "core/store/sqlite_util.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace mismatch::store {
+
+namespace {
+
+// ": File too large" and the like: what the system refused, for an I/O failure (a file size limit, a full disk, a
+// read-only file); empty otherwise. SQLite does not keep the system error of every failed write (a commit's WAL
+// write, for one), so the errno left by the failed call is used when it is one of the write refusals, and a
+// failed write without either says what can cause it.
+std::string systemReason(sqlite3* db, int code, int callErrno)
+{
+    const int primary = code & 0xff;
+    if (primary != SQLITE_IOERR && primary != SQLITE_FULL && primary != SQLITE_CANTOPEN && primary != SQLITE_READONLY) {
+        return "";
+    }
+    int systemError = db ? sqlite3_system_errno(db) : 0;
+    if (systemError == 0 && (callErrno == EFBIG || callErrno == ENOSPC || callErrno == EDQUOT || callErrno == EROFS
+                                || callErrno == EACCES || callErrno == EPERM)) {
+        systemError = callErrno;
+    }
+    if (systemError != 0) {
+        return std::string(": ") + std::strerror(systemError);
+    }
+    if (code == SQLITE_IOERR_WRITE || code == SQLITE_IOERR_FSYNC || code == SQLITE_IOERR_TRUNCATE || primary == SQLITE_FULL) {
+        return ": a write failed (a full disk, a file size limit or a file that cannot be written)";
+    }
+    return "";
+}
+
+} // namespace
 
 void throwSqliteError(sqlite3* db, int code, const char* call, const char* file, int line)
 {
+    const int callErrno = errno;
     const char* filename = db ? sqlite3_db_filename(db, "main") : nullptr;
     std::string message = std::string(sqlite3_errstr(code));
     if (db && sqlite3_errcode(db) == code) {
         message = sqlite3_errmsg(db);
     }
+    message += systemReason(db, code, callErrno);
     throw StoreError(filename && *filename ? filename : "<sqlite>",
         message + " (SQLite code " + std::to_string(code) + " in " + call + " at " + file + ":" +
             std::to_string(line) + ")");
@@ -61,6 +94,7 @@ Statement& Statement::bind(int index, const std::optional<std::int64_t>& value)
 
 bool Statement::step()
 {
+    errno = 0;
     const int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) {
         return true;
@@ -117,9 +151,11 @@ std::optional<std::int64_t> Statement::optionalInt64(int column) const
 void execute(sqlite3* db, const char* sql)
 {
     char* error = nullptr;
+    errno = 0;
     const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
+    const int callErrno = errno;
     if (rc != SQLITE_OK) {
-        const std::string message = error ? error : sqlite3_errstr(rc);
+        const std::string message = (error ? error : sqlite3_errstr(rc)) + systemReason(db, rc, callErrno);
         sqlite3_free(error);
         const char* filename = sqlite3_db_filename(db, "main");
         throw StoreError(filename && *filename ? filename : "<sqlite>",
@@ -133,21 +169,22 @@ std::int64_t queryInt64(sqlite3* db, const char* sql)
     return statement.step() ? statement.int64(0) : 0;
 }
 
-Transaction::Transaction(sqlite3* db) : db_(db)
+Transaction::Transaction(sqlite3* db) : db_(db), nested_(sqlite3_get_autocommit(db) == 0)
 {
-    execute(db_, "BEGIN IMMEDIATE");
+    execute(db_, nested_ ? "SAVEPOINT mismatch_nested" : "BEGIN IMMEDIATE");
 }
 
 Transaction::~Transaction()
 {
     if (!done_) {
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        sqlite3_exec(db_, nested_ ? "ROLLBACK TO mismatch_nested; RELEASE mismatch_nested" : "ROLLBACK", nullptr,
+            nullptr, nullptr);
     }
 }
 
 void Transaction::commit()
 {
-    execute(db_, "COMMIT");
+    execute(db_, nested_ ? "RELEASE mismatch_nested" : "COMMIT");
     done_ = true;
 }
 

@@ -59,7 +59,9 @@ private:
 void execute(sqlite3* db, const char* sql);
 std::int64_t queryInt64(sqlite3* db, const char* sql);
 
-// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed without commit().
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed without commit(). Inside another transaction it is a
+// savepoint of it (released on commit(), rolled back to when destroyed without commit()), so a caller can make
+// several store calls that each open a transaction one atomic write.
 class Transaction {
 public:
     explicit Transaction(sqlite3* db);
@@ -70,6 +72,7 @@ public:
 
 private:
     sqlite3* db_;
+    bool nested_ = false;
     bool done_ = false;
 };
 
