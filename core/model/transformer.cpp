@@ -1,5 +1,7 @@
 #include "core/model/transformer.h"
 
+#include "core/model/memory_check.h"
+
 #include "core/common/error.h"
 
 #include <ATen/ATen.h>
@@ -170,6 +172,28 @@ TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, 
 TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config)
 {
     const Checkpoint checkpoint = Checkpoint::open(modelDir);
+    // Names and shapes first, then the memory the FP32 weights will take (memory_check.h), before any tensor is
+    // read: a model that cannot fit is refused with nothing allocated.
+    std::int64_t parameters = 0;
+    std::uint64_t largestStored = 0;
+    for (const auto& [name, shape] : expectedTensors(config)) {
+        if (!checkpoint.contains(name)) {
+            throw InputError(modelDir, name, "missing tensor, expected shape " + shapeText(shape));
+        }
+        const TensorInfo& info = checkpoint.info(name);
+        if (info.shape != shape) {
+            throw InputError(modelDir, name, "shape " + shapeText(info.shape) + ", expected " + shapeText(shape));
+        }
+        std::int64_t elements = 1;
+        for (const std::int64_t size : shape) {
+            elements *= size;
+        }
+        parameters += elements;
+        if (info.dtype != DType::F32) { // converted through a copy in the stored dtype
+            largestStored = std::max<std::uint64_t>(largestStored, info.end - info.begin);
+        }
+    }
+    checkModelFits(modelDir, parameters, static_cast<std::uint64_t>(parameters) * sizeof(float) + largestStored);
     TransformerWeights weights;
     for (const auto& [name, shape] : expectedTensors(config)) {
         if (!checkpoint.contains(name)) {

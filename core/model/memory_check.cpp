@@ -1,0 +1,120 @@
+#include "core/model/memory_check.h"
+
+#include "core/common/error.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace mismatch::model {
+
+namespace {
+
+// "Key:   1234 kB" lines of /proc files; the value in bytes.
+std::optional<std::uint64_t> procKilobytes(const char* file, const std::string& key)
+{
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind(key + ":", 0) == 0) {
+            std::istringstream values(line.substr(key.size() + 1));
+            std::uint64_t kilobytes = 0;
+            if (values >> kilobytes) {
+                return kilobytes * 1024;
+            }
+        }
+    }
+    return std::nullopt;
+}
+
+// A file holding one number ("max" or unreadable: none).
+std::optional<std::uint64_t> fileNumber(const char* path)
+{
+    std::ifstream in(path);
+    std::string text;
+    if (!(in >> text) || text == "max") {
+        return std::nullopt;
+    }
+    try {
+        std::size_t used = 0;
+        const unsigned long long value = std::stoull(text, &used);
+        return used == text.size() ? std::optional<std::uint64_t>(value) : std::nullopt;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+void consider(std::optional<AvailableMemory>& best, std::uint64_t bytes, const char* source)
+{
+    if (!best || bytes < best->bytes) {
+        best = AvailableMemory {bytes, source};
+    }
+}
+
+} // namespace
+
+std::optional<AvailableMemory> availableMemory()
+{
+    if (const char* text = std::getenv("MISMATCH_MEMORY_LIMIT_BYTES"); text && *text) {
+        char* end = nullptr;
+        const unsigned long long value = std::strtoull(text, &end, 10);
+        if (end && *end == '\0') {
+            return AvailableMemory {value, "MISMATCH_MEMORY_LIMIT_BYTES"};
+        }
+        throw InputError("MISMATCH_MEMORY_LIMIT_BYTES", "", "expected a whole number of bytes, got '" + std::string(text) + "'");
+    }
+    std::optional<AvailableMemory> best;
+    if (const auto available = procKilobytes("/proc/meminfo", "MemAvailable")) {
+        consider(best, *available, "MemAvailable");
+    }
+    rlimit limit {};
+    if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        const std::uint64_t mapped = procKilobytes("/proc/self/status", "VmSize").value_or(0);
+        const auto cap = static_cast<std::uint64_t>(limit.rlim_cur);
+        consider(best, cap > mapped ? cap - mapped : 0, "RLIMIT_AS");
+    }
+    if (const auto max = fileNumber("/sys/fs/cgroup/memory.max")) {
+        const std::uint64_t current = fileNumber("/sys/fs/cgroup/memory.current").value_or(0);
+        consider(best, *max > current ? *max - current : 0, "cgroup memory.max");
+    } else if (const auto v1 = fileNumber("/sys/fs/cgroup/memory/memory.limit_in_bytes"); v1 && *v1 < (1ull << 60)) {
+        const std::uint64_t usage = fileNumber("/sys/fs/cgroup/memory/memory.usage_in_bytes").value_or(0);
+        consider(best, *v1 > usage ? *v1 - usage : 0, "cgroup memory.limit_in_bytes");
+    }
+    return best;
+}
+
+std::string memoryText(std::uint64_t bytes)
+{
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = static_cast<double>(bytes);
+    int unit = 0;
+    while (value >= 1024.0 && unit < 4) {
+        value /= 1024.0;
+        ++unit;
+    }
+    char text[64];
+    if (unit == 0) {
+        std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
+    } else {
+        std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
+    }
+    return text;
+}
+
+void checkModelFits(const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded)
+{
+    const auto available = availableMemory();
+    if (!available || bytesNeeded <= available->bytes) {
+        return;
+    }
+    throw ResourceError("model " + directory + " needs about " + memoryText(bytesNeeded) + " (" + std::to_string(bytesNeeded)
+        + " bytes) to load (" + std::to_string(parameters) + " parameters as float32) but only "
+        + memoryText(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
+        + available->source + "); nothing was loaded");
+}
+
+} // namespace mismatch::model
