@@ -7,6 +7,7 @@
 #include "ui/about_dialog.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
+#include "ui/analysis_dialogs.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
 #include "ui/job_queue.h"
@@ -349,6 +350,12 @@ void MainWindow::createMenus()
     train->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
     QAction* scan = jobs->addAction(tr("Start &Sensitivity Scan..."), this, &MainWindow::showSensitivityDialog);
     scan->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_L));
+    QAction* calibrate = jobs->addAction(tr("Start &Calibration..."), this, &MainWindow::showCalibrationDialog);
+    calibrate->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_B));
+    QAction* admit = jobs->addAction(tr("Start &Admission Check..."), this, &MainWindow::showAdmissionDialog);
+    admit->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
+    QAction* prefix = jobs->addAction(tr("Start &Prefix-Shift Analysis..."), this, &MainWindow::showPrefixShiftDialog);
+    prefix->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
     QAction* demo = jobs->addAction(tr("Run the &Demo"), this, &MainWindow::runDemo);
     demo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
     QAction* cancel = jobs->addAction(tr("&Cancel Running Job"), jobRunner_, &JobRunner::cancel);
@@ -545,22 +552,81 @@ void MainWindow::showTrainingDialog()
 void MainWindow::showSensitivityDialog()
 {
     auto* dialog = new SensitivityDialog(workspaceDirectory_, this);
-    dialog->setAttribute(Qt::WA_DeleteOnClose);
-    QSettings settings;
+    const QSettings settings;
     dialog->setModelDirectory(settings.value("sensitivity/model").toString());
     dialog->setPromptSet(settings.value("sensitivity/prompts").toString());
-    connect(dialog, &QDialog::accepted, this, [this, dialog] {
-        if (!dialog->valid()) {
-            showError(tr("Cannot start the scan"), dialog->errorText());
-            return;
-        }
+    openJobDialog(dialog, SensitivityTab, [dialog] {
         QSettings remembered;
         remembered.setValue("sensitivity/model", dialog->modelDirectory());
         remembered.setValue("sensitivity/prompts", dialog->promptSet());
-        lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->job());
-        tabs_->setCurrentIndex(SensitivityTab);
+    });
+}
+
+void MainWindow::openJobDialog(JobDialog* dialog, int tab, std::function<void()> remember)
+{
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QDialog::accepted, this, [this, dialog, tab, remember] {
+        if (!dialog->valid()) {
+            showError(tr("Cannot start the job"), dialog->errorText());
+            return;
+        }
+        remember();
+        try {
+            lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->job());
+        } catch (const std::exception& error) {
+            // An input that changed on disk between validation and start.
+            showError(tr("Cannot start the job"), QString::fromStdString(error.what()));
+            return;
+        }
+        tabs_->setCurrentIndex(tab);
     });
     dialog->open();
+}
+
+void MainWindow::showCalibrationDialog()
+{
+    auto* dialog = new CalibrationDialog(workspaceDirectory_, this);
+    const QSettings settings;
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setRunFile(settings.value("calibration/runFile", resources + "/runs/demo-opd.yaml").toString());
+    dialog->setQuick(settings.value("calibration/quick", true).toBool());
+    openJobDialog(dialog, BudgetTab, [dialog] {
+        QSettings remembered;
+        remembered.setValue("calibration/runFile", dialog->runFile());
+        remembered.setValue("calibration/quick", dialog->cliCommand().contains(QLatin1String(" --quick")));
+    });
+}
+
+void MainWindow::showAdmissionDialog()
+{
+    auto* dialog = new AdmissionDialog(workspaceDirectory_, store_.get(), this);
+    const QSettings settings;
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setCheckpoints(settings.value("admission/checkpoints", resources + "/models/arith-student").toString());
+    dialog->setCandidates(settings.value("admission/candidates", resources + "/candidates/demo.yaml").toString());
+    dialog->setProbeSet(settings.value("admission/probe", resources + "/prompts/arith-probe.jsonl").toString());
+    openJobDialog(dialog, AdmissionTab, [dialog] {
+        QSettings remembered;
+        remembered.setValue("admission/checkpoints", dialog->checkpoints());
+        remembered.setValue("admission/candidates", dialog->candidates());
+        remembered.setValue("admission/probe", dialog->probeSet());
+    });
+}
+
+void MainWindow::showPrefixShiftDialog()
+{
+    auto* dialog = new PrefixShiftDialog(workspaceDirectory_, this);
+    const QSettings settings;
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setModelDirectory(settings.value("prefixShift/model", resources + "/models/arith-student").toString());
+    dialog->setRecipe(settings.value("prefixShift/recipe", resources + "/recipes/fp8-per-tensor.yaml").toString());
+    dialog->setPromptSet(settings.value("prefixShift/prompts", resources + "/prompts/arith-probe.jsonl").toString());
+    openJobDialog(dialog, PrefixShiftTab, [dialog] {
+        QSettings remembered;
+        remembered.setValue("prefixShift/model", dialog->modelDirectory());
+        remembered.setValue("prefixShift/recipe", dialog->recipe());
+        remembered.setValue("prefixShift/prompts", dialog->promptSet());
+    });
 }
 
 void MainWindow::copyCliCommand()

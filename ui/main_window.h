@@ -6,6 +6,8 @@
 
 #include <QMainWindow>
 
+#include <functional>
+
 #include <memory>
 
 class QLabel;
@@ -18,6 +20,7 @@ class QTableView;
 
 namespace mismatch::ui {
 
+class JobDialog;
 class AdmissionView;
 class BudgetView;
 class ComparePlot;
@@ -87,6 +90,9 @@ public slots:
     void showAbout();
     void showTrainingDialog();
     void showSensitivityDialog();
+    void showCalibrationDialog();
+    void showAdmissionDialog();
+    void showPrefixShiftDialog();
     void copyCliCommand();
     void exportCurrentPlot();
     void exportCurrentTable();
@@ -98,6 +104,9 @@ protected:
 
 private:
     void createMenus();
+    // Queues the job of an accepted dialog (or shows why it cannot start), remembers its inputs through
+    // `remember` and shows `tab`, where the job's results appear.
+    void openJobDialog(JobDialog* dialog, int tab, std::function<void()> remember);
     void updateView();
     void showError(const QString& title, const QString& message);
     void rememberWorkspace(const QString& directory);

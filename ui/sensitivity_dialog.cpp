@@ -6,30 +6,20 @@
 #include "ui/training_dialog.h"
 
 #include <QCheckBox>
-#include <QClipboard>
 #include <QComboBox>
-#include <QDialogButtonBox>
 #include <QDir>
 #include <QFileInfo>
 #include <QFormLayout>
-#include <QGuiApplication>
-#include <QLabel>
 #include <QLineEdit>
-#include <QPushButton>
 #include <QSpinBox>
-#include <QVBoxLayout>
 
 namespace mismatch::ui {
 
 SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget* parent)
-    : QDialog(parent)
-    , workspace_(workspaceDirectory)
+    : JobDialog(workspaceDirectory, tr("Start Sensitivity Scan"), QStringLiteral("sensitivityDialog"), parent)
 {
-    setWindowTitle(tr("Start Sensitivity Scan"));
-    setObjectName("sensitivityDialog");
     resize(620, 360);
-    auto* layout = new QVBoxLayout(this);
-    auto* form = new QFormLayout;
+    QFormLayout* form = this->form();
     model_ = new QLineEdit(this);
     model_->setObjectName("scanModelEdit");
     form->addRow(tr("Model directory:"), model_);
@@ -63,36 +53,15 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
     embeddingCells_ = new QCheckBox(tr("also the embedding / lm_head"), this);
     embeddingCells_->setChecked(true);
     form->addRow(QString(), embeddingCells_);
-    layout->addLayout(form);
-    status_ = new QLabel(this);
-    status_->setObjectName("scanStatus");
-    status_->setWordWrap(true);
-    layout->addWidget(status_);
-    layout->addWidget(new QLabel(tr("Headless equivalent:"), this));
-    command_ = new QLabel(this);
-    command_->setObjectName("scanCli");
-    command_->setWordWrap(true);
-    command_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    command_->setStyleSheet(QStringLiteral("font-family: monospace; background: #f4f4f4; padding: 4px"));
-    layout->addWidget(command_);
-    auto* buttons = new QDialogButtonBox(this);
-    auto* copy = buttons->addButton(tr("Copy CLI Command"), QDialogButtonBox::ActionRole);
-    start_ = buttons->addButton(tr("Start"), QDialogButtonBox::AcceptRole);
-    start_->setObjectName("startScanButton");
-    buttons->addButton(QDialogButtonBox::Cancel);
-    layout->addWidget(buttons);
-    connect(copy, &QPushButton::clicked, this, [this] { QGuiApplication::clipboard()->setText(cliCommand()); });
-    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
-    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     for (QLineEdit* edit : {model_, prompts_})
-        connect(edit, &QLineEdit::textChanged, this, &SensitivityDialog::validate);
+        watch(edit);
     for (QComboBox* box : {format_, activations_})
-        connect(box, &QComboBox::currentTextChanged, this, &SensitivityDialog::validate);
+        watch(box);
     for (QSpinBox* box : {count_, maxTokens_})
-        connect(box, qOverload<int>(&QSpinBox::valueChanged), this, &SensitivityDialog::validate);
+        watch(box);
     for (QCheckBox* box : {kvCells_, embeddingCells_})
-        connect(box, &QCheckBox::toggled, this, &SensitivityDialog::validate);
-    validate();
+        watch(box);
+    finishLayout(QStringLiteral("scanStatus"), QStringLiteral("scanCli"), QStringLiteral("startScanButton"));
 }
 
 void SensitivityDialog::setModelDirectory(const QString& directory)
@@ -148,23 +117,22 @@ QString SensitivityDialog::cliCommand() const
     return command;
 }
 
-void SensitivityDialog::validate()
+QString SensitivityDialog::check() const
 {
-    error_.clear();
     const QString model = model_->text().trimmed();
     const QString prompts = prompts_->text().trimmed();
     if (model.isEmpty() || !QFileInfo::exists(QDir(model).filePath("config.json"))) {
-        error_ = tr("Model directory: expected a folder holding config.json and the checkpoint (got '%1')").arg(model);
-    } else if (prompts.isEmpty() || !QFileInfo(prompts).isFile()) {
-        error_ = tr("Prompt set: expected a JSON Lines file (got '%1')").arg(prompts);
+        return tr("Model directory: expected a folder holding config.json and the checkpoint (got '%1')").arg(model);
     }
-    status_->setText(error_.isEmpty()
-            ? tr("Ready: the BF16 unit first, then one cell at a time; cells are stored as they "
-                 "are measured.")
-            : error_);
-    status_->setStyleSheet(error_.isEmpty() ? QString() : QStringLiteral("color: #c62828"));
-    start_->setEnabled(error_.isEmpty());
-    command_->setText(error_.isEmpty() ? cliCommand() : QString());
+    if (prompts.isEmpty() || !QFileInfo(prompts).isFile()) {
+        return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(prompts);
+    }
+    return {};
+}
+
+QString SensitivityDialog::readyText() const
+{
+    return tr("Ready: the BF16 unit first, then one cell at a time; cells are stored as they are measured.");
 }
 
 JobWorker::Job SensitivityDialog::job() const

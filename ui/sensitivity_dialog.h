@@ -2,43 +2,31 @@
 // "Start Sensitivity Scan": model, prompt set, the format each cell is quantized to and the measurement's size;
 // shows the equivalent headless command and queues the scan (core's runSensitivity, off the GUI thread). The
 // scan's cells are stored as they are measured, so the heatmap fills in while it runs.
-#include "ui/job_runner.h"
-
-#include <QDialog>
-
-class QCheckBox;
-class QComboBox;
-class QLabel;
-class QLineEdit;
-class QPushButton;
-class QSpinBox;
+#include "ui/job_dialog.h"
 
 namespace mismatch::ui {
 
-class SensitivityDialog : public QDialog {
+class SensitivityDialog : public JobDialog {
     Q_OBJECT
+
 public:
     SensitivityDialog(const QString& workspaceDirectory, QWidget* parent = nullptr);
-
     void setModelDirectory(const QString& directory);
     void setPromptSet(const QString& path);
     void setFormat(const QString& weightChoice); // "fp8_e4m3/block128", "int4/group128", ...
     void setCount(int prompts);
     void setMaxTokens(int tokens);
-
     QString modelDirectory() const;
     QString promptSet() const;
-    bool valid() const { return error_.isEmpty(); }
-    QString errorText() const { return error_; }
-    QString cliCommand() const;
-    QString jobName() const;
-    JobWorker::Job job() const;
-    QPushButton* startButton() const { return start_; }
+    QString cliCommand() const override;
+    QString jobName() const override;
+    JobWorker::Job job() const override;
+
+protected:
+    QString check() const override;
+    QString readyText() const override;
 
 private:
-    void validate();
-
-    QString workspace_;
     QLineEdit* model_ = nullptr;
     QLineEdit* prompts_ = nullptr;
     QComboBox* format_ = nullptr;
@@ -47,10 +35,6 @@ private:
     QSpinBox* maxTokens_ = nullptr;
     QCheckBox* kvCells_ = nullptr;
     QCheckBox* embeddingCells_ = nullptr;
-    QLabel* status_ = nullptr;
-    QLabel* command_ = nullptr;
-    QPushButton* start_ = nullptr;
-    QString error_;
 };
 
 } // namespace mismatch::ui

@@ -70,6 +70,7 @@ SensitivityView::SensitivityView(QWidget* parent)
     viridis.setColorStopAt(0.5, QColor(0x21, 0x91, 0x8c));
     viridis.setColorStopAt(0.75, QColor(0x5e, 0xc9, 0x62));
     viridis.setColorStopAt(1.0, QColor(0xfd, 0xe7, 0x25));
+    viridis.setNanHandling(QCPColorGradient::nhLowestColor);
     colorMap_->setGradient(viridis);
     selectionFrame_ = new QCPItemRect(plot_);
     selectionFrame_->setPen(QPen(QColor(0xe5, 0x39, 0x35), 3));
@@ -207,11 +208,8 @@ void SensitivityView::showScan(int comboIndex)
         floor = std::max(floor, high * 1e-4);
         logarithmic_ = logScale_->isChecked() && high > 0 && floor < high;
         if (logarithmic_) {
-            for (const SensitivityCell& cell : cells_) {
-                const int c
-                    = static_cast<int>(std::find(groups_.begin(), groups_.end(), cell.moduleGroup) - groups_.begin());
-                colorMap_->data()->setCell(c, static_cast<int>(cell.layer - firstRow_), std::max(cell.addedMismatch, floor));
-            }
+            // Values below the floor clamp to the lowest colour; zero or negative ones (log undefined) take it too
+            // through the gradient's NaN handling. Unmeasured cells stay blank: their alpha is 0.
             colorMap_->setDataScaleType(QCPAxis::stLogarithmic);
             colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
             colorMap_->setDataRange(QCPRange(floor, high));

@@ -1,0 +1,656 @@
+#include "ui/analysis_dialogs.h"
+
+#include "core/analysis/admission.h"
+#include "core/analysis/calibrate.h"
+#include "core/analysis/calibration_presets.h"
+#include "core/analysis/prefix_shift.h"
+#include "core/common/error.h"
+#include "core/quant/recipe.h"
+#include "core/store/analysis_store.h"
+#include "core/train/run_config.h"
+#include "ui/training_dialog.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QLineEdit>
+#include <QSpinBox>
+
+#include <algorithm>
+
+namespace mismatch::ui {
+
+namespace {
+
+QString absolute(const QString& path)
+{
+    return QFileInfo(path.trimmed()).absoluteFilePath();
+}
+
+// "a,b,c" in the form the CLI's comma-delimited options read.
+template <typename T>
+QString commaList(const std::vector<T>& values)
+{
+    QStringList items;
+    for (const T& v : values) {
+        items << QString::number(v, 'g', 12);
+    }
+    return items.join(QLatin1Char(','));
+}
+
+QString commaList(const std::vector<std::int64_t>& values)
+{
+    QStringList items;
+    for (std::int64_t v : values) {
+        items << QString::number(v);
+    }
+    return items.join(QLatin1Char(','));
+}
+
+// The error text of a file that does not load as `what` (an InputError names the file, line and column).
+template <typename Load>
+QString loadError(const QString& field, Load&& load)
+{
+    try {
+        load();
+    } catch (const std::exception& error) {
+        return field + QStringLiteral(": ") + QString::fromStdString(error.what());
+    }
+    return {};
+}
+
+bool isModelDirectory(const QString& directory)
+{
+    return !directory.isEmpty() && QFileInfo::exists(QDir(directory).filePath("config.json"));
+}
+
+QSpinBox* countBox(QWidget* parent, int value)
+{
+    auto* box = new QSpinBox(parent);
+    box->setRange(0, 1000000);
+    box->setValue(value);
+    box->setSpecialValueText(QObject::tr("all"));
+    return box;
+}
+
+QSpinBox* tokensBox(QWidget* parent, int value)
+{
+    auto* box = new QSpinBox(parent);
+    box->setRange(1, 100000);
+    box->setValue(value);
+    return box;
+}
+
+} // namespace
+
+// ---- calibration --------------------------------------------------------------------------------------------
+
+CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget* parent)
+    : JobDialog(workspaceDirectory, tr("Start Calibration"), QStringLiteral("calibrationDialog"), parent)
+{
+    resize(680, 420);
+    QFormLayout* form = this->form();
+    runFile_ = new QLineEdit(this);
+    runFile_->setObjectName("calibrationRunFileEdit");
+    runFile_->setPlaceholderText(tr("the student's standard run file (YAML)"));
+    form->addRow(tr("Base run file:"), runFile_);
+    name_ = new QLineEdit(this);
+    name_->setPlaceholderText(tr("default: <run name>-calibration"));
+    form->addRow(tr("Calibration name:"), name_);
+    quick_ = new QCheckBox(
+        tr("Quick: at most 40 steps of at most 16 prompts, evaluated half-way and at the end on at most 128 problems"),
+        this);
+    quick_->setObjectName("calibrationQuickBox");
+    form->addRow(QString(), quick_);
+    noise_ = new QLineEdit(commaList(analysis::defaultNoiseSigmas()), this);
+    noise_->setObjectName("calibrationNoiseEdit");
+    form->addRow(tr("Noise sigmas (relative to RMS):"), noise_);
+    recipes_ = new QLineEdit(this);
+    recipes_->setPlaceholderText(tr("recipe files, separated by ';'"));
+    form->addRow(tr("Recipes in the sweep:"), recipes_);
+    staleness_ = new QLineEdit(this);
+    staleness_->setPlaceholderText(tr("e.g. 1, 2"));
+    form->addRow(tr("Staleness values in the sweep:"), staleness_);
+    steps_ = new QLineEdit(this);
+    steps_->setPlaceholderText(tr("default: half-way and the last step"));
+    form->addRow(tr("Failure rule at steps:"), steps_);
+    margin_ = new QDoubleSpinBox(this);
+    margin_->setRange(0.0, 0.99);
+    margin_->setSingleStep(0.05);
+    margin_->setDecimals(2);
+    form->addRow(tr("Threshold margin (threshold = largest passing x (1 - margin)):"), margin_);
+    for (QLineEdit* edit : {runFile_, name_, noise_, recipes_, staleness_, steps_})
+        watch(edit);
+    watch(quick_);
+    watch(margin_);
+    finishLayout(QStringLiteral("calibrationStatus"), QStringLiteral("calibrationCli"),
+        QStringLiteral("startCalibrationButton"));
+}
+
+void CalibrationDialog::setRunFile(const QString& path)
+{
+    runFile_->setText(path);
+}
+void CalibrationDialog::setQuick(bool quick)
+{
+    quick_->setChecked(quick);
+}
+void CalibrationDialog::setNoise(const QString& sigmas)
+{
+    noise_->setText(sigmas);
+}
+void CalibrationDialog::setRecipes(const QString& paths)
+{
+    recipes_->setText(paths);
+}
+void CalibrationDialog::setStaleness(const QString& values)
+{
+    staleness_->setText(values);
+}
+void CalibrationDialog::setSteps(const QString& steps)
+{
+    steps_->setText(steps);
+}
+void CalibrationDialog::setMargin(double margin)
+{
+    margin_->setValue(margin);
+}
+void CalibrationDialog::setName(const QString& name)
+{
+    name_->setText(name);
+}
+QString CalibrationDialog::runFile() const
+{
+    return runFile_->text().trimmed();
+}
+
+QString CalibrationDialog::check() const
+{
+    const QString run = runFile();
+    if (run.isEmpty() || !QFileInfo(run).isFile()) {
+        return tr("Base run file: expected a run file (YAML) of the student's standard run (got '%1')").arg(run);
+    }
+    if (const QString error = loadError(tr("Base run file"), [&] { train::loadRunConfig(run.toStdString()); });
+        !error.isEmpty()) {
+        return error;
+    }
+    QString error;
+    const auto noise = parseNumberList(noise_->text(), &error);
+    if (!noise) {
+        return tr("Noise sigmas: %1; expected numbers above 0 separated by commas").arg(error);
+    }
+    if (std::any_of(noise->begin(), noise->end(), [](double s) { return !(s > 0.0); })) {
+        return tr("Noise sigmas: every sigma must be above 0");
+    }
+    const auto staleness = parseIntegerList(staleness_->text(), &error);
+    if (!staleness || std::any_of(staleness->begin(), staleness->end(), [](std::int64_t k) { return k < 1; })) {
+        return tr("Staleness values: expected whole numbers of at least 1 separated by commas%1")
+            .arg(error.isEmpty() ? QString() : QStringLiteral(" (") + error + QLatin1Char(')'));
+    }
+    const auto steps = parseIntegerList(steps_->text(), &error);
+    if (!steps || std::any_of(steps->begin(), steps->end(), [](std::int64_t s) { return s < 1; })) {
+        return tr("Failure rule at steps: expected training steps (whole numbers of at least 1) separated by commas%1")
+            .arg(error.isEmpty() ? QString() : QStringLiteral(" (") + error + QLatin1Char(')'));
+    }
+    for (const QString& recipe : splitPaths(recipes_->text())) {
+        if (const QString failure = loadError(tr("Recipe"), [&] { quant::loadRecipe(recipe.toStdString()); });
+            !failure.isEmpty()) {
+            return failure;
+        }
+    }
+    return {};
+}
+
+QString CalibrationDialog::readyText() const
+{
+    const int entries = static_cast<int>(parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {}).size()
+        + splitPaths(recipes_->text()).size()
+        + parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {}).size());
+    return tr("Ready: the BF16-engine baseline and %1 sweep run(s), one after the other; runs appear in the Runs "
+              "tab as they train and the budget in the Budget tab at the end.")
+        .arg(entries == 0 ? static_cast<int>(analysis::defaultNoiseSigmas().size()) : entries);
+}
+
+QString CalibrationDialog::jobName() const
+{
+    return tr("Calibration of %1%2").arg(QFileInfo(runFile()).completeBaseName(), quick_->isChecked() ? tr(" (quick)") : QString());
+}
+
+QString CalibrationDialog::cliCommand() const
+{
+    QString command = QStringLiteral("mismatch --workspace %1 calibrate %2")
+                          .arg(shellQuote(workspace_), shellQuote(absolute(runFile())));
+    if (!name_->text().trimmed().isEmpty()) {
+        command += QStringLiteral(" --name ") + shellQuote(name_->text().trimmed());
+    }
+    if (quick_->isChecked()) {
+        command += QStringLiteral(" --quick");
+    }
+    const auto noise = parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {});
+    if (!noise.empty()) {
+        command += QStringLiteral(" --noise ") + commaList(noise);
+    }
+    for (const QString& recipe : splitPaths(recipes_->text())) {
+        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe));
+    }
+    const auto staleness = parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {});
+    if (!staleness.empty()) {
+        command += QStringLiteral(" --staleness ") + commaList(staleness);
+    }
+    const auto steps = parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {});
+    if (!steps.empty()) {
+        command += QStringLiteral(" --steps ") + commaList(steps);
+    }
+    if (margin_->value() > 0.0) {
+        command += QStringLiteral(" --margin ") + QString::number(margin_->value(), 'g', 6);
+    }
+    return command;
+}
+
+JobWorker::Job CalibrationDialog::job() const
+{
+    // As `mismatch calibrate` builds them (app/cli/cli_calibrate.cpp), with core's presets for what is left out.
+    analysis::CalibrationOptions options;
+    options.base = train::loadRunConfig(absolute(runFile()).toStdString());
+    const bool quick = quick_->isChecked();
+    options.name = name_->text().trimmed().isEmpty()
+        ? options.base.name + "-calibration" + (quick ? "-quick" : "")
+        : name_->text().trimmed().toStdString();
+    if (quick) {
+        analysis::applyQuickCalibration(options.base);
+    }
+    options.noiseSigmas = parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {});
+    for (const QString& recipe : splitPaths(recipes_->text())) {
+        options.recipes.push_back(absolute(recipe).toStdString());
+    }
+    options.staleness = parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {});
+    options.steps = parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {});
+    if (options.noiseSigmas.empty() && options.recipes.empty() && options.staleness.empty()) {
+        options.noiseSigmas = analysis::defaultNoiseSigmas();
+    }
+    if (options.steps.empty()) {
+        options.steps = analysis::defaultCalibrationSteps(options.base);
+    }
+    options.margin = margin_->value();
+    options.workspaceDirectory = workspace_.toStdString();
+    return [workspace = workspace_.toStdString(), options](Progress& progress) {
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
+        analysis::runCalibration(store, options, progress);
+    };
+}
+
+// ---- admission check ----------------------------------------------------------------------------------------
+
+AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store::RunStore* store, QWidget* parent)
+    : JobDialog(workspaceDirectory, tr("Start Admission Check"), QStringLiteral("admissionDialog"), parent)
+{
+    resize(680, 440);
+    QFormLayout* form = this->form();
+    checkpoints_ = new QLineEdit(this);
+    checkpoints_->setObjectName("admissionCheckpointsEdit");
+    checkpoints_->setPlaceholderText(tr("model directories in training order, separated by ';'"));
+    form->addRow(tr("Student checkpoint(s):"), checkpoints_);
+    history_ = new QLineEdit(this);
+    history_->setPlaceholderText(tr("older checkpoints, oldest first, for candidates with staleness (optional)"));
+    form->addRow(tr("Older checkpoints:"), history_);
+    candidates_ = new QLineEdit(this);
+    candidates_->setObjectName("admissionCandidatesEdit");
+    candidates_->setPlaceholderText(tr("YAML list of {name, recipe, staleness, noise, noise_seed}"));
+    form->addRow(tr("Candidates file:"), candidates_);
+    probe_ = new QLineEdit(this);
+    probe_->setObjectName("admissionProbeEdit");
+    form->addRow(tr("Probe prompt set (JSONL):"), probe_);
+    calibration_ = new QComboBox(this);
+    calibration_->setObjectName("admissionCalibrationBox");
+    calibration_->addItem(tr("an explicit threshold"), QVariant::fromValue<qlonglong>(0));
+    if (store) {
+        for (const auto& c : store::calibrations(*store)) {
+            calibration_->addItem(tr("calibration #%1 %2").arg(c.id).arg(QString::fromStdString(c.name)),
+                QVariant::fromValue<qlonglong>(c.id));
+        }
+        calibration_->setCurrentIndex(calibration_->count() - 1); // the newest calibration
+    }
+    form->addRow(tr("Threshold from:"), calibration_);
+    step_ = new QSpinBox(this);
+    step_->setRange(0, 100000000);
+    step_->setSpecialValueText(tr("its only bracket"));
+    form->addRow(tr("Calibration step:"), step_);
+    threshold_ = new QDoubleSpinBox(this);
+    threshold_->setDecimals(6);
+    threshold_->setRange(0.000001, 100.0);
+    threshold_->setValue(0.01);
+    threshold_->setSuffix(tr(" nats/token"));
+    form->addRow(tr("Explicit threshold:"), threshold_);
+    count_ = countBox(this, 64);
+    form->addRow(tr("Probe prompts (first N):"), count_);
+    maxTokens_ = tokensBox(this, 64);
+    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
+    for (QLineEdit* edit : {checkpoints_, history_, candidates_, probe_})
+        watch(edit);
+    watch(calibration_);
+    for (QSpinBox* box : {step_, count_, maxTokens_})
+        watch(box);
+    watch(threshold_);
+    connect(calibration_, &QComboBox::currentIndexChanged, this, [this] {
+        const bool explicitThreshold = calibration_->currentData().toLongLong() == 0;
+        threshold_->setEnabled(explicitThreshold);
+        step_->setEnabled(!explicitThreshold);
+    });
+    threshold_->setEnabled(calibration_->currentData().toLongLong() == 0);
+    step_->setEnabled(calibration_->currentData().toLongLong() != 0);
+    finishLayout(QStringLiteral("admissionStatus"), QStringLiteral("admissionCli"),
+        QStringLiteral("startAdmissionButton"));
+}
+
+void AdmissionDialog::setCheckpoints(const QString& directories)
+{
+    checkpoints_->setText(directories);
+}
+void AdmissionDialog::setHistory(const QString& directories)
+{
+    history_->setText(directories);
+}
+void AdmissionDialog::setCandidates(const QString& path)
+{
+    candidates_->setText(path);
+}
+void AdmissionDialog::setProbeSet(const QString& path)
+{
+    probe_->setText(path);
+}
+void AdmissionDialog::setCalibration(std::int64_t calibrationId, std::int64_t step)
+{
+    const int index = calibration_->findData(QVariant::fromValue<qlonglong>(calibrationId));
+    calibration_->setCurrentIndex(std::max(index, 0));
+    step_->setValue(static_cast<int>(step));
+}
+void AdmissionDialog::setThreshold(double threshold)
+{
+    setCalibration(0);
+    threshold_->setValue(threshold);
+}
+void AdmissionDialog::setCount(int prompts)
+{
+    count_->setValue(prompts);
+}
+void AdmissionDialog::setMaxTokens(int tokens)
+{
+    maxTokens_->setValue(tokens);
+}
+QString AdmissionDialog::checkpoints() const
+{
+    return checkpoints_->text().trimmed();
+}
+QString AdmissionDialog::candidates() const
+{
+    return candidates_->text().trimmed();
+}
+QString AdmissionDialog::probeSet() const
+{
+    return probe_->text().trimmed();
+}
+
+QString AdmissionDialog::check() const
+{
+    const QStringList students = splitPaths(checkpoints_->text());
+    if (students.isEmpty()) {
+        return tr("Student checkpoint(s): expected at least one model directory");
+    }
+    for (const QStringList& group : {students, splitPaths(history_->text())}) {
+        for (const QString& directory : group) {
+            if (!isModelDirectory(directory)) {
+                return tr("Checkpoint '%1': expected a folder holding config.json and the checkpoint").arg(directory);
+            }
+        }
+    }
+    if (candidates().isEmpty() || !QFileInfo(candidates()).isFile()) {
+        return tr("Candidates file: expected a YAML list of candidates (got '%1')").arg(candidates());
+    }
+    if (const QString error = loadError(tr("Candidates file"), [&] { analysis::loadCandidates(candidates().toStdString()); });
+        !error.isEmpty()) {
+        return error;
+    }
+    if (probeSet().isEmpty() || !QFileInfo(probeSet()).isFile()) {
+        return tr("Probe prompt set: expected a JSON Lines file (got '%1')").arg(probeSet());
+    }
+    return {};
+}
+
+QString AdmissionDialog::readyText() const
+{
+    return calibration_->currentData().toLongLong() == 0
+        ? tr("Ready: each candidate against %1 nats/token; decisions are stored as they are made.")
+              .arg(threshold_->value(), 0, 'g', 6)
+        : tr("Ready: each candidate against the threshold of %1; decisions are stored as they are made.")
+              .arg(calibration_->currentText());
+}
+
+QString AdmissionDialog::jobName() const
+{
+    return tr("Admission check of %1").arg(QFileInfo(candidates()).completeBaseName());
+}
+
+QString AdmissionDialog::cliCommand() const
+{
+    QString command = QStringLiteral("mismatch --workspace %1 admit").arg(shellQuote(workspace_));
+    for (const QString& student : splitPaths(checkpoints_->text())) {
+        command += QLatin1Char(' ') + shellQuote(absolute(student));
+    }
+    command += QStringLiteral(" --candidates %1 --prompts %2")
+                   .arg(shellQuote(absolute(candidates())), shellQuote(absolute(probeSet())));
+    for (const QString& older : splitPaths(history_->text())) {
+        command += QStringLiteral(" --history ") + shellQuote(absolute(older));
+    }
+    const qlonglong calibration = calibration_->currentData().toLongLong();
+    if (calibration != 0) {
+        command += QStringLiteral(" --calibration %1").arg(calibration);
+        if (step_->value() > 0) {
+            command += QStringLiteral(" --step %1").arg(step_->value());
+        }
+    } else {
+        command += QStringLiteral(" --threshold ") + QString::number(threshold_->value(), 'g', 12);
+    }
+    command += QStringLiteral(" --count %1 --max-tokens %2").arg(count_->value()).arg(maxTokens_->value());
+    return command;
+}
+
+JobWorker::Job AdmissionDialog::job() const
+{
+    analysis::AdmissionOptions options;
+    // Absolute paths, as in cliCommand(), so that the stored inputs are the same whichever front-end ran it.
+    for (const QString& student : splitPaths(checkpoints_->text())) {
+        options.checkpoints.push_back(absolute(student).toStdString());
+    }
+    for (const QString& older : splitPaths(history_->text())) {
+        options.history.push_back(absolute(older).toStdString());
+    }
+    options.candidates = analysis::loadCandidates(absolute(candidates()).toStdString());
+    options.probePath = absolute(probeSet()).toStdString();
+    options.count = count_->value();
+    options.settings.maxNewTokens = maxTokens_->value();
+    const qlonglong calibration = calibration_->currentData().toLongLong();
+    if (calibration != 0) {
+        options.calibrationId = calibration;
+        if (step_->value() > 0) {
+            options.steps = {step_->value()};
+        }
+    } else {
+        options.threshold = threshold_->value();
+    }
+    return [workspace = workspace_.toStdString(), options](Progress& progress) {
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
+        analysis::runAdmission(store, options, progress);
+    };
+}
+
+// ---- prefix shift -------------------------------------------------------------------------------------------
+
+PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget* parent)
+    : JobDialog(workspaceDirectory, tr("Start Prefix-Shift Analysis"), QStringLiteral("prefixShiftDialog"), parent)
+{
+    resize(640, 420);
+    QFormLayout* form = this->form();
+    model_ = new QLineEdit(this);
+    model_->setObjectName("prefixModelEdit");
+    form->addRow(tr("Model directory:"), model_);
+    recipe_ = new QLineEdit(this);
+    recipe_->setObjectName("prefixRecipeEdit");
+    recipe_->setPlaceholderText(tr("the configuration's recipe file (empty: the BF16 engine)"));
+    form->addRow(tr("Recipe:"), recipe_);
+    noise_ = new QDoubleSpinBox(this);
+    noise_->setDecimals(4);
+    noise_->setRange(0.0, 10.0);
+    noise_->setSingleStep(0.01);
+    form->addRow(tr("Weight noise sigma (relative to RMS):"), noise_);
+    noiseSeed_ = new QSpinBox(this);
+    noiseSeed_->setRange(0, 1000000000);
+    form->addRow(tr("Noise seed:"), noiseSeed_);
+    prompts_ = new QLineEdit(this);
+    prompts_->setObjectName("prefixPromptsEdit");
+    form->addRow(tr("Prompt set (JSONL):"), prompts_);
+    count_ = countBox(this, 64);
+    form->addRow(tr("Prompts (first N):"), count_);
+    maxTokens_ = tokensBox(this, 64);
+    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
+    cap_ = new QDoubleSpinBox(this);
+    cap_->setRange(1.0, 1000.0);
+    cap_->setValue(2.0);
+    form->addRow(tr("TIS / MIS cap C:"), cap_);
+    storedPairs_ = new QSpinBox(this);
+    storedPairs_->setRange(0, 100000);
+    storedPairs_->setValue(16);
+    form->addRow(tr("Pairs stored token by token (for the viewer):"), storedPairs_);
+    for (QLineEdit* edit : {model_, recipe_, prompts_})
+        watch(edit);
+    for (QDoubleSpinBox* box : {noise_, cap_})
+        watch(box);
+    for (QSpinBox* box : {noiseSeed_, count_, maxTokens_, storedPairs_})
+        watch(box);
+    finishLayout(QStringLiteral("prefixStatus"), QStringLiteral("prefixCli"), QStringLiteral("startPrefixButton"));
+}
+
+void PrefixShiftDialog::setModelDirectory(const QString& directory)
+{
+    model_->setText(directory);
+}
+void PrefixShiftDialog::setRecipe(const QString& path)
+{
+    recipe_->setText(path);
+}
+void PrefixShiftDialog::setNoise(double sigma, int seed)
+{
+    noise_->setValue(sigma);
+    noiseSeed_->setValue(seed);
+}
+void PrefixShiftDialog::setPromptSet(const QString& path)
+{
+    prompts_->setText(path);
+}
+void PrefixShiftDialog::setCount(int prompts)
+{
+    count_->setValue(prompts);
+}
+void PrefixShiftDialog::setMaxTokens(int tokens)
+{
+    maxTokens_->setValue(tokens);
+}
+void PrefixShiftDialog::setCap(double cap)
+{
+    cap_->setValue(cap);
+}
+void PrefixShiftDialog::setStoredPairs(int pairs)
+{
+    storedPairs_->setValue(pairs);
+}
+QString PrefixShiftDialog::modelDirectory() const
+{
+    return model_->text().trimmed();
+}
+QString PrefixShiftDialog::recipe() const
+{
+    return recipe_->text().trimmed();
+}
+QString PrefixShiftDialog::promptSet() const
+{
+    return prompts_->text().trimmed();
+}
+
+QString PrefixShiftDialog::check() const
+{
+    if (!isModelDirectory(modelDirectory())) {
+        return tr("Model directory: expected a folder holding config.json and the checkpoint (got '%1')")
+            .arg(modelDirectory());
+    }
+    const QString recipe = recipe_->text().trimmed();
+    if (!recipe.isEmpty()) {
+        if (const QString error = loadError(tr("Recipe"), [&] { quant::loadRecipe(recipe.toStdString()); });
+            !error.isEmpty()) {
+            return error;
+        }
+    }
+    if (promptSet().isEmpty() || !QFileInfo(promptSet()).isFile()) {
+        return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(promptSet());
+    }
+    return {};
+}
+
+QString PrefixShiftDialog::readyText() const
+{
+    return recipe_->text().trimmed().isEmpty() && noise_->value() == 0.0
+        ? tr("Ready, but this configuration is the BF16 engine itself: its prefix shift is zero by construction.")
+        : tr("Ready: generations of the configuration and of the BF16 engine on the same prompts and seeds.");
+}
+
+QString PrefixShiftDialog::jobName() const
+{
+    const QString recipe = recipe_->text().trimmed();
+    return tr("Prefix shift of %1").arg(recipe.isEmpty() ? tr("BF16 + noise %1").arg(noise_->value())
+                                                         : QFileInfo(recipe).completeBaseName());
+}
+
+QString PrefixShiftDialog::cliCommand() const
+{
+    QString command = QStringLiteral("mismatch --workspace %1 prefix-shift %2")
+                          .arg(shellQuote(workspace_), shellQuote(absolute(modelDirectory())));
+    if (!recipe_->text().trimmed().isEmpty()) {
+        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe_->text()));
+    }
+    if (noise_->value() > 0.0) {
+        command += QStringLiteral(" --noise %1 --noise-seed %2")
+                       .arg(QString::number(noise_->value(), 'g', 12))
+                       .arg(noiseSeed_->value());
+    }
+    command += QStringLiteral(" --prompts %1 --cap %2 --store-pairs %3 --count %4 --max-tokens %5")
+                   .arg(shellQuote(absolute(promptSet())), QString::number(cap_->value(), 'g', 12))
+                   .arg(storedPairs_->value())
+                   .arg(count_->value())
+                   .arg(maxTokens_->value());
+    return command;
+}
+
+JobWorker::Job PrefixShiftDialog::job() const
+{
+    analysis::PrefixShiftOptions options;
+    options.modelDirectory = absolute(modelDirectory()).toStdString();
+    options.promptSetPath = absolute(promptSet()).toStdString();
+    options.count = count_->value();
+    options.settings.maxNewTokens = maxTokens_->value();
+    const QString recipe = recipe_->text().trimmed();
+    if (!recipe.isEmpty()) {
+        options.configuration.recipe = quant::loadRecipe(absolute(recipe).toStdString());
+        options.recipePath = absolute(recipe).toStdString();
+    }
+    options.configuration.noise = noise_->value();
+    options.configuration.noiseSeed = static_cast<std::uint64_t>(noiseSeed_->value());
+    options.cap = cap_->value();
+    options.storedPairs = storedPairs_->value();
+    return [workspace = workspace_.toStdString(), options](Progress& progress) {
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
+        analysis::runPrefixShift(store, options, progress);
+    };
+}
+
+} // namespace mismatch::ui

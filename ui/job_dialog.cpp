@@ -1,0 +1,152 @@
+#include "ui/job_dialog.h"
+
+#include <QCheckBox>
+#include <QClipboard>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGuiApplication>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+namespace mismatch::ui {
+
+JobDialog::JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName, QWidget* parent)
+    : QDialog(parent)
+    , workspace_(workspaceDirectory)
+{
+    setWindowTitle(title);
+    setObjectName(objectName);
+    auto* layout = new QVBoxLayout(this);
+    form_ = new QFormLayout;
+    layout->addLayout(form_);
+}
+
+void JobDialog::finishLayout(const QString& statusName, const QString& commandName, const QString& startName)
+{
+    auto* layout = qobject_cast<QVBoxLayout*>(this->layout());
+    status_ = new QLabel(this);
+    status_->setObjectName(statusName);
+    status_->setWordWrap(true);
+    layout->addWidget(status_);
+    layout->addWidget(new QLabel(tr("Headless equivalent:"), this));
+    command_ = new QLabel(this);
+    command_->setObjectName(commandName);
+    command_->setWordWrap(true);
+    command_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    command_->setStyleSheet(QStringLiteral("font-family: monospace; background: #f4f4f4; padding: 4px"));
+    layout->addWidget(command_);
+    auto* buttons = new QDialogButtonBox(this);
+    auto* copy = buttons->addButton(tr("Copy CLI Command"), QDialogButtonBox::ActionRole);
+    start_ = buttons->addButton(tr("Start"), QDialogButtonBox::AcceptRole);
+    start_->setObjectName(startName);
+    buttons->addButton(QDialogButtonBox::Cancel);
+    layout->addWidget(buttons);
+    connect(copy, &QPushButton::clicked, this, [this] { QGuiApplication::clipboard()->setText(cliCommand()); });
+    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    validate();
+}
+
+QString JobDialog::statusText() const
+{
+    return status_ ? status_->text() : QString();
+}
+
+void JobDialog::watch(QLineEdit* edit)
+{
+    connect(edit, &QLineEdit::textChanged, this, &JobDialog::validate);
+}
+
+void JobDialog::watch(QComboBox* box)
+{
+    connect(box, &QComboBox::currentTextChanged, this, &JobDialog::validate);
+}
+
+void JobDialog::watch(QSpinBox* box)
+{
+    connect(box, qOverload<int>(&QSpinBox::valueChanged), this, &JobDialog::validate);
+}
+
+void JobDialog::watch(QDoubleSpinBox* box)
+{
+    connect(box, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &JobDialog::validate);
+}
+
+void JobDialog::watch(QCheckBox* box)
+{
+    connect(box, &QCheckBox::toggled, this, &JobDialog::validate);
+}
+
+void JobDialog::validate()
+{
+    if (!status_) {
+        return; // still building the form
+    }
+    error_ = check();
+    status_->setText(error_.isEmpty() ? readyText() : error_);
+    status_->setStyleSheet(error_.isEmpty() ? QString() : QStringLiteral("color: #c62828"));
+    start_->setEnabled(error_.isEmpty());
+    command_->setText(error_.isEmpty() ? cliCommand() : QString());
+}
+
+namespace {
+
+QStringList listItems(const QString& text)
+{
+    return text.split(QRegularExpression(QStringLiteral("[,\\s]+")), Qt::SkipEmptyParts);
+}
+
+} // namespace
+
+std::optional<std::vector<double>> parseNumberList(const QString& text, QString* error)
+{
+    std::vector<double> values;
+    for (const QString& item : listItems(text)) {
+        bool ok = false;
+        const double value = item.toDouble(&ok);
+        if (!ok) {
+            if (error) {
+                *error = QObject::tr("'%1' is not a number").arg(item);
+            }
+            return std::nullopt;
+        }
+        values.push_back(value);
+    }
+    return values;
+}
+
+std::optional<std::vector<std::int64_t>> parseIntegerList(const QString& text, QString* error)
+{
+    std::vector<std::int64_t> values;
+    for (const QString& item : listItems(text)) {
+        bool ok = false;
+        const qlonglong value = item.toLongLong(&ok);
+        if (!ok) {
+            if (error) {
+                *error = QObject::tr("'%1' is not a whole number").arg(item);
+            }
+            return std::nullopt;
+        }
+        values.push_back(value);
+    }
+    return values;
+}
+
+QStringList splitPaths(const QString& text)
+{
+    QStringList paths;
+    for (const QString& item : text.split(QLatin1Char(';'), Qt::SkipEmptyParts)) {
+        if (!item.trimmed().isEmpty()) {
+            paths << item.trimmed();
+        }
+    }
+    return paths;
+}
+
+} // namespace mismatch::ui
