@@ -1,5 +1,6 @@
 // mismatch admit STUDENT... (--candidates FILE | [--recipe R] [--staleness K] [--noise SIGMA]) --prompts PROBE
 //                (--calibration ID [--step S]... | --threshold X) [--history DIR...]
+// mismatch admit --resume RUN: continue a killed, cancelled or failed check (its stored options).
 // The admission check: each candidate rollout configuration at each student checkpoint, mismatch with a bootstrap
 // interval over the probe prompts against the threshold: admit, reject or borderline. Decisions are results, not
 // errors: every verdict exits 0 (read `decision` from --json to gate a script).
@@ -32,6 +33,7 @@ struct AdmitArguments {
     std::vector<std::int64_t> steps;
     double threshold = 0.0;
     bool noUnit = false;
+    std::int64_t resume = 0;
     AnalysisArguments analysis;
 };
 
@@ -42,11 +44,11 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         "Admission check: screen candidate rollout configurations (recipe, staleness, noise) at student checkpoints "
         "against a budget: mismatch with a bootstrap interval over probe prompts, then admit (interval below the "
         "threshold), reject (above) or borderline; every decision is stored");
-    command
-        ->add_option("STUDENT", a->checkpoints,
-            "Student checkpoint directories to screen, in training order (each is the FP32 trainer of its decisions)")
-        ->required()
-        ->type_name("DIR...");
+    auto* students = command
+                         ->add_option("STUDENT", a->checkpoints,
+                             "Student checkpoint directories to screen, in training order (each is the FP32 trainer "
+                             "of its decisions)")
+                         ->type_name("DIR...");
     auto* candidates = command->add_option("--candidates,-c", a->candidates,
         "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}");
     auto* recipe = command->add_option("--recipe,-r", a->recipe, "One candidate's recipe (default: the BF16 engine)");
@@ -65,7 +67,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         ->add_option("--history", a->history,
             "Older checkpoints of the same student (oldest first), used only as stale engine weights")
         ->type_name("DIR...");
-    command->add_option("--prompts,-p", a->prompts, "Probe prompt set (JSONL)")->required()->type_name("PROBE");
+    auto* probe = command->add_option("--prompts,-p", a->prompts, "Probe prompt set (JSONL)")->type_name("PROBE");
     auto* calibration = command->add_option(
         "--calibration", a->calibration, "Stored calibration whose budget bracket gives the threshold");
     command
@@ -76,41 +78,66 @@ void registerAdmitCommand(CLI::App& app, Context& context)
                           ->check(CLI::PositiveNumber);
     threshold->excludes(calibration);
     command->add_flag("--no-unit", a->noUnit, "Skip the BF16 unit per checkpoint (no BF16 multiples)");
+    auto* resume = command
+                       ->add_option("--resume", a->resume,
+                           "Continue admit run RUN (the run id printed when it started) after a kill, Ctrl-C or "
+                           "failure: its stored options and inputs, only the decisions not stored yet are made")
+                       ->type_name("RUN");
+    for (auto* option : {students, probe, candidates, recipe, calibration, threshold}) {
+        option->excludes(resume);
+    }
     addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a, candidates, calibration, threshold] {
+    command->callback([&context, a, candidates, calibration, threshold, students, probe, resume] {
+        const bool resuming = resume->count() > 0;
         analysis::AdmissionOptions options;
-        options.checkpoints = a->checkpoints;
-        options.history = a->history;
-        options.probePath = a->prompts;
-        options.count = a->analysis.count;
-        options.settings = resolveSettings(a->analysis);
-        options.measureUnit = !a->noUnit;
-        if (candidates->count() > 0) {
-            options.candidates = analysis::loadCandidates(a->candidates);
-        } else {
-            analysis::Candidate candidate;
-            candidate.recipePath = a->recipe;
-            candidate.staleness = a->staleness;
-            candidate.noise = a->noise;
-            candidate.noiseSeed = a->noiseSeed;
-            candidate.noiseModules = a->noiseModules;
-            candidate.name = !a->name.empty() ? a->name
-                : a->recipe.empty()           ? std::string("bf16")
-                                              : std::filesystem::path(a->recipe).stem().string();
-            options.candidates.push_back(candidate);
+        if (!resuming) {
+            if (students->count() == 0 || probe->count() == 0) {
+                throw CLI::RequiredError("STUDENT and --prompts (or --resume RUN)");
+            }
+            options.checkpoints = a->checkpoints;
+            options.history = a->history;
+            options.probePath = a->prompts;
+            options.count = a->analysis.count;
+            options.settings = resolveSettings(a->analysis);
+            options.measureUnit = !a->noUnit;
+            if (candidates->count() > 0) {
+                options.candidates = analysis::loadCandidates(a->candidates);
+            } else {
+                analysis::Candidate candidate;
+                candidate.recipePath = a->recipe;
+                candidate.staleness = a->staleness;
+                candidate.noise = a->noise;
+                candidate.noiseSeed = a->noiseSeed;
+                candidate.noiseModules = a->noiseModules;
+                candidate.name = !a->name.empty() ? a->name
+                    : a->recipe.empty()           ? std::string("bf16")
+                                                  : std::filesystem::path(a->recipe).stem().string();
+                options.candidates.push_back(candidate);
+            }
+            if (calibration->count() > 0) {
+                options.calibrationId = a->calibration;
+                options.steps = a->steps;
+            } else if (threshold->count() > 0) {
+                options.threshold = a->threshold;
+            } else {
+                throw InputError("admit", "threshold", "give --calibration ID or --threshold X");
+            }
         }
-        if (calibration->count() > 0) {
-            options.calibrationId = a->calibration;
-            options.steps = a->steps;
-        } else if (threshold->count() > 0) {
-            options.threshold = a->threshold;
-        } else {
-            throw InputError("admit", "threshold", "give --calibration ID or --threshold X");
-        }
-        store::RunStore store = context.openStore();
+        store::RunStore store
+            = context.openStore(resuming ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
         CancelOnInterrupt interrupt(bar.progress());
-        const analysis::AdmissionResult result = analysis::runAdmission(store, options, bar.progress());
+        const auto started = [&bar](std::int64_t runId) {
+            bar.note("admit run " + std::to_string(runId) + " (continue it after an interruption with "
+                "`mismatch admit --resume " + std::to_string(runId) + "`)");
+        };
+        analysis::AdmissionResult result;
+        if (resuming) {
+            result = analysis::resumeAdmission(store, a->resume, bar.progress(), started);
+        } else {
+            options.onRunStarted = started;
+            result = analysis::runAdmission(store, options, bar.progress());
+        }
         bar.finish();
         if (context.json) {
             nlohmann::json rows = nlohmann::json::array();

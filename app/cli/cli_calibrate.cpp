@@ -1,4 +1,6 @@
 // mismatch calibrate [RUN_FILE]: the student's mismatch budget from a sweep of training runs (core/analysis/calibrate.h).
+// mismatch calibrate --resume RUN: continue a killed, cancelled or failed calibration.
+#include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/calibrate.h"
@@ -30,6 +32,7 @@ struct CalibrateArguments {
     int resamples = 10000;
     std::uint64_t seed = metrics::BootstrapOptions {}.seed;
     double margin = 0.0;
+    std::int64_t resume = 0;
 };
 
 std::string optionalNumber(const std::optional<double>& value, int precision = 4)
@@ -37,8 +40,28 @@ std::string optionalNumber(const std::optional<double>& value, int precision = 4
     return value ? formatNumber(*value, precision) : "-";
 }
 
+void printCalibration(const Context& context, const CalibrateArguments& a, const analysis::CalibrationOptions& options,
+    const analysis::CalibrationResult& result);
+
 void calibrate(const Context& context, const CalibrateArguments& a)
 {
+    if (a.resume > 0) {
+        store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
+        analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, a.resume);
+        TerminalProgress bar(*context.err);
+        CancelOnInterrupt interrupt(bar.progress());
+        const analysis::CalibrationResult result = analysis::resumeCalibration(store, a.resume, bar.progress(),
+            context.workspaceDirectory(), [&bar](std::int64_t runId) {
+                bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
+                    "`mismatch calibrate --resume " + std::to_string(runId) + "`)");
+            });
+        bar.finish();
+        CalibrateArguments stored = a;
+        stored.threshold = options.rule.relativeThreshold;
+        stored.confidence = options.rule.bootstrap.confidence;
+        printCalibration(context, stored, options, result);
+        return;
+    }
     const std::string runFile = a.runFile.empty()
         ? (fs::path(resourceDirectory()) / "runs" / "demo-opd.yaml").string()
         : a.runFile;
@@ -78,9 +101,19 @@ void calibrate(const Context& context, const CalibrateArguments& a)
 
     store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
     TerminalProgress bar(*context.err);
+    CancelOnInterrupt interrupt(bar.progress());
+    options.onRunStarted = [&bar](std::int64_t runId) {
+        bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
+            "`mismatch calibrate --resume " + std::to_string(runId) + "`)");
+    };
     const analysis::CalibrationResult result = analysis::runCalibration(store, options, bar.progress());
     bar.finish();
+    printCalibration(context, a, options, result);
+}
 
+void printCalibration(const Context& context, const CalibrateArguments& a, const analysis::CalibrationOptions& options,
+    const analysis::CalibrationResult& result)
+{
     std::map<std::int64_t, std::string> labels;
     for (const auto& run : result.runs) {
         labels[run.runId] = run.label;
@@ -143,7 +176,7 @@ void calibrate(const Context& context, const CalibrateArguments& a)
         context.printJson({{"calibration_id", result.calibrationId}, {"run_id", result.runId}, {"name", options.name},
             {"student", options.base.student},
             {"student_in_resources", builtIn ? nlohmann::json(relative.string()) : nlohmann::json(nullptr)},
-            {"command", command}, {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"bf16_unit", result.bf16Unit}, {"runs", runs}, {"points", points},
+            {"command", a.resume > 0 ? nlohmann::json(nullptr) : nlohmann::json(command)}, {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"bf16_unit", result.bf16Unit}, {"runs", runs}, {"points", points},
             {"brackets", brackets}, {"wall_seconds", result.wallSeconds},
             {"rule", "fail when (Q_run - Q_base) / Q_base >= " + formatNumber(a.threshold) + " and the "
                     + formatNumber(100 * a.confidence) + "% paired bootstrap interval of mean_i (q_i_run - q_i_base) lies above zero"}});
@@ -176,7 +209,8 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
     auto a = std::make_shared<CalibrateArguments>();
     CLI::App* command = app.add_subcommand("calibrate",
         "Calibrate a student's mismatch budget: training runs at increasing mismatch (noise, recipes, staleness) "
-        "plus the BF16-engine baseline, the failure rule at chosen steps, and the budget bracket per step");
+        "plus the BF16-engine baseline, the failure rule at chosen steps, and the budget bracket per step. The run id "
+        "is printed at the start; an interrupted calibration continues with `mismatch calibrate --resume RUN`");
     command->add_option("RUN_FILE", a->runFile, "The student's standard run (default: the demo pair's demo-opd.yaml)")
         ->check(CLI::ExistingFile);
     command->add_option("--name", a->name, "Calibration name (default: <run name>-calibration)");
@@ -197,6 +231,17 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
     command->add_option("--seed", a->seed, "Bootstrap seed");
     command->add_option("--margin", a->margin, "Admission threshold = largest passing x (1 - margin)")
         ->check(CLI::Range(0.0, 0.99));
+    auto* resume = command
+                       ->add_option("--resume", a->resume,
+                           "Continue calibrate run RUN (the run id printed when it started) after a kill, Ctrl-C or "
+                           "failure: finished sweep runs are kept, the interrupted one continues from its newest "
+                           "checkpoint, then the rest")
+                       ->type_name("RUN");
+    for (CLI::Option* option : command->get_options()) {
+        if (option != resume && option->get_name() != "--help" && !option->get_name().empty()) {
+            option->excludes(resume);
+        }
+    }
     command->callback([&context, a] { calibrate(context, *a); });
 }
 

@@ -1,5 +1,6 @@
 // mismatch sensitivity MODEL --format F --prompts SET [--activations A] [--kv-scales S] [--no-kv] [--no-embedding]
 //                   [--count N --max-tokens T --seed S ...]
+// mismatch sensitivity --resume RUN: continue a killed, cancelled or failed scan (its stored options).
 // Layer sensitivity: the mismatch added over the BF16 unit when only one cell (layer x module group, the KV cache
 // of one layer, the embedding / lm_head) is quantized; stored as a scan in the workspace.
 #include "app/cli/analysis_options.h"
@@ -25,6 +26,7 @@ struct SensitivityArguments {
     std::string prompts;
     bool noKv = false;
     bool noEmbedding = false;
+    std::int64_t resume = 0;
     AnalysisArguments analysis;
 };
 
@@ -118,16 +120,22 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
     auto a = std::make_shared<SensitivityArguments>();
     CLI::App* command = app.add_subcommand("sensitivity",
         "Layer sensitivity: the mismatch each cell (layer x q/k/v/o/gate/up/down, each layer's KV cache, the "
-        "embedding/lm_head) adds over the BF16 unit when only it is quantized; stored as a scan");
-    command->add_option("MODEL", a->model, "Model directory (the FP32 trainer and the engine's weights)")
-        ->required()
-        ->type_name("DIR");
-    command
-        ->add_option("--format,-f", a->format,
-            "Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, "
-            "fp16, bf16")
-        ->required();
-    command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->required()->type_name("SET");
+        "embedding/lm_head) adds over the BF16 unit when only it is quantized; stored as a scan, cell by cell. The run "
+        "id is printed at the start; an interrupted scan continues with `mismatch sensitivity --resume RUN`");
+    auto* model = command->add_option("MODEL", a->model, "Model directory (the FP32 trainer and the engine's weights)")
+                      ->type_name("DIR");
+    auto* format = command->add_option("--format,-f", a->format,
+        "Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, "
+        "fp16, bf16");
+    auto* prompts = command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->type_name("SET");
+    auto* resume = command
+                       ->add_option("--resume", a->resume,
+                           "Continue scan run RUN (the run id printed when it started) after a kill, Ctrl-C or "
+                           "failure: its stored options and inputs, only the cells not stored yet are measured")
+                       ->type_name("RUN");
+    for (auto* option : {model, format, prompts}) {
+        option->excludes(resume);
+    }
     command->add_option("--activations", a->activations, "Input activations of a quantized projection: bf16 | fp8_e4m3")
         ->capture_default_str();
     command->add_option("--kv-scales", a->kvScales, "Scales of the fp8_e4m3 KV cells: per_tensor | per_head")
@@ -135,12 +143,28 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
     command->add_flag("--no-kv", a->noKv, "Skip the KV-cache-only cells");
     command->add_flag("--no-embedding", a->noEmbedding, "Skip the embedding / lm_head cells");
     addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a] {
-        const analysis::SensitivityOptions options = sensitivityOptions(*a);
-        store::RunStore store = context.openStore();
+    command->callback([&context, a, model, format, prompts, resume] {
+        const bool resuming = resume->count() > 0;
+        if (!resuming && (model->count() == 0 || format->count() == 0 || prompts->count() == 0)) {
+            throw CLI::RequiredError("MODEL, --format and --prompts (or --resume RUN)");
+        }
+        store::RunStore store = context.openStore(resuming ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
         CancelOnInterrupt interrupt(bar.progress());
-        const analysis::SensitivityResult result = analysis::runSensitivity(store, options, bar.progress());
+        const auto started = [&bar](std::int64_t runId) {
+            bar.note("sensitivity run " + std::to_string(runId) + " (continue it after an interruption with "
+                "`mismatch sensitivity --resume " + std::to_string(runId) + "`)");
+        };
+        analysis::SensitivityOptions options;
+        analysis::SensitivityResult result;
+        if (resuming) {
+            result = analysis::resumeSensitivity(store, a->resume, bar.progress(), started);
+            options = analysis::parseSensitivityConfig(store.run(result.runId)->configJson, store.path());
+        } else {
+            options = sensitivityOptions(*a);
+            options.onRunStarted = started;
+            result = analysis::runSensitivity(store, options, bar.progress());
+        }
         bar.finish();
         printResult(context, result, options);
     });

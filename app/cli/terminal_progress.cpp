@@ -82,6 +82,16 @@ void TerminalProgress::draw(double fraction, const std::string& stage, bool forc
     err_ << line.str() << std::flush;
 }
 
+void TerminalProgress::note(const std::string& line)
+{
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (terminal_ && drawn_) {
+        err_ << "\r\x1b[K";
+        drawn_ = false;
+    }
+    err_ << line << "\n" << std::flush;
+}
+
 void TerminalProgress::finish()
 {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -23,6 +23,9 @@ public:
     void setDetail(const std::string& detail);
     // Ends the bar line.
     void finish();
+    // A line of its own on stderr (e.g. "run 7 started"), printed even with the bar disabled; the bar is redrawn
+    // below it.
+    void note(const std::string& line);
 
 private:
     void draw(double fraction, const std::string& stage, bool force);

@@ -1,5 +1,6 @@
 #include "core/analysis/admission.h"
 
+#include "core/analysis/job_resume.h"
 #include "core/common/error.h"
 #include "core/common/version.h"
 #include "core/io/yaml_scalar.h"
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -195,9 +197,28 @@ AdmissionVerdict decide(const metrics::Interval& interval, double threshold)
     return AdmissionVerdict::Borderline;
 }
 
-AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress)
+namespace {
+
+// A fresh check (resumeRunId empty) or the continuation of a stored one.
+AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Progress& progress,
+    std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
 {
     const auto started = std::chrono::steady_clock::now();
+    // Paths are made absolute so that the stored decisions and a resume name the same files from any directory.
+    AdmissionOptions options = given;
+    for (auto* list : {&options.checkpoints, &options.history}) {
+        for (std::string& path : *list) {
+            path = path.empty() ? path : fs::absolute(path).string();
+        }
+    }
+    for (Candidate& candidate : options.candidates) {
+        if (!candidate.recipePath.empty()) {
+            candidate.recipePath = fs::absolute(candidate.recipePath).string();
+        }
+    }
+    if (!options.probePath.empty()) {
+        options.probePath = fs::absolute(options.probePath).string();
+    }
     if (options.checkpoints.empty()) {
         throw InputError("admit", "STUDENT", "at least one student checkpoint is needed");
     }
@@ -285,14 +306,92 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
     } else {
         runConfig["threshold"] = *options.threshold;
     }
+    runConfig["count"] = options.count;
+    runConfig["measure_unit"] = options.measureUnit;
+    runConfig["steps"] = options.steps;
+    runConfig["engine"] = {{"batch", options.settings.batchSize}, {"kv_cache_bytes", options.settings.kvCacheBytes}};
+    nlohmann::json candidateList = nlohmann::json::array();
+    for (const Candidate& candidate : options.candidates) {
+        candidateList.push_back({{"name", candidate.name}, {"recipe", candidate.recipePath},
+            {"staleness", candidate.staleness}, {"noise", candidate.noise}, {"noise_seed", candidate.noiseSeed},
+            {"noise_modules", candidate.noiseModules}, {"source", candidate.source}});
+    }
+    runConfig["candidate_list"] = candidateList;
     AdmissionResult result;
-    result.runId = store.beginRun({"admit", "admit", runConfig.dump(), std::nullopt});
+    // What a resume continues from: the decisions already stored, in the order they are made.
+    std::vector<store::AdmissionDecision> done;
+    if (resumeRunId) {
+        result.runId = *resumeRunId;
+        done = store::admissionDecisions(store, result.runId);
+        store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
+    } else {
+        std::vector<std::string> inputs;
+        for (const auto* list : {&options.history, &options.checkpoints}) {
+            for (const std::string& directory : *list) {
+                const auto files = modelFiles(directory);
+                inputs.insert(inputs.end(), files.begin(), files.end());
+            }
+        }
+        inputs.push_back(options.probePath);
+        for (const Candidate& candidate : options.candidates) {
+            if (!candidate.recipePath.empty()) {
+                inputs.push_back(candidate.recipePath);
+            }
+        }
+        runConfig["inputs"] = fileDigests(inputs);
+        result.runId = store.beginRun({"admit", "admit", runConfig.dump(), std::nullopt});
+    }
+    if (onRunStarted) {
+        onRunStarted(result.runId);
+    }
     store::recordRunOutcome(store, result.runId, [&] {
         const std::size_t perCheckpoint = options.candidates.size() + (options.measureUnit ? 1 : 0);
         const double parts = static_cast<double>(perCheckpoint * options.checkpoints.size());
         std::size_t part = 0;
+        if (done.size() > options.checkpoints.size() * options.candidates.size()) {
+            throw StoreError(store.path(), "admission run " + std::to_string(result.runId) + " has "
+                + std::to_string(done.size()) + " decisions, more than its checkpoints x candidates");
+        }
+        std::size_t decisionIndex = 0;
         for (std::size_t c = 0; c < options.checkpoints.size(); ++c) {
             const std::string& checkpoint = options.checkpoints[c];
+            // Decisions of this checkpoint stored before the interruption: kept as they are (checked to be the
+            // ones this position of the order makes), the rest measured.
+            std::size_t kept = 0;
+            while (kept < options.candidates.size() && decisionIndex + kept < done.size()) {
+                const store::AdmissionDecision& decision = done[decisionIndex + kept];
+                const Candidate& candidate = options.candidates[kept];
+                const nlohmann::json inputs = nlohmann::json::parse(decision.candidateJson);
+                if (decision.checkpoint != checkpoint || inputs.at("name").get<std::string>() != candidate.name) {
+                    throw StoreError(store.path(), "admission run " + std::to_string(result.runId) + ": decision "
+                        + std::to_string(decision.id) + " is not the one expected at its place (candidate '"
+                        + candidate.name + "' at " + checkpoint + "); the run cannot be resumed");
+                }
+                AdmissionRow row;
+                row.candidate = candidate.name;
+                row.checkpoint = checkpoint;
+                row.engineWeights = inputs.at("engine_weights").get<std::string>();
+                row.threshold = decision.threshold;
+                row.mismatch = decision.mismatch;
+                row.interval = {decision.mismatch, decision.ciLow, decision.ciHigh,
+                    options.settings.bootstrap.confidence, options.settings.bootstrap.resamples};
+                row.k1 = inputs.at("k1").get<double>();
+                row.k3 = inputs.at("k3").get<double>();
+                row.tokens = inputs.at("tokens").get<std::int64_t>();
+                if (!inputs.at("bf16_unit").is_null()) {
+                    row.bf16Unit = inputs.at("bf16_unit").get<double>();
+                }
+                row.verdict = decide(row.interval, row.threshold);
+                row.seconds = decision.seconds;
+                row.decisionId = decision.id;
+                result.rows.push_back(std::move(row));
+                ++kept;
+            }
+            decisionIndex += kept;
+            if (kept == options.candidates.size()) {
+                part += perCheckpoint;
+                continue;
+            }
             const model::Transformer trainer(student.config, weightsOf(checkpoint));
             std::optional<double> unit;
             if (options.measureUnit) {
@@ -301,9 +400,16 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
                     options.settings, slice.get())
                            .kl;
                 ++part;
+                if (kept > 0 && result.rows.back().bf16Unit != unit) {
+                    throw Error("admission run " + std::to_string(result.runId) + ": the BF16 unit of " + checkpoint
+                        + " measured again differs from the one stored with its decisions; the measurement is not "
+                          "reproducible here, so the check cannot be resumed");
+                }
             }
+            part += kept;
             const std::size_t timelineIndex = options.history.size() + c;
-            for (const Candidate& candidate : options.candidates) {
+            for (std::size_t k = kept; k < options.candidates.size(); ++k) {
+                const Candidate& candidate = options.candidates[k];
                 progress.checkCancelled();
                 const auto candidateStarted = std::chrono::steady_clock::now();
                 const std::string& engineCheckpoint
@@ -365,11 +471,74 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
                 result.rows.push_back(std::move(row));
             }
         }
+        store.finishRun(result.runId, store::RunStatus::Finished);
     });
-    store.finishRun(result.runId, store::RunStatus::Finished);
     progress.update(1.0, "done");
     result.seconds = secondsSince(started);
     return result;
+}
+
+template <typename T>
+T configValue(const nlohmann::json& config, const char* key, const std::string& source)
+{
+    try {
+        return config.at(key).get<T>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(source, key, std::string("missing or malformed (the run was started by an older version "
+                                                  "and cannot be resumed): ") + error.what());
+    }
+}
+
+} // namespace
+
+AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress)
+{
+    return admit(store, options, progress, std::nullopt, options.onRunStarted);
+}
+
+AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Progress& progress,
+    const std::function<void(std::int64_t runId)>& onRunStarted)
+{
+    const ResumableRun run = resumableRun(store, runId, "admit");
+    const std::string source = store.path() + " (admit run " + std::to_string(runId) + " config_json)";
+    const nlohmann::json& c = run.config;
+    checkInputsUnchanged(c.contains("inputs") ? c.at("inputs") : nlohmann::json(), runId, "admit");
+    AdmissionOptions options;
+    options.checkpoints = configValue<std::vector<std::string>>(c, "checkpoints", source);
+    options.history = configValue<std::vector<std::string>>(c, "history", source);
+    options.probePath = configValue<std::string>(c, "probe", source);
+    options.count = configValue<std::int64_t>(c, "count", source);
+    options.measureUnit = configValue<bool>(c, "measure_unit", source);
+    options.steps = configValue<std::vector<std::int64_t>>(c, "steps", source);
+    options.settings.temperature = configValue<double>(c, "temperature", source);
+    options.settings.topP = configValue<double>(c, "top_p", source);
+    options.settings.topK = configValue<std::int64_t>(c, "top_k", source);
+    options.settings.maxNewTokens = configValue<std::int64_t>(c, "max_tokens", source);
+    options.settings.seed = configValue<std::uint64_t>(c, "seed", source);
+    const auto engineSettings = configValue<nlohmann::json>(c, "engine", source);
+    options.settings.batchSize = configValue<std::int64_t>(engineSettings, "batch", source);
+    options.settings.kvCacheBytes = configValue<std::uint64_t>(engineSettings, "kv_cache_bytes", source);
+    const auto bootstrap = configValue<nlohmann::json>(c, "bootstrap", source);
+    options.settings.bootstrap.resamples = configValue<int>(bootstrap, "resamples", source);
+    options.settings.bootstrap.confidence = configValue<double>(bootstrap, "confidence", source);
+    options.settings.bootstrap.seed = configValue<std::uint64_t>(bootstrap, "seed", source);
+    if (c.contains("calibration_id")) {
+        options.calibrationId = configValue<std::int64_t>(c, "calibration_id", source);
+    } else {
+        options.threshold = configValue<double>(c, "threshold", source);
+    }
+    for (const auto& item : configValue<nlohmann::json>(c, "candidate_list", source)) {
+        Candidate candidate;
+        candidate.name = configValue<std::string>(item, "name", source);
+        candidate.recipePath = configValue<std::string>(item, "recipe", source);
+        candidate.staleness = configValue<std::int64_t>(item, "staleness", source);
+        candidate.noise = configValue<double>(item, "noise", source);
+        candidate.noiseSeed = configValue<std::uint64_t>(item, "noise_seed", source);
+        candidate.noiseModules = configValue<std::string>(item, "noise_modules", source);
+        candidate.source = configValue<std::string>(item, "source", source);
+        options.candidates.push_back(std::move(candidate));
+    }
+    return admit(store, options, progress, runId, onRunStarted);
 }
 
 } // namespace mismatch::analysis

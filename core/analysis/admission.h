@@ -22,11 +22,19 @@
 // addAdmissionDecision) with its inputs (candidate, recipe text, checkpoints, probe set, sampling, bootstrap,
 // BF16 unit) in candidate_json, the interval, the threshold and the seconds it took. A cancelled job leaves its
 // whole decisions and the run marked cancelled.
+//
+// Paths (checkpoints, history, probe set, recipes) are made absolute before anything is stored. The run's
+// config_json holds every option and digests of the input files (job_resume.h), so that a killed, cancelled or
+// failed check continues (resumeAdmission, `mismatch admit --resume RUN`): the decisions already stored are kept
+// (checked to be the first ones of the checkpoint-major order), a partly screened checkpoint's BF16 unit is
+// measured again (it must equal the stored one exactly), and only the missing decisions are made, so the run ends
+// with each decision once and the numbers of an uninterrupted check (their `seconds` are wall-clock).
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
 #include "core/store/run_store.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +79,8 @@ struct AdmissionOptions {
     std::vector<std::int64_t> steps; // calibration steps: none (the calibration has one), one for all checkpoints,
                                      // or one per checkpoint
     bool measureUnit = true; // also the BF16 unit per checkpoint (for BF16 multiples)
+    // Called once the check's run is recorded, with its id (front-ends print it).
+    std::function<void(std::int64_t runId)> onRunStarted;
 };
 
 struct AdmissionRow {
@@ -96,5 +106,9 @@ struct AdmissionResult {
 };
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress);
+// Continues admit run `runId` (see above). InputError when the run does not exist, is not an admission check, has
+// finished or one of its inputs changed (naming the file).
+AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Progress& progress,
+    const std::function<void(std::int64_t runId)>& onRunStarted = {});
 
 } // namespace mismatch::analysis

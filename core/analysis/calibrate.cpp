@@ -1,7 +1,9 @@
 #include "core/analysis/calibrate.h"
 
+#include "core/analysis/job_resume.h"
 #include "core/common/error.h"
 #include "core/store/evaluation_store.h"
+#include "core/store/sqlite_util.h"
 #include "core/train/trainer.h"
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <unordered_map>
 
@@ -139,30 +142,129 @@ std::vector<double> defaultNoiseSigmas()
     return {0.05, 0.1, 0.2, 0.4};
 }
 
-CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& options, Progress& progress)
+namespace {
+
+// Appends `sweepRunId` to the calibration run's config_json "sweep_runs" (inside the transaction that records
+// the sweep run: see train::recordTrainingRun).
+void linkSweepRun(store::RunStore& store, std::int64_t calibrationRunId, std::int64_t sweepRunId)
+{
+    const auto info = store.run(calibrationRunId);
+    if (!info) {
+        throw StoreError(store.path(), "calibration run " + std::to_string(calibrationRunId) + " does not exist");
+    }
+    nlohmann::json config = nlohmann::json::parse(info->configJson);
+    config["sweep_runs"].push_back(sweepRunId);
+    store::Statement update(store.handle(), "UPDATE runs SET config_json = ? WHERE id = ?");
+    update.bind(1, config.dump()).bind(2, calibrationRunId);
+    update.run();
+}
+
+// The wall time a finished sweep run reports (its last step's wall time; 0 without steps).
+double storedWallSeconds(const store::RunStore& store, std::int64_t runId)
+{
+    const auto steps = store.stepsAfter(runId, 0);
+    return steps.empty() ? 0.0 : steps.back().wallTimeSeconds.value_or(0.0);
+}
+
+std::vector<std::string> inputFiles(const CalibrationOptions& o)
+{
+    std::vector<std::string> files;
+    for (const std::string& directory : {o.base.student, o.base.teacher}) {
+        if (!directory.empty()) {
+            const auto model = modelFiles(directory);
+            files.insert(files.end(), model.begin(), model.end());
+        }
+    }
+    for (const std::string& file : {o.base.prompts, o.base.evaluation.prompts, o.base.rollout.recipe}) {
+        if (!file.empty()) {
+            files.push_back(file);
+        }
+    }
+    files.insert(files.end(), o.recipes.begin(), o.recipes.end());
+    return files;
+}
+
+// A fresh calibration (resumeRunId empty) or the continuation of a stored one.
+CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& options, Progress& progress,
+    std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
 {
     validate(options);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<SweepEntry> entries = sweep(options);
     const std::int64_t totalSteps = static_cast<std::int64_t>(entries.size()) * options.base.steps;
 
-    nlohmann::json config = {{"base", nlohmann::json::parse(train::runConfigToJson(options.base))},
-        {"noise_sigmas", options.noiseSigmas}, {"recipes", options.recipes}, {"staleness", options.staleness},
-        {"steps", options.steps}, {"relative_threshold", options.rule.relativeThreshold},
-        {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
-        {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin}};
-    store::RunSpec spec;
-    spec.name = options.name;
-    spec.kind = "calibrate";
-    spec.configJson = config.dump();
     CalibrationResult result;
-    result.runId = store.beginRun(spec);
+    if (resumeRunId) {
+        result.runId = *resumeRunId;
+        store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
+    } else {
+        nlohmann::json config = {{"base", nlohmann::json::parse(train::runConfigToJson(options.base))},
+            {"noise_sigmas", options.noiseSigmas}, {"recipes", options.recipes}, {"staleness", options.staleness},
+            {"steps", options.steps}, {"relative_threshold", options.rule.relativeThreshold},
+            {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
+            {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin},
+            {"inputs", fileDigests(inputFiles(options))}, {"sweep_runs", nlohmann::json::array()}};
+        store::RunSpec spec;
+        spec.name = options.name;
+        spec.kind = "calibrate";
+        spec.configJson = config.dump();
+        result.runId = store.beginRun(spec);
+    }
+    if (onRunStarted) {
+        onRunStarted(result.runId);
+    }
     store::recordRunOutcome(store, result.runId, [&] {
+        // Killed after the calibration was stored but before the run was marked finished: nothing to redo.
+        for (const auto& stored : store::calibrations(store)) {
+            if (resumeRunId && stored.runId == result.runId) {
+                const auto calibration = store::calibration(store, stored.id);
+                const nlohmann::json config = nlohmann::json::parse(calibration->info.configJson);
+                result.calibrationId = stored.id;
+                result.points = calibration->points;
+                result.brackets = calibration->brackets;
+                result.bf16Unit = config.at("bf16_unit").get<double>();
+                for (const auto& run : config.at("runs")) {
+                    result.runs.push_back({run.at("label").get<std::string>(), run.at("run_id").get<std::int64_t>(),
+                        run.at("wall_seconds").get<double>()});
+                }
+                store.finishRun(result.runId, store::RunStatus::Finished);
+                return;
+            }
+        }
+        const std::vector<std::int64_t> linked = nlohmann::json::parse(store.run(result.runId)->configJson)
+                                                     .value("sweep_runs", nlohmann::json::array())
+                                                     .get<std::vector<std::int64_t>>();
+        if (linked.size() > entries.size()) {
+            throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + " links "
+                + std::to_string(linked.size()) + " sweep runs, more than its " + std::to_string(entries.size())
+                + " sweep entries");
+        }
         train::TrainOptions trainOptions;
         trainOptions.workspaceDirectory = options.workspaceDirectory;
         for (std::size_t i = 0; i < entries.size(); ++i) {
             const SweepEntry& entry = entries[i];
             const std::int64_t done = static_cast<std::int64_t>(i) * options.base.steps;
+            progress.checkCancelled();
+            // A sweep run is recorded and linked to the calibration in one transaction, then trained from step 1
+            // by resumeTraining; a resumed calibration continues its linked runs (finished ones are kept as they
+            // are, an interrupted one continues from its newest checkpoint, or from step 1 without one).
+            std::int64_t sweepRunId = 0;
+            if (i < linked.size()) {
+                sweepRunId = linked[i];
+                const auto info = store.run(sweepRunId);
+                if (!info || info->kind != "train" || info->configJson != train::runConfigToJson(entry.config)) {
+                    throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + ": sweep run "
+                        + std::to_string(sweepRunId) + " is not the training run of '" + entry.label
+                        + "' it should be; the calibration cannot be resumed");
+                }
+                if (info->status == store::RunStatus::Finished) {
+                    result.runs.push_back({entry.label, sweepRunId, storedWallSeconds(store, sweepRunId)});
+                    continue;
+                }
+            } else {
+                sweepRunId = train::recordTrainingRun(entry.config, store,
+                    [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
+            }
             // The run's own progress feeds the calibration's: its stage text, and cancellation both ways.
             Progress* runProgressPointer = nullptr;
             Progress runProgress([&progress, &runProgressPointer, &entry](double, const std::string& stage) {
@@ -175,8 +277,7 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
             trainOptions.onStep = [&progress, done, totalSteps](const store::StepMetrics& m) {
                 progress.setFraction(static_cast<double>(done + m.step) / static_cast<double>(totalSteps));
             };
-            progress.checkCancelled();
-            const train::TrainResult trained = train::runTraining(entry.config, store, runProgress, trainOptions);
+            const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
             result.runs.push_back({entry.label, trained.runId, trained.wallSeconds});
         }
         const std::int64_t baselineRun = result.runs.front().runId;
@@ -216,6 +317,8 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
             result.brackets.push_back(store::bracketFromPoints(result.points, step, options.margin));
         }
         result.bf16Unit = unitSum / static_cast<double>(options.steps.size());
+        // The calibration's configuration: the run's (with its sweep runs linked), the unit and the runs.
+        nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
         config["bf16_unit"] = result.bf16Unit;
         nlohmann::json runs = nlohmann::json::array();
         for (const auto& run : result.runs) {
@@ -227,12 +330,68 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
         info.name = options.name;
         info.student = options.base.student;
         info.configJson = config.dump();
+        // The calibration and the run's end in one transaction: a kill leaves neither or both.
+        store::Transaction transaction(store.handle());
         result.calibrationId = store::addCalibration(store, info, result.points, result.brackets);
         store.finishRun(result.runId, store::RunStatus::Finished);
+        transaction.commit();
     });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.update(1.0, "calibrated");
     return result;
+}
+
+template <typename T>
+T configValue(const nlohmann::json& config, const char* key, const std::string& source)
+{
+    try {
+        return config.at(key).get<T>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(source, key, std::string("missing or malformed (the run was started by an older version "
+                                                  "and cannot be resumed): ") + error.what());
+    }
+}
+
+} // namespace
+
+CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& given, Progress& progress)
+{
+    CalibrationOptions options = given;
+    for (std::string& recipe : options.recipes) {
+        recipe = fs::absolute(recipe).string(); // so that a resume from another directory finds it
+    }
+    return calibrate(store, options, progress, std::nullopt, options.onRunStarted);
+}
+
+CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::int64_t runId)
+{
+    const ResumableRun run = resumableRun(store, runId, "calibrate");
+    const std::string source = store.path() + " (calibrate run " + std::to_string(runId) + " config_json)";
+    const nlohmann::json& c = run.config;
+    CalibrationOptions options;
+    options.name = run.info.name;
+    options.base = train::parseRunConfig(configValue<nlohmann::json>(c, "base", source).dump(), source,
+        fs::path(store.path()).parent_path().string());
+    options.noiseSigmas = configValue<std::vector<double>>(c, "noise_sigmas", source);
+    options.recipes = configValue<std::vector<std::string>>(c, "recipes", source);
+    options.staleness = configValue<std::vector<std::int64_t>>(c, "staleness", source);
+    options.steps = configValue<std::vector<std::int64_t>>(c, "steps", source);
+    options.rule.relativeThreshold = configValue<double>(c, "relative_threshold", source);
+    options.rule.bootstrap.confidence = configValue<double>(c, "confidence", source);
+    options.rule.bootstrap.resamples = configValue<int>(c, "resamples", source);
+    options.rule.bootstrap.seed = configValue<std::uint64_t>(c, "bootstrap_seed", source);
+    options.margin = configValue<double>(c, "margin", source);
+    return options;
+}
+
+CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, Progress& progress,
+    const std::string& workspaceDirectory, const std::function<void(std::int64_t runId)>& onRunStarted)
+{
+    CalibrationOptions options = storedCalibrationOptions(store, runId);
+    const nlohmann::json config = nlohmann::json::parse(store.run(runId)->configJson);
+    checkInputsUnchanged(config.contains("inputs") ? config.at("inputs") : nlohmann::json(), runId, "calibrate");
+    options.workspaceDirectory = workspaceDirectory;
+    return calibrate(store, options, progress, runId, onRunStarted);
 }
 
 } // namespace mismatch::analysis

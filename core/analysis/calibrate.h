@@ -12,6 +12,14 @@
 // of its step mismatch over steps 1..S (the spec's run mismatch, up to that step). Runs whose failure is
 // decided are stored as ordinary training runs (kind "train"), the calibration as a run of kind "calibrate"
 // with its points and brackets (core/store/analysis_store.h).
+//
+// Resume (resumeCalibration, `mismatch calibrate --resume RUN`): the calibration run's config_json holds every
+// option (recipe paths made absolute), digests of its input files (job_resume.h; a changed file is an InputError
+// naming it) and "sweep_runs", the ids of its sweep runs, each linked in the transaction that records it. A
+// resume keeps the finished sweep runs, continues the interrupted one from its newest checkpoint
+// (train::resumeTraining; from step 1 when it has none), runs the rest, and then stores the points and brackets
+// once, in the transaction that marks the run finished. Every draw is a function of the seeds, so a resumed
+// calibration stores what an uninterrupted one would (wall times aside).
 #include "core/common/progress.h"
 #include "core/metrics/bootstrap.h"
 #include "core/store/analysis_store.h"
@@ -19,6 +27,7 @@
 #include "core/train/run_config.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +44,8 @@ struct CalibrationOptions {
     metrics::FailureRuleOptions rule;
     double margin = 0.0; // admission threshold = largest passing * (1 - margin)
     std::string workspaceDirectory; // checkpoints (default: the store's directory)
+    // Called once the calibration's run is recorded, with its id (front-ends print it).
+    std::function<void(std::int64_t runId)> onRunStarted;
 };
 
 struct CalibrationSweepRun {
@@ -62,5 +73,11 @@ std::vector<double> defaultNoiseSigmas();
 // cancellable (the calibration is then stored with nothing; the runs done stay in the store as cancelled or
 // finished training runs).
 CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& options, Progress& progress);
+// The options calibrate run `runId` was started with (its config_json); InputError as resumeCalibration.
+CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::int64_t runId);
+// Continues calibrate run `runId` (see above), checkpoints under `workspaceDirectory` (empty: the store's
+// directory). InputError when the run does not exist, is not a calibration, has finished or an input changed.
+CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, Progress& progress,
+    const std::string& workspaceDirectory = {}, const std::function<void(std::int64_t runId)>& onRunStarted = {});
 
 } // namespace mismatch::analysis

@@ -29,65 +29,11 @@ double secondsSince(std::chrono::steady_clock::time_point start)
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-template <typename T, typename Parse>
-T parseEnum(const nlohmann::json& value, Parse parse, const std::string& source, const std::string& key)
-{
-    if (!value.is_string()) {
-        throw InputError(source, key, "expected a string");
-    }
-    const auto parsed = parse(value.get<std::string>());
-    if (!parsed) {
-        throw InputError(source, key, "unknown value '" + value.get<std::string>() + "'");
-    }
-    return *parsed;
-}
-
 // The options a stored scan was made with (sensitivityConfigJson), so that the builder measures the same way.
 SensitivityOptions scanOptions(const store::SensitivityScanInfo& scan, const std::string& storePath)
 {
     const std::string source = storePath + " (sensitivity scan " + std::to_string(scan.id) + " config_json)";
-    SensitivityOptions options;
-    try {
-        const nlohmann::json j = nlohmann::json::parse(scan.configJson);
-        options.modelDirectory = j.at("model").get<std::string>();
-        options.promptSetPath = j.at("prompts").get<std::string>();
-        options.count = j.at("count").get<std::int64_t>();
-        options.weights.format = parseEnum<quant::WeightFormat>(
-            j.at("weights").at("format"), [](const std::string& s) { return quant::parseWeightFormat(s); }, source,
-            "weights.format");
-        const std::string granularity = j.at("weights").at("granularity").get<std::string>();
-        options.weights.granularity = granularity == "none"
-            ? quant::Granularity::None
-            : parseEnum<quant::Granularity>(
-                j.at("weights").at("granularity"), [](const std::string& s) { return quant::parseGranularity(s); },
-                source, "weights.granularity");
-        options.activations.format = parseEnum<quant::ActivationFormat>(
-            j.at("activations"), [](const std::string& s) { return quant::parseActivationFormat(s); }, source,
-            "activations");
-        options.kvCells = j.at("kv_cells").get<bool>();
-        options.kv.format = parseEnum<quant::KvFormat>(
-            j.at("kv").at("format"), [](const std::string& s) { return quant::parseKvFormat(s); }, source, "kv.format");
-        const std::string scales = j.at("kv").at("scales").get<std::string>();
-        options.kv.scales = scales == "none"
-            ? quant::KvScales::None
-            : parseEnum<quant::KvScales>(
-                j.at("kv").at("scales"), [](const std::string& s) { return quant::parseKvScales(s); }, source,
-                "kv.scales");
-        options.embeddingCells = j.at("embedding_cells").get<bool>();
-        const nlohmann::json& s = j.at("sampling");
-        options.settings.temperature = s.at("temperature").get<double>();
-        options.settings.topP = s.at("top_p").get<double>();
-        options.settings.topK = s.at("top_k").get<std::int64_t>();
-        options.settings.maxNewTokens = s.at("max_tokens").get<std::int64_t>();
-        options.settings.seed = s.at("seed").get<std::uint64_t>();
-        const nlohmann::json& b = j.at("bootstrap");
-        options.settings.bootstrap.resamples = b.at("resamples").get<int>();
-        options.settings.bootstrap.confidence = b.at("confidence").get<double>();
-        options.settings.bootstrap.seed = b.at("seed").get<std::uint64_t>();
-    } catch (const nlohmann::json::exception& error) {
-        throw InputError(source, "", std::string("is not a sensitivity scan's settings: ") + error.what());
-    }
-    return options;
+    return parseSensitivityConfig(scan.configJson, source);
 }
 
 void addRecipeRow(store::RunStore& store, const std::string& name, const std::string& path, const std::string& content,

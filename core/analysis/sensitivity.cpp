@@ -1,5 +1,6 @@
 #include "core/analysis/sensitivity.h"
 
+#include "core/analysis/job_resume.h"
 #include "core/common/error.h"
 #include "core/quant/formats.h"
 
@@ -7,6 +8,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
 
 namespace mismatch::analysis {
 
@@ -85,12 +89,85 @@ std::string sensitivityConfigJson(const SensitivityOptions& options)
         {"sampling",
             {{"temperature", s.temperature}, {"top_p", s.topP}, {"top_k", s.topK}, {"max_tokens", s.maxNewTokens},
                 {"seed", s.seed}}},
+        {"engine", {{"batch", s.batchSize}, {"kv_cache_bytes", s.kvCacheBytes}}},
         {"bootstrap",
             {{"resamples", s.bootstrap.resamples}, {"confidence", s.bootstrap.confidence}, {"seed", s.bootstrap.seed}}}}
         .dump();
 }
 
-SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOptions& options, Progress& progress)
+namespace {
+
+template <typename T, typename Parse>
+T parseEnum(const nlohmann::json& value, Parse parse, const std::string& source, const std::string& key)
+{
+    if (!value.is_string()) {
+        throw InputError(source, key, "expected a string");
+    }
+    const auto parsed = parse(value.get<std::string>());
+    if (!parsed) {
+        throw InputError(source, key, "unknown value '" + value.get<std::string>() + "'");
+    }
+    return *parsed;
+}
+
+} // namespace
+
+SensitivityOptions parseSensitivityConfig(const std::string& configJson, const std::string& source)
+{
+    SensitivityOptions options;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(configJson);
+        options.modelDirectory = j.at("model").get<std::string>();
+        options.promptSetPath = j.at("prompts").get<std::string>();
+        options.count = j.at("count").get<std::int64_t>();
+        options.weights.format = parseEnum<quant::WeightFormat>(
+            j.at("weights").at("format"), [](const std::string& s) { return quant::parseWeightFormat(s); }, source,
+            "weights.format");
+        const std::string granularity = j.at("weights").at("granularity").get<std::string>();
+        options.weights.granularity = granularity == "none"
+            ? quant::Granularity::None
+            : parseEnum<quant::Granularity>(
+                j.at("weights").at("granularity"), [](const std::string& s) { return quant::parseGranularity(s); },
+                source, "weights.granularity");
+        options.activations.format = parseEnum<quant::ActivationFormat>(
+            j.at("activations"), [](const std::string& s) { return quant::parseActivationFormat(s); }, source,
+            "activations");
+        options.kvCells = j.at("kv_cells").get<bool>();
+        options.kv.format = parseEnum<quant::KvFormat>(
+            j.at("kv").at("format"), [](const std::string& s) { return quant::parseKvFormat(s); }, source, "kv.format");
+        const std::string scales = j.at("kv").at("scales").get<std::string>();
+        options.kv.scales = scales == "none"
+            ? quant::KvScales::None
+            : parseEnum<quant::KvScales>(
+                j.at("kv").at("scales"), [](const std::string& s) { return quant::parseKvScales(s); }, source,
+                "kv.scales");
+        options.embeddingCells = j.at("embedding_cells").get<bool>();
+        const nlohmann::json& s = j.at("sampling");
+        options.settings.temperature = s.at("temperature").get<double>();
+        options.settings.topP = s.at("top_p").get<double>();
+        options.settings.topK = s.at("top_k").get<std::int64_t>();
+        options.settings.maxNewTokens = s.at("max_tokens").get<std::int64_t>();
+        options.settings.seed = s.at("seed").get<std::uint64_t>();
+        if (j.contains("engine")) { // scans stored before the engine settings were recorded used the defaults
+            options.settings.batchSize = j.at("engine").at("batch").get<std::int64_t>();
+            options.settings.kvCacheBytes = j.at("engine").at("kv_cache_bytes").get<std::uint64_t>();
+        }
+        const nlohmann::json& b = j.at("bootstrap");
+        options.settings.bootstrap.resamples = b.at("resamples").get<int>();
+        options.settings.bootstrap.confidence = b.at("confidence").get<double>();
+        options.settings.bootstrap.seed = b.at("seed").get<std::uint64_t>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(source, "", std::string("is not a sensitivity scan's settings: ") + error.what());
+    }
+    return options;
+}
+
+namespace {
+
+// A fresh scan (resumeRunId empty) or the continuation of a stored one (its config_json text kept as stored).
+SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& options, Progress& progress,
+    std::optional<std::int64_t> resumeRunId, const std::string& storedConfigJson,
+    const std::function<void(std::int64_t)>& onRunStarted)
 {
     const auto started = std::chrono::steady_clock::now();
     progress.update(0.0, "loading model and prompts");
@@ -109,8 +186,21 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
     SensitivityResult result;
     result.format = scanFormat(options.weights, options.activations);
     result.layers = model.config.numLayers;
-    const std::string configJson = sensitivityConfigJson(options);
-    result.runId = store.beginRun({"sensitivity " + result.format, "sensitivity", configJson, std::nullopt});
+    std::string configJson = storedConfigJson;
+    if (resumeRunId) {
+        result.runId = *resumeRunId;
+        store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
+    } else {
+        nlohmann::json config = nlohmann::json::parse(sensitivityConfigJson(options));
+        std::vector<std::string> inputs = modelFiles(options.modelDirectory);
+        inputs.push_back(options.promptSetPath);
+        config["inputs"] = fileDigests(inputs);
+        configJson = config.dump();
+        result.runId = store.beginRun({"sensitivity " + result.format, "sensitivity", configJson, std::nullopt});
+    }
+    if (onRunStarted) {
+        onRunStarted(result.runId);
+    }
     store::recordRunOutcome(store, result.runId, [&] {
         const double parts = static_cast<double>(cells.size() + 1);
         engine::MismatchMeasurement unit;
@@ -122,16 +212,51 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
         result.bf16Unit = unit.kl;
         result.bf16UnitInterval = klInterval(unit, options.settings.bootstrap);
         result.unitTokens = unit.tokens;
-        store::SensitivityScanInfo scan;
-        scan.runId = result.runId;
-        scan.format = result.format;
-        scan.bf16Unit = unit.kl;
-        scan.configJson = configJson;
-        result.scanId = store::addSensitivityScan(store, scan);
+        // A resumed scan: its scan row (when the unit was stored before the interruption) and its whole cells.
+        std::map<std::pair<std::int64_t, std::string>, store::SensitivityCell> storedCells;
+        std::optional<std::int64_t> storedScan;
+        if (resumeRunId) {
+            for (const auto& info : store::sensitivityScans(store)) {
+                if (info.runId == result.runId) {
+                    if (storedScan) {
+                        throw StoreError(store.path(),
+                            "run " + std::to_string(result.runId) + " has more than one sensitivity scan");
+                    }
+                    storedScan = info.id;
+                    if (info.bf16Unit != unit.kl) {
+                        throw Error("sensitivity run " + std::to_string(result.runId)
+                            + ": the BF16 unit measured again differs from the stored one ("
+                            + std::to_string(unit.kl) + " vs " + std::to_string(info.bf16Unit.value_or(0.0))
+                            + " nats/token); the measurement is not reproducible here, so the scan cannot be resumed");
+                    }
+                }
+            }
+            if (storedScan) {
+                const auto stored = store::sensitivityScan(store, *storedScan);
+                for (const auto& cell : stored->cells) {
+                    storedCells.emplace(std::make_pair(cell.layer, cell.moduleGroup), cell);
+                }
+            }
+        }
+        if (storedScan) {
+            result.scanId = *storedScan;
+        } else {
+            store::SensitivityScanInfo scan;
+            scan.runId = result.runId;
+            scan.format = result.format;
+            scan.bf16Unit = unit.kl;
+            scan.configJson = configJson;
+            result.scanId = store::addSensitivityScan(store, scan);
+        }
 
         for (std::size_t c = 0; c < cells.size(); ++c) {
             progress.checkCancelled();
             const SensitivityCellSpec& spec = cells[c];
+            const auto done = storedCells.find({spec.layer, spec.group});
+            if (done != storedCells.end()) {
+                result.cells.push_back(done->second);
+                continue;
+            }
             const auto cellStarted = std::chrono::steady_clock::now();
             EngineConfiguration configuration;
             configuration.recipe = cellRecipe(spec, options.weights, options.activations, options.kv);
@@ -161,11 +286,29 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
             store::addSensitivityCell(store, result.scanId, cell);
             result.cells.push_back(cell);
         }
+        store.finishRun(result.runId, store::RunStatus::Finished);
     });
-    store.finishRun(result.runId, store::RunStatus::Finished);
     progress.update(1.0, "done");
     result.seconds = secondsSince(started);
     return result;
+}
+
+} // namespace
+
+SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOptions& options, Progress& progress)
+{
+    return measureScan(store, options, progress, std::nullopt, "", options.onRunStarted);
+}
+
+SensitivityResult resumeSensitivity(store::RunStore& store, std::int64_t runId, Progress& progress,
+    const std::function<void(std::int64_t runId)>& onRunStarted)
+{
+    const ResumableRun run = resumableRun(store, runId, "sensitivity");
+    const SensitivityOptions options = parseSensitivityConfig(
+        run.info.configJson, store.path() + " (sensitivity run " + std::to_string(runId) + " config_json)");
+    checkInputsUnchanged(run.config.contains("inputs") ? run.config.at("inputs") : nlohmann::json(), runId,
+        "sensitivity");
+    return measureScan(store, options, progress, runId, run.info.configJson, onRunStarted);
 }
 
 } // namespace mismatch::analysis

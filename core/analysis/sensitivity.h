@@ -18,12 +18,20 @@
 // Store: a run of kind "sensitivity" (config_json = the options), a sensitivity_scans row linked to it, then each
 // cell in its own transaction as soon as it is measured (a GUI can watch the heatmap fill). A cancelled or failed
 // scan leaves only whole cells and its run marked cancelled / failed.
+//
+// Resume (resumeSensitivity, `mismatch sensitivity --resume RUN`): a scan killed, cancelled or failed continues
+// with the options stored in its run's config_json (which also holds digests of the model's files and the prompt
+// set, checked first: a changed input is an InputError naming the file). The BF16 unit is measured again (every
+// draw is a function of the seeds, so it must equal the stored unit exactly; the cells' paired intervals need its
+// per-prompt values), the cells already stored are kept and only the others are measured, so the scan ends with
+// every cell once and the same numbers as an uninterrupted scan (the cells' `seconds` are wall-clock).
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
 #include "core/store/analysis_store.h"
 #include "core/store/run_store.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +47,8 @@ struct SensitivityOptions {
     bool kvCells = true; // also the KV-cache-only cell of every layer
     quant::KvPrecision kv {quant::KvFormat::Fp8E4m3, quant::KvScales::PerTensor, quant::KvCalibration::Probe};
     bool embeddingCells = true; // embed_tokens / lm_head cells
+    // Called once the scan's run is recorded (or reopened by a resume), with its id (front-ends print it).
+    std::function<void(std::int64_t runId)> onRunStarted;
 };
 
 // One cell of the scan: what it quantizes.
@@ -72,7 +82,15 @@ struct SensitivityResult {
 // after marking the run cancelled.
 SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOptions& options, Progress& progress);
 
-// The options as stored in the scan's config_json (and read back by the recipe builder).
+// Continues sensitivity run `runId` (see above). InputError when the run does not exist, is not a sensitivity
+// scan, has finished or an input changed; Error when the re-measured BF16 unit differs from the stored one.
+SensitivityResult resumeSensitivity(store::RunStore& store, std::int64_t runId, Progress& progress,
+    const std::function<void(std::int64_t runId)>& onRunStarted = {});
+
+// The options as stored in the scan's config_json (read back by the recipe builder and by a resume); the job adds
+// "inputs", the digests of the model's files and the prompt set (job_resume.h).
 std::string sensitivityConfigJson(const SensitivityOptions& options);
+// The options of a stored config_json; InputError naming `source` when a key is missing or malformed.
+SensitivityOptions parseSensitivityConfig(const std::string& configJson, const std::string& source);
 
 } // namespace mismatch::analysis

@@ -19,6 +19,7 @@
 #include "core/quant/recipe_plan.h"
 #include "core/train/adamw.h"
 #include "core/train/objectives.h"
+#include "core/store/sqlite_util.h"
 #include "core/train/quality.h"
 
 #include <ATen/ATen.h>
@@ -905,6 +906,31 @@ std::optional<fs::path> newestCheckpoint(const std::string& directory)
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId)
 {
     return (fs::path(workspaceDirectory) / "checkpoints" / ("run-" + std::to_string(runId))).string();
+}
+
+std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,
+    const std::function<void(std::int64_t runId)>& alsoInTransaction)
+{
+    // What runTraining records, from the files alone (no weights are loaded).
+    const model::ModelFiles files = model::openModelDirectory(config.student);
+    store::ModelRecord model;
+    model.name = fs::path(config.student).filename().string();
+    model.path = fs::absolute(config.student).string();
+    model.architecture = model::toString(files.config.architecture);
+    model.parameterCount = model::checkpointStats(files.checkpoint).parameterCount;
+    model.configJson = nlohmann::json::parse(model::configToJson(files.config)).dump();
+    store::RunSpec spec;
+    spec.name = config.name;
+    spec.kind = "train";
+    spec.configJson = runConfigToJson(config);
+    spec.modelId = store.addModel(model);
+    store::Transaction transaction(store.handle());
+    const std::int64_t runId = store.beginRun(spec);
+    if (alsoInTransaction) {
+        alsoInTransaction(runId);
+    }
+    transaction.commit();
+    return runId;
 }
 
 TrainResult runTraining(const RunConfig& config, store::RunStore& store, Progress& progress, const TrainOptions& options)

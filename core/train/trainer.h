@@ -84,6 +84,13 @@ TrainResult runTraining(const RunConfig& config, store::RunStore& store, Progres
 TrainResult resumeTraining(std::int64_t runId, store::RunStore& store, Progress& progress,
     const TrainOptions& options = {});
 
+// Records a training run of `config` (its model and a run of kind "train", status running) without training it;
+// resumeTraining(id) then trains it from step 1, exactly as runTraining would. `alsoInTransaction`, when given,
+// runs with the new id inside the transaction that records the run (a calibration links its sweep runs so, and a
+// kill can never leave a sweep run it does not know of).
+std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,
+    const std::function<void(std::int64_t runId)>& alsoInTransaction = {});
+
 // Where run `runId`'s checkpoints live.
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId);
 

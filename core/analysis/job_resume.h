@@ -1,0 +1,41 @@
+#pragma once
+// What the resumable analysis jobs (sensitivity, admission check, calibration) share to continue a run that was
+// killed, cancelled or failed: the run checked (it exists, is of the job's kind and has not finished), and the
+// job's input files checked against the digests stored in the run's config_json when it started, so that a resume
+// never mixes results of two different inputs.
+//
+// Digests: FNV-1a (64 bit) of a file's bytes, for files up to 64 MiB; a larger file (a model's weights) is
+// digested from its size, its first and last MiB and 64 KiB blocks at 16 evenly spaced offsets ("sampled:"
+// prefix), which catches a replaced or re-exported checkpoint without reading gigabytes at every start.
+#include "core/store/run_store.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mismatch::analysis {
+
+// Hex digest of a file (see above); InputError naming the file when it cannot be read.
+std::string fileDigest(const std::string& path);
+
+// {absolute path: digest} of each file.
+nlohmann::json fileDigests(const std::vector<std::string>& paths);
+// The files of a model directory whose content decides its results: config.json, tokenizer.json (when present),
+// the safetensors files and their index.
+std::vector<std::string> modelFiles(const std::string& directory);
+
+// InputError naming the first file of `stored` ({path: digest}) that no longer exists or whose content differs
+// from what run `runId` started with.
+void checkInputsUnchanged(const nlohmann::json& stored, std::int64_t runId, const std::string& job);
+
+// The run `runId` a `--resume` continues: InputError (file: the database, location: "run N") when there is no such
+// run, it is not of `kind` or it has finished. Returns the run and its parsed config_json.
+struct ResumableRun {
+    store::RunInfo info;
+    nlohmann::json config;
+};
+ResumableRun resumableRun(const store::RunStore& store, std::int64_t runId, const std::string& kind);
+
+} // namespace mismatch::analysis
