@@ -43,6 +43,8 @@ struct Job {
     QStringList fresh; // arguments of a fresh start
     std::string units; // SQL: how many result rows are stored (progress between kills)
     int maxDelayMs = 200;
+    std::string keyTable; // the job's results: must hold at least `keyRows` rows (the comparison is not vacuous)
+    std::size_t keyRows = 1;
 };
 
 std::int64_t storedUnits(const std::string& database, const std::string& sql)
@@ -194,6 +196,7 @@ void TestFaultInjection::killAndCompare(const Job& job)
     QCOMPARE(QString::fromStdString(integrity(referenceDatabase)), QString("ok"));
     const auto expected = results(referenceDatabase);
     const auto actual = results(database);
+    QVERIFY2(expected.at(job.keyTable).size() >= job.keyRows, (job.keyTable + " has too few rows").c_str());
     for (const auto& [table, rows] : expected) {
         const Rows& got = actual.at(table);
         if (got != rows) {
@@ -221,24 +224,27 @@ void TestFaultInjection::killAndCompare(const Job& job)
 void TestFaultInjection::trainingSurvivesKills()
 {
     killAndCompare({"training", "train", "train", inputs_.training(),
-        "SELECT (SELECT count(*) FROM step_metrics) + (SELECT count(*) FROM evaluations)", 150});
+        "SELECT (SELECT count(*) FROM step_metrics) + (SELECT count(*) FROM evaluations)", 150, "step_metrics", 16});
 }
 
 void TestFaultInjection::calibrationSurvivesKills()
 {
     killAndCompare({"calibration", "calibrate", "calibrate", inputs_.calibration(),
-        "SELECT (SELECT count(*) FROM step_metrics) + (SELECT count(*) FROM evaluations)", 150});
+        "SELECT (SELECT count(*) FROM step_metrics) + (SELECT count(*) FROM evaluations)", 150, "calibration_points",
+        4}); // 2 sweep runs (baseline, noise 0.5) x steps 2 and 6
 }
 
 void TestFaultInjection::admissionSurvivesKills()
 {
-    killAndCompare({"admission", "admit", "admit", inputs_.admission(), "SELECT count(*) FROM admission_decisions", 150});
+    killAndCompare({"admission", "admit", "admit", inputs_.admission(), "SELECT count(*) FROM admission_decisions", 150,
+        "admission_decisions", 9}); // 3 checkpoints x 3 candidates
 }
 
 void TestFaultInjection::sensitivityScanSurvivesKills()
 {
     killAndCompare({"sensitivity", "sensitivity", "sensitivity", inputs_.sensitivity(),
-        "SELECT (SELECT count(*) FROM sensitivity_scans) + (SELECT count(*) FROM sensitivity_cells)", 100});
+        "SELECT (SELECT count(*) FROM sensitivity_scans) + (SELECT count(*) FROM sensitivity_cells)", 100,
+        "sensitivity_cells", 16}); // 2 layers x (7 projections + kv), plus the embedding cell(s)
 }
 
 void TestFaultInjection::cleanupTestCase()
