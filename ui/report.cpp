@@ -325,6 +325,8 @@ private:
         for (const auto& run : runs) {
             if (run.kind == "compare_objectives") {
                 writeCompareObjectives(run);
+            } else if (run.kind == "time_to_quality") {
+                writeTimeToQuality(run);
             }
         }
     }
@@ -382,6 +384,10 @@ private:
         }
         if (run.kind == "compare_objectives") {
             writeCompareObjectives(run);
+            wrote = true;
+        }
+        if (run.kind == "time_to_quality") {
+            writeTimeToQuality(run);
             wrote = true;
         }
         if (run.stepCount > 0 || !store::evaluations(store_, run.id).empty()) {
@@ -709,6 +715,55 @@ private:
             compare.replot();
             addPlot(compare.plot(), "compare-objectives-" + id, "Per-step mismatch of every run of the comparison "
                                                                "(log axis).");
+        }
+    }
+
+    void writeTimeToQuality(const store::RunInfo& run)
+    {
+        const std::string id = std::to_string(run.id);
+        beginSection("Time to quality (run #" + id + ")");
+        const auto config = nlohmann::json::parse(run.configJson, nullptr, false);
+        if (!config.is_object() || !config.contains("result") || !config.at("result").is_object()) {
+            paragraph("The comparison stored no result (status " + store::toString(run.status) + ").");
+            return;
+        }
+        const auto& result = config.at("result");
+        const auto value = [](const nlohmann::json& object, const char* key) {
+            return object.contains(key) && object.at(key).is_number() ? std::optional<double>(object.at(key).get<double>())
+                                                                       : std::nullopt;
+        };
+        paragraph("Target: quality Q &le; " + number(value(result, "target_quality"))
+            + " nats/token, the synchronous BF16 run's quality at step "
+            + number(value(result, "target_step")) + ". Speedup (BF16 run's time / candidate's time): "
+            + (value(result, "speedup") ? number(*value(result, "speedup"), 3) + "x" : std::string("none (a run did not reach the target after training)"))
+            + ".");
+        Table table {{"Run", "Configuration", "Reached at step", "Wall time to target (s)", "Best Q", "Total (s)"}, {},
+            {}};
+        std::vector<std::pair<std::int64_t, QString>> curves;
+        for (const char* which : {"baseline", "candidate"}) {
+            if (!result.contains(which) || !result.at(which).is_object()) {
+                continue;
+            }
+            const auto& r = result.at(which);
+            const std::int64_t runId = r.value("run_id", std::int64_t {0});
+            const std::string label = r.value("label", std::string(which));
+            table.rows.push_back({"#" + std::to_string(runId), label,
+                r.value("reached", false) ? number(value(r, "step")) : "not reached", number(value(r, "seconds"), 3),
+                number(value(r, "best_quality")), number(value(r, "total_seconds"), 3)});
+            if (store_.run(runId)) {
+                curves.emplace_back(runId, QString::fromStdString(label));
+            }
+        }
+        addTable(table, "time-to-quality-" + id);
+        if (!curves.empty()) {
+            ComparePlot compare;
+            compare.setStore(&store_);
+            compare.setRuns(curves);
+            compare.setMeasure(ComparePlot::Quality);
+            compare.tail();
+            compare.replot();
+            addPlot(compare.plot(), "time-to-quality-" + id, "Quality Q (nats/token, lower is better) of both runs at "
+                                                            "their evaluation points, by step.");
         }
     }
 

@@ -6,12 +6,13 @@
 // DIR/tables/.
 //
 // STUDY names what to report:
-//   workspace (or all)   every calibration, admission run, sensitivity scan, prefix-shift analysis and
-//                        objective comparison of the workspace, and a table of all runs
+//   workspace (or all)   every calibration, admission run, sensitivity scan, prefix-shift analysis, objective
+//                        comparison and time-to-quality comparison of the workspace, and a table of all runs
 //   a run id or name     that run, by its kind: calibrate (budget per step, points, sweep curves), admit
 //                        (decisions against the threshold), sensitivity (heatmap, most sensitive cells),
 //                        prefix_shift (the split, divergences, mismatch by position, corrections),
-//                        compare_objectives (where each objective breaks), demo (its calibration and screening),
+//                        compare_objectives (where each objective breaks), time_to_quality (both runs' time to
+//                        the target and the speedup), demo (its calibration and screening),
 //                        train and any other run with steps (per-step mismatch and quality)
 // Every file is written under a temporary name and renamed, so an interrupted report never leaves a half-written
 // file; files of an earlier report in DIR are replaced.

@@ -1,5 +1,6 @@
 // mismatch time-to-quality [RUN_FILE] --recipe R --staleness K: synchronous BF16 against a candidate rollout
 // configuration, both trained in one invocation (core/analysis/time_to_quality.h).
+#include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/time_to_quality.h"
@@ -13,16 +14,6 @@ namespace fs = std::filesystem;
 namespace mismatch::cli {
 
 namespace {
-
-nlohmann::json runJson(const analysis::TimeToQualityRun& run)
-{
-    return {{"label", run.label}, {"run_id", run.runId}, {"reached", run.reached.reached},
-        {"step", run.reached.reached ? nlohmann::json(run.reached.step) : nlohmann::json(nullptr)},
-        {"seconds", run.reached.reached ? nlohmann::json(run.reached.wallSeconds) : nlohmann::json(nullptr)},
-        {"quality", run.reached.reached ? nlohmann::json(run.reached.quality) : nlohmann::json(nullptr)},
-        {"best_quality", run.reached.bestQuality ? nlohmann::json(*run.reached.bestQuality) : nlohmann::json(nullptr)},
-        {"total_seconds", run.totalSeconds}};
-}
 
 void registerTimeToQuality(CLI::App& app, Context& context)
 {
@@ -57,12 +48,11 @@ void registerTimeToQuality(CLI::App& app, Context& context)
         options.workspaceDirectory = context.workspaceDirectory();
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
+        CancelOnInterrupt interrupt(bar.progress());
         const analysis::TimeToQualityResult r = analysis::runTimeToQuality(store, options, bar.progress());
         bar.finish();
         if (context.json) {
-            context.printJson({{"target_quality", r.targetQuality}, {"target_step", r.targetStep},
-                {"baseline", runJson(r.baseline)}, {"candidate", runJson(r.candidate)},
-                {"speedup", r.speedup ? nlohmann::json(*r.speedup) : nlohmann::json(nullptr)}});
+            context.printJson(analysis::timeToQualityJson(r));
             return;
         }
         std::vector<std::vector<std::string>> rows;

@@ -2,7 +2,6 @@
 
 #include "core/common/error.h"
 #include "core/store/evaluation_store.h"
-#include "core/store/sqlite_util.h"
 #include "core/train/trainer.h"
 
 #include <nlohmann/json.hpp>
@@ -232,10 +231,7 @@ CompareObjectivesResult runCompareObjectives(
                 {"reward", optional(row.reward)}, {"verdict", toString(row.verdict)}});
         }
         config["rows"] = rows;
-        store::Statement update(store.handle(), "UPDATE runs SET config_json = ? WHERE id = ?");
-        update.bind(1, config.dump());
-        update.bind(2, result.runId);
-        update.run();
+        store.setRunConfig(result.runId, config.dump());
         store.finishRun(result.runId, store::RunStatus::Finished);
     });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

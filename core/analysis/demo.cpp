@@ -1,7 +1,6 @@
 #include "core/analysis/demo.h"
 
 #include "core/store/analysis_store.h"
-#include "core/store/sqlite_util.h"
 
 #include "core/common/error.h"
 #include "core/io/prompt_set.h"
@@ -178,12 +177,10 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
             inner = &screening;
             report.admission = runAdmission(store, admission, screening);
             // What the demo screened, for `mismatch report` on the demo run.
-            store::Statement update(store.handle(), "UPDATE runs SET config_json = ? WHERE id = ?");
-            update.bind(1, nlohmann::json{{"resources", fs::absolute(resources).string()},
-                               {"calibration_id", *report.calibrationId}, {"admission_run_id", report.admission->runId}}
-                               .dump());
-            update.bind(2, report.runId);
-            update.run();
+            store.setRunConfig(report.runId,
+                nlohmann::json {{"resources", fs::absolute(resources).string()},
+                    {"calibration_id", *report.calibrationId}, {"admission_run_id", report.admission->runId}}
+                    .dump());
         }
     });
     store.finishRun(report.runId, store::RunStatus::Finished);

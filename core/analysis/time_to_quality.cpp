@@ -44,36 +44,66 @@ TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQuality
 
     TimeToQualityResult result;
     result.targetStep = targetStep;
-    train::TrainOptions trainOptions;
-    trainOptions.workspaceDirectory = options.workspaceDirectory;
-    const auto train = [&](const train::RunConfig& config, double offset, const std::string& label) {
-        Progress* inner = nullptr;
-        Progress runProgress([&progress, &inner, offset, label](double fraction, const std::string& stage) {
-            progress.update(offset + 0.5 * fraction, label + ": " + stage);
-            if (progress.cancelled() && inner) {
-                inner->cancel();
-            }
-        });
-        inner = &runProgress;
-        progress.checkCancelled();
-        return train::runTraining(config, store, runProgress, trainOptions);
-    };
-    const train::TrainResult first = train(baseline, 0.0, "sync BF16");
-    const auto target = store::evaluationAt(store, first.runId, targetStep);
-    if (!target) {
-        throw StoreError(store.path(), "the baseline run has no evaluation at step " + std::to_string(targetStep));
-    }
-    result.targetQuality = target->summary.quality;
-    const train::TrainResult second = train(candidate, 0.5, "candidate");
-    result.baseline = {"sync BF16", first.runId, train::timeToQuality(store, first.runId, result.targetQuality), first.wallSeconds};
-    result.candidate = {candidate.name.substr(base.name.size() + 5), second.runId,
-        train::timeToQuality(store, second.runId, result.targetQuality), second.wallSeconds};
-    if (result.baseline.reached.reached && result.candidate.reached.reached && result.candidate.reached.step > 0
-        && result.candidate.reached.wallSeconds > 0.0) {
-        result.speedup = result.baseline.reached.wallSeconds / result.candidate.reached.wallSeconds;
-    }
-    progress.update(1.0, "time to quality");
-    return result;
+    nlohmann::json record = {{"run_file", base.sourceFile}, {"base", base.name},
+        {"recipe", candidate.rollout.recipe}, {"staleness", options.staleness},
+        {"asynchronous", options.asynchronous}, {"target_step", targetStep}};
+    result.runId = store.beginRun({"time-to-quality " + base.name, "time_to_quality", record.dump(), std::nullopt});
+    return store::recordRunOutcome(store, result.runId, [&] {
+        train::TrainOptions trainOptions;
+        trainOptions.workspaceDirectory = options.workspaceDirectory;
+        const auto train = [&](const train::RunConfig& config, double offset, const std::string& label) {
+            Progress* inner = nullptr;
+            Progress runProgress([&progress, &inner, offset, label](double fraction, const std::string& stage) {
+                progress.update(offset + 0.5 * fraction, label + ": " + stage);
+                if (progress.cancelled() && inner) {
+                    inner->cancel();
+                }
+            });
+            inner = &runProgress;
+            progress.checkCancelled();
+            return train::runTraining(config, store, runProgress, trainOptions);
+        };
+        const train::TrainResult first = train(baseline, 0.0, "sync BF16");
+        const auto target = store::evaluationAt(store, first.runId, targetStep);
+        if (!target) {
+            throw StoreError(store.path(), "the baseline run has no evaluation at step " + std::to_string(targetStep));
+        }
+        result.targetQuality = target->summary.quality;
+        const train::TrainResult second = train(candidate, 0.5, "candidate");
+        result.baseline = {"sync BF16", first.runId, train::timeToQuality(store, first.runId, result.targetQuality), first.wallSeconds};
+        result.candidate = {candidate.name.substr(base.name.size() + 5), second.runId,
+            train::timeToQuality(store, second.runId, result.targetQuality), second.wallSeconds};
+        if (result.baseline.reached.reached && result.candidate.reached.reached && result.candidate.reached.step > 0
+            && result.candidate.reached.wallSeconds > 0.0) {
+            result.speedup = result.baseline.reached.wallSeconds / result.candidate.reached.wallSeconds;
+        }
+        record["result"] = timeToQualityJson(result);
+        store.setRunConfig(result.runId, record.dump());
+        store.finishRun(result.runId, store::RunStatus::Finished);
+        progress.update(1.0, "time to quality");
+        return result;
+    });
+}
+
+namespace {
+
+nlohmann::json runJson(const TimeToQualityRun& run)
+{
+    const auto reached = [&run](auto value) { return run.reached.reached ? nlohmann::json(value) : nlohmann::json(nullptr); };
+    return {{"label", run.label}, {"run_id", run.runId}, {"reached", run.reached.reached},
+        {"step", reached(run.reached.step)}, {"seconds", reached(run.reached.wallSeconds)},
+        {"quality", reached(run.reached.quality)},
+        {"best_quality", run.reached.bestQuality ? nlohmann::json(*run.reached.bestQuality) : nlohmann::json(nullptr)},
+        {"total_seconds", run.totalSeconds}};
+}
+
+} // namespace
+
+nlohmann::json timeToQualityJson(const TimeToQualityResult& result)
+{
+    return {{"run_id", result.runId}, {"target_quality", result.targetQuality}, {"target_step", result.targetStep},
+        {"baseline", runJson(result.baseline)}, {"candidate", runJson(result.candidate)},
+        {"speedup", result.speedup ? nlohmann::json(*result.speedup) : nlohmann::json(nullptr)}};
 }
 
 } // namespace mismatch::analysis

@@ -10,6 +10,8 @@
 #include "core/train/quality.h"
 #include "core/train/run_config.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +35,7 @@ struct TimeToQualityRun {
 };
 
 struct TimeToQualityResult {
+    std::int64_t runId = 0; // the analysis' own run (kind "time_to_quality"; its config_json holds the result)
     double targetQuality = 0.0;
     std::int64_t targetStep = 0;
     TimeToQualityRun baseline;
@@ -42,6 +45,11 @@ struct TimeToQualityResult {
 };
 
 // InputError for a target step the base does not evaluate or a base without evaluations. Progress over both runs.
+// Stored as a run of kind "time_to_quality" (the two training runs are ordinary runs); cancelled or failed, that
+// run is marked so and its training runs keep their whole steps.
 TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQualityOptions& options, Progress& progress);
+
+// The result as `mismatch time-to-quality --json` prints it and the analysis run stores it ("result").
+nlohmann::json timeToQualityJson(const TimeToQualityResult& result);
 
 } // namespace mismatch::analysis

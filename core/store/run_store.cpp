@@ -374,6 +374,17 @@ void RunStore::finishRun(std::int64_t runId, RunStatus status, const std::string
     transaction.commit();
 }
 
+void RunStore::setRunConfig(std::int64_t runId, const std::string& configJson)
+{
+    Statement update(db_, "UPDATE runs SET config_json = ? WHERE id = ?");
+    update.bind(1, configJson);
+    update.bind(2, runId);
+    update.run();
+    if (sqlite3_changes(db_) != 1) {
+        throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+    }
+}
+
 void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const std::string& error) noexcept
 {
     try {

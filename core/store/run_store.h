@@ -122,6 +122,9 @@ public:
     // stored for the run is an error (nothing is written).
     void appendSteps(std::int64_t runId, const std::vector<StepMetrics>& steps);
     void finishRun(std::int64_t runId, RunStatus status, const std::string& error = {});
+    // Replaces a run's config_json (a job that records its results or resolved inputs there). StoreError for an
+    // unknown run.
+    void setRunConfig(std::int64_t runId, const std::string& configJson);
     // Resuming a run: in one transaction, deletes its steps and evaluations after `keepThroughStep` (they
     // will be computed again) and marks it running (no finish time, no error). Returns the number of step
     // rows deleted. StoreError for an unknown run.

@@ -171,6 +171,8 @@ private slots:
     void cancelledCalibrationStoresNoCalibration();
     void timeToQualityJobTrainsBothRuns();
     void compareObjectivesAppliesEachRule();
+    void cancelledTimeToQualityKeepsWholeRuns();
+    void cancelledCompareObjectivesStoresNoVerdicts();
 
 private:
     TinyPair pair_;
@@ -836,6 +838,92 @@ void TestTrainer::compareObjectivesAppliesEachRule()
     QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
     const auto stored = nlohmann::json::parse(store.run(result.runId)->configJson);
     QCOMPARE(stored.at("rows").size(), std::size_t(6));
+}
+
+namespace {
+
+// Cancels `progress` from its own listener once a stage containing `marker` is reported.
+struct CancelAt {
+    explicit CancelAt(std::string marker)
+        : progress([this](double, const std::string& stage) {
+            if (stage.find(this->marker) != std::string::npos) {
+                progress.cancel();
+            }
+        })
+        , marker(std::move(marker))
+    {
+    }
+    Progress progress;
+    std::string marker;
+};
+
+// Every step of `runId` stored once and numbered 1..n.
+void verifyWholeSteps(const store::RunStore& store, std::int64_t runId)
+{
+    QCOMPARE(store::queryInt64(store.handle(),
+                 ("SELECT coalesce(max(step), 0) - count(DISTINCT step) FROM step_metrics WHERE run_id = "
+                     + std::to_string(runId))
+                     .c_str()),
+        std::int64_t(0));
+    store::Statement integrity(store.handle(), "PRAGMA integrity_check");
+    QVERIFY(integrity.step());
+    QCOMPARE(QString::fromStdString(integrity.text(0)), QString("ok"));
+}
+
+} // namespace
+
+void TestTrainer::cancelledTimeToQualityKeepsWholeRuns()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::TimeToQualityOptions options;
+    options.base = train::loadRunConfig(writeRunFile(ws, "ttq", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(2))));
+    options.staleness = 1;
+    CancelAt cancel("candidate: step 2/");
+    QVERIFY_EXCEPTION_THROWN(analysis::runTimeToQuality(store, options, cancel.progress), CancelledError);
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), std::size_t(3)); // the analysis, the BF16 run, the candidate
+    QCOMPARE(QString::fromStdString(runs[0].kind), QString("time_to_quality"));
+    QVERIFY(runs[0].status == store::RunStatus::Cancelled);
+    QVERIFY(!nlohmann::json::parse(runs[0].configJson).contains("result")); // no speedup from half a comparison
+    QVERIFY(runs[1].status == store::RunStatus::Finished && runs[1].stepCount == 4);
+    QVERIFY(runs[2].status == store::RunStatus::Cancelled);
+    QVERIFY(runs[2].stepCount >= 2 && runs[2].stepCount < 4);
+    verifyWholeSteps(store, runs[2].id);
+
+    // Uncancelled, the analysis run holds the result the function returns.
+    Progress progress;
+    const analysis::TimeToQualityResult result = analysis::runTimeToQuality(store, options, progress);
+    const auto stored = nlohmann::json::parse(store.run(result.runId)->configJson);
+    QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
+    QCOMPARE(stored.at("result"), analysis::timeToQualityJson(result));
+    QCOMPARE(stored.at("result").at("baseline").at("run_id").get<std::int64_t>(), result.baseline.runId);
+}
+
+void TestTrainer::cancelledCompareObjectivesStoresNoVerdicts()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CompareObjectivesOptions options;
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
+    options.noiseSigmas = {0.5};
+    options.rule.bootstrap.resamples = 2000;
+    // OPD's two runs finish; REINFORCE's BF16 run is cancelled after its second step.
+    CancelAt cancel("reinforce, bf16: step 2/");
+    QVERIFY_EXCEPTION_THROWN(analysis::runCompareObjectives(store, options, cancel.progress), CancelledError);
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), std::size_t(4));
+    QCOMPARE(QString::fromStdString(runs[0].kind), QString("compare_objectives"));
+    QVERIFY(runs[0].status == store::RunStatus::Cancelled);
+    QVERIFY(!nlohmann::json::parse(runs[0].configJson).contains("rows"));
+    for (int i : {1, 2}) {
+        QVERIFY(runs[i].status == store::RunStatus::Finished && runs[i].stepCount == 4);
+    }
+    QVERIFY(runs[3].status == store::RunStatus::Cancelled);
+    QVERIFY(runs[3].stepCount >= 2 && runs[3].stepCount < 4);
+    verifyWholeSteps(store, runs[3].id);
 }
 
 QTEST_GUILESS_MAIN(TestTrainer)
