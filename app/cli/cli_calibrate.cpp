@@ -4,6 +4,7 @@
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/calibrate.h"
+#include "core/analysis/calibration_presets.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/train/run_config.h"
@@ -73,24 +74,13 @@ void calibrate(const Context& context, const CalibrateArguments& a)
     options.staleness = a.staleness;
     options.steps = a.steps;
     if (a.quick) {
-        // 40 steps of 16 prompts, evaluated at 20 and 40 on the first 128 held-out problems.
-        options.base.steps = std::min<std::int64_t>(options.base.steps, 40);
-        options.base.batch.promptsPerStep = std::min<std::int64_t>(options.base.batch.promptsPerStep, 16);
-        options.base.evaluation.every = options.base.steps / 2;
-        options.base.evaluation.count = options.base.evaluation.count > 0
-            ? std::min<std::int64_t>(options.base.evaluation.count, 128)
-            : 128;
-        options.base.checkpoint.every = 0;
-        options.base.evaluation.bf16UnitEvery = 0;
+        analysis::applyQuickCalibration(options.base);
     }
     if (options.noiseSigmas.empty() && options.recipes.empty() && options.staleness.empty()) {
         options.noiseSigmas = analysis::defaultNoiseSigmas();
     }
     if (options.steps.empty()) {
-        const std::int64_t half = options.base.steps / 2;
-        const bool halfEvaluated = half > 0 && options.base.evaluation.every > 0 && half % options.base.evaluation.every == 0;
-        options.steps = halfEvaluated ? std::vector<std::int64_t> {half, options.base.steps}
-                                      : std::vector<std::int64_t> {options.base.steps};
+        options.steps = analysis::defaultCalibrationSteps(options.base);
     }
     options.rule.relativeThreshold = a.threshold;
     options.rule.bootstrap.confidence = a.confidence;

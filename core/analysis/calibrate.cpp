@@ -154,9 +154,7 @@ void linkSweepRun(store::RunStore& store, std::int64_t calibrationRunId, std::in
     }
     nlohmann::json config = nlohmann::json::parse(info->configJson);
     config["sweep_runs"].push_back(sweepRunId);
-    store::Statement update(store.handle(), "UPDATE runs SET config_json = ? WHERE id = ?");
-    update.bind(1, config.dump()).bind(2, calibrationRunId);
-    update.run();
+    store.setRunConfig(calibrationRunId, config.dump());
 }
 
 // The wall time a finished sweep run reports (its last step's wall time; 0 without steps).
