@@ -244,6 +244,31 @@ std::string supportedArchitectures()
     return "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
 }
 
+namespace {
+
+// parameterCount() with every product and sum checked: false when some step leaves int64.
+bool parameterCountFits(const ModelConfig& c)
+{
+    std::int64_t q = 0, kv = 0, embedding = 0, layer = 0, term = 0, total = 0;
+    const auto mul = [](std::int64_t a, std::int64_t b, std::int64_t& out) { return !__builtin_mul_overflow(a, b, &out); };
+    const auto add = [](std::int64_t& sum, std::int64_t value) { return !__builtin_add_overflow(sum, value, &sum); };
+    if (!mul(c.numHeads, c.headDim, q) || !mul(c.numKeyValueHeads, c.headDim, kv)
+        || !mul(c.vocabSize, c.hiddenSize, embedding)) {
+        return false;
+    }
+    // q and o (2 * hidden * q), k and v (2 * hidden * kv), biases, norms, gate/up/down (3 * hidden * intermediate).
+    if (!mul(c.hiddenSize, q, term) || !mul(term, 2, term) || !add(layer, term) || !mul(c.hiddenSize, kv, term)
+        || !mul(term, 2, term) || !add(layer, term) || !add(layer, q) || !mul(kv, 2, term) || !add(layer, term)
+        || !add(layer, c.hiddenSize) || !mul(c.headDim, 2, term) || !add(layer, term)
+        || !mul(c.hiddenSize, c.intermediateSize, term) || !mul(term, 3, term) || !add(layer, term)
+        || !mul(c.hiddenSize, 2, term) || !add(layer, term)) {
+        return false;
+    }
+    return mul(c.numLayers, layer, total) && add(total, embedding) && add(total, embedding) && add(total, c.hiddenSize);
+}
+
+} // namespace
+
 std::int64_t ModelConfig::parameterCount() const
 {
     const std::int64_t embedding = vocabSize * hiddenSize;
@@ -385,6 +410,11 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
     if (config.torchDtype != "bfloat16" && config.torchDtype != "float16" && config.torchDtype != "float32") {
         reader.fail(dtypeKey,
             "unsupported dtype '" + config.torchDtype + "' (supported: " + std::string(kSupportedDtypes) + ")");
+    }
+    // parameterCount(), expectedTensors() and the memory estimates multiply these sizes unchecked.
+    if (!parameterCountFits(config)) {
+        reader.fail("hidden_size", "the sizes (vocab_size, hidden_size, intermediate_size, heads, head_dim, layers) "
+                                   "imply more parameters than a 64-bit count holds");
     }
     return config;
 }
