@@ -86,6 +86,14 @@ std::string percent(const std::optional<double>& fraction)
     return buffer;
 }
 
+// A number stored under `key` in a JSON object, or nothing (absent, null or not a number).
+std::optional<double> jsonNumber(const nlohmann::json& object, const char* key)
+{
+    return object.is_object() && object.contains(key) && object.at(key).is_number()
+        ? std::optional<double>(object.at(key).get<double>())
+        : std::nullopt;
+}
+
 bool isNumber(const std::string& text)
 {
     return !text.empty() && text.size() < 19 && std::all_of(text.begin(), text.end(), [](char c) {
@@ -653,10 +661,7 @@ private:
                 if (!c.is_object()) {
                     continue;
                 }
-                const auto value = [&c](const char* key) {
-                    return c.contains(key) && c.at(key).is_number() ? std::optional<double>(c.at(key).get<double>())
-                                                                     : std::nullopt;
-                };
+                const auto value = [&c](const char* key) { return jsonNumber(c, key); };
                 corrections.rows.push_back({c.value("kind", std::string("?")), number(value("cap")),
                     number(value("total")), number(value("per_token")), number(value("prefix_shift")),
                     value("affected_own") ? number(*value("affected_own") * 100.0, 3) + "%" : "-"});
@@ -685,10 +690,7 @@ private:
             if (!row.is_object()) {
                 continue;
             }
-            const auto value = [&row](const char* key) {
-                return row.contains(key) && row.at(key).is_number() ? std::optional<double>(row.at(key).get<double>())
-                                                                     : std::nullopt;
-            };
+            const auto value = [&row](const char* key) { return jsonNumber(row, key); };
             const std::int64_t runId = row.value("run_id", std::int64_t {0});
             const std::string verdict = row.value("verdict", std::string("-"));
             if (verdict == "breaks") {
@@ -728,10 +730,7 @@ private:
             return;
         }
         const auto& result = config.at("result");
-        const auto value = [](const nlohmann::json& object, const char* key) {
-            return object.contains(key) && object.at(key).is_number() ? std::optional<double>(object.at(key).get<double>())
-                                                                       : std::nullopt;
-        };
+        const auto value = jsonNumber;
         paragraph("Target: quality Q &le; " + number(value(result, "target_quality"))
             + " nats/token, the synchronous BF16 run's quality at step "
             + number(value(result, "target_step")) + ". Speedup (BF16 run's time / candidate's time): "

@@ -56,8 +56,8 @@ void registerReportCommand(CLI::App& app, Context& context)
         if (!QCoreApplication::instance()) {
             application = std::make_unique<QApplication>(argc, argv);
         } else if (!qobject_cast<QApplication*>(QCoreApplication::instance())) {
-            throw Error("mismatch report: called inside a Qt program without widgets (a QCoreApplication); run the "
-                        "`mismatch` binary instead");
+            throw Error("`mismatch report` was called inside a Qt program without widgets (a QCoreApplication); "
+                        "run the `mismatch` binary instead");
         }
         store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
         ui::ReportOptions options;
@@ -85,9 +85,9 @@ void registerReportCommand(CLI::App& app, Context& context)
                      << plots << " plots, " << result.files.size() << " files)\n";
 #else
         (void)context;
-        throw Error("mismatch report: this build has no GUI (it was configured with MISMATCH_BUILD_GUI=OFF). The "
-                    "report draws its plots with the GUI's views, so it needs a build with the GUI "
-                    "(cmake --preset release); every number it would show is also in `mismatch runs show`, "
+        throw Error("`mismatch report` is not available in this build: it was configured without the GUI "
+                    "(MISMATCH_BUILD_GUI=OFF) and the report draws its plots with the GUI's views. Build with the GUI "
+                    "(cmake --preset release) to use it; the numbers are also printed by `mismatch runs show`, "
                     "`calibrate`, `admit`, `sensitivity` and `prefix-shift` with --json.");
 #endif
     });

@@ -478,17 +478,6 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     return result;
 }
 
-template <typename T>
-T configValue(const nlohmann::json& config, const char* key, const std::string& source)
-{
-    try {
-        return config.at(key).get<T>();
-    } catch (const nlohmann::json::exception& error) {
-        throw InputError(source, key, std::string("missing or malformed (the run was started by an older version "
-                                                  "and cannot be resumed): ") + error.what());
-    }
-}
-
 } // namespace
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress)
@@ -504,38 +493,38 @@ AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Prog
     const nlohmann::json& c = run.config;
     checkInputsUnchanged(c.contains("inputs") ? c.at("inputs") : nlohmann::json(), runId, "admit");
     AdmissionOptions options;
-    options.checkpoints = configValue<std::vector<std::string>>(c, "checkpoints", source);
-    options.history = configValue<std::vector<std::string>>(c, "history", source);
-    options.probePath = configValue<std::string>(c, "probe", source);
-    options.count = configValue<std::int64_t>(c, "count", source);
-    options.measureUnit = configValue<bool>(c, "measure_unit", source);
-    options.steps = configValue<std::vector<std::int64_t>>(c, "steps", source);
-    options.settings.temperature = configValue<double>(c, "temperature", source);
-    options.settings.topP = configValue<double>(c, "top_p", source);
-    options.settings.topK = configValue<std::int64_t>(c, "top_k", source);
-    options.settings.maxNewTokens = configValue<std::int64_t>(c, "max_tokens", source);
-    options.settings.seed = configValue<std::uint64_t>(c, "seed", source);
-    const auto engineSettings = configValue<nlohmann::json>(c, "engine", source);
-    options.settings.batchSize = configValue<std::int64_t>(engineSettings, "batch", source);
-    options.settings.kvCacheBytes = configValue<std::uint64_t>(engineSettings, "kv_cache_bytes", source);
-    const auto bootstrap = configValue<nlohmann::json>(c, "bootstrap", source);
-    options.settings.bootstrap.resamples = configValue<int>(bootstrap, "resamples", source);
-    options.settings.bootstrap.confidence = configValue<double>(bootstrap, "confidence", source);
-    options.settings.bootstrap.seed = configValue<std::uint64_t>(bootstrap, "seed", source);
+    options.checkpoints = storedOption<std::vector<std::string>>(c, "checkpoints", source);
+    options.history = storedOption<std::vector<std::string>>(c, "history", source);
+    options.probePath = storedOption<std::string>(c, "probe", source);
+    options.count = storedOption<std::int64_t>(c, "count", source);
+    options.measureUnit = storedOption<bool>(c, "measure_unit", source);
+    options.steps = storedOption<std::vector<std::int64_t>>(c, "steps", source);
+    options.settings.temperature = storedOption<double>(c, "temperature", source);
+    options.settings.topP = storedOption<double>(c, "top_p", source);
+    options.settings.topK = storedOption<std::int64_t>(c, "top_k", source);
+    options.settings.maxNewTokens = storedOption<std::int64_t>(c, "max_tokens", source);
+    options.settings.seed = storedOption<std::uint64_t>(c, "seed", source);
+    const auto engineSettings = storedOption<nlohmann::json>(c, "engine", source);
+    options.settings.batchSize = storedOption<std::int64_t>(engineSettings, "batch", source);
+    options.settings.kvCacheBytes = storedOption<std::uint64_t>(engineSettings, "kv_cache_bytes", source);
+    const auto bootstrap = storedOption<nlohmann::json>(c, "bootstrap", source);
+    options.settings.bootstrap.resamples = storedOption<int>(bootstrap, "resamples", source);
+    options.settings.bootstrap.confidence = storedOption<double>(bootstrap, "confidence", source);
+    options.settings.bootstrap.seed = storedOption<std::uint64_t>(bootstrap, "seed", source);
     if (c.contains("calibration_id")) {
-        options.calibrationId = configValue<std::int64_t>(c, "calibration_id", source);
+        options.calibrationId = storedOption<std::int64_t>(c, "calibration_id", source);
     } else {
-        options.threshold = configValue<double>(c, "threshold", source);
+        options.threshold = storedOption<double>(c, "threshold", source);
     }
-    for (const auto& item : configValue<nlohmann::json>(c, "candidate_list", source)) {
+    for (const auto& item : storedOption<nlohmann::json>(c, "candidate_list", source)) {
         Candidate candidate;
-        candidate.name = configValue<std::string>(item, "name", source);
-        candidate.recipePath = configValue<std::string>(item, "recipe", source);
-        candidate.staleness = configValue<std::int64_t>(item, "staleness", source);
-        candidate.noise = configValue<double>(item, "noise", source);
-        candidate.noiseSeed = configValue<std::uint64_t>(item, "noise_seed", source);
-        candidate.noiseModules = configValue<std::string>(item, "noise_modules", source);
-        candidate.source = configValue<std::string>(item, "source", source);
+        candidate.name = storedOption<std::string>(item, "name", source);
+        candidate.recipePath = storedOption<std::string>(item, "recipe", source);
+        candidate.staleness = storedOption<std::int64_t>(item, "staleness", source);
+        candidate.noise = storedOption<double>(item, "noise", source);
+        candidate.noiseSeed = storedOption<std::uint64_t>(item, "noise_seed", source);
+        candidate.noiseModules = storedOption<std::string>(item, "noise_modules", source);
+        candidate.source = storedOption<std::string>(item, "source", source);
         options.candidates.push_back(std::move(candidate));
     }
     return admit(store, options, progress, runId, onRunStarted);

@@ -339,17 +339,6 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
     return result;
 }
 
-template <typename T>
-T configValue(const nlohmann::json& config, const char* key, const std::string& source)
-{
-    try {
-        return config.at(key).get<T>();
-    } catch (const nlohmann::json::exception& error) {
-        throw InputError(source, key, std::string("missing or malformed (the run was started by an older version "
-                                                  "and cannot be resumed): ") + error.what());
-    }
-}
-
 } // namespace
 
 CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& given, Progress& progress)
@@ -368,17 +357,17 @@ CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::i
     const nlohmann::json& c = run.config;
     CalibrationOptions options;
     options.name = run.info.name;
-    options.base = train::parseRunConfig(configValue<nlohmann::json>(c, "base", source).dump(), source,
+    options.base = train::parseRunConfig(storedOption<nlohmann::json>(c, "base", source).dump(), source,
         fs::path(store.path()).parent_path().string());
-    options.noiseSigmas = configValue<std::vector<double>>(c, "noise_sigmas", source);
-    options.recipes = configValue<std::vector<std::string>>(c, "recipes", source);
-    options.staleness = configValue<std::vector<std::int64_t>>(c, "staleness", source);
-    options.steps = configValue<std::vector<std::int64_t>>(c, "steps", source);
-    options.rule.relativeThreshold = configValue<double>(c, "relative_threshold", source);
-    options.rule.bootstrap.confidence = configValue<double>(c, "confidence", source);
-    options.rule.bootstrap.resamples = configValue<int>(c, "resamples", source);
-    options.rule.bootstrap.seed = configValue<std::uint64_t>(c, "bootstrap_seed", source);
-    options.margin = configValue<double>(c, "margin", source);
+    options.noiseSigmas = storedOption<std::vector<double>>(c, "noise_sigmas", source);
+    options.recipes = storedOption<std::vector<std::string>>(c, "recipes", source);
+    options.staleness = storedOption<std::vector<std::int64_t>>(c, "staleness", source);
+    options.steps = storedOption<std::vector<std::int64_t>>(c, "steps", source);
+    options.rule.relativeThreshold = storedOption<double>(c, "relative_threshold", source);
+    options.rule.bootstrap.confidence = storedOption<double>(c, "confidence", source);
+    options.rule.bootstrap.resamples = storedOption<int>(c, "resamples", source);
+    options.rule.bootstrap.seed = storedOption<std::uint64_t>(c, "bootstrap_seed", source);
+    options.margin = storedOption<double>(c, "margin", source);
     return options;
 }
 

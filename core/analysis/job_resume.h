@@ -7,6 +7,7 @@
 // Digests: FNV-1a (64 bit) of a file's bytes, for files up to 64 MiB; a larger file (a model's weights) is
 // digested from its size, its first and last MiB and 64 KiB blocks at 16 evenly spaced offsets ("sampled:"
 // prefix), which catches a replaced or re-exported checkpoint without reading gigabytes at every start.
+#include "core/common/error.h"
 #include "core/store/run_store.h"
 
 #include <nlohmann/json.hpp>
@@ -37,5 +38,18 @@ struct ResumableRun {
     nlohmann::json config;
 };
 ResumableRun resumableRun(const store::RunStore& store, std::int64_t runId, const std::string& kind);
+
+// A stored option `key` of a resumed run's config_json (`source` names the run for the message); InputError when
+// it is missing or of another type (a run started by an older version).
+template <typename T>
+T storedOption(const nlohmann::json& config, const char* key, const std::string& source)
+{
+    try {
+        return config.at(key).get<T>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(source, key, std::string("missing or malformed (the run was started by an older version "
+                                                  "and cannot be resumed): ") + error.what());
+    }
+}
 
 } // namespace mismatch::analysis

@@ -147,6 +147,34 @@ void printSteps(const char* label, const std::vector<StepValues>& values)
     }
 }
 
+// Cancels `progress` from its own listener once a stage containing `marker` is reported.
+struct CancelAt {
+    explicit CancelAt(std::string marker)
+        : progress([this](double, const std::string& stage) {
+            if (stage.find(this->marker) != std::string::npos) {
+                progress.cancel();
+            }
+        })
+        , marker(std::move(marker))
+    {
+    }
+    Progress progress;
+    std::string marker;
+};
+
+// Every step of `runId` stored once and numbered 1..n.
+void verifyWholeSteps(const store::RunStore& store, std::int64_t runId)
+{
+    QCOMPARE(store::queryInt64(store.handle(),
+                 ("SELECT coalesce(max(step), 0) - count(*) FROM step_metrics WHERE run_id = "
+                     + std::to_string(runId))
+                     .c_str()),
+        std::int64_t(0));
+    store::Statement integrity(store.handle(), "PRAGMA integrity_check");
+    QVERIFY(integrity.step());
+    QCOMPARE(QString::fromStdString(integrity.text(0)), QString("ok"));
+}
+
 } // namespace
 
 class TestTrainer : public QObject {
@@ -755,14 +783,8 @@ void TestTrainer::cancelledCalibrationStoresNoCalibration()
     options.noiseSigmas = {0.2, 0.4};
     options.steps = {4};
     // Cancelled from the progress listener once the second sweep run has stored its second step.
-    Progress* self = nullptr;
-    Progress progress([&self](double, const std::string& stage) {
-        if (self && stage.find("noise 0.2: step 2/") != std::string::npos) {
-            self->cancel();
-        }
-    });
-    self = &progress;
-    QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(store, options, progress), CancelledError);
+    CancelAt cancel("noise 0.2: step 2/");
+    QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(store, options, cancel.progress), CancelledError);
     QCOMPARE(store::calibrations(store).size(), std::size_t(0)); // no calibration from a partial sweep
     const auto runs = store.listRuns();
     QCOMPARE(runs.size(), std::size_t(3)); // the calibration, the baseline, the cancelled sweep run
@@ -770,12 +792,7 @@ void TestTrainer::cancelledCalibrationStoresNoCalibration()
     QVERIFY(runs[1].status == store::RunStatus::Finished && runs[1].stepCount == 4);
     QVERIFY(runs[2].status == store::RunStatus::Cancelled);
     QVERIFY(runs[2].stepCount >= 2 && runs[2].stepCount < 4); // whole steps only, numbered from 1
-    QCOMPARE(store::queryInt64(store.handle(),
-                 ("SELECT max(step) - count(*) FROM step_metrics WHERE run_id = " + std::to_string(runs[2].id)).c_str()),
-        std::int64_t(0));
-    store::Statement integrity(store.handle(), "PRAGMA integrity_check");
-    QVERIFY(integrity.step());
-    QCOMPARE(QString::fromStdString(integrity.text(0)), QString("ok"));
+    verifyWholeSteps(store, runs[2].id);
 }
 
 void TestTrainer::timeToQualityJobTrainsBothRuns()
@@ -839,38 +856,6 @@ void TestTrainer::compareObjectivesAppliesEachRule()
     const auto stored = nlohmann::json::parse(store.run(result.runId)->configJson);
     QCOMPARE(stored.at("rows").size(), std::size_t(6));
 }
-
-namespace {
-
-// Cancels `progress` from its own listener once a stage containing `marker` is reported.
-struct CancelAt {
-    explicit CancelAt(std::string marker)
-        : progress([this](double, const std::string& stage) {
-            if (stage.find(this->marker) != std::string::npos) {
-                progress.cancel();
-            }
-        })
-        , marker(std::move(marker))
-    {
-    }
-    Progress progress;
-    std::string marker;
-};
-
-// Every step of `runId` stored once and numbered 1..n.
-void verifyWholeSteps(const store::RunStore& store, std::int64_t runId)
-{
-    QCOMPARE(store::queryInt64(store.handle(),
-                 ("SELECT coalesce(max(step), 0) - count(DISTINCT step) FROM step_metrics WHERE run_id = "
-                     + std::to_string(runId))
-                     .c_str()),
-        std::int64_t(0));
-    store::Statement integrity(store.handle(), "PRAGMA integrity_check");
-    QVERIFY(integrity.step());
-    QCOMPARE(QString::fromStdString(integrity.text(0)), QString("ok"));
-}
-
-} // namespace
 
 void TestTrainer::cancelledTimeToQualityKeepsWholeRuns()
 {
