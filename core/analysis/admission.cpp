@@ -73,6 +73,10 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
             "line " + std::to_string(error.mark.line + 1) + ", column " + std::to_string(error.mark.column + 1),
             "malformed YAML: " + error.msg);
     }
+    if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
+        throw InputError(path, place(*bad),
+            "a string that is not valid UTF-8 (yaml-cpp writes the escapes \\_ and \\N as single bytes)");
+    }
     if (!root.IsSequence()) {
         throw InputError(path, place(root),
             "expected a list of candidates (- name: ..., recipe: ..., staleness: ..., noise: ...), got "

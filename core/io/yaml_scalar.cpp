@@ -45,6 +45,31 @@ std::size_t invalidUtf8Offset(const std::string& text)
     return std::string::npos;
 }
 
+std::optional<YAML::Node> firstNonUtf8Scalar(const YAML::Node& root)
+{
+    if (root.IsScalar()) {
+        if (invalidUtf8Offset(root.Scalar()) != std::string::npos) {
+            return root;
+        }
+    } else if (root.IsSequence()) {
+        for (const YAML::Node& item : root) {
+            if (std::optional<YAML::Node> bad = firstNonUtf8Scalar(item)) {
+                return bad;
+            }
+        }
+    } else if (root.IsMap()) {
+        for (const auto& entry : root) {
+            if (std::optional<YAML::Node> bad = firstNonUtf8Scalar(entry.first)) {
+                return bad;
+            }
+            if (std::optional<YAML::Node> bad = firstNonUtf8Scalar(entry.second)) {
+                return bad;
+            }
+        }
+    }
+    return std::nullopt;
+}
+
 std::string lineColumnOf(const std::string& text, std::size_t offset)
 {
     std::size_t line = 1;

@@ -3,6 +3,7 @@
 // plain scalars (null, booleans, integers, numbers), quoted scalars (and every JSON string) being strings.
 #include <yaml-cpp/yaml.h>
 
+#include <optional>
 #include <string>
 
 namespace mismatch::io {
@@ -25,6 +26,10 @@ bool isDigits(const std::string& text);
 // written back as JSON or YAML). The offset of the first byte that is not part of well-formed UTF-8 (no
 // overlong forms, surrogates or code points above U+10FFFF), or std::string::npos when all of it is.
 std::size_t invalidUtf8Offset(const std::string& text);
+// yaml-cpp writes the escapes \_ and \N of double-quoted scalars as the single bytes 0xA0 and 0x85 rather than
+// as UTF-8, so valid text can still parse to scalars that are not UTF-8: the first scalar (key or value) in the
+// tree that is not, or nullopt when every one is.
+std::optional<YAML::Node> firstNonUtf8Scalar(const YAML::Node& root);
 // "line L, column C" (1-based; the column counts bytes) of a byte offset in text.
 std::string lineColumnOf(const std::string& text, std::size_t offset);
 

@@ -807,6 +807,13 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
             throwLocated(fileName, false, where, "malformed YAML: " + error.msg);
         }
     }
+    if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
+        SourceLocation where;
+        where.line = io::yamlPosition(*bad).line;
+        where.column = io::yamlPosition(*bad).column;
+        throwLocated(fileName, json, where,
+            "a string that is not valid UTF-8 (yaml-cpp writes the escapes \\_ and \\N as single bytes)");
+    }
     return Parser(fileName, json).parse(root);
 }
 

@@ -647,6 +647,11 @@ RunConfig parseRunConfig(const std::string& text, const std::string& fileName, c
             "line " + std::to_string(error.mark.line + 1) + ", column " + std::to_string(error.mark.column + 1),
             "malformed YAML: " + error.msg);
     }
+    if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
+        const io::YamlPosition where = io::yamlPosition(*bad);
+        throw InputError(fileName, "line " + std::to_string(where.line) + ", column " + std::to_string(where.column),
+            "a string that is not valid UTF-8 (yaml-cpp writes the escapes \\_ and \\N as single bytes)");
+    }
     return Parser(fileName, fs::path(baseDirectory)).parse(root);
 }
 
