@@ -148,7 +148,11 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
                         "`noise` must be a number >= 0 (sigma relative to each tensor's RMS), got "
                             + io::kindName(value));
                 }
-                candidate.noise = value.as<double>();
+                try {
+                    candidate.noise = value.as<double>();
+                } catch (const YAML::Exception&) { // text that std::stod reads but yaml-cpp does not: 0x10., inf, 1e999
+                    fail(path, value, "`noise` must be a finite number >= 0, got " + value.Scalar());
+                }
                 if (!(candidate.noise >= 0.0) || !std::isfinite(candidate.noise)) {
                     fail(path, value, "`noise` must be a finite number >= 0, got " + value.Scalar());
                 }
