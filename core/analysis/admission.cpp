@@ -125,8 +125,11 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
                 } else if (name == "recipe") {
                     const fs::path recipe(value.Scalar());
                     candidate.recipePath = recipe.is_absolute() ? recipe.string() : (base / recipe).string();
-                    if (!fs::is_regular_file(candidate.recipePath)) {
-                        fail(path, value, "recipe file '" + candidate.recipePath + "' does not exist");
+                    std::error_code error; // the throwing overload throws for a name too long for the file system
+                    if (!fs::is_regular_file(candidate.recipePath, error)) {
+                        fail(path, value,
+                            "recipe file '" + candidate.recipePath + "' does not exist"
+                                + (error ? " (" + error.message() + ")" : std::string()));
                     }
                     quant::loadRecipe(candidate.recipePath); // its own located errors
                 } else {

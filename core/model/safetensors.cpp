@@ -424,8 +424,9 @@ Checkpoint Checkpoint::open(const std::string& directory)
     const fs::path indexPath = root / kIndexName;
     const fs::path singlePath = root / kSingleName;
 
-    if (!fs::exists(indexPath)) {
-        if (!fs::exists(singlePath)) {
+    std::error_code error; // the throwing overloads throw for a directory name too long for the file system
+    if (!fs::exists(indexPath, error)) {
+        if (!fs::exists(singlePath, error)) {
             throw InputError(directory, "",
                 std::string("no checkpoint: expected ") + kSingleName + " or " + kIndexName + " in the directory");
         }
@@ -465,7 +466,8 @@ Checkpoint Checkpoint::open(const std::string& directory)
         }
         if (!shards.count(shardName)) {
             const fs::path shardPath = root / shardName;
-            if (!fs::exists(shardPath)) {
+            std::error_code shardError; // the throwing overload throws for a name too long for the file system
+            if (!fs::exists(shardPath, shardError)) {
                 throw InputError(
                     indexFile, "weight_map." + name, "shard " + shardName + " of tensor " + name + " does not exist");
             }
