@@ -243,6 +243,10 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
 
 MainWindow::~MainWindow()
 {
+    // The recipe editor (a child, destroyed after this body) emits fileChanged/cleanChanged while its undo stack
+    // is torn down; by then this is no longer a MainWindow, so no slot of it may run.
+    disconnect(recipeEditor_, nullptr, this, nullptr);
+    disconnect(recipeEditor_->undoStack(), nullptr, this, nullptr);
     // The views hold raw pointers to the store: detach them before it closes.
     runModel_->setLivePolling(0);
     runModel_->setStore(nullptr);
