@@ -94,6 +94,12 @@ std::optional<double> jsonNumber(const nlohmann::json& object, const char* key)
         : std::nullopt;
 }
 
+// "12.3x": `mismatch` in multiples of the BF16 unit; "-" without a (positive) unit.
+std::string bf16Multiple(double mismatch, const std::optional<double>& unit)
+{
+    return unit && *unit > 0 ? number(mismatch / *unit, 3) + "x" : "-";
+}
+
 bool isNumber(const std::string& text)
 {
     return !text.empty() && text.size() < 19 && std::all_of(text.begin(), text.end(), [](char c) {
@@ -560,7 +566,7 @@ private:
             table.cellClass[{table.rows.size(), 6}] = d.decision;
             table.rows.push_back({candidateName, fs::path(d.checkpoint).filename().string(), number(d.mismatch),
                 interval(d.ciLow, d.ciHigh), number(d.threshold),
-                unit && *unit > 0 ? number(d.mismatch / *unit, 3) + "x" : "-", d.decision, number(d.seconds, 3)});
+                bf16Multiple(d.mismatch, unit), d.decision, number(d.seconds, 3)});
         }
         addTable(table, "admission-" + name);
     }
@@ -593,8 +599,7 @@ private:
             const auto& c = cells[i];
             table.rows.push_back({std::to_string(i + 1), c.layer < 0 ? "-" : std::to_string(c.layer), c.moduleGroup,
                 number(c.addedMismatch), interval(c.ciLow, c.ciHigh), number(c.mismatch),
-                scan->info.bf16Unit && *scan->info.bf16Unit > 0 ? number(c.mismatch / *scan->info.bf16Unit, 3) + "x"
-                                                                 : "-"});
+                bf16Multiple(c.mismatch, scan->info.bf16Unit)});
         }
         addTable(table, "sensitivity-" + id);
     }
@@ -620,7 +625,7 @@ private:
             + " diverged from the BF16 engine's.");
         Table table {{"Part", "Nats/token", "95% interval", "BF16 multiple"}, {}, {}};
         const auto multiple = [&](double v) {
-            return record->bf16Unit > 0 ? number(v / record->bf16Unit, 3) + "x" : std::string("-");
+            return bf16Multiple(v, record->bf16Unit);
         };
         table.rows.push_back({"total (own prefixes)", number(record->total),
             interval(record->totalCiLow, record->totalCiHigh), multiple(record->total)});
