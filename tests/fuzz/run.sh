@@ -140,7 +140,7 @@ for t in "${targets[@]}"; do
   elapsed=$(( $(date +%s) - start ))
   execs=$(grep -m1 -oP 'stat::number_of_executed_units: \K[0-9]+' "$dir/log.txt" || true)
   rate=$(grep -m1 -oP 'stat::average_exec_per_sec: *\K[0-9]+' "$dir/log.txt" || true)
-  last=$(grep -E '^#[0-9]+:? ' "$dir/log.txt" | grep 'cov: ' | tail -n 1)
+  last=$(grep -E '^#[0-9]+:?[[:space:]]' "$dir/log.txt" | grep 'cov: ' | tail -n 1)
   [ -z "$rate" ] && rate=$(echo "$last" | grep -oP 'exec/s:? \K[0-9]+' || true)
   cov=$(echo "$last" | grep -oP 'cov: \K[0-9]+' || true)
   ft=$(echo "$last" | grep -oP 'ft: \K[0-9]+' || true)
