@@ -1,5 +1,6 @@
 #include "core/analysis/admission.h"
 
+#include "core/common/utf8.h"
 #include "core/analysis/job_resume.h"
 #include "core/common/error.h"
 #include "core/common/version.h"
@@ -62,7 +63,7 @@ std::int64_t nonNegativeInteger(const std::string& path, const YAML::Node& value
 
 std::vector<Candidate> parseCandidates(const std::string& text, const std::string& path)
 {
-    if (const std::size_t bad = io::invalidUtf8Offset(text); bad != std::string::npos) {
+    if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
         throw InputError(path, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML files are UTF-8)");
     }
     YAML::Node root;

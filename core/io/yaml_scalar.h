@@ -23,9 +23,7 @@ YamlPosition yamlPosition(const YAML::Node& node);
 // Non-empty and only the digits 0-9.
 bool isDigits(const std::string& text);
 // YAML and JSON text must be UTF-8 (yaml-cpp passes other bytes through into scalars, which then cannot be
-// written back as JSON or YAML). The offset of the first byte that is not part of well-formed UTF-8 (no
-// overlong forms, surrogates or code points above U+10FFFF), or std::string::npos when all of it is.
-std::size_t invalidUtf8Offset(const std::string& text);
+// written back as JSON or YAML): callers check it with firstInvalidUtf8 (core/common/utf8.h).
 // yaml-cpp writes the escapes \_ and \N of double-quoted scalars as the single bytes 0xA0 and 0x85 rather than
 // as UTF-8, so valid text can still parse to scalars that are not UTF-8: the first scalar (key or value) in the
 // tree that is not, or nullopt when every one is.

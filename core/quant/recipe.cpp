@@ -1,5 +1,6 @@
 #include "core/quant/recipe.h"
 
+#include "core/common/utf8.h"
 #include "core/io/yaml_scalar.h"
 
 #include "core/common/error.h"
@@ -773,7 +774,7 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
     } else if (!endsWith(fileName, ".yaml") && !endsWith(fileName, ".yml")) {
         json = nlohmann::ordered_json::accept(text);
     }
-    if (const std::size_t bad = io::invalidUtf8Offset(text); bad != std::string::npos) {
+    if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
         throwLocated(fileName, json, byteToLocation(text, bad + 1), "not valid UTF-8 (YAML and JSON files are UTF-8)");
     }
     YAML::Node root;

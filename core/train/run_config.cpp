@@ -1,5 +1,6 @@
 #include "core/train/run_config.h"
 
+#include "core/common/utf8.h"
 #include "core/common/error.h"
 #include "core/quant/recipe.h"
 
@@ -636,7 +637,7 @@ RunConfig Parser::parse(const YAML::Node& root)
 
 RunConfig parseRunConfig(const std::string& text, const std::string& fileName, const std::string& baseDirectory)
 {
-    if (const std::size_t bad = io::invalidUtf8Offset(text); bad != std::string::npos) {
+    if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
         throw InputError(fileName, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML and JSON files are UTF-8)");
     }
     YAML::Node root;
