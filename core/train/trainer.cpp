@@ -54,17 +54,6 @@ double secondsSince(Clock::time_point start)
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A 64-bit mix of several values (SplitMix64 of a running hash): seeds of independent random streams.
-std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0)
-{
-    SplitMix64 generator(a ^ 0x9e3779b97f4a7c15ull);
-    std::uint64_t h = generator.next() ^ b;
-    SplitMix64 second(h);
-    h = second.next() ^ c;
-    SplitMix64 third(h);
-    return third.next();
-}
-
 std::string readTextFile(const fs::path& path)
 {
     std::ifstream in(path, std::ios::binary);
@@ -104,6 +93,12 @@ void requireFiniteWeights(const model::TransformerWeights& weights, const std::s
         }
     }
 }
+
+// The BF16 unit in force: its value (nats per token) and the step it was measured at.
+struct Bf16Unit {
+    double value = 0.0;
+    std::int64_t step = 0;
+};
 
 // One step's rollouts as the engine produced them, with the teacher's scores of the same prefixes.
 struct Rollout {
@@ -293,10 +288,10 @@ private:
         return !plan_ && config_.rollout.noise.sigma == 0.0 && config_.rollout.staleness == 0;
     }
     store::StepMetrics trainStep(const Rollout& rollout, AdamW& optimizer, const std::vector<at::Tensor>& parameters,
-        model::Transformer& student, double& bf16Unit, double wallOffset, Clock::time_point start);
+        model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset, Clock::time_point start);
     void evaluate(store::RunStore& store, std::int64_t runId, std::int64_t step, const model::Transformer& student,
         Progress& progress, const TrainOptions& options, TrainResult& result);
-    void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, double bf16Unit,
+    void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, const Bf16Unit& bf16Unit,
         double wallSeconds, TrainResult& result);
 
     RunConfig config_;
@@ -318,7 +313,7 @@ private:
     WeightVersions versions_;
     // Restored by a checkpoint:
     std::vector<std::pair<std::string, at::Tensor>> optimizerState_;
-    double restoredBf16Unit_ = 0.0;
+    Bf16Unit restoredBf16Unit_;
     double restoredWallSeconds_ = 0.0;
 };
 
@@ -435,7 +430,7 @@ Rollout Session::produceUnchecked(std::int64_t step, engine::Engine& rolloutEngi
 }
 
 store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
-    const std::vector<at::Tensor>& parameters, model::Transformer& student, double& bf16Unit, double wallOffset,
+    const std::vector<at::Tensor>& parameters, model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset,
     Clock::time_point start)
 {
     const std::int64_t step = rollout.step;
@@ -592,11 +587,14 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     // The BF16 unit: the plain BF16 engine at the trainer's weights before this update, same prompts and seeds.
     const std::int64_t unitEvery = config_.evaluation.bf16UnitEvery;
     double unitSeconds = 0.0;
-    const bool measureUnit = step == 1 || bf16Unit <= 0.0 || (unitEvery > 0 && (step - 1) % unitEvery == 0);
+    // A BF16-engine rollout is its own unit at every step (nothing to measure); other engines measure it at step 1
+    // and at every multiple of bf16_unit_every (the steps evaluated when it equals evaluation.every).
+    const bool measureUnit = rolloutIsBf16Engine() || step == 1 || bf16Unit.value <= 0.0
+        || (unitEvery > 0 && step % unitEvery == 0);
     if (measureUnit) {
         const Clock::time_point unitStart = Clock::now();
         if (rolloutIsBf16Engine()) {
-            bf16Unit = klMean; // this rollout is the BF16 engine at the current weights
+            bf16Unit.value = klMean; // this rollout is the BF16 engine at the current weights
         } else {
             // The weights before this step's update are the version published last (step - 1).
             auto before = versions_.snapshot();
@@ -609,8 +607,9 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
             measureOptions.sampling = sampling_;
             measureOptions.batchSize = 64;
             at::NoGradGuard noGrad;
-            bf16Unit = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
+            bf16Unit.value = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
         }
+        bf16Unit.step = step;
         unitSeconds = secondsSince(unitStart);
     }
 
@@ -619,8 +618,8 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     metrics.mismatchKl = klMean;
     metrics.k1 = k1Mean;
     metrics.k3 = k3Mean;
-    if (bf16Unit > 0.0) {
-        metrics.bf16Multiple = klMean / bf16Unit;
+    if (bf16Unit.value > 0.0) {
+        metrics.bf16Multiple = klMean / bf16Unit.value;
     }
     metrics.loss = lossValue;
     double rewardMean = 0.0;
@@ -644,7 +643,8 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
         {"weight_version", rollout.version}, {"rollout_seconds", rollout.rolloutSeconds},
         {"teacher_seconds", rollout.teacherSeconds}, {"train_seconds", trainSeconds},
         {"response_length_mean", static_cast<double>(tokens) / static_cast<double>(std::max<std::int64_t>(1, batch))},
-        {"bf16_unit", bf16Unit}, {"bf16_unit_measured", measureUnit}, {"bf16_unit_seconds", unitSeconds}};
+        {"bf16_unit", bf16Unit.value}, {"bf16_unit_measured", measureUnit}, {"bf16_unit_step", bf16Unit.step},
+        {"bf16_unit_seconds", unitSeconds}};
     metrics.extrasJson = extras.dump();
     return metrics;
 }
@@ -685,7 +685,7 @@ void Session::evaluate(store::RunStore& store, std::int64_t runId, std::int64_t 
     }
 }
 
-void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, double bf16Unit,
+void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, const Bf16Unit& bf16Unit,
     double wallSeconds, TrainResult& result)
 {
     const fs::path root(checkpointDirectory(workspace_, runId));
@@ -714,7 +714,8 @@ void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW&
         model::writeSafetensors((staging / "history.safetensors").string(), history);
     }
     nlohmann::json state = {{"run_id", runId}, {"step", step}, {"optimizer_steps", optimizer.stepCount()},
-        {"bf16_unit", bf16Unit}, {"wall_time_s", wallSeconds}, {"history_versions", historyVersions},
+        {"bf16_unit", bf16Unit.value}, {"bf16_unit_step", bf16Unit.step}, {"wall_time_s", wallSeconds},
+        {"history_versions", historyVersions},
         {"tool_version", kVersion}};
     io::writeFileAtomically((staging / "state.json").string(), state.dump(2) + "\n");
     fs::remove_all(target);
@@ -748,7 +749,10 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
             versions_.publish(version, std::move(snapshot));
         }
     }
-    restoredBf16Unit_ = state.at("bf16_unit").get<double>();
+    restoredBf16Unit_.value = state.at("bf16_unit").get<double>();
+    // Checkpoints written before the unit's step was recorded: the unit is the one of the checkpoint's step at
+    // the latest (only `runs show`'s label uses it).
+    restoredBf16Unit_.step = state.value("bf16_unit_step", step);
     restoredWallSeconds_ = state.at("wall_time_s").get<double>();
     return step;
 }
@@ -761,7 +765,7 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
     result.resumedFromStep = resumedFrom;
     const Clock::time_point start = Clock::now();
     const double wallOffset = resumedFrom > 0 ? restoredWallSeconds_ : 0.0;
-    double bf16Unit = resumedFrom > 0 ? restoredBf16Unit_ : 0.0;
+    Bf16Unit bf16Unit = resumedFrom > 0 ? restoredBf16Unit_ : Bf16Unit {};
 
     std::vector<at::Tensor> parameters = weights_.parameters();
     AdamWOptions adamOptions;
@@ -902,6 +906,23 @@ std::optional<fs::path> newestCheckpoint(const std::string& directory)
 }
 
 } // namespace
+
+std::int64_t checkpointOptimizerSteps(const std::string& directory)
+{
+    const fs::path stateFile = fs::path(directory) / "state.json";
+    std::error_code error;
+    if (!fs::exists(stateFile, error)) {
+        return 0; // a model directory that no training run wrote: the student before training
+    }
+    const nlohmann::json state = nlohmann::json::parse(readTextFile(stateFile), nullptr, false);
+    if (!state.is_object() || !state.contains("optimizer_steps") || !state.at("optimizer_steps").is_number_integer()
+        || state.at("optimizer_steps").get<std::int64_t>() < 0) {
+        throw InputError(stateFile.string(), "optimizer_steps",
+            "expected the checkpoint's optimizer step count (an integer >= 0) in the JSON object that training "
+            "writes with each checkpoint");
+    }
+    return state.at("optimizer_steps").get<std::int64_t>();
+}
 
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId)
 {
