@@ -6,6 +6,7 @@
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
+#include "core/analysis/calibrate.h"
 #include "core/analysis/recipe_builder.h"
 #include "core/common/error.h"
 #include "core/engine/byte_size.h"
@@ -127,6 +128,9 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                 = step->count() > 0 ? std::optional<std::int64_t>(a->step) : std::nullopt;
             options.budget = store::admissionThreshold(store, a->calibration, bracketStep);
             budgetSource = "calibration " + std::to_string(a->calibration);
+            // The recipes are measured under the budget's protocol, so that they compare with its threshold.
+            const auto stored = store::calibration(store, a->calibration);
+            options.protocol = analysis::storedProtocol(stored->info.configJson, store.path());
         } else if (a->budget > 0.0) {
             options.budget = a->budget;
         } else {
@@ -152,7 +156,9 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                     r.bf16WeightBytes ? static_cast<double>(r.weightBytes) / static_cast<double>(r.bf16WeightBytes)
                                       : 0.0},
                 {"kv_memory_bytes", r.kvMemoryBytes}, {"kv_tokens", r.kvTokens}, {"bf16_kv_tokens", r.bf16KvTokens},
-                {"kv_capacity_ratio", r.kvCapacityRatio}, {"seconds", r.seconds}});
+                {"kv_capacity_ratio", r.kvCapacityRatio}, {"seconds", r.seconds},
+                {"protocol", analysis::protocolToJson(r.protocol)},
+                {"scan_protocol_differs", r.scanProtocolDifferences}});
             return;
         }
         std::ostream& out = *context.out;
@@ -178,6 +184,15 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
             << "kept in BF16: "
             << (r.bf16Cells.empty() ? std::string("nothing") : std::to_string(r.bf16Cells.size()) + " cell(s)")
             << "; quantized: " << r.quantizedCells.size() << " cell(s); time " << formatDuration(r.seconds) << "\n";
+        if (options.protocol) {
+            out << "measured under the budget's protocol (" << budgetSource << ")\n";
+        }
+        if (!r.scanProtocolDifferences.empty()) {
+            out << "note: the ordering scan was measured under another protocol (it only orders the cells):\n";
+            for (const std::string& difference : r.scanProtocolDifferences) {
+                out << "  " << difference << "\n";
+            }
+        }
     });
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/random.h"
+#include "core/engine/engine_model.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/quant/formats.h"
 
@@ -33,6 +34,11 @@ double quantile(const std::vector<double>& sorted, double q)
 }
 
 } // namespace
+
+std::string toString(KvScalePolicy policy)
+{
+    return policy == KvScalePolicy::FrozenFirstBatch ? "frozen_first_batch" : "fitted_per_measurement";
+}
 
 ModelDirectory loadModelDirectory(const std::string& directory)
 {
@@ -135,7 +141,22 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
     options.precision = engine::EnginePrecision::Bf16Reference;
     options.kvCacheBytes = settings.kvCacheBytes;
     auto result = std::make_unique<engine::Engine>(config, std::move(engineWeights), std::move(plan), options);
-    result->model().calibrateKvScales(probePrompts);
+    if (settings.kvScales == KvScalePolicy::FittedPerMeasurement) {
+        result->model().calibrateKvScales(probePrompts);
+    } else if (!probePrompts.empty()) {
+        // What a training run does at its first step: the engine's own prefill of the first batch measures the
+        // FP8 scales (amax over its real tokens), which then stay frozen. A forward through the quantizing cache
+        // is that prefill without generating.
+        if (settings.kvFirstBatch < 1) {
+            throw InputError("measurement protocol", "kv_first_batch",
+                "frozen_first_batch needs the number of prompts of the first batch (>= 1)");
+        }
+        const auto first = static_cast<std::ptrdiff_t>(
+            std::min<std::size_t>(probePrompts.size(), static_cast<std::size_t>(settings.kvFirstBatch)));
+        const auto [ids, mask] = engine::leftPaddedBatch({probePrompts.begin(), probePrompts.begin() + first});
+        const at::NoGradGuard noGrad;
+        result->model().forwardQuantized(ids, mask);
+    }
     return result;
 }
 

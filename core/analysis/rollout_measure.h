@@ -46,6 +46,12 @@ struct PromptRequests {
 PromptRequests promptRequests(const std::string& promptSetPath, const model::Tokenizer& tokenizer, std::int64_t count);
 std::uint64_t promptSeed(const std::string& id);
 
+// How FP8 KV-cache scales are fitted for a measurement (protocol.h): measured by the candidate engine on the
+// prefill of the first `kvFirstBatch` prompts and frozen (what a training run does), or fitted on every prompt of
+// the measurement with a BF16 forward.
+enum class KvScalePolicy { FrozenFirstBatch, FittedPerMeasurement };
+std::string toString(KvScalePolicy policy); // "frozen_first_batch", "fitted_per_measurement"
+
 // Sampling and measurement settings shared by every configuration of one analysis.
 struct MeasureSettings {
     double temperature = 1.0;
@@ -56,6 +62,8 @@ struct MeasureSettings {
     std::int64_t batchSize = 16; // prompts generated and scored per chunk
     std::uint64_t kvCacheBytes = 256ull * 1024 * 1024;
     metrics::BootstrapOptions bootstrap; // intervals over prompts
+    KvScalePolicy kvScales = KvScalePolicy::FittedPerMeasurement;
+    std::int64_t kvFirstBatch = 0; // FrozenFirstBatch: prompts of the first batch (>= 1)
 };
 // The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
 engine::SamplingOptions samplingOptions(
@@ -69,7 +77,8 @@ struct EngineConfiguration {
     std::string noiseModules = "*";
 };
 
-// An engine for `configuration` on `weights` (noise added here), FP8 KV scales calibrated on `probePrompts`.
+// An engine for `configuration` on `weights` (noise added here), FP8 KV scales fitted on `probePrompts` as
+// settings.kvScales says (FrozenFirstBatch: the engine's own prefill of the first kvFirstBatch of them).
 std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
     const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
     const MeasureSettings& settings);

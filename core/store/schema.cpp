@@ -200,11 +200,20 @@ CREATE TABLE prefix_shift_pairs (
 );
 )sql";
 
+// Version 4: calibrations with seed replicates. A point is a configuration's replicate mean: its label, how many
+// replicates it averages, the BF16 unit of its own runs up to its step and the held-out accuracy.
+const char* kSchemaV4 = R"sql(
+ALTER TABLE calibration_points ADD COLUMN label TEXT;
+ALTER TABLE calibration_points ADD COLUMN replicates INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE calibration_points ADD COLUMN bf16_unit REAL;
+ALTER TABLE calibration_points ADD COLUMN accuracy REAL;
+)sql";
+
 }  // namespace
 
 const std::vector<const char*>& migrations()
 {
-    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3};
+    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
     return all;
 }
 
