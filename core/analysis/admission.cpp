@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -227,7 +228,9 @@ std::string timelineText(const std::vector<TimelineEntry>& timeline)
     return text;
 }
 
-// History (oldest first) then the screened checkpoints, with their steps, which must increase.
+// History (oldest first) then the screened checkpoints, with their steps (0 for a model directory without a
+// training state.json). The steps must increase when a candidate has staleness, since the engine's weights are
+// then found by step; without staleness every checkpoint is screened on its own weights and order is free.
 std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options)
 {
     std::vector<TimelineEntry> timeline;
@@ -236,11 +239,14 @@ std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options)
             timeline.push_back({directory, train::checkpointOptimizerSteps(directory)});
         }
     }
-    for (std::size_t i = 1; i < timeline.size(); ++i) {
+    const bool stale = std::any_of(options.candidates.begin(), options.candidates.end(),
+        [](const Candidate& candidate) { return candidate.staleness > 0; });
+    for (std::size_t i = 1; stale && i < timeline.size(); ++i) {
         if (timeline[i].step <= timeline[i - 1].step) {
             throw InputError("admit", "checkpoints",
-                "the checkpoints (history first, then the screened ones) must be in training order with increasing "
-                "optimizer steps: " + timelineText(timeline));
+                "with staleness, the checkpoints (history first, then the screened ones) must be in training order "
+                "with increasing optimizer steps (each checkpoint's state.json; 0 without one): "
+                    + timelineText(timeline));
         }
     }
     return timeline;
