@@ -52,7 +52,6 @@ void addAnalysisOptions(CLI::App* command, AnalysisArguments& a)
                 "engine's own prefill of the first --kv-first-batch prompts, as a training run's first step)")
             ->check(CLI::IsMember({"fitted_per_measurement", "frozen_first_batch"}))
             ->capture_default_str());
-    a.settings.kvFirstBatch = 32;
     a.protocolOptions.push_back(command
             ->add_option("--kv-first-batch", a.settings.kvFirstBatch,
                 "Prompts of the first batch that frozen_first_batch fits the KV scales on")

@@ -63,7 +63,7 @@ struct MeasureSettings {
     std::uint64_t kvCacheBytes = 256ull * 1024 * 1024;
     metrics::BootstrapOptions bootstrap; // intervals over prompts
     KvScalePolicy kvScales = KvScalePolicy::FittedPerMeasurement;
-    std::int64_t kvFirstBatch = 0; // FrozenFirstBatch: prompts of the first batch (>= 1)
+    std::int64_t kvFirstBatch = 32; // FrozenFirstBatch: prompts of the first batch (>= 1)
 };
 // The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
 engine::SamplingOptions samplingOptions(
