@@ -95,6 +95,14 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
     margin_->setSingleStep(0.05);
     margin_->setDecimals(2);
     form->addRow(tr("Threshold margin (threshold = largest passing x (1 - margin)):"), margin_);
+    replicates_ = new QSpinBox(this);
+    replicates_->setObjectName("calibrationReplicates");
+    replicates_->setRange(1, 16);
+    replicates_->setValue(static_cast<int>(analysis::CalibrationOptions {}.replicates));
+    replicates_->setToolTip(tr("training seeds per configuration; the null comparison trains the baseline with as "
+                               "many more, and the failure rule's interval covers seed variance"));
+    form->addRow(tr("Seeds per configuration:"), replicates_);
+    watch(replicates_);
     for (QLineEdit* edit : {name_, noise_, recipes_, staleness_, steps_})
         watch(edit);
     watch(quick_);
@@ -130,6 +138,10 @@ void CalibrationDialog::setSteps(const QString& steps)
 void CalibrationDialog::setMargin(double margin)
 {
     margin_->setValue(margin);
+}
+void CalibrationDialog::setReplicates(int seeds)
+{
+    replicates_->setValue(seeds);
 }
 void CalibrationDialog::setName(const QString& name)
 {
@@ -182,9 +194,14 @@ QString CalibrationDialog::readyText() const
     const int entries = static_cast<int>(parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {}).size()
         + splitPaths(recipes_->text()).size()
         + parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {}).size());
-    return tr("Ready: the BF16-engine baseline and %1 sweep run(s), one after the other; runs appear in the Runs "
-              "tab as they train and the budget in the Budget tab at the end.")
-        .arg(entries == 0 ? static_cast<int>(analysis::defaultNoiseSigmas().size()) : entries);
+    const int configurations = 1 + (entries == 0 ? static_cast<int>(analysis::defaultNoiseSigmas().size()) : entries);
+    const int seeds = replicates_->value();
+    return tr("Ready: %1 training runs one after the other (the BF16-engine baseline and %2 sweep configuration(s), "
+              "%3 seed(s) each, and %3 more of the baseline for the null comparison); runs appear in the Runs tab as "
+              "they train and the budget in the Budget tab at the end.")
+        .arg((configurations + 1) * seeds)
+        .arg(configurations - 1)
+        .arg(seeds);
 }
 
 QString CalibrationDialog::jobName() const
@@ -220,6 +237,9 @@ QString CalibrationDialog::cliCommand() const
     if (margin_->value() > 0.0) {
         command += QStringLiteral(" --margin ") + QString::number(margin_->value(), 'g', 6);
     }
+    if (replicates_->value() != analysis::CalibrationOptions {}.replicates) {
+        command += QStringLiteral(" --replicates %1").arg(replicates_->value());
+    }
     return command;
 }
 
@@ -248,6 +268,7 @@ JobWorker::Job CalibrationDialog::job() const
         options.steps = analysis::defaultCalibrationSteps(options.base);
     }
     options.margin = margin_->value();
+    options.replicates = replicates_->value();
     options.workspaceDirectory = workspace_.toStdString();
     return [workspace = workspace_.toStdString(), options](Progress& progress) {
         store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
@@ -278,12 +299,62 @@ AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store:
     form->addRow(tr("Probe prompts (first N):"), count_);
     maxTokens_ = tokensBox(this, 64);
     form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
+    otherProtocol_ = new QCheckBox(tr("Screen with this probe set, count and tokens although the calibration's "
+                                      "protocol differs (decisions labelled \"other protocol\")"),
+        this);
+    otherProtocol_->setObjectName("admissionOtherProtocol");
+    form->addRow(QString(), otherProtocol_);
+    connect(otherProtocol_, &QCheckBox::toggled, this, [this] { updateProtocolFields(); });
+    connect(calibration_, &CalibrationPicker::changed, this, [this] { updateProtocolFields(); });
+    watch(otherProtocol_);
     watch(history_);
     watch(calibration_);
     for (QSpinBox* box : {count_, maxTokens_})
         watch(box);
     finishLayout(QStringLiteral("admissionStatus"), QStringLiteral("admissionCli"),
         QStringLiteral("startAdmissionButton"));
+    updateProtocolFields();
+}
+
+std::optional<analysis::MeasurementProtocol> AdmissionDialog::calibrationProtocol() const
+{
+    const std::int64_t id = calibration_->calibrationId();
+    if (id == 0 || store_ == nullptr) {
+        return std::nullopt;
+    }
+    try {
+        const auto calibration = store::calibration(*store_, id);
+        return calibration ? analysis::storedProtocol(calibration->info.configJson, store_->path())
+                           : std::nullopt;
+    } catch (const std::exception&) {
+        return std::nullopt; // an unreadable protocol: screened as "no protocol", which check() explains
+    }
+}
+
+bool AdmissionDialog::underCalibrationProtocol() const
+{
+    return calibration_->calibrationId() != 0 && !otherProtocol_->isChecked();
+}
+
+// Under the calibration's protocol the probe set, count and tokens are the protocol's: shown, not editable.
+void AdmissionDialog::updateProtocolFields()
+{
+    const bool own = underCalibrationProtocol();
+    if (own) {
+        if (const auto protocol = calibrationProtocol()) {
+            probe_->setPath(QString::fromStdString(protocol->prompts));
+            count_->setValue(static_cast<int>(protocol->count));
+            maxTokens_->setValue(static_cast<int>(protocol->maxTokens));
+        }
+    }
+    otherProtocol_->setEnabled(calibration_->calibrationId() != 0);
+    for (QWidget* field : std::initializer_list<QWidget*> {probe_, count_, maxTokens_}) {
+        field->setEnabled(!own);
+    }
+}
+void AdmissionDialog::setOtherProtocol(bool other)
+{
+    otherProtocol_->setChecked(other);
 }
 
 void AdmissionDialog::setCheckpoints(const QString& directories)
@@ -360,6 +431,12 @@ QString AdmissionDialog::check() const
         !error.isEmpty()) {
         return error;
     }
+    if (underCalibrationProtocol() && !calibrationProtocol()) {
+        return tr("Threshold from: calibration #%1 stores no measurement protocol (made before protocols were "
+                  "recorded), so a screen cannot be measured on its scale; tick \"Screen with this probe set\" to "
+                  "compare anyway, labelled")
+            .arg(calibration_->calibrationId());
+    }
     if (probeSet().isEmpty() || !QFileInfo(probeSet()).isFile()) {
         return tr("Probe prompt set: expected a JSON Lines file (got '%1')").arg(probeSet());
     }
@@ -402,8 +479,10 @@ QString AdmissionDialog::cliCommand() const
     for (const QString& student : splitPaths(checkpoints())) {
         command += QLatin1Char(' ') + shellQuote(absolute(student));
     }
-    command += QStringLiteral(" --candidates %1 --prompts %2")
-                   .arg(shellQuote(absolute(candidates())), shellQuote(absolute(probeSet())));
+    command += QStringLiteral(" --candidates %1").arg(shellQuote(absolute(candidates())));
+    if (!underCalibrationProtocol()) {
+        command += QStringLiteral(" --prompts %1").arg(shellQuote(absolute(probeSet())));
+    }
     for (const QString& older : splitPaths(history_->text())) {
         command += QStringLiteral(" --history ") + shellQuote(absolute(older));
     }
@@ -415,7 +494,12 @@ QString AdmissionDialog::cliCommand() const
     } else {
         command += QStringLiteral(" --threshold ") + QString::number(calibration_->explicitThreshold(), 'g', 12);
     }
-    command += QStringLiteral(" --count %1 --max-tokens %2").arg(count_->value()).arg(maxTokens_->value());
+    if (!underCalibrationProtocol()) {
+        command += QStringLiteral(" --count %1 --max-tokens %2").arg(count_->value()).arg(maxTokens_->value());
+        if (calibration_->calibrationId() != 0) {
+            command += QStringLiteral(" --allow-protocol-mismatch");
+        }
+    }
     return command;
 }
 
@@ -430,9 +514,15 @@ JobWorker::Job AdmissionDialog::job() const
         options.history.push_back(absolute(older).toStdString());
     }
     options.candidates = analysis::loadCandidates(absolute(candidates()).toStdString());
-    options.probePath = absolute(probeSet()).toStdString();
-    options.count = count_->value();
-    options.settings.maxNewTokens = maxTokens_->value();
+    // Under the calibration's protocol core takes the probe set, count and sampling from it (as the CLI does
+    // without --prompts); otherwise the fields here, allowed and labelled when a calibration is chosen.
+    if (!underCalibrationProtocol()) {
+        options.probePath = absolute(probeSet()).toStdString();
+        options.count = count_->value();
+        options.settings.maxNewTokens = maxTokens_->value();
+        options.protocolFromCalibration = false;
+        options.allowProtocolMismatch = calibration_->calibrationId() != 0;
+    }
     if (const std::int64_t calibration = calibration_->calibrationId(); calibration != 0) {
         options.calibrationId = calibration;
         if (const auto step = calibration_->step()) {

@@ -1,4 +1,5 @@
 #pragma once
+#include "core/analysis/protocol.h"
 // Dialogs that start the analyses from the GUI, each the twin of a CLI command (its "Copy CLI Command" runs the
 // same job headless): "Start Calibration" (`mismatch calibrate`), "Start Admission Check" (`mismatch admit`) and
 // "Start Prefix-Shift Analysis" (`mismatch prefix-shift`). The jobs are core's runCalibration, runAdmission and
@@ -27,6 +28,7 @@ public:
     void setSteps(const QString& steps);
     void setMargin(double margin);
     void setName(const QString& name);
+    void setReplicates(int seeds);
     QString runFile() const;
     QString cliCommand() const override;
     QString jobName() const override;
@@ -45,6 +47,7 @@ private:
     QLineEdit* staleness_ = nullptr;
     QLineEdit* steps_ = nullptr;
     QDoubleSpinBox* margin_ = nullptr;
+    QSpinBox* replicates_ = nullptr;
 };
 
 class AdmissionDialog : public JobDialog {
@@ -64,6 +67,9 @@ public:
     void setThreshold(double threshold);
     void setCount(int prompts);
     void setMaxTokens(int tokens);
+    // With a calibration: screen with the probe set, count and tokens given here although the calibration's
+    // protocol differs (the decisions are labelled "other protocol"); false (default): the calibration's protocol.
+    void setOtherProtocol(bool other);
     QString checkpoints() const;
     QString candidates() const;
     QString probeSet() const;
@@ -87,6 +93,11 @@ private:
     CalibrationPicker* calibration_ = nullptr;
     QSpinBox* count_ = nullptr;
     QSpinBox* maxTokens_ = nullptr;
+    QCheckBox* otherProtocol_ = nullptr;
+    // The chosen calibration's stored measurement protocol (nullopt: none chosen, or made before protocols).
+    std::optional<analysis::MeasurementProtocol> calibrationProtocol() const;
+    bool underCalibrationProtocol() const; // a calibration is chosen and its protocol is used
+    void updateProtocolFields();
 };
 
 class PrefixShiftDialog : public JobDialog {
