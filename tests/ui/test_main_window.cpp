@@ -17,11 +17,13 @@
 
 #include <QDir>
 #include <QImage>
+#include <QLabel>
 #include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTableView>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -193,6 +195,19 @@ void TestMainWindow::demoButtonRunsDemoJob()
     window.tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
     QCOMPARE(window.overview()->students().size(), 1); // the demo student, with its budget and candidates
     QVERIFY(window.overview()->candidateTable(0));
+    // At most five candidates; when more were admitted the heading says which five are shown.
+    const auto admitted = std::count_if(
+        decisions.begin(), decisions.end(), [](const auto& d) { return d.decision == "admit"; });
+    QCOMPARE(window.overview()->candidateTable(0)->rowCount(), static_cast<int>(std::min<long>(admitted, 5)));
+    QCOMPARE(window.overview()->pageText().contains("the 5 with the least weight memory"), admitted > 5);
+    // The demo's runs store no per-step mismatch: their row says so instead of an empty sparkline.
+    QTableWidget* latest = window.overview()->latestRuns();
+    QVERIFY(latest && latest->rowCount() > 0);
+    for (int row = 0; row < latest->rowCount(); ++row) {
+        const auto* spark = qobject_cast<QLabel*>(latest->cellWidget(row, 6));
+        QVERIFY(spark);
+        QCOMPARE(spark->text(), QStringLiteral("no per-step mismatch"));
+    }
     saveScreenshot(window, "demo_overview.png");
     // The demo run has no per-step measures: the run plot says where its results are instead of empty axes.
     for (int row = 0; row < window.runModel()->rowCount(); ++row) {
