@@ -200,13 +200,22 @@ void TestMainWindow::demoButtonRunsDemoJob()
         decisions.begin(), decisions.end(), [](const auto& d) { return d.decision == "admit"; });
     QCOMPARE(window.overview()->candidateTable(0)->rowCount(), static_cast<int>(std::min<long>(admitted, 5)));
     QCOMPARE(window.overview()->pageText().contains("the 5 with the least weight memory"), admitted > 5);
-    // The demo's runs store no per-step mismatch: their row says so instead of an empty sparkline.
+    // A run that stored no per-step mismatch (the shipped calibration's runs, the admission check) says so in its
+    // row instead of an empty sparkline; one with a curve draws it.
     QTableWidget* latest = window.overview()->latestRuns();
     QVERIFY(latest && latest->rowCount() > 0);
     for (int row = 0; row < latest->rowCount(); ++row) {
         const auto* spark = qobject_cast<QLabel*>(latest->cellWidget(row, 6));
         QVERIFY(spark);
-        QCOMPARE(spark->text(), QStringLiteral("no per-step mismatch"));
+        store::Statement points(reader.handle(),
+            "SELECT count(*) FROM step_metrics WHERE run_id = ? AND mismatch_kl IS NOT NULL");
+        points.bind(1, static_cast<std::int64_t>(latest->item(row, 0)->data(Qt::UserRole).toLongLong()));
+        QVERIFY(points.step());
+        if (points.int64(0) == 0) {
+            QCOMPARE(spark->text(), QStringLiteral("no per-step mismatch"));
+        } else if (points.int64(0) >= 2) {
+            QVERIFY(!spark->pixmap().isNull());
+        }
     }
     saveScreenshot(window, "demo_overview.png");
     // The demo run has no per-step measures: the run plot says where its results are instead of empty axes.
