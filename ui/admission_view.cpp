@@ -44,6 +44,9 @@ QString decisionNotes(const AdmissionDecision& d)
     for (const CalibrationFlag& flag : d.calibrationFlags) {
         notes << QObject::tr("calibration flagged: %1").arg(QString::fromStdString(describeFlag(flag)));
     }
+    if (!d.thresholdNote.empty()) {
+        notes << QObject::tr("threshold: %1").arg(QString::fromStdString(d.thresholdNote));
+    }
     return notes.join(QLatin1Char('\n'));
 }
 
@@ -244,7 +247,7 @@ void AdmissionView::refresh()
                                                .arg(counts[1])
                                                .arg(counts[2]);
     if (flagged > 0) {
-        summary += tr("; \u26a0 %n with a note (protocol differs or flagged calibration)", nullptr, flagged);
+        summary += tr("; \u26a0 %n with a note (protocol differs, flagged calibration or threshold from another step)", nullptr, flagged);
     }
     summary_->setText(summary);
     plot_->replot();

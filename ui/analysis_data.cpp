@@ -250,6 +250,9 @@ std::vector<AdmissionDecision> AnalysisData::admissionDecisions() const
             if (candidate.contains("recipe_content") && candidate.at("recipe_content").is_object()) {
                 d.recipeJson = candidate.at("recipe_content").dump();
             }
+            if (candidate.contains("note") && candidate.at("note").is_string()) {
+                d.thresholdNote = candidate.at("note").get<std::string>();
+            }
             if (candidate.contains("protocol_differs") && candidate.at("protocol_differs").is_array()) {
                 for (const auto& field : candidate.at("protocol_differs")) {
                     if (field.is_string()) {

@@ -100,6 +100,7 @@ struct AdmissionDecision {
     double noise = 0.0;
     std::vector<std::string> protocolDiffers; // protocol fields measured differently from the calibration's
     std::vector<CalibrationFlag> calibrationFlags; // the calibration's flags when it was decided
+    std::string thresholdNote; // how the threshold's bracket was chosen when not at the checkpoint's own step
 };
 
 // The prefix-shift part's interval an analysis stored in its details ("prefix_shift_interval": [low, high]); both

@@ -373,7 +373,9 @@ void OverviewView::refresh()
                 candidate.ciHigh = d->ciHigh;
                 candidate.bf16Multiple = bf16Multiple(*d);
                 candidate.notes = decisionNotes(*d);
-                if (config) {
+                if (!config) {
+                    candidate.memoryUnknown = tr("the student's config.json cannot be read here");
+                } else {
                     try {
                         const quant::Recipe recipe = d->recipeJson.empty()
                             ? quant::Recipe {}
@@ -382,8 +384,11 @@ void OverviewView::refresh()
                         candidate.weightBytes = plan.weightBytes;
                         candidate.bf16WeightBytes = plan.bf16WeightBytes;
                         candidate.kvCapacityRatio = plan.kvCapacityRatio();
-                    } catch (const std::exception&) {
-                        // A recipe that no longer resolves for this architecture: memory and capacity unknown.
+                    } catch (const std::exception& error) {
+                        // A recipe that does not resolve for this architecture (written for another layer count):
+                        // memory and capacity unknown, and the cell says why.
+                        candidate.memoryUnknown
+                            = tr("its recipe does not resolve for this student: %1").arg(QString::fromUtf8(error.what()));
                     }
                 }
                 section.best.push_back(candidate);
@@ -397,12 +402,16 @@ void OverviewView::refresh()
                 section.best.resize(kBestCandidates);
             }
             if (!section.best.empty()) {
+                const auto admitted = std::count_if(screened.begin(), screened.end(),
+                    [](const AdmissionDecision* d) { return d->decision == "admit"; });
+                const QString shown = admitted > static_cast<long>(section.best.size())
+                    ? tr("the %1 with the least weight memory").arg(section.best.size())
+                    : tr("least weight memory first");
                 boxLayout->addWidget(note(box,
-                    tr("<b>Best admitted candidates</b> (%1 of %2 screened decisions admitted; least weight memory "
-                       "first)")
-                        .arg(std::count_if(screened.begin(), screened.end(),
-                            [](const AdmissionDecision* d) { return d->decision == "admit"; }))
-                        .arg(screened.size())));
+                    tr("<b>Best admitted candidates</b> (%1 of %2 screened decisions admitted; %3)")
+                        .arg(admitted)
+                        .arg(screened.size())
+                        .arg(shown)));
                 section.candidates = makeTable(box,
                     {tr("Candidate"), tr("Checkpoint"), tr("Mismatch [95%]"), tr("x BF16"), tr("Weight memory"),
                         tr("KV capacity"), tr("Notes")},
@@ -419,16 +428,22 @@ void OverviewView::refresh()
                                    .arg(c.ciHigh, 0, 'g', 3)));
                     section.candidates->setItem(row, 3,
                         number(c.bf16Multiple ? QStringLiteral("%1x").arg(*c.bf16Multiple, 0, 'g', 3) : tr("-")));
-                    section.candidates->setItem(row, 4,
-                        number(c.weightBytes && c.bf16WeightBytes && *c.bf16WeightBytes > 0
-                                ? tr("%1 (%2x BF16)")
-                                      .arg(mebibytes(*c.weightBytes))
-                                      .arg(
-                                          static_cast<double>(*c.weightBytes) / static_cast<double>(*c.bf16WeightBytes),
-                                          0, 'f', 2)
-                                : tr("-")));
-                    section.candidates->setItem(row, 5,
-                        number(c.kvCapacityRatio ? tr("%1x BF16").arg(*c.kvCapacityRatio, 0, 'f', 2) : tr("-")));
+                    auto* memory = number(c.weightBytes && c.bf16WeightBytes && *c.bf16WeightBytes > 0
+                            ? tr("%1 (%2x BF16)")
+                                  .arg(mebibytes(*c.weightBytes))
+                                  .arg(static_cast<double>(*c.weightBytes) / static_cast<double>(*c.bf16WeightBytes), 0,
+                                      'f', 2)
+                            : tr("unknown"));
+                    auto* capacity
+                        = number(c.kvCapacityRatio ? tr("%1x BF16").arg(*c.kvCapacityRatio, 0, 'f', 2) : tr("unknown"));
+                    if (!c.memoryUnknown.isEmpty()) {
+                        for (QTableWidgetItem* item : {memory, capacity}) {
+                            item->setForeground(QColor(0x75, 0x75, 0x75));
+                            item->setToolTip(tr("Unknown: %1").arg(c.memoryUnknown));
+                        }
+                    }
+                    section.candidates->setItem(row, 4, memory);
+                    section.candidates->setItem(row, 5, capacity);
                     auto* notes = cell(c.notes.isEmpty()
                             ? QString()
                             : QStringLiteral("\u26a0 ") + QString(c.notes).replace('\n', QStringLiteral("; ")));
@@ -565,8 +580,14 @@ void OverviewView::buildLatestRuns(QVBoxLayout* layout, QWidget* page)
         latestRuns_->setItem(row, 5, number(run.lastMismatch ? QString::number(*run.lastMismatch, 'g', 4) : tr("-")));
         auto* spark = new QLabel(latestRuns_);
         spark->setObjectName("overviewSparkline");
-        spark->setPixmap(sparkline(kl, QSize(140, 22), ratio));
-        spark->setToolTip(kl.empty() ? tr("no per-step mismatch") : tr("%1 steps").arg(kl.size()));
+        if (kl.size() < 2) {
+            // A run without a per-step curve (an admission check, a shipped calibration run) says so in words.
+            spark->setText(kl.empty() ? tr("no per-step mismatch") : tr("one step"));
+            spark->setStyleSheet(QStringLiteral("color: #757575; padding-left: 4px"));
+        } else {
+            spark->setPixmap(sparkline(kl, QSize(140, 22), ratio));
+            spark->setToolTip(tr("%1 steps").arg(kl.size()));
+        }
         latestRuns_->setCellWidget(row, 6, spark);
         latestRuns_->setItem(row, 7, cell(trendOf(kl)));
     }

@@ -51,6 +51,7 @@ public:
         std::optional<std::int64_t> weightBytes; // from the recipe resolved for the student
         std::optional<std::int64_t> bf16WeightBytes;
         std::optional<double> kvCapacityRatio; // KV tokens that fit the same memory, relative to BF16
+        QString memoryUnknown; // why memory and capacity are unknown (empty when they are known)
         QString notes; // protocol differs / flagged calibration
     };
 

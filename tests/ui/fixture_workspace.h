@@ -221,7 +221,12 @@ inline Ids build(store::RunStore& store)
             {"recipe_content", nlohmann::json::parse(quant::recipeToJson(quant::loadRecipe(recipe)))}, {"staleness", 0},
             {"noise", 0.0}, {"bf16_unit", kFixtureUnit}};
         if (std::string(d.checkpoint) == "step-200") {
-            candidate["protocol_differs"] = {"temperature", "max_tokens"};
+            // As core/analysis/admission.cpp writes them: each differing field with both values, and how the
+            // threshold's bracket was chosen for a checkpoint at a step the calibration has no bracket for.
+            candidate["protocol_differs"] = {"temperature 0.7 (calibration: 1)", "max_tokens 64 (calibration: 32)"};
+            candidate["checkpoint_step"] = 200;
+            candidate["bracket_step"] = 120;
+            candidate["note"] = "no bracket at step 200: the nearest earlier one (step 120) is used";
             candidate["calibration_flags"]
                 = {{{"kind", "non-monotone"}, {"step", 120}, {"reason", kFixtureFlagReason}}};
         }

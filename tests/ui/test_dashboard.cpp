@@ -256,12 +256,14 @@ void TestDashboard::admissionDecisionsAgainstThreshold()
     QCOMPARE(view->decisionModel()->item(3, ui::AdmissionView::Interval)->text(), QStringLiteral("[0.16, 0.22]"));
     // x BF16: 0.19 / 0.00021 = 904.8 units.
     QCOMPARE(view->decisionModel()->item(3, ui::AdmissionView::Bf16Multiple)->text(), QStringLiteral("905x"));
-    // The decision measured under another protocol against the flagged calibration carries both notes.
+    // The decision measured under another protocol against the flagged calibration, at a step without a bracket of
+    // its own, carries all three notes.
     const QString notes = view->decisionModel()->item(4, ui::AdmissionView::Notes)->text();
     QVERIFY2(notes.startsWith(QStringLiteral("\u26a0"))
             && notes.contains("protocol differs from the calibration's: "
-                              "temperature, max_tokens")
-            && notes.contains("calibration flagged: non-monotone at step 120"),
+                              "temperature 0.7 (calibration: 1), max_tokens 64 (calibration: 32)")
+            && notes.contains("calibration flagged: non-monotone at step 120")
+            && notes.contains("threshold: no bracket at step 200: the nearest earlier one (step 120) is used"),
         qPrintable(notes));
     QVERIFY(view->decisionModel()->item(0, ui::AdmissionView::Notes)->text().isEmpty());
     // A logarithmic mismatch axis by default: the five intervals span more than a decade.

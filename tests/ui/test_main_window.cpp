@@ -17,11 +17,13 @@
 
 #include <QDir>
 #include <QImage>
+#include <QLabel>
 #include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTableView>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -193,6 +195,28 @@ void TestMainWindow::demoButtonRunsDemoJob()
     window.tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
     QCOMPARE(window.overview()->students().size(), 1); // the demo student, with its budget and candidates
     QVERIFY(window.overview()->candidateTable(0));
+    // At most five candidates; when more were admitted the heading says which five are shown.
+    const auto admitted = std::count_if(
+        decisions.begin(), decisions.end(), [](const auto& d) { return d.decision == "admit"; });
+    QCOMPARE(window.overview()->candidateTable(0)->rowCount(), static_cast<int>(std::min<long>(admitted, 5)));
+    QCOMPARE(window.overview()->pageText().contains("the 5 with the least weight memory"), admitted > 5);
+    // A run that stored no per-step mismatch (the shipped calibration's runs, the admission check) says so in its
+    // row instead of an empty sparkline; one with a curve draws it.
+    QTableWidget* latest = window.overview()->latestRuns();
+    QVERIFY(latest && latest->rowCount() > 0);
+    for (int row = 0; row < latest->rowCount(); ++row) {
+        const auto* spark = qobject_cast<QLabel*>(latest->cellWidget(row, 6));
+        QVERIFY(spark);
+        store::Statement points(reader.handle(),
+            "SELECT count(*) FROM step_metrics WHERE run_id = ? AND mismatch_kl IS NOT NULL");
+        points.bind(1, static_cast<std::int64_t>(latest->item(row, 0)->data(Qt::UserRole).toLongLong()));
+        QVERIFY(points.step());
+        if (points.int64(0) == 0) {
+            QCOMPARE(spark->text(), QStringLiteral("no per-step mismatch"));
+        } else if (points.int64(0) >= 2) {
+            QVERIFY(!spark->pixmap().isNull());
+        }
+    }
     saveScreenshot(window, "demo_overview.png");
     // The demo run has no per-step measures: the run plot says where its results are instead of empty axes.
     for (int row = 0; row < window.runModel()->rowCount(); ++row) {

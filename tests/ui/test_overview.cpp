@@ -15,6 +15,7 @@
 #include "ui/run_table_model.h"
 #include "ui/training_dialog.h"
 
+#include <QLabel>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTabWidget>
@@ -95,7 +96,7 @@ private slots:
 
         // Best admitted candidates: the two admitted at step-100, least weight memory first. Their memory and KV
         // capacity are the recipes' plans for the student's architecture; fp8-keep-edges names layer 3, which the
-        // 2-layer student lacks, so its memory is unknown ("-") and it comes last.
+        // 2-layer student lacks, so its memory is "unknown" (the cell's tooltip says why) and it comes last.
         const model::ModelConfig config = model::loadConfig((student + "/config.json").toStdString());
         const quant::RecipePlan kv
             = quant::resolveRecipe(quant::loadRecipe(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml"), config);
@@ -117,7 +118,11 @@ private slots:
         QCOMPARE(candidates->rowCount(), 2);
         QVERIFY(candidates->item(0, 4)->text().contains("MiB"));
         QCOMPARE(candidates->item(0, 5)->text(), QStringLiteral("%1x BF16").arg(kv.kvCapacityRatio(), 0, 'f', 2));
-        QCOMPARE(candidates->item(1, 4)->text(), QStringLiteral("-"));
+        QCOMPARE(candidates->item(1, 4)->text(), QStringLiteral("unknown"));
+        QCOMPARE(candidates->item(1, 5)->text(), QStringLiteral("unknown"));
+        QVERIFY2(candidates->item(1, 4)->toolTip().contains("does not resolve for this student"),
+            qPrintable(candidates->item(1, 4)->toolTip()));
+        QVERIFY(candidates->item(0, 4)->toolTip().isEmpty());
 
         // Latest runs, newest first, with their trend (the fixture's mismatch rises by 0.4% a step).
         QTableWidget* runs = overview->latestRuns();
@@ -125,6 +130,10 @@ private slots:
         QCOMPARE(runs->rowCount(), 5);
         QCOMPARE(runs->item(0, 1)->text(), QStringLiteral("opd-noise-0.08"));
         QCOMPARE(runs->item(0, 7)->text(), QStringLiteral("rising"));
+        for (int row = 0; row < runs->rowCount(); ++row) { // every fixture run has a curve: a drawn sparkline
+            const auto* spark = qobject_cast<QLabel*>(runs->cellWidget(row, 6));
+            QVERIFY(spark && !spark->pixmap().isNull() && spark->text().isEmpty());
+        }
         // Double-clicking a run shows it in the Runs tab.
         emit runs->cellDoubleClicked(1, 1);
         QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::RunsTab));
