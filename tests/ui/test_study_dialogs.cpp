@@ -6,6 +6,7 @@
 //   - the recipe builder, log import, time-to-quality and objective comparison dialogs: their check names the
 //     field, their job stores its result, and (import, recipe build) the "Copy CLI Command" text run with the real
 //     binary stores the same; the run comparison shows the verdict `mismatch compare` prints.
+#include "core/analysis/protocol.h"
 #include "core/analysis/admission.h"
 #include "core/common/error.h"
 #include "core/quant/recipe.h"
@@ -73,6 +74,12 @@ std::int64_t addTwoStepCalibration(store::RunStore& store)
     store::CalibrationInfo info;
     info.name = "two steps";
     info.student = (kResources + "/models/arith-student").toStdString();
+    // Its measurement protocol: the probe set's first 16 prompts, 24 tokens.
+    analysis::MeasurementProtocol protocol;
+    protocol.prompts = (kResources + "/prompts/arith-probe.jsonl").toStdString();
+    protocol.count = 16;
+    protocol.maxTokens = 24;
+    info.configJson = nlohmann::json {{"protocol", analysis::protocolToJson(protocol)}}.dump();
     std::vector<store::CalibrationPoint> points
         = {{run, 20, 0.3, 1.0, 0.3, 0.01, 0.02, true}, {run, 40, 0.01, 1.0, 0.01, -0.01, 0.01, false}};
     return store::addCalibration(
@@ -110,6 +117,21 @@ private slots:
         QVERIFY2(dialog.cliCommand().contains(QStringLiteral("--calibration %1 --step 40").arg(calibration)),
             qPrintable(dialog.cliCommand()));
         QVERIFY(dialog.statusText().contains("0.01"));
+        // Under the calibration's protocol: its probe set, count and tokens, not editable, and none of them on the
+        // command line (the CLI takes them from the calibration too).
+        auto* count = dialog.findChild<ui::PathPicker*>("admissionProbeEdit");
+        QVERIFY(count && !count->isEnabled());
+        QCOMPARE(dialog.probeSet(), kResources + "/prompts/arith-probe.jsonl");
+        QVERIFY2(!dialog.cliCommand().contains("--prompts") && !dialog.cliCommand().contains("--count"),
+            qPrintable(dialog.cliCommand()));
+        // Another protocol is an explicit choice, and the command says so.
+        dialog.setOtherProtocol(true);
+        dialog.setCount(8);
+        QVERIFY(count->isEnabled());
+        QVERIFY2(dialog.cliCommand().contains("--count 8") && dialog.cliCommand().contains("--allow-protocol-mismatch"),
+            qPrintable(dialog.cliCommand()));
+        dialog.setOtherProtocol(false);
+        QVERIFY(!dialog.cliCommand().contains("--allow-protocol-mismatch"));
         // Step 20 gives no threshold: the field is named, Start is disabled.
         QVERIFY(dialog.setCalibration(calibration, 20));
         QVERIFY(!dialog.valid());
