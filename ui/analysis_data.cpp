@@ -197,6 +197,12 @@ std::vector<CalibrationPoint> AnalysisData::calibrationPoints(std::int64_t calib
         point.runId = stored.runId;
         const auto name = names.find(stored.runId);
         point.runName = name == names.end() ? std::string() : name->second;
+        if (stored.replicates > 1 && !stored.label.empty()) {
+            // A replicate mean: the stored run id is only its first seed's run, so the run's name ("…/r0") would
+            // label the mean as one seed's value.
+            point.runName = calibration->info.name + "/" + stored.label + " (mean of "
+                + std::to_string(stored.replicates) + " seeds)";
+        }
         point.step = stored.step;
         point.mismatch = stored.mismatch;
         point.quality = stored.quality;
