@@ -214,13 +214,13 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
     command->add_option("--steps", a->steps, "Steps to apply the failure rule at (default: half-way and the last)")
         ->delimiter(',');
     command->add_option("--threshold", a->threshold, "Relative quality rise that fails (default 0.20)")
-        ->check(CLI::Range(0.0, 10.0));
+        ->check(between(0.0, 10.0));
     command->add_option("--confidence", a->confidence, "Bootstrap interval confidence (default 0.95)")
-        ->check(CLI::Range(0.5, 0.9999));
-    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(CLI::Range(100, 1000000));
+        ->check(between(0.5, 0.9999));
+    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(between(100, 1000000));
     command->add_option("--seed", a->seed, "Bootstrap seed");
     command->add_option("--margin", a->margin, "Admission threshold = largest passing x (1 - margin)")
-        ->check(CLI::Range(0.0, 0.99));
+        ->check(between(0.0, 0.99));
     auto* resume = command
                        ->add_option("--resume", a->resume,
                            "Continue calibrate run RUN (the run id printed when it started) after a kill, Ctrl-C or "

@@ -17,7 +17,7 @@ void registerDemoCommand(CLI::App& app, Context& context)
         "decisions with their intervals");
     auto count = std::make_shared<std::int64_t>(128);
     demo->add_option("--count", *count, "Probe prompts the admission check generates on (default 128, all)")
-        ->check(CLI::Range(std::int64_t(2), std::int64_t(100000)))
+        ->check(between(2, 100000))
         ->type_name("N");
     demo->callback([&context, count] {
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);

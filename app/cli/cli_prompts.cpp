@@ -162,7 +162,7 @@ void registerPromptCommands(CLI::App& app, Context& context)
                              ->check(CLI::IsMember({"train", "heldout", "probe"}));
     CLI::Option* count
         = arith->add_option("--count", generateArguments->count, "Problems to write (default: the split's size)")
-              ->check(CLI::PositiveNumber);
+              ->check(greaterThan(0));
     CLI::Option* seed = arith->add_option("--seed", generateArguments->seed, "Generator seed (default: the split's)");
     CLI::Option* out = arith->add_option("--out", generateArguments->out, "Output file (.jsonl)")->type_name("FILE");
     CLI::Option* all = arith->add_flag("--all", generateArguments->all, "Write all three splits with their defaults");

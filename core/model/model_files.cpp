@@ -1,6 +1,12 @@
 #include "core/model/model_files.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
+#include "core/engine/byte_size.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+
+#include <ATen/ATen.h>
 
 #include <filesystem>
 #include <set>
@@ -89,8 +95,33 @@ DType dtypeFromTorchDtype(const std::string& torchDtype)
     return DType::F32;
 }
 
+void checkSizesAgainstCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
+{
+    const DType dtype = dtypeFromTorchDtype(config.torchDtype);
+    std::uint64_t stored = 0;
+    std::int64_t tensors = 0;
+    for (const std::string& name : checkpoint.names()) {
+        const TensorInfo& info = checkpoint.info(name);
+        stored += info.end - info.begin;
+        ++tensors;
+    }
+    // parameterCount() is overflow-checked by parseConfig; the product with 4 bytes fits below 2^65 / 2.
+    const auto implied = static_cast<unsigned __int128>(config.parameterCount()) * byteSize(dtype);
+    if (implied > stored) {
+        throw InputError(checkpoint.directory(), "config.json",
+            "config.json implies " + std::to_string(config.parameterCount()) + " parameters ("
+                + std::to_string(config.numLayers) + " layers, hidden size " + std::to_string(config.hiddenSize)
+                + ", vocabulary " + std::to_string(config.vocabSize) + "), "
+                + (implied >> 64 ? std::string("more than 2^64 bytes")
+                                 : engine::formatByteSize(static_cast<std::uint64_t>(implied)))
+                + " as " + toString(dtype) + ", but the checkpoint's " + std::to_string(tensors) + " tensors hold only "
+                + engine::formatByteSize(stored) + ": config.json does not describe these weights");
+    }
+}
+
 void validateCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
 {
+    checkSizesAgainstCheckpoint(config, checkpoint);
     const DType expectedDtype = dtypeFromTorchDtype(config.torchDtype);
     std::set<std::string> known;
     for (const ExpectedTensor& expected : expectedTensors(config)) {
@@ -109,6 +140,12 @@ void validateCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
         }
         if (config.tieWordEmbeddings && name == tiedHead.name) {
             checkTensor(config, checkpoint, tiedHead, expectedDtype);
+            if (!checkpoint.sameData(tiedHead.name, "model.embed_tokens.weight")) {
+                throw InputError(checkpoint.directory(), name,
+                    "lm_head.weight differs from model.embed_tokens.weight although config.json ties them "
+                    "(tie_word_embeddings: true): the model computes with the embedding and would silently ignore "
+                    "this lm_head; set tie_word_embeddings to false or remove the tensor");
+            }
             continue;
         }
         throw InputError(checkpoint.directory(), name,
@@ -137,7 +174,7 @@ CheckpointStats checkpointStats(const Checkpoint& checkpoint)
 
 ModelFiles openModelDirectory(const std::string& directory)
 {
-    if (!std::filesystem::is_directory(directory)) {
+    if (pathKind(directory) != PathKind::Directory) {
         throw InputError(directory, "", "not a model directory (expected config.json and safetensors files)");
     }
     ModelFiles files;
@@ -146,6 +183,57 @@ ModelFiles openModelDirectory(const std::string& directory)
     files.checkpoint = Checkpoint::open(directory);
     validateCheckpoint(files.config, files.checkpoint);
     return files;
+}
+
+void requireFitsContext(const ModelConfig& config, std::int64_t promptTokens, std::int64_t maxNewTokens,
+    const std::string& source, const std::string& location)
+{
+    if (promptTokens + maxNewTokens > config.maxPositionEmbeddings) {
+        throw InputError(source, location,
+            std::to_string(promptTokens) + " prompt tokens + " + std::to_string(maxNewTokens)
+                + " new tokens = " + std::to_string(promptTokens + maxNewTokens)
+                + " positions, past the model's max_position_embeddings of "
+                + std::to_string(config.maxPositionEmbeddings) + " (lower the maximum of new tokens or shorten the prompt)");
+    }
+}
+
+Tokenizer loadModelTokenizer(const std::string& directory, const ModelConfig& config)
+{
+    const std::string path = (std::filesystem::path(directory) / "tokenizer.json").string();
+    Tokenizer tokenizer = Tokenizer::fromFile(path);
+    if (tokenizer.vocabSize() > config.vocabSize) {
+        const std::int64_t id = tokenizer.vocabSize() - 1;
+        throw InputError(path, "token id " + std::to_string(id),
+            "token " + tokenizer.piece(id) + " has id " + std::to_string(id) + " but config.json vocab_size is "
+                + std::to_string(config.vocabSize) + ": the embedding has no row for it (ids must be below vocab_size)");
+    }
+    return tokenizer;
+}
+
+std::string nonFiniteSummary(const at::Tensor& tensor)
+{
+    if (at::isfinite(tensor).all().item<bool>()) {
+        return {};
+    }
+    const auto nans = at::isnan(tensor).sum().item<std::int64_t>();
+    const auto infinities = at::isinf(tensor).sum().item<std::int64_t>();
+    const at::Tensor first = at::nonzero(at::logical_not(at::isfinite(tensor)))[0];
+    std::string index;
+    for (std::int64_t d = 0; d < first.numel(); ++d) {
+        index += (d ? ", " : "") + std::to_string(first[d].item<std::int64_t>());
+    }
+    return std::to_string(nans) + " NaN and " + std::to_string(infinities) + " infinite values (the first at [" + index
+        + "])";
+}
+
+void requireFiniteWeights(const TransformerWeights& weights, const std::string& directory)
+{
+    for (const std::string& name : weights.names()) {
+        const std::string problem = nonFiniteSummary(weights.get(name));
+        if (!problem.empty()) {
+            throw InputError(directory, name, "holds " + problem + " (a model's weights must be finite)");
+        }
+    }
 }
 
 } // namespace mismatch::model

@@ -278,7 +278,7 @@ RunStore RunStore::open(const std::string& path, OpenMode mode)
 RunStore::RunStore(sqlite3* db, std::string path, bool readOnly) : db_(db), path_(std::move(path)), readOnly_(readOnly) {}
 
 RunStore::RunStore(RunStore&& other) noexcept
-    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_)
+    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_), locks_(std::move(other.locks_))
 {
     other.db_ = nullptr;
 }
@@ -290,6 +290,7 @@ RunStore& RunStore::operator=(RunStore&& other) noexcept
         db_ = other.db_;
         path_ = std::move(other.path_);
         readOnly_ = other.readOnly_;
+        locks_ = std::move(other.locks_);
         other.db_ = nullptr;
     }
     return *this;
@@ -302,6 +303,7 @@ RunStore::~RunStore()
 
 void RunStore::close()
 {
+    locks_.clear();
     if (db_) {
         sqlite3_close_v2(db_);
         db_ = nullptr;
@@ -321,6 +323,8 @@ std::int64_t RunStore::beginRun(const RunSpec& spec)
     insert.bind(1, spec.name).bind(2, spec.kind).bind(3, spec.configJson).bind(4, spec.modelId).bind(5, kVersion);
     insert.run();
     const std::int64_t id = sqlite3_last_insert_rowid(db_);
+    // Before the commit makes the run visible, so that no other process can take it over in between.
+    locks_[id] = RunLock::acquire(path_, id);
     transaction.commit();
     return id;
 }
@@ -372,6 +376,12 @@ void RunStore::finishRun(std::int64_t runId, RunStatus status, const std::string
         throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
     }
     transaction.commit();
+    locks_.erase(runId);
+}
+
+void RunStore::releaseRunLock(std::int64_t runId)
+{
+    locks_.erase(runId);
 }
 
 void RunStore::setRunConfig(std::int64_t runId, const std::string& configJson)
@@ -396,6 +406,16 @@ void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const s
 
 std::int64_t RunStore::reopenRun(std::int64_t runId, std::int64_t keepThroughStep)
 {
+    if (!locks_.count(runId)) {
+        {
+            Statement exists(db_, "SELECT 1 FROM runs WHERE id = ?");
+            exists.bind(1, runId);
+            if (!exists.step()) {
+                throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+            }
+        }
+        locks_[runId] = RunLock::acquire(path_, runId);
+    }
     Transaction transaction(db_);
     Statement update(db_, "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL WHERE id = ?");
     update.bind(1, runId);
