@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,17 +64,35 @@ namespace {
 
 constexpr int kBusyTimeoutMs = 15000;
 
-void checkHeader(const std::string& path, std::uintmax_t size)
+// Checks the 16-byte magic at offset 0 through the connection's own file handle (SQLite's VFS), never through
+// a descriptor of our own. POSIX advisory locks belong to the process and the file, not to the descriptor:
+// closing ANY descriptor of the database file drops every lock this process holds on it, including the SHARED
+// lock that each open WAL connection keeps on the database file for its lifetime. With that lock gone, another
+// process (a headless `mismatch` job) closing its last connection sees itself alone, checkpoints and deletes
+// the -wal and -shm files under our open connections ("database disk image is malformed" afterwards). SQLite's
+// unix VFS shares one descriptor per file among the process's connections and defers closing it while any
+// lock is held, so reading through `db`'s handle (and closing `db` later) cannot drop another connection's lock.
+// The lock-loss scenario is therefore impossible by construction; tests/store's header-check test and the
+// interleaved GUI + headless test (tests/ui/test_shared_workspace.cpp) check /proc/locks to keep it so.
+void checkHeader(sqlite3* db, const std::string& path)
 {
     static const char kMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw StoreError(path, "cannot be read (permission denied?)");
+    sqlite3_file* file = nullptr;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file ||
+        !file->pMethods) {
+        throw StoreError(path, "cannot be read (SQLite did not open the file)");
+    }
+    sqlite3_int64 size = 0;
+    if (file->pMethods->xFileSize(file, &size) != SQLITE_OK) {
+        throw StoreError(path, "cannot be read (its size is unknown)");
     }
     char header[16] = {};
-    in.read(header, sizeof header);
-    if (size < 100 || in.gcount() != static_cast<std::streamsize>(sizeof header) ||
-        std::memcmp(header, kMagic, sizeof header) != 0) {
+    // A file shorter than the header reads as SQLITE_IOERR_SHORT_READ with the rest zero-filled: not SQLite.
+    const int rc = size >= 100 ? file->pMethods->xRead(file, header, sizeof header, 0) : SQLITE_IOERR_SHORT_READ;
+    if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ) {
+        throw StoreError(path, std::string("cannot be read: ") + sqlite3_errstr(rc));
+    }
+    if (rc != SQLITE_OK || std::memcmp(header, kMagic, sizeof header) != 0) {
         throw StoreError(path, "is not a SQLite database (expected the 16-byte header 'SQLite format 3' at offset 0)");
     }
 }
@@ -111,7 +128,6 @@ void validateExisting(const std::string& path)
     if (size == 0) {
         return;  // an empty file is an empty database; it gets the schema on a writable open
     }
-    checkHeader(path, size);
     sqlite3* db = nullptr;
     try {
         db = openConnection(path, SQLITE_OPEN_READONLY);
@@ -120,6 +136,7 @@ void validateExisting(const std::string& path)
         db = openConnection("file:" + path + "?immutable=1", SQLITE_OPEN_READONLY, true);
     }
     Closer closer{db};
+    checkHeader(db, path);  // before any query: SQLite would only say "file is not a database"
     // Problems found by reading go to `problem`; a SQLite failure while reading means the file is damaged.
     std::string problem;
     try {
