@@ -324,19 +324,24 @@ private:
         const std::string shown = path.string()
             + (fs::path(text).is_relative() ? " (resolved against the run file's directory " + base_.string() + ")"
                                             : "");
-        std::error_code error;
-        const fs::file_status status = fs::status(path, error);
-        if (!fs::exists(status)) {
+        mismatch::PathKind found = mismatch::PathKind::Missing;
+        try {
+            found = mismatch::pathKind(path.string());
+        } catch (const InputError& error) { // a symbolic-link loop, a name too long, a directory not searchable
+            fail(entry.valuePlace, what + " " + shown + ": " + error.detail());
+        }
+        if (found == mismatch::PathKind::Missing) {
             fail(entry.valuePlace, what + " " + shown + " does not exist");
         }
         if (kind == PathKind::ModelDirectory) {
-            if (!fs::is_directory(status)) {
+            if (found != mismatch::PathKind::Directory) {
                 fail(entry.valuePlace, what + " " + shown + " is not a directory");
             }
+            std::error_code error;
             if (!fs::exists(path / "config.json", error)) {
                 fail(entry.valuePlace, what + " " + shown + " has no config.json (expected a model directory)");
             }
-        } else if (fs::is_directory(status)) {
+        } else if (found == mismatch::PathKind::Directory) {
             fail(entry.valuePlace, what + " " + shown + " is a directory, expected a file");
         }
         return path.string();
