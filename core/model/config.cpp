@@ -335,7 +335,7 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
     config.intermediateSize = reader.positive("intermediate_size", reader.requiredInt("intermediate_size"));
     config.numLayers = reader.positive("num_hidden_layers", reader.requiredInt("num_hidden_layers"));
     // Much of the tool works per layer (module lists, recipe plans, KV caches) before any weight is read; a
-    // model directory's checkpoint bounds the count further (checkSizesAgainstCheckpoint).
+    // model directory's checkpoint bounds the count further (checkLayersAgainstCheckpoint).
     if (config.numLayers > ModelConfig::kMaxLayers) {
         reader.fail("num_hidden_layers",
             std::to_string(config.numLayers) + " layers, over the limit of " + std::to_string(ModelConfig::kMaxLayers)

@@ -2,7 +2,6 @@
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
-#include "core/engine/byte_size.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 
@@ -95,33 +94,36 @@ DType dtypeFromTorchDtype(const std::string& torchDtype)
     return DType::F32;
 }
 
-void checkSizesAgainstCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
+void checkLayersAgainstCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
 {
-    const DType dtype = dtypeFromTorchDtype(config.torchDtype);
-    std::uint64_t stored = 0;
-    std::int64_t tensors = 0;
+    // The layer indices the checkpoint stores ("model.layers.N." prefixes); a missing tensor inside a stored layer
+    // is left to the per-tensor checks, which name it.
+    const std::string prefix = "model.layers.";
+    std::set<std::int64_t> layers;
     for (const std::string& name : checkpoint.names()) {
-        const TensorInfo& info = checkpoint.info(name);
-        stored += info.end - info.begin;
-        ++tensors;
+        if (name.compare(0, prefix.size(), prefix) != 0) {
+            continue;
+        }
+        const std::size_t dot = name.find('.', prefix.size());
+        const std::string index = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+        if (!index.empty() && index.size() <= 9 && index.find_first_not_of("0123456789") == std::string::npos) {
+            layers.insert(std::stoll(index));
+        }
     }
-    // parameterCount() is overflow-checked by parseConfig; the product with 4 bytes fits below 2^65 / 2.
-    const auto implied = static_cast<unsigned __int128>(config.parameterCount()) * byteSize(dtype);
-    if (implied > stored) {
-        throw InputError(checkpoint.directory(), "config.json",
-            "config.json implies " + std::to_string(config.parameterCount()) + " parameters ("
-                + std::to_string(config.numLayers) + " layers, hidden size " + std::to_string(config.hiddenSize)
-                + ", vocabulary " + std::to_string(config.vocabSize) + "), "
-                + (implied >> 64 ? std::string("more than 2^64 bytes")
-                                 : engine::formatByteSize(static_cast<std::uint64_t>(implied)))
-                + " as " + toString(dtype) + ", but the checkpoint's " + std::to_string(tensors) + " tensors hold only "
-                + engine::formatByteSize(stored) + ": config.json does not describe these weights");
+    const auto stored = static_cast<std::int64_t>(layers.size());
+    if (config.numLayers > stored) {
+        throw InputError((std::filesystem::path(checkpoint.directory()) / "config.json").string(), "num_hidden_layers",
+            "config.json describes " + std::to_string(config.numLayers) + " layers but the checkpoint stores "
+                + (stored == 0 ? std::string("none")
+                               : std::to_string(stored) + " (model.layers." + std::to_string(*layers.begin())
+                                   + " to model.layers." + std::to_string(*layers.rbegin()) + ")")
+                + ": config.json does not describe these weights");
     }
 }
 
 void validateCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
 {
-    checkSizesAgainstCheckpoint(config, checkpoint);
+    checkLayersAgainstCheckpoint(config, checkpoint);
     const DType expectedDtype = dtypeFromTorchDtype(config.torchDtype);
     std::set<std::string> known;
     for (const ExpectedTensor& expected : expectedTensors(config)) {

@@ -29,15 +29,15 @@ DType dtypeFromTorchDtype(const std::string& torchDtype);
 // lm_head.weight next to tied embeddings when it is an exact copy of the embedding (some exporters save the
 // tied copy; the embedding is what is used). A different lm_head beside tied embeddings is an error: the model
 // would silently ignore it.
-// Before any per-tensor check, checkSizesAgainstCheckpoint: a config.json that implies more data than the
-// checkpoint stores (num_hidden_layers 1000000000) is refused in time independent of what it claims.
+// Before any per-tensor check, checkLayersAgainstCheckpoint: a config.json with more layers than the checkpoint
+// stores is refused as a whole rather than by its first missing tensor.
 void validateCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint);
 
-// InputError(checkpoint directory, "config.json", ...) when the parameters config.json implies, at its
-// torch_dtype, take more bytes than the checkpoint's tensors hold together: the layer, head and vocabulary
-// counts are then not what the files hold, and everything that iterates over them (expected tensors, module
-// lists) would work for nothing. Cheap: it reads only the safetensors headers.
-void checkSizesAgainstCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint);
+// InputError(DIRECTORY/config.json, "num_hidden_layers", ...) when config.json describes more layers than the
+// checkpoint stores (distinct "model.layers.N." indices): config.json then does not describe these weights. Cheap:
+// it reads only the safetensors headers. (num_hidden_layers is capped by parseConfig, ModelConfig::kMaxLayers, and
+// the other sizes are checked tensor by tensor against the stored shapes.)
+void checkLayersAgainstCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint);
 
 // InputError(source, location, ...) when a prompt of `promptTokens` tokens followed by `maxNewTokens` generated
 // ones would pass the model's max_position_embeddings: positions beyond it were never trained (rotary
