@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
@@ -23,6 +24,43 @@ std::string versionText()
     return "mismatch " + info.version + " (git " + info.gitRevision + ", LibTorch " + info.torchVersion +
            ", CUDA kernels " + (info.cudaBuilt ? "built" : "not built") + ", CUDA device " +
            (info.cudaAvailable ? "available" : "not available") + ")";
+}
+
+// CLI11 2.1 converts whole numbers with strtoll / strtoull without looking at errno: digits past the int64 range
+// saturate to 9223372036854775807 and "-1" wraps around in an unsigned option, so "--step 1e23-as-digits" would
+// quietly mean another number. Every whole-number option (type INT or UINT), in every subcommand, refuses them.
+void refuseOutOfRangeWholeNumbers(CLI::App& app)
+{
+    for (CLI::Option* option : app.get_options()) {
+        const std::string type = option->get_type_name();
+        if (type != "INT" && type != "UINT") {
+            continue;
+        }
+        const bool isSigned = type == "INT";
+        option->check(CLI::Validator(
+            [isSigned](std::string& text) -> std::string {
+                const std::string range = isSigned ? "-9223372036854775808 to 9223372036854775807"
+                                                   : "0 to 18446744073709551615";
+                char* end = nullptr;
+                errno = 0;
+                if (isSigned) {
+                    std::strtoll(text.c_str(), &end, 0);
+                } else {
+                    std::strtoull(text.c_str(), &end, 0);
+                }
+                if (text.empty() || end != text.c_str() + text.size()) {
+                    return {}; // not a whole number: the option's own conversion error
+                }
+                if (errno == ERANGE || (!isSigned && text.find('-') != std::string::npos)) {
+                    return "must be a whole number from " + range + ", got " + text;
+                }
+                return {};
+            },
+            ""));
+    }
+    for (CLI::App* subcommand : app.get_subcommands({})) {
+        refuseOutOfRangeWholeNumbers(*subcommand);
+    }
 }
 
 }  // namespace
@@ -70,6 +108,7 @@ int run(const std::vector<std::string>& arguments, std::ostream& out, std::ostre
     for (const Registrar& registrar : registeredCommands()) {
         registrar(app, context);
     }
+    refuseOutOfRangeWholeNumbers(app);
 
     // Paths and names end up in the workspace and in JSON output, both UTF-8 text: refuse other bytes here, with
     // the argument named, rather than fail later inside a job.
