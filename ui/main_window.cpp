@@ -1,5 +1,6 @@
 #include "ui/main_window.h"
 
+#include "core/common/input_limits.h"
 #include "core/analysis/demo.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
@@ -68,12 +69,15 @@ namespace {
 constexpr int kPollIntervalMs = 500;
 constexpr int kMaxRecentWorkspaces = 8;
 
+// A dropped or listed file's text, within the limits on input (a FIFO dropped on the window must not block the
+// GUI); "" when it cannot be read: the reader it goes to reports the problem with the file named.
 std::string readText(const QString& path)
 {
-    std::ifstream in(path.toStdString());
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
+    try {
+        return readInputFile(path.toStdString(), limits::kConfigFile, "file");
+    } catch (const InputError&) {
+        return {};
+    }
 }
 
 // What a dropped or opened file is: decided by its contents' top-level keys, not only its suffix (a run file

@@ -56,9 +56,9 @@ void registerAdmitCommand(CLI::App& app, Context& context)
     auto* recipe = command->add_option("--recipe,-r", a->recipe, "One candidate's recipe (default: the BF16 engine)");
     auto* staleness = command->add_option("--staleness", a->staleness,
         "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k steps older (see --history)");
-    staleness->check(CLI::NonNegativeNumber);
+    staleness->check(atLeast(0));
     auto* noise = command->add_option("--noise", a->noise, "One candidate's weight noise sigma (relative to RMS)");
-    noise->check(CLI::NonNegativeNumber);
+    noise->check(atLeast(0));
     auto* noiseSeed = command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise");
     auto* noiseModules = command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules");
     auto* name = command->add_option("--name", a->name, "One candidate's name (default from the recipe)");
@@ -86,7 +86,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
             "decisions are labelled as measured under another protocol")
         ->needs(calibration);
     auto* threshold = command->add_option("--threshold", a->threshold, "Explicit threshold, nats per token")
-                          ->check(CLI::PositiveNumber);
+                          ->check(greaterThan(0));
     threshold->excludes(calibration);
     command->add_flag("--no-unit", a->noUnit, "Skip the BF16 unit per checkpoint (no BF16 multiples)");
     auto* resume = command

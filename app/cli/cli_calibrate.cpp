@@ -294,19 +294,19 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
     command->add_option("--steps", a->steps, "Steps to apply the failure rule at (default: half-way and the last)")
         ->delimiter(',');
     command->add_option("--threshold", a->threshold, "Relative quality rise that fails (default 0.20)")
-        ->check(CLI::Range(0.0, 10.0));
+        ->check(between(0.0, 10.0));
     command->add_option("--confidence", a->confidence, "Bootstrap interval confidence (default 0.95)")
-        ->check(CLI::Range(0.5, 0.9999));
-    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(CLI::Range(100, 1000000));
+        ->check(between(0.5, 0.9999));
+    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(between(100, 1000000));
     command->add_option("--seed", a->seed, "Bootstrap seed");
     command->add_option("--margin", a->margin, "Admission threshold = largest passing x (1 - margin)")
-        ->check(CLI::Range(0.0, 0.99));
+        ->check(between(0.0, 0.99));
     command->add_option("--replicates", a->replicates,
         "Seeds per configuration (default 2); the null comparison trains the baseline with as many more")
-        ->check(CLI::Range(1, 16));
+        ->check(between(1, 16));
     command->add_option("--probe-count", a->probeCount,
         "Prompts of the screening protocol stored with the budget (default 128, from the run's training set)")
-        ->check(CLI::Range(1, 1000000));
+        ->check(between(1, 1000000));
     auto* resume = command
                        ->add_option("--resume", a->resume,
                            "Continue calibrate run RUN (the run id printed when it started) after a kill, Ctrl-C or "

@@ -20,7 +20,7 @@ void registerDemoCommand(CLI::App& app, Context& context)
     auto* countOption = demo->add_option("--count", *count,
                                 "Probe prompts the admission check generates on (default: the calibration protocol's; "
                                 "another count is labelled as another protocol)")
-                            ->check(CLI::Range(std::int64_t(2), std::int64_t(100000)))
+                            ->check(between(2, 100000))
                             ->type_name("N");
     demo->callback([&context, count, countOption] {
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);

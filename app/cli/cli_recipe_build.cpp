@@ -68,7 +68,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
     command->add_option("--kv-scales", a->kvScales, "Scales of the fp8_e4m3 KV cache: per_tensor | per_head")
         ->capture_default_str();
     auto* budget
-        = command->add_option("--budget", a->budget, "Mismatch budget, nats per token")->check(CLI::PositiveNumber);
+        = command->add_option("--budget", a->budget, "Mismatch budget, nats per token")->check(greaterThan(0));
     auto* calibration = command->add_option(
         "--calibration", a->calibration, "Take the budget from a stored calibration's admission threshold");
     auto* step
@@ -76,7 +76,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
               ->needs(calibration);
     budget->excludes(calibration);
     command->add_option("--target-fraction", a->targetFraction, "Target: measured mismatch <= this x budget")
-        ->check(CLI::Range(1e-9, 1.0))
+        ->check(between(1e-9, 1.0))
         ->capture_default_str();
     auto* scan = command->add_option("--scan", a->scan, "Order cells by this stored sensitivity scan (else scan now)");
     command->add_flag(

@@ -236,7 +236,7 @@ void registerTrainCommands(CLI::App& app, Context& context)
     trainCommand
         ->add_option("--stop-after", a->stopAfter,
             "Stop after this many steps of this invocation, leaving the run resumable")
-        ->check(CLI::PositiveNumber)
+        ->check(greaterThan(0))
         ->type_name("N");
     trainCommand->add_flag("--quiet", a->quiet, "No progress bar");
     trainCommand->callback([&context, a, file, resume] {
@@ -256,7 +256,7 @@ void registerTrainCommands(CLI::App& app, Context& context)
     show->add_option("RUN", *runText, "Run id or name (the newest run of that name)")->required();
     show->add_flag("--problems", *problems, "With --json: each evaluation's per-problem q_i and correctness");
     show->add_option("--last", *last, "Text output: show only the last N steps (0: all)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(atLeast(0))
         ->type_name("N");
     show->callback([&context, runText, problems, last] { showRun(context, *runText, *problems, *last); });
 }

@@ -1,9 +1,10 @@
 #include "core/analysis/admission.h"
 
-#include "core/common/utf8.h"
 #include "core/analysis/job_resume.h"
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/version.h"
+#include "core/engine/mismatch_sources.h"
 #include "core/io/yaml_scalar.h"
 #include "core/store/analysis_store.h"
 #include "core/train/trainer.h"
@@ -65,21 +66,7 @@ std::int64_t nonNegativeInteger(const std::string& path, const YAML::Node& value
 
 std::vector<Candidate> parseCandidates(const std::string& text, const std::string& path)
 {
-    if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
-        throw InputError(path, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML files are UTF-8)");
-    }
-    YAML::Node root;
-    try {
-        root = YAML::Load(text);
-    } catch (const YAML::Exception& error) {
-        throw InputError(path,
-            "line " + std::to_string(error.mark.line + 1) + ", column " + std::to_string(error.mark.column + 1),
-            "malformed YAML: " + error.msg);
-    }
-    if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
-        throw InputError(path, place(*bad),
-            "a string that is not valid UTF-8 (yaml-cpp writes the escapes \\_ and \\N as single bytes)");
-    }
+    const YAML::Node root = io::loadYaml(text, path);
     if (!root.IsSequence()) {
         throw InputError(path, place(root),
             "expected a list of candidates (- name: ..., recipe: ..., staleness: ..., noise: ...), got "
@@ -128,13 +115,16 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
                 } else if (name == "recipe") {
                     const fs::path recipe(value.Scalar());
                     candidate.recipePath = recipe.is_absolute() ? recipe.string() : (base / recipe).string();
-                    std::error_code error; // the throwing overload throws for a name too long for the file system
-                    if (!fs::is_regular_file(candidate.recipePath, error)) {
-                        fail(path, value,
-                            "recipe file '" + candidate.recipePath + "' does not exist"
-                                + (error ? " (" + error.message() + ")" : std::string()));
+                    PathKind kind = PathKind::Missing;
+                    try {
+                        kind = pathKind(candidate.recipePath);
+                    } catch (const InputError& error) { // a name too long, a symbolic-link loop
+                        fail(path, value, "recipe file " + std::string(error.what()));
                     }
-                    quant::loadRecipe(candidate.recipePath); // its own located errors
+                    if (kind == PathKind::Missing) {
+                        fail(path, value, "recipe file '" + candidate.recipePath + "' does not exist");
+                    }
+                    quant::loadRecipe(candidate.recipePath); // its own located errors (a FIFO or directory too)
                 } else {
                     candidate.noiseModules = value.Scalar();
                     try {
@@ -178,13 +168,7 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
 
 std::vector<Candidate> loadCandidates(const std::string& path)
 {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
-        throw InputError(path, "", "cannot open the candidates file");
-    }
-    std::ostringstream text;
-    text << file.rdbuf();
-    return parseCandidates(text.str(), path);
+    return parseCandidates(readInputFile(path, limits::kConfigFile, "candidates file"), path);
 }
 
 std::string toString(AdmissionVerdict verdict)
@@ -470,6 +454,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     progress.update(0.0, "loading student and probe prompts");
     const ModelDirectory student = loadModelDirectory(options.checkpoints.front());
     const PromptRequests requests = promptRequests(options.probePath, *student.tokenizer, options.count);
+    requirePromptsFit(requests, student.config, options.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(options.settings, student.config, *student.tokenizer);
     std::map<std::string, model::TransformerWeights> weights;
     weights[options.checkpoints.front()] = student.weights;
@@ -488,6 +473,12 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
             quant::resolveRecipe(recipe, student.config); // model checks before any measurement
             recipes.emplace(candidate.recipePath, recipe);
             recipeTexts.emplace(candidate.recipePath, quant::recipeToJson(recipe));
+        }
+        // Noise that lands on no module would screen another configuration than the one written.
+        if (candidate.noise > 0.0) {
+            engine::requireNoiseModulesMatch(student.config, candidate.noiseModules,
+                candidate.source.empty() ? "--noise-modules" : candidate.source,
+                candidate.source.empty() ? "" : "noise_modules");
         }
     }
 

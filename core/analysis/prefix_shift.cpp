@@ -115,6 +115,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
     progress.update(0.0, "loading model and prompts");
     const ModelDirectory model = loadModelDirectory(options.modelDirectory);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
+    requirePromptsFit(requests, model.config, options.settings.maxNewTokens);
     engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);
     sampling.fullDistributions = false; // the engines only generate tokens; every distribution is teacher-forced
     engine::ScoreOptions scoring;

@@ -166,6 +166,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
 
     const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory);
     const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
+    requirePromptsFit(requests, model.config, scanSettings.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);
     const model::Transformer trainer(model.config, model.weights);
 

@@ -1,6 +1,8 @@
 #include "core/analysis/rollout_measure.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
+#include "core/model/model_files.h"
 #include "core/common/random.h"
 #include "core/engine/engine_model.h"
 #include "core/engine/mismatch_sources.h"
@@ -42,16 +44,24 @@ std::string toString(KvScalePolicy policy)
 
 ModelDirectory loadModelDirectory(const std::string& directory)
 {
-    if (!fs::is_directory(directory)) {
+    if (pathKind(directory) != PathKind::Directory) {
         throw InputError(directory, "", "is not a model directory (expected config.json, weights, tokenizer.json)");
     }
     ModelDirectory loaded;
     loaded.directory = directory;
     loaded.config = model::loadConfig(configPath(directory));
+    // The tokenizer first: it is checked against config.json, and it is cheaper than the weights.
+    loaded.tokenizer = std::make_shared<model::Tokenizer>(model::loadModelTokenizer(directory, loaded.config));
     loaded.weights = model::loadWeights(directory, loaded.config);
-    loaded.tokenizer = std::make_shared<model::Tokenizer>(
-        model::Tokenizer::fromFile((fs::path(directory) / "tokenizer.json").string()));
     return loaded;
+}
+
+void requirePromptsFit(const PromptRequests& requests, const model::ModelConfig& config, std::int64_t maxNewTokens)
+{
+    for (std::size_t i = 0; i < requests.requests.size(); ++i) {
+        model::requireFitsContext(config, static_cast<std::int64_t>(requests.requests[i].prompt.size()), maxNewTokens,
+            requests.path, "prompt '" + requests.ids[i] + "'");
+    }
 }
 
 model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference)
@@ -101,6 +111,7 @@ PromptRequests promptRequests(const std::string& promptSetPath, const model::Tok
             throw InputError(promptSetPath, "prompt '" + prompt.id + "'", "encodes to no tokens");
         }
         request.seed = promptSeed(prompt.id);
+        request.source = promptSetPath + ", prompt '" + prompt.id + "'";
         result.ids.push_back(prompt.id);
         result.requests.push_back(std::move(request));
     }

@@ -44,6 +44,9 @@ struct PromptRequests {
     std::vector<std::vector<std::int64_t>> prompts() const;
 };
 PromptRequests promptRequests(const std::string& promptSetPath, const model::Tokenizer& tokenizer, std::int64_t count);
+// InputError(prompt set, "prompt 'ID'", ...) for the first prompt whose tokens plus maxNewTokens pass the model's
+// max_position_embeddings (model::requireFitsContext).
+void requirePromptsFit(const PromptRequests& requests, const model::ModelConfig& config, std::int64_t maxNewTokens);
 std::uint64_t promptSeed(const std::string& id);
 
 // How FP8 KV-cache scales are fitted for a measurement (protocol.h): measured by the candidate engine on the

@@ -182,6 +182,7 @@ SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& 
     progress.update(0.0, "loading model and prompts");
     const ModelDirectory model = loadModelDirectory(options.modelDirectory);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
+    requirePromptsFit(requests, model.config, options.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);
     const std::vector<SensitivityCellSpec> cells
         = sensitivityCells(model.config, options.kvCells, options.embeddingCells);

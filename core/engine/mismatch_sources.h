@@ -39,9 +39,18 @@ private:
 // "model.layers.0.input_layernorm", "model.embed_tokens", "lm_head"; "*" matches all). The noise of a tensor
 // is a function of (seed, tensor name) only, drawn from SplitMix64 with Box-Muller in float64, so it does not
 // depend on other tensors, the filter, the thread count or the library version. sigma = 0 returns an equal
-// copy. InputError for sigma < 0 or not finite, or a malformed pattern.
+// copy. InputError for sigma < 0 or not finite, or a malformed pattern or one that matches no tensor.
 model::TransformerWeights addWeightNoise(
     const model::TransformerWeights& weights, double sigma, std::uint64_t seed, const std::string& modulePattern = "*");
+
+// The module names noise can address in a model of `config`: every tensor name without ".weight"/".bias".
+std::vector<std::string> noiseModuleNames(const model::ModelConfig& config);
+// InputError(file, location, ...) naming the pattern and the nearest module names when `modulePattern` is
+// malformed or matches no module of the model: noise that lands nowhere would screen a configuration other than
+// the one written. addWeightNoise checks the same (located as "rollout configuration"); callers that know where
+// the pattern was written check first.
+void requireNoiseModulesMatch(const model::ModelConfig& config, const std::string& modulePattern,
+    const std::string& file, const std::string& location);
 
 // The seed of one tensor's noise stream: FNV-1a of its name mixed with `seed`.
 std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName);

@@ -29,4 +29,8 @@ std::string memoryText(std::uint64_t bytes);
 //   "model DIR needs about X to load (N parameters as float32) but only Y is available (SOURCE); nothing was loaded"
 void checkModelFits(const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded);
 
+// InputError(what, "", "asks for X but only Y is available (SOURCE)") when a buffer sized by the user (the KV
+// cache's --kv-memory) exceeds the available memory: allocating it would fail late or drive the machine into swap.
+void checkRequestFits(const std::string& what, std::uint64_t bytesRequested);
+
 } // namespace mismatch::model

@@ -172,6 +172,7 @@ TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, 
 TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config)
 {
     const Checkpoint checkpoint = Checkpoint::open(modelDir);
+    checkLayersAgainstCheckpoint(config, checkpoint);
     // Names and shapes first, then the memory the FP32 weights will take (memory_check.h), before any tensor is
     // read: a model that cannot fit is refused with nothing allocated.
     std::int64_t parameters = 0;
@@ -205,6 +206,7 @@ TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& c
         }
         weights.set(name, checkpoint.load(name).to(at::kFloat));
     }
+    requireFiniteWeights(weights, modelDir);
     return weights;
 }
 

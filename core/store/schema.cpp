@@ -217,6 +217,19 @@ const std::vector<const char*>& migrations()
     return all;
 }
 
+std::vector<std::string> tablesCreatedBy(int version)
+{
+    std::vector<std::string> tables;
+    const std::string text = migrations().at(static_cast<size_t>(version - 1));
+    const std::string marker = "CREATE TABLE ";
+    for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) {
+        const size_t begin = at + marker.size();
+        const size_t end = text.find_first_of(" (", begin);
+        tables.push_back(text.substr(begin, end - begin));
+    }
+    return tables;
+}
+
 void migrate(sqlite3* db, int fromVersion, int toVersion)
 {
     const auto& all = migrations();

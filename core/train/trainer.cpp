@@ -1,6 +1,7 @@
 #include "core/train/trainer.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/random.h"
 #include "core/common/version.h"
 #include "core/engine/engine.h"
@@ -11,6 +12,7 @@
 #include "core/io/recipe_export.h"
 #include "core/metrics/mismatch.h"
 #include "core/model/config.h"
+#include "core/model/memory_check.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/tokenizer.h"
@@ -31,6 +33,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -54,44 +57,11 @@ double secondsSince(Clock::time_point start)
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::string readTextFile(const fs::path& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path.string(), "file", "cannot be read");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 std::string stepDirectoryName(std::int64_t step)
 {
     char name[32];
     std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
     return name;
-}
-
-// Counts of NaN and infinite entries of a tensor ("3 NaN and 1 infinite values"), empty when all are finite.
-std::string nonFiniteSummary(const at::Tensor& tensor)
-{
-    if (at::isfinite(tensor).all().item<bool>()) {
-        return {};
-    }
-    const auto nans = at::isnan(tensor).sum().item<std::int64_t>();
-    const auto infinities = at::isinf(tensor).sum().item<std::int64_t>();
-    return std::to_string(nans) + " NaN and " + std::to_string(infinities) + " infinite values";
-}
-
-// Weights loaded from a model directory must be finite: InputError naming the directory and the tensor.
-void requireFiniteWeights(const model::TransformerWeights& weights, const std::string& directory)
-{
-    for (const std::string& name : weights.names()) {
-        const std::string problem = nonFiniteSummary(weights.get(name));
-        if (!problem.empty()) {
-            throw InputError(directory, name, "holds " + problem + " (a model's weights must be finite)");
-        }
-    }
 }
 
 // The BF16 unit in force: its value (nats per token) and the step it was measured at.
@@ -217,34 +187,69 @@ public:
     Session(const RunConfig& config, const std::string& workspaceDirectory)
         : config_(config), workspace_(workspaceDirectory)
     {
+        // Every check that needs no weights comes first (configurations, tokenizers, prompt lengths, the noise
+        // pattern, the memory of one step), so that a meaningless setup is refused in seconds.
+        const std::string runFile = config.sourceFile.empty() ? std::string("run configuration") : config.sourceFile;
         const model::ModelFiles studentFiles = model::openModelDirectory(config.student);
         modelConfig_ = studentFiles.config;
-        tokenizer_ = std::make_unique<model::Tokenizer>(
-            model::Tokenizer::fromFile((fs::path(config.student) / "tokenizer.json").string()));
-        weights_ = model::loadWeights(config.student, modelConfig_);
-        requireFiniteWeights(weights_, config.student);
+        tokenizer_ = std::make_unique<model::Tokenizer>(model::loadModelTokenizer(config.student, modelConfig_));
         parameterCount_ = model::checkpointStats(studentFiles.checkpoint).parameterCount;
+        std::optional<model::ModelConfig> teacherConfig;
         if (!config.teacher.empty()) {
             const model::ModelFiles teacherFiles = model::openModelDirectory(config.teacher);
+            teacherConfig = teacherFiles.config;
             if (teacherFiles.config.vocabSize != modelConfig_.vocabSize) {
-                throw InputError(config.sourceFile.empty() ? config.teacher : config.sourceFile, "teacher",
+                throw InputError(runFile, "teacher",
                     "the teacher's vocabulary (" + std::to_string(teacherFiles.config.vocabSize)
                         + ") differs from the student's (" + std::to_string(modelConfig_.vocabSize) + ")");
             }
-            model::TransformerWeights teacherWeights = model::loadWeights(config.teacher, teacherFiles.config);
-            requireFiniteWeights(teacherWeights, config.teacher);
-            teacher_ = std::make_unique<model::Transformer>(teacherFiles.config, std::move(teacherWeights));
+            // The objectives compare the two distributions token id by token id: the ids must mean the same text.
+            const model::Tokenizer teacherTokenizer = model::loadModelTokenizer(config.teacher, *teacherConfig);
+            const std::string difference = tokenizer_->difference(teacherTokenizer);
+            if (!difference.empty()) {
+                throw InputError(runFile, "teacher",
+                    "the teacher's tokenizer (" + (fs::path(config.teacher) / "tokenizer.json").string()
+                        + ") differs from the student's (" + (fs::path(config.student) / "tokenizer.json").string()
+                        + "): " + difference
+                        + "; distillation compares the two models token by token, so they must share one tokenizer");
+            }
         }
+        engine::requireNoiseModulesMatch(modelConfig_, config.rollout.noise.modules, runFile, "rollout.noise.modules");
         trainSet_ = io::loadPromptSet(config.prompts);
+        std::int64_t longestPrompt = 0;
         for (const io::Prompt& prompt : trainSet_.prompts) {
             std::vector<std::int64_t> ids = tokenizer_->encode(io::renderPrompt(trainSet_, prompt), true);
             if (ids.empty()) {
                 throw InputError(config.prompts, "prompt '" + prompt.id + "'", "encodes to no tokens");
             }
+            for (const model::ModelConfig* model : {&modelConfig_, teacherConfig ? &*teacherConfig : nullptr}) {
+                if (model) {
+                    model::requireFitsContext(*model, static_cast<std::int64_t>(ids.size()),
+                        config.rollout.sampling.maxTokens, config.prompts,
+                        "prompt '" + prompt.id + "' with rollout.sampling.max_tokens of " + runFile);
+                }
+            }
+            longestPrompt = std::max<std::int64_t>(longestPrompt, static_cast<std::int64_t>(ids.size()));
             trainIds_.push_back(std::move(ids));
         }
         if (!config.evaluation.prompts.empty()) {
             evalSet_ = io::loadPromptSet(config.evaluation.prompts);
+            for (const io::Prompt& prompt : evalSet_->prompts) {
+                const auto tokens = static_cast<std::int64_t>(tokenizer_->encode(io::renderPrompt(*evalSet_, prompt), true).size());
+                for (const model::ModelConfig* model : {&modelConfig_, teacherConfig ? &*teacherConfig : nullptr}) {
+                    if (model) {
+                        model::requireFitsContext(*model, tokens, config.evaluation.maxTokens,
+                            config.evaluation.prompts,
+                            "prompt '" + prompt.id + "' with evaluation.max_tokens of " + runFile);
+                    }
+                }
+            }
+        }
+        requireStepFits(runFile, longestPrompt);
+        weights_ = model::loadWeights(config.student, modelConfig_); // finite (model::requireFiniteWeights)
+        if (teacherConfig) {
+            model::TransformerWeights teacherWeights = model::loadWeights(config.teacher, *teacherConfig);
+            teacher_ = std::make_unique<model::Transformer>(*teacherConfig, std::move(teacherWeights));
         }
         if (!config.rollout.recipe.empty()) {
             plan_ = quant::resolveRecipe(quant::loadRecipe(config.rollout.recipe), modelConfig_);
@@ -272,6 +277,34 @@ public:
     std::int64_t loadCheckpoint(const fs::path& directory);
 
 private:
+    // InputError(run file, "batch.prompts_per_step", ...) when one step's per-token distributions (the engine's,
+    // the student's with its gradient, the teacher's: four float32 [tokens, vocabulary] arrays per sequence)
+    // cannot fit the available memory (model/memory_check.h): a huge batch would otherwise grind in swap.
+    void requireStepFits(const std::string& runFile, std::int64_t longestPrompt) const
+    {
+        const auto available = model::availableMemory();
+        if (!available) {
+            return;
+        }
+        const long double sequences = static_cast<long double>(config_.batch.promptsPerStep)
+            * static_cast<long double>(config_.batch.samplesPerPrompt);
+        const long double tokens = static_cast<long double>(longestPrompt + config_.rollout.sampling.maxTokens);
+        const long double bytes = sequences * tokens * static_cast<long double>(modelConfig_.vocabSize) * 4.0L * 4.0L;
+        if (bytes <= static_cast<long double>(available->bytes)) {
+            return;
+        }
+        char needed[64];
+        std::snprintf(needed, sizeof needed, "%.3Lg bytes", bytes);
+        throw InputError(runFile, "batch.prompts_per_step",
+            "a step of " + std::to_string(config_.batch.promptsPerStep) + " prompts x "
+                + std::to_string(config_.batch.samplesPerPrompt) + " samples, each up to "
+                + std::to_string(longestPrompt + config_.rollout.sampling.maxTokens) + " tokens over a vocabulary of "
+                + std::to_string(modelConfig_.vocabSize) + ", needs about " + needed
+                + " for its per-token distributions but only " + model::memoryText(available->bytes)
+                + " is available (" + available->source
+                + "); lower batch.prompts_per_step, batch.samples_per_prompt or rollout.sampling.max_tokens");
+    }
+
     std::vector<std::size_t> batchPromptIndices(std::int64_t step);
     std::vector<engine::GenerationRequest> batchRequests(std::int64_t step, std::vector<std::size_t>& promptIndex);
     Rollout produce(std::int64_t step, engine::Engine& engine, std::int64_t& syncedVersion,
@@ -293,6 +326,8 @@ private:
         Progress& progress, const TrainOptions& options, TrainResult& result);
     void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, const Bf16Unit& bf16Unit,
         double wallSeconds, TrainResult& result);
+    void writeCheckpoint(const fs::path& staging, const fs::path& target, std::int64_t step, std::int64_t runId,
+        const AdamW& optimizer, const Bf16Unit& bf16Unit, double wallSeconds);
 
     RunConfig config_;
     std::string workspace_;
@@ -553,7 +588,7 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     optimizer.step(learningRate);
     optimizer.zeroGrad();
     for (const std::string& name : weights_.names()) {
-        const std::string problem = nonFiniteSummary(weights_.get(name));
+        const std::string problem = model::nonFiniteSummary(weights_.get(name));
         if (!problem.empty()) {
             throw Error("step " + std::to_string(step) + ": after the optimizer update the weights are not finite: "
                 + name + " holds " + problem + " (learning rate " + std::to_string(learningRate)
@@ -691,11 +726,37 @@ void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW&
     const fs::path root(checkpointDirectory(workspace_, runId));
     const fs::path target = root / stepDirectoryName(step);
     const fs::path staging = root / (stepDirectoryName(step) + ".tmp");
-    fs::remove_all(staging);
-    fs::create_directories(staging);
+    try {
+        writeCheckpoint(staging, target, step, runId, optimizer, bf16Unit, wallSeconds);
+    } catch (...) {
+        // Nothing half-written stays behind: a failed write (full disk, file size limit) removes its staging
+        // directory, and the newest complete checkpoint is still the previous one.
+        std::error_code ignored;
+        fs::remove_all(staging, ignored);
+        throw;
+    }
+    result.lastCheckpoint = target.string();
+    // Older checkpoints are kept: a resumable run needs only the newest, but earlier ones are student
+    // checkpoints that admission checks and calibrations can use.
+}
+
+void Session::writeCheckpoint(const fs::path& staging, const fs::path& target, std::int64_t step, std::int64_t runId,
+    const AdamW& optimizer, const Bf16Unit& bf16Unit, double wallSeconds)
+{
+    const auto fileSystem = [](const char* what, const fs::path& path, auto&& operation) {
+        std::error_code error;
+        operation(error);
+        if (error) {
+            throw Error(std::string("cannot ") + what + " " + path.string() + ": " + error.message());
+        }
+    };
+    fileSystem("remove", staging, [&](std::error_code& e) { fs::remove_all(staging, e); });
+    fileSystem("create", staging, [&](std::error_code& e) { fs::create_directories(staging, e); });
     io::writeFileAtomically((staging / "config.json").string(), model::configToJson(modelConfig_));
-    fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
-        fs::copy_options::overwrite_existing);
+    fileSystem("write", staging / "tokenizer.json", [&](std::error_code& e) {
+        fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
+            fs::copy_options::overwrite_existing, e);
+    });
     model::saveWeights(staging.string(), weights_.clone(), model::DType::F32);
     model::writeSafetensors((staging / "optimizer.safetensors").string(), optimizer.state());
     // The versions the next steps' rollouts use: max(0, step - k) .. step - 1 (step itself is the model).
@@ -718,17 +779,28 @@ void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW&
         {"history_versions", historyVersions},
         {"tool_version", kVersion}};
     io::writeFileAtomically((staging / "state.json").string(), state.dump(2) + "\n");
-    fs::remove_all(target);
-    fs::rename(staging, target);
-    result.lastCheckpoint = target.string();
-    // Older checkpoints are kept: a resumable run needs only the newest, but earlier ones are student
-    // checkpoints that admission checks and calibrations can use.
+    fileSystem("remove", target, [&](std::error_code& e) { fs::remove_all(target, e); });
+    fileSystem("rename", staging, [&](std::error_code& e) { fs::rename(staging, target, e); });
 }
 
 std::int64_t Session::loadCheckpoint(const fs::path& directory)
 {
-    const nlohmann::json state = nlohmann::json::parse(readTextFile(directory / "state.json"));
-    const std::int64_t step = state.at("step").get<std::int64_t>();
+    const std::string statePath = (directory / "state.json").string();
+    nlohmann::json state;
+    std::int64_t step = 0;
+    std::vector<std::int64_t> historyVersions;
+    try {
+        state = nlohmann::json::parse(readInputFile(statePath, limits::kConfigFile, "checkpoint state"));
+        step = state.at("step").get<std::int64_t>();
+        historyVersions = state.at("history_versions").get<std::vector<std::int64_t>>();
+        restoredBf16Unit_.value = state.at("bf16_unit").get<double>();
+        // Checkpoints written before the unit's step was recorded: the unit is the one of the checkpoint's step at
+        // the latest (only `runs show`'s label uses it).
+        restoredBf16Unit_.step = state.value("bf16_unit_step", step);
+        restoredWallSeconds_ = state.at("wall_time_s").get<double>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(statePath, "", std::string("malformed checkpoint state: ") + error.what());
+    }
     model::TransformerWeights restored = model::loadWeights(directory.string(), modelConfig_);
     for (const std::string& name : weights_.names()) {
         weights_.set(name, restored.get(name).clone());
@@ -738,7 +810,6 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
     for (const auto& info : optimizerFile->tensors()) {
         optimizerState_.emplace_back(info.name, optimizerFile->load(info.name));
     }
-    const std::vector<std::int64_t> historyVersions = state.at("history_versions").get<std::vector<std::int64_t>>();
     if (!historyVersions.empty()) {
         const auto historyFile = model::SafetensorsFile::open((directory / "history.safetensors").string());
         for (const std::int64_t version : historyVersions) {
@@ -749,11 +820,6 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
             versions_.publish(version, std::move(snapshot));
         }
     }
-    restoredBf16Unit_.value = state.at("bf16_unit").get<double>();
-    // Checkpoints written before the unit's step was recorded: the unit is the one of the checkpoint's step at
-    // the latest (only `runs show`'s label uses it).
-    restoredBf16Unit_.step = state.value("bf16_unit_step", step);
-    restoredWallSeconds_ = state.at("wall_time_s").get<double>();
     return step;
 }
 
@@ -866,14 +932,16 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
 TrainResult runSession(Session& session, store::RunStore& store, std::int64_t runId, Progress& progress,
     const TrainOptions& options, std::int64_t resumedFrom)
 {
-    return store::recordRunOutcome(store, runId, [&] {
-        TrainResult result = session.run(store, runId, progress, options, resumedFrom);
+    TrainResult result = store::recordRunOutcome(store, runId, [&] {
+        TrainResult outcome = session.run(store, runId, progress, options, resumedFrom);
         const auto info = store.run(runId);
         if (info && info->lastStep.value_or(0) >= session.config().steps) {
             store.finishRun(runId, store::RunStatus::Finished);
         }
-        return result;
+        return outcome;
     });
+    store.releaseRunLock(runId); // stopped early (--stop-after): another process may resume it now
+    return result;
 }
 
 std::string workspaceOf(const store::RunStore& store, const TrainOptions& options)
@@ -892,10 +960,11 @@ std::optional<fs::path> newestCheckpoint(const std::string& directory)
         return std::nullopt;
     }
     std::optional<fs::path> newest;
-    for (const auto& entry : fs::directory_iterator(directory)) {
+    for (const auto& entry : fs::directory_iterator(directory, ec)) {
         const std::string name = entry.path().filename().string();
+        std::error_code missing;
         if (name.rfind("step-", 0) != 0 || name.find(".tmp") != std::string::npos
-            || !fs::exists(entry.path() / "state.json")) {
+            || !fs::exists(entry.path() / "state.json", missing)) {
             continue;
         }
         if (!newest || name > newest->filename().string()) {
@@ -914,7 +983,7 @@ std::int64_t checkpointOptimizerSteps(const std::string& directory)
     if (!fs::exists(stateFile, error)) {
         return 0; // a model directory that no training run wrote: the student before training
     }
-    const nlohmann::json state = nlohmann::json::parse(readTextFile(stateFile), nullptr, false);
+    const nlohmann::json state = nlohmann::json::parse(readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
     if (!state.is_object() || !state.contains("optimizer_steps") || !state.at("optimizer_steps").is_number_integer()
         || state.at("optimizer_steps").get<std::int64_t>() < 0) {
         throw InputError(stateFile.string(), "optimizer_steps",
@@ -1000,7 +1069,7 @@ TrainResult resumeTraining(std::int64_t runId, store::RunStore& store, Progress&
     // Unfinished checkpoint writes of the killed process.
     std::error_code ec;
     if (fs::is_directory(directory, ec)) {
-        for (const auto& entry : fs::directory_iterator(directory)) {
+        for (const auto& entry : fs::directory_iterator(directory, ec)) {
             if (entry.path().extension() == ".tmp") {
                 fs::remove_all(entry.path(), ec);
             }

@@ -300,6 +300,11 @@ void TestStore::rejectsBadFilesWithoutTouchingThem_data()
     QTest::newRow("corrupt page") << "corrupt" << "corrupt";
     QTest::newRow("truncated") << "truncated" << "corrupt";
     QTest::newRow("read-only file") << "readonly" << "read-only";
+    // Issue 17: only a database that is ours (application id) or empty is initialised; tables that do not match
+    // the schema version are explained rather than failing inside a migration.
+    QTest::newRow("other application, user_version 3, no tables") << "foreign-version" << "not a Mismatch Lab workspace";
+    QTest::newRow("version 1 holding a version 2 table") << "inconsistent" << "cannot be migrated";
+    QTest::newRow("version 3 lacking a table") << "incomplete" << "lacks the table";
 }
 
 void TestStore::rejectsBadFilesWithoutTouchingThem()
@@ -358,6 +363,23 @@ void TestStore::rejectsBadFilesWithoutTouchingThem()
     } else if (kind == "readonly") {
         createDatabaseAtVersion(p, currentSchemaVersion());
         QFile::setPermissions(path, QFile::ReadOwner | QFile::ReadGroup | QFile::ReadOther);
+    } else if (kind == "foreign-version") {
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+        execute(db, "PRAGMA user_version = 3");
+        sqlite3_close(db);
+    } else if (kind == "inconsistent") {
+        createDatabaseAtVersion(p, 1);
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+        execute(db, "CREATE TABLE evaluations (id INTEGER PRIMARY KEY)");
+        sqlite3_close(db);
+    } else if (kind == "incomplete") {
+        createDatabaseAtVersion(p, currentSchemaVersion());
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+        execute(db, "DROP TABLE prefix_shift_pairs");
+        sqlite3_close(db);
     }
     const QByteArray before = fileDigest(path);
     QVERIFY(!before.isEmpty());
@@ -370,6 +392,10 @@ void TestStore::rejectsBadFilesWithoutTouchingThem()
         QVERIFY2(message.contains(expected), qPrintable(message));
     }
     QCOMPARE(fileDigest(path), before);  // never modified
+    // and nothing made beside it: a refused database is read without SQLite's -wal and -shm files
+    QVERIFY(!QFile::exists(path + "-wal"));
+    QVERIFY(!QFile::exists(path + "-shm"));
+    QVERIFY(!QFile::exists(path + "-journal"));
 }
 
 void TestStore::readOnlyOpenOfReadOnlyDirectory()
