@@ -71,15 +71,23 @@ public:
         std::string detail;
     };
 
+    explicit LimitScanner(const std::vector<YamlListLimit>& listLimits) : listLimits_(listLimits) {}
+
     void OnDocumentStart(const YAML::Mark&) override {}
     void OnDocumentEnd() override {}
-    void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { leaf(anchor); }
-    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override
+    void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override
     {
+        child(mark, nullptr);
+        leaf(anchor);
+    }
+    void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string& value) override
+    {
+        child(mark, &value);
         leaf(anchor);
     }
     void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override
     {
+        child(mark, nullptr);
         if (++aliases_ > limits::kMaxYamlAliases) {
             throw Exceeded {mark,
                 "more than " + std::to_string(limits::kMaxYamlAliases) + " aliases (*name): the limit for YAML input"};
@@ -100,13 +108,13 @@ public:
     void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
         YAML::EmitterStyle::value) override
     {
-        open(mark, anchor);
+        open(mark, anchor, false);
     }
     void OnSequenceEnd() override { close(); }
     void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
         YAML::EmitterStyle::value) override
     {
-        open(mark, anchor);
+        open(mark, anchor, true);
     }
     void OnMapEnd() override { close(); }
 
@@ -118,8 +126,38 @@ private:
             anchorNodes_[anchor] = 1;
         }
     }
-    void open(const YAML::Mark& mark, YAML::anchor_t anchor)
+    // A node starts inside the innermost open collection: counts it against that collection's list limit, and in
+    // the top-level mapping remembers each key, so that a list opening as a key's value finds its limit.
+    // Returns the limit that applies to a list starting here (nullptr when none).
+    const YamlListLimit* child(const YAML::Mark& mark, const std::string* scalar)
     {
+        if (frames_.empty()) {
+            return nullptr;
+        }
+        Frame& parent = frames_.back();
+        const bool keyPosition = parent.isMap && parent.children % 2 == 0;
+        ++parent.children;
+        if (parent.limit != nullptr && parent.children > parent.limit->maxItems) {
+            throw Exceeded {mark, parent.limit->key + ": " + parent.limit->detail};
+        }
+        if (frames_.size() != 1 || !parent.isMap) {
+            return nullptr;
+        }
+        if (keyPosition) {
+            parent.key = scalar != nullptr ? *scalar : std::string();
+            return nullptr;
+        }
+        for (const YamlListLimit& limit : listLimits_) {
+            if (limit.key == parent.key) {
+                return &limit;
+            }
+        }
+        return nullptr;
+    }
+    void open(const YAML::Mark& mark, YAML::anchor_t anchor, bool isMap)
+    {
+        const YamlListLimit* limit = child(mark, nullptr);
+        frames_.push_back({isMap, 0, {}, isMap ? nullptr : limit});
         if (static_cast<int>(stack_.size()) >= limits::kMaxNestingDepth) {
             throw Exceeded {mark, nestingTooDeepDetail()};
         }
@@ -131,6 +169,7 @@ private:
     }
     void close()
     {
+        frames_.pop_back();
         const auto [anchor, start] = stack_.back();
         stack_.pop_back();
         if (anchor != YAML::NullAnchor) {
@@ -139,6 +178,14 @@ private:
         }
     }
 
+    struct Frame {
+        bool isMap = false;
+        std::size_t children = 0;              // nodes started directly inside (keys and values of a mapping)
+        std::string key;                       // top-level mapping: the key whose value comes next
+        const YamlListLimit* limit = nullptr;  // a list under a limit
+    };
+    const std::vector<YamlListLimit>& listLimits_;
+    std::vector<Frame> frames_; // open collections, outermost first
     std::vector<std::pair<YAML::anchor_t, std::uint64_t>> stack_; // open collections: anchor, nodes_ at start
     std::unordered_set<YAML::anchor_t> openAnchors_;
     std::unordered_map<YAML::anchor_t, std::uint64_t> anchorNodes_; // expanded node count of each anchored node
@@ -169,7 +216,7 @@ double numberOf(const YAML::Node& node)
     }
 }
 
-YAML::Node loadYaml(const std::string& text, const std::string& file)
+YAML::Node loadYaml(const std::string& text, const std::string& file, const std::vector<YamlListLimit>& listLimits)
 {
     if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
         throw InputError(file, lineColumnOf(text, bad), "not valid UTF-8 (YAML and JSON files are UTF-8)");
@@ -177,7 +224,7 @@ YAML::Node loadYaml(const std::string& text, const std::string& file)
     try {
         std::istringstream stream(text);
         YAML::Parser parser(stream);
-        LimitScanner scanner;
+        LimitScanner scanner(listLimits);
         parser.HandleNextDocument(scanner); // YAML::Load reads the first document only
     } catch (const LimitScanner::Exceeded& exceeded) {
         throw InputError(file, markText(exceeded.mark), exceeded.detail);

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mismatch::io {
 
@@ -41,6 +42,15 @@ double numberOf(const YAML::Node& node);
 // most limits::kMaxAliasNodes nodes. The limits are checked on the parser's events before any tree is built, so
 // a "billion laughs" document is refused in time linear in its text. InputError(file, "line L, column C",
 // DETAIL) for malformed YAML or a limit exceeded.
-YAML::Node loadYaml(const std::string& text, const std::string& file);
+//
+// A list limit refuses a top-level key's list longer than maxItems while scanning, at the first item past the
+// limit, before the rest is parsed or any tree built (a recipe's 32,000 rules took seconds to build only to be
+// refused): InputError(file, "line L, column C", "KEY: " + detail).
+struct YamlListLimit {
+    std::string key;         // a key of the document's top-level mapping whose value is a list
+    std::size_t maxItems = 0;
+    std::string detail;      // the explanation after "KEY: ", e.g. "more than 4096 rules, over the limit of 4096"
+};
+YAML::Node loadYaml(const std::string& text, const std::string& file, const std::vector<YamlListLimit>& listLimits = {});
 
 }  // namespace mismatch::io

@@ -970,7 +970,12 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
             root = toYamlNode(document);
         }
     } else {
-        root = io::loadYaml(text, fileName); // YAML locations read "line L, column C" as throwLocated writes them
+        // YAML locations read "line L, column C" as throwLocated writes them. The rule count is checked while
+        // scanning, so that a file of many rules is refused before it is all parsed (the check below is for JSON).
+        const std::vector<io::YamlListLimit> listLimits {{"rules", Recipe::kMaxRules,
+            "more than " + std::to_string(Recipe::kMaxRules) + " rules, over the limit of "
+                + std::to_string(Recipe::kMaxRules) + " (one rule can name many modules: model.layers.{0-27}.mlp.*)"}};
+        root = io::loadYaml(text, fileName, listLimits);
     }
     if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
         SourceLocation where;

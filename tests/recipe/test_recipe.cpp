@@ -5,6 +5,7 @@
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/common/error.h"
+#include "core/io/yaml_scalar.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
@@ -90,6 +91,8 @@ private slots:
     void specExampleOn28Layers();
     void errors_data();
     void errors();
+    void ruleCountLimit();
+    void yamlListLimit();
     void yamlJsonParity();
     void roundTrip_data();
     void roundTrip();
@@ -569,6 +572,66 @@ void TestRecipe::errors()
         QCOMPARE(QString::fromStdString(error.file()), file);
         QCOMPARE(QString::fromStdString(error.location()), location);
         QVERIFY2(QString::fromStdString(error.detail()).contains(detail), error.what());
+    }
+}
+
+void TestRecipe::ruleCountLimit()
+{
+    const std::string rule = "  - {match: lm_head, weights: {format: bf16}}\n"; // one line per rule
+    const auto yamlRules = [&rule](std::size_t count) {
+        std::string text = "version: 1\nrules:\n";
+        for (std::size_t i = 0; i < count; ++i) {
+            text += rule;
+        }
+        return text;
+    };
+    // At the limit: accepted, every rule kept.
+    QCOMPARE(parseRecipe(yamlRules(Recipe::kMaxRules), "r.yaml").rules.size(), Recipe::kMaxRules);
+    // One past it: refused at the first rule past the limit (line 3 holds rule 1, so rule 4097 is on line 4099),
+    // while scanning, so the position is that rule's and not the list's.
+    try {
+        parseRecipe(yamlRules(Recipe::kMaxRules + 1), "r.yaml");
+        QFAIL("4097 rules accepted");
+    } catch (const InputError& error) {
+        QCOMPARE(QString::fromStdString(error.location()), QString("line 4099, column 5"));
+        QVERIFY2(QString::fromStdString(error.detail()).startsWith("rules: more than 4096 rules, over the limit of 4096"),
+            error.what());
+    }
+    // A JSON recipe is counted after parsing (JSON parses fast), and the message gives the count.
+    nlohmann::json json = {{"version", 1}, {"rules", nlohmann::json::array()}};
+    for (std::size_t i = 0; i < Recipe::kMaxRules + 3; ++i) {
+        json["rules"].push_back({{"match", "lm_head"}, {"weights", {{"format", "bf16"}}}});
+    }
+    try {
+        parseRecipe(json.dump(), "r.json");
+        QFAIL("4099 JSON rules accepted");
+    } catch (const InputError& error) {
+        QVERIFY2(QString::fromStdString(error.detail()).contains("4099 rules, over the limit of 4096"), error.what());
+    }
+}
+
+void TestRecipe::yamlListLimit()
+{
+    const std::vector<io::YamlListLimit> limit {{"a", 3, "more than 3 items"}};
+    QCOMPARE(io::loadYaml("a: [1, 2, 3]\n", "f.yaml", limit)["a"].size(), size_t(3));
+    QCOMPARE(io::loadYaml("a: 7\nb: [1, 2, 3, 4, 5]\n", "f.yaml", limit)["b"].size(), size_t(5)); // another key
+    QCOMPARE(io::loadYaml("b: {a: [1, 2, 3, 4]}\n", "f.yaml", limit)["b"]["a"].size(), size_t(4)); // not top level
+    QCOMPARE(io::loadYaml("- a\n- [1, 2, 3, 4]\n", "f.yaml", limit).size(), size_t(2)); // a key's value only
+    // Items of any kind count, nested collections as one item each; the fourth is where it stops.
+    const std::pair<const char*, const char*> refused[] = {
+        {"a: [1, 2, 3, 4]\n", "line 1, column 14"},
+        {"a:\n  - x\n  - [1, 2]\n  - {k: v}\n  - ~\n", "line 5, column 5"},
+        {"x: &n 1\na: [1, 2, 3, *n]\n", "line 2, column 14"},
+    };
+    for (const auto& [text, location] : refused) {
+        try {
+            io::loadYaml(text, "f.yaml", limit);
+            QFAIL(text);
+        } catch (const InputError& error) {
+            QCOMPARE(QString::fromStdString(error.file()), QString("f.yaml"));
+            QCOMPARE(QString::fromStdString(error.location()), QString(location));
+            QCOMPARE(QString::fromStdString(error.detail()), QString("a: more than 3 items"));
+        }
     }
 }
 
