@@ -18,7 +18,8 @@ ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const 
     at::NoGradGuard noGrad;
     progress.update(0.0, "loading model");
     const ModelFiles files = openModelDirectory(modelDirectory);
-    const Transformer network(files.config, loadWeights(modelDirectory, files.config));
+    // The FP32 forward multiplies the stored values exactly (a BF16 checkpoint is widened block by block).
+    const Transformer network(files.config, loadWeights(modelDirectory, files.config, LoadPrecision::Stored));
     const Tokenizer tokenizer =
         Tokenizer::fromFile((std::filesystem::path(modelDirectory) / "tokenizer.json").string());
     const io::PromptSet set = io::loadPromptSet(promptSetPath);
