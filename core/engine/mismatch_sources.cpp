@@ -9,6 +9,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 namespace mismatch::engine {
@@ -91,8 +92,8 @@ std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName)
     return mixer.next();
 }
 
-model::TransformerWeights addWeightNoise(
-    const model::TransformerWeights& weights, double sigma, std::uint64_t seed, const std::string& modulePattern)
+model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
+    const std::string& modulePattern, const NoiseDtype& dtypeOf)
 {
     if (!std::isfinite(sigma) || sigma < 0.0) {
         throw InputError(
@@ -109,7 +110,7 @@ model::TransformerWeights addWeightNoise(
     for (const auto& [name, tensor] : weights.named()) {
         const at::Tensor source = tensor.detach();
         if (sigma == 0.0 || !pattern.matches(moduleOf(name)) || source.numel() == 0) {
-            noisy.set(name, source.clone());
+            noisy.set(name, source);
             continue;
         }
         const at::Tensor wide = source.to(at::kCPU).to(at::kDouble).contiguous();
@@ -124,9 +125,33 @@ model::TransformerWeights addWeightNoise(
                 fillGaussian(tensorSeed, chunk, data + first, std::min(kNoiseChunk, wide.numel() - first));
             }
         });
-        noisy.set(name, (wide + sigma * rms * noise).to(source.scalar_type()).to(source.device()));
+        const at::ScalarType dtype = dtypeOf ? dtypeOf(name, source) : source.scalar_type();
+        noisy.set(name, (wide + sigma * rms * noise).to(dtype).to(source.device()));
     }
     return noisy;
+}
+
+NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::RecipePlan* plan, bool fp32Engine)
+{
+    std::set<std::string> bf16Only;
+    std::set<std::string> other; // a tied embedding may serve a bf16 module and a quantized one
+    for (const std::string& module : model::moduleNames(config)) {
+        const bool embedding = module == "embed_tokens";
+        const std::string tensor = embedding || (module == "lm_head" && config.tieWordEmbeddings)
+            ? std::string("model.embed_tokens.weight")
+            : module + ".weight";
+        const bool bf16 = !fp32Engine
+            && (!plan
+                || plan->modules.at(embedding ? std::string(quant::kEmbedName) : module).weights.format
+                    == quant::WeightFormat::Bf16);
+        (bf16 ? bf16Only : other).insert(tensor);
+    }
+    for (const std::string& tensor : other) {
+        bf16Only.erase(tensor);
+    }
+    return [bf16Only](const std::string& name, const at::Tensor&) {
+        return bf16Only.count(name) ? at::kBFloat16 : at::kFloat;
+    };
 }
 
 } // namespace mismatch::engine
