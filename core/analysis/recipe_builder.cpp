@@ -147,6 +147,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
     }
     result.format = scanFormat(scanSettings.weights, scanSettings.activations);
 
+    checkAnalysisMemory("the recipe builder", {scanSettings.modelDirectory}, {nullptr}, scanSettings.settings);
     const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory);
     const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
     const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);

@@ -1,6 +1,7 @@
 #include "core/engine/engine_model.h"
 
 #include "core/common/error.h"
+#include "core/engine/module_names.h"
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
 #include "core/quant/quantize.h"
@@ -25,20 +26,6 @@
 namespace mismatch::engine {
 
 namespace {
-
-// The recipe names the embedding "model.embed_tokens"; the transformer's embed() seam calls it "embed_tokens".
-std::string planModuleName(const std::string& module)
-{
-    return module == "embed_tokens" ? std::string(quant::kEmbedName) : module;
-}
-
-std::string weightTensorName(const model::ModelConfig& config, const std::string& module)
-{
-    if (module == "embed_tokens" || (module == "lm_head" && config.tieWordEmbeddings)) {
-        return "model.embed_tokens.weight";
-    }
-    return module + ".weight";
-}
 
 // A full-forward cache: stores nothing between calls, but rounds keys and values as the engine's paged cache
 // does, so that a forward through it equals cached decoding position for position.

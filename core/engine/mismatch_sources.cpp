@@ -1,6 +1,7 @@
 #include "core/engine/mismatch_sources.h"
 
 #include "core/common/error.h"
+#include "core/engine/module_names.h"
 #include "core/metrics/bootstrap.h"
 #include "core/quant/recipe.h"
 
@@ -136,15 +137,9 @@ NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::Recip
     std::set<std::string> bf16Only;
     std::set<std::string> other; // a tied embedding may serve a bf16 module and a quantized one
     for (const std::string& module : model::moduleNames(config)) {
-        const bool embedding = module == "embed_tokens";
-        const std::string tensor = embedding || (module == "lm_head" && config.tieWordEmbeddings)
-            ? std::string("model.embed_tokens.weight")
-            : module + ".weight";
         const bool bf16 = !fp32Engine
-            && (!plan
-                || plan->modules.at(embedding ? std::string(quant::kEmbedName) : module).weights.format
-                    == quant::WeightFormat::Bf16);
-        (bf16 ? bf16Only : other).insert(tensor);
+            && (!plan || plan->modules.at(planModuleName(module)).weights.format == quant::WeightFormat::Bf16);
+        (bf16 ? bf16Only : other).insert(weightTensorName(config, module));
     }
     for (const std::string& tensor : other) {
         bf16Only.erase(tensor);

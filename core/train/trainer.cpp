@@ -4,6 +4,7 @@
 #include "core/common/random.h"
 #include "core/common/version.h"
 #include "core/engine/engine.h"
+#include "core/engine/memory_plan.h"
 #include "core/engine/measure.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/io/arith_task.h"
@@ -226,6 +227,7 @@ public:
         modelConfig_ = studentFiles.config;
         tokenizer_ = std::make_unique<model::Tokenizer>(
             model::Tokenizer::fromFile((fs::path(config.student) / "tokenizer.json").string()));
+        checkMemory(config, studentFiles);
         weights_ = model::loadWeights(config.student, modelConfig_);
         requireFiniteWeights(weights_, config.student);
         parameterCount_ = model::checkpointStats(studentFiles.checkpoint).parameterCount;
@@ -236,7 +238,9 @@ public:
                     "the teacher's vocabulary (" + std::to_string(teacherFiles.config.vocabSize)
                         + ") differs from the student's (" + std::to_string(modelConfig_.vocabSize) + ")");
             }
-            model::TransformerWeights teacherWeights = model::loadWeights(config.teacher, teacherFiles.config);
+            // The teacher never trains: its stored values (a BF16 checkpoint stays BF16), multiplied exactly in FP32.
+            model::TransformerWeights teacherWeights
+                = model::loadWeights(config.teacher, teacherFiles.config, model::LoadPrecision::Stored);
             requireFiniteWeights(teacherWeights, config.teacher);
             teacher_ = std::make_unique<model::Transformer>(teacherFiles.config, std::move(teacherWeights));
         }
@@ -277,6 +281,32 @@ public:
     std::int64_t loadCheckpoint(const fs::path& directory);
 
 private:
+    // What the run will hold (engine/memory_plan.h), checked before anything is loaded.
+    static void checkMemory(const RunConfig& config, const model::ModelFiles& student)
+    {
+        const engine::StoredWeights stored = engine::storedWeights(config.student);
+        std::optional<quant::RecipePlan> plan;
+        if (!config.rollout.recipe.empty()) {
+            plan = quant::resolveRecipe(quant::loadRecipe(config.rollout.recipe), student.config);
+        }
+        const std::int64_t sequences = config.batch.promptsPerStep * config.batch.samplesPerPrompt;
+        // A step holds the engine's distributions, the teacher's and the student's log-probabilities and their
+        // gradient, each [sequences x max tokens x vocab] float32.
+        const std::uint64_t rows = static_cast<std::uint64_t>(sequences * config.rollout.sampling.maxTokens)
+            * static_cast<std::uint64_t>(student.config.vocabSize) * sizeof(float);
+        std::vector<model::MemoryItem> items {
+            {"student master weights, gradients, AdamW moments and weight snapshots",
+                engine::trainerBytes(stored.parameters, config.rollout.staleness)},
+            {"rollout engine weights", engine::engineExtraBytes(student.config, plan ? &*plan : nullptr, model::DType::F32)},
+            {"KV cache", engine::EngineOptions {}.kvCacheBytes},
+            {"distributions and log-probabilities of a step", 4 * rows},
+        };
+        if (!config.teacher.empty()) {
+            items.push_back({"teacher weights as stored", engine::storedWeights(config.teacher).bytes});
+        }
+        model::checkJobFits("training run " + config.name, items);
+    }
+
     std::vector<std::size_t> batchPromptIndices(std::int64_t step);
     std::vector<engine::GenerationRequest> batchRequests(std::int64_t step, std::vector<std::size_t>& promptIndex);
     Rollout produce(std::int64_t step, engine::Engine& engine, std::int64_t& syncedVersion,
