@@ -1,5 +1,7 @@
 #include "core/model/transformer_linear.h"
 
+#include "core/common/vector_clones.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -27,12 +29,7 @@ constexpr std::int64_t kFusedRows = 32;
 // Elements per at::parallel_for task of the widening loop.
 constexpr std::int64_t kWidenGrain = 1 << 15;
 
-// Compiled for AVX2 and for the baseline, picked at load time (the conversion runs on every product).
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MISMATCH_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MISMATCH_VECTOR_CLONES
-#endif
+// The conversions below run on every product: compiled for AVX2 and the baseline (common/vector_clones.h).
 
 MISMATCH_VECTOR_CLONES
 void widenBlock(const std::uint16_t* in, float* out, std::int64_t count)

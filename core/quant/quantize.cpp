@@ -1,6 +1,7 @@
 #include "core/quant/quantize.h"
 
 #include "core/common/error.h"
+#include "core/common/vector_clones.h"
 #include "core/model/safetensors.h"
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
@@ -437,14 +438,8 @@ at::Tensor fakeQuantizeKv(const at::Tensor& kv, KvFormat format, KvScales mode, 
 
 namespace {
 
-// The element loops below are compiled twice (AVX2 and the baseline) and picked at load time: the dequantization
-// runs once per matrix product on the engine's hot path, and gathers and conversions vectorize far better with
-// AVX2. The arithmetic is the same in both: one float32 multiply per element.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MISMATCH_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MISMATCH_VECTOR_CLONES
-#endif
+// The element loops below are compiled for AVX2 and the baseline (common/vector_clones.h): the dequantization runs
+// once per matrix product on the engine's hot path. One float32 multiply per element either way.
 
 MISMATCH_VECTOR_CLONES
 void scaleCodes(const std::uint8_t* codes, const float* table, float scale, float* out, std::int64_t count)

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/io/char_tokenizer_json.h"
+#include "core/io/recipe_export.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/tokenizer.h"
@@ -181,27 +182,6 @@ std::uint64_t bf16Bytes(const model::ExpectedTensor& tensor)
     return 2 * elements;
 }
 
-// Text file written through a temporary name.
-void writeTextFile(const fs::path& path, const std::string& text)
-{
-    const std::string temporary = path.string() + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        out << text;
-        out.flush();
-        if (!out) {
-            std::remove(temporary.c_str());
-            throw Error("cannot write " + temporary);
-        }
-    }
-    std::error_code error;
-    fs::rename(temporary, path, error);
-    if (error) {
-        std::remove(temporary.c_str());
-        throw Error("cannot rename " + temporary + " to " + path.string() + ": " + error.message());
-    }
-}
-
 std::string readFile(const std::string& path)
 {
     std::ifstream in(path, std::ios::binary);
@@ -329,9 +309,9 @@ ZooShapeReport writeModelShape(
             "random weights with the exact shape of the named model: for measuring speed, memory and capacity; the "
             "text it generates means nothing"},
         {"seed", options.seed}, {"stddev", options.stddev}, {"tokenizer", report.tokenizer}, {"complete", false}};
-    writeTextFile(root / kRecordName, record.dump(2) + "\n");
-    writeTextFile(root / "config.json", model::configToJson(shape.config));
-    writeTextFile(root / "tokenizer.json", tokenizerText);
+    io::writeFileAtomically((root / kRecordName).string(), record.dump(2) + "\n");
+    io::writeFileAtomically((root / "config.json").string(), model::configToJson(shape.config));
+    io::writeFileAtomically((root / "tokenizer.json").string(), tokenizerText);
 
     nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
     std::uint64_t written = 0;
@@ -355,7 +335,7 @@ ZooShapeReport writeModelShape(
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     index["weight_map"] = weightMap;
-    writeTextFile(root / kIndexName, index.dump(2) + "\n");
+    io::writeFileAtomically((root / kIndexName).string(), index.dump(2) + "\n");
 
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     record["complete"] = true;
@@ -363,7 +343,7 @@ ZooShapeReport writeModelShape(
     record["bytes"] = report.bytes;
     record["shards"] = report.shards;
     record["seconds"] = report.seconds;
-    writeTextFile(root / kRecordName, record.dump(2) + "\n");
+    io::writeFileAtomically((root / kRecordName).string(), record.dump(2) + "\n");
     progress.update(1.0, "done");
     return report;
 }
