@@ -26,8 +26,12 @@ function(mismatch_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
   endif()
+  # Qt Test aborts any one test function after QTEST_FUNCTION_TIMEOUT (default 300 s), below most TIMEOUTs here: a
+  # test function that runs a whole job (a calibration, say) under ASan+UBSan, several times slower, was killed by
+  # Qt's watchdog although the test as a whole was within its CTest limit. The CTest TIMEOUT is the one limit.
+  math(EXPR function_timeout_ms "${T_TIMEOUT} * 1000")
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;OMP_WAIT_POLICY=PASSIVE;MISMATCH_TEST_OUTPUT=${PROJECT_BINARY_DIR}/test-output;${T_ENVIRONMENT}")
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;OMP_WAIT_POLICY=PASSIVE;QTEST_FUNCTION_TIMEOUT=${function_timeout_ms};MISMATCH_TEST_OUTPUT=${PROJECT_BINARY_DIR}/test-output;${T_ENVIRONMENT}")
 endfunction()
 
 # mismatch_add_plain_test(NAME <name> SOURCES <files...> LABELS <labels...> [LIBS <targets...>] [TIMEOUT <s>])

@@ -1,10 +1,13 @@
 #include "ui/admission_view.h"
 
 #include "ui/plot_export.h"
+#include "ui/plot_tools.h"
 
 #include <qcustomplot.h>
 
+#include <QCheckBox>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QSplitter>
@@ -13,6 +16,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -27,22 +31,56 @@ QColor decisionColor(const std::string& decision)
     return QColor(0xef, 0x8a, 0x17); // borderline
 }
 
+QString decisionNotes(const AdmissionDecision& d)
+{
+    QStringList notes;
+    if (!d.protocolDiffers.empty()) {
+        QStringList fields;
+        for (const std::string& field : d.protocolDiffers) {
+            fields << QString::fromStdString(field);
+        }
+        notes << QObject::tr("protocol differs from the calibration's: %1").arg(fields.join(QStringLiteral(", ")));
+    }
+    for (const CalibrationFlag& flag : d.calibrationFlags) {
+        notes << QObject::tr("calibration flagged: %1").arg(QString::fromStdString(describeFlag(flag)));
+    }
+    if (!d.thresholdNote.empty()) {
+        notes << QObject::tr("threshold: %1").arg(QString::fromStdString(d.thresholdNote));
+    }
+    return notes.join(QLatin1Char('\n'));
+}
+
 AdmissionView::AdmissionView(QWidget* parent)
     : QWidget(parent)
 {
     auto* layout = new QVBoxLayout(this);
+    auto* top = new QHBoxLayout;
     summary_ = new QLabel(this);
     summary_->setObjectName("admissionSummary");
-    layout->addWidget(summary_);
+    summary_->setWordWrap(true);
+    top->addWidget(summary_, 1);
+    logScale_ = new QCheckBox(tr("Log mismatch axis"), this);
+    logScale_->setObjectName("admissionLogScale");
+    logScale_->setChecked(true);
+    logScale_->setToolTip(tr("Candidates span orders of magnitude: on a linear axis the small ones sit on top of "
+                             "each other"));
+    top->addWidget(logScale_);
+    layout->addLayout(top);
+    readout_ = makeReadout(this, QStringLiteral("admissionReadout"),
+        tr("Hover a candidate to read it; drag or wheel to zoom, double-click to reset."));
+    layout->addWidget(readout_);
     plot_ = new QCustomPlot(this);
     plot_->setObjectName("admissionPlot");
     plot_->setMinimumHeight(220);
     plot_->xAxis->setLabel(tr("mismatch (nats/token), 95% bootstrap interval over prompts"));
     plot_->yAxis->grid()->setVisible(false);
     plot_->yAxis->setRangeReversed(true); // first decision at the top, as in the table
-    plot_->legend->setVisible(true);
     plot_->legend->setFont(QFont(font().family(), 8));
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    placeLegendAbove(plot_);
+    enableZoomAndReset(
+        plot_, [this] { fitView(); }, Qt::Horizontal);
+    plot_->setMouseTracking(true);
+    connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) { hoverAt(event->pos()); });
     addPlotExportMenu(plot_);
 
     model_ = new QStandardItemModel(this);
@@ -52,6 +90,7 @@ AdmissionView::AdmissionView(QWidget* parent)
     table_->verticalHeader()->hide();
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
     table_->horizontalHeader()->setStretchLastSection(true);
+    table_->setWordWrap(false);
     addTableExportMenu(table_);
 
     auto* split = new QSplitter(Qt::Vertical, this);
@@ -60,6 +99,7 @@ AdmissionView::AdmissionView(QWidget* parent)
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 2);
     layout->addWidget(split, 1);
+    connect(logScale_, &QCheckBox::toggled, this, [this] { refresh(); });
 }
 
 void AdmissionView::setStore(const store::RunStore* store)
@@ -86,16 +126,19 @@ void AdmissionView::refresh()
     plot_->clearItems();
     thresholdLines_ = 0;
     model_->clear();
-    model_->setHorizontalHeaderLabels({tr("Candidate"), tr("Checkpoint"), tr("Mismatch"), tr("95% interval"),
-        tr("Threshold"), tr("Decision"), tr("Seconds"), tr("Tool version"), tr("Decided (UTC)")});
+    model_->setHorizontalHeaderLabels(
+        {tr("Candidate"), tr("Checkpoint"), tr("Mismatch"), tr("95% interval"), tr("Threshold"), tr("x BF16"),
+            tr("Decision"), tr("Notes"), tr("Seconds"), tr("Tool version"), tr("Decided (UTC)")});
 
     // One graph per decision kind (for the legend and colours), each with horizontal error bars.
     std::map<std::string, std::pair<QVector<double>, QVector<double>>> points; // decision -> (mismatch, row)
     std::map<std::string, QVector<double>> lowErrors, highErrors;
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     double xMax = 0.0;
+    double xMinPositive = 0.0;
     std::set<double> thresholds;
     int counts[3] = {0, 0, 0};
+    int flagged = 0;
     for (size_t i = 0; i < decisions_.size(); ++i) {
         const AdmissionDecision& d = decisions_[i];
         const double row = static_cast<double>(i);
@@ -103,27 +146,45 @@ void AdmissionView::refresh()
         points[d.decision].second.append(row);
         lowErrors[d.decision].append(d.mismatch - d.ciLow);
         highErrors[d.decision].append(d.ciHigh - d.mismatch);
+        const QString notes = decisionNotes(d);
+        flagged += notes.isEmpty() ? 0 : 1;
         // A checkpoint is often a directory path: its last component names it well enough on an axis.
         const QString checkpoint = QFileInfo(QString::fromStdString(d.checkpoint)).fileName();
         ticker->addTick(row,
             QString::fromStdString(d.candidateName) + " @ "
-                + (checkpoint.isEmpty() ? QString::fromStdString(d.checkpoint) : checkpoint));
+                + (checkpoint.isEmpty() ? QString::fromStdString(d.checkpoint) : checkpoint)
+                + (notes.isEmpty() ? QString() : QStringLiteral(" \u26a0")));
         xMax = std::max({xMax, d.ciHigh, d.threshold});
+        for (double v : {d.ciLow, d.mismatch, d.threshold}) {
+            if (v > 0 && (xMinPositive == 0.0 || v < xMinPositive)) {
+                xMinPositive = v;
+            }
+        }
         thresholds.insert(d.threshold);
         counts[d.decision == "admit" ? 0 : d.decision == "reject" ? 2 : 1]++;
 
+        const std::optional<double> multiple = bf16Multiple(d);
         QList<QStandardItem*> items;
         items << new QStandardItem(QString::fromStdString(d.candidateName))
               << new QStandardItem(QString::fromStdString(d.checkpoint))
               << new QStandardItem(QString::number(d.mismatch, 'g', 4))
               << new QStandardItem(QStringLiteral("[%1, %2]").arg(d.ciLow, 0, 'g', 4).arg(d.ciHigh, 0, 'g', 4))
               << new QStandardItem(QString::number(d.threshold, 'g', 4))
+              << new QStandardItem(multiple ? QStringLiteral("%1x").arg(*multiple, 0, 'g', 3) : tr("-"))
               << new QStandardItem(QString::fromStdString(d.decision))
+              << new QStandardItem(notes.isEmpty()
+                         ? QString()
+                         : QStringLiteral("\u26a0 ") + QString(notes).replace('\n', QStringLiteral("; ")))
               << new QStandardItem(QString::number(d.seconds, 'f', 1))
               << new QStandardItem(QString::fromStdString(d.toolVersion))
               << new QStandardItem(QString::fromStdString(d.createdAt));
-        items[5]->setForeground(decisionColor(d.decision));
-        items[0]->setToolTip(QString::fromStdString(d.candidateJson));
+        items[Decision]->setForeground(decisionColor(d.decision));
+        items[Notes]->setForeground(QColor(0x8d, 0x5a, 0x00));
+        items[Notes]->setToolTip(notes);
+        items[Candidate]->setToolTip(QString::fromStdString(d.candidateJson));
+        for (int column : {Mismatch, Threshold, Bf16Multiple, Seconds}) {
+            items[column]->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+        }
         model_->appendRow(items);
     }
     for (const char* kind : {"admit", "borderline", "reject"}) {
@@ -162,16 +223,73 @@ void AdmissionView::refresh()
     }
     plot_->yAxis->setTicker(ticker);
     plot_->yAxis->setRange(-0.6, std::max<double>(1.0, static_cast<double>(decisions_.size())) - 0.4);
-    // Room on the right for the legend, clear of the widest interval.
-    plot_->xAxis->setRange(0, xMax > 0 ? xMax * 1.35 : 1.0);
+    // A logarithmic axis needs positive values; an interval reaching zero or below falls back to linear.
+    bool logAxis = logScale_->isChecked() && xMinPositive > 0.0;
+    for (const AdmissionDecision& d : decisions_) {
+        logAxis = logAxis && d.ciLow > 0.0;
+    }
+    setLogScale(plot_->xAxis, logAxis);
+    plot_->xAxis->setLabel(logAxis ? tr("mismatch (nats/token, log scale), 95% bootstrap interval over prompts")
+                                   : tr("mismatch (nats/token), 95% bootstrap interval over prompts"));
+    if (logAxis) {
+        fitX_[0] = xMinPositive / 1.6;
+        fitX_[1] = xMax * 2.2; // room right of the widest interval for the threshold's label
+    } else {
+        fitX_[0] = 0.0;
+        fitX_[1] = xMax > 0 ? xMax * 1.35 : 1.0;
+    }
+    plot_->xAxis->setRange(fitX_[0], fitX_[1]);
     table_->resizeColumnsToContents();
-    summary_->setText(decisions_.empty() ? tr("No admission decisions in this workspace yet.")
+    QString summary = decisions_.empty() ? tr("No admission decisions in this workspace yet.")
                                          : tr("%1 decisions: %2 admitted, %3 borderline, %4 rejected")
                                                .arg(decisions_.size())
                                                .arg(counts[0])
                                                .arg(counts[1])
-                                               .arg(counts[2]));
+                                               .arg(counts[2]);
+    if (flagged > 0) {
+        summary += tr("; \u26a0 %n with a note (protocol differs, flagged calibration or threshold from another step)", nullptr, flagged);
+    }
+    summary_->setText(summary);
     plot_->replot();
+}
+
+void AdmissionView::fitView()
+{
+    plot_->xAxis->setRange(fitX_[0], fitX_[1]);
+    plot_->yAxis->setRange(-0.6, std::max<double>(1.0, static_cast<double>(decisions_.size())) - 0.4);
+    plot_->replot();
+}
+
+QString AdmissionView::readoutText() const
+{
+    return readout_->text();
+}
+
+void AdmissionView::hoverAt(const QPoint& pixel)
+{
+    const double row = plot_->yAxis->pixelToCoord(pixel.y());
+    const long index = std::lround(row);
+    if (!plot_->axisRect()->rect().contains(pixel) || index < 0 || index >= static_cast<long>(decisions_.size())
+        || std::abs(row - static_cast<double>(index)) > 0.45) {
+        readout_->setText(readout_->property("idle").toString());
+        return;
+    }
+    const AdmissionDecision& d = decisions_[static_cast<size_t>(index)];
+    QString text
+        = tr("%1 @ %2: mismatch %3 [%4, %5] nats/token")
+              .arg(QString::fromStdString(d.candidateName), QFileInfo(QString::fromStdString(d.checkpoint)).fileName())
+              .arg(d.mismatch, 0, 'g', 4)
+              .arg(d.ciLow, 0, 'g', 4)
+              .arg(d.ciHigh, 0, 'g', 4);
+    if (const auto multiple = bf16Multiple(d)) {
+        text += tr(" (%1x BF16)").arg(*multiple, 0, 'g', 3);
+    }
+    text += tr(" against %1: %2").arg(d.threshold, 0, 'g', 4).arg(QString::fromStdString(d.decision));
+    const QString notes = decisionNotes(d);
+    if (!notes.isEmpty()) {
+        text += QStringLiteral(" \u26a0 ") + QString(notes).replace('\n', QStringLiteral("; "));
+    }
+    readout_->setText(text);
 }
 
 } // namespace mismatch::ui

@@ -1,7 +1,11 @@
 #pragma once
 // Admission decisions: each candidate rollout configuration (per student checkpoint) as its mismatch with the
-// bootstrap interval, against the admission threshold; admit green, borderline amber, reject red. The table
-// below lists every decision with its inputs and cost (CSV export).
+// bootstrap interval, against the admission threshold; admit green, borderline amber, reject red. The mismatch
+// axis is logarithmic by default (candidates span orders of magnitude; linear on request), with drag/wheel zoom,
+// double-click to reset, the legend above the data and a read-out of the hovered candidate. The table below lists
+// every decision with its BF16 multiple, inputs and cost (CSV export); a decision measured under another protocol
+// than its calibration's, or against a flagged calibration, is marked (a warning sign in the plot's row label and
+// the Notes column).
 #include "core/store/run_store.h"
 #include "ui/analysis_data.h"
 
@@ -9,6 +13,7 @@
 
 #include <optional>
 
+class QCheckBox;
 class QCustomPlot;
 class QLabel;
 class QStandardItemModel;
@@ -31,12 +36,35 @@ public:
     QStandardItemModel* decisionModel() const { return model_; }
     const std::vector<AdmissionDecision>& decisions() const { return decisions_; }
     int thresholdLineCount() const { return thresholdLines_; }
+    QCheckBox* logScaleBox() const { return logScale_; }
+    QString readoutText() const;
+    // The read-out of the decision nearest to `pixel` (what hovering there shows).
+    void hoverAt(const QPoint& pixel);
+    enum Column {
+        Candidate,
+        Checkpoint,
+        Mismatch,
+        Interval,
+        Threshold,
+        Bf16Multiple,
+        Decision,
+        Notes,
+        Seconds,
+        ToolVersion,
+        DecidedAt,
+        ColumnCount
+    };
 
 private:
+    void fitView();
+
     const store::RunStore* store_ = nullptr;
     std::vector<AdmissionDecision> decisions_;
     std::optional<std::int64_t> runFilter_;
     QLabel* summary_ = nullptr;
+    QLabel* readout_ = nullptr;
+    QCheckBox* logScale_ = nullptr;
+    double fitX_[2] = {0.0, 1.0};
     QCustomPlot* plot_ = nullptr;
     QStandardItemModel* model_ = nullptr;
     QTableView* table_ = nullptr;
@@ -44,5 +72,7 @@ private:
 };
 
 QColor decisionColor(const std::string& decision);
+// The decision's warnings: "protocol differs: FIELDS" and the calibration's flags, one per line ("" when none).
+QString decisionNotes(const AdmissionDecision& decision);
 
 } // namespace mismatch::ui

@@ -35,7 +35,94 @@ std::string candidateName(const std::string& json, std::int64_t id)
     return "#" + std::to_string(id);
 }
 
+// A number under `key`, or nothing (absent, null or not a number).
+std::optional<double> numberAt(const nlohmann::json& object, const char* key)
+{
+    if (object.is_object()) {
+        const auto it = object.find(key);
+        if (it != object.end() && it->is_number()) {
+            return it->get<double>();
+        }
+    }
+    return std::nullopt;
+}
+
+// Flags as stored ({"kind", "step", "reason"} objects); anything else in the array is skipped.
+std::vector<CalibrationFlag> flagsFrom(const nlohmann::json& object, const char* key)
+{
+    std::vector<CalibrationFlag> flags;
+    if (!object.is_object() || !object.contains(key) || !object.at(key).is_array()) {
+        return flags;
+    }
+    for (const auto& item : object.at(key)) {
+        if (!item.is_object() || !item.contains("kind") || !item.at("kind").is_string()) {
+            continue;
+        }
+        CalibrationFlag flag;
+        flag.kind = item.at("kind").get<std::string>();
+        if (item.contains("step") && item.at("step").is_number_integer()) {
+            flag.step = item.at("step").get<std::int64_t>();
+        }
+        if (item.contains("reason") && item.at("reason").is_string()) {
+            flag.reason = item.at("reason").get<std::string>();
+        }
+        flags.push_back(std::move(flag));
+    }
+    return flags;
+}
+
+CalibrationInfo calibrationFromStored(const store::CalibrationInfo& stored)
+{
+    CalibrationInfo info {stored.id, stored.runId, stored.name, stored.student, stored.createdAt, {}, {}, {}, {}, {}};
+    const nlohmann::json config = nlohmann::json::parse(stored.configJson, nullptr, false);
+    info.relativeThreshold = numberAt(config, "relative_threshold");
+    info.confidence = numberAt(config, "confidence");
+    if (const auto resamples = numberAt(config, "resamples")) {
+        info.resamples = static_cast<std::int64_t>(*resamples);
+    }
+    info.bf16Unit = numberAt(config, "bf16_unit");
+    info.flags = flagsFrom(config, "flags");
+    return info;
+}
+
 } // namespace
+
+std::vector<CalibrationFlag> flagsAtStep(const CalibrationInfo& info, std::int64_t step)
+{
+    std::vector<CalibrationFlag> flags;
+    for (const CalibrationFlag& flag : info.flags) {
+        if (!flag.step || *flag.step == step) {
+            flags.push_back(flag);
+        }
+    }
+    return flags;
+}
+
+std::string describeFlag(const CalibrationFlag& flag)
+{
+    std::string text = flag.kind + (flag.step ? " at step " + std::to_string(*flag.step) : std::string());
+    return flag.reason.empty() ? text : text + ": " + flag.reason;
+}
+
+std::pair<std::optional<double>, std::optional<double>> prefixShiftInterval(const std::string& detailsJson)
+{
+    const nlohmann::json details = nlohmann::json::parse(detailsJson, nullptr, false);
+    if (details.is_object() && details.contains("prefix_shift_interval")) {
+        const nlohmann::json& interval = details.at("prefix_shift_interval");
+        if (interval.is_array() && interval.size() == 2 && interval[0].is_number() && interval[1].is_number()) {
+            return {interval[0].get<double>(), interval[1].get<double>()};
+        }
+    }
+    return {std::nullopt, std::nullopt};
+}
+
+std::optional<double> bf16Multiple(const AdmissionDecision& decision)
+{
+    if (decision.bf16Unit && *decision.bf16Unit > 0) {
+        return decision.mismatch / *decision.bf16Unit;
+    }
+    return std::nullopt;
+}
 
 std::vector<SensitivityScanInfo> AnalysisData::sensitivityScans() const
 {
@@ -82,9 +169,19 @@ std::vector<CalibrationInfo> AnalysisData::calibrations() const
 {
     std::vector<CalibrationInfo> result;
     for (const store::CalibrationInfo& stored : store::calibrations(store_)) {
-        result.push_back({stored.id, stored.runId, stored.name, stored.student, stored.createdAt});
+        result.push_back(calibrationFromStored(stored));
     }
     return result;
+}
+
+std::optional<CalibrationInfo> AnalysisData::calibrationInfo(std::int64_t calibrationId) const
+{
+    for (const store::CalibrationInfo& stored : store::calibrations(store_)) {
+        if (stored.id == calibrationId) {
+            return calibrationFromStored(stored);
+        }
+    }
+    return std::nullopt;
 }
 
 std::vector<CalibrationPoint> AnalysisData::calibrationPoints(std::int64_t calibrationId) const
@@ -100,6 +197,12 @@ std::vector<CalibrationPoint> AnalysisData::calibrationPoints(std::int64_t calib
         point.runId = stored.runId;
         const auto name = names.find(stored.runId);
         point.runName = name == names.end() ? std::string() : name->second;
+        if (stored.replicates > 1 && !stored.label.empty()) {
+            // A replicate mean: the stored run id is only its first seed's run, so the run's name ("…/r0") would
+            // label the mean as one seed's value.
+            point.runName = calibration->info.name + "/" + stored.label + " (mean of "
+                + std::to_string(stored.replicates) + " seeds)";
+        }
         point.step = stored.step;
         point.mismatch = stored.mismatch;
         point.quality = stored.quality;
@@ -144,6 +247,29 @@ std::vector<AdmissionDecision> AnalysisData::admissionDecisions() const
         d.seconds = stored.seconds;
         d.toolVersion = stored.toolVersion;
         d.createdAt = stored.createdAt;
+        const nlohmann::json candidate = nlohmann::json::parse(stored.candidateJson, nullptr, false);
+        d.bf16Unit = numberAt(candidate, "bf16_unit");
+        if (candidate.is_object()) {
+            if (candidate.contains("recipe") && candidate.at("recipe").is_string()) {
+                d.recipePath = candidate.at("recipe").get<std::string>();
+            }
+            if (candidate.contains("recipe_content") && candidate.at("recipe_content").is_object()) {
+                d.recipeJson = candidate.at("recipe_content").dump();
+            }
+            if (candidate.contains("note") && candidate.at("note").is_string()) {
+                d.thresholdNote = candidate.at("note").get<std::string>();
+            }
+            if (candidate.contains("protocol_differs") && candidate.at("protocol_differs").is_array()) {
+                for (const auto& field : candidate.at("protocol_differs")) {
+                    if (field.is_string()) {
+                        d.protocolDiffers.push_back(field.get<std::string>());
+                    }
+                }
+            }
+        }
+        d.staleness = static_cast<std::int64_t>(numberAt(candidate, "staleness").value_or(0.0));
+        d.noise = numberAt(candidate, "noise").value_or(0.0);
+        d.calibrationFlags = flagsFrom(candidate, "calibration_flags");
         result.push_back(std::move(d));
     }
     return result;

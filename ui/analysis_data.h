@@ -31,13 +31,32 @@ struct SensitivityCell {
     std::optional<double> ciHigh;
 };
 
+// A problem a calibration's protocol found with its own budget (config_json "flags"): "noise-dominated",
+// "non-monotone" or "null-failed", at one step or the whole calibration, with a sentence saying why.
+struct CalibrationFlag {
+    std::string kind;
+    std::optional<std::int64_t> step; // nullopt: the whole calibration
+    std::string reason;
+};
+
 struct CalibrationInfo {
     std::int64_t id = 0;
     std::optional<std::int64_t> runId;
     std::string name;
     std::string student;
     std::string createdAt;
+    // The failure rule it was calibrated with (config_json; absent in files written before they were stored).
+    std::optional<double> relativeThreshold; // fraction: 0.2 = a 20% rise of Q
+    std::optional<double> confidence; // of the paired bootstrap interval
+    std::optional<std::int64_t> resamples;
+    std::optional<double> bf16Unit;
+    std::vector<CalibrationFlag> flags; // empty: not flagged
 };
+
+// The flags of `info` that concern `step` (those of the whole calibration included).
+std::vector<CalibrationFlag> flagsAtStep(const CalibrationInfo& info, std::int64_t step);
+// "noise-dominated at step 20: REASON" (one line per flag).
+std::string describeFlag(const CalibrationFlag& flag);
 
 struct CalibrationPoint {
     std::int64_t runId = 0;
@@ -73,7 +92,23 @@ struct AdmissionDecision {
     double seconds = 0.0;
     std::string toolVersion;
     std::string createdAt;
+    // From candidate_json (each absent in decisions stored before it existed):
+    std::optional<double> bf16Unit; // the checkpoint's BF16 unit measured with it
+    std::string recipePath; // empty: the BF16 engine
+    std::string recipeJson; // the recipe's content as measured ("" when none)
+    std::int64_t staleness = 0;
+    double noise = 0.0;
+    std::vector<std::string> protocolDiffers; // protocol fields measured differently from the calibration's
+    std::vector<CalibrationFlag> calibrationFlags; // the calibration's flags when it was decided
+    std::string thresholdNote; // how the threshold's bracket was chosen when not at the checkpoint's own step
 };
+
+// The prefix-shift part's interval an analysis stored in its details ("prefix_shift_interval": [low, high]); both
+// ends nullopt when absent (an analysis stored before it was).
+std::pair<std::optional<double>, std::optional<double>> prefixShiftInterval(const std::string& detailsJson);
+
+// mismatch / BF16 unit, when the decision carries a positive unit.
+std::optional<double> bf16Multiple(const AdmissionDecision& decision);
 
 // Reads through `store`'s connection (not owned). Throws StoreError from the store on a damaged database.
 class AnalysisData {
@@ -87,6 +122,7 @@ public:
     std::vector<SensitivityCell> sensitivityCells(std::int64_t scanId) const;
 
     std::vector<CalibrationInfo> calibrations() const;
+    std::optional<CalibrationInfo> calibrationInfo(std::int64_t calibrationId) const;
     std::vector<CalibrationPoint> calibrationPoints(std::int64_t calibrationId) const;
     std::vector<CalibrationBracket> calibrationBrackets(std::int64_t calibrationId) const;
 

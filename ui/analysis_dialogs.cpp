@@ -16,6 +16,7 @@
 #include <QDoubleSpinBox>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QHBoxLayout>
 #include <QLineEdit>
 #include <QSpinBox>
 
@@ -27,76 +28,30 @@ namespace {
 
 QString absolute(const QString& path)
 {
-    return QFileInfo(path.trimmed()).absoluteFilePath();
-}
-
-// "a,b,c" in the form the CLI's comma-delimited options read.
-template <typename T>
-QString commaList(const std::vector<T>& values)
-{
-    QStringList items;
-    for (const T& v : values) {
-        items << QString::number(v, 'g', 12);
-    }
-    return items.join(QLatin1Char(','));
-}
-
-QString commaList(const std::vector<std::int64_t>& values)
-{
-    QStringList items;
-    for (std::int64_t v : values) {
-        items << QString::number(v);
-    }
-    return items.join(QLatin1Char(','));
-}
-
-// The error text of a file that does not load as `what` (an InputError names the file, line and column).
-template <typename Load>
-QString loadError(const QString& field, Load&& load)
-{
-    try {
-        load();
-    } catch (const std::exception& error) {
-        return field + QStringLiteral(": ") + QString::fromStdString(error.what());
-    }
-    return {};
-}
-
-bool isModelDirectory(const QString& directory)
-{
-    return !directory.isEmpty() && QFileInfo::exists(QDir(directory).filePath("config.json"));
+    return absolutePath(path);
 }
 
 QSpinBox* countBox(QWidget* parent, int value)
 {
-    auto* box = new QSpinBox(parent);
-    box->setRange(0, 1000000);
-    box->setValue(value);
-    box->setSpecialValueText(QObject::tr("all"));
-    return box;
+    return spinBox(parent, 0, 1000000, value, QObject::tr("all"));
 }
 
 QSpinBox* tokensBox(QWidget* parent, int value)
 {
-    auto* box = new QSpinBox(parent);
-    box->setRange(1, 100000);
-    box->setValue(value);
-    return box;
+    return spinBox(parent, 1, 100000, value);
 }
 
 } // namespace
 
 // ---- calibration --------------------------------------------------------------------------------------------
 
-CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget* parent)
-    : JobDialog(workspaceDirectory, tr("Start Calibration"), QStringLiteral("calibrationDialog"), parent)
+CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
+    : JobDialog(workspaceDirectory, tr("Start Calibration"), QStringLiteral("calibrationDialog"), parent, store)
 {
-    resize(680, 420);
+    resize(720, 440);
     QFormLayout* form = this->form();
-    runFile_ = new QLineEdit(this);
-    runFile_->setObjectName("calibrationRunFileEdit");
-    runFile_->setPlaceholderText(tr("the student's standard run file (YAML)"));
-    form->addRow(tr("Base run file:"), runFile_);
+    runFile_ = addPicker(PickKind::RunFile, tr("Base run file:"), QStringLiteral("calibrationRunFileEdit"));
+    runFile_->setToolTip(tr("the student's standard run file (YAML or JSON)"));
     name_ = new QLineEdit(this);
     name_->setPlaceholderText(tr("default: <run name>-calibration"));
     form->addRow(tr("Calibration name:"), name_);
@@ -110,7 +65,25 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
     form->addRow(tr("Noise sigmas (relative to RMS):"), noise_);
     recipes_ = new QLineEdit(this);
     recipes_->setPlaceholderText(tr("recipe files, separated by ';'"));
-    form->addRow(tr("Recipes in the sweep:"), recipes_);
+    auto* recipeRow = new QHBoxLayout;
+    recipeRow->addWidget(recipes_, 1);
+    auto* addRecipe = new QComboBox(this);
+    addRecipe->setObjectName("calibrationAddRecipe");
+    addRecipe->addItem(tr("Add a recipe..."));
+    for (const PickChoice& choice : pickChoices(PickKind::Recipe, store_, workspace_)) {
+        addRecipe->addItem(choice.label, choice.path);
+    }
+    recipeRow->addWidget(addRecipe);
+    connect(addRecipe, qOverload<int>(&QComboBox::activated), this, [this, addRecipe](int index) {
+        if (index > 0) {
+            const QString current = recipes_->text().trimmed();
+            recipes_->setText(current.isEmpty()
+                    ? addRecipe->itemData(index).toString()
+                    : current + QStringLiteral("; ") + addRecipe->itemData(index).toString());
+        }
+        addRecipe->setCurrentIndex(0);
+    });
+    form->addRow(tr("Recipes in the sweep:"), recipeRow);
     staleness_ = new QLineEdit(this);
     staleness_->setPlaceholderText(tr("e.g. 1, 2"));
     form->addRow(tr("Staleness values in the sweep:"), staleness_);
@@ -122,7 +95,15 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
     margin_->setSingleStep(0.05);
     margin_->setDecimals(2);
     form->addRow(tr("Threshold margin (threshold = largest passing x (1 - margin)):"), margin_);
-    for (QLineEdit* edit : {runFile_, name_, noise_, recipes_, staleness_, steps_})
+    replicates_ = new QSpinBox(this);
+    replicates_->setObjectName("calibrationReplicates");
+    replicates_->setRange(1, 16);
+    replicates_->setValue(static_cast<int>(analysis::CalibrationOptions {}.replicates));
+    replicates_->setToolTip(tr("training seeds per configuration; the null comparison trains the baseline with as "
+                               "many more, and the failure rule's interval covers seed variance"));
+    form->addRow(tr("Seeds per configuration:"), replicates_);
+    watch(replicates_);
+    for (QLineEdit* edit : {name_, noise_, recipes_, staleness_, steps_})
         watch(edit);
     watch(quick_);
     watch(margin_);
@@ -132,7 +113,7 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
 
 void CalibrationDialog::setRunFile(const QString& path)
 {
-    runFile_->setText(path);
+    runFile_->setPath(path);
 }
 void CalibrationDialog::setQuick(bool quick)
 {
@@ -158,13 +139,17 @@ void CalibrationDialog::setMargin(double margin)
 {
     margin_->setValue(margin);
 }
+void CalibrationDialog::setReplicates(int seeds)
+{
+    replicates_->setValue(seeds);
+}
 void CalibrationDialog::setName(const QString& name)
 {
     name_->setText(name);
 }
 QString CalibrationDialog::runFile() const
 {
-    return runFile_->text().trimmed();
+    return runFile_->path();
 }
 
 QString CalibrationDialog::check() const
@@ -209,9 +194,14 @@ QString CalibrationDialog::readyText() const
     const int entries = static_cast<int>(parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {}).size()
         + splitPaths(recipes_->text()).size()
         + parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {}).size());
-    return tr("Ready: the BF16-engine baseline and %1 sweep run(s), one after the other; runs appear in the Runs "
-              "tab as they train and the budget in the Budget tab at the end.")
-        .arg(entries == 0 ? static_cast<int>(analysis::defaultNoiseSigmas().size()) : entries);
+    const int configurations = 1 + (entries == 0 ? static_cast<int>(analysis::defaultNoiseSigmas().size()) : entries);
+    const int seeds = replicates_->value();
+    return tr("Ready: %1 training runs one after the other (the BF16-engine baseline and %2 sweep configuration(s), "
+              "%3 seed(s) each, and %3 more of the baseline for the null comparison); runs appear in the Runs tab as "
+              "they train and the budget in the Budget tab at the end.")
+        .arg((configurations + 1) * seeds)
+        .arg(configurations - 1)
+        .arg(seeds);
 }
 
 QString CalibrationDialog::jobName() const
@@ -247,6 +237,9 @@ QString CalibrationDialog::cliCommand() const
     if (margin_->value() > 0.0) {
         command += QStringLiteral(" --margin ") + QString::number(margin_->value(), 'g', 6);
     }
+    if (replicates_->value() != analysis::CalibrationOptions {}.replicates) {
+        command += QStringLiteral(" --replicates %1").arg(replicates_->value());
+    }
     return command;
 }
 
@@ -275,6 +268,7 @@ JobWorker::Job CalibrationDialog::job() const
         options.steps = analysis::defaultCalibrationSteps(options.base);
     }
     options.margin = margin_->value();
+    options.replicates = replicates_->value();
     options.workspaceDirectory = workspace_.toStdString();
     return [workspace = workspace_.toStdString(), options](Progress& progress) {
         store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
@@ -285,69 +279,87 @@ JobWorker::Job CalibrationDialog::job() const
 // ---- admission check ----------------------------------------------------------------------------------------
 
 AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store::RunStore* store, QWidget* parent)
-    : JobDialog(workspaceDirectory, tr("Start Admission Check"), QStringLiteral("admissionDialog"), parent)
+    : JobDialog(workspaceDirectory, tr("Start Admission Check"), QStringLiteral("admissionDialog"), parent, store)
 {
-    resize(680, 440);
+    resize(760, 460);
     QFormLayout* form = this->form();
-    checkpoints_ = new QLineEdit(this);
-    checkpoints_->setObjectName("admissionCheckpointsEdit");
-    checkpoints_->setPlaceholderText(tr("model directories in training order, separated by ';'"));
-    form->addRow(tr("Student checkpoint(s):"), checkpoints_);
+    checkpoints_
+        = addPicker(PickKind::ModelDirectory, tr("Student checkpoint(s):"), QStringLiteral("admissionCheckpointsEdit"));
+    checkpoints_->setToolTip(tr("model directories in training order; type several separated by ';'"));
     history_ = new QLineEdit(this);
     history_->setPlaceholderText(tr("older checkpoints, oldest first, for candidates with staleness (optional)"));
     form->addRow(tr("Older checkpoints:"), history_);
-    candidates_ = new QLineEdit(this);
-    candidates_->setObjectName("admissionCandidatesEdit");
-    candidates_->setPlaceholderText(tr("YAML list of {name, recipe, staleness, noise, noise_seed}"));
-    form->addRow(tr("Candidates file:"), candidates_);
-    probe_ = new QLineEdit(this);
-    probe_->setObjectName("admissionProbeEdit");
-    form->addRow(tr("Probe prompt set (JSONL):"), probe_);
-    calibration_ = new QComboBox(this);
-    calibration_->setObjectName("admissionCalibrationBox");
-    calibration_->addItem(tr("an explicit threshold"), QVariant::fromValue<qlonglong>(0));
-    if (store) {
-        for (const auto& c : store::calibrations(*store)) {
-            calibration_->addItem(tr("calibration #%1 %2").arg(c.id).arg(QString::fromStdString(c.name)),
-                QVariant::fromValue<qlonglong>(c.id));
-        }
-        calibration_->setCurrentIndex(calibration_->count() - 1); // the newest calibration
-    }
+    candidates_ = addPicker(PickKind::Candidates, tr("Candidates file:"), QStringLiteral("admissionCandidatesEdit"));
+    candidates_->setToolTip(tr("YAML list of {name, recipe, staleness, noise, noise_seed}"));
+    probe_ = addPicker(PickKind::PromptSet, tr("Probe prompt set (JSONL):"), QStringLiteral("admissionProbeEdit"));
+    calibration_ = new CalibrationPicker(store_, true, this);
+    calibration_->setObjectName("admissionCalibration");
     form->addRow(tr("Threshold from:"), calibration_);
-    step_ = new QSpinBox(this);
-    step_->setRange(0, 100000000);
-    step_->setSpecialValueText(tr("its only bracket"));
-    form->addRow(tr("Calibration step:"), step_);
-    threshold_ = new QDoubleSpinBox(this);
-    threshold_->setDecimals(6);
-    threshold_->setRange(0.000001, 100.0);
-    threshold_->setValue(0.01);
-    threshold_->setSuffix(tr(" nats/token"));
-    form->addRow(tr("Explicit threshold:"), threshold_);
     count_ = countBox(this, 64);
     form->addRow(tr("Probe prompts (first N):"), count_);
     maxTokens_ = tokensBox(this, 64);
     form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
-    for (QLineEdit* edit : {checkpoints_, history_, candidates_, probe_})
-        watch(edit);
+    otherProtocol_ = new QCheckBox(tr("Screen with this probe set, count and tokens although the calibration's "
+                                      "protocol differs (decisions labelled \"other protocol\")"),
+        this);
+    otherProtocol_->setObjectName("admissionOtherProtocol");
+    form->addRow(QString(), otherProtocol_);
+    connect(otherProtocol_, &QCheckBox::toggled, this, [this] { updateProtocolFields(); });
+    connect(calibration_, &CalibrationPicker::changed, this, [this] { updateProtocolFields(); });
+    watch(otherProtocol_);
+    watch(history_);
     watch(calibration_);
-    for (QSpinBox* box : {step_, count_, maxTokens_})
+    for (QSpinBox* box : {count_, maxTokens_})
         watch(box);
-    watch(threshold_);
-    connect(calibration_, &QComboBox::currentIndexChanged, this, [this] {
-        const bool explicitThreshold = calibration_->currentData().toLongLong() == 0;
-        threshold_->setEnabled(explicitThreshold);
-        step_->setEnabled(!explicitThreshold);
-    });
-    threshold_->setEnabled(calibration_->currentData().toLongLong() == 0);
-    step_->setEnabled(calibration_->currentData().toLongLong() != 0);
     finishLayout(QStringLiteral("admissionStatus"), QStringLiteral("admissionCli"),
         QStringLiteral("startAdmissionButton"));
+    updateProtocolFields();
+}
+
+std::optional<analysis::MeasurementProtocol> AdmissionDialog::calibrationProtocol() const
+{
+    const std::int64_t id = calibration_->calibrationId();
+    if (id == 0 || store_ == nullptr) {
+        return std::nullopt;
+    }
+    try {
+        const auto calibration = store::calibration(*store_, id);
+        return calibration ? analysis::storedProtocol(calibration->info.configJson, store_->path())
+                           : std::nullopt;
+    } catch (const std::exception&) {
+        return std::nullopt; // an unreadable protocol: screened as "no protocol", which check() explains
+    }
+}
+
+bool AdmissionDialog::underCalibrationProtocol() const
+{
+    return calibration_->calibrationId() != 0 && !otherProtocol_->isChecked();
+}
+
+// Under the calibration's protocol the probe set, count and tokens are the protocol's: shown, not editable.
+void AdmissionDialog::updateProtocolFields()
+{
+    const bool own = underCalibrationProtocol();
+    if (own) {
+        if (const auto protocol = calibrationProtocol()) {
+            probe_->setPath(QString::fromStdString(protocol->prompts));
+            count_->setValue(static_cast<int>(protocol->count));
+            maxTokens_->setValue(static_cast<int>(protocol->maxTokens));
+        }
+    }
+    otherProtocol_->setEnabled(calibration_->calibrationId() != 0);
+    for (QWidget* field : std::initializer_list<QWidget*> {probe_, count_, maxTokens_}) {
+        field->setEnabled(!own);
+    }
+}
+void AdmissionDialog::setOtherProtocol(bool other)
+{
+    otherProtocol_->setChecked(other);
 }
 
 void AdmissionDialog::setCheckpoints(const QString& directories)
 {
-    checkpoints_->setText(directories);
+    checkpoints_->setPath(directories);
 }
 void AdmissionDialog::setHistory(const QString& directories)
 {
@@ -355,22 +367,20 @@ void AdmissionDialog::setHistory(const QString& directories)
 }
 void AdmissionDialog::setCandidates(const QString& path)
 {
-    candidates_->setText(path);
+    candidates_->setPath(path);
 }
 void AdmissionDialog::setProbeSet(const QString& path)
 {
-    probe_->setText(path);
+    probe_->setPath(path);
 }
-void AdmissionDialog::setCalibration(std::int64_t calibrationId, std::int64_t step)
+bool AdmissionDialog::setCalibration(std::int64_t calibrationId, std::optional<std::int64_t> step)
 {
-    const int index = calibration_->findData(QVariant::fromValue<qlonglong>(calibrationId));
-    calibration_->setCurrentIndex(std::max(index, 0));
-    step_->setValue(static_cast<int>(step));
+    return calibration_->select(calibrationId, step);
 }
 void AdmissionDialog::setThreshold(double threshold)
 {
-    setCalibration(0);
-    threshold_->setValue(threshold);
+    calibration_->select(0);
+    calibration_->setExplicitThreshold(threshold);
 }
 void AdmissionDialog::setCount(int prompts)
 {
@@ -382,20 +392,28 @@ void AdmissionDialog::setMaxTokens(int tokens)
 }
 QString AdmissionDialog::checkpoints() const
 {
-    return checkpoints_->text().trimmed();
+    return checkpoints_->path();
 }
 QString AdmissionDialog::candidates() const
 {
-    return candidates_->text().trimmed();
+    return candidates_->path();
 }
 QString AdmissionDialog::probeSet() const
 {
-    return probe_->text().trimmed();
+    return probe_->path();
+}
+
+std::vector<std::pair<std::string, std::string>> AdmissionDialog::fieldNames() const
+{
+    return {{"--calibration ID or --threshold X", "a calibration or an explicit threshold"},
+        {"--history DIR, oldest first", "Older checkpoints, oldest first"}, {"--calibration", "Threshold from"},
+        {"--threshold", "Explicit threshold"}, {"--history", "Older checkpoints"}, {"--step", "Calibration step"},
+        {"STUDENT", "Student checkpoint(s)"}};
 }
 
 QString AdmissionDialog::check() const
 {
-    const QStringList students = splitPaths(checkpoints_->text());
+    const QStringList students = splitPaths(checkpoints());
     if (students.isEmpty()) {
         return tr("Student checkpoint(s): expected at least one model directory");
     }
@@ -413,19 +431,41 @@ QString AdmissionDialog::check() const
         !error.isEmpty()) {
         return error;
     }
+    if (underCalibrationProtocol() && !calibrationProtocol()) {
+        return tr("Threshold from: calibration #%1 stores no measurement protocol (made before protocols were "
+                  "recorded), so a screen cannot be measured on its scale; tick \"Screen with this probe set\" to "
+                  "compare anyway, labelled")
+            .arg(calibration_->calibrationId());
+    }
     if (probeSet().isEmpty() || !QFileInfo(probeSet()).isFile()) {
         return tr("Probe prompt set: expected a JSON Lines file (got '%1')").arg(probeSet());
+    }
+    if (const std::int64_t id = calibration_->calibrationId(); id != 0) {
+        if (calibration_->stepCount() == 0) {
+            return tr("Threshold from: calibration #%1 has no budget bracket; choose another calibration or an "
+                      "explicit threshold")
+                .arg(id);
+        }
+        if (!calibration_->threshold()) {
+            return tr("Calibration step: calibration #%1 has no passing run at step %2, so it gives no threshold "
+                      "there; choose another step")
+                .arg(id)
+                .arg(calibration_->step().value_or(0));
+        }
     }
     return {};
 }
 
 QString AdmissionDialog::readyText() const
 {
-    return calibration_->currentData().toLongLong() == 0
+    return calibration_->calibrationId() == 0
         ? tr("Ready: each candidate against %1 nats/token; decisions are stored as they are made.")
-              .arg(threshold_->value(), 0, 'g', 6)
-        : tr("Ready: each candidate against the threshold of %1; decisions are stored as they are made.")
-              .arg(calibration_->currentText());
+              .arg(calibration_->explicitThreshold(), 0, 'g', 6)
+        : tr("Ready: each candidate against %1 nats/token, the threshold of %2 at step %3; decisions are stored as "
+             "they are made.")
+              .arg(calibration_->threshold().value_or(0.0), 0, 'g', 4)
+              .arg(calibration_->calibrationBox()->currentText())
+              .arg(calibration_->step().value_or(0));
 }
 
 QString AdmissionDialog::jobName() const
@@ -436,24 +476,30 @@ QString AdmissionDialog::jobName() const
 QString AdmissionDialog::cliCommand() const
 {
     QString command = QStringLiteral("mismatch --workspace %1 admit").arg(shellQuote(workspace_));
-    for (const QString& student : splitPaths(checkpoints_->text())) {
+    for (const QString& student : splitPaths(checkpoints())) {
         command += QLatin1Char(' ') + shellQuote(absolute(student));
     }
-    command += QStringLiteral(" --candidates %1 --prompts %2")
-                   .arg(shellQuote(absolute(candidates())), shellQuote(absolute(probeSet())));
+    command += QStringLiteral(" --candidates %1").arg(shellQuote(absolute(candidates())));
+    if (!underCalibrationProtocol()) {
+        command += QStringLiteral(" --prompts %1").arg(shellQuote(absolute(probeSet())));
+    }
     for (const QString& older : splitPaths(history_->text())) {
         command += QStringLiteral(" --history ") + shellQuote(absolute(older));
     }
-    const qlonglong calibration = calibration_->currentData().toLongLong();
-    if (calibration != 0) {
+    if (const std::int64_t calibration = calibration_->calibrationId(); calibration != 0) {
         command += QStringLiteral(" --calibration %1").arg(calibration);
-        if (step_->value() > 0) {
-            command += QStringLiteral(" --step %1").arg(step_->value());
+        if (const auto step = calibration_->step()) {
+            command += QStringLiteral(" --step %1").arg(*step);
         }
     } else {
-        command += QStringLiteral(" --threshold ") + QString::number(threshold_->value(), 'g', 12);
+        command += QStringLiteral(" --threshold ") + QString::number(calibration_->explicitThreshold(), 'g', 12);
     }
-    command += QStringLiteral(" --count %1 --max-tokens %2").arg(count_->value()).arg(maxTokens_->value());
+    if (!underCalibrationProtocol()) {
+        command += QStringLiteral(" --count %1 --max-tokens %2").arg(count_->value()).arg(maxTokens_->value());
+        if (calibration_->calibrationId() != 0) {
+            command += QStringLiteral(" --allow-protocol-mismatch");
+        }
+    }
     return command;
 }
 
@@ -461,24 +507,29 @@ JobWorker::Job AdmissionDialog::job() const
 {
     analysis::AdmissionOptions options;
     // Absolute paths, as in cliCommand(), so that the stored inputs are the same whichever front-end ran it.
-    for (const QString& student : splitPaths(checkpoints_->text())) {
+    for (const QString& student : splitPaths(checkpoints())) {
         options.checkpoints.push_back(absolute(student).toStdString());
     }
     for (const QString& older : splitPaths(history_->text())) {
         options.history.push_back(absolute(older).toStdString());
     }
     options.candidates = analysis::loadCandidates(absolute(candidates()).toStdString());
-    options.probePath = absolute(probeSet()).toStdString();
-    options.count = count_->value();
-    options.settings.maxNewTokens = maxTokens_->value();
-    const qlonglong calibration = calibration_->currentData().toLongLong();
-    if (calibration != 0) {
+    // Under the calibration's protocol core takes the probe set, count and sampling from it (as the CLI does
+    // without --prompts); otherwise the fields here, allowed and labelled when a calibration is chosen.
+    if (!underCalibrationProtocol()) {
+        options.probePath = absolute(probeSet()).toStdString();
+        options.count = count_->value();
+        options.settings.maxNewTokens = maxTokens_->value();
+        options.protocolFromCalibration = false;
+        options.allowProtocolMismatch = calibration_->calibrationId() != 0;
+    }
+    if (const std::int64_t calibration = calibration_->calibrationId(); calibration != 0) {
         options.calibrationId = calibration;
-        if (step_->value() > 0) {
-            options.steps = {step_->value()};
+        if (const auto step = calibration_->step()) {
+            options.steps = {*step};
         }
     } else {
-        options.threshold = threshold_->value();
+        options.threshold = calibration_->explicitThreshold();
     }
     return [workspace = workspace_.toStdString(), options](Progress& progress) {
         store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
@@ -488,18 +539,15 @@ JobWorker::Job AdmissionDialog::job() const
 
 // ---- prefix shift -------------------------------------------------------------------------------------------
 
-PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget* parent)
-    : JobDialog(workspaceDirectory, tr("Start Prefix-Shift Analysis"), QStringLiteral("prefixShiftDialog"), parent)
+PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
+    : JobDialog(
+        workspaceDirectory, tr("Start Prefix-Shift Analysis"), QStringLiteral("prefixShiftDialog"), parent, store)
 {
-    resize(640, 420);
+    resize(700, 440);
     QFormLayout* form = this->form();
-    model_ = new QLineEdit(this);
-    model_->setObjectName("prefixModelEdit");
-    form->addRow(tr("Model directory:"), model_);
-    recipe_ = new QLineEdit(this);
-    recipe_->setObjectName("prefixRecipeEdit");
-    recipe_->setPlaceholderText(tr("the configuration's recipe file (empty: the BF16 engine)"));
-    form->addRow(tr("Recipe:"), recipe_);
+    model_ = addPicker(PickKind::ModelDirectory, tr("Model directory:"), QStringLiteral("prefixModelEdit"));
+    recipe_ = addPicker(PickKind::Recipe, tr("Recipe:"), QStringLiteral("prefixRecipeEdit"));
+    recipe_->setToolTip(tr("the configuration's recipe file (empty: the BF16 engine)"));
     noise_ = new QDoubleSpinBox(this);
     noise_->setDecimals(4);
     noise_->setRange(0.0, 10.0);
@@ -508,9 +556,7 @@ PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget*
     noiseSeed_ = new QSpinBox(this);
     noiseSeed_->setRange(0, 1000000000);
     form->addRow(tr("Noise seed:"), noiseSeed_);
-    prompts_ = new QLineEdit(this);
-    prompts_->setObjectName("prefixPromptsEdit");
-    form->addRow(tr("Prompt set (JSONL):"), prompts_);
+    prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("prefixPromptsEdit"));
     count_ = countBox(this, 64);
     form->addRow(tr("Prompts (first N):"), count_);
     maxTokens_ = tokensBox(this, 64);
@@ -523,8 +569,6 @@ PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget*
     storedPairs_->setRange(0, 100000);
     storedPairs_->setValue(16);
     form->addRow(tr("Pairs stored token by token (for the viewer):"), storedPairs_);
-    for (QLineEdit* edit : {model_, recipe_, prompts_})
-        watch(edit);
     for (QDoubleSpinBox* box : {noise_, cap_})
         watch(box);
     for (QSpinBox* box : {noiseSeed_, count_, maxTokens_, storedPairs_})
@@ -534,11 +578,11 @@ PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget*
 
 void PrefixShiftDialog::setModelDirectory(const QString& directory)
 {
-    model_->setText(directory);
+    model_->setPath(directory);
 }
 void PrefixShiftDialog::setRecipe(const QString& path)
 {
-    recipe_->setText(path);
+    recipe_->setPath(path);
 }
 void PrefixShiftDialog::setNoise(double sigma, int seed)
 {
@@ -547,7 +591,7 @@ void PrefixShiftDialog::setNoise(double sigma, int seed)
 }
 void PrefixShiftDialog::setPromptSet(const QString& path)
 {
-    prompts_->setText(path);
+    prompts_->setPath(path);
 }
 void PrefixShiftDialog::setCount(int prompts)
 {
@@ -567,15 +611,15 @@ void PrefixShiftDialog::setStoredPairs(int pairs)
 }
 QString PrefixShiftDialog::modelDirectory() const
 {
-    return model_->text().trimmed();
+    return model_->path();
 }
 QString PrefixShiftDialog::recipe() const
 {
-    return recipe_->text().trimmed();
+    return recipe_->path();
 }
 QString PrefixShiftDialog::promptSet() const
 {
-    return prompts_->text().trimmed();
+    return prompts_->path();
 }
 
 QString PrefixShiftDialog::check() const
@@ -584,7 +628,7 @@ QString PrefixShiftDialog::check() const
         return tr("Model directory: expected a folder holding config.json and the checkpoint (got '%1')")
             .arg(modelDirectory());
     }
-    const QString recipe = recipe_->text().trimmed();
+    const QString recipe = this->recipe();
     if (!recipe.isEmpty()) {
         if (const QString error = loadError(tr("Recipe"), [&] { quant::loadRecipe(recipe.toStdString()); });
             !error.isEmpty()) {
@@ -599,14 +643,14 @@ QString PrefixShiftDialog::check() const
 
 QString PrefixShiftDialog::readyText() const
 {
-    return recipe_->text().trimmed().isEmpty() && noise_->value() == 0.0
+    return recipe().isEmpty() && noise_->value() == 0.0
         ? tr("Ready, but this configuration is the BF16 engine itself: its prefix shift is zero by construction.")
         : tr("Ready: generations of the configuration and of the BF16 engine on the same prompts and seeds.");
 }
 
 QString PrefixShiftDialog::jobName() const
 {
-    const QString recipe = recipe_->text().trimmed();
+    const QString recipe = this->recipe();
     return tr("Prefix shift of %1").arg(recipe.isEmpty() ? tr("BF16 + noise %1").arg(noise_->value())
                                                          : QFileInfo(recipe).completeBaseName());
 }
@@ -615,8 +659,8 @@ QString PrefixShiftDialog::cliCommand() const
 {
     QString command = QStringLiteral("mismatch --workspace %1 prefix-shift %2")
                           .arg(shellQuote(workspace_), shellQuote(absolute(modelDirectory())));
-    if (!recipe_->text().trimmed().isEmpty()) {
-        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe_->text()));
+    if (!recipe().isEmpty()) {
+        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe()));
     }
     if (noise_->value() > 0.0) {
         command += QStringLiteral(" --noise %1 --noise-seed %2")
@@ -638,7 +682,7 @@ JobWorker::Job PrefixShiftDialog::job() const
     options.promptSetPath = absolute(promptSet()).toStdString();
     options.count = count_->value();
     options.settings.maxNewTokens = maxTokens_->value();
-    const QString recipe = recipe_->text().trimmed();
+    const QString recipe = this->recipe();
     if (!recipe.isEmpty()) {
         options.configuration.recipe = quant::loadRecipe(absolute(recipe).toStdString());
         options.recipePath = absolute(recipe).toStdString();

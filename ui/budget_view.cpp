@@ -1,6 +1,7 @@
 #include "ui/budget_view.h"
 
 #include "ui/plot_export.h"
+#include "ui/plot_tools.h"
 
 #include <qcustomplot.h>
 
@@ -24,8 +25,8 @@ namespace {
 enum Graph { Passed, Failed };
 const QColor kPassColor(0x2e, 0x7d, 0x32);
 const QColor kFailColor(0xc6, 0x28, 0x28);
-// The failure rule's relative quality threshold (spec: fail at a rise of 20% or more).
-constexpr double kFailRise = 0.20;
+// The failure rule's relative quality threshold when a calibration stored none (spec: fail at a rise of 20%).
+constexpr double kDefaultFailRise = 0.20;
 } // namespace
 
 BudgetView::BudgetView(QWidget* parent)
@@ -48,17 +49,26 @@ BudgetView::BudgetView(QWidget* parent)
     top->addWidget(logScale_);
     summary_ = new QLabel(this);
     summary_->setObjectName("budgetSummary");
+    summary_->setWordWrap(true);
     top->addWidget(summary_, 1);
     layout->addLayout(top);
+    banner_ = new QLabel(this);
+    banner_->setObjectName("budgetFlagBanner");
+    banner_->setWordWrap(true);
+    banner_->setStyleSheet(QStringLiteral(
+        "background: #fff3cd; color: #5d4200; border: 1px solid #e0b84c; border-radius: 3px; padding: 4px 8px"));
+    banner_->setVisible(false);
+    layout->addWidget(banner_);
+    readout_ = makeReadout(this, QStringLiteral("budgetReadout"),
+        tr("Hover a point to read it; drag or wheel to zoom, double-click to reset."));
+    layout->addWidget(readout_);
 
     plot_ = new QCustomPlot(this);
     plot_->setObjectName("budgetPlot");
     plot_->setMinimumHeight(240);
     plot_->xAxis->setLabel(tr("mismatch (nats/token)"));
     plot_->yAxis->setLabel(tr("quality change against the BF16 baseline (%)"));
-    plot_->legend->setVisible(true);
     plot_->legend->setFont(QFont(font().family(), 8));
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
 
     bracket_ = new QCPItemRect(plot_);
     bracket_->setPen(Qt::NoPen);
@@ -73,8 +83,6 @@ BudgetView::BudgetView(QWidget* parent)
     // Horizontal: x in axis-rect fractions, so that it also works on a logarithmic mismatch axis.
     failLine_->point1->setTypeX(QCPItemPosition::ptAxisRectRatio);
     failLine_->point2->setTypeX(QCPItemPosition::ptAxisRectRatio);
-    failLine_->point1->setCoords(0, kFailRise * 100);
-    failLine_->point2->setCoords(1, kFailRise * 100);
 
     bracketLabel_ = new QCPItemText(plot_);
     bracketLabel_->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
@@ -89,10 +97,8 @@ BudgetView::BudgetView(QWidget* parent)
     thresholdLabel_->setText(tr("admission threshold "));
     failLabel_ = new QCPItemText(plot_);
     failLabel_->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-    failLabel_->position->setCoords(0.01, kFailRise * 100);
     failLabel_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
     failLabel_->setColor(QColor(0x75, 0x75, 0x75));
-    failLabel_->setText(tr("failure rule: +20% quality loss"));
 
     QCPGraph* passed = plot_->addGraph();
     passed->setName(tr("passed"));
@@ -102,6 +108,10 @@ BudgetView::BudgetView(QWidget* parent)
     failed->setName(tr("failed"));
     failed->setLineStyle(QCPGraph::lsNone);
     failed->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, QPen(kFailColor, 3), QBrush(), 11));
+    placeLegendAbove(plot_);
+    enableZoomAndReset(plot_, [this] { fitView(); });
+    plot_->setMouseTracking(true);
+    connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) { hoverAt(event->pos()); });
     addPlotExportMenu(plot_);
 
     pointModel_ = new QStandardItemModel(this);
@@ -190,10 +200,16 @@ void BudgetView::showCalibration()
     brackets_.clear();
     shownBracket_.reset();
     const QVariant id = calibrationBox_->currentData();
+    std::optional<CalibrationInfo> info;
     if (store_ && id.isValid()) {
         const AnalysisData data(*store_);
         points_ = data.calibrationPoints(id.toLongLong());
         brackets_ = data.calibrationBrackets(id.toLongLong());
+        for (const CalibrationInfo& c : calibrations_) {
+            if (c.id == id.toLongLong()) {
+                info = c;
+            }
+        }
     }
     // Steps: the student checkpoints the calibration measured; the budget is per step.
     std::set<std::int64_t> steps;
@@ -221,9 +237,28 @@ void BudgetView::showCalibration()
     pointModel_->clear();
     pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"), tr("Quality Q"),
         tr("Change vs BF16"), tr("95% interval of mean q diff"), tr("Result")});
+    // The failure rule this calibration was measured with.
+    failureRise_ = info && info->relativeThreshold ? *info->relativeThreshold : kDefaultFailRise;
+    failLine_->point1->setCoords(0, failureRise_ * 100);
+    failLine_->point2->setCoords(1, failureRise_ * 100);
+    failLabel_->position->setCoords(0.01, failureRise_ * 100);
+    failLabel_->setText(failureRuleText());
+    // Flags of the calibration's protocol at this step (and of the whole calibration).
+    QStringList flagLines;
+    if (info) {
+        for (const CalibrationFlag& flag : step ? flagsAtStep(*info, *step) : info->flags) {
+            flagLines << QString::fromStdString(describeFlag(flag)).toHtmlEscaped();
+        }
+    }
+    banner_->setText(flagLines.isEmpty()
+            ? QString()
+            : tr("<b>&#9888; This budget is flagged</b> by its calibration's protocol; treat the bracket with "
+                 "care:<br>%1")
+                  .arg(flagLines.join(QStringLiteral("<br>"))));
+    banner_->setVisible(!flagLines.isEmpty());
     double xMax = 0.0;
     double yMin = 0.0;
-    double yMax = kFailRise * 100;
+    double yMax = failureRise_ * 100;
     for (const CalibrationPoint& p : points_) {
         if (step && p.step != *step) {
             continue;
@@ -300,9 +335,7 @@ void BudgetView::showCalibration()
             logAxis = false;
         }
     }
-    plot_->xAxis->setScaleType(logAxis ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    plot_->xAxis->setTicker(logAxis ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog)
-                                    : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    setLogScale(plot_->xAxis, logAxis);
     plot_->xAxis->setLabel(logAxis ? tr("mismatch (nats/token, log scale)") : tr("mismatch (nats/token)"));
     const bool haveBracket = shownBracket_ && (shownBracket_->largestPassing || shownBracket_->smallestFailing);
     bracket_->setVisible(haveBracket);
@@ -339,12 +372,17 @@ void BudgetView::showCalibration()
         // Labels sit right of their points: room on the right in proportion to the decades shown.
         const double lower = xMinPositive / 1.8;
         const double decades = std::log10(xMax) - std::log10(lower);
-        plot_->xAxis->setRange(lower, xMax * std::pow(10.0, std::max(0.35, 0.2 * decades)));
+        fitX_[0] = lower;
+        fitX_[1] = xMax * std::pow(10.0, std::max(0.35, 0.2 * decades));
     } else {
-        plot_->xAxis->setRange(xMax > 0 ? -xMax * 0.02 : 0.0, xMax > 0 ? xMax * 1.2 : 1.0);
+        fitX_[0] = xMax > 0 ? -xMax * 0.02 : 0.0;
+        fitX_[1] = xMax > 0 ? xMax * 1.2 : 1.0;
     }
     const double pad = (yMax - yMin) * 0.1 + 1.0;
-    plot_->yAxis->setRange(yMin - pad, yMax + pad);
+    fitY_[0] = yMin - pad;
+    fitY_[1] = yMax + pad;
+    plot_->xAxis->setRange(fitX_[0], fitX_[1]);
+    plot_->yAxis->setRange(fitY_[0], fitY_[1]);
 
     if (calibrations_.empty()) {
         summary_->setText(tr("No calibrations in this workspace yet."));
@@ -359,6 +397,79 @@ void BudgetView::showCalibration()
         summary_->setText(tr("No bracket stored for this step."));
     }
     plot_->replot();
+}
+
+void BudgetView::fitView()
+{
+    plot_->xAxis->setRange(fitX_[0], fitX_[1]);
+    plot_->yAxis->setRange(fitY_[0], fitY_[1]);
+    plot_->replot();
+}
+
+QString BudgetView::failureRuleText() const
+{
+    QString text = tr("failure rule: %1% quality loss").arg(QString::asprintf("%+g", failureRise_ * 100.0));
+    const QVariant id = calibrationBox_->currentData();
+    for (const CalibrationInfo& c : calibrations_) {
+        if (id.isValid() && c.id == id.toLongLong() && c.confidence) {
+            text += tr(", %1% interval above zero").arg(*c.confidence * 100.0, 0, 'g', 3);
+            if (c.resamples) {
+                text += tr(" (%1 resamples)").arg(*c.resamples);
+            }
+        }
+    }
+    return text;
+}
+
+QString BudgetView::readoutText() const
+{
+    return readout_->text();
+}
+
+void BudgetView::hoverAt(const QPoint& pixel)
+{
+    const std::optional<std::int64_t> step = stepBox_->currentIndex() >= 0
+        ? std::optional<std::int64_t>(stepBox_->currentData().toLongLong())
+        : std::nullopt;
+    const CalibrationPoint* nearest = nullptr;
+    double best = 12.0; // pixels
+    for (const CalibrationPoint& p : points_) {
+        if (step && p.step != *step) {
+            continue;
+        }
+        const double dx = plot_->xAxis->coordToPixel(p.mismatch) - pixel.x();
+        const double dy = plot_->yAxis->coordToPixel(p.relativeChange.value_or(0.0) * 100.0) - pixel.y();
+        const double distance = std::hypot(dx, dy);
+        if (distance < best) {
+            best = distance;
+            nearest = &p;
+        }
+    }
+    if (!nearest) {
+        readout_->setText(readout_->property("idle").toString());
+        return;
+    }
+    QString text = tr("%1 at step %2: mismatch %3 nats/token")
+                       .arg(QString::fromStdString(
+                           nearest->runName.empty() ? "#" + std::to_string(nearest->runId) : nearest->runName))
+                       .arg(nearest->step)
+                       .arg(nearest->mismatch, 0, 'g', 4);
+    const QVariant id = calibrationBox_->currentData();
+    for (const CalibrationInfo& c : calibrations_) {
+        if (id.isValid() && c.id == id.toLongLong() && c.bf16Unit && *c.bf16Unit > 0) {
+            text += tr(" (%1x BF16)").arg(nearest->mismatch / *c.bf16Unit, 0, 'f', 1);
+        }
+    }
+    if (nearest->relativeChange) {
+        text += tr(", quality change %1").arg(QString::asprintf("%+.1f%%", *nearest->relativeChange * 100.0));
+    }
+    if (nearest->ciLow && nearest->ciHigh) {
+        text += tr(", interval of mean q diff [%1, %2]")
+                    .arg(*nearest->ciLow, 0, 'g', 3)
+                    .arg(*nearest->ciHigh, 0, 'g', 3);
+    }
+    text += nearest->failed ? tr(": failed") : tr(": passed");
+    readout_->setText(text);
 }
 
 } // namespace mismatch::ui

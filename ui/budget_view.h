@@ -39,9 +39,18 @@ public:
     int passCount() const;
     int failCount() const;
     std::optional<CalibrationBracket> shownBracket() const { return shownBracket_; }
+    // The failure rule's relative rise drawn (a fraction) and its label.
+    double failureRise() const { return failureRise_; }
+    QString failureRuleText() const;
+    // The flag banner (hidden when the shown calibration and step are not flagged).
+    QLabel* flagBanner() const { return banner_; }
+    QString readoutText() const;
+    // The read-out of the point nearest to `pixel` (what hovering there shows).
+    void hoverAt(const QPoint& pixel);
 
 private:
     void showCalibration();
+    void fitView();
 
     const store::RunStore* store_ = nullptr;
     std::vector<CalibrationInfo> calibrations_;
@@ -52,6 +61,11 @@ private:
     QComboBox* stepBox_ = nullptr;
     QCheckBox* logScale_ = nullptr;
     QLabel* summary_ = nullptr;
+    QLabel* banner_ = nullptr;
+    QLabel* readout_ = nullptr;
+    double failureRise_ = 0.2;
+    double fitX_[2] = {0.0, 1.0}; // the fitted view double-click returns to
+    double fitY_[2] = {0.0, 1.0};
     QCustomPlot* plot_ = nullptr;
     QCPItemRect* bracket_ = nullptr;
     QCPItemStraightLine* thresholdLine_ = nullptr;

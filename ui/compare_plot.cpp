@@ -2,6 +2,7 @@
 
 #include "core/store/evaluation_store.h"
 #include "ui/plot_export.h"
+#include "ui/plot_tools.h"
 
 #include <qcustomplot.h>
 
@@ -41,23 +42,24 @@ ComparePlot::ComparePlot(QWidget* parent)
     top->addWidget(hint_);
     top->addStretch(1);
     layout->addLayout(top);
+    readout_ = makeReadout(this, QStringLiteral("compareReadout"));
+    layout->addWidget(readout_);
     plot_ = new QCustomPlot(this);
     plot_->setObjectName("comparePlot");
     plot_->setMinimumHeight(220);
     plot_->xAxis->setLabel(tr("step"));
-    plot_->legend->setVisible(true);
     plot_->legend->setFont(QFont(font().family(), 8));
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
-    plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    placeLegendAbove(
+        plot_, [this] { replot(); }, 4);
+    crosshair_ = new PlotCrosshair(plot_, {plot_->axisRect()}, readout_, tr("step"));
+    enableZoomAndReset(plot_, [this] { replot(); });
     layout->addWidget(plot_, 1);
     addPlotExportMenu(plot_);
     replotTimer_.setSingleShot(true);
     replotTimer_.setInterval(kReplotDelayMs);
     connect(&replotTimer_, &QTimer::timeout, this, &ComparePlot::replot);
     connect(logScale_, &QCheckBox::toggled, this, [this](bool on) {
-        plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-        plot_->yAxis->setTicker(on ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog)
-                                   : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+        setLogScale(plot_->yAxis, on);
         scheduleReplot();
     });
     connect(measureBox_, qOverload<int>(&QComboBox::activated), this,
@@ -98,6 +100,7 @@ int ComparePlot::pointCount(std::int64_t runId) const
 
 void ComparePlot::rebuild()
 {
+    crosshair_->hide();
     plot_->clearGraphs();
     cursors_.clear();
     graphOfRun_.clear();
@@ -169,7 +172,7 @@ void ComparePlot::scheduleReplot()
 
 void ComparePlot::replot()
 {
-    plot_->rescaleAxes();
+    plot_->rescaleAxes(true); // the runs shown (a legend click hides one)
     plot_->xAxis->scaleRange(1.04, plot_->xAxis->range().center());
     if (plot_->yAxis->scaleType() == QCPAxis::stLogarithmic) {
         plot_->yAxis->setRange(plot_->yAxis->range().lower / 1.5, plot_->yAxis->range().upper * 1.5);

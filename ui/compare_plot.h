@@ -1,6 +1,7 @@
 #pragma once
 // Overlay of several runs for comparison: one curve per run of the chosen measure (full KL, k1, k3, BF16
-// multiple, quality at evaluations) against the step. Follows the runs live like RunPlot.
+// multiple, quality at evaluations) against the step, bound to the one y axis labelled with that measure. Follows the
+// runs live like RunPlot; legend above the data (click to hide a run), crosshair read-out, zoom, double-click reset.
 #include "core/store/run_store.h"
 
 #include <QTimer>
@@ -15,6 +16,8 @@ class QCustomPlot;
 class QLabel;
 
 namespace mismatch::ui {
+
+class PlotCrosshair;
 
 class ComparePlot : public QWidget {
     Q_OBJECT
@@ -32,6 +35,8 @@ public:
 
     QCustomPlot* plot() const { return plot_; }
     QCheckBox* logScaleBox() const { return logScale_; }
+    PlotCrosshair* crosshair() const { return crosshair_; }
+    Measure measure() const { return measure_; }
     int curveCount() const;
     int pointCount(std::int64_t runId) const;
 
@@ -50,6 +55,8 @@ private:
     QComboBox* measureBox_ = nullptr;
     QCheckBox* logScale_ = nullptr;
     QLabel* hint_ = nullptr;
+    QLabel* readout_ = nullptr;
+    PlotCrosshair* crosshair_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QTimer replotTimer_;
 };

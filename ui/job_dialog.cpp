@@ -1,10 +1,14 @@
 #include "ui/job_dialog.h"
 
+#include "core/common/error.h"
+
 #include <QCheckBox>
 #include <QClipboard>
 #include <QComboBox>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QDoubleSpinBox>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QGuiApplication>
 #include <QLabel>
@@ -16,9 +20,11 @@
 
 namespace mismatch::ui {
 
-JobDialog::JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName, QWidget* parent)
+JobDialog::JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName,
+    QWidget* parent, const store::RunStore* store)
     : QDialog(parent)
     , workspace_(workspaceDirectory)
+    , store_(store)
 {
     setWindowTitle(title);
     setObjectName(objectName);
@@ -83,6 +89,44 @@ void JobDialog::watch(QCheckBox* box)
     connect(box, &QCheckBox::toggled, this, &JobDialog::validate);
 }
 
+void JobDialog::watch(PathPicker* picker)
+{
+    connect(picker, &PathPicker::pathChanged, this, &JobDialog::validate);
+}
+
+void JobDialog::watch(CalibrationPicker* picker)
+{
+    connect(picker, &CalibrationPicker::changed, this, &JobDialog::validate);
+}
+
+PathPicker* JobDialog::addPicker(PickKind kind, const QString& label, const QString& objectName)
+{
+    auto* picker = new PathPicker(kind, this);
+    picker->setObjectName(objectName);
+    picker->setChoices(pickChoices(kind, store_, workspace_));
+    form_->addRow(label, picker);
+    watch(picker);
+    return picker;
+}
+
+JobWorker::Job JobDialog::fieldNamedJob() const
+{
+    return [job = job(), names = fieldNames()](Progress& progress) {
+        try {
+            job(progress);
+        } catch (const CancelledError&) {
+            throw;
+        } catch (const std::exception& error) {
+            const std::string message = error.what();
+            const std::string named = nameFields(message, names);
+            if (named == message) {
+                throw;
+            }
+            throw Error(named);
+        }
+    };
+}
+
 void JobDialog::validate()
 {
     if (!status_) {
@@ -136,6 +180,64 @@ std::optional<std::vector<std::int64_t>> parseIntegerList(const QString& text, Q
         values.push_back(value);
     }
     return values;
+}
+
+QString absolutePath(const QString& path)
+{
+    return path.trimmed().isEmpty() ? QString() : QFileInfo(path.trimmed()).absoluteFilePath();
+}
+
+bool isModelDirectory(const QString& directory)
+{
+    return !directory.isEmpty() && QFileInfo::exists(QDir(directory).filePath("config.json"));
+}
+
+QSpinBox* spinBox(QWidget* parent, int low, int high, int value, const QString& special)
+{
+    auto* box = new QSpinBox(parent);
+    box->setRange(low, high);
+    box->setValue(value);
+    if (!special.isEmpty()) {
+        box->setSpecialValueText(special);
+    }
+    return box;
+}
+
+QString commaList(const std::vector<double>& values)
+{
+    QStringList items;
+    for (double v : values) {
+        items << QString::number(v, 'g', 12);
+    }
+    return items.join(QLatin1Char(','));
+}
+
+QString commaList(const std::vector<std::int64_t>& values)
+{
+    QStringList items;
+    for (std::int64_t v : values) {
+        items << QString::number(v);
+    }
+    return items.join(QLatin1Char(','));
+}
+
+std::string nameFields(std::string message, const std::vector<std::pair<std::string, std::string>>& names)
+{
+    for (const auto& [flag, field] : names) {
+        // InputError writes "SOURCE:FLAG: DETAIL" for a flag given as its location; the field alone says it.
+        for (const std::string& prefix : {std::string("admit:"), std::string("recipe build:"), std::string()}) {
+            const std::string located = prefix + flag + ":";
+            for (std::size_t at = message.find(located); at != std::string::npos; at = message.find(located, at)) {
+                message.replace(at, located.size(), field + ":");
+                at += field.size() + 1;
+            }
+        }
+        for (std::size_t at = message.find(flag); at != std::string::npos; at = message.find(flag, at)) {
+            message.replace(at, flag.size(), "\"" + field + "\"");
+            at += field.size() + 2;
+        }
+    }
+    return message;
 }
 
 QStringList splitPaths(const QString& text)

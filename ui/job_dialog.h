@@ -4,13 +4,17 @@
 // CLI Command", so that a headless machine reproduces the job exactly); Start and Cancel. A subclass builds its
 // form rows in form(), watches its fields, implements check(), cliCommand(), jobName() and job(), and calls
 // finishLayout() at the end of its constructor.
+#include "core/store/run_store.h"
 #include "ui/job_runner.h"
+#include "ui/pickers.h"
 
 #include <QDialog>
 #include <QStringList>
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 class QCheckBox;
@@ -37,10 +41,18 @@ public:
     virtual QString jobName() const = 0;
     // The job for the job queue (runs off the GUI thread; opens the workspace itself).
     virtual JobWorker::Job job() const = 0;
+    // job(), with any error it ends with that names a command-line flag rewritten to name this dialog's field
+    // (fieldNames()): the GUI shows "Calibration step", never "--step".
+    JobWorker::Job fieldNamedJob() const;
+    // The command-line flags (as core's messages write them, longest first where one contains another) and the
+    // field of this dialog each one is.
+    virtual std::vector<std::pair<std::string, std::string>> fieldNames() const { return {}; }
 
 protected:
     JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName,
-        QWidget* parent = nullptr);
+        QWidget* parent = nullptr, const store::RunStore* store = nullptr);
+    // A picker row of `kind` (choices from the store and the resources), watched for changes.
+    PathPicker* addPicker(PickKind kind, const QString& label, const QString& objectName);
     QFormLayout* form() const { return form_; }
     // Status line, command and buttons under the form (object names for tests and style); calls validate().
     void finishLayout(const QString& statusName, const QString& commandName, const QString& startName);
@@ -54,9 +66,12 @@ protected:
     void watch(QSpinBox* box);
     void watch(QDoubleSpinBox* box);
     void watch(QCheckBox* box);
+    void watch(PathPicker* picker);
+    void watch(CalibrationPicker* picker);
     void validate();
 
     QString workspace_;
+    const store::RunStore* store_ = nullptr; // the GUI's connection, for the pickers (may be null)
 
 private:
     QFormLayout* form_ = nullptr;
@@ -72,5 +87,28 @@ std::optional<std::vector<double>> parseNumberList(const QString& text, QString*
 std::optional<std::vector<std::int64_t>> parseIntegerList(const QString& text, QString* error);
 // Items separated by ';' (paths may hold commas), trimmed, empty ones dropped.
 QStringList splitPaths(const QString& text);
+// The absolute form of a typed path ("" for an empty one).
+QString absolutePath(const QString& path);
+// A folder holding config.json (a model checkpoint).
+bool isModelDirectory(const QString& directory);
+// A spin box over [low, high] at `value`; `special` is shown for `low` ("all", "never").
+QSpinBox* spinBox(QWidget* parent, int low, int high, int value, const QString& special = {});
+// "0.05,0.1" and "20,40": lists in the form the CLI's comma-delimited options read.
+QString commaList(const std::vector<double>& values);
+QString commaList(const std::vector<std::int64_t>& values);
+// The first problem loading something (`load` throws; an InputError names the file, line and column), prefixed by
+// the field's name; empty when it loads.
+template <typename Load> QString loadError(const QString& field, Load&& load)
+{
+    try {
+        load();
+    } catch (const std::exception& error) {
+        return field + QStringLiteral(": ") + QString::fromUtf8(error.what());
+    }
+    return {};
+}
+
+// `message` with each flag of `names` replaced by its field name ("admit:--step: ..." -> "Calibration step: ...").
+std::string nameFields(std::string message, const std::vector<std::pair<std::string, std::string>>& names);
 
 } // namespace mismatch::ui

@@ -178,7 +178,11 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     table_->setColumnWidth(JobQueue::Eta, 80);
     addTableExportMenu(table_);
     layout->addWidget(table_, 1);
-    connect(cancel, &QPushButton::clicked, this, [this] { queue_->cancel(selectedJob()); });
+    connect(cancel, &QPushButton::clicked, this, [this] {
+        if (selectedJob() != 0) {
+            emit cancelRequested(selectedJob());
+        }
+    });
     connect(copy, &QPushButton::clicked, this, [this] {
         const QString command = queue_->cliCommand(selectedJob());
         if (!command.isEmpty())

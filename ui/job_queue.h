@@ -62,6 +62,10 @@ public:
     // The selected job's id, 0 when none.
     int selectedJob() const;
 
+signals:
+    // "Cancel Job" for the selected job: the window asks before cancelling a running one.
+    void cancelRequested(int id);
+
 private:
     JobQueue* queue_;
     QTableView* table_;

@@ -1,9 +1,11 @@
 #include "ui/main_window.h"
 
+#include "core/common/input_limits.h"
 #include "core/analysis/demo.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/model/config.h"
+#include "core/store/analysis_store.h"
 #include "ui/about_dialog.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
@@ -13,6 +15,8 @@
 #include "ui/job_queue.h"
 #include "ui/job_runner.h"
 #include "ui/library_panels.h"
+#include "ui/overview_view.h"
+#include "ui/pickers.h"
 #include "ui/plot_export.h"
 #include "ui/prefix_shift_view.h"
 #include "ui/recipe_editor.h"
@@ -20,6 +24,7 @@
 #include "ui/run_table_model.h"
 #include "ui/sensitivity_dialog.h"
 #include "ui/sensitivity_view.h"
+#include "ui/study_dialogs.h"
 #include "ui/training_dialog.h"
 
 #include <qcustomplot.h>
@@ -39,6 +44,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -48,10 +54,13 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
+#include <QTimer>
 #include <QUndoStack>
 #include <QVBoxLayout>
 
+#include <cmath>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 namespace mismatch::ui {
@@ -60,12 +69,15 @@ namespace {
 constexpr int kPollIntervalMs = 500;
 constexpr int kMaxRecentWorkspaces = 8;
 
+// A dropped or listed file's text, within the limits on input (a FIFO dropped on the window must not block the
+// GUI); "" when it cannot be read: the reader it goes to reports the problem with the file named.
 std::string readText(const QString& path)
 {
-    std::ifstream in(path.toStdString());
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
+    try {
+        return readInputFile(path.toStdString(), limits::kConfigFile, "file");
+    } catch (const InputError&) {
+        return {};
+    }
 }
 
 // What a dropped or opened file is: decided by its contents' top-level keys, not only its suffix (a run file
@@ -87,6 +99,23 @@ FileKind classify(const QString& path)
     }
     return FileKind::Unknown;
 }
+// A status-bar label that elides its text to the room it has (the whole text in its tooltip), so that a long
+// message never runs under the run count or the progress bar.
+class ElidedLabel : public QLabel {
+public:
+    using QLabel::QLabel;
+    QSize minimumSizeHint() const override { return QSize(40, QLabel::minimumSizeHint().height()); }
+    QSize sizeHint() const override { return QSize(40, QLabel::sizeHint().height()); }
+
+protected:
+    void paintEvent(QPaintEvent*) override
+    {
+        QPainter painter(this);
+        painter.setPen(palette().color(foregroundRole()));
+        const QString shown = fontMetrics().elidedText(text(), Qt::ElideRight, contentsRect().width());
+        painter.drawText(contentsRect(), Qt::AlignLeft | Qt::AlignVCenter, shown);
+    }
+};
 } // namespace
 
 MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
@@ -161,10 +190,12 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     admissionView_ = new AdmissionView(this);
     prefixShiftView_ = new PrefixShiftView(this);
     jobPanel_ = new JobQueuePanel(jobQueue_, this);
+    overview_ = new OverviewView(this);
 
     tabs_ = new QTabWidget(this);
     tabs_->setObjectName("mainTabs");
     tabs_->setDocumentMode(true);
+    tabs_->addTab(overview_, tr("&Overview"));
     tabs_->addTab(stack_, tr("&Runs"));
     tabs_->addTab(modelPanel_, tr("&Models"));
     tabs_->addTab(promptSetPanel_, tr("&Prompt Sets"));
@@ -175,20 +206,50 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     tabs_->addTab(prefixShiftView_, tr("Prefix Shif&t"));
     tabs_->addTab(jobPanel_, tr("&Jobs"));
     setCentralWidget(tabs_);
-    connect(tabs_, &QTabWidget::currentChanged, this, [this] { refreshAnalyses(false); });
+    connect(tabs_, &QTabWidget::currentChanged, this, [this](int tab) {
+        refreshAnalyses(false);
+        if (tab == OverviewTab && store_) {
+            overview_->refresh();
+        }
+    });
 
-    workspaceLabel_ = new QLabel(this);
+    workspaceLabel_ = new ElidedLabel(this); // a long path is elided, whole in the tooltip
+    workspaceLabel_->setMaximumWidth(420);
+    statusMessage_ = new ElidedLabel(this);
+    statusMessage_->setObjectName("statusMessage");
+    statusTimer_ = new QTimer(this);
+    statusTimer_->setSingleShot(true);
+    connect(statusTimer_, &QTimer::timeout, this, [this] {
+        statusMessage_->clear();
+        statusMessage_->setToolTip({});
+    });
+    overviewTimer_ = new QTimer(this);
+    overviewTimer_->setSingleShot(true);
+    overviewTimer_->setInterval(2000);
+    connect(overviewTimer_, &QTimer::timeout, this, [this] {
+        try {
+            overview_->refresh();
+        } catch (const std::exception& error) {
+            onStoreError(QString::fromUtf8(error.what()));
+        }
+    });
+    storeProblem_ = new QLabel(this);
+    storeProblem_->setObjectName("storeProblem");
+    storeProblem_->setStyleSheet(QStringLiteral("color: #c62828"));
+    storeProblem_->setVisible(false);
     runCountLabel_ = new QLabel(this);
     jobProgress_ = new QProgressBar(this);
     jobProgress_->setObjectName("jobProgress");
-    jobProgress_->setMinimumWidth(260);
+    jobProgress_->setMinimumWidth(340);
     jobProgress_->setRange(0, 1000);
     jobProgress_->setVisible(false);
     cancelButton_ = new QPushButton(tr("Cancel"), this);
     cancelButton_->setObjectName("statusCancelButton");
     cancelButton_->setVisible(false);
-    connect(cancelButton_, &QPushButton::clicked, jobRunner_, &JobRunner::cancel);
-    statusBar()->addWidget(workspaceLabel_, 1);
+    connect(cancelButton_, &QPushButton::clicked, this, [this] { requestCancel(jobQueue_->runningJob()); });
+    statusBar()->addWidget(workspaceLabel_);
+    statusBar()->addWidget(statusMessage_, 1);
+    statusBar()->addPermanentWidget(storeProblem_);
     statusBar()->addPermanentWidget(runCountLabel_);
     statusBar()->addPermanentWidget(jobProgress_);
     statusBar()->addPermanentWidget(cancelButton_);
@@ -196,27 +257,32 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     connect(jobRunner_, &JobRunner::progressChanged, this, [this](double fraction, const QString& stage, double eta) {
         // The bar shows the job and the numbers; the stage text (which can be long) goes to its tooltip and to
         // the job table.
-        const QString job = jobRunner_->jobName();
+        progressFraction_ = fraction;
+        progressEta_ = eta;
         jobProgress_->setValue(static_cast<int>(fraction * 1000));
-        jobProgress_->setFormat(
-            eta >= 0 ? tr("%1: %p% (ETA %2 s)").arg(job).arg(eta, 0, 'f', 0) : tr("%1: %p%").arg(job));
-        jobProgress_->setToolTip(stage);
+        updateProgressText();
+        jobProgress_->setToolTip(tr("%1\n%2").arg(jobRunner_->jobName(), stage));
     });
-    connect(jobQueue_, &JobQueue::jobStarted, this, [this](int, const QString& name) {
+    connect(jobQueue_, &JobQueue::jobStarted, this, [this](int, const QString&) {
+        progressFraction_ = 0.0;
+        progressEta_ = -1.0;
         jobProgress_->setValue(0);
-        jobProgress_->setFormat(tr("%1: starting").arg(name));
         jobProgress_->setVisible(true);
         cancelButton_->setVisible(true);
+        updateProgressText();
     });
     connect(jobQueue_, &JobQueue::jobFinished, this,
-        [this](int, const QString& name, bool ok, bool cancelled, const QString& error) {
+        [this](int id, const QString& name, bool ok, bool cancelled, const QString& error) {
+            if (cancelQuestion_ && cancelQuestion_->property("jobId").toInt() == id) {
+                cancelQuestion_->close(); // nothing left to cancel
+            }
             jobProgress_->setVisible(jobRunner_->running());
             cancelButton_->setVisible(jobRunner_->running());
             refresh();
             if (ok) {
-                statusBar()->showMessage(tr("%1 finished").arg(name), 5000);
+                showStatus(tr("%1 finished").arg(name));
             } else if (cancelled) {
-                statusBar()->showMessage(tr("%1 cancelled; what it stored is kept").arg(name), 5000);
+                showStatus(tr("%1 cancelled; what it stored is kept").arg(name));
             } else {
                 showError(tr("%1 failed").arg(name), error);
             }
@@ -226,7 +292,51 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
         runPlot_->tail();
         comparePlot_->tail();
         refreshAnalyses(false);
+        followNewRuns();
+        // The Overview rebuilds its page: while a run streams steps, at most every two seconds.
+        if (tabs_->currentIndex() == OverviewTab && !overviewTimer_->isActive()) {
+            overviewTimer_->start();
+        }
     });
+    connect(runModel_, &RunTableModel::storeError, this, &MainWindow::onStoreError);
+    connect(runModel_, &RunTableModel::storeRecovered, this, [this] {
+        storeProblem_->clear();
+        storeProblem_->setVisible(false);
+        showStatus(tr("The workspace reads again."));
+    });
+    connect(overview_, &OverviewView::actionRequested, this, &MainWindow::onOverviewAction);
+    connect(runPlot_, &RunPlot::openResults, this, [this](const QString& kind, std::int64_t runId) {
+        if (kind == QLatin1String("admit")) {
+            tabs_->setCurrentIndex(AdmissionTab);
+        } else if (kind == QLatin1String("sensitivity")) {
+            tabs_->setCurrentIndex(SensitivityTab);
+            for (const SensitivityScanInfo& scan : AnalysisData(*store_).sensitivityScans()) {
+                if (scan.runId == runId) {
+                    sensitivityView_->selectScan(scan.id);
+                }
+            }
+        } else if (kind == QLatin1String("calibrate")) {
+            tabs_->setCurrentIndex(BudgetTab);
+            for (const CalibrationInfo& calibration : AnalysisData(*store_).calibrations()) {
+                if (calibration.runId == runId) {
+                    budgetView_->selectCalibration(calibration.id);
+                }
+            }
+        } else if (kind == QLatin1String("prefix_shift")) {
+            tabs_->setCurrentIndex(PrefixShiftTab);
+            for (const auto& record : store::prefixShifts(*store_)) {
+                if (record.runId == runId) {
+                    prefixShiftView_->selectAnalysis(record.id);
+                }
+            }
+        } else {
+            tabs_->setCurrentIndex(OverviewTab);
+        }
+    });
+    connect(sensitivityView_, &SensitivityView::keepInBf16Requested, this, &MainWindow::keepInBf16);
+    connect(sensitivityView_, &SensitivityView::buildRecipeRequested, this,
+        [this](std::int64_t scanId) { showRecipeBuildDialog(scanId); });
+    connect(jobPanel_, &JobQueuePanel::cancelRequested, this, [this](int id) { requestCancel(id); });
     connect(modelPanel_, &ModelLibraryPanel::modelsChanged, this, &MainWindow::updateRecipeModels);
     connect(recipeEditor_, &RecipeEditor::fileChanged, this, &MainWindow::updateRecipeTitle);
     connect(recipeEditor_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateRecipeTitle);
@@ -236,7 +346,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     restoreGeometry(settings.value("mainWindow/geometry").toByteArray());
     restoreState(settings.value("mainWindow/state").toByteArray());
     browser->restoreState(settings.value("mainWindow/browserSplitter").toByteArray());
-    tabs_->setCurrentIndex(settings.value("mainWindow/tab", 0).toInt());
+    tabs_->setCurrentIndex(OverviewTab); // where a researcher starts, whatever tab was open last time
     openWorkspace(workspaceDirectory);
     runModel_->setLivePolling(kPollIntervalMs);
 }
@@ -360,9 +470,19 @@ void MainWindow::createMenus()
     admit->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
     QAction* prefix = jobs->addAction(tr("Start &Prefix-Shift Analysis..."), this, &MainWindow::showPrefixShiftDialog);
     prefix->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
+    QAction* build = jobs->addAction(tr("&Build Recipe from a Scan..."), this, [this] { showRecipeBuildDialog(); });
+    build->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
+    jobs->addAction(tr("&Time to Quality..."), this, &MainWindow::showTimeToQualityDialog);
+    jobs->addAction(tr("Compare &Objectives..."), this, &MainWindow::showCompareObjectivesDialog);
+    QAction* import = jobs->addAction(tr("&Import Training Log..."), this, &MainWindow::showImportLogDialog);
+    import->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_I));
+    jobs->addAction(tr("Compare Two &Runs (Failure Rule)..."), this, &MainWindow::showCompareRunsDialog);
+    jobs->addSeparator();
     QAction* demo = jobs->addAction(tr("Run the &Demo"), this, &MainWindow::runDemo);
     demo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
-    QAction* cancel = jobs->addAction(tr("&Cancel Running Job"), jobRunner_, &JobRunner::cancel);
+    // Esc asks before cancelling: a stray key press must not throw away a long job.
+    QAction* cancel
+        = jobs->addAction(tr("&Cancel Running Job..."), this, [this] { requestCancel(jobQueue_->runningJob()); });
     cancel->setShortcut(QKeySequence(Qt::Key_Escape));
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
@@ -389,11 +509,19 @@ bool MainWindow::openWorkspace(const QString& directory)
         budgetView_->setStore(store_.get());
         admissionView_->setStore(store_.get());
         prefixShiftView_->setStore(store_.get());
+        overview_->setStore(store_.get());
         analysisFingerprint_ = QString::fromStdString(AnalysisData(*store_).fingerprint());
+        newestRunSeen_ = 0;
+        storeProblem_->clear();
+        storeProblem_->setVisible(false);
         updateRecipeModels();
         workspaceLabel_->setText(tr("Workspace: %1").arg(QString::fromStdString(store_->path())));
+        workspaceLabel_->setToolTip(workspaceLabel_->text());
+        workspaceLabel_->setMinimumWidth(
+            std::min(420, workspaceLabel_->fontMetrics().horizontalAdvance(workspaceLabel_->text()) + 8));
         rememberWorkspace(directory);
         updateView();
+        followNewRuns(); // the newest run is selected, so that its plot is not empty
         return true;
     } catch (const Error& error) {
         showError(tr("Cannot open workspace"), QString::fromUtf8(error.what()));
@@ -459,9 +587,126 @@ void MainWindow::refresh()
         modelPanel_->refresh();
         promptSetPanel_->refresh();
         refreshAnalyses(true);
-    } catch (const Error& error) {
-        showError(tr("Cannot read workspace"), QString::fromUtf8(error.what()));
+    } catch (const std::exception& error) {
+        onStoreError(QString::fromUtf8(error.what()));
     }
+}
+
+void MainWindow::onStoreError(const QString& message)
+{
+    // Shown, never thrown on: the window stays up and polling goes on, so it recovers when the store does.
+    lastError_ = message;
+    storeProblem_->setText(tr("\u26a0 Workspace problem"));
+    storeProblem_->setToolTip(message);
+    storeProblem_->setVisible(true);
+    showStatus(tr("Cannot read the workspace: %1").arg(message), 15000);
+}
+
+void MainWindow::showStatus(const QString& message, int milliseconds)
+{
+    statusMessage_->setText(message);
+    statusMessage_->setToolTip(message);
+    statusTimer_->start(milliseconds);
+}
+
+QString MainWindow::statusText() const
+{
+    return statusMessage_->text();
+}
+
+QString MainWindow::storeProblem() const
+{
+    return storeProblem_->isVisible() ? storeProblem_->toolTip() : QString();
+}
+
+void MainWindow::updateProgressText()
+{
+    // "NAME: 42% (ETA 17 s)": the name is elided so that the numbers always fit the bar (full name in the tooltip).
+    const QString numbers = progressEta_ >= 0 ? tr(": %p% (ETA %1 s)").arg(progressEta_, 0, 'f', 0) : tr(": %p%");
+    const QString shownNumbers = QString(numbers).replace(
+        QLatin1String("%p"), QString::number(static_cast<int>(std::lround(progressFraction_ * 100.0))));
+    const QFontMetrics metrics(jobProgress_->font());
+    const int room = jobProgress_->width() - 24 - metrics.horizontalAdvance(shownNumbers);
+    const QString name = metrics.elidedText(jobRunner_->jobName(), Qt::ElideMiddle, std::max(room, 40));
+    jobProgress_->setFormat(name + numbers);
+}
+
+void MainWindow::followNewRuns()
+{
+    // A run that appears (a job from here or a headless one) is selected and scrolled to, unless the user is looking
+    // at another run: then the selection stays.
+    std::int64_t newest = 0;
+    int newestRow = -1;
+    for (int row = 0; row < runModel_->rowCount(); ++row) {
+        if (runModel_->runAt(row)->id > newest) {
+            newest = runModel_->runAt(row)->id;
+            newestRow = row;
+        }
+    }
+    if (newest <= newestRunSeen_ || newestRow < 0) {
+        return;
+    }
+    const QModelIndexList selected = runTable_->selectionModel()->selectedRows();
+    const bool following = selected.isEmpty()
+        || (selected.size() == 1 && runModel_->runAt(selected.front().row())
+            && runModel_->runAt(selected.front().row())->id == newestRunSeen_);
+    newestRunSeen_ = newest;
+    if (following) {
+        runTable_->selectRow(newestRow);
+        runTable_->scrollTo(runModel_->index(newestRow, 0));
+    }
+}
+
+bool MainWindow::showRunInTable(std::int64_t runId)
+{
+    for (int row = 0; row < runModel_->rowCount(); ++row) {
+        if (runModel_->runAt(row)->id == runId) {
+            tabs_->setCurrentIndex(RunsTab);
+            runTable_->selectRow(row);
+            runTable_->scrollTo(runModel_->index(row, 0));
+            return true;
+        }
+    }
+    return false;
+}
+
+bool MainWindow::requestCancel(int jobId)
+{
+    const QString state = jobQueue_->state(jobId);
+    if (state == tr("queued")) {
+        return jobQueue_->cancel(jobId); // nothing ran yet: nothing to lose
+    }
+    if (state != tr("running")) {
+        return false;
+    }
+    if (cancelQuestion_) {
+        cancelQuestion_->raise();
+        return true;
+    }
+    const int row = jobQueue_->rowOf(jobId);
+    const QString name = jobQueue_->model()->item(row, JobQueue::Name)->text();
+    cancelQuestion_ = new QMessageBox(QMessageBox::Question, tr("Cancel the running job?"),
+        tr("Cancel \"%1\"? It stops at its next step; what it stored so far is kept (a training run can be "
+           "resumed with mismatch train --resume).")
+            .arg(name),
+        QMessageBox::NoButton, this);
+    cancelQuestion_->setObjectName("cancelQuestion");
+    cancelQuestion_->setProperty("jobId", jobId);
+    QPushButton* yes = cancelQuestion_->addButton(tr("Cancel the Job"), QMessageBox::AcceptRole);
+    yes->setObjectName("confirmCancelButton");
+    QPushButton* no = cancelQuestion_->addButton(tr("Keep Running"), QMessageBox::RejectRole);
+    no->setObjectName("keepRunningButton");
+    cancelQuestion_->setDefaultButton(no); // Esc or Enter keeps the job
+    cancelQuestion_->setEscapeButton(no);
+    cancelQuestion_->setAttribute(Qt::WA_DeleteOnClose);
+    connect(cancelQuestion_, &QMessageBox::buttonClicked, this, [this, yes, jobId](QAbstractButton* button) {
+        if (button == yes) {
+            jobQueue_->cancel(jobId);
+        }
+    });
+    connect(cancelQuestion_, &QObject::destroyed, this, [this] { cancelQuestion_ = nullptr; });
+    cancelQuestion_->open();
+    return true;
 }
 
 void MainWindow::refreshAnalyses(bool force)
@@ -479,8 +724,9 @@ void MainWindow::refreshAnalyses(bool force)
         budgetView_->refresh();
         admissionView_->refresh();
         prefixShiftView_->refresh();
-    } catch (const Error& error) {
-        showError(tr("Cannot read the analyses"), QString::fromUtf8(error.what()));
+        overview_->refresh();
+    } catch (const std::exception& error) {
+        onStoreError(QString::fromUtf8(error.what()));
     }
 }
 
@@ -528,24 +774,43 @@ int MainWindow::startTraining(const QString& runFile)
         showError(tr("No workspace"), tr("Open a workspace first."));
         return 0;
     }
-    TrainingDialog check(workspaceDirectory_);
+    TrainingDialog check(workspaceDirectory_, nullptr, store_.get());
     check.setRunFile(runFile);
     if (!check.runFileValid()) {
         showError(tr("Cannot start training"), check.errorText());
         return 0;
     }
+    // A run of this name may also be waiting in the queue (not in the store yet): names stay unique.
+    const QString jobName = tr("Train %1").arg(check.runName());
+    for (int row = 0; row < jobQueue_->model()->rowCount(); ++row) {
+        const int id = jobQueue_->idAtRow(row);
+        if (jobQueue_->model()->item(row, JobQueue::Name)->text() == jobName
+            && (jobQueue_->state(id) == tr("queued") || jobQueue_->state(id) == tr("running"))) {
+            showError(tr("Cannot start training"),
+                tr("Run name: '%1' is already used by a queued or running job; choose another name")
+                    .arg(check.runName()));
+            return 0;
+        }
+    }
+    if (check.writesRunFile() && !check.writeRunFile()) {
+        showError(tr("Cannot start training"), check.errorText());
+        return 0;
+    }
+    const QString file = check.effectiveRunFile();
     return jobQueue_->enqueue(
-        tr("Train %1").arg(check.runName()), check.cliCommand(), trainingJob(workspaceDirectory_, runFile));
+        jobName, trainingCliCommand(workspaceDirectory_, file), trainingJob(workspaceDirectory_, file));
 }
 
 void MainWindow::showTrainingDialog()
 {
-    auto* dialog = new TrainingDialog(workspaceDirectory_, this);
+    auto* dialog = new TrainingDialog(workspaceDirectory_, this, store_.get());
     dialog->setAttribute(Qt::WA_DeleteOnClose);
-    dialog->setRunFile(QSettings().value("training/lastRunFile").toString());
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setRunFile(QSettings().value("training/lastRunFile", resources + "/runs/demo-opd-quick.yaml").toString());
     connect(dialog, &QDialog::accepted, this, [this, dialog] {
-        QSettings().setValue("training/lastRunFile", dialog->runFile());
-        lastQueuedJob_ = startTraining(dialog->runFile());
+        // The dialog wrote its form as a run file when it was changed: train that file.
+        QSettings().setValue("training/lastRunFile", dialog->effectiveRunFile());
+        lastQueuedJob_ = startTraining(dialog->effectiveRunFile());
         if (lastQueuedJob_ != 0) {
             tabs_->setCurrentIndex(RunsTab);
         }
@@ -555,7 +820,7 @@ void MainWindow::showTrainingDialog()
 
 void MainWindow::showSensitivityDialog()
 {
-    auto* dialog = new SensitivityDialog(workspaceDirectory_, this);
+    auto* dialog = new SensitivityDialog(workspaceDirectory_, this, store_.get());
     const QSettings settings;
     dialog->setModelDirectory(settings.value("sensitivity/model").toString());
     dialog->setPromptSet(settings.value("sensitivity/prompts").toString());
@@ -576,7 +841,7 @@ void MainWindow::openJobDialog(JobDialog* dialog, int tab, std::function<void()>
         }
         remember();
         try {
-            lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->job());
+            lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->fieldNamedJob());
         } catch (const std::exception& error) {
             // An input that changed on disk between validation and start.
             showError(tr("Cannot start the job"), QString::fromStdString(error.what()));
@@ -589,7 +854,7 @@ void MainWindow::openJobDialog(JobDialog* dialog, int tab, std::function<void()>
 
 void MainWindow::showCalibrationDialog()
 {
-    auto* dialog = new CalibrationDialog(workspaceDirectory_, this);
+    auto* dialog = new CalibrationDialog(workspaceDirectory_, this, store_.get());
     const QSettings settings;
     const QString resources = QString::fromStdString(resourceDirectory());
     dialog->setRunFile(settings.value("calibration/runFile", resources + "/runs/demo-opd.yaml").toString());
@@ -619,7 +884,7 @@ void MainWindow::showAdmissionDialog()
 
 void MainWindow::showPrefixShiftDialog()
 {
-    auto* dialog = new PrefixShiftDialog(workspaceDirectory_, this);
+    auto* dialog = new PrefixShiftDialog(workspaceDirectory_, this, store_.get());
     const QSettings settings;
     const QString resources = QString::fromStdString(resourceDirectory());
     dialog->setModelDirectory(settings.value("prefixShift/model", resources + "/models/arith-student").toString());
@@ -633,6 +898,144 @@ void MainWindow::showPrefixShiftDialog()
     });
 }
 
+void MainWindow::showRecipeBuildDialog(std::int64_t scanId)
+{
+    auto* dialog = new RecipeBuildDialog(workspaceDirectory_, store_.get(), this);
+    if (scanId != 0) {
+        dialog->setScan(scanId);
+    }
+    const QSettings settings;
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setModelDirectory(settings.value("recipeBuild/model", resources + "/models/arith-student").toString());
+    dialog->setPromptSet(settings.value("recipeBuild/prompts", resources + "/prompts/arith-probe.jsonl").toString());
+    openJobDialog(dialog, RecipeTab, [dialog] {
+        QSettings remembered;
+        remembered.setValue("recipeBuild/model", dialog->findChild<PathPicker*>("recipeBuildModel")->path());
+        remembered.setValue("recipeBuild/prompts", dialog->findChild<PathPicker*>("recipeBuildPrompts")->path());
+    });
+    // The built recipe opens in the editor when its job finishes.
+    connect(dialog, &QDialog::accepted, this, [this, dialog] {
+        const int job = lastQueuedJob_;
+        if (job == 0 || jobQueue_->cliCommand(job) != dialog->cliCommand()) {
+            return; // the job did not start (the reason was shown)
+        }
+        const QString path = dialog->outputPath();
+        auto connection = std::make_shared<QMetaObject::Connection>();
+        *connection = connect(jobQueue_, &JobQueue::jobFinished, this,
+            [this, job, path, connection](int id, const QString&, bool ok, bool, const QString&) {
+                if (id != job) {
+                    return;
+                }
+                disconnect(*connection);
+                if (ok && recipeEditor_->openFile(path)) {
+                    tabs_->setCurrentIndex(RecipeTab);
+                }
+            });
+    });
+}
+
+void MainWindow::showTimeToQualityDialog()
+{
+    auto* dialog = new TimeToQualityDialog(workspaceDirectory_, this, store_.get());
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setRunFile(QSettings().value("timeToQuality/runFile", resources + "/runs/demo-opd-quick.yaml").toString());
+    openJobDialog(dialog, RunsTab, [dialog] {
+        QSettings().setValue("timeToQuality/runFile", dialog->findChild<PathPicker*>("ttqRunFile")->path());
+    });
+}
+
+void MainWindow::showCompareObjectivesDialog()
+{
+    auto* dialog = new CompareObjectivesDialog(workspaceDirectory_, this, store_.get());
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setRunFile(
+        QSettings().value("compareObjectives/runFile", resources + "/runs/demo-opd-quick.yaml").toString());
+    openJobDialog(dialog, RunsTab, [dialog] {
+        QSettings().setValue("compareObjectives/runFile", dialog->findChild<PathPicker*>("objectivesRunFile")->path());
+    });
+}
+
+void MainWindow::showImportLogDialog()
+{
+    auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get());
+    openJobDialog(dialog, RunsTab, [] {});
+}
+
+void MainWindow::showCompareRunsDialog()
+{
+    auto* dialog = new CompareRunsDialog(workspaceDirectory_, store_.get(), this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->open();
+}
+
+void MainWindow::keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells)
+{
+    if (cells.empty()) {
+        return;
+    }
+    // Resolve the rules against the scan's model when it is registered, so that the table shows them.
+    const QString model = sensitivityView_->scanModelName();
+    if (!model.isEmpty()) {
+        recipeEditor_->selectModel(model);
+    }
+    const int before = static_cast<int>(recipeEditor_->recipe().rules.size());
+    if (!recipeEditor_->keepInBf16(cells)) {
+        showError(tr("Cannot add the rules"), recipeEditor_->lastError());
+        return;
+    }
+    tabs_->setCurrentIndex(RecipeTab);
+    showStatus(tr("%n rule(s) keep the selected cells in BF16 (undo with Ctrl+Z)", nullptr,
+        static_cast<int>(recipeEditor_->recipe().rules.size()) - before));
+}
+
+void MainWindow::onOverviewAction(int action, qint64 id, const QString& argument)
+{
+    switch (static_cast<OverviewView::Action>(action)) {
+    case OverviewView::RunDemo:
+        runDemo();
+        break;
+    case OverviewView::AddModel: {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Model directory"));
+        if (!dir.isEmpty()) {
+            openPaths({dir});
+        }
+        break;
+    }
+    case OverviewView::StartTraining:
+        showTrainingDialog();
+        break;
+    case OverviewView::StartCalibration:
+        showCalibrationDialog();
+        break;
+    case OverviewView::StartAdmission:
+        showAdmissionDialog();
+        if (auto* dialog = findChild<AdmissionDialog*>(); dialog && id != 0) {
+            dialog->setCalibration(id);
+        }
+        break;
+    case OverviewView::StartSensitivity:
+        showSensitivityDialog();
+        if (auto* dialog = findChild<SensitivityDialog*>();
+            dialog && !argument.isEmpty() && dialog->modelDirectory().isEmpty()) {
+            dialog->setModelDirectory(argument);
+        }
+        break;
+    case OverviewView::StartPrefixShift:
+        showPrefixShiftDialog();
+        break;
+    case OverviewView::ShowRun:
+        showRunInTable(id);
+        break;
+    case OverviewView::ShowBudget:
+        tabs_->setCurrentIndex(BudgetTab);
+        budgetView_->selectCalibration(id);
+        break;
+    case OverviewView::ShowAdmission:
+        tabs_->setCurrentIndex(AdmissionTab);
+        break;
+    }
+}
+
 void MainWindow::copyCliCommand()
 {
     QString command;
@@ -644,11 +1047,11 @@ void MainWindow::copyCliCommand()
         command = jobQueue_->cliCommand(jobQueue_->idAtRow(row)); // the latest job
     }
     if (command.isEmpty()) {
-        statusBar()->showMessage(tr("No job or recipe to copy a command for"), 4000);
+        showStatus(tr("No job or recipe to copy a command for"), 4000);
         return;
     }
     QGuiApplication::clipboard()->setText(command);
-    statusBar()->showMessage(tr("Copied: %1").arg(command), 6000);
+    showStatus(tr("Copied: %1").arg(command), 6000);
 }
 
 void MainWindow::exportCurrentPlot()
@@ -674,7 +1077,7 @@ void MainWindow::exportCurrentPlot()
         break;
     }
     if (!plot) {
-        statusBar()->showMessage(tr("This tab has no plot to export"), 4000);
+        showStatus(tr("This tab has no plot to export"), 4000);
         return;
     }
     const QString path
@@ -712,7 +1115,7 @@ void MainWindow::exportCurrentTable()
         break;
     }
     if (!table) {
-        statusBar()->showMessage(tr("This tab has no table to export"), 4000);
+        showStatus(tr("This tab has no table to export"), 4000);
         return;
     }
     const QString path = QFileDialog::getSaveFileName(this, tr("Export table"), {}, tr("CSV (*.csv)"));
@@ -746,10 +1149,10 @@ void MainWindow::openPaths(const QStringList& paths)
             }
             break;
         case FileKind::RunFile: {
-            auto* dialog = new TrainingDialog(workspaceDirectory_, this);
+            auto* dialog = new TrainingDialog(workspaceDirectory_, this, store_.get());
             dialog->setAttribute(Qt::WA_DeleteOnClose);
             dialog->setRunFile(path);
-            connect(dialog, &QDialog::accepted, this, [this, dialog] { startTraining(dialog->runFile()); });
+            connect(dialog, &QDialog::accepted, this, [this, dialog] { startTraining(dialog->effectiveRunFile()); });
             dialog->open();
             break;
         }
@@ -792,7 +1195,7 @@ void MainWindow::showAbout()
 void MainWindow::showError(const QString& title, const QString& message)
 {
     lastError_ = message;
-    statusBar()->showMessage(title + ": " + message, 10000);
+    showStatus(title + ": " + message, 10000);
     if (QGuiApplication::platformName() != QLatin1String("offscreen")) {
         auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Ok, this);
         box->setAttribute(Qt::WA_DeleteOnClose);

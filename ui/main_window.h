@@ -1,20 +1,27 @@
 #pragma once
-// The Mismatch Lab main window. Tabs: runs (live run browser, per-run plot, overlay of selected runs), models,
-// prompt sets, recipe editor, layer sensitivity, budget (calibrations), admission, prefix shift, jobs. Everything shown
-// comes from the workspace's store, polled for commits by any process (the CLI included); jobs run off the GUI thread.
+// The Mismatch Lab main window. Tabs: overview (where it opens: budget and best candidates per student, latest runs,
+// next steps), runs (live run browser, per-run plot, overlay of selected runs), models, prompt sets, recipe editor,
+// layer sensitivity, budget (calibrations), admission, prefix shift, jobs. Everything shown comes from the
+// workspace's store, polled for commits by any process (the CLI included); jobs run off the GUI thread. A store
+// error while polling or refreshing is shown in the status bar (and the window keeps running); cancelling a running
+// job asks first.
 #include "core/store/run_store.h"
 
 #include <QMainWindow>
 
 #include <functional>
-
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 class QLabel;
 class QMenu;
+class QMessageBox;
 class QProgressBar;
 class QPushButton;
 class QStackedWidget;
+class QTimer;
 class QTabWidget;
 class QTableView;
 
@@ -28,6 +35,7 @@ class JobQueue;
 class JobQueuePanel;
 class JobRunner;
 class ModelLibraryPanel;
+class OverviewView;
 class PrefixShiftView;
 class PromptSetPanel;
 class RecipeEditor;
@@ -39,6 +47,7 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
     enum Tab {
+        OverviewTab,
         RunsTab,
         ModelsTab,
         PromptSetsTab,
@@ -75,6 +84,17 @@ public:
     AdmissionView* admissionView() const { return admissionView_; }
     PrefixShiftView* prefixShiftView() const { return prefixShiftView_; }
     JobQueuePanel* jobPanel() const { return jobPanel_; }
+    OverviewView* overview() const { return overview_; }
+    // The status bar's message (elided on screen; the whole text here and in its tooltip).
+    QString statusText() const;
+    // The standing warning about the workspace (a store error of the last poll), empty when none.
+    QString storeProblem() const;
+    // Asks whether to cancel job `jobId` when it is running (the question is cancelQuestion() until answered);
+    // a queued job is dropped without asking. Returns false for an unknown or finished job.
+    bool requestCancel(int jobId);
+    QMessageBox* cancelQuestion() const { return cancelQuestion_; }
+    // Shows run `runId` in the Runs tab (selected and scrolled to).
+    bool showRunInTable(std::int64_t runId);
 
     // Queues a training run from a run file (as the "Start Training Run" dialog does); returns the job id or 0
     // with the error shown.
@@ -93,6 +113,14 @@ public slots:
     void showCalibrationDialog();
     void showAdmissionDialog();
     void showPrefixShiftDialog();
+    // The recipe builder, ordering cells by scan `scanId` (0: the newest finished scan).
+    void showRecipeBuildDialog(std::int64_t scanId = 0);
+    void showTimeToQualityDialog();
+    void showCompareObjectivesDialog();
+    void showImportLogDialog();
+    void showCompareRunsDialog();
+    // Adds rules keeping these sensitivity cells' modules in BF16 to the recipe editor, and shows it.
+    void keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells);
     void copyCliCommand();
     void exportCurrentPlot();
     void exportCurrentTable();
@@ -115,11 +143,19 @@ private:
     void refreshAnalyses(bool force);
     void updateRecipeModels();
     void updateRecipeTitle();
+    void showStatus(const QString& message, int milliseconds = 6000);
+    void onStoreError(const QString& message);
+    void onOverviewAction(int action, qint64 id, const QString& argument);
+    void updateProgressText();
+    void followNewRuns();
 
     QString workspaceDirectory_;
     QString lastError_;
     QString analysisFingerprint_;
     int lastQueuedJob_ = 0;
+    std::int64_t newestRunSeen_ = 0; // the run table follows runs newer than this one
+    double progressFraction_ = 0.0;
+    double progressEta_ = -1.0;
     std::unique_ptr<store::RunStore> store_;
     RunTableModel* runModel_ = nullptr;
     QTableView* runTable_ = nullptr;
@@ -139,7 +175,13 @@ private:
     JobRunner* jobRunner_ = nullptr;
     JobQueue* jobQueue_ = nullptr;
     JobQueuePanel* jobPanel_ = nullptr;
+    OverviewView* overview_ = nullptr;
     QLabel* workspaceLabel_ = nullptr;
+    QLabel* statusMessage_ = nullptr;
+    QTimer* statusTimer_ = nullptr;
+    QTimer* overviewTimer_ = nullptr; // live run changes refresh the Overview at most this often
+    QLabel* storeProblem_ = nullptr;
+    QMessageBox* cancelQuestion_ = nullptr;
     QLabel* runCountLabel_ = nullptr;
     QProgressBar* jobProgress_ = nullptr;
     QPushButton* cancelButton_ = nullptr;

@@ -1,19 +1,25 @@
 #pragma once
-// Prefix-shift viewer: an analysis's split of mismatch into a per-token part and a prefix-shift part, and its
-// paired generations (candidate engine and BF16 engine, same prompt and seed) token by token, each token
-// coloured by its KL(mu || pi) (nats), the first divergence marked; below, mismatch by response position
-// (mean over the stored pairs, and the selected pair).
+// Prefix-shift viewer: an analysis's split of mismatch into a per-token part and a prefix-shift part, computed over
+// every analysed pair (the stored details), and the paired generations it kept (candidate engine and BF16 engine,
+// same prompt and seed) token by token, each token coloured by its KL(mu || pi) (nats), the first divergence
+// marked. Below: mismatch by response position over all analysed pairs (total on the candidate's own prefixes,
+// per-token on the BF16 engine's, and the BF16 unit), with the selected pair dotted; the histogram of first
+// divergences; and the TIS/MIS corrections' effect on each part. An analysis stored without details (an older
+// workspace) falls back to the mean over its stored pairs and says so.
 #include "core/store/run_store.h"
 
 #include <QWidget>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 class QComboBox;
 class QCustomPlot;
 class QLabel;
 class QListWidget;
+class QStandardItemModel;
+class QTableView;
 class QTextBrowser;
 
 namespace mismatch::model {
@@ -22,9 +28,14 @@ class Tokenizer;
 
 namespace mismatch::ui {
 
+class PlotCrosshair;
+
 class PrefixShiftView : public QWidget {
     Q_OBJECT
 public:
+    // Graph indices of plot().
+    enum Graph { MeanCandidate, MeanReference, Bf16UnitByPosition, PairCandidate, PairReference };
+
     explicit PrefixShiftView(QWidget* parent = nullptr);
     ~PrefixShiftView() override;
 
@@ -34,15 +45,24 @@ public:
     void selectPair(int index);
 
     QCustomPlot* plot() const { return plot_; }
+    // First divergences: bars over response positions (one QCPBars).
+    QCustomPlot* histogramPlot() const { return histogram_; }
+    QStandardItemModel* correctionModel() const { return corrections_; }
+    QTableView* correctionTable() const { return correctionTable_; }
     QListWidget* pairList() const { return pairList_; }
     QString summaryText() const;
     QString tokenHtml() const;
     std::int64_t analysisId() const { return analysisId_; }
+    // True when the by-position curves come from every analysed pair (the stored details), false when from the
+    // stored pairs only.
+    bool positionsFromAllPairs() const { return fromAllPairs_; }
     // KL (nats) that maps to the darkest token colour: the 99th percentile of the analysis's token KLs.
     double colourScaleMax() const { return scaleMax_; }
 
 private:
     void showAnalysis(int comboIndex);
+    void fitPositions();
+    void fitHistogram();
     QString tokenText(std::int64_t id) const;
     QString tokensHtml(const std::vector<std::int64_t>& tokens, const std::vector<double>& kl,
         std::optional<std::int64_t> divergence) const;
@@ -52,11 +72,17 @@ private:
     const store::RunStore* store_ = nullptr;
     std::int64_t analysisId_ = 0;
     double scaleMax_ = 1.0;
+    bool fromAllPairs_ = false;
     QComboBox* analysisBox_ = nullptr;
     QLabel* summary_ = nullptr;
+    QLabel* readout_ = nullptr;
     QListWidget* pairList_ = nullptr;
     QTextBrowser* tokens_ = nullptr;
     QCustomPlot* plot_ = nullptr;
+    QCustomPlot* histogram_ = nullptr;
+    QStandardItemModel* corrections_ = nullptr;
+    QTableView* correctionTable_ = nullptr;
+    PlotCrosshair* crosshair_ = nullptr;
 };
 
 } // namespace mismatch::ui

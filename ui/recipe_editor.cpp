@@ -167,18 +167,20 @@ std::string layerSet(const std::set<std::int64_t>& layers)
 
 enum Field { MatchField, WeightsField, ActivationsField, KvField };
 
-// Removes `field` from rules whose match is exactly `match` (dropping rules left empty), then appends a rule
-// setting it: the new rule is last, so it wins, and no two identical matches contradict each other.
-void setRuleFieldFor(Recipe& recipe, const std::string& match, Field field, const RecipeRule& values)
+// Removes `fields` from rules whose match is exactly `match` (dropping rules left empty), then appends one rule
+// setting them: the new rule is last, so it wins, and no two identical matches contradict each other.
+void setRuleFieldsFor(
+    Recipe& recipe, const std::string& match, std::initializer_list<Field> fields, const RecipeRule& values)
 {
+    auto has = [&fields](Field field) { return std::find(fields.begin(), fields.end(), field) != fields.end(); };
     std::vector<RecipeRule> kept;
     for (RecipeRule rule : recipe.rules) {
         if (rule.match == match) {
-            if (field == WeightsField)
+            if (has(WeightsField))
                 rule.weights.reset();
-            if (field == ActivationsField)
+            if (has(ActivationsField))
                 rule.activations.reset();
-            if (field == KvField)
+            if (has(KvField))
                 rule.kvCache.reset();
             if (!rule.weights && !rule.activations && !rule.kvCache) {
                 continue;
@@ -189,13 +191,18 @@ void setRuleFieldFor(Recipe& recipe, const std::string& match, Field field, cons
     recipe.rules = std::move(kept);
     RecipeRule rule;
     rule.match = match;
-    if (field == WeightsField)
+    if (has(WeightsField))
         rule.weights = values.weights;
-    if (field == ActivationsField)
+    if (has(ActivationsField))
         rule.activations = values.activations;
-    if (field == KvField)
+    if (has(KvField))
         rule.kvCache = values.kvCache;
     recipe.rules.push_back(rule);
+}
+
+void setRuleFieldFor(Recipe& recipe, const std::string& match, Field field, const RecipeRule& values)
+{
+    setRuleFieldsFor(recipe, match, {field}, values);
 }
 
 class RecipeCommand : public QUndoCommand {
@@ -796,6 +803,57 @@ bool RecipeEditor::setCells(const std::vector<std::pair<int, int>>& cells, const
     return true;
 }
 
+bool RecipeEditor::keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells)
+{
+    std::map<std::string, std::set<std::int64_t>> layersByGroup;
+    bool embed = false;
+    bool lmHead = false;
+    const std::vector<std::string>& shortNames = quant::projectionShortNames();
+    for (const auto& [layer, group] : cells) {
+        if (group == "embed_tokens") {
+            embed = true;
+        } else if (group == "lm_head") {
+            lmHead = true;
+        } else if (group == "embed_lm_head") {
+            embed = lmHead = true;
+        } else if (layer >= 0
+            && (group == "kv" || std::find(shortNames.begin(), shortNames.end(), group) != shortNames.end())) {
+            layersByGroup[group].insert(layer);
+        } else {
+            lastError_
+                = tr("no module group '%1' at layer %2 to keep in BF16").arg(QString::fromStdString(group)).arg(layer);
+            return false;
+        }
+    }
+    // Tied embeddings are one tensor: the embedding and lm_head always get the same weight format.
+    if ((embed || lmHead) && modelConfig() && modelConfig()->tieWordEmbeddings) {
+        embed = lmHead = true;
+    }
+    RecipeRule bf16;
+    bf16.weights = parseWeightChoice("bf16");
+    bf16.activations = parseActivationChoice("bf16");
+    bf16.kvCache = parseKvChoice("bf16");
+    Recipe after = recipe_;
+    if (embed) {
+        setRuleFieldFor(after, quant::kEmbedName, WeightsField, bf16);
+    }
+    if (lmHead) {
+        setRuleFieldsFor(after, quant::kLmHeadName, {WeightsField, ActivationsField}, bf16);
+    }
+    for (const auto& [group, layers] : layersByGroup) {
+        const std::string prefix = "model.layers." + layerSet(layers) + ".";
+        if (group == "kv") {
+            setRuleFieldFor(after, prefix + "self_attn", KvField, bf16);
+        } else {
+            const auto at = std::find(shortNames.begin(), shortNames.end(), group) - shortNames.begin();
+            setRuleFieldsFor(after, prefix + quant::projectionSuffixes()[static_cast<size_t>(at)],
+                {WeightsField, ActivationsField}, bf16);
+        }
+    }
+    push(after, tr("Keep %n sensitivity cell(s) in BF16", nullptr, static_cast<int>(cells.size())));
+    return true;
+}
+
 void RecipeEditor::setDefaults(const QString& weights, const QString& activations, const QString& kvCache)
 {
     Recipe after = recipe_;
@@ -919,7 +977,11 @@ bool RecipeEditor::applyText(const QString& text)
     try {
         Recipe parsed
             = quant::parseRecipe(text.toStdString(), filePath_.isEmpty() ? "recipe.yaml" : filePath_.toStdString());
+        const bool unchanged = parsed == recipe_ && parsed.name == recipe_.name;
         push(parsed, tr("Edit text"));
+        if (unchanged) {
+            refreshViews(); // nothing to undo, but the error of an earlier attempt must go
+        }
         return true;
     } catch (const std::exception& error) {
         lastError_ = QString::fromUtf8(error.what());

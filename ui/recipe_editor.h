@@ -118,8 +118,13 @@ public:
     void removeRule(int rule);
     void moveRule(int rule, int delta);
     // Parses `text` as the whole recipe and makes it current; on a syntax error shows the message (with line
-    // and column) and returns false.
+    // and column) and returns false. A text that parses clears an earlier error even when it changes nothing.
     bool applyText(const QString& text);
+    // Keeps sensitivity cells' modules in BF16 (layer, module group as a scan names them: q..down, kv,
+    // embed_tokens, lm_head, embed_lm_head): one rule per group over its layers ("model.layers.{0,5}.mlp.down_proj"
+    // with BF16 weights and activations; the layers' attention block with a BF16 KV cache), as one undoable
+    // command. False (lastError()) for an unknown group.
+    bool keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells);
 
     QUndoStack* undoStack() const { return undoStack_; }
     QTableView* moduleTable() const { return moduleTable_; }

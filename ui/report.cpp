@@ -6,6 +6,7 @@
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "ui/admission_view.h"
+#include "ui/analysis_data.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
 #include "ui/plot_export.h"
@@ -120,7 +121,8 @@ h3{font-size:1.05em;margin-top:1.4em}table{border-collapse:collapse;margin:.6em 
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f3f3f3}
 td.num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%;border:1px solid #ddd}
 .pass,.admit{color:#2e7d32;font-weight:bold}.fail,.reject{color:#c62828;font-weight:bold}
-.borderline{color:#ef8a17;font-weight:bold}.note{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}
+.borderline{color:#ef8a17;font-weight:bold}
+.flag{background:#fff3cd;border:1px solid #e0b84c;padding:.3em .8em;margin:.6em 0}.note{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}
 )";
 
 class ReportWriter {
@@ -445,10 +447,35 @@ private:
         }
         const std::string id = std::to_string(calibrationId);
         beginSection("Calibration #" + id + " " + calibration->info.name);
-        paragraph("Student <code>" + escapeHtml(calibration->info.student) + "</code>. Each point is one training "
-            "run of the sweep at one step, compared with the BF16-engine baseline by the failure rule (a rise of "
-            "quality Q by 20% or more, with the paired interval of the mean per-problem difference above zero); "
-            "the budget bracket is [largest passing, smallest failing] mismatch.");
+        // The failure rule as this calibration applied it (its config_json; the spec's defaults when absent).
+        const auto config = nlohmann::json::parse(calibration->info.configJson, nullptr, false);
+        const double rise = jsonNumber(config, "relative_threshold").value_or(0.2);
+        const auto confidence = jsonNumber(config, "confidence");
+        const auto resamples = jsonNumber(config, "resamples");
+        const std::string rule = "a rise of quality Q by " + number(rise * 100.0, 3) + "% or more, with the "
+            + (confidence ? number(*confidence * 100.0, 3) + "% " : std::string())
+            + "paired interval of the mean per-problem difference above zero"
+            + (resamples ? ", " + number(*resamples, 8) + " bootstrap resamples" : std::string());
+        paragraph("Student <code>" + escapeHtml(calibration->info.student)
+            + "</code>. Each point is one training run of the sweep at one step, compared with the BF16-engine "
+              "baseline by the failure rule ("
+            + rule + "); the budget bracket is [largest passing, smallest failing] mismatch.");
+        if (config.is_object() && config.contains("flags") && config.at("flags").is_array()
+            && !config.at("flags").empty()) {
+            std::string flags;
+            for (const auto& flag : config.at("flags")) {
+                if (!flag.is_object()) {
+                    continue;
+                }
+                flags += "<li><b>" + escapeHtml(flag.value("kind", std::string("flag"))) + "</b>"
+                    + (flag.contains("step") && flag.at("step").is_number_integer()
+                            ? " at step " + std::to_string(flag.at("step").get<std::int64_t>())
+                            : std::string())
+                    + ": " + escapeHtml(flag.value("reason", std::string())) + "</li>";
+            }
+            html_ += "<div class=\"flag\"><b>&#9888; This budget is flagged by its calibration's protocol:</b><ul>"
+                + flags + "</ul></div>\n";
+        }
         Table brackets {{"Step", "Largest passing", "Smallest failing", "Admission threshold"}, {}, {}};
         for (const auto& b : calibration->brackets) {
             brackets.rows.push_back({std::to_string(b.step), number(b.largestPassing), number(b.smallestFailing),
@@ -548,25 +575,18 @@ private:
         addPlot(view.plot(), "admission-" + name, "Mismatch of each candidate with its 95% bootstrap interval "
                                                   "against the admission threshold (dashed).",
             std::max(options_.plotHeight * 3 / 5, 90 + 34 * static_cast<int>(shown.size())));
-        Table table {{"Candidate", "Checkpoint", "Mismatch", "95% interval", "Threshold", "BF16 multiple",
-                         "Decision", "Seconds"},
+        Table table {{"Candidate", "Checkpoint", "Mismatch", "95% interval", "Threshold", "BF16 multiple", "Decision",
+                         "Seconds", "Notes"},
             {}, {}};
-        for (const auto& d : shown) {
-            const auto candidate = nlohmann::json::parse(d.candidateJson, nullptr, false);
-            std::string candidateName = "#" + std::to_string(d.id);
-            std::optional<double> unit;
-            if (candidate.is_object()) {
-                if (candidate.contains("name") && candidate.at("name").is_string()) {
-                    candidateName = candidate.at("name").get<std::string>();
-                }
-                if (candidate.contains("bf16_unit") && candidate.at("bf16_unit").is_number()) {
-                    unit = candidate.at("bf16_unit").get<double>();
-                }
+        for (const AdmissionDecision& d : view.decisions()) {
+            if (d.runId != runId) {
+                continue; // the view without a run filter lists every decision; here only the unlinked ones
             }
+            const auto multiple = ui::bf16Multiple(d);
             table.cellClass[{table.rows.size(), 6}] = d.decision;
-            table.rows.push_back({candidateName, fs::path(d.checkpoint).filename().string(), number(d.mismatch),
-                interval(d.ciLow, d.ciHigh), number(d.threshold),
-                bf16Multiple(d.mismatch, unit), d.decision, number(d.seconds, 3)});
+            table.rows.push_back({d.candidateName, fs::path(d.checkpoint).filename().string(), number(d.mismatch),
+                interval(d.ciLow, d.ciHigh), number(d.threshold), multiple ? number(*multiple, 3) + "x" : "-",
+                d.decision, number(d.seconds, 3), decisionNotes(d).replace('\n', QStringLiteral("; ")).toStdString()});
         }
         addTable(table, "admission-" + name);
     }
@@ -613,13 +633,7 @@ private:
         const std::string id = std::to_string(recordId);
         beginSection("Prefix shift #" + id);
         const auto details = nlohmann::json::parse(record->detailsJson, nullptr, false);
-        std::optional<double> shiftLow, shiftHigh;
-        if (details.is_object() && details.contains("prefix_shift_interval")
-            && details.at("prefix_shift_interval").is_array() && details.at("prefix_shift_interval").size() == 2
-            && details.at("prefix_shift_interval")[0].is_number() && details.at("prefix_shift_interval")[1].is_number()) {
-            shiftLow = details.at("prefix_shift_interval")[0].get<double>();
-            shiftHigh = details.at("prefix_shift_interval")[1].get<double>();
-        }
+        const auto [shiftLow, shiftHigh] = prefixShiftInterval(record->detailsJson);
         paragraph("Model <code>" + escapeHtml(record->model) + "</code>; " + std::to_string(record->pairs)
             + " paired same-seed generations, " + std::to_string(record->diverged)
             + " diverged from the BF16 engine's.");
@@ -639,8 +653,12 @@ private:
         PrefixShiftView view;
         view.setStore(&store_);
         if (view.selectAnalysis(recordId)) {
-            addPlot(view.plot(), "prefix-shift-" + id, "Mismatch by response position: total on the candidate's own "
-                                                       "prefixes and per-token on the BF16 engine's.");
+            addPlot(view.plot(), "prefix-shift-" + id,
+                std::string("Mismatch by response position")
+                    + (view.positionsFromAllPairs() ? " over every analysed pair" : " over the stored pairs")
+                    + ": total on the candidate's own prefixes, per-token on the BF16 engine's, and the BF16 unit.");
+            addPlot(view.histogramPlot(), "prefix-shift-" + id + "-divergence",
+                "First divergence of each paired generation, by response position.", options_.plotHeight * 3 / 5);
             // The first pair that diverged, token by token, coloured by per-token KL.
             const auto pairs = store::prefixShiftPairs(store_, recordId);
             int shownPair = 0;

@@ -34,9 +34,24 @@ void RunTableModel::poll()
     if (!store_) {
         return;
     }
-    const std::int64_t counter = store_->changeCounter();
-    if (counter != lastChangeCounter_) {
-        refresh();
+    // Everything a poll triggers (this model's refresh and the views listening to refreshed()) reads the store;
+    // an exception must not escape into the event loop, where it would end the application.
+    try {
+        const std::int64_t counter = store_->changeCounter();
+        if (counter != lastChangeCounter_) {
+            refresh();
+        }
+        if (!lastError_.isEmpty()) {
+            lastError_.clear();
+            emit storeRecovered();
+        }
+    } catch (const std::exception& error) {
+        lastChangeCounter_ = -1; // read everything again at the next poll: recovery is a successful full read
+        const QString message = QString::fromUtf8(error.what());
+        if (message != lastError_) {
+            lastError_ = message;
+            emit storeError(message);
+        }
     }
 }
 

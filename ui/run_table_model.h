@@ -21,7 +21,9 @@ public:
     void setStore(store::RunStore* store);
     // Re-reads the store now; updates rows in place so that selections survive a refresh.
     void refresh();
-    // Polls the store's change counter every `intervalMs` and refreshes when it moved (cheap when idle).
+    // Polls the store's change counter every `intervalMs` and refreshes when it moved (cheap when idle). A store
+    // error during a poll (a damaged or vanished database, a refused read) is caught and reported through
+    // storeError(); polling goes on, so the window recovers when the store does.
     void setLivePolling(int intervalMs);
 
     int rowCount(const QModelIndex& parent = {}) const override;
@@ -33,6 +35,10 @@ public:
 
 signals:
     void refreshed();
+    // A poll failed: `message` names the database and the problem. Emitted once per distinct problem.
+    void storeError(const QString& message);
+    // A poll succeeded after storeError().
+    void storeRecovered();
 
 private:
     void poll();
@@ -41,6 +47,7 @@ private:
     std::vector<store::RunInfo> runs_;
     QTimer pollTimer_;
     std::int64_t lastChangeCounter_ = -1;
+    QString lastError_;
 };
 
 }  // namespace mismatch::ui

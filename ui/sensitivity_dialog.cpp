@@ -15,17 +15,13 @@
 
 namespace mismatch::ui {
 
-SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget* parent)
-    : JobDialog(workspaceDirectory, tr("Start Sensitivity Scan"), QStringLiteral("sensitivityDialog"), parent)
+SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
+    : JobDialog(workspaceDirectory, tr("Start Sensitivity Scan"), QStringLiteral("sensitivityDialog"), parent, store)
 {
-    resize(620, 360);
+    resize(680, 380);
     QFormLayout* form = this->form();
-    model_ = new QLineEdit(this);
-    model_->setObjectName("scanModelEdit");
-    form->addRow(tr("Model directory:"), model_);
-    prompts_ = new QLineEdit(this);
-    prompts_->setObjectName("scanPromptsEdit");
-    form->addRow(tr("Prompt set (JSONL):"), prompts_);
+    model_ = addPicker(PickKind::ModelDirectory, tr("Model directory:"), QStringLiteral("scanModelEdit"));
+    prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("scanPromptsEdit"));
     format_ = new QComboBox(this);
     format_->setObjectName("scanFormatBox");
     for (const std::string& choice : weightChoices()) {
@@ -53,8 +49,6 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
     embeddingCells_ = new QCheckBox(tr("also the embedding / lm_head"), this);
     embeddingCells_->setChecked(true);
     form->addRow(QString(), embeddingCells_);
-    for (QLineEdit* edit : {model_, prompts_})
-        watch(edit);
     for (QComboBox* box : {format_, activations_})
         watch(box);
     for (QSpinBox* box : {count_, maxTokens_})
@@ -66,11 +60,11 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
 
 void SensitivityDialog::setModelDirectory(const QString& directory)
 {
-    model_->setText(directory);
+    model_->setPath(directory);
 }
 void SensitivityDialog::setPromptSet(const QString& path)
 {
-    prompts_->setText(path);
+    prompts_->setPath(path);
 }
 void SensitivityDialog::setFormat(const QString& weightChoice)
 {
@@ -78,11 +72,11 @@ void SensitivityDialog::setFormat(const QString& weightChoice)
 }
 QString SensitivityDialog::modelDirectory() const
 {
-    return model_->text().trimmed();
+    return model_->path();
 }
 QString SensitivityDialog::promptSet() const
 {
-    return prompts_->text().trimmed();
+    return prompts_->path();
 }
 void SensitivityDialog::setCount(int prompts)
 {
@@ -95,7 +89,7 @@ void SensitivityDialog::setMaxTokens(int tokens)
 
 QString SensitivityDialog::jobName() const
 {
-    return tr("Sensitivity %1 (%2)").arg(QFileInfo(model_->text().trimmed()).fileName(), format_->currentText());
+    return tr("Sensitivity %1 (%2)").arg(QFileInfo(modelDirectory()).fileName(), format_->currentText());
 }
 
 QString SensitivityDialog::cliCommand() const
@@ -106,8 +100,8 @@ QString SensitivityDialog::cliCommand() const
     QString command
         = QStringLiteral("mismatch --workspace %1 sensitivity %2 --format %3 --prompts %4 --activations %5 "
                          "--count %6 --max-tokens %7")
-              .arg(shellQuote(workspace_), shellQuote(QFileInfo(model_->text().trimmed()).absoluteFilePath()), format,
-                  shellQuote(QFileInfo(prompts_->text().trimmed()).absoluteFilePath()), activations_->currentText())
+              .arg(shellQuote(workspace_), shellQuote(QFileInfo(modelDirectory()).absoluteFilePath()), format,
+                  shellQuote(QFileInfo(promptSet()).absoluteFilePath()), activations_->currentText())
               .arg(count_->value())
               .arg(maxTokens_->value());
     if (!kvCells_->isChecked())
@@ -119,8 +113,8 @@ QString SensitivityDialog::cliCommand() const
 
 QString SensitivityDialog::check() const
 {
-    const QString model = model_->text().trimmed();
-    const QString prompts = prompts_->text().trimmed();
+    const QString model = modelDirectory();
+    const QString prompts = promptSet();
     if (model.isEmpty() || !QFileInfo::exists(QDir(model).filePath("config.json"))) {
         return tr("Model directory: expected a folder holding config.json and the checkpoint (got '%1')").arg(model);
     }
@@ -138,8 +132,8 @@ QString SensitivityDialog::readyText() const
 JobWorker::Job SensitivityDialog::job() const
 {
     analysis::SensitivityOptions options;
-    options.modelDirectory = model_->text().trimmed().toStdString();
-    options.promptSetPath = prompts_->text().trimmed().toStdString();
+    options.modelDirectory = modelDirectory().toStdString();
+    options.promptSetPath = promptSet().toStdString();
     options.count = count_->value();
     options.settings.maxNewTokens = maxTokens_->value();
     options.weights = *parseWeightChoice(format_->currentText().toStdString());

@@ -10,7 +10,8 @@ class SensitivityDialog : public JobDialog {
     Q_OBJECT
 
 public:
-    SensitivityDialog(const QString& workspaceDirectory, QWidget* parent = nullptr);
+    SensitivityDialog(
+        const QString& workspaceDirectory, QWidget* parent = nullptr, const store::RunStore* store = nullptr);
     void setModelDirectory(const QString& directory);
     void setPromptSet(const QString& path);
     void setFormat(const QString& weightChoice); // "fp8_e4m3/block128", "int4/group128", ...
@@ -27,8 +28,8 @@ protected:
     QString readyText() const override;
 
 private:
-    QLineEdit* model_ = nullptr;
-    QLineEdit* prompts_ = nullptr;
+    PathPicker* model_ = nullptr;
+    PathPicker* prompts_ = nullptr;
     QComboBox* format_ = nullptr;
     QComboBox* activations_ = nullptr;
     QSpinBox* count_ = nullptr;

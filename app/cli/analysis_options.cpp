@@ -1,6 +1,7 @@
 #include "app/cli/analysis_options.h"
 
 #include "app/cli/context.h"
+#include "core/model/memory_check.h"
 #include "core/engine/byte_size.h"
 
 #include <atomic>
@@ -23,31 +24,48 @@ extern "C" void cancelAnalysisOnInterrupt(int)
 
 void addAnalysisOptions(CLI::App* command, AnalysisArguments& a)
 {
-    command->add_option("--count", a.count, "Use the first N prompts of the set (0: all)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    command->add_option("--max-tokens", a.settings.maxNewTokens, "Generated tokens per prompt at most")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    command->add_option("--seed", a.settings.seed, "Sampling seed (combined with each prompt's id)")
-        ->capture_default_str();
-    command->add_option("--temperature", a.settings.temperature, "Sampling temperature (0: greedy)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    command->add_option("--top-p", a.settings.topP, "Nucleus sampling threshold in (0, 1]")
-        ->check(CLI::Range(1e-9, 1.0))
-        ->capture_default_str();
-    command->add_option("--top-k", a.settings.topK, "Keep the K most probable tokens (0: off)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
+    a.protocolOptions.clear();
+    a.protocolOptions.push_back(command->add_option("--count", a.count, "Use the first N prompts of the set (0: all)")
+            ->check(atLeast(0))
+            ->capture_default_str());
+    a.protocolOptions.push_back(
+        command->add_option("--max-tokens", a.settings.maxNewTokens, "Generated tokens per prompt at most")
+            ->check(greaterThan(0))
+            ->capture_default_str());
+    a.protocolOptions.push_back(
+        command->add_option("--seed", a.settings.seed, "Sampling seed (combined with each prompt's id)")
+            ->capture_default_str());
+    a.protocolOptions.push_back(
+        command->add_option("--temperature", a.settings.temperature, "Sampling temperature (0: greedy)")
+            ->check(atLeast(0))
+            ->capture_default_str());
+    a.protocolOptions.push_back(
+        command->add_option("--top-p", a.settings.topP, "Nucleus sampling threshold in (0, 1]")
+            ->check(between(1e-9, 1.0))
+            ->capture_default_str());
+    a.protocolOptions.push_back(
+        command->add_option("--top-k", a.settings.topK, "Keep the K most probable tokens (0: off)")
+            ->check(atLeast(0))
+            ->capture_default_str());
+    a.protocolOptions.push_back(command
+            ->add_option("--kv-scale-fit", a.kvScaleFit,
+                "FP8 KV-cache scales: fitted_per_measurement (on every prompt measured) or frozen_first_batch (the "
+                "engine's own prefill of the first --kv-first-batch prompts, as a training run's first step)")
+            ->check(CLI::IsMember({"fitted_per_measurement", "frozen_first_batch"}))
+            ->capture_default_str());
+    a.protocolOptions.push_back(command
+            ->add_option("--kv-first-batch", a.settings.kvFirstBatch,
+                "Prompts of the first batch that frozen_first_batch fits the KV scales on")
+            ->check(greaterThan(0))
+            ->capture_default_str());
     command->add_option("--batch", a.settings.batchSize, "Prompts generated and scored together")
-        ->check(CLI::PositiveNumber)
+        ->check(greaterThan(0))
         ->capture_default_str();
     command->add_option("--resamples", a.settings.bootstrap.resamples, "Bootstrap resamples (prompts resampled)")
-        ->check(CLI::Range(1, 10000000))
+        ->check(between(1, 10000000))
         ->capture_default_str();
     command->add_option("--confidence", a.settings.bootstrap.confidence, "Bootstrap interval confidence")
-        ->check(CLI::Range(0.5, 0.999999))
+        ->check(between(0.5, 0.999999))
         ->capture_default_str();
     command->add_option("--bootstrap-seed", a.settings.bootstrap.seed, "Bootstrap seed")->capture_default_str();
     command->add_option("--kv-memory", a.kvMemory, "Memory of each engine's paged KV cache (256MiB, 1GiB, ...)")
@@ -58,6 +76,55 @@ analysis::MeasureSettings resolveSettings(const AnalysisArguments& arguments)
 {
     analysis::MeasureSettings settings = arguments.settings;
     settings.kvCacheBytes = engine::parseByteSize(arguments.kvMemory, "--kv-memory");
+    model::checkRequestFits("--kv-memory " + arguments.kvMemory, settings.kvCacheBytes);
+    settings.kvScales = arguments.kvScaleFit == "frozen_first_batch" ? analysis::KvScalePolicy::FrozenFirstBatch
+                                                                   : analysis::KvScalePolicy::FittedPerMeasurement;
+    return settings;
+}
+
+bool protocolOptionGiven(const AnalysisArguments& arguments)
+{
+    for (const CLI::Option* option : arguments.protocolOptions) {
+        if (option->count() > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+analysis::MeasureSettings settingsOver(const analysis::MeasurementProtocol& protocol, const AnalysisArguments& arguments)
+{
+    const analysis::MeasureSettings given = resolveSettings(arguments);
+    analysis::MeasureSettings settings = analysis::applyProtocol(protocol, given);
+    const auto was = [&arguments](const char* name) {
+        for (const CLI::Option* option : arguments.protocolOptions) {
+            if (option->get_name() == name && option->count() > 0) {
+                return true;
+            }
+        }
+        return false;
+    };
+    if (was("--max-tokens")) {
+        settings.maxNewTokens = given.maxNewTokens;
+    }
+    if (was("--seed")) {
+        settings.seed = given.seed;
+    }
+    if (was("--temperature")) {
+        settings.temperature = given.temperature;
+    }
+    if (was("--top-p")) {
+        settings.topP = given.topP;
+    }
+    if (was("--top-k")) {
+        settings.topK = given.topK;
+    }
+    if (was("--kv-scale-fit")) {
+        settings.kvScales = given.kvScales;
+    }
+    if (was("--kv-first-batch")) {
+        settings.kvFirstBatch = given.kvFirstBatch;
+    }
     return settings;
 }
 

@@ -1,9 +1,10 @@
-// mismatch admit STUDENT... (--candidates FILE | [--recipe R] [--staleness K] [--noise SIGMA]) --prompts PROBE
-//                (--calibration ID [--step S]... | --threshold X) [--history DIR...]
+// mismatch admit STUDENT... (--candidates FILE | [--recipe R] [--staleness K] [--noise SIGMA])
+//                (--calibration ID [--step S]... | --threshold X --prompts PROBE) [--history DIR...]
 // mismatch admit --resume RUN: continue a killed, cancelled or failed check (its stored options).
 // The admission check: each candidate rollout configuration at each student checkpoint, mismatch with a bootstrap
 // interval over the probe prompts against the threshold: admit, reject or borderline. Decisions are results, not
 // errors: every verdict exits 0 (read `decision` from --json to gate a script).
+#include "app/cli/admission_output.h"
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
@@ -33,6 +34,7 @@ struct AdmitArguments {
     std::vector<std::int64_t> steps;
     double threshold = 0.0;
     bool noUnit = false;
+    bool allowProtocolMismatch = false;
     std::int64_t resume = 0;
     AnalysisArguments analysis;
 };
@@ -53,10 +55,10 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}");
     auto* recipe = command->add_option("--recipe,-r", a->recipe, "One candidate's recipe (default: the BF16 engine)");
     auto* staleness = command->add_option("--staleness", a->staleness,
-        "One candidate's staleness k: the engine uses the checkpoint k places earlier (see --history)");
-    staleness->check(CLI::NonNegativeNumber);
+        "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k steps older (see --history)");
+    staleness->check(atLeast(0));
     auto* noise = command->add_option("--noise", a->noise, "One candidate's weight noise sigma (relative to RMS)");
-    noise->check(CLI::NonNegativeNumber);
+    noise->check(atLeast(0));
     auto* noiseSeed = command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise");
     auto* noiseModules = command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules");
     auto* name = command->add_option("--name", a->name, "One candidate's name (default from the recipe)");
@@ -67,15 +69,24 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         ->add_option("--history", a->history,
             "Older checkpoints of the same student (oldest first), used only as stale engine weights")
         ->type_name("DIR...");
-    auto* probe = command->add_option("--prompts,-p", a->prompts, "Probe prompt set (JSONL)")->type_name("PROBE");
-    auto* calibration = command->add_option(
-        "--calibration", a->calibration, "Stored calibration whose budget bracket gives the threshold");
+    auto* probe = command
+                      ->add_option("--prompts,-p", a->prompts,
+                          "Probe prompt set (JSONL); with --calibration the calibration's protocol names it")
+                      ->type_name("PROBE");
+    auto* calibration = command->add_option("--calibration", a->calibration,
+        "Stored calibration whose budget bracket gives the threshold; the screen is measured under its protocol");
     command
-        ->add_option(
-            "--step", a->steps, "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint")
+        ->add_option("--step", a->steps,
+            "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint (default: each "
+            "checkpoint's own optimizer step, else the nearest earlier bracket)")
+        ->needs(calibration);
+    command
+        ->add_flag("--allow-protocol-mismatch", a->allowProtocolMismatch,
+            "Screen under probe/sampling/KV options that differ from the calibration's protocol anyway; the "
+            "decisions are labelled as measured under another protocol")
         ->needs(calibration);
     auto* threshold = command->add_option("--threshold", a->threshold, "Explicit threshold, nats per token")
-                          ->check(CLI::PositiveNumber);
+                          ->check(greaterThan(0));
     threshold->excludes(calibration);
     command->add_flag("--no-unit", a->noUnit, "Skip the BF16 unit per checkpoint (no BF16 multiples)");
     auto* resume = command
@@ -90,9 +101,13 @@ void registerAdmitCommand(CLI::App& app, Context& context)
     command->callback([&context, a, candidates, calibration, threshold, students, probe, resume] {
         const bool resuming = resume->count() > 0;
         analysis::AdmissionOptions options;
+        std::optional<store::RunStore> opened;
         if (!resuming) {
-            if (students->count() == 0 || probe->count() == 0) {
-                throw CLI::RequiredError("STUDENT and --prompts (or --resume RUN)");
+            if (students->count() == 0) {
+                throw CLI::RequiredError("STUDENT (or --resume RUN)");
+            }
+            if (probe->count() == 0 && calibration->count() == 0) {
+                throw CLI::RequiredError("--prompts PROBE (or --calibration ID, whose protocol names the probe set)");
             }
             options.checkpoints = a->checkpoints;
             options.history = a->history;
@@ -117,14 +132,33 @@ void registerAdmitCommand(CLI::App& app, Context& context)
             if (calibration->count() > 0) {
                 options.calibrationId = a->calibration;
                 options.steps = a->steps;
+                options.allowProtocolMismatch = a->allowProtocolMismatch;
+                // Options that set the protocol are laid over the calibration's; core compares the result with
+                // it and refuses a difference unless --allow-protocol-mismatch.
+                if (probe->count() > 0 || protocolOptionGiven(a->analysis)) {
+                    options.protocolFromCalibration = false;
+                    opened.emplace(context.openStore(store::OpenMode::OpenExisting));
+                    const auto stored = store::calibration(*opened, a->calibration);
+                    const auto protocol = stored ? analysis::storedProtocol(stored->info.configJson, opened->path())
+                                                 : std::nullopt;
+                    if (protocol) {
+                        options.settings = settingsOver(*protocol, a->analysis);
+                        options.probePath = probe->count() > 0 ? a->prompts : protocol->prompts;
+                        options.count = a->analysis.protocolOptions.front()->count() > 0 ? a->analysis.count
+                                                                                          : protocol->count;
+                    }
+                }
             } else if (threshold->count() > 0) {
                 options.threshold = a->threshold;
             } else {
                 throw InputError("admit", "threshold", "give --calibration ID or --threshold X");
             }
         }
-        store::RunStore store
-            = context.openStore(resuming ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen);
+        if (!opened) {
+            opened.emplace(
+                context.openStore(resuming ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen));
+        }
+        store::RunStore& store = *opened;
         TerminalProgress bar(*context.err);
         CancelOnInterrupt interrupt(bar.progress());
         const auto started = [&bar](std::int64_t runId) {
@@ -140,38 +174,10 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         }
         bar.finish();
         if (context.json) {
-            nlohmann::json rows = nlohmann::json::array();
-            for (const auto& row : result.rows) {
-                rows.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
-                    {"engine_weights", row.engineWeights}, {"decision", analysis::toString(row.verdict)},
-                    {"mismatch", intervalJson(row.interval)}, {"threshold", row.threshold}, {"k1", row.k1},
-                    {"k3", row.k3}, {"tokens", row.tokens},
-                    {"bf16_unit", row.bf16Unit ? nlohmann::json(*row.bf16Unit) : nlohmann::json()},
-                    {"bf16_multiple",
-                        row.bf16Unit && *row.bf16Unit > 0.0 ? nlohmann::json(row.mismatch / *row.bf16Unit)
-                                                            : nlohmann::json()},
-                    {"seconds", row.seconds}, {"decision_id", row.decisionId}});
-            }
-            context.printJson({{"run_id", result.runId}, {"decisions", rows}, {"seconds", result.seconds},
-                {"rule",
-                    "admit when the interval's high end < threshold, reject when its low end > threshold, "
-                    "borderline otherwise"}});
+            context.printJson(admissionJson(result));
             return;
         }
-        std::vector<std::vector<std::string>> rows;
-        for (const auto& row : result.rows) {
-            rows.push_back(
-                {row.candidate, std::filesystem::path(row.checkpoint).filename().string(), intervalText(row.interval),
-                    row.bf16Unit && *row.bf16Unit > 0.0 ? formatNumber(row.mismatch / *row.bf16Unit, 3) + "x"
-                                                        : std::string("-"),
-                    formatNumber(row.threshold, 4), analysis::toString(row.verdict), formatDuration(row.seconds)});
-        }
-        std::ostream& out = *context.out;
-        out << formatTable(
-            {"candidate", "checkpoint", "mismatch [95%] nats/token", "x BF16", "threshold", "decision", "time"}, rows)
-            << "\nadmit: interval below the threshold; reject: above; borderline: straddles it\n"
-            << result.rows.size() << " decision(s) stored (run " << result.runId << "), total time "
-            << formatDuration(result.seconds) << "\n";
+        printAdmission(*context.out, result);
     });
 }
 

@@ -33,6 +33,8 @@ struct CalibrateArguments {
     int resamples = 10000;
     std::uint64_t seed = metrics::BootstrapOptions {}.seed;
     double margin = 0.0;
+    std::int64_t replicates = 2;
+    std::int64_t probeCount = 128;
     std::int64_t resume = 0;
 };
 
@@ -87,6 +89,8 @@ void calibrate(const Context& context, const CalibrateArguments& a)
     options.rule.bootstrap.resamples = a.resamples;
     options.rule.bootstrap.seed = a.seed;
     options.margin = a.margin;
+    options.replicates = a.replicates;
+    options.probeCount = a.probeCount;
     options.workspaceDirectory = context.workspaceDirectory();
 
     store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
@@ -101,97 +105,173 @@ void calibrate(const Context& context, const CalibrateArguments& a)
     printCalibration(context, a, options, result);
 }
 
+// The command that reproduces a calibration (what a shipped calibration file records).
+std::string reproducingCommand(const CalibrateArguments& a)
+{
+    std::string command = "mismatch calibrate";
+    if (!a.runFile.empty()) {
+        command += " " + a.runFile;
+    }
+    if (a.quick) {
+        command += " --quick";
+    }
+    const auto list = [](const auto& values) {
+        std::string text;
+        for (const auto& v : values) {
+            std::ostringstream item;
+            item << v;
+            text += (text.empty() ? "" : ",") + item.str();
+        }
+        return text;
+    };
+    if (!a.noise.empty()) {
+        command += " --noise " + list(a.noise);
+    }
+    for (const auto& recipe : a.recipes) {
+        command += " --recipe " + recipe;
+    }
+    if (!a.staleness.empty()) {
+        command += " --staleness " + list(a.staleness);
+    }
+    if (!a.steps.empty()) {
+        command += " --steps " + list(a.steps);
+    }
+    command += " --replicates " + std::to_string(a.replicates);
+    if (a.probeCount != CalibrateArguments {}.probeCount) {
+        command += " --probe-count " + std::to_string(a.probeCount);
+    }
+    if (!a.name.empty()) {
+        command += " --name " + a.name;
+    }
+    return command;
+}
+
+nlohmann::json optionalJson(const std::optional<double>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+std::optional<double> multiple(const store::CalibrationPoint& p)
+{
+    return p.bf16Unit && *p.bf16Unit > 0.0 ? std::optional<double>(p.mismatch / *p.bf16Unit) : std::nullopt;
+}
+
+std::string protocolText(const analysis::MeasurementProtocol& p)
+{
+    return "prompts " + p.prompts + " (first " + std::to_string(p.count) + "), max_tokens " + std::to_string(p.maxTokens)
+        + ", temperature " + formatNumber(p.temperature) + ", top_p " + formatNumber(p.topP) + ", top_k "
+        + std::to_string(p.topK) + ", seed " + std::to_string(p.seed) + " per prompt, KV scales "
+        + analysis::toString(p.kvScales)
+        + (p.kvScales == analysis::KvScalePolicy::FrozenFirstBatch ? " (" + std::to_string(p.kvFirstBatch) + " prompts)"
+                                                                   : std::string())
+        + ", BF16 unit at the screened weights";
+}
+
 void printCalibration(const Context& context, const CalibrateArguments& a, const analysis::CalibrationOptions& options,
     const analysis::CalibrationResult& result)
 {
-    std::map<std::int64_t, std::string> labels;
-    for (const auto& run : result.runs) {
-        labels[run.runId] = run.label;
-    }
+    const std::string rule = "fail when (Q_run - Q_base) / Q_base >= " + formatNumber(options.rule.relativeThreshold)
+        + " and the " + formatNumber(100 * options.rule.bootstrap.confidence)
+        + "% interval of mean_i (q_i_run - q_i_base) lies above zero; Q and q_i are means over "
+        + std::to_string(result.replicates) + " seed replicate(s)";
     if (context.json) {
         nlohmann::json points = nlohmann::json::array();
         for (const auto& p : result.points) {
-            points.push_back({{"run_id", p.runId}, {"label", labels[p.runId]}, {"step", p.step},
-                {"mismatch", p.mismatch},
-                {"bf16_multiple", result.bf16Unit > 0 ? nlohmann::json(p.mismatch / result.bf16Unit) : nlohmann::json(nullptr)},
-                {"quality", p.quality}, {"relative_change", p.relativeChange ? nlohmann::json(*p.relativeChange) : nlohmann::json(nullptr)},
-                {"ci_low", p.ciLow ? nlohmann::json(*p.ciLow) : nlohmann::json(nullptr)},
-                {"ci_high", p.ciHigh ? nlohmann::json(*p.ciHigh) : nlohmann::json(nullptr)}, {"failed", p.failed}});
+            points.push_back({{"run_id", p.runId}, {"label", p.label}, {"step", p.step}, {"replicates", p.replicates},
+                {"mismatch", p.mismatch}, {"bf16_unit", optionalJson(p.bf16Unit)},
+                {"bf16_multiple", optionalJson(multiple(p))}, {"quality", p.quality},
+                {"accuracy", optionalJson(p.accuracy)}, {"relative_change", optionalJson(p.relativeChange)},
+                {"ci_low", optionalJson(p.ciLow)}, {"ci_high", optionalJson(p.ciHigh)}, {"failed", p.failed}});
+        }
+        nlohmann::json replicatePoints = nlohmann::json::array();
+        for (const auto& p : result.replicatePoints) {
+            replicatePoints.push_back({{"label", p.label}, {"replicate", p.replicate}, {"run_id", p.runId},
+                {"step", p.step}, {"mismatch", p.mismatch}, {"bf16_unit", p.bf16Unit}, {"quality", p.quality},
+                {"accuracy", p.accuracy}});
+        }
+        nlohmann::json nulls = nlohmann::json::array();
+        for (const auto& n : result.nullComparisons) {
+            nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
+                {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low},
+                {"ci_high", n.difference.high}, {"failed", n.failed}, {"noise_floor", n.noiseFloor}});
         }
         nlohmann::json brackets = nlohmann::json::array();
         for (const auto& b : result.brackets) {
-            const auto value = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-            brackets.push_back({{"step", b.step}, {"largest_passing", value(b.largestPassing)},
-                {"smallest_failing", value(b.smallestFailing)}, {"threshold", value(b.threshold)}});
+            brackets.push_back({{"step", b.step}, {"largest_passing", optionalJson(b.largestPassing)},
+                {"smallest_failing", optionalJson(b.smallestFailing)}, {"threshold", optionalJson(b.threshold)}});
         }
         nlohmann::json runs = nlohmann::json::array();
         for (const auto& run : result.runs) {
-            runs.push_back({{"label", run.label}, {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
-        }
-        // The command that reproduces this calibration (what a shipped calibration file records).
-        std::string command = "mismatch calibrate";
-        if (!a.runFile.empty()) {
-            command += " " + a.runFile;
-        }
-        if (a.quick) {
-            command += " --quick";
-        }
-        const auto list = [](const auto& values) {
-            std::string text;
-            for (const auto& v : values) {
-                std::ostringstream item;
-                item << v;
-                text += (text.empty() ? "" : ",") + item.str();
-            }
-            return text;
-        };
-        if (!a.noise.empty()) {
-            command += " --noise " + list(a.noise);
-        }
-        for (const auto& recipe : a.recipes) {
-            command += " --recipe " + recipe;
-        }
-        if (!a.staleness.empty()) {
-            command += " --staleness " + list(a.staleness);
-        }
-        if (!a.steps.empty()) {
-            command += " --steps " + list(a.steps);
-        }
-        if (!a.name.empty()) {
-            command += " --name " + a.name;
+            runs.push_back({{"label", run.label}, {"replicate", run.replicate}, {"seed", run.seed},
+                {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
         }
         // The student relative to the resource directory when it is a built-in model (portable shipped files).
-        const fs::path relative = fs::path(options.base.student).lexically_relative(fs::path(resourceDirectory()));
-        const bool builtIn = !relative.empty() && relative.begin()->string() != "..";
+        const auto inResources = [](const std::string& path) {
+            const fs::path relative = fs::path(path).lexically_relative(fs::path(resourceDirectory()));
+            return !relative.empty() && relative.begin()->string() != ".." ? nlohmann::json(relative.string())
+                                                                           : nlohmann::json(nullptr);
+        };
         context.printJson({{"calibration_id", result.calibrationId}, {"run_id", result.runId}, {"name", options.name},
             {"student", options.base.student},
-            {"student_in_resources", builtIn ? nlohmann::json(relative.string()) : nlohmann::json(nullptr)},
-            {"command", a.resume > 0 ? nlohmann::json(nullptr) : nlohmann::json(command)}, {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"bf16_unit", result.bf16Unit}, {"runs", runs}, {"points", points},
-            {"brackets", brackets}, {"wall_seconds", result.wallSeconds},
-            {"rule", "fail when (Q_run - Q_base) / Q_base >= " + formatNumber(a.threshold) + " and the "
-                    + formatNumber(100 * a.confidence) + "% paired bootstrap interval of mean_i (q_i_run - q_i_base) lies above zero"}});
+            {"student_in_resources", inResources(options.base.student)},
+            {"prompts_in_resources", inResources(result.protocol.prompts)},
+            {"command", a.resume > 0 ? nlohmann::json(nullptr) : nlohmann::json(reproducingCommand(a))},
+            {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"replicates", result.replicates},
+            {"relative_threshold", options.rule.relativeThreshold}, {"confidence", options.rule.bootstrap.confidence},
+            {"resamples", options.rule.bootstrap.resamples}, {"protocol", analysis::protocolToJson(result.protocol)},
+            {"flags", analysis::flagsToJson(result.flags)}, {"runs", runs}, {"points", points},
+            {"replicate_points", replicatePoints}, {"null_comparisons", nulls}, {"brackets", brackets},
+            {"wall_seconds", result.wallSeconds}, {"rule", rule},
+            {"bf16_multiple", "mismatch / the BF16 unit of the configuration's own runs over the same steps (the "
+                              "plain BF16 engine at their weights, measured at every step)"},
+            {"interval_method", analysis::kCalibrationIntervalMethod}});
         return;
     }
+    std::ostream& out = *context.out;
+    out << "calibration " << result.calibrationId << " (" << options.name << ") of " << options.base.student << ", "
+        << result.replicates << " seed(s) per configuration\n"
+        << "mismatch = mean step KL(mu||pi) up to the step, nats/token (replicate mean); x BF16 = over the BF16 unit "
+           "of the configuration's own runs over the same steps\n";
+    if (result.flags.empty()) {
+        out << "not flagged: the null comparison passes, the noise floor is under half the threshold and the sweep "
+               "is monotone at every step\n";
+    } else {
+        out << "FLAGGED (do not use this budget without reading why):\n";
+        for (const auto& flag : result.flags) {
+            out << "  " << analysis::flagText(flag) << "\n";
+        }
+    }
+    out << "\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& p : result.points) {
-        rows.push_back({std::to_string(p.step), labels[p.runId], formatNumber(p.mismatch),
-            result.bf16Unit > 0 ? formatNumber(p.mismatch / result.bf16Unit, 3) + "x" : "-", formatNumber(p.quality),
+        const auto x = multiple(p);
+        rows.push_back({std::to_string(p.step), p.label, formatNumber(p.mismatch),
+            x ? formatNumber(*x, 3) + "x" : "-", formatNumber(p.quality),
+            p.accuracy ? formatNumber(100.0 * *p.accuracy, 3) + "%" : "-",
             p.relativeChange ? formatNumber(100.0 * *p.relativeChange, 3) + "%" : "-",
             p.ciLow ? "[" + formatNumber(*p.ciLow, 3) + ", " + formatNumber(*p.ciHigh, 3) + "]" : "-",
-            labels[p.runId] == "baseline" ? "baseline" : (p.failed ? "FAIL" : "pass")});
+            p.label == "baseline" ? "baseline" : (p.failed ? "FAIL" : "pass")});
     }
-    *context.out << "calibration " << result.calibrationId << " (" << options.name << ") of " << options.base.student
-                 << "\nBF16 unit " << formatNumber(result.bf16Unit) << " nats/token; mismatch = mean step KL(mu||pi) up "
-                 << "to the step, nats/token\n\n"
-                 << formatTable({"step", "run", "mismatch", "x BF16", "Q", "dQ/Q", "interval of mean dq", "verdict"}, rows);
+    out << formatTable({"step", "configuration", "mismatch", "x BF16", "Q", "accuracy", "dQ/Q",
+                           "interval of mean dq (problems+seeds)", "verdict"},
+        rows);
+    rows.clear();
+    for (const auto& n : result.nullComparisons) {
+        rows.push_back({std::to_string(n.step), formatNumber(100.0 * n.relativeChange, 3) + "%",
+            "[" + formatNumber(n.difference.low, 3) + ", " + formatNumber(n.difference.high, 3) + "]",
+            n.failed ? "FAIL" : "pass", formatNumber(100.0 * n.noiseFloor, 3) + "%"});
+    }
+    out << "\nnull comparison (the BF16 baseline against itself with " << result.replicates << " other seed(s)):\n"
+        << formatTable({"step", "dQ/Q", "interval of mean dq", "verdict", "noise floor"}, rows);
     rows.clear();
     for (const auto& b : result.brackets) {
         rows.push_back({std::to_string(b.step), optionalNumber(b.largestPassing), optionalNumber(b.smallestFailing),
             optionalNumber(b.threshold)});
     }
-    *context.out << "\nbudget brackets (nats/token):\n"
-                 << formatTable({"step", "largest passing", "smallest failing", "admission threshold"}, rows)
-                 << "wall time " << formatDuration(result.wallSeconds) << "\n";
+    out << "\nbudget brackets (nats/token):\n"
+        << formatTable({"step", "largest passing", "smallest failing", "admission threshold"}, rows)
+        << "rule: " << rule << "\nprotocol for screens against this budget: " << protocolText(result.protocol)
+        << "\nwall time " << formatDuration(result.wallSeconds) << "\n";
 }
 
 void registerCalibrateCommand(CLI::App& app, Context& context)
@@ -214,13 +294,19 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
     command->add_option("--steps", a->steps, "Steps to apply the failure rule at (default: half-way and the last)")
         ->delimiter(',');
     command->add_option("--threshold", a->threshold, "Relative quality rise that fails (default 0.20)")
-        ->check(CLI::Range(0.0, 10.0));
+        ->check(between(0.0, 10.0));
     command->add_option("--confidence", a->confidence, "Bootstrap interval confidence (default 0.95)")
-        ->check(CLI::Range(0.5, 0.9999));
-    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(CLI::Range(100, 1000000));
+        ->check(between(0.5, 0.9999));
+    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(between(100, 1000000));
     command->add_option("--seed", a->seed, "Bootstrap seed");
     command->add_option("--margin", a->margin, "Admission threshold = largest passing x (1 - margin)")
-        ->check(CLI::Range(0.0, 0.99));
+        ->check(between(0.0, 0.99));
+    command->add_option("--replicates", a->replicates,
+        "Seeds per configuration (default 2); the null comparison trains the baseline with as many more")
+        ->check(between(1, 16));
+    command->add_option("--probe-count", a->probeCount,
+        "Prompts of the screening protocol stored with the budget (default 128, from the run's training set)")
+        ->check(between(1, 1000000));
     auto* resume = command
                        ->add_option("--resume", a->resume,
                            "Continue calibrate run RUN (the run id printed when it started) after a kill, Ctrl-C or "

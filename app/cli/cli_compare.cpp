@@ -193,11 +193,11 @@ void registerCompareCommand(CLI::App& app, Context& context)
     command->add_option("BASELINE", arguments->baseline, "Baseline run id")->required();
     command->add_option("--step", arguments->step, "Evaluated training step of both runs")->required();
     command->add_option("--threshold", arguments->threshold, "Relative quality rise that fails (default 0.2)")
-        ->check(CLI::PositiveNumber);
+        ->check(greaterThan(0));
     command->add_option("--confidence", arguments->confidence, "Bootstrap interval confidence (default 0.95)")
-        ->check(CLI::Range(0.5, 0.999999));
+        ->check(between(0.5, 0.999999));
     command->add_option("--resamples", arguments->resamples, "Bootstrap resamples (default 10000)")
-        ->check(CLI::Range(1, 10000000));
+        ->check(between(1, 10000000));
     command->add_option("--seed", arguments->seed, "Bootstrap seed");
     command->callback([&context, arguments] { compare(context, *arguments); });
 }

@@ -41,15 +41,15 @@ void registerCompareObjectives(CLI::App& app, Context& context)
     command->add_option("--noise", a->options.noiseSigmas, "Noise sigmas of the sweep (default 0.1,0.3,1.0 without --recipe)")
         ->delimiter(',');
     command->add_option("--recipe", a->options.recipes, "Recipes of the sweep")->check(CLI::ExistingFile);
-    command->add_option("--steps", a->steps, "Steps of every run (default: the run file's)")->check(CLI::PositiveNumber);
+    command->add_option("--steps", a->steps, "Steps of every run (default: the run file's)")->check(greaterThan(0));
     command->add_option("--rl-max-tokens", a->options.rlMaxTokens, "RL response length (default 40: whole answers)")
-        ->check(CLI::PositiveNumber);
+        ->check(greaterThan(0));
     command->add_option("--group", a->options.samplesPerPrompt, "GRPO samples per prompt (default 4)")
-        ->check(CLI::Range(2, 64));
+        ->check(between(2, 64));
     command->add_option("--window", a->options.window, "RL steps averaged for the reward (default: the last quarter)")
-        ->check(CLI::PositiveNumber);
+        ->check(greaterThan(0));
     command->add_option("--collapse", a->options.collapse, "RL breaks below (1 - collapse) x its BF16 reward (default 0.5)")
-        ->check(CLI::Range(0.01, 0.99));
+        ->check(between(0.01, 0.99));
     command->callback([&context, a] {
         analysis::CompareObjectivesOptions options = a->options;
         options.base = train::loadRunConfig(a->runFile.empty()

@@ -1,4 +1,5 @@
 // mismatch demo: the headless main job on the built-in demo resources.
+#include "app/cli/admission_output.h"
 #include "app/cli/context.h"
 #include "core/analysis/demo.h"
 #include "app/cli/terminal_progress.h"
@@ -15,16 +16,20 @@ void registerDemoCommand(CLI::App& app, Context& context)
         "Headless demo: register the built-in demo models and prompt sets, screen the shipped candidate rollout "
         "configurations against the demo student's shipped mismatch budget (admission check), and print the "
         "decisions with their intervals");
-    auto count = std::make_shared<std::int64_t>(128);
-    demo->add_option("--count", *count, "Probe prompts the admission check generates on (default 128, all)")
-        ->check(CLI::Range(std::int64_t(2), std::int64_t(100000)))
-        ->type_name("N");
-    demo->callback([&context, count] {
+    auto count = std::make_shared<std::int64_t>(0);
+    auto* countOption = demo->add_option("--count", *count,
+                                "Probe prompts the admission check generates on (default: the calibration protocol's; "
+                                "another count is labelled as another protocol)")
+                            ->check(between(2, 100000))
+                            ->type_name("N");
+    demo->callback([&context, count, countOption] {
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
         analysis::DemoOptions options;
         options.resourceDirectory = resourceDirectory();
-        options.probeCount = *count;
+        if (countOption->count() > 0) {
+            options.probeCount = *count;
+        }
         const analysis::DemoReport report = analysis::runDemo(store, options, bar.progress());
         bar.finish();
         if (context.json) {
@@ -37,22 +42,11 @@ void registerDemoCommand(CLI::App& app, Context& context)
             for (const auto& p : report.promptSets) {
                 sets.push_back({{"id", p.id}, {"name", p.name}, {"path", p.path}, {"prompts", p.promptCount}});
             }
-            nlohmann::json decisions = nlohmann::json::array();
-            if (report.admission) {
-                for (const auto& row : report.admission->rows) {
-                    decisions.push_back({{"candidate", row.candidate}, {"mismatch", row.mismatch},
-                        {"ci_low", row.interval.low}, {"ci_high", row.interval.high},
-                        {"confidence", row.interval.confidence}, {"threshold", row.threshold},
-                        {"bf16_multiple", row.bf16Unit && *row.bf16Unit > 0 ? nlohmann::json(row.mismatch / *row.bf16Unit)
-                                                                            : nlohmann::json(nullptr)},
-                        {"verdict", analysis::toString(row.verdict)}, {"seconds", row.seconds},
-                        {"decision_id", row.decisionId}});
-                }
-            }
+            const nlohmann::json admission = report.admission ? admissionJson(*report.admission) : nlohmann::json();
             context.printJson({{"workspace", store.path()}, {"models", models}, {"prompt_sets", sets},
                 {"calibration_id", report.calibrationId ? nlohmann::json(*report.calibrationId) : nlohmann::json(nullptr)},
                 {"calibration_command", report.calibrationCommand}, {"calibration_step", report.calibrationStep},
-                {"decisions", decisions}, {"runs", report.summary.runs},
+                {"admission", admission}, {"runs", report.summary.runs},
                 {"schema_version", report.summary.schemaVersion}});
             return;
         }
@@ -70,22 +64,14 @@ void registerDemoCommand(CLI::App& app, Context& context)
         *context.out << "Built-in prompt sets (" << report.promptSets.size() << ")\n"
                      << formatTable({"name", "prompts", "path"}, setRows) << "\n";
         if (report.admission) {
-            std::vector<std::vector<std::string>> rows;
-            double threshold = 0.0;
-            for (const auto& row : report.admission->rows) {
-                threshold = row.threshold;
-                rows.push_back({row.candidate, formatNumber(row.mismatch),
-                    "[" + formatNumber(row.interval.low) + ", " + formatNumber(row.interval.high) + "]",
-                    row.bf16Unit && *row.bf16Unit > 0 ? formatNumber(row.mismatch / *row.bf16Unit, 3) + "x" : "-",
-                    analysis::toString(row.verdict), formatNumber(row.seconds, 2) + " s"});
-            }
+            const double threshold = report.admission->rows.empty() ? 0.0 : report.admission->rows.front().threshold;
             *context.out << "Admission check of the shipped candidates on arith-student (" << report.admission->rows.size()
                          << " candidates, " << formatDuration(report.admission->seconds) << ")\n"
                          << "budget: the shipped calibration (" << report.calibrationCommand << ") at step "
                          << report.calibrationStep << ", admission threshold " << formatNumber(threshold)
-                         << " nats/token; 95% bootstrap intervals over the probe prompts\n"
-                         << formatTable({"candidate", "mismatch", "95% interval", "x BF16", "decision", "time"}, rows)
-                         << "\n";
+                         << " nats/token; 95% bootstrap intervals over the probe prompts\n";
+            printAdmission(*context.out, *report.admission);
+            *context.out << "\n";
         }
         printSummary(context, report.summary);
     });

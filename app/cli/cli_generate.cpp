@@ -3,6 +3,7 @@
 //                   [--temperature T --top-p P --top-k K --max-tokens N --seed S --stop STR --top-logprobs K]
 //                   [--kv-memory SIZE --block-size N --max-batch N]
 #include "app/cli/context.h"
+#include "core/model/memory_check.h"
 #include "core/io/recipe_export.h"
 #include "app/cli/terminal_progress.h"
 #include "core/common/error.h"
@@ -12,6 +13,7 @@
 #include "core/engine/mismatch_sources.h"
 #include "core/io/prompt_set.h"
 #include "core/model/config.h"
+#include "core/model/model_files.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 #include "core/quant/recipe.h"
@@ -86,10 +88,21 @@ void writeJsonLines(const std::string& path, const std::vector<nlohmann::json>& 
 void runGenerate(const Context& context, const GenerateArguments& arguments)
 {
     const auto started = std::chrono::steady_clock::now();
+    // Writing the output over an input would destroy it; compared as files, whatever the spelling of the paths.
+    for (const auto& [input, option] : {std::pair<std::string, const char*> {arguments.prompts, "--prompts"},
+             {arguments.recipe, "--recipe"}}) {
+        std::error_code error;
+        if (!input.empty() && fs::equivalent(arguments.out, input, error)) {
+            throw InputError(arguments.out, "", std::string("--out names the same file as ") + option
+                    + " (it would be overwritten); write the output elsewhere");
+        }
+    }
     const model::ModelConfig config = model::loadConfig(checkpointConfigPath(arguments.modelDirectory));
-    const std::string tokenizerPath = (fs::path(arguments.modelDirectory) / "tokenizer.json").string();
-    const model::Tokenizer tokenizer = model::Tokenizer::fromFile(tokenizerPath);
+    const model::Tokenizer tokenizer = model::loadModelTokenizer(arguments.modelDirectory, config);
     const io::PromptSet promptSet = io::loadPromptSet(arguments.prompts);
+    if (arguments.noise > 0.0) {
+        engine::requireNoiseModulesMatch(config, arguments.noiseModules, "--noise-modules", "");
+    }
 
     // The engine's weights: the model's, or an older checkpoint of the same model (staleness), plus noise.
     std::string weightSource = arguments.modelDirectory;
@@ -124,6 +137,7 @@ void runGenerate(const Context& context, const GenerateArguments& arguments)
     options.precision
         = arguments.precision == "fp32" ? engine::EnginePrecision::Fp32 : engine::EnginePrecision::Bf16Reference;
     options.kvCacheBytes = engine::parseByteSize(arguments.kvMemory, "--kv-memory");
+    model::checkRequestFits("--kv-memory " + arguments.kvMemory, options.kvCacheBytes);
     options.kvBlockSize = arguments.blockSize;
     options.maxBatchSize = arguments.maxBatch;
     engine::Engine engine(config, std::move(weights), std::move(plan), options);
@@ -136,7 +150,10 @@ void runGenerate(const Context& context, const GenerateArguments& arguments)
         if (request.prompt.empty()) {
             throw InputError(arguments.prompts, "prompt '" + prompt.id + "'", "encodes to no tokens");
         }
+        model::requireFitsContext(config, static_cast<std::int64_t>(request.prompt.size()), arguments.maxTokens,
+            arguments.prompts, "prompt '" + prompt.id + "'");
         request.seed = promptSeed(prompt.id);
+        request.source = arguments.prompts + ", prompt '" + prompt.id + "'";
         requests.push_back(std::move(request));
     }
     // FP8 KV scales calibrated on the prompts being generated (the probe set of this run).
@@ -252,16 +269,23 @@ void registerGenerateCommand(CLI::App& app, Context& context)
             "Run the engine on this older checkpoint of the same model (weights k steps old)")
         ->type_name("CKPT_DIR");
     generate->add_option("--noise", arguments->noise, "Gaussian weight noise, relative to each tensor's RMS")
-        ->check(CLI::NonNegativeNumber)
+        ->check(atLeast(0))
         ->type_name("SIGMA");
     generate->add_option("--noise-seed", arguments->noiseSeed, "Seed of the weight noise");
     generate->add_option("--noise-modules", arguments->noiseModules,
         "Modules that get noise (recipe match pattern, e.g. \"model.layers.{0-3}.mlp.*\"; default all)");
     generate->add_option("--temperature,-t", arguments->temperature, "Sampling temperature (0: greedy)")
+        ->check(atLeast(0))
         ->capture_default_str();
-    generate->add_option("--top-p", arguments->topP, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-    generate->add_option("--top-k", arguments->topK, "Keep the K most probable tokens (0: off)")->capture_default_str();
-    generate->add_option("--max-tokens", arguments->maxTokens, "Maximum new tokens per prompt")->capture_default_str();
+    generate->add_option("--top-p", arguments->topP, "Nucleus sampling mass in (0, 1]")
+        ->check(between(0, 1))
+        ->capture_default_str();
+    generate->add_option("--top-k", arguments->topK, "Keep the K most probable tokens (0: off)")
+        ->check(atLeast(0))
+        ->capture_default_str();
+    generate->add_option("--max-tokens", arguments->maxTokens, "Maximum new tokens per prompt")
+        ->check(greaterThan(0))
+        ->capture_default_str();
     generate->add_option("--seed", arguments->seed, "Sampling seed (combined with each prompt id)")
         ->capture_default_str();
     generate->add_option("--stop", arguments->stop, "Stop string (repeatable)");
@@ -271,10 +295,10 @@ void registerGenerateCommand(CLI::App& app, Context& context)
     generate->add_option("--kv-memory", arguments->kvMemory, "Memory of the paged KV cache (e.g. 1GiB, 512MiB, 1e9)")
         ->capture_default_str();
     generate->add_option("--block-size", arguments->blockSize, "Tokens per KV-cache block")
-        ->check(CLI::PositiveNumber)
+        ->check(greaterThan(0))
         ->capture_default_str();
     generate->add_option("--max-batch", arguments->maxBatch, "Sequences per wave (0: as many as the cache holds)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(atLeast(0));
     generate->callback([&context, arguments] { runGenerate(context, *arguments); });
 }
 

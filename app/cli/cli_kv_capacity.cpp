@@ -99,7 +99,7 @@ void registerKvCapacityCommand(CLI::App& app, Context& context)
         ->required()
         ->type_name("SIZE");
     command->add_option("--block-size", arguments->blockSize, "Tokens per block")
-        ->check(CLI::PositiveNumber)
+        ->check(greaterThan(0))
         ->capture_default_str();
     command->callback([&context, arguments] { runKvCapacity(context, *arguments); });
 }

@@ -40,17 +40,17 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
     command->add_option("--recipe,-r", a->recipe, "The configuration's recipe (default: BF16, e.g. with --noise)")
         ->type_name("R");
     command->add_option("--noise", a->noise, "Weight noise sigma relative to each tensor's RMS")
-        ->check(CLI::NonNegativeNumber)
+        ->check(atLeast(0))
         ->capture_default_str();
     command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise")->capture_default_str();
     command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules")
         ->capture_default_str();
     command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->required()->type_name("SET");
     command->add_option("--cap", a->cap, "Cap C of TIS (min(w, C)) and MIS (keep w in [1/C, C])")
-        ->check(CLI::Range(1.0, 1e9))
+        ->check(between(1.0, 1e9))
         ->capture_default_str();
     command->add_option("--store-pairs", a->storePairs, "Paired generations stored token by token (for the viewer)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(atLeast(0))
         ->capture_default_str();
     addAnalysisOptions(command, a->analysis);
     command->callback([&context, a] {

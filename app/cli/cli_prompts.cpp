@@ -161,8 +161,9 @@ void registerPromptCommands(CLI::App& app, Context& context)
     CLI::Option* split = arith->add_option("--split", generateArguments->split, "train, heldout or probe")
                              ->check(CLI::IsMember({"train", "heldout", "probe"}));
     CLI::Option* count
-        = arith->add_option("--count", generateArguments->count, "Problems to write (default: the split's size)")
-              ->check(CLI::PositiveNumber);
+        = arith->add_option("--count", generateArguments->count,
+                    "Problems to write (default: the split's size; at most 1000000, about 60 MB)")
+              ->check(between(1, 1000000));
     CLI::Option* seed = arith->add_option("--seed", generateArguments->seed, "Generator seed (default: the split's)");
     CLI::Option* out = arith->add_option("--out", generateArguments->out, "Output file (.jsonl)")->type_name("FILE");
     CLI::Option* all = arith->add_flag("--all", generateArguments->all, "Write all three splits with their defaults");

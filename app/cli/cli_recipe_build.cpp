@@ -6,6 +6,7 @@
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
+#include "core/analysis/calibrate.h"
 #include "core/analysis/recipe_builder.h"
 #include "core/common/error.h"
 #include "core/engine/byte_size.h"
@@ -67,7 +68,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
     command->add_option("--kv-scales", a->kvScales, "Scales of the fp8_e4m3 KV cache: per_tensor | per_head")
         ->capture_default_str();
     auto* budget
-        = command->add_option("--budget", a->budget, "Mismatch budget, nats per token")->check(CLI::PositiveNumber);
+        = command->add_option("--budget", a->budget, "Mismatch budget, nats per token")->check(greaterThan(0));
     auto* calibration = command->add_option(
         "--calibration", a->calibration, "Take the budget from a stored calibration's admission threshold");
     auto* step
@@ -75,7 +76,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
               ->needs(calibration);
     budget->excludes(calibration);
     command->add_option("--target-fraction", a->targetFraction, "Target: measured mismatch <= this x budget")
-        ->check(CLI::Range(1e-9, 1.0))
+        ->check(between(1e-9, 1.0))
         ->capture_default_str();
     auto* scan = command->add_option("--scan", a->scan, "Order cells by this stored sensitivity scan (else scan now)");
     command->add_flag(
@@ -127,6 +128,9 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                 = step->count() > 0 ? std::optional<std::int64_t>(a->step) : std::nullopt;
             options.budget = store::admissionThreshold(store, a->calibration, bracketStep);
             budgetSource = "calibration " + std::to_string(a->calibration);
+            // The recipes are measured under the budget's protocol, so that they compare with its threshold.
+            const auto stored = store::calibration(store, a->calibration);
+            options.protocol = analysis::storedProtocol(stored->info.configJson, store.path());
         } else if (a->budget > 0.0) {
             options.budget = a->budget;
         } else {
@@ -152,7 +156,9 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                     r.bf16WeightBytes ? static_cast<double>(r.weightBytes) / static_cast<double>(r.bf16WeightBytes)
                                       : 0.0},
                 {"kv_memory_bytes", r.kvMemoryBytes}, {"kv_tokens", r.kvTokens}, {"bf16_kv_tokens", r.bf16KvTokens},
-                {"kv_capacity_ratio", r.kvCapacityRatio}, {"seconds", r.seconds}});
+                {"kv_capacity_ratio", r.kvCapacityRatio}, {"seconds", r.seconds},
+                {"protocol", analysis::protocolToJson(r.protocol)},
+                {"scan_protocol_differs", r.scanProtocolDifferences}});
             return;
         }
         std::ostream& out = *context.out;
@@ -178,6 +184,15 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
             << "kept in BF16: "
             << (r.bf16Cells.empty() ? std::string("nothing") : std::to_string(r.bf16Cells.size()) + " cell(s)")
             << "; quantized: " << r.quantizedCells.size() << " cell(s); time " << formatDuration(r.seconds) << "\n";
+        if (options.protocol) {
+            out << "measured under the budget's protocol (" << budgetSource << ")\n";
+        }
+        if (!r.scanProtocolDifferences.empty()) {
+            out << "note: the ordering scan was measured under another protocol (it only orders the cells):\n";
+            for (const std::string& difference : r.scanProtocolDifferences) {
+                out << "  " << difference << "\n";
+            }
+        }
     });
 }
 

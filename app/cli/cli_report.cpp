@@ -40,10 +40,10 @@ void registerReportCommand(CLI::App& app, Context& context)
         ->required()
         ->type_name("DIR");
     command->add_option("--width", a->width, "Plot width in logical pixels (PNGs are twice as large)")
-        ->check(CLI::Range(300, 4000))
+        ->check(between(300, 4000))
         ->capture_default_str();
     command->add_option("--height", a->height, "Plot height in logical pixels")
-        ->check(CLI::Range(200, 4000))
+        ->check(between(200, 4000))
         ->capture_default_str();
     command->callback([&context, a] {
 #ifdef MISMATCH_REPORT_WITH_GUI

@@ -31,10 +31,10 @@ void registerTimeToQuality(CLI::App& app, Context& context)
         ->check(CLI::ExistingFile);
     command->add_option("--recipe", a->options.recipe, "The candidate's recipe (default: BF16)")->check(CLI::ExistingFile);
     command->add_option("--staleness", a->options.staleness, "The candidate's staleness (default 1)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(atLeast(0));
     command->add_flag("--synchronous", a->synchronous, "Run the candidate with the synchronous loop");
     command->add_option("--target-step", a->targetStep, "Evaluated step of the BF16 run whose Q is the target (default: last)")
-        ->check(CLI::PositiveNumber);
+        ->check(greaterThan(0));
     command->callback([&context, a] {
         const std::string runFile = a->runFile.empty()
             ? (fs::path(resourceDirectory()) / "runs" / "demo-opd-quick.yaml").string()

@@ -194,13 +194,23 @@ void showRun(const Context& context, const std::string& runText, bool problems, 
         : 0;
     for (std::size_t i = from; i < steps.size(); ++i) {
         const auto& m = steps[i];
+        // The unit a multiple divides by: measured at this step, or at the step named (the latest before it).
+        const nlohmann::json extras = nlohmann::json::parse(m.extrasJson.empty() ? "{}" : m.extrasJson);
+        std::string unitStep = "-";
+        if (extras.value("bf16_unit_measured", false)) {
+            unitStep = "this step";
+        } else if (extras.contains("bf16_unit_step")) {
+            unitStep = "step " + std::to_string(extras.at("bf16_unit_step").get<std::int64_t>());
+        }
         rows.push_back({std::to_string(m.step), cell(m.mismatchKl), cell(m.k1), cell(m.k3), cell(m.bf16Multiple, 3),
-            cell(m.loss), cell(m.accuracy, 3), m.staleness ? std::to_string(*m.staleness) : "-",
+            unitStep, cell(m.loss), cell(m.accuracy, 3), m.staleness ? std::to_string(*m.staleness) : "-",
             m.wallTimeSeconds ? formatDuration(*m.wallTimeSeconds) : "-"});
     }
     *context.out << "\nsteps (" << steps.size() << (from > 0 ? ", the last " + std::to_string(steps.size() - from) : "")
-                 << "; mismatch in nats/token):\n"
-                 << formatTable({"step", "KL(mu||pi)", "k1", "k3", "x BF16", "loss", "accuracy", "staleness", "wall"},
+                 << "; mismatch in nats/token; x BF16 = over the plain BF16 engine's mismatch at the trainer's weights "
+                    "of the step in `unit of`):\n"
+                 << formatTable({"step", "KL(mu||pi)", "k1", "k3", "x BF16", "unit of", "loss", "accuracy",
+                                    "staleness", "wall"},
                         rows);
     rows.clear();
     for (const auto& e : evaluations) {
@@ -226,7 +236,7 @@ void registerTrainCommands(CLI::App& app, Context& context)
     trainCommand
         ->add_option("--stop-after", a->stopAfter,
             "Stop after this many steps of this invocation, leaving the run resumable")
-        ->check(CLI::PositiveNumber)
+        ->check(greaterThan(0))
         ->type_name("N");
     trainCommand->add_flag("--quiet", a->quiet, "No progress bar");
     trainCommand->callback([&context, a, file, resume] {
@@ -246,7 +256,7 @@ void registerTrainCommands(CLI::App& app, Context& context)
     show->add_option("RUN", *runText, "Run id or name (the newest run of that name)")->required();
     show->add_flag("--problems", *problems, "With --json: each evaluation's per-problem q_i and correctness");
     show->add_option("--last", *last, "Text output: show only the last N steps (0: all)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(atLeast(0))
         ->type_name("N");
     show->callback([&context, runText, problems, last] { showRun(context, *runText, *problems, *last); });
 }

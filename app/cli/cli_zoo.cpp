@@ -31,8 +31,8 @@ void registerZooCommands(CLI::App& app, Context& context)
         ->type_name("DIR");
     build->add_option("--only", *only, "Build only this model (arith-teacher or arith-student)")
         ->check(CLI::IsMember({"arith-teacher", "arith-student"}));
-    build->add_option("--teacher-steps", *teacherSteps, "Override the teacher's optimizer steps")->check(CLI::PositiveNumber);
-    build->add_option("--student-steps", *studentSteps, "Override the student's optimizer steps")->check(CLI::PositiveNumber);
+    build->add_option("--teacher-steps", *teacherSteps, "Override the teacher's optimizer steps")->check(greaterThan(0));
+    build->add_option("--student-steps", *studentSteps, "Override the student's optimizer steps")->check(greaterThan(0));
     build->callback([&context, out, prompts, only, teacherSteps, studentSteps] {
         train::ZooOptions options = train::defaultZooOptions(resourceDirectory());
         if (!out->empty()) {

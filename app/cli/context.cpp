@@ -1,6 +1,10 @@
 #include "app/cli/context.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <optional>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -48,7 +52,8 @@ store::RunStore Context::openStore(store::OpenMode mode) const
 
 void Context::printJson(const nlohmann::json& value) const
 {
-    *out << value.dump(2) << "\n";
+    // Text read from outside (a response's bytes, a name) need not be UTF-8: replace such bytes, never fail.
+    *out << value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows)
@@ -83,6 +88,64 @@ std::string formatTable(const std::vector<std::string>& header, const std::vecto
         line(row);
     }
     return text.str();
+}
+
+namespace {
+
+// The option's text as a number: nullopt when it is not one (the option's conversion reports that).
+std::optional<double> numberText(const std::string& text)
+{
+    if (text.empty()) {
+        return std::nullopt;
+    }
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size()) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+std::string boundText(double value)
+{
+    return formatNumber(value, 6);
+}
+
+CLI::Validator numberCheck(std::function<bool(double)> accepts, const std::string& rule)
+{
+    return CLI::Validator(
+        [accepts, rule](std::string& text) -> std::string {
+            const std::optional<double> value = numberText(text);
+            if (!value) {
+                return {};
+            }
+            if (!std::isfinite(*value)) {
+                return "must be a finite number " + rule + ", got " + text;
+            }
+            if (!accepts(*value)) {
+                return "must be " + rule + ", got " + text;
+            }
+            return {};
+        },
+        "NUMBER " + rule);
+}
+
+}  // namespace
+
+CLI::Validator atLeast(double low)
+{
+    return numberCheck([low](double v) { return v >= low; }, ">= " + boundText(low));
+}
+
+CLI::Validator greaterThan(double low)
+{
+    return numberCheck([low](double v) { return v > low; }, "> " + boundText(low));
+}
+
+CLI::Validator between(double low, double high)
+{
+    return numberCheck([low, high](double v) { return v >= low && v <= high; },
+        "in [" + boundText(low) + ", " + boundText(high) + "]");
 }
 
 std::string formatNumber(double value, int precision)

@@ -38,6 +38,14 @@ std::vector<Registrar> registeredCommands();
 
 void printSummary(const Context& context, const store::StoreSummary& summary);
 
+// Checks of numeric options. Unlike CLI11's NonNegativeNumber, PositiveNumber and Range, they refuse NaN and
+// infinities (which compare false with every bound) and write bounds as a person would ("must be >= 0, got
+// nan", not "not in range 0 to 179769313486231570814527..."). Text that is not a number at all is left to the
+// option's own conversion error.
+CLI::Validator atLeast(double low); // value >= low
+CLI::Validator greaterThan(double low); // value > low
+CLI::Validator between(double low, double high); // low <= value <= high
+
 // Plain text table: left-aligned columns padded to their widest cell.
 std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 std::string formatNumber(double value, int precision = 4);

@@ -6,39 +6,92 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QIcon>
+#include <QTimer>
+
+#include <cstring>
+
+namespace {
+
+void describeApplication()
+{
+    QCoreApplication::setApplicationName("mismatch-lab");
+    QCoreApplication::setOrganizationName("Mismatch Lab");
+    QCoreApplication::setApplicationVersion(QString::fromStdString(mismatch::runtimeInfo().version));
+}
+
+struct Options {
+    QCommandLineOption workspace {{"w", "workspace"},
+        "Workspace directory (default: $MISMATCH_WORKSPACE, else the "
+        "per-user data directory).",
+        "DIR", QString::fromStdString(mismatch::store::defaultWorkspaceDirectory())};
+    QCommandLineOption screenshot {"screenshot",
+        "Render the window (on its Overview tab), save it as a PNG to FILE and "
+        "exit.",
+        "FILE"};
+};
+
+void addOptions(QCommandLineParser& parser, Options& options)
+{
+    parser.setApplicationDescription(
+        "Mismatch Lab: training-inference mismatch for on-policy distillation. The dashboard over a workspace's "
+        "store; the headless twin of every job is the `mismatch` command.");
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addOption(options.workspace);
+    parser.addOption(options.screenshot);
+}
+
+// --help and --version need no window: they are answered before any display is opened, so that they work on a
+// machine without one (a QApplication would abort there).
+bool asksForTextOnly(int argc, char** argv)
+{
+    for (int i = 1; i < argc; ++i) {
+        for (const char* flag : {"-h", "--help", "-?", "--help-all", "-v", "--version"}) {
+            if (std::strcmp(argv[i], flag) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+} // namespace
 
 int main(int argc, char** argv)
 {
+    if (asksForTextOnly(argc, argv)) {
+        QCoreApplication app(argc, argv);
+        describeApplication();
+        QCommandLineParser parser;
+        Options options;
+        addOptions(parser, options);
+        parser.process(app); // prints and exits
+        return 0;
+    }
     mismatch::preferPassiveOpenMpWaiting(argv);
     // Qt 6 scales by the screen's device pixel ratio; pass fractional ratios (125%, 150%) through unrounded so
     // that plots and text stay sharp and correctly sized on high-DPI screens.
     QGuiApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);
     QApplication app(argc, argv);
-    Q_INIT_RESOURCE(resources);  // resources.qrc lives in the static mismatch_ui library
-    QApplication::setApplicationName("mismatch-lab");
-    QApplication::setOrganizationName("Mismatch Lab");
+    Q_INIT_RESOURCE(resources); // resources.qrc lives in the static mismatch_ui library
+    describeApplication();
     QApplication::setApplicationDisplayName("Mismatch Lab");
-    QApplication::setApplicationVersion(QString::fromStdString(mismatch::runtimeInfo().version));
     QApplication::setWindowIcon(QIcon(":/mismatch/icons/mismatch-lab.svg"));
 
     QCommandLineParser parser;
-    parser.setApplicationDescription("Mismatch Lab: training-inference mismatch for on-policy distillation");
-    parser.addHelpOption();
-    parser.addVersionOption();
-    QCommandLineOption workspace({"w", "workspace"}, "Workspace directory (default: per-user data directory).", "DIR",
-        QString::fromStdString(mismatch::store::defaultWorkspaceDirectory()));
-    QCommandLineOption screenshot("screenshot", "Render the window, save it as a PNG to FILE and exit.", "FILE");
-    parser.addOption(workspace);
-    parser.addOption(screenshot);
+    Options options;
+    addOptions(parser, options);
     parser.process(app);
 
     mismatch::initializeRuntime();
-    mismatch::ui::MainWindow window(parser.value(workspace));
+    mismatch::ui::MainWindow window(parser.value(options.workspace));
     window.show();
-    if (parser.isSet(screenshot)) {
-        app.processEvents();
-        const bool ok = window.grab().save(parser.value(screenshot));
-        return ok ? 0 : 1;
+    if (parser.isSet(options.screenshot)) {
+        // Throttled replots (40 ms) and layouts happen on the event loop: let them run before the grab.
+        QTimer::singleShot(400, &window, [&window, &app, &parser, &options] {
+            const bool ok = window.grab().save(parser.value(options.screenshot));
+            app.exit(ok ? 0 : 1);
+        });
     }
     return app.exec();
 }

@@ -1,15 +1,18 @@
 #include "core/analysis/admission.h"
 
-#include "core/common/utf8.h"
 #include "core/analysis/job_resume.h"
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/version.h"
+#include "core/engine/mismatch_sources.h"
 #include "core/io/yaml_scalar.h"
 #include "core/store/analysis_store.h"
+#include "core/train/trainer.h"
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -63,21 +66,7 @@ std::int64_t nonNegativeInteger(const std::string& path, const YAML::Node& value
 
 std::vector<Candidate> parseCandidates(const std::string& text, const std::string& path)
 {
-    if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
-        throw InputError(path, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML files are UTF-8)");
-    }
-    YAML::Node root;
-    try {
-        root = YAML::Load(text);
-    } catch (const YAML::Exception& error) {
-        throw InputError(path,
-            "line " + std::to_string(error.mark.line + 1) + ", column " + std::to_string(error.mark.column + 1),
-            "malformed YAML: " + error.msg);
-    }
-    if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
-        throw InputError(path, place(*bad),
-            "a string that is not valid UTF-8 (yaml-cpp writes the escapes \\_ and \\N as single bytes)");
-    }
+    const YAML::Node root = io::loadYaml(text, path);
     if (!root.IsSequence()) {
         throw InputError(path, place(root),
             "expected a list of candidates (- name: ..., recipe: ..., staleness: ..., noise: ...), got "
@@ -126,13 +115,16 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
                 } else if (name == "recipe") {
                     const fs::path recipe(value.Scalar());
                     candidate.recipePath = recipe.is_absolute() ? recipe.string() : (base / recipe).string();
-                    std::error_code error; // the throwing overload throws for a name too long for the file system
-                    if (!fs::is_regular_file(candidate.recipePath, error)) {
-                        fail(path, value,
-                            "recipe file '" + candidate.recipePath + "' does not exist"
-                                + (error ? " (" + error.message() + ")" : std::string()));
+                    PathKind kind = PathKind::Missing;
+                    try {
+                        kind = pathKind(candidate.recipePath);
+                    } catch (const InputError& error) { // a name too long, a symbolic-link loop
+                        fail(path, value, "recipe file " + std::string(error.what()));
                     }
-                    quant::loadRecipe(candidate.recipePath); // its own located errors
+                    if (kind == PathKind::Missing) {
+                        fail(path, value, "recipe file '" + candidate.recipePath + "' does not exist");
+                    }
+                    quant::loadRecipe(candidate.recipePath); // its own located errors (a FIFO or directory too)
                 } else {
                     candidate.noiseModules = value.Scalar();
                     try {
@@ -176,13 +168,7 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
 
 std::vector<Candidate> loadCandidates(const std::string& path)
 {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
-        throw InputError(path, "", "cannot open the candidates file");
-    }
-    std::ostringstream text;
-    text << file.rdbuf();
-    return parseCandidates(text.str(), path);
+    return parseCandidates(readInputFile(path, limits::kConfigFile, "candidates file"), path);
 }
 
 std::string toString(AdmissionVerdict verdict)
@@ -211,6 +197,210 @@ AdmissionVerdict decide(const metrics::Interval& interval, double threshold)
 
 namespace {
 
+// A checkpoint of the staleness timeline with its optimizer step.
+struct TimelineEntry {
+    std::string directory;
+    std::int64_t step = 0;
+};
+
+std::string timelineText(const std::vector<TimelineEntry>& timeline)
+{
+    std::string text;
+    for (const TimelineEntry& entry : timeline) {
+        text += (text.empty() ? "" : ", ") + entry.directory + " (step " + std::to_string(entry.step) + ")";
+    }
+    return text;
+}
+
+// History (oldest first) then the screened checkpoints, with their steps (0 for a model directory without a
+// training state.json). The steps must increase when a candidate has staleness, since the engine's weights are
+// then found by step; without staleness every checkpoint is screened on its own weights and order is free.
+std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options)
+{
+    std::vector<TimelineEntry> timeline;
+    for (const auto* list : {&options.history, &options.checkpoints}) {
+        for (const std::string& directory : *list) {
+            timeline.push_back({directory, train::checkpointOptimizerSteps(directory)});
+        }
+    }
+    const bool stale = std::any_of(options.candidates.begin(), options.candidates.end(),
+        [](const Candidate& candidate) { return candidate.staleness > 0; });
+    for (std::size_t i = 1; stale && i < timeline.size(); ++i) {
+        if (timeline[i].step <= timeline[i - 1].step) {
+            throw InputError("admit", "checkpoints",
+                "with staleness, the checkpoints (history first, then the screened ones) must be in training order "
+                "with increasing optimizer steps (each checkpoint's state.json; 0 without one): "
+                    + timelineText(timeline));
+        }
+    }
+    return timeline;
+}
+
+// The checkpoint whose weights `candidate`'s engine uses at screened checkpoint `screened`: k optimizer steps older.
+const TimelineEntry& engineCheckpoint(
+    const std::vector<TimelineEntry>& timeline, const TimelineEntry& screened, const Candidate& candidate)
+{
+    const std::int64_t wanted = screened.step - candidate.staleness;
+    for (const TimelineEntry& entry : timeline) {
+        if (entry.step == wanted) {
+            return entry;
+        }
+    }
+    throw InputError(candidate.source.empty() ? std::string("admit") : candidate.source,
+        "candidate '" + candidate.name + "'",
+        "staleness " + std::to_string(candidate.staleness) + " at " + screened.directory + " (step "
+            + std::to_string(screened.step) + ") needs the checkpoint of optimizer step " + std::to_string(wanted)
+            + ", which the timeline does not have: " + timelineText(timeline)
+            + " (give it with --history DIR, oldest first)");
+}
+
+struct ThresholdChoice {
+    double threshold = 0.0;
+    std::optional<std::int64_t> bracketStep;
+    std::string note;
+};
+
+// The threshold of each screened checkpoint (see admission.h, "Thresholds").
+std::vector<ThresholdChoice> chooseThresholds(
+    const store::RunStore& store, const AdmissionOptions& options, const std::vector<TimelineEntry>& screened)
+{
+    std::vector<ThresholdChoice> choices;
+    std::optional<store::Calibration> calibration;
+    if (options.calibrationId) {
+        calibration = store::calibration(store, *options.calibrationId);
+        if (!calibration) {
+            throw StoreError(store.path(), "has no calibration with id " + std::to_string(*options.calibrationId));
+        }
+    }
+    for (std::size_t c = 0; c < screened.size(); ++c) {
+        ThresholdChoice choice;
+        if (options.threshold) {
+            choice.threshold = *options.threshold;
+            choices.push_back(choice);
+            continue;
+        }
+        const std::int64_t step = screened[c].step;
+        if (!options.steps.empty()) {
+            choice.bracketStep = options.steps.size() == 1 ? options.steps[0] : options.steps[c];
+            if (*choice.bracketStep != step) {
+                choice.note = "the bracket of step " + std::to_string(*choice.bracketStep)
+                    + " was chosen explicitly for a checkpoint at step " + std::to_string(step);
+            }
+        } else {
+            std::string steps;
+            for (const auto& bracket : calibration->brackets) {
+                steps += (steps.empty() ? "" : ", ") + std::to_string(bracket.step);
+                if (bracket.step <= step && (!choice.bracketStep || bracket.step > *choice.bracketStep)) {
+                    choice.bracketStep = bracket.step;
+                }
+            }
+            if (!choice.bracketStep) {
+                throw InputError("admit", screened[c].directory,
+                    "is at optimizer step " + std::to_string(step) + ", before every bracket of calibration "
+                        + std::to_string(*options.calibrationId) + " (steps " + steps
+                        + "): screen a checkpoint of a calibrated step, or choose a bracket explicitly (--step)");
+            }
+            if (*choice.bracketStep != step) {
+                choice.note = "no bracket at step " + std::to_string(step) + ": the nearest earlier one (step "
+                    + std::to_string(*choice.bracketStep) + ") is used";
+            }
+        }
+        choice.threshold = store::admissionThreshold(store, *options.calibrationId, choice.bracketStep);
+        choices.push_back(choice);
+    }
+    return choices;
+}
+
+struct ProtocolCheck {
+    MeasurementProtocol screen;
+    std::vector<std::string> differences;
+    std::vector<CalibrationFlag> flags;
+};
+
+// Takes the calibration's protocol into `options` (when asked to) and compares the screen's with it.
+ProtocolCheck checkProtocol(const store::RunStore& store, AdmissionOptions& options)
+{
+    ProtocolCheck check;
+    std::optional<MeasurementProtocol> budget;
+    std::string budgetName;
+    if (options.calibrationId) {
+        const auto calibration = store::calibration(store, *options.calibrationId);
+        budgetName = "calibration " + std::to_string(*options.calibrationId);
+        budget = storedProtocol(calibration->info.configJson, store.path() + " (" + budgetName + ")");
+        check.flags = storedFlags(calibration->info.configJson);
+        if (budget && options.protocolFromCalibration) {
+            options.probePath = budget->prompts;
+            options.count = budget->count;
+            options.settings = applyProtocol(*budget, options.settings);
+        }
+    }
+    if (options.probePath.empty()) {
+        throw InputError("admit", "probe prompts", "no probe prompt set: give one, or a calibration whose "
+                                                   "measurement protocol names one");
+    }
+    check.screen = settingsProtocol(options.probePath, options.count, options.settings);
+    if (!options.calibrationId) {
+        return check;
+    }
+    check.differences = budget ? protocolDifferences(check.screen, *budget, "budget")
+                               : std::vector<std::string> {"the calibration stores no measurement protocol (it was "
+                                                           "made before protocols were recorded)"};
+    if (!check.differences.empty() && !options.allowProtocolMismatch) {
+        std::string list;
+        for (const std::string& difference : check.differences) {
+            list += (list.empty() ? "" : "; ") + difference;
+        }
+        throw InputError("admit", "measurement protocol",
+            "the screen would be measured under another protocol than the budget of " + budgetName + " (" + list
+                + "), so its mismatch would not be comparable with the threshold: screen under the calibration's "
+                  "protocol (leave the probe, count, sampling and KV options out), or allow the mismatch explicitly "
+                  "to compare anyway, labelled");
+    }
+    return check;
+}
+
+nlohmann::json settingsToJson(const AdmissionOptions& options, std::size_t prompts)
+{
+    return {{"probe", fs::absolute(options.probePath).string()}, {"prompts", prompts},
+        {"temperature", options.settings.temperature}, {"top_p", options.settings.topP},
+        {"top_k", options.settings.topK}, {"max_tokens", options.settings.maxNewTokens},
+        {"seed", options.settings.seed}, {"kv_scales", toString(options.settings.kvScales)},
+        {"kv_first_batch", options.settings.kvFirstBatch},
+        {"bootstrap",
+            {{"resamples", options.settings.bootstrap.resamples}, {"confidence", options.settings.bootstrap.confidence},
+                {"seed", options.settings.bootstrap.seed}}}};
+}
+
+// A decision stored before an interruption, as a row (resume).
+AdmissionRow storedRow(const store::AdmissionDecision& decision, const AdmissionOptions& options)
+{
+    const nlohmann::json inputs = nlohmann::json::parse(decision.candidateJson);
+    AdmissionRow row;
+    row.candidate = inputs.at("name").get<std::string>();
+    row.checkpoint = decision.checkpoint;
+    row.checkpointStep = inputs.at("checkpoint_step").get<std::int64_t>();
+    row.engineWeights = inputs.at("engine_weights").get<std::string>();
+    row.engineStep = inputs.at("engine_step").get<std::int64_t>();
+    if (!inputs.at("bracket_step").is_null()) {
+        row.bracketStep = inputs.at("bracket_step").get<std::int64_t>();
+    }
+    row.note = inputs.at("note").get<std::string>();
+    row.threshold = decision.threshold;
+    row.mismatch = decision.mismatch;
+    row.interval = {decision.mismatch, decision.ciLow, decision.ciHigh, options.settings.bootstrap.confidence,
+        options.settings.bootstrap.resamples};
+    row.k1 = inputs.at("k1").get<double>();
+    row.k3 = inputs.at("k3").get<double>();
+    row.tokens = inputs.at("tokens").get<std::int64_t>();
+    if (!inputs.at("bf16_unit").is_null()) {
+        row.bf16Unit = inputs.at("bf16_unit").get<double>();
+    }
+    row.verdict = decide(row.interval, row.threshold);
+    row.seconds = decision.seconds;
+    row.decisionId = decision.id;
+    return row;
+}
+
 // A fresh check (resumeRunId empty) or the continuation of a stored one.
 AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Progress& progress,
     std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
@@ -228,9 +418,6 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
             candidate.recipePath = fs::absolute(candidate.recipePath).string();
         }
     }
-    if (!options.probePath.empty()) {
-        options.probePath = fs::absolute(options.probePath).string();
-    }
     if (options.checkpoints.empty()) {
         throw InputError("admit", "STUDENT", "at least one student checkpoint is needed");
     }
@@ -238,45 +425,31 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
         throw InputError("admit", "candidates", "no candidate configuration to screen");
     }
     if (options.threshold.has_value() == options.calibrationId.has_value()) {
-        throw InputError("admit", "threshold", "give either --calibration ID or --threshold X (exactly one)");
+        throw InputError("admit", "threshold", "give either a calibration or an explicit threshold (exactly one)");
     }
     if (options.threshold && (!std::isfinite(*options.threshold) || *options.threshold <= 0.0)) {
-        throw InputError("admit", "--threshold", "must be a positive number of nats per token");
+        throw InputError("admit", "threshold", "must be a positive number of nats per token");
     }
     if (options.steps.size() > 1 && options.steps.size() != options.checkpoints.size()) {
-        throw InputError("admit", "--step",
+        throw InputError("admit", "step",
             "give one step for every checkpoint or one for all (" + std::to_string(options.steps.size()) + " steps, "
                 + std::to_string(options.checkpoints.size()) + " checkpoints)");
     }
     if (options.threshold && !options.steps.empty()) {
-        throw InputError("admit", "--step", "a step chooses a calibration's bracket; it needs --calibration");
+        throw InputError("admit", "step", "a step chooses a calibration's bracket; it needs a calibration");
     }
-    // Thresholds per checkpoint, resolved before anything is measured.
-    std::vector<double> thresholds;
-    for (std::size_t c = 0; c < options.checkpoints.size(); ++c) {
-        if (options.threshold) {
-            thresholds.push_back(*options.threshold);
-        } else {
-            std::optional<std::int64_t> step;
-            if (!options.steps.empty()) {
-                step = options.steps.size() == 1 ? options.steps[0] : options.steps[c];
-            }
-            thresholds.push_back(store::admissionThreshold(store, *options.calibrationId, step));
+    // Everything that can be refused is checked before anything is measured or stored.
+    const std::vector<TimelineEntry> timeline = checkpointTimeline(options);
+    const std::vector<TimelineEntry> screened(timeline.end() - static_cast<std::ptrdiff_t>(options.checkpoints.size()),
+        timeline.end());
+    const std::vector<ThresholdChoice> thresholds = chooseThresholds(store, options, screened);
+    for (const TimelineEntry& entry : screened) {
+        for (const Candidate& candidate : options.candidates) {
+            engineCheckpoint(timeline, entry, candidate);
         }
     }
-    // Timeline for staleness; every candidate's k must reach an available checkpoint.
-    std::vector<std::string> timeline = options.history;
-    timeline.insert(timeline.end(), options.checkpoints.begin(), options.checkpoints.end());
-    for (const Candidate& candidate : options.candidates) {
-        const auto available = static_cast<std::int64_t>(options.history.size());
-        if (candidate.staleness > available) {
-            throw InputError(candidate.source.empty() ? std::string("admit") : candidate.source,
-                "candidate '" + candidate.name + "'",
-                "staleness " + std::to_string(candidate.staleness) + " needs the checkpoint "
-                    + std::to_string(candidate.staleness) + " steps before the first screened one, but only "
-                    + std::to_string(available) + " older checkpoint(s) were given (--history DIR, oldest first)");
-        }
-    }
+    const ProtocolCheck protocol = checkProtocol(store, options);
+    options.probePath = fs::absolute(options.probePath).string();
 
     {
         // What the check will hold, before anything is loaded: every checkpoint (screened and history) and one
@@ -299,6 +472,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     progress.update(0.0, "loading student and probe prompts");
     const ModelDirectory student = loadModelDirectory(options.checkpoints.front());
     const PromptRequests requests = promptRequests(options.probePath, *student.tokenizer, options.count);
+    requirePromptsFit(requests, student.config, options.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(options.settings, student.config, *student.tokenizer);
     std::map<std::string, model::TransformerWeights> weights;
     weights[options.checkpoints.front()] = student.weights;
@@ -318,15 +492,16 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
             recipes.emplace(candidate.recipePath, recipe);
             recipeTexts.emplace(candidate.recipePath, quant::recipeToJson(recipe));
         }
+        // Noise that lands on no module would screen another configuration than the one written.
+        if (candidate.noise > 0.0) {
+            engine::requireNoiseModulesMatch(student.config, candidate.noiseModules,
+                candidate.source.empty() ? "--noise-modules" : candidate.source,
+                candidate.source.empty() ? "" : "noise_modules");
+        }
     }
 
-    const nlohmann::json settingsJson = {{"probe", fs::absolute(options.probePath).string()},
-        {"prompts", requests.requests.size()}, {"temperature", options.settings.temperature},
-        {"top_p", options.settings.topP}, {"top_k", options.settings.topK},
-        {"max_tokens", options.settings.maxNewTokens}, {"seed", options.settings.seed},
-        {"bootstrap",
-            {{"resamples", options.settings.bootstrap.resamples}, {"confidence", options.settings.bootstrap.confidence},
-                {"seed", options.settings.bootstrap.seed}}}};
+    const nlohmann::json settingsJson = settingsToJson(options, requests.requests.size());
+    const nlohmann::json flagsJson = flagsToJson(protocol.flags);
     nlohmann::json runConfig = settingsJson;
     runConfig["checkpoints"] = options.checkpoints;
     runConfig["history"] = options.history;
@@ -339,6 +514,9 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     runConfig["count"] = options.count;
     runConfig["measure_unit"] = options.measureUnit;
     runConfig["steps"] = options.steps;
+    runConfig["allow_protocol_mismatch"] = options.allowProtocolMismatch;
+    runConfig["protocol"] = protocolToJson(protocol.screen);
+    runConfig["protocol_differs"] = protocol.differences;
     runConfig["engine"] = {{"batch", options.settings.batchSize}, {"kv_cache_bytes", options.settings.kvCacheBytes}};
     nlohmann::json candidateList = nlohmann::json::array();
     for (const Candidate& candidate : options.candidates) {
@@ -348,6 +526,9 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     }
     runConfig["candidate_list"] = candidateList;
     AdmissionResult result;
+    result.protocol = protocol.screen;
+    result.protocolDifferences = protocol.differences;
+    result.calibrationFlags = protocol.flags;
     // What a resume continues from: the decisions already stored, in the order they are made.
     std::vector<store::AdmissionDecision> done;
     if (resumeRunId) {
@@ -384,7 +565,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
         }
         std::size_t decisionIndex = 0;
         for (std::size_t c = 0; c < options.checkpoints.size(); ++c) {
-            const std::string& checkpoint = options.checkpoints[c];
+            const TimelineEntry& checkpoint = screened[c];
             // Decisions of this checkpoint stored before the interruption: kept as they are (checked to be the
             // ones this position of the order makes), the rest measured.
             std::size_t kept = 0;
@@ -392,29 +573,13 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 const store::AdmissionDecision& decision = done[decisionIndex + kept];
                 const Candidate& candidate = options.candidates[kept];
                 const nlohmann::json inputs = nlohmann::json::parse(decision.candidateJson);
-                if (decision.checkpoint != checkpoint || inputs.at("name").get<std::string>() != candidate.name) {
+                if (decision.checkpoint != checkpoint.directory
+                    || inputs.at("name").get<std::string>() != candidate.name) {
                     throw StoreError(store.path(), "admission run " + std::to_string(result.runId) + ": decision "
                         + std::to_string(decision.id) + " is not the one expected at its place (candidate '"
-                        + candidate.name + "' at " + checkpoint + "); the run cannot be resumed");
+                        + candidate.name + "' at " + checkpoint.directory + "); the run cannot be resumed");
                 }
-                AdmissionRow row;
-                row.candidate = candidate.name;
-                row.checkpoint = checkpoint;
-                row.engineWeights = inputs.at("engine_weights").get<std::string>();
-                row.threshold = decision.threshold;
-                row.mismatch = decision.mismatch;
-                row.interval = {decision.mismatch, decision.ciLow, decision.ciHigh,
-                    options.settings.bootstrap.confidence, options.settings.bootstrap.resamples};
-                row.k1 = inputs.at("k1").get<double>();
-                row.k3 = inputs.at("k3").get<double>();
-                row.tokens = inputs.at("tokens").get<std::int64_t>();
-                if (!inputs.at("bf16_unit").is_null()) {
-                    row.bf16Unit = inputs.at("bf16_unit").get<double>();
-                }
-                row.verdict = decide(row.interval, row.threshold);
-                row.seconds = decision.seconds;
-                row.decisionId = decision.id;
-                result.rows.push_back(std::move(row));
+                result.rows.push_back(storedRow(decision, options));
                 ++kept;
             }
             decisionIndex += kept;
@@ -422,28 +587,26 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 part += perCheckpoint;
                 continue;
             }
-            const model::Transformer trainer(student.config, weightsOf(checkpoint));
+            const model::Transformer trainer(student.config, weightsOf(checkpoint.directory));
             std::optional<double> unit;
             if (options.measureUnit) {
-                ProgressSlice slice(&progress, part / parts, (part + 1) / parts, "BF16 unit of " + checkpoint);
-                unit = measureConfiguration(trainer, weightsOf(checkpoint), EngineConfiguration {}, requests, sampling,
-                    options.settings, slice.get())
+                ProgressSlice slice(&progress, part / parts, (part + 1) / parts, "BF16 unit of " + checkpoint.directory);
+                unit = measureConfiguration(trainer, weightsOf(checkpoint.directory), EngineConfiguration {}, requests,
+                    sampling, options.settings, slice.get())
                            .kl;
                 ++part;
                 if (kept > 0 && result.rows.back().bf16Unit != unit) {
-                    throw Error("admission run " + std::to_string(result.runId) + ": the BF16 unit of " + checkpoint
-                        + " measured again differs from the one stored with its decisions; the measurement is not "
-                          "reproducible here, so the check cannot be resumed");
+                    throw Error("admission run " + std::to_string(result.runId) + ": the BF16 unit of "
+                        + checkpoint.directory + " measured again differs from the one stored with its decisions; the "
+                          "measurement is not reproducible here, so the check cannot be resumed");
                 }
             }
             part += kept;
-            const std::size_t timelineIndex = options.history.size() + c;
             for (std::size_t k = kept; k < options.candidates.size(); ++k) {
                 const Candidate& candidate = options.candidates[k];
                 progress.checkCancelled();
                 const auto candidateStarted = std::chrono::steady_clock::now();
-                const std::string& engineCheckpoint
-                    = timeline[timelineIndex - static_cast<std::size_t>(candidate.staleness)];
+                const TimelineEntry& engineWeights = engineCheckpoint(timeline, checkpoint, candidate);
                 EngineConfiguration configuration;
                 if (!candidate.recipePath.empty()) {
                     configuration.recipe = recipes.at(candidate.recipePath);
@@ -454,15 +617,19 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 engine::MismatchMeasurement measured;
                 {
                     ProgressSlice slice(&progress, part / parts, (part + 1) / parts, candidate.name);
-                    measured = measureConfiguration(trainer, weightsOf(engineCheckpoint), configuration, requests,
-                        sampling, options.settings, slice.get());
+                    measured = measureConfiguration(trainer, weightsOf(engineWeights.directory), configuration,
+                        requests, sampling, options.settings, slice.get());
                     ++part;
                 }
                 AdmissionRow row;
                 row.candidate = candidate.name;
-                row.checkpoint = checkpoint;
-                row.engineWeights = engineCheckpoint;
-                row.threshold = thresholds[c];
+                row.checkpoint = checkpoint.directory;
+                row.checkpointStep = checkpoint.step;
+                row.engineWeights = engineWeights.directory;
+                row.engineStep = engineWeights.step;
+                row.bracketStep = thresholds[c].bracketStep;
+                row.note = thresholds[c].note;
+                row.threshold = thresholds[c].threshold;
                 row.mismatch = measured.kl;
                 row.interval = klInterval(measured, options.settings.bootstrap);
                 row.k1 = measured.k1;
@@ -477,11 +644,16 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                     {"recipe_content",
                         candidate.recipePath.empty() ? nlohmann::json()
                                                      : nlohmann::json::parse(recipeTexts.at(candidate.recipePath))},
-                    {"staleness", candidate.staleness}, {"engine_weights", engineCheckpoint},
-                    {"noise", candidate.noise}, {"noise_seed", candidate.noiseSeed},
-                    {"noise_modules", candidate.noiseModules}, {"settings", settingsJson}, {"k1", measured.k1},
-                    {"k3", measured.k3}, {"tokens", measured.tokens},
-                    {"bf16_unit", unit ? nlohmann::json(*unit) : nlohmann::json()},
+                    {"staleness", candidate.staleness}, {"checkpoint_step", checkpoint.step},
+                    {"engine_weights", engineWeights.directory}, {"engine_step", engineWeights.step},
+                    {"bracket_step", row.bracketStep ? nlohmann::json(*row.bracketStep) : nlohmann::json()},
+                    {"note", row.note}, {"noise", candidate.noise}, {"noise_seed", candidate.noiseSeed},
+                    {"noise_modules", candidate.noiseModules}, {"settings", settingsJson},
+                    {"protocol", protocolToJson(protocol.screen)}, {"protocol_differs", protocol.differences},
+                    {"calibration_flags", flagsJson}, {"k1", measured.k1}, {"k3", measured.k3},
+                    {"tokens", measured.tokens}, {"bf16_unit", unit ? nlohmann::json(*unit) : nlohmann::json()},
+                    {"bf16_unit_of", "the plain BF16 engine at " + checkpoint.directory + " (step "
+                                         + std::to_string(checkpoint.step) + "), same prompts and seeds"},
                     {"threshold_source",
                         options.calibrationId ? "calibration " + std::to_string(*options.calibrationId)
                                               : std::string("explicit")}};
@@ -489,7 +661,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 decision.runId = result.runId;
                 decision.calibrationId = options.calibrationId;
                 decision.candidateJson = inputs.dump();
-                decision.checkpoint = checkpoint;
+                decision.checkpoint = checkpoint.directory;
                 decision.mismatch = row.mismatch;
                 decision.ciLow = row.interval.low;
                 decision.ciHigh = row.interval.high;
@@ -534,6 +706,14 @@ AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Prog
     options.settings.topK = storedOption<std::int64_t>(c, "top_k", source);
     options.settings.maxNewTokens = storedOption<std::int64_t>(c, "max_tokens", source);
     options.settings.seed = storedOption<std::uint64_t>(c, "seed", source);
+    const std::string kvScales = storedOption<std::string>(c, "kv_scales", source);
+    options.settings.kvScales = kvScales == toString(KvScalePolicy::FrozenFirstBatch)
+        ? KvScalePolicy::FrozenFirstBatch
+        : KvScalePolicy::FittedPerMeasurement;
+    options.settings.kvFirstBatch = storedOption<std::int64_t>(c, "kv_first_batch", source);
+    // The stored settings are the ones measured under (the calibration's protocol already applied).
+    options.protocolFromCalibration = false;
+    options.allowProtocolMismatch = storedOption<bool>(c, "allow_protocol_mismatch", source);
     const auto engineSettings = storedOption<nlohmann::json>(c, "engine", source);
     options.settings.batchSize = storedOption<std::int64_t>(engineSettings, "batch", source);
     options.settings.kvCacheBytes = storedOption<std::uint64_t>(engineSettings, "kv_cache_bytes", source);

@@ -8,19 +8,34 @@
 //   borderline  otherwise (the interval straddles X)
 // No teacher and no training run.
 //
-// Staleness k (the engine uses weights k optimizer steps old): the screened checkpoints and the optional older
-// `history` checkpoints form one timeline in training order (history first, oldest first, then the screened
-// checkpoints); for a screened checkpoint the engine's weights are those of the checkpoint k places earlier on
-// the timeline. So pass checkpoints one optimizer step apart for k to mean steps. A candidate whose k reaches
-// before the oldest checkpoint given is an InputError naming the candidate (no silent clamping: a stale engine
-// with fresh weights would under-state its mismatch).
+// Steps. Every checkpoint has an optimizer step: state.json's "optimizer_steps" for a trainer checkpoint, 0 for
+// a model directory without state.json (a student before training; train::checkpointOptimizerSteps). Staleness
+// k is counted in optimizer steps (spec "Staleness"): the screened checkpoints and the optional older `history`
+// checkpoints form one timeline in training order (history first, oldest first, then the screened checkpoints),
+// whose steps must increase; for a screened checkpoint at step s the engine's weights are those of the timeline's
+// checkpoint at step s - k. When no checkpoint has that step, the timeline cannot express k there: an InputError
+// naming the candidate, the screened checkpoint and every checkpoint of the timeline with its step (no silent
+// clamping: a stale engine with fresher weights would under-state its mismatch).
+//
+// Thresholds. With a calibration and no explicit steps, a checkpoint at step s is screened against the bracket of
+// step s, else against the nearest earlier bracket (the row says which); a checkpoint earlier than every bracket
+// is an InputError. Explicit steps (one for all or one per checkpoint) choose brackets as given; a bracket whose
+// step is not the checkpoint's is noted in the row.
+//
+// Protocol (protocol.h). With a calibration that stores a measurement protocol and protocolFromCalibration, the
+// probe prompts, count, sampling, seed and KV-scale policy are the calibration's. Otherwise the screen's own
+// protocol (probePath, count, settings) is compared with the calibration's: any difference is an InputError
+// listing them unless allowProtocolMismatch, and then every decision records the differences
+// ("protocol_differs") so that the screen is labelled wherever it is shown. A calibration's flags (calibrate.h)
+// are recorded with every decision made against it ("calibration_flags").
 //
 // Noise: engine::addWeightNoise on the engine's weights (sigma relative to each tensor's RMS, seeded).
 // Every candidate is measured on the same prompts with the same per-prompt seeds.
 //
 // Store: a run of kind "admit"; each decision in its own transaction as soon as it is made (store::
-// addAdmissionDecision) with its inputs (candidate, recipe text, checkpoints, probe set, sampling, bootstrap,
-// BF16 unit) in candidate_json, the interval, the threshold and the seconds it took. A cancelled job leaves its
+// addAdmissionDecision) with its inputs (candidate, recipe text, checkpoints and their steps, the bracket step,
+// probe set, sampling, bootstrap, protocol and its differences, the calibration's flags, BF16 unit) in
+// candidate_json, the interval, the threshold and the seconds it took. A cancelled job leaves its
 // whole decisions and the run marked cancelled.
 //
 // Paths (checkpoints, history, probe set, recipes) are made absolute before anything is stored. The run's
@@ -29,6 +44,8 @@
 // (checked to be the first ones of the checkpoint-major order), a partly screened checkpoint's BF16 unit is
 // measured again (it must equal the stored one exactly), and only the missing decisions are made, so the run ends
 // with each decision once and the numbers of an uninterrupted check (their `seconds` are wall-clock).
+#include "core/analysis/calibrate.h"
+#include "core/analysis/protocol.h"
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
 #include "core/store/run_store.h"
@@ -71,13 +88,18 @@ struct AdmissionOptions {
     std::vector<std::string> checkpoints; // screened student checkpoints (model directories), training order
     std::vector<std::string> history; // older checkpoints for staleness only, oldest first
     std::vector<Candidate> candidates;
-    std::string probePath;
+    std::string probePath; // may be empty when the calibration's protocol gives it
     std::int64_t count = 0; // first N probe prompts; 0: all
     MeasureSettings settings;
     std::optional<double> threshold; // explicit threshold (nats per token)
     std::optional<std::int64_t> calibrationId; // or a stored calibration's bracket
-    std::vector<std::int64_t> steps; // calibration steps: none (the calibration has one), one for all checkpoints,
-                                     // or one per checkpoint
+    std::vector<std::int64_t> steps; // calibration steps: none (each checkpoint's own step, else the nearest earlier
+                                     // bracket), one for all checkpoints, or one per checkpoint
+    // With a calibration: measure under its stored protocol (probe set, count, sampling, seed, KV-scale policy),
+    // ignoring probePath, count and those settings. false: measure as given, compared with the calibration's.
+    bool protocolFromCalibration = true;
+    // Screen under a protocol that differs from the calibration's anyway (the decisions are labelled).
+    bool allowProtocolMismatch = false;
     bool measureUnit = true; // also the BF16 unit per checkpoint (for BF16 multiples)
     // Called once the check's run is recorded, with its id (front-ends print it).
     std::function<void(std::int64_t runId)> onRunStarted;
@@ -86,7 +108,11 @@ struct AdmissionOptions {
 struct AdmissionRow {
     std::string candidate;
     std::string checkpoint;
+    std::int64_t checkpointStep = 0; // optimizer steps
     std::string engineWeights; // the checkpoint the engine used (staleness)
+    std::int64_t engineStep = 0;
+    std::optional<std::int64_t> bracketStep; // the calibration bracket the threshold comes from
+    std::string note; // e.g. "no bracket at step 30: the bracket of step 20 is used"
     double threshold = 0.0;
     double mismatch = 0.0;
     metrics::Interval interval;
@@ -103,6 +129,9 @@ struct AdmissionResult {
     std::int64_t runId = 0;
     std::vector<AdmissionRow> rows; // checkpoint-major, candidates in order
     double seconds = 0.0;
+    MeasurementProtocol protocol; // what the screen measured under
+    std::vector<std::string> protocolDifferences; // from the calibration's protocol (empty: the same)
+    std::vector<CalibrationFlag> calibrationFlags; // the calibration's flags (empty: not flagged)
 };
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress);

@@ -2,6 +2,7 @@
 
 #include "core/analysis/job_resume.h"
 #include "core/common/error.h"
+#include "core/common/random.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/sqlite_util.h"
 #include "core/train/trainer.h"
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
+#include <map>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -28,6 +31,15 @@ std::string numberText(double value)
     text << value;
     return text.str();
 }
+
+} // namespace
+
+const char* const kCalibrationIntervalMethod
+    = "two-level percentile bootstrap of mean_i(mean_r q_run[r][i] - mean_r q_base[r][i]): each resample draws the "
+      "held-out problems with replacement (the same draw for both configurations) and, independently for each "
+      "configuration, its seed replicates with replacement";
+
+namespace {
 
 struct SweepEntry {
     std::string label;
@@ -76,6 +88,15 @@ void validate(const CalibrationOptions& o)
     if (!(o.margin >= 0.0 && o.margin < 1.0)) {
         throw InputError(source, "--margin", "must be in [0, 1), got " + numberText(o.margin));
     }
+    if (o.replicates < 1) {
+        throw InputError(source, "--replicates", "must be >= 1, got " + std::to_string(o.replicates));
+    }
+    if (o.unitEvery < 1) {
+        throw InputError(source, "unit every", "must be >= 1, got " + std::to_string(o.unitEvery));
+    }
+    if (o.probeCount < 1) {
+        throw InputError(source, "--probe-count", "must be >= 1, got " + std::to_string(o.probeCount));
+    }
 }
 
 std::vector<SweepEntry> sweep(const CalibrationOptions& o)
@@ -85,6 +106,7 @@ std::vector<SweepEntry> sweep(const CalibrationOptions& o)
     plain.rollout.noise.sigma = 0.0;
     plain.rollout.staleness = 0;
     plain.rollout.asynchronous = false;
+    plain.evaluation.bf16UnitEvery = o.unitEvery;
     std::vector<SweepEntry> entries;
     entries.push_back({"baseline", plain});
     for (const double sigma : o.noiseSigmas) {
@@ -102,15 +124,49 @@ std::vector<SweepEntry> sweep(const CalibrationOptions& o)
         c.rollout.staleness = k;
         entries.push_back({"staleness " + std::to_string(k), c});
     }
-    for (SweepEntry& entry : entries) {
-        std::string suffix = entry.label;
-        std::replace(suffix.begin(), suffix.end(), ' ', '-');
-        entry.config.name = o.name + "/" + suffix;
-    }
     return entries;
 }
 
-// Mean step mismatch over steps 1..step, and the mean BF16 unit over the same steps.
+// One training run of the calibration: a configuration's replicate (the null group is the baseline's label
+// "null" with replicates R..2R-1).
+struct SweepJob {
+    std::string label;
+    std::int64_t replicate = 0;
+    train::RunConfig config;
+};
+
+const char* const kNullLabel = "null";
+
+std::string runName(const std::string& calibration, const std::string& label, std::int64_t replicate)
+{
+    std::string suffix = label;
+    std::replace(suffix.begin(), suffix.end(), ' ', '-');
+    return calibration + "/" + suffix + "/r" + std::to_string(replicate);
+}
+
+// Replicate 0 of every configuration, then replicate 1, ...; then the null group.
+std::vector<SweepJob> jobs(const CalibrationOptions& o, const std::vector<SweepEntry>& entries)
+{
+    const auto job = [&o](const std::string& label, std::int64_t replicate, train::RunConfig config) {
+        config.seed = replicateSeed(o.base.seed, replicate);
+        config.rollout.noise.seed = replicateSeed(o.base.rollout.noise.seed, replicate);
+        config.name = runName(o.name, label, replicate);
+        return SweepJob {label, replicate, std::move(config)};
+    };
+    std::vector<SweepJob> result;
+    for (std::int64_t r = 0; r < o.replicates; ++r) {
+        for (const SweepEntry& entry : entries) {
+            result.push_back(job(entry.label, r, entry.config));
+        }
+    }
+    for (std::int64_t r = o.replicates; r < 2 * o.replicates; ++r) {
+        result.push_back(job(kNullLabel, r, entries.front().config));
+    }
+    return result;
+}
+
+// Mean step mismatch over steps 1..step, and the mean of the BF16 units measured at steps 1..step (a BF16-engine
+// run measures its unit at every step: it is its own rollout, so the two means agree exactly).
 std::pair<double, double> runMismatch(const store::RunStore& store, std::int64_t runId, std::int64_t step)
 {
     double sum = 0.0;
@@ -124,7 +180,7 @@ std::pair<double, double> runMismatch(const store::RunStore& store, std::int64_t
         sum += *m.mismatchKl;
         ++count;
         const auto extras = nlohmann::json::parse(m.extrasJson);
-        if (extras.contains("bf16_unit")) {
+        if (extras.value("bf16_unit_measured", false)) {
             unitSum += extras.at("bf16_unit").get<double>();
             ++unitCount;
         }
@@ -132,7 +188,11 @@ std::pair<double, double> runMismatch(const store::RunStore& store, std::int64_t
     if (count == 0) {
         throw StoreError(store.path(), "run " + std::to_string(runId) + " has no steps up to " + std::to_string(step));
     }
-    return {sum / static_cast<double>(count), unitCount ? unitSum / static_cast<double>(unitCount) : 0.0};
+    if (unitCount == 0) {
+        throw StoreError(store.path(),
+            "run " + std::to_string(runId) + " measured no BF16 unit up to step " + std::to_string(step));
+    }
+    return {sum / static_cast<double>(count), unitSum / static_cast<double>(unitCount)};
 }
 
 } // namespace
@@ -182,6 +242,107 @@ std::vector<std::string> inputFiles(const CalibrationOptions& o)
     return files;
 }
 
+// The figures of every run at `step`, grouped by label in the order of `labels`.
+struct StepFigures {
+    std::map<std::string, std::vector<ReplicatePoint>> points; // label -> replicates in order
+    std::map<std::string, std::vector<std::vector<double>>> qualities; // label -> replicate -> q_i (baseline order)
+};
+
+StepFigures stepFigures(const store::RunStore& store, const std::vector<CalibrationSweepRun>& runs, std::int64_t step)
+{
+    StepFigures figures;
+    const auto base = store::evaluationAt(store, runs.front().runId, step); // baseline replicate 0
+    if (!base) {
+        throw StoreError(store.path(), "the baseline run has no evaluation at step " + std::to_string(step));
+    }
+    for (const CalibrationSweepRun& run : runs) {
+        const auto evaluation = store::evaluationAt(store, run.runId, step);
+        if (!evaluation) {
+            throw StoreError(store.path(),
+                "calibration run " + std::to_string(run.runId) + " has no evaluation at step " + std::to_string(step));
+        }
+        const auto [mismatch, unit] = runMismatch(store, run.runId, step);
+        ReplicatePoint point;
+        point.label = run.label;
+        point.replicate = run.replicate;
+        point.runId = run.runId;
+        point.step = step;
+        point.mismatch = mismatch;
+        point.bf16Unit = unit;
+        point.quality = evaluation->summary.quality;
+        point.accuracy = evaluation->summary.accuracy;
+        figures.points[run.label].push_back(point);
+        figures.qualities[run.label].push_back(store::qualitiesInOrderOf(*evaluation, *base));
+    }
+    return figures;
+}
+
+double meanOf(const std::vector<ReplicatePoint>& points, double ReplicatePoint::*field)
+{
+    double sum = 0.0;
+    for (const ReplicatePoint& point : points) {
+        sum += point.*field;
+    }
+    return sum / static_cast<double>(points.size());
+}
+
+std::string percent(double fraction)
+{
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(1) << 100.0 * fraction << "%";
+    return text.str();
+}
+
+std::string nats(double value)
+{
+    std::ostringstream text;
+    text << std::setprecision(3) << value;
+    return text.str();
+}
+
+} // namespace
+
+std::vector<CalibrationFlag> calibrationFlags(const std::vector<store::CalibrationPoint>& points,
+    const std::vector<NullComparison>& nullComparisons, double relativeThreshold)
+{
+    std::vector<CalibrationFlag> flags;
+    for (const NullComparison& null : nullComparisons) {
+        if (null.failed) {
+            flags.push_back({"null-failed", null.step,
+                "the BF16 baseline against itself with other seeds changes Q by " + percent(null.relativeChange)
+                    + " with its interval of mean dq [" + nats(null.difference.low) + ", "
+                    + nats(null.difference.high) + "] above zero: seed variance alone fails the rule"});
+        }
+        if (null.noiseFloor > relativeThreshold / 2.0) {
+            flags.push_back({"noise-dominated", null.step,
+                "noise floor " + percent(null.noiseFloor) + " (two identical configurations) is more than half the "
+                    + percent(relativeThreshold) + " threshold"});
+        }
+        const store::CalibrationPoint* lowestFailure = nullptr;
+        for (const auto& point : points) {
+            if (point.step == null.step && point.failed
+                && (!lowestFailure || point.mismatch < lowestFailure->mismatch)) {
+                lowestFailure = &point;
+            }
+        }
+        const store::CalibrationPoint* highestPass = nullptr;
+        for (const auto& point : points) {
+            if (lowestFailure && point.step == null.step && !point.failed && point.mismatch > lowestFailure->mismatch
+                && (!highestPass || point.mismatch > highestPass->mismatch)) {
+                highestPass = &point;
+            }
+        }
+        if (highestPass) {
+            flags.push_back({"non-monotone", null.step,
+                "'" + lowestFailure->label + "' failed at " + nats(lowestFailure->mismatch) + " nats/token while '"
+                    + highestPass->label + "' passed at a larger " + nats(highestPass->mismatch)});
+        }
+    }
+    return flags;
+}
+
+namespace {
+
 // A fresh calibration (resumeRunId empty) or the continuation of a stored one.
 CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& options, Progress& progress,
     std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
@@ -189,9 +350,12 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
     validate(options);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<SweepEntry> entries = sweep(options);
-    const std::int64_t totalSteps = static_cast<std::int64_t>(entries.size()) * options.base.steps;
+    const std::vector<SweepJob> sweepJobs = jobs(options, entries);
+    const std::int64_t totalSteps = static_cast<std::int64_t>(sweepJobs.size()) * options.base.steps;
 
     CalibrationResult result;
+    result.replicates = options.replicates;
+    result.protocol = calibrationProtocol(options.base, options.probeCount);
     if (resumeRunId) {
         result.runId = *resumeRunId;
         store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
@@ -201,6 +365,8 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
             {"steps", options.steps}, {"relative_threshold", options.rule.relativeThreshold},
             {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
             {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin},
+            {"replicates", options.replicates}, {"unit_every", options.unitEvery},
+            {"probe_count", options.probeCount}, {"protocol", protocolToJson(result.protocol)},
             {"inputs", fileDigests(inputFiles(options))}, {"sweep_runs", nlohmann::json::array()}};
         store::RunSpec spec;
         spec.name = options.name;
@@ -220,10 +386,28 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 result.calibrationId = stored.id;
                 result.points = calibration->points;
                 result.brackets = calibration->brackets;
-                result.bf16Unit = config.at("bf16_unit").get<double>();
+                result.flags = storedFlags(calibration->info.configJson);
                 for (const auto& run : config.at("runs")) {
-                    result.runs.push_back({run.at("label").get<std::string>(), run.at("run_id").get<std::int64_t>(),
+                    result.runs.push_back({run.at("label").get<std::string>(), run.at("replicate").get<std::int64_t>(),
+                        run.at("seed").get<std::uint64_t>(), run.at("run_id").get<std::int64_t>(),
                         run.at("wall_seconds").get<double>()});
+                }
+                for (const auto& p : config.at("replicate_points")) {
+                    result.replicatePoints.push_back({p.at("label").get<std::string>(),
+                        p.at("replicate").get<std::int64_t>(), p.at("run_id").get<std::int64_t>(),
+                        p.at("step").get<std::int64_t>(), p.at("mismatch").get<double>(),
+                        p.at("bf16_unit").get<double>(), p.at("quality").get<double>(), p.at("accuracy").get<double>()});
+                }
+                for (const auto& n : config.at("null_comparisons")) {
+                    NullComparison null;
+                    null.step = n.at("step").get<std::int64_t>();
+                    null.relativeChange = n.at("relative_change").get<double>();
+                    null.difference = {n.at("mean_difference").get<double>(), n.at("ci_low").get<double>(),
+                        n.at("ci_high").get<double>(), options.rule.bootstrap.confidence,
+                        options.rule.bootstrap.resamples};
+                    null.failed = n.at("failed").get<bool>();
+                    null.noiseFloor = n.at("noise_floor").get<double>();
+                    result.nullComparisons.push_back(null);
                 }
                 store.finishRun(result.runId, store::RunStatus::Finished);
                 return;
@@ -232,15 +416,16 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         const std::vector<std::int64_t> linked = nlohmann::json::parse(store.run(result.runId)->configJson)
                                                      .value("sweep_runs", nlohmann::json::array())
                                                      .get<std::vector<std::int64_t>>();
-        if (linked.size() > entries.size()) {
+        if (linked.size() > sweepJobs.size()) {
             throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + " links "
-                + std::to_string(linked.size()) + " sweep runs, more than its " + std::to_string(entries.size())
-                + " sweep entries");
+                + std::to_string(linked.size()) + " sweep runs, more than its " + std::to_string(sweepJobs.size())
+                + " runs (configurations x replicates + the null group)");
         }
         train::TrainOptions trainOptions;
         trainOptions.workspaceDirectory = options.workspaceDirectory;
-        for (std::size_t i = 0; i < entries.size(); ++i) {
-            const SweepEntry& entry = entries[i];
+        for (std::size_t i = 0; i < sweepJobs.size(); ++i) {
+            const SweepJob& job = sweepJobs[i];
+            const std::string what = job.label + " (seed " + std::to_string(job.replicate + 1) + ")";
             const std::int64_t done = static_cast<std::int64_t>(i) * options.base.steps;
             progress.checkCancelled();
             // A sweep run is recorded and linked to the calibration in one transaction, then trained from step 1
@@ -250,23 +435,24 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
             if (i < linked.size()) {
                 sweepRunId = linked[i];
                 const auto info = store.run(sweepRunId);
-                if (!info || info->kind != "train" || info->configJson != train::runConfigToJson(entry.config)) {
+                if (!info || info->kind != "train" || info->configJson != train::runConfigToJson(job.config)) {
                     throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + ": sweep run "
-                        + std::to_string(sweepRunId) + " is not the training run of '" + entry.label
+                        + std::to_string(sweepRunId) + " is not the training run of '" + what
                         + "' it should be; the calibration cannot be resumed");
                 }
                 if (info->status == store::RunStatus::Finished) {
-                    result.runs.push_back({entry.label, sweepRunId, storedWallSeconds(store, sweepRunId)});
+                    result.runs.push_back({job.label, job.replicate, job.config.seed, sweepRunId,
+                        storedWallSeconds(store, sweepRunId)});
                     continue;
                 }
             } else {
-                sweepRunId = train::recordTrainingRun(entry.config, store,
+                sweepRunId = train::recordTrainingRun(job.config, store,
                     [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
             }
             // The run's own progress feeds the calibration's: its stage text, and cancellation both ways.
             Progress* runProgressPointer = nullptr;
-            Progress runProgress([&progress, &runProgressPointer, &entry](double, const std::string& stage) {
-                progress.setStage(entry.label + ": " + stage);
+            Progress runProgress([&progress, &runProgressPointer, &what](double, const std::string& stage) {
+                progress.setStage(what + ": " + stage);
                 if (progress.cancelled() && runProgressPointer) {
                     runProgressPointer->cancel();
                 }
@@ -276,35 +462,29 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 progress.setFraction(static_cast<double>(done + m.step) / static_cast<double>(totalSteps));
             };
             const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
-            result.runs.push_back({entry.label, trained.runId, trained.wallSeconds});
+            result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
         }
-        const std::int64_t baselineRun = result.runs.front().runId;
-        double unitSum = 0.0;
+
         for (const std::int64_t step : options.steps) {
-            const auto base = store::evaluationAt(store, baselineRun, step);
-            if (!base) {
-                throw StoreError(store.path(), "the baseline run has no evaluation at step " + std::to_string(step));
-            }
-            const std::vector<double> qBase = store::qualitiesInOrderOf(*base, *base);
-            for (const CalibrationSweepRun& run : result.runs) {
-                const auto evaluation = store::evaluationAt(store, run.runId, step);
-                if (!evaluation) {
-                    throw StoreError(store.path(),
-                        "calibration run " + std::to_string(run.runId) + " has no evaluation at step " + std::to_string(step));
-                }
-                const auto [mismatch, unit] = runMismatch(store, run.runId, step);
+            const StepFigures figures = stepFigures(store, result.runs, step);
+            const auto& baseQualities = figures.qualities.at("baseline");
+            for (const SweepEntry& entry : entries) {
+                const std::vector<ReplicatePoint>& replicates = figures.points.at(entry.label);
                 store::CalibrationPoint point;
-                point.runId = run.runId;
+                point.runId = replicates.front().runId;
                 point.step = step;
-                point.mismatch = mismatch;
-                point.quality = evaluation->summary.quality;
-                if (run.runId == baselineRun) {
-                    unitSum += unit;
+                point.label = entry.label;
+                point.replicates = static_cast<std::int64_t>(replicates.size());
+                point.mismatch = meanOf(replicates, &ReplicatePoint::mismatch);
+                point.bf16Unit = meanOf(replicates, &ReplicatePoint::bf16Unit);
+                point.quality = meanOf(replicates, &ReplicatePoint::quality);
+                point.accuracy = meanOf(replicates, &ReplicatePoint::accuracy);
+                if (entry.label == "baseline") {
                     point.relativeChange = 0.0;
                     point.failed = false;
                 } else {
                     const metrics::FailureVerdict verdict
-                        = metrics::applyFailureRule(store::qualitiesInOrderOf(*evaluation, *base), qBase, options.rule);
+                        = metrics::applyFailureRule(figures.qualities.at(entry.label), baseQualities, options.rule);
                     point.relativeChange = verdict.relativeChange;
                     point.ciLow = verdict.difference.low;
                     point.ciHigh = verdict.difference.high;
@@ -312,17 +492,46 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 }
                 result.points.push_back(point);
             }
+            for (const auto& [label, replicates] : figures.points) {
+                result.replicatePoints.insert(result.replicatePoints.end(), replicates.begin(), replicates.end());
+            }
+            const metrics::FailureVerdict nullVerdict
+                = metrics::applyFailureRule(figures.qualities.at(kNullLabel), baseQualities, options.rule);
+            NullComparison null;
+            null.step = step;
+            null.relativeChange = nullVerdict.relativeChange;
+            null.difference = nullVerdict.difference;
+            null.failed = nullVerdict.failed;
+            null.noiseFloor = std::abs(nullVerdict.relativeChange);
+            result.nullComparisons.push_back(null);
             result.brackets.push_back(store::bracketFromPoints(result.points, step, options.margin));
         }
-        result.bf16Unit = unitSum / static_cast<double>(options.steps.size());
-        // The calibration's configuration: the run's (with its sweep runs linked), the unit and the runs.
+        result.flags = calibrationFlags(result.points, result.nullComparisons, options.rule.relativeThreshold);
+        // The calibration's configuration: the run's (with its sweep runs linked), the runs, the replicates'
+        // figures, the null comparisons and the flags.
         nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
-        config["bf16_unit"] = result.bf16Unit;
         nlohmann::json runs = nlohmann::json::array();
         for (const auto& run : result.runs) {
-            runs.push_back({{"label", run.label}, {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
+            runs.push_back({{"label", run.label}, {"replicate", run.replicate}, {"seed", run.seed},
+                {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
         }
         config["runs"] = runs;
+        nlohmann::json replicatePoints = nlohmann::json::array();
+        for (const auto& p : result.replicatePoints) {
+            replicatePoints.push_back({{"label", p.label}, {"replicate", p.replicate}, {"run_id", p.runId},
+                {"step", p.step}, {"mismatch", p.mismatch}, {"bf16_unit", p.bf16Unit}, {"quality", p.quality},
+                {"accuracy", p.accuracy}});
+        }
+        config["replicate_points"] = replicatePoints;
+        nlohmann::json nulls = nlohmann::json::array();
+        for (const auto& n : result.nullComparisons) {
+            nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
+                {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low},
+                {"ci_high", n.difference.high}, {"failed", n.failed}, {"noise_floor", n.noiseFloor}});
+        }
+        config["null_comparisons"] = nulls;
+        config["flags"] = flagsToJson(result.flags);
+        config["interval_method"] = kCalibrationIntervalMethod;
         store::CalibrationInfo info;
         info.runId = result.runId;
         info.name = options.name;
@@ -340,6 +549,54 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
 }
 
 } // namespace
+
+std::uint64_t replicateSeed(std::uint64_t seed, std::int64_t replicate)
+{
+    return replicate == 0 ? seed : mixSeed(seed, 0x7265706c6963ull /* "replic" */, static_cast<std::uint64_t>(replicate));
+}
+
+nlohmann::json flagsToJson(const std::vector<CalibrationFlag>& flags)
+{
+    nlohmann::json list = nlohmann::json::array();
+    for (const CalibrationFlag& flag : flags) {
+        list.push_back({{"kind", flag.kind}, {"step", flag.step ? nlohmann::json(*flag.step) : nlohmann::json()},
+            {"reason", flag.reason}});
+    }
+    return list;
+}
+
+std::vector<CalibrationFlag> storedFlags(const std::string& configJson)
+{
+    std::vector<CalibrationFlag> flags;
+    const nlohmann::json config = nlohmann::json::parse(configJson, nullptr, false);
+    if (!config.is_object() || !config.contains("flags") || !config.at("flags").is_array()) {
+        return flags;
+    }
+    for (const auto& item : config.at("flags")) {
+        CalibrationFlag flag;
+        flag.kind = item.value("kind", std::string());
+        if (item.contains("step") && item.at("step").is_number_integer()) {
+            flag.step = item.at("step").get<std::int64_t>();
+        }
+        flag.reason = item.value("reason", std::string());
+        flags.push_back(flag);
+    }
+    return flags;
+}
+
+std::string flagText(const CalibrationFlag& flag)
+{
+    return flag.kind + (flag.step ? " at step " + std::to_string(*flag.step) : std::string()) + ": " + flag.reason;
+}
+
+std::optional<MeasurementProtocol> storedProtocol(const std::string& configJson, const std::string& source)
+{
+    const nlohmann::json config = nlohmann::json::parse(configJson, nullptr, false);
+    if (!config.is_object() || !config.contains("protocol")) {
+        return std::nullopt;
+    }
+    return protocolFromJson(config.at("protocol"), source);
+}
 
 CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& given, Progress& progress)
 {
@@ -368,6 +625,9 @@ CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::i
     options.rule.bootstrap.resamples = storedOption<int>(c, "resamples", source);
     options.rule.bootstrap.seed = storedOption<std::uint64_t>(c, "bootstrap_seed", source);
     options.margin = storedOption<double>(c, "margin", source);
+    options.replicates = storedOption<std::int64_t>(c, "replicates", source);
+    options.unitEvery = storedOption<std::int64_t>(c, "unit_every", source);
+    options.probeCount = storedOption<std::int64_t>(c, "probe_count", source);
     return options;
 }
 

@@ -1,25 +1,51 @@
 #pragma once
-// Budget calibration (`mismatch calibrate`, spec "Budget"): a sweep of training runs of one student at
-// increasing mismatch plus the BF16-engine baseline; at each chosen step every run is compared with the baseline
-// by the failure rule, and the budget bracket [largest passing mismatch, smallest failing mismatch] is stored.
+// Budget calibration (`mismatch calibrate`, spec "Budget", "Seed replicates and noise floor"): a sweep of training
+// runs of one student at increasing mismatch plus the BF16-engine baseline, each trained with R seeds; at each
+// chosen step every configuration is compared with the baseline by the failure rule applied to the replicate
+// means, and the budget bracket [largest passing mismatch, smallest failing mismatch] is stored.
 //
 // Every sweep run is the base run file with one change to its rollout configuration:
 //   noise sigma s   rollout.noise.sigma = s (other rollout settings as the base with no recipe, staleness 0)
 //   recipe R        rollout.recipe = R
 //   staleness k     rollout.staleness = k (synchronous loop; the asynchronous loop gives the same numbers)
-// and the baseline is the base with the plain BF16 engine (no recipe, no noise, staleness 0). All runs share the
-// seed, prompts and evaluation set, so their per-problem q_i pair up. A run's mismatch at step S is the mean
-// of its step mismatch over steps 1..S (the spec's run mismatch, up to that step). Runs whose failure is
-// decided are stored as ordinary training runs (kind "train"), the calibration as a run of kind "calibrate"
-// with its points and brackets (core/store/analysis_store.h).
+// and the baseline is the base with the plain BF16 engine (no recipe, no noise, staleness 0).
+//
+// Replicates. Replicate r (0..R-1) of every configuration runs with seed replicateSeed(base.seed, r) (r = 0 is the
+// base seed itself) and noise seed replicateSeed(noise.seed, r): a different prompt order, different rollout and
+// evaluation draws and a different noise draw. All runs evaluate the same held-out problems, so q_i pair up by
+// problem across every run. At step S a configuration's point is the replicate mean of its mismatch (mean step
+// KL(mu||pi) over steps 1..S, the spec's run mismatch up to S), of its BF16 unit (the mean over steps 1..S of the
+// unit measured at those steps on the run's own weights: every step, see unitEvery) and of its Q and accuracy.
+// The failure rule compares the replicate-mean Q with the baseline's, with the two-level bootstrap interval of
+// metrics::replicateBootstrapDifference (problems resampled once for both groups, each group's seeds resampled
+// independently), so the interval covers problem and training-seed variance.
+//
+// Null comparison and flags. The baseline is also trained with R further seeds (r = R..2R-1) and compared with
+// the baseline by the same rule at every step: the quality change of two identical configurations. Its
+// |relative change| is the noise floor. A step is flagged
+//   "null-failed"      the null comparison fails the rule (seed variance alone looks like damage),
+//   "noise-dominated"  the noise floor is more than half the relative threshold,
+//   "non-monotone"     a configuration failed at a smaller mismatch than one that passed,
+// each with its reason; a flagged calibration is reported as such wherever it is shown and by every admission
+// check against it.
+//
+// Protocol (protocol.h): the calibration stores calibrationProtocol(base, probeCount), the screening protocol
+// under which its budget is to be compared; admission checks and recipe builds use it by default.
+//
+// Runs whose failure is decided are stored as ordinary training runs (kind "train"), the calibration as a run of
+// kind "calibrate" with its points (one per configuration and step, replicate means) and brackets
+// (core/store/analysis_store.h); the replicates' own figures, the null comparisons, the flags and the protocol are
+// in the calibration's config_json.
 //
 // Resume (resumeCalibration, `mismatch calibrate --resume RUN`): the calibration run's config_json holds every
 // option (recipe paths made absolute), digests of its input files (job_resume.h; a changed file is an InputError
-// naming it) and "sweep_runs", the ids of its sweep runs, each linked in the transaction that records it. A
-// resume keeps the finished sweep runs, continues the interrupted one from its newest checkpoint
+// naming it) and "sweep_runs", the ids of its runs in the order they are trained (replicate 0 of every
+// configuration, then replicate 1, ..., then the null group), each linked in the transaction that records it. A
+// resume keeps the finished runs, continues the interrupted one from its newest checkpoint
 // (train::resumeTraining; from step 1 when it has none), runs the rest, and then stores the points and brackets
 // once, in the transaction that marks the run finished. Every draw is a function of the seeds, so a resumed
 // calibration stores what an uninterrupted one would (wall times aside).
+#include "core/analysis/protocol.h"
 #include "core/common/progress.h"
 #include "core/metrics/bootstrap.h"
 #include "core/store/analysis_store.h"
@@ -43,33 +69,89 @@ struct CalibrationOptions {
     std::vector<std::int64_t> steps; // where the failure rule is applied; each must be an evaluated step
     metrics::FailureRuleOptions rule;
     double margin = 0.0; // admission threshold = largest passing * (1 - margin)
+    std::int64_t replicates = 2; // seeds per configuration (>= 1); the null comparison trains as many more
+    // BF16 unit of the non-BF16 runs: measured at step 1 and every this many steps (>= 1; the baseline is its own
+    // unit at every step). Overrides the base's evaluation.bf16_unit_every.
+    std::int64_t unitEvery = 1;
+    std::int64_t probeCount = 128; // prompts of the protocol's screens (of the base's training prompt set)
     std::string workspaceDirectory; // checkpoints (default: the store's directory)
     // Called once the calibration's run is recorded, with its id (front-ends print it).
     std::function<void(std::int64_t runId)> onRunStarted;
 };
 
+// How the calibration's intervals are computed, in words (stored with every calibration, printed with it).
+extern const char* const kCalibrationIntervalMethod;
+
+// Seed of replicate r: r = 0 keeps `seed`, others mix it with r.
+std::uint64_t replicateSeed(std::uint64_t seed, std::int64_t replicate);
+
 struct CalibrationSweepRun {
-    std::string label; // "baseline", "noise 0.1", "recipe fp8-kv", "staleness 2"
+    std::string label; // "baseline", "noise 0.1", "recipe fp8-kv", "staleness 2"; "null" for the null group
+    std::int64_t replicate = 0; // 0..R-1 (null group: R..2R-1)
+    std::uint64_t seed = 0;
     std::int64_t runId = 0;
     double wallSeconds = 0.0;
+};
+
+// One replicate's figures at one step.
+struct ReplicatePoint {
+    std::string label;
+    std::int64_t replicate = 0;
+    std::int64_t runId = 0;
+    std::int64_t step = 0;
+    double mismatch = 0.0; // mean step KL over steps 1..step
+    double bf16Unit = 0.0; // mean of the units measured at steps 1..step
+    double quality = 0.0;
+    double accuracy = 0.0;
+};
+
+// The baseline against itself with other seeds, at one step.
+struct NullComparison {
+    std::int64_t step = 0;
+    double relativeChange = 0.0; // (Q_null - Q_base) / Q_base
+    metrics::Interval difference; // two-level interval of mean(q_null - q_base)
+    bool failed = false;
+    double noiseFloor = 0.0; // |relativeChange|
+};
+
+struct CalibrationFlag {
+    std::string kind; // "null-failed", "noise-dominated", "non-monotone"
+    std::optional<std::int64_t> step;
+    std::string reason;
 };
 
 struct CalibrationResult {
     std::int64_t calibrationId = 0;
     std::int64_t runId = 0; // the "calibrate" run
-    std::vector<CalibrationSweepRun> runs; // the baseline first
-    std::vector<store::CalibrationPoint> points; // every sweep run (baseline included) at every step
+    std::int64_t replicates = 1;
+    std::vector<CalibrationSweepRun> runs; // in training order
+    std::vector<store::CalibrationPoint> points; // every configuration (baseline included) at every step
+    std::vector<ReplicatePoint> replicatePoints; // every run (null group included) at every step
+    std::vector<NullComparison> nullComparisons; // per step
     std::vector<store::CalibrationBracket> brackets; // per step
-    double bf16Unit = 0.0; // the baseline's mean BF16 unit (nats/token)
+    std::vector<CalibrationFlag> flags; // empty: not flagged
+    MeasurementProtocol protocol;
     double wallSeconds = 0.0;
 };
+
+// The flags of a calibration (see above), per step in the order of `nullComparisons`.
+std::vector<CalibrationFlag> calibrationFlags(const std::vector<store::CalibrationPoint>& points,
+    const std::vector<NullComparison>& nullComparisons, double relativeThreshold);
+
+nlohmann::json flagsToJson(const std::vector<CalibrationFlag>& flags);
+// The flags stored with calibration `configJson` (its "flags"; none when absent).
+std::vector<CalibrationFlag> storedFlags(const std::string& configJson);
+// "non-monotone at step 20: ..." for a message.
+std::string flagText(const CalibrationFlag& flag);
+// The protocol stored with a calibration's config_json; nullopt for a calibration made before protocols existed.
+std::optional<MeasurementProtocol> storedProtocol(const std::string& configJson, const std::string& source);
 
 // The default sweep of `mismatch calibrate` on a base run: noise sigmas (relative to each tensor's RMS).
 std::vector<double> defaultNoiseSigmas();
 
 // Checks the options (InputError naming the option): at least one sweep entry, positive sigmas, staleness >= 1,
 // steps within 1..base.steps that the base evaluates (multiples of evaluation.every, or the last step), a base
-// with an evaluation set and an OPD objective. Runs the sweep; Progress fraction over all runs' steps,
+// with an evaluation set and an OPD objective, replicates, unitEvery and probeCount >= 1. Runs the sweep; Progress fraction over all runs' steps,
 // cancellable (the calibration is then stored with nothing; the runs done stay in the store as cancelled or
 // finished training runs).
 CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& options, Progress& progress);

@@ -11,7 +11,6 @@ void applyQuickCalibration(train::RunConfig& base)
     base.evaluation.every = base.steps / 2;
     base.evaluation.count = base.evaluation.count > 0 ? std::min<std::int64_t>(base.evaluation.count, 128) : 128;
     base.checkpoint.every = 0;
-    base.evaluation.bf16UnitEvery = 0;
 }
 
 std::vector<std::int64_t> defaultCalibrationSteps(const train::RunConfig& base)

@@ -9,7 +9,7 @@
 namespace mismatch::analysis {
 
 // `--quick`: 40 steps of at most 16 prompts, evaluated at 20 and 40 on the first 128 held-out problems, no
-// checkpoints and the BF16 unit at step 1 only.
+// checkpoints.
 void applyQuickCalibration(train::RunConfig& base);
 
 // The steps the failure rule is applied at when none are given: half-way and the last when half-way is an

@@ -1,5 +1,6 @@
 #include "core/analysis/demo.h"
 
+#include "core/analysis/protocol.h"
 #include "core/store/analysis_store.h"
 
 #include "core/common/error.h"
@@ -49,6 +50,11 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
     nlohmann::json file;
     try {
         file = nlohmann::json::parse(in);
+        if (!file.is_object() || !file.contains("protocol")) {
+            throw InputError(path, "protocol",
+                "missing: a shipped calibration must come from `mismatch calibrate --json` of this version, which "
+                "stores the measurement protocol its budget is screened under");
+        }
         const std::string name = file.at("name").get<std::string>() + " (shipped)";
         for (const auto& existing : store::calibrations(store)) {
             if (existing.name == name) {
@@ -59,11 +65,15 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
         info.name = name;
         info.student
             = (fs::path(resourceDirectory) / file.at("student_in_resources").get<std::string>()).lexically_normal().string();
+        // The protocol's prompt set is a built-in one: its path on this machine.
+        file.at("protocol")["prompts"]
+            = (fs::path(resourceDirectory) / file.at("prompts_in_resources").get<std::string>()).lexically_normal().string();
+        protocolFromJson(file.at("protocol"), path);
         info.configJson = file.dump();
         std::map<std::int64_t, std::int64_t> runIds; // id in the file -> record run here
         for (const auto& run : file.at("runs")) {
             const std::int64_t id = store.beginRun({file.at("name").get<std::string>() + "/" + run.at("label").get<std::string>()
-                    + " (shipped)",
+                    + "/r" + std::to_string(run.at("replicate").get<std::int64_t>()) + " (shipped)",
                 "train", nlohmann::json {{"shipped_calibration", fs::absolute(path).string()}, {"sweep_run", run}}.dump(),
                 std::nullopt});
             store.finishRun(id, store::RunStatus::Finished);
@@ -74,8 +84,12 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
             store::CalibrationPoint point;
             point.runId = runIds.at(p.at("run_id").get<std::int64_t>());
             point.step = p.at("step").get<std::int64_t>();
+            point.label = p.at("label").get<std::string>();
+            point.replicates = p.at("replicates").get<std::int64_t>();
             point.mismatch = p.at("mismatch").get<double>();
+            point.bf16Unit = optionalNumber(p.at("bf16_unit"));
             point.quality = p.at("quality").get<double>();
+            point.accuracy = optionalNumber(p.at("accuracy"));
             point.relativeChange = optionalNumber(p.at("relative_change"));
             point.ciLow = optionalNumber(p.at("ci_low"));
             point.ciHigh = optionalNumber(p.at("ci_high"));
@@ -153,20 +167,29 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
                     break;
                 }
             }
+            const fs::path checkpoint
+                = resources / "models" / ("arith-student-step" + std::to_string(report.calibrationStep));
+            if (!fs::is_directory(checkpoint)) {
+                throw InputError(checkpoint.string(), "",
+                    "the shipped student checkpoint of the calibration's step " + std::to_string(report.calibrationStep)
+                        + " is missing (expected a model directory with state.json; see resources/calibrations/README.md)");
+            }
             AdmissionOptions admission;
-            admission.checkpoints = {calibration->info.student};
+            admission.checkpoints = {checkpoint.string()};
             admission.candidates = loadCandidates((resources / "candidates" / "demo.yaml").string());
-            admission.probePath = (resources / "prompts" / "arith-probe.jsonl").string();
-            admission.count = options.probeCount;
-            // The calibration's rollout sampling, so that the screened mismatch is on the budget's scale.
-            const nlohmann::json& sampling = shipped.at("base").at("rollout").at("sampling");
-            admission.settings.temperature = sampling.at("temperature").get<double>();
-            admission.settings.topP = sampling.at("top_p").get<double>();
-            admission.settings.topK = sampling.at("top_k").get<std::int64_t>();
-            admission.settings.maxNewTokens = sampling.at("max_tokens").get<std::int64_t>();
-            admission.settings.seed = sampling.at("seed").get<std::uint64_t>();
             admission.calibrationId = report.calibrationId;
-            admission.steps = {report.calibrationStep};
+            // The calibration's protocol (probe prompts, sampling, KV-scale policy), so that the screened mismatch is
+            // on the budget's scale; a smaller probe count is allowed and labelled as another protocol.
+            if (options.probeCount) {
+                const MeasurementProtocol protocol = protocolFromJson(shipped.at("protocol"), calibrationFile.string());
+                if (*options.probeCount != protocol.count) {
+                    admission.protocolFromCalibration = false;
+                    admission.allowProtocolMismatch = true;
+                    admission.probePath = protocol.prompts;
+                    admission.count = *options.probeCount;
+                    admission.settings = applyProtocol(protocol, admission.settings);
+                }
+            }
             Progress* inner = nullptr;
             Progress screening([&progress, &inner](double fraction, const std::string& stage) {
                 progress.update(0.65 + 0.35 * fraction, stage);

@@ -16,7 +16,9 @@ struct DemoOptions {
     // Screen the shipped candidates (resources/candidates/demo.yaml) against the shipped calibration of the demo
     // student (resources/calibrations/arith-student.json) with the admission check; false: only register.
     bool screen = true;
-    std::int64_t probeCount = 128;  // first N prompts of arith-probe.jsonl
+    // Probe prompts of the screen; unset: the calibration's protocol (its count). Another count is a screen under
+    // another protocol, allowed and labelled as such (tests use a few prompts to stay fast).
+    std::optional<std::int64_t> probeCount;
 };
 
 struct DemoReport {
@@ -33,13 +35,17 @@ struct DemoReport {
 
 // Registers the built-in demo models and prompt sets in the workspace (idempotent), stores the shipped calibration
 // of the demo student (once per workspace), screens the shipped candidate configurations with the admission
-// check against its budget at its first calibrated step, and reports what it decided and what the workspace holds.
+// check on the shipped student checkpoint of the calibration's first calibrated step
+// (resources/models/arith-student-step<S>, written by the baseline run of that calibration) against that step's
+// bracket, under the calibration's protocol, and reports what it decided and what the workspace holds.
 DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress);
 
 // Stores a calibration written by `mismatch calibrate --json` for a built-in student (its "student_in_resources"
-// is relative to `resourceDirectory`) as the calibration "<name> (shipped)": one finished record run per sweep run (its step
-// data stays with whoever ran the calibration) and the points and brackets. Idempotent: a calibration of that name
-// already in the store is reused. InputError naming the file for a malformed one. Returns the calibration id.
+// and "prompts_in_resources" are relative to `resourceDirectory`: the student and the protocol's prompt set are
+// taken from there) as the calibration "<name> (shipped)": one finished record run per sweep run (its step data
+// stays with whoever ran the calibration), the points and brackets, and in config_json the file itself (protocol,
+// flags, replicates, null comparisons). Idempotent: a calibration of that name already in the store is reused.
+// InputError naming the file for a malformed one. Returns the calibration id.
 std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& path, const std::string& resourceDirectory);
 
 }  // namespace mismatch::analysis

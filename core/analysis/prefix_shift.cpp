@@ -1,5 +1,7 @@
 #include "core/analysis/prefix_shift.h"
 
+#include "core/analysis/protocol.h"
+
 #include "core/common/error.h"
 #include "core/metrics/mismatch.h"
 #include "core/store/analysis_store.h"
@@ -123,8 +125,9 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
     progress.update(0.0, "loading model and prompts");
     const ModelDirectory model = loadModelDirectory(options.modelDirectory);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
+    requirePromptsFit(requests, model.config, options.settings.maxNewTokens);
     engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);
-    sampling.fullDistributions = true;
+    sampling.fullDistributions = false; // the engines only generate tokens; every distribution is teacher-forced
     engine::ScoreOptions scoring;
     scoring.batchSize = options.settings.batchSize;
     scoring.temperature = sampling.greedy || sampling.temperature == 0.0 ? 1.0 : sampling.temperature;
@@ -146,7 +149,10 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
         {"sampling",
             {{"temperature", options.settings.temperature}, {"top_p", options.settings.topP},
                 {"top_k", options.settings.topK}, {"max_tokens", options.settings.maxNewTokens},
-                {"seed", options.settings.seed}}}};
+                {"seed", options.settings.seed}}},
+        {"protocol",
+            protocolToJson(settingsProtocol(options.promptSetPath, static_cast<std::int64_t>(requests.requests.size()),
+                options.settings))}};
     result.runId = store.beginRun({"prefix shift", "prefix_shift", configuration.dump(), std::nullopt});
     store::recordRunOutcome(store, result.runId, [&] {
         const std::size_t n = requests.requests.size();
@@ -181,19 +187,23 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
                 referenceResponses.push_back(referenceRuns[i].tokens);
                 candidateResponses.push_back(candidateRuns[i].tokens);
             }
+            // Every distribution teacher-forced on whole sequences (see prefix_shift.h: one path for all parts).
             const auto piOnReference = engine::scoreSequences(trainer, prompts, referenceResponses, scoring);
             const auto piOnCandidate = engine::scoreSequences(trainer, prompts, candidateResponses, scoring);
             const auto forced = engine::scoreSequences(candidate->model(), prompts, referenceResponses, scoring);
+            const auto candidateOwn = engine::scoreSequences(candidate->model(), prompts, candidateResponses, scoring);
+            const auto referenceOwn = engine::scoreSequences(reference->model(), prompts, referenceResponses, scoring);
             for (std::size_t i = 0; i < part.size(); ++i) {
                 const std::vector<std::int64_t>& own = candidateResponses[i];
                 const std::vector<std::int64_t>& ref = referenceResponses[i];
                 const at::Tensor muForced = samplingRows(forced[i], sampling);
-                const metrics::TokenMismatch ownKl = metrics::tokenMismatch(
-                    candidateRuns[i].distributions, piOnCandidate[i], at::tensor(own, at::kLong));
+                const at::Tensor muOwn = samplingRows(candidateOwn[i], sampling);
+                const metrics::TokenMismatch ownKl
+                    = metrics::tokenMismatch(muOwn, piOnCandidate[i], at::tensor(own, at::kLong));
                 const metrics::TokenMismatch forcedKl
                     = metrics::tokenMismatch(muForced, piOnReference[i], at::tensor(ref, at::kLong));
                 const metrics::TokenMismatch unitKl = metrics::tokenMismatch(
-                    referenceRuns[i].distributions, piOnReference[i], at::tensor(ref, at::kLong));
+                    samplingRows(referenceOwn[i], sampling), piOnReference[i], at::tensor(ref, at::kLong));
                 const std::vector<double> ownValues = toVector(ownKl.kl);
                 const std::vector<double> forcedValues = toVector(forcedKl.kl);
                 const std::vector<double> unitValues = toVector(unitKl.kl);
@@ -219,7 +229,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
 
                 // Corrections: w = pi(y) / mu_c(y) on each part's sampled tokens.
                 const at::Tensor ownPiY = gatherSampled(piOnCandidate[i], own);
-                const at::Tensor ownMuY = gatherSampled(candidateRuns[i].distributions, own);
+                const at::Tensor ownMuY = gatherSampled(muOwn, own);
                 const at::Tensor refPiY = gatherSampled(piOnReference[i], ref);
                 const at::Tensor refMuY = gatherSampled(muForced, ref);
                 for (std::size_t c = 0; c < corrections.size(); ++c) {

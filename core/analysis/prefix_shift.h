@@ -10,6 +10,13 @@
 //   BF16 unit    = token mean over the BF16 engine's responses of KL(mu_b || pi)
 // Intervals: total and per-token by metrics::bootstrapRatio over prompts; the prefix-shift part by the paired
 // bootstrap over prompts (pairedRatioDifference). All in nats per token.
+// One code path for every part: the engines generate only the tokens; mu_c on its own prefixes, mu_c on the BF16
+// prefixes and mu_b are all computed teacher-forced (the engine's quantizing forward over prompt + response, the
+// function cached decoding computes), and pi by the trainer's forward over the same sequences. So the parts differ
+// only where the sequences differ: when the candidate is the BF16 engine, or a pair does not diverge, the two parts
+// are bit-identical on every CPU (oneDNN picks different kernels, and so different roundings, for a one-token
+// decode step than for a whole sequence; mixing the two paths would leave a spurious prefix-shift part of that
+// size).
 //
 // First divergence of a pair: the first response position whose tokens differ (a shorter response that is a
 // prefix of the other diverges at its length); identical responses have none. Mismatch by position: the mean

@@ -122,8 +122,19 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
     result.kvMemoryBytes = options.kvMemoryBytes;
     result.outPath = options.outPath;
 
-    // The sensitivity order: a stored scan, or a scan measured now (stored too).
+    // The sensitivity order: a stored scan, or a scan measured now (stored too). With a budget's protocol, a new
+    // scan and every measurement of the builder use it; a stored scan's own protocol only orders the cells.
     SensitivityOptions scanSettings = options.scan;
+    const auto applyBudgetProtocol = [&options](SensitivityOptions& settings) {
+        if (options.protocol) {
+            settings.promptSetPath = options.protocol->prompts;
+            settings.count = options.protocol->count;
+            settings.settings = applyProtocol(*options.protocol, settings.settings);
+        }
+    };
+    if (!options.scanId) {
+        applyBudgetProtocol(scanSettings);
+    }
     std::vector<store::SensitivityCell> scanCells;
     if (options.scanId) {
         const auto scan = store::sensitivityScan(store, *options.scanId);
@@ -146,10 +157,17 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         result.scanId = scan.scanId;
     }
     result.format = scanFormat(scanSettings.weights, scanSettings.activations);
+    result.scanProtocol = settingsProtocol(scanSettings.promptSetPath, scanSettings.count, scanSettings.settings);
+    applyBudgetProtocol(scanSettings);
+    result.protocol = settingsProtocol(scanSettings.promptSetPath, scanSettings.count, scanSettings.settings);
+    if (options.protocol) {
+        result.scanProtocolDifferences = protocolDifferences(result.scanProtocol, *options.protocol, "budget");
+    }
 
     checkAnalysisMemory("the recipe builder", {scanSettings.modelDirectory}, {nullptr}, scanSettings.settings);
     const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory);
     const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
+    requirePromptsFit(requests, model.config, scanSettings.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);
     const model::Transformer trainer(model.config, model.weights);
 
@@ -190,7 +208,10 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         = options.quantizeKv ? std::optional<quant::KvPrecision>(scanSettings.kv) : std::nullopt;
     nlohmann::json config = {{"scan_id", result.scanId}, {"format", result.format}, {"budget", options.budget},
         {"target_fraction", options.targetFraction}, {"quantize_kv", options.quantizeKv}, {"out", options.outPath},
-        {"model", scanSettings.modelDirectory}, {"prompts", scanSettings.promptSetPath}};
+        {"model", scanSettings.modelDirectory}, {"prompts", scanSettings.promptSetPath},
+        {"protocol", protocolToJson(result.protocol)},
+        {"protocol_source", options.protocol ? "the budget's calibration" : "the scan's settings"},
+        {"scan_protocol_differs", result.scanProtocolDifferences}};
     result.runId = store.beginRun({"recipe build " + name, "recipe_build", config.dump(), std::nullopt});
 
     store::recordRunOutcome(store, result.runId, [&] {

@@ -11,6 +11,7 @@
 // after keeping the i-th cell in BF16: mismatch_kl, bf16_multiple, extras_json with the cell and the interval);
 // the written recipe is added to the `recipes` table. When even keeping every cell in BF16 does not reach the
 // target, the run is marked failed, nothing is written and an Error says so with the figures.
+#include "core/analysis/protocol.h"
 #include "core/analysis/rollout_measure.h"
 #include "core/analysis/sensitivity.h"
 #include "core/common/progress.h"
@@ -32,6 +33,9 @@ struct RecipeBuildOptions {
     std::string outPath; // the recipe file (.yaml, .yml or .json)
     std::string name; // recipe name; empty: derived from the format
     std::uint64_t kvMemoryBytes = 8ull << 30; // memory budget of the KV capacity report
+    // The budget's measurement protocol (a calibration's): the builder measures its recipes under it (probe
+    // prompts, count, sampling, KV-scale fit), so that they compare with the budget. Unset: the scan's settings.
+    std::optional<MeasurementProtocol> protocol;
 };
 
 struct RecipeBuildStep {
@@ -62,6 +66,9 @@ struct RecipeBuildResult {
     std::string outPath;
     std::string recipeText;
     double seconds = 0.0;
+    MeasurementProtocol protocol; // what the builder measured under
+    MeasurementProtocol scanProtocol; // what the ordering scan was measured under
+    std::vector<std::string> scanProtocolDifferences; // the scan's protocol against the budget's (ordering only)
 };
 
 RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress);

@@ -1,7 +1,10 @@
 #include "core/analysis/rollout_measure.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
+#include "core/model/model_files.h"
 #include "core/common/random.h"
+#include "core/engine/engine_model.h"
 #include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/model/memory_check.h"
@@ -36,18 +39,31 @@ double quantile(const std::vector<double>& sorted, double q)
 
 } // namespace
 
+std::string toString(KvScalePolicy policy)
+{
+    return policy == KvScalePolicy::FrozenFirstBatch ? "frozen_first_batch" : "fitted_per_measurement";
+}
+
 ModelDirectory loadModelDirectory(const std::string& directory)
 {
-    if (!fs::is_directory(directory)) {
+    if (pathKind(directory) != PathKind::Directory) {
         throw InputError(directory, "", "is not a model directory (expected config.json, weights, tokenizer.json)");
     }
     ModelDirectory loaded;
     loaded.directory = directory;
     loaded.config = model::loadConfig(configPath(directory));
+    // The tokenizer first: it is checked against config.json, and it is cheaper than the weights.
+    loaded.tokenizer = std::make_shared<model::Tokenizer>(model::loadModelTokenizer(directory, loaded.config));
     loaded.weights = model::loadWeights(directory, loaded.config, model::LoadPrecision::Stored);
-    loaded.tokenizer = std::make_shared<model::Tokenizer>(
-        model::Tokenizer::fromFile((fs::path(directory) / "tokenizer.json").string()));
     return loaded;
+}
+
+void requirePromptsFit(const PromptRequests& requests, const model::ModelConfig& config, std::int64_t maxNewTokens)
+{
+    for (std::size_t i = 0; i < requests.requests.size(); ++i) {
+        model::requireFitsContext(config, static_cast<std::int64_t>(requests.requests[i].prompt.size()), maxNewTokens,
+            requests.path, "prompt '" + requests.ids[i] + "'");
+    }
 }
 
 model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference)
@@ -97,6 +113,7 @@ PromptRequests promptRequests(const std::string& promptSetPath, const model::Tok
             throw InputError(promptSetPath, "prompt '" + prompt.id + "'", "encodes to no tokens");
         }
         request.seed = promptSeed(prompt.id);
+        request.source = promptSetPath + ", prompt '" + prompt.id + "'";
         result.ids.push_back(prompt.id);
         result.requests.push_back(std::move(request));
     }
@@ -167,7 +184,24 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
     options.precision = engine::EnginePrecision::Bf16Reference;
     options.kvCacheBytes = settings.kvCacheBytes;
     auto result = std::make_unique<engine::Engine>(config, std::move(engineWeights), std::move(plan), options);
-    result->model().calibrateKvScales(probePrompts);
+    if (settings.kvScales == KvScalePolicy::FittedPerMeasurement) {
+        result->model().calibrateKvScales(probePrompts);
+    } else if (!probePrompts.empty()) {
+        // What a training run does at its first step: the engine's own prefill of the first batch measures the
+        // FP8 scales (amax over its real tokens), which then stay frozen. A forward through the quantizing cache
+        // is that prefill without generating.
+        if (settings.kvFirstBatch < 1) {
+            throw InputError("measurement protocol", "kv_first_batch",
+                "frozen_first_batch needs the number of prompts of the first batch (>= 1)");
+        }
+        const auto first = static_cast<std::ptrdiff_t>(
+            std::min<std::size_t>(probePrompts.size(), static_cast<std::size_t>(settings.kvFirstBatch)));
+        const auto [ids, mask] = engine::leftPaddedBatch({probePrompts.begin(), probePrompts.begin() + first});
+        const at::NoGradGuard noGrad;
+        // Only the cache matters here: the lm_head runs at the last position alone (a large vocabulary's logits
+        // at every prompt position would cost more than the prefill).
+        result->model().forwardQuantized(ids, mask, /*logProbs=*/false, /*lastPositions=*/1);
+    }
     return result;
 }
 

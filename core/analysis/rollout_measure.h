@@ -46,7 +46,16 @@ struct PromptRequests {
     std::vector<std::vector<std::int64_t>> prompts() const;
 };
 PromptRequests promptRequests(const std::string& promptSetPath, const model::Tokenizer& tokenizer, std::int64_t count);
+// InputError(prompt set, "prompt 'ID'", ...) for the first prompt whose tokens plus maxNewTokens pass the model's
+// max_position_embeddings (model::requireFitsContext).
+void requirePromptsFit(const PromptRequests& requests, const model::ModelConfig& config, std::int64_t maxNewTokens);
 std::uint64_t promptSeed(const std::string& id);
+
+// How FP8 KV-cache scales are fitted for a measurement (protocol.h): measured by the candidate engine on the
+// prefill of the first `kvFirstBatch` prompts and frozen (what a training run does), or fitted on every prompt of
+// the measurement with a BF16 forward.
+enum class KvScalePolicy { FrozenFirstBatch, FittedPerMeasurement };
+std::string toString(KvScalePolicy policy); // "frozen_first_batch", "fitted_per_measurement"
 
 // Sampling and measurement settings shared by every configuration of one analysis.
 struct MeasureSettings {
@@ -58,6 +67,8 @@ struct MeasureSettings {
     std::int64_t batchSize = 16; // prompts generated and scored per chunk
     std::uint64_t kvCacheBytes = 256ull * 1024 * 1024;
     metrics::BootstrapOptions bootstrap; // intervals over prompts
+    KvScalePolicy kvScales = KvScalePolicy::FittedPerMeasurement;
+    std::int64_t kvFirstBatch = 32; // FrozenFirstBatch: prompts of the first batch (>= 1)
 };
 // The memory check of an engine-only analysis, made before anything is loaded (model::checkJobFits, parts as
 // engine/memory_plan.h): the weights of every directory in `checkpoints` as stored, `enginesAtOnce` times the
@@ -79,7 +90,8 @@ struct EngineConfiguration {
     std::string noiseModules = "*";
 };
 
-// An engine for `configuration` on `weights` (noise added here), FP8 KV scales calibrated on `probePrompts`.
+// An engine for `configuration` on `weights` (noise added here), FP8 KV scales fitted on `probePrompts` as
+// settings.kvScales says (FrozenFirstBatch: the engine's own prefill of the first kvFirstBatch of them).
 std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
     const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
     const MeasureSettings& settings);

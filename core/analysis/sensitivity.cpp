@@ -1,5 +1,7 @@
 #include "core/analysis/sensitivity.h"
 
+#include "core/analysis/protocol.h"
+
 #include "core/analysis/job_resume.h"
 #include "core/common/error.h"
 #include "core/quant/formats.h"
@@ -88,7 +90,8 @@ std::string sensitivityConfigJson(const SensitivityOptions& options)
         {"embedding_cells", options.embeddingCells},
         {"sampling",
             {{"temperature", s.temperature}, {"top_p", s.topP}, {"top_k", s.topK}, {"max_tokens", s.maxNewTokens},
-                {"seed", s.seed}}},
+                {"seed", s.seed}, {"kv_scale_fit", toString(s.kvScales)}, {"kv_first_batch", s.kvFirstBatch}}},
+        {"protocol", protocolToJson(settingsProtocol(options.promptSetPath, options.count, s))},
         {"engine", {{"batch", s.batchSize}, {"kv_cache_bytes", s.kvCacheBytes}}},
         {"bootstrap",
             {{"resamples", s.bootstrap.resamples}, {"confidence", s.bootstrap.confidence}, {"seed", s.bootstrap.seed}}}}
@@ -148,6 +151,12 @@ SensitivityOptions parseSensitivityConfig(const std::string& configJson, const s
         options.settings.topK = s.at("top_k").get<std::int64_t>();
         options.settings.maxNewTokens = s.at("max_tokens").get<std::int64_t>();
         options.settings.seed = s.at("seed").get<std::uint64_t>();
+        // Scans stored before the KV-scale fit was recorded fitted on every prompt measured.
+        options.settings.kvScales = s.value("kv_scale_fit", toString(KvScalePolicy::FittedPerMeasurement))
+                == toString(KvScalePolicy::FrozenFirstBatch)
+            ? KvScalePolicy::FrozenFirstBatch
+            : KvScalePolicy::FittedPerMeasurement;
+        options.settings.kvFirstBatch = s.value("kv_first_batch", std::int64_t {0});
         if (j.contains("engine")) { // scans stored before the engine settings were recorded used the defaults
             options.settings.batchSize = j.at("engine").at("batch").get<std::int64_t>();
             options.settings.kvCacheBytes = j.at("engine").at("kv_cache_bytes").get<std::uint64_t>();
@@ -175,6 +184,7 @@ SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& 
     progress.update(0.0, "loading model and prompts");
     const ModelDirectory model = loadModelDirectory(options.modelDirectory);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
+    requirePromptsFit(requests, model.config, options.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);
     const std::vector<SensitivityCellSpec> cells
         = sensitivityCells(model.config, options.kvCells, options.embeddingCells);

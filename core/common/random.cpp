@@ -11,6 +11,16 @@ std::uint64_t SplitMix64::next()
     return z ^ (z >> 31);
 }
 
+std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b, std::uint64_t c)
+{
+    SplitMix64 generator(a ^ 0x9e3779b97f4a7c15ull);
+    std::uint64_t h = generator.next() ^ b;
+    SplitMix64 second(h);
+    h = second.next() ^ c;
+    SplitMix64 third(h);
+    return third.next();
+}
+
 std::int64_t SplitMix64::uniform(std::int64_t low, std::int64_t high)
 {
     const std::uint64_t range = static_cast<std::uint64_t>(high - low) + 1;

@@ -21,4 +21,8 @@ private:
     std::uint64_t state_;
 };
 
+// A 64-bit mix of several values (SplitMix64 of a running hash): the seeds of independent random streams, e.g.
+// (run seed, step, request index) or (base seed, replicate).
+std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0);
+
 }  // namespace mismatch

@@ -180,7 +180,8 @@ std::vector<GenerationResult> Engine::generate(
             continue;
         }
         results[i].finishReason = FinishReason::Rejected;
-        results[i].error = ResourceError("KV cache: request " + std::to_string(i) + " needs " + std::to_string(needed)
+        results[i].error = ResourceError("KV cache: "
+            + (requests[i].source.empty() ? "request " + std::to_string(i) : requests[i].source) + " needs " + std::to_string(needed)
             + " tokens (prompt " + std::to_string(requests[i].prompt.size()) + " + max new tokens "
             + std::to_string(sampling.maxNewTokens) + " = " + std::to_string(allocator.blocksFor(needed))
             + " blocks of " + std::to_string(allocator.blockSize()) + ") but the cache holds "

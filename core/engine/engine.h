@@ -29,6 +29,8 @@ namespace mismatch::engine {
 struct GenerationRequest {
     std::vector<std::int64_t> prompt; // token ids, non-empty
     std::uint64_t seed = 0; // per request: the same seed gives the same tokens in any batch
+    // Where the prompt came from, for messages ("arith-probe.jsonl, prompt 'q7'"); empty: "request N".
+    std::string source;
 };
 
 enum class FinishReason {

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <set>
@@ -83,6 +84,32 @@ const model::TransformerWeights& WeightHistory::stale() const
     return at(staleness_);
 }
 
+std::vector<std::string> noiseModuleNames(const model::ModelConfig& config)
+{
+    std::vector<std::string> modules;
+    for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
+        modules.push_back(moduleOf(tensor.name));
+    }
+    return modules;
+}
+
+void requireNoiseModulesMatch(const model::ModelConfig& config, const std::string& modulePattern,
+    const std::string& file, const std::string& location)
+{
+    quant::ModulePattern pattern = quant::ModulePattern::compile("*");
+    try {
+        pattern = quant::ModulePattern::compile(modulePattern);
+    } catch (const std::invalid_argument& error) {
+        throw InputError(file, location, "malformed module pattern \"" + modulePattern + "\": " + error.what());
+    }
+    const std::vector<std::string> modules = noiseModuleNames(config);
+    if (std::none_of(modules.begin(), modules.end(), [&](const std::string& m) { return pattern.matches(m); })) {
+        throw InputError(file, location,
+            "noise module pattern \"" + modulePattern + "\" matches no module of the model (nearest: "
+                + quant::nearestNamesText(modulePattern, modules) + ")");
+    }
+}
+
 std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName)
 {
     std::uint64_t hash = 0xCBF29CE484222325ULL; // FNV-1a 64
@@ -105,6 +132,16 @@ model::TransformerWeights addWeightNoise(const model::TransformerWeights& weight
         pattern = quant::ModulePattern::compile(modulePattern);
     } catch (const std::invalid_argument& error) {
         throw InputError("rollout configuration", "noise module pattern '" + modulePattern + "'", error.what());
+    }
+    const bool anyMatch = std::any_of(weights.names().begin(), weights.names().end(),
+        [&pattern](const std::string& name) { return pattern.matches(moduleOf(name)); });
+    if (!anyMatch) {
+        std::vector<std::string> modules;
+        for (const std::string& name : weights.names()) {
+            modules.push_back(moduleOf(name));
+        }
+        throw InputError("rollout configuration", "noise module pattern \"" + modulePattern + "\"",
+            "matches no module of the model (nearest: " + quant::nearestNamesText(modulePattern, modules) + ")");
     }
     const at::NoGradGuard noGrad;
     model::TransformerWeights noisy;

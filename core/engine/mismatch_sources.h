@@ -44,7 +44,7 @@ private:
 // and returned in `dtypeOf(tensor name)` (default: the tensor's own dtype); an engine that rounds a weight to bf16
 // anyway asks for bf16 there, which gives the same values in half the memory. Tensors the pattern does not match
 // (every tensor when sigma = 0) are shared with `weights`, not copied: nothing here writes to them. InputError for
-// sigma < 0 or not finite, or a malformed pattern.
+// sigma < 0 or not finite, or a malformed pattern or one that matches no tensor.
 using NoiseDtype = std::function<at::ScalarType(const std::string& tensorName, const at::Tensor& tensor)>;
 model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
     const std::string& modulePattern = "*", const NoiseDtype& dtypeOf = {});
@@ -54,6 +54,15 @@ model::TransformerWeights addWeightNoise(const model::TransformerWeights& weight
 // float32 for the others (norms and biases, which the engine reads unrounded, and weights of modules in another
 // format, which are quantized from the exact noisy values) and for everything when `fp32Engine`.
 NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::RecipePlan* plan, bool fp32Engine = false);
+
+// The module names noise can address in a model of `config`: every tensor name without ".weight"/".bias".
+std::vector<std::string> noiseModuleNames(const model::ModelConfig& config);
+// InputError(file, location, ...) naming the pattern and the nearest module names when `modulePattern` is
+// malformed or matches no module of the model: noise that lands nowhere would screen a configuration other than
+// the one written. addWeightNoise checks the same (located as "rollout configuration"); callers that know where
+// the pattern was written check first.
+void requireNoiseModulesMatch(const model::ModelConfig& config, const std::string& modulePattern,
+    const std::string& file, const std::string& location);
 
 // The seed of one tensor's noise stream: FNV-1a of its name mixed with `seed`.
 std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName);

@@ -1,6 +1,7 @@
 #include "core/io/import_aimet.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/io/import_log.h"
 
 #include <nlohmann/json.hpp>
@@ -21,18 +22,7 @@ using json = nlohmann::ordered_json; // keeps the file's order of layers
 
 std::string readFile(const std::string& path)
 {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
-        throw InputError(path, "", "is a directory; expected an AIMET QuantAnalyzer JSON file");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path, "", fs::exists(path, ec) ? "cannot be read (permission denied?)" : "does not exist");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
+    return readInputFile(path, limits::kImportFile, "AIMET QuantAnalyzer JSON file");
 }
 
 // "line L, column C" of a 0-based byte offset.
@@ -125,6 +115,10 @@ AimetImport importAimetSensitivity(const std::string& path, const AimetImportOpt
     }
 
     const std::string text = readFile(path);
+    if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
+        deep != std::string::npos) {
+        throw InputError(path, lineColumn(text, deep), nestingTooDeepDetail());
+    }
     json object;
     try {
         object = json::parse(markNonFiniteTokens(text));

@@ -1,6 +1,7 @@
 #include "core/io/import_log.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -407,18 +408,7 @@ private:
 
 std::string readWholeFile(const std::string& path)
 {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
-        throw InputError(path, "", "is a directory; expected a log file");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path, "", fs::exists(path, ec) ? "cannot be read (permission denied?)" : "does not exist");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::string content = text.str();
+    std::string content = readInputFile(path, limits::kImportFile, "log file");
     if (content.compare(0, 3, "\xEF\xBB\xBF") == 0) {
         content.erase(0, 3); // UTF-8 byte order mark
     }
@@ -504,6 +494,11 @@ ImportedLog importJsonLines(LogSource source, const std::string& path, const Log
             continue;
         }
         ++reader.result().linesRead;
+        if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
+            deep != std::string::npos) {
+            reader.skip(lineNumber, "column " + std::to_string(deep + 1) + ": " + nestingTooDeepDetail());
+            continue;
+        }
         json object;
         try {
             object = json::parse(markNonFiniteTokens(text));

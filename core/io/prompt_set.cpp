@@ -1,9 +1,11 @@
 #include "core/io/prompt_set.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -168,9 +170,25 @@ PromptSet parsePromptSet(const std::string& text, const std::string& source)
             continue;
         }
         const std::string location = lineLocation(line);
+        if (const std::size_t deep = jsonNestingTooDeep(raw.data(), raw.data() + raw.size());
+            deep != std::string::npos) {
+            throw InputError(source, location + ", column " + std::to_string(deep + 1), nestingTooDeepDetail());
+        }
         nlohmann::json value;
+        // nlohmann keeps the last of repeated keys; a line that says "prompt" twice is a mistake to report.
+        std::vector<std::string> keys;
+        const auto noRepeatedKeys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+            if (event == nlohmann::json::parse_event_t::key && depth == 1) {
+                const std::string key = parsed.get<std::string>();
+                if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+                    throw InputError(source, location, "key \"" + key + "\" is given twice");
+                }
+                keys.push_back(key);
+            }
+            return true;
+        };
         try {
-            value = nlohmann::json::parse(raw);
+            value = nlohmann::json::parse(raw, noRepeatedKeys);
         } catch (const nlohmann::json::parse_error& error) {
             throw InputError(source, location, "invalid JSON: " + parseErrorDetail(error));
         } catch (const nlohmann::json::out_of_range& error) { // a number such as 1e400
@@ -213,16 +231,7 @@ PromptSet parsePromptSet(const std::string& text, const std::string& source)
 
 PromptSet loadPromptSet(const std::string& path)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path, "", "cannot open the prompt set for reading");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) {
-        throw InputError(path, "", "cannot read the prompt set");
-    }
-    return parsePromptSet(text.str(), path);
+    return parsePromptSet(readInputFile(path, limits::kPromptSetFile, "prompt set"), path);
 }
 
 void writePromptSet(const PromptSet& set, const std::string& path)

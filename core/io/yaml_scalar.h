@@ -31,4 +31,16 @@ std::optional<YAML::Node> firstNonUtf8Scalar(const YAML::Node& root);
 // "line L, column C" (1-based; the column counts bytes) of a byte offset in text.
 std::string lineColumnOf(const std::string& text, std::size_t offset);
 
+// The value of a scalar of kind Integer or Number, including YAML's .nan, .inf and -.inf (callers that need a
+// finite number say so with the text as written). std::out_of_range for a finite text beyond double's range.
+double numberOf(const YAML::Node& node);
+
+// Parses YAML text read from outside (a recipe, run file or candidates file) within the limits of
+// core/common/input_limits.h: UTF-8 throughout (scalars included, see firstNonUtf8Scalar), collections nested
+// at most limits::kMaxNestingDepth deep, at most limits::kMaxYamlAliases aliases, and their expansion adding at
+// most limits::kMaxAliasNodes nodes. The limits are checked on the parser's events before any tree is built, so
+// a "billion laughs" document is refused in time linear in its text. InputError(file, "line L, column C",
+// DETAIL) for malformed YAML or a limit exceeded.
+YAML::Node loadYaml(const std::string& text, const std::string& file);
+
 }  // namespace mismatch::io

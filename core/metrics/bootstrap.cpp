@@ -99,6 +99,97 @@ Interval pairedBootstrapDifference(const std::vector<double>& run, const std::ve
     return bootstrapMean(differences, options);
 }
 
+Interval replicateBootstrapDifference(const std::vector<std::vector<double>>& run,
+    const std::vector<std::vector<double>>& base, const BootstrapOptions& options)
+{
+    if (run.empty() || base.empty()) {
+        throw std::invalid_argument("replicateBootstrapDifference: a group has no replicates");
+    }
+    const size_t n = run.front().size();
+    for (const auto* group : {&run, &base}) {
+        for (const auto& replicate : *group) {
+            if (replicate.size() != n) {
+                throw std::invalid_argument(
+                    "replicateBootstrapDifference: the replicates were evaluated on different problem counts");
+            }
+        }
+    }
+    if (n == 0) {
+        throw std::invalid_argument("bootstrap of an empty sample");
+    }
+    if (options.resamples < 1 || !(options.confidence > 0.0 && options.confidence < 1.0)) {
+        throw std::invalid_argument("bootstrap needs resamples >= 1 and confidence in (0, 1)");
+    }
+    // mean over replicates of the mean over problems; the estimate uses every replicate once.
+    const auto groupMean = [n](const std::vector<std::vector<double>>& group) {
+        double sum = 0.0;
+        for (const auto& replicate : group) {
+            sum += std::accumulate(replicate.begin(), replicate.end(), 0.0);
+        }
+        return sum / static_cast<double>(n * group.size());
+    };
+    SplitMix64 rng(options.seed);
+    std::vector<size_t> problems(n);
+    std::vector<double> runSums(run.size());
+    std::vector<double> baseSums(base.size());
+    // Sum over the drawn problems of each replicate's values, then the mean of the drawn replicates' sums.
+    const auto drawnMean = [&rng, n](const std::vector<std::vector<double>>& group, std::vector<double>& sums,
+                               const std::vector<size_t>& drawn) {
+        for (size_t r = 0; r < group.size(); ++r) {
+            double sum = 0.0;
+            for (const size_t i : drawn) {
+                sum += group[r][i];
+            }
+            sums[r] = sum;
+        }
+        if (group.size() == 1) {
+            return sums[0] / static_cast<double>(n);
+        }
+        double total = 0.0;
+        for (size_t k = 0; k < group.size(); ++k) {
+            total += sums[static_cast<size_t>(rng.below(group.size()))];
+        }
+        return total / static_cast<double>(n * group.size());
+    };
+    std::vector<double> statistics(static_cast<size_t>(options.resamples));
+    for (double& statistic : statistics) {
+        for (size_t& index : problems) {
+            index = static_cast<size_t>(rng.below(n));
+        }
+        const double runMean = drawnMean(run, runSums, problems);
+        statistic = runMean - drawnMean(base, baseSums, problems);
+    }
+    std::sort(statistics.begin(), statistics.end());
+    const double alpha = 1.0 - options.confidence;
+    Interval interval;
+    interval.estimate = groupMean(run) - groupMean(base);
+    interval.low = quantile(statistics, alpha / 2.0);
+    interval.high = quantile(statistics, 1.0 - alpha / 2.0);
+    interval.confidence = options.confidence;
+    interval.resamples = options.resamples;
+    return interval;
+}
+
+FailureVerdict applyFailureRule(const std::vector<std::vector<double>>& qRun,
+    const std::vector<std::vector<double>>& qBase, const FailureRuleOptions& options)
+{
+    FailureVerdict verdict;
+    verdict.difference = replicateBootstrapDifference(qRun, qBase, options.bootstrap);
+    double runSum = 0.0;
+    for (const auto& replicate : qRun) {
+        runSum += mean(replicate);
+    }
+    double baseSum = 0.0;
+    for (const auto& replicate : qBase) {
+        baseSum += mean(replicate);
+    }
+    verdict.qualityRun = runSum / static_cast<double>(qRun.size());
+    verdict.qualityBase = baseSum / static_cast<double>(qBase.size());
+    verdict.relativeChange = (verdict.qualityRun - verdict.qualityBase) / verdict.qualityBase;
+    verdict.failed = verdict.relativeChange >= options.relativeThreshold && verdict.difference.low > 0.0;
+    return verdict;
+}
+
 FailureVerdict applyFailureRule(const std::vector<double>& qRun, const std::vector<double>& qBase,
     const FailureRuleOptions& options)
 {

@@ -35,6 +35,17 @@ Interval bootstrapRatio(const std::vector<double>& numerators, const std::vector
 Interval pairedBootstrapDifference(const std::vector<double>& run, const std::vector<double>& base,
     const BootstrapOptions& options = {});
 
+// Seed replicates: run[r][i] is replicate r's value of problem i (every replicate of both groups evaluated on the
+// same problems, in the same order). Two-level percentile bootstrap of
+//     D = mean_i ( mean_r run[r][i] - mean_r base[r][i] ):
+// each resample draws the problems with replacement (one draw for both groups: problems are paired) and then,
+// independently for each group, as many replicates as it has, with replacement (seeds are not paired across
+// configurations: runs with one seed and different engines diverge as they train). The interval so covers both
+// problem and training-seed variance. A group with one replicate draws no seeds, so with one replicate in each group
+// the draws are exactly those of pairedBootstrapDifference (the interval agrees with it up to summation order).
+Interval replicateBootstrapDifference(const std::vector<std::vector<double>>& run,
+    const std::vector<std::vector<double>>& base, const BootstrapOptions& options = {});
+
 // The spec's failure rule: a run fails against the baseline at the same step when
 // (Q_run - Q_base) / Q_base >= threshold AND the paired interval of mean(q_run - q_base) lies above zero.
 struct FailureRuleOptions {
@@ -52,5 +63,9 @@ struct FailureVerdict {
 
 FailureVerdict applyFailureRule(const std::vector<double>& qRun, const std::vector<double>& qBase,
     const FailureRuleOptions& options = {});
+// The rule on seed replicates: Q_run and Q_base are the replicate means of Q, the interval is
+// replicateBootstrapDifference's (problems and seeds).
+FailureVerdict applyFailureRule(const std::vector<std::vector<double>>& qRun,
+    const std::vector<std::vector<double>>& qBase, const FailureRuleOptions& options = {});
 
 }  // namespace mismatch::metrics

@@ -1,6 +1,7 @@
 #include "core/model/config.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -311,6 +312,11 @@ bool operator==(const ModelConfig& a, const ModelConfig& b)
 
 ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
 {
+    if (const std::size_t deep = jsonNestingTooDeep(jsonText.data(), jsonText.data() + jsonText.size());
+        deep != std::string::npos) {
+        throw InputError(file, lineColumnOf(jsonText.data(), jsonText.data() + jsonText.size(), deep),
+            nestingTooDeepDetail());
+    }
     json root;
     try {
         root = json::parse(jsonText);
@@ -328,6 +334,13 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
     config.hiddenSize = reader.positive("hidden_size", reader.requiredInt("hidden_size"));
     config.intermediateSize = reader.positive("intermediate_size", reader.requiredInt("intermediate_size"));
     config.numLayers = reader.positive("num_hidden_layers", reader.requiredInt("num_hidden_layers"));
+    // Much of the tool works per layer (module lists, recipe plans, KV caches) before any weight is read; a
+    // model directory's checkpoint bounds the count further (checkLayersAgainstCheckpoint).
+    if (config.numLayers > ModelConfig::kMaxLayers) {
+        reader.fail("num_hidden_layers",
+            std::to_string(config.numLayers) + " layers, over the limit of " + std::to_string(ModelConfig::kMaxLayers)
+                + " (the largest released models have under 200)");
+    }
     config.numHeads = reader.positive("num_attention_heads", reader.requiredInt("num_attention_heads"));
     config.numKeyValueHeads
         = reader.positive("num_key_value_heads", reader.optionalInt("num_key_value_heads", config.numHeads));
@@ -399,10 +412,24 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
         reader.fail("hidden_act", "unsupported activation '" + activation + "' (supported: silu)");
     }
 
+    // Token ids index the embedding: anything outside [0, vocab_size) would stop generation never (eos) or
+    // read past the table.
+    const auto checkTokenId = [&](const std::string& key, std::int64_t id) {
+        if (id < 0 || id >= config.vocabSize) {
+            reader.fail(key,
+                "token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(config.vocabSize - 1)
+                    + ", vocab_size " + std::to_string(config.vocabSize) + ")");
+        }
+    };
     if (const json* bos = reader.find("bos_token_id")) {
         config.bosTokenId = reader.toInt("bos_token_id", *bos);
+        checkTokenId("bos_token_id", *config.bosTokenId);
     }
     config.eosTokenIds = parseEos(reader);
+    for (std::size_t i = 0; i < config.eosTokenIds.size(); ++i) {
+        const bool list = reader.find("eos_token_id")->is_array();
+        checkTokenId(list ? "eos_token_id[" + std::to_string(i) + "]" : "eos_token_id", config.eosTokenIds[i]);
+    }
 
     // Transformers 4.56 renamed torch_dtype to dtype.
     const std::string dtypeKey = reader.find("torch_dtype") ? "torch_dtype" : "dtype";
@@ -421,13 +448,7 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
 
 ModelConfig loadConfig(const std::string& configPath)
 {
-    std::ifstream in(configPath, std::ios::binary);
-    if (!in) {
-        throw InputError(configPath, "", "cannot open model configuration");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    return parseConfig(text.str(), configPath);
+    return parseConfig(readInputFile(configPath, limits::kConfigFile, "model configuration"), configPath);
 }
 
 std::string configToJson(const ModelConfig& config)

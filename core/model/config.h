@@ -27,6 +27,9 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
+    // parseConfig refuses more layers (README "Limits on input").
+    static constexpr std::int64_t kMaxLayers = 10000;
+
     Architecture architecture = Architecture::Qwen2;
     std::int64_t vocabSize = 0;
     std::int64_t hiddenSize = 0;

@@ -145,4 +145,15 @@ void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items)
         + available->source + "); nothing was loaded");
 }
 
+void checkRequestFits(const std::string& what, std::uint64_t bytesRequested)
+{
+    const auto available = availableMemory();
+    if (!available || bytesRequested <= available->bytes) {
+        return;
+    }
+    throw InputError(what, "",
+        "asks for " + memoryText(bytesRequested) + " (" + std::to_string(bytesRequested) + " bytes) but only "
+            + memoryText(available->bytes) + " is available (" + available->source + ")");
+}
+
 } // namespace mismatch::model

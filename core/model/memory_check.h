@@ -45,4 +45,8 @@ std::uint64_t totalBytes(const std::vector<MemoryItem>& items);
 //   "JOB needs about X (what: x + what: y + ...) but only Y is available (SOURCE); nothing was loaded"
 void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items);
 
+// InputError(what, "", "asks for X but only Y is available (SOURCE)") when a buffer sized by the user (the KV
+// cache's --kv-memory) exceeds the available memory: allocating it would fail late or drive the machine into swap.
+void checkRequestFits(const std::string& what, std::uint64_t bytesRequested);
+
 } // namespace mismatch::model

@@ -1,6 +1,11 @@
 #include "core/model/model_files.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+
+#include <ATen/ATen.h>
 
 #include <filesystem>
 #include <set>
@@ -89,8 +94,36 @@ DType dtypeFromTorchDtype(const std::string& torchDtype)
     return DType::F32;
 }
 
+void checkLayersAgainstCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
+{
+    // The layer indices the checkpoint stores ("model.layers.N." prefixes); a missing tensor inside a stored layer
+    // is left to the per-tensor checks, which name it.
+    const std::string prefix = "model.layers.";
+    std::set<std::int64_t> layers;
+    for (const std::string& name : checkpoint.names()) {
+        if (name.compare(0, prefix.size(), prefix) != 0) {
+            continue;
+        }
+        const std::size_t dot = name.find('.', prefix.size());
+        const std::string index = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+        if (!index.empty() && index.size() <= 9 && index.find_first_not_of("0123456789") == std::string::npos) {
+            layers.insert(std::stoll(index));
+        }
+    }
+    const auto stored = static_cast<std::int64_t>(layers.size());
+    if (config.numLayers > stored) {
+        throw InputError((std::filesystem::path(checkpoint.directory()) / "config.json").string(), "num_hidden_layers",
+            "config.json describes " + std::to_string(config.numLayers) + " layers but the checkpoint stores "
+                + (stored == 0 ? std::string("none")
+                               : std::to_string(stored) + " (model.layers." + std::to_string(*layers.begin())
+                                   + " to model.layers." + std::to_string(*layers.rbegin()) + ")")
+                + ": config.json does not describe these weights");
+    }
+}
+
 void validateCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
 {
+    checkLayersAgainstCheckpoint(config, checkpoint);
     const DType expectedDtype = dtypeFromTorchDtype(config.torchDtype);
     std::set<std::string> known;
     for (const ExpectedTensor& expected : expectedTensors(config)) {
@@ -109,6 +142,12 @@ void validateCheckpoint(const ModelConfig& config, const Checkpoint& checkpoint)
         }
         if (config.tieWordEmbeddings && name == tiedHead.name) {
             checkTensor(config, checkpoint, tiedHead, expectedDtype);
+            if (!checkpoint.sameData(tiedHead.name, "model.embed_tokens.weight")) {
+                throw InputError(checkpoint.directory(), name,
+                    "lm_head.weight differs from model.embed_tokens.weight although config.json ties them "
+                    "(tie_word_embeddings: true): the model computes with the embedding and would silently ignore "
+                    "this lm_head; set tie_word_embeddings to false or remove the tensor");
+            }
             continue;
         }
         throw InputError(checkpoint.directory(), name,
@@ -137,7 +176,7 @@ CheckpointStats checkpointStats(const Checkpoint& checkpoint)
 
 ModelFiles openModelDirectory(const std::string& directory)
 {
-    if (!std::filesystem::is_directory(directory)) {
+    if (pathKind(directory) != PathKind::Directory) {
         throw InputError(directory, "", "not a model directory (expected config.json and safetensors files)");
     }
     ModelFiles files;
@@ -146,6 +185,57 @@ ModelFiles openModelDirectory(const std::string& directory)
     files.checkpoint = Checkpoint::open(directory);
     validateCheckpoint(files.config, files.checkpoint);
     return files;
+}
+
+void requireFitsContext(const ModelConfig& config, std::int64_t promptTokens, std::int64_t maxNewTokens,
+    const std::string& source, const std::string& location)
+{
+    if (promptTokens + maxNewTokens > config.maxPositionEmbeddings) {
+        throw InputError(source, location,
+            std::to_string(promptTokens) + " prompt tokens + " + std::to_string(maxNewTokens)
+                + " new tokens = " + std::to_string(promptTokens + maxNewTokens)
+                + " positions, past the model's max_position_embeddings of "
+                + std::to_string(config.maxPositionEmbeddings) + " (lower the maximum of new tokens or shorten the prompt)");
+    }
+}
+
+Tokenizer loadModelTokenizer(const std::string& directory, const ModelConfig& config)
+{
+    const std::string path = (std::filesystem::path(directory) / "tokenizer.json").string();
+    Tokenizer tokenizer = Tokenizer::fromFile(path);
+    if (tokenizer.vocabSize() > config.vocabSize) {
+        const std::int64_t id = tokenizer.vocabSize() - 1;
+        throw InputError(path, "token id " + std::to_string(id),
+            "token " + tokenizer.piece(id) + " has id " + std::to_string(id) + " but config.json vocab_size is "
+                + std::to_string(config.vocabSize) + ": the embedding has no row for it (ids must be below vocab_size)");
+    }
+    return tokenizer;
+}
+
+std::string nonFiniteSummary(const at::Tensor& tensor)
+{
+    if (at::isfinite(tensor).all().item<bool>()) {
+        return {};
+    }
+    const auto nans = at::isnan(tensor).sum().item<std::int64_t>();
+    const auto infinities = at::isinf(tensor).sum().item<std::int64_t>();
+    const at::Tensor first = at::nonzero(at::logical_not(at::isfinite(tensor)))[0];
+    std::string index;
+    for (std::int64_t d = 0; d < first.numel(); ++d) {
+        index += (d ? ", " : "") + std::to_string(first[d].item<std::int64_t>());
+    }
+    return std::to_string(nans) + " NaN and " + std::to_string(infinities) + " infinite values (the first at [" + index
+        + "])";
+}
+
+void requireFiniteWeights(const TransformerWeights& weights, const std::string& directory)
+{
+    for (const std::string& name : weights.names()) {
+        const std::string problem = nonFiniteSummary(weights.get(name));
+        if (!problem.empty()) {
+            throw InputError(directory, name, "holds " + problem + " (a model's weights must be finite)");
+        }
+    }
 }
 
 } // namespace mismatch::model

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/io/prompt_set.h"
+#include "core/model/memory_check.h"
 #include "core/model/model_files.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
@@ -18,11 +19,22 @@ ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const 
     at::NoGradGuard noGrad;
     progress.update(0.0, "loading model");
     const ModelFiles files = openModelDirectory(modelDirectory);
+    const Tokenizer tokenizer = loadModelTokenizer(modelDirectory, files.config);
+    const io::PromptSet set = io::loadPromptSet(promptSetPath);
+    // Before the weights: every sequence within the model's positions, and the output (float32 log-probabilities
+    // of the whole vocabulary at every position) within the memory there is.
+    std::uint64_t outputBytes = 0;
+    for (const io::Prompt& prompt : set.prompts) {
+        const std::string text = io::renderPrompt(set, prompt) + (options.includeAnswer ? prompt.answer : std::string());
+        const auto tokens = static_cast<std::int64_t>(tokenizer.encode(text).size());
+        requireFitsContext(files.config, tokens, 0, promptSetPath, "prompt '" + prompt.id + "'");
+        outputBytes += static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(files.config.vocabSize) * 4;
+    }
+    checkRequestFits(promptSetPath + " (the log-probabilities of every position over the vocabulary of "
+            + std::to_string(files.config.vocabSize) + ")",
+        outputBytes);
     // The FP32 forward multiplies the stored values exactly (a BF16 checkpoint is widened block by block).
     const Transformer network(files.config, loadWeights(modelDirectory, files.config, LoadPrecision::Stored));
-    const Tokenizer tokenizer =
-        Tokenizer::fromFile((std::filesystem::path(modelDirectory) / "tokenizer.json").string());
-    const io::PromptSet set = io::loadPromptSet(promptSetPath);
     ForwardOptions forward;
     forward.logProbs = true;
     forward.compute = options.bf16 ? at::kBFloat16 : at::kFloat;

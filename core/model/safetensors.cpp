@@ -1,6 +1,7 @@
 #include "core/model/safetensors.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -272,7 +273,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path)
     std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
     file->path_ = path;
 
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    requireRegularFile(path, "safetensors file"); // a FIFO, device or directory, named as such
+    // O_NONBLOCK: should the file be replaced by a FIFO in between, the open must not wait for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         throw InputError(path, "", "cannot open safetensors file: " + systemError());
     }
@@ -319,6 +322,11 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path)
     file->dataOffset_ = 8 + headerLength;
     const std::uint64_t dataSize = fileSize - file->dataOffset_;
 
+    const char* headerText = reinterpret_cast<const char*>(bytes + 8);
+    if (const std::size_t deep = jsonNestingTooDeep(headerText, headerText + headerLength);
+        deep != std::string::npos) {
+        throw InputError(path, "header, byte " + std::to_string(8 + deep), nestingTooDeepDetail());
+    }
     json header;
     try {
         header = json::parse(bytes + 8, bytes + 8 + headerLength);
@@ -425,6 +433,22 @@ at::Tensor SafetensorsFile::load(const std::string& name) const
     return tensor;
 }
 
+const unsigned char* SafetensorsFile::data(const std::string& name) const
+{
+    return static_cast<const unsigned char*>(mapping_) + dataOffset_ + info(name).begin;
+}
+
+bool Checkpoint::sameData(const std::string& a, const std::string& b) const
+{
+    const TensorInfo& first = info(a);
+    const TensorInfo& second = info(b);
+    if (first.dtype != second.dtype || first.shape != second.shape) {
+        return false;
+    }
+    const std::uint64_t bytes = first.end - first.begin;
+    return bytes == 0 || std::memcmp(owner_.at(a)->data(a), owner_.at(b)->data(b), bytes) == 0;
+}
+
 Checkpoint Checkpoint::open(const std::string& directory)
 {
     Checkpoint checkpoint;
@@ -433,9 +457,8 @@ Checkpoint Checkpoint::open(const std::string& directory)
     const fs::path indexPath = root / kIndexName;
     const fs::path singlePath = root / kSingleName;
 
-    std::error_code error; // the throwing overloads throw for a directory name too long for the file system
-    if (!fs::exists(indexPath, error)) {
-        if (!fs::exists(singlePath, error)) {
+    if (pathKind(indexPath.string()) == PathKind::Missing) {
+        if (pathKind(singlePath.string()) == PathKind::Missing) {
             throw InputError(directory, "",
                 std::string("no checkpoint: expected ") + kSingleName + " or " + kIndexName + " in the directory");
         }
@@ -447,15 +470,14 @@ Checkpoint Checkpoint::open(const std::string& directory)
     }
 
     const std::string indexFile = indexPath.string();
-    std::ifstream in(indexFile, std::ios::binary);
-    if (!in) {
-        throw InputError(indexFile, "", "cannot open shard index");
+    const std::string text = readInputFile(indexFile, limits::kConfigFile, "shard index");
+    if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
+        deep != std::string::npos) {
+        throw InputError(indexFile, lineColumnOf(text.data(), text.data() + text.size(), deep), nestingTooDeepDetail());
     }
-    std::ostringstream text;
-    text << in.rdbuf();
     json index;
     try {
-        index = json::parse(text.str());
+        index = json::parse(text);
     } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
         throw InputError(indexFile, "", std::string("invalid JSON: ") + error.what());
     }
@@ -475,8 +497,7 @@ Checkpoint Checkpoint::open(const std::string& directory)
         }
         if (!shards.count(shardName)) {
             const fs::path shardPath = root / shardName;
-            std::error_code shardError; // the throwing overload throws for a name too long for the file system
-            if (!fs::exists(shardPath, shardError)) {
+            if (pathKind(shardPath.string()) == PathKind::Missing) {
                 throw InputError(
                     indexFile, "weight_map." + name, "shard " + shardName + " of tensor " + name + " does not exist");
             }

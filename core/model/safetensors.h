@@ -39,6 +39,8 @@ public:
     const TensorInfo& info(const std::string& name) const;  // InputError when missing
     // A tensor as a LibTorch tensor of its stored dtype; the bytes are copied out of the mapping.
     at::Tensor load(const std::string& name) const;
+    // The tensor's stored bytes inside the mapping (info(name).end - info(name).begin of them).
+    const unsigned char* data(const std::string& name) const;
 
 private:
     SafetensorsFile() = default;
@@ -60,6 +62,8 @@ public:
     bool contains(const std::string& name) const;
     const TensorInfo& info(const std::string& name) const;
     at::Tensor load(const std::string& name) const;
+    // Whether two tensors hold the same dtype, shape and bytes (compared in place, nothing is loaded).
+    bool sameData(const std::string& a, const std::string& b) const;
     const std::string& directory() const { return directory_; }
     // Paths of the safetensors files holding the tensors, sorted.
     std::vector<std::string> files() const;

@@ -3,6 +3,7 @@
 #include "core/common/utf8.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -497,6 +498,11 @@ struct Tokenizer::Impl {
     std::vector<std::int64_t> templatePrefix;
     std::vector<std::int64_t> templateSuffix;
 
+    // Identity (Tokenizer::digest): the merges as (left, right) token strings in rank order, and the canonical
+    // JSON of the normalizer, pre-tokenizer, post-processor and decoder (nlohmann::json sorts keys).
+    std::vector<std::pair<std::string, std::string>> mergeList;
+    std::string pipelineJson;
+
     // --- loading
     void parse(const Json& root);
     void parseModel(const Json& model);
@@ -685,6 +691,7 @@ void Tokenizer::Impl::parseModel(const Json& model)
         }
         // A repeated pair keeps its last rank, as in `tokenizers` (which collects the list into a map).
         merges[pairKey(leftId->second, rightId->second)] = Merge {static_cast<std::int32_t>(rank), resultId->second};
+        mergeList.emplace_back(left, right);
     }
 }
 
@@ -1250,20 +1257,16 @@ bool Tokenizer::supportsNfc()
 
 Tokenizer Tokenizer::fromFile(const std::string& path)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path, "", "cannot open tokenizer file");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) {
-        throw InputError(path, "", "cannot read tokenizer file");
-    }
-    return fromJson(text.str(), path);
+    return fromJson(readInputFile(path, limits::kTokenizerFile, "tokenizer file"), path);
 }
 
 Tokenizer Tokenizer::fromJson(const std::string& jsonText, const std::string& fileNameForErrors)
 {
+    if (const std::size_t deep = jsonNestingTooDeep(jsonText.data(), jsonText.data() + jsonText.size());
+        deep != std::string::npos) {
+        throw InputError(fileNameForErrors, lineColumnOf(jsonText.data(), jsonText.data() + jsonText.size(), deep),
+            nestingTooDeepDetail());
+    }
     Json root;
     try {
         root = Json::parse(jsonText);
@@ -1276,6 +1279,12 @@ Tokenizer Tokenizer::fromJson(const std::string& jsonText, const std::string& fi
     auto impl = std::make_unique<Impl>();
     impl->file = fileNameForErrors;
     impl->parse(root);
+    if (root.is_object()) {
+        for (const char* key : {"normalizer", "pre_tokenizer", "post_processor", "decoder"}) {
+            const auto it = root.find(key);
+            impl->pipelineJson += std::string(key) + "=" + (it == root.end() ? std::string("null") : it->dump()) + "\n";
+        }
+    }
     for (size_t i = 0; i < impl->addedTokens.size(); ++i) {
         const AddedToken& token = impl->addedTokens[i];
         if (token.normalized) {
@@ -1394,6 +1403,116 @@ std::optional<std::int64_t> Tokenizer::eosTokenId() const
         return std::nullopt;
     }
     return impl_->templateSuffix.back();
+}
+
+namespace {
+
+// FNV-1a over length-prefixed parts, so that ("ab", "c") and ("a", "bc") differ.
+class Fnv {
+public:
+    void add(const std::string& text)
+    {
+        const std::uint64_t size = text.size();
+        bytes(reinterpret_cast<const char*>(&size), sizeof size);
+        bytes(text.data(), text.size());
+    }
+    void add(std::int64_t value) { bytes(reinterpret_cast<const char*>(&value), sizeof value); }
+    std::string hex() const
+    {
+        char text[17];
+        std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash_));
+        return text;
+    }
+
+private:
+    void bytes(const char* data, std::size_t size)
+    {
+        for (std::size_t i = 0; i < size; ++i) {
+            hash_ = (hash_ ^ static_cast<unsigned char>(data[i])) * 0x100000001B3ULL;
+        }
+    }
+    std::uint64_t hash_ = 0xCBF29CE484222325ULL;
+};
+
+// The four parts of Tokenizer::digest, in order: vocabulary, merges, added tokens, pipeline.
+std::array<std::string, 4> digestParts(const Tokenizer& tokenizer, const std::vector<std::pair<std::string, std::string>>& merges,
+    const std::vector<AddedToken>& added, const std::string& pipeline)
+{
+    Fnv vocabulary;
+    for (std::int64_t id = 0; id < tokenizer.vocabSize(); ++id) {
+        std::string piece;
+        try {
+            piece = tokenizer.piece(id);
+        } catch (const InputError&) {
+            vocabulary.add(std::int64_t {-1}); // a gap
+            continue;
+        }
+        vocabulary.add(piece);
+    }
+    Fnv mergeHash;
+    for (const auto& [left, right] : merges) {
+        mergeHash.add(left);
+        mergeHash.add(right);
+    }
+    std::vector<const AddedToken*> byId;
+    for (const AddedToken& token : added) {
+        byId.push_back(&token);
+    }
+    std::sort(byId.begin(), byId.end(), [](const AddedToken* a, const AddedToken* b) { return a->id < b->id; });
+    Fnv addedHash;
+    for (const AddedToken* token : byId) {
+        addedHash.add(token->content);
+        addedHash.add(token->id);
+        addedHash.add(std::int64_t {token->special} | std::int64_t {token->singleWord} << 1
+            | std::int64_t {token->lstrip} << 2 | std::int64_t {token->rstrip} << 3
+            | std::int64_t {token->normalized} << 4);
+    }
+    Fnv pipelineHash;
+    pipelineHash.add(pipeline);
+    return {vocabulary.hex(), mergeHash.hex(), addedHash.hex(), pipelineHash.hex()};
+}
+
+} // namespace
+
+std::string Tokenizer::digest() const
+{
+    const auto parts = digestParts(*this, impl_->mergeList, impl_->addedTokens, impl_->pipelineJson);
+    return parts[0] + parts[1] + parts[2] + parts[3];
+}
+
+std::string Tokenizer::difference(const Tokenizer& other) const
+{
+    const Impl& a = *impl_;
+    const Impl& b = *other.impl_;
+    if (vocabSize() != other.vocabSize()) {
+        return "vocabularies of " + std::to_string(vocabSize()) + " and " + std::to_string(other.vocabSize())
+            + " tokens";
+    }
+    for (std::size_t id = 0; id < a.present.size(); ++id) {
+        if (a.present[id] != b.present[id] || (a.present[id] && a.pieces[id] != b.pieces[id])) {
+            const auto shown = [](const Impl& d, std::size_t i) {
+                return d.present[i] ? singleQuoted(d.pieces[i]) : std::string("no token");
+            };
+            return "token id " + std::to_string(id) + " is " + shown(a, id) + " in one and " + shown(b, id)
+                + " in the other";
+        }
+    }
+    for (std::size_t rank = 0; rank < std::max(a.mergeList.size(), b.mergeList.size()); ++rank) {
+        if (rank >= a.mergeList.size() || rank >= b.mergeList.size() || a.mergeList[rank] != b.mergeList[rank]) {
+            return "the merges differ (" + std::to_string(a.mergeList.size()) + " and "
+                + std::to_string(b.mergeList.size()) + " merges, the first difference at rank " + std::to_string(rank)
+                + ")";
+        }
+    }
+    const auto partsA = digestParts(*this, a.mergeList, a.addedTokens, a.pipelineJson);
+    const auto partsB = digestParts(other, b.mergeList, b.addedTokens, b.pipelineJson);
+    if (partsA[2] != partsB[2]) {
+        return "the added (special) tokens differ";
+    }
+    if (partsA[3] != partsB[3]) {
+        return "the normalizer, pre-tokenizer, post-processor or decoder differ";
+    }
+    return {};
 }
 
 } // namespace mismatch::model

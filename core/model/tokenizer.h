@@ -54,6 +54,16 @@ public:
     // Whether this build can apply the NFC normalizer (needs ICU); Qwen2/Qwen3 files use it.
     static bool supportsNfc();
 
+    // What decides the ids of a text and the text of ids, as 16 hex digits (FNV-1a, 64 bit) per part: the
+    // vocabulary (id -> token string), the merges in rank order, the added tokens with their flags, and the
+    // normalizer, pre-tokenizer, post-processor and decoder. Formatting, key order and the two spellings of
+    // merges ("a b" and ["a", "b"]) do not change it; two models can exchange token ids exactly when their
+    // digests are equal (on-policy distillation compares teacher and student token by token).
+    std::string digest() const;
+    // Empty when the digests are equal, else the first difference in words ("token id 40 is 'I' in this
+    // tokenizer and 'J' in the other", "the merges differ (first at rank 3)", ...).
+    std::string difference(const Tokenizer& other) const;
+
 private:
     struct Impl;
     explicit Tokenizer(std::unique_ptr<Impl> impl);

@@ -173,6 +173,7 @@ TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, 
 TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config, LoadPrecision precision)
 {
     const Checkpoint checkpoint = Checkpoint::open(modelDir);
+    checkLayersAgainstCheckpoint(config, checkpoint);
     // Names and shapes first, then the memory the FP32 weights will take (memory_check.h), before any tensor is
     // read: a model that cannot fit is refused with nothing allocated.
     std::int64_t parameters = 0;
@@ -214,6 +215,7 @@ TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& c
         at::Tensor tensor = checkpoint.load(name);
         weights.set(name, precision == LoadPrecision::Float32 ? tensor.to(at::kFloat) : tensor);
     }
+    requireFiniteWeights(weights, modelDir);
     return weights;
 }
 

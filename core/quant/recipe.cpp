@@ -4,6 +4,7 @@
 #include "core/io/yaml_scalar.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 
 namespace mismatch::quant {
@@ -192,6 +194,10 @@ ModulePattern ModulePattern::compile(const std::string& text)
     if (text.empty()) {
         throw std::invalid_argument("empty pattern");
     }
+    if (text.size() > kMaxLength) {
+        throw std::invalid_argument("pattern of " + std::to_string(text.size()) + " characters, over the limit of "
+            + std::to_string(kMaxLength) + " (write runs of layers as ranges: {0-27})");
+    }
     ModulePattern pattern;
     pattern.text_ = text;
     auto appendLiteral = [&pattern](char c) {
@@ -263,53 +269,137 @@ ModulePattern ModulePattern::compile(const std::string& text)
     return pattern;
 }
 
+void ModulePattern::stepItem(const Item& item, std::int64_t low, std::int64_t high, const std::string& name,
+    const Positions& from, Positions& to)
+{
+    for (std::size_t position = 0; position < from.size(); ++position) {
+        if (!from[position]) {
+            continue;
+        }
+        if (!item.isNumber) {
+            if (name.compare(position, item.literal.size(), item.literal) == 0) {
+                to[position + item.literal.size()] = 1;
+            }
+            continue;
+        }
+        // A decimal number without leading zeros ("07" is not layer 7).
+        std::int64_t value = 0;
+        for (std::size_t end = position;
+             end < name.size() && end - position < 18 && std::isdigit(static_cast<unsigned char>(name[end])); ++end) {
+            if (end > position && name[position] == '0') {
+                break;
+            }
+            value = value * 10 + (name[end] - '0');
+            if (value >= low && value <= high) {
+                to[end + 1] = 1;
+            }
+        }
+    }
+}
+
+void ModulePattern::stepToken(const Token& token, const std::string& name, const Positions& from, Positions& to)
+{
+    switch (token.kind) {
+    case Token::Literal:
+        for (std::size_t position = 0; position < from.size(); ++position) {
+            if (from[position] && name.compare(position, token.literal.size(), token.literal) == 0) {
+                to[position + token.literal.size()] = 1;
+            }
+        }
+        return;
+    case Token::Star: {
+        // Every position at or after the first reachable one.
+        const auto first = std::find(from.begin(), from.end(), 1);
+        std::fill(to.begin() + (first - from.begin()), to.end(), 1);
+        return;
+    }
+    case Token::Group:
+        for (const Item& item : token.items) {
+            stepItem(item, item.low, item.high, name, from, to);
+        }
+        return;
+    }
+}
+
+std::vector<ModulePattern::Positions> ModulePattern::forward(const std::string& name) const
+{
+    std::vector<Positions> reach(tokens_.size() + 1, Positions(name.size() + 1, 0));
+    reach[0][0] = 1;
+    for (std::size_t t = 0; t < tokens_.size(); ++t) {
+        stepToken(tokens_[t], name, reach[t], reach[t + 1]);
+        if (std::find(reach[t + 1].begin(), reach[t + 1].end(), 1) == reach[t + 1].end()) {
+            break; // nothing reachable: the later sets stay empty
+        }
+    }
+    return reach;
+}
+
+std::vector<ModulePattern::Positions> ModulePattern::backward(const std::string& name) const
+{
+    const std::size_t size = name.size() + 1;
+    std::vector<Positions> rest(tokens_.size() + 1, Positions(size, 0));
+    rest[tokens_.size()][name.size()] = 1;
+    for (std::size_t t = tokens_.size(); t-- > 0;) {
+        // rest[t][p]: one step of token t from p lands in rest[t + 1].
+        Positions single(size, 0);
+        Positions landed(size, 0);
+        for (std::size_t p = 0; p < size; ++p) {
+            single[p] = 1;
+            std::fill(landed.begin(), landed.end(), 0);
+            stepToken(tokens_[t], name, single, landed);
+            single[p] = 0;
+            for (std::size_t q = p; q < size; ++q) {
+                if (landed[q] && rest[t + 1][q]) {
+                    rest[t][p] = 1;
+                    break;
+                }
+            }
+        }
+    }
+    return rest;
+}
+
 bool ModulePattern::matches(const std::string& name) const
 {
-    // Backtracking over the tokens; names are short (< 64 characters) and patterns have few stars.
-    std::function<bool(size_t, size_t)> matchFrom = [&](size_t tokenIndex, size_t position) -> bool {
-        if (tokenIndex == tokens_.size()) {
-            return position == name.size();
+    return forward(name).back()[name.size()] != 0;
+}
+
+std::vector<std::vector<std::array<bool, 2>>> ModulePattern::itemsUsed(const std::vector<std::string>& names) const
+{
+    std::vector<std::vector<std::array<bool, 2>>> used;
+    for (const std::size_t token : groupTokens_) {
+        used.emplace_back(tokens_[token].items.size(), std::array<bool, 2> {false, false});
+    }
+    for (const std::string& name : names) {
+        const std::vector<Positions> reach = forward(name);
+        if (!reach.back()[name.size()]) {
+            continue; // an item is used only by names the whole pattern matches
         }
-        const Token& token = tokens_[tokenIndex];
-        switch (token.kind) {
-        case Token::Literal:
-            return name.compare(position, token.literal.size(), token.literal) == 0
-                && matchFrom(tokenIndex + 1, position + token.literal.size());
-        case Token::Star:
-            for (size_t end = position; end <= name.size(); ++end) {
-                if (matchFrom(tokenIndex + 1, end)) {
-                    return true;
-                }
-            }
-            return false;
-        case Token::Group:
-            for (const Item& item : token.items) {
-                if (!item.isNumber) {
-                    if (name.compare(position, item.literal.size(), item.literal) == 0
-                        && matchFrom(tokenIndex + 1, position + item.literal.size())) {
-                        return true;
+        const std::vector<Positions> rest = backward(name);
+        for (std::size_t group = 0; group < groupTokens_.size(); ++group) {
+            const std::size_t t = groupTokens_[group];
+            const Token& token = tokens_[t];
+            for (std::size_t i = 0; i < token.items.size(); ++i) {
+                const Item& item = token.items[i];
+                const int ends = item.isNumber && item.low != item.high ? 2 : 1;
+                for (int end = 0; end < ends; ++end) {
+                    if (used[group][i][static_cast<std::size_t>(end)]) {
+                        continue;
                     }
-                    continue;
-                }
-                // A decimal number without leading zeros ("07" is not layer 7).
-                std::int64_t value = 0;
-                for (size_t end = position;
-                     end < name.size() && end - position < 18 && std::isdigit(static_cast<unsigned char>(name[end]));
-                     ++end) {
-                    if (end > position && name[position] == '0') {
-                        break;
-                    }
-                    value = value * 10 + (name[end] - '0');
-                    if (value >= item.low && value <= item.high && matchFrom(tokenIndex + 1, end + 1)) {
-                        return true;
+                    const std::int64_t value = end == 0 ? item.low : item.high;
+                    Positions landed(name.size() + 1, 0);
+                    stepItem(item, item.isNumber ? value : 0, item.isNumber ? value : 0, name, reach[t], landed);
+                    for (std::size_t q = 0; q < landed.size(); ++q) {
+                        if (landed[q] && rest[t + 1][q]) {
+                            used[group][i][static_cast<std::size_t>(end)] = true;
+                            break;
+                        }
                     }
                 }
             }
-            return false;
         }
-        return false;
-    };
-    return matchFrom(0, 0);
+    }
+    return used;
 }
 
 std::size_t ModulePattern::groupCount() const
@@ -333,17 +423,46 @@ std::string ModulePattern::itemText(std::size_t group, std::size_t item) const
     return tokens_.at(groupTokens_.at(group)).items.at(item).source;
 }
 
-ModulePattern ModulePattern::restricted(std::size_t group, std::size_t item, int end) const
+std::vector<std::string> nearestNames(
+    const std::string& pattern, const std::vector<std::string>& names, std::size_t count)
 {
-    ModulePattern copy = *this;
-    Token& token = copy.tokens_.at(groupTokens_.at(group));
-    Item chosen = token.items.at(item);
-    if (chosen.isNumber) {
-        chosen.low = chosen.high = end == 0 ? chosen.low : chosen.high;
-        chosen.source = std::to_string(chosen.low);
+    // Levenshtein distance, one row at a time.
+    const auto distance = [&pattern](const std::string& name) {
+        std::vector<std::size_t> row(name.size() + 1);
+        for (std::size_t j = 0; j <= name.size(); ++j) {
+            row[j] = j;
+        }
+        for (std::size_t i = 1; i <= pattern.size(); ++i) {
+            std::size_t diagonal = row[0];
+            row[0] = i;
+            for (std::size_t j = 1; j <= name.size(); ++j) {
+                const std::size_t above = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (pattern[i - 1] == name[j - 1] ? 0 : 1)});
+                diagonal = above;
+            }
+        }
+        return row[name.size()];
+    };
+    std::vector<std::pair<std::size_t, std::string>> scored;
+    for (const std::string& name : names) {
+        scored.emplace_back(distance(name), name);
     }
-    token.items = {chosen};
-    return copy;
+    std::sort(scored.begin(), scored.end());
+    scored.erase(std::unique(scored.begin(), scored.end()), scored.end());
+    std::vector<std::string> nearest;
+    for (std::size_t i = 0; i < scored.size() && nearest.size() < count; ++i) {
+        nearest.push_back(scored[i].second);
+    }
+    return nearest;
+}
+
+std::string nearestNamesText(const std::string& pattern, const std::vector<std::string>& names)
+{
+    std::string text;
+    for (const std::string& name : nearestNames(pattern, names)) {
+        text += (text.empty() ? "" : ", ") + name;
+    }
+    return text;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -624,33 +743,75 @@ std::string canonicalPattern(const std::string& match)
 }
 
 // Two rules with the same pattern that set one field to different values: the later silently overrides the
-// earlier, which is almost always an editing mistake.
+// earlier, which is almost always an editing mistake. One pass: until a contradiction is found, every rule of a
+// pattern that sets a field sets it to the same value, so comparing with the first one that set it is enough.
 void checkContradictions(const Recipe& recipe)
 {
+    struct FirstSetters {
+        int weights = -1; // rule index, or -1
+        int activations = -1;
+        int kvCache = -1;
+    };
+    std::unordered_map<std::string, FirstSetters> byPattern;
     for (size_t later = 0; later < recipe.rules.size(); ++later) {
         const RecipeRule& b = recipe.rules[later];
-        for (size_t earlier = 0; earlier < later; ++earlier) {
-            const RecipeRule& a = recipe.rules[earlier];
-            if (canonicalPattern(a.match) != canonicalPattern(b.match)) {
-                continue;
+        FirstSetters& first = byPattern[canonicalPattern(b.match)];
+        // The earliest contradicted rule is reported (weights before activations before kv_cache on a tie).
+        int earliest = -1;
+        std::string field;
+        auto consider = [&](int earlier, bool differs, const char* name) {
+            if (earlier >= 0 && differs && (earliest < 0 || earlier < earliest)) {
+                earliest = earlier;
+                field = name;
             }
-            auto report = [&](const SourceLocation& first, const SourceLocation& second, const std::string& field,
-                              const std::string& firstValue, const std::string& secondValue) {
-                throwRecipeError(recipe, second,
-                    "contradicts rules[" + std::to_string(earlier) + "] at " + describeLocation(first)
-                        + ": both match \"" + b.match + "\" but set " + field + " to " + firstValue + " and "
-                        + secondValue + " (the later rule would silently win; remove one)");
-            };
-            if (a.weights && b.weights && *a.weights != *b.weights) {
-                report(a.weightsLocation, b.weightsLocation, "weights", describe(*a.weights), describe(*b.weights));
+        };
+        const auto rule = [&recipe](int index) -> const RecipeRule& { return recipe.rules[static_cast<size_t>(index)]; };
+        if (b.weights) {
+            consider(first.weights, first.weights >= 0 && *rule(first.weights).weights != *b.weights, "weights");
+        }
+        if (b.activations) {
+            consider(first.activations,
+                first.activations >= 0 && *rule(first.activations).activations != *b.activations, "activations");
+        }
+        if (b.kvCache) {
+            consider(first.kvCache, first.kvCache >= 0 && *rule(first.kvCache).kvCache != *b.kvCache, "kv_cache");
+        }
+        if (earliest >= 0) {
+            const RecipeRule& a = rule(earliest);
+            SourceLocation firstAt;
+            SourceLocation secondAt;
+            std::string firstValue;
+            std::string secondValue;
+            if (field == "weights") {
+                firstAt = a.weightsLocation;
+                secondAt = b.weightsLocation;
+                firstValue = describe(*a.weights);
+                secondValue = describe(*b.weights);
+            } else if (field == "activations") {
+                firstAt = a.activationsLocation;
+                secondAt = b.activationsLocation;
+                firstValue = toString(a.activations->format);
+                secondValue = toString(b.activations->format);
+            } else {
+                firstAt = a.kvCacheLocation;
+                secondAt = b.kvCacheLocation;
+                firstValue = describe(*a.kvCache);
+                secondValue = describe(*b.kvCache);
             }
-            if (a.activations && b.activations && *a.activations != *b.activations) {
-                report(a.activationsLocation, b.activationsLocation, "activations", toString(a.activations->format),
-                    toString(b.activations->format));
-            }
-            if (a.kvCache && b.kvCache && *a.kvCache != *b.kvCache) {
-                report(a.kvCacheLocation, b.kvCacheLocation, "kv_cache", describe(*a.kvCache), describe(*b.kvCache));
-            }
+            throwRecipeError(recipe, secondAt,
+                "contradicts rules[" + std::to_string(earliest) + "] at " + describeLocation(firstAt) + ": both match \""
+                    + b.match + "\" but set " + field + " to " + firstValue + " and " + secondValue
+                    + " (the later rule would silently win; remove one)");
+        }
+        const int index = static_cast<int>(later);
+        if (b.weights && first.weights < 0) {
+            first.weights = index;
+        }
+        if (b.activations && first.activations < 0) {
+            first.activations = index;
+        }
+        if (b.kvCache && first.kvCache < 0) {
+            first.kvCache = index;
         }
     }
 }
@@ -702,6 +863,11 @@ Recipe Parser::parse(const YAML::Node& root)
     if (const Entry* rules = find(list, "rules")) {
         if (!rules->value.IsSequence()) {
             fail(rules->valueLocation, "expected a list of rules, got " + kindName(rules->value));
+        }
+        if (rules->value.size() > Recipe::kMaxRules) {
+            fail(rules->valueLocation,
+                std::to_string(rules->value.size()) + " rules, over the limit of " + std::to_string(Recipe::kMaxRules)
+                    + " (one rule can name many modules: model.layers.{0-27}.mlp.*)");
         }
         size_t index = 0;
         for (const YAML::Node& node : rules->value) {
@@ -779,6 +945,11 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
     }
     YAML::Node root;
     if (json) {
+        // Bounded before parsing: toYamlNode below and the tree walks recurse once per level.
+        if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
+            deep != std::string::npos) {
+            throwLocated(fileName, true, byteToLocation(text, deep + 1), nestingTooDeepDetail());
+        }
         nlohmann::ordered_json document;
         try {
             document = nlohmann::ordered_json::parse(text);
@@ -799,14 +970,7 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
             root = toYamlNode(document);
         }
     } else {
-        try {
-            root = YAML::Load(text);
-        } catch (const YAML::Exception& error) {
-            SourceLocation where;
-            where.line = error.mark.line + 1;
-            where.column = error.mark.column + 1;
-            throwLocated(fileName, false, where, "malformed YAML: " + error.msg);
-        }
+        root = io::loadYaml(text, fileName); // YAML locations read "line L, column C" as throwLocated writes them
     }
     if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
         SourceLocation where;
@@ -820,16 +984,7 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
 
 Recipe loadRecipe(const std::string& path)
 {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
-        throw InputError(path, "", "cannot open the recipe file");
-    }
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (file.bad()) {
-        throw InputError(path, "", "cannot read the recipe file");
-    }
-    return parseRecipe(text.str(), path);
+    return parseRecipe(readInputFile(path, limits::kConfigFile, "recipe file"), path);
 }
 
 // ---------------------------------------------------------------------------------------------------------

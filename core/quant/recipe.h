@@ -51,7 +51,8 @@
 //                 channel; int4 only group128); kv_cache `scales`/`calibration` only with fp8_e4m3
 //               - each rule has `match` and at least one of weights, activations, kv_cache
 //               - patterns are well formed: braces balanced and non-empty, number ranges ascending (`{5-2}`
-//                 is an error), no empty items
+//                 is an error), no empty items, at most ModulePattern::kMaxLength characters
+//               - at most Recipe::kMaxRules rules
 //               - two rules with identical `match` setting the same field to different values contradict
 //                 each other (the later one would silently override the earlier): error naming both
 //   model       (resolveRecipe, in recipe_plan.h)
@@ -65,6 +66,7 @@
 //               - with tie_word_embeddings, embed_tokens and lm_head (one tensor) get the same weight format
 #include "core/quant/formats.h"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -129,13 +131,19 @@ public:
     const std::string& text() const { return text_; }
 
     // Brace groups, for checking that each alternative exists in a model: groupCount() groups, each with
-    // itemCount(g) items; restricted(g, i, end) is this pattern with group g reduced to item i (for a number
-    // range, to its low end when end is 0 and its high end when end is 1) and itemText(g, i) its source text.
+    // itemCount(g) items, itemText(g, i) the item's source text.
     std::size_t groupCount() const;
     std::size_t itemCount(std::size_t group) const;
     bool itemIsRange(std::size_t group, std::size_t item) const;
     std::string itemText(std::size_t group, std::size_t item) const;
-    ModulePattern restricted(std::size_t group, std::size_t item, int end) const;
+    // used[g][i][end]: whether some name in `names` matches this pattern with group g reduced to item i (for a
+    // number range, to its low end when end is 0 and its high end when end is 1; a single item has end 0 only).
+    // Time linear in names x pattern length x name length.
+    std::vector<std::vector<std::array<bool, 2>>> itemsUsed(const std::vector<std::string>& names) const;
+
+    // Longest pattern accepted, in characters: long enough for a list of every layer of the largest models
+    // (`{0,1,...,127}`), short enough that checking a recipe stays fast (README "Limits on input").
+    static constexpr std::size_t kMaxLength = 1024;
 
 private:
     struct Item {
@@ -151,10 +159,28 @@ private:
         std::vector<Item> items;
     };
 
+    // Matching is a walk over the tokens carrying the set of positions in the name reachable so far (a
+    // position-set automaton: no backtracking, so `*a*a*a*a*b` costs no more than its length).
+    using Positions = std::vector<char>; // Positions[p] != 0: name[0, p) can be consumed
+    static void stepItem(const Item& item, std::int64_t low, std::int64_t high, const std::string& name,
+        const Positions& from, Positions& to);
+    static void stepToken(const Token& token, const std::string& name, const Positions& from, Positions& to);
+    // reach[t]: positions after tokens [0, t); empty sets stop the walk early.
+    std::vector<Positions> forward(const std::string& name) const;
+    // rest[t]: positions from which tokens [t, end) consume the rest of the name.
+    std::vector<Positions> backward(const std::string& name) const;
+
     std::string text_;
     std::vector<Token> tokens_;
     std::vector<std::size_t> groupTokens_; // index into tokens_ of each Group token
 };
+
+// The names in `names` closest to `pattern` (edit distance from the pattern text), at most `count`, closest
+// first: for messages about a pattern that matches nothing ("nearest: model.layers.0.mlp.up_proj, ...").
+std::vector<std::string> nearestNames(
+    const std::string& pattern, const std::vector<std::string>& names, std::size_t count = 3);
+// "a, b, c" of nearestNames, for messages.
+std::string nearestNamesText(const std::string& pattern, const std::vector<std::string>& names);
 
 struct RecipeRule {
     std::string match;
@@ -172,6 +198,9 @@ struct RecipeRule {
 
 struct Recipe {
     static constexpr int kCurrentVersion = 1;
+    // At most this many rules (README "Limits on input"): one per module of a 500-layer model, while checking
+    // every rule against every module of a large model stays a matter of seconds.
+    static constexpr std::size_t kMaxRules = 4096;
 
     int version = kCurrentVersion;
     std::string name;

@@ -165,19 +165,30 @@ std::string groupText(const ModulePattern& pattern, std::size_t group)
 void checkNamesExist(const Recipe& recipe, const RecipeRule& rule, const ModulePattern& pattern,
     const std::vector<Target>& targets, const model::ModelConfig& config)
 {
+    std::vector<std::string> names;
+    for (const Target& target : targets) {
+        names.push_back(target.name);
+        if (!target.alias.empty()) {
+            names.push_back(target.alias);
+        }
+    }
     if (!anyMatch(pattern, targets)) {
         throwRecipeError(recipe, rule.matchLocation,
             "match \"" + rule.match + "\" names no module of this model (" + layerCountText(config)
+                + "; nearest: " + nearestNamesText(rule.match, names)
                 + "; its modules are model.layers.{i}.self_attn.{q,k,v,o}_proj, "
                   "model.layers.{i}.mlp.{gate,up,down}_proj, "
                   "model.layers.{i}.self_attn for the KV cache, model.embed_tokens and lm_head)");
     }
+    if (pattern.groupCount() == 0) {
+        return;
+    }
+    const auto used = pattern.itemsUsed(names);
     for (std::size_t group = 0; group < pattern.groupCount(); ++group) {
         for (std::size_t item = 0; item < pattern.itemCount(group); ++item) {
             const int ends = pattern.itemIsRange(group, item) ? 2 : 1;
             for (int end = 0; end < ends; ++end) {
-                const ModulePattern narrowed = pattern.restricted(group, item, end);
-                if (anyMatch(narrowed, targets)) {
+                if (used[group][item][static_cast<std::size_t>(end)]) {
                     continue;
                 }
                 const std::string what = ends == 2

@@ -228,7 +228,7 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
     sqlite3* db = store.handle();
     Statement insert(db,
         "INSERT INTO calibration_points (calibration_id, run_id, step, mismatch, quality, relative_change, ci_low, "
-        "ci_high, failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "ci_high, failed, label, replicates, bf16_unit, accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const CalibrationPoint& point : points) {
         const std::string what
             = "calibration point (run " + std::to_string(point.runId) + ", step " + std::to_string(point.step) + ")";
@@ -237,6 +237,12 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         requireFinite(store, what + " relative change", point.relativeChange);
         requireFinite(store, what + " interval", point.ciLow);
         requireFinite(store, what + " interval", point.ciHigh);
+        requireFinite(store, what + " BF16 unit", point.bf16Unit);
+        requireFinite(store, what + " accuracy", point.accuracy);
+        if (point.replicates < 1) {
+            throw StoreError(store.path(), what + " has " + std::to_string(point.replicates)
+                + " replicates (at least 1); nothing was written");
+        }
         requireRow(store, "SELECT 1 FROM runs WHERE id = ?", point.runId, "run");
         {
             Statement existing(
@@ -249,7 +255,8 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         insert.reset();
         insert.bind(1, calibrationId).bind(2, point.runId).bind(3, point.step).bind(4, point.mismatch);
         insert.bind(5, point.quality).bind(6, point.relativeChange).bind(7, point.ciLow).bind(8, point.ciHigh);
-        insert.bind(9, point.failed ? 1 : 0);
+        insert.bind(9, point.failed ? 1 : 0).bind(10, point.label).bind(11, point.replicates);
+        insert.bind(12, point.bf16Unit).bind(13, point.accuracy);
         insert.run();
     }
 }
@@ -354,8 +361,8 @@ std::optional<Calibration> calibration(const RunStore& store, std::int64_t calib
     Calibration result;
     result.info = readCalibration(query);
     Statement points(store.handle(),
-        "SELECT run_id, step, mismatch, quality, relative_change, ci_low, ci_high, failed FROM calibration_points "
-        "WHERE calibration_id = ? ORDER BY step, mismatch, run_id");
+        "SELECT run_id, step, mismatch, quality, relative_change, ci_low, ci_high, failed, label, replicates, "
+        "bf16_unit, accuracy FROM calibration_points WHERE calibration_id = ? ORDER BY step, mismatch, run_id");
     points.bind(1, calibrationId);
     while (points.step()) {
         CalibrationPoint point;
@@ -367,6 +374,10 @@ std::optional<Calibration> calibration(const RunStore& store, std::int64_t calib
         point.ciLow = points.optionalReal(5);
         point.ciHigh = points.optionalReal(6);
         point.failed = points.int64(7) != 0;
+        point.label = points.text(8); // NULL (stored before schema 4) reads as ""
+        point.replicates = points.optionalInt64(9).value_or(1);
+        point.bf16Unit = points.optionalReal(10);
+        point.accuracy = points.optionalReal(11);
         result.points.push_back(point);
     }
     Statement brackets(store.handle(),

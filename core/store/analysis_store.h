@@ -61,7 +61,8 @@ std::optional<SensitivityScan> sensitivityScan(const RunStore& store, std::int64
 
 // ---- calibrations -------------------------------------------------------------------------------------------
 
-// One calibration training run evaluated at one step against the BF16 baseline (the failure rule).
+// One calibration configuration (its replicate runs; runId is replicate 0's) evaluated at one step against the BF16
+// baseline (the failure rule).
 struct CalibrationPoint {
     std::int64_t runId = 0;
     std::int64_t step = 0;
@@ -71,6 +72,11 @@ struct CalibrationPoint {
     std::optional<double> ciLow; // paired interval of mean(q_run - q_base)
     std::optional<double> ciHigh;
     bool failed = false;
+    // Schema 4 (absent in calibrations stored before):
+    std::string label; // the configuration: "baseline", "noise 0.1", "recipe fp8-kv", "staleness 2"
+    std::int64_t replicates = 1; // seeds averaged into mismatch, quality, accuracy and the unit
+    std::optional<double> bf16Unit; // the BF16 unit of this point's own runs over steps 1..step, nats per token
+    std::optional<double> accuracy; // held-out exact-match accuracy at the step
 };
 
 // The budget at one step: [largest passing mismatch, smallest failing mismatch]; `threshold` is the admission

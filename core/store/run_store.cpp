@@ -7,10 +7,11 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,17 +66,35 @@ namespace {
 
 constexpr int kBusyTimeoutMs = 15000;
 
-void checkHeader(const std::string& path, std::uintmax_t size)
+// Checks the 16-byte magic at offset 0 through the connection's own file handle (SQLite's VFS), never through
+// a descriptor of our own. POSIX advisory locks belong to the process and the file, not to the descriptor:
+// closing ANY descriptor of the database file drops every lock this process holds on it, including the SHARED
+// lock that each open WAL connection keeps on the database file for its lifetime. With that lock gone, another
+// process (a headless `mismatch` job) closing its last connection sees itself alone, checkpoints and deletes
+// the -wal and -shm files under our open connections ("database disk image is malformed" afterwards). SQLite's
+// unix VFS shares one descriptor per file among the process's connections and defers closing it while any
+// lock is held, so reading through `db`'s handle (and closing `db` later) cannot drop another connection's lock.
+// The lock-loss scenario is therefore impossible by construction; tests/store's header-check test and the
+// interleaved GUI + headless test (tests/ui/test_shared_workspace.cpp) check /proc/locks to keep it so.
+void checkHeader(sqlite3* db, const std::string& path)
 {
     static const char kMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw StoreError(path, "cannot be read (permission denied?)");
+    sqlite3_file* file = nullptr;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file ||
+        !file->pMethods) {
+        throw StoreError(path, "cannot be read (SQLite did not open the file)");
+    }
+    sqlite3_int64 size = 0;
+    if (file->pMethods->xFileSize(file, &size) != SQLITE_OK) {
+        throw StoreError(path, "cannot be read (its size is unknown)");
     }
     char header[16] = {};
-    in.read(header, sizeof header);
-    if (size < 100 || in.gcount() != static_cast<std::streamsize>(sizeof header) ||
-        std::memcmp(header, kMagic, sizeof header) != 0) {
+    // A file shorter than the header reads as SQLITE_IOERR_SHORT_READ with the rest zero-filled: not SQLite.
+    const int rc = size >= 100 ? file->pMethods->xRead(file, header, sizeof header, 0) : SQLITE_IOERR_SHORT_READ;
+    if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ) {
+        throw StoreError(path, std::string("cannot be read: ") + sqlite3_errstr(rc));
+    }
+    if (rc != SQLITE_OK || std::memcmp(header, kMagic, sizeof header) != 0) {
         throw StoreError(path, "is not a SQLite database (expected the 16-byte header 'SQLite format 3' at offset 0)");
     }
 }
@@ -99,44 +118,91 @@ struct Closer {
     ~Closer() { sqlite3_close(db); }
 };
 
-// Inspects an existing file without writing to it: SQLite header, application id, schema version and a quick
-// integrity check. Throws StoreError describing the first problem found.
+// The tables of a workspace of our application id against its schema version: every table the migrations up to
+// `version` create must be there and none that a later one creates. "" when they match, else the plain reason.
+std::string schemaMismatch(sqlite3* db, int version)
+{
+    std::set<std::string> present;
+    Statement tables(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
+    while (tables.step()) {
+        present.insert(tables.text(0));
+    }
+    for (int v = 1; v <= currentSchemaVersion(); ++v) {
+        for (const std::string& table : tablesCreatedBy(v)) {
+            if (v <= version && !present.count(table)) {
+                return "lacks the table " + table + " of schema version " + std::to_string(v);
+            }
+            if (v > version && present.count(table)) {
+                return "holds the table " + table + ", which schema version " + std::to_string(v) + " creates";
+            }
+        }
+    }
+    return {};
+}
+
+// Inspects an existing file without writing to it, and without creating anything beside it: regular file, SQLite
+// header, application id (a workspace is ours or empty), schema version and tables, a quick integrity check.
+// Throws StoreError describing the first problem found.
 void validateExisting(const std::string& path)
 {
-    std::error_code ec;
-    const auto size = fs::file_size(path, ec);
-    if (ec) {
-        throw StoreError(path, "cannot be read: " + ec.message());
+    // A FIFO or device would block or never end inside SQLite's open; stat opens nothing.
+    struct stat status {};
+    if (::stat(path.c_str(), &status) != 0) {
+        throw StoreError(path, std::string("cannot be read: ") + std::strerror(errno));
     }
-    if (size == 0) {
+    if (!S_ISREG(status.st_mode)) {
+        throw StoreError(path, std::string("is ") + (S_ISFIFO(status.st_mode) ? "a FIFO (named pipe)"
+                                   : S_ISCHR(status.st_mode) || S_ISBLK(status.st_mode) ? "a device"
+                                   : S_ISSOCK(status.st_mode) ? "a socket" : "not a regular file")
+                                   + "; expected a workspace database file");
+    }
+    if (status.st_size == 0) {
         return;  // an empty file is an empty database; it gets the schema on a writable open
     }
-    checkHeader(path, size);
+    // With no -wal and -shm beside it no connection has the database open (an open WAL connection keeps both), so
+    // an immutable read sees all of it and creates neither file: a database that is then refused is left exactly
+    // as it was found. With both present another connection may be writing: a plain read-only connection then
+    // reads consistently through the existing files.
+    std::error_code ec;
+    const bool inUse = fs::exists(path + "-wal", ec) && fs::exists(path + "-shm", ec);
     sqlite3* db = nullptr;
-    try {
-        db = openConnection(path, SQLITE_OPEN_READONLY);
-    } catch (const StoreError&) {
-        // A WAL database in a read-only directory cannot be opened normally; immutable reads it as it is.
+    if (inUse) {
+        try {
+            db = openConnection(path, SQLITE_OPEN_READONLY);
+        } catch (const StoreError&) {
+            // A WAL database in a read-only directory cannot be opened normally; immutable reads it as it is.
+            db = openConnection("file:" + path + "?immutable=1", SQLITE_OPEN_READONLY, true);
+        }
+    } else {
         db = openConnection("file:" + path + "?immutable=1", SQLITE_OPEN_READONLY, true);
     }
     Closer closer{db};
+    checkHeader(db, path);  // before any query: SQLite would only say "file is not a database"
     // Problems found by reading go to `problem`; a SQLite failure while reading means the file is damaged.
     std::string problem;
     try {
         const auto applicationId = static_cast<int>(queryInt64(db, "PRAGMA application_id"));
         const auto version = static_cast<int>(queryInt64(db, "PRAGMA user_version"));
+        const std::int64_t tables = queryInt64(db, "SELECT count(*) FROM sqlite_master");
         if (applicationId != kApplicationId && applicationId != 0) {
             std::ostringstream hex;
             hex << std::hex << applicationId;
             problem = "is a SQLite database of another application (application_id 0x" + hex.str() +
                       "), not a Mismatch Lab workspace";
-        } else if (applicationId == 0 && queryInt64(db, "SELECT count(*) FROM sqlite_master") > 0) {
-            problem = "is a SQLite database but not a Mismatch Lab workspace (it has tables but no Mismatch Lab "
-                      "application id)";
+        } else if (applicationId == 0 && (tables > 0 || version != 0)) {
+            // Only an empty database becomes a workspace: one with a schema version or tables is someone else's.
+            problem = "is a SQLite database but not a Mismatch Lab workspace (no Mismatch Lab application id, and " +
+                      (tables > 0 ? std::to_string(tables) + " schema objects" : "user_version " + std::to_string(version)) +
+                      "); it is left untouched";
         } else if (version > currentSchemaVersion()) {
             problem = "was written by a newer Mismatch Lab (schema version " + std::to_string(version) +
                       "; this build reads up to " + std::to_string(currentSchemaVersion()) +
                       "): open it with a newer version";
+        } else if (const std::string mismatch = applicationId == 0 ? std::string() : schemaMismatch(db, version);
+                   !mismatch.empty()) {
+            problem = "has schema version " + std::to_string(version) + " but " + mismatch +
+                      ": its tables do not match its version, so it cannot be migrated (this build writes version " +
+                      std::to_string(currentSchemaVersion()) + "); nothing was changed";
         } else {
             Statement check(db, "PRAGMA quick_check");
             std::string findings;
@@ -254,31 +320,41 @@ RunStore RunStore::open(const std::string& path, OpenMode mode)
 
     sqlite3* db = openConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX);
     RunStore store(db, path, false);
+    execute(db, "PRAGMA foreign_keys = ON");
+    // WAL + NORMAL: a committed transaction survives a killed process (only power loss can drop the last ones).
+    execute(db, "PRAGMA synchronous = NORMAL");
+    {
+        // The schema first, in one transaction: a migration that fails rolls back and leaves the file as it was
+        // (the journal mode, written into the file's header, is switched only afterwards).
+        Transaction transaction(db);
+        const int version = static_cast<int>(queryInt64(db, "PRAGMA user_version"));
+        if (version > currentSchemaVersion()) {
+            throw StoreError(path, "was written by a newer Mismatch Lab (schema version " + std::to_string(version) + ")");
+        }
+        if (version < currentSchemaVersion()) {
+            try {
+                migrate(db, version, currentSchemaVersion());
+            } catch (const StoreError& error) {
+                throw StoreError(path, "has schema version " + std::to_string(version) + " and cannot be migrated to " +
+                                           std::to_string(currentSchemaVersion()) + " (" + error.detail() +
+                                           "); nothing was changed");
+            }
+        }
+        transaction.commit();
+    }
     {
         Statement journal(db, "PRAGMA journal_mode = WAL");
         if (!journal.step() || journal.text(0) != "wal") {
             throw StoreError(path, "cannot switch to the WAL journal (the file system may not support it)");
         }
     }
-    execute(db, "PRAGMA foreign_keys = ON");
-    // WAL + NORMAL: a committed transaction survives a killed process (only power loss can drop the last ones).
-    execute(db, "PRAGMA synchronous = NORMAL");
-    Transaction transaction(db);
-    const int version = static_cast<int>(queryInt64(db, "PRAGMA user_version"));
-    if (version > currentSchemaVersion()) {
-        throw StoreError(path, "was written by a newer Mismatch Lab (schema version " + std::to_string(version) + ")");
-    }
-    if (version < currentSchemaVersion()) {
-        migrate(db, version, currentSchemaVersion());
-    }
-    transaction.commit();
     return store;
 }
 
 RunStore::RunStore(sqlite3* db, std::string path, bool readOnly) : db_(db), path_(std::move(path)), readOnly_(readOnly) {}
 
 RunStore::RunStore(RunStore&& other) noexcept
-    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_)
+    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_), locks_(std::move(other.locks_))
 {
     other.db_ = nullptr;
 }
@@ -290,6 +366,7 @@ RunStore& RunStore::operator=(RunStore&& other) noexcept
         db_ = other.db_;
         path_ = std::move(other.path_);
         readOnly_ = other.readOnly_;
+        locks_ = std::move(other.locks_);
         other.db_ = nullptr;
     }
     return *this;
@@ -302,6 +379,7 @@ RunStore::~RunStore()
 
 void RunStore::close()
 {
+    locks_.clear();
     if (db_) {
         sqlite3_close_v2(db_);
         db_ = nullptr;
@@ -321,6 +399,8 @@ std::int64_t RunStore::beginRun(const RunSpec& spec)
     insert.bind(1, spec.name).bind(2, spec.kind).bind(3, spec.configJson).bind(4, spec.modelId).bind(5, kVersion);
     insert.run();
     const std::int64_t id = sqlite3_last_insert_rowid(db_);
+    // Before the commit makes the run visible, so that no other process can take it over in between.
+    locks_[id] = RunLock::acquire(path_, id);
     transaction.commit();
     return id;
 }
@@ -372,6 +452,12 @@ void RunStore::finishRun(std::int64_t runId, RunStatus status, const std::string
         throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
     }
     transaction.commit();
+    locks_.erase(runId);
+}
+
+void RunStore::releaseRunLock(std::int64_t runId)
+{
+    locks_.erase(runId);
 }
 
 void RunStore::setRunConfig(std::int64_t runId, const std::string& configJson)
@@ -396,6 +482,16 @@ void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const s
 
 std::int64_t RunStore::reopenRun(std::int64_t runId, std::int64_t keepThroughStep)
 {
+    if (!locks_.count(runId)) {
+        {
+            Statement exists(db_, "SELECT 1 FROM runs WHERE id = ?");
+            exists.bind(1, runId);
+            if (!exists.step()) {
+                throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+            }
+        }
+        locks_[runId] = RunLock::acquire(path_, runId);
+    }
     Transaction transaction(db_);
     Statement update(db_, "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL WHERE id = ?");
     update.bind(1, runId);

@@ -3,9 +3,11 @@
 // jobs. One writer process and any number of readers at once (WAL); readers see newly committed steps on
 // their next query without reopening.
 #include "core/common/error.h"
+#include "core/store/run_lock.h"
 
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -117,6 +119,8 @@ public:
     bool readOnly() const { return readOnly_; }
     int schemaVersion() const;
 
+    // Records a new run (status running) and takes its writer lock (run_lock.h), held until finishRun,
+    // releaseRunLock or the store is closed.
     std::int64_t beginRun(const RunSpec& spec);
     // Appends a batch of steps in one transaction: all of them are stored or none. A step number already
     // stored for the run is an error (nothing is written).
@@ -128,7 +132,12 @@ public:
     // Resuming a run: in one transaction, deletes its steps and evaluations after `keepThroughStep` (they
     // will be computed again) and marks it running (no finish time, no error). Returns the number of step
     // rows deleted. StoreError for an unknown run.
+    // The run's writer lock is taken first: StoreError naming the living writer's process and host when another
+    // process still writes the run (nothing is changed then).
     std::int64_t reopenRun(std::int64_t runId, std::int64_t keepThroughStep);
+    // Gives up the writer lock of a run this store began or reopened but leaves unfinished (`--stop-after`):
+    // another process may resume it. finishRun releases it too.
+    void releaseRunLock(std::int64_t runId);
     std::vector<RunInfo> listRuns() const;
     std::optional<RunInfo> run(std::int64_t runId) const;
     // Steps of a run with rowId > afterRowId, in order: a live reader passes the last rowId it saw.
@@ -152,6 +161,7 @@ private:
     sqlite3* db_ = nullptr;
     std::string path_;
     bool readOnly_ = false;
+    std::map<std::int64_t, RunLock> locks_; // runs this store writes
 };
 
 // Runs `body`, the work of recorded run `runId`: when it throws, the run is marked cancelled (CancelledError) or

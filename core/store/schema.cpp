@@ -200,12 +200,34 @@ CREATE TABLE prefix_shift_pairs (
 );
 )sql";
 
+// Version 4: calibrations with seed replicates. A point is a configuration's replicate mean: its label, how many
+// replicates it averages, the BF16 unit of its own runs up to its step and the held-out accuracy.
+const char* kSchemaV4 = R"sql(
+ALTER TABLE calibration_points ADD COLUMN label TEXT;
+ALTER TABLE calibration_points ADD COLUMN replicates INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE calibration_points ADD COLUMN bf16_unit REAL;
+ALTER TABLE calibration_points ADD COLUMN accuracy REAL;
+)sql";
+
 }  // namespace
 
 const std::vector<const char*>& migrations()
 {
-    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3};
+    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
     return all;
+}
+
+std::vector<std::string> tablesCreatedBy(int version)
+{
+    std::vector<std::string> tables;
+    const std::string text = migrations().at(static_cast<size_t>(version - 1));
+    const std::string marker = "CREATE TABLE ";
+    for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) {
+        const size_t begin = at + marker.size();
+        const size_t end = text.find_first_of(" (", begin);
+        tables.push_back(text.substr(begin, end - begin));
+    }
+    return tables;
 }
 
 void migrate(sqlite3* db, int fromVersion, int toVersion)

@@ -1,6 +1,7 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <string>
 #include <vector>
 
 namespace mismatch::store {
@@ -14,5 +15,9 @@ const std::vector<const char*>& migrations();
 
 // Applies the migrations from `fromVersion` up to `toVersion` in one transaction (the caller holds it).
 void migrate(sqlite3* db, int fromVersion, int toVersion);
+
+// The tables migrations()[version - 1] creates (CREATE TABLE statements), for checking that a workspace's tables
+// match its schema version before anything is migrated.
+std::vector<std::string> tablesCreatedBy(int version);
 
 }  // namespace mismatch::store

@@ -1,7 +1,7 @@
 #include "core/train/run_config.h"
 
-#include "core/common/utf8.h"
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/quant/recipe.h"
 
 #include <nlohmann/json.hpp>
@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -239,12 +241,16 @@ private:
         }
         double value = 0.0;
         try {
-            value = std::stod(node.Scalar());
+            value = io::numberOf(node);
         } catch (const std::exception&) {
             fail(where, "number '" + node.Scalar() + "' is out of range");
         }
         if (!std::isfinite(value)) {
             fail(where, "expected a finite number, got " + node.Scalar());
+        }
+        // Training applies these in float32 arithmetic; beyond its range a value can only overflow there.
+        if (std::fabs(value) > std::numeric_limits<float>::max()) {
+            fail(where, "number " + node.Scalar() + " is beyond the float32 range (+-3.4e38) the trainer computes in");
         }
         return value;
     }
@@ -318,19 +324,24 @@ private:
         const std::string shown = path.string()
             + (fs::path(text).is_relative() ? " (resolved against the run file's directory " + base_.string() + ")"
                                             : "");
-        std::error_code error;
-        const fs::file_status status = fs::status(path, error);
-        if (!fs::exists(status)) {
+        mismatch::PathKind found = mismatch::PathKind::Missing;
+        try {
+            found = mismatch::pathKind(path.string());
+        } catch (const InputError& error) { // a symbolic-link loop, a name too long, a directory not searchable
+            fail(entry.valuePlace, what + " " + shown + ": " + error.detail());
+        }
+        if (found == mismatch::PathKind::Missing) {
             fail(entry.valuePlace, what + " " + shown + " does not exist");
         }
         if (kind == PathKind::ModelDirectory) {
-            if (!fs::is_directory(status)) {
+            if (found != mismatch::PathKind::Directory) {
                 fail(entry.valuePlace, what + " " + shown + " is not a directory");
             }
+            std::error_code error;
             if (!fs::exists(path / "config.json", error)) {
                 fail(entry.valuePlace, what + " " + shown + " has no config.json (expected a model directory)");
             }
-        } else if (fs::is_directory(status)) {
+        } else if (found == mismatch::PathKind::Directory) {
             fail(entry.valuePlace, what + " " + shown + " is a directory, expected a file");
         }
         return path.string();
@@ -600,6 +611,12 @@ RunConfig Parser::parse(const YAML::Node& root)
     }
     if (const Entry* e = find(list, "threads")) {
         config.threads = integerValue(*e, 0);
+        const auto cores = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+        if (config.threads > cores) {
+            fail(e->valuePlace,
+                "must be 0 (one per core) to " + std::to_string(cores) + " (the cores of this machine), got "
+                    + std::to_string(config.threads));
+        }
     }
 
     // Cross-field rules.
@@ -637,42 +654,18 @@ RunConfig Parser::parse(const YAML::Node& root)
 
 RunConfig parseRunConfig(const std::string& text, const std::string& fileName, const std::string& baseDirectory)
 {
-    if (const std::size_t bad = firstInvalidUtf8(text); bad != std::string::npos) {
-        throw InputError(fileName, io::lineColumnOf(text, bad), "not valid UTF-8 (YAML and JSON files are UTF-8)");
-    }
-    YAML::Node root;
-    try {
-        root = YAML::Load(text);
-    } catch (const YAML::Exception& error) {
-        throw InputError(fileName,
-            "line " + std::to_string(error.mark.line + 1) + ", column " + std::to_string(error.mark.column + 1),
-            "malformed YAML: " + error.msg);
-    }
-    if (const std::optional<YAML::Node> bad = io::firstNonUtf8Scalar(root)) {
-        const io::YamlPosition where = io::yamlPosition(*bad);
-        throw InputError(fileName, "line " + std::to_string(where.line) + ", column " + std::to_string(where.column),
-            "a string that is not valid UTF-8 (yaml-cpp writes the escapes \\_ and \\N as single bytes)");
-    }
-    return Parser(fileName, fs::path(baseDirectory)).parse(root);
+    return Parser(fileName, fs::path(baseDirectory)).parse(io::loadYaml(text, fileName));
 }
 
 RunConfig loadRunConfig(const std::string& path)
 {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
-        throw InputError(path, "", "cannot open the run file");
-    }
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (file.bad()) {
-        throw InputError(path, "", "cannot read the run file");
-    }
+    const std::string text = readInputFile(path, limits::kConfigFile, "run file");
     std::error_code error;
     fs::path directory = fs::absolute(fs::path(path), error).parent_path();
     if (error) {
         directory = fs::path(path).parent_path();
     }
-    return parseRunConfig(text.str(), path, directory.string());
+    return parseRunConfig(text, path, directory.string());
 }
 
 std::string runConfigToJson(const RunConfig& c)

@@ -109,7 +109,7 @@ struct EvaluationConfig {
     std::string prompts; // absolute path of the held-out prompt set; needed when every > 0
     std::int64_t count = 0; // first `count` prompts of the set; 0: all
     std::int64_t maxTokens = 64; // >= 1
-    std::int64_t bf16UnitEvery = 0; // measure the BF16 unit at step 1 and every this many steps; 0: step 1 only
+    std::int64_t bf16UnitEvery = 0; // measure the BF16 unit at step 1 and at every multiple of this; 0: step 1 only
 };
 
 struct CheckpointConfig {

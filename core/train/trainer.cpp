@@ -1,6 +1,7 @@
 #include "core/train/trainer.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/random.h"
 #include "core/common/version.h"
 #include "core/engine/engine.h"
@@ -12,6 +13,7 @@
 #include "core/io/recipe_export.h"
 #include "core/metrics/mismatch.h"
 #include "core/model/config.h"
+#include "core/model/memory_check.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/tokenizer.h"
@@ -32,6 +34,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -55,28 +58,6 @@ double secondsSince(Clock::time_point start)
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A 64-bit mix of several values (SplitMix64 of a running hash): seeds of independent random streams.
-std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0)
-{
-    SplitMix64 generator(a ^ 0x9e3779b97f4a7c15ull);
-    std::uint64_t h = generator.next() ^ b;
-    SplitMix64 second(h);
-    h = second.next() ^ c;
-    SplitMix64 third(h);
-    return third.next();
-}
-
-std::string readTextFile(const fs::path& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path.string(), "file", "cannot be read");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 std::string stepDirectoryName(std::int64_t step)
 {
     char name[32];
@@ -84,27 +65,11 @@ std::string stepDirectoryName(std::int64_t step)
     return name;
 }
 
-// Counts of NaN and infinite entries of a tensor ("3 NaN and 1 infinite values"), empty when all are finite.
-std::string nonFiniteSummary(const at::Tensor& tensor)
-{
-    if (at::isfinite(tensor).all().item<bool>()) {
-        return {};
-    }
-    const auto nans = at::isnan(tensor).sum().item<std::int64_t>();
-    const auto infinities = at::isinf(tensor).sum().item<std::int64_t>();
-    return std::to_string(nans) + " NaN and " + std::to_string(infinities) + " infinite values";
-}
-
-// Weights loaded from a model directory must be finite: InputError naming the directory and the tensor.
-void requireFiniteWeights(const model::TransformerWeights& weights, const std::string& directory)
-{
-    for (const std::string& name : weights.names()) {
-        const std::string problem = nonFiniteSummary(weights.get(name));
-        if (!problem.empty()) {
-            throw InputError(directory, name, "holds " + problem + " (a model's weights must be finite)");
-        }
-    }
-}
+// The BF16 unit in force: its value (nats per token) and the step it was measured at.
+struct Bf16Unit {
+    double value = 0.0;
+    std::int64_t step = 0;
+};
 
 // One step's rollouts as the engine produced them, with the teacher's scores of the same prefixes.
 struct Rollout {
@@ -223,40 +188,75 @@ public:
     Session(const RunConfig& config, const std::string& workspaceDirectory)
         : config_(config), workspace_(workspaceDirectory)
     {
+        // Every check that needs no weights comes first (configurations, tokenizers, prompt lengths, the noise
+        // pattern, the memory of one step), so that a meaningless setup is refused in seconds.
+        const std::string runFile = config.sourceFile.empty() ? std::string("run configuration") : config.sourceFile;
         const model::ModelFiles studentFiles = model::openModelDirectory(config.student);
         modelConfig_ = studentFiles.config;
-        tokenizer_ = std::make_unique<model::Tokenizer>(
-            model::Tokenizer::fromFile((fs::path(config.student) / "tokenizer.json").string()));
-        checkMemory(config, studentFiles);
-        weights_ = model::loadWeights(config.student, modelConfig_);
-        requireFiniteWeights(weights_, config.student);
+        tokenizer_ = std::make_unique<model::Tokenizer>(model::loadModelTokenizer(config.student, modelConfig_));
         parameterCount_ = model::checkpointStats(studentFiles.checkpoint).parameterCount;
+        std::optional<model::ModelConfig> teacherConfig;
         if (!config.teacher.empty()) {
             const model::ModelFiles teacherFiles = model::openModelDirectory(config.teacher);
+            teacherConfig = teacherFiles.config;
             if (teacherFiles.config.vocabSize != modelConfig_.vocabSize) {
-                throw InputError(config.sourceFile.empty() ? config.teacher : config.sourceFile, "teacher",
+                throw InputError(runFile, "teacher",
                     "the teacher's vocabulary (" + std::to_string(teacherFiles.config.vocabSize)
                         + ") differs from the student's (" + std::to_string(modelConfig_.vocabSize) + ")");
             }
-            // The teacher never trains: its stored values (a BF16 checkpoint stays BF16), multiplied exactly in FP32.
-            model::TransformerWeights teacherWeights
-                = model::loadWeights(config.teacher, teacherFiles.config, model::LoadPrecision::Stored);
-            requireFiniteWeights(teacherWeights, config.teacher);
-            teacher_ = std::make_unique<model::Transformer>(teacherFiles.config, std::move(teacherWeights));
+            // The objectives compare the two distributions token id by token id: the ids must mean the same text.
+            const model::Tokenizer teacherTokenizer = model::loadModelTokenizer(config.teacher, *teacherConfig);
+            const std::string difference = tokenizer_->difference(teacherTokenizer);
+            if (!difference.empty()) {
+                throw InputError(runFile, "teacher",
+                    "the teacher's tokenizer (" + (fs::path(config.teacher) / "tokenizer.json").string()
+                        + ") differs from the student's (" + (fs::path(config.student) / "tokenizer.json").string()
+                        + "): " + difference
+                        + "; distillation compares the two models token by token, so they must share one tokenizer");
+            }
         }
+        engine::requireNoiseModulesMatch(modelConfig_, config.rollout.noise.modules, runFile, "rollout.noise.modules");
         trainSet_ = io::loadPromptSet(config.prompts);
+        std::int64_t longestPrompt = 0;
         for (const io::Prompt& prompt : trainSet_.prompts) {
             std::vector<std::int64_t> ids = tokenizer_->encode(io::renderPrompt(trainSet_, prompt), true);
             if (ids.empty()) {
                 throw InputError(config.prompts, "prompt '" + prompt.id + "'", "encodes to no tokens");
             }
+            for (const model::ModelConfig* model : {&modelConfig_, teacherConfig ? &*teacherConfig : nullptr}) {
+                if (model) {
+                    model::requireFitsContext(*model, static_cast<std::int64_t>(ids.size()),
+                        config.rollout.sampling.maxTokens, config.prompts,
+                        "prompt '" + prompt.id + "' with rollout.sampling.max_tokens of " + runFile);
+                }
+            }
+            longestPrompt = std::max<std::int64_t>(longestPrompt, static_cast<std::int64_t>(ids.size()));
             trainIds_.push_back(std::move(ids));
         }
         if (!config.evaluation.prompts.empty()) {
             evalSet_ = io::loadPromptSet(config.evaluation.prompts);
+            for (const io::Prompt& prompt : evalSet_->prompts) {
+                const auto tokens = static_cast<std::int64_t>(tokenizer_->encode(io::renderPrompt(*evalSet_, prompt), true).size());
+                for (const model::ModelConfig* model : {&modelConfig_, teacherConfig ? &*teacherConfig : nullptr}) {
+                    if (model) {
+                        model::requireFitsContext(*model, tokens, config.evaluation.maxTokens,
+                            config.evaluation.prompts,
+                            "prompt '" + prompt.id + "' with evaluation.max_tokens of " + runFile);
+                    }
+                }
+            }
         }
         if (!config.rollout.recipe.empty()) {
             plan_ = quant::resolveRecipe(quant::loadRecipe(config.rollout.recipe), modelConfig_);
+        }
+        requireStepFits(runFile, longestPrompt);
+        requireJobFits(longestPrompt);
+        weights_ = model::loadWeights(config.student, modelConfig_); // finite (model::requireFiniteWeights)
+        if (teacherConfig) {
+            // The teacher never trains: its stored values (a BF16 checkpoint stays BF16), multiplied exactly in FP32.
+            model::TransformerWeights teacherWeights
+                = model::loadWeights(config.teacher, *teacherConfig, model::LoadPrecision::Stored);
+            teacher_ = std::make_unique<model::Transformer>(*teacherConfig, std::move(teacherWeights));
         }
         sampling_.temperature = config.rollout.sampling.temperature;
         sampling_.greedy = config.rollout.sampling.temperature == 0.0;
@@ -281,30 +281,65 @@ public:
     std::int64_t loadCheckpoint(const fs::path& directory);
 
 private:
-    // What the run will hold (engine/memory_plan.h), checked before anything is loaded.
-    static void checkMemory(const RunConfig& config, const model::ModelFiles& student)
+    // Bytes of one step's per-token distributions: the engine's, the student's with its gradient and the teacher's,
+    // four float32 [tokens, vocabulary] arrays per sequence of up to `longestPrompt` + max_tokens tokens.
+    long double stepDistributionBytes(std::int64_t longestPrompt) const
     {
-        const engine::StoredWeights stored = engine::storedWeights(config.student);
-        std::optional<quant::RecipePlan> plan;
-        if (!config.rollout.recipe.empty()) {
-            plan = quant::resolveRecipe(quant::loadRecipe(config.rollout.recipe), student.config);
-        }
-        const std::int64_t sequences = config.batch.promptsPerStep * config.batch.samplesPerPrompt;
-        // A step holds the engine's distributions, the teacher's and the student's log-probabilities and their
-        // gradient, each [sequences x max tokens x vocab] float32.
-        const std::uint64_t rows = static_cast<std::uint64_t>(sequences * config.rollout.sampling.maxTokens)
-            * static_cast<std::uint64_t>(student.config.vocabSize) * sizeof(float);
+        const long double sequences = static_cast<long double>(config_.batch.promptsPerStep)
+            * static_cast<long double>(config_.batch.samplesPerPrompt);
+        const long double tokens = static_cast<long double>(longestPrompt + config_.rollout.sampling.maxTokens);
+        return sequences * tokens * static_cast<long double>(modelConfig_.vocabSize) * 4.0L * 4.0L;
+    }
+
+    // What the run will hold as a whole (engine/memory_plan.h), checked before any weights are loaded, after
+    // requireStepFits has refused a step that cannot fit on its own: ResourceError naming every part.
+    void requireJobFits(std::int64_t longestPrompt) const
+    {
+        const engine::StoredWeights stored = engine::storedWeights(config_.student);
+        const quant::RecipePlan* plan = plan_ ? &*plan_ : nullptr;
         std::vector<model::MemoryItem> items {
             {"student master weights, gradients, AdamW moments and weight snapshots",
-                engine::trainerBytes(stored.parameters, config.rollout.staleness)},
-            {"rollout engine weights", engine::engineExtraBytes(student.config, plan ? &*plan : nullptr, model::DType::F32)},
+                engine::trainerBytes(stored.parameters, config_.rollout.staleness)},
+            {"rollout engine weights", engine::engineExtraBytes(modelConfig_, plan, model::DType::F32)},
             {"KV cache", engine::EngineOptions {}.kvCacheBytes},
-            {"distributions and log-probabilities of a step", 4 * rows},
+            {"distributions and log-probabilities of a step",
+                static_cast<std::uint64_t>(stepDistributionBytes(longestPrompt))},
         };
-        if (!config.teacher.empty()) {
-            items.push_back({"teacher weights as stored", engine::storedWeights(config.teacher).bytes});
+        if (!rolloutIsBf16Engine()) {
+            // The BF16 unit's engine (a plain BF16 engine at the weights before the step) lives beside the
+            // rollout engine while it measures, with its own KV cache.
+            items.push_back({"BF16 unit engine weights", engine::engineExtraBytes(modelConfig_, nullptr, model::DType::F32)});
+            items.push_back({"BF16 unit KV cache", engine::EngineOptions {}.kvCacheBytes});
         }
-        model::checkJobFits("training run " + config.name, items);
+        if (!config_.teacher.empty()) {
+            items.push_back({"teacher weights as stored", engine::storedWeights(config_.teacher).bytes});
+        }
+        model::checkJobFits("training run " + config_.name, items);
+    }
+
+    // InputError(run file, "batch.prompts_per_step", ...) when one step's per-token distributions (the engine's,
+    // the student's with its gradient, the teacher's: four float32 [tokens, vocabulary] arrays per sequence)
+    // cannot fit the available memory (model/memory_check.h): a huge batch would otherwise grind in swap.
+    void requireStepFits(const std::string& runFile, std::int64_t longestPrompt) const
+    {
+        const auto available = model::availableMemory();
+        if (!available) {
+            return;
+        }
+        const long double bytes = stepDistributionBytes(longestPrompt);
+        if (bytes <= static_cast<long double>(available->bytes)) {
+            return;
+        }
+        char needed[64];
+        std::snprintf(needed, sizeof needed, "%.3Lg bytes", bytes);
+        throw InputError(runFile, "batch.prompts_per_step",
+            "a step of " + std::to_string(config_.batch.promptsPerStep) + " prompts x "
+                + std::to_string(config_.batch.samplesPerPrompt) + " samples, each up to "
+                + std::to_string(longestPrompt + config_.rollout.sampling.maxTokens) + " tokens over a vocabulary of "
+                + std::to_string(modelConfig_.vocabSize) + ", needs about " + needed
+                + " for its per-token distributions but only " + model::memoryText(available->bytes)
+                + " is available (" + available->source
+                + "); lower batch.prompts_per_step, batch.samples_per_prompt or rollout.sampling.max_tokens");
     }
 
     std::vector<std::size_t> batchPromptIndices(std::int64_t step);
@@ -323,11 +358,13 @@ private:
         return !plan_ && config_.rollout.noise.sigma == 0.0 && config_.rollout.staleness == 0;
     }
     store::StepMetrics trainStep(const Rollout& rollout, AdamW& optimizer, const std::vector<at::Tensor>& parameters,
-        model::Transformer& student, double& bf16Unit, double wallOffset, Clock::time_point start);
+        model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset, Clock::time_point start);
     void evaluate(store::RunStore& store, std::int64_t runId, std::int64_t step, const model::Transformer& student,
         Progress& progress, const TrainOptions& options, TrainResult& result);
-    void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, double bf16Unit,
+    void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, const Bf16Unit& bf16Unit,
         double wallSeconds, TrainResult& result);
+    void writeCheckpoint(const fs::path& staging, const fs::path& target, std::int64_t step, std::int64_t runId,
+        const AdamW& optimizer, const Bf16Unit& bf16Unit, double wallSeconds);
 
     RunConfig config_;
     std::string workspace_;
@@ -348,7 +385,7 @@ private:
     WeightVersions versions_;
     // Restored by a checkpoint:
     std::vector<std::pair<std::string, at::Tensor>> optimizerState_;
-    double restoredBf16Unit_ = 0.0;
+    Bf16Unit restoredBf16Unit_;
     double restoredWallSeconds_ = 0.0;
 };
 
@@ -465,7 +502,7 @@ Rollout Session::produceUnchecked(std::int64_t step, engine::Engine& rolloutEngi
 }
 
 store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
-    const std::vector<at::Tensor>& parameters, model::Transformer& student, double& bf16Unit, double wallOffset,
+    const std::vector<at::Tensor>& parameters, model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset,
     Clock::time_point start)
 {
     const std::int64_t step = rollout.step;
@@ -588,7 +625,7 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     optimizer.step(learningRate);
     optimizer.zeroGrad();
     for (const std::string& name : weights_.names()) {
-        const std::string problem = nonFiniteSummary(weights_.get(name));
+        const std::string problem = model::nonFiniteSummary(weights_.get(name));
         if (!problem.empty()) {
             throw Error("step " + std::to_string(step) + ": after the optimizer update the weights are not finite: "
                 + name + " holds " + problem + " (learning rate " + std::to_string(learningRate)
@@ -622,11 +659,14 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     // The BF16 unit: the plain BF16 engine at the trainer's weights before this update, same prompts and seeds.
     const std::int64_t unitEvery = config_.evaluation.bf16UnitEvery;
     double unitSeconds = 0.0;
-    const bool measureUnit = step == 1 || bf16Unit <= 0.0 || (unitEvery > 0 && (step - 1) % unitEvery == 0);
+    // A BF16-engine rollout is its own unit at every step (nothing to measure); other engines measure it at step 1
+    // and at every multiple of bf16_unit_every (the steps evaluated when it equals evaluation.every).
+    const bool measureUnit = rolloutIsBf16Engine() || step == 1 || bf16Unit.value <= 0.0
+        || (unitEvery > 0 && step % unitEvery == 0);
     if (measureUnit) {
         const Clock::time_point unitStart = Clock::now();
         if (rolloutIsBf16Engine()) {
-            bf16Unit = klMean; // this rollout is the BF16 engine at the current weights
+            bf16Unit.value = klMean; // this rollout is the BF16 engine at the current weights
         } else {
             // The weights before this step's update are the version published last (step - 1).
             auto before = versions_.snapshot();
@@ -639,8 +679,9 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
             measureOptions.sampling = sampling_;
             measureOptions.batchSize = 64;
             at::NoGradGuard noGrad;
-            bf16Unit = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
+            bf16Unit.value = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
         }
+        bf16Unit.step = step;
         unitSeconds = secondsSince(unitStart);
     }
 
@@ -649,8 +690,8 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     metrics.mismatchKl = klMean;
     metrics.k1 = k1Mean;
     metrics.k3 = k3Mean;
-    if (bf16Unit > 0.0) {
-        metrics.bf16Multiple = klMean / bf16Unit;
+    if (bf16Unit.value > 0.0) {
+        metrics.bf16Multiple = klMean / bf16Unit.value;
     }
     metrics.loss = lossValue;
     double rewardMean = 0.0;
@@ -674,7 +715,8 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
         {"weight_version", rollout.version}, {"rollout_seconds", rollout.rolloutSeconds},
         {"teacher_seconds", rollout.teacherSeconds}, {"train_seconds", trainSeconds},
         {"response_length_mean", static_cast<double>(tokens) / static_cast<double>(std::max<std::int64_t>(1, batch))},
-        {"bf16_unit", bf16Unit}, {"bf16_unit_measured", measureUnit}, {"bf16_unit_seconds", unitSeconds}};
+        {"bf16_unit", bf16Unit.value}, {"bf16_unit_measured", measureUnit}, {"bf16_unit_step", bf16Unit.step},
+        {"bf16_unit_seconds", unitSeconds}};
     metrics.extrasJson = extras.dump();
     return metrics;
 }
@@ -715,17 +757,43 @@ void Session::evaluate(store::RunStore& store, std::int64_t runId, std::int64_t 
     }
 }
 
-void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, double bf16Unit,
+void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, const Bf16Unit& bf16Unit,
     double wallSeconds, TrainResult& result)
 {
     const fs::path root(checkpointDirectory(workspace_, runId));
     const fs::path target = root / stepDirectoryName(step);
     const fs::path staging = root / (stepDirectoryName(step) + ".tmp");
-    fs::remove_all(staging);
-    fs::create_directories(staging);
+    try {
+        writeCheckpoint(staging, target, step, runId, optimizer, bf16Unit, wallSeconds);
+    } catch (...) {
+        // Nothing half-written stays behind: a failed write (full disk, file size limit) removes its staging
+        // directory, and the newest complete checkpoint is still the previous one.
+        std::error_code ignored;
+        fs::remove_all(staging, ignored);
+        throw;
+    }
+    result.lastCheckpoint = target.string();
+    // Older checkpoints are kept: a resumable run needs only the newest, but earlier ones are student
+    // checkpoints that admission checks and calibrations can use.
+}
+
+void Session::writeCheckpoint(const fs::path& staging, const fs::path& target, std::int64_t step, std::int64_t runId,
+    const AdamW& optimizer, const Bf16Unit& bf16Unit, double wallSeconds)
+{
+    const auto fileSystem = [](const char* what, const fs::path& path, auto&& operation) {
+        std::error_code error;
+        operation(error);
+        if (error) {
+            throw Error(std::string("cannot ") + what + " " + path.string() + ": " + error.message());
+        }
+    };
+    fileSystem("remove", staging, [&](std::error_code& e) { fs::remove_all(staging, e); });
+    fileSystem("create", staging, [&](std::error_code& e) { fs::create_directories(staging, e); });
     io::writeFileAtomically((staging / "config.json").string(), model::configToJson(modelConfig_));
-    fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
-        fs::copy_options::overwrite_existing);
+    fileSystem("write", staging / "tokenizer.json", [&](std::error_code& e) {
+        fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
+            fs::copy_options::overwrite_existing, e);
+    });
     model::saveWeights(staging.string(), weights_.clone(), model::DType::F32);
     model::writeSafetensors((staging / "optimizer.safetensors").string(), optimizer.state());
     // The versions the next steps' rollouts use: max(0, step - k) .. step - 1 (step itself is the model).
@@ -744,20 +812,32 @@ void Session::saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW&
         model::writeSafetensors((staging / "history.safetensors").string(), history);
     }
     nlohmann::json state = {{"run_id", runId}, {"step", step}, {"optimizer_steps", optimizer.stepCount()},
-        {"bf16_unit", bf16Unit}, {"wall_time_s", wallSeconds}, {"history_versions", historyVersions},
+        {"bf16_unit", bf16Unit.value}, {"bf16_unit_step", bf16Unit.step}, {"wall_time_s", wallSeconds},
+        {"history_versions", historyVersions},
         {"tool_version", kVersion}};
     io::writeFileAtomically((staging / "state.json").string(), state.dump(2) + "\n");
-    fs::remove_all(target);
-    fs::rename(staging, target);
-    result.lastCheckpoint = target.string();
-    // Older checkpoints are kept: a resumable run needs only the newest, but earlier ones are student
-    // checkpoints that admission checks and calibrations can use.
+    fileSystem("remove", target, [&](std::error_code& e) { fs::remove_all(target, e); });
+    fileSystem("rename", staging, [&](std::error_code& e) { fs::rename(staging, target, e); });
 }
 
 std::int64_t Session::loadCheckpoint(const fs::path& directory)
 {
-    const nlohmann::json state = nlohmann::json::parse(readTextFile(directory / "state.json"));
-    const std::int64_t step = state.at("step").get<std::int64_t>();
+    const std::string statePath = (directory / "state.json").string();
+    nlohmann::json state;
+    std::int64_t step = 0;
+    std::vector<std::int64_t> historyVersions;
+    try {
+        state = nlohmann::json::parse(readInputFile(statePath, limits::kConfigFile, "checkpoint state"));
+        step = state.at("step").get<std::int64_t>();
+        historyVersions = state.at("history_versions").get<std::vector<std::int64_t>>();
+        restoredBf16Unit_.value = state.at("bf16_unit").get<double>();
+        // Checkpoints written before the unit's step was recorded: the unit is the one of the checkpoint's step at
+        // the latest (only `runs show`'s label uses it).
+        restoredBf16Unit_.step = state.value("bf16_unit_step", step);
+        restoredWallSeconds_ = state.at("wall_time_s").get<double>();
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(statePath, "", std::string("malformed checkpoint state: ") + error.what());
+    }
     model::TransformerWeights restored = model::loadWeights(directory.string(), modelConfig_);
     for (const std::string& name : weights_.names()) {
         weights_.set(name, restored.get(name).clone());
@@ -767,7 +847,6 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
     for (const auto& info : optimizerFile->tensors()) {
         optimizerState_.emplace_back(info.name, optimizerFile->load(info.name));
     }
-    const std::vector<std::int64_t> historyVersions = state.at("history_versions").get<std::vector<std::int64_t>>();
     if (!historyVersions.empty()) {
         const auto historyFile = model::SafetensorsFile::open((directory / "history.safetensors").string());
         for (const std::int64_t version : historyVersions) {
@@ -778,8 +857,6 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
             versions_.publish(version, std::move(snapshot));
         }
     }
-    restoredBf16Unit_ = state.at("bf16_unit").get<double>();
-    restoredWallSeconds_ = state.at("wall_time_s").get<double>();
     return step;
 }
 
@@ -791,7 +868,7 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
     result.resumedFromStep = resumedFrom;
     const Clock::time_point start = Clock::now();
     const double wallOffset = resumedFrom > 0 ? restoredWallSeconds_ : 0.0;
-    double bf16Unit = resumedFrom > 0 ? restoredBf16Unit_ : 0.0;
+    Bf16Unit bf16Unit = resumedFrom > 0 ? restoredBf16Unit_ : Bf16Unit {};
 
     std::vector<at::Tensor> parameters = weights_.parameters();
     AdamWOptions adamOptions;
@@ -892,14 +969,16 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
 TrainResult runSession(Session& session, store::RunStore& store, std::int64_t runId, Progress& progress,
     const TrainOptions& options, std::int64_t resumedFrom)
 {
-    return store::recordRunOutcome(store, runId, [&] {
-        TrainResult result = session.run(store, runId, progress, options, resumedFrom);
+    TrainResult result = store::recordRunOutcome(store, runId, [&] {
+        TrainResult outcome = session.run(store, runId, progress, options, resumedFrom);
         const auto info = store.run(runId);
         if (info && info->lastStep.value_or(0) >= session.config().steps) {
             store.finishRun(runId, store::RunStatus::Finished);
         }
-        return result;
+        return outcome;
     });
+    store.releaseRunLock(runId); // stopped early (--stop-after): another process may resume it now
+    return result;
 }
 
 std::string workspaceOf(const store::RunStore& store, const TrainOptions& options)
@@ -918,10 +997,11 @@ std::optional<fs::path> newestCheckpoint(const std::string& directory)
         return std::nullopt;
     }
     std::optional<fs::path> newest;
-    for (const auto& entry : fs::directory_iterator(directory)) {
+    for (const auto& entry : fs::directory_iterator(directory, ec)) {
         const std::string name = entry.path().filename().string();
+        std::error_code missing;
         if (name.rfind("step-", 0) != 0 || name.find(".tmp") != std::string::npos
-            || !fs::exists(entry.path() / "state.json")) {
+            || !fs::exists(entry.path() / "state.json", missing)) {
             continue;
         }
         if (!newest || name > newest->filename().string()) {
@@ -932,6 +1012,23 @@ std::optional<fs::path> newestCheckpoint(const std::string& directory)
 }
 
 } // namespace
+
+std::int64_t checkpointOptimizerSteps(const std::string& directory)
+{
+    const fs::path stateFile = fs::path(directory) / "state.json";
+    std::error_code error;
+    if (!fs::exists(stateFile, error)) {
+        return 0; // a model directory that no training run wrote: the student before training
+    }
+    const nlohmann::json state = nlohmann::json::parse(readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
+    if (!state.is_object() || !state.contains("optimizer_steps") || !state.at("optimizer_steps").is_number_integer()
+        || state.at("optimizer_steps").get<std::int64_t>() < 0) {
+        throw InputError(stateFile.string(), "optimizer_steps",
+            "expected the checkpoint's optimizer step count (an integer >= 0) in the JSON object that training "
+            "writes with each checkpoint");
+    }
+    return state.at("optimizer_steps").get<std::int64_t>();
+}
 
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId)
 {
@@ -1009,7 +1106,7 @@ TrainResult resumeTraining(std::int64_t runId, store::RunStore& store, Progress&
     // Unfinished checkpoint writes of the killed process.
     std::error_code ec;
     if (fs::is_directory(directory, ec)) {
-        for (const auto& entry : fs::directory_iterator(directory)) {
+        for (const auto& entry : fs::directory_iterator(directory, ec)) {
             if (entry.path().extension() == ".tmp") {
                 fs::remove_all(entry.path(), ec);
             }

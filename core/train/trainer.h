@@ -18,8 +18,10 @@
 //      rollouts (exact-match answers), student entropy, staleness of the batch, rollout and training tokens
 //      per second, wall time since the run started.
 // The BF16 unit is the plain BF16 engine's mismatch (bf16 everywhere, the trainer's current weights, no noise,
-// no staleness) on the same step's prompts and seeds, measured at step 1 and then every
-// evaluation.bf16_unit_every steps; steps in between use the latest unit.
+// no staleness) on the same step's prompts and seeds. A run whose rollouts are that engine is its own unit at
+// every step (the BF16 multiple is exactly 1); any other run measures it at step 1 and at every multiple of
+// evaluation.bf16_unit_every (0: step 1 only), and the steps in between use the latest unit. Each step's extras
+// record the unit, whether it was measured then, and the step it was measured at ("bf16_unit_step").
 //
 // Synchronous and asynchronous loops compute the same function: in the asynchronous loop a rollout thread
 // generates (and has the teacher score) batch s as soon as weight version max(0, s - 1 - k) is published,
@@ -90,6 +92,11 @@ TrainResult resumeTraining(std::int64_t runId, store::RunStore& store, Progress&
 // kill can never leave a sweep run it does not know of).
 std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,
     const std::function<void(std::int64_t runId)>& alsoInTransaction = {});
+
+// The optimizer step of a student checkpoint: state.json's "optimizer_steps" (written with every checkpoint), or 0
+// for a model directory without state.json (a student before training). InputError naming state.json when it is
+// malformed.
+std::int64_t checkpointOptimizerSteps(const std::string& directory);
 
 // Where run `runId`'s checkpoints live.
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId);

@@ -51,7 +51,7 @@ void writeDemoModelDirectory(const std::string& directory, const model::ModelCon
     const model::TransformerWeights& weights);
 
 // The demo pair's specifications: a Qwen2-style teacher (hidden 192, 3 layers, GQA 4/2) trained long enough to
-// solve the held-out problems, and a smaller student (hidden 128, 2 layers) trained briefly.
+// solve the held-out problems, and a smaller student (hidden 128, 2 layers) trained a quarter as long (500 steps).
 ZooOptions defaultZooOptions(const std::string& resourceDirectory);
 
 std::vector<ZooModelReport> buildZoo(const ZooOptions& options, Progress& progress);

@@ -140,11 +140,22 @@ void TestAnalysisCli::admitWithStoredCalibration()
         calibrationId = store::addCalibration(store, info, {{run, 100, 0.02, 0.5, 0.0, {}, {}, false}},
             {{100, 0.02, 0.4, std::nullopt}, {200, 0.03, 0.4, 0.025}});
     }
-    const auto result = runCli(common(
+    // A calibration made before protocols were recorded: its mismatch scale is unknown, so a screen against it is
+    // refused unless the comparison is allowed explicitly, and then labelled.
+    const auto refused = runCli(common(
         {"--json", "admit", model_, "--calibration", std::to_string(calibrationId), "--step", "200", "--no-unit"}));
+    QCOMPARE(refused.code, 1);
+    QVERIFY2(refused.err.find("stores no measurement protocol") != std::string::npos, refused.err.c_str());
+    const auto result = runCli(common({"--json", "admit", model_, "--calibration", std::to_string(calibrationId),
+        "--step", "200", "--no-unit", "--allow-protocol-mismatch"}));
     QVERIFY2(result.code == 0, result.err.c_str());
     const nlohmann::json json = parseJson(result.out);
+    QCOMPARE(json["protocol_differs"].size(), std::size_t(1));
     QCOMPARE(json["decisions"][0]["threshold"].get<double>(), 0.025);
+    // The bracket of step 200 was chosen explicitly for a checkpoint at step 0 (a model directory without
+    // state.json): the decision says so.
+    QCOMPARE(json["decisions"][0]["bracket_step"].get<std::int64_t>(), std::int64_t(200));
+    QVERIFY(json["decisions"][0]["note"].get<std::string>().find("chosen explicitly") != std::string::npos);
     QVERIFY(json["decisions"][0]["bf16_unit"].is_null());
     // The recipe builder takes its budget from the same bracket.
     const auto build = runCli({"--workspace", workspace_, "--json", "recipe", "build", "--scan",

@@ -143,8 +143,8 @@ void TestAnalysisStore::calibrationRoundTripAndThreshold()
     CalibrationInfo info;
     info.name = "demo";
     info.student = "resources/models/arith-student";
-    const std::vector<CalibrationPoint> points = {{base, 100, 0.01, 0.5, 0.0, -0.01, 0.01, false},
-        {noisy, 100, 0.3, 0.7, 0.4, 0.1, 0.3, true}, {noisy, 200, 0.3, 0.8, 0.5, 0.2, 0.4, true}};
+    const std::vector<CalibrationPoint> points = {{base, 100, 0.01, 0.5, 0.0, -0.01, 0.01, false, {}, 1, {}, {}},
+        {noisy, 100, 0.3, 0.7, 0.4, 0.1, 0.3, true, {}, 1, {}, {}}, {noisy, 200, 0.3, 0.8, 0.5, 0.2, 0.4, true, {}, 1, {}, {}}};
     const std::vector<CalibrationBracket> brackets = {{100, 0.01, 0.3, 0.008}, {200, std::nullopt, 0.3, std::nullopt}};
     const std::int64_t id = addCalibration(store, info, points, brackets);
     const auto read = calibration(store, id);
@@ -164,7 +164,7 @@ void TestAnalysisStore::calibrationRoundTripAndThreshold()
     // A bracket set later replaces the step's bracket; without a threshold the lower end is used.
     setCalibrationBracket(store, id, {200, 0.2, 0.3, std::nullopt});
     QCOMPARE(admissionThreshold(store, id, 200), 0.2);
-    addCalibrationPoints(store, id, {{base, 200, 0.01, 0.45, 0.0, -0.01, 0.02, false}});
+    addCalibrationPoints(store, id, {{base, 200, 0.01, 0.45, 0.0, -0.01, 0.02, false, {}, 1, {}, {}}});
     QCOMPARE(calibration(store, id)->points.size(), std::size_t(4));
     try {
         admissionThreshold(store, id, 300);
@@ -198,9 +198,9 @@ void TestAnalysisStore::calibrationRefusalsWriteNothing()
 void TestAnalysisStore::bracketFromPointsOnHandMadePoints()
 {
     // Passing 0.05, 0.184; failing 0.39, 0.5 at step 100; another step ignored.
-    const std::vector<CalibrationPoint> points = {{1, 100, 0.05, 0, {}, {}, {}, false},
-        {2, 100, 0.184, 0, {}, {}, {}, false}, {3, 100, 0.39, 0, {}, {}, {}, true}, {4, 100, 0.5, 0, {}, {}, {}, true},
-        {5, 200, 0.01, 0, {}, {}, {}, true}};
+    const std::vector<CalibrationPoint> points = {{1, 100, 0.05, 0, {}, {}, {}, false, {}, 1, {}, {}},
+        {2, 100, 0.184, 0, {}, {}, {}, false, {}, 1, {}, {}}, {3, 100, 0.39, 0, {}, {}, {}, true, {}, 1, {}, {}}, {4, 100, 0.5, 0, {}, {}, {}, true, {}, 1, {}, {}},
+        {5, 200, 0.01, 0, {}, {}, {}, true, {}, 1, {}, {}}};
     const CalibrationBracket bracket = bracketFromPoints(points, 100);
     QCOMPARE(*bracket.largestPassing, 0.184);
     QCOMPARE(*bracket.smallestFailing, 0.39);
@@ -212,8 +212,8 @@ void TestAnalysisStore::bracketFromPointsOnHandMadePoints()
     QCOMPARE(*failedOnly.smallestFailing, 0.01);
     QVERIFY_THROWS_EXCEPTION(InputError, bracketFromPoints(points, 100, 1.0));
     // A non-monotone sweep: 2.9 passed although 0.98 failed; the budget's lower end stays below the failure.
-    const std::vector<CalibrationPoint> uneven = {{1, 20, 0.0156, 0, {}, {}, {}, false},
-        {2, 20, 0.193, 0, {}, {}, {}, false}, {3, 20, 0.98, 0, {}, {}, {}, true}, {4, 20, 2.9, 0, {}, {}, {}, false}};
+    const std::vector<CalibrationPoint> uneven = {{1, 20, 0.0156, 0, {}, {}, {}, false, {}, 1, {}, {}},
+        {2, 20, 0.193, 0, {}, {}, {}, false, {}, 1, {}, {}}, {3, 20, 0.98, 0, {}, {}, {}, true, {}, 1, {}, {}}, {4, 20, 2.9, 0, {}, {}, {}, false, {}, 1, {}, {}}};
     const CalibrationBracket conservative = bracketFromPoints(uneven, 20);
     QCOMPARE(*conservative.largestPassing, 0.193);
     QCOMPARE(*conservative.smallestFailing, 0.98);

@@ -174,7 +174,8 @@ void TestCli::demoRegistersResources()
 {
     QTemporaryDir dir;
     const std::string ws = dir.path().toStdString();
-    // 16 probe prompts keep the screening short; the shipped candidates are all screened.
+    // 16 probe prompts keep the screening short: a screen under another protocol than the budget's (128), which
+    // the demo allows and labels.
     const CliResult first = runCli({"-w", ws, "--json", "demo", "--count", "16"});
     QCOMPARE(first.code, 0);
     const auto report = parseJson(first.out);
@@ -186,16 +187,25 @@ void TestCli::demoRegistersResources()
     const int sweepRuns = static_cast<int>(shipped.at("runs").size());
     QCOMPARE(report.at("runs").get<int>(), 1 + sweepRuns + 1);
     QVERIFY(report.at("calibration_id").is_number());
-    const auto& decisions = report.at("decisions");
+    const auto& admission = report.at("admission");
+    // Only the probe count differs from the shipped calibration's protocol, and it is said.
+    QCOMPARE(admission.at("protocol_differs").size(), std::size_t(1));
+    QVERIFY(admission.at("protocol_differs")[0].get<std::string>().rfind("count 16", 0) == 0);
+    const auto& decisions = admission.at("decisions");
     QVERIFY(decisions.size() >= 6);
+    const std::int64_t step = report.at("calibration_step").get<std::int64_t>();
     for (const auto& d : decisions) {
-        const double mismatch = d.at("mismatch").get<double>();
-        QVERIFY(d.at("ci_low").get<double>() <= mismatch && mismatch <= d.at("ci_high").get<double>());
-        const std::string verdict = d.at("verdict").get<std::string>();
+        // The screened checkpoint is the one of the bracket's step, and the bracket is that step's own.
+        QCOMPARE(d.at("checkpoint_step").get<std::int64_t>(), step);
+        QCOMPARE(d.at("bracket_step").get<std::int64_t>(), step);
+        const auto& m = d.at("mismatch");
+        const double mismatch = m.at("estimate").get<double>();
+        QVERIFY(m.at("low").get<double>() <= mismatch && mismatch <= m.at("high").get<double>());
+        const std::string verdict = d.at("decision").get<std::string>();
         // The decision follows from the interval and the threshold.
-        const std::string expected = d.at("ci_high").get<double>() < d.at("threshold").get<double>()
+        const std::string expected = m.at("high").get<double>() < d.at("threshold").get<double>()
             ? "admit"
-            : (d.at("ci_low").get<double>() > d.at("threshold").get<double>() ? "reject" : "borderline");
+            : (m.at("low").get<double>() > d.at("threshold").get<double>() ? "reject" : "borderline");
         QCOMPARE(QString::fromStdString(verdict), QString::fromStdString(expected));
     }
     // Running it again registers nothing twice and reuses the shipped calibration.
@@ -213,6 +223,7 @@ void TestCli::demoRegistersResources()
     QCOMPARE(human.code, 0);
     QVERIFY(QString::fromStdString(human.out).contains("Built-in prompt sets"));
     QVERIFY(QString::fromStdString(human.out).contains("Admission check of the shipped candidates"));
+    QVERIFY(QString::fromStdString(human.out).contains("OTHER PROTOCOL"));
 }
 
 void TestCli::realBinaryExitCodes()
@@ -245,9 +256,13 @@ void TestCli::reportOfTheDemoWorkspace()
     const auto j = parseJson(stdoutText.toStdString());
     QCOMPARE(QString::fromStdString(j.at("index").get<std::string>()), QDir(out).absoluteFilePath("index.html"));
     QVERIFY(QFile::exists(out + "/index.html"));
-    // The demo stores the shipped calibration (two bracket steps) and screens the candidates against it.
-    QVERIFY(QFile::exists(out + "/plots/calibration-1-step-20.png"));
-    QVERIFY(QFile::exists(out + "/plots/calibration-1-step-40.png"));
+    // The demo stores the shipped calibration (one plot per bracket step) and screens the candidates against it.
+    const auto shipped = nlohmann::json::parse(
+        std::ifstream(MISMATCH_SOURCE_DIR "/resources/calibrations/arith-student.json"));
+    for (const auto& bracket : shipped.at("brackets")) {
+        const QString plot = out + "/plots/calibration-1-step-" + QString::number(bracket.at("step").get<int>()) + ".png";
+        QVERIFY2(QFile::exists(plot), qPrintable(plot));
+    }
     bool admission = false;
     for (const auto& file : j.at("files")) {
         admission = admission || file.get<std::string>().rfind("plots/admission-", 0) == 0;

@@ -1005,14 +1005,14 @@ void TestEngine::badInputIsInputError()
     Engine engine(config, tinyWeights(config, 171));
     SamplingOptions sampling;
     QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {}}, sampling), InputError);
-    QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {{1, 2, 999}, 0}}, sampling), InputError);
+    QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {{1, 2, 999}, 0, {}}}, sampling), InputError);
     for (auto change :
         std::vector<std::function<void(SamplingOptions&)>> {[](SamplingOptions& s) { s.temperature = -1; },
             [](SamplingOptions& s) { s.topP = 0; }, [](SamplingOptions& s) { s.topP = 1.5; },
             [](SamplingOptions& s) { s.topK = -2; }, [](SamplingOptions& s) { s.maxNewTokens = 0; }}) {
         SamplingOptions bad;
         change(bad);
-        QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {{1, 2}, 0}}, bad), InputError);
+        QVERIFY_EXCEPTION_THROWN(engine.generate({GenerationRequest {{1, 2}, 0, {}}}, bad), InputError);
     }
     const model::Transformer trainer(config, tinyWeights(config, 171));
     QVERIFY_EXCEPTION_THROWN(scoreSequences(trainer, {{1, 2}}, {}), InputError);

@@ -8,7 +8,8 @@
 # artifacts/ (crash-*, timeout-*, oom-*, leak-* inputs) and log.txt. Prints a table (target, seconds, executions,
 # exec/s, cov, ft, corpus, crashes) and writes BUILD_DIR/fuzz-work/results.json. Exit status 1 when any target
 # found something (the input's path is printed: add it to tests/fuzz/regressions/TARGET/ once fixed), 2 on
-# usage errors. Targets run one at a time on one core. FUZZ_KEEP_GOING=1 runs each target in libFuzzer's fork mode
+# usage errors. Every input has a time and memory limit (FUZZ_TIMEOUT, FUZZ_RSS_MB, FUZZ_MALLOC_MB below). Targets
+# run one at a time on one core. FUZZ_KEEP_GOING=1 runs each target in libFuzzer's fork mode
 # (-fork=1, still one process at a time) and keeps fuzzing after a crash, timeout or OOM, so that a long run
 # collects every finding instead of stopping at the first.
 set -uo pipefail
@@ -113,6 +114,13 @@ make_seeds() {
   esac
 }
 
+# Per input (issue #17): slowness and memory are findings. An input that runs longer than FUZZ_TIMEOUT seconds
+# (default 5; the targets take milliseconds per input), makes the process grow past FUZZ_RSS_MB (default 2048:
+# LibTorch and the sanitizers take about 400 MB before the first input) or allocates more than FUZZ_MALLOC_MB at
+# once (default 1024) is written as timeout-*, oom-* or crash-* and counted in the table.
+per_input_seconds="${FUZZ_TIMEOUT:-5}"
+rss_mb="${FUZZ_RSS_MB:-2048}"
+malloc_mb="${FUZZ_MALLOC_MB:-1024}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$here/ubsan.supp}"
 export OMP_NUM_THREADS=1
@@ -134,7 +142,8 @@ for t in "${targets[@]}"; do
   mode=()
   [ "${FUZZ_KEEP_GOING:-0}" = "1" ] && mode=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   (cd "$dir" && timeout --signal=KILL $((seconds + 300)) "$build/tests/fuzz/fuzz_$t" "${mode[@]}" \
-      -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 -print_final_stats=1 \
+      -max_total_time="$seconds" -timeout="$per_input_seconds" -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" \
+      -print_final_stats=1 \
       -artifact_prefix="$dir/artifacts/" "${dict[@]}" "$dir/corpus" > "$dir/log.txt" 2>&1)
   status=$?
   elapsed=$(( $(date +%s) - start ))

@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 
 using namespace mismatch::metrics;
@@ -68,6 +69,10 @@ private slots:
     void splitMixBelowIsUniform();
     void failureRule_data();
     void failureRule();
+    void replicateBootstrapWithOneSeedIsThePairedBootstrap();
+    void replicateBootstrapReachesEverySeedCombination();
+    void replicateBootstrapWidensWithSeedVariance();
+    void replicateFailureRuleUsesReplicateMeans();
 };
 
 void TestMetrics::mismatchMatchesNaiveLoops_data()
@@ -219,6 +224,100 @@ void TestMetrics::failureRule()
     if (failed) {
         QVERIFY(v.relativeChange >= 0.2 && v.difference.low > 0);
     }
+}
+
+void TestMetrics::replicateBootstrapWithOneSeedIsThePairedBootstrap()
+{
+    // One replicate per group draws only problems, with the same generator sequence as the paired bootstrap; the
+    // statistics differ by summation order only (sum of differences vs difference of sums).
+    constexpr double kSummationTolerance = 1e-12;
+    std::mt19937_64 rng(std::random_device {}());
+    std::uniform_real_distribution<double> uniform(0.2, 2.0);
+    std::vector<double> run(173), base(173);
+    for (size_t i = 0; i < run.size(); ++i) {
+        base[i] = uniform(rng);
+        run[i] = base[i] * uniform(rng);
+    }
+    const BootstrapOptions options {3000, 0.9, rng()};
+    const Interval paired = pairedBootstrapDifference(run, base, options);
+    const Interval replicated = replicateBootstrapDifference({run}, {base}, options);
+    QVERIFY(std::abs(paired.estimate - replicated.estimate) < kSummationTolerance);
+    QVERIFY(std::abs(paired.low - replicated.low) < kSummationTolerance);
+    QVERIFY(std::abs(paired.high - replicated.high) < kSummationTolerance);
+}
+
+void TestMetrics::replicateBootstrapReachesEverySeedCombination()
+{
+    // One problem, two seeds per group: a group's resampled mean is a1, (a1 + a2) / 2 or a2 with probabilities
+    // 1/4, 1/2, 1/4, so every one of the nine differences has probability >= 1/16. The 2.5% and 97.5% quantiles of
+    // 10,000 resamples are then the extreme combinations (min run - max base, max run - min base): 625 expected
+    // draws of each against the 250 the quantile needs (a shortfall below 250 has probability < 1e-60).
+    std::mt19937_64 rng(std::random_device {}());
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    const std::vector<std::vector<double>> run = {{uniform(rng)}, {uniform(rng)}};
+    const std::vector<std::vector<double>> base = {{uniform(rng)}, {uniform(rng)}};
+    const Interval interval = replicateBootstrapDifference(run, base, {10000, 0.95, rng()});
+    const double runLow = std::min(run[0][0], run[1][0]);
+    const double runHigh = std::max(run[0][0], run[1][0]);
+    const double baseLow = std::min(base[0][0], base[1][0]);
+    const double baseHigh = std::max(base[0][0], base[1][0]);
+    QCOMPARE(interval.low, runLow - baseHigh);
+    QCOMPARE(interval.high, runHigh - baseLow);
+    const double estimate = (run[0][0] + run[1][0]) / 2.0 - (base[0][0] + base[1][0]) / 2.0;
+    QVERIFY(std::abs(interval.estimate - estimate) < 1e-15);
+}
+
+void TestMetrics::replicateBootstrapWidensWithSeedVariance()
+{
+    // The same problems; three seeds whose whole quality is offset by +-0.3 (seed variance) against three that
+    // agree. The problem-only interval of one seed pair is narrow; the two-level one covers the seed spread.
+    std::mt19937_64 rng(std::random_device {}());
+    std::uniform_real_distribution<double> uniform(0.5, 1.5);
+    std::normal_distribution<double> normal(0.0, 0.02);
+    std::vector<double> problem(300);
+    for (double& q : problem) q = uniform(rng);
+    std::vector<std::vector<double>> agreeing(3, problem), disagreeing(3, problem);
+    const double offsets[3] = {-0.3, 0.0, 0.3};
+    for (size_t r = 0; r < 3; ++r) {
+        for (size_t i = 0; i < problem.size(); ++i) {
+            agreeing[r][i] += normal(rng);
+            disagreeing[r][i] += offsets[r] + normal(rng);
+        }
+    }
+    const BootstrapOptions options {4000, 0.95, rng()};
+    const Interval problemsOnly = pairedBootstrapDifference(disagreeing[2], agreeing[2], options);
+    const Interval twoLevel = replicateBootstrapDifference(disagreeing, agreeing, options);
+    // Problem-only: a tight interval around +0.3, excluding zero.
+    QVERIFY(problemsOnly.low > 0.25);
+    // Two-level: resampling three seeds spans means from -0.3 to +0.3; the 95% interval must include zero and
+    // reach well past +-0.1 on both sides (P(mean of 3 draws = 0 exactly) = 7/27, extremes 1/27 each).
+    QVERIFY2(twoLevel.low < -0.1 && twoLevel.high > 0.1,
+        qPrintable(QString("[%1, %2]").arg(twoLevel.low).arg(twoLevel.high)));
+}
+
+void TestMetrics::replicateFailureRuleUsesReplicateMeans()
+{
+    std::mt19937_64 rng(std::random_device {}());
+    std::uniform_real_distribution<double> uniform(0.5, 1.5);
+    std::vector<double> base(200);
+    for (double& q : base) q = uniform(rng);
+    std::vector<double> worse(base), better(base);
+    for (size_t i = 0; i < base.size(); ++i) {
+        worse[i] *= 1.5;
+        better[i] *= 0.9;
+    }
+    const double qBase = std::accumulate(base.begin(), base.end(), 0.0) / 200.0;
+    // Replicate means: run (1.5 + 0.9) / 2 = 1.2 x base -> +20%; the interval includes the 0.9x seed, so a
+    // two-level draw of {better, better} gives a negative mean difference: not failed despite +20%.
+    const FailureVerdict split = applyFailureRule({worse, better}, {base, base});
+    QVERIFY(std::abs(split.qualityBase - qBase) < 1e-12);
+    QVERIFY(std::abs(split.relativeChange - 0.2) < 1e-12);
+    QVERIFY(split.difference.low < 0.0);
+    QVERIFY(!split.failed);
+    const FailureVerdict consistent = applyFailureRule({worse, worse}, {base, base});
+    QVERIFY(std::abs(consistent.relativeChange - 0.5) < 1e-12);
+    QVERIFY(consistent.difference.low > 0.0);
+    QVERIFY(consistent.failed);
 }
 
 QTEST_GUILESS_MAIN(TestMetrics)

@@ -698,14 +698,28 @@ private slots:
 
     void checkpointTolerated()
     {
-        // A tied model that still stores lm_head.weight, plus an old rotary buffer: both accepted.
+        // A tied model that still stores lm_head.weight as a copy of the embedding, plus an old rotary buffer:
+        // both accepted.
         const ModelConfig config = tinyConfig("qwen2");
         NamedTensors tensors = tinyModelTensors(config);
-        tensors.emplace_back("lm_head.weight", at::randn({64, 32}).to(at::kBFloat16));
+        at::Tensor embedding;
+        for (const auto& [name, tensor] : tensors) {
+            if (name == "model.embed_tokens.weight") {
+                embedding = tensor;
+            }
+        }
+        QVERIFY(embedding.defined());
+        tensors.emplace_back("lm_head.weight", embedding.clone());
         tensors.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", at::randn({4}).to(at::kBFloat16));
         const std::string directory = path("tolerated");
         writeModelDirectory(directory, config, tensors, false);
         openModelDirectory(directory);
+
+        // A different lm_head beside tied embeddings would be silently ignored: refused, naming the tensor.
+        tensors[tensors.size() - 2].second = (embedding.to(at::kFloat) * 2).to(embedding.scalar_type());
+        const std::string differing = path("tied-but-different");
+        writeModelDirectory(differing, config, tensors, false);
+        expectInputError([&] { openModelDirectory(differing); }, differing, {"lm_head.weight", "tie_word_embeddings"});
     }
 
     void checkpointErrors_data()

@@ -3,6 +3,7 @@
 #include "core/store/run_store.h"
 #include "core/store/schema.h"
 #include "core/store/sqlite_util.h"
+#include "tests/common/posix_locks.h"
 
 #include <QCryptographicHash>
 #include <QFile>
@@ -11,6 +12,7 @@
 #include <QtTest>
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 using namespace mismatch;
 using namespace mismatch::store;
@@ -83,6 +85,7 @@ private slots:
     void rejectsBadFilesWithoutTouchingThem();
     void readOnlyOpenOfReadOnlyDirectory();
     void missingFileInOpenExistingMode();
+    void openingAgainKeepsTheProcessLocks();
 };
 
 void TestStore::createsWorkspaceWithCurrentSchema()
@@ -297,6 +300,11 @@ void TestStore::rejectsBadFilesWithoutTouchingThem_data()
     QTest::newRow("corrupt page") << "corrupt" << "corrupt";
     QTest::newRow("truncated") << "truncated" << "corrupt";
     QTest::newRow("read-only file") << "readonly" << "read-only";
+    // Issue 17: only a database that is ours (application id) or empty is initialised; tables that do not match
+    // the schema version are explained rather than failing inside a migration.
+    QTest::newRow("other application, user_version 3, no tables") << "foreign-version" << "not a Mismatch Lab workspace";
+    QTest::newRow("version 1 holding a version 2 table") << "inconsistent" << "cannot be migrated";
+    QTest::newRow("version 3 lacking a table") << "incomplete" << "lacks the table";
 }
 
 void TestStore::rejectsBadFilesWithoutTouchingThem()
@@ -355,6 +363,23 @@ void TestStore::rejectsBadFilesWithoutTouchingThem()
     } else if (kind == "readonly") {
         createDatabaseAtVersion(p, currentSchemaVersion());
         QFile::setPermissions(path, QFile::ReadOwner | QFile::ReadGroup | QFile::ReadOther);
+    } else if (kind == "foreign-version") {
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+        execute(db, "PRAGMA user_version = 3");
+        sqlite3_close(db);
+    } else if (kind == "inconsistent") {
+        createDatabaseAtVersion(p, 1);
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+        execute(db, "CREATE TABLE evaluations (id INTEGER PRIMARY KEY)");
+        sqlite3_close(db);
+    } else if (kind == "incomplete") {
+        createDatabaseAtVersion(p, currentSchemaVersion());
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+        execute(db, "DROP TABLE prefix_shift_pairs");
+        sqlite3_close(db);
     }
     const QByteArray before = fileDigest(path);
     QVERIFY(!before.isEmpty());
@@ -367,6 +392,10 @@ void TestStore::rejectsBadFilesWithoutTouchingThem()
         QVERIFY2(message.contains(expected), qPrintable(message));
     }
     QCOMPARE(fileDigest(path), before);  // never modified
+    // and nothing made beside it: a refused database is read without SQLite's -wal and -shm files
+    QVERIFY(!QFile::exists(path + "-wal"));
+    QVERIFY(!QFile::exists(path + "-shm"));
+    QVERIFY(!QFile::exists(path + "-journal"));
 }
 
 void TestStore::readOnlyOpenOfReadOnlyDirectory()
@@ -400,6 +429,43 @@ void TestStore::missingFileInOpenExistingMode()
     QVERIFY_THROWS_EXCEPTION(StoreError, RunStore::open(path, OpenMode::OpenExisting));
     QVERIFY_THROWS_EXCEPTION(StoreError, RunStore::open(path, OpenMode::ReadOnly));
     QVERIFY(!QFile::exists(QString::fromStdString(path)));
+}
+
+// Opening the workspace again while a connection is open (the GUI's jobs each open their own store) must not
+// drop the SHARED lock that connection holds on the database file: with the lock gone, a headless writer that
+// finishes sees no other reader, checkpoints and deletes the WAL and -shm under the open connection.
+void TestStore::openingAgainKeepsTheProcessLocks()
+{
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/workspace.db").toStdString();
+    const std::string wal = path + "-wal";
+    { RunStore::open(path); }  // created and closed: the file exists, nothing open
+    RunStore reader = RunStore::open(path);
+    reader.listRuns();  // a read: the connection now holds its SHARED lock on the database file
+    const int held = test::posixLocksHeld(::getpid(), path);
+    QVERIFY2(held > 0, qPrintable(QString("no lock on the database after opening it (%1)").arg(held)));
+
+    for (int i = 0; i < 3; ++i) {
+        RunStore again = RunStore::open(path, OpenMode::OpenExisting);  // validates the header, then opens
+        again.listRuns();
+        RunStore readOnly = RunStore::open(path, OpenMode::ReadOnly);
+        readOnly.listRuns();
+    }  // each of them closed here
+    QCOMPARE(test::posixLocksHeld(::getpid(), path), held);
+
+    // Another process writes and exits while `reader` stays open: the WAL must survive the writer's close.
+    QProcess writer;
+    writer.start(STORE_WRITER_PATH, {QString::fromStdString(path), "40", "10", "0"});
+    QVERIFY(writer.waitForFinished(30000));
+    QCOMPARE(writer.exitCode(), 0);
+    QVERIFY2(QFile::exists(QString::fromStdString(wal)), "the writer deleted the WAL under an open connection");
+    QCOMPARE(test::posixLocksHeld(::getpid(), path), held);
+    const auto runs = reader.listRuns();
+    QCOMPARE(runs.size(), size_t(1));
+    QCOMPARE(reader.stepsAfter(runs[0].id).size(), size_t(40));
+    Statement check(reader.handle(), "PRAGMA integrity_check");
+    QVERIFY(check.step());
+    QCOMPARE(QString::fromStdString(check.text(0)), QStringLiteral("ok"));
 }
 
 QTEST_GUILESS_MAIN(TestStore)

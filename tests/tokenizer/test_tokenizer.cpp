@@ -222,6 +222,7 @@ private slots:
     void qwen3MatchesReference();
     void llama3MatchesReference();
     void nfcRefusedClearlyWithoutIcu();
+    void digestIsTheTokenizersMeaning();
 
 private:
     void compareWithReference(const QString& package, bool normalizesNfc);
@@ -813,6 +814,49 @@ void TestTokenizer::nfcRefusedClearlyWithoutIcu()
     } catch (const InputError& error) {
         QCOMPARE(error.location(), std::string("normalizer.type"));
         QVERIFY2(error.detail().find("ICU") != std::string::npos, error.what());
+    }
+}
+
+// Issue 17: a teacher and a student must share one tokenizer. The digest sees everything that changes ids (the
+// vocabulary, the merges, the added tokens, the pipeline) and nothing that does not (formatting, key order, the
+// spelling of merges, version / truncation / padding).
+void TestTokenizer::digestIsTheTokenizersMeaning()
+{
+    TinyOptions options;
+    options.extraTokens = {"ab", "bc", "abc"};
+    options.merges = {"a b", "b c", "ab c"};
+    options.addedTokens = {addedToken(259, "<|endoftext|>", true)};
+    const Json base = tinyTokenizer(options);
+    const Tokenizer reference = load(base);
+    QCOMPARE(reference.digest().size(), std::size_t {64});
+    QVERIFY(reference.difference(reference).empty());
+
+    // The same tokenizer written otherwise: pretty-printed, merges as pairs, other version and padding.
+    Json rewritten = base;
+    rewritten["version"] = "9.9";
+    rewritten["padding"] = {{"strategy", "BatchLongest"}};
+    rewritten["model"]["merges"] = Json::array({Json::array({"a", "b"}), Json::array({"b", "c"}), Json::array({"ab", "c"})});
+    const Tokenizer same = Tokenizer::fromJson(rewritten.dump(4), "rewritten.json");
+    QCOMPARE(same.digest(), reference.digest());
+    QVERIFY2(same.difference(reference).empty(), same.difference(reference).c_str());
+
+    // Each change that alters ids or text changes the digest, and the difference names it.
+    Json permuted = base;
+    permuted["model"]["vocab"]["a"] = 98;
+    permuted["model"]["vocab"]["b"] = 97;
+    Json otherMerges = base;
+    otherMerges["model"]["merges"] = Json::array({"b c", "a b", "ab c"});
+    Json otherAdded = base;
+    otherAdded["added_tokens"][0]["special"] = false;
+    Json otherPipeline = base;
+    otherPipeline["pre_tokenizer"]["add_prefix_space"] = true;
+    const std::vector<std::pair<Json, std::string>> variants = {{permuted, "token id 97"}, {otherMerges, "merges differ"},
+        {otherAdded, "added (special) tokens"}, {otherPipeline, "pre-tokenizer"}};
+    for (const auto& [json, expected] : variants) {
+        const Tokenizer other = load(json);
+        QVERIFY(other.digest() != reference.digest());
+        const std::string difference = reference.difference(other);
+        QVERIFY2(difference.find(expected) != std::string::npos, difference.c_str());
     }
 }
 

@@ -2,6 +2,7 @@
 // differences (float64), the asynchronous loop against the synchronous one (k = 0 and k = 2, bit for bit),
 // resume after a stop and after SIGKILL (nothing lost or duplicated, the same results as an uninterrupted
 // run), cancellation, numerical faults, the stored measures, and time to quality.
+#include "core/analysis/admission.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/compare_objectives.h"
 #include "core/analysis/time_to_quality.h"
@@ -34,6 +35,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 using namespace mismatch;
@@ -195,6 +197,8 @@ private slots:
     void rewardObjectivesRunOnTinyModels();
     void timeToQualityReadsTheStoredRun();
     void calibrationSweepStoresPointsAndBrackets();
+    void calibrationWhoseSeedsDisagreeIsFlagged();
+    void calibrationFlagsFollowTheirDefinitions();
     void calibrationOptionErrors();
     void cancelledCalibrationStoresNoCalibration();
     void timeToQualityJobTrainsBothRuns();
@@ -294,7 +298,11 @@ void TestTrainer::storesEveryMeasureOfEveryStep()
         QCOMPARE(extras.at("weight_version").get<std::int64_t>(), m.step - 1);
         // The multiple is the step's KL over the unit stored with it.
         QVERIFY(std::abs(*m.bf16Multiple - *m.mismatchKl / extras.at("bf16_unit").get<double>()) < 1e-12 * *m.bf16Multiple);
-        QCOMPARE(extras.at("bf16_unit_measured").get<bool>(), m.step == 1 || m.step == 3);
+        // bf16_unit_every 2: the unit is measured at step 1 and at every even step (the evaluated ones), and each
+        // step records the step whose weights gave the unit it was divided by.
+        const bool measured = m.step == 1 || m.step % 2 == 0;
+        QCOMPARE(extras.at("bf16_unit_measured").get<bool>(), measured);
+        QCOMPARE(extras.at("bf16_unit_step").get<std::int64_t>(), measured ? m.step : m.step - 1);
     }
     // Evaluations at 0 (before training), 2 and 4, each with its 6 problems.
     const auto evaluations = store::evaluations(store, result.runId);
@@ -689,58 +697,210 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     options.noiseSigmas = {0.2, 3.0};
     options.staleness = {1};
     options.steps = {2, 4};
+    options.replicates = 2;
     options.rule.bootstrap.resamples = 2000;
     Progress progress;
     const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
-    QCOMPARE(result.runs.size(), std::size_t(4));
+    // Four configurations x two seeds, then the null group (the baseline with two more seeds).
+    QCOMPARE(result.runs.size(), std::size_t(10));
     QCOMPARE(QString::fromStdString(result.runs[0].label), QString("baseline"));
-    QCOMPARE(result.points.size(), std::size_t(8));
-    // Each point's mismatch is the mean of its run's step mismatch up to the step, recomputed here.
-    for (const auto& point : result.points) {
-        double sum = 0.0;
-        int count = 0;
-        for (const auto& m : store.stepsAfter(point.runId, 0)) {
-            if (m.step <= point.step) {
-                sum += *m.mismatchKl;
-                ++count;
-            }
+    QCOMPARE(result.runs[0].seed, options.base.seed); // replicate 0 is the base run as written
+    QCOMPARE(QString::fromStdString(result.runs[8].label), QString("null"));
+    QCOMPARE(result.runs[8].replicate, std::int64_t(2));
+    std::set<std::uint64_t> baselineSeeds;
+    for (const auto& run : result.runs) {
+        if (run.label == "baseline" || run.label == "null") {
+            baselineSeeds.insert(run.seed);
         }
-        QCOMPARE(count, static_cast<int>(point.step));
-        QVERIFY(std::abs(point.mismatch - sum / count) <= 1e-12 * std::max(1e-12, point.mismatch));
-        QCOMPARE(point.quality, store::evaluationAt(store, point.runId, point.step)->summary.quality);
+        // Every run's stored seed is the one its configuration says.
+        QCOMPARE(train::parseRunConfig(store.run(run.runId)->configJson, "stored", ws).seed, run.seed);
+    }
+    QCOMPARE(baselineSeeds.size(), std::size_t(4)); // the null comparison uses other seeds
+    QCOMPARE(result.points.size(), std::size_t(8));
+    // Each point is the replicate mean of its runs' figures, recomputed here from the stored steps and evaluations:
+    // mismatch = mean step KL up to the step; unit = mean of the units measured up to the step.
+    for (const auto& point : result.points) {
+        double mismatch = 0.0, unit = 0.0, quality = 0.0;
+        int replicates = 0;
+        for (const auto& run : result.runs) {
+            if (run.label != point.label) {
+                continue;
+            }
+            double sum = 0.0, unitSum = 0.0;
+            int count = 0, unitCount = 0;
+            for (const auto& m : store.stepsAfter(run.runId, 0)) {
+                if (m.step <= point.step) {
+                    sum += *m.mismatchKl;
+                    ++count;
+                    const auto extras = nlohmann::json::parse(m.extrasJson);
+                    if (extras.at("bf16_unit_measured").get<bool>()) {
+                        unitSum += extras.at("bf16_unit").get<double>();
+                        ++unitCount;
+                    }
+                }
+            }
+            QCOMPARE(count, static_cast<int>(point.step));
+            QCOMPARE(unitCount, static_cast<int>(point.step)); // calibrations measure the unit at every step
+            mismatch += sum / count;
+            unit += unitSum / unitCount;
+            quality += store::evaluationAt(store, run.runId, point.step)->summary.quality;
+            ++replicates;
+        }
+        QCOMPARE(replicates, 2);
+        QCOMPARE(point.replicates, std::int64_t(2));
+        QVERIFY(std::abs(point.mismatch - mismatch / 2) <= 1e-12 * std::max(1e-12, point.mismatch));
+        QVERIFY(std::abs(*point.bf16Unit - unit / 2) <= 1e-12 * std::max(1e-12, unit));
+        QVERIFY(std::abs(point.quality - quality / 2) <= 1e-12 * quality);
+        if (point.label == "baseline") {
+            // The baseline's rollouts are the BF16 engine at the trainer's weights: its own unit at every step, so
+            // it is 1x BF16 at every step by construction, exactly.
+            QCOMPARE(*point.bf16Unit, point.mismatch);
+        }
+    }
+    for (const auto& replicate : result.replicatePoints) {
+        if (replicate.label == "baseline" || replicate.label == "null") {
+            QCOMPARE(replicate.bf16Unit, replicate.mismatch);
+        }
     }
     // The noisier the engine, the larger the mismatch (sigma 3 against sigma 0.2 against none).
-    const auto at = [&](std::size_t run, std::int64_t step) {
+    const auto at = [&](const std::string& label, std::int64_t step) {
         for (const auto& point : result.points) {
-            if (point.runId == result.runs[run].runId && point.step == step) {
+            if (point.label == label && point.step == step) {
                 return point;
             }
         }
         return store::CalibrationPoint {};
     };
-    QVERIFY(at(2, 4).mismatch > at(1, 4).mismatch);
-    QVERIFY(at(1, 4).mismatch > at(0, 4).mismatch);
-    QVERIFY(!at(0, 4).failed);
-    // Brackets from the points, computed here from their definition.
+    QVERIFY(at("noise 3", 4).mismatch > at("noise 0.2", 4).mismatch);
+    QVERIFY(at("noise 0.2", 4).mismatch > at("baseline", 4).mismatch);
+    QVERIFY(!at("baseline", 4).failed);
+    // Brackets from the points, computed here from their definition (a passing point above a failing one does not
+    // widen the budget).
     for (const auto& bracket : result.brackets) {
-        std::optional<double> passing;
         std::optional<double> failing;
         for (const auto& point : result.points) {
-            if (point.step != bracket.step) {
-                continue;
+            if (point.step == bracket.step && point.failed) {
+                failing = failing ? std::min(*failing, point.mismatch) : point.mismatch;
             }
-            auto& end = point.failed ? failing : passing;
-            end = !end ? point.mismatch : (point.failed ? std::min(*end, point.mismatch) : std::max(*end, point.mismatch));
+        }
+        std::optional<double> passing;
+        for (const auto& point : result.points) {
+            if (point.step == bracket.step && !point.failed && (!failing || point.mismatch < *failing)) {
+                passing = passing ? std::max(*passing, point.mismatch) : point.mismatch;
+            }
         }
         QCOMPARE(bracket.largestPassing, passing);
         QCOMPARE(bracket.smallestFailing, failing);
+    }
+    // One null comparison per step, its noise floor the size of its relative change.
+    QCOMPARE(result.nullComparisons.size(), std::size_t(2));
+    for (const auto& null : result.nullComparisons) {
+        QCOMPARE(null.noiseFloor, std::abs(null.relativeChange));
     }
     const auto stored = store::calibration(store, result.calibrationId);
     QVERIFY(stored);
     QCOMPARE(stored->points.size(), std::size_t(8));
     QCOMPARE(stored->brackets.size(), std::size_t(2));
+    for (const auto& point : stored->points) {
+        QVERIFY(point.bf16Unit.has_value());
+        QVERIFY(point.accuracy.has_value());
+        QVERIFY(!point.label.empty());
+    }
+    const nlohmann::json config = nlohmann::json::parse(stored->info.configJson);
+    QCOMPARE(config.at("replicates").get<std::int64_t>(), std::int64_t(2));
+    QCOMPARE(config.at("null_comparisons").size(), std::size_t(2));
+    QCOMPARE(config.at("replicate_points").size(), std::size_t(20)); // 10 runs x 2 steps
+    // The protocol screens against it: the base run's prompts, rollout sampling, KV frozen from the first batch.
+    const analysis::MeasurementProtocol protocol = analysis::protocolFromJson(config.at("protocol"), "stored");
+    QCOMPARE(protocol.prompts, fs::absolute(options.base.prompts).lexically_normal().string());
+    QCOMPARE(protocol.maxTokens, options.base.rollout.sampling.maxTokens);
+    QVERIFY(protocol.kvScales == analysis::KvScalePolicy::FrozenFirstBatch);
+    QCOMPARE(protocol.kvFirstBatch, options.base.batch.promptsPerStep);
     QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
     QCOMPARE(QString::fromStdString(store.run(result.runId)->kind), QString("calibrate"));
+}
+
+void TestTrainer::calibrationWhoseSeedsDisagreeIsFlagged()
+{
+    // Four steps of a random tiny student: two seeds of the same configuration end at different qualities. Against a
+    // threshold of 0.1% any such disagreement is more than half of it, so the calibration must say it is
+    // noise-dominated (the rule is applied as configured; nothing here is tuned to produce the flag).
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CalibrationOptions options;
+    options.name = "disagreeing";
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
+    options.noiseSigmas = {0.2};
+    options.steps = {4};
+    options.replicates = 2;
+    options.rule.relativeThreshold = 0.001;
+    options.rule.bootstrap.resamples = 1000;
+    Progress progress;
+    const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
+    QCOMPARE(result.nullComparisons.size(), std::size_t(1));
+    const analysis::NullComparison& null = result.nullComparisons[0];
+    QVERIFY2(null.noiseFloor > 0.0005, qPrintable(QString::number(null.noiseFloor))); // the seeds disagree
+    bool noiseDominated = false;
+    for (const auto& flag : result.flags) {
+        noiseDominated = noiseDominated || (flag.kind == "noise-dominated" && flag.step == 4);
+    }
+    QVERIFY(noiseDominated);
+    // The flags are stored with the calibration (what the GUI, the report and admission checks read).
+    const auto stored = analysis::storedFlags(store::calibration(store, result.calibrationId)->info.configJson);
+    QCOMPARE(stored.size(), result.flags.size());
+    QCOMPARE(stored[0].kind, result.flags[0].kind);
+    // An admission check against it says so with every decision: the baseline's final checkpoint (step 4).
+    analysis::AdmissionOptions admit;
+    admit.checkpoints = {(fs::path(train::checkpointDirectory(ws, result.runs[0].runId)) / "step-00000004").string()};
+    admit.candidates = {analysis::Candidate {"bf16"}};
+    admit.calibrationId = result.calibrationId;
+    admit.measureUnit = false;
+    Progress screening;
+    const analysis::AdmissionResult admitted = analysis::runAdmission(store, admit, screening);
+    QCOMPARE(admitted.calibrationFlags.size(), result.flags.size());
+    QCOMPARE(admitted.rows.at(0).checkpointStep, std::int64_t(4));
+    const nlohmann::json inputs
+        = nlohmann::json::parse(store::admissionDecisions(store, admitted.runId).at(0).candidateJson);
+    QCOMPARE(inputs.at("calibration_flags").size(), result.flags.size());
+}
+
+void TestTrainer::calibrationFlagsFollowTheirDefinitions()
+{
+    // Points at one step: baseline, a failure at 0.1 and a pass at 0.3 (non-monotone); a null comparison that fails
+    // with a 25% change (null-failed, and a noise floor above half the 20% threshold).
+    const auto point = [](const char* label, double mismatch, bool failed) {
+        store::CalibrationPoint p;
+        p.label = label;
+        p.step = 10;
+        p.mismatch = mismatch;
+        p.failed = failed;
+        return p;
+    };
+    analysis::NullComparison null;
+    null.step = 10;
+    null.relativeChange = 0.25;
+    null.noiseFloor = 0.25;
+    null.difference = {0.1, 0.05, 0.15, 0.95, 1000};
+    null.failed = true;
+    const auto flags = analysis::calibrationFlags(
+        {point("baseline", 1e-4, false), point("noise 0.1", 0.1, true), point("noise 0.2", 0.3, false)}, {null}, 0.2);
+    std::set<std::string> kinds;
+    for (const auto& flag : flags) {
+        kinds.insert(flag.kind);
+        QCOMPARE(flag.step, std::optional<std::int64_t>(10));
+    }
+    QCOMPARE(kinds, (std::set<std::string> {"non-monotone", "noise-dominated", "null-failed"}));
+    // A monotone sweep with a quiet null comparison (floor 5% of a 20% threshold) is not flagged.
+    null.relativeChange = -0.05;
+    null.noiseFloor = 0.05;
+    null.failed = false;
+    QVERIFY(analysis::calibrationFlags(
+        {point("baseline", 1e-4, false), point("noise 0.1", 0.1, false), point("noise 0.2", 0.3, true)}, {null}, 0.2)
+                .empty());
+    // Exactly half the threshold is not "more than half".
+    null.noiseFloor = 0.1;
+    QVERIFY(analysis::calibrationFlags({point("baseline", 1e-4, false)}, {null}, 0.2).empty());
 }
 
 void TestTrainer::calibrationOptionErrors()
@@ -783,7 +943,7 @@ void TestTrainer::cancelledCalibrationStoresNoCalibration()
     options.noiseSigmas = {0.2, 0.4};
     options.steps = {4};
     // Cancelled from the progress listener once the second sweep run has stored its second step.
-    CancelAt cancel("noise 0.2: step 2/");
+    CancelAt cancel("noise 0.2 (seed 1): step 2/");
     QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(store, options, cancel.progress), CancelledError);
     QCOMPARE(store::calibrations(store).size(), std::size_t(0)); // no calibration from a partial sweep
     const auto runs = store.listRuns();

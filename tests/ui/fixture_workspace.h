@@ -2,20 +2,34 @@
 // A fixture workspace for the UI tests, written through the store's own APIs (runs, steps, evaluations, models,
 // prompt sets) and core's analysis store API for the analyses, with values chosen so that each view has
 // something a person can judge: a run with a rising mismatch, a sensitivity scan whose first and last layers
-// stand out, a calibration with a bracket, admission decisions of every kind.
+// stand out, a calibration with a bracket (its failure rule and a protocol flag at step 120 in its config_json),
+// admission decisions of every kind (with the BF16 unit and the recipe each was measured with; one measured under
+// another protocol against the flagged calibration), a prefix-shift analysis over 40 pairs of which 3 are stored.
 #include "core/model/tokenizer.h"
+#include "core/quant/recipe.h"
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/run_store.h"
 
 #include <QDir>
+#include <QSettings>
+#include <QStandardPaths>
 #include <QString>
+#include <QWidget>
 #include <QtTest>
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
+
+// Q_INIT_RESOURCE declares the resource initializer where it is used: it must stand outside any namespace.
+inline void initMismatchResources()
+{
+    Q_INIT_RESOURCE(resources);
+}
 
 namespace fixture {
 
@@ -32,6 +46,24 @@ inline QString screenshotDirectory()
 inline QString screenshotPath(const QString& name)
 {
     return screenshotDirectory() + "/" + name;
+}
+
+// Saves `widget` as it is drawn (after the throttled replots, 40 ms, have run) under the screenshot directory.
+inline void saveScreenshot(QWidget& widget, const QString& name)
+{
+    QTest::qWait(150);
+    const QString path = screenshotPath(name);
+    QVERIFY2(widget.grab().save(path), qPrintable(path));
+    qInfo("screenshot: %s", qPrintable(path));
+}
+
+// What every GUI test sets up first: the resources, its own settings (cleared).
+inline void initGuiTest()
+{
+    initMismatchResources();
+    QCoreApplication::setOrganizationName("Mismatch Lab Tests");
+    QStandardPaths::setTestModeEnabled(true);
+    QSettings().clear();
 }
 
 // Per-step measures of a run: mismatch rising slowly with a wobble, k1/k3 near it.
@@ -69,6 +101,16 @@ struct Ids {
     std::int64_t prefixShift = 0;
 };
 
+inline const double kFixtureUnit = 0.00021; // the fixture's BF16 unit, nats/token
+inline const char* kFixtureFlagReason = "a run passed at a larger mismatch than one that failed";
+
+// The prefix-shift analysis's by-position curves over all 40 analysed pairs (the 3 stored pairs average otherwise).
+inline std::vector<std::tuple<int, double, double, double>> prefixShiftPositions()
+{
+    return {{0, 0.004, 0.003, 0.0002}, {1, 0.021, 0.006, 0.0002}, {2, 0.034, 0.008, 0.00022},
+        {3, 0.041, 0.011, 0.00021}, {4, 0.052, 0.012, 0.0002}};
+}
+
 // Sensitivity cells: added mismatch per (layer, group) of a 6-layer model, first and last layers and down_proj
 // the most sensitive, plus the KV cache of each layer.
 inline double addedMismatch(int layer, int group)
@@ -81,7 +123,7 @@ inline double addedMismatch(int layer, int group)
 inline Ids build(store::RunStore& store)
 {
     Ids ids;
-    const double unit = 0.00021; // BF16 unit, nats/token
+    const double unit = kFixtureUnit;
     ids.baselineRun = store.beginRun({"opd-bf16-baseline", "train", "{}", std::nullopt});
     store.appendSteps(ids.baselineRun, steps(1, 120, unit, unit));
     ids.fp8Run = store.beginRun({"opd-fp8-kv", "train", "{}", std::nullopt});
@@ -153,7 +195,11 @@ inline Ids build(store::RunStore& store)
     }
     store::CalibrationInfo calibration;
     calibration.name = "noise sweep";
-    calibration.student = "arith-student";
+    calibration.student = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
+    calibration.configJson = nlohmann::json(
+        {{"relative_threshold", 0.2}, {"confidence", 0.95}, {"resamples", 2000}, {"bf16_unit", kFixtureUnit},
+            {"flags", {{{"kind", "non-monotone"}, {"step", 120}, {"reason", kFixtureFlagReason}}}}})
+                                 .dump();
     ids.calibration = store::addCalibration(store, calibration, stored, {{120, 0.06, 0.15, 0.06}});
 
     const struct {
@@ -169,7 +215,22 @@ inline Ids build(store::RunStore& store)
     for (const auto& d : decisions) {
         store::AdmissionDecision decision;
         decision.calibrationId = ids.calibration;
-        decision.candidateJson = std::string("{\"name\": \"") + d.name + "\"}";
+        // As the admission check stores it: the recipe file and its content, the BF16 unit measured with it.
+        const std::string recipe = std::string(MISMATCH_SOURCE_DIR "/resources/recipes/") + d.name + ".yaml";
+        nlohmann::json candidate = {{"name", d.name}, {"recipe", recipe},
+            {"recipe_content", nlohmann::json::parse(quant::recipeToJson(quant::loadRecipe(recipe)))}, {"staleness", 0},
+            {"noise", 0.0}, {"bf16_unit", kFixtureUnit}};
+        if (std::string(d.checkpoint) == "step-200") {
+            // As core/analysis/admission.cpp writes them: each differing field with both values, and how the
+            // threshold's bracket was chosen for a checkpoint at a step the calibration has no bracket for.
+            candidate["protocol_differs"] = {"temperature 0.7 (calibration: 1)", "max_tokens 64 (calibration: 32)"};
+            candidate["checkpoint_step"] = 200;
+            candidate["bracket_step"] = 120;
+            candidate["note"] = "no bracket at step 200: the nearest earlier one (step 120) is used";
+            candidate["calibration_flags"]
+                = {{{"kind", "non-monotone"}, {"step", 120}, {"reason", kFixtureFlagReason}}};
+        }
+        decision.candidateJson = candidate.dump();
         decision.checkpoint = d.checkpoint;
         decision.mismatch = d.mismatch;
         decision.ciLow = d.low;
@@ -220,8 +281,24 @@ inline Ids build(store::RunStore& store)
     record.bf16Unit = unit;
     record.totalCiLow = 0.024;
     record.totalCiHigh = 0.038;
-    record.pairs = 3;
-    record.diverged = 1;
+    record.pairs = 40;
+    record.diverged = 9;
+    nlohmann::json positions = nlohmann::json::array();
+    for (const auto& [position, total, perToken, unitAt] : prefixShiftPositions()) {
+        positions.push_back({{"position", position}, {"total", total}, {"total_tokens", 40}, {"per_token", perToken},
+            {"per_token_tokens", 40}, {"bf16_unit", unitAt}});
+    }
+    record.detailsJson = nlohmann::json(
+        {{"divergence_histogram", {0, 4, 3, 0, 2}}, {"median_divergence", 2.0}, {"by_position", positions},
+            {"corrections",
+                {{{"kind", "none"}, {"cap", 0.0}, {"total", 0.031}, {"per_token", 0.009}, {"prefix_shift", 0.022},
+                     {"affected_own", 0.0}, {"affected_reference", 0.0}},
+                    {{"kind", "tis"}, {"cap", 2.0}, {"total", 0.027}, {"per_token", 0.008}, {"prefix_shift", 0.019},
+                        {"affected_own", 0.06}, {"affected_reference", 0.02}},
+                    {{"kind", "mis"}, {"cap", 2.0}, {"total", 0.024}, {"per_token", 0.0075}, {"prefix_shift", 0.0165},
+                        {"affected_own", 0.06}, {"affected_reference", 0.02}}}},
+            {"prefix_shift_interval", {0.015, 0.029}}})
+                             .dump();
     ids.prefixShift = store::addPrefixShift(store, record, storedPairs);
     return ids;
 }

@@ -228,10 +228,12 @@ private slots:
         dialog->setRunFile(runFile);
         dialog->setQuick(true);
         dialog->setName("dialog-calibration");
+        dialog->setReplicates(1); // one seed each (and one null run) keeps the test short
         QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
         const QString command = dialog->cliCommand();
         QCOMPARE(command,
-            QStringLiteral("mismatch --workspace %1 calibrate %2 --name dialog-calibration --quick --noise 0.3")
+            QStringLiteral("mismatch --workspace %1 calibrate %2 --name dialog-calibration --quick --noise 0.3 "
+                           "--replicates 1")
                 .arg(dir.path(), runFile));
         QVERIFY(QTest::qWaitForWindowExposed(dialog));
         saveScreenshot(*dialog, "calibration_dialog.png");
@@ -242,7 +244,7 @@ private slots:
         QCOMPARE(calibrations.size(), size_t {1});
         const auto fromGui = store::calibration(reader, calibrations[0].id);
         QCOMPARE(fromGui->info.name, std::string("dialog-calibration"));
-        QCOMPARE(fromGui->points.size(), size_t {4}); // baseline and noise 0.3, at the quick run's steps 15 and 30
+        QCOMPARE(fromGui->points.size(), size_t {4}); // baseline and noise 0.3, at the quick run's steps 20 and 40
         QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::BudgetTab));
         QTRY_VERIFY_WITH_TIMEOUT(window.budgetView()->passCount() + window.budgetView()->failCount() == 2, 5000);
         saveScreenshot(window, "calibration_from_dialog.png");

@@ -4,6 +4,7 @@
 // the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports.
 #include "core/quant/recipe.h"
 #include "fixture_workspace.h"
+#include "tab_screenshots.h"
 #include "tests/common/cli_runner.h"
 #include "ui/admission_view.h"
 #include "ui/budget_view.h"
@@ -16,12 +17,14 @@
 #include "ui/run_plot.h"
 #include "ui/run_table_model.h"
 #include "ui/sensitivity_view.h"
+#include "ui/study_dialogs.h"
 
 #include <qcustomplot.h>
 
 #include <QApplication>
 #include <QComboBox>
 #include <QItemSelectionModel>
+#include <QLabel>
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -34,7 +37,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace mismatch;
@@ -84,6 +89,8 @@ private slots:
     void recipeEditedInTableSavesCheckableFile();
     void recipeEditorShowsErrors();
     void dropOpensModelsRecipesAndRememberedLayout();
+    void heatmapCellsBecomeRecipeRules();
+    void everyTabOnTheFixture();
 
 private:
     std::unique_ptr<ui::MainWindow> openWindow(int tab);
@@ -245,8 +252,22 @@ void TestDashboard::admissionDecisionsAgainstThreshold()
     QCOMPARE(view->decisions().size(), size_t(5));
     QCOMPARE(view->decisionModel()->rowCount(), 5);
     QCOMPARE(view->thresholdLineCount(), 1);
-    QCOMPARE(view->decisionModel()->item(3, 5)->text(), QStringLiteral("reject"));
-    QCOMPARE(view->decisionModel()->item(3, 3)->text(), QStringLiteral("[0.16, 0.22]"));
+    QCOMPARE(view->decisionModel()->item(3, ui::AdmissionView::Decision)->text(), QStringLiteral("reject"));
+    QCOMPARE(view->decisionModel()->item(3, ui::AdmissionView::Interval)->text(), QStringLiteral("[0.16, 0.22]"));
+    // x BF16: 0.19 / 0.00021 = 904.8 units.
+    QCOMPARE(view->decisionModel()->item(3, ui::AdmissionView::Bf16Multiple)->text(), QStringLiteral("905x"));
+    // The decision measured under another protocol against the flagged calibration, at a step without a bracket of
+    // its own, carries all three notes.
+    const QString notes = view->decisionModel()->item(4, ui::AdmissionView::Notes)->text();
+    QVERIFY2(notes.startsWith(QStringLiteral("\u26a0"))
+            && notes.contains("protocol differs from the calibration's: "
+                              "temperature 0.7 (calibration: 1), max_tokens 64 (calibration: 32)")
+            && notes.contains("calibration flagged: non-monotone at step 120")
+            && notes.contains("threshold: no bracket at step 200: the nearest earlier one (step 120) is used"),
+        qPrintable(notes));
+    QVERIFY(view->decisionModel()->item(0, ui::AdmissionView::Notes)->text().isEmpty());
+    // A logarithmic mismatch axis by default: the five intervals span more than a decade.
+    QCOMPARE(view->plot()->xAxis->scaleType(), QCPAxis::stLogarithmic);
     // Three graphs (admit, borderline, reject) with their error bars.
     int graphs = 0;
     int points = 0;
@@ -265,8 +286,9 @@ void TestDashboard::prefixShiftViewerMarksDivergence()
     ui::PrefixShiftView* view = window->prefixShiftView();
     QCOMPARE(view->analysisId(), ids_.prefixShift);
     const QString summary = view->summaryText();
-    QVERIFY2(summary.contains("per-token 0.009") && summary.contains("prefix shift 0.022")
-            && summary.contains("1 of 3 paired generations diverged") && summary.contains("71%"),
+    QVERIFY2(summary.contains("per-token 0.009") && summary.contains("prefix shift 0.022 [0.015, 0.029]")
+            && summary.contains("9 of 40 paired generations diverged") && summary.contains("71%")
+            && summary.contains("median first divergence at token 2") && summary.contains("3 pair(s) stored"),
         qPrintable(summary));
     QCOMPARE(view->pairList()->count(), 3);
     QCOMPARE(view->pairList()->currentRow(), 1); // the diverging pair is shown first
@@ -275,14 +297,19 @@ void TestDashboard::prefixShiftViewerMarksDivergence()
     QVERIFY2(html.contains("arith-probe-0001"), qPrintable(html));
     // Tokens decoded with the model's tokenizer: the candidate's "21" and the BF16 engine's "20".
     QVERIFY(html.contains(">2</span>") && html.contains(">1</span>") && html.contains(">0</span>"));
-    // Mean by position over the three pairs: position 0 is 0.002 in all of them.
-    QCOMPARE(view->plot()->graph(0)->data()->at(0)->value, 0.002);
-    QCOMPARE(view->plot()->graph(0)->dataCount(), 3); // responses of three tokens ("21\n")
-    QCOMPARE(view->plot()->itemCount(), 2); // the divergence line and its label
+    // By position over all 40 analysed pairs (the stored details), not over the 3 stored pairs.
+    QVERIFY(view->positionsFromAllPairs());
+    QCOMPARE(view->plot()->graph(0)->data()->at(0)->value, 0.004);
+    QCOMPARE(view->plot()->graph(0)->dataCount(), 5);
+    // The crosshair's line, and the selected pair's divergence line and label.
+    QCOMPARE(view->plot()->itemCount(), 3);
     view->selectPair(0);
     QVERIFY(!view->tokenHtml().contains("first divergence"));
-    QCOMPARE(view->plot()->itemCount(), 0);
+    QCOMPARE(view->plot()->itemCount(), 1);
     view->selectPair(1);
+    // The divergence histogram and the TIS/MIS table beside it.
+    QCOMPARE(view->histogramPlot()->plottable(0)->interface1D()->dataCount(), 3);
+    QCOMPARE(view->correctionModel()->rowCount(), 3);
     saveScreenshot(*window, "dashboard_prefix_shift.png");
 }
 
@@ -311,7 +338,7 @@ void TestDashboard::exportsPlotsAndTables()
     const QStringList lines = readFile(out.filePath("decisions.csv")).split("\r\n", Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 6);
     QVERIFY(lines[0].startsWith("Candidate,Checkpoint,Mismatch"));
-    QVERIFY2(lines[4].startsWith("int4-weights,step-100,0.19,\"[0.16, 0.22]\",0.06,reject"), qPrintable(lines[4]));
+    QVERIFY2(lines[4].startsWith("int4-weights,step-100,0.19,\"[0.16, 0.22]\",0.06,905x,reject"), qPrintable(lines[4]));
     QStandardItemModel quoting;
     quoting.setHorizontalHeaderLabels({"a,b", "say \"hi\""});
     quoting.appendRow({new QStandardItem("1"), new QStandardItem("x\ny")});
@@ -432,6 +459,11 @@ void TestDashboard::recipeEditorShowsErrors()
     QVERIFY(!editor->applyText("version: 1\nweights: {format: fp9}\n"));
     QVERIFY2(editor->lastError().contains("line 2"), qPrintable(editor->lastError()));
     QVERIFY2(editor->lastError().contains("fp8_e4m3"), qPrintable(editor->lastError())); // lists the valid ones
+    // The text fixed back to what the editor holds: nothing changes, and the error goes.
+    auto* validation = editor->findChild<QLabel*>("recipeValidation");
+    QVERIFY(validation->text().contains("Text not applied"));
+    QVERIFY(editor->applyText(QString::fromStdString(quant::recipeToYaml(editor->recipe()))));
+    QVERIFY2(!validation->text().contains("Text not applied"), qPrintable(validation->text()));
     // A rule naming a layer the model does not have: applied (the recipe may be meant for another model),
     // shown as a model error naming the layer count; the table cannot show a plan.
     const QString text
@@ -487,16 +519,123 @@ void TestDashboard::dropOpensModelsRecipesAndRememberedLayout()
         // Something that is neither: an error naming it and what was expected.
         window.openPaths({own.filePath("notes.txt")});
         QVERIFY2(window.lastError().contains("expected a model directory"), qPrintable(window.lastError()));
-        // Keyboard: Ctrl+5 shows the fifth tab, sensitivity.
-        QTest::keyClick(&window, Qt::Key_5, Qt::ControlModifier);
+        // Keyboard: Ctrl+6 shows the sixth tab, sensitivity.
+        QTest::keyClick(&window, Qt::Key_6, Qt::ControlModifier);
         QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::SensitivityTab));
         window.resize(1250, 700);
         window.close(); // saves the layout
     }
     ui::MainWindow again(own.path());
-    QCOMPARE(again.tabs()->currentIndex(), int(ui::MainWindow::SensitivityTab));
+    QCOMPARE(again.tabs()->currentIndex(), int(ui::MainWindow::OverviewTab)); // it always opens on the Overview
     QCOMPARE(again.size(), QSize(1250, 700));
     QCOMPARE(QSettings().value("recentWorkspaces").toStringList().value(0), own.path());
+}
+
+// The heatmap: values written in the cells, positions where no such module exists hatched (not coloured), a
+// second scan beside it on one colour scale, and selected cells turned into recipe rules.
+void TestDashboard::heatmapCellsBecomeRecipeRules()
+{
+    QTemporaryDir own;
+    store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+    const fixture::Ids ids = fixture::build(store);
+    // A second scan of a 2-layer model with tied embeddings: q, k and kv per layer, embed_lm_head at layer -1.
+    store::SensitivityScanInfo info;
+    info.format = "int4/group128";
+    info.bf16Unit = fixture::kFixtureUnit;
+    const std::int64_t tied = store::addSensitivityScan(store, info);
+    for (int layer = 0; layer < 2; ++layer) {
+        for (const char* group : {"q", "k", "kv"}) {
+            store::SensitivityCell cell;
+            cell.layer = layer;
+            cell.moduleGroup = group;
+            cell.addedMismatch = 0.002 * (layer + 1);
+            cell.mismatch = cell.addedMismatch + fixture::kFixtureUnit;
+            store::addSensitivityCell(store, tied, cell);
+        }
+    }
+    store::SensitivityCell embedding;
+    embedding.layer = store::kNoLayer;
+    embedding.moduleGroup = "embed_lm_head";
+    embedding.addedMismatch = 0.009;
+    embedding.mismatch = 0.009 + fixture::kFixtureUnit;
+    store::addSensitivityCell(store, tied, embedding);
+
+    ui::MainWindow window(own.path());
+    window.resize(1280, 820);
+    window.tabs()->setCurrentIndex(ui::MainWindow::SensitivityTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    ui::SensitivityView* view = window.sensitivityView();
+    QVERIFY(view->selectScan(tied));
+    QTest::qWait(80);
+    view->plot()->replot();
+    // Columns embed_lm_head, q, k, kv; rows -1, 0, 1: three projection positions in the embedding row and one
+    // embedding position per layer do not exist.
+    QCOMPARE(view->moduleGroups(), (std::vector<std::string> {"embed_lm_head", "q", "k", "kv"}));
+    QCOMPARE(view->panel().notApplicable.size(), size_t {5});
+    QVERIFY(std::isnan(view->colorMap()->data()->cell(1, 0))); // q at layer -1: no value, not the lowest colour
+    QVERIFY(std::isnan(view->colorMap()->data()->cell(0, 1))); // embed_lm_head at layer 0
+    QCOMPARE(view->colorMap()->data()->cell(0, 0), 0.009);
+    QCOMPARE(view->writtenCellCount(), 7); // every value fits its cell at this size
+    saveScreenshot(window, "dashboard_sensitivity_not_applicable.png");
+
+    // Beside the fixture's scan, on one colour scale that spans both.
+    QVERIFY(view->compareWith(ids.scan));
+    QVERIFY(view->comparedColorMap());
+    QCOMPARE(view->comparedColorMap()->colorScale(), view->colorScale());
+    QCOMPARE(view->colorMap()->colorScale(), view->colorScale());
+    QCOMPARE(view->colorScale()->dataRange().upper, 0.009); // the tied embedding, larger than the fixture's 0.0048
+    QCOMPARE(view->colorScale()->dataRange().lower, 0.0004); // the fixture's smallest cell
+    QTest::qWait(80);
+    saveScreenshot(window, "dashboard_sensitivity_compare.png");
+    QVERIFY(view->compareWith(0));
+    QVERIFY(!view->comparedColorMap());
+
+    // Select cells and keep them in BF16: rules in the recipe editor, one undoable command.
+    QVERIFY(view->selectScan(ids.scan));
+    QTest::qWait(80);
+    view->plot()->replot();
+    const int down = 7;
+    const int kv = 4;
+    QTest::mouseClick(view->plot(), Qt::LeftButton, {}, view->cellCenter(5, down));
+    QTest::mouseClick(view->plot(), Qt::LeftButton, Qt::ControlModifier, view->cellCenter(0, down));
+    QTest::mouseClick(view->plot(), Qt::LeftButton, Qt::ControlModifier, view->cellCenter(2, kv));
+    QCOMPARE(view->selectedCells().size(), size_t {3});
+    QVERIFY(view->keepButton()->isEnabled());
+    saveScreenshot(window, "dashboard_sensitivity_selected.png");
+    const size_t before = window.recipeEditor()->recipe().rules.size();
+    QTest::mouseClick(view->keepButton(), Qt::LeftButton);
+    QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::RecipeTab));
+    const auto& rules = window.recipeEditor()->recipe().rules;
+    QCOMPARE(rules.size(), before + 2);
+    std::map<std::string, const quant::RecipeRule*> byMatch;
+    for (const auto& rule : rules) {
+        byMatch[rule.match] = &rule;
+    }
+    QVERIFY(byMatch.count("model.layers.{0,5}.mlp.down_proj"));
+    QCOMPARE(QString::fromStdString(quant::describe(*byMatch["model.layers.{0,5}.mlp.down_proj"]->weights)),
+        QStringLiteral("bf16"));
+    QVERIFY(byMatch["model.layers.{0,5}.mlp.down_proj"]->activations.has_value());
+    QVERIFY(byMatch.count("model.layers.2.self_attn"));
+    QCOMPARE(
+        QString::fromStdString(quant::describe(*byMatch["model.layers.2.self_attn"]->kvCache)), QStringLiteral("bf16"));
+    window.recipeEditor()->undoStack()->undo();
+    QCOMPARE(window.recipeEditor()->recipe().rules.size(), before);
+
+    // "Build recipe from this scan" opens the recipe builder with this scan.
+    window.tabs()->setCurrentIndex(ui::MainWindow::SensitivityTab);
+    QTest::mouseClick(view->buildButton(), Qt::LeftButton);
+    auto* builder = window.findChild<ui::RecipeBuildDialog*>();
+    QVERIFY(builder);
+    QVERIFY2(
+        builder->cliCommand().contains(QStringLiteral("--scan %1").arg(ids.scan)), qPrintable(builder->cliCommand()));
+    builder->close();
+}
+
+void TestDashboard::everyTabOnTheFixture()
+{
+    auto window = openWindow(ui::MainWindow::OverviewTab);
+    fixture::saveEveryTab(*window, ids_, "tab");
 }
 
 QTEST_MAIN(TestDashboard)

@@ -4,6 +4,7 @@
 // and plot exports stay at twice the logical size. Screenshots are saved for looking at.
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
+#include "tab_screenshots.h"
 #include "ui/budget_view.h"
 #include "ui/main_window.h"
 #include "ui/plot_export.h"
@@ -65,6 +66,24 @@ private slots:
         QCOMPARE(ui::exportPlot(window.budgetView()->plot(), png), QString());
         const QImage image(png);
         QCOMPARE(image.size(), window.budgetView()->plot()->size() * 2);
+    }
+
+    // Every tab with the fixture workspace, and the Overview of an empty one, at twice the pixels.
+    void everyTabAtTwiceThePixels()
+    {
+        ui::MainWindow window(directory_.path());
+        window.resize(1280, 820);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        fixture::saveEveryTab(window, ids_, "high_dpi_tab");
+        QTemporaryDir empty;
+        ui::MainWindow fresh(empty.path());
+        fresh.resize(1280, 820);
+        fresh.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&fresh));
+        QTest::qWait(150);
+        QCOMPARE(fresh.grab().size(), QSize(2560, 1640));
+        QVERIFY(fresh.grab().save(fixture::screenshotPath("high_dpi_overview_empty.png")));
     }
 
 private:

@@ -215,10 +215,14 @@ void TestJobs::cancelLeavesStoreConsistent()
     QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
     const int job = window.startTraining(runFile);
     QVERIFY(job != 0);
-    // A second job queued behind it, dropped from the queue before it starts.
-    const int queued = window.startTraining(runFile);
+    // The same run again: its name is taken by the running job.
+    QCOMPARE(window.startTraining(runFile), 0);
+    QVERIFY2(window.lastError().contains("already used"), qPrintable(window.lastError()));
+    // A second job queued behind it, dropped from the queue before it starts (no question: it never ran).
+    const int queued = window.startTraining(writeRunFile(dir.path(), "long-opd-2", 400, 0));
     QCOMPARE(window.jobQueue()->state(queued), QStringLiteral("queued"));
-    QVERIFY(window.jobQueue()->cancel(queued));
+    QVERIFY(window.requestCancel(queued));
+    QVERIFY(!window.cancelQuestion());
     QCOMPARE(window.jobQueue()->state(queued), QStringLiteral("cancelled"));
 
     // Let a few steps be stored, then cancel from the panel.
@@ -227,7 +231,19 @@ void TestJobs::cancelLeavesStoreConsistent()
     QCOMPARE(window.jobQueue()->state(job), QStringLiteral("running"));
     QVERIFY(window.findChild<QProgressBar*>("jobProgress")->isVisible());
     saveScreenshot(window, "training_running.png");
+    // A stray Esc asks first; keeping the job running leaves it running.
+    QTest::keyClick(&window, Qt::Key_Escape);
+    QVERIFY(window.cancelQuestion());
+    QVERIFY(window.cancelQuestion()->text().contains("long-opd"));
+    saveScreenshot(*window.cancelQuestion(), "cancel_question.png");
+    QTest::mouseClick(window.cancelQuestion()->findChild<QPushButton*>("keepRunningButton"), Qt::LeftButton);
+    QTRY_VERIFY(!window.cancelQuestion());
+    QCOMPARE(window.jobQueue()->state(job), QStringLiteral("running"));
+    // Cancel from the panel, confirmed.
     QTest::mouseClick(window.jobPanel()->findChild<QPushButton*>("cancelJobButton"), Qt::LeftButton);
+    QVERIFY(window.cancelQuestion());
+    QCOMPARE(window.jobQueue()->state(job), QStringLiteral("running"));
+    QTest::mouseClick(window.cancelQuestion()->findChild<QPushButton*>("confirmCancelButton"), Qt::LeftButton);
     QVERIFY(finished.wait(60000));
     const QList<QVariant> result = finished.takeFirst();
     QCOMPARE(result.at(0).toInt(), job);
@@ -266,6 +282,7 @@ void TestJobs::eventLoopStaysResponsiveWhileRunAppends()
     QTemporaryDir dir;
     ui::MainWindow window(dir.path());
     window.resize(1280, 820);
+    window.tabs()->setCurrentIndex(ui::MainWindow::RunsTab); // the run plot following the writer
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
 

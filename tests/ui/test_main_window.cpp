@@ -1,23 +1,33 @@
 // The main window, offscreen: empty state, a run inserted by another connection appearing live in the run
-// browser, the per-run plot tailing new steps, the demo job from its button, the About dialog. Saves
-// screenshots under the build tree (test-output/) for a person to look at.
+// browser (selected and followed), the per-run plot tailing new steps, the demo job from its button, the About
+// dialog, a store that fails under the window (shown, not fatal, recovered), and the binary's --help, --version
+// (without a display) and --screenshot. Saves screenshots under the build tree (test-output/) for a person to look
+// at.
 #include "core/store/run_store.h"
+#include "core/store/sqlite_util.h"
 #include "ui/about_dialog.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
 #include "ui/budget_view.h"
 #include "ui/job_runner.h"
 #include "ui/main_window.h"
+#include "ui/overview_view.h"
 #include "ui/run_plot.h"
 #include "ui/run_table_model.h"
 
 #include <QDir>
+#include <QImage>
+#include <QLabel>
+#include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTableView>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <sqlite3.h>
 
 using namespace mismatch;
 
@@ -51,6 +61,9 @@ private slots:
     void demoButtonRunsDemoJob();
     void badWorkspaceShowsErrorAndKeepsCurrent();
     void aboutDialogListsVersions();
+    void storeErrorIsShownNotFatal();
+    void helpAndVersionWithoutDisplay();
+    void screenshotOfTheOverview();
 };
 
 void TestMainWindow::initTestCase()
@@ -64,6 +77,7 @@ void TestMainWindow::emptyStatePointsToDemo()
 {
     QTemporaryDir dir;
     ui::MainWindow window(dir.path());
+    window.tabs()->setCurrentIndex(ui::MainWindow::RunsTab);
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QVERIFY(window.showingEmptyState());
@@ -79,6 +93,7 @@ void TestMainWindow::runInsertedElsewhereAppearsLive()
     QTemporaryDir dir;
     ui::MainWindow window(dir.path());
     window.resize(1100, 720);
+    window.tabs()->setCurrentIndex(ui::MainWindow::RunsTab);
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QVERIFY(window.showingEmptyState());
@@ -106,9 +121,10 @@ void TestMainWindow::runInsertedElsewhereAppearsLive()
         window.runModel()->data(window.runModel()->index(0, ui::RunTableModel::Steps), Qt::DisplayRole).toLongLong(),
         30);
 
-    window.runTable()->selectRow(0);
+    // The new run is selected and plotted without a click.
     QCOMPARE(window.runPlot()->runId(), runId);
     QCOMPARE(window.runPlot()->pointCount(), 30);
+    QCOMPARE(window.runTable()->selectionModel()->selectedRows().size(), 1);
 
     // More steps arrive: the table and the plot follow.
     std::vector<store::StepMetrics> more;
@@ -176,6 +192,41 @@ void TestMainWindow::demoButtonRunsDemoJob()
     saveScreenshot(window, "demo_budget.png");
     window.tabs()->setCurrentIndex(ui::MainWindow::AdmissionTab);
     saveScreenshot(window, "demo_admission.png");
+    window.tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
+    QCOMPARE(window.overview()->students().size(), 1); // the demo student, with its budget and candidates
+    QVERIFY(window.overview()->candidateTable(0));
+    // At most five candidates; when more were admitted the heading says which five are shown.
+    const auto admitted = std::count_if(
+        decisions.begin(), decisions.end(), [](const auto& d) { return d.decision == "admit"; });
+    QCOMPARE(window.overview()->candidateTable(0)->rowCount(), static_cast<int>(std::min<long>(admitted, 5)));
+    QCOMPARE(window.overview()->pageText().contains("the 5 with the least weight memory"), admitted > 5);
+    // A run that stored no per-step mismatch (the shipped calibration's runs, the admission check) says so in its
+    // row instead of an empty sparkline; one with a curve draws it.
+    QTableWidget* latest = window.overview()->latestRuns();
+    QVERIFY(latest && latest->rowCount() > 0);
+    for (int row = 0; row < latest->rowCount(); ++row) {
+        const auto* spark = qobject_cast<QLabel*>(latest->cellWidget(row, 6));
+        QVERIFY(spark);
+        store::Statement points(reader.handle(),
+            "SELECT count(*) FROM step_metrics WHERE run_id = ? AND mismatch_kl IS NOT NULL");
+        points.bind(1, static_cast<std::int64_t>(latest->item(row, 0)->data(Qt::UserRole).toLongLong()));
+        QVERIFY(points.step());
+        if (points.int64(0) == 0) {
+            QCOMPARE(spark->text(), QStringLiteral("no per-step mismatch"));
+        } else if (points.int64(0) >= 2) {
+            QVERIFY(!spark->pixmap().isNull());
+        }
+    }
+    saveScreenshot(window, "demo_overview.png");
+    // The demo run has no per-step measures: the run plot says where its results are instead of empty axes.
+    for (int row = 0; row < window.runModel()->rowCount(); ++row) {
+        if (window.runModel()->runAt(row)->kind == "demo") {
+            QVERIFY(window.showRunInTable(window.runModel()->runAt(row)->id));
+        }
+    }
+    QVERIFY(window.runPlot()->showingMessage());
+    QVERIFY2(window.runPlot()->messageText().contains("Overview"), qPrintable(window.runPlot()->messageText()));
+    saveScreenshot(window, "demo_run_message.png");
 }
 
 void TestMainWindow::badWorkspaceShowsErrorAndKeepsCurrent()
@@ -202,6 +253,84 @@ void TestMainWindow::aboutDialogListsVersions()
     dialog.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dialog));
     saveScreenshot(dialog, "about_dialog.png");
+}
+
+void TestMainWindow::storeErrorIsShownNotFatal()
+{
+    QTemporaryDir dir;
+    const std::string database = store::databasePath(dir.path().toStdString());
+    {
+        store::RunStore writer = store::RunStore::open(database);
+        writer.beginRun({"before", "train", "{}", std::nullopt});
+    }
+    ui::MainWindow window(dir.path());
+    window.resize(1100, 720);
+    window.tabs()->setCurrentIndex(ui::MainWindow::RunsTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QCOMPARE(window.runModel()->rowCount(), 1);
+    // Another program breaks the store under the window: the runs table disappears.
+    sqlite3* other = nullptr;
+    QCOMPARE(sqlite3_open(database.c_str(), &other), SQLITE_OK);
+    store::execute(other, "ALTER TABLE runs RENAME TO runs_elsewhere");
+    // The next poll fails: the window says so and keeps running.
+    QTRY_VERIFY_WITH_TIMEOUT(!window.storeProblem().isEmpty(), 5000);
+    QVERIFY2(window.storeProblem().contains("runs"), qPrintable(window.storeProblem()));
+    QVERIFY2(window.statusText().contains("Cannot read the workspace"), qPrintable(window.statusText()));
+    window.tabs()->setCurrentIndex(ui::MainWindow::OverviewTab); // still usable
+    QTest::qWait(600);
+    saveScreenshot(window, "store_problem.png");
+    // Repaired: the next poll reads again and the warning goes.
+    store::execute(other, "ALTER TABLE runs_elsewhere RENAME TO runs");
+    sqlite3_close(other);
+    QTRY_VERIFY_WITH_TIMEOUT(window.storeProblem().isEmpty(), 5000);
+    QCOMPARE(window.runModel()->rowCount(), 1);
+}
+
+// `mismatch-lab --help` and `--version` answer on a machine without a display (no QApplication is made for them).
+void TestMainWindow::helpAndVersionWithoutDisplay()
+{
+    QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+    for (const char* name : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}) {
+        environment.remove(QString::fromLatin1(name));
+    }
+    for (const QString& flag : {QStringLiteral("--help"), QStringLiteral("--version")}) {
+        QProcess process;
+        process.setProcessEnvironment(environment);
+        process.start(QStringLiteral(MISMATCH_LAB_PATH), {flag});
+        QVERIFY(process.waitForFinished(30000));
+        const QString out = QString::fromUtf8(process.readAllStandardOutput());
+        QVERIFY2(process.exitStatus() == QProcess::NormalExit && process.exitCode() == 0,
+            qPrintable(flag + ": " + process.readAllStandardError()));
+        if (flag == QLatin1String("--help")) {
+            QVERIFY2(
+                out.contains("Usage:") && out.contains("--workspace") && out.contains("--screenshot"), qPrintable(out));
+        } else {
+            QVERIFY2(out.startsWith("mismatch-lab "), qPrintable(out));
+        }
+    }
+}
+
+// `--screenshot FILE` renders the window on its Overview after the replots ran, saves it and exits.
+void TestMainWindow::screenshotOfTheOverview()
+{
+    QTemporaryDir dir;
+    {
+        store::RunStore writer = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+        writer.beginRun({"one-run", "train", "{}", std::nullopt});
+    }
+    QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+    environment.insert("QT_QPA_PLATFORM", "offscreen");
+    QProcess process;
+    process.setProcessEnvironment(environment);
+    const QString shot = dir.filePath("shot.png");
+    process.start(QStringLiteral(MISMATCH_LAB_PATH), {"--workspace", dir.path(), "--screenshot", shot});
+    QVERIFY(process.waitForFinished(60000));
+    QVERIFY2(process.exitCode() == 0, process.readAllStandardError().constData());
+    const QImage image(shot);
+    QVERIFY(!image.isNull() && image.width() > 400);
+    QFile::remove(screenshotDirectory() + "/cli_screenshot.png");
+    QFile::copy(shot, screenshotDirectory() + "/cli_screenshot.png");
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -107,8 +107,8 @@ private slots:
             }
         }
         // Calibration (the one bracket step and the step with one point: 2) and its sweep curves (mismatch and
-        // quality), admission, sensitivity, prefix shift (by position and the token pair).
-        QCOMPARE(plots, 2 + 2 + 1 + 1 + 2);
+        // quality), admission, sensitivity, prefix shift (by position, the divergence histogram and the token pair).
+        QCOMPARE(plots, 2 + 2 + 1 + 1 + 3);
 
         // Numbers with their intervals, as the fixture stored them.
         QVERIFY(html.find("<tr><td class=\"num\">120</td><td class=\"num\">0.06</td><td class=\"num\">0.15</td>"
@@ -120,7 +120,7 @@ private slots:
                           "<td class=\"fail\">failed</td>")
             != std::string::npos);
         QVERIFY(html.find("<td>fp8-w8a8-block</td><td>step-100</td><td class=\"num\">0.052</td>"
-                          "<td class=\"num\">[0.041, 0.067]</td><td class=\"num\">0.06</td><td>-</td>"
+                          "<td class=\"num\">[0.041, 0.067]</td><td class=\"num\">0.06</td><td class=\"num\">248x</td>"
                           "<td class=\"borderline\">borderline</td>")
             != std::string::npos);
         // The most sensitive cell: layer 0's down projection, 0.0004 x 3 (edge layer) x 2.5 (down) x 1.6.

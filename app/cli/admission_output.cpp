@@ -1,0 +1,93 @@
+#include "app/cli/admission_output.h"
+
+#include "app/cli/analysis_options.h"
+#include "app/cli/context.h"
+#include "app/cli/terminal_progress.h"
+
+#include <filesystem>
+#include <set>
+
+namespace mismatch::cli {
+
+namespace {
+
+const char* const kRule
+    = "admit when the interval's high end < threshold, reject when its low end > threshold, borderline otherwise";
+
+std::optional<double> multiple(const analysis::AdmissionRow& row)
+{
+    return row.bf16Unit && *row.bf16Unit > 0.0 ? std::optional<double>(row.mismatch / *row.bf16Unit) : std::nullopt;
+}
+
+} // namespace
+
+nlohmann::json admissionJson(const analysis::AdmissionResult& result)
+{
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& row : result.rows) {
+        const auto x = multiple(row);
+        rows.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
+            {"checkpoint_step", row.checkpointStep}, {"engine_weights", row.engineWeights},
+            {"engine_step", row.engineStep},
+            {"bracket_step", row.bracketStep ? nlohmann::json(*row.bracketStep) : nlohmann::json()},
+            {"note", row.note}, {"decision", analysis::toString(row.verdict)},
+            {"mismatch", intervalJson(row.interval)}, {"threshold", row.threshold}, {"k1", row.k1}, {"k3", row.k3},
+            {"tokens", row.tokens}, {"bf16_unit", row.bf16Unit ? nlohmann::json(*row.bf16Unit) : nlohmann::json()},
+            {"bf16_multiple", x ? nlohmann::json(*x) : nlohmann::json()}, {"seconds", row.seconds},
+            {"decision_id", row.decisionId}});
+    }
+    return {{"run_id", result.runId}, {"decisions", rows}, {"protocol", analysis::protocolToJson(result.protocol)},
+        {"protocol_differs", result.protocolDifferences},
+        {"calibration_flags", analysis::flagsToJson(result.calibrationFlags)}, {"seconds", result.seconds},
+        {"rule", kRule},
+        {"bf16_multiple", "mismatch / the BF16 unit of the screened checkpoint (the plain BF16 engine at its weights, "
+                          "same prompts and seeds)"}};
+}
+
+void printAdmission(std::ostream& out, const analysis::AdmissionResult& result)
+{
+    // A decision made against a flagged budget or under another protocol says so in its own cell.
+    std::string label;
+    if (!result.calibrationFlags.empty()) {
+        label += " (flagged budget)";
+    }
+    if (!result.protocolDifferences.empty()) {
+        label += " (other protocol)";
+    }
+    std::vector<std::vector<std::string>> rows;
+    std::set<std::string> notes;
+    for (const auto& row : result.rows) {
+        const auto x = multiple(row);
+        rows.push_back({row.candidate,
+            std::filesystem::path(row.checkpoint).filename().string() + " (step " + std::to_string(row.checkpointStep)
+                + ")",
+            intervalText(row.interval), x ? formatNumber(*x, 3) + "x" : std::string("-"),
+            formatNumber(row.threshold, 4)
+                + (row.bracketStep ? " (step " + std::to_string(*row.bracketStep) + ")" : std::string()),
+            analysis::toString(row.verdict) + label, formatDuration(row.seconds)});
+        if (!row.note.empty()) {
+            notes.insert(std::filesystem::path(row.checkpoint).filename().string() + ": " + row.note);
+        }
+    }
+    out << formatTable({"candidate", "checkpoint", "mismatch [95%] nats/token", "x BF16", "threshold (bracket)",
+                           "decision", "time"},
+        rows)
+        << "\nadmit: interval below the threshold; reject: above; borderline: straddles it. x BF16: over the BF16 "
+           "unit of the screened checkpoint (the plain BF16 engine at its weights, same prompts and seeds)\n";
+    for (const std::string& note : notes) {
+        out << "note: " << note << "\n";
+    }
+    for (const auto& flag : result.calibrationFlags) {
+        out << "FLAGGED BUDGET: " << analysis::flagText(flag) << "\n";
+    }
+    if (!result.protocolDifferences.empty()) {
+        out << "OTHER PROTOCOL than the budget's (allowed explicitly; these decisions are not on the budget's scale):\n";
+        for (const std::string& difference : result.protocolDifferences) {
+            out << "  " << difference << "\n";
+        }
+    }
+    out << result.rows.size() << " decision(s) stored (run " << result.runId << "), total time "
+        << formatDuration(result.seconds) << "\n";
+}
+
+} // namespace mismatch::cli

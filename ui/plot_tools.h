@@ -1,0 +1,72 @@
+#pragma once
+// What every plot of the dashboard shares, so that they read and behave alike: the legend in a row above the data
+// (never over it; clicking an entry hides or shows its series), a crosshair that follows the mouse and writes the
+// values under it to a read-out line, drag and wheel zoom with double-click resetting the view, and a logarithmic
+// or linear value axis.
+#include <QObject>
+#include <QString>
+
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+class QCPAbstractPlottable;
+class QCPAxis;
+class QCPAxisRect;
+class QCPGraph;
+class QCPItemStraightLine;
+class QCustomPlot;
+class QLabel;
+
+namespace mismatch::ui {
+
+// Moves `plot`'s legend into a row above the top axis rect, entries side by side (`perRow` to a row, 0: all in one),
+// on a plain background. Clicking an entry shows or hides its series (a hidden one's entry is greyed); `onToggle`
+// runs after each toggle (to rescale).
+void placeLegendAbove(QCustomPlot* plot, std::function<void()> onToggle = {}, int perRow = 0);
+// Shows or hides `plottable` and greys its legend entry when hidden.
+void setSeriesVisible(QCustomPlot* plot, QCPAbstractPlottable* plottable, bool visible);
+
+// Drag and wheel zoom in `orientations`; a double-click anywhere on the plot calls `reset` (the view's own fit).
+void enableZoomAndReset(
+    QCustomPlot* plot, std::function<void()> reset, Qt::Orientations orientations = Qt::Horizontal | Qt::Vertical);
+
+// The read-out line under a plot's toolbar: grey, wrapped (a long read-out never widens the window), showing `idle`
+// (default: how to hover, zoom and reset) until the mouse is over the data.
+QLabel* makeReadout(QWidget* parent, const QString& objectName, const QString& idle = {});
+
+// Switches `axis` between a logarithmic scale (with decade ticks) and a linear one.
+void setLogScale(QCPAxis* axis, bool logarithmic);
+
+// The data point of `graph` whose key is nearest to `key` (nullopt when the graph is empty).
+std::optional<std::pair<double, double>> nearestPoint(const QCPGraph* graph, double key);
+
+// A vertical line that follows the mouse over `rects` (axis rects sharing their horizontal key axis), and a
+// read-out of the values there: by default "KEYLABEL K: NAME VALUE · NAME VALUE ..." over every visible named
+// graph of those rects at its nearest key (a graph whose nearest point lies at another key says so). `describe`
+// replaces the default text.
+class PlotCrosshair : public QObject {
+public:
+    using Describe = std::function<QString(double key)>;
+    PlotCrosshair(
+        QCustomPlot* plot, std::vector<QCPAxisRect*> rects, QLabel* readout, QString keyLabel, Describe describe = {});
+
+    // Places the crosshair at `key` and writes the read-out (what a mouse move over that key does).
+    void showAt(double key);
+    void hide();
+    QString text() const;
+
+private:
+    QString describeDefault(double key) const;
+
+    QCustomPlot* plot_;
+    std::vector<QCPAxisRect*> rects_;
+    std::vector<QCPItemStraightLine*> lines_;
+    QLabel* readout_;
+    QString keyLabel_;
+    QString idleText_;
+    Describe describe_;
+};
+
+} // namespace mismatch::ui
