@@ -9,6 +9,7 @@
 #include "core/common/error.h"
 #include "core/engine/byte_size.h"
 #include "core/engine/engine.h"
+#include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/io/prompt_set.h"
 #include "core/model/config.h"
@@ -114,22 +115,30 @@ void runGenerate(const Context& context, const GenerateArguments& arguments)
         }
         weightSource = arguments.stalenessFrom;
     }
-    model::TransformerWeights weights = model::loadWeights(weightSource, config);
-    if (arguments.noise > 0.0) {
-        weights = engine::addWeightNoise(weights, arguments.noise, arguments.noiseSeed, arguments.noiseModules);
-    }
-
     std::optional<quant::RecipePlan> plan;
     std::string precisionName = arguments.precision.empty() ? "bf16" : arguments.precision;
     if (!arguments.recipe.empty()) {
         plan = quant::resolveRecipe(quant::loadRecipe(arguments.recipe), config);
         precisionName = "recipe " + arguments.recipe;
     }
+    // The KV cache the user sized is checked on its own first (an error naming --kv-memory), then the whole job.
+    const std::uint64_t kvCacheBytes = engine::parseByteSize(arguments.kvMemory, "--kv-memory");
+    model::checkRequestFits("--kv-memory " + arguments.kvMemory, kvCacheBytes);
+    const engine::StoredWeights stored = engine::storedWeights(weightSource);
+    model::checkJobFits("generate",
+        {{"weights of " + weightSource + " as stored", stored.bytes},
+            {"engine weights", engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype)},
+            {"noisy weights", arguments.noise > 0.0 ? stored.bytes : 0}, {"KV cache", kvCacheBytes}});
+    // As stored (a BF16 checkpoint stays BF16): the engine keeps no float32 copy.
+    model::TransformerWeights weights = model::loadWeights(weightSource, config, model::LoadPrecision::Stored);
+    if (arguments.noise > 0.0) {
+        weights = engine::addWeightNoise(weights, arguments.noise, arguments.noiseSeed, arguments.noiseModules,
+            engine::engineNoiseDtype(config, plan ? &*plan : nullptr, arguments.precision == "fp32"));
+    }
     engine::EngineOptions options;
     options.precision
         = arguments.precision == "fp32" ? engine::EnginePrecision::Fp32 : engine::EnginePrecision::Bf16Reference;
-    options.kvCacheBytes = engine::parseByteSize(arguments.kvMemory, "--kv-memory");
-    model::checkRequestFits("--kv-memory " + arguments.kvMemory, options.kvCacheBytes);
+    options.kvCacheBytes = kvCacheBytes;
     options.kvBlockSize = arguments.blockSize;
     options.maxBatchSize = arguments.maxBatch;
     engine::Engine engine(config, std::move(weights), std::move(plan), options);

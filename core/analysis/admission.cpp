@@ -451,6 +451,24 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     const ProtocolCheck protocol = checkProtocol(store, options);
     options.probePath = fs::absolute(options.probePath).string();
 
+    {
+        // What the check will hold, before anything is loaded: every checkpoint (screened and history) and one
+        // engine at a time (the BF16 unit's, then each candidate's), sized for the largest.
+        const model::ModelConfig config = model::loadConfig((fs::path(options.checkpoints.front()) / "config.json").string());
+        std::vector<quant::RecipePlan> plans;
+        for (const Candidate& candidate : options.candidates) {
+            if (!candidate.recipePath.empty()) {
+                plans.push_back(quant::resolveRecipe(quant::loadRecipe(candidate.recipePath), config));
+            }
+        }
+        std::vector<const quant::RecipePlan*> planPointers {nullptr};
+        for (const quant::RecipePlan& plan : plans) {
+            planPointers.push_back(&plan);
+        }
+        std::vector<std::string> directories = options.history;
+        directories.insert(directories.end(), options.checkpoints.begin(), options.checkpoints.end());
+        checkAnalysisMemory("the admission check", directories, planPointers, options.settings);
+    }
     progress.update(0.0, "loading student and probe prompts");
     const ModelDirectory student = loadModelDirectory(options.checkpoints.front());
     const PromptRequests requests = promptRequests(options.probePath, *student.tokenizer, options.count);

@@ -112,6 +112,16 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
     if (options.storedPairs < 0) {
         throw InputError("prefix-shift", "--store-pairs", "must be >= 0");
     }
+    {
+        // The BF16 reference engine and the candidate are alive together.
+        std::optional<quant::RecipePlan> plan;
+        if (options.configuration.recipe) {
+            plan = quant::resolveRecipe(*options.configuration.recipe,
+                model::loadConfig((std::filesystem::path(options.modelDirectory) / "config.json").string()));
+        }
+        checkAnalysisMemory("the prefix-shift analysis", {options.modelDirectory}, {plan ? &*plan : nullptr},
+            options.settings, /*enginesAtOnce=*/2);
+    }
     progress.update(0.0, "loading model and prompts");
     const ModelDirectory model = loadModelDirectory(options.modelDirectory);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);

@@ -164,6 +164,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         result.scanProtocolDifferences = protocolDifferences(result.scanProtocol, *options.protocol, "budget");
     }
 
+    checkAnalysisMemory("the recipe builder", {scanSettings.modelDirectory}, {nullptr}, scanSettings.settings);
     const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory);
     const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
     requirePromptsFit(requests, model.config, scanSettings.settings.maxNewTokens);

@@ -5,7 +5,9 @@
 #include "core/model/model_files.h"
 #include "core/common/random.h"
 #include "core/engine/engine_model.h"
+#include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
+#include "core/model/memory_check.h"
 #include "core/quant/formats.h"
 
 #include <algorithm>
@@ -52,7 +54,7 @@ ModelDirectory loadModelDirectory(const std::string& directory)
     loaded.config = model::loadConfig(configPath(directory));
     // The tokenizer first: it is checked against config.json, and it is cheaper than the weights.
     loaded.tokenizer = std::make_shared<model::Tokenizer>(model::loadModelTokenizer(directory, loaded.config));
-    loaded.weights = model::loadWeights(directory, loaded.config);
+    loaded.weights = model::loadWeights(directory, loaded.config, model::LoadPrecision::Stored);
     return loaded;
 }
 
@@ -71,7 +73,7 @@ model::TransformerWeights loadCheckpointWeights(const std::string& directory, co
         throw InputError(configPath(directory), "",
             "is not a checkpoint of the same model: its architecture (config.json) differs from the student's");
     }
-    return model::loadWeights(directory, config);
+    return model::loadWeights(directory, config, model::LoadPrecision::Stored);
 }
 
 std::vector<std::vector<std::int64_t>> PromptRequests::prompts() const
@@ -118,6 +120,35 @@ PromptRequests promptRequests(const std::string& promptSetPath, const model::Tok
     return result;
 }
 
+void checkAnalysisMemory(const std::string& job, const std::vector<std::string>& checkpoints,
+    const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce)
+{
+    if (checkpoints.empty()) {
+        return;
+    }
+    const model::ModelConfig config = model::loadConfig(configPath(checkpoints.front()));
+    std::vector<model::MemoryItem> items;
+    model::DType stored = model::DType::BF16;
+    for (const std::string& directory : checkpoints) {
+        const engine::StoredWeights weights = engine::storedWeights(directory);
+        items.push_back({"weights of " + directory + " as stored", weights.bytes});
+        if (model::byteSize(weights.dtype) > model::byteSize(stored)) {
+            stored = weights.dtype;
+        }
+    }
+    std::uint64_t engine = 0;
+    for (const quant::RecipePlan* plan : plans) {
+        engine = std::max(engine, engine::engineExtraBytes(config, plan, stored));
+    }
+    const auto engines = static_cast<std::uint64_t>(std::max<std::int64_t>(1, enginesAtOnce));
+    items.push_back({"engine weights", engines * engine});
+    items.push_back({"KV cache", engines * settings.kvCacheBytes});
+    items.push_back({"distributions and logits",
+        engine::measurementBytes(config.vocabSize, settings.maxNewTokens, settings.batchSize,
+            engine::MismatchOptions {}.distributionBytes)});
+    model::checkJobFits(job, items);
+}
+
 engine::SamplingOptions samplingOptions(
     const MeasureSettings& settings, const model::ModelConfig& config, const model::Tokenizer& tokenizer)
 {
@@ -146,7 +177,8 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
         throw InputError("rollout configuration", "noise", "sigma must be finite and >= 0");
     }
     model::TransformerWeights engineWeights = configuration.noise > 0.0
-        ? engine::addWeightNoise(weights, configuration.noise, configuration.noiseSeed, configuration.noiseModules)
+        ? engine::addWeightNoise(weights, configuration.noise, configuration.noiseSeed, configuration.noiseModules,
+            engine::engineNoiseDtype(config, plan ? &*plan : nullptr))
         : weights;
     engine::EngineOptions options;
     options.precision = engine::EnginePrecision::Bf16Reference;
@@ -166,7 +198,9 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
             std::min<std::size_t>(probePrompts.size(), static_cast<std::size_t>(settings.kvFirstBatch)));
         const auto [ids, mask] = engine::leftPaddedBatch({probePrompts.begin(), probePrompts.begin() + first});
         const at::NoGradGuard noGrad;
-        result->model().forwardQuantized(ids, mask);
+        // Only the cache matters here: the lm_head runs at the last position alone (a large vocabulary's logits
+        // at every prompt position would cost more than the prefill).
+        result->model().forwardQuantized(ids, mask, /*logProbs=*/false, /*lastPositions=*/1);
     }
     return result;
 }

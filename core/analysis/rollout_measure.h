@@ -22,7 +22,9 @@
 
 namespace mismatch::analysis {
 
-// A Hugging Face style model directory: config.json, the weights (converted to FP32) and tokenizer.json.
+// A Hugging Face style model directory: config.json, the weights in their stored dtype (a BF16 checkpoint stays
+// BF16: the FP32 trainer multiplies its exact values and the engines share them, model::LoadPrecision::Stored)
+// and tokenizer.json. Nothing here trains, so no FP32 master copy is made.
 struct ModelDirectory {
     std::string directory;
     model::ModelConfig config;
@@ -68,6 +70,14 @@ struct MeasureSettings {
     KvScalePolicy kvScales = KvScalePolicy::FittedPerMeasurement;
     std::int64_t kvFirstBatch = 32; // FrozenFirstBatch: prompts of the first batch (>= 1)
 };
+// The memory check of an engine-only analysis, made before anything is loaded (model::checkJobFits, parts as
+// engine/memory_plan.h): the weights of every directory in `checkpoints` as stored, `enginesAtOnce` times the
+// largest extra engine weights among `plans` (nullptr: the BF16 engine) and a KV cache of settings.kvCacheBytes
+// each, and one measurement's distributions and logits (settings.batchSize prompts of settings.maxNewTokens).
+// ResourceError naming `job`, every part and what is available.
+void checkAnalysisMemory(const std::string& job, const std::vector<std::string>& checkpoints,
+    const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce = 1);
+
 // The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
 engine::SamplingOptions samplingOptions(
     const MeasureSettings& settings, const model::ModelConfig& config, const model::Tokenizer& tokenizer);

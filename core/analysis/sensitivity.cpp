@@ -179,6 +179,8 @@ SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& 
     const std::function<void(std::int64_t)>& onRunStarted)
 {
     const auto started = std::chrono::steady_clock::now();
+    // Each cell quantizes one module: its engine holds about what the BF16 engine holds.
+    checkAnalysisMemory("the sensitivity scan", {options.modelDirectory}, {nullptr}, options.settings);
     progress.update(0.0, "loading model and prompts");
     const ModelDirectory model = loadModelDirectory(options.modelDirectory);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);

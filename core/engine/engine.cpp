@@ -42,7 +42,9 @@ std::size_t findStopString(const std::string& text, std::size_t previousLength, 
     return earliest;
 }
 
-using ForwardLogits = std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& mask)>;
+// Logits of the last `lastPositions` positions of a left-padded batch.
+using ForwardLogits
+    = std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions)>;
 
 std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t vocab,
     const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<std::vector<std::int64_t>>& responses,
@@ -81,8 +83,14 @@ std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t voc
             sequences.push_back(std::move(sequence));
         }
         const auto [ids, mask] = leftPaddedBatch(sequences);
-        const at::Tensor logits = forward(ids, mask).to(at::kFloat);
-        const std::int64_t length = ids.size(1);
+        // Only the positions that predict response tokens: the longest response's (left padding right-aligns
+        // every row), so the lm_head of a large vocabulary does not run over the prompts.
+        std::int64_t longest = 0;
+        for (std::size_t i = begin; i < end; ++i) {
+            longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(responses[i].size()));
+        }
+        const at::Tensor logits = longest == 0 ? at::Tensor() : forward(ids, mask, longest).to(at::kFloat);
+        const std::int64_t length = longest;
         for (std::size_t i = begin; i < end; ++i) {
             const auto responseLength = static_cast<std::int64_t>(responses[i].size());
             if (responseLength == 0) {
@@ -161,7 +169,7 @@ std::vector<GenerationResult> Engine::generate(
     validateTokenSequences(prompts, model_->config().vocabSize, "generation requests", "prompt");
 
     const EngineOptions& options = model_->options();
-    KvBlockPool pool(kvCacheLayout(*model_), options.kvCacheBytes, options.kvBlockSize);
+    KvBlockPool pool(kvCacheLayout(*model_), options.kvCacheBytes, options.kvBlockSize, kvStorage(*model_));
     const KvBlockAllocator& allocator = pool.allocator();
     std::vector<GenerationResult> results(requests.size());
     std::deque<std::size_t> pending;
@@ -259,7 +267,9 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     };
 
     const std::string stage = "generating (wave " + std::to_string(waveIndex + 1) + ")";
-    at::Tensor logits = model_->forward(ids, mask, at::Tensor(), &cache);
+    model::ForwardOptions prefill;
+    prefill.lastPositions = 1; // the prompt's other positions only fill the cache
+    at::Tensor logits = model_->forward(ids, mask, at::Tensor(), &cache, prefill);
     at::Tensor last = logits.select(1, logits.size(1) - 1);
     while (true) {
         const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
@@ -335,16 +345,20 @@ std::vector<at::Tensor> scoreSequences(const model::Transformer& model,
     const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<std::vector<std::int64_t>>& responses,
     const ScoreOptions& options, Progress* progress)
 {
-    const ForwardLogits forward
-        = [&model](const at::Tensor& ids, const at::Tensor& mask) { return model.forward(ids, mask); };
+    const ForwardLogits forward = [&model](const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions) {
+        model::ForwardOptions forwardOptions;
+        forwardOptions.lastPositions = lastPositions;
+        return model.forward(ids, mask, forwardOptions);
+    };
     return scoreWith(forward, model.config().vocabSize, prompts, responses, options, progress);
 }
 
 std::vector<at::Tensor> scoreSequences(EngineModel& model, const std::vector<std::vector<std::int64_t>>& prompts,
     const std::vector<std::vector<std::int64_t>>& responses, const ScoreOptions& options, Progress* progress)
 {
-    const ForwardLogits forward
-        = [&model](const at::Tensor& ids, const at::Tensor& mask) { return model.forwardQuantized(ids, mask); };
+    const ForwardLogits forward = [&model](const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions) {
+        return model.forwardQuantized(ids, mask, /*logProbs=*/false, lastPositions);
+    };
     return scoreWith(forward, model.config().vocabSize, prompts, responses, options, progress);
 }
 

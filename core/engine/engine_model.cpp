@@ -1,15 +1,23 @@
 #include "core/engine/engine_model.h"
 
 #include "core/common/error.h"
+#include "core/engine/module_names.h"
+#include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
 #include "core/quant/quantize.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
 
 #if defined(MISMATCH_HAVE_CUDA)
 #include "cuda/fp8_ops.h"
@@ -18,20 +26,6 @@
 namespace mismatch::engine {
 
 namespace {
-
-// The recipe names the embedding "model.embed_tokens"; the transformer's embed() seam calls it "embed_tokens".
-std::string planModuleName(const std::string& module)
-{
-    return module == "embed_tokens" ? std::string(quant::kEmbedName) : module;
-}
-
-std::string weightTensorName(const model::ModelConfig& config, const std::string& module)
-{
-    if (module == "embed_tokens" || (module == "lm_head" && config.tieWordEmbeddings)) {
-        return "model.embed_tokens.weight";
-    }
-    return module + ".weight";
-}
 
 // A full-forward cache: stores nothing between calls, but rounds keys and values as the engine's paged cache
 // does, so that a forward through it equals cached decoding position for position.
@@ -106,6 +100,17 @@ at::Tensor scalesFromHeadAmax(const at::Tensor& headAmax, quant::KvScales mode)
 
 std::atomic<std::int64_t> nativeFp8Calls {0};
 
+// Whether the CPU has native BF16 dot products (where oneDNN's BF16 GEMM beats FP32).
+bool cpuHasNativeBf16()
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+#else
+    return false;
+#endif
+}
+
 #if defined(MISMATCH_HAVE_CUDA)
 // The kernels' name for a weight granularity (fp8 weights have tensor, channel or block128 scales).
 cuda::Fp8Scaling cudaScaling(const quant::WeightPrecision& weights)
@@ -142,6 +147,84 @@ std::string toString(EnginePrecision precision)
     return "unknown";
 }
 
+std::string toString(EngineKernels kernels)
+{
+    switch (kernels) {
+    case EngineKernels::Auto:
+        return "auto";
+    case EngineKernels::Float32:
+        return "float32";
+    case EngineKernels::BFloat16:
+        return "bfloat16";
+    }
+    return "auto";
+}
+
+EngineKernels resolveKernels(EngineKernels kernels)
+{
+    if (kernels != EngineKernels::Auto) {
+        return kernels;
+    }
+    if (const char* text = std::getenv("MISMATCH_ENGINE_KERNELS"); text && *text) {
+        const std::string value = text;
+        if (value == "float32") {
+            return EngineKernels::Float32;
+        }
+        if (value == "bfloat16") {
+            return EngineKernels::BFloat16;
+        }
+        throw InputError("MISMATCH_ENGINE_KERNELS", "", "expected float32 or bfloat16, got '" + value + "'");
+    }
+    static const bool nativeBf16 = cpuHasNativeBf16();
+    return nativeBf16 ? EngineKernels::BFloat16 : EngineKernels::Float32;
+}
+
+bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures)
+{
+    const at::NoGradGuard noGrad;
+    std::set<std::int64_t> widths(inFeatures.begin(), inFeatures.end());
+    widths.insert({64, 4096});
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261201);
+    constexpr std::int64_t kOutputs = 48;
+    for (const std::int64_t width : widths) {
+        for (const std::int64_t rows : {1, 8, 100}) {
+            // Mixed magnitudes (a factor 2^+-4 per row and column) so that sums cancel and partial sums exceed the
+            // total, which is where an extra rounding shows.
+            const at::Tensor rowScale = at::pow(2.0, at::randint(-4, 5, {rows, 1}, generator).to(at::kFloat));
+            const at::Tensor columnScale = at::pow(2.0, at::randint(-4, 5, {1, width}, generator).to(at::kFloat));
+            const at::Tensor x = (at::randn({rows, width}, generator) * rowScale * columnScale).to(at::kBFloat16);
+            const at::Tensor w = at::randn({kOutputs, width}, generator).to(at::kBFloat16);
+            const at::Tensor xd = x.to(at::kDouble);
+            const at::Tensor wd = w.to(at::kDouble);
+            const at::Tensor exact = at::matmul(xd, wd.t());
+            const at::Tensor magnitude = at::matmul(xd.abs(), wd.abs().t());
+            // One bf16 ulp of |exact|: 2^(floor(log2 |exact|) - 7); at least the smallest normal's.
+            const at::Tensor ulp = at::pow(2.0, at::floor(at::log2(exact.abs().clamp_min(1e-30))) - 7.0);
+            const at::Tensor bound = ulp + 2.0 * static_cast<double>(width) * std::ldexp(1.0, -24) * magnitude;
+            const at::Tensor y = gemm(x, w).to(at::kDouble);
+            if (!((y - exact).abs() <= bound).all().item<bool>()) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
+{
+    static std::mutex mutex;
+    static std::map<std::vector<std::int64_t>, bool> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = known.find(inFeatures);
+    if (found != known.end()) {
+        return found->second;
+    }
+    const bool roundsOnce
+        = bf16GemmRoundsOnce([](const at::Tensor& x, const at::Tensor& w) { return at::linear(x, w); }, inFeatures);
+    known.emplace(inFeatures, roundsOnce);
+    return roundsOnce;
+}
+
 std::int64_t nativeFp8LinearCalls()
 {
     return nativeFp8Calls.load();
@@ -149,7 +232,13 @@ std::int64_t nativeFp8LinearCalls()
 
 at::Tensor roundBf16(const at::Tensor& values)
 {
-    return values.to(at::kBFloat16).to(at::kFloat);
+    if (!values.device().is_cpu() || values.scalar_type() != at::kFloat) {
+        return values.to(at::kBFloat16).to(at::kFloat);
+    }
+    const at::Tensor input = values.contiguous();
+    at::Tensor output = at::empty_like(input);
+    model::roundToBFloat16Grid(input.data_ptr<float>(), output.data_ptr<float>(), input.numel());
+    return output;
 }
 
 std::pair<at::Tensor, at::Tensor> leftPaddedBatch(const std::vector<std::vector<std::int64_t>>& sequences)
@@ -319,7 +408,13 @@ EngineModel::EngineModel(model::ModelConfig config, model::TransformerWeights we
             "resolved for " + std::to_string(plan_->numLayers) + " layers, the model has "
                 + std::to_string(this->config().numLayers));
     }
+    kernels_ = resolveKernels(options.kernels);
+    if (options.kernels == EngineKernels::Auto && kernels_ == EngineKernels::BFloat16 && precision_ != EnginePrecision::Fp32
+        && !bf16KernelsRoundOnce({this->config().hiddenSize, this->config().intermediateSize, this->config().qSize()})) {
+        kernels_ = EngineKernels::Float32; // this LibTorch's BF16 GEMM does not compute the engine's function here
+    }
     options_.precision = precision_;
+    options_.kernels = kernels_;
     kvPrecisions_ = plan_ ? plan_->kvPerLayer
                           : std::vector<quant::KvPrecision>(static_cast<std::size_t>(this->config().numLayers));
     kvQuantizer_ = KvQuantizer(kvPrecisions_, this->config().numKeyValueHeads, precision_ != EnginePrecision::Fp32);
@@ -347,7 +442,12 @@ EngineModel::ModuleState EngineModel::moduleState(
     state.sourceBias = bias;
     state.weights = precision.weights;
     state.activations = precision.activations;
-    state.weight = quant::fakeQuantize(weight.detach(), precision.weights.format, precision.weights.granularity);
+    if (weight.device().is_cpu()) {
+        state.weight = quant::QuantizedWeight::quantize(weight, precision.weights.format, precision.weights.granularity);
+    } else {
+        state.deviceWeight
+            = quant::fakeQuantize(weight.detach(), precision.weights.format, precision.weights.granularity);
+    }
     if (bias.defined()) {
         state.bias = roundBf16(bias.detach().to(at::kFloat)); // engines keep biases in bf16
     }
@@ -371,11 +471,39 @@ void EngineModel::prepareModules()
         return;
     }
     const model::TransformerWeights& stored = weights();
+    // The BF16 view of each module weight: a bf16 module's own stored values, else the weight rounded to bf16.
+    std::map<std::string, at::Tensor> bf16View;
+    std::set<std::string> moduleTensors;
     for (const std::string& module : model::moduleNames(config())) {
-        const at::Tensor& weight = stored.get(weightTensorName(config(), module));
+        const std::string tensorName = weightTensorName(config(), module);
+        moduleTensors.insert(tensorName);
+        const at::Tensor& weight = stored.get(tensorName);
         const std::string biasName = module + ".bias";
         const at::Tensor bias = stored.contains(biasName) ? stored.get(biasName) : at::Tensor();
-        modules_.emplace(module, moduleState(module, weight, bias));
+        ModuleState state = moduleState(module, weight, bias);
+        const at::Tensor& values = state.weight.values();
+        if (values.defined() && values.scalar_type() == at::kBFloat16) {
+            bf16View.emplace(tensorName, values);
+        }
+        modules_.emplace(module, std::move(state));
+    }
+    // The base keeps the view instead of the given weights (a float32 copy is released here); weights on another
+    // device stay as given.
+    model::TransformerWeights view;
+    for (const auto& [name, tensor] : stored.named()) {
+        const auto found = bf16View.find(name);
+        if (found != bf16View.end()) {
+            view.set(name, found->second);
+        } else if (moduleTensors.count(name) && tensor.device().is_cpu()) {
+            view.set(name, quant::QuantizedWeight::quantize(tensor, quant::WeightFormat::Bf16, quant::Granularity::None)
+                               .values());
+        } else {
+            view.set(name, tensor);
+        }
+    }
+    setWeights(std::move(view));
+    for (auto& [module, state] : modules_) {
+        state.sourceWeight = weights().get(weightTensorName(config(), module));
     }
 }
 
@@ -419,11 +547,13 @@ void EngineModel::calibrateKvScales(std::vector<std::vector<std::int64_t>> probe
     calibrationPrompts_ = std::move(probePrompts);
 }
 
-at::Tensor EngineModel::forwardQuantized(const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs)
+at::Tensor EngineModel::forwardQuantized(
+    const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs, std::int64_t lastPositions)
 {
     QuantizingKvCache cache(kvQuantizer_, config().numLayers, attentionMask.ne(0));
     model::ForwardOptions options;
     options.logProbs = logProbs;
+    options.lastPositions = lastPositions;
     return forward(ids, attentionMask, at::Tensor(), &cache, options);
 }
 
@@ -432,7 +562,58 @@ at::Tensor EngineModel::engineWeight(const std::string& module) const
     if (precision_ == EnginePrecision::Fp32) {
         return weights().get(weightTensorName(config(), module)).to(at::kFloat);
     }
-    return modules_.at(module).weight;
+    const ModuleState& state = modules_.at(module);
+    return state.deviceWeight.defined() ? state.deviceWeight : state.weight.dequantize();
+}
+
+const quant::QuantizedWeight& EngineModel::storedWeight(const std::string& module) const
+{
+    static const quant::QuantizedWeight none;
+    const auto found = modules_.find(module);
+    return found == modules_.end() ? none : found->second.weight;
+}
+
+std::uint64_t EngineModel::weightBytes() const
+{
+    // Every tensor once: the view's tensors (shared by bf16 modules), other modules' codes and scales.
+    std::set<const void*> seen;
+    std::uint64_t bytes = 0;
+    const auto count = [&](const at::Tensor& tensor) {
+        if (tensor.defined() && seen.insert(tensor.storage().data()).second) {
+            bytes += static_cast<std::uint64_t>(tensor.storage().nbytes());
+        }
+    };
+    for (const auto& [name, tensor] : weights().named()) {
+        count(tensor);
+    }
+    for (const auto& [module, state] : modules_) {
+        for (const at::Tensor* tensor : {&state.weight.values(), &state.weight.codes(), &state.weight.scales(),
+                 &state.deviceWeight, &state.bias}) {
+            count(*tensor);
+        }
+    }
+    return bytes;
+}
+
+at::Tensor EngineModel::moduleProduct(const ModuleState& state, const at::Tensor& x) const
+{
+    const at::Tensor input = state.activations.format == quant::ActivationFormat::Bf16
+        ? roundBf16(x)
+        : quant::fakeQuantizeActivations(x, state.activations.format);
+    if (state.deviceWeight.defined()) {
+        return roundBf16(at::linear(input, state.deviceWeight, state.bias));
+    }
+    const quant::QuantizedWeight& weight = state.weight;
+    const bool bf16Operands = state.activations.format == quant::ActivationFormat::Bf16
+        && weight.values().defined() && weight.values().scalar_type() == at::kBFloat16;
+    if (kernels_ == EngineKernels::BFloat16 && bf16Operands) {
+        // Exact bf16 operands, float32 accumulation, bf16(y) written by the kernel (see the header).
+        const at::Tensor bias = state.bias.defined() ? state.bias.to(at::kBFloat16) : at::Tensor();
+        return at::linear(input.to(at::kBFloat16), weight.values(), bias).to(at::kFloat);
+    }
+    return roundBf16(model::blockwiseLinear(input, weight.rows(), weight.columns(),
+        [&weight](std::int64_t begin, std::int64_t end, float* out) { weight.dequantizeRows(begin, end, out); },
+        state.bias));
 }
 
 at::Tensor EngineModel::linear(
@@ -472,10 +653,7 @@ at::Tensor EngineModel::linear(
         return product.output.to(at::kFloat).reshape(shape);
     }
 #endif
-    const at::Tensor input = state->activations.format == quant::ActivationFormat::Bf16
-        ? roundBf16(x)
-        : quant::fakeQuantizeActivations(x, state->activations.format);
-    return roundBf16(at::linear(input, state->weight, state->bias));
+    return moduleProduct(*state, x);
 }
 
 at::Tensor EngineModel::embed(const std::string& module, const at::Tensor& weight, const at::Tensor& ids) const
@@ -485,10 +663,14 @@ at::Tensor EngineModel::embed(const std::string& module, const at::Tensor& weigh
     }
     const auto found = modules_.find(module);
     assert(found != modules_.end());
+    const auto lookup = [&ids](const ModuleState& state) {
+        return state.deviceWeight.defined() ? at::embedding(state.deviceWeight, ids)
+                                            : state.weight.embed(ids).to(ids.device());
+    };
     if (!weight.is_same(found->second.sourceWeight)) {
-        return at::embedding(moduleState(module, weight, at::Tensor()).weight, ids);
+        return lookup(moduleState(module, weight, at::Tensor()));
     }
-    return at::embedding(found->second.weight, ids);
+    return lookup(found->second);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -517,7 +699,9 @@ KvScaleTable calibrateKvScales(
             probePrompts.begin() + static_cast<std::ptrdiff_t>(end));
         const auto [ids, mask] = leftPaddedBatch(chunk);
         AmaxRecordingKvCache cache(keyAmax, valueAmax, mask.ne(0));
-        bf16Engine.forward(ids, mask, at::Tensor(), &cache);
+        model::ForwardOptions options;
+        options.lastPositions = 1; // only the keys and values are wanted: skip the lm_head of the other positions
+        bf16Engine.forward(ids, mask, at::Tensor(), &cache, options);
     }
 
     KvScaleTable table;

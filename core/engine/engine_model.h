@@ -6,9 +6,25 @@
 //   x_q = activations rounded to the module's activation format (bf16, or fp8_e4m3 with one dynamic scale
 //         per token: scale = amax(|x_token|) / 448)
 //   W_q = the weight fake-quantized to the module's weight format (bf16 rounding, fp16, fp8 with its
-//         granularity, int8, int4), computed ONCE per weight sync, not per forward
-//   y   = x_q W_q^T + bf16(b)      float32 products and sums (the FP32 accumulator of a real GEMM)
+//         granularity, int8, int4), computed ONCE per weight sync, not per forward, and kept in the format's
+//         own bytes (quant::QuantizedWeight: bf16 values, or codes and scales), not as a float32 copy
+//   y   = x_q W_q^T + bf16(b)      exact products, float32 sums (the FP32 accumulator of a real GEMM)
 //   out = bf16(y)                  every module writes BF16 activations, the lm_head logits included
+// The order of the float32 sums is the BLAS library's, as in any GEMM: it is not part of the definition (it
+// differs between CPUs, and between a prefill's product and a decode step's). How y is computed:
+//   Float32 kernels   W_q widened to float32 a block of rows at a time (transformer_linear.h), float32 GEMM. The
+//                     widened rows are bit-identical to quant::fakeQuantize's, so this is the float32 product of
+//                     exactly x_q and W_q.
+//   BFloat16 kernels  modules with bf16 weights and bf16 activations go through LibTorch's BF16 GEMM (oneDNN):
+//                     x_q and W_q are exactly bf16 values, their products exact in float32 and summed in float32,
+//                     and the kernel writes bf16(y). Only the sum's order and oneDNN's handling of subnormals
+//                     (flushed) differ from the Float32 kernels, so an output differs from theirs by at most one
+//                     bf16 ulp when the float32 sums fall on either side of a rounding boundary (tested against
+//                     the Float32 kernels with a tolerance in BF16 ulps and BF16 units). Other formats use the
+//                     Float32 kernels.
+//   EngineKernels::Auto picks BFloat16 where the CPU has native BF16 dot products (AVX512-BF16 or AMX), where
+//   LibTorch's BF16 GEMM is faster than FP32; elsewhere (AVX2) its BF16 GEMM is a slow fallback and Float32 is
+//   used. MISMATCH_ENGINE_KERNELS=float32|bfloat16 overrides the choice for a whole process.
 // The embedding lookup returns rows of the table rounded to the embedding's weight format. Norms, RoPE,
 // softmax and the residual sums stay float32 (the reference's own arithmetic). Keys and values are rounded
 // to each layer's KV-cache format when they enter the cache (KvQuantizer, used by the paged cache), so a
@@ -19,12 +35,20 @@
 //   Fp32           no rounding anywhere: the engine computes exactly what the FP32 trainer computes
 //   Bf16Reference  every module, the embedding and the KV cache in bf16: "the BF16 engine" (the BF16 unit)
 //   Recipe         the formats of a resolved precision recipe (quant::RecipePlan)
+//
+// Memory: the engine does not keep the float32 weights it was given. After quantizing (construction and every
+// syncWeights) its Transformer base holds the BF16 view of them (each linear and embedding weight rounded to
+// bf16, which is what the BF16 reference engine of a KV-scale calibration reads; norms and biases as given). A
+// weight already stored in bf16 (a BF16 checkpoint loaded with LoadPrecision::Stored) is shared, not copied: the
+// BF16 engine on such weights holds no weight memory of its own, and an FP8 engine only its codes and scales.
 #include "core/model/transformer.h"
+#include "core/quant/quantize.h"
 #include "core/quant/recipe_plan.h"
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,12 +61,33 @@ enum class EnginePrecision { Fp32, Bf16Reference, Recipe };
 // "fp32", "bf16", "recipe".
 std::string toString(EnginePrecision precision);
 
+// Which GEMM computes the bf16 modules (see above).
+enum class EngineKernels { Auto, Float32, BFloat16 };
+// "auto", "float32", "bfloat16".
+std::string toString(EngineKernels kernels);
+// What Auto means here: MISMATCH_ENGINE_KERNELS when set (float32 or bfloat16; InputError otherwise), else
+// BFloat16 when the CPU has native BF16 dot products, else Float32. Explicit choices are returned as they are.
+// An engine whose Auto resolves to BFloat16 also requires bf16KernelsRoundOnce for its layer widths, else it uses
+// Float32 kernels.
+EngineKernels resolveKernels(EngineKernels kernels);
+
+// A BF16 GEMM under test: y = x w^T for bf16 x [M, K] and w [N, K], any floating result.
+using Bf16Gemm = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w)>;
+// Whether `gemm` computes what the engine defines, one rounding of a float32-accumulated sum of exact products:
+// on seeded random operands (K from `inFeatures` and 64 and 4096; M = 1, 8 and 100 rows; mixed magnitudes) every
+// output must lie within one bf16 ulp of the exact (float64) dot product plus the float32 summation bound
+// 2 K eps32 sum |x w|. A GEMM that rounds partial sums to bf16 between K blocks misses this by several ulps.
+bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures);
+// bf16GemmRoundsOnce for LibTorch's at::linear on bf16 tensors, cached per set of widths.
+bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures);
+
 struct EngineOptions {
     // Ignored when a recipe plan is given (the plan means Recipe). Recipe without a plan is a programmer error.
     EnginePrecision precision = EnginePrecision::Bf16Reference;
     std::int64_t kvBlockSize = 16; // tokens per KV-cache block
     std::uint64_t kvCacheBytes = 256ull * 1024 * 1024; // memory of the paged KV cache, scales included
     std::int64_t maxBatchSize = 0; // sequences per wave; 0: as many as the cache holds
+    EngineKernels kernels = EngineKernels::Auto;
 };
 
 // FP8 KV-cache scales of every layer: keys[layer] and values[layer] are float32 [1] (per tensor) or
@@ -95,6 +140,7 @@ public:
         std::optional<quant::RecipePlan> plan = std::nullopt, EngineOptions options = {});
 
     EnginePrecision precision() const { return precision_; }
+    EngineKernels kernels() const { return kernels_; } // resolved: Float32 or BFloat16
     const EngineOptions& options() const { return options_; }
     const std::optional<quant::RecipePlan>& plan() const { return plan_; }
     // Each layer's KV format as the engine stores it (bf16 for Bf16Reference; Fp32 reports bf16 but does not
@@ -117,11 +163,18 @@ public:
 
     // Full forward (no reuse) with keys and values rounded as the engine's cache rounds them: what cached
     // decoding computes, position for position. ids and attentionMask as Transformer::forward; float32 out.
-    at::Tensor forwardQuantized(const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs = false);
+    // lastPositions as model::ForwardOptions.
+    at::Tensor forwardQuantized(const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs = false,
+        std::int64_t lastPositions = 0);
 
     // The float32 weight the engine multiplies with for `module` (a moduleNames() name such as "lm_head" or
-    // "embed_tokens"); for Fp32 the stored weight itself.
+    // "embed_tokens"); for Fp32 the stored weight itself, in float32.
     at::Tensor engineWeight(const std::string& module) const;
+    // The module's weight as the engine stores it (undefined for Fp32, which multiplies the given weights).
+    const quant::QuantizedWeight& storedWeight(const std::string& module) const;
+    // Bytes of weight storage the engine owns or shares: the quantized module weights (each tied or shared tensor
+    // once) plus the norms and biases. What a memory estimate counts for an engine on its own weights.
+    std::uint64_t weightBytes() const;
 
 protected:
     at::Tensor linear(const std::string& module, const at::Tensor& x, const at::Tensor& weight,
@@ -132,7 +185,8 @@ private:
     struct ModuleState {
         at::Tensor sourceWeight; // the stored tensor it was computed from (staleness check)
         at::Tensor sourceBias;
-        at::Tensor weight; // float32, fake-quantized
+        quant::QuantizedWeight weight; // the fake-quantized weight, on the CPU
+        at::Tensor deviceWeight; // weights on another device (CUDA): the float32 fake-quantized weight there
         at::Tensor bias; // float32, bf16-rounded; undefined when absent
         quant::WeightPrecision weights;
         quant::ActivationPrecision activations;
@@ -143,9 +197,11 @@ private:
     };
     void prepareModules();
     ModuleState moduleState(const std::string& module, const at::Tensor& weight, const at::Tensor& bias) const;
+    at::Tensor moduleProduct(const ModuleState& state, const at::Tensor& x) const;
     quant::ModulePrecision modulePrecision(const std::string& module) const;
 
     EnginePrecision precision_;
+    EngineKernels kernels_ = EngineKernels::Float32;
     EngineOptions options_;
     std::optional<quant::RecipePlan> plan_;
     std::vector<quant::KvPrecision> kvPrecisions_;
@@ -166,8 +222,8 @@ KvScaleTable calibrateKvScales(
 // fp8_e4m3 weights and activations with tensors on a CUDA device, in a build with MISMATCH_HAVE_CUDA.
 std::int64_t nativeFp8LinearCalls();
 
-// bf16 rounding (nearest even) of a float32 tensor, as a cast to bfloat16 and back: the engine's fast path,
-// bit-identical to quant::roundToBFloat16 (tested).
+// bf16 rounding (nearest even) of a float32 tensor, NaN kept: the engine's fast path (a vectorised loop on the
+// CPU, a cast to bfloat16 and back elsewhere), bit-identical to quant::roundToBFloat16 (tested).
 at::Tensor roundBf16(const at::Tensor& values);
 
 // [B, T] (left padded) int64 ids and mask for a batch of token sequences; pad id 0.

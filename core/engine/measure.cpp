@@ -29,7 +29,16 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
 
     MismatchMeasurement measurement;
     metrics::MismatchAccumulator total;
-    const auto chunk = static_cast<std::size_t>(options.batchSize);
+    // Prompts whose distributions fit `bytes` (at least one, at most batchSize).
+    const std::uint64_t promptBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(1, sampling.maxNewTokens))
+        * static_cast<std::uint64_t>(engine.model().config().vocabSize) * sizeof(float);
+    const auto fitting = [&](std::uint64_t bytes) {
+        return static_cast<std::size_t>(
+            std::clamp<std::uint64_t>(bytes / promptBytes, 1, static_cast<std::uint64_t>(options.batchSize)));
+    };
+    const std::size_t chunk = fitting(options.distributionBytes);
+    const std::size_t scoringGroup = fitting(options.distributionBytes / 4);
+    scoring.batchSize = static_cast<std::int64_t>(scoringGroup);
     for (std::size_t begin = 0; begin < requests.size(); begin += chunk) {
         if (progress) {
             progress->checkCancelled();
@@ -40,26 +49,31 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
             requests.begin() + static_cast<std::ptrdiff_t>(begin), requests.begin() + static_cast<std::ptrdiff_t>(end));
         std::vector<GenerationResult> generations = engine.generate(part, sampling);
         throwIfRejected(generations);
-        std::vector<std::vector<std::int64_t>> prompts;
-        std::vector<std::vector<std::int64_t>> responses;
-        for (std::size_t i = 0; i < part.size(); ++i) {
-            prompts.push_back(part[i].prompt);
-            responses.push_back(generations[i].tokens);
-        }
-        const std::vector<at::Tensor> trainerLogProbs = scoreSequences(trainer, prompts, responses, scoring);
-        for (std::size_t i = 0; i < part.size(); ++i) {
-            GenerationResult& generation = generations[i];
-            const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
-                generation.distributions, trainerLogProbs[i], at::tensor(generation.tokens, at::kLong));
-            metrics::MismatchAccumulator prompt;
-            prompt.add(mismatch);
-            total.add(prompt);
-            measurement.promptKlSums.push_back(prompt.klSum);
-            measurement.promptK1Sums.push_back(prompt.k1Sum);
-            measurement.promptK3Sums.push_back(prompt.k3Sum);
-            measurement.promptTokens.push_back(prompt.tokens);
-            generation.distributions = at::Tensor(); // [T, vocab] per prompt: not kept
-            measurement.generations.push_back(std::move(generation));
+        // The trainer scores the chunk a group at a time; each group's distributions are dropped once used.
+        for (std::size_t group = 0; group < part.size(); group += scoringGroup) {
+            const std::size_t groupEnd = std::min(part.size(), group + scoringGroup);
+            std::vector<std::vector<std::int64_t>> prompts;
+            std::vector<std::vector<std::int64_t>> responses;
+            for (std::size_t i = group; i < groupEnd; ++i) {
+                prompts.push_back(part[i].prompt);
+                responses.push_back(generations[i].tokens);
+            }
+            std::vector<at::Tensor> trainerLogProbs = scoreSequences(trainer, prompts, responses, scoring);
+            for (std::size_t i = group; i < groupEnd; ++i) {
+                GenerationResult& generation = generations[i];
+                const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
+                    generation.distributions, trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong));
+                trainerLogProbs[i - group] = at::Tensor();
+                metrics::MismatchAccumulator prompt;
+                prompt.add(mismatch);
+                total.add(prompt);
+                measurement.promptKlSums.push_back(prompt.klSum);
+                measurement.promptK1Sums.push_back(prompt.k1Sum);
+                measurement.promptK3Sums.push_back(prompt.k3Sum);
+                measurement.promptTokens.push_back(prompt.tokens);
+                generation.distributions = at::Tensor(); // [T, vocab] per prompt: not kept
+                measurement.generations.push_back(std::move(generation));
+            }
         }
     }
     measurement.kl = total.meanKl();

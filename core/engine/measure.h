@@ -20,6 +20,11 @@ namespace mismatch::engine {
 struct MismatchOptions {
     SamplingOptions sampling; // fullDistributions is forced on
     std::int64_t batchSize = 16; // prompts generated and scored per chunk (bounds the [T, vocab] memory)
+    // Memory for the [T, vocab] float32 distributions held between generating and scoring: a chunk has at most
+    // batchSize prompts and at most as many as fit this budget (at maxNewTokens tokens each, at least one), and
+    // the trainer scores a chunk in groups whose logits fit a quarter of it. With the demo pair's 258-token
+    // vocabulary this never binds; with a 152k vocabulary 64 tokens of one prompt take 39 MB.
+    std::uint64_t distributionBytes = 512ull << 20;
 };
 
 struct MismatchMeasurement {

@@ -1,6 +1,7 @@
 #include "core/engine/mismatch_sources.h"
 
 #include "core/common/error.h"
+#include "core/engine/module_names.h"
 #include "core/metrics/bootstrap.h"
 #include "core/quant/recipe.h"
 
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 namespace mismatch::engine {
@@ -118,8 +120,8 @@ std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName)
     return mixer.next();
 }
 
-model::TransformerWeights addWeightNoise(
-    const model::TransformerWeights& weights, double sigma, std::uint64_t seed, const std::string& modulePattern)
+model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
+    const std::string& modulePattern, const NoiseDtype& dtypeOf)
 {
     if (!std::isfinite(sigma) || sigma < 0.0) {
         throw InputError(
@@ -146,7 +148,7 @@ model::TransformerWeights addWeightNoise(
     for (const auto& [name, tensor] : weights.named()) {
         const at::Tensor source = tensor.detach();
         if (sigma == 0.0 || !pattern.matches(moduleOf(name)) || source.numel() == 0) {
-            noisy.set(name, source.clone());
+            noisy.set(name, source);
             continue;
         }
         const at::Tensor wide = source.to(at::kCPU).to(at::kDouble).contiguous();
@@ -161,9 +163,27 @@ model::TransformerWeights addWeightNoise(
                 fillGaussian(tensorSeed, chunk, data + first, std::min(kNoiseChunk, wide.numel() - first));
             }
         });
-        noisy.set(name, (wide + sigma * rms * noise).to(source.scalar_type()).to(source.device()));
+        const at::ScalarType dtype = dtypeOf ? dtypeOf(name, source) : source.scalar_type();
+        noisy.set(name, (wide + sigma * rms * noise).to(dtype).to(source.device()));
     }
     return noisy;
+}
+
+NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::RecipePlan* plan, bool fp32Engine)
+{
+    std::set<std::string> bf16Only;
+    std::set<std::string> other; // a tied embedding may serve a bf16 module and a quantized one
+    for (const std::string& module : model::moduleNames(config)) {
+        const bool bf16 = !fp32Engine
+            && (!plan || plan->modules.at(planModuleName(module)).weights.format == quant::WeightFormat::Bf16);
+        (bf16 ? bf16Only : other).insert(weightTensorName(config, module));
+    }
+    for (const std::string& tensor : other) {
+        bf16Only.erase(tensor);
+    }
+    return [bf16Only](const std::string& name, const at::Tensor&) {
+        return bf16Only.count(name) ? at::kBFloat16 : at::kFloat;
+    };
 }
 
 } // namespace mismatch::engine

@@ -2,9 +2,11 @@
 // Mismatch sources of a rollout configuration besides precision: weight staleness (asynchronous rollouts use
 // weights from k syncs ago) and injected Gaussian weight noise.
 #include "core/model/transformer.h"
+#include "core/quant/recipe_plan.h"
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 
 namespace mismatch::engine {
@@ -38,10 +40,20 @@ private:
 // module name is the tensor name without ".weight"/".bias": "model.layers.3.mlp.down_proj",
 // "model.layers.0.input_layernorm", "model.embed_tokens", "lm_head"; "*" matches all). The noise of a tensor
 // is a function of (seed, tensor name) only, drawn from SplitMix64 with Box-Muller in float64, so it does not
-// depend on other tensors, the filter, the thread count or the library version. sigma = 0 returns an equal
-// copy. InputError for sigma < 0 or not finite, or a malformed pattern or one that matches no tensor.
-model::TransformerWeights addWeightNoise(
-    const model::TransformerWeights& weights, double sigma, std::uint64_t seed, const std::string& modulePattern = "*");
+// depend on other tensors, the filter, the thread count or the library version. The sum is computed in float64
+// and returned in `dtypeOf(tensor name)` (default: the tensor's own dtype); an engine that rounds a weight to bf16
+// anyway asks for bf16 there, which gives the same values in half the memory. Tensors the pattern does not match
+// (every tensor when sigma = 0) are shared with `weights`, not copied: nothing here writes to them. InputError for
+// sigma < 0 or not finite, or a malformed pattern or one that matches no tensor.
+using NoiseDtype = std::function<at::ScalarType(const std::string& tensorName, const at::Tensor& tensor)>;
+model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
+    const std::string& modulePattern = "*", const NoiseDtype& dtypeOf = {});
+
+// The dtypes an engine wants its noisy weights in: bf16 for a tensor that only bf16-format modules of `plan` (all
+// modules without a plan) multiply with, since the engine rounds it to bf16 anyway (same values, half the memory);
+// float32 for the others (norms and biases, which the engine reads unrounded, and weights of modules in another
+// format, which are quantized from the exact noisy values) and for everything when `fp32Engine`.
+NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::RecipePlan* plan, bool fp32Engine = false);
 
 // The module names noise can address in a model of `config`: every tensor name without ".weight"/".bias".
 std::vector<std::string> noiseModuleNames(const model::ModelConfig& config);

@@ -1,10 +1,13 @@
 #include "core/engine/paged_kv_cache.h"
 
 #include "core/common/error.h"
+#include "core/model/transformer_linear.h"
+#include "core/quant/fp8.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 
@@ -13,6 +16,81 @@ namespace mismatch::engine {
 namespace {
 
 constexpr std::int64_t kScaleBytes = 4; // float32 scales
+
+std::atomic<std::uint64_t> peakStorage {0};
+
+void recordStorage(std::uint64_t bytes)
+{
+    std::uint64_t seen = peakStorage.load();
+    while (bytes > seen && !peakStorage.compare_exchange_weak(seen, bytes)) {
+    }
+}
+
+} // namespace
+
+std::uint64_t peakKvStorageBytes()
+{
+    return peakStorage.load();
+}
+
+namespace {
+
+at::ScalarType storageType(KvStorage kind)
+{
+    switch (kind) {
+    case KvStorage::BFloat16:
+        return at::kBFloat16;
+    case KvStorage::Fp8Codes:
+        return at::kByte;
+    default:
+        return at::kFloat;
+    }
+}
+
+// Per-row scales [rows, kvHeads, 1] of `scales` ([1] or [kvHeads]).
+at::Tensor headScales(const at::Tensor& scales, const at::Tensor& like)
+{
+    // Programmer error: an fp8 layer is written and read with the scales its quantizer rounded with.
+    assert(scales.defined());
+    return scales.to(like.device()).to(at::kFloat).reshape({1, -1, 1});
+}
+
+// Rows [N, kvHeads, headDim] of float32 values (already on the layer's grid) in the storage's type. bf16: the cast
+// is exact for values on the bf16 grid. fp8: value / scale is within two float32 roundings of the code's value,
+// and FP8 codes are far apart, so encoding it gives back the code exactly.
+at::Tensor toStorage(const at::Tensor& rows, KvStorage kind, const at::Tensor& scales)
+{
+    switch (kind) {
+    case KvStorage::BFloat16:
+        return rows.to(at::kBFloat16);
+    case KvStorage::Fp8Codes:
+        return quant::encodeFp8((rows / headScales(scales, rows)).contiguous(), quant::Fp8Format::E4M3);
+    default:
+        return rows;
+    }
+}
+
+// Float32 values of stored rows: bf16 widened exactly; fp8 code value x scale, the float32 multiply the quantizer
+// rounded with (quant::fakeQuantizeKv), so the values read are bit-identical to the ones written.
+at::Tensor fromStorage(const at::Tensor& rows, KvStorage kind, const at::Tensor& scales)
+{
+    switch (kind) {
+    case KvStorage::BFloat16: {
+        at::Tensor out = at::empty(rows.sizes(), rows.options().dtype(at::kFloat));
+        if (rows.device().is_cpu()) {
+            const at::Tensor input = rows.contiguous();
+            model::widenBFloat16(
+                static_cast<const std::uint16_t*>(input.data_ptr()), out.data_ptr<float>(), input.numel());
+            return out;
+        }
+        return rows.to(at::kFloat);
+    }
+    case KvStorage::Fp8Codes:
+        return quant::decodeFp8(rows, quant::Fp8Format::E4M3) * headScales(scales, rows);
+    default:
+        return rows;
+    }
+}
 
 } // namespace
 
@@ -156,11 +234,37 @@ std::int64_t KvBlockAllocator::reservedTokens(SequenceId sequence) const
 // ---------------------------------------------------------------------------------------------------------------
 // Pool
 
-KvBlockPool::KvBlockPool(KvCacheLayout layout, std::uint64_t memoryBytes, std::int64_t blockSize)
+std::vector<KvStorage> kvStorage(const EngineModel& model)
+{
+    const KvQuantizer& quantizer = model.kvQuantizer();
+    std::vector<KvStorage> storage;
+    for (std::int64_t layer = 0; layer < model.config().numLayers; ++layer) {
+        storage.push_back(!quantizer.rounds() ? KvStorage::Float32
+                : quantizer.isFp8(layer)      ? KvStorage::Fp8Codes
+                                              : KvStorage::BFloat16);
+    }
+    return storage;
+}
+
+KvBlockPool::KvBlockPool(
+    KvCacheLayout layout, std::uint64_t memoryBytes, std::int64_t blockSize, std::vector<KvStorage> storage)
     : allocator_(std::move(layout), memoryBytes, blockSize)
+    , storage_(std::move(storage))
     , keys_(static_cast<std::size_t>(allocator_.layout().numLayers))
     , values_(static_cast<std::size_t>(allocator_.layout().numLayers))
 {
+    storage_.resize(keys_.size(), KvStorage::Float32);
+}
+
+std::uint64_t KvBlockPool::storageBytes() const
+{
+    std::uint64_t bytes = 0;
+    for (std::size_t layer = 0; layer < keys_.size(); ++layer) {
+        for (const at::Tensor* tensor : {&keys_[layer], &values_[layer]}) {
+            bytes += tensor->defined() ? static_cast<std::uint64_t>(tensor->nbytes()) : 0;
+        }
+    }
+    return bytes;
 }
 
 std::int64_t KvBlockPool::storageSlots() const
@@ -181,19 +285,25 @@ void KvBlockPool::reserveStorage(std::int64_t blocks)
     const std::int64_t limit = 1 + allocator_.totalBlocks() * blockSize;
     const std::int64_t size = std::max(needed, std::min(limit, 2 * current));
     for (std::size_t layer = 0; layer < keys_.size(); ++layer) {
+        const at::ScalarType dtype = storageType(storage_[layer]);
         for (at::Tensor* storage : {&keys_[layer], &values_[layer]}) {
-            at::Tensor grown = at::zeros({size, layout.kvHeads, layout.headDim}, at::kFloat);
+            const at::Device device = storage->defined() ? storage->device() : at::Device(at::kCPU);
+            at::Tensor grown
+                = at::zeros({size, layout.kvHeads, layout.headDim}, at::TensorOptions().dtype(dtype).device(device));
             if (storage->defined()) {
                 grown.narrow(0, 0, storage->size(0)).copy_(*storage);
             }
             *storage = grown;
         }
     }
+    recordStorage(storageBytes());
 }
 
-void KvBlockPool::write(std::int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values)
+void KvBlockPool::write(std::int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values,
+    const at::Tensor& keyScales, const at::Tensor& valueScales)
 {
     reserveStorage(allocator_.highWaterBlocks());
+    const KvStorage kind = storage_[static_cast<std::size_t>(layer)];
     at::Tensor& storedKeys = keys_[static_cast<std::size_t>(layer)];
     at::Tensor& storedValues = values_[static_cast<std::size_t>(layer)];
     if (storedKeys.device() != keys.device()) {
@@ -201,15 +311,17 @@ void KvBlockPool::write(std::int64_t layer, const at::Tensor& slots, const at::T
         storedValues = storedValues.to(keys.device());
     }
     const at::Tensor index = slots.to(keys.device());
-    storedKeys.index_copy_(0, index, keys.to(at::kFloat));
-    storedValues.index_copy_(0, index, values.to(at::kFloat));
+    storedKeys.index_copy_(0, index, toStorage(keys.to(at::kFloat), kind, keyScales));
+    storedValues.index_copy_(0, index, toStorage(values.to(at::kFloat), kind, valueScales));
 }
 
-std::pair<at::Tensor, at::Tensor> KvBlockPool::read(std::int64_t layer, const at::Tensor& slots) const
+std::pair<at::Tensor, at::Tensor> KvBlockPool::read(
+    std::int64_t layer, const at::Tensor& slots, const at::Tensor& keyScales, const at::Tensor& valueScales) const
 {
     const KvCacheLayout& layout = allocator_.layout();
     const std::int64_t batch = slots.size(0);
     const std::int64_t length = slots.size(1);
+    const KvStorage kind = storage_[static_cast<std::size_t>(layer)];
     const at::Tensor& storedKeys = keys_[static_cast<std::size_t>(layer)];
     const at::Tensor& storedValues = values_[static_cast<std::size_t>(layer)];
     if (!storedKeys.defined()) {
@@ -217,12 +329,12 @@ std::pair<at::Tensor, at::Tensor> KvBlockPool::read(std::int64_t layer, const at
         return {zeros, zeros};
     }
     const at::Tensor index = slots.reshape({-1}).to(storedKeys.device());
-    const auto gather = [&](const at::Tensor& storage) {
-        return storage.index_select(0, index)
+    const auto gather = [&](const at::Tensor& storage, const at::Tensor& scales) {
+        return fromStorage(storage.index_select(0, index), kind, scales)
             .view({batch, length, layout.kvHeads, layout.headDim})
             .permute({0, 2, 1, 3});
     };
-    return {gather(storedKeys), gather(storedValues)};
+    return {gather(storedKeys, keyScales), gather(storedValues, valueScales)};
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -286,8 +398,14 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::append(
     const at::Tensor real = pendingSlots_.gt(0);
     at::Tensor k = keys;
     at::Tensor v = values;
+    at::Tensor keyScales;
+    at::Tensor valueScales;
     if (quantizer_) {
         std::tie(k, v) = quantizer_->quantize(layer, keys, values, real);
+        if (quantizer_->isFp8(layer)) {
+            keyScales = quantizer_->scales().keys[static_cast<std::size_t>(layer)];
+            valueScales = quantizer_->scales().values[static_cast<std::size_t>(layer)];
+        }
     }
     const std::int64_t kvHeads = k.size(1);
     const std::int64_t headDim = k.size(3);
@@ -298,10 +416,11 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::append(
                 .reshape({batch * tokens, kvHeads, headDim})
                 .index_select(0, realRows.to(kv.device()));
         };
-        pool_.write(layer, pendingSlots_.reshape({-1}).index_select(0, realRows), rowsOf(k), rowsOf(v));
+        pool_.write(layer, pendingSlots_.reshape({-1}).index_select(0, realRows), rowsOf(k), rowsOf(v), keyScales,
+            valueScales);
     }
     const at::Tensor all = slots_.defined() && length_ > 0 ? at::cat({slots_, pendingSlots_}, 1) : pendingSlots_;
-    return pool_.read(layer, all);
+    return pool_.read(layer, all, keyScales, valueScales);
 }
 
 void PagedKvCache::advance(std::int64_t tokens)

@@ -9,8 +9,11 @@
 //   blocks           = floor((memory - scale bytes) / bytes per block)      the scales are set aside first
 //   capacity tokens  = blocks * blockSize
 //
-// The emulation stores dequantized float32 values (storage grows with the blocks in use, not with the budget),
-// but admits exactly what the formats would fit. kvCapacity() reports capacity through the same allocator.
+// The emulation stores what the formats store (storage grows with the blocks in use, not with the budget): bf16
+// layers as bf16, fp8 layers as e4m3 codes (re-encoded from the quantizer's rounded values with the layer's
+// scales, which is exact; read back as code value x scale, the quantizer's own float32 multiply), and the FP32
+// engine (or a cache without a rounding quantizer) as float32; it admits exactly what the formats would fit.
+// kvCapacity() reports capacity through the same allocator.
 #include "core/engine/engine_model.h"
 #include "core/model/config.h"
 #include "core/model/transformer.h"
@@ -91,19 +94,33 @@ private:
     std::int64_t highWater_ = 0;
 };
 
-// The allocator plus the float32 storage of every block: per layer, keys and values as [slots, kvHeads, headDim]
-// where slot 0 is an always-zero slot (what padding positions read) and block b, offset o is slot
+// How a layer's keys and values are stored.
+enum class KvStorage {
+    Float32, // as given
+    BFloat16, // values already on the bf16 grid (a rounding quantizer's bf16 layers): exact
+    Fp8Codes, // e4m3 codes of values a rounding quantizer put on its fp8 grid, with the layer's scales
+};
+
+// The allocator plus the storage of every block: per layer, keys and values as [slots, kvHeads, headDim] where
+// slot 0 is an always-zero slot (what padding positions read) and block b, offset o is slot
 // 1 + b * blockSize + o.
 class KvBlockPool {
 public:
-    KvBlockPool(KvCacheLayout layout, std::uint64_t memoryBytes, std::int64_t blockSize);
+    // `storage`: one entry per layer; empty means Float32 everywhere.
+    KvBlockPool(KvCacheLayout layout, std::uint64_t memoryBytes, std::int64_t blockSize,
+        std::vector<KvStorage> storage = {});
 
     KvBlockAllocator& allocator() { return allocator_; }
     const KvBlockAllocator& allocator() const { return allocator_; }
-    // Writes rows [N, kvHeads, headDim] of layer `layer` to `slots` [N] (int64).
-    void write(std::int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values);
-    // Reads slots [B, S] of layer `layer` as keys and values [B, kvHeads, S, headDim].
-    std::pair<at::Tensor, at::Tensor> read(std::int64_t layer, const at::Tensor& slots) const;
+    // Writes rows [N, kvHeads, headDim] (float32 values) of layer `layer` to `slots` [N] (int64). Fp8Codes layers
+    // need the layer's key and value scales (float32 [1] or [kvHeads], KvQuantizer::scales()).
+    void write(std::int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values,
+        const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {});
+    // Reads slots [B, S] of layer `layer` as float32 keys and values [B, kvHeads, S, headDim] (scales as write).
+    std::pair<at::Tensor, at::Tensor> read(std::int64_t layer, const at::Tensor& slots,
+        const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {}) const;
+    // Bytes of the storage now held, every layer.
+    std::uint64_t storageBytes() const;
     // Slots of the storage now held (for tests: storage grows with use, not with the budget).
     std::int64_t storageSlots() const;
 
@@ -111,9 +128,14 @@ private:
     void reserveStorage(std::int64_t blocks);
 
     KvBlockAllocator allocator_;
+    std::vector<KvStorage> storage_;
     std::vector<at::Tensor> keys_;
     std::vector<at::Tensor> values_;
 };
+
+// The storage a pool of `model`'s engine uses per layer: Float32 for the FP32 engine, else BFloat16 or Fp8Codes by
+// the layer's KV format.
+std::vector<KvStorage> kvStorage(const EngineModel& model);
 
 // One wave of sequences decoding together through a pool: rows of the batch share a logical length (left
 // padding); padding positions take no blocks and read as zeros (they are masked out of attention). Keys and
@@ -157,6 +179,10 @@ private:
     at::Tensor pendingSlots_; // [B, T] positions being appended in the current forward
     std::int64_t length_ = 0;
 };
+
+// The largest storage (bytes of the tensors holding keys and values, every layer) any KvBlockPool of this process
+// has held so far: what the emulated caches really allocated (benchmarks report it beside peak RSS).
+std::uint64_t peakKvStorageBytes();
 
 struct KvCapacity {
     std::int64_t blockSize = 0;

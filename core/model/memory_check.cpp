@@ -105,14 +105,42 @@ std::string memoryText(std::uint64_t bytes)
     return text;
 }
 
-void checkModelFits(const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded)
+void checkModelFits(
+    const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded, const std::string& how)
 {
     const auto available = availableMemory();
     if (!available || bytesNeeded <= available->bytes) {
         return;
     }
     throw ResourceError("model " + directory + " needs about " + memoryText(bytesNeeded) + " (" + std::to_string(bytesNeeded)
-        + " bytes) to load (" + std::to_string(parameters) + " parameters as float32) but only "
+        + " bytes) to load (" + std::to_string(parameters) + " parameters " + how + ") but only "
+        + memoryText(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
+        + available->source + "); nothing was loaded");
+}
+
+std::uint64_t totalBytes(const std::vector<MemoryItem>& items)
+{
+    std::uint64_t total = 0;
+    for (const MemoryItem& item : items) {
+        total += item.bytes;
+    }
+    return total;
+}
+
+void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items)
+{
+    const std::uint64_t needed = totalBytes(items);
+    const auto available = availableMemory();
+    if (!available || needed <= available->bytes) {
+        return;
+    }
+    std::string parts;
+    for (const MemoryItem& item : items) {
+        if (item.bytes > 0) {
+            parts += (parts.empty() ? "" : " + ") + item.what + ": " + memoryText(item.bytes);
+        }
+    }
+    throw ResourceError(job + " needs about " + memoryText(needed) + " (" + parts + ") but only "
         + memoryText(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
         + available->source + "); nothing was loaded");
 }

@@ -8,10 +8,13 @@
 // whichever is smallest. The environment variable MISMATCH_MEMORY_LIMIT_BYTES (a whole number of bytes) replaces
 // all of these (tests, or a user who wants to keep headroom). A model that does not fit is refused with a
 // ResourceError naming the directory, the estimate, the parameter count, what is available and where that figure
-// came from, before any tensor is read; nothing else changes (the workspace stays usable).
+// came from, before any tensor is read; nothing else changes (the workspace stays usable). Jobs check first what
+// they will hold as a whole (checkJobFits: weights, engines, KV cache, trainer state, teacher), then each load
+// checks itself again against what is left.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mismatch::model {
 
@@ -26,8 +29,21 @@ std::optional<AvailableMemory> availableMemory();
 std::string memoryText(std::uint64_t bytes);
 
 // ResourceError when `bytesNeeded` exceeds the available memory:
-//   "model DIR needs about X to load (N parameters as float32) but only Y is available (SOURCE); nothing was loaded"
-void checkModelFits(const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded);
+//   "model DIR needs about X to load (N parameters HOW) but only Y is available (SOURCE); nothing was loaded"
+// where HOW says in what they are held ("as float32", "in their stored dtypes").
+void checkModelFits(const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded,
+    const std::string& how = "as float32");
+
+// One part of what a job will hold (engine/memory_plan.h estimates them).
+struct MemoryItem {
+    std::string what; // "weights of DIR as stored", "engine weights (largest candidate)", "KV cache", ...
+    std::uint64_t bytes = 0;
+};
+std::uint64_t totalBytes(const std::vector<MemoryItem>& items);
+// The check a job makes before loading anything: ResourceError when the items' total exceeds the available
+// memory, naming every item:
+//   "JOB needs about X (what: x + what: y + ...) but only Y is available (SOURCE); nothing was loaded"
+void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items);
 
 // InputError(what, "", "asks for X but only Y is available (SOURCE)") when a buffer sized by the user (the KV
 // cache's --kv-memory) exceeds the available memory: allocating it would fail late or drive the machine into swap.

@@ -33,7 +33,8 @@ ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const 
     checkRequestFits(promptSetPath + " (the log-probabilities of every position over the vocabulary of "
             + std::to_string(files.config.vocabSize) + ")",
         outputBytes);
-    const Transformer network(files.config, loadWeights(modelDirectory, files.config));
+    // The FP32 forward multiplies the stored values exactly (a BF16 checkpoint is widened block by block).
+    const Transformer network(files.config, loadWeights(modelDirectory, files.config, LoadPrecision::Stored));
     ForwardOptions forward;
     forward.logProbs = true;
     forward.compute = options.bf16 ? at::kBFloat16 : at::kFloat;

@@ -419,7 +419,16 @@ at::Tensor SafetensorsFile::load(const std::string& name) const
     at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(scalarType(entry.dtype)));
     const std::uint64_t bytes = entry.end - entry.begin;
     if (bytes > 0) {
-        std::memcpy(tensor.data_ptr(), static_cast<const char*>(mapping_) + dataOffset_ + entry.begin, bytes);
+        const char* source = static_cast<const char*>(mapping_) + dataOffset_ + entry.begin;
+        std::memcpy(tensor.data_ptr(), source, bytes);
+        // A checkpoint is read once: drop the whole pages just copied from this process's mapping (they stay in
+        // the page cache), so that loading holds the tensors, not the tensors and the mapped file besides.
+        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+        const auto first = (reinterpret_cast<std::uintptr_t>(source) + page - 1) / page * page;
+        const auto last = (reinterpret_cast<std::uintptr_t>(source) + bytes) / page * page;
+        if (last > first) {
+            ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+        }
     }
     return tensor;
 }

@@ -1,6 +1,7 @@
 #include "core/model/transformer.h"
 
 #include "core/model/memory_check.h"
+#include "core/model/transformer_linear.h"
 
 #include "core/common/error.h"
 
@@ -169,13 +170,14 @@ TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, 
     return weights;
 }
 
-TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config)
+TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config, LoadPrecision precision)
 {
     const Checkpoint checkpoint = Checkpoint::open(modelDir);
     checkLayersAgainstCheckpoint(config, checkpoint);
     // Names and shapes first, then the memory the FP32 weights will take (memory_check.h), before any tensor is
     // read: a model that cannot fit is refused with nothing allocated.
     std::int64_t parameters = 0;
+    std::uint64_t storedBytes = 0;
     std::uint64_t largestStored = 0;
     for (const auto& [name, shape] : expectedTensors(config)) {
         if (!checkpoint.contains(name)) {
@@ -190,11 +192,17 @@ TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& c
             elements *= size;
         }
         parameters += elements;
+        storedBytes += info.end - info.begin;
         if (info.dtype != DType::F32) { // converted through a copy in the stored dtype
             largestStored = std::max<std::uint64_t>(largestStored, info.end - info.begin);
         }
     }
-    checkModelFits(modelDir, parameters, static_cast<std::uint64_t>(parameters) * sizeof(float) + largestStored);
+    if (precision == LoadPrecision::Float32) {
+        checkModelFits(modelDir, parameters, static_cast<std::uint64_t>(parameters) * sizeof(float) + largestStored,
+            "as float32");
+    } else {
+        checkModelFits(modelDir, parameters, storedBytes, "in their stored dtypes");
+    }
     TransformerWeights weights;
     for (const auto& [name, shape] : expectedTensors(config)) {
         if (!checkpoint.contains(name)) {
@@ -204,7 +212,8 @@ TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& c
         if (info.shape != shape) {
             throw InputError(modelDir, name, "shape " + shapeText(info.shape) + ", expected " + shapeText(shape));
         }
-        weights.set(name, checkpoint.load(name).to(at::kFloat));
+        at::Tensor tensor = checkpoint.load(name);
+        weights.set(name, precision == LoadPrecision::Float32 ? tensor.to(at::kFloat) : tensor);
     }
     requireFiniteWeights(weights, modelDir);
     return weights;
@@ -347,8 +356,7 @@ void Transformer::bindWeights()
 at::Tensor Transformer::linear(
     const std::string& module, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const
 {
-    const at::ScalarType dtype = x.scalar_type();
-    return at::linear(x, weight.to(dtype), bias.defined() ? bias.to(dtype) : at::Tensor());
+    return linearWithWidening(x, weight, bias);
 }
 
 at::Tensor Transformer::embed(const std::string& module, const at::Tensor& weight, const at::Tensor& ids) const
@@ -454,6 +462,9 @@ at::Tensor Transformer::forward(const at::Tensor& ids, const at::Tensor& attenti
     }
     if (cache) {
         cache->advance(length);
+    }
+    if (options.lastPositions > 0 && options.lastPositions < length) {
+        x = x.narrow(1, length - options.lastPositions, options.lastPositions);
     }
     x = rmsNorm(x, finalNorm_, eps);
     const at::Tensor logits = linear("lm_head", x, lmHeadWeight_, at::Tensor()).to(accumulate);

@@ -63,9 +63,17 @@ void validateWeights(const ModelConfig& config, const TransformerWeights& weight
 // FP32 weights drawn from N(0, stddev^2) (projections, embeddings, biases); norm weights 1 + N(0, 0.1^2)
 // so that tests notice a missing or misplaced norm. Deterministic in seed.
 TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, double stddev = 0.02);
-// Reads the checkpoint in modelDir (model.safetensors or shards) and converts every tensor to FP32.
-// InputError naming the directory and tensor for missing tensors and wrong shapes.
-TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& config);
+// How loadWeights keeps the tensors it reads.
+enum class LoadPrecision {
+    Float32, // every tensor converted to FP32: what a trainer updates (master weights)
+    Stored, // each tensor in the dtype the checkpoint stores (a BF16 checkpoint stays BF16, half the memory):
+            // what the FP32 reference forward and the engines read, exactly, when nothing trains
+};
+// Reads the checkpoint in modelDir (model.safetensors or shards). InputError naming the directory and tensor for
+// missing tensors and wrong shapes. The memory check before reading (memory_check.h) counts the bytes of the
+// precision asked for.
+TransformerWeights loadWeights(
+    const std::string& modelDir, const ModelConfig& config, LoadPrecision precision = LoadPrecision::Float32);
 // Writes modelDir/model.safetensors with every tensor converted to dtype (creates modelDir).
 void saveWeights(const std::string& modelDir, const TransformerWeights& weights, DType dtype);
 
@@ -108,6 +116,10 @@ private:
 
 struct ForwardOptions {
     bool logProbs = false; // log_softmax over the vocabulary instead of logits
+    // Positions whose outputs are computed: 0 every position, n > 0 only the last n (the output is [B, n, vocab]).
+    // The lm_head of a large vocabulary costs as much as a few layers per position, so a prefill that samples
+    // from its last position, or a scoring pass that needs the response positions only, asks for those.
+    std::int64_t lastPositions = 0;
     // Dtype of weights and activations in the matrix products: kFloat (reference), kBFloat16 (the BF16
     // engine: norms, softmax and the output still in FP32) or kDouble (gradient checks; everything float64).
     at::ScalarType compute = at::kFloat;
@@ -125,8 +137,8 @@ public:
 
     // ids [B, T] int64; attentionMask [B, T] (1 = real token, 0 = padding, left or right). Position ids are
     // cumsum(mask) - 1, so real tokens get the outputs they would get unpadded. Returns [B, T, vocab]
-    // logits (or log-probabilities) in FP32 (float64 when computing in float64). Outputs at padded
-    // positions are finite but meaningless.
+    // logits (or log-probabilities) in FP32 (float64 when computing in float64), [B, n, vocab] with
+    // options.lastPositions = n. Outputs at padded positions are finite but meaningless.
     at::Tensor forward(
         const at::Tensor& ids, const at::Tensor& attentionMask, const ForwardOptions& options = {}) const;
     // Incremental form. With a cache holding P positions, ids are the next T tokens and attentionMask covers
@@ -138,7 +150,8 @@ public:
 protected:
     // y = x W^T + b for the module named `module` (recipe names: `model.layers.3.mlp.down_proj`, `lm_head`).
     // x is in the compute dtype; weight [out, in] and bias [out] (undefined when absent) are the stored
-    // parameters in their own dtype. Must return [..., out] in x's dtype. Overriding this substitutes
+    // parameters in their own dtype (a BF16 checkpoint's tensors multiplied in FP32 are widened exactly, a block
+    // of rows at a time: transformer_linear.h). Must return [..., out] in x's dtype. Overriding this substitutes
     // quantized weights and activations per module.
     virtual at::Tensor linear(
         const std::string& module, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const;

@@ -1,14 +1,19 @@
 #include "core/quant/quantize.h"
 
 #include "core/common/error.h"
+#include "core/common/vector_clones.h"
 #include "core/model/safetensors.h"
+#include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -169,8 +174,9 @@ at::Tensor scalesFromAmax(const at::Tensor& amax, float qmax)
     return scales;
 }
 
-template <typename Grid>
-void applyScales(const float* in, float* out, const ScaleLayout& layout, const float* scales, Grid grid)
+// Calls emit(i, in[i] / scale, scale) for every element, with the scale of its group.
+template <typename Emit>
+void forEachScaled(const float* in, const ScaleLayout& layout, const float* scales, Emit emit)
 {
     const std::int64_t scaleColumns = layout.scaleColumns();
     at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
@@ -181,12 +187,17 @@ void applyScales(const float* in, float* out, const ScaleLayout& layout, const f
                 const std::int64_t c0 = r * layout.columns + block * layout.columnBlock;
                 const std::int64_t c1 = r * layout.columns + std::min(layout.columns, (block + 1) * layout.columnBlock);
                 for (std::int64_t i = c0; i < c1; ++i) {
-                    const float y = in[i] / scale;
-                    out[i] = grid(y) * scale;
+                    emit(i, in[i] / scale, scale);
                 }
             }
         }
     });
+}
+
+template <typename Grid>
+void applyScales(const float* in, float* out, const ScaleLayout& layout, const float* scales, Grid grid)
+{
+    forEachScaled(in, layout, scales, [&](std::int64_t i, float y, float scale) { out[i] = grid(y) * scale; });
 }
 
 // Quantize-dequantize `input` (float32, contiguous, CPU) with the given scales ([scaleRows, scaleColumns]).
@@ -420,6 +431,184 @@ at::Tensor fakeQuantizeKv(const at::Tensor& kv, KvFormat format, KvScales mode, 
         used = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout.layout, false), scaled.qmax);
     }
     return applyScaledFormat(input, layout.layout, used, scaled).to(kv.device());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// QuantizedWeight
+
+namespace {
+
+// The element loops below are compiled for AVX2 and the baseline (common/vector_clones.h): the dequantization runs
+// once per matrix product on the engine's hot path. One float32 multiply per element either way.
+
+MISMATCH_VECTOR_CLONES
+void scaleCodes(const std::uint8_t* codes, const float* table, float scale, float* out, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        out[i] = table[codes[i]] * scale;
+    }
+}
+
+MISMATCH_VECTOR_CLONES
+void scaleIntegers(const std::int8_t* integers, float scale, float* out, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        out[i] = static_cast<float>(integers[i]) * scale;
+    }
+}
+
+// InputError naming the first non-finite element of a bf16 or fp16 tensor (exponent bits all ones).
+void requireFinite16(const at::Tensor& values, std::uint16_t exponentMask)
+{
+    const auto* bits = static_cast<const std::uint16_t*>(values.data_ptr());
+    const std::int64_t columns = values.size(-1);
+    std::atomic<std::int64_t> first {-1};
+    at::parallel_for(0, values.numel(), kGrainElements, [&](std::int64_t begin, std::int64_t end) {
+        bool bad = false;
+        for (std::int64_t i = begin; i < end; ++i) {
+            bad |= (bits[i] & exponentMask) == exponentMask;
+        }
+        if (bad) {
+            for (std::int64_t i = begin; i < end; ++i) {
+                if ((bits[i] & exponentMask) == exponentMask) {
+                    std::int64_t seen = first.load();
+                    while ((seen < 0 || i < seen) && !first.compare_exchange_weak(seen, i)) {
+                    }
+                    break;
+                }
+            }
+        }
+    });
+    if (const std::int64_t i = first.load(); i >= 0) {
+        const bool nan = (bits[i] & static_cast<std::uint16_t>(~exponentMask) & 0x7FFFu) != 0;
+        throw InputError("", "element [" + std::to_string(i / columns) + ", " + std::to_string(i % columns) + "]",
+            std::string("non-finite weight (") + (nan ? "nan" : "inf") + "): expected finite values");
+    }
+}
+
+} // namespace
+
+QuantizedWeight QuantizedWeight::quantize(const at::Tensor& weight, WeightFormat format, Granularity granularity)
+{
+    if (!weight.defined() || weight.dim() != 2) {
+        throw InputError("", "weight",
+            "expected a 2-D [out, in] weight, got " + (weight.defined() ? shapeText(weight.sizes()) : "none"));
+    }
+    QuantizedWeight result;
+    result.format_ = format;
+    result.rows_ = weight.size(0);
+    result.columns_ = weight.size(1);
+    if (!hasScales(format)) {
+        const at::ScalarType dtype = format == WeightFormat::Bf16 ? at::kBFloat16 : at::kHalf;
+        const at::Tensor source = weight.requires_grad() ? weight.detach() : weight;
+        if (source.scalar_type() == dtype && source.device().is_cpu() && source.is_contiguous()) {
+            // Already on the format's grid: keep the tensor itself (rounding would change nothing).
+            requireFinite16(source, dtype == at::kBFloat16 ? 0x7F80u : 0x7C00u);
+            result.values_ = source;
+            return result;
+        }
+        const at::Tensor input = cpuFloat(source, "weight");
+        groupAmax(input.data_ptr<float>(), weightLayout(input, format, Granularity::None), true); // finite check
+        if (format == WeightFormat::Bf16) {
+            result.values_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kBFloat16));
+            model::narrowToBFloat16(input.data_ptr<float>(), static_cast<std::uint16_t*>(result.values_.data_ptr()),
+                input.numel());
+        } else {
+            result.values_ = roundToFloat16(input).to(at::kHalf); // exact: every value is on the fp16 grid
+        }
+        return result;
+    }
+    const at::Tensor input = cpuFloat(weight.detach(), "weight");
+    const ScaleLayout layout = weightLayout(input, format, granularity);
+    const ScaledFormat scaled = scaledFormat(format);
+    result.granularity_ = effectiveGranularity(format, granularity);
+    result.scaleRowDivisor_ = layout.scaleRows == 1 ? std::max<std::int64_t>(1, layout.rows) : layout.rowDivisor;
+    result.scaleColumnBlock_ = layout.columnBlock;
+    result.scales_ = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, true), scaled.qmax);
+    const float* in = input.data_ptr<float>();
+    const float* s = result.scales_.data_ptr<float>();
+    if (scaled.fp8) {
+        result.codes_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kByte));
+        auto* codes = result.codes_.data_ptr<std::uint8_t>();
+        const Fp8Format fp8 = scaled.fp8Format;
+        forEachScaled(in, layout, s, [&](std::int64_t i, float y, float) { codes[i] = encodeFp8(y, fp8); });
+    } else {
+        result.codes_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kChar));
+        auto* integers = result.codes_.data_ptr<std::int8_t>();
+        const IntGrid grid {scaled.qmin, scaled.qmax};
+        forEachScaled(
+            in, layout, s, [&](std::int64_t i, float y, float) { integers[i] = static_cast<std::int8_t>(grid(y)); });
+    }
+    return result;
+}
+
+std::uint64_t QuantizedWeight::storageBytes() const
+{
+    std::uint64_t bytes = 0;
+    for (const at::Tensor* tensor : {&values_, &codes_, &scales_}) {
+        bytes += tensor->defined() ? static_cast<std::uint64_t>(tensor->nbytes()) : 0;
+    }
+    return bytes;
+}
+
+void QuantizedWeight::dequantizeRows(std::int64_t begin, std::int64_t end, float* out) const
+{
+    // Programmer error: rows inside the weight.
+    assert(begin >= 0 && begin <= end && end <= rows_);
+    const std::int64_t columns = columns_;
+    if (values_.defined() && values_.scalar_type() == at::kBFloat16) {
+        model::widenBFloat16(
+            static_cast<const std::uint16_t*>(values_.data_ptr()) + begin * columns, out, (end - begin) * columns);
+        return;
+    }
+    if (values_.defined()) { // fp16: rare, the library's conversion
+        at::Tensor target = at::from_blob(out, {end - begin, columns}, at::TensorOptions().dtype(at::kFloat));
+        target.copy_(values_.narrow(0, begin, end - begin));
+        return;
+    }
+    const float* table = hasScales(format_) && codes_.scalar_type() == at::kByte
+        ? fp8DecodeTable(format_ == WeightFormat::Fp8E5m2 ? Fp8Format::E5M2 : Fp8Format::E4M3).data()
+        : nullptr;
+    const std::int64_t scaleColumns = scales_.size(1);
+    const float* scales = scales_.data_ptr<float>();
+    at::parallel_for(begin, end, rowGrain(columns), [&](std::int64_t rowBegin, std::int64_t rowEnd) {
+        for (std::int64_t r = rowBegin; r < rowEnd; ++r) {
+            const float* rowScales = scales + (r / scaleRowDivisor_) * scaleColumns;
+            float* target = out + (r - begin) * columns;
+            for (std::int64_t block = 0; block < scaleColumns; ++block) {
+                const std::int64_t c0 = block * scaleColumnBlock_;
+                const std::int64_t count = std::min(columns, c0 + scaleColumnBlock_) - c0;
+                if (table) {
+                    scaleCodes(codes_.data_ptr<std::uint8_t>() + r * columns + c0, table, rowScales[block],
+                        target + c0, count);
+                } else {
+                    scaleIntegers(
+                        codes_.data_ptr<std::int8_t>() + r * columns + c0, rowScales[block], target + c0, count);
+                }
+            }
+        }
+    });
+}
+
+at::Tensor QuantizedWeight::dequantize() const
+{
+    at::Tensor out = at::empty({rows_, columns_}, at::TensorOptions().dtype(at::kFloat));
+    dequantizeRows(0, rows_, out.data_ptr<float>());
+    return out;
+}
+
+at::Tensor QuantizedWeight::embed(const at::Tensor& ids) const
+{
+    const at::Tensor flat = ids.to(at::kCPU).to(at::kLong).contiguous().reshape({-1});
+    std::vector<std::int64_t> shape = ids.sizes().vec();
+    shape.push_back(columns_);
+    at::Tensor out = at::empty({flat.numel(), columns_}, at::TensorOptions().dtype(at::kFloat));
+    const std::int64_t* index = flat.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < flat.numel(); ++i) {
+        TORCH_CHECK(index[i] >= 0 && index[i] < rows_, "embedding id ", index[i], " outside [0, ", rows_, ")");
+        dequantizeRows(index[i], index[i] + 1, out.data_ptr<float>() + i * columns_);
+    }
+    return out.view(shape);
 }
 
 std::vector<TensorQuantizeResult> quantizeSafetensorsFile(

@@ -49,6 +49,54 @@ at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granulari
 // [out, 1], block128 [ceil(out/128), ceil(in/128)], group128 [out, ceil(in/128)]. Undefined for bf16/fp16.
 at::Tensor weightScales(const at::Tensor& weight, WeightFormat format, Granularity granularity);
 
+// A weight as the engine keeps it: exactly the values fakeQuantize(weight, format, granularity) gives, stored
+// compactly, so that an engine holds about the weight bytes of its formats instead of float32 copies:
+//   bf16, fp16       the rounded values in that dtype (2 bytes an element); a weight already stored in that dtype
+//                    is kept as it is (the same tensor, shared with whoever else holds it)
+//   fp8_e4m3/e5m2    the FP8 codes (uint8) and the float32 scale grid of weightScales
+//   int8, int4       the integers (int8, one a byte: the emulation does not pack int4) and the scale grid
+// Dequantizing computes decode(code) * scale (or q * scale): the same float32 multiply fakeQuantize ends with,
+// so the float32 rows it gives are bit-identical to fakeQuantize's (tested on every code; an integer grid has no
+// negative zero, so fakeQuantize's -0 of int8/int4 is +0 here, which multiplies alike). 2-D [out, in] weights,
+// held on the CPU (a weight on another device is quantized on the CPU and kept there).
+class QuantizedWeight {
+public:
+    QuantizedWeight() = default;
+    // InputError as fakeQuantize (non-finite weight, unsupported pair, not 2-D).
+    static QuantizedWeight quantize(const at::Tensor& weight, WeightFormat format, Granularity granularity);
+
+    bool defined() const { return rows_ > 0 || values_.defined() || codes_.defined(); }
+    WeightFormat format() const { return format_; }
+    Granularity granularity() const { return granularity_; } // effective (None for bf16/fp16)
+    std::int64_t rows() const { return rows_; }
+    std::int64_t columns() const { return columns_; }
+    // bf16/fp16: the stored tensor (kBFloat16 / kHalf); undefined for the scaled formats.
+    const at::Tensor& values() const { return values_; }
+    // Scaled formats: codes [out, in] (kByte for fp8, kChar for int) and float32 scales [scale rows, columns].
+    const at::Tensor& codes() const { return codes_; }
+    const at::Tensor& scales() const { return scales_; }
+    // Bytes of the tensors it holds (a shared bf16/fp16 tensor counted in full).
+    std::uint64_t storageBytes() const;
+
+    // Rows [begin, end) as float32, row-major, into `out` ((end - begin) * columns() floats). CPU only.
+    void dequantizeRows(std::int64_t begin, std::int64_t end, float* out) const;
+    // The whole weight as float32 [out, in].
+    at::Tensor dequantize() const;
+    // The rows named by `ids` (any shape, int64) as float32 [ids..., in]: the embedding lookup.
+    at::Tensor embed(const at::Tensor& ids) const;
+
+private:
+    WeightFormat format_ = WeightFormat::Bf16;
+    Granularity granularity_ = Granularity::None;
+    std::int64_t rows_ = 0;
+    std::int64_t columns_ = 0;
+    std::int64_t scaleRowDivisor_ = 1; // row r uses scale row r / divisor
+    std::int64_t scaleColumnBlock_ = 1; // columns sharing one scale
+    at::Tensor values_;
+    at::Tensor codes_;
+    at::Tensor scales_;
+};
+
 // Activations [..., hidden]: fp8_e4m3 with a dynamic scale per token (per row of the last dimension,
 // scale = amax / 448), or bf16.
 at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format);

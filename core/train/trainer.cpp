@@ -5,6 +5,7 @@
 #include "core/common/random.h"
 #include "core/common/version.h"
 #include "core/engine/engine.h"
+#include "core/engine/memory_plan.h"
 #include "core/engine/measure.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/io/arith_task.h"
@@ -245,14 +246,17 @@ public:
                 }
             }
         }
-        requireStepFits(runFile, longestPrompt);
-        weights_ = model::loadWeights(config.student, modelConfig_); // finite (model::requireFiniteWeights)
-        if (teacherConfig) {
-            model::TransformerWeights teacherWeights = model::loadWeights(config.teacher, *teacherConfig);
-            teacher_ = std::make_unique<model::Transformer>(*teacherConfig, std::move(teacherWeights));
-        }
         if (!config.rollout.recipe.empty()) {
             plan_ = quant::resolveRecipe(quant::loadRecipe(config.rollout.recipe), modelConfig_);
+        }
+        requireStepFits(runFile, longestPrompt);
+        requireJobFits(longestPrompt);
+        weights_ = model::loadWeights(config.student, modelConfig_); // finite (model::requireFiniteWeights)
+        if (teacherConfig) {
+            // The teacher never trains: its stored values (a BF16 checkpoint stays BF16), multiplied exactly in FP32.
+            model::TransformerWeights teacherWeights
+                = model::loadWeights(config.teacher, *teacherConfig, model::LoadPrecision::Stored);
+            teacher_ = std::make_unique<model::Transformer>(*teacherConfig, std::move(teacherWeights));
         }
         sampling_.temperature = config.rollout.sampling.temperature;
         sampling_.greedy = config.rollout.sampling.temperature == 0.0;
@@ -277,6 +281,42 @@ public:
     std::int64_t loadCheckpoint(const fs::path& directory);
 
 private:
+    // Bytes of one step's per-token distributions: the engine's, the student's with its gradient and the teacher's,
+    // four float32 [tokens, vocabulary] arrays per sequence of up to `longestPrompt` + max_tokens tokens.
+    long double stepDistributionBytes(std::int64_t longestPrompt) const
+    {
+        const long double sequences = static_cast<long double>(config_.batch.promptsPerStep)
+            * static_cast<long double>(config_.batch.samplesPerPrompt);
+        const long double tokens = static_cast<long double>(longestPrompt + config_.rollout.sampling.maxTokens);
+        return sequences * tokens * static_cast<long double>(modelConfig_.vocabSize) * 4.0L * 4.0L;
+    }
+
+    // What the run will hold as a whole (engine/memory_plan.h), checked before any weights are loaded, after
+    // requireStepFits has refused a step that cannot fit on its own: ResourceError naming every part.
+    void requireJobFits(std::int64_t longestPrompt) const
+    {
+        const engine::StoredWeights stored = engine::storedWeights(config_.student);
+        const quant::RecipePlan* plan = plan_ ? &*plan_ : nullptr;
+        std::vector<model::MemoryItem> items {
+            {"student master weights, gradients, AdamW moments and weight snapshots",
+                engine::trainerBytes(stored.parameters, config_.rollout.staleness)},
+            {"rollout engine weights", engine::engineExtraBytes(modelConfig_, plan, model::DType::F32)},
+            {"KV cache", engine::EngineOptions {}.kvCacheBytes},
+            {"distributions and log-probabilities of a step",
+                static_cast<std::uint64_t>(stepDistributionBytes(longestPrompt))},
+        };
+        if (!rolloutIsBf16Engine()) {
+            // The BF16 unit's engine (a plain BF16 engine at the weights before the step) lives beside the
+            // rollout engine while it measures, with its own KV cache.
+            items.push_back({"BF16 unit engine weights", engine::engineExtraBytes(modelConfig_, nullptr, model::DType::F32)});
+            items.push_back({"BF16 unit KV cache", engine::EngineOptions {}.kvCacheBytes});
+        }
+        if (!config_.teacher.empty()) {
+            items.push_back({"teacher weights as stored", engine::storedWeights(config_.teacher).bytes});
+        }
+        model::checkJobFits("training run " + config_.name, items);
+    }
+
     // InputError(run file, "batch.prompts_per_step", ...) when one step's per-token distributions (the engine's,
     // the student's with its gradient, the teacher's: four float32 [tokens, vocabulary] arrays per sequence)
     // cannot fit the available memory (model/memory_check.h): a huge batch would otherwise grind in swap.
@@ -286,10 +326,7 @@ private:
         if (!available) {
             return;
         }
-        const long double sequences = static_cast<long double>(config_.batch.promptsPerStep)
-            * static_cast<long double>(config_.batch.samplesPerPrompt);
-        const long double tokens = static_cast<long double>(longestPrompt + config_.rollout.sampling.maxTokens);
-        const long double bytes = sequences * tokens * static_cast<long double>(modelConfig_.vocabSize) * 4.0L * 4.0L;
+        const long double bytes = stepDistributionBytes(longestPrompt);
         if (bytes <= static_cast<long double>(available->bytes)) {
             return;
         }

@@ -36,6 +36,8 @@ using namespace mismatch::engine;
 using model::ModelConfig;
 using model::TransformerWeights;
 
+Q_DECLARE_METATYPE(mismatch::engine::EngineKernels)
+
 namespace {
 
 // FP32 engine vs FP32 trainer on the same prefixes: the cached decode sums in another order than the full
@@ -231,6 +233,11 @@ private slots:
     void badInputIsInputError();
 
     // ---- mismatch ----
+    void engineSharesStoredBf16Weights();
+    void compactKvStorageReadsBackExactly();
+    void bf16GemmProbeCatchesPartialRounding();
+    void bf16KernelsAgreeWithFloat32Kernels();
+
     void bf16MismatchSmallAndPositive();
     void fp8MismatchLargerThanBf16();
     void perHeadKvScalesBeatPerTensorOnOutlierHead();
@@ -311,8 +318,12 @@ void TestEngine::weightsQuantizedOncePerSync()
     const at::Tensor expectedFirst
         = quant::fakeQuantize(first.get(module + ".weight"), quant::WeightFormat::Fp8E4m3, quant::Granularity::Channel);
     QVERIFY(at::equal(engine.engineWeight(module), expectedFirst));
-    // Precomputed: the same tensor object on every call.
-    QVERIFY(engine.engineWeight(module).is_same(engine.engineWeight(module)));
+    // Precomputed and kept as FP8 codes (1 byte an element): a forward reads them, it does not quantize again.
+    const at::Tensor codes = engine.storedWeight(module).codes();
+    QCOMPARE(codes.scalar_type(), at::kByte);
+    const at::NoGradGuard noGrad;
+    engine.forward(at::randint(0, 256, {1, 4}, at::kLong), at::ones({1, 4}, at::kLong));
+    QVERIFY(engine.storedWeight(module).codes().is_same(codes));
     // The embedding stays BF16 in this recipe (top-level defaults cover the per-layer projections only).
     QVERIFY(
         at::equal(engine.engineWeight("embed_tokens"), quant::roundToBFloat16(first.get("model.embed_tokens.weight"))));
@@ -412,18 +423,30 @@ void TestEngine::pagedCacheEqualsDenseCache()
 void TestEngine::cachedDecodingEqualsRecomputation_data()
 {
     QTest::addColumn<QString>("precision");
-    QTest::newRow("fp32") << "fp32";
-    QTest::newRow("bf16") << "bf16";
-    QTest::newRow("fp8-recipe") << "fp8";
+    QTest::addColumn<EngineKernels>("kernels");
+    QTest::newRow("fp32") << "fp32" << EngineKernels::Auto;
+    QTest::newRow("bf16") << "bf16" << EngineKernels::Float32;
+    QTest::newRow("fp8-recipe") << "fp8" << EngineKernels::Float32;
+    // LibTorch's BF16 GEMM (oneDNN where the CPU has BF16 dot products, a float32-accumulating fallback on AVX2):
+    // the teacher-forced pass multiplies [B x T] rows at once, decoding [B] rows, so the kernels may block the
+    // products differently; the bound is the same as for the Float32 kernels.
+    QTest::newRow("bf16-bf16-kernels") << "bf16" << EngineKernels::BFloat16;
+    QTest::newRow("fp8-recipe-bf16-kernels") << "fp8" << EngineKernels::BFloat16;
 }
 
 void TestEngine::cachedDecodingEqualsRecomputation()
 {
     QFETCH(QString, precision);
+    QFETCH(EngineKernels, kernels);
+    if (kernels == EngineKernels::BFloat16 && !bf16KernelsRoundOnce({32, 64})) {
+        QSKIP("LibTorch's BF16 GEMM on this CPU rounds more than once (bf16KernelsRoundOnce): engines use Float32 "
+              "kernels here");
+    }
     const ModelConfig config = tinyConfig();
     const TransformerWeights weights = tinyWeights(config, 61);
     EngineOptions options;
     options.kvBlockSize = 4;
+    options.kernels = kernels;
     options.precision = precision == "fp32" ? EnginePrecision::Fp32 : EnginePrecision::Bf16Reference;
     std::optional<quant::RecipePlan> plan;
     if (precision == "fp8") {
@@ -996,6 +1019,168 @@ void TestEngine::badInputIsInputError()
     EngineOptions badBlocks;
     badBlocks.kvBlockSize = 0;
     QVERIFY_EXCEPTION_THROWN(Engine(config, tinyWeights(config, 171), std::nullopt, badBlocks), InputError);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Memory and kernels
+
+void TestEngine::engineSharesStoredBf16Weights()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights given = tinyWeights(config, 171).to(at::kBFloat16); // a BF16 checkpoint, as stored
+    std::uint64_t givenBytes = 0;
+    std::uint64_t biasBytes = 0; // the engine keeps its biases bf16-rounded in float32 (4 bytes an element)
+    for (const auto& [name, tensor] : given.named()) {
+        givenBytes += tensor.nbytes();
+        biasBytes += name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? 4 * tensor.numel() : 0;
+    }
+    const std::string module = "model.layers.1.mlp.up_proj";
+    EngineModel bf16(config, given);
+    // The BF16 engine multiplies the checkpoint's own tensors: no copy, no extra weight memory.
+    QVERIFY(bf16.storedWeight(module).values().is_same(given.get(module + ".weight")));
+    QVERIFY(bf16.weights().get(module + ".weight").is_same(given.get(module + ".weight")));
+    QCOMPARE(bf16.weightBytes(), givenBytes + biasBytes);
+    // An FP8 engine adds only its codes (1 byte an element) and scales; the BF16 view stays shared.
+    const quant::RecipePlan plan = planFor(kFp8Recipe, config);
+    EngineModel fp8(config, given, plan);
+    QVERIFY(fp8.weights().get(module + ".weight").is_same(given.get(module + ".weight")));
+    std::uint64_t codes = 0;
+    for (const std::string& name : model::moduleNames(config)) {
+        codes += fp8.storedWeight(name).codes().defined() ? fp8.storedWeight(name).storageBytes() : 0;
+    }
+    QVERIFY(codes > 0);
+    QCOMPARE(fp8.weightBytes(), givenBytes + biasBytes + codes);
+    // Given float32 weights, the engine keeps their BF16 view (half the bytes), not the float32 tensors.
+    const TransformerWeights wide = tinyWeights(config, 172);
+    EngineModel fromWide(config, wide);
+    QCOMPARE(fromWide.weights().get(module + ".weight").scalar_type(), at::kBFloat16);
+    QVERIFY(at::equal(fromWide.weights().get(module + ".weight").to(at::kFloat),
+        quant::roundToBFloat16(wide.get(module + ".weight"))));
+    QCOMPARE(fromWide.weights().get("model.norm.weight").scalar_type(), at::kFloat); // norms as given
+    // The same forward whichever way the weights came: rounded to bf16 either way.
+    const at::Tensor ids = at::randint(0, 256, {2, 5}, at::kLong);
+    const at::Tensor mask = at::ones({2, 5}, at::kLong);
+    const at::NoGradGuard noGrad;
+    TransformerWeights roundedNorms = wide.to(at::kBFloat16);
+    for (const auto& [name, tensor] : wide.named()) {
+        if (tensor.dim() == 1) {
+            roundedNorms.set(name, tensor); // norms and biases as given in both
+        }
+    }
+    EngineModel fromMixed(config, roundedNorms);
+    QVERIFY(at::equal(fromWide.forwardQuantized(ids, mask), fromMixed.forwardQuantized(ids, mask)));
+}
+
+void TestEngine::compactKvStorageReadsBackExactly()
+{
+    // Keys and values written through the quantizer into compact storage (bf16 bits, fp8 codes) read back as
+    // exactly the float32 values the quantizer rounded to, the same as a float32 pool holds them.
+    const ModelConfig config = tinyConfig();
+    const quant::RecipePlan plan = planFor("version: 1\nkv_cache: {format: fp8_e4m3, scales: per_head}\n"
+                                           "rules:\n  - match: model.layers.0.self_attn\n"
+                                           "    kv_cache: {format: bf16}\n",
+        config);
+    KvQuantizer quantizer(plan.kvPerLayer, config.numKeyValueHeads, true);
+    const KvCacheLayout layout = kvCacheLayout(config, &plan);
+    KvBlockPool compact(layout, 1 << 20, 4, {KvStorage::BFloat16, KvStorage::Fp8Codes});
+    KvBlockPool wide(layout, 1 << 20, 4);
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(173);
+    for (KvBlockPool* pool : {&compact, &wide}) {
+        QVERIFY(pool->allocator().allocate(12).has_value());
+    }
+    const at::Tensor slotIds = at::arange(1, 11, at::kLong);
+    for (std::int64_t layer = 0; layer < 2; ++layer) {
+        const at::Tensor keys = 3.0 * at::randn({1, config.numKeyValueHeads, 10, config.headDim}, generator);
+        const at::Tensor values = at::randn({1, config.numKeyValueHeads, 10, config.headDim}, generator);
+        const auto [k, v] = quantizer.quantize(layer, keys, values, at::ones({1, 10}, at::kBool));
+        const at::Tensor keyScales = quantizer.isFp8(layer) ? quantizer.scales().keys[layer] : at::Tensor();
+        const at::Tensor valueScales = quantizer.isFp8(layer) ? quantizer.scales().values[layer] : at::Tensor();
+        const auto rows = [](const at::Tensor& kv) { return kv[0].permute({1, 0, 2}).contiguous(); }; // [T, H, D]
+        for (KvBlockPool* pool : {&compact, &wide}) {
+            pool->write(layer, slotIds, rows(k), rows(v), keyScales, valueScales);
+            const auto [readKeys, readValues] = pool->read(layer, slotIds.view({1, 10}), keyScales, valueScales);
+            QVERIFY(at::equal(readKeys.contiguous().view(at::kInt), k.contiguous().view(at::kInt)));
+            QVERIFY(at::equal(readValues.contiguous().view(at::kInt), v.contiguous().view(at::kInt)));
+        }
+    }
+    // bf16 layer 2 bytes an element, fp8 layer 1, float32 4 (slot 0 plus the blocks in use, keys and values).
+    const std::uint64_t slotsHeld = static_cast<std::uint64_t>(compact.storageSlots());
+    const std::uint64_t elements = slotsHeld * static_cast<std::uint64_t>(config.numKeyValueHeads * config.headDim);
+    QCOMPARE(compact.storageBytes(), 2 * elements * 2 + 2 * elements * 1);
+    QCOMPARE(wide.storageBytes(), 2 * 2 * elements * 4);
+}
+
+void TestEngine::bf16GemmProbeCatchesPartialRounding()
+{
+    // One rounding of a float32 sum (what the engine defines) passes the probe; a GEMM that rounds its partial
+    // sums to bf16 every 128 products (a blocked kernel accumulating in its output type) must not.
+    const Bf16Gemm once = [](const at::Tensor& x, const at::Tensor& w) {
+        return at::matmul(x.to(at::kFloat), w.to(at::kFloat).t()).to(at::kBFloat16);
+    };
+    QVERIFY(bf16GemmRoundsOnce(once, {32, 64}));
+    const Bf16Gemm partial = [](const at::Tensor& x, const at::Tensor& w) {
+        at::Tensor sum = at::zeros({x.size(0), w.size(0)}, at::kFloat);
+        for (std::int64_t begin = 0; begin < x.size(1); begin += 128) {
+            const std::int64_t count = std::min<std::int64_t>(128, x.size(1) - begin);
+            sum = (sum + at::matmul(x.narrow(1, begin, count).to(at::kFloat), w.narrow(1, begin, count).to(at::kFloat).t()))
+                      .to(at::kBFloat16)
+                      .to(at::kFloat);
+        }
+        return sum;
+    };
+    QVERIFY(!bf16GemmRoundsOnce(partial, {32, 64}));
+}
+
+void TestEngine::bf16KernelsAgreeWithFloat32Kernels()
+{
+    if (!bf16KernelsRoundOnce({32, 64})) {
+        QSKIP("LibTorch's BF16 GEMM on this CPU rounds more than once (bf16KernelsRoundOnce): engines use Float32 "
+              "kernels here");
+    }
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 174);
+    EngineOptions bf16Kernels;
+    bf16Kernels.kernels = EngineKernels::BFloat16;
+    EngineOptions float32Kernels;
+    float32Kernels.kernels = EngineKernels::Float32;
+    const ExposedEngineModel viaBf16(config, weights, std::nullopt, bf16Kernels);
+    const ExposedEngineModel viaFloat32(config, weights, std::nullopt, float32Kernels);
+    QVERIFY(viaBf16.kernels() == EngineKernels::BFloat16);
+    QVERIFY(viaFloat32.kernels() == EngineKernels::Float32);
+    // One module: both are one rounding of a float32 sum of the same exact products, in different orders, so an
+    // output differs by at most one bf16 ulp (when the two sums fall on either side of a rounding boundary).
+    const std::string module = "model.layers.0.mlp.down_proj";
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(175);
+    const at::Tensor x = at::randn({3, 7, config.intermediateSize}, generator);
+    const at::Tensor weight = viaFloat32.weights().get(module + ".weight");
+    const at::Tensor a = viaBf16.callLinear(module, x, weight, at::Tensor());
+    const at::Tensor b = viaFloat32.callLinear(module, x, weight, at::Tensor());
+    const at::Tensor ulp = at::pow(2.0, at::floor(at::log2(b.abs().clamp_min(1e-30))) - 7.0);
+    QVERIFY(((a - b).abs() <= ulp).all().item<bool>());
+    // Whole engines: their mismatch to each other on the same tokens is far below the BF16 unit (which comes from
+    // rounding every module output, where the kernels flip only the rare roundings that sit on a boundary).
+    Engine engine(config, weights, std::nullopt, bf16Kernels);
+    const model::Transformer trainer(config, weights);
+    const std::vector<GenerationRequest> requests = randomRequests(6, 176);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 12;
+    sampling.ignoreEos = true;
+    sampling.fullDistributions = true;
+    const std::vector<GenerationResult> results = engine.generate(requests, sampling);
+    EngineModel other(config, weights, std::nullopt, float32Kernels);
+    const auto viaOther = scoreSequences(other, promptsOf(requests), tokensOf(results));
+    const auto viaTrainer = scoreSequences(trainer, promptsOf(requests), tokensOf(results));
+    double between = 0.0;
+    double unit = 0.0;
+    std::int64_t tokens = 0;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const at::Tensor mu = results[i].distributions.to(at::kDouble);
+        between += (mu.exp() * (mu - viaOther[i].to(at::kDouble))).sum().item<double>();
+        unit += (mu.exp() * (mu - viaTrainer[i].to(at::kDouble))).sum().item<double>();
+        tokens += mu.size(0);
+    }
+    QVERIFY2(between / tokens < unit / tokens,
+        qPrintable(QString("between kernels %1, BF16 unit %2").arg(between / tokens).arg(unit / tokens)));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // (per position, per head), plus padding, KV-cache, BF16, gradient and module-hook checks.
 #include "core/common/error.h"
 #include "core/model/transformer.h"
+#include "core/model/transformer_linear.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -11,6 +12,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <string>
@@ -743,6 +745,91 @@ private slots:
         } catch (const mismatch::InputError& error) {
             QCOMPARE(error.location(), std::string("model.layers.1.mlp.up_proj.weight"));
         }
+    }
+
+    // A BF16 checkpoint kept in BF16 (LoadPrecision::Stored) and multiplied in FP32 gives exactly what its FP32
+    // conversion gives: the widened rows are the same float32 values and the product is the same call.
+    void storedBf16WeightsGiveTheFp32Forward_data() { addFamilyRows(); }
+    void storedBf16WeightsGiveTheFp32Forward()
+    {
+        QFETCH(QString, row);
+        QTemporaryDir directory;
+        QVERIFY(directory.isValid());
+        const ModelConfig config = tinyConfig(row);
+        const TransformerWeights weights = randomWeights(config, 23, kTestStddev);
+        const std::string bf16Dir = directory.filePath("bf16").toStdString();
+        saveWeights(bf16Dir, weights, DType::BF16);
+        const TransformerWeights stored = loadWeights(bf16Dir, config, LoadPrecision::Stored);
+        const TransformerWeights widened = loadWeights(bf16Dir, config);
+        for (const auto& [name, tensor] : stored.named()) {
+            QCOMPARE(tensor.scalar_type(), at::kBFloat16);
+            QVERIFY(at::equal(tensor.to(at::kFloat), widened.get(name)));
+        }
+        const at::Tensor ids = randomIds(2, 6, config.vocabSize, 24);
+        const at::Tensor mask = at::ones({2, 6}, at::kLong);
+        const at::NoGradGuard noGrad;
+        const at::Tensor fromStored = Transformer(config, stored).forward(ids, mask);
+        QCOMPARE(fromStored.scalar_type(), at::kFloat);
+        QVERIFY(at::equal(fromStored, Transformer(config, widened).forward(ids, mask)));
+    }
+
+    // Weights widened a block of rows at a time against the whole float32 weight: each output element is a
+    // float32 dot product over the same K, so any difference is float32 summation order, bounded by
+    // 2 K eps32 sum_k |x_k w_k| (Higham's bound for a recursive sum, doubled for the products' own rounding).
+    void blockwiseLinearMatchesWholeWeight()
+    {
+        at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(25);
+        // {out, in, rows of x}: a weight small enough to be widened whole; a larger one with few rows (the fused
+        // product, with row and k tails: 1001 % 4 and 300 % 8); the same with many rows (one BLAS block); one
+        // beyond a 32 MiB block (several BLAS blocks).
+        const std::vector<std::array<std::int64_t, 3>> cases
+            = {{100, 300, 3}, {1001, 300, 1}, {1001, 300, 7}, {1001, 300, 33}, {2900, 3000, 40}};
+        for (const auto& [out, in, rows] : cases) {
+            const at::Tensor weight = at::randn({out, in}, generator).to(at::kBFloat16);
+            const at::Tensor bias = at::randn({out}, generator);
+            const at::Tensor wide = weight.to(at::kFloat);
+            const at::Tensor x = at::randn({rows, 1, in}, generator);
+            const at::Tensor y = linearWithWidening(x, weight, bias);
+            QCOMPARE(y.sizes().vec(), (std::vector<std::int64_t> {rows, 1, out}));
+            const at::Tensor reference = at::linear(x.to(at::kDouble), wide.to(at::kDouble), bias.to(at::kDouble));
+            const at::Tensor bound = 2.0 * static_cast<double>(in) * std::ldexp(1.0, -24)
+                * (at::matmul(x.abs().to(at::kDouble), wide.abs().to(at::kDouble).t()) + bias.abs().to(at::kDouble));
+            QVERIFY2(((y.to(at::kDouble) - reference).abs() <= bound).all().item<bool>(),
+                qPrintable(QString("%1 x %2, %3 rows").arg(out).arg(in).arg(rows)));
+            QVERIFY(((at::linear(x, wide, bias).to(at::kDouble) - reference).abs() <= bound).all().item<bool>());
+            if (out * in <= (1 << 17)) {
+                QVERIFY(at::equal(y, at::linear(x, wide, bias))); // widened whole: the very same call
+            }
+        }
+        // With gradients it converts the whole weight (autograd sees an ordinary linear).
+        const at::Tensor weight = at::randn({1001, 300}, generator).to(at::kBFloat16);
+        const at::Tensor x = at::randn({2, 300}, generator).requires_grad_(true);
+        linearWithWidening(x, weight, at::Tensor()).sum().backward();
+        QVERIFY(x.grad().defined());
+    }
+
+    // Only the last n positions' outputs: the same values as the full forward's last n rows (the lm_head and
+    // final norm run on fewer rows: float32 summation order at most).
+    void lastPositionsAreTheFullForwardsLastRows_data() { addFamilyRows(); }
+    void lastPositionsAreTheFullForwardsLastRows()
+    {
+        QFETCH(QString, row);
+        const ModelConfig config = tinyConfig(row);
+        const Transformer model(config, randomWeights(config, 26, kTestStddev));
+        const at::Tensor ids = randomIds(3, 7, config.vocabSize, 27);
+        at::Tensor mask = at::ones({3, 7}, at::kLong);
+        mask[1][0] = 0; // left padding
+        mask[1][1] = 0;
+        const at::NoGradGuard noGrad;
+        const at::Tensor full = model.forward(ids, mask);
+        ForwardOptions options;
+        options.lastPositions = 3;
+        const at::Tensor last = model.forward(ids, mask, options);
+        QCOMPARE(last.sizes().vec(), (std::vector<std::int64_t> {3, 3, config.vocabSize}));
+        const at::Tensor expected = full.narrow(1, 4, 3);
+        QVERIFY((last - expected).abs().max().item<double>() <= kFp32Tolerance * expected.abs().max().item<double>());
+        options.lastPositions = 7; // all of them
+        QVERIFY(at::equal(model.forward(ids, mask, options), full));
     }
 
     void cloneIsIndependent()

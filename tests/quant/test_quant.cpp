@@ -27,6 +27,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
 using namespace mismatch;
@@ -352,6 +353,11 @@ private slots:
     void kvCacheScalesPerTensorAndPerHead();
     void kvPerHeadScalesBeatPerTensorWithAnOutlierHead();
     void kvGivenScalesAreValidated();
+
+    void quantizedWeightEqualsFakeQuantize_data();
+    void quantizedWeightEqualsFakeQuantize();
+    void quantizedWeightCoversEveryFp8Code();
+    void quantizedWeightSharesBf16AndRejectsNonFinite();
 
     void namesRoundTrip();
     void storageBytes();
@@ -1042,6 +1048,124 @@ void TestQuant::namesRoundTrip()
     QVERIFY(!parseGranularity("none").has_value());
     QVERIFY(!parseKvScales("per_layer").has_value());
     QCOMPARE(toString(Granularity::None), std::string("none"));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The engine's compact weight storage: dequantized rows must be bit-identical to fakeQuantize's (the engine's
+// definition of W_q), for every format, granularity and partial block.
+
+void TestQuant::quantizedWeightEqualsFakeQuantize_data()
+{
+    QTest::addColumn<WeightFormat>("format");
+    QTest::addColumn<Granularity>("granularity");
+    QTest::addColumn<std::vector<std::int64_t>>("shape");
+    const std::vector<std::vector<std::int64_t>> shapes = {{64, 64}, {300, 200}, {129, 1}, {1, 257}, {127, 130}};
+    for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp16, WeightFormat::Fp8E4m3, WeightFormat::Fp8E5m2,
+             WeightFormat::Int8, WeightFormat::Int4}) {
+        std::vector<Granularity> granularities = allowedGranularities(format);
+        if (granularities.empty()) {
+            granularities.push_back(Granularity::None);
+        }
+        for (Granularity granularity : granularities) {
+            for (const auto& shape : shapes) {
+                const std::string tag = toString(format) + "/" + toString(granularity) + "/" + std::to_string(shape[0])
+                    + "x" + std::to_string(shape[1]);
+                QTest::newRow(tag.c_str()) << format << granularity << shape;
+            }
+        }
+    }
+}
+
+void TestQuant::quantizedWeightEqualsFakeQuantize()
+{
+    QFETCH(WeightFormat, format);
+    QFETCH(Granularity, granularity);
+    QFETCH(std::vector<std::int64_t>, shape);
+    std::mt19937_64 rng = rngFor(QTest::currentDataTag());
+    const std::vector<float> x = randomValues(shape[0] * shape[1], rng, shape[1]);
+    const at::Tensor weight = at::tensor(x).reshape({shape[0], shape[1]});
+    const at::Tensor expected = fakeQuantize(weight, format, granularity);
+
+    const QuantizedWeight stored = QuantizedWeight::quantize(weight, format, granularity);
+    QCOMPARE(stored.rows(), shape[0]);
+    QCOMPARE(stored.columns(), shape[1]);
+    // Bit for bit (at::equal compares values; -0 vs +0 would pass it, so compare the bits too), except that an
+    // integer grid has no negative zero: fakeQuantize's -0 * scale is +0 here (they multiply alike).
+    const bool integers = format == WeightFormat::Int8 || format == WeightFormat::Int4;
+    const auto same = [integers](const at::Tensor& a, const at::Tensor& b) {
+        return integers ? at::equal(a, b) : at::equal(a.view(at::kInt), b.view(at::kInt));
+    };
+    const at::Tensor all = stored.dequantize();
+    QVERIFY(same(all, expected));
+    // Any row range (blocks of 128 rows cut in the middle).
+    std::uniform_int_distribution<std::int64_t> pick(0, shape[0]);
+    std::int64_t begin = pick(rng);
+    std::int64_t end = pick(rng);
+    if (begin > end) {
+        std::swap(begin, end);
+    }
+    at::Tensor rows = at::empty({end - begin, shape[1]}, at::kFloat);
+    stored.dequantizeRows(begin, end, rows.data_ptr<float>());
+    QVERIFY(same(rows, expected.narrow(0, begin, end - begin).contiguous()));
+    // The embedding lookup.
+    const at::Tensor ids = at::randint(0, shape[0], {2, 3}, at::TensorOptions().dtype(at::kLong));
+    QVERIFY(same(stored.embed(ids), at::embedding(expected, ids)));
+    // Storage: 2 bytes an element for bf16/fp16, 1 (codes or integers) plus the float32 scales otherwise; what
+    // weightStorageBytes counts, except int4, which the emulation keeps one a byte instead of two.
+    const std::uint64_t elements = static_cast<std::uint64_t>(shape[0] * shape[1]);
+    const std::uint64_t scales
+        = hasScales(format) ? 4 * static_cast<std::uint64_t>(weightScaleCount(weight.sizes(), format, granularity)) : 0;
+    QCOMPARE(stored.storageBytes(), (hasScales(format) ? elements : 2 * elements) + scales);
+}
+
+void TestQuant::quantizedWeightCoversEveryFp8Code()
+{
+    // A weight holding every finite code value times a power-of-two scale (so that the division by the scale is
+    // exact) plus random fill: the stored codes must give back exactly fakeQuantize's values, code by code.
+    for (const Fp8Format fp8 : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        const WeightFormat format = fp8 == Fp8Format::E4M3 ? WeightFormat::Fp8E4m3 : WeightFormat::Fp8E5m2;
+        const auto& table = fp8DecodeTable(fp8);
+        std::vector<float> values;
+        for (int code = 0; code < 256; ++code) {
+            if (std::isfinite(table[static_cast<std::size_t>(code)])) {
+                values.push_back(table[static_cast<std::size_t>(code)] * 0.25f);
+            }
+        }
+        const auto count = static_cast<std::int64_t>(values.size());
+        const at::Tensor weight = at::tensor(values).reshape({1, count});
+        const QuantizedWeight stored = QuantizedWeight::quantize(weight, format, Granularity::Tensor);
+        QVERIFY(at::equal(stored.dequantize().view(at::kInt), fakeQuantize(weight, format, Granularity::Tensor).view(at::kInt)));
+        // Every finite code is used (the scale is amax / max = 0.25 exactly, so each value is its own code).
+        const at::Tensor codes = stored.codes().contiguous();
+        const std::set<std::uint8_t> distinct(codes.data_ptr<std::uint8_t>(), codes.data_ptr<std::uint8_t>() + count);
+        QCOMPARE(static_cast<std::int64_t>(distinct.size()), count);
+    }
+}
+
+void TestQuant::quantizedWeightSharesBf16AndRejectsNonFinite()
+{
+    std::mt19937_64 rng = rngFor("quantizedWeightSharesBf16AndRejectsNonFinite");
+    const at::Tensor bf16 = at::tensor(randomValues(64 * 32, rng, 32)).reshape({64, 32}).to(at::kBFloat16);
+    const QuantizedWeight stored = QuantizedWeight::quantize(bf16, WeightFormat::Bf16, Granularity::None);
+    // A weight already on the bf16 grid is kept, not copied: an engine on a BF16 checkpoint holds no copy.
+    QVERIFY(stored.values().is_same(bf16));
+    QVERIFY(at::equal(stored.dequantize(), bf16.to(at::kFloat)));
+    for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+        at::Tensor broken = bf16.clone();
+        broken[5][7] = bad;
+        try {
+            QuantizedWeight::quantize(broken, WeightFormat::Bf16, Granularity::None);
+            QFAIL("a non-finite bf16 weight was accepted");
+        } catch (const InputError& error) {
+            QCOMPARE(QString::fromStdString(error.location()), QString("element [5, 7]"));
+        }
+        at::Tensor brokenFloat = bf16.to(at::kFloat);
+        brokenFloat[3][1] = bad;
+        QVERIFY_EXCEPTION_THROWN(
+            QuantizedWeight::quantize(brokenFloat, WeightFormat::Fp8E4m3, Granularity::Block128), InputError);
+    }
+    QVERIFY_EXCEPTION_THROWN(
+        QuantizedWeight::quantize(at::ones({4}), WeightFormat::Bf16, Granularity::None), InputError);
 }
 
 void TestQuant::storageBytes()

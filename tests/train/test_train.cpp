@@ -1,12 +1,18 @@
 // Optimizer and the demo-pair builder: AdamW against a float64 loop written from its definition, clipping,
 // the learning-rate schedule, and a tiny `zoo build` that must lower its loss and write a loadable model.
+// `zoo shape`: the known shapes against the parameter counts their model cards publish, and a tiny shape written
+// in several shards that must load back as BF16 with the promised statistics and tokenizer.
 #include "core/common/error.h"
 #include "core/common/progress.h"
 #include "core/io/arith_task.h"
 #include "core/model/config.h"
 #include "core/model/model_files.h"
 #include "core/train/adamw.h"
+#include "core/model/safetensors.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
 #include "core/train/zoo.h"
+#include "core/train/zoo_shape.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -30,6 +36,8 @@ private slots:
     void scheduleWarmsUpAndDecays();
     void optimizerStateRoundTrip();
     void tinyZooBuildLearnsAndWritesAModel();
+    void zooShapesHaveTheirModelCardsParameterCounts();
+    void zooShapeWritesALoadableShardedBf16Checkpoint();
 };
 
 void TestTrain::adamwMatchesFloat64Reference()
@@ -129,6 +137,115 @@ void TestTrain::tinyZooBuildLearnsAndWritesAModel()
     const auto json = nlohmann::json::parse(record);
     QCOMPARE(json.at("steps").get<int>(), 40);
     QVERIFY(!QFileInfo::exists(QString::fromStdString(modelDir + ".partial")));
+}
+
+void TestTrain::zooShapesHaveTheirModelCardsParameterCounts()
+{
+    // Total and non-embedding parameters as the Hugging Face model cards print them (billions, to the digits
+    // shown): an independent check of every dimension of each shape. The cards round some figures and truncate
+    // others (Qwen2.5-7B: 7,615,616,512 printed as 7.61B), so the tolerance is one unit of the last digit shown.
+    struct Card {
+        const char* name;
+        double total;
+        double totalLastDigit;
+        double nonEmbedding; // < 0: the card does not print it
+    };
+    const std::vector<Card> cards = {
+        {"qwen3-0.6b", 0.6, 0.1, 0.44},
+        {"qwen2.5-0.5b", 0.49, 0.01, 0.36},
+        {"llama-3.2-1b", 1.23, 0.01, -1.0},
+        {"qwen3-8b", 8.2, 0.1, 6.95},
+        {"qwen2.5-7b", 7.61, 0.01, 6.53},
+    };
+    QCOMPARE(train::modelShapes().size(), cards.size());
+    for (const Card& card : cards) {
+        const train::ModelShape& shape = train::modelShape(card.name);
+        const model::ModelConfig& c = shape.config;
+        const double total = static_cast<double>(c.parameterCount()) / 1e9;
+        QVERIFY2(std::abs(total - card.total) <= card.totalLastDigit,
+            qPrintable(QString("%1: %2").arg(card.name).arg(total)));
+        if (card.nonEmbedding > 0) {
+            const double embeddings = static_cast<double>(c.vocabSize * c.hiddenSize) * (c.tieWordEmbeddings ? 1 : 2);
+            const double nonEmbedding = (static_cast<double>(c.parameterCount()) - embeddings) / 1e9;
+            QVERIFY2(std::abs(nonEmbedding - card.nonEmbedding) <= 0.01,
+                qPrintable(QString("%1: %2 non-embedding").arg(card.name).arg(nonEmbedding)));
+        }
+    }
+    QCOMPARE(train::modelShape("Qwen3-0.6B").name, std::string("qwen3-0.6b")); // case-insensitive
+    QVERIFY_THROWS_EXCEPTION(InputError, train::modelShape("qwen4"));
+}
+
+void TestTrain::zooShapeWritesALoadableShardedBf16Checkpoint()
+{
+    // A tiny shape (the real ones are gigabytes) through the same writer: several shards, BF16, loadable.
+    train::ModelShape shape = train::modelShape("qwen3-0.6b");
+    shape.name = "tiny";
+    model::ModelConfig& c = shape.config;
+    c.vocabSize = 151936 / 64; // keeps room for the byte tokens, not for Qwen's special ids
+    c.hiddenSize = 64;
+    c.intermediateSize = 96;
+    c.numLayers = 3;
+    c.numHeads = 4;
+    c.numKeyValueHeads = 2;
+    c.headDim = 16;
+    shape.specialTokens = {{c.vocabSize - 2, "<|im_start|>"}, {c.vocabSize - 1, "<|im_end|>"}};
+    c.bosTokenId = c.vocabSize - 2;
+    c.eosTokenIds = {c.vocabSize - 1};
+    QTemporaryDir dir;
+    const std::string directory = dir.path().toStdString() + "/tiny";
+    train::ZooShapeOptions options;
+    options.maxShardBytes = 64 * 1024; // the embedding (296 KiB) alone, then layers packed below 64 KiB
+    Progress progress;
+    const train::ZooShapeReport report = train::writeModelShape(shape, directory, options, progress);
+    QCOMPARE(report.parameters, c.parameterCount());
+    QCOMPARE(report.bytes, static_cast<std::uint64_t>(2 * c.parameterCount()));
+    QVERIFY(report.shards.size() > 2);
+
+    const model::Checkpoint checkpoint = model::Checkpoint::open(directory);
+    QCOMPARE(checkpoint.files().size(), report.shards.size());
+    const model::TransformerWeights weights = model::loadWeights(directory, c, model::LoadPrecision::Stored);
+    double projectionSquares = 0.0;
+    double projectionCount = 0.0;
+    for (const auto& [name, tensor] : weights.named()) {
+        QCOMPARE(tensor.scalar_type(), at::kBFloat16);
+        const at::Tensor values = tensor.to(at::kDouble);
+        if (name.size() > 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0) {
+            // 1 + N(0, 0.1^2): the mean of n draws is within 5 standard errors of 1.
+            QVERIFY(std::abs(values.mean().item<double>() - 1.0) <= 5 * 0.1 / std::sqrt(values.numel()));
+        } else {
+            projectionSquares += values.pow(2).sum().item<double>();
+            projectionCount += static_cast<double>(values.numel());
+        }
+    }
+    // N(0, 0.02^2) over ~0.4 M draws: the sample standard deviation within 1 % of 0.02 (its relative standard
+    // error is 1 / sqrt(2 n) ~ 0.1 %; bf16 rounding moves it by ~0.2 %).
+    QVERIFY(std::abs(std::sqrt(projectionSquares / projectionCount) / 0.02 - 1.0) <= 0.01);
+    // Seeded per tensor: the same seed writes the same tensors, another seed other ones.
+    const std::string again = dir.path().toStdString() + "/again";
+    train::writeModelShape(shape, again, options, progress);
+    const model::TransformerWeights same = model::loadWeights(again, c, model::LoadPrecision::Stored);
+    const std::string probe = "model.layers.2.mlp.down_proj.weight";
+    QVERIFY(at::equal(same.get(probe), weights.get(probe)));
+    options.seed = 2;
+    train::writeModelShape(shape, again, options, progress); // over an earlier shape: allowed
+    const model::TransformerWeights other = model::loadWeights(again, c, model::LoadPrecision::Stored);
+    QVERIFY(!at::equal(other.get(probe), weights.get(probe)));
+
+    // The byte-level tokenizer with the special tokens at the given ids.
+    const model::Tokenizer tokenizer = model::Tokenizer::fromFile(directory + "/tokenizer.json");
+    QCOMPARE(tokenizer.tokenId("<|im_end|>").value_or(-1), c.vocabSize - 1);
+    QCOMPARE(tokenizer.encode("ab").size(), std::size_t(2));
+    std::ifstream record(directory + "/zoo_shape.json");
+    const auto json = nlohmann::json::parse(record);
+    QVERIFY(json.at("random_weights").get<bool>());
+    QVERIFY(json.at("complete").get<bool>());
+
+    // A directory holding other files is refused; nothing there is touched.
+    const std::string foreign = dir.path().toStdString() + "/foreign";
+    QVERIFY(QDir().mkpath(QString::fromStdString(foreign)));
+    std::ofstream(foreign + "/notes.txt") << "mine";
+    QVERIFY_THROWS_EXCEPTION(InputError, train::writeModelShape(shape, foreign, options, progress));
+    QVERIFY(QFileInfo::exists(QString::fromStdString(foreign + "/notes.txt")));
 }
 
 QTEST_GUILESS_MAIN(TestTrain)

@@ -1,0 +1,78 @@
+#include "core/engine/memory_plan.h"
+
+#include "core/engine/module_names.h"
+#include "core/model/model_files.h"
+#include "core/model/transformer.h"
+#include "core/quant/formats.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace mismatch::engine {
+
+StoredWeights storedWeights(const std::string& modelDir)
+{
+    const model::Checkpoint checkpoint = model::Checkpoint::open(modelDir);
+    const model::CheckpointStats stats = model::checkpointStats(checkpoint);
+    StoredWeights stored;
+    stored.bytes = stats.bytes;
+    stored.parameters = stats.parameterCount;
+    std::size_t widest = 0;
+    for (const auto& [dtype, count] : stats.parametersByDtype) {
+        if (count > 0 && model::byteSize(dtype) > widest) {
+            widest = model::byteSize(dtype);
+            stored.dtype = dtype;
+        }
+    }
+    return stored;
+}
+
+std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored)
+{
+    std::map<std::string, std::vector<std::int64_t>> shapes;
+    for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
+        shapes[tensor.name] = tensor.shape;
+    }
+    std::uint64_t bytes = 0;
+    std::set<std::string> viewed; // a tied embedding serving the embedding and lm_head has one BF16 view
+    for (const std::string& module : model::moduleNames(config)) {
+        const std::string tensor = weightTensorName(config, module);
+        const std::vector<std::int64_t>& shape = shapes.at(tensor);
+        const std::uint64_t elements = static_cast<std::uint64_t>(shape[0] * shape[1]);
+        if (stored != model::DType::BF16 && viewed.insert(tensor).second) {
+            bytes += 2 * elements;
+        }
+        const quant::WeightPrecision weights
+            = plan ? plan->modules.at(planModuleName(module)).weights : quant::WeightPrecision {};
+        if (weights.format == quant::WeightFormat::Bf16) {
+            continue; // the view itself
+        }
+        if (!quant::hasScales(weights.format)) {
+            bytes += 2 * elements; // fp16 values
+            continue;
+        }
+        bytes += elements // codes or integers, one a byte
+            + 4 * static_cast<std::uint64_t>(quant::weightScaleCount(shape, weights.format, weights.granularity));
+    }
+    return bytes;
+}
+
+std::uint64_t measurementBytes(
+    std::int64_t vocab, std::int64_t maxNewTokens, std::int64_t batch, std::uint64_t distributionBytes)
+{
+    const std::uint64_t prompt = static_cast<std::uint64_t>(std::max<std::int64_t>(1, maxNewTokens))
+        * static_cast<std::uint64_t>(vocab) * sizeof(float);
+    const std::uint64_t chunk = std::max<std::uint64_t>(
+        prompt, std::min<std::uint64_t>(distributionBytes, prompt * static_cast<std::uint64_t>(std::max<std::int64_t>(1, batch))));
+    return chunk + chunk / 4 + 2 * prompt; // + the float64 log-probabilities of one row
+}
+
+std::uint64_t trainerBytes(std::int64_t parameters, std::int64_t staleness)
+{
+    const auto count = static_cast<std::uint64_t>(parameters);
+    return count * 4 * 4 + count * 4 * static_cast<std::uint64_t>(std::max<std::int64_t>(0, staleness) + 1);
+}
+
+} // namespace mismatch::engine

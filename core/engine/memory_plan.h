@@ -1,0 +1,49 @@
+#pragma once
+// What a job will hold, estimated before anything is loaded (model::checkJobFits compares it with the memory
+// available). The parts, in bytes:
+//   weights as stored        each checkpoint the job loads, in its stored dtype: the FP32 reference forward of
+//                            the analyses multiplies them as they are and the BF16 engine shares them
+//                            (model::LoadPrecision::Stored)
+//   trainer                  training: FP32 master weights, their gradients and AdamW's two moments (16 bytes a
+//                            parameter), plus k + 1 FP32 weight snapshots for staleness k
+//   engine weights           what an engine holds beyond the weights it shares: the BF16 view of weights not
+//                            stored in BF16 (2 bytes an element of the module weights) plus each quantized
+//                            module's codes (1 byte an element; int4 too, the emulation does not pack it) and
+//                            float32 scales (EngineModel, quant::QuantizedWeight)
+//   KV cache                 the paged cache's budget (its storage grows with use up to it: bf16 2 bytes, fp8 1,
+//                            the FP32 engine 4 an element, as the budget counts them)
+//   distributions, logits    the [T, vocab] float32 rows a mismatch measurement holds between generating and
+//                            scoring (engine::MismatchOptions::distributionBytes) and the scoring logits
+//   teacher                  its weights as stored
+#include "core/model/config.h"
+#include "core/model/memory_check.h"
+#include "core/model/safetensors.h"
+#include "core/quant/recipe_plan.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mismatch::engine {
+
+// The stored dtype shared by every tensor of the checkpoint in `modelDir` (from the safetensors headers, nothing
+// read), and their bytes. A checkpoint mixing dtypes reports the widest.
+struct StoredWeights {
+    model::DType dtype = model::DType::F32;
+    std::uint64_t bytes = 0;
+    std::int64_t parameters = 0;
+};
+StoredWeights storedWeights(const std::string& modelDir);
+
+// Bytes an engine on weights stored as `stored` holds beyond them, for `plan` (nullptr: the BF16 engine).
+std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored);
+
+// Bytes a mismatch measurement holds in distributions and logits: the chunk's [T, vocab] float32 rows (at most
+// `distributionBytes`, at most `batch` prompts of `maxNewTokens`) plus the trainer's scoring logits (a quarter of
+// that) and one row of float64 log-probabilities.
+std::uint64_t measurementBytes(
+    std::int64_t vocab, std::int64_t maxNewTokens, std::int64_t batch, std::uint64_t distributionBytes);
+
+// A training run's trainer: FP32 master weights, gradients, AdamW moments, staleness + 1 snapshots.
+std::uint64_t trainerBytes(std::int64_t parameters, std::int64_t staleness);
+
+} // namespace mismatch::engine
