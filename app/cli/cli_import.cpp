@@ -135,8 +135,8 @@ void importLogFile(const Context& context, io::LogSource source, const LogImport
     out << "imported run " << ids.runId << " \"" << spec.name << "\" (kind external, source " << spec.source
         << ") from " << a.file << "\n"
         << "lines read " << log.linesRead << ", steps imported " << log.steps.size() << " (steps " << firstStep
-        << " to " << lastStep << "), lines skipped " << log.skipped.size() << ", lines merged into an earlier "
-        << "line's step " << log.linesMerged << ", values dropped " << log.dropped.size() << "\n";
+        << " to " << lastStep << "), lines skipped " << log.skipped.size() << ", lines merged (a step already "
+        << "read) " << log.linesMerged << ", values dropped " << log.dropped.size() << "\n";
     if (log.tinkerConfig) {
         const auto config = nlohmann::json::parse(log.tinkerConfig->json());
         out << "run configuration " << log.tinkerConfig->file << ": num_substeps " << config["num_substeps"].dump()
