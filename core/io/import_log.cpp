@@ -309,7 +309,9 @@ std::string unusableReason(LogSource source, const Mapping& mapping, const Value
     case Value::NotNumber: return "is " + value.text + ", expected a number";
     case Value::Number: break;
     }
-    if (mapping.measure && mapping.measure->integer && value.number != std::floor(value.number)) {
+    // Integer measures are stored as 64-bit integers: whole numbers within +-9e15 (exact in a double).
+    if (mapping.measure && mapping.measure->integer
+        && (value.number != std::floor(value.number) || std::fabs(value.number) > 9.0e15)) {
         std::ostringstream text;
         text << "is " << value.number << ", expected an integer (" << mapping.measure->name << ")";
         return text.str();

@@ -222,7 +222,7 @@ private slots:
     void tinkerAsyncEvaluationLinesMerge();
     void tinkerConfigProblemsAreReported_data();
     void tinkerConfigProblemsAreReported();
-    void nullValuesAreReported();
+    void unusableValuesAreReported();
     void readmeMappingTableMatchesCode();
     void csvReadsMappedColumns();
     void csvHeaderProblemsAreErrors();
@@ -523,7 +523,7 @@ void TestImport::tinkerConfigProblemsAreReported()
     QCOMPARE(record.at("tinker_config_problem").get<std::string>(), imported.tinkerConfigProblem);
 }
 
-void TestImport::nullValuesAreReported()
+void TestImport::unusableValuesAreReported()
 {
     QTemporaryDir dir;
     // A null step cannot be placed; a null value is dropped and named; a null unmapped key is not reported.
@@ -534,6 +534,16 @@ void TestImport::nullValuesAreReported()
     QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{3}));
     QVERIFY(contains(reasonOf(log, 1), "the step is null"));
     QCOMPARE(droppedValues(log), (std::vector<std::string>{"2 optim/kl_sample_train_v1 is null, expected a number"}));
+    // An integer measure takes whole numbers that fit its 64-bit column; others are dropped by name.
+    const std::string csv = writeFile(dir, "lag.csv", "step,lag,k1\n1,2,0.1\n2,1.5,0.2\n3,1e300,0.3\n");
+    io::LogImportOptions options;
+    options.map = {"lag=staleness"};
+    const auto lag = io::importLog(io::LogSource::Csv, csv, options);
+    QCOMPARE(stepNumbers(lag), (std::vector<std::int64_t>{1, 2, 3}));
+    QCOMPARE(*stepOf(lag, 1).staleness, std::int64_t{2});
+    QVERIFY(!stepOf(lag, 2).staleness && !stepOf(lag, 3).staleness);
+    QCOMPARE(droppedValues(lag), (std::vector<std::string>{"3 lag is 1.5, expected an integer (staleness)",
+                                     "4 lag is 1e+300, expected an integer (staleness)"}));
     // verl: a line whose only mapped value is null is skipped, and a file of such lines is an error naming them.
     const std::string verl = writeFile(dir, "verl.jsonl", "{\"step\": 1, \"data\": {\"rollout_corr/kl\": null}}\n");
     try {
