@@ -741,14 +741,13 @@ JobWorker::Job ImportLogDialog::job() const
         spec.name = name;
         spec.file = file;
         spec.estimatorJson = log.estimatorJson();
-        spec.configJson = nlohmann::json({{"source", spec.source}, {"file", file}, {"map", options.map},
-                                             {"estimators", nlohmann::json::parse(spec.estimatorJson)}})
-                              .dump();
+        spec.configJson = log.runConfigJson(file, options.map);
         store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
         store::storeExternalRun(store, spec, log.steps);
         progress.update(1.0,
             std::to_string(log.steps.size()) + " steps imported, " + std::to_string(log.skipped.size())
-                + " lines skipped");
+                + " lines skipped, " + std::to_string(log.dropped.size()) + " values dropped, "
+                + std::to_string(log.conflicts.size()) + " conflicting values replaced");
     };
 }
 

@@ -3,7 +3,8 @@
 //                            [--lower-is-better] [--scheme TEXT]
 // Reads an outside tool's log or sensitivity file into the workspace as a run of kind "external" (one transaction:
 // a failed import leaves the workspace unchanged). Lines that cannot be used are skipped and listed with their line
-// numbers; a file with no usable line exits 1.
+// numbers, unusable values dropped and listed with their line and key, lines of one step merged (conflicting keys
+// listed); a file with no usable line exits 1.
 #include "app/cli/context.h"
 #include "core/common/error.h"
 #include "core/io/import_aimet.h"
@@ -87,9 +88,7 @@ void importLogFile(const Context& context, io::LogSource source, const LogImport
     spec.name = a.name.empty() ? defaultName(spec.source, a.file) : a.name;
     spec.file = a.file;
     spec.estimatorJson = log.estimatorJson();
-    spec.configJson = nlohmann::json({{"source", spec.source}, {"file", absolutePath(a.file)}, {"map", a.map},
-                                         {"estimators", nlohmann::json::parse(spec.estimatorJson)}})
-                          .dump();
+    spec.configJson = log.runConfigJson(absolutePath(a.file), a.map);
     store::RunStore store = context.openStore();
     const store::ExternalImportIds ids = store::storeExternalRun(store, spec, log.steps);
 
@@ -109,18 +108,45 @@ void importLogFile(const Context& context, io::LogSource source, const LogImport
             metrics.push_back({{"key", m.key}, {"measure", m.measure}, {"estimator", m.estimator}, {"unit", m.unit},
                 {"user_mapped", m.userMapped}, {"steps", m.steps}});
         }
-        context.printJson({{"run_id", ids.runId}, {"name", spec.name}, {"kind", "external"}, {"source", spec.source},
-            {"file", a.file}, {"workspace", store.path()}, {"lines_read", log.linesRead},
+        nlohmann::json dropped = nlohmann::json::array();
+        for (const auto& d : log.dropped) {
+            dropped.push_back({{"line", d.line}, {"key", d.key}, {"reason", d.reason}});
+        }
+        nlohmann::json conflicts = nlohmann::json::array();
+        for (const auto& c : log.conflicts) {
+            conflicts.push_back({{"step", c.step}, {"key", c.key}, {"first_line", c.firstLine},
+                {"first_value", c.firstValue}, {"line", c.line}, {"value", c.value}});
+        }
+        nlohmann::json out = {{"run_id", ids.runId}, {"name", spec.name}, {"kind", "external"},
+            {"source", spec.source}, {"file", a.file}, {"workspace", store.path()}, {"lines_read", log.linesRead},
             {"steps_imported", log.steps.size()}, {"lines_skipped", log.skipped.size()}, {"skipped", skipped},
+            {"lines_merged", log.linesMerged}, {"dropped_values", dropped}, {"conflicts", conflicts},
             {"first_step", firstStep}, {"last_step", lastStep}, {"metrics", metrics},
-            {"unmapped_keys", log.unmappedKeys}});
+            {"unmapped_keys", log.unmappedKeys}};
+        if (log.tinkerConfig) {
+            out["tinker_config"] = nlohmann::json::parse(log.tinkerConfig->json());
+        } else if (!log.tinkerConfigProblem.empty()) {
+            out["tinker_config_problem"] = log.tinkerConfigProblem;
+        }
+        context.printJson(out);
         return;
     }
     std::ostream& out = *context.out;
     out << "imported run " << ids.runId << " \"" << spec.name << "\" (kind external, source " << spec.source
         << ") from " << a.file << "\n"
         << "lines read " << log.linesRead << ", steps imported " << log.steps.size() << " (steps " << firstStep
-        << " to " << lastStep << "), lines skipped " << log.skipped.size() << "\n\n";
+        << " to " << lastStep << "), lines skipped " << log.skipped.size() << ", lines merged (a step already "
+        << "read) " << log.linesMerged << ", values dropped " << log.dropped.size() << "\n";
+    if (log.tinkerConfig) {
+        const auto config = nlohmann::json::parse(log.tinkerConfig->json());
+        out << "run configuration " << log.tinkerConfig->file << ": num_substeps " << config["num_substeps"].dump()
+            << ", async_config " << config["async_config"].dump() << " (kl_sample_train_* "
+            << (log.tinkerConfig->includesPolicyDrift() ? "includes policy drift" : "has no policy drift recorded")
+            << ")\n";
+    } else if (!log.tinkerConfigProblem.empty()) {
+        out << "run configuration not read: " << log.tinkerConfigProblem << "\n";
+    }
+    out << "\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& m : log.metrics) {
         rows.push_back({m.key, m.measure, std::to_string(m.steps), m.unit, m.estimator});
@@ -133,6 +159,27 @@ void importLogFile(const Context& context, io::LogSource source, const LogImport
         }
         if (log.skipped.size() > kSkippedShown) {
             out << "  ... and " << (log.skipped.size() - kSkippedShown) << " more (--json lists them all)\n";
+        }
+    }
+    if (!log.dropped.empty()) {
+        out << "\ndropped values (the rest of each line was kept):\n";
+        for (size_t i = 0; i < log.dropped.size() && i < kSkippedShown; ++i) {
+            out << "  line " << log.dropped[i].line << ": " << log.dropped[i].key << " " << log.dropped[i].reason
+                << "\n";
+        }
+        if (log.dropped.size() > kSkippedShown) {
+            out << "  ... and " << (log.dropped.size() - kSkippedShown) << " more (--json lists them all)\n";
+        }
+    }
+    if (!log.conflicts.empty()) {
+        out << "\nkeys logged with different values on lines of one step (the later line's value is kept):\n";
+        for (size_t i = 0; i < log.conflicts.size() && i < kSkippedShown; ++i) {
+            const auto& c = log.conflicts[i];
+            out << "  step " << c.step << ", " << c.key << ": " << formatNumber(c.firstValue, 6) << " (line "
+                << c.firstLine << ") replaced by " << formatNumber(c.value, 6) << " (line " << c.line << ")\n";
+        }
+        if (log.conflicts.size() > kSkippedShown) {
+            out << "  ... and " << (log.conflicts.size() - kSkippedShown) << " more (--json lists them all)\n";
         }
     }
     if (!log.unmappedKeys.empty()) {
@@ -250,7 +297,7 @@ void registerImportCommand(CLI::App& app, Context& context)
         "k3, training/rollout_probs_diff_* -> prob_diff_* (a probability difference, not a KL)");
     addLogSubcommand(command, context, io::LogSource::Tinker,
         "Tinker metrics.jsonl (lines {\"step\": N, ...}): optim/kl_sample_train_v1 -> k1, optim/kl_sample_train_v2 -> "
-        "k2");
+        "k2; num_substeps and async_config of the config.json beside it are recorded with the run");
     addLogSubcommand(command, context, io::LogSource::Csv,
         "CSV with a header row and a step column; columns named like a measure or a verl/Tinker key are read, "
         "others with --map");

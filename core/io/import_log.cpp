@@ -31,10 +31,22 @@ const char* kK1Verl = "k1: token mean of log mu(y) - log pi(y) over response tok
 const char* kK3Verl = "k3: token mean of r - 1 - log r with r = pi(y) / mu(y); estimates KL(mu || pi)";
 const char* kChi2 = "token mean of r^2 - 1 with r = pi(y) / mu(y): a chi-square divergence estimate, not a KL";
 const char* kProbDiff = "probability difference |mu(y) - pi(y)| of the sampled token over response tokens: not a KL";
+// Tinker's kl_sample_train_* compares the sampler's log-probabilities with the trainer's forward pass of the same
+// batch (tinker_cookbook/rl/metrics.py compute_kl_sample_train, called after rl/train.py train_step). With
+// num_substeps > 1 the later sub-batches are scored after earlier optimizer steps, and with async_config the
+// sampler's weights are up to max_steps_off_policy iterations old (rl/train.py AsyncConfig): pi then differs from
+// the sampler's weights, and the value includes that policy drift on top of the engine mismatch.
+const char* kTinkerDrift = "; with num_substeps > 1 or async training (async_config) pi comes from weights updated "
+                           "after the sampler's, so the value includes policy drift, not only the sampler-trainer "
+                           "mismatch";
 const char* kK1Tinker = "k1: mean over action tokens of log mu(y) - log pi(y) (sampler minus trainer "
                         "log-probability); estimates KL(mu || pi)";
 const char* kK2Tinker = "k2: mean over action tokens of (log mu(y) - log pi(y))^2 / 2; estimates KL(mu || pi) to "
                         "second order";
+// tinker_cookbook/distillation/train_on_policy.py incorporate_kl_penalty: teacher_kl averages the datum's
+// "logprobs" (what the sampler returned while sampling) minus the teacher's, over the action mask.
+const char* kTeacherKlTinker = "k1 to the teacher: mean over action tokens of log mu(y) - log teacher(y) with mu the "
+                               "sampler's log-probabilities (not the trainer's); the OPD objective, not a mismatch";
 
 std::vector<ImportMeasure> buildMeasures()
 {
@@ -60,7 +72,7 @@ std::vector<ImportMeasure> buildMeasures()
             "Pearson correlation of mu(y) and pi(y) over response tokens: not a KL"},
         {"pg_loss", false, false, "as logged", "policy-gradient loss"},
         {"teacher_kl", false, false, kNats,
-            "k1 to the teacher: mean of log pi_student(y) - log teacher(y) (the OPD objective, not a mismatch)"},
+            "k1 to the teacher: mean of log student(y) - log teacher(y) (the OPD objective, not a mismatch)"},
         {"step_time_s", false, false, "seconds", "seconds the step took"},
     };
 }
@@ -80,19 +92,20 @@ std::vector<KnownKey> buildKnownKeys()
         {S::Verl, "training/rollout_actor_probs_pearson_corr", "prob_pearson_corr",
             "Pearson correlation of mu(y) and pi(y) over response tokens: not a KL"},
         {S::Verl, "actor/entropy", "entropy", "token mean entropy of the trainer's next-token distribution"},
-        {S::Verl, "actor/distillation_loss", "loss",
+        // verl/trainer/distillation/losses.py distillation_ppo_loss logs the distillation loss as
+        // "distillation/loss" among the actor's update metrics, which reach the logger as actor/distillation/loss.
+        {S::Verl, "actor/distillation/loss", "loss",
             "verl's distillation loss (its estimator is the run's distillation loss_mode, not in the log)"},
         {S::Verl, "actor/pg_loss", "pg_loss", "verl's policy-gradient loss"},
         {S::Verl, "critic/score/mean", "reward", "mean sequence score of the reward function"},
         {S::Verl, "timing_s/step", "step_time_s", "seconds the step took"},
         // Tinker cookbook: rl/metrics.py compute_kl_sample_train, distillation/train_on_policy.py teacher_kl,
         // rl metric_util env metrics.
-        {S::Tinker, "optim/kl_sample_train_v1", "k1", kK1Tinker},
-        {S::Tinker, "optim/kl_sample_train_v2", "k2", kK2Tinker},
+        {S::Tinker, "optim/kl_sample_train_v1", "k1", std::string(kK1Tinker) + kTinkerDrift},
+        {S::Tinker, "optim/kl_sample_train_v2", "k2", std::string(kK2Tinker) + kTinkerDrift},
         {S::Tinker, "optim/entropy", "entropy",
             "sampled-token estimate of the sampler's entropy: mean of -log mu(y) over action tokens"},
-        {S::Tinker, "teacher_kl", "teacher_kl",
-            "k1 to the teacher: mean of log pi_student(y) - log teacher(y) (the OPD objective, not a mismatch)"},
+        {S::Tinker, "teacher_kl", "teacher_kl", kTeacherKlTinker},
         {S::Tinker, "env/all/reward/total", "reward", "mean total episode reward"},
         {S::Tinker, "env/all/correct", "accuracy", "fraction of episodes the environment judged correct"},
         {S::Tinker, "time/total", "step_time_s", "seconds the step took"},
@@ -155,7 +168,7 @@ Mapping makeMapping(const std::string& key, const std::string& measureName, cons
 
 // The value of one key on one line.
 struct Value {
-    enum Kind { Missing, Number, NonFinite, NotNumber } kind = Missing;
+    enum Kind { Missing, Null, Number, NonFinite, NotNumber } kind = Missing; // Missing: an empty CSV field
     double number = 0.0;
     std::string text; // NonFinite: the literal; NotNumber: what it is
 };
@@ -164,7 +177,8 @@ Value jsonValue(const json& value)
 {
     Value v;
     if (value.is_null()) {
-        return v; // Python None: no value at this step
+        v.kind = Value::Null; // verl's file logger (orjson) writes NaN and infinities as null; Python's None too
+        return v;
     }
     if (value.is_number()) {
         v.kind = Value::Number;
@@ -235,7 +249,8 @@ namespace {
 std::optional<std::int64_t> stepValue(const Value& value, std::string& reason)
 {
     switch (value.kind) {
-    case Value::Missing: reason = "the step is null"; return std::nullopt;
+    case Value::Missing: reason = "the step is empty"; return std::nullopt;
+    case Value::Null: reason = "the step is null"; return std::nullopt;
     case Value::NonFinite: reason = "the step is " + value.text; return std::nullopt;
     case Value::NotNumber: reason = "the step is " + value.text + ", expected a non-negative integer"; return std::nullopt;
     case Value::Number: break;
@@ -281,9 +296,32 @@ std::string joinKeys(const std::vector<std::string>& keys, size_t limit = 6)
     return text;
 }
 
+// Why a mapped value cannot be used ("" when it can); `value` is not Missing.
+std::string unusableReason(LogSource source, const Mapping& mapping, const Value& value)
+{
+    switch (value.kind) {
+    case Value::Missing: return {};
+    case Value::Null:
+        return source == LogSource::Verl
+            ? "is null (verl's file logger writes NaN and infinities as null), expected a finite number"
+            : "is null, expected a number";
+    case Value::NonFinite: return "is " + value.text + ", not a finite number";
+    case Value::NotNumber: return "is " + value.text + ", expected a number";
+    case Value::Number: break;
+    }
+    // Integer measures are stored as 64-bit integers: whole numbers within +-9e15 (exact in a double).
+    if (mapping.measure && mapping.measure->integer
+        && (value.number != std::floor(value.number) || std::fabs(value.number) > 9.0e15)) {
+        std::ostringstream text;
+        text << "is " << value.number << ", expected an integer (" << mapping.measure->name << ")";
+        return text.str();
+    }
+    return {};
+}
+
 class LogReader {
 public:
-    LogReader(LogSource source, std::string path) : path_(std::move(path))
+    LogReader(LogSource source, std::string path) : source_(source), path_(std::move(path))
     {
         result_.file = path_;
         result_.source = source;
@@ -306,7 +344,8 @@ public:
 
     void skip(std::int64_t line, std::string reason) { result_.skipped.push_back({line, std::move(reason)}); }
 
-    // Reads one record (its step value and key -> value pairs) into a step, or reports why it cannot.
+    // Reads one record (its step value and key -> value pairs) into its step, merging it with earlier lines of
+    // the same step, or reports why it cannot be used.
     void record(std::int64_t line, const Value& stepRaw, const std::vector<std::pair<std::string, Value>>& values)
     {
         std::string reason;
@@ -315,14 +354,8 @@ public:
             skip(line, reason);
             return;
         }
-        if (const auto seen = firstLineOfStep_.find(*step); seen != firstLineOfStep_.end()) {
-            skip(line, "step " + std::to_string(*step) + " was already read on line " + std::to_string(seen->second));
-            return;
-        }
-        store::StepMetrics metrics;
-        metrics.step = *step;
-        json extras = json::object();
-        std::vector<size_t> used;
+        std::vector<std::pair<size_t, double>> usable; // mapping index, value
+        std::vector<DroppedValue> dropped;
         std::vector<std::string> unmappedHere;
         for (const auto& [key, value] : values) {
             const auto found = byKey_.find(key);
@@ -330,46 +363,56 @@ public:
                 unmappedHere.push_back(key);
                 continue;
             }
-            const Mapping& mapping = mappings_[found->second];
-            switch (value.kind) {
-            case Value::Missing: continue;
-            case Value::NonFinite:
-                skip(line, key + " is " + value.text + ", not a finite number");
-                return;
-            case Value::NotNumber:
-                skip(line, key + " is " + value.text + ", expected a number");
-                return;
-            case Value::Number: break;
+            if (value.kind == Value::Missing) {
+                continue; // an empty CSV field: no value at this step
             }
-            if (mapping.measure && mapping.measure->integer && value.number != std::floor(value.number)) {
-                std::ostringstream text;
-                text << key << " is " << value.number << ", expected an integer (" << mapping.measure->name << ")";
-                skip(line, text.str());
-                return;
+            const std::string why = unusableReason(source_, mappings_[found->second], value);
+            if (!why.empty()) {
+                dropped.push_back({line, key, why});
+                continue;
             }
-            setMeasure(metrics, extras, mapping, value.number);
-            used.push_back(found->second);
+            usable.emplace_back(found->second, value.number);
         }
-        if (used.empty()) {
-            skip(line, unmappedHere.empty() ? std::string("no metric values on this line")
-                                            : "no mapped metric on this line (keys: " + joinKeys(unmappedHere)
-                                                  + "; map one with --map KEY=MEASURE)");
+        if (usable.empty()) {
+            if (!dropped.empty()) {
+                std::string text;
+                for (const auto& d : dropped) {
+                    text += (text.empty() ? "" : "; ") + d.key + " " + d.reason;
+                }
+                skip(line, text + " (no usable mapped value on this line)");
+            } else {
+                skip(line, unmappedHere.empty() ? std::string("no metric values on this line")
+                                                : "no mapped metric on this line (keys: " + joinKeys(unmappedHere)
+                                                      + "; map one with --map KEY=MEASURE)");
+            }
             return;
+        }
+        for (auto& d : dropped) {
+            result_.dropped.push_back(std::move(d));
         }
         for (const auto& key : unmappedHere) {
             unmapped_.insert(key);
         }
-        for (size_t index : used) {
-            ++mappings_[index].steps;
+        auto [position, fresh] = stepIndex_.emplace(*step, steps_.size());
+        if (fresh) {
+            steps_.push_back({*step, {}});
+        } else {
+            ++result_.linesMerged;
         }
-        metrics.extrasJson = extras.dump();
-        firstLineOfStep_.emplace(*step, line);
-        result_.steps.push_back(std::move(metrics));
+        auto& stepValues = steps_[position->second].values;
+        for (const auto& [index, number] : usable) {
+            const auto previous = stepValues.find(index);
+            if (previous != stepValues.end() && previous->second.first != number) {
+                result_.conflicts.push_back(
+                    {*step, mappings_[index].key, previous->second.second, previous->second.first, line, number});
+            }
+            stepValues[index] = {number, line}; // a later line wins
+        }
     }
 
     ImportedLog finish()
     {
-        if (result_.steps.empty()) {
+        if (steps_.empty()) {
             std::string detail = "no usable line (" + std::to_string(result_.linesRead) + " data lines read";
             if (!result_.skipped.empty()) {
                 detail += "; first skipped: ";
@@ -379,6 +422,17 @@ public:
                 }
             }
             throw InputError(path_, "", detail + ")");
+        }
+        for (const auto& pending : steps_) {
+            store::StepMetrics metrics;
+            metrics.step = pending.step;
+            json extras = json::object();
+            for (const auto& [index, value] : pending.values) {
+                setMeasure(metrics, extras, mappings_[index], value.first);
+                ++mappings_[index].steps;
+            }
+            metrics.extrasJson = extras.dump();
+            result_.steps.push_back(std::move(metrics));
         }
         for (const auto& mapping : mappings_) {
             if (mapping.steps == 0 && !mapping.userMapped) {
@@ -398,11 +452,19 @@ public:
     }
 
 private:
+    // One step's values so far: mapping index -> (value, line it came from).
+    struct PendingStep {
+        std::int64_t step = 0;
+        std::map<size_t, std::pair<double, std::int64_t>> values;
+    };
+
+    LogSource source_;
     std::string path_;
     ImportedLog result_;
     std::vector<Mapping> mappings_;
     std::unordered_map<std::string, size_t> byKey_;
-    std::map<std::int64_t, std::int64_t> firstLineOfStep_;
+    std::vector<PendingStep> steps_; // in order of first appearance
+    std::map<std::int64_t, size_t> stepIndex_;
     std::set<std::string> unmapped_;
 };
 
@@ -456,6 +518,95 @@ std::vector<MapEntry> parseMapEntries(const LogImportOptions& options)
         entries.push_back(std::move(entry));
     }
     return entries;
+}
+
+// A whole number in a JSON value (Python writes ints without a fraction), or nullopt.
+std::optional<std::int64_t> jsonWholeNumber(const json& value)
+{
+    if (value.is_number_integer()) {
+        return value.get<std::int64_t>();
+    }
+    return std::nullopt;
+}
+
+std::string describeJson(const json& value)
+{
+    if (value.is_string()) {
+        const auto& text = value.get_ref<const std::string&>();
+        return !text.empty() && text[0] == kNonFiniteMark ? text.substr(1) : "the string " + value.dump();
+    }
+    return value.is_number() || value.is_boolean() ? value.dump() : std::string("a JSON ") + value.type_name();
+}
+
+// Tinker's config.json beside `logPath` (tinker_cookbook/utils/ml_log.py JsonLogger.log_hparams writes the run's
+// Config there; rl/train.py Config has num_substeps and async_config {max_steps_off_policy, groups_per_batch,
+// pipeline_depth}). Missing: nothing recorded. A file that cannot be used: the located reason in `problem`.
+std::optional<TinkerRunConfig> readTinkerConfig(const std::string& logPath, std::string& problem)
+{
+    const std::string path = (std::filesystem::path(logPath).parent_path() / "config.json").string();
+    if (pathKind(path) == PathKind::Missing) {
+        return std::nullopt;
+    }
+    try {
+        const std::string text = readInputFile(path, limits::kConfigFile, "Tinker config.json");
+        if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
+            deep != std::string::npos) {
+            throw InputError(path, lineColumnOf(text.data(), text.data() + text.size(), deep), nestingTooDeepDetail());
+        }
+        json config;
+        const std::string marked = markNonFiniteTokens(text); // Python's json writes NaN and Infinity bare
+        try {
+            config = json::parse(marked);
+        } catch (const json::parse_error& error) {
+            // error.byte counts the characters read, the offending one included (lines are the same in `marked`).
+            const std::size_t at = std::min<std::size_t>(error.byte > 0 ? error.byte - 1 : 0, marked.size());
+            throw InputError(path, lineColumnOf(marked.data(), marked.data() + marked.size(), at), "bad JSON");
+        } catch (const json::exception& error) {
+            throw InputError(path, "", std::string("bad JSON: ") + error.what());
+        }
+        if (!config.is_object()) {
+            throw InputError(path, "", std::string("expected a JSON object, got a JSON ") + config.type_name());
+        }
+        TinkerRunConfig run;
+        run.file = path;
+        if (const auto substeps = config.find("num_substeps"); substeps != config.end()) {
+            const auto value = jsonWholeNumber(*substeps);
+            if (!value || *value < 1) {
+                throw InputError(path, "num_substeps", "is " + describeJson(*substeps) + ", expected a whole number of 1 or more");
+            }
+            run.numSubsteps = value;
+        }
+        if (const auto async = config.find("async_config"); async != config.end()) {
+            run.asyncRecorded = true;
+            if (!async->is_null()) {
+                if (!async->is_object()) {
+                    throw InputError(path, "async_config", "is " + describeJson(*async) + ", expected null or an object");
+                }
+                const auto field = [&](const char* name, std::int64_t minimum, bool nullable) -> std::optional<std::int64_t> {
+                    const auto found = async->find(name);
+                    if (found == async->end() || (nullable && found->is_null())) {
+                        if (nullable) {
+                            return std::nullopt;
+                        }
+                        throw InputError(path, std::string("async_config.") + name, "is missing");
+                    }
+                    const auto value = jsonWholeNumber(*found);
+                    if (!value || *value < minimum) {
+                        throw InputError(path, std::string("async_config.") + name, "is " + describeJson(*found)
+                                + ", expected a whole number of " + std::to_string(minimum) + " or more");
+                    }
+                    return value;
+                };
+                run.maxStepsOffPolicy = field("max_steps_off_policy", 0, false);
+                run.groupsPerBatch = field("groups_per_batch", 1, false);
+                run.pipelineDepth = field("pipeline_depth", 0, true);
+            }
+        }
+        return run;
+    } catch (const InputError& error) {
+        problem = error.what();
+        return std::nullopt;
+    }
 }
 
 // Built-in mappings of a key-value source with the --map entries applied.
@@ -543,7 +694,27 @@ ImportedLog importJsonLines(LogSource source, const std::string& path, const Log
         }
         reader.record(lineNumber, jsonValue(*step), values);
     }
-    return reader.finish();
+    ImportedLog log = reader.finish();
+    if (source == LogSource::Tinker) {
+        log.tinkerConfig = readTinkerConfig(path, log.tinkerConfigProblem);
+    }
+    if (log.tinkerConfig && (log.tinkerConfig->numSubsteps || log.tinkerConfig->asyncRecorded)) {
+        // What this run's config.json says about the policy drift in kl_sample_train_*.
+        const TinkerRunConfig& config = *log.tinkerConfig;
+        std::string settings = config.numSubsteps ? "num_substeps " + std::to_string(*config.numSubsteps) : "";
+        if (config.asyncRecorded) {
+            settings += std::string(settings.empty() ? "" : ", ")
+                + (config.maxStepsOffPolicy ? "async max_steps_off_policy " + std::to_string(*config.maxStepsOffPolicy)
+                                            : std::string("synchronous"));
+        }
+        for (auto& metric : log.metrics) {
+            if (metric.key.rfind("optim/kl_sample_train_", 0) == 0) {
+                metric.estimator += " (this run's config.json: " + settings
+                    + (config.includesPolicyDrift() ? ": includes policy drift)" : ": no policy drift recorded)");
+            }
+        }
+    }
+    return log;
 }
 
 // Splits one CSV record (RFC 4180 quoting; a record does not span lines). Returns false with `problem` set on an
@@ -832,6 +1003,42 @@ std::string ImportedLog::estimatorJson() const
             {"user_mapped", metric.userMapped}, {"steps", metric.steps}};
     }
     return record.dump();
+}
+
+bool TinkerRunConfig::includesPolicyDrift() const
+{
+    return (numSubsteps && *numSubsteps > 1) || (maxStepsOffPolicy && *maxStepsOffPolicy > 0);
+}
+
+std::string TinkerRunConfig::json() const
+{
+    nlohmann::json record = nlohmann::json::object();
+    record["file"] = file;
+    record["num_substeps"] = numSubsteps ? nlohmann::json(*numSubsteps) : nlohmann::json(nullptr);
+    if (!asyncRecorded) {
+        record["async_config"] = "not in config.json";
+    } else if (!maxStepsOffPolicy) {
+        record["async_config"] = nullptr; // synchronous training
+    } else {
+        record["async_config"] = {{"max_steps_off_policy", *maxStepsOffPolicy}, {"groups_per_batch", *groupsPerBatch},
+            {"pipeline_depth", pipelineDepth ? nlohmann::json(*pipelineDepth) : nlohmann::json(nullptr)}};
+    }
+    record["kl_sample_train_includes_policy_drift"] = includesPolicyDrift();
+    return record.dump();
+}
+
+std::string ImportedLog::runConfigJson(const std::string& absoluteFile, const std::vector<std::string>& map) const
+{
+    json config = {{"source", toString(source)}, {"file", absoluteFile}, {"map", map},
+        {"estimators", json::parse(estimatorJson())},
+        {"import", {{"lines_read", linesRead}, {"lines_skipped", skipped.size()}, {"lines_merged", linesMerged},
+                       {"values_dropped", dropped.size()}, {"conflicts", conflicts.size()}}}};
+    if (tinkerConfig) {
+        config["tinker_config"] = json::parse(tinkerConfig->json());
+    } else if (!tinkerConfigProblem.empty()) {
+        config["tinker_config_problem"] = tinkerConfigProblem;
+    }
+    return config.dump();
 }
 
 ImportedLog importLog(LogSource source, const std::string& path, const LogImportOptions& options)

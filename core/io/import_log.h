@@ -8,16 +8,28 @@
 //   verl  rollout_corr/kl                               k1               mean over response tokens of log mu(y) - log pi(y)
 //   verl  rollout_corr/k3_kl                            k3               mean of r - 1 - log r, r = pi(y) / mu(y)
 //   verl  training/rollout_probs_diff_{mean,max,std}    prob_diff_*      |mu(y) - pi(y)| (a probability difference, not a KL)
+//   verl  actor/distillation/loss                       loss             verl's distillation loss (its loss_mode is not logged)
 //   tinker optim/kl_sample_train_v1                     k1               mean of log mu(y) - log pi(y)
 //   tinker optim/kl_sample_train_v2                     k2               mean of (log mu(y) - log pi(y))^2 / 2
+//   tinker teacher_kl                                   teacher_kl       mean of log mu(y) - log teacher(y) (mu: the sampler)
 //
 // (mu: the rollout engine / sampler, pi: the trainer, y: the sampled token.) knownKeys() holds the whole table.
 // Measures that are not StepMetrics columns (prob_diff_*, k2, chi2_token, ...) go to StepMetrics::extrasJson
 // under the measure's name; their estimator is recorded with the run (estimatorJson), never in mismatch_kl.
 //
-// A line that cannot be used (bad JSON, no step, a negative or fractional step, a step already read, a mapped
-// value that is not a number, NaN or infinite, wrong CSV field count) is skipped and reported with its line
-// number; the other lines are kept. A file with no usable line is an InputError naming the file.
+// Lines that share a step are merged into one step (Tinker's asynchronous trainer logs its evaluation on a line
+// of its own with the step of the next training line): a key on a later line replaces the same key of an earlier
+// one, and every replaced value that differs is listed in `conflicts`. A mapped value that cannot be used (not a
+// number, NaN or infinite, JSON null: verl's file logger writes NaN and infinities as null, or a fraction for an
+// integer measure) is dropped alone and listed in `dropped` with its line and key; the rest of its line is kept.
+// A line is skipped, and reported with its line number, when it has no usable step (bad JSON, no step, a negative
+// or fractional step, a wrong CSV field count) or no usable mapped value (the reason then names each dropped
+// value). A file with no usable line is an InputError naming the file.
+//
+// Tinker writes the run's configuration to config.json beside metrics.jsonl; when it is there, its num_substeps
+// and async_config are read (bounded like every configuration file) into `tinkerConfig`: with several optimizer
+// substeps per batch or asynchronous sampling, pi(y) in kl_sample_train_* comes from weights that moved after
+// the sampler's, so those values include policy drift on top of the engine mismatch.
 #include "core/store/run_store.h"
 
 #include <cstdint>
@@ -67,6 +79,37 @@ struct SkippedLine {
     std::string reason;
 };
 
+// One mapped value dropped from a line that was kept.
+struct DroppedValue {
+    std::int64_t line = 0;
+    std::string key;
+    std::string reason; // "is NaN, not a finite number"
+};
+
+// A key logged with different values on two lines of one step; the later value is kept.
+struct StepConflict {
+    std::int64_t step = 0;
+    std::string key;
+    std::int64_t firstLine = 0;
+    double firstValue = 0.0;
+    std::int64_t line = 0;
+    double value = 0.0; // the value kept
+};
+
+// What a Tinker run's config.json says about how kl_sample_train_* was measured.
+struct TinkerRunConfig {
+    std::string file; // the config.json read
+    std::optional<std::int64_t> numSubsteps; // nullopt: the file has no num_substeps
+    bool asyncRecorded = false; // the file has an async_config key (null: synchronous training)
+    std::optional<std::int64_t> maxStepsOffPolicy; // async_config.max_steps_off_policy when async_config is set
+    std::optional<std::int64_t> groupsPerBatch;
+    std::optional<std::int64_t> pipelineDepth; // null in the file (Tinker's default) stays nullopt
+
+    // More than one optimizer substep, or asynchronous sampling that may lag (max_steps_off_policy > 0).
+    bool includesPolicyDrift() const;
+    std::string json() const; // {"file", "num_substeps", "async_config", "kl_sample_train_includes_policy_drift"}
+};
+
 // One mapping in use: a logged key, the measure it was read into, its estimator and on how many kept steps it
 // had a value.
 struct MappedMetric {
@@ -84,11 +127,19 @@ struct ImportedLog {
     std::vector<store::StepMetrics> steps; // in file order
     std::int64_t linesRead = 0; // non-blank lines holding data (the CSV header not counted)
     std::vector<SkippedLine> skipped; // in line order
+    std::vector<DroppedValue> dropped; // values dropped from kept lines, in line order
+    std::vector<StepConflict> conflicts; // in line order of the replacing line
+    std::int64_t linesMerged = 0; // kept lines whose step an earlier line already had
     std::vector<MappedMetric> metrics; // in table order
     std::vector<std::string> unmappedKeys; // logged keys read by no mapping, sorted
+    std::optional<TinkerRunConfig> tinkerConfig; // Tinker, with a usable config.json beside the log
+    std::string tinkerConfigProblem; // Tinker: why the config.json beside the log was not used (located), or ""
 
     // {"measure": {"key", "estimator", "unit", "user_mapped", "steps"}, ...}: the run's estimator record.
     std::string estimatorJson() const;
+    // The imported run's config_json: {"source", "file", "map", "estimators", "import": {counts},
+    // "tinker_config": {...} when read}. `absoluteFile` is the log as stored.
+    std::string runConfigJson(const std::string& absoluteFile, const std::vector<std::string>& map) const;
 };
 
 // JSON text with the bare tokens NaN, Infinity and -Infinity that Python's json module writes (outside strings)

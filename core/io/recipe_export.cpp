@@ -121,6 +121,34 @@ ExportView makeView(const quant::Recipe& recipe, const quant::RecipePlan& plan, 
     return view;
 }
 
+// vLLM fuses q/k/v into qkv_proj and gate/up into gate_up_proj, and a fused layer has one scheme. Every target's
+// checkpoint or settings end in vLLM's loaders, which refuse a fused group whose shards differ: the fp8 and
+// ModelOpt configs through vllm/model_executor/layers/quantization/utils/quant_utils.py is_layer_skipped ("some but
+// not all shards ... are quantized"), compressed-tensors through compressed_tensors/utils.py should_ignore_layer
+// and find_matched_target ("vLLM requires all to use the same scheme"). So every target runs this check.
+void checkFusedShards(const ExportView& view)
+{
+    const std::vector<std::vector<std::string>> fused
+        = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, {"mlp.gate_proj", "mlp.up_proj"}};
+    for (std::int64_t layer = 0; layer < view.plan->numLayers; ++layer) {
+        for (const std::vector<std::string>& group : fused) {
+            const std::string first = quant::layerModuleName(layer, group.front());
+            for (const std::string& suffix : group) {
+                const std::string name = quant::layerModuleName(layer, suffix);
+                const quant::ModulePrecision& a = view.module(first);
+                const quant::ModulePrecision& b = view.module(name);
+                if (a.weights != b.weights || a.activations != b.activations) {
+                    view.fail(view.weightsWhere(name),
+                        "different formats on " + first + " (" + describe(Scheme {a.weights, a.activations.format})
+                            + ") and " + name + " (" + describe(Scheme {b.weights, b.activations.format}) + ")",
+                        "vLLM loads them as one fused layer (qkv_proj or gate_up_proj) with one format; its fp8, "
+                        "compressed-tensors and ModelOpt loaders refuse different schemes within a fused group");
+                }
+            }
+        }
+    }
+}
+
 // Checks every target shares: what none of them can say.
 void checkCommon(const ExportView& view)
 {
@@ -147,6 +175,7 @@ void checkCommon(const ExportView& view)
                 "the target quantizes activations only as part of a quantized layer's scheme");
         }
     }
+    checkFusedShards(view);
     for (size_t layer = 0; layer < view.plan->kvPerLayer.size(); ++layer) {
         if (view.plan->kvPerLayer[layer].calibration == quant::KvCalibration::EverySync) {
             view.fail(view.kvWhere(layer), "KV-cache calibration every_sync (layer " + std::to_string(layer) + ")",
@@ -224,29 +253,6 @@ std::optional<Scheme> singleScheme(const ExportView& view, const std::string& re
     return view.schemeOrder[0];
 }
 
-// vLLM fuses q/k/v into qkv_proj and gate/up into gate_up_proj, and a fused layer has one format.
-void checkFusedShards(const ExportView& view)
-{
-    const std::vector<std::vector<std::string>> fused
-        = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, {"mlp.gate_proj", "mlp.up_proj"}};
-    for (std::int64_t layer = 0; layer < view.plan->numLayers; ++layer) {
-        for (const std::vector<std::string>& group : fused) {
-            const std::string first = quant::layerModuleName(layer, group.front());
-            for (const std::string& suffix : group) {
-                const std::string name = quant::layerModuleName(layer, suffix);
-                const quant::ModulePrecision& a = view.module(first);
-                const quant::ModulePrecision& b = view.module(name);
-                if (a.weights != b.weights || a.activations != b.activations) {
-                    view.fail(view.weightsWhere(name),
-                        "different formats on " + first + " (" + describe(Scheme {a.weights, a.activations.format})
-                            + ") and " + name + " (" + describe(Scheme {b.weights, b.activations.format}) + ")",
-                        "vLLM loads them as one fused layer (qkv_proj or gate_up_proj) with one format");
-                }
-            }
-        }
-    }
-}
-
 void checkLmHeadUnquantized(const ExportView& view, const std::string& reason)
 {
     const quant::ModulePrecision& head = view.module(quant::kLmHeadName);
@@ -308,7 +314,6 @@ VllmSettings vllmSettings(const ExportView& view, bool verl)
                "several)");
     if (settings.scheme) {
         checkVllmScheme(view, *settings.scheme, verl);
-        checkFusedShards(view);
     }
     settings.kv = uniformKv(view, true, "", false,
         "vLLM's kv_cache_dtype engine argument has per-tensor scales only (per-head scales need a checkpoint "
@@ -323,13 +328,17 @@ Json vllmEngineArgs(const VllmSettings& settings)
         args["quantization"] = "fp8";
     }
     args["kv_cache_dtype"] = settings.kv.fp8 ? "fp8_e4m3" : "auto";
-    if (settings.kv.fp8) {
-        // The recipe's probe calibration measures scales once; vLLM's nearest setting estimates them once from
-        // the first batch and keeps them (without it every scale is 1.0).
-        args["calculate_kv_scales"] = true;
-        if (!settings.kv.bf16Layers.empty()) {
-            args["kv_cache_dtype_skip_layers"] = settings.kv.bf16Layers;
+    // No calculate_kv_scales: current vLLM removed it (vllm-project/vllm PR #49389, after the deprecation in PR
+    // #37201); FP8 KV scales now come from the checkpoint when it has them, else 1.0
+    // (docs/features/quantization/quantized_kvcache.md, vllm/config/cache.py CacheConfig).
+    if (settings.kv.fp8 && !settings.kv.bf16Layers.empty()) {
+        // kv_cache_dtype_skip_layers is a list of strings: layer indices ('0', '2') or attention types
+        // ('sliding_window') (vllm/config/cache.py CacheConfig, docs/features/quantization/quantized_kvcache.md).
+        Json layers = Json::array();
+        for (const std::int64_t layer : settings.kv.bf16Layers) {
+            layers.push_back(std::to_string(layer));
         }
+        args["kv_cache_dtype_skip_layers"] = layers;
     }
     return args;
 }

@@ -4,7 +4,7 @@
 //
 //   vllm               JSON: vLLM's fp8 `quantization_config` (quant_method fp8, activation_scheme dynamic,
 //                      weight_block_size, ignored_layers) and the engine arguments (quantization, kv_cache_dtype,
-//                      calculate_kv_scales, kv_cache_dtype_skip_layers)
+//                      kv_cache_dtype_skip_layers as strings; no calculate_kv_scales, which current vLLM removed)
 //   llm-compressor     YAML: a recipe with one QuantizationModifier (targets, scheme or config_groups, ignore,
 //                      kv_cache_scheme)
 //   compressed-tensors JSON: the checkpoint's `quantization_config` (quant_method compressed-tensors, format,
@@ -15,6 +15,7 @@
 //                      kv_cache_quant_algo, exclude_modules)
 //
 // Modules the recipe leaves in BF16 are listed by their full names (ignored_layers / ignore / exclude_modules).
+// Every target refuses different formats within a group vLLM fuses (q/k/v, gate/up of one layer).
 // A recipe feature a target cannot express is an InputError located in the recipe that names the feature, the
 // module or layer it applies to and the target (`cannot be exported --to vllm: ...`); nothing is dropped.
 //

@@ -3,6 +3,16 @@
 // documented keys; the facts a reviewer checked are also asserted independently below (ignored-module lists and
 // scheme keys derived by hand from the recipe text and the 3-layer demo model); and every feature a target cannot
 // express is an error naming the feature and the target.
+//
+// Sources the golden files were re-reviewed against (facts only):
+//   vLLM engine arguments: vllm-project/vllm vllm/config/cache.py CacheConfig and
+//     docs/features/quantization/quantized_kvcache.md: kv_cache_dtype fp8_e4m3; kv_cache_dtype_skip_layers is a
+//     list of strings, layer indices ('0', '2') or attention types ('sliding_window'). calculate_kv_scales was
+//     deprecated (vllm-project/vllm PR #37201) and removed (PR #49389): FP8 KV scales come from the checkpoint,
+//     else 1.0, so no export writes it.
+//   Fused shards: vllm/model_executor/layers/quantization/utils/quant_utils.py is_layer_skipped (fp8, ModelOpt)
+//     and compressed_tensors/utils.py should_ignore_layer refuse q/k/v or gate/up shards with different schemes;
+//     every target's checkpoint is loaded that way, so the refusal is tested for every target.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/common/error.h"
@@ -113,6 +123,7 @@ private slots:
     void goldenFiles();
     void goldenFactsByHand();
     void vllmPerLayerKvExceptions();
+    void noExportWritesCalculateKvScales();
     void severalSchemesForLlmCompressor();
     void notExpressible_data();
     void notExpressible();
@@ -286,8 +297,51 @@ void TestExport::vllmPerLayerKvExceptions()
         "    kv_cache: {format: bf16}\n");
     const nlohmann::json vllm = nlohmann::json::parse(exportText(path, io::ExportTarget::Vllm));
     QCOMPARE(vllm["engine_args"]["kv_cache_dtype"].get<std::string>(), std::string("fp8_e4m3"));
-    QCOMPARE(vllm["engine_args"]["kv_cache_dtype_skip_layers"], nlohmann::json({0, 2}));
+    // Strings, as vLLM's CacheConfig declares them (list[str]: '0', '2' or 'sliding_window').
+    QCOMPARE(vllm["engine_args"]["kv_cache_dtype_skip_layers"], nlohmann::json({"0", "2"}));
+    QVERIFY(vllm["engine_args"]["kv_cache_dtype_skip_layers"][0].is_string());
     QVERIFY(vllm["quantization_config"].is_null());
+    QVERIFY(!vllm["engine_args"].contains("calculate_kv_scales"));
+}
+
+void TestExport::noExportWritesCalculateKvScales()
+{
+    // Current vLLM rejects calculate_kv_scales (removed in vllm-project/vllm PR #49389); no vllm or verl export
+    // may contain it, whatever the recipe's KV cache. Every recipe below quantizes the KV cache, so each export
+    // is one that used to write the key.
+    std::vector<std::string> recipes = {shippedRecipe("fp8-per-tensor.yaml"), fixture("keep-edges-3layer.yaml"),
+        writeRecipe("kv-skip.yaml",
+            "version: 1\n"
+            "kv_cache: {format: fp8_e4m3, scales: per_tensor}\n"
+            "rules:\n"
+            "  - match: \"model.layers.1.self_attn\"\n"
+            "    kv_cache: {format: bf16}\n"),
+        writeRecipe("block-kv.yaml",
+            "version: 1\n"
+            "weights: {format: fp8_e4m3, granularity: block128}\n"
+            "activations: {format: fp8_e4m3}\n"
+            "kv_cache: {format: fp8_e4m3, scales: per_tensor}\n")};
+    int exported = 0;
+    for (const std::string& recipe : recipes) {
+        for (const io::ExportTarget target : {io::ExportTarget::Vllm, io::ExportTarget::Verl}) {
+            if (!exportError(recipe, target).empty()) {
+                continue; // a recipe the target refuses (tested in notExpressible)
+            }
+            const std::string text = exportText(recipe, target);
+            QVERIFY2(text.find("fp8_e4m3") != std::string::npos, text.c_str()); // the KV cache is exported
+            QVERIFY2(text.find("calculate_kv_scales") == std::string::npos, text.c_str());
+            ++exported;
+        }
+    }
+    // vllm: all four recipes; verl: kv-skip.yaml and block-kv.yaml (it refuses per-tensor weights and BF16 layers).
+    QCOMPARE(exported, 6);
+    // The skip list is strings in both: vLLM's JSON and verl's YAML (quoted, so that YAML does not read integers).
+    const std::string vllm = exportText(recipes[2], io::ExportTarget::Vllm);
+    QVERIFY2(vllm.find("\"kv_cache_dtype_skip_layers\": [\n      \"1\"\n    ]") != std::string::npos, vllm.c_str());
+    const std::string verl = exportText(recipes[2], io::ExportTarget::Verl);
+    QVERIFY2(verl.find("actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype_skip_layers: [\"1\"]\n")
+            != std::string::npos,
+        verl.c_str());
 }
 
 void TestExport::severalSchemesForLlmCompressor()
@@ -404,8 +458,21 @@ void TestExport::notExpressible_data()
             {"a bf16 KV cache on layer 1 while layer 0 is fp8_e4m3", "no per-layer KV-cache setting"});
     }
     row("weight-only fp8 to vllm", weightOnly, "vllm", {"weight-only fp8", "bf16 activations need"});
-    row("split qkv to vllm", splitQkv, "vllm",
-        {"model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.k_proj", "one fused layer"});
+    // vLLM's fp8, compressed-tensors and ModelOpt loaders all refuse a fused group with different schemes.
+    const char* splitGateUp = "version: 1\n"
+                              "weights: {format: fp8_e4m3, granularity: block128}\n"
+                              "activations: {format: fp8_e4m3}\n"
+                              "rules:\n"
+                              "  - match: \"model.layers.2.mlp.up_proj\"\n"
+                              "    weights: {format: fp8_e4m3, granularity: channel}\n";
+    for (const char* target : {"vllm", "llm-compressor", "compressed-tensors", "verl", "modelopt"}) {
+        row((std::string("split qkv to ") + target).c_str(), splitQkv, target,
+            {"different formats on model.layers.1.self_attn.q_proj", "and model.layers.1.self_attn.k_proj",
+                "one fused layer", "refuse different schemes within a fused group"});
+        row((std::string("split gate-up to ") + target).c_str(), splitGateUp, target,
+            {"different formats on model.layers.2.mlp.gate_proj", "and model.layers.2.mlp.up_proj (fp8_e4m3/channel",
+                "one fused layer"});
+    }
     row("staleness to verl", "shipped:fp8-w8a8-block.yaml", "verl",
         {"weight staleness k = 2", "async_training.staleness_threshold"}, 2);
 }

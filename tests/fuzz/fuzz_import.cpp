@@ -9,6 +9,8 @@
 #include "core/io/import_log.h"
 
 #include <cmath>
+#include <cstdint>
+#include <set>
 #include <vector>
 
 MISMATCH_FUZZ_TARGET(import)
@@ -30,7 +32,21 @@ MISMATCH_FUZZ_TARGET(import)
             const std::string path = fuzz::writeScratchFile(reader == 2 ? "log.csv" : "log.jsonl", data + 1, size - 1);
             const mismatch::io::ImportedLog log = mismatch::io::importLog(sources[reader], path, options);
             fuzz::check(!log.steps.empty(), "an import keeps at least one step");
+            // Lines of one step are merged: every step appears once, and every conflict names a kept step and a
+            // later line than the one whose value it replaced.
+            std::set<std::int64_t> steps;
+            for (const auto& step : log.steps) {
+                fuzz::check(steps.insert(step.step).second, "each step is imported once");
+            }
+            for (const auto& conflict : log.conflicts) {
+                fuzz::check(steps.count(conflict.step) == 1, "a conflict names an imported step");
+                fuzz::check(conflict.line > conflict.firstLine, "a conflict's replacing line comes later");
+            }
+            for (const auto& dropped : log.dropped) {
+                fuzz::check(dropped.line >= 1 && !dropped.reason.empty(), "a dropped value is located and explained");
+            }
             log.estimatorJson();
+            log.runConfigJson(path, options.map);
         } else {
             static const char* const names[] = {"scores.json", "scores.json", "scores.json", "per_layer_mse_loss.json"};
             mismatch::io::AimetImportOptions options;

@@ -1,5 +1,16 @@
 // Tests of the imports (core/io/import_log, core/io/import_aimet, core/store/import_store, `mismatch import`).
-// The fixtures in fixtures/ were written by hand in each tool's format. Their mismatch values were computed from
+// The fixtures in fixtures/ were written by hand in each tool's format, reviewed against the tools' sources:
+//   verl: verl-project/verl (formerly volcengine/verl) verl/utils/tracking.py FileLogger writes
+//     {"step": N, "data": {...}} lines with orjson.dumps, and orjson (ijl/orjson README.md) writes NaN and
+//     infinities as null; verl/trainer/distillation/losses.py distillation_ppo_loss logs the OPD loss as
+//     "distillation/loss" among the actor's metrics, logged as actor/distillation/loss next to actor/pg_loss (the
+//     prefixing step itself was not found in the stored sources; logs of verl OPD runs show that key).
+//   Tinker: thinking-machines-lab/tinker-cookbook tinker_cookbook/utils/ml_log.py JsonLogger writes metrics.jsonl
+//     lines {"step": N, ...} and the run's Config to config.json beside it; rl/train.py Config has num_substeps
+//     and async_config {max_steps_off_policy, groups_per_batch, pipeline_depth}, and the asynchronous trainer's
+//     evaluation loop logs its metrics on a line of their own with the step of the sampler it evaluated, which
+//     is the step of the next training line (fixtures/tinker_async); distillation/train_on_policy.py
+//     incorporate_kl_penalty computes teacher_kl from the datum's sampler log-probabilities. Their mismatch values were computed from
 // per-token probabilities of the rollout engine (mu) and the trainer (pi) that this test lists again below; the
 // test recomputes every estimator from those probabilities (k1, k3, k2, chi-square, probability differences) and
 // checks that each value landed in the right measure, so a swapped mapping or a probability difference stored as
@@ -13,6 +24,7 @@
 #include "core/store/sqlite_util.h"
 #include "tests/common/cli_runner.h"
 
+#include <QDir>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -134,6 +146,14 @@ std::vector<std::int64_t> skippedLines(const io::ImportedLog& log)
     return lines;
 }
 
+// "LINE KEY REASON" of each dropped value, in order.
+std::vector<std::string> droppedValues(const io::ImportedLog& log)
+{
+    std::vector<std::string> values;
+    for (const auto& d : log.dropped) values.push_back(std::to_string(d.line) + " " + d.key + " " + d.reason);
+    return values;
+}
+
 std::string reasonOf(const io::ImportedLog& log, std::int64_t line)
 {
     for (const auto& s : log.skipped) {
@@ -199,6 +219,11 @@ private slots:
     void verlReportsMalformedLinesByNumber();
     void mapReplacesBuiltInSource();
     void tinkerMapsSampledTokenEstimators();
+    void tinkerAsyncEvaluationLinesMerge();
+    void tinkerConfigProblemsAreReported_data();
+    void tinkerConfigProblemsAreReported();
+    void unusableValuesAreReported();
+    void readmeMappingTableMatchesCode();
     void csvReadsMappedColumns();
     void csvHeaderProblemsAreErrors();
     void fileWithoutUsableLineIsError();
@@ -219,7 +244,7 @@ private slots:
 void TestImport::verlMapsEachKeyOntoItsEstimator()
 {
     const auto log = io::importLog(io::LogSource::Verl, kFixtures + "verl_metrics.jsonl");
-    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{1, 2, 7}));
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{1, 2, 4, 5, 6, 7}));
     const std::map<std::int64_t, const TokenProbabilities*> batches = {{1, &kBatchA}, {2, &kBatchB}, {7, &kBatchC}};
     for (const auto& [step, batch] : batches) {
         const auto& m = stepOf(log, step);
@@ -239,8 +264,12 @@ void TestImport::verlMapsEachKeyOntoItsEstimator()
             QVERIFY(!extras.contains("chi2_token")); // step 7 does not log it
         }
     }
-    // The other measures, as logged.
+    // The other measures, as logged. Step 2's second line (line 7) adds the distillation loss and replaces the
+    // entropy of line 3.
     QCOMPARE(*stepOf(log, 1).entropy, 0.8512);
+    QCOMPARE(*stepOf(log, 2).loss, 0.0425);
+    QCOMPARE(*stepOf(log, 2).entropy, 0.8299);
+    QVERIFY(!stepOf(log, 1).loss);
     QCOMPARE(*stepOf(log, 2).reward, 0.4375);
     QCOMPARE(nlohmann::json::parse(stepOf(log, 7).extrasJson).at("pg_loss").get<double>(), -0.0088);
     QCOMPARE(nlohmann::json::parse(stepOf(log, 1).extrasJson).at("step_time_s").get<double>(), 41.7);
@@ -253,8 +282,10 @@ void TestImport::verlMapsEachKeyOntoItsEstimator()
     QVERIFY(contains(estimators.at("k3").at("estimator").get<std::string>(), "r - 1 - log r"));
     QVERIFY(contains(estimators.at("prob_diff_mean").at("estimator").get<std::string>(), "not a KL"));
     QCOMPARE(estimators.at("prob_diff_mean").at("unit").get<std::string>(), std::string("probability"));
-    QCOMPARE(estimators.at("k1").at("steps").get<int>(), 3);
+    QCOMPARE(estimators.at("k1").at("steps").get<int>(), 4); // steps 1, 2, 6, 7 (dropped on 4 and 5)
+    QCOMPARE(estimators.at("k3").at("steps").get<int>(), 5); // steps 1, 2, 4, 5, 7 (Infinity on 6)
     QCOMPARE(estimators.at("chi2_token").at("steps").get<int>(), 2);
+    QCOMPARE(estimators.at("loss").at("key").get<std::string>(), std::string("actor/distillation/loss"));
     QVERIFY(!estimators.contains("mismatch_kl"));
     // Keys read by no mapping are listed, not stored.
     const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
@@ -265,15 +296,35 @@ void TestImport::verlReportsMalformedLinesByNumber()
 {
     const auto log = io::importLog(io::LogSource::Verl, kFixtures + "verl_metrics.jsonl");
     QCOMPARE(log.linesRead, std::int64_t{10}); // 11 lines, one blank
-    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{1, 4, 5, 6, 7, 8, 10}));
+    // Only lines without a usable step or mapped value are skipped.
+    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{1, 4, 5}));
     QVERIFY(contains(reasonOf(log, 1), "no mapped metric"));
     QVERIFY(contains(reasonOf(log, 4), "bad JSON"));
     QVERIFY(contains(reasonOf(log, 5), "no \"step\""));
-    QVERIFY(contains(reasonOf(log, 6), "rollout_corr/kl is the string \"n/a\", expected a number"));
-    QVERIFY(contains(reasonOf(log, 7), "step 2 was already read on line 3"));
-    QVERIFY(contains(reasonOf(log, 8), "rollout_corr/kl is NaN, not a finite number"));
-    QVERIFY(contains(reasonOf(log, 10), "rollout_corr/k3_kl is Infinity, not a finite number"));
-    // The duplicate kept the first line's values (step 2 of the fixture's batch B, not line 7's 0.0027).
+    // An unusable value is dropped alone, with its line and key; the rest of its line is kept.
+    // verl's file logger writes NaN as null (line 8): reported like any unusable value, not taken as "no value".
+    QCOMPARE(droppedValues(log),
+        (std::vector<std::string>{"6 rollout_corr/kl is the string \"n/a\", expected a number",
+            "8 rollout_corr/kl is null (verl's file logger writes NaN and infinities as null), expected a finite number",
+            "10 rollout_corr/k3_kl is Infinity, not a finite number"}));
+    QCOMPARE(*stepOf(log, 4).k3, 0.0011);
+    QCOMPARE(*stepOf(log, 4).entropy, 0.8302);
+    QVERIFY(!stepOf(log, 4).k1);
+    QCOMPARE(*stepOf(log, 5).k3, 0.0012);
+    QVERIFY(!stepOf(log, 5).k1);
+    QCOMPARE(*stepOf(log, 6).k1, 0.0024);
+    QVERIFY(!stepOf(log, 6).k3);
+    // Line 7 repeats step 2: merged into it, the later entropy kept and the replaced one listed.
+    QCOMPARE(log.linesMerged, std::int64_t{1});
+    QCOMPARE(log.conflicts.size(), size_t{1});
+    const io::StepConflict& conflict = log.conflicts[0];
+    QCOMPARE(conflict.step, std::int64_t{2});
+    QCOMPARE(conflict.key, std::string("actor/entropy"));
+    QCOMPARE(conflict.firstLine, std::int64_t{3});
+    QCOMPARE(conflict.firstValue, 0.8407);
+    QCOMPARE(conflict.line, std::int64_t{7});
+    QCOMPARE(conflict.value, 0.8299);
+    // Keys only one of the two lines has keep their value (step 2's k1 is still batch B's).
     COMPARE_NEAR(*stepOf(log, 2).k1, k1(kBatchB));
 }
 
@@ -283,14 +334,16 @@ void TestImport::mapReplacesBuiltInSource()
     options.map = {"val-core/openai/gsm8k/acc/mean@1=accuracy", "rollout_corr/kl=extra:raw_rollout_kl"};
     const auto log = io::importLog(io::LogSource::Verl, kFixtures + "verl_metrics.jsonl", options);
     // Line 1 now has a mapped metric: step 0 is kept with its validation accuracy.
-    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 2, 7}));
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 2, 4, 5, 6, 7}));
     QCOMPARE(*stepOf(log, 0).accuracy, 0.412);
     QCOMPARE(*stepOf(log, 7).accuracy, 0.455);
     // rollout_corr/kl went to extras under the given name and k1 has no source any more.
     QVERIFY(!stepOf(log, 1).k1);
     COMPARE_NEAR(nlohmann::json::parse(stepOf(log, 1).extrasJson).at("raw_rollout_kl").get<double>(), k1(kBatchA));
-    // Line 6 ("n/a" under the remapped key) is still rejected, by the key's name.
-    QVERIFY(contains(reasonOf(log, 6), "rollout_corr/kl is the string"));
+    // Line 6's "n/a" under the remapped key is still dropped, by the key's name.
+    QCOMPARE(log.dropped.at(0).line, std::int64_t{6});
+    QCOMPARE(log.dropped.at(0).key, std::string("rollout_corr/kl"));
+    QVERIFY(contains(log.dropped.at(0).reason, "is the string"));
     const auto estimators = nlohmann::json::parse(log.estimatorJson());
     QVERIFY(estimators.at("accuracy").at("user_mapped").get<bool>());
     QVERIFY(!estimators.contains("k1"));
@@ -299,7 +352,7 @@ void TestImport::mapReplacesBuiltInSource()
 void TestImport::tinkerMapsSampledTokenEstimators()
 {
     const auto log = io::importLog(io::LogSource::Tinker, kFixtures + "tinker_metrics.jsonl");
-    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 4}));
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 2, 4}));
     const std::map<std::int64_t, const TokenProbabilities*> batches = {{0, &kBatchA}, {1, &kBatchB}, {4, &kBatchC}};
     for (const auto& [step, batch] : batches) {
         const auto& m = stepOf(log, step);
@@ -313,16 +366,229 @@ void TestImport::tinkerMapsSampledTokenEstimators()
     QCOMPARE(*stepOf(log, 1).reward, 0.375);
     QCOMPARE(*stepOf(log, 4).accuracy, 0.5);
     QCOMPARE(nlohmann::json::parse(stepOf(log, 0).extrasJson).at("teacher_kl").get<double>(), 0.731);
-    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{3, 4, 5, 6, 8}));
-    QVERIFY(contains(reasonOf(log, 3), "env/all/reward/total is the string \"0.5\""));
+    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{4, 5, 6, 8}));
+    // Line 3's reward is a string: dropped alone, the line's k1 kept.
+    QCOMPARE(droppedValues(log),
+        (std::vector<std::string>{"3 env/all/reward/total is the string \"0.5\", expected a number"}));
+    QCOMPARE(*stepOf(log, 2).k1, 0.001);
+    QVERIFY(!stepOf(log, 2).reward);
     QVERIFY(contains(reasonOf(log, 4), "no \"step\""));
     QVERIFY(contains(reasonOf(log, 5), "expected a JSON object"));
     QVERIFY(contains(reasonOf(log, 6), "step 1.5 is not a non-negative integer"));
-    QVERIFY(contains(reasonOf(log, 8), "-Infinity, not a finite number"));
+    // A line whose only mapped value is unusable is skipped, naming the value.
+    QVERIFY(contains(reasonOf(log, 8), "optim/kl_sample_train_v1 is -Infinity, not a finite number"));
     const auto estimators = nlohmann::json::parse(log.estimatorJson());
     QCOMPARE(estimators.at("k1").at("key").get<std::string>(), std::string("optim/kl_sample_train_v1"));
     QCOMPARE(estimators.at("k2").at("key").get<std::string>(), std::string("optim/kl_sample_train_v2"));
-    QVERIFY(contains(estimators.at("teacher_kl").at("estimator").get<std::string>(), "not a mismatch"));
+    // kl_sample_train_* includes policy drift with substeps or async training; teacher_kl uses the sampler's mu.
+    QVERIFY(contains(estimators.at("k1").at("estimator").get<std::string>(), "includes policy drift"));
+    QVERIFY(contains(estimators.at("k2").at("estimator").get<std::string>(), "num_substeps > 1 or async"));
+    const std::string teacher = estimators.at("teacher_kl").at("estimator").get<std::string>();
+    QVERIFY(contains(teacher, "not a mismatch"));
+    QVERIFY(contains(teacher, "log mu(y) - log teacher(y)"));
+    QVERIFY(contains(teacher, "sampler's log-probabilities"));
+    // No config.json beside this fixture: nothing recorded, no problem reported.
+    QVERIFY(!log.tinkerConfig);
+    QVERIFY(log.tinkerConfigProblem.empty());
+}
+
+void TestImport::tinkerAsyncEvaluationLinesMerge()
+{
+    // Tinker's asynchronous trainer: the evaluation of sampler step s is logged on its own line with step s, before
+    // the training line of step s. Reading the evaluation's accuracy must not drop the training line's metrics.
+    const std::string file = kFixtures + "tinker_async/metrics.jsonl";
+    io::LogImportOptions options;
+    options.map = {"test/env/all/correct=accuracy"};
+    const auto log = io::importLog(io::LogSource::Tinker, file, options);
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 2}));
+    QVERIFY(log.skipped.empty());
+    QVERIFY(log.dropped.empty());
+    QVERIFY(log.conflicts.empty()); // the two lines of a step share no key
+    QCOMPARE(log.linesMerged, std::int64_t{2});
+    const std::map<std::int64_t, const TokenProbabilities*> batches = {{0, &kBatchA}, {1, &kBatchB}, {2, &kBatchC}};
+    for (const auto& [step, batch] : batches) {
+        const auto& m = stepOf(log, step);
+        QVERIFY2(m.k1, qPrintable(QString("step %1 lost its training metrics").arg(step)));
+        COMPARE_NEAR(*m.k1, k1(*batch));
+        COMPARE_NEAR(nlohmann::json::parse(m.extrasJson).at("k2").get<double>(), k2(*batch));
+        COMPARE_NEAR(*m.entropy, samplerEntropy(*batch));
+    }
+    QVERIFY(!stepOf(log, 0).accuracy); // no evaluation line for step 0
+    QCOMPARE(*stepOf(log, 1).accuracy, 0.41);
+    QCOMPARE(*stepOf(log, 2).accuracy, 0.47);
+    QCOMPARE(*stepOf(log, 2).reward, 0.5);
+
+    // config.json beside metrics.jsonl: num_substeps 2 and async_config, both of which put policy drift into
+    // kl_sample_train_*.
+    QVERIFY2(log.tinkerConfig, log.tinkerConfigProblem.c_str());
+    const io::TinkerRunConfig& config = *log.tinkerConfig;
+    QCOMPARE(config.file, kFixtures + "tinker_async/config.json");
+    QCOMPARE(config.numSubsteps, std::optional<std::int64_t>(2));
+    QVERIFY(config.asyncRecorded);
+    QCOMPARE(config.maxStepsOffPolicy, std::optional<std::int64_t>(2));
+    QCOMPARE(config.groupsPerBatch, std::optional<std::int64_t>(32));
+    QVERIFY(!config.pipelineDepth);
+    QVERIFY(config.includesPolicyDrift());
+    const auto record = nlohmann::json::parse(config.json());
+    QCOMPARE(record.at("num_substeps").get<int>(), 2);
+    QCOMPARE(record.at("async_config").at("max_steps_off_policy").get<int>(), 2);
+    QVERIFY(record.at("async_config").at("pipeline_depth").is_null());
+    QVERIFY(record.at("kl_sample_train_includes_policy_drift").get<bool>());
+    const auto estimators = nlohmann::json::parse(log.estimatorJson());
+    QVERIFY2(contains(estimators.at("k1").at("estimator").get<std::string>(),
+                 "(this run's config.json: num_substeps 2, async max_steps_off_policy 2: includes policy drift)"),
+        estimators.at("k1").at("estimator").get<std::string>().c_str());
+    QVERIFY(!contains(estimators.at("accuracy").at("estimator").get<std::string>(), "config.json"));
+
+    // Without --map the evaluation lines carry no mapped metric: skipped and named, the training lines kept.
+    const auto plain = io::importLog(io::LogSource::Tinker, file);
+    QCOMPARE(stepNumbers(plain), (std::vector<std::int64_t>{0, 1, 2}));
+    QCOMPARE(skippedLines(plain), (std::vector<std::int64_t>{2, 4}));
+    QVERIFY(contains(reasonOf(plain, 2), "no mapped metric on this line (keys: test/env/all/correct"));
+    QCOMPARE(*stepOf(plain, 1).accuracy, 0.375); // env/all/correct of the training line
+
+    // The CLI stores the configuration with the run and prints it.
+    QTemporaryDir dir;
+    const std::string workspace = dir.path().toStdString();
+    const auto result = runCli({"--workspace", workspace, "--json", "import", "tinker", file, "--map",
+        "test/env/all/correct=accuracy"});
+    QVERIFY2(result.code == 0, result.err.c_str());
+    const auto out = parseJson(result.out);
+    QCOMPARE(out.at("tinker_config").at("num_substeps").get<int>(), 2);
+    QCOMPARE(out.at("lines_merged").get<int>(), 2);
+    store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+    const auto stored = nlohmann::json::parse(store.run(out.at("run_id").get<std::int64_t>())->configJson);
+    QCOMPARE(stored.at("tinker_config").at("async_config").at("groups_per_batch").get<int>(), 32);
+    QVERIFY(stored.at("tinker_config").at("kl_sample_train_includes_policy_drift").get<bool>());
+    const auto human = runCli({"--workspace", workspace, "import", "tinker", file});
+    QVERIFY2(human.code == 0, human.err.c_str());
+    QVERIFY2(contains(human.out, "num_substeps 2, async_config {\"groups_per_batch\":32,\"max_steps_off_policy\":2,"
+                                 "\"pipeline_depth\":null} (kl_sample_train_* includes policy drift)"),
+        human.out.c_str());
+}
+
+void TestImport::tinkerConfigProblemsAreReported_data()
+{
+    QTest::addColumn<QString>("config"); // config.json's text; "<dir>": a directory named config.json
+    QTest::addColumn<QString>("problem"); // empty: read without a problem
+    QTest::addColumn<bool>("drift");
+    QTest::newRow("synchronous") << R"({"num_substeps": 1, "async_config": null})" << "" << false;
+    QTest::newRow("substeps only") << R"({"num_substeps": 4})" << "" << true;
+    QTest::newRow("async at 0 steps off policy")
+        << R"({"num_substeps": 1, "async_config": {"max_steps_off_policy": 0, "groups_per_batch": 8}})" << ""
+        << false;
+    QTest::newRow("bad JSON") << "{\n  \"num_substeps\": 2,\n  \"async_config\": }" << "config.json:line 3, column 19: bad JSON"
+                              << false;
+    QTest::newRow("substeps text") << R"({"num_substeps": "two"})"
+                                   << "config.json:num_substeps: is the string \"two\", expected a whole number of 1 or more"
+                                   << false;
+    QTest::newRow("substeps zero") << R"({"num_substeps": 0})" << "num_substeps: is 0, expected a whole number of 1 or more"
+                                   << false;
+    QTest::newRow("async list") << R"({"async_config": [2]})" << "async_config: is a JSON array, expected null or an object"
+                                << false;
+    QTest::newRow("async without groups") << R"({"async_config": {"max_steps_off_policy": 2}})"
+                                          << "async_config.groups_per_batch: is missing" << false;
+    QTest::newRow("async NaN") << R"({"async_config": {"max_steps_off_policy": NaN, "groups_per_batch": 8}})"
+                               << "async_config.max_steps_off_policy: is NaN" << false;
+    QTest::newRow("not an object") << "[1, 2]" << "expected a JSON object, got a JSON array" << false;
+    QTest::newRow("directory") << "<dir>" << "config.json" << false;
+}
+
+void TestImport::tinkerConfigProblemsAreReported()
+{
+    QFETCH(QString, config);
+    QFETCH(QString, problem);
+    QFETCH(bool, drift);
+    QTemporaryDir dir;
+    const std::string log = writeFile(dir, "metrics.jsonl", "{\"step\": 0, \"optim/kl_sample_train_v1\": 0.01}\n");
+    if (config == "<dir>") {
+        QVERIFY(QDir(dir.path()).mkdir("config.json"));
+    } else {
+        writeFile(dir, "config.json", config.toStdString());
+    }
+    const auto imported = io::importLog(io::LogSource::Tinker, log); // a bad config.json never fails the import
+    QCOMPARE(imported.steps.size(), size_t{1});
+    if (problem.isEmpty()) {
+        QVERIFY2(imported.tinkerConfig, imported.tinkerConfigProblem.c_str());
+        QCOMPARE(imported.tinkerConfig->includesPolicyDrift(), drift);
+        return;
+    }
+    QVERIFY(!imported.tinkerConfig);
+    QVERIFY2(contains(imported.tinkerConfigProblem, problem.toStdString()), imported.tinkerConfigProblem.c_str());
+    QVERIFY2(contains(imported.tinkerConfigProblem, dir.path().toStdString() + "/config.json"),
+        imported.tinkerConfigProblem.c_str());
+    // The run's config_json says why nothing was recorded.
+    const auto record = nlohmann::json::parse(imported.runConfigJson(log, {}));
+    QVERIFY(!record.contains("tinker_config"));
+    QCOMPARE(record.at("tinker_config_problem").get<std::string>(), imported.tinkerConfigProblem);
+}
+
+void TestImport::unusableValuesAreReported()
+{
+    QTemporaryDir dir;
+    // A null step cannot be placed; a null value is dropped and named; a null unmapped key is not reported.
+    const std::string tinker = writeFile(dir, "metrics.jsonl",
+        "{\"step\": null, \"optim/kl_sample_train_v1\": 0.01}\n"
+        "{\"step\": 3, \"optim/kl_sample_train_v1\": null, \"optim/entropy\": 0.5, \"extra/key\": null}\n");
+    const auto log = io::importLog(io::LogSource::Tinker, tinker);
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{3}));
+    QVERIFY(contains(reasonOf(log, 1), "the step is null"));
+    QCOMPARE(droppedValues(log), (std::vector<std::string>{"2 optim/kl_sample_train_v1 is null, expected a number"}));
+    // An integer measure takes whole numbers that fit its 64-bit column; others are dropped by name.
+    const std::string csv = writeFile(dir, "lag.csv", "step,lag,k1\n1,2,0.1\n2,1.5,0.2\n3,1e300,0.3\n");
+    io::LogImportOptions options;
+    options.map = {"lag=staleness"};
+    const auto lag = io::importLog(io::LogSource::Csv, csv, options);
+    QCOMPARE(stepNumbers(lag), (std::vector<std::int64_t>{1, 2, 3}));
+    QCOMPARE(*stepOf(lag, 1).staleness, std::int64_t{2});
+    QVERIFY(!stepOf(lag, 2).staleness && !stepOf(lag, 3).staleness);
+    QCOMPARE(droppedValues(lag), (std::vector<std::string>{"3 lag is 1.5, expected an integer (staleness)",
+                                     "4 lag is 1e+300, expected an integer (staleness)"}));
+    // verl: a line whose only mapped value is null is skipped, and a file of such lines is an error naming them.
+    const std::string verl = writeFile(dir, "verl.jsonl", "{\"step\": 1, \"data\": {\"rollout_corr/kl\": null}}\n");
+    try {
+        io::importLog(io::LogSource::Verl, verl);
+        QFAIL("a file whose only value is null was accepted");
+    } catch (const InputError& error) {
+        QVERIFY2(contains(error.detail(), "line 1: rollout_corr/kl is null (verl's file logger writes NaN"), error.what());
+    }
+}
+
+void TestImport::readmeMappingTableMatchesCode()
+{
+    // README.md's import table lists one logged key per row: "| verl `KEY` | `MEASURE` ... | ... |". The rows
+    // must be exactly the built-in table (knownKeys), so that the README never names a key the code does not read.
+    std::ifstream readme(std::string(MISMATCH_SOURCE_DIR) + "/README.md");
+    QVERIFY(readme.good());
+    std::set<std::string> documented;
+    std::string line;
+    bool inTable = false;
+    while (std::getline(readme, line)) {
+        if (line == "| source key | measure | estimator |") {
+            inTable = true;
+            continue;
+        }
+        if (!inTable) continue;
+        if (line.rfind("|", 0) != 0) break;
+        if (line.rfind("| ---", 0) == 0) continue;
+        const auto firstTick = line.find('`');
+        const auto secondTick = line.find('`', firstTick + 1);
+        const auto thirdTick = line.find('`', secondTick + 1);
+        const auto fourthTick = line.find('`', thirdTick + 1);
+        QVERIFY2(fourthTick != std::string::npos, line.c_str());
+        const std::string source = line.substr(2, firstTick - 3);
+        documented.insert(source + " " + line.substr(firstTick + 1, secondTick - firstTick - 1) + " -> "
+            + line.substr(thirdTick + 1, fourthTick - thirdTick - 1));
+    }
+    std::set<std::string> code;
+    for (const auto& [source, name] : {std::pair{io::LogSource::Verl, "verl"}, std::pair{io::LogSource::Tinker, "Tinker"}}) {
+        for (const auto& known : io::knownKeys(source)) {
+            code.insert(std::string(name) + " " + known.key + " -> " + known.measure);
+        }
+    }
+    QVERIFY(!documented.empty());
+    for (const auto& row : documented) QVERIFY2(code.count(row), ("README row not in the code: " + row).c_str());
+    for (const auto& row : code) QVERIFY2(documented.count(row), ("mapping missing from the README: " + row).c_str());
 }
 
 void TestImport::csvReadsMappedColumns()
@@ -330,28 +596,48 @@ void TestImport::csvReadsMappedColumns()
     io::LogImportOptions options;
     options.map = {"full_kl=mismatch_kl", "reward_mean=reward", "wall=wall_time_s"};
     const auto log = io::importLog(io::LogSource::Csv, kFixtures + "generic.csv", options);
-    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 8}));
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 3, 4, 8}));
     // The verl key in the header is read like verl's own log.
     COMPARE_NEAR(*stepOf(log, 0).k1, k1(kBatchA));
     COMPARE_NEAR(*stepOf(log, 8).k1, k1(kBatchC));
-    QCOMPARE(*stepOf(log, 1).mismatchKl, 0.0957);
     QCOMPARE(*stepOf(log, 8).reward, 0.625);
     QCOMPARE(*stepOf(log, 8).wallTimeSeconds, 109.4);
     QCOMPARE(log.linesRead, std::int64_t{10});
-    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{4, 5, 6, 7, 8, 9, 10}));
+    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{4, 8, 9, 10}));
     QVERIFY(contains(reasonOf(log, 4), "3 fields, expected 6"));
-    QVERIFY(contains(reasonOf(log, 5), "rollout_corr/kl is \"abc\", expected a number"));
-    QVERIFY(contains(reasonOf(log, 6), "full_kl is nan, not a finite number"));
-    QVERIFY(contains(reasonOf(log, 7), "step 1 was already read on line 3"));
+    // Line 5's "abc" and line 6's nan are dropped alone; the other columns of those lines are kept.
+    QCOMPARE(droppedValues(log), (std::vector<std::string>{"5 rollout_corr/kl is \"abc\", expected a number",
+                                      "6 full_kl is nan, not a finite number"}));
+    QCOMPARE(*stepOf(log, 3).mismatchKl, 0.005);
+    QVERIFY(!stepOf(log, 3).k1);
+    QCOMPARE(*stepOf(log, 4).k1, 0.002);
+    QVERIFY(!stepOf(log, 4).mismatchKl);
+    // Line 7 logs step 1 again: merged, its values win, and each replaced value is listed (header order).
+    QCOMPARE(*stepOf(log, 1).mismatchKl, 0.002);
+    QCOMPARE(*stepOf(log, 1).k1, 0.001);
+    QCOMPARE(log.linesMerged, std::int64_t{1});
+    std::vector<std::string> conflictKeys;
+    for (const auto& c : log.conflicts) {
+        QCOMPARE(c.step, std::int64_t{1});
+        QCOMPARE(c.firstLine, std::int64_t{3});
+        QCOMPARE(c.line, std::int64_t{7});
+        conflictKeys.push_back(c.key);
+    }
+    QCOMPARE(conflictKeys, (std::vector<std::string>{"rollout_corr/kl", "full_kl", "reward_mean", "wall"}));
+    QCOMPARE(log.conflicts[1].firstValue, 0.0957);
+    QCOMPARE(log.conflicts[1].value, 0.002);
     QVERIFY(contains(reasonOf(log, 8), "step 5.5"));
     QVERIFY(contains(reasonOf(log, 9), "step column step is empty"));
     QVERIFY(contains(reasonOf(log, 10), "unterminated quoted field"));
     QCOMPARE(log.unmappedKeys, (std::vector<std::string>{"notes"}));
 
-    // Without --map only the recognised header is read; the nan of the unread column does not reject line 6.
+    // Without --map only the recognised header is read; the nan of the unread column is not reported, and line 5,
+    // whose only read value is "abc", is skipped naming it.
     const auto plain = io::importLog(io::LogSource::Csv, kFixtures + "generic.csv");
     QCOMPARE(stepNumbers(plain), (std::vector<std::int64_t>{0, 1, 4, 8}));
     QVERIFY(!stepOf(plain, 1).mismatchKl);
+    QVERIFY(plain.dropped.empty());
+    QVERIFY(contains(reasonOf(plain, 5), "rollout_corr/kl is \"abc\", expected a number"));
 }
 
 void TestImport::csvHeaderProblemsAreErrors()
@@ -599,7 +885,7 @@ void TestImport::failedStoreLeavesWorkspaceUnchanged()
     QCOMPARE(external->source, std::string("verl"));
     QCOMPARE(store.run(first.runId)->kind, std::string("external"));
     QVERIFY(store.run(first.runId)->status == store::RunStatus::Finished);
-    QCOMPARE(store.stepsAfter(first.runId).size(), size_t{3});
+    QCOMPARE(store.stepsAfter(first.runId).size(), size_t{6});
 }
 
 void TestImport::cliImportsLogEndToEnd()
@@ -612,11 +898,18 @@ void TestImport::cliImportsLogEndToEnd()
     const auto out = parseJson(result.out);
     QCOMPARE(out.at("kind").get<std::string>(), std::string("external"));
     QCOMPARE(out.at("lines_read").get<int>(), 10);
-    QCOMPARE(out.at("steps_imported").get<int>(), 3);
-    QCOMPARE(out.at("lines_skipped").get<int>(), 7);
+    QCOMPARE(out.at("steps_imported").get<int>(), 6);
+    QCOMPARE(out.at("lines_skipped").get<int>(), 3);
     std::vector<int> lines;
     for (const auto& s : out.at("skipped")) lines.push_back(s.at("line").get<int>());
-    QCOMPARE(lines, (std::vector<int>{1, 4, 5, 6, 7, 8, 10}));
+    QCOMPARE(lines, (std::vector<int>{1, 4, 5}));
+    QCOMPARE(out.at("lines_merged").get<int>(), 1);
+    QCOMPARE(out.at("dropped_values").size(), size_t{3});
+    QCOMPARE(out.at("dropped_values")[1].at("line").get<int>(), 8);
+    QCOMPARE(out.at("dropped_values")[1].at("key").get<std::string>(), std::string("rollout_corr/kl"));
+    QCOMPARE(out.at("conflicts").size(), size_t{1});
+    QCOMPARE(out.at("conflicts")[0].at("key").get<std::string>(), std::string("actor/entropy"));
+    QCOMPARE(out.at("conflicts")[0].at("first_line").get<int>(), 3);
     std::map<std::string, std::string> estimatorOf;
     for (const auto& m : out.at("metrics")) estimatorOf[m.at("measure").get<std::string>()] = m.at("estimator").get<std::string>();
     QVERIFY(contains(estimatorOf.at("k1"), "log mu(y) - log pi(y)"));
@@ -632,8 +925,13 @@ void TestImport::cliImportsLogEndToEnd()
     QCOMPARE(info.at("external_runs").get<int>(), 1);
     store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
     const auto steps = store.stepsAfter(runId);
-    QCOMPARE(steps.size(), size_t{3});
+    QCOMPARE(steps.size(), size_t{6});
     COMPARE_NEAR(*steps[1].k3, k3(kBatchB));
+    // The import's counts are stored with the run.
+    const auto stored = nlohmann::json::parse(store.run(runId)->configJson);
+    QCOMPARE(stored.at("import").at("values_dropped").get<int>(), 3);
+    QCOMPARE(stored.at("import").at("conflicts").get<int>(), 1);
+    QVERIFY(!stored.contains("tinker_config"));
     const auto external = store::externalRun(store, runId);
     QVERIFY(external && contains(external->estimatorJson, "prob_diff_mean"));
 
@@ -642,10 +940,13 @@ void TestImport::cliImportsLogEndToEnd()
     QVERIFY2(human.code == 0, human.err.c_str());
     QVERIFY(contains(human.out, "optim/kl_sample_train_v2  k2"));
     QVERIFY(contains(human.out, "line 6: the step 1.5 is not a non-negative integer"));
+    QVERIFY(contains(human.out, "dropped values (the rest of each line was kept):\n  line 3: env/all/reward/total is the string"));
+    const auto verlHuman = runCli({"--workspace", workspace, "import", "verl", kFixtures + "verl_metrics.jsonl"});
+    QVERIFY(contains(verlHuman.out, "step 2, actor/entropy: 0.8407 (line 3) replaced by 0.8299 (line 7)"));
     const auto csv = runCli({"--workspace", workspace, "--json", "import", "csv", kFixtures + "generic.csv", "--map",
         "full_kl=mismatch_kl", "--map", "wall=wall_time_s"});
     QVERIFY2(csv.code == 0, csv.err.c_str());
-    QCOMPARE(parseJson(csv.out).at("steps_imported").get<int>(), 3);
+    QCOMPARE(parseJson(csv.out).at("steps_imported").get<int>(), 5); // steps 0, 1, 3, 4, 8 (see csvReadsMappedColumns)
 }
 
 void TestImport::cliFailuresLeaveWorkspaceUnchanged()

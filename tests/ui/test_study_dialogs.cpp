@@ -258,7 +258,10 @@ private slots:
         QVERIFY(gui && cli);
         const auto guiSteps = store.stepsAfter(*gui);
         const auto cliSteps = store.stepsAfter(*cli);
-        QCOMPARE(guiSteps.size(), size_t {3}); // the line with "oops" is skipped
+        // The "oops" value is dropped alone: step 4 keeps its reward and has no k1.
+        QCOMPARE(guiSteps.size(), size_t {4});
+        QVERIFY(!guiSteps[3].k1);
+        QCOMPARE(*guiSteps[3].reward, 0.3);
         QCOMPARE(cliSteps.size(), guiSteps.size());
         for (size_t i = 0; i < guiSteps.size(); ++i) {
             QCOMPARE(cliSteps[i].step, guiSteps[i].step);
