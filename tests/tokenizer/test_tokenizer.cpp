@@ -825,7 +825,7 @@ void TestTokenizer::digestIsTheTokenizersMeaning()
     TinyOptions options;
     options.extraTokens = {"ab", "bc", "abc"};
     options.merges = {"a b", "b c", "ab c"};
-    options.addedTokens = {addedToken(259, "<|endoftext|>", true)};
+    options.addedTokens = Json::array({addedToken(259, "<|endoftext|>", true)});
     const Json base = tinyTokenizer(options);
     const Tokenizer reference = load(base);
     QCOMPARE(reference.digest().size(), std::size_t {64});
