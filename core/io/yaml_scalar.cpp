@@ -157,11 +157,10 @@ private:
     void open(const YAML::Mark& mark, YAML::anchor_t anchor, bool isMap)
     {
         const YamlListLimit* limit = child(mark, nullptr);
-        frames_.push_back({isMap, 0, {}, isMap ? nullptr : limit});
-        if (static_cast<int>(stack_.size()) >= limits::kMaxNestingDepth) {
+        if (static_cast<int>(frames_.size()) >= limits::kMaxNestingDepth) {
             throw Exceeded {mark, nestingTooDeepDetail()};
         }
-        stack_.push_back({anchor, nodes_});
+        frames_.push_back({anchor, nodes_, isMap, 0, {}, isMap ? nullptr : limit});
         if (anchor != YAML::NullAnchor) {
             openAnchors_.insert(anchor);
         }
@@ -169,9 +168,9 @@ private:
     }
     void close()
     {
+        const YAML::anchor_t anchor = frames_.back().anchor;
+        const std::uint64_t start = frames_.back().start;
         frames_.pop_back();
-        const auto [anchor, start] = stack_.back();
-        stack_.pop_back();
         if (anchor != YAML::NullAnchor) {
             openAnchors_.erase(anchor);
             anchorNodes_[anchor] = nodes_ - start; // the collection and everything in it, aliases expanded
@@ -179,6 +178,8 @@ private:
     }
 
     struct Frame {
+        YAML::anchor_t anchor = YAML::NullAnchor;
+        std::uint64_t start = 0;               // nodes_ when the collection opened
         bool isMap = false;
         std::size_t children = 0;              // nodes started directly inside (keys and values of a mapping)
         std::string key;                       // top-level mapping: the key whose value comes next
@@ -186,7 +187,6 @@ private:
     };
     const std::vector<YamlListLimit>& listLimits_;
     std::vector<Frame> frames_; // open collections, outermost first
-    std::vector<std::pair<YAML::anchor_t, std::uint64_t>> stack_; // open collections: anchor, nodes_ at start
     std::unordered_set<YAML::anchor_t> openAnchors_;
     std::unordered_map<YAML::anchor_t, std::uint64_t> anchorNodes_; // expanded node count of each anchored node
     std::uint64_t nodes_ = 0;
