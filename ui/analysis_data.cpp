@@ -73,19 +73,33 @@ std::vector<CalibrationFlag> flagsFrom(const nlohmann::json& object, const char*
 
 CalibrationInfo calibrationFromStored(const store::CalibrationInfo& stored)
 {
-    CalibrationInfo info {stored.id, stored.runId, stored.name, stored.student, stored.createdAt, {}, {}, {}, {}, {}};
+    CalibrationInfo info {stored.id, stored.runId, stored.name, stored.student, stored.createdAt, {}, {}, {}, {}};
     const nlohmann::json config = nlohmann::json::parse(stored.configJson, nullptr, false);
     info.relativeThreshold = numberAt(config, "relative_threshold");
     info.confidence = numberAt(config, "confidence");
     if (const auto resamples = numberAt(config, "resamples")) {
         info.resamples = static_cast<std::int64_t>(*resamples);
     }
-    info.bf16Unit = numberAt(config, "bf16_unit");
     info.flags = flagsFrom(config, "flags");
     return info;
 }
 
 } // namespace
+
+std::optional<double> CalibrationPoint::bf16Multiple() const
+{
+    return bf16Unit && *bf16Unit > 0 ? std::optional<double>(mismatch / *bf16Unit) : std::nullopt;
+}
+
+std::optional<double> baselineUnitAt(const std::vector<CalibrationPoint>& points, std::int64_t step)
+{
+    for (const CalibrationPoint& p : points) {
+        if (p.step == step && p.label == "baseline" && p.bf16Unit && *p.bf16Unit > 0) {
+            return p.bf16Unit;
+        }
+    }
+    return std::nullopt;
+}
 
 std::vector<CalibrationFlag> flagsAtStep(const CalibrationInfo& info, std::int64_t step)
 {
@@ -210,6 +224,8 @@ std::vector<CalibrationPoint> AnalysisData::calibrationPoints(std::int64_t calib
         point.ciLow = stored.ciLow;
         point.ciHigh = stored.ciHigh;
         point.failed = stored.failed;
+        point.label = stored.label;
+        point.bf16Unit = stored.bf16Unit;
         points.push_back(std::move(point));
     }
     return points;

@@ -49,7 +49,6 @@ struct CalibrationInfo {
     std::optional<double> relativeThreshold; // fraction: 0.2 = a 20% rise of Q
     std::optional<double> confidence; // of the paired bootstrap interval
     std::optional<std::int64_t> resamples;
-    std::optional<double> bf16Unit;
     std::vector<CalibrationFlag> flags; // empty: not flagged
 };
 
@@ -68,7 +67,17 @@ struct CalibrationPoint {
     std::optional<double> ciLow; // paired bootstrap interval of mean_i (q_i_run - q_i_base)
     std::optional<double> ciHigh;
     bool failed = false;
+    std::string label; // the configuration ("baseline", "noise 0.1", ...); empty in calibrations stored before
+    // The BF16 unit of this point's own runs over steps 1..step (the plain BF16 engine at their weights), nats per
+    // token; absent in calibrations stored before it was measured per step.
+    std::optional<double> bf16Unit;
+    // mismatch / bf16Unit: the point's multiple of its own unit (absent without a positive unit).
+    std::optional<double> bf16Multiple() const;
 };
+
+// The baseline's BF16 unit at `step` (the point labelled "baseline" there): the unit a bracket's threshold at that
+// step is read against. nullopt when the calibration has no labelled baseline point with a unit at that step.
+std::optional<double> baselineUnitAt(const std::vector<CalibrationPoint>& points, std::int64_t step);
 
 struct CalibrationBracket {
     std::int64_t step = 0;

@@ -235,8 +235,12 @@ void BudgetView::showCalibration()
     QVector<double> passX, passY, failX, failY;
     double xMinPositive = 0.0; // smallest positive mismatch shown (the log axis starts below it)
     pointModel_->clear();
-    pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"), tr("Quality Q"),
-        tr("Change vs BF16"), tr("95% interval of mean q diff"), tr("Result")});
+    pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"),
+        tr("x BF16 (own unit)"), tr("Quality Q"), tr("Change vs BF16"), tr("95% interval of mean q diff"),
+        tr("Result")});
+    pointModel_->horizontalHeaderItem(3)->setToolTip(
+        tr("Mismatch over the BF16 unit of the point's own runs (the plain BF16 engine at their weights, on the same "
+           "prompts and seeds), averaged over steps 1 to the point's step: the baseline is 1x at every step."));
     // The failure rule this calibration was measured with.
     failureRise_ = info && info->relativeThreshold ? *info->relativeThreshold : kDefaultFailRise;
     failLine_->point1->setCoords(0, failureRise_ * 100);
@@ -275,6 +279,7 @@ void BudgetView::showCalibration()
         QList<QStandardItem*> row;
         row << new QStandardItem(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName))
             << new QStandardItem(QString::number(p.step)) << new QStandardItem(QString::number(p.mismatch, 'g', 4))
+            << new QStandardItem(p.bf16Multiple() ? QStringLiteral("%1x").arg(*p.bf16Multiple(), 0, 'f', 1) : tr("-"))
             << new QStandardItem(QString::number(p.quality, 'g', 4))
             << new QStandardItem(p.relativeChange ? QString::asprintf("%+.1f%%", change) : tr("-"))
             << new QStandardItem(p.ciLow && p.ciHigh
@@ -454,11 +459,8 @@ void BudgetView::hoverAt(const QPoint& pixel)
                            nearest->runName.empty() ? "#" + std::to_string(nearest->runId) : nearest->runName))
                        .arg(nearest->step)
                        .arg(nearest->mismatch, 0, 'g', 4);
-    const QVariant id = calibrationBox_->currentData();
-    for (const CalibrationInfo& c : calibrations_) {
-        if (id.isValid() && c.id == id.toLongLong() && c.bf16Unit && *c.bf16Unit > 0) {
-            text += tr(" (%1x BF16)").arg(nearest->mismatch / *c.bf16Unit, 0, 'f', 1);
-        }
+    if (const auto multiple = nearest->bf16Multiple()) {
+        text += tr(" (%1x its own BF16 unit at step %2)").arg(*multiple, 0, 'f', 1).arg(nearest->step);
     }
     if (nearest->relativeChange) {
         text += tr(", quality change %1").arg(QString::asprintf("%+.1f%%", *nearest->relativeChange * 100.0));

@@ -307,7 +307,11 @@ void OverviewView::refresh()
                     {tr("Step"), tr("Largest passing"), tr("Smallest failing"), tr("Threshold"), tr("Threshold x BF16"),
                         tr("Flags")},
                     "overviewBudget");
+                section.budget->horizontalHeaderItem(4)->setToolTip(
+                    tr("The threshold over the baseline's BF16 unit at that step (the plain BF16 engine at the "
+                       "baseline runs' weights of that step)."));
                 const auto brackets = AnalysisData(*store_).calibrationBrackets(c.id);
+                const auto points = AnalysisData(*store_).calibrationPoints(c.id);
                 for (const CalibrationBracket& b : brackets) {
                     const int row = section.budget->rowCount();
                     section.budget->insertRow(row);
@@ -318,10 +322,12 @@ void OverviewView::refresh()
                     section.budget->setItem(row, 1, number(show(b.largestPassing)));
                     section.budget->setItem(row, 2, number(show(b.smallestFailing)));
                     section.budget->setItem(row, 3, number(show(b.threshold)));
+                    // The threshold read against the baseline's own BF16 unit at this step (the unit of the
+                    // calibration's BF16-engine runs at that step's weights), not a unit of another step.
+                    const auto unit = baselineUnitAt(points, b.step);
                     section.budget->setItem(row, 4,
-                        number(b.threshold && c.bf16Unit && *c.bf16Unit > 0
-                                ? QStringLiteral("%1x").arg(*b.threshold / *c.bf16Unit, 0, 'f', 0)
-                                : tr("-")));
+                        number(b.threshold && unit ? QStringLiteral("%1x").arg(*b.threshold / *unit, 0, 'f', 0)
+                                                   : tr("-")));
                     QStringList flags;
                     for (const CalibrationFlag& flag : flagsAtStep(c, b.step)) {
                         flags << QString::fromStdString(describeFlag(flag));

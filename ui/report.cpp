@@ -501,15 +501,23 @@ private:
             }
         }
 
-        Table points {{"Run", "Step", "Mismatch", "Quality Q", "Change vs BF16", "95% interval of mean q diff",
-                          "Result"},
+        paragraph("x BF16: the mismatch over the BF16 unit of the point's own runs (the plain BF16 engine at their "
+                  "weights on the same prompts and seeds) averaged over steps 1 to the point's step, so the baseline "
+                  "is 1x at every step.");
+        Table points {{"Run", "Step", "Mismatch", "x BF16", "Quality Q", "Change vs BF16",
+                          "95% interval of mean q diff", "Result"},
             {}, {}};
         std::vector<std::pair<std::int64_t, QString>> curves;
         for (const auto& p : calibration->points) {
             const std::string name = runName(p.runId);
-            points.cellClass[{points.rows.size(), 6}] = p.failed ? "fail" : "pass";
-            points.rows.push_back({name, std::to_string(p.step), number(p.mismatch), number(p.quality),
-                percent(p.relativeChange), interval(p.ciLow, p.ciHigh), p.failed ? "failed" : "passed"});
+            // A replicate mean is stored under its first seed's run; name it by its configuration instead.
+            const std::string shown = p.replicates > 1 && !p.label.empty()
+                ? calibration->info.name + "/" + p.label + " (mean of " + std::to_string(p.replicates) + " seeds)"
+                : name;
+            points.cellClass[{points.rows.size(), 7}] = p.failed ? "fail" : "pass";
+            points.rows.push_back({shown, std::to_string(p.step), number(p.mismatch),
+                bf16Multiple(p.mismatch, p.bf16Unit), number(p.quality), percent(p.relativeChange),
+                interval(p.ciLow, p.ciHigh), p.failed ? "failed" : "passed"});
             if (std::none_of(curves.begin(), curves.end(), [&](const auto& c) { return c.first == p.runId; })) {
                 curves.emplace_back(p.runId, QString::fromStdString(name));
             }

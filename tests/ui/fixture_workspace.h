@@ -171,15 +171,22 @@ inline Ids build(store::RunStore& store)
 
     // Calibration: three passing and two failing points at step 120, one passing point at step 80, the bracket
     // at step 120.
+    // Each point carries the BF16 unit of its own runs at its step, as core/analysis/calibrate.cpp stores it
+    // (the step-80 point's unit differs from step 120's: a unit belongs to its step).
     const struct {
         std::int64_t run;
         int step;
         double mismatch;
         double change;
         bool failed;
-    } points[] = {{ids.baselineRun, 120, 0.00021, 0.0, false}, {ids.fp8Run, 120, 0.012, 0.02, false},
-        {ids.noisyRun, 120, 0.06, 0.09, false}, {ids.noisyRun, 80, 0.06, 0.05, false},
-        {failing[0], 120, 0.15, 0.27, true}, {failing[1], 120, 0.24, 0.41, true}};
+        const char* label;
+        double unit;
+    } points[] = {{ids.baselineRun, 120, 0.00021, 0.0, false, "baseline", kFixtureUnit},
+        {ids.fp8Run, 120, 0.012, 0.02, false, "recipe fp8-kv", kFixtureUnit},
+        {ids.noisyRun, 120, 0.06, 0.09, false, "noise 0.02", kFixtureUnit},
+        {ids.noisyRun, 80, 0.06, 0.05, false, "noise 0.02", 0.75 * kFixtureUnit},
+        {failing[0], 120, 0.15, 0.27, true, "noise 0.05", kFixtureUnit},
+        {failing[1], 120, 0.24, 0.41, true, "noise 0.08", kFixtureUnit}};
     std::vector<store::CalibrationPoint> stored;
     for (const auto& p : points) {
         store::CalibrationPoint point;
@@ -191,13 +198,15 @@ inline Ids build(store::RunStore& store)
         point.ciLow = p.change * 0.05;
         point.ciHigh = p.change * 0.07;
         point.failed = p.failed;
+        point.label = p.label;
+        point.bf16Unit = p.unit;
         stored.push_back(point);
     }
     store::CalibrationInfo calibration;
     calibration.name = "noise sweep";
     calibration.student = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
     calibration.configJson = nlohmann::json(
-        {{"relative_threshold", 0.2}, {"confidence", 0.95}, {"resamples", 2000}, {"bf16_unit", kFixtureUnit},
+        {{"relative_threshold", 0.2}, {"confidence", 0.95}, {"resamples", 2000},
             {"flags", {{{"kind", "non-monotone"}, {"step", 120}, {"reason", kFixtureFlagReason}}}}})
                                  .dump();
     ids.calibration = store::addCalibration(store, calibration, stored, {{120, 0.06, 0.15, 0.06}});

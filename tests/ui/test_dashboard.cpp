@@ -237,12 +237,19 @@ void TestDashboard::budgetPlotShadesBracket()
     QCOMPARE(view->bracketItem()->topLeft->coords().x(), 0.06);
     QCOMPARE(view->bracketItem()->bottomRight->coords().x(), 0.15);
     QCOMPARE(view->pointModel()->rowCount(), 5);
+    // Column 3 is each point's multiple of its own runs' BF16 unit at its step: the baseline is 1x, the noise 0.02
+    // point 0.06 / 0.00021 = 285.7x at step 120.
+    QCOMPARE(view->pointModel()->horizontalHeaderItem(3)->text(), QStringLiteral("x BF16 (own unit)"));
+    QCOMPARE(view->pointModel()->item(0, 3)->text(), QStringLiteral("1.0x"));
+    QCOMPARE(view->pointModel()->item(2, 3)->text(), QStringLiteral("285.7x"));
     saveScreenshot(*window, "dashboard_budget.png");
-    // Step 80 has one passing point and no bracket.
+    // Step 80 has one passing point and no bracket; its unit is that step's (0.75 x 0.00021), so the same mismatch
+    // is 0.06 / 0.0001575 = 381.0x there, not the step-120 multiple.
     QVERIFY(view->selectCalibration(ids_.calibration, 80));
     QCOMPARE(view->passCount(), 1);
     QCOMPARE(view->failCount(), 0);
     QVERIFY(!view->bracketItem()->visible());
+    QCOMPARE(view->pointModel()->item(0, 3)->text(), QStringLiteral("381.0x"));
 }
 
 void TestDashboard::admissionDecisionsAgainstThreshold()
