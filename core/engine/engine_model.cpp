@@ -482,7 +482,12 @@ void EngineModel::prepareModules()
         const at::Tensor& weight = stored.get(tensorName);
         const std::string biasName = module + ".bias";
         const at::Tensor bias = stored.contains(biasName) ? stored.get(biasName) : at::Tensor();
-        ModuleState state = moduleState(module, weight, bias);
+        // A tied tensor (embedding and lm_head) already given its BF16 view by the other module: a bf16 module
+        // multiplies that same view (rounding is idempotent, so the values are the same) instead of a second copy.
+        const auto viewed = bf16View.find(tensorName);
+        const bool shareView
+            = viewed != bf16View.end() && modulePrecision(module).weights.format == quant::WeightFormat::Bf16;
+        ModuleState state = moduleState(module, shareView ? viewed->second : weight, bias);
         const at::Tensor& values = state.weight.values();
         if (values.defined() && values.scalar_type() == at::kBFloat16) {
             bf16View.emplace(tensorName, values);

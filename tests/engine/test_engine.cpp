@@ -7,6 +7,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/engine_model.h"
 #include "core/engine/measure.h"
+#include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/engine/sampling.h"
@@ -21,6 +22,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -234,6 +237,7 @@ private slots:
 
     // ---- mismatch ----
     void engineSharesStoredBf16Weights();
+    void memoryPlanCountsWhatTheEngineHolds();
     void compactKvStorageReadsBackExactly();
     void bf16GemmProbeCatchesPartialRounding();
     void bf16KernelsAgreeWithFloat32Kernels();
@@ -1023,6 +1027,74 @@ void TestEngine::badInputIsInputError()
 
 // ---------------------------------------------------------------------------------------------------------------
 // Memory and kernels
+
+// The memory plan (memory_plan.h) estimates from shapes alone what a job holds in weights: the checkpoint as stored
+// plus engineExtraBytes. Here each engine is built for real and what it holds is measured from its tensors'
+// storage: the bytes of the weights as loaded plus the engine's weightBytes() (every tensor it owns or shares,
+// each storage once) minus the storage it shares with the loaded weights. The estimate leaves out the engine's
+// float32 bias copies (4 bytes an element; small), which are added here from the checkpoint's bias tensors.
+void TestEngine::memoryPlanCountsWhatTheEngineHolds()
+{
+    ModelConfig config = tinyConfig();
+    config.tieWordEmbeddings = false; // both lm_head and the embedding, then tied below
+    const char* recipes[] = {nullptr, kFp8Recipe,
+        "version: 1\nweights: {format: fp8_e4m3, granularity: block128}\nactivations: {format: fp8_e4m3}\n",
+        "version: 1\nweights: {format: fp8_e4m3, granularity: tensor}\nkv_cache: {format: fp8_e4m3}\n",
+        "version: 1\nweights: {format: int4, granularity: group128}\n",
+        "version: 1\nweights: {format: fp16}\n",
+        "version: 1\nweights: {format: int8, granularity: channel}\nrules:\n"
+        "  - {match: 'model.layers.0.*', weights: {format: bf16}}\n"};
+    for (const bool tied : {false, true}) {
+        config.tieWordEmbeddings = tied;
+        for (const model::DType dtype : {model::DType::F32, model::DType::BF16}) {
+            QTemporaryDir dir;
+            QVERIFY(dir.isValid());
+            model::saveWeights(dir.path().toStdString(), tinyWeights(config, 181), dtype);
+            const engine::StoredWeights stored = engine::storedWeights(dir.path().toStdString());
+            const TransformerWeights loaded
+                = model::loadWeights(dir.path().toStdString(), config, model::LoadPrecision::Stored);
+            std::uint64_t loadedBytes = 0;
+            std::uint64_t biasBytes = 0;
+            std::int64_t parameters = 0;
+            std::set<const void*> loadedStorage;
+            for (const auto& [name, tensor] : loaded.named()) {
+                loadedBytes += tensor.nbytes();
+                parameters += tensor.numel();
+                loadedStorage.insert(tensor.storage().data());
+                biasBytes += name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? 4 * tensor.numel() : 0;
+            }
+            QVERIFY(stored.dtype == dtype);
+            QCOMPARE(stored.bytes, loadedBytes);
+            QCOMPARE(stored.parameters, parameters);
+            for (const char* recipe : recipes) {
+                const std::optional<quant::RecipePlan> plan
+                    = recipe ? std::optional<quant::RecipePlan>(planFor(recipe, config)) : std::nullopt;
+                EngineModel engine(config, loaded, plan);
+                std::uint64_t shared = 0;
+                std::set<const void*> seen;
+                for (const auto& [name, tensor] : engine.weights().named()) {
+                    if (loadedStorage.count(tensor.storage().data()) && seen.insert(tensor.storage().data()).second) {
+                        shared += tensor.storage().nbytes();
+                    }
+                }
+                const std::uint64_t held = loadedBytes + engine.weightBytes() - shared;
+                const std::uint64_t estimate
+                    = stored.bytes + engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype) + biasBytes;
+                QVERIFY2(held == estimate,
+                    qPrintable(QStringLiteral("tied %1, stored %2, recipe %3: held %4 bytes, estimated %5")
+                                   .arg(tied)
+                                   .arg(dtype == model::DType::F32 ? "f32" : "bf16")
+                                   .arg(recipe ? recipe : "bf16 engine")
+                                   .arg(held)
+                                   .arg(estimate)));
+            }
+        }
+    }
+    // A training run's trainer: FP32 master weights, gradients and two AdamW moments (16 bytes a parameter) plus
+    // k + 1 FP32 snapshots for staleness k.
+    QCOMPARE(engine::trainerBytes(1000, 0), std::uint64_t(16000 + 4000));
+    QCOMPARE(engine::trainerBytes(1000, 2), std::uint64_t(16000 + 12000));
+}
 
 void TestEngine::engineSharesStoredBf16Weights()
 {
