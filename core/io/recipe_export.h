@@ -69,8 +69,9 @@ enum class VerlRollout { Vllm, Sglang };
 std::string toString(VerlRollout rollout);
 std::optional<VerlRollout> parseVerlRollout(std::string_view name);
 
-// The first vLLM release whose documentation describes the online quantization frontend
-// (--quantization fp8_per_tensor|fp8_per_block, quantization_config.ignore; vllm-project/vllm PR #38138).
+// The vLLM release whose versioned documentation was checked to describe the online quantization frontend
+// (--quantization fp8_per_tensor|fp8_per_block, quantization_config.ignore; added by vllm-project/vllm PR #38138,
+// March 2026). An earlier release may have it too; the older form (quantization fp8) is what is written below it.
 inline constexpr const char* kVllmOnlineFrontendRelease = "0.22";
 
 struct ExportOptions {
