@@ -1,5 +1,7 @@
 #include "ui/main_window.h"
 
+#include "core/io/recipe_export.h"
+
 #include "core/common/input_limits.h"
 #include "core/analysis/demo.h"
 #include "core/common/error.h"
@@ -420,7 +422,8 @@ void MainWindow::createMenus()
     });
     saveRecipeAs->setShortcut(QKeySequence::SaveAs);
     QMenu* exportRecipe = file->addMenu(tr("E&xport Recipe For"));
-    for (const char* target : {"vllm", "llm-compressor", "compressed-tensors", "verl", "modelopt"}) {
+    for (const std::string& name : io::exportTargetChoices()) {
+        const char* target = name.c_str();
         exportRecipe->addAction(QString::fromLatin1(target), this, [this, target = QString::fromLatin1(target)] {
             const QString path = QFileDialog::getSaveFileName(this, tr("Export recipe for %1").arg(target));
             if (!path.isEmpty() && !recipeEditor_->exportFor(target, path)) {

@@ -1,5 +1,5 @@
-// mismatch export RECIPE --to vllm|llm-compressor|compressed-tensors|verl|modelopt --model DIR [--out FILE]
-//                 [--staleness K]
+// mismatch export RECIPE --to vllm|sglang|llm-compressor|compressed-tensors|verl|modelopt --model DIR [--out PATH]
+//                 [--staleness K] [--vllm-form online|checkpoint] [--rollout vllm|sglang] [--target-version V]
 #include "app/cli/context.h"
 #include "core/common/error.h"
 #include "core/io/recipe_export.h"
@@ -21,16 +21,30 @@ struct ExportCommandOptions {
     std::string modelPath; // a model directory or its config.json
     std::string outPath; // empty: stdout
     std::int64_t staleness = 0;
+    std::string vllmForm = "online";
+    std::string rollout = "vllm";
+    std::string targetVersion = "current";
 };
+
+// --out PATH names the config file alone when it ends in .json, .yaml or .yml; any other PATH is a directory.
+bool namesConfigFile(const std::string& path)
+{
+    const std::string extension = std::filesystem::path(path).extension().string();
+    return extension == ".json" || extension == ".yaml" || extension == ".yml";
+}
 
 void registerExportCommand(CLI::App& app, Context& context)
 {
     auto options = std::make_shared<ExportCommandOptions>();
     CLI::App* command = app.add_subcommand("export",
-        "Export a precision recipe, resolved against a model, as the configuration an outside tool reads: vLLM fp8 "
-        "quantization config and engine arguments (JSON), llm-compressor recipe (YAML), compressed-tensors "
-        "quantization_config (JSON), verl rollout overrides (YAML) or ModelOpt hf_quant_config.json. Modules left "
-        "in BF16 are listed as ignored; a recipe feature the target cannot express is an error");
+        "Export a precision recipe, resolved against a model, as the configuration an outside tool reads, and what "
+        "a person pastes to run it: vLLM engine arguments (online FP8 quantization of the BF16 checkpoint; "
+        "--vllm-form checkpoint for an FP8 checkpoint's quantization_config) with the vllm serve command and the "
+        "Python LLM(...) call; SGLang launch arguments and environment; llm-compressor recipe (YAML) with a oneshot "
+        "script; compressed-tensors quantization_config (JSON); verl rollout config (YAML) with Hydra override "
+        "lines; ModelOpt hf_quant_config.json with the config.json fragment. Modules left in BF16 are listed as "
+        "ignored; a recipe feature the target cannot express is an error, and where the target runs something "
+        "other than the recipe a warning says what");
     command->add_option("RECIPE", options->recipePath, "Recipe file (.yaml, .yml or .json)")
         ->required()
         ->type_name("FILE");
@@ -40,35 +54,78 @@ void registerExportCommand(CLI::App& app, Context& context)
     command
         ->add_option("--model,-m", options->modelPath,
             "Model directory holding config.json (or the config.json). Required: the ignored-layer lists name every "
-            "module of this model, so a default model would silently export the wrong list")
+            "module of this model, so a default model would silently export the wrong list. The ready-to-run "
+            "commands load the model from this path")
         ->required()
         ->type_name("DIR");
-    command->add_option("--out,-o", options->outPath, "Write to FILE (through a temporary file) instead of stdout")
-        ->type_name("FILE");
+    command
+        ->add_option("--out,-o", options->outPath,
+            "PATH ending in .json, .yaml or .yml: write the config file there. Any other PATH: a directory (created "
+            "when missing) that receives the config file, the ready-to-run files and a README.txt. Every file is "
+            "written through a temporary file. Without --out the config file goes to stdout")
+        ->type_name("PATH");
     command->add_option("--staleness", options->staleness,
         "Asynchronous rollout weight staleness k in optimizer steps (verl only; 0: synchronous)");
+    command
+        ->add_option("--vllm-form", options->vllmForm,
+            "vllm only. online (default): vLLM quantizes the BF16 checkpoint at load time. checkpoint: the "
+            "quantization_config of a checkpoint already stored in FP8")
+        ->check(CLI::IsMember({"online", "checkpoint"}));
+    command
+        ->add_option("--rollout", options->rollout,
+            "verl only: the rollout engine, vllm (default) or sglang (which can leave modules in BF16)")
+        ->check(CLI::IsMember({"vllm", "sglang"}));
+    command->add_option("--target-version", options->targetVersion,
+        std::string("vllm only: the vLLM release to write keys for (0.21, 0.22.1; default current). Before ")
+            + io::kVllmOnlineFrontendRelease
+            + " online FP8 is quantization fp8 with per-tensor scales and no ignore list");
     command->callback([&context, options] {
         namespace fs = std::filesystem;
         io::ExportOptions exportOptions;
-        exportOptions.target = *io::parseExportTarget(options->target); // CLI::IsMember checked the spelling
+        exportOptions.target = *io::parseExportTarget(options->target); // CLI::IsMember checked the spellings
         exportOptions.staleness = options->staleness;
+        exportOptions.vllmForm = *io::parseVllmForm(options->vllmForm);
+        exportOptions.verlRollout = *io::parseVerlRollout(options->rollout);
+        exportOptions.targetVersion = options->targetVersion == "current" ? "" : options->targetVersion;
         const quant::Recipe recipe = quant::loadRecipe(options->recipePath);
-        const std::string configPath = fs::is_directory(options->modelPath)
+        const bool modelIsDirectory = fs::is_directory(options->modelPath);
+        const std::string configPath = modelIsDirectory
             ? (fs::path(options->modelPath) / "config.json").string()
             : options->modelPath;
+        exportOptions.modelPath
+            = modelIsDirectory ? options->modelPath : fs::path(options->modelPath).parent_path().string();
         const model::ModelConfig config = model::loadConfig(configPath);
         const quant::RecipePlan plan = quant::resolveRecipe(recipe, config);
-        const std::string text = io::exportRecipe(recipe, plan, exportOptions);
-        if (!options->outPath.empty()) {
-            io::writeFileAtomically(options->outPath, text);
+        const io::ExportResult result = io::exportBundle(recipe, plan, exportOptions);
+        const bool directory = !options->outPath.empty() && !namesConfigFile(options->outPath);
+        if (directory) {
+            io::writeExportDirectory(options->outPath, result);
+        } else if (!options->outPath.empty()) {
+            io::writeFileAtomically(options->outPath, result.text);
         }
         if (context.json) {
+            nlohmann::json files = nlohmann::json::array();
+            for (const io::ExportFile& file : result.files) {
+                files.push_back({{"name", file.name}, {"text", file.text}});
+            }
             context.printJson({{"recipe_file", recipe.sourceFile}, {"model_config", configPath},
                 {"target", options->target}, {"format", io::fileExtension(exportOptions.target)},
                 {"out", options->outPath.empty() ? nlohmann::json() : nlohmann::json(options->outPath)},
-                {"text", text}});
-        } else if (options->outPath.empty()) {
-            *context.out << text;
+                {"text", result.text}, {"warnings", result.warnings}, {"files", files}});
+            return;
+        }
+        for (const std::string& warning : result.warnings) {
+            *context.err << "warning: " << warning << "\n";
+        }
+        if (options->outPath.empty()) {
+            *context.out << result.text;
+        } else if (directory) {
+            *context.out << "wrote " << result.files.size() << " files to " << options->outPath << " ("
+                         << options->target << "):";
+            for (const io::ExportFile& file : result.files) {
+                *context.out << " " << file.name;
+            }
+            *context.out << "\n";
         } else {
             *context.out << "wrote " << options->outPath << " (" << options->target << ", "
                          << io::fileExtension(exportOptions.target) << ")\n";

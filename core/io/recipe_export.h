@@ -1,28 +1,44 @@
 #pragma once
 // Exports a precision recipe, resolved against a model, to the configuration an outside rollout or quantization
-// tool consumes, so that the recipe that passed the admission check runs unchanged in a large headless run:
+// tool consumes, so that the recipe that passed the admission check runs unchanged in a large headless run, plus
+// the text a person pastes to run it (exportBundle):
 //
-//   vllm               JSON: vLLM's fp8 `quantization_config` (quant_method fp8, activation_scheme dynamic,
-//                      weight_block_size, ignored_layers) and the engine arguments (quantization, kv_cache_dtype,
-//                      kv_cache_dtype_skip_layers as strings; no calculate_kv_scales, which current vLLM removed)
+//   vllm               JSON. Default form "online": vLLM quantizes the BF16 checkpoint to FP8 at load time
+//                      (engine arguments quantization fp8_per_tensor | fp8_per_block | fp8_per_channel and
+//                      quantization_config {ignore: [...]}; docs/features/quantization/online.md,
+//                      vllm/config/quantization.py). --vllm-form checkpoint: the fp8 `quantization_config` of a
+//                      checkpoint already stored in FP8 (quant_method fp8, weight_block_size, ignored_layers),
+//                      labelled as such. A target version before 0.22 gets the older online form
+//                      (quantization fp8: per-tensor weights, no ignore list).
+//                      Ready to run: `vllm serve` command line and the Python LLM(...) call.
+//   sglang             JSON: launch_server arguments (quantization fp8: online per-tensor FP8 of the BF16
+//                      checkpoint; kv_cache_dtype) and the environment (SGLANG_FP8_IGNORED_LAYERS).
+//                      Ready to run: the launch command with its environment.
 //   llm-compressor     YAML: a recipe with one QuantizationModifier (targets, scheme or config_groups, ignore,
-//                      kv_cache_scheme)
+//                      kv_cache_scheme). Ready to run: a oneshot Python script (calibration data when the recipe
+//                      needs static scales) that saves a compressed checkpoint.
 //   compressed-tensors JSON: the checkpoint's `quantization_config` (quant_method compressed-tensors, format,
-//                      config_groups, ignore, kv_cache_scheme)
-//   verl               YAML: dotted config overrides (actor_rollout_ref.rollout.quantization and vLLM engine
-//                      arguments passed through actor_rollout_ref.rollout.engine_kwargs.vllm)
-//   modelopt           JSON: NVIDIA ModelOpt's hf_quant_config.json (producer, quantization.quant_algo,
-//                      kv_cache_quant_algo, exclude_modules)
+//                      config_groups, ignore, kv_cache_scheme); FP8 weight-only is naive-quantized, several
+//                      checkpoint formats are `mixed-precision` with a format per group. Ready to run: the
+//                      llm-compressor recipe and oneshot script that write such a checkpoint.
+//   verl               YAML: the rollout section (actor_rollout_ref.rollout name, quantization and engine
+//                      arguments under engine_kwargs.vllm or engine_kwargs.sglang). Ready to run: Hydra override
+//                      lines (+ for keys absent from verl's defaults) and, for the SGLang rollout, its environment.
+//   modelopt           JSON: NVIDIA ModelOpt's hf_quant_config.json (producer, quantization.quant_algo or
+//                      MIXED_PRECISION with quantized_layers, kv_cache_quant_algo, exclude_modules). Ready to
+//                      run: the `quantization_config: {quant_method: modelopt, ...}` fragment of config.json.
 //
-// Modules the recipe leaves in BF16 are listed by their full names (ignored_layers / ignore / exclude_modules).
-// Every target refuses different formats within a group vLLM fuses (q/k/v, gate/up of one layer).
-// A recipe feature a target cannot express is an InputError located in the recipe that names the feature, the
-// module or layer it applies to and the target (`cannot be exported --to vllm: ...`); nothing is dropped.
+// Modules the recipe leaves in BF16 are listed by their full names (ignore / ignored_layers / exclude_modules /
+// SGLANG_FP8_IGNORED_LAYERS). Every target refuses different formats within a group vLLM fuses (q/k/v, gate/up of
+// one layer). A recipe feature a target cannot express is an InputError located in the recipe that names the
+// feature, the module or layer it applies to and the target (`cannot be exported --to vllm: ...`); nothing is
+// dropped. Where the target runs something close to but not exactly the recipe, or relies on scales it may not
+// have (an FP8 KV cache without checkpoint scales runs with 1.0), the export says so in `warnings`.
 //
 // One deliberate approximation: every FP8 engine quantizes the activations of 128x128-block FP8 weights per token
 // in groups of 128 channels (DeepSeek-style 1x128), where the recipe's fp8_e4m3 activations are one scale per
-// token. Block recipes export to those engines' block scheme (llm-compressor FP8_BLOCK, vLLM weight_block_size,
-// verl's fp8 rollout) rather than being refused, since no engine offers block weights with per-token activations.
+// token. Block recipes export to those engines' block scheme (llm-compressor FP8_BLOCK, vLLM fp8_per_block and
+// weight_block_size, verl's fp8 rollout, ModelOpt FP8_PB_WO) rather than being refused, with a warning.
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 
@@ -34,25 +50,65 @@
 
 namespace mismatch::io {
 
-enum class ExportTarget { Vllm, LlmCompressor, CompressedTensors, Verl, ModelOpt };
+enum class ExportTarget { Vllm, LlmCompressor, CompressedTensors, Verl, ModelOpt, Sglang };
 
-// "vllm", "llm-compressor", "compressed-tensors", "verl", "modelopt".
+// "vllm", "llm-compressor", "compressed-tensors", "verl", "modelopt", "sglang".
 std::string toString(ExportTarget target);
 std::optional<ExportTarget> parseExportTarget(std::string_view name);
 std::vector<std::string> exportTargetChoices();
 // "json" or "yaml": the file format the target reads.
 std::string fileExtension(ExportTarget target);
 
+// vLLM: quantize the BF16 checkpoint at load time (online) or describe an FP8 checkpoint (checkpoint).
+enum class VllmForm { Online, Checkpoint };
+std::string toString(VllmForm form);
+std::optional<VllmForm> parseVllmForm(std::string_view name);
+
+// verl: the rollout engine.
+enum class VerlRollout { Vllm, Sglang };
+std::string toString(VerlRollout rollout);
+std::optional<VerlRollout> parseVerlRollout(std::string_view name);
+
+// The vLLM release whose versioned documentation was checked to describe the online quantization frontend
+// (--quantization fp8_per_tensor|fp8_per_block, quantization_config.ignore; added by vllm-project/vllm PR #38138,
+// March 2026). An earlier release may have it too; the older form (quantization fp8) is what is written below it.
+inline constexpr const char* kVllmOnlineFrontendRelease = "0.22";
+
 struct ExportOptions {
     ExportTarget target = ExportTarget::Vllm;
     // Weight staleness k of an asynchronous rollout (optimizer steps). 0: synchronous. Only verl takes a rollout
     // schedule, and no verl key with the meaning "weights exactly k steps old" is confirmed, so k > 0 is refused.
     std::int64_t staleness = 0;
+    VllmForm vllmForm = VllmForm::Online; // --to vllm only
+    VerlRollout verlRollout = VerlRollout::Vllm; // --to verl only
+    // The vLLM release the vllm export is for ("0.21", "0.22.1"); empty or "current": the current release.
+    std::string targetVersion;
+    // The model path written into the ready-to-run commands; empty: the placeholder MODEL.
+    std::string modelPath;
 };
 
-// The target's file text for `recipe` resolved as `plan` (from quant::resolveRecipe on the same recipe). Throws
-// InputError for a feature the target cannot express.
+struct ExportFile {
+    std::string name; // file name within the export directory
+    std::string text;
+};
+
+struct ExportResult {
+    std::string configName; // the config file's name: "vllm.json", "hf_quant_config.json", ...
+    std::string text; // the config file
+    std::vector<std::string> warnings; // where the target runs something other than the recipe, or may
+    std::vector<ExportFile> files; // the config file, the ready-to-run files and README.txt, in that order
+};
+
+// The target's config file for `recipe` resolved as `plan` (from quant::resolveRecipe on the same recipe), the
+// ready-to-run files and the warnings. Throws InputError for a feature the target cannot express or an option the
+// target does not take.
+ExportResult exportBundle(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options);
+// exportBundle(...).text.
 std::string exportRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options);
+
+// Writes every file of `result` into `directory` (created with its parents when missing), each through
+// writeFileAtomically. Throws InputError naming the path that cannot be written.
+void writeExportDirectory(const std::string& directory, const ExportResult& result);
 
 // Writes `text` to `path` through a temporary file in the same directory and a rename, so that a reader never sees
 // a half-written file. Throws InputError naming the path when it cannot be written.

@@ -1,0 +1,42 @@
+#pragma once
+// Reverse of recipe_export: builds a precision recipe from the quantization description of a checkpoint or an
+// engine configuration that already runs, so that a user can measure what they run (`mismatch recipe import`):
+//
+//   compressed-tensors  a checkpoint's config.json (or a file holding its quantization_config, or that object
+//                       alone): config_groups (targets "Linear" or module names; weights, input_activations),
+//                       ignore, kv_cache_scheme; every format, mixed-precision included
+//   ModelOpt            hf_quant_config.json ({producer, quantization: {quant_algo, kv_cache_quant_algo,
+//                       exclude_modules, quantized_layers}}) or config.json's quantization_config with
+//                       quant_method modelopt (ignore for exclude_modules)
+//   vLLM                engine arguments: a JSON or YAML mapping of them (`vllm serve --config`, with dashes or
+//                       underscores), or mismatch's own vllm export ({engine_args, quantization_config});
+//                       quantization fp8_per_tensor | fp8_per_block | fp8_per_channel | fp8 (with an fp8
+//                       checkpoint's quantization_config: weight_block_size, ignored_layers), quantization_config
+//                       .ignore, kv_cache_dtype, kv_cache_dtype_skip_layers
+//   verl                a trainer config (YAML or JSON) with actor_rollout_ref.rollout (nested or dotted keys):
+//                       quantization (fp8: 128x128 blocks) and engine_kwargs.vllm / engine_kwargs.sglang KV keys
+//
+// Each source maps to the recipe's formats as its engine runs them: FP8_PB_WO to block-FP8 weights with FP8
+// activations (vLLM runs it so), fp8_per_tensor activations to the recipe's dynamic per-token FP8. What a recipe
+// cannot say (static activation scales, asymmetric or other-sized groups, regex targets, NVFP4, an attention-type
+// KV skip such as sliding_window) is an InputError naming the file and the key path of the value.
+#include "core/quant/recipe.h"
+
+#include <string>
+#include <vector>
+
+namespace mismatch::io {
+
+struct ImportedRecipe {
+    quant::Recipe recipe;
+    std::string source; // "compressed-tensors", "modelopt", "vllm", "verl"
+    std::vector<std::string> notes; // how something was read that is not one to one (FP8_PB_WO's activations, ...)
+};
+
+// Reads `path` (a configuration file, within the configuration-file size limit) and builds the recipe; `name` is
+// the recipe's name (empty: the file's stem). Throws InputError naming the file and the place.
+ImportedRecipe importRecipe(const std::string& path, const std::string& name = "");
+// The same from text; `fileName` is used in messages and decides nothing else (JSON or YAML by content).
+ImportedRecipe importRecipeText(const std::string& text, const std::string& fileName, const std::string& name = "");
+
+} // namespace mismatch::io
