@@ -144,8 +144,7 @@ analysis::MeasureSettings measureSettings(const JobSpec& spec)
     s.bootstrap.resamples = static_cast<int>(spec.integer("resamples"));
     s.bootstrap.confidence = spec.number("confidence");
     s.bootstrap.seed = static_cast<std::uint64_t>(spec.integer("bootstrap_seed"));
-    s.kvCacheBytes = engine::parseByteSize(spec.text("kv_memory"), "kv_memory");
-    model::checkRequestFits("kv_memory " + spec.text("kv_memory"), s.kvCacheBytes);
+    s.kvCacheBytes = engine::parseByteSize(spec.text("kv_memory"), "kv_memory"); // checked by checkByteSize
     return s;
 }
 
@@ -159,9 +158,24 @@ template <typename Parse> void checkParsed(std::vector<ParameterError>& errors, 
     }
 }
 
-void checkByteSize(std::vector<ParameterError>& errors, const JobSpec& spec, const std::string& name)
+// A memory size ("256MiB"); `allocated`: memory the job allocates, which must fit the machine.
+void checkByteSize(std::vector<ParameterError>& errors, const JobSpec& spec, const std::string& name, bool allocated)
 {
-    checkParsed(errors, name, [&] { engine::parseByteSize(spec.text(name), name); });
+    const std::string text = spec.text(name);
+    std::uint64_t bytes = 0;
+    try {
+        bytes = engine::parseByteSize(text, name);
+    } catch (const InputError& error) {
+        errors.push_back({name, error.detail()});
+        return;
+    }
+    if (allocated) {
+        try {
+            model::checkRequestFits(text, bytes);
+        } catch (const InputError& error) {
+            errors.push_back({name, text + " " + error.detail()});
+        }
+    }
 }
 
 quant::ActivationPrecision activationPrecision(const JobSpec& spec)
@@ -187,6 +201,15 @@ Parameter kvScalesParameter(const std::string& help)
 {
     return choice(param("kv_scales", ParameterType::Choice, "--kv-scales", "KV-cache scales", help, "per_tensor"),
         {"per_tensor", "per_head"});
+}
+
+JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)
+{
+    JobDefinition job;
+    job.kind = std::move(kind);
+    job.command = std::move(command);
+    job.summary = std::move(summary);
+    return job;
 }
 
 Parameter modelParameter(const std::string& help)
@@ -239,10 +262,8 @@ analysis::SensitivityOptions sensitivityOptions(const JobSpec& spec)
 
 JobDefinition sensitivityJob()
 {
-    JobDefinition job;
-    job.kind = "sensitivity";
-    job.command = {"sensitivity"};
-    job.summary = "Layer sensitivity: the mismatch each cell adds over the BF16 unit when only it is quantized";
+    JobDefinition job = definition("sensitivity", {"sensitivity"},
+        "Layer sensitivity: the mismatch each cell adds over the BF16 unit when only it is quantized");
     job.parameters = {
         required(modelParameter("Model directory (the FP32 trainer and the engine's weights)")),
         required(formatParameter("Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], "
@@ -260,7 +281,7 @@ JobDefinition sensitivityJob()
     job.check = [](const JobSpec& spec) {
         std::vector<ParameterError> errors;
         checkFormat(errors, spec);
-        checkByteSize(errors, spec, "kv_memory");
+        checkByteSize(errors, spec, "kv_memory", true);
         return errors;
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
@@ -319,11 +340,9 @@ analysis::RecipeBuildOptions recipeBuildOptions(const JobSpec& spec, const store
 
 JobDefinition recipeBuildJob()
 {
-    JobDefinition job;
-    job.kind = "recipe_build";
-    job.command = {"recipe", "build"};
-    job.summary = "Build a recipe: keep the most sensitive cells in BF16 until the measured mismatch is at most "
-                  "target_fraction x the budget; write it";
+    JobDefinition job = definition("recipe_build", {"recipe", "build"},
+        "Build a recipe: keep the most sensitive cells in BF16 until the measured mismatch is at most "
+        "target_fraction x the budget; write it");
     Parameter budget = ranged(
         param("budget", ParameterType::Number, "--budget", "Budget (nats/token)", "Mismatch budget, nats per token"), 0,
         true);
@@ -371,8 +390,8 @@ JobDefinition recipeBuildJob()
             errors.push_back({"budget", "give 'budget' (nats per token) or 'calibration'"});
         }
         checkFormat(errors, spec);
-        checkByteSize(errors, spec, "kv_memory");
-        checkByteSize(errors, spec, "capacity_memory");
+        checkByteSize(errors, spec, "kv_memory", true);
+        checkByteSize(errors, spec, "capacity_memory", false);
         return errors;
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
@@ -467,10 +486,8 @@ analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::Ru
 
 JobDefinition admitJob()
 {
-    JobDefinition job;
-    job.kind = "admit";
-    job.command = {"admit"};
-    job.summary = "Admission check: screen candidate rollout configurations at student checkpoints against a budget";
+    JobDefinition job = definition("admit", {"admit"},
+        "Admission check: screen candidate rollout configurations at student checkpoints against a budget");
     const auto oneCandidate = [](Parameter p) {
         p.excludes = {"candidates"};
         return p;
@@ -529,7 +546,7 @@ JobDefinition admitJob()
         if (!spec.given("calibration") && !spec.given("threshold")) {
             errors.push_back({"threshold", "give 'calibration' or 'threshold'"});
         }
-        checkByteSize(errors, spec, "kv_memory");
+        checkByteSize(errors, spec, "kv_memory", true);
         return errors;
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
@@ -575,10 +592,8 @@ analysis::PrefixShiftOptions prefixShiftOptions(const JobSpec& spec)
 
 JobDefinition prefixShiftJob()
 {
-    JobDefinition job;
-    job.kind = "prefix_shift";
-    job.command = {"prefix-shift"};
-    job.summary = "Split a configuration's mismatch into its per-token and prefix-shift parts";
+    JobDefinition job = definition("prefix_shift", {"prefix-shift"},
+        "Split a configuration's mismatch into its per-token and prefix-shift parts");
     job.parameters = {
         required(modelParameter("Model directory (the FP32 trainer and the engines' weights)")),
         param("recipe", ParameterType::Path, "--recipe,-r", "Recipe",
@@ -597,7 +612,7 @@ JobDefinition prefixShiftJob()
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
     job.check = [](const JobSpec& spec) {
         std::vector<ParameterError> errors;
-        checkByteSize(errors, spec, "kv_memory");
+        checkByteSize(errors, spec, "kv_memory", true);
         return errors;
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,

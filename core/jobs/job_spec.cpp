@@ -128,7 +128,7 @@ std::string checkScalar(const Parameter& p, ParameterType type, const nlohmann::
         }
         const double x = v.get<double>();
         if (!std::isfinite(x)) {
-            return "expected a finite number";
+            return "expected a finite number, got " + v.dump();
         }
         if (p.low && (p.lowExclusive ? x <= *p.low : x < *p.low)) {
             return std::string("must be ") + (p.lowExclusive ? "> " : ">= ") + numberText(*p.low) + ", got " + v.dump();
@@ -162,10 +162,12 @@ const std::string& JobSpec::kind() const
 
 JobSpec& JobSpec::set(const std::string& name, nlohmann::json value)
 {
-    if (!definition_->parameter(name)) {
+    const Parameter* p = definition_->parameter(name);
+    if (!p) {
         throw InputError(kind(), name, "the job has no such parameter");
     }
-    if (value.is_null()) {
+    // An empty list is no list (the command line cannot write one).
+    if (value.is_null() || (value.is_array() && value.empty() && p->defaultValue.is_null())) {
         values_.erase(name);
     } else {
         values_[name] = std::move(value);
@@ -421,7 +423,7 @@ std::optional<nlohmann::json> parseValue(const Parameter& parameter, const std::
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
-            return fail("a number");
+            return fail("a finite number");
         }
         return nlohmann::json(value);
     }

@@ -98,6 +98,7 @@ public:
     const JobDefinition& definition() const { return *definition_; }
 
     // Sets a parameter (InputError for a name the job does not have; the value's type is checked by validate()).
+    // null, or an empty list for a list without a default, unsets it.
     JobSpec& set(const std::string& name, nlohmann::json value);
     // Unsets it (back to its default / not given).
     JobSpec& unset(const std::string& name);

@@ -84,10 +84,10 @@ private slots:
     {
         for (const jobs::JobDefinition& job : jobs::catalogue()) {
             const jobs::JobSpec spec = fullSpec(job.kind);
-            QVERIFY2(spec.checkParameters().empty(),
-                (job.kind + ": " + spec.checkParameters().front().parameter + ": "
-                    + spec.checkParameters().front().message)
-                    .c_str());
+            const std::vector<jobs::ParameterError> problems = spec.checkParameters();
+            const std::string problem
+                = problems.empty() ? "" : job.kind + ": " + problems.front().parameter + ": " + problems.front().message;
+            QVERIFY2(problems.empty(), problem.c_str());
             // JSON (what a run's config and a job file carry).
             const nlohmann::json json = spec.toJson();
             QVERIFY(jobs::JobSpec::fromJson(json) == spec);
@@ -132,19 +132,27 @@ private slots:
         spec.set("format", "int8").set("activations", "fp4");
         QCOMPARE(spec.validate().at(0).message, std::string("expected one of bf16, fp8_e4m3, got 'fp4'"));
         // Front-ends name the parameter in their own words.
-        const auto flags = [&spec](const std::string& name) { return spec.definition().parameter(name)->longFlag(); };
-        const auto labels = [&spec](const std::string& name) { return spec.definition().parameter(name)->label; };
+        // (A quoted word that is no parameter, such as a value, stays as it is.)
+        const auto flags = [&spec](const std::string& name) {
+            const jobs::Parameter* p = spec.definition().parameter(name);
+            return p ? p->longFlag() : name;
+        };
+        const auto labels = [&spec](const std::string& name) {
+            const jobs::Parameter* p = spec.definition().parameter(name);
+            return p ? p->label : name;
+        };
         QCOMPARE(jobs::describeErrors(spec.validate(), flags),
             std::string("--activations: expected one of bf16, fp8_e4m3, got 'fp4'"));
         QVERIFY(jobs::describeErrors(spec.validate(), labels).rfind("... and its input activations to: ", 0) == 0);
 
         jobs::JobSpec admit("admit");
-        admit.set("students", {"/s"}).set("calibration", 1).set("threshold", 0.1);
+        admit.set("students", nlohmann::json::array({"/s"})).set("calibration", 1).set("threshold", 0.1);
         errors = admit.validate();
         QCOMPARE(errors.at(0).parameter, std::string("threshold"));
         QCOMPARE(errors.at(0).message, std::string("cannot be given together with 'calibration'"));
         QCOMPARE(jobs::describeErrors({errors.at(0)}, [&admit](const std::string& name) {
-            return admit.definition().parameter(name)->label;
+            const jobs::Parameter* p = admit.definition().parameter(name);
+            return p ? p->label : name;
         }),
             std::string("Threshold (nats/token): cannot be given together with 'Calibration'"));
         jobs::JobSpec build("recipe_build");
