@@ -18,6 +18,7 @@
 #include <QDialogButtonBox>
 #include <QProcess>
 #include <QPushButton>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
 
