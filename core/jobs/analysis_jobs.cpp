@@ -115,10 +115,9 @@ analysis::KvScalePolicy kvScalePolicy(const std::string& text)
                                         : analysis::KvScalePolicy::FittedPerMeasurement;
 }
 
-// The measurement settings of a spec: every given parameter over the defaults of MeasureSettings.
-analysis::MeasureSettings measureSettings(const JobSpec& spec)
+// The measurement settings of a spec: every given parameter over `s` (by default the defaults of MeasureSettings).
+analysis::MeasureSettings measureSettings(const JobSpec& spec, analysis::MeasureSettings s = {})
 {
-    analysis::MeasureSettings s;
     if (spec.given("max_tokens")) {
         s.maxNewTokens = spec.integer("max_tokens");
     }
@@ -455,29 +454,7 @@ analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::Ru
     const auto stored = store::calibration(store, *options.calibrationId);
     const auto protocol = stored ? analysis::storedProtocol(stored->info.configJson, store.path()) : std::nullopt;
     if (protocol) {
-        const analysis::MeasureSettings given = options.settings;
-        options.settings = analysis::applyProtocol(*protocol, given);
-        if (spec.given("max_tokens")) {
-            options.settings.maxNewTokens = given.maxNewTokens;
-        }
-        if (spec.given("seed")) {
-            options.settings.seed = given.seed;
-        }
-        if (spec.given("temperature")) {
-            options.settings.temperature = given.temperature;
-        }
-        if (spec.given("top_p")) {
-            options.settings.topP = given.topP;
-        }
-        if (spec.given("top_k")) {
-            options.settings.topK = given.topK;
-        }
-        if (spec.given("kv_scale_fit")) {
-            options.settings.kvScales = given.kvScales;
-        }
-        if (spec.given("kv_first_batch")) {
-            options.settings.kvFirstBatch = given.kvFirstBatch;
-        }
+        options.settings = measureSettings(spec, analysis::applyProtocol(*protocol, options.settings));
         options.probePath = spec.given("prompts") ? spec.text("prompts") : protocol->prompts;
         options.count = spec.given("count") ? spec.integer("count") : protocol->count;
     }
