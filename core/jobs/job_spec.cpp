@@ -3,9 +3,9 @@
 #include "core/common/error.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <sstream>
 
 namespace mismatch::jobs {
 
@@ -79,21 +79,12 @@ ParameterType elementType(ParameterType type)
     }
 }
 
+// The shortest text that reads back to the same double ("10", "0.05", "1e-06"), as std::to_chars writes it.
 std::string numberText(double value)
 {
-    std::ostringstream out;
-    out.precision(17);
-    out << value;
-    // The shortest text that reads back to the same double.
-    for (int precision = 1; precision <= 17; ++precision) {
-        std::ostringstream shorter;
-        shorter.precision(precision);
-        shorter << value;
-        if (std::strtod(shorter.str().c_str(), nullptr) == value) {
-            return shorter.str();
-        }
-    }
-    return out.str();
+    char text[64];
+    const auto written = std::to_chars(text, text + sizeof text, value);
+    return std::string(text, written.ptr);
 }
 
 // Type, choices and range of one scalar value; "" when it fits.

@@ -106,6 +106,16 @@ private slots:
         }
     }
 
+    // Numbers are written as a person would type them, and read back to the same double.
+    void numbersAreWrittenShort()
+    {
+        QCOMPARE(jobs::valueText(nlohmann::json(10.0)), std::string("10"));
+        QCOMPARE(jobs::valueText(nlohmann::json(0.05)), std::string("0.05"));
+        QCOMPARE(jobs::valueText(nlohmann::json(0.1 + 0.2)), std::string("0.30000000000000004"));
+        QCOMPARE(jobs::valueText(nlohmann::json(std::int64_t(20261108))), std::string("20261108"));
+        QCOMPARE(jobs::valueText(nlohmann::json("a b")), std::string("a b"));
+    }
+
     void equalityIsOnEffectiveValues()
     {
         jobs::JobSpec a("sensitivity");
