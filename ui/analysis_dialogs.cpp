@@ -453,7 +453,7 @@ QString AdmissionDialog::check() const
                 .arg(calibration_->step().value_or(0));
         }
     }
-    return {};
+    return specError(*spec());
 }
 
 QString AdmissionDialog::readyText() const
@@ -475,66 +475,47 @@ QString AdmissionDialog::jobName() const
 
 QString AdmissionDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 admit").arg(shellQuote(workspace_));
-    for (const QString& student : splitPaths(checkpoints())) {
-        command += QLatin1Char(' ') + shellQuote(absolute(student));
-    }
-    command += QStringLiteral(" --candidates %1").arg(shellQuote(absolute(candidates())));
-    if (!underCalibrationProtocol()) {
-        command += QStringLiteral(" --prompts %1").arg(shellQuote(absolute(probeSet())));
-    }
-    for (const QString& older : splitPaths(history_->text())) {
-        command += QStringLiteral(" --history ") + shellQuote(absolute(older));
-    }
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> AdmissionDialog::spec() const
+{
+    const auto absoluteList = [](const QString& text) {
+        nlohmann::json paths = nlohmann::json::array();
+        for (const QString& path : splitPaths(text)) {
+            paths.push_back(absolute(path).toStdString());
+        }
+        return paths;
+    };
+    jobs::JobSpec spec("admit");
+    // Absolute paths, so that the stored inputs are the same whichever front-end ran it.
+    spec.set("students", absoluteList(checkpoints()));
+    spec.set("history", absoluteList(history_->text()));
+    spec.set("candidates", absolute(candidates()).toStdString());
     if (const std::int64_t calibration = calibration_->calibrationId(); calibration != 0) {
-        command += QStringLiteral(" --calibration %1").arg(calibration);
+        spec.set("calibration", calibration);
         if (const auto step = calibration_->step()) {
-            command += QStringLiteral(" --step %1").arg(*step);
+            spec.set("step", nlohmann::json::array({*step}));
         }
     } else {
-        command += QStringLiteral(" --threshold ") + QString::number(calibration_->explicitThreshold(), 'g', 12);
+        spec.set("threshold", calibration_->explicitThreshold());
     }
+    // Under the calibration's protocol the probe set, count and sampling are the protocol's (nothing given);
+    // otherwise the fields here, allowed and labelled when a calibration is chosen.
     if (!underCalibrationProtocol()) {
-        command += QStringLiteral(" --count %1 --max-tokens %2").arg(count_->value()).arg(maxTokens_->value());
+        spec.set("prompts", absolute(probeSet()).toStdString());
+        spec.set("count", count_->value());
+        spec.set("max_tokens", maxTokens_->value());
         if (calibration_->calibrationId() != 0) {
-            command += QStringLiteral(" --allow-protocol-mismatch");
+            spec.set("allow_protocol_mismatch", true);
         }
     }
-    return command;
+    return spec;
 }
 
 JobWorker::Job AdmissionDialog::job() const
 {
-    analysis::AdmissionOptions options;
-    // Absolute paths, as in cliCommand(), so that the stored inputs are the same whichever front-end ran it.
-    for (const QString& student : splitPaths(checkpoints())) {
-        options.checkpoints.push_back(absolute(student).toStdString());
-    }
-    for (const QString& older : splitPaths(history_->text())) {
-        options.history.push_back(absolute(older).toStdString());
-    }
-    options.candidates = analysis::loadCandidates(absolute(candidates()).toStdString());
-    // Under the calibration's protocol core takes the probe set, count and sampling from it (as the CLI does
-    // without --prompts); otherwise the fields here, allowed and labelled when a calibration is chosen.
-    if (!underCalibrationProtocol()) {
-        options.probePath = absolute(probeSet()).toStdString();
-        options.count = count_->value();
-        options.settings.maxNewTokens = maxTokens_->value();
-        options.protocolFromCalibration = false;
-        options.allowProtocolMismatch = calibration_->calibrationId() != 0;
-    }
-    if (const std::int64_t calibration = calibration_->calibrationId(); calibration != 0) {
-        options.calibrationId = calibration;
-        if (const auto step = calibration_->step()) {
-            options.steps = {*step};
-        }
-    } else {
-        options.threshold = calibration_->explicitThreshold();
-    }
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runAdmission(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 // ---- prefix shift -------------------------------------------------------------------------------------------
@@ -638,7 +619,7 @@ QString PrefixShiftDialog::check() const
     if (promptSet().isEmpty() || !QFileInfo(promptSet()).isFile()) {
         return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(promptSet());
     }
-    return {};
+    return specError(*spec());
 }
 
 QString PrefixShiftDialog::readyText() const
@@ -657,44 +638,31 @@ QString PrefixShiftDialog::jobName() const
 
 QString PrefixShiftDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 prefix-shift %2")
-                          .arg(shellQuote(workspace_), shellQuote(absolute(modelDirectory())));
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> PrefixShiftDialog::spec() const
+{
+    jobs::JobSpec spec("prefix_shift");
+    spec.set("model", absolute(modelDirectory()).toStdString());
     if (!recipe().isEmpty()) {
-        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe()));
+        spec.set("recipe", absolute(recipe()).toStdString());
     }
+    spec.set("noise", noise_->value());
     if (noise_->value() > 0.0) {
-        command += QStringLiteral(" --noise %1 --noise-seed %2")
-                       .arg(QString::number(noise_->value(), 'g', 12))
-                       .arg(noiseSeed_->value());
+        spec.set("noise_seed", noiseSeed_->value());
     }
-    command += QStringLiteral(" --prompts %1 --cap %2 --store-pairs %3 --count %4 --max-tokens %5")
-                   .arg(shellQuote(absolute(promptSet())), QString::number(cap_->value(), 'g', 12))
-                   .arg(storedPairs_->value())
-                   .arg(count_->value())
-                   .arg(maxTokens_->value());
-    return command;
+    spec.set("prompts", absolute(promptSet()).toStdString());
+    spec.set("cap", cap_->value());
+    spec.set("store_pairs", storedPairs_->value());
+    spec.set("count", count_->value());
+    spec.set("max_tokens", maxTokens_->value());
+    return spec;
 }
 
 JobWorker::Job PrefixShiftDialog::job() const
 {
-    analysis::PrefixShiftOptions options;
-    options.modelDirectory = absolute(modelDirectory()).toStdString();
-    options.promptSetPath = absolute(promptSet()).toStdString();
-    options.count = count_->value();
-    options.settings.maxNewTokens = maxTokens_->value();
-    const QString recipe = this->recipe();
-    if (!recipe.isEmpty()) {
-        options.configuration.recipe = quant::loadRecipe(absolute(recipe).toStdString());
-        options.recipePath = absolute(recipe).toStdString();
-    }
-    options.configuration.noise = noise_->value();
-    options.configuration.noiseSeed = static_cast<std::uint64_t>(noiseSeed_->value());
-    options.cap = cap_->value();
-    options.storedPairs = storedPairs_->value();
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runPrefixShift(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 } // namespace mismatch::ui

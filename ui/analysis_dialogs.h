@@ -76,6 +76,8 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's "admit" job the fields make (absolute paths).
+    std::optional<jobs::JobSpec> spec() const override;
 
     CalibrationPicker* calibrationPicker() const { return calibration_; }
 
@@ -120,6 +122,8 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's "prefix_shift" job the fields make (absolute paths).
+    std::optional<jobs::JobSpec> spec() const override;
 
 protected:
     QString check() const override;

@@ -1,6 +1,8 @@
 #include "ui/job_dialog.h"
 
 #include "core/common/error.h"
+#include "core/jobs/job_file.h"
+#include "ui/training_dialog.h"
 
 #include <QCheckBox>
 #include <QClipboard>
@@ -8,11 +10,13 @@
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QGuiApplication>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSpinBox>
@@ -49,6 +53,19 @@ void JobDialog::finishLayout(const QString& statusName, const QString& commandNa
     layout->addWidget(command_);
     auto* buttons = new QDialogButtonBox(this);
     auto* copy = buttons->addButton(tr("Copy CLI Command"), QDialogButtonBox::ActionRole);
+    if (spec()) {
+        auto* exportButton = buttons->addButton(tr("Export Job File..."), QDialogButtonBox::ActionRole);
+        exportButton->setObjectName(QStringLiteral("exportJobFileButton"));
+        connect(exportButton, &QPushButton::clicked, this, [this] {
+            const QString path = QFileDialog::getSaveFileName(this, tr("Export Job File"),
+                QDir(workspace_).filePath(QStringLiteral("%1.job.yaml").arg(QString::fromStdString(spec()->kind()))),
+                tr("Job files (*.yaml *.yml)"));
+            QString error;
+            if (!path.isEmpty() && !exportJobFile(path, &error)) {
+                QMessageBox::warning(this, tr("Export Job File"), error);
+            }
+        });
+    }
     start_ = buttons->addButton(tr("Start"), QDialogButtonBox::AcceptRole);
     start_->setObjectName(startName);
     buttons->addButton(QDialogButtonBox::Cancel);
@@ -125,6 +142,53 @@ JobWorker::Job JobDialog::fieldNamedJob() const
             throw Error(named);
         }
     };
+}
+
+bool JobDialog::exportJobFile(const QString& path, QString* error) const
+{
+    const std::optional<jobs::JobSpec> job = spec();
+    try {
+        if (!job) {
+            throw Error("this dialog's job has no job file");
+        }
+        jobs::writeJobFile(path.toStdString(), *job);
+    } catch (const std::exception& failure) {
+        if (error) {
+            *error = QString::fromUtf8(failure.what());
+        }
+        return false;
+    }
+    return true;
+}
+
+QString JobDialog::specCommand(const jobs::JobSpec& spec) const
+{
+    QString command = QStringLiteral("mismatch --workspace ") + shellQuote(workspace_);
+    for (const std::string& argument : spec.toArguments()) {
+        command += QLatin1Char(' ') + shellQuote(QString::fromStdString(argument));
+    }
+    return command;
+}
+
+JobWorker::Job JobDialog::specJob(const jobs::JobSpec& spec) const
+{
+    return [workspace = workspace_.toStdString(), spec](Progress& progress) {
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
+        spec.run(store, progress);
+    };
+}
+
+QString JobDialog::specError(const jobs::JobSpec& spec) const
+{
+    const std::vector<jobs::ParameterError> errors = spec.validate();
+    if (errors.empty()) {
+        return {};
+    }
+    const auto label = [&spec](const std::string& parameter) {
+        const jobs::Parameter* p = spec.definition().parameter(parameter);
+        return p ? p->label : parameter;
+    };
+    return QString::fromStdString(jobs::describeErrors({errors.front()}, label));
 }
 
 void JobDialog::validate()

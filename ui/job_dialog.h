@@ -4,6 +4,7 @@
 // CLI Command", so that a headless machine reproduces the job exactly); Start and Cancel. A subclass builds its
 // form rows in form(), watches its fields, implements check(), cliCommand(), jobName() and job(), and calls
 // finishLayout() at the end of its constructor.
+#include "core/jobs/job_spec.h"
 #include "core/store/run_store.h"
 #include "ui/job_runner.h"
 #include "ui/pickers.h"
@@ -47,6 +48,12 @@ public:
     // The command-line flags (as core's messages write them, longest first where one contains another) and the
     // field of this dialog each one is.
     virtual std::vector<std::pair<std::string, std::string>> fieldNames() const { return {}; }
+    // The dialog's job as a catalogue spec (core/jobs/job_spec.h), for the dialogs whose job is in the catalogue:
+    // their command is spec().toArguments(), their job spec().run(), and they offer "Export Job File..." (a job
+    // file `mismatch run` runs). nullopt for the others.
+    virtual std::optional<jobs::JobSpec> spec() const { return std::nullopt; }
+    // Writes spec() as a job file (temporary file + rename); false with `error` set when it cannot.
+    bool exportJobFile(const QString& path, QString* error = nullptr) const;
 
 protected:
     JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName,
@@ -69,6 +76,13 @@ protected:
     void watch(PathPicker* picker);
     void watch(CalibrationPicker* picker);
     void validate();
+    // For a dialog with spec(): the command `mismatch --workspace W` + spec.toArguments(), shell-quoted.
+    QString specCommand(const jobs::JobSpec& spec) const;
+    // For a dialog with spec(): the job that runs spec on the workspace (JobSpec::run).
+    JobWorker::Job specJob(const jobs::JobSpec& spec) const;
+    // The first problem spec.validate() finds, named with the field label of its parameter (never a CLI flag);
+    // empty when there is none.
+    QString specError(const jobs::JobSpec& spec) const;
 
     QString workspace_;
     const store::RunStore* store_ = nullptr; // the GUI's connection, for the pickers (may be null)

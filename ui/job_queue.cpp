@@ -1,8 +1,12 @@
 #include "ui/job_queue.h"
 
+#include "core/io/recipe_export.h"
 #include "ui/plot_export.h"
 
 #include <QClipboard>
+#include <QDir>
+#include <QFileDialog>
+#include <QMessageBox>
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -17,6 +21,7 @@ namespace mismatch::ui {
 namespace {
 constexpr int kIdRole = Qt::UserRole;
 constexpr int kCliRole = Qt::UserRole + 1;
+constexpr int kJobFileRole = Qt::UserRole + 2;
 
 QColor stateColor(const QString& state)
 {
@@ -114,6 +119,36 @@ QString JobQueue::cliCommand(int id) const
     return row < 0 ? QString() : model_->item(row, Name)->data(kCliRole).toString();
 }
 
+void JobQueue::setJobFile(int id, const QString& text)
+{
+    if (const int row = rowOf(id); row >= 0) {
+        model_->item(row, Name)->setData(text, kJobFileRole);
+    }
+}
+
+QString JobQueue::jobFile(int id) const
+{
+    const int row = rowOf(id);
+    return row < 0 ? QString() : model_->item(row, Name)->data(kJobFileRole).toString();
+}
+
+bool JobQueue::exportJobFile(int id, const QString& path, QString* error) const
+{
+    const QString text = jobFile(id);
+    try {
+        if (text.isEmpty()) {
+            throw std::runtime_error("this job has no job file (only jobs of the catalogue have one)");
+        }
+        io::writeFileAtomically(path.toStdString(), text.toStdString());
+    } catch (const std::exception& failure) {
+        if (error) {
+            *error = QString::fromUtf8(failure.what());
+        }
+        return false;
+    }
+    return true;
+}
+
 QString JobQueue::state(int id) const
 {
     const int row = rowOf(id);
@@ -156,8 +191,12 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     cancel->setObjectName("cancelJobButton");
     auto* copy = new QPushButton(tr("Copy CLI Command"), this);
     copy->setObjectName("copyJobCliButton");
+    auto* exportFile = new QPushButton(tr("Export Job File..."), this);
+    exportFile->setObjectName("exportJobFileButton");
+    exportFile->setToolTip(tr("Write the selected job as a job file that `mismatch run FILE` runs headless"));
     buttons->addWidget(cancel);
     buttons->addWidget(copy);
+    buttons->addWidget(exportFile);
     buttons->addWidget(new QLabel(tr("Jobs run one at a time, off the window's thread; partial results stay in the "
                                      "workspace when a job is cancelled or fails."),
                            this),
@@ -187,6 +226,24 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
         const QString command = queue_->cliCommand(selectedJob());
         if (!command.isEmpty())
             QGuiApplication::clipboard()->setText(command);
+    });
+    connect(exportFile, &QPushButton::clicked, this, [this] {
+        const int id = selectedJob();
+        if (id == 0) {
+            return;
+        }
+        if (queue_->jobFile(id).isEmpty()) {
+            QMessageBox::information(this, tr("Export Job File"),
+                tr("This job has no job file: only jobs of the catalogue (`mismatch run --help` lists them) run from "
+                   "one. Copy its CLI command instead."));
+            return;
+        }
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export Job File"),
+            QDir::home().filePath(QStringLiteral("job.yaml")), tr("Job files (*.yaml *.yml)"));
+        QString error;
+        if (!path.isEmpty() && !queue_->exportJobFile(id, path, &error)) {
+            QMessageBox::warning(this, tr("Export Job File"), error);
+        }
     });
 }
 

@@ -29,6 +29,13 @@ public:
     int runningJob() const { return running_; }
     int queuedCount() const { return static_cast<int>(pending_.size()); }
     QString cliCommand(int id) const;
+    // The job file of a job whose dialog has a catalogue spec (core/jobs/job_file.h; empty for the others), set
+    // after enqueue(); "Export Job File..." writes it.
+    void setJobFile(int id, const QString& text);
+    QString jobFile(int id) const;
+    // Writes job `id`'s job file to `path` (temporary file + rename); false with `error` set when it has none or
+    // the file cannot be written.
+    bool exportJobFile(int id, const QString& path, QString* error = nullptr) const;
     QString state(int id) const;
     QStandardItemModel* model() const { return model_; }
     int rowOf(int id) const;

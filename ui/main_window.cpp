@@ -6,6 +6,7 @@
 #include "core/analysis/demo.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/jobs/job_file.h"
 #include "core/model/config.h"
 #include "core/store/analysis_store.h"
 #include "ui/about_dialog.h"
@@ -845,6 +846,9 @@ void MainWindow::openJobDialog(JobDialog* dialog, int tab, std::function<void()>
         remember();
         try {
             lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->fieldNamedJob());
+            if (const auto spec = dialog->spec()) {
+                jobQueue_->setJobFile(lastQueuedJob_, QString::fromStdString(jobs::jobFileText(*spec)));
+            }
         } catch (const std::exception& error) {
             // An input that changed on disk between validation and start.
             showError(tr("Cannot start the job"), QString::fromStdString(error.what()));

@@ -94,21 +94,22 @@ QString SensitivityDialog::jobName() const
 
 QString SensitivityDialog::cliCommand() const
 {
-    // The CLI writes a granularity after a colon: fp8_e4m3:block128.
-    QString format = format_->currentText();
-    format.replace(QLatin1Char('/'), QLatin1Char(':'));
-    QString command
-        = QStringLiteral("mismatch --workspace %1 sensitivity %2 --format %3 --prompts %4 --activations %5 "
-                         "--count %6 --max-tokens %7")
-              .arg(shellQuote(workspace_), shellQuote(QFileInfo(modelDirectory()).absoluteFilePath()), format,
-                  shellQuote(QFileInfo(promptSet()).absoluteFilePath()), activations_->currentText())
-              .arg(count_->value())
-              .arg(maxTokens_->value());
-    if (!kvCells_->isChecked())
-        command += QStringLiteral(" --no-kv");
-    if (!embeddingCells_->isChecked())
-        command += QStringLiteral(" --no-embedding");
-    return command;
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> SensitivityDialog::spec() const
+{
+    jobs::JobSpec spec("sensitivity");
+    spec.set("model", absolutePath(modelDirectory()).toStdString());
+    // The CLI and job files write a granularity after a colon: fp8_e4m3:block128.
+    spec.set("format", format_->currentText().replace(QLatin1Char('/'), QLatin1Char(':')).toStdString());
+    spec.set("prompts", absolutePath(promptSet()).toStdString());
+    spec.set("activations", activations_->currentText().toStdString());
+    spec.set("count", count_->value());
+    spec.set("max_tokens", maxTokens_->value());
+    spec.set("no_kv", !kvCells_->isChecked());
+    spec.set("no_embedding", !embeddingCells_->isChecked());
+    return spec;
 }
 
 QString SensitivityDialog::check() const
@@ -121,7 +122,7 @@ QString SensitivityDialog::check() const
     if (prompts.isEmpty() || !QFileInfo(prompts).isFile()) {
         return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(prompts);
     }
-    return {};
+    return specError(*spec());
 }
 
 QString SensitivityDialog::readyText() const
@@ -131,19 +132,7 @@ QString SensitivityDialog::readyText() const
 
 JobWorker::Job SensitivityDialog::job() const
 {
-    analysis::SensitivityOptions options;
-    options.modelDirectory = modelDirectory().toStdString();
-    options.promptSetPath = promptSet().toStdString();
-    options.count = count_->value();
-    options.settings.maxNewTokens = maxTokens_->value();
-    options.weights = *parseWeightChoice(format_->currentText().toStdString());
-    options.activations = *parseActivationChoice(activations_->currentText().toStdString());
-    options.kvCells = kvCells_->isChecked();
-    options.embeddingCells = embeddingCells_->isChecked();
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runSensitivity(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 } // namespace mismatch::ui

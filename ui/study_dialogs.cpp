@@ -245,7 +245,7 @@ QString RecipeBuildDialog::check() const
         || (suffix != QLatin1String("yaml") && suffix != QLatin1String("yml") && suffix != QLatin1String("json"))) {
         return tr("Recipe file to write: expected a .yaml, .yml or .json path (got '%1')").arg(out);
     }
-    return {};
+    return specError(*spec());
 }
 
 QString RecipeBuildDialog::readyText() const
@@ -265,67 +265,43 @@ QString RecipeBuildDialog::jobName() const
 
 QString RecipeBuildDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 recipe build").arg(shellQuote(workspace_));
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> RecipeBuildDialog::spec() const
+{
+    jobs::JobSpec spec("recipe_build");
     const qlonglong scan = scan_->currentData().toLongLong();
     if (scan == 0) {
-        QString format = format_->currentText();
-        format.replace(QLatin1Char('/'), QLatin1Char(':'));
-        command += QStringLiteral(" %1 --format %2 --prompts %3 --count %4 --max-tokens %5")
-                       .arg(shellQuote(absolute(model_->path())), format, shellQuote(absolute(prompts_->path())))
-                       .arg(count_->value())
-                       .arg(maxTokens_->value());
+        spec.set("model", absolute(model_->path()).toStdString());
+        // The CLI and job files write a granularity after a colon: fp8_e4m3:block128.
+        spec.set("format", format_->currentText().replace(QLatin1Char('/'), QLatin1Char(':')).toStdString());
+        spec.set("prompts", absolute(prompts_->path()).toStdString());
+        spec.set("count", count_->value());
+        spec.set("max_tokens", maxTokens_->value());
     } else {
-        command += QStringLiteral(" --scan %1").arg(scan);
+        spec.set("scan", scan);
     }
     if (const std::int64_t calibration = budget_->calibrationId(); calibration != 0) {
-        command += QStringLiteral(" --calibration %1").arg(calibration);
+        spec.set("calibration", calibration);
         if (const auto step = budget_->step()) {
-            command += QStringLiteral(" --step %1").arg(*step);
+            spec.set("step", *step);
         }
     } else {
-        command += QStringLiteral(" --budget ") + QString::number(budget_->explicitThreshold(), 'g', 12);
+        spec.set("budget", budget_->explicitThreshold());
     }
-    command += QStringLiteral(" --target-fraction ") + QString::number(target_->value(), 'g', 12);
-    if (kvCache_->isChecked()) {
-        command += QStringLiteral(" --kv-cache");
-    }
-    command += QStringLiteral(" --out ") + shellQuote(outputPath());
+    spec.set("target_fraction", target_->value());
+    spec.set("kv_cache", kvCache_->isChecked());
+    spec.set("out", outputPath().toStdString());
     if (!name_->text().trimmed().isEmpty()) {
-        command += QStringLiteral(" --name ") + shellQuote(name_->text().trimmed());
+        spec.set("name", name_->text().trimmed().toStdString());
     }
-    return command;
+    return spec;
 }
 
 JobWorker::Job RecipeBuildDialog::job() const
 {
-    // As `mismatch recipe build` builds them (app/cli/cli_recipe_build.cpp).
-    analysis::RecipeBuildOptions options;
-    const qlonglong scan = scan_->currentData().toLongLong();
-    if (scan != 0) {
-        options.scanId = scan;
-    } else {
-        options.scan.modelDirectory = absolute(model_->path()).toStdString();
-        options.scan.promptSetPath = absolute(prompts_->path()).toStdString();
-        options.scan.count = count_->value();
-        options.scan.settings.maxNewTokens = maxTokens_->value();
-        options.scan.weights = *parseWeightChoice(format_->currentText().toStdString());
-        options.scan.kvCells = kvCache_->isChecked();
-        options.scan.embeddingCells = true;
-    }
-    options.quantizeKv = kvCache_->isChecked();
-    options.targetFraction = target_->value();
-    options.outPath = outputPath().toStdString();
-    options.name = name_->text().trimmed().toStdString();
-    const std::int64_t calibration = budget_->calibrationId();
-    const std::optional<std::int64_t> step = budget_->step();
-    const double explicitBudget = budget_->explicitThreshold();
-    return [workspace = workspace_.toStdString(), options, calibration, step, explicitBudget](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::RecipeBuildOptions resolved = options;
-        resolved.budget = calibration != 0 ? store::admissionThreshold(store, calibration, step) : explicitBudget;
-        std::filesystem::create_directories(std::filesystem::path(resolved.outPath).parent_path());
-        analysis::buildRecipe(store, resolved, progress);
-    };
+    return specJob(*spec());
 }
 
 // ---- time to quality ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #pragma once
-// Options shared by the analysis commands (sensitivity, recipe build, admit, prefix-shift): prompt count,
-// sampling, bootstrap and engine memory, plus Ctrl-C as a cancel of the running job.
+// What the analysis commands share: Ctrl-C as a cancel of the running job, and the interval's JSON and text. (Their
+// sampling, bootstrap and engine-memory options are the catalogue's parameters: core/jobs/analysis_jobs.h.)
 #include "core/analysis/protocol.h"
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
@@ -13,27 +13,6 @@
 #include <vector>
 
 namespace mismatch::cli {
-
-struct AnalysisArguments {
-    std::int64_t count = 0;
-    analysis::MeasureSettings settings;
-    std::string kvMemory = "256MiB";
-    std::string kvScaleFit = "fitted_per_measurement";
-    // The options that set the measurement protocol (count, sampling, seed, KV-scale policy), filled by
-    // addAnalysisOptions: given on the command line, they override a calibration's protocol.
-    std::vector<CLI::Option*> protocolOptions;
-};
-
-// Adds --count, --max-tokens, --seed, --temperature, --top-p, --top-k, --kv-scale-fit, --kv-first-batch, --batch,
-// --resamples, --confidence, --bootstrap-seed and --kv-memory to `command`.
-void addAnalysisOptions(CLI::App* command, AnalysisArguments& arguments);
-// The settings with --kv-memory and --kv-scale-fit parsed (InputError for a malformed value).
-analysis::MeasureSettings resolveSettings(const AnalysisArguments& arguments);
-// Whether any protocol option (see protocolOptions) was given.
-bool protocolOptionGiven(const AnalysisArguments& arguments);
-// `protocol`'s settings with the protocol options that were given on the command line applied over them (the
-// engine memory, batch and bootstrap options always come from the command line).
-analysis::MeasureSettings settingsOver(const analysis::MeasurementProtocol& protocol, const AnalysisArguments& arguments);
 
 // While alive, SIGINT cancels `progress` (the job stops at its next boundary, stores what it finished and marks
 // its run cancelled; the command exits 130) instead of killing the process.

@@ -7,9 +7,11 @@
 #include "app/cli/admission_output.h"
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/admission.h"
 #include "core/common/error.h"
+#include "core/jobs/analysis_jobs.h"
 
 #include <filesystem>
 #include <memory>
@@ -19,140 +21,33 @@ namespace mismatch::cli {
 
 namespace {
 
-struct AdmitArguments {
-    std::vector<std::string> checkpoints;
-    std::vector<std::string> history;
-    std::string candidates;
-    std::string recipe;
-    std::string name;
-    std::int64_t staleness = 0;
-    double noise = 0.0;
-    std::uint64_t noiseSeed = 0;
-    std::string noiseModules = "*";
-    std::string prompts;
-    std::int64_t calibration = 0;
-    std::vector<std::int64_t> steps;
-    double threshold = 0.0;
-    bool noUnit = false;
-    bool allowProtocolMismatch = false;
-    std::int64_t resume = 0;
-    AnalysisArguments analysis;
-};
-
 void registerAdmitCommand(CLI::App& app, Context& context)
 {
-    auto a = std::make_shared<AdmitArguments>();
     CLI::App* command = app.add_subcommand("admit",
         "Admission check: screen candidate rollout configurations (recipe, staleness, noise) at student checkpoints "
         "against a budget: mismatch with a bootstrap interval over probe prompts, then admit (interval below the "
         "threshold), reject (above) or borderline; every decision is stored");
-    auto* students = command
-                         ->add_option("STUDENT", a->checkpoints,
-                             "Student checkpoint directories to screen, in training order (each is the FP32 trainer "
-                             "of its decisions)")
-                         ->type_name("DIR...");
-    auto* candidates = command->add_option("--candidates,-c", a->candidates,
-        "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}");
-    auto* recipe = command->add_option("--recipe,-r", a->recipe, "One candidate's recipe (default: the BF16 engine)");
-    auto* staleness = command->add_option("--staleness", a->staleness,
-        "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k steps older (see --history)");
-    staleness->check(atLeast(0));
-    auto* noise = command->add_option("--noise", a->noise, "One candidate's weight noise sigma (relative to RMS)");
-    noise->check(atLeast(0));
-    auto* noiseSeed = command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise");
-    auto* noiseModules = command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules");
-    auto* name = command->add_option("--name", a->name, "One candidate's name (default from the recipe)");
-    for (auto* option : {recipe, staleness, noise, noiseSeed, noiseModules, name}) {
-        option->excludes(candidates);
-    }
-    command
-        ->add_option("--history", a->history,
-            "Older checkpoints of the same student (oldest first), used only as stale engine weights")
-        ->type_name("DIR...");
-    auto* probe = command
-                      ->add_option("--prompts,-p", a->prompts,
-                          "Probe prompt set (JSONL); with --calibration the calibration's protocol names it")
-                      ->type_name("PROBE");
-    auto* calibration = command->add_option("--calibration", a->calibration,
-        "Stored calibration whose budget bracket gives the threshold; the screen is measured under its protocol");
-    command
-        ->add_option("--step", a->steps,
-            "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint (default: each "
-            "checkpoint's own optimizer step, else the nearest earlier bracket)")
-        ->needs(calibration);
-    command
-        ->add_flag("--allow-protocol-mismatch", a->allowProtocolMismatch,
-            "Screen under probe/sampling/KV options that differ from the calibration's protocol anyway; the "
-            "decisions are labelled as measured under another protocol")
-        ->needs(calibration);
-    auto* threshold = command->add_option("--threshold", a->threshold, "Explicit threshold, nats per token")
-                          ->check(greaterThan(0));
-    threshold->excludes(calibration);
-    command->add_flag("--no-unit", a->noUnit, "Skip the BF16 unit per checkpoint (no BF16 multiples)");
-    auto* resume = command
-                       ->add_option("--resume", a->resume,
+    // The options are the catalogue job's parameters (core/jobs/analysis_jobs.h).
+    auto job = std::make_shared<JobOptions>(command, *jobs::findJob("admit"));
+    auto resume = std::make_shared<std::int64_t>(0);
+    auto* resumeOption = command
+                       ->add_option("--resume", *resume,
                            "Continue admit run RUN (the run id printed when it started) after a kill, Ctrl-C or "
                            "failure: its stored options and inputs, only the decisions not stored yet are made")
                        ->type_name("RUN");
-    for (auto* option : {students, probe, candidates, recipe, calibration, threshold}) {
-        option->excludes(resume);
+    for (const char* name : {"students", "prompts", "candidates", "recipe", "calibration", "threshold"}) {
+        job->option(name)->excludes(resumeOption);
     }
-    addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a, candidates, calibration, threshold, students, probe, resume] {
-        const bool resuming = resume->count() > 0;
+    command->callback([&context, job, resume, resumeOption] {
+        const bool resuming = resumeOption->count() > 0;
         analysis::AdmissionOptions options;
         std::optional<store::RunStore> opened;
         if (!resuming) {
-            if (students->count() == 0) {
-                throw CLI::RequiredError("STUDENT (or --resume RUN)");
-            }
-            if (probe->count() == 0 && calibration->count() == 0) {
-                throw CLI::RequiredError("--prompts PROBE (or --calibration ID, whose protocol names the probe set)");
-            }
-            options.checkpoints = a->checkpoints;
-            options.history = a->history;
-            options.probePath = a->prompts;
-            options.count = a->analysis.count;
-            options.settings = resolveSettings(a->analysis);
-            options.measureUnit = !a->noUnit;
-            if (candidates->count() > 0) {
-                options.candidates = analysis::loadCandidates(a->candidates);
-            } else {
-                analysis::Candidate candidate;
-                candidate.recipePath = a->recipe;
-                candidate.staleness = a->staleness;
-                candidate.noise = a->noise;
-                candidate.noiseSeed = a->noiseSeed;
-                candidate.noiseModules = a->noiseModules;
-                candidate.name = !a->name.empty() ? a->name
-                    : a->recipe.empty()           ? std::string("bf16")
-                                                  : std::filesystem::path(a->recipe).stem().string();
-                options.candidates.push_back(candidate);
-            }
-            if (calibration->count() > 0) {
-                options.calibrationId = a->calibration;
-                options.steps = a->steps;
-                options.allowProtocolMismatch = a->allowProtocolMismatch;
-                // Options that set the protocol are laid over the calibration's; core compares the result with
-                // it and refuses a difference unless --allow-protocol-mismatch.
-                if (probe->count() > 0 || protocolOptionGiven(a->analysis)) {
-                    options.protocolFromCalibration = false;
-                    opened.emplace(context.openStore(store::OpenMode::OpenExisting));
-                    const auto stored = store::calibration(*opened, a->calibration);
-                    const auto protocol = stored ? analysis::storedProtocol(stored->info.configJson, opened->path())
-                                                 : std::nullopt;
-                    if (protocol) {
-                        options.settings = settingsOver(*protocol, a->analysis);
-                        options.probePath = probe->count() > 0 ? a->prompts : protocol->prompts;
-                        options.count = a->analysis.protocolOptions.front()->count() > 0 ? a->analysis.count
-                                                                                          : protocol->count;
-                    }
-                }
-            } else if (threshold->count() > 0) {
-                options.threshold = a->threshold;
-            } else {
-                throw InputError("admit", "threshold", "give --calibration ID or --threshold X");
-            }
+            const jobs::JobSpec spec = job->spec();
+            // A calibration's protocol is read from the workspace, which must then exist.
+            opened.emplace(context.openStore(
+                spec.given("calibration") ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen));
+            options = jobs::admissionOptions(spec, *opened);
         }
         if (!opened) {
             opened.emplace(
@@ -167,7 +62,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         };
         analysis::AdmissionResult result;
         if (resuming) {
-            result = analysis::resumeAdmission(store, a->resume, bar.progress(), started);
+            result = analysis::resumeAdmission(store, *resume, bar.progress(), started);
         } else {
             options.onRunStarted = started;
             result = analysis::runAdmission(store, options, bar.progress());

@@ -4,9 +4,11 @@
 // generations, mismatch by position and the effect of TIS/MIS on each part.
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/prefix_shift.h"
 #include "core/common/error.h"
+#include "core/jobs/analysis_jobs.h"
 
 #include <memory>
 #include <ostream>
@@ -15,59 +17,16 @@ namespace mismatch::cli {
 
 namespace {
 
-struct PrefixShiftArguments {
-    std::string model;
-    std::string recipe;
-    double noise = 0.0;
-    std::uint64_t noiseSeed = 0;
-    std::string noiseModules = "*";
-    std::string prompts;
-    double cap = 2.0;
-    std::int64_t storePairs = 16;
-    AnalysisArguments analysis;
-};
-
 void registerPrefixShiftCommand(CLI::App& app, Context& context)
 {
-    auto a = std::make_shared<PrefixShiftArguments>();
     CLI::App* command = app.add_subcommand("prefix-shift",
         "Split a configuration's mismatch into the per-token part (its KL on the BF16 engine's prefixes, "
         "teacher-forced) and the prefix-shift part; where paired same-seed generations first diverge; mismatch by "
         "position; TIS/MIS effect on each part");
-    command->add_option("MODEL", a->model, "Model directory (the FP32 trainer and the engines' weights)")
-        ->required()
-        ->type_name("DIR");
-    command->add_option("--recipe,-r", a->recipe, "The configuration's recipe (default: BF16, e.g. with --noise)")
-        ->type_name("R");
-    command->add_option("--noise", a->noise, "Weight noise sigma relative to each tensor's RMS")
-        ->check(atLeast(0))
-        ->capture_default_str();
-    command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise")->capture_default_str();
-    command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules")
-        ->capture_default_str();
-    command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->required()->type_name("SET");
-    command->add_option("--cap", a->cap, "Cap C of TIS (min(w, C)) and MIS (keep w in [1/C, C])")
-        ->check(between(1.0, 1e9))
-        ->capture_default_str();
-    command->add_option("--store-pairs", a->storePairs, "Paired generations stored token by token (for the viewer)")
-        ->check(atLeast(0))
-        ->capture_default_str();
-    addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a] {
-        analysis::PrefixShiftOptions options;
-        options.modelDirectory = a->model;
-        options.promptSetPath = a->prompts;
-        options.count = a->analysis.count;
-        options.settings = resolveSettings(a->analysis);
-        if (!a->recipe.empty()) {
-            options.configuration.recipe = quant::loadRecipe(a->recipe);
-            options.recipePath = a->recipe;
-        }
-        options.configuration.noise = a->noise;
-        options.configuration.noiseSeed = a->noiseSeed;
-        options.configuration.noiseModules = a->noiseModules;
-        options.cap = a->cap;
-        options.storedPairs = a->storePairs;
+    // The options are the catalogue job's parameters (core/jobs/analysis_jobs.h).
+    auto job = std::make_shared<JobOptions>(command, *jobs::findJob("prefix_shift"));
+    command->callback([&context, job] {
+        const analysis::PrefixShiftOptions options = jobs::prefixShiftOptions(job->spec());
         store::RunStore store = context.openStore();
         TerminalProgress bar(*context.err);
         CancelOnInterrupt interrupt(bar.progress());

@@ -5,53 +5,21 @@
 // of one layer, the embedding / lm_head) is quantized; stored as a scan in the workspace.
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/sensitivity.h"
 #include "core/common/error.h"
+#include "core/jobs/analysis_jobs.h"
 #include "core/quant/formats.h"
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 namespace mismatch::cli {
 
 namespace {
-
-struct SensitivityArguments {
-    std::string model;
-    std::string format;
-    std::string activations = "bf16";
-    std::string kvScales = "per_tensor";
-    std::string prompts;
-    bool noKv = false;
-    bool noEmbedding = false;
-    std::int64_t resume = 0;
-    AnalysisArguments analysis;
-};
-
-analysis::SensitivityOptions sensitivityOptions(const SensitivityArguments& a)
-{
-    analysis::SensitivityOptions options;
-    options.modelDirectory = a.model;
-    options.promptSetPath = a.prompts;
-    options.count = a.analysis.count;
-    options.settings = resolveSettings(a.analysis);
-    options.weights = analysis::parseWeightPrecision(a.format, "--format");
-    const auto activations = quant::parseActivationFormat(a.activations);
-    if (!activations) {
-        throw InputError("--activations", "", "expected bf16 or fp8_e4m3, got '" + a.activations + "'");
-    }
-    options.activations.format = *activations;
-    const auto scales = quant::parseKvScales(a.kvScales);
-    if (!scales) {
-        throw InputError("--kv-scales", "", "expected per_tensor or per_head, got '" + a.kvScales + "'");
-    }
-    options.kv.scales = *scales;
-    options.kvCells = !a.noKv;
-    options.embeddingCells = !a.noEmbedding;
-    return options;
-}
 
 nlohmann::json cellJson(const store::SensitivityCell& cell, double unit)
 {
@@ -117,37 +85,25 @@ void printResult(const Context& context, const analysis::SensitivityResult& r, c
 
 void registerSensitivityCommand(CLI::App& app, Context& context)
 {
-    auto a = std::make_shared<SensitivityArguments>();
     CLI::App* command = app.add_subcommand("sensitivity",
         "Layer sensitivity: the mismatch each cell (layer x q/k/v/o/gate/up/down, each layer's KV cache, the "
         "embedding/lm_head) adds over the BF16 unit when only it is quantized; stored as a scan, cell by cell. The run "
         "id is printed at the start; an interrupted scan continues with `mismatch sensitivity --resume RUN`");
-    auto* model = command->add_option("MODEL", a->model, "Model directory (the FP32 trainer and the engine's weights)")
-                      ->type_name("DIR");
-    auto* format = command->add_option("--format,-f", a->format,
-        "Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, "
-        "fp16, bf16");
-    auto* prompts = command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->type_name("SET");
-    auto* resume = command
-                       ->add_option("--resume", a->resume,
+    // The options are the catalogue job's parameters (core/jobs/analysis_jobs.h).
+    auto job = std::make_shared<JobOptions>(command, *jobs::findJob("sensitivity"));
+    auto resume = std::make_shared<std::int64_t>(0);
+    auto* resumeOption = command
+                       ->add_option("--resume", *resume,
                            "Continue scan run RUN (the run id printed when it started) after a kill, Ctrl-C or "
                            "failure: its stored options and inputs, only the cells not stored yet are measured")
                        ->type_name("RUN");
-    for (auto* option : {model, format, prompts}) {
-        option->excludes(resume);
+    for (const char* name : {"model", "format", "prompts"}) {
+        job->option(name)->excludes(resumeOption);
     }
-    command->add_option("--activations", a->activations, "Input activations of a quantized projection: bf16 | fp8_e4m3")
-        ->capture_default_str();
-    command->add_option("--kv-scales", a->kvScales, "Scales of the fp8_e4m3 KV cells: per_tensor | per_head")
-        ->capture_default_str();
-    command->add_flag("--no-kv", a->noKv, "Skip the KV-cache-only cells");
-    command->add_flag("--no-embedding", a->noEmbedding, "Skip the embedding / lm_head cells");
-    addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a, model, format, prompts, resume] {
-        const bool resuming = resume->count() > 0;
-        if (!resuming && (model->count() == 0 || format->count() == 0 || prompts->count() == 0)) {
-            throw CLI::RequiredError("MODEL, --format and --prompts (or --resume RUN)");
-        }
+    command->callback([&context, job, resume, resumeOption] {
+        const bool resuming = resumeOption->count() > 0;
+        // The spec is read (and checked) before the workspace is opened: a bad option changes nothing.
+        const std::optional<jobs::JobSpec> spec = resuming ? std::nullopt : std::optional<jobs::JobSpec>(job->spec());
         store::RunStore store = context.openStore(resuming ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
         CancelOnInterrupt interrupt(bar.progress());
@@ -158,10 +114,10 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
         analysis::SensitivityOptions options;
         analysis::SensitivityResult result;
         if (resuming) {
-            result = analysis::resumeSensitivity(store, a->resume, bar.progress(), started);
+            result = analysis::resumeSensitivity(store, *resume, bar.progress(), started);
             options = analysis::parseSensitivityConfig(store.run(result.runId)->configJson, store.path());
         } else {
-            options = sensitivityOptions(*a);
+            options = jobs::sensitivityOptions(*spec);
             options.onRunStarted = started;
             result = analysis::runSensitivity(store, options, bar.progress());
         }

@@ -174,8 +174,8 @@ private slots:
         QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
         const QString command = dialog->cliCommand();
         QCOMPARE(command,
-            QStringLiteral("mismatch --workspace %1 prefix-shift %2 --recipe %3 --prompts %4 --cap 2 --store-pairs 3 "
-                           "--count 6 --max-tokens 12")
+            QStringLiteral("mismatch --workspace %1 prefix-shift %2 --recipe %3 --prompts %4 --store-pairs 3 --count 6 "
+                           "--max-tokens 12")
                 .arg(dir.path(), model, recipe, prompts));
         QVERIFY(QTest::qWaitForWindowExposed(dialog));
         saveScreenshot(*dialog, "prefix_shift_dialog.png");

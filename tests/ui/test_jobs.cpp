@@ -176,8 +176,8 @@ void TestJobs::sensitivityScanFromDialogFillsHeatmap()
     dialog->setMaxTokens(6);
     QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
     QCOMPARE(dialog->cliCommand(),
-        QStringLiteral("mismatch --workspace %1 sensitivity %2 --format int4:group128 --prompts %3 --activations bf16 "
-                       "--count 8 --max-tokens 6")
+        QStringLiteral("mismatch --workspace %1 sensitivity %2 --format int4:group128 --prompts %3 --count 8 "
+                       "--max-tokens 6")
             .arg(dir.path(), model, prompts));
     QVERIFY(QTest::qWaitForWindowExposed(dialog));
     saveScreenshot(*dialog, "sensitivity_dialog.png");

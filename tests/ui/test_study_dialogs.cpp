@@ -299,8 +299,8 @@ private slots:
         dialog.setOutput(dir.filePath("recipes/gui-built.yaml"));
         const QString command = dialog.cliCommand();
         QCOMPARE(command,
-            QStringLiteral("mismatch --workspace %1 recipe build %2 --format int8:channel --prompts %3 --count 2 "
-                           "--max-tokens 4 --budget 10 --target-fraction 0.5 --out %4")
+            QStringLiteral("mismatch --workspace %1 recipe build %2 --format int8:channel --prompts %3 --budget 10 "
+                           "--out %4 --count 2 --max-tokens 4")
                 .arg(dir.path(), kResources + "/models/arith-student", kResources + "/prompts/arith-probe.jsonl",
                     dir.filePath("recipes/gui-built.yaml")));
         dialog.show();
@@ -319,9 +319,9 @@ private slots:
         QVERIFY(fromScan.setScan(store::sensitivityScans(store).front().id));
         QVERIFY(fromScan.setCalibration(calibration, 40));
         QVERIFY2(fromScan.valid(), qPrintable(fromScan.errorText()));
-        QVERIFY2(fromScan.cliCommand().contains(QStringLiteral("--scan %1 --calibration %2 --step 40")
-                                                    .arg(store::sensitivityScans(store).front().id)
-                                                    .arg(calibration)),
+        QVERIFY2(fromScan.cliCommand().contains(QStringLiteral("--calibration %1 --step 40 --scan %2")
+                                                    .arg(calibration)
+                                                    .arg(store::sensitivityScans(store).front().id)),
             qPrintable(fromScan.cliCommand()));
         QVERIFY(fromScan.setCalibration(calibration, 20));
         QVERIFY2(

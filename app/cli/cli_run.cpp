@@ -1,0 +1,122 @@
+// mismatch run FILE.yaml [--check]: run a headless job file (one catalogue job, or a study of dependent steps).
+// The file format is core/jobs/job_file.h's; --help lists every job of the catalogue with its parameters and the
+// result fields a study's later steps refer to.
+#include "app/cli/analysis_options.h"
+#include "app/cli/context.h"
+#include "app/cli/terminal_progress.h"
+#include "core/jobs/job_file.h"
+
+#include <memory>
+#include <ostream>
+
+namespace mismatch::cli {
+
+namespace {
+
+struct RunArguments {
+    std::string file;
+    bool check = false;
+};
+
+std::string catalogueHelp()
+{
+    std::string text = "\nJob file (YAML): `job: KIND` and the job's parameters by name, e.g.\n"
+                       "  job: sensitivity\n  model: models/student\n  format: int8\n  prompts: probe.jsonl\n"
+                       "Relative paths are relative to the file. A study file lists `steps:`, each with an `id:`; a "
+                       "value ${ID.FIELD} is the field FIELD of an earlier step's result (a whole value keeps its "
+                       "type: `scan: ${scan.scan_id}`).\n\nJobs (parameter: type [default]; results):\n";
+    for (const jobs::JobDefinition& job : jobs::catalogue()) {
+        text += "\n" + job.kind + " (`mismatch";
+        for (const std::string& word : job.command) {
+            text += " " + word;
+        }
+        text += "`): " + job.summary + "\n";
+        for (const jobs::Parameter& p : job.parameters) {
+            text += "  " + p.name + ": " + jobs::toString(p.type);
+            if (!p.defaultValue.is_null()) {
+                text += " [" + jobs::valueText(p.defaultValue) + "]";
+            } else if (p.required) {
+                text += " (required)";
+            }
+            text += "\n";
+        }
+        text += "  results:";
+        for (const std::string& field : job.resultFields) {
+            text += " " + field;
+        }
+        text += "\n";
+    }
+    return text;
+}
+
+std::string commandText(const jobs::JobSpec& spec)
+{
+    std::string text = "mismatch";
+    for (const std::string& argument : spec.toArguments()) {
+        const bool plain = !argument.empty()
+            && argument.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@")
+                == std::string::npos;
+        text += " " + (plain ? argument : "'" + argument + "'");
+    }
+    return text;
+}
+
+void registerRunCommand(CLI::App& app, Context& context)
+{
+    auto a = std::make_shared<RunArguments>();
+    CLI::App* command = app.add_subcommand("run",
+        "Run a job file: one job of the catalogue (listed below) with its parameters, or a study "
+        "whose steps refer to earlier steps' results; what a GUI dialog's \"Export Job File...\" writes");
+    command->add_option("FILE", a->file, "Job or study file (YAML)")->required()->type_name("FILE");
+    command->add_flag("--check", a->check, "Only read and check the file (every step's parameters whose values "
+                                           "do not depend on earlier steps); run nothing");
+    command->footer(catalogueHelp());
+    command->callback([&context, a] {
+        const jobs::JobFile file = jobs::loadJobFile(a->file);
+        if (a->check) {
+            nlohmann::json steps = nlohmann::json::array();
+            for (const jobs::JobFileStep& step : file.steps) {
+                if (step.references.empty()) {
+                    jobs::resolveStep(file, step, {});
+                }
+                steps.push_back({{"id", step.id}, {"job", step.spec.kind()},
+                    {"references", nlohmann::json(step.references)}});
+            }
+            if (context.json) {
+                context.printJson({{"file", file.path}, {"steps", steps}, {"valid", true}});
+            } else {
+                *context.out << file.path << ": " << file.steps.size() << " step(s), valid\n";
+            }
+            return;
+        }
+        store::RunStore store = context.openStore();
+        TerminalProgress bar(*context.err);
+        CancelOnInterrupt interrupt(bar.progress());
+        nlohmann::json steps = nlohmann::json::array();
+        const auto onStep = [&](std::size_t index, const jobs::JobSpec& spec) {
+            const std::string id = file.steps[index].id;
+            bar.note((id.empty() ? spec.kind() : "step " + id) + ": " + commandText(spec));
+            steps.push_back({{"id", id}, {"job", spec.kind()}, {"arguments", spec.toArguments()}});
+        };
+        const auto onResult = [&](std::size_t index, const jobs::JobResult& result) {
+            steps[index]["result"] = result;
+        };
+        jobs::runJobFile(file, store, bar.progress(), onStep, onResult);
+        bar.finish();
+        if (context.json) {
+            context.printJson({{"file", file.path}, {"steps", steps}});
+            return;
+        }
+        for (const nlohmann::json& step : steps) {
+            *context.out << (step["id"].get<std::string>().empty() ? step["job"].get<std::string>()
+                                                                    : step["id"].get<std::string>())
+                         << ": " << step["result"].dump() << "\n";
+        }
+    });
+}
+
+const CommandRegistration registration(71, registerRunCommand);
+
+} // namespace
+
+} // namespace mismatch::cli

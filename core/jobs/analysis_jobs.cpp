@@ -1,0 +1,612 @@
+#include "core/jobs/analysis_jobs.h"
+
+#include "core/analysis/calibrate.h"
+#include "core/common/error.h"
+#include "core/engine/byte_size.h"
+#include "core/model/memory_check.h"
+#include "core/quant/formats.h"
+#include "core/quant/recipe.h"
+#include "core/store/analysis_store.h"
+
+#include <filesystem>
+
+namespace mismatch::jobs {
+
+namespace {
+
+Parameter param(std::string name, ParameterType type, std::string flag, std::string label, std::string help,
+    nlohmann::json defaultValue = nullptr)
+{
+    Parameter p;
+    p.name = std::move(name);
+    p.type = type;
+    p.flag = std::move(flag);
+    p.label = std::move(label);
+    p.help = std::move(help);
+    p.defaultValue = std::move(defaultValue);
+    return p;
+}
+
+Parameter ranged(Parameter p, std::optional<double> low, bool lowExclusive = false, std::optional<double> high = {})
+{
+    p.low = low;
+    p.lowExclusive = lowExclusive;
+    p.high = high;
+    return p;
+}
+
+Parameter choice(Parameter p, std::vector<std::string> choices)
+{
+    p.type = ParameterType::Choice;
+    p.choices = std::move(choices);
+    return p;
+}
+
+Parameter required(Parameter p)
+{
+    p.required = true;
+    return p;
+}
+
+// The sampling / measurement parameters the analyses share (the options of `addAnalysisOptions` before the
+// catalogue). `fromProtocol`: the parameters that set the measurement protocol have no default, so that an unset
+// one is taken from a calibration's protocol (admit).
+std::vector<Parameter> analysisParameters(bool fromProtocol)
+{
+    const auto protocolDefault = [fromProtocol](nlohmann::json value) {
+        return fromProtocol ? nlohmann::json() : value;
+    };
+    const std::string fromCalibration = fromProtocol ? " (default: the calibration's protocol, else " : " (";
+    const auto help = [&](const std::string& text, const std::string& defaultText) {
+        return fromProtocol ? text + fromCalibration + defaultText + ")" : text;
+    };
+    return {
+        ranged(param("count", ParameterType::Integer, "--count", "Prompts (first N)",
+                   help("Use the first N prompts of the set (0: all)", "0"), protocolDefault(0)),
+            0),
+        ranged(param("max_tokens", ParameterType::Integer, "--max-tokens", "Generated tokens per prompt",
+                   help("Generated tokens per prompt at most", "64"), protocolDefault(64)),
+            0, true),
+        ranged(param("seed", ParameterType::Integer, "--seed", "Sampling seed",
+                   help("Sampling seed (combined with each prompt's id)", "0"), protocolDefault(0)),
+            0),
+        ranged(param("temperature", ParameterType::Number, "--temperature", "Temperature",
+                   help("Sampling temperature (0: greedy)", "1"), protocolDefault(1.0)),
+            0),
+        ranged(param("top_p", ParameterType::Number, "--top-p", "Top p",
+                   help("Nucleus sampling threshold in (0, 1]", "1"), protocolDefault(1.0)),
+            0, true, 1.0),
+        ranged(param("top_k", ParameterType::Integer, "--top-k", "Top k",
+                   help("Keep the K most probable tokens (0: off)", "0"), protocolDefault(0)),
+            0),
+        choice(param("kv_scale_fit", ParameterType::Choice, "--kv-scale-fit", "KV-scale fit",
+                   help("FP8 KV-cache scales: fitted_per_measurement (on every prompt measured) or frozen_first_batch "
+                        "(the engine's own prefill of the first --kv-first-batch prompts, as a training run's first "
+                        "step)",
+                       "fitted_per_measurement"),
+                   protocolDefault("fitted_per_measurement")),
+            {"fitted_per_measurement", "frozen_first_batch"}),
+        ranged(param("kv_first_batch", ParameterType::Integer, "--kv-first-batch", "KV first batch",
+                   help("Prompts of the first batch that frozen_first_batch fits the KV scales on", "32"),
+                   protocolDefault(32)),
+            0, true),
+        ranged(param("batch", ParameterType::Integer, "--batch", "Batch", "Prompts generated and scored together", 16),
+            0, true),
+        ranged(param("resamples", ParameterType::Integer, "--resamples", "Bootstrap resamples",
+                   "Bootstrap resamples (prompts resampled)", 10000),
+            1, false, 10000000),
+        ranged(param("confidence", ParameterType::Number, "--confidence", "Confidence", "Bootstrap interval confidence",
+                   0.95),
+            0.5, false, 0.999999),
+        ranged(param("bootstrap_seed", ParameterType::Integer, "--bootstrap-seed", "Bootstrap seed", "Bootstrap seed",
+                   20261108),
+            0),
+        param("kv_memory", ParameterType::Text, "--kv-memory", "KV-cache memory",
+            "Memory of each engine's paged KV cache (256MiB, 1GiB, ...)", "256MiB"),
+    };
+}
+
+const char* const kProtocolParameters[]
+    = {"count", "max_tokens", "seed", "temperature", "top_p", "top_k", "kv_scale_fit", "kv_first_batch"};
+
+analysis::KvScalePolicy kvScalePolicy(const std::string& text)
+{
+    return text == "frozen_first_batch" ? analysis::KvScalePolicy::FrozenFirstBatch
+                                        : analysis::KvScalePolicy::FittedPerMeasurement;
+}
+
+// The measurement settings of a spec: every given parameter over `s` (by default the defaults of MeasureSettings).
+analysis::MeasureSettings measureSettings(const JobSpec& spec, analysis::MeasureSettings s = {})
+{
+    if (spec.given("max_tokens")) {
+        s.maxNewTokens = spec.integer("max_tokens");
+    }
+    if (spec.given("seed")) {
+        s.seed = static_cast<std::uint64_t>(spec.integer("seed"));
+    }
+    if (spec.given("temperature")) {
+        s.temperature = spec.number("temperature");
+    }
+    if (spec.given("top_p")) {
+        s.topP = spec.number("top_p");
+    }
+    if (spec.given("top_k")) {
+        s.topK = spec.integer("top_k");
+    }
+    if (spec.given("kv_scale_fit")) {
+        s.kvScales = kvScalePolicy(spec.text("kv_scale_fit"));
+    }
+    if (spec.given("kv_first_batch")) {
+        s.kvFirstBatch = spec.integer("kv_first_batch");
+    }
+    s.batchSize = spec.integer("batch");
+    s.bootstrap.resamples = static_cast<int>(spec.integer("resamples"));
+    s.bootstrap.confidence = spec.number("confidence");
+    s.bootstrap.seed = static_cast<std::uint64_t>(spec.integer("bootstrap_seed"));
+    s.kvCacheBytes = engine::parseByteSize(spec.text("kv_memory"), "kv_memory"); // checked by checkByteSize
+    return s;
+}
+
+// A parameter's value as core parses it, as a ParameterError (core's InputError names the parameter).
+template <typename Parse> void checkParsed(std::vector<ParameterError>& errors, const std::string& name, Parse&& parse)
+{
+    try {
+        parse();
+    } catch (const InputError& error) {
+        errors.push_back({name, error.detail()});
+    }
+}
+
+// A memory size ("256MiB"); `allocated`: memory the job allocates, which must fit the machine.
+void checkByteSize(std::vector<ParameterError>& errors, const JobSpec& spec, const std::string& name, bool allocated)
+{
+    const std::string text = spec.text(name);
+    std::uint64_t bytes = 0;
+    try {
+        bytes = engine::parseByteSize(text, name);
+    } catch (const InputError& error) {
+        errors.push_back({name, error.detail()});
+        return;
+    }
+    if (allocated) {
+        try {
+            model::checkRequestFits(text, bytes);
+        } catch (const InputError& error) {
+            errors.push_back({name, text + " " + error.detail()});
+        }
+    }
+}
+
+quant::ActivationPrecision activationPrecision(const JobSpec& spec)
+{
+    quant::ActivationPrecision activations;
+    activations.format = *quant::parseActivationFormat(spec.text("activations"));
+    return activations;
+}
+
+Parameter formatParameter(const std::string& help)
+{
+    return param("format", ParameterType::Text, "--format,-f", "Quantize each cell's weights to", help);
+}
+
+Parameter activationsParameter(const std::string& help)
+{
+    return choice(param("activations", ParameterType::Choice, "--activations", "... and its input activations to",
+                      help, "bf16"),
+        {"bf16", "fp8_e4m3"});
+}
+
+Parameter kvScalesParameter(const std::string& help)
+{
+    return choice(param("kv_scales", ParameterType::Choice, "--kv-scales", "KV-cache scales", help, "per_tensor"),
+        {"per_tensor", "per_head"});
+}
+
+JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)
+{
+    JobDefinition job;
+    job.kind = std::move(kind);
+    job.command = std::move(command);
+    job.summary = std::move(summary);
+    return job;
+}
+
+Parameter modelParameter(const std::string& help)
+{
+    return param("model", ParameterType::Path, "MODEL", "Model directory", help);
+}
+
+Parameter promptsParameter(const std::string& label, const std::string& help)
+{
+    return param("prompts", ParameterType::Path, "--prompts,-p", label, help);
+}
+
+// One rollout configuration's weight noise (admit's single candidate, prefix shift's configuration).
+std::vector<Parameter> noiseParameters(const std::string& noiseHelp)
+{
+    return {ranged(param("noise", ParameterType::Number, "--noise", "Weight noise sigma (relative to RMS)", noiseHelp,
+                       0.0),
+                0),
+        ranged(param("noise_seed", ParameterType::Integer, "--noise-seed", "Noise seed", "Seed of the weight noise", 0),
+            0),
+        param("noise_modules", ParameterType::Text, "--noise-modules", "Noisy modules",
+            "Recipe pattern of the noisy modules", "*")};
+}
+
+void checkFormat(std::vector<ParameterError>& errors, const JobSpec& spec)
+{
+    if (spec.given("format")) {
+        checkParsed(errors, "format", [&] { analysis::parseWeightPrecision(spec.text("format"), "format"); });
+    }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------- sensitivity
+
+analysis::SensitivityOptions sensitivityOptions(const JobSpec& spec)
+{
+    analysis::SensitivityOptions options;
+    options.modelDirectory = spec.text("model");
+    options.promptSetPath = spec.text("prompts");
+    options.count = spec.integer("count");
+    options.settings = measureSettings(spec);
+    options.weights = analysis::parseWeightPrecision(spec.text("format"), "format");
+    options.activations = activationPrecision(spec);
+    options.kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
+    options.kvCells = !spec.flag("no_kv");
+    options.embeddingCells = !spec.flag("no_embedding");
+    return options;
+}
+
+JobDefinition sensitivityJob()
+{
+    JobDefinition job = definition("sensitivity", {"sensitivity"},
+        "Layer sensitivity: the mismatch each cell adds over the BF16 unit when only it is quantized");
+    job.parameters = {
+        required(modelParameter("Model directory (the FP32 trainer and the engine's weights)")),
+        required(formatParameter("Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], "
+                                 "fp8_e5m2[:...], int8, int4, fp16, bf16")),
+        required(promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL)")),
+        activationsParameter("Input activations of a quantized projection: bf16 | fp8_e4m3"),
+        kvScalesParameter("Scales of the fp8_e4m3 KV cells: per_tensor | per_head"),
+        param("no_kv", ParameterType::Flag, "--no-kv", "Skip each layer's KV-cache cell",
+            "Skip the KV-cache-only cells", false),
+        param("no_embedding", ParameterType::Flag, "--no-embedding", "Skip the embedding / lm_head cells",
+            "Skip the embedding / lm_head cells", false),
+    };
+    const auto shared = analysisParameters(false);
+    job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
+    job.check = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        checkFormat(errors, spec);
+        checkByteSize(errors, spec, "kv_memory", true);
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>& onRunStarted) {
+        analysis::SensitivityOptions options = sensitivityOptions(spec);
+        options.onRunStarted = onRunStarted;
+        const analysis::SensitivityResult r = analysis::runSensitivity(store, options, progress);
+        return JobResult {{"run_id", r.runId}, {"scan_id", r.scanId}, {"format", r.format}, {"bf16_unit", r.bf16Unit},
+            {"cells", r.cells.size()}, {"seconds", r.seconds}};
+    };
+    job.resultFields = {"run_id", "scan_id", "format", "bf16_unit", "cells", "seconds"};
+    return job;
+}
+
+// --------------------------------------------------------------------------------------------------- recipe build
+
+std::string budgetSource(const JobSpec& spec)
+{
+    return spec.given("calibration") ? "calibration " + std::to_string(spec.integer("calibration")) : "budget";
+}
+
+analysis::RecipeBuildOptions recipeBuildOptions(const JobSpec& spec, const store::RunStore& store)
+{
+    analysis::RecipeBuildOptions options;
+    if (spec.given("scan")) {
+        options.scanId = spec.integer("scan");
+    } else {
+        options.scan.modelDirectory = spec.text("model");
+        options.scan.promptSetPath = spec.text("prompts");
+        options.scan.count = spec.integer("count");
+        options.scan.settings = measureSettings(spec);
+        options.scan.weights = analysis::parseWeightPrecision(spec.text("format"), "format");
+        options.scan.activations = activationPrecision(spec);
+        options.scan.kvCells = spec.flag("kv_cache");
+        options.scan.embeddingCells = !spec.flag("no_embedding");
+    }
+    options.scan.kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
+    options.quantizeKv = spec.flag("kv_cache");
+    options.targetFraction = spec.number("target_fraction");
+    options.outPath = spec.text("out");
+    options.name = spec.text("name");
+    options.kvMemoryBytes = engine::parseByteSize(spec.text("capacity_memory"), "capacity_memory");
+    if (spec.given("calibration")) {
+        const std::int64_t id = spec.integer("calibration");
+        const std::optional<std::int64_t> step
+            = spec.given("step") ? std::optional<std::int64_t>(spec.integer("step")) : std::nullopt;
+        options.budget = store::admissionThreshold(store, id, step);
+        // The recipes are measured under the budget's protocol, so that they compare with its threshold.
+        const auto stored = store::calibration(store, id);
+        options.protocol = stored ? analysis::storedProtocol(stored->info.configJson, store.path()) : std::nullopt;
+    } else {
+        options.budget = spec.number("budget");
+    }
+    return options;
+}
+
+JobDefinition recipeBuildJob()
+{
+    JobDefinition job = definition("recipe_build", {"recipe", "build"},
+        "Build a recipe: keep the most sensitive cells in BF16 until the measured mismatch is at most "
+        "target_fraction x the budget; write it");
+    Parameter budget = ranged(
+        param("budget", ParameterType::Number, "--budget", "Budget (nats/token)", "Mismatch budget, nats per token"), 0,
+        true);
+    budget.excludes = {"calibration"};
+    Parameter step = param("step", ParameterType::Integer, "--step", "Calibration step",
+        "Training step of the calibration's bracket (when it has several)");
+    step.needs = {"calibration"};
+    job.parameters = {
+        modelParameter("Model directory (ignored with --scan: the scan's model is used)"),
+        formatParameter("Weight format: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, fp16 "
+                        "(without --scan)"),
+        promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL) the mismatch is measured on (without --scan)"),
+        activationsParameter("Activations of quantized projections: bf16 | fp8_e4m3"),
+        kvScalesParameter("Scales of the fp8_e4m3 KV cache: per_tensor | per_head"),
+        budget,
+        param("calibration", ParameterType::Integer, "--calibration", "Calibration",
+            "Take the budget from a stored calibration's admission threshold"),
+        step,
+        ranged(param("target_fraction", ParameterType::Number, "--target-fraction", "Target fraction of the budget",
+                   "Target: measured mismatch <= this x budget", 0.5),
+            0, true, 1.0),
+        param("scan", ParameterType::Integer, "--scan", "Sensitivity scan",
+            "Order cells by this stored sensitivity scan (else scan now)"),
+        param("kv_cache", ParameterType::Flag, "--kv-cache", "Quantize the KV cache",
+            "Also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16", false),
+        param("no_embedding", ParameterType::Flag, "--no-embedding", "Leave the embedding / lm_head in BF16",
+            "Leave the embedding and lm_head in BF16 (when scanning now)", false),
+        required(param("out", ParameterType::Path, "--out,-o", "Recipe file", "Recipe file to write (.yaml, .yml or .json)")),
+        param("name", ParameterType::Text, "--name", "Recipe name", "Recipe name (default built-<format>)"),
+        param("capacity_memory", ParameterType::Text, "--capacity-memory", "Capacity memory",
+            "KV memory for the capacity report", "8GiB"),
+    };
+    const auto shared = analysisParameters(false);
+    job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
+    job.check = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        if (!spec.given("scan")) {
+            for (const char* name : {"model", "format", "prompts"}) {
+                if (!spec.given(name)) {
+                    errors.push_back({name, "needed without 'scan' (to scan the model first)"});
+                }
+            }
+        }
+        if (!spec.given("budget") && !spec.given("calibration")) {
+            errors.push_back({"budget", "give 'budget' (nats per token) or 'calibration'"});
+        }
+        checkFormat(errors, spec);
+        checkByteSize(errors, spec, "kv_memory", true);
+        checkByteSize(errors, spec, "capacity_memory", false);
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>&) {
+        const analysis::RecipeBuildOptions options = recipeBuildOptions(spec, store);
+        // The recipe's folder is made (a job file or a dialog may name a new one).
+        const std::filesystem::path folder = std::filesystem::absolute(options.outPath).parent_path();
+        std::filesystem::create_directories(folder);
+        const analysis::RecipeBuildResult r = analysis::buildRecipe(store, options, progress);
+        return JobResult {{"run_id", r.runId}, {"recipe_id", r.recipeId}, {"recipe_file", r.outPath},
+            {"scan_id", r.scanId}, {"format", r.format}, {"budget", r.budget}, {"mismatch", r.mismatch},
+            {"bf16_cells", r.bf16Cells}, {"seconds", r.seconds}};
+    };
+    job.resultFields = {"run_id", "recipe_id", "recipe_file", "scan_id", "format", "budget", "mismatch", "bf16_cells",
+        "seconds"};
+    return job;
+}
+
+// ---------------------------------------------------------------------------------------------------------- admit
+
+analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::RunStore& store)
+{
+    analysis::AdmissionOptions options;
+    options.checkpoints = spec.strings("students");
+    options.history = spec.strings("history");
+    options.probePath = spec.text("prompts");
+    options.count = spec.integer("count");
+    options.settings = measureSettings(spec);
+    options.measureUnit = !spec.flag("no_unit");
+    if (spec.given("candidates")) {
+        options.candidates = analysis::loadCandidates(spec.text("candidates"));
+    } else {
+        analysis::Candidate candidate;
+        candidate.recipePath = spec.text("recipe");
+        candidate.staleness = spec.integer("staleness");
+        candidate.noise = spec.number("noise");
+        candidate.noiseSeed = static_cast<std::uint64_t>(spec.integer("noise_seed"));
+        candidate.noiseModules = spec.text("noise_modules");
+        candidate.name = spec.given("name") ? spec.text("name")
+            : candidate.recipePath.empty()  ? std::string("bf16")
+                                            : std::filesystem::path(candidate.recipePath).stem().string();
+        options.candidates.push_back(candidate);
+    }
+    if (!spec.given("calibration")) {
+        options.threshold = spec.number("threshold");
+        return options;
+    }
+    options.calibrationId = spec.integer("calibration");
+    options.steps = spec.integers("step");
+    options.allowProtocolMismatch = spec.flag("allow_protocol_mismatch");
+    bool protocolGiven = spec.given("prompts");
+    for (const char* name : kProtocolParameters) {
+        protocolGiven = protocolGiven || spec.given(name);
+    }
+    if (!protocolGiven) {
+        return options; // measured under the calibration's protocol
+    }
+    // Options that set the protocol are laid over the calibration's; core compares the result with it and refuses a
+    // difference unless allow_protocol_mismatch.
+    options.protocolFromCalibration = false;
+    const auto stored = store::calibration(store, *options.calibrationId);
+    const auto protocol = stored ? analysis::storedProtocol(stored->info.configJson, store.path()) : std::nullopt;
+    if (protocol) {
+        options.settings = measureSettings(spec, analysis::applyProtocol(*protocol, options.settings));
+        options.probePath = spec.given("prompts") ? spec.text("prompts") : protocol->prompts;
+        options.count = spec.given("count") ? spec.integer("count") : protocol->count;
+    }
+    return options;
+}
+
+JobDefinition admitJob()
+{
+    JobDefinition job = definition("admit", {"admit"},
+        "Admission check: screen candidate rollout configurations at student checkpoints against a budget");
+    const auto oneCandidate = [](Parameter p) {
+        p.excludes = {"candidates"};
+        return p;
+    };
+    Parameter step = param("step", ParameterType::IntegerList, "--step", "Calibration step",
+        "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint (default: each "
+        "checkpoint's own optimizer step, else the nearest earlier bracket)");
+    step.needs = {"calibration"};
+    Parameter allow = param("allow_protocol_mismatch", ParameterType::Flag, "--allow-protocol-mismatch",
+        "Screen under another protocol",
+        "Screen under probe/sampling/KV options that differ from the calibration's protocol anyway; the decisions are "
+        "labelled as measured under another protocol",
+        false);
+    allow.needs = {"calibration"};
+    Parameter threshold = ranged(param("threshold", ParameterType::Number, "--threshold", "Threshold (nats/token)",
+                                     "Explicit threshold, nats per token"),
+        0, true);
+    threshold.excludes = {"calibration"};
+    job.parameters = {
+        required(param("students", ParameterType::PathList, "STUDENT", "Student checkpoints",
+            "Student checkpoint directories to screen, in training order (each is the FP32 trainer of its decisions)")),
+        param("candidates", ParameterType::Path, "--candidates,-c", "Candidates",
+            "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}"),
+        oneCandidate(param("recipe", ParameterType::Path, "--recipe,-r", "Recipe",
+            "One candidate's recipe (default: the BF16 engine)")),
+        oneCandidate(ranged(param("staleness", ParameterType::Integer, "--staleness", "Staleness",
+                                "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k "
+                                "steps older (see --history)",
+                                0),
+            0)),
+        oneCandidate(param("name", ParameterType::Text, "--name", "Candidate name",
+            "One candidate's name (default from the recipe)")),
+        param("history", ParameterType::PathList, "--history", "Older checkpoints",
+            "Older checkpoints of the same student (oldest first), used only as stale engine weights"),
+        promptsParameter(
+            "Probe prompt set", "Probe prompt set (JSONL); with --calibration the calibration's protocol names it"),
+        param("calibration", ParameterType::Integer, "--calibration", "Calibration",
+            "Stored calibration whose budget bracket gives the threshold; the screen is measured under its protocol"),
+        step,
+        allow,
+        threshold,
+        param("no_unit", ParameterType::Flag, "--no-unit", "Skip the BF16 unit",
+            "Skip the BF16 unit per checkpoint (no BF16 multiples)", false),
+    };
+    std::ptrdiff_t at = 4; // after the candidate's staleness
+    for (const Parameter& noise : noiseParameters("One candidate's weight noise sigma (relative to RMS)")) {
+        job.parameters.insert(job.parameters.begin() + at++, oneCandidate(noise));
+    }
+    const auto shared = analysisParameters(true);
+    job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
+    job.check = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        if (!spec.given("prompts") && !spec.given("calibration")) {
+            errors.push_back({"prompts", "give the probe prompt set (or 'calibration', whose protocol names it)"});
+        }
+        if (!spec.given("calibration") && !spec.given("threshold")) {
+            errors.push_back({"threshold", "give 'calibration' or 'threshold'"});
+        }
+        checkByteSize(errors, spec, "kv_memory", true);
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>& onRunStarted) {
+        analysis::AdmissionOptions options = admissionOptions(spec, store);
+        options.onRunStarted = onRunStarted;
+        const analysis::AdmissionResult r = analysis::runAdmission(store, options, progress);
+        nlohmann::json decisions = nlohmann::json::array();
+        std::int64_t admitted = 0;
+        for (const analysis::AdmissionRow& row : r.rows) {
+            admitted += row.verdict == analysis::AdmissionVerdict::Admit ? 1 : 0;
+            decisions.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
+                {"decision", analysis::toString(row.verdict)}, {"mismatch", row.mismatch},
+                {"threshold", row.threshold}, {"decision_id", row.decisionId}});
+        }
+        return JobResult {{"run_id", r.runId}, {"decisions", decisions}, {"admitted", admitted},
+            {"seconds", r.seconds}};
+    };
+    job.resultFields = {"run_id", "decisions", "admitted", "seconds"};
+    return job;
+}
+
+// --------------------------------------------------------------------------------------------------- prefix shift
+
+analysis::PrefixShiftOptions prefixShiftOptions(const JobSpec& spec)
+{
+    analysis::PrefixShiftOptions options;
+    options.modelDirectory = spec.text("model");
+    options.promptSetPath = spec.text("prompts");
+    options.count = spec.integer("count");
+    options.settings = measureSettings(spec);
+    if (spec.given("recipe") && !spec.text("recipe").empty()) {
+        options.configuration.recipe = quant::loadRecipe(spec.text("recipe"));
+        options.recipePath = spec.text("recipe");
+    }
+    options.configuration.noise = spec.number("noise");
+    options.configuration.noiseSeed = static_cast<std::uint64_t>(spec.integer("noise_seed"));
+    options.configuration.noiseModules = spec.text("noise_modules");
+    options.cap = spec.number("cap");
+    options.storedPairs = spec.integer("store_pairs");
+    return options;
+}
+
+JobDefinition prefixShiftJob()
+{
+    JobDefinition job = definition("prefix_shift", {"prefix-shift"},
+        "Split a configuration's mismatch into its per-token and prefix-shift parts");
+    job.parameters = {
+        required(modelParameter("Model directory (the FP32 trainer and the engines' weights)")),
+        param("recipe", ParameterType::Path, "--recipe,-r", "Recipe",
+            "The configuration's recipe (default: BF16, e.g. with --noise)"),
+        required(promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL)")),
+        ranged(param("cap", ParameterType::Number, "--cap", "TIS / MIS cap",
+                   "Cap C of TIS (min(w, C)) and MIS (keep w in [1/C, C])", 2.0),
+            1.0, false, 1e9),
+        ranged(param("store_pairs", ParameterType::Integer, "--store-pairs", "Pairs stored token by token",
+                   "Paired generations stored token by token (for the viewer)", 16),
+            0),
+    };
+    const auto noise = noiseParameters("Weight noise sigma relative to each tensor's RMS");
+    job.parameters.insert(job.parameters.begin() + 2, noise.begin(), noise.end());
+    const auto shared = analysisParameters(false);
+    job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
+    job.check = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        checkByteSize(errors, spec, "kv_memory", true);
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>&) {
+        const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, prefixShiftOptions(spec), progress);
+        return JobResult {{"run_id", r.runId}, {"analysis_id", r.analysisId}, {"total", r.total},
+            {"per_token", r.perToken}, {"prefix_shift", r.prefixShift}, {"bf16_unit", r.bf16Unit}, {"pairs", r.pairs}};
+    };
+    job.resultFields = {"run_id", "analysis_id", "total", "per_token", "prefix_shift", "bf16_unit", "pairs"};
+    return job;
+}
+
+const std::vector<JobDefinition>& catalogue()
+{
+    static const std::vector<JobDefinition> jobs
+        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob()};
+    return jobs;
+}
+
+} // namespace mismatch::jobs

@@ -1,0 +1,160 @@
+// `mismatch run` on a tiny random model (seconds): a job file stores exactly what the same spec run directly
+// (what a GUI dialog's job runs) stores, and a study file of three dependent steps (sensitivity scan -> recipe
+// build from that scan -> admission check of the built recipe) runs end to end, each step using the result of
+// the one before.
+#include "core/common/error.h"
+#include "core/jobs/job_file.h"
+#include "core/model/transformer.h"
+#include "core/store/analysis_store.h"
+#include "core/store/run_store.h"
+#include "core/train/zoo.h"
+#include "tests/common/cli_runner.h"
+
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+
+using namespace mismatch;
+using test::parseJson;
+using test::runCli;
+
+class TestJobFiles : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase()
+    {
+        QVERIFY(dir_.isValid());
+        const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
+        model_ = (dir_.path() + "/student").toStdString();
+        train::writeDemoModelDirectory(model_, config, model::randomWeights(config, 21, 0.3));
+        probe_ = std::string(MISMATCH_SOURCE_DIR) + "/resources/prompts/arith-probe.jsonl";
+    }
+
+    // A job file and the same spec run directly store the same scan, cell by cell, every number exactly.
+    void jobFileStoresWhatTheSpecStores()
+    {
+        const std::string workspace = (dir_.path() + "/single").toStdString();
+        jobs::JobSpec spec("sensitivity");
+        spec.set("model", model_).set("format", "int8").set("prompts", probe_).set("count", 4).set("max_tokens", 8);
+        spec.set("no_kv", true).set("resamples", 300);
+        std::int64_t directScan = 0;
+        {
+            store::RunStore store = store::RunStore::open(store::databasePath(workspace));
+            Progress progress;
+            directScan = spec.run(store, progress).at("scan_id").get<std::int64_t>();
+        }
+        const std::string file = (dir_.path() + "/scan.job.yaml").toStdString();
+        jobs::writeJobFile(file, spec);
+        const auto result = runCli({"--workspace", workspace, "--json", "run", file});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const nlohmann::json json = parseJson(result.out);
+        QCOMPARE(json["steps"].size(), std::size_t(1));
+        QCOMPARE(json["steps"][0]["arguments"].get<std::vector<std::string>>(), spec.toArguments());
+        const std::int64_t fileScan = json["steps"][0]["result"]["scan_id"].get<std::int64_t>();
+        QVERIFY(fileScan != directScan);
+
+        const store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+        const auto a = store::sensitivityScan(store, directScan);
+        const auto b = store::sensitivityScan(store, fileScan);
+        QVERIFY(a && b);
+        QCOMPARE(b->info.configJson, a->info.configJson); // every option and input digest
+        QCOMPARE(b->info.bf16Unit, a->info.bf16Unit);
+        QCOMPARE(b->cells.size(), a->cells.size());
+        QCOMPARE(a->cells.size(), std::size_t(15)); // 2 layers x 7 projections + the tied embedding
+        for (std::size_t i = 0; i < a->cells.size(); ++i) {
+            QCOMPARE(b->cells[i].moduleGroup, a->cells[i].moduleGroup);
+            QCOMPARE(b->cells[i].mismatch, a->cells[i].mismatch);
+            QCOMPARE(b->cells[i].ciLow, a->cells[i].ciLow);
+            QCOMPARE(b->cells[i].ciHigh, a->cells[i].ciHigh);
+        }
+        // --check reads and checks without running anything.
+        const auto check = runCli({"--workspace", workspace, "run", "--check", file});
+        QVERIFY2(check.code == 0, check.err.c_str());
+        QCOMPARE(store::sensitivityScans(store).size(), std::size_t(2));
+    }
+
+    void studyOfThreeDependentSteps()
+    {
+        const std::string workspace = (dir_.path() + "/study").toStdString();
+        QDir().mkpath(dir_.path() + "/study-files");
+        const std::string study = (dir_.path() + "/study-files/study.yaml").toStdString();
+        std::ofstream(study) << "steps:\n"
+                                "  - id: scan\n"
+                                "    job: sensitivity\n"
+                                "    model: ../student\n"
+                                "    format: int4\n"
+                                "    prompts: "
+                             << probe_
+                             << "\n"
+                                "    count: 4\n    max_tokens: 8\n    resamples: 300\n    no_kv: true\n"
+                                "  - id: build\n"
+                                "    job: recipe_build\n"
+                                "    scan: ${scan.scan_id}\n"
+                                "    budget: 1000\n"
+                                "    out: recipes/built-${scan.scan_id}.yaml\n"
+                                "  - id: screen\n"
+                                "    job: admit\n"
+                                "    students: [../student]\n"
+                                "    recipe: ${build.recipe_file}\n"
+                                "    threshold: 1000\n"
+                                "    prompts: "
+                             << probe_ << "\n    count: 4\n    max_tokens: 8\n    resamples: 300\n";
+        const auto result = runCli({"--workspace", workspace, "--json", "run", study});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const nlohmann::json json = parseJson(result.out);
+        QCOMPARE(json["steps"].size(), std::size_t(3));
+        const nlohmann::json& scan = json["steps"][0]["result"];
+        const nlohmann::json& build = json["steps"][1]["result"];
+        const nlohmann::json& screen = json["steps"][2]["result"];
+        // The build ordered its cells by the study's own scan and wrote where the study said.
+        QCOMPARE(build["scan_id"], scan["scan_id"]);
+        const std::string recipe = dir_.path().toStdString() + "/study-files/recipes/built-"
+            + std::to_string(scan["scan_id"].get<std::int64_t>()) + ".yaml";
+        QCOMPARE(build["recipe_file"].get<std::string>(), recipe);
+        QVERIFY(QFile::exists(QString::fromStdString(recipe)));
+        // The screen measured that recipe: its stored decision names it.
+        QCOMPARE(screen["decisions"].size(), std::size_t(1));
+        QCOMPARE(screen["decisions"][0]["decision"].get<std::string>(), std::string("admit"));
+        QCOMPARE(screen["decisions"][0]["candidate"].get<std::string>(),
+            "built-" + std::to_string(scan["scan_id"].get<std::int64_t>()));
+
+        const store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+        std::vector<std::string> kinds;
+        for (const store::RunInfo& run : store.listRuns()) {
+            kinds.push_back(run.kind);
+        }
+        std::sort(kinds.begin(), kinds.end());
+        QCOMPARE(kinds, (std::vector<std::string> {"admit", "recipe_build", "sensitivity"}));
+        const auto decisions = store::admissionDecisions(store, screen["run_id"].get<std::int64_t>());
+        QCOMPARE(decisions.size(), std::size_t(1));
+        QVERIFY2(decisions[0].candidateJson.find(recipe) != std::string::npos, decisions[0].candidateJson.c_str());
+        QCOMPARE(decisions[0].mismatch, screen["decisions"][0]["mismatch"].get<double>());
+    }
+
+    // A step that fails at run time stops the study, named with its place; later steps do not run.
+    void failingStepIsNamed()
+    {
+        const std::string workspace = (dir_.path() + "/failing").toStdString();
+        const std::string study = (dir_.path() + "/failing.yaml").toStdString();
+        std::ofstream(study) << "steps:\n"
+                                "  - id: scan\n    job: sensitivity\n    model: no-such-model\n    format: int8\n"
+                                "    prompts: p.jsonl\n"
+                                "  - id: build\n    job: recipe_build\n    scan: ${scan.scan_id}\n    budget: 1\n"
+                                "    out: r.yaml\n";
+        const auto result = runCli({"--workspace", workspace, "run", study});
+        QCOMPARE(result.code, 1);
+        QVERIFY2(result.err.find(study + ":line 2, column 5: step 'scan': ") != std::string::npos, result.err.c_str());
+        QVERIFY2(result.err.find("no-such-model") != std::string::npos, result.err.c_str());
+    }
+
+private:
+    QTemporaryDir dir_;
+    std::string model_;
+    std::string probe_;
+};
+
+QTEST_GUILESS_MAIN(TestJobFiles)
+#include "test_job_files.moc"

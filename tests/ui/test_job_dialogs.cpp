@@ -1,0 +1,242 @@
+// The dialogs of the catalogue's jobs (sensitivity, recipe build, admission check) bind their fields to a
+// JobSpec: the spec a dialog builds equals the one the CLI's generated options read from the dialog's own command
+// (the same inputs), and a job file exported from the dialog, run with `mismatch run`, stores exactly what the
+// dialog's job stored. The queue's Jobs tab exports the job file of a queued job too.
+#include "app/cli/job_options.h"
+#include "core/jobs/job_file.h"
+#include "core/model/transformer.h"
+#include "core/store/analysis_store.h"
+#include "core/train/zoo.h"
+#include "fixture_workspace.h"
+#include "tests/common/cli_runner.h"
+#include "ui/analysis_dialogs.h"
+#include "ui/job_queue.h"
+#include "ui/main_window.h"
+#include "ui/sensitivity_dialog.h"
+#include "ui/study_dialogs.h"
+
+#include <QDialogButtonBox>
+#include <QProcess>
+#include <QPushButton>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace mismatch;
+
+namespace {
+
+const QString kResources = QStringLiteral(MISMATCH_SOURCE_DIR "/resources");
+
+// The spec the CLI reads from a dialog's command line ("mismatch --workspace W ARGS...").
+jobs::JobSpec cliSpec(const QString& command, const QString& workspace)
+{
+    QStringList words = QProcess::splitCommand(command);
+    if (words.size() < 3 || words[0] != "mismatch" || words[1] != "--workspace" || words[2] != workspace) {
+        throw std::runtime_error("unexpected command: " + command.toStdString());
+    }
+    std::vector<std::string> arguments;
+    for (int i = 3; i < words.size(); ++i) {
+        arguments.push_back(words[i].toStdString());
+    }
+    return cli::parseJobArguments(arguments);
+}
+
+} // namespace
+
+class TestJobDialogs : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase()
+    {
+        fixture::initGuiTest();
+        QVERIFY(dir_.isValid());
+        const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
+        model_ = dir_.path() + "/student";
+        train::writeDemoModelDirectory(model_.toStdString(), config, model::randomWeights(config, 21, 0.3));
+        probe_ = kResources + "/prompts/arith-probe.jsonl";
+    }
+
+    void dialogSpecsEqualTheCliSpecs()
+    {
+        const QString workspace = dir_.path() + "/specs";
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace.toStdString()));
+
+        ui::SensitivityDialog scan(workspace, nullptr, &store);
+        scan.setModelDirectory(model_);
+        scan.setPromptSet(probe_);
+        scan.setFormat("fp8_e4m3/channel");
+        scan.setCount(5);
+        scan.setMaxTokens(7);
+        QVERIFY2(scan.valid(), qPrintable(scan.errorText()));
+        QVERIFY(cliSpec(scan.cliCommand(), workspace) == *scan.spec());
+        QCOMPARE(scan.spec()->text("format"), std::string("fp8_e4m3:channel"));
+        QCOMPARE(scan.spec()->integer("max_tokens"), std::int64_t(7));
+
+        ui::AdmissionDialog admit(workspace, &store);
+        admit.setCheckpoints(model_ + ";" + model_);
+        admit.setHistory(model_);
+        admit.setCandidates(kResources + "/candidates/demo.yaml");
+        admit.setProbeSet(probe_);
+        admit.setThreshold(0.05);
+        admit.setCount(3);
+        admit.setMaxTokens(9);
+        QVERIFY2(admit.valid(), qPrintable(admit.errorText()));
+        QVERIFY(cliSpec(admit.cliCommand(), workspace) == *admit.spec());
+        QCOMPARE(admit.spec()->strings("students").size(), std::size_t(2));
+        QCOMPARE(admit.spec()->number("threshold"), 0.05);
+
+        ui::RecipeBuildDialog build(workspace, &store);
+        build.setScan(0);
+        build.setModelDirectory(model_);
+        build.setPromptSet(probe_);
+        build.setFormat("int4/group128");
+        build.setBudget(0.25);
+        build.setTargetFraction(0.75);
+        build.setOutput(dir_.path() + "/recipes/built.yaml");
+        QVERIFY2(build.valid(), qPrintable(build.errorText()));
+        QVERIFY(cliSpec(build.cliCommand(), workspace) == *build.spec());
+        QCOMPARE(build.spec()->number("target_fraction"), 0.75);
+        // A changed field changes the spec.
+        build.setTargetFraction(0.5);
+        QVERIFY(cliSpec(build.cliCommand(), workspace) == *build.spec());
+        QVERIFY(!build.spec()->toJson()["parameters"].contains("target_fraction"));
+
+        ui::PrefixShiftDialog shift(workspace, nullptr, &store);
+        shift.setModelDirectory(model_);
+        shift.setRecipe(kResources + "/recipes/fp8-per-tensor.yaml");
+        shift.setNoise(0.01, 5);
+        shift.setPromptSet(probe_);
+        shift.setCount(6);
+        shift.setCap(3.5);
+        shift.setStoredPairs(2);
+        QVERIFY2(shift.valid(), qPrintable(shift.errorText()));
+        QVERIFY(cliSpec(shift.cliCommand(), workspace) == *shift.spec());
+        QCOMPARE(shift.spec()->integer("noise_seed"), std::int64_t(5));
+        QCOMPARE(shift.spec()->number("cap"), 3.5);
+
+        // The Export Job File button and the exported file: the same spec.
+        scan.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&scan));
+        auto* exportButton = scan.findChild<QPushButton*>("exportJobFileButton");
+        QVERIFY(exportButton && exportButton->isVisible());
+        fixture::saveScreenshot(scan, "job_dialog_sensitivity_export.png");
+        const QString file = dir_.path() + "/exported.yaml";
+        QString error;
+        QVERIFY2(scan.exportJobFile(file, &error), qPrintable(error));
+        const jobs::JobFile loaded = jobs::loadJobFile(file.toStdString());
+        QVERIFY(loaded.steps.at(0).spec == *scan.spec());
+        QVERIFY(!scan.exportJobFile(dir_.path() + "/no-such-folder/x.yaml", &error));
+        QVERIFY2(error.contains("no-such-folder"), qPrintable(error));
+    }
+
+    // The dialog's job and `mismatch run` on its exported file store the same scan and the same decisions.
+    void exportedJobFilesStoreWhatTheDialogsStored()
+    {
+        const QString workspace = dir_.path() + "/runs";
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace.toStdString()));
+        ui::SensitivityDialog scan(workspace, nullptr, &store);
+        scan.setModelDirectory(model_);
+        scan.setPromptSet(probe_);
+        scan.setFormat("int8/channel");
+        scan.setCount(4);
+        scan.setMaxTokens(8);
+        QVERIFY2(scan.valid(), qPrintable(scan.errorText()));
+        Progress progress;
+        scan.job()(progress);
+        const QString scanFile = dir_.path() + "/scan.job.yaml";
+        QVERIFY(scan.exportJobFile(scanFile));
+        auto result = test::runCli({"--workspace", workspace.toStdString(), "run", scanFile.toStdString()});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const auto scans = store::sensitivityScans(store);
+        QCOMPARE(scans.size(), std::size_t(2));
+        const auto gui = store::sensitivityScan(store, scans[0].id);
+        const auto file = store::sensitivityScan(store, scans[1].id);
+        QCOMPARE(file->info.configJson, gui->info.configJson);
+        QCOMPARE(file->info.bf16Unit, gui->info.bf16Unit);
+        QCOMPARE(file->cells.size(), gui->cells.size());
+        QVERIFY(gui->cells.size() >= 15);
+        for (std::size_t i = 0; i < gui->cells.size(); ++i) {
+            QCOMPARE(file->cells[i].moduleGroup, gui->cells[i].moduleGroup);
+            QCOMPARE(file->cells[i].mismatch, gui->cells[i].mismatch);
+            QCOMPARE(file->cells[i].ciLow, gui->cells[i].ciLow);
+            QCOMPARE(file->cells[i].ciHigh, gui->cells[i].ciHigh);
+        }
+
+        const QString candidates = dir_.path() + "/candidates.yaml";
+        QFile text(candidates);
+        QVERIFY(text.open(QIODevice::WriteOnly));
+        text.write("- name: plain\n- name: noisy\n  noise: 0.02\n  noise_seed: 3\n");
+        text.close();
+        ui::AdmissionDialog admit(workspace, &store);
+        admit.setCheckpoints(model_);
+        admit.setCandidates(candidates);
+        admit.setProbeSet(probe_);
+        admit.setThreshold(0.05);
+        admit.setCount(4);
+        admit.setMaxTokens(8);
+        QVERIFY2(admit.valid(), qPrintable(admit.errorText()));
+        admit.job()(progress);
+        const QString admitFile = dir_.path() + "/admit.job.yaml";
+        QVERIFY(admit.exportJobFile(admitFile));
+        result = test::runCli({"--workspace", workspace.toStdString(), "run", admitFile.toStdString()});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const auto decisions = store::admissionDecisions(store);
+        QCOMPARE(decisions.size(), std::size_t(4));
+        for (std::size_t i = 0; i < 2; ++i) {
+            const auto& g = decisions[i];
+            const auto& f = decisions[i + 2];
+            QVERIFY(g.runId != f.runId);
+            QCOMPARE(f.candidateJson, g.candidateJson); // every input, paths included
+            QCOMPARE(f.checkpoint, g.checkpoint);
+            QCOMPARE(f.mismatch, g.mismatch);
+            QCOMPARE(f.ciLow, g.ciLow);
+            QCOMPARE(f.ciHigh, g.ciHigh);
+            QCOMPARE(f.threshold, g.threshold);
+            QCOMPARE(f.decision, g.decision);
+        }
+    }
+
+    // The Jobs tab keeps each queued catalogue job's file and exports it.
+    void jobsTabExportsTheJobFile()
+    {
+        const QString workspace = dir_.path() + "/queue";
+        ui::MainWindow window(workspace);
+        window.resize(1280, 820);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        ui::SensitivityDialog scan(workspace, nullptr);
+        scan.setModelDirectory(model_);
+        scan.setPromptSet(probe_);
+        scan.setFormat("int8/channel");
+        scan.setCount(2);
+        scan.setMaxTokens(4);
+        QVERIFY2(scan.valid(), qPrintable(scan.errorText()));
+        QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+        const int id = window.jobQueue()->enqueue(scan.jobName(), scan.cliCommand(), scan.fieldNamedJob());
+        window.jobQueue()->setJobFile(id, QString::fromStdString(jobs::jobFileText(*scan.spec())));
+        QVERIFY(finished.wait(120000));
+        const QString file = dir_.path() + "/from-queue.yaml";
+        QString error;
+        QVERIFY2(window.jobQueue()->exportJobFile(id, file, &error), qPrintable(error));
+        QVERIFY(jobs::loadJobFile(file.toStdString()).steps.at(0).spec == *scan.spec());
+        window.tabs()->setCurrentIndex(ui::MainWindow::JobsTab);
+        auto* panel = window.findChild<ui::JobQueuePanel*>();
+        QVERIFY(panel);
+        panel->table()->selectRow(0);
+        QVERIFY(panel->findChild<QPushButton*>("exportJobFileButton"));
+        fixture::saveScreenshot(window, "jobs_tab_export_job_file.png");
+        // A job without a spec has no file to export.
+        const int plain = window.jobQueue()->enqueue("plain", "mismatch --version", [](Progress&) {});
+        QVERIFY(!window.jobQueue()->exportJobFile(plain, file + ".2", &error));
+    }
+
+private:
+    QTemporaryDir dir_;
+    QString model_;
+    QString probe_;
+};
+
+QTEST_MAIN(TestJobDialogs)
+#include "test_job_dialogs.moc"
