@@ -2,25 +2,10 @@
 
 #include "app/cli/context.h"
 #include "core/model/memory_check.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 
-#include <atomic>
-#include <csignal>
 
 namespace mismatch::cli {
-
-namespace {
-
-std::atomic<Progress*> analysisInterruptTarget {nullptr};
-
-extern "C" void cancelAnalysisOnInterrupt(int)
-{
-    if (Progress* progress = analysisInterruptTarget.load()) {
-        progress->cancel();
-    }
-}
-
-} // namespace
 
 void addAnalysisOptions(CLI::App* command, AnalysisArguments& a)
 {
@@ -75,7 +60,7 @@ void addAnalysisOptions(CLI::App* command, AnalysisArguments& a)
 analysis::MeasureSettings resolveSettings(const AnalysisArguments& arguments)
 {
     analysis::MeasureSettings settings = arguments.settings;
-    settings.kvCacheBytes = engine::parseByteSize(arguments.kvMemory, "--kv-memory");
+    settings.kvCacheBytes = parseByteSize(arguments.kvMemory, "--kv-memory");
     model::checkRequestFits("--kv-memory " + arguments.kvMemory, settings.kvCacheBytes);
     settings.kvScales = arguments.kvScaleFit == "frozen_first_batch" ? analysis::KvScalePolicy::FrozenFirstBatch
                                                                    : analysis::KvScalePolicy::FittedPerMeasurement;
@@ -126,24 +111,6 @@ analysis::MeasureSettings settingsOver(const analysis::MeasurementProtocol& prot
         settings.kvFirstBatch = given.kvFirstBatch;
     }
     return settings;
-}
-
-CancelOnInterrupt::CancelOnInterrupt(Progress& progress)
-{
-    analysisInterruptTarget.store(&progress);
-    previous_ = std::signal(SIGINT, cancelAnalysisOnInterrupt);
-}
-
-CancelOnInterrupt::~CancelOnInterrupt()
-{
-    std::signal(SIGINT, previous_ == SIG_ERR ? SIG_DFL : previous_);
-    analysisInterruptTarget.store(nullptr);
-}
-
-nlohmann::json intervalJson(const metrics::Interval& interval)
-{
-    return {{"estimate", interval.estimate}, {"low", interval.low}, {"high", interval.high},
-        {"confidence", interval.confidence}, {"resamples", interval.resamples}};
 }
 
 std::string intervalText(const metrics::Interval& interval, int precision)

@@ -1,9 +1,8 @@
 #pragma once
 // Options shared by the analysis commands (sensitivity, recipe build, admit, prefix-shift): prompt count,
-// sampling, bootstrap and engine memory, plus Ctrl-C as a cancel of the running job.
+// sampling, bootstrap and engine memory.
 #include "core/analysis/protocol.h"
 #include "core/analysis/rollout_measure.h"
-#include "core/common/progress.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -35,20 +34,6 @@ bool protocolOptionGiven(const AnalysisArguments& arguments);
 // engine memory, batch and bootstrap options always come from the command line).
 analysis::MeasureSettings settingsOver(const analysis::MeasurementProtocol& protocol, const AnalysisArguments& arguments);
 
-// While alive, SIGINT cancels `progress` (the job stops at its next boundary, stores what it finished and marks
-// its run cancelled; the command exits 130) instead of killing the process.
-class CancelOnInterrupt {
-public:
-    explicit CancelOnInterrupt(Progress& progress);
-    ~CancelOnInterrupt();
-    CancelOnInterrupt(const CancelOnInterrupt&) = delete;
-    CancelOnInterrupt& operator=(const CancelOnInterrupt&) = delete;
-
-private:
-    void (*previous_)(int);
-};
-
-nlohmann::json intervalJson(const metrics::Interval& interval);
 // "0.0123 [0.0101, 0.0150]"
 std::string intervalText(const metrics::Interval& interval, int precision = 4);
 

@@ -2,6 +2,7 @@
 //                 [--staleness K]
 #include "app/cli/context.h"
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -60,7 +61,7 @@ void registerExportCommand(CLI::App& app, Context& context)
         const quant::RecipePlan plan = quant::resolveRecipe(recipe, config);
         const std::string text = io::exportRecipe(recipe, plan, exportOptions);
         if (!options->outPath.empty()) {
-            io::writeFileAtomically(options->outPath, text);
+            writeFileAtomically(options->outPath, text);
         }
         if (context.json) {
             context.printJson({{"recipe_file", recipe.sourceFile}, {"model_config", configPath},

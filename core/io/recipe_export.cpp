@@ -733,32 +733,4 @@ std::string exportRecipe(const quant::Recipe& recipe, const quant::RecipePlan& p
     return "";
 }
 
-void writeFileAtomically(const std::string& path, const std::string& text)
-{
-    namespace fs = std::filesystem;
-    const fs::path target(path);
-    const fs::path temporary = target.string() + ".tmp";
-    {
-        std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
-        if (!stream) {
-            throw InputError(path, "", "cannot open " + temporary.string() + " for writing");
-        }
-        stream << text;
-        stream.flush();
-        if (!stream) {
-            std::error_code ignored;
-            fs::remove(temporary, ignored);
-            throw InputError(path, "", "cannot write " + temporary.string());
-        }
-    }
-    std::error_code error;
-    fs::rename(temporary, target, error);
-    if (error) {
-        const std::string reason = error.message();
-        std::error_code ignored;
-        fs::remove(temporary, ignored);
-        throw InputError(path, "", "cannot rename " + temporary.string() + " to it: " + reason);
-    }
-}
-
 } // namespace mismatch::io

@@ -54,8 +54,4 @@ struct ExportOptions {
 // InputError for a feature the target cannot express.
 std::string exportRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options);
 
-// Writes `text` to `path` through a temporary file in the same directory and a rename, so that a reader never sees
-// a half-written file. Throws InputError naming the path when it cannot be written.
-void writeFileAtomically(const std::string& path, const std::string& text);
-
 } // namespace mismatch::io
