@@ -1,5 +1,6 @@
 #include "ui/job_queue.h"
 
+#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
 #include "ui/plot_export.h"
 
@@ -139,7 +140,7 @@ bool JobQueue::exportJobFile(int id, const QString& path, QString* error) const
         if (text.isEmpty()) {
             throw std::runtime_error("this job has no job file (only jobs of the catalogue have one)");
         }
-        io::writeFileAtomically(path.toStdString(), text.toStdString());
+        writeFileAtomically(path.toStdString(), text.toStdString());
     } catch (const std::exception& failure) {
         if (error) {
             *error = QString::fromUtf8(failure.what());

@@ -1,5 +1,6 @@
 #include "ui/library_io.h"
 
+#include "core/common/input_limits.h"
 #include "core/io/prompt_set.h"
 #include "core/model/model_files.h"
 #include "core/quant/recipe_plan.h"
@@ -27,10 +28,9 @@ store::ModelRecord inspectModelDirectory(const std::string& directory)
     record.path = path.string();
     record.architecture = model::toString(files.config.architecture);
     record.parameterCount = model::checkpointStats(files.checkpoint).parameterCount;
-    std::ifstream in(path / "config.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    record.configJson = nlohmann::json::parse(text.str()).dump(); // already validated by openModelDirectory
+    // Already validated by openModelDirectory.
+    record.configJson
+        = nlohmann::json::parse(readInputFile((path / "config.json").string(), limits::kConfigFile, "config.json")).dump();
     return record;
 }
 

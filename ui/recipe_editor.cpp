@@ -1,6 +1,7 @@
 #include "ui/recipe_editor.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
 #include "ui/kv_capacity_summary.h"
 #include "ui/library_io.h"
@@ -717,7 +718,7 @@ bool RecipeEditor::exportFor(const QString& target, const QString& path)
     try {
         io::ExportOptions options;
         options.target = *parsedTarget;
-        io::writeFileAtomically(path.toStdString(), io::exportRecipe(recipe_, *plan_, options));
+        writeFileAtomically(path.toStdString(), io::exportRecipe(recipe_, *plan_, options));
         return true;
     } catch (const std::exception& error) {
         lastError_ = tr("Not exported: %1").arg(QString::fromUtf8(error.what()));

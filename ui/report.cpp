@@ -1,10 +1,11 @@
 #include "ui/report.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/common/version.h"
-#include "core/io/recipe_export.h"
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
+#include "core/store/find_run.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
 #include "ui/budget_view.h"
@@ -101,13 +102,6 @@ std::string bf16Multiple(double mismatch, const std::optional<double>& unit)
     return unit && *unit > 0 ? number(mismatch / *unit, 3) + "x" : "-";
 }
 
-bool isNumber(const std::string& text)
-{
-    return !text.empty() && text.size() < 19 && std::all_of(text.begin(), text.end(), [](char c) {
-        return c >= '0' && c <= '9';
-    });
-}
-
 // A table both as HTML (in the page) and as a QStandardItemModel (written as CSV by the GUI's exportCsv).
 struct Table {
     std::vector<std::string> header;
@@ -157,7 +151,7 @@ public:
         html_ += "</body></html>\n";
         progress_.checkCancelled();
         const std::string index = (out_ / "index.html").string();
-        io::writeFileAtomically(index, html_);
+        writeFileAtomically(index, html_);
         result_.files.push_back("index.html");
         result_.indexPath = index;
         progress_.update(1.0, "report written");
@@ -813,35 +807,7 @@ std::vector<store::RunInfo> resolveStudy(const store::RunStore& store, const std
     if (study == "workspace" || study == "all") {
         return {};
     }
-    const std::vector<store::RunInfo> runs = store.listRuns();
-    if (isNumber(study)) {
-        const std::int64_t id = std::stoll(study);
-        for (const auto& run : runs) {
-            if (run.id == id) {
-                return {run};
-            }
-        }
-        throw InputError("STUDY", study, "no run with id " + study + " in " + store.path()
-                + " (see `mismatch store runs`)");
-    }
-    std::vector<store::RunInfo> named;
-    for (const auto& run : runs) {
-        if (run.name == study) {
-            named.push_back(run);
-        }
-    }
-    if (named.empty()) {
-        throw InputError("STUDY", study, "expected `workspace`, a run id or a run name; no run is named \"" + study
-                + "\" in " + store.path() + " (see `mismatch store runs`)");
-    }
-    if (named.size() > 1) {
-        std::string ids;
-        for (const auto& run : named) {
-            ids += (ids.empty() ? "" : ", ") + std::to_string(run.id);
-        }
-        throw InputError("STUDY", study, "several runs are named \"" + study + "\" (ids " + ids + "): give the id");
-    }
-    return named;
+    return {store::findRun(store, study)};
 }
 
 ReportResult writeReport(store::RunStore& store, const ReportOptions& options, Progress& progress)

@@ -43,8 +43,8 @@ struct ReportResult {
     std::vector<std::string> files; // every file written, relative to the out directory
 };
 
-// The runs a STUDY names (empty for "workspace"/"all"). InputError (at "STUDY") when no run has that id or
-// name, or when a name is shared by several runs (it lists their ids).
+// The runs a STUDY names (empty for "workspace"/"all"), else the one run store::findRun finds (StoreError when no
+// run has that id or name, or when a name is shared by several runs: it lists their ids).
 std::vector<store::RunInfo> resolveStudy(const store::RunStore& store, const std::string& study);
 
 // Writes the report. Needs a QApplication (the views are widgets; the offscreen platform is enough). InputError

@@ -1,6 +1,7 @@
 #include "ui/study_dialogs.h"
 
 #include "core/analysis/compare_objectives.h"
+#include "core/analysis/compare_runs.h"
 #include "core/analysis/recipe_builder.h"
 #include "core/analysis/time_to_quality.h"
 #include "core/common/error.h"
@@ -880,15 +881,11 @@ void CompareRunsDialog::compare()
         if (!run || !base) {
             throw Error("an evaluation at step " + std::to_string(step) + " is missing");
         }
-        if (!(base->summary.quality > 0.0)) {
-            throw Error("the baseline's quality at this step is not positive, so the relative change is undefined");
-        }
         metrics::FailureRuleOptions options;
         options.relativeThreshold = threshold_->value();
         options.bootstrap.confidence = confidence_->value();
         options.bootstrap.resamples = resamples_->value();
-        const metrics::FailureVerdict v = metrics::applyFailureRule(
-            store::qualitiesInOrderOf(*run, *base), store::qualitiesInOrderOf(*base, *base), options);
+        const metrics::FailureVerdict v = analysis::compareEvaluations(*run, *base, options);
         verdict_ = v.failed ? QStringLiteral("fail") : QStringLiteral("pass");
         result_->setText(tr("<p><b style=\"color:%1\">%2</b> at step %3 (%4 paired problems)</p>"
                             "<p>Q_run %5, Q_base %6 nats/token: relative change %7 (fails at %8)<br>"

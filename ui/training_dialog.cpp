@@ -1,6 +1,6 @@
 #include "ui/training_dialog.h"
 
-#include "core/io/recipe_export.h"
+#include "core/common/file_io.h"
 #include "core/quant/recipe.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -413,7 +413,7 @@ bool TrainingDialog::writeRunFile()
     const QString path = effectiveRunFile();
     try {
         QDir().mkpath(QFileInfo(path).absolutePath());
-        io::writeFileAtomically(path.toStdString(), train::runConfigToJson(*config_) + "\n");
+        writeFileAtomically(path.toStdString(), train::runConfigToJson(*config_) + "\n");
         // What was written must read back as the form's run.
         if (train::loadRunConfig(path.toStdString()) != *config_) {
             error_ = tr("Run file %1 was written but does not read back as the form's run").arg(path);

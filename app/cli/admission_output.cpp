@@ -9,41 +9,6 @@
 
 namespace mismatch::cli {
 
-namespace {
-
-const char* const kRule
-    = "admit when the interval's high end < threshold, reject when its low end > threshold, borderline otherwise";
-
-std::optional<double> multiple(const analysis::AdmissionRow& row)
-{
-    return row.bf16Unit && *row.bf16Unit > 0.0 ? std::optional<double>(row.mismatch / *row.bf16Unit) : std::nullopt;
-}
-
-} // namespace
-
-nlohmann::json admissionJson(const analysis::AdmissionResult& result)
-{
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& row : result.rows) {
-        const auto x = multiple(row);
-        rows.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
-            {"checkpoint_step", row.checkpointStep}, {"engine_weights", row.engineWeights},
-            {"engine_step", row.engineStep},
-            {"bracket_step", row.bracketStep ? nlohmann::json(*row.bracketStep) : nlohmann::json()},
-            {"note", row.note}, {"decision", analysis::toString(row.verdict)},
-            {"mismatch", intervalJson(row.interval)}, {"threshold", row.threshold}, {"k1", row.k1}, {"k3", row.k3},
-            {"tokens", row.tokens}, {"bf16_unit", row.bf16Unit ? nlohmann::json(*row.bf16Unit) : nlohmann::json()},
-            {"bf16_multiple", x ? nlohmann::json(*x) : nlohmann::json()}, {"seconds", row.seconds},
-            {"decision_id", row.decisionId}});
-    }
-    return {{"run_id", result.runId}, {"decisions", rows}, {"protocol", analysis::protocolToJson(result.protocol)},
-        {"protocol_differs", result.protocolDifferences},
-        {"calibration_flags", analysis::flagsToJson(result.calibrationFlags)}, {"seconds", result.seconds},
-        {"rule", kRule},
-        {"bf16_multiple", "mismatch / the BF16 unit of the screened checkpoint (the plain BF16 engine at its weights, "
-                          "same prompts and seeds)"}};
-}
-
 void printAdmission(std::ostream& out, const analysis::AdmissionResult& result)
 {
     // A decision made against a flagged budget or under another protocol says so in its own cell.
@@ -57,7 +22,7 @@ void printAdmission(std::ostream& out, const analysis::AdmissionResult& result)
     std::vector<std::vector<std::string>> rows;
     std::set<std::string> notes;
     for (const auto& row : result.rows) {
-        const auto x = multiple(row);
+        const auto x = analysis::bf16Multiple(row);
         rows.push_back({row.candidate,
             std::filesystem::path(row.checkpoint).filename().string() + " (step " + std::to_string(row.checkpointStep)
                 + ")",

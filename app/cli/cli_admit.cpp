@@ -55,7 +55,6 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         }
         store::RunStore& store = *opened;
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const auto started = [&bar](std::int64_t runId) {
             bar.note("admit run " + std::to_string(runId) + " (continue it after an interruption with "
                 "`mismatch admit --resume " + std::to_string(runId) + "`)");
@@ -69,7 +68,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         }
         bar.finish();
         if (context.json) {
-            context.printJson(admissionJson(result));
+            context.printJson(analysis::toJson(result));
             return;
         }
         printAdmission(*context.out, result);

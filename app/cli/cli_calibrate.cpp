@@ -52,7 +52,6 @@ void calibrate(const Context& context, const CalibrateArguments& a)
         store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
         analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, a.resume);
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const analysis::CalibrationResult result = analysis::resumeCalibration(store, a.resume, bar.progress(),
             context.workspaceDirectory(), [&bar](std::int64_t runId) {
                 bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
@@ -95,7 +94,6 @@ void calibrate(const Context& context, const CalibrateArguments& a)
 
     store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
     TerminalProgress bar(*context.err);
-    CancelOnInterrupt interrupt(bar.progress());
     options.onRunStarted = [&bar](std::int64_t runId) {
         bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
             "`mismatch calibrate --resume " + std::to_string(runId) + "`)");

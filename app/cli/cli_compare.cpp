@@ -2,6 +2,7 @@
 // The verdict is a result, not an error: both FAIL and pass exit 0 (read `failed` from --json to gate a
 // script); a missing run, step or problem makes the comparison impossible and exits 1.
 #include "app/cli/context.h"
+#include "core/analysis/compare_runs.h"
 #include "core/common/error.h"
 #include "core/metrics/bootstrap.h"
 #include "core/store/evaluation_store.h"
@@ -12,7 +13,6 @@
 #include <memory>
 #include <ostream>
 #include <sstream>
-#include <unordered_map>
 
 namespace mismatch::cli {
 
@@ -49,36 +49,6 @@ std::string accuracyText(double fraction)
     return text;
 }
 
-std::string runLabel(const store::RunInfo& run)
-{
-    return "run " + std::to_string(run.id) + " (" + run.name + ")";
-}
-
-store::RunInfo requireRun(const store::RunStore& store, std::int64_t id)
-{
-    auto run = store.run(id);
-    if (!run) {
-        throw StoreError(store.path(), "has no run with id " + std::to_string(id) + " (see `mismatch store runs`)");
-    }
-    return *run;
-}
-
-store::Evaluation requireEvaluation(const store::RunStore& store, const store::RunInfo& run, std::int64_t step)
-{
-    auto evaluation = store::evaluationAt(store, run.id, step);
-    if (evaluation) {
-        return *evaluation;
-    }
-    const auto all = store::evaluations(store, run.id);
-    std::string steps;
-    for (const auto& summary : all) {
-        steps += (steps.empty() ? "" : ", ") + std::to_string(summary.step);
-    }
-    throw StoreError(store.path(),
-        runLabel(run) + " has no evaluation at step " + std::to_string(step)
-            + (all.empty() ? " (it has no evaluations)" : " (evaluated steps: " + steps + ")"));
-}
-
 // The rule stated in words, with this comparison's settings.
 std::string ruleText(const CompareArguments& a)
 {
@@ -91,64 +61,20 @@ std::string ruleText(const CompareArguments& a)
 void compare(const Context& context, const CompareArguments& a)
 {
     const store::RunStore store = context.openStore(store::OpenMode::ReadOnly);
-    const store::RunInfo run = requireRun(store, a.run);
-    const store::RunInfo baseline = requireRun(store, a.baseline);
-    const store::Evaluation runEvaluation = requireEvaluation(store, run, a.step);
-    const store::Evaluation baseEvaluation = requireEvaluation(store, baseline, a.step);
-
-    // Pair problems by id, in the baseline's order: the bootstrap draws indices, so a fixed order makes the
-    // interval depend only on the pairs and the seed, whatever order each run stored its problems in.
-    std::unordered_map<std::string, double> runQuality;
-    for (const auto& problem : runEvaluation.problems) {
-        runQuality.emplace(problem.problemId, problem.quality);
-    }
-    std::unordered_map<std::string, bool> inBase;
-    std::vector<double> qRun;
-    std::vector<double> qBase;
-    std::vector<std::string> onlyInBase;
-    for (const auto& problem : baseEvaluation.problems) {
-        inBase.emplace(problem.problemId, true);
-        const auto found = runQuality.find(problem.problemId);
-        if (found == runQuality.end()) {
-            onlyInBase.push_back(problem.problemId);
-            continue;
-        }
-        qRun.push_back(found->second);
-        qBase.push_back(problem.quality);
-    }
-    std::vector<std::string> onlyInRun;
-    for (const auto& problem : runEvaluation.problems) {
-        if (!inBase.count(problem.problemId)) {
-            onlyInRun.push_back(problem.problemId);
-        }
-    }
-    if (!onlyInRun.empty() || !onlyInBase.empty()) {
-        std::string detail = "the evaluations at step " + std::to_string(a.step)
-            + " cover different problems, so they cannot be paired:";
-        if (!onlyInRun.empty()) {
-            detail += " " + std::to_string(onlyInRun.size()) + " of " + runLabel(run) + "'s problems are missing from "
-                + runLabel(baseline) + " (e.g. '" + onlyInRun.front() + "')";
-        }
-        if (!onlyInBase.empty()) {
-            detail += std::string(onlyInRun.empty() ? "" : ";") + " " + std::to_string(onlyInBase.size()) + " of "
-                + runLabel(baseline) + "'s problems are missing from " + runLabel(run) + " (e.g. '" + onlyInBase.front()
-                + "')";
-        }
-        throw Error(detail + "; evaluate both runs on the same prompt set");
-    }
     metrics::FailureRuleOptions options;
     options.relativeThreshold = a.threshold;
     options.bootstrap.confidence = a.confidence;
     options.bootstrap.resamples = a.resamples;
     options.bootstrap.seed = a.seed;
-    const double qualityBase = baseEvaluation.summary.quality;
-    if (!(qualityBase > 0.0)) {
-        throw Error(runLabel(baseline) + " has quality Q_base = " + formatNumber(qualityBase, 6) + " at step "
-            + std::to_string(a.step) + ": the relative change (Q_run - Q_base) / Q_base is undefined");
-    }
-    const metrics::FailureVerdict verdict = metrics::applyFailureRule(qRun, qBase, options);
-    const bool riseMet = verdict.relativeChange >= a.threshold;
-    const bool intervalMet = verdict.difference.low > 0.0;
+    const analysis::RunComparison c = analysis::compareRuns(store, a.run, a.baseline, a.step, options);
+    const store::RunInfo& run = c.run;
+    const store::RunInfo& baseline = c.baseline;
+    const store::Evaluation& runEvaluation = c.runEvaluation;
+    const store::Evaluation& baseEvaluation = c.baseEvaluation;
+    const metrics::FailureVerdict& verdict = c.verdict;
+    const bool riseMet = c.relativeChangeMet;
+    const bool intervalMet = c.intervalAboveZero;
+    const std::size_t problems = c.problems;
 
     if (context.json) {
         auto side = [&](const store::RunInfo& info, const store::Evaluation& evaluation, double quality) {
@@ -156,7 +82,7 @@ void compare(const Context& context, const CompareArguments& a)
                 {"quality", quality}, {"accuracy", evaluation.summary.accuracy}};
         };
         context.printJson({{"verdict", verdict.failed ? "fail" : "pass"}, {"failed", verdict.failed}, {"step", a.step},
-            {"problems", qRun.size()}, {"run", side(run, runEvaluation, verdict.qualityRun)},
+            {"problems", problems}, {"run", side(run, runEvaluation, verdict.qualityRun)},
             {"baseline", side(baseline, baseEvaluation, verdict.qualityBase)},
             {"relative_change", verdict.relativeChange},
             {"difference",
@@ -170,10 +96,10 @@ void compare(const Context& context, const CompareArguments& a)
     }
     std::ostream& out = *context.out;
     out << "verdict          " << (verdict.failed ? "FAIL" : "pass") << "\n"
-        << "step             " << a.step << " (" << qRun.size() << " paired problems)\n"
-        << "Q_run            " << formatNumber(verdict.qualityRun, 6) << " nats/token  " << runLabel(run)
+        << "step             " << a.step << " (" << problems << " paired problems)\n"
+        << "Q_run            " << formatNumber(verdict.qualityRun, 6) << " nats/token  " << analysis::runLabel(run)
         << ", accuracy " << accuracyText(runEvaluation.summary.accuracy) << "\n"
-        << "Q_base           " << formatNumber(verdict.qualityBase, 6) << " nats/token  " << runLabel(baseline)
+        << "Q_base           " << formatNumber(verdict.qualityBase, 6) << " nats/token  " << analysis::runLabel(baseline)
         << ", accuracy " << accuracyText(baseEvaluation.summary.accuracy) << "\n"
         << "relative change  " << percent(verdict.relativeChange, 2) << "  (threshold " << plainPercent(a.threshold)
         << ": " << (riseMet ? "reached" : "not reached") << ")\n"

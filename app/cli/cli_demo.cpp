@@ -42,7 +42,7 @@ void registerDemoCommand(CLI::App& app, Context& context)
             for (const auto& p : report.promptSets) {
                 sets.push_back({{"id", p.id}, {"name", p.name}, {"path", p.path}, {"prompts", p.promptCount}});
             }
-            const nlohmann::json admission = report.admission ? admissionJson(*report.admission) : nlohmann::json();
+            const nlohmann::json admission = report.admission ? analysis::toJson(*report.admission) : nlohmann::json();
             context.printJson({{"workspace", store.path()}, {"models", models}, {"prompt_sets", sets},
                 {"calibration_id", report.calibrationId ? nlohmann::json(*report.calibrationId) : nlohmann::json(nullptr)},
                 {"calibration_command", report.calibrationCommand}, {"calibration_step", report.calibrationStep},

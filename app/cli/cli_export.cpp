@@ -2,6 +2,7 @@
 //                 [--staleness K] [--vllm-form online|checkpoint] [--rollout vllm|sglang] [--target-version V]
 #include "app/cli/context.h"
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -101,7 +102,7 @@ void registerExportCommand(CLI::App& app, Context& context)
         if (directory) {
             io::writeExportDirectory(options->outPath, result);
         } else if (!options->outPath.empty()) {
-            io::writeFileAtomically(options->outPath, result.text);
+            writeFileAtomically(options->outPath, result.text);
         }
         if (context.json) {
             nlohmann::json files = nlohmann::json::array();

@@ -3,31 +3,19 @@
 //                   [--temperature T --top-p P --top-k K --max-tokens N --seed S --stop STR --top-logprobs K]
 //                   [--kv-memory SIZE --block-size N --max-batch N]
 #include "app/cli/context.h"
-#include "core/model/memory_check.h"
-#include "core/io/recipe_export.h"
 #include "app/cli/terminal_progress.h"
+#include "core/analysis/generate.h"
+#include "core/common/byte_size.h"
 #include "core/common/error.h"
-#include "core/engine/byte_size.h"
+#include "core/common/file_io.h"
 #include "core/engine/engine.h"
-#include "core/engine/memory_plan.h"
-#include "core/engine/mismatch_sources.h"
-#include "core/io/prompt_set.h"
-#include "core/model/config.h"
-#include "core/model/model_files.h"
-#include "core/model/tokenizer.h"
-#include "core/model/transformer.h"
-#include "core/quant/recipe.h"
-#include "core/quant/recipe_plan.h"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <ostream>
 
 namespace fs = std::filesystem;
@@ -59,22 +47,7 @@ struct GenerateArguments {
     std::int64_t maxBatch = 0;
 };
 
-// A request's seed from its prompt id (FNV-1a): the same prompt gets the same sample whatever else is in the file.
-std::uint64_t promptSeed(const std::string& id)
-{
-    std::uint64_t hash = 0xCBF29CE484222325ULL;
-    for (const unsigned char c : id) {
-        hash = (hash ^ c) * 0x100000001B3ULL;
-    }
-    return hash;
-}
-
-std::string checkpointConfigPath(const std::string& directory)
-{
-    return (fs::path(directory) / "config.json").string();
-}
-
-// JSON Lines through io::writeFileAtomically: a failed run leaves no half-written output.
+// JSON Lines through writeFileAtomically: a failed or cancelled run leaves no output, whole or partial.
 void writeJsonLines(const std::string& path, const std::vector<nlohmann::json>& lines)
 {
     std::string text;
@@ -82,7 +55,7 @@ void writeJsonLines(const std::string& path, const std::vector<nlohmann::json>& 
         // Response bytes need not be valid UTF-8 (a token may hold part of a character): replace, not throw.
         text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
-    io::writeFileAtomically(path, text);
+    writeFileAtomically(path, text);
 }
 
 void runGenerate(const Context& context, const GenerateArguments& arguments)
@@ -97,89 +70,36 @@ void runGenerate(const Context& context, const GenerateArguments& arguments)
                     + " (it would be overwritten); write the output elsewhere");
         }
     }
-    const model::ModelConfig config = model::loadConfig(checkpointConfigPath(arguments.modelDirectory));
-    const model::Tokenizer tokenizer = model::loadModelTokenizer(arguments.modelDirectory, config);
-    const io::PromptSet promptSet = io::loadPromptSet(arguments.prompts);
-    if (arguments.noise > 0.0) {
-        engine::requireNoiseModulesMatch(config, arguments.noiseModules, "--noise-modules", "");
-    }
-
-    // The engine's weights: the model's, or an older checkpoint of the same model (staleness), plus noise.
-    std::string weightSource = arguments.modelDirectory;
-    if (!arguments.stalenessFrom.empty()) {
-        const model::ModelConfig staleConfig = model::loadConfig(checkpointConfigPath(arguments.stalenessFrom));
-        if (staleConfig != config) {
-            throw InputError(checkpointConfigPath(arguments.stalenessFrom), "",
-                "--staleness-from must be a checkpoint of the same model as --model (config.json differs from "
-                    + checkpointConfigPath(arguments.modelDirectory) + ")");
-        }
-        weightSource = arguments.stalenessFrom;
-    }
-    std::optional<quant::RecipePlan> plan;
-    std::string precisionName = arguments.precision.empty() ? "bf16" : arguments.precision;
-    if (!arguments.recipe.empty()) {
-        plan = quant::resolveRecipe(quant::loadRecipe(arguments.recipe), config);
-        precisionName = "recipe " + arguments.recipe;
-    }
-    // The KV cache the user sized is checked on its own first (an error naming --kv-memory), then the whole job.
-    const std::uint64_t kvCacheBytes = engine::parseByteSize(arguments.kvMemory, "--kv-memory");
-    model::checkRequestFits("--kv-memory " + arguments.kvMemory, kvCacheBytes);
-    const engine::StoredWeights stored = engine::storedWeights(weightSource);
-    model::checkJobFits("generate",
-        {{"weights of " + weightSource + " as stored", stored.bytes},
-            {"engine weights", engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype)},
-            {"noisy weights", arguments.noise > 0.0 ? stored.bytes : 0}, {"KV cache", kvCacheBytes}});
-    // As stored (a BF16 checkpoint stays BF16): the engine keeps no float32 copy.
-    model::TransformerWeights weights = model::loadWeights(weightSource, config, model::LoadPrecision::Stored);
-    if (arguments.noise > 0.0) {
-        weights = engine::addWeightNoise(weights, arguments.noise, arguments.noiseSeed, arguments.noiseModules,
-            engine::engineNoiseDtype(config, plan ? &*plan : nullptr, arguments.precision == "fp32"));
-    }
-    engine::EngineOptions options;
-    options.precision
-        = arguments.precision == "fp32" ? engine::EnginePrecision::Fp32 : engine::EnginePrecision::Bf16Reference;
-    options.kvCacheBytes = kvCacheBytes;
-    options.kvBlockSize = arguments.blockSize;
-    options.maxBatchSize = arguments.maxBatch;
-    engine::Engine engine(config, std::move(weights), std::move(plan), options);
-    engine.setTokenizer(&tokenizer);
-
-    std::vector<engine::GenerationRequest> requests;
-    for (const io::Prompt& prompt : promptSet.prompts) {
-        engine::GenerationRequest request;
-        request.prompt = tokenizer.encode(io::renderPrompt(promptSet, prompt), /*addSpecialTokens=*/true);
-        if (request.prompt.empty()) {
-            throw InputError(arguments.prompts, "prompt '" + prompt.id + "'", "encodes to no tokens");
-        }
-        model::requireFitsContext(config, static_cast<std::int64_t>(request.prompt.size()), arguments.maxTokens,
-            arguments.prompts, "prompt '" + prompt.id + "'");
-        request.seed = promptSeed(prompt.id);
-        request.source = arguments.prompts + ", prompt '" + prompt.id + "'";
-        requests.push_back(std::move(request));
-    }
-    // FP8 KV scales calibrated on the prompts being generated (the probe set of this run).
-    std::vector<std::vector<std::int64_t>> probes;
-    for (const auto& request : requests) {
-        probes.push_back(request.prompt);
-    }
-    engine.model().calibrateKvScales(probes);
-
-    engine::SamplingOptions sampling;
-    sampling.temperature = arguments.temperature;
-    sampling.topP = arguments.topP;
-    sampling.topK = arguments.topK;
-    sampling.maxNewTokens = arguments.maxTokens;
-    sampling.seed = arguments.seed;
-    sampling.stopStrings = arguments.stop;
-    sampling.topLogProbs = arguments.topLogProbs;
-    sampling.ignoreEos = arguments.ignoreEos;
-    if (!arguments.ignoreEos && config.eosTokenIds.empty() && tokenizer.eosTokenId()) {
-        sampling.stopTokenIds.push_back(*tokenizer.eosTokenId());
-    }
+    analysis::GenerateOptions options;
+    options.modelDirectory = arguments.modelDirectory;
+    options.recipe = arguments.recipe;
+    options.precision = arguments.precision;
+    options.prompts = arguments.prompts;
+    options.stalenessFrom = arguments.stalenessFrom;
+    options.noise = arguments.noise;
+    options.noiseSeed = arguments.noiseSeed;
+    options.noiseModules = arguments.noiseModules;
+    options.sampling.temperature = arguments.temperature;
+    options.sampling.topP = arguments.topP;
+    options.sampling.topK = arguments.topK;
+    options.sampling.maxNewTokens = arguments.maxTokens;
+    options.sampling.seed = arguments.seed;
+    options.sampling.stopStrings = arguments.stop;
+    options.sampling.topLogProbs = arguments.topLogProbs;
+    options.sampling.ignoreEos = arguments.ignoreEos;
+    options.kvCacheBytes = parseByteSize(arguments.kvMemory, "--kv-memory");
+    options.blockSize = arguments.blockSize;
+    options.maxBatch = arguments.maxBatch;
+    options.kvMemorySource = "--kv-memory " + arguments.kvMemory;
+    options.noiseModulesSource = "--noise-modules";
 
     TerminalProgress bar(*context.err);
-    const std::vector<engine::GenerationResult> results = engine.generate(requests, sampling, &bar.progress());
+    const analysis::GenerateResult generated = analysis::generate(options, bar.progress());
     bar.finish();
+    const std::vector<engine::GenerationResult>& results = generated.results;
+    const std::vector<engine::GenerationRequest>& requests = generated.requests.requests;
+    const std::string& weightSource = generated.weightSource;
+    const std::string& precisionName = generated.precisionName;
 
     std::vector<nlohmann::json> lines;
     std::map<std::string, int> reasons;
@@ -188,7 +108,7 @@ void runGenerate(const Context& context, const GenerateArguments& arguments)
     int rejected = 0;
     for (std::size_t i = 0; i < results.size(); ++i) {
         const engine::GenerationResult& result = results[i];
-        nlohmann::json line = {{"id", promptSet.prompts[i].id}, {"prompt_tokens", requests[i].prompt.size()},
+        nlohmann::json line = {{"id", generated.requests.ids[i]}, {"prompt_tokens", requests[i].prompt.size()},
             {"tokens", result.tokens}, {"text", result.text}, {"logprobs", result.logProbs},
             {"finish_reason", engine::toString(result.finishReason)}};
         if (arguments.topLogProbs > 0) {
@@ -214,20 +134,19 @@ void runGenerate(const Context& context, const GenerateArguments& arguments)
     writeJsonLines(arguments.out, lines);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-    const engine::KvBlockAllocator allocator = engine.allocator();
     if (context.json) {
         context.printJson({{"model", arguments.modelDirectory}, {"weights", weightSource}, {"precision", precisionName},
             {"noise", arguments.noise}, {"prompts", results.size()}, {"generated_tokens", generatedTokens},
             {"waves", waves}, {"finish_reasons", reasons}, {"rejected", rejected}, {"out", arguments.out},
-            {"kv_capacity_tokens", allocator.capacityTokens()}, {"seconds", seconds}});
+            {"kv_capacity_tokens", generated.kvCapacityTokens}, {"seconds", seconds}});
     } else {
         std::vector<std::vector<std::string>> rows
             = {{"model", arguments.modelDirectory}, {"weights", weightSource}, {"precision", precisionName},
                 {"noise sigma", formatNumber(arguments.noise)}, {"prompts", std::to_string(results.size())},
                 {"generated tokens", std::to_string(generatedTokens)}, {"waves", std::to_string(waves)},
                 {"KV cache",
-                    std::to_string(allocator.capacityTokens()) + " tokens in "
-                        + engine::formatByteSize(options.kvCacheBytes)},
+                    std::to_string(generated.kvCapacityTokens) + " tokens in "
+                        + formatByteSize(options.kvCacheBytes)},
                 {"seconds", formatNumber(seconds, 3)}, {"output", arguments.out}};
         for (const auto& [reason, count] : reasons) {
             rows.push_back({"finish " + reason, std::to_string(count)});

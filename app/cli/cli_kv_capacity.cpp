@@ -2,7 +2,7 @@
 // KV-cache tokens that fit a memory budget under a recipe's KV formats, as the engine's paged cache allocates
 // them (scale storage counted), with the ratio to an all-BF16 cache.
 #include "app/cli/context.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -46,7 +46,7 @@ void runKvCapacity(const Context& context, const KvCapacityArguments& arguments)
     if (!arguments.recipe.empty()) {
         plan = quant::resolveRecipe(quant::loadRecipe(arguments.recipe), config);
     }
-    const std::uint64_t memory = engine::parseByteSize(arguments.memory, "--memory");
+    const std::uint64_t memory = parseByteSize(arguments.memory, "--memory");
     const engine::KvCapacity capacity
         = engine::kvCapacity(config, plan ? &*plan : nullptr, memory, arguments.blockSize);
 
@@ -73,7 +73,7 @@ void runKvCapacity(const Context& context, const KvCapacityArguments& arguments)
                  << formatTable({"kv capacity", ""},
                         {{"model", configPath.string()},
                             {"recipe", arguments.recipe.empty() ? std::string("(all bf16)") : arguments.recipe},
-                            {"memory", engine::formatByteSize(memory) + " (" + std::to_string(memory) + " bytes)"},
+                            {"memory", formatByteSize(memory) + " (" + std::to_string(memory) + " bytes)"},
                             {"block size", std::to_string(capacity.blockSize) + " tokens"},
                             {"bytes per token", std::to_string(capacity.bytesPerToken)},
                             {"scale bytes", std::to_string(capacity.scaleBytes) + " (fixed, float32)"},

@@ -29,7 +29,6 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
         const analysis::PrefixShiftOptions options = jobs::prefixShiftOptions(job->spec());
         store::RunStore store = context.openStore();
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, options, bar.progress());
         bar.finish();
         if (context.json) {
@@ -45,8 +44,8 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
                     {"affected_reference", e.affectedReference}});
             }
             context.printJson({{"analysis_id", r.analysisId}, {"run_id", r.runId},
-                {"total", intervalJson(r.totalInterval)}, {"per_token", intervalJson(r.perTokenInterval)},
-                {"prefix_shift", intervalJson(r.prefixShiftInterval)}, {"bf16_unit", r.bf16Unit},
+                {"total", analysis::toJson(r.totalInterval)}, {"per_token", analysis::toJson(r.perTokenInterval)},
+                {"prefix_shift", analysis::toJson(r.prefixShiftInterval)}, {"bf16_unit", r.bf16Unit},
                 {"own_tokens", r.ownTokens}, {"reference_tokens", r.referenceTokens}, {"pairs", r.pairs},
                 {"diverged", r.diverged}, {"divergence_histogram", r.divergenceHistogram},
                 {"median_divergence", r.medianDivergence ? nlohmann::json(*r.medianDivergence) : nlohmann::json()},

@@ -11,7 +11,7 @@
 #include "core/analysis/recipe_builder.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 #include "core/quant/formats.h"
 #include "core/store/analysis_store.h"
 
@@ -48,19 +48,18 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         const std::string budgetSource
             = spec.given("calibration") ? jobs::budgetSource(spec) : std::string("--budget");
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const analysis::RecipeBuildResult r = analysis::buildRecipe(store, options, bar.progress());
         bar.finish();
         if (context.json) {
             nlohmann::json steps = nlohmann::json::array();
             for (std::size_t i = 0; i < r.steps.size(); ++i) {
                 steps.push_back({{"step", i}, {"kept_in_bf16", r.steps[i].keptCell}, {"mismatch", r.steps[i].mismatch},
-                    {"interval", intervalJson(r.steps[i].interval)}});
+                    {"interval", analysis::toJson(r.steps[i].interval)}});
             }
             context.printJson({{"recipe_file", r.outPath}, {"recipe_id", r.recipeId}, {"run_id", r.runId},
                 {"scan_id", r.scanId}, {"format", r.format}, {"budget", r.budget}, {"budget_source", budgetSource},
                 {"target", r.target}, {"target_fraction", options.targetFraction}, {"bf16_unit", r.bf16Unit},
-                {"mismatch", intervalJson(r.interval)}, {"bf16_cells", r.bf16Cells},
+                {"mismatch", analysis::toJson(r.interval)}, {"bf16_cells", r.bf16Cells},
                 {"quantized_cells", r.quantizedCells}, {"steps", steps}, {"weight_bytes", r.weightBytes},
                 {"bf16_weight_bytes", r.bf16WeightBytes},
                 {"weight_ratio",
@@ -89,7 +88,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
                  r.bf16Unit > 0.0 ? formatNumber(r.mismatch / r.bf16Unit, 3) + "x" : std::string("-")},
                 {"weight memory", mebibytes(r.weightBytes), mebibytes(r.bf16WeightBytes),
                     formatNumber(static_cast<double>(r.weightBytes) / static_cast<double>(r.bf16WeightBytes), 4) + "x"},
-                {"kv tokens in " + engine::formatByteSize(r.kvMemoryBytes), std::to_string(r.kvTokens),
+                {"kv tokens in " + formatByteSize(r.kvMemoryBytes), std::to_string(r.kvTokens),
                     std::to_string(r.bf16KvTokens), formatNumber(r.kvCapacityRatio, 4) + "x"}})
             << "\n"
             << "kept in BF16: "

@@ -1,5 +1,6 @@
 // mismatch recipe import FILE [--out RECIPE] [--name NAME] [--model DIR]
 #include "app/cli/context.h"
+#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
 #include "core/io/recipe_import.h"
 #include "core/model/config.h"
@@ -56,7 +57,7 @@ void registerRecipeImportCommand(CLI::App& app, Context& context)
         const bool json = fs::path(options->outPath).extension() == ".json";
         const std::string text = json ? quant::recipeToJson(imported.recipe) : quant::recipeToYaml(imported.recipe);
         if (!options->outPath.empty()) {
-            io::writeFileAtomically(options->outPath, text);
+            writeFileAtomically(options->outPath, text);
         }
         if (context.json) {
             context.printJson({{"file", options->path}, {"source", imported.source},

@@ -66,7 +66,6 @@ void registerReportCommand(CLI::App& app, Context& context)
         options.plotWidth = a->width;
         options.plotHeight = a->height;
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const ui::ReportResult result = ui::writeReport(store, options, bar.progress());
         bar.finish();
         if (context.json) {

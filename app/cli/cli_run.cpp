@@ -91,7 +91,6 @@ void registerRunCommand(CLI::App& app, Context& context)
         }
         store::RunStore store = context.openStore();
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         nlohmann::json steps = nlohmann::json::array();
         const auto onStep = [&](std::size_t index, const jobs::JobSpec& spec) {
             const std::string id = file.steps[index].id;

@@ -39,7 +39,7 @@ void printResult(const Context& context, const analysis::SensitivityResult& r, c
             cells.push_back(cellJson(cell, r.bf16Unit));
         }
         context.printJson({{"scan_id", r.scanId}, {"run_id", r.runId}, {"format", r.format},
-            {"kv_format", quant::describe(o.kv)}, {"layers", r.layers}, {"bf16_unit", intervalJson(r.bf16UnitInterval)},
+            {"kv_format", quant::describe(o.kv)}, {"layers", r.layers}, {"bf16_unit", analysis::toJson(r.bf16UnitInterval)},
             {"bf16_unit_tokens", r.unitTokens}, {"cells", cells}, {"seconds", r.seconds},
             {"units", "nats per token; added = cell mismatch - BF16 unit"}});
         return;
@@ -106,7 +106,6 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
         const std::optional<jobs::JobSpec> spec = resuming ? std::nullopt : std::optional<jobs::JobSpec>(job->spec());
         store::RunStore store = context.openStore(resuming ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const auto started = [&bar](std::int64_t runId) {
             bar.note("sensitivity run " + std::to_string(runId) + " (continue it after an interruption with "
                 "`mismatch sensitivity --resume " + std::to_string(runId) + "`)");

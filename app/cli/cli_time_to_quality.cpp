@@ -48,7 +48,6 @@ void registerTimeToQuality(CLI::App& app, Context& context)
         options.workspaceDirectory = context.workspaceDirectory();
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
-        CancelOnInterrupt interrupt(bar.progress());
         const analysis::TimeToQualityResult r = analysis::runTimeToQuality(store, options, bar.progress());
         bar.finish();
         if (context.json) {

@@ -4,67 +4,15 @@
 #include "app/cli/terminal_progress.h"
 #include "core/common/error.h"
 #include "core/store/evaluation_store.h"
+#include "core/store/find_run.h"
 #include "core/train/run_config.h"
 #include "core/train/trainer.h"
 
-#include <atomic>
-#include <csignal>
 #include <ostream>
 
 namespace mismatch::cli {
 
 namespace {
-
-// A run given on the command line: its id, or its name (the newest run of that name).
-std::int64_t resolveRun(const store::RunStore& store, const std::string& text)
-{
-    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
-        const std::int64_t id = std::stoll(text);
-        if (!store.run(id)) {
-            throw StoreError(store.path(), "has no run with id " + text + " (see `mismatch store runs`)");
-        }
-        return id;
-    }
-    std::optional<std::int64_t> found;
-    for (const auto& run : store.listRuns()) {
-        if (run.name == text) {
-            found = run.id;
-        }
-    }
-    if (!found) {
-        throw StoreError(store.path(), "has no run named '" + text + "' (see `mismatch store runs`)");
-    }
-    return *found;
-}
-
-std::atomic<Progress*> interruptTarget{nullptr};
-
-extern "C" void onInterrupt(int)
-{
-    if (Progress* progress = interruptTarget.load()) {
-        progress->cancel();
-    }
-}
-
-// Ctrl-C cancels the job (the run is stored as cancelled and stays resumable) instead of killing the process.
-class InterruptGuard {
-public:
-    explicit InterruptGuard(Progress& progress)
-    {
-        interruptTarget.store(&progress);
-        previous_ = std::signal(SIGINT, onInterrupt);
-    }
-    ~InterruptGuard()
-    {
-        std::signal(SIGINT, previous_ == SIG_ERR ? SIG_DFL : previous_);
-        interruptTarget.store(nullptr);
-    }
-    InterruptGuard(const InterruptGuard&) = delete;
-    InterruptGuard& operator=(const InterruptGuard&) = delete;
-
-private:
-    void (*previous_)(int) = SIG_DFL;
-};
 
 nlohmann::json optionalJson(const std::optional<double>& value)
 {
@@ -100,8 +48,8 @@ struct TrainArguments {
 void train(const Context& context, const TrainArguments& a)
 {
     store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+    // Ctrl-C cancels the job (the bar's SIGINT hook): the run is stored as cancelled and stays resumable.
     TerminalProgress bar(*context.err, !a.quiet);
-    InterruptGuard interrupt(bar.progress());
     train::TrainOptions options;
     options.workspaceDirectory = context.workspaceDirectory();
     options.stopAfterSteps = a.stopAfter;
@@ -112,7 +60,7 @@ void train(const Context& context, const TrainArguments& a)
     };
     train::TrainResult result;
     if (!a.resume.empty()) {
-        const std::int64_t runId = resolveRun(store, a.resume);
+        const std::int64_t runId = store::findRun(store, a.resume).id;
         result = train::resumeTraining(runId, store, bar.progress(), options);
     } else {
         const train::RunConfig config = train::loadRunConfig(a.runFile);
@@ -146,7 +94,7 @@ void train(const Context& context, const TrainArguments& a)
 void showRun(const Context& context, const std::string& runText, bool problems, std::int64_t lastSteps)
 {
     const store::RunStore store = context.openStore(store::OpenMode::ReadOnly);
-    const std::int64_t runId = resolveRun(store, runText);
+    const std::int64_t runId = store::findRun(store, runText).id;
     const store::RunInfo run = *store.run(runId);
     const std::vector<store::StepMetrics> steps = store.stepsAfter(runId, 0);
     const std::vector<store::EvaluationSummary> evaluations = store::evaluations(store, runId);
@@ -230,7 +178,7 @@ void registerTrainCommands(CLI::App& app, Context& context)
     auto* file = trainCommand->add_option("RUN_FILE", a->runFile, "Run file (YAML or JSON)")->type_name("FILE");
     auto* resume = trainCommand
                        ->add_option("--resume", a->resume,
-                           "Continue run RUN (id or name) from its newest checkpoint instead of starting a run file")
+                           "Continue run RUN (id, or a name that names one run) from its newest checkpoint instead of starting a run file")
                        ->type_name("RUN");
     file->excludes(resume);
     trainCommand
@@ -253,7 +201,7 @@ void registerTrainCommands(CLI::App& app, Context& context)
     auto last = std::make_shared<std::int64_t>(20);
     CLI::App* show = runs->add_subcommand("show",
         "A run's configuration, per-step metrics and evaluations (--json: every step and every evaluation)");
-    show->add_option("RUN", *runText, "Run id or name (the newest run of that name)")->required();
+    show->add_option("RUN", *runText, "Run id or name (a name must name one run)")->required();
     show->add_flag("--problems", *problems, "With --json: each evaluation's per-problem q_i and correctness");
     show->add_option("--last", *last, "Text output: show only the last N steps (0: all)")
         ->check(atLeast(0))

@@ -3,7 +3,7 @@
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
 #include "core/common/runtime.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 #include "core/model/memory_check.h"
 #include "core/train/zoo.h"
 #include "core/train/zoo_shape.h"
@@ -94,7 +94,7 @@ void registerZooCommands(CLI::App& app, Context& context)
     shape->callback([&context, shapeName, directory, shapeOptions, shardSize] {
         const train::ModelShape& selected = train::modelShape(*shapeName);
         train::ZooShapeOptions options = *shapeOptions;
-        options.maxShardBytes = engine::parseByteSize(*shardSize, "--max-shard-size");
+        options.maxShardBytes = parseByteSize(*shardSize, "--max-shard-size");
         TerminalProgress bar(*context.err);
         const train::ZooShapeReport report = train::writeModelShape(selected, *directory, options, bar.progress());
         bar.finish();
@@ -105,7 +105,7 @@ void registerZooCommands(CLI::App& app, Context& context)
             return;
         }
         *context.out << formatTable({"shape", "of", "parameters", "bf16 bytes", "shards", "tokenizer", "time", "directory"},
-            {{report.name, selected.huggingFaceName, std::to_string(report.parameters), model::memoryText(report.bytes),
+            {{report.name, selected.huggingFaceName, std::to_string(report.parameters), formatByteSize(report.bytes),
                 std::to_string(report.shards.size()), report.tokenizer, formatDuration(report.seconds),
                 report.directory}});
         *context.out << "random weights: for speed, memory and capacity measurements only\n";

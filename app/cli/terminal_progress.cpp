@@ -1,5 +1,6 @@
 #include "app/cli/terminal_progress.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +14,16 @@ namespace mismatch::cli {
 namespace {
 constexpr int kBarWidth = 28;
 constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
+
+// The progress that SIGINT cancels: the newest live TerminalProgress's.
+std::atomic<Progress*> interruptTarget {nullptr};
+
+extern "C" void cancelOnInterrupt(int)
+{
+    if (Progress* progress = interruptTarget.load()) {
+        progress->cancel();
+    }
+}
 }  // namespace
 
 std::string formatDuration(double seconds)
@@ -36,10 +47,14 @@ TerminalProgress::TerminalProgress(std::ostream& err, bool enabled)
     : err_(err), enabled_(enabled), terminal_(::isatty(STDERR_FILENO) == 1 && &err == &std::cerr)
 {
     progress_ = std::make_unique<Progress>([this](double fraction, const std::string& stage) { draw(fraction, stage, false); });
+    previousTarget_ = interruptTarget.exchange(progress_.get());
+    previousHandler_ = std::signal(SIGINT, cancelOnInterrupt);
 }
 
 TerminalProgress::~TerminalProgress()
 {
+    std::signal(SIGINT, previousHandler_ == SIG_ERR ? SIG_DFL : previousHandler_);
+    interruptTarget.store(previousTarget_);
     finish();
 }
 

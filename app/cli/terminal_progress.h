@@ -1,9 +1,13 @@
 #pragma once
 // The CLI's view of a job's Progress: a one-line bar on stderr, redrawn at most 10 times a second when stderr
-// is a terminal; one line per stage otherwise (logs, CI).
+// is a terminal; one line per stage otherwise (logs, CI). It also owns the CLI's Ctrl-C: while a TerminalProgress
+// is alive, SIGINT cancels its Progress instead of killing the process, so every job command stops at the job's
+// next boundary, keeps only whole results (a stored job marks its run cancelled and stays resumable; a job that
+// writes a file writes nothing) and exits 130 (CancelledError, see cli.cpp).
 #include "core/common/progress.h"
 
 #include <chrono>
+#include <csignal>
 #include <iosfwd>
 #include <memory>
 #include <mutex>
@@ -13,9 +17,11 @@ namespace mismatch::cli {
 
 class TerminalProgress {
 public:
-    // `enabled` false prints nothing (e.g. --quiet).
+    // `enabled` false prints nothing (e.g. --quiet); Ctrl-C still cancels.
     TerminalProgress(std::ostream& err, bool enabled = true);
     ~TerminalProgress();
+    TerminalProgress(const TerminalProgress&) = delete;
+    TerminalProgress& operator=(const TerminalProgress&) = delete;
 
     // The Progress object to hand to the job; its updates draw the bar.
     Progress& progress() { return *progress_; }
@@ -39,6 +45,9 @@ private:
     std::string lastStage_;
     std::chrono::steady_clock::time_point lastDraw_{};
     bool drawn_ = false;
+    // What SIGINT did before this one (restored by the destructor; nested bars restore each other's).
+    Progress* previousTarget_ = nullptr;
+    void (*previousHandler_)(int) = SIG_DFL;
 };
 
 std::string formatDuration(double seconds);

@@ -590,9 +590,10 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
             const model::Transformer trainer(student.config, weightsOf(checkpoint.directory));
             std::optional<double> unit;
             if (options.measureUnit) {
-                ProgressSlice slice(&progress, part / parts, (part + 1) / parts, "BF16 unit of " + checkpoint.directory);
+                Progress slice
+                    = progress.child(part / parts, (part + 1) / parts, "BF16 unit of " + checkpoint.directory);
                 unit = measureConfiguration(trainer, weightsOf(checkpoint.directory), EngineConfiguration {}, requests,
-                    sampling, options.settings, slice.get())
+                    sampling, options.settings, &slice)
                            .kl;
                 ++part;
                 if (kept > 0 && result.rows.back().bf16Unit != unit) {
@@ -616,9 +617,9 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 configuration.noiseModules = candidate.noiseModules;
                 engine::MismatchMeasurement measured;
                 {
-                    ProgressSlice slice(&progress, part / parts, (part + 1) / parts, candidate.name);
+                    Progress slice = progress.child(part / parts, (part + 1) / parts, candidate.name);
                     measured = measureConfiguration(trainer, weightsOf(engineWeights.directory), configuration,
-                        requests, sampling, options.settings, slice.get());
+                        requests, sampling, options.settings, &slice);
                     ++part;
                 }
                 AdmissionRow row;
@@ -738,6 +739,36 @@ AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Prog
         options.candidates.push_back(std::move(candidate));
     }
     return admit(store, options, progress, runId, onRunStarted);
+}
+
+std::optional<double> bf16Multiple(const AdmissionRow& row)
+{
+    return row.bf16Unit && *row.bf16Unit > 0.0 ? std::optional<double>(row.mismatch / *row.bf16Unit) : std::nullopt;
+}
+
+nlohmann::json toJson(const AdmissionResult& result)
+{
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& row : result.rows) {
+        const auto x = bf16Multiple(row);
+        rows.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
+            {"checkpoint_step", row.checkpointStep}, {"engine_weights", row.engineWeights},
+            {"engine_step", row.engineStep},
+            {"bracket_step", row.bracketStep ? nlohmann::json(*row.bracketStep) : nlohmann::json()},
+            {"note", row.note}, {"decision", toString(row.verdict)}, {"mismatch", toJson(row.interval)},
+            {"threshold", row.threshold}, {"k1", row.k1}, {"k3", row.k3}, {"tokens", row.tokens},
+            {"bf16_unit", row.bf16Unit ? nlohmann::json(*row.bf16Unit) : nlohmann::json()},
+            {"bf16_multiple", x ? nlohmann::json(*x) : nlohmann::json()}, {"seconds", row.seconds},
+            {"decision_id", row.decisionId}});
+    }
+    return {{"run_id", result.runId}, {"decisions", rows}, {"protocol", protocolToJson(result.protocol)},
+        {"protocol_differs", result.protocolDifferences}, {"calibration_flags", flagsToJson(result.calibrationFlags)},
+        {"seconds", result.seconds},
+        {"rule",
+            "admit when the interval's high end < threshold, reject when its low end > threshold, borderline "
+            "otherwise"},
+        {"bf16_multiple", "mismatch / the BF16 unit of the screened checkpoint (the plain BF16 engine at its weights, "
+                          "same prompts and seeds)"}};
 }
 
 } // namespace mismatch::analysis

@@ -135,6 +135,15 @@ struct AdmissionResult {
 };
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress);
+
+// A row's mismatch as a multiple of its checkpoint's BF16 unit; none without a (positive) unit.
+std::optional<double> bf16Multiple(const AdmissionRow& row);
+// The one JSON of an admission check, printed by `mismatch admit --json` and under "admission" by `mismatch demo
+// --json`: {"run_id", "decisions": [{"candidate", "checkpoint", "checkpoint_step", "engine_weights", "engine_step",
+// "bracket_step", "note", "decision", "mismatch": interval (toJson), "threshold", "k1", "k3", "tokens", "bf16_unit",
+// "bf16_multiple", "seconds", "decision_id"}, ...], "protocol", "protocol_differs", "calibration_flags", "seconds",
+// "rule", "bf16_multiple"}.
+nlohmann::json toJson(const AdmissionResult& result);
 // Continues admit run `runId` (see above). InputError when the run does not exist, is not an admission check, has
 // finished or one of its inputs changed (naming the file).
 AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Progress& progress,

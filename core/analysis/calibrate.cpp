@@ -449,18 +449,10 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 sweepRunId = train::recordTrainingRun(job.config, store,
                     [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
             }
-            // The run's own progress feeds the calibration's: its stage text, and cancellation both ways.
-            Progress* runProgressPointer = nullptr;
-            Progress runProgress([&progress, &runProgressPointer, &what](double, const std::string& stage) {
-                progress.setStage(what + ": " + stage);
-                if (progress.cancelled() && runProgressPointer) {
-                    runProgressPointer->cancel();
-                }
-            });
-            runProgressPointer = &runProgress;
-            trainOptions.onStep = [&progress, done, totalSteps](const store::StepMetrics& m) {
-                progress.setFraction(static_cast<double>(done + m.step) / static_cast<double>(totalSteps));
-            };
+            // The run's own progress feeds the calibration's (its steps are this run's share of the sweep's), and
+            // they share one cancel flag.
+            Progress runProgress = progress.child(static_cast<double>(done) / static_cast<double>(totalSteps),
+                static_cast<double>(done + options.base.steps) / static_cast<double>(totalSteps), what);
             const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
             result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
         }

@@ -1,4 +1,5 @@
 #include "core/analysis/compare_objectives.h"
+#include "core/analysis/compare_runs.h"
 
 #include "core/common/error.h"
 #include "core/store/evaluation_store.h"
@@ -152,18 +153,9 @@ CompareObjectivesResult runCompareObjectives(
                 c.name = o.base.name + "/" + train::toString(objective) + "/" + suffix;
                 train::TrainOptions trainOptions;
                 trainOptions.workspaceDirectory = o.workspaceDirectory;
-                trainOptions.onStep = [&progress, done, total](const store::StepMetrics& m) {
-                    progress.setFraction(static_cast<double>(done + m.step) / static_cast<double>(total));
-                };
-                Progress* inner = nullptr;
-                const std::string label = train::toString(objective) + ", " + configuration.label;
-                Progress runProgress([&progress, &inner, label](double, const std::string& stage) {
-                    progress.setStage(label + ": " + stage);
-                    if (progress.cancelled() && inner) {
-                        inner->cancel();
-                    }
-                });
-                inner = &runProgress;
+                Progress runProgress = progress.child(static_cast<double>(done) / static_cast<double>(total),
+                    static_cast<double>(done + o.base.steps) / static_cast<double>(total),
+                    train::toString(objective) + ", " + configuration.label);
                 progress.checkCancelled();
                 const train::TrainResult trained = train::runTraining(c, store, runProgress, trainOptions);
                 done += o.base.steps;
@@ -199,9 +191,7 @@ CompareObjectivesResult runCompareObjectives(
                     if (bf16Run == trained.runId) {
                         row.relativeChange = 0.0;
                     } else {
-                        const metrics::FailureVerdict verdict
-                            = metrics::applyFailureRule(
-                                store::qualitiesInOrderOf(*evaluation, *base), store::qualitiesInOrderOf(*base, *base), o.rule);
+                        const metrics::FailureVerdict verdict = compareEvaluations(*evaluation, *base, o.rule);
                         row.relativeChange = verdict.relativeChange;
                         row.verdict = verdict.failed ? ObjectiveVerdict::Breaks : ObjectiveVerdict::Holds;
                     }

@@ -190,14 +190,7 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
                     admission.settings = applyProtocol(protocol, admission.settings);
                 }
             }
-            Progress* inner = nullptr;
-            Progress screening([&progress, &inner](double fraction, const std::string& stage) {
-                progress.update(0.65 + 0.35 * fraction, stage);
-                if (progress.cancelled() && inner) {
-                    inner->cancel();
-                }
-            });
-            inner = &screening;
+            Progress screening = progress.child(0.65, 1.0, "");
             report.admission = runAdmission(store, admission, screening);
             // What the demo screened, for `mismatch report` on the demo run.
             store.setRunConfig(report.runId,

@@ -1,6 +1,7 @@
 #include "core/analysis/job_resume.h"
 
 #include "core/common/error.h"
+#include "core/common/hash.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -18,13 +19,6 @@ constexpr std::uint64_t kEndBytes = 1ull << 20;
 constexpr std::uint64_t kBlockBytes = 64ull << 10;
 constexpr int kSampledBlocks = 16;
 
-void fnv(std::uint64_t& hash, const char* data, std::size_t size)
-{
-    for (std::size_t i = 0; i < size; ++i) {
-        hash = (hash ^ static_cast<unsigned char>(data[i])) * 0x100000001B3ULL;
-    }
-}
-
 void digestRange(std::ifstream& in, std::uint64_t offset, std::uint64_t size, std::uint64_t& hash,
     const std::string& path)
 {
@@ -37,16 +31,9 @@ void digestRange(std::ifstream& in, std::uint64_t offset, std::uint64_t size, st
         if (in.gcount() != static_cast<std::streamsize>(chunk)) {
             throw InputError(path, "", "cannot be read (short read while computing its digest)");
         }
-        fnv(hash, buffer.data(), chunk);
+        hash = fnv1a(buffer.data(), chunk, hash);
         size -= chunk;
     }
-}
-
-std::string hex(std::uint64_t value)
-{
-    char text[17];
-    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-    return text;
 }
 
 } // namespace
@@ -62,20 +49,20 @@ std::string fileDigest(const std::string& path)
     if (!in) {
         throw InputError(path, "", "cannot be opened for reading");
     }
-    std::uint64_t hash = 0xCBF29CE484222325ULL;
+    std::uint64_t hash = kFnv1aOffsetBasis;
     if (size <= kFullDigestLimit) {
         digestRange(in, 0, size, hash, path);
-        return hex(hash);
+        return hex64(hash);
     }
     const std::string sizeText = std::to_string(size);
-    fnv(hash, sizeText.data(), sizeText.size());
+    hash = fnv1a(sizeText, hash);
     digestRange(in, 0, kEndBytes, hash, path);
     for (int i = 1; i <= kSampledBlocks; ++i) {
         const std::uint64_t offset = (size - kBlockBytes) / (kSampledBlocks + 1) * static_cast<std::uint64_t>(i);
         digestRange(in, offset, kBlockBytes, hash, path);
     }
     digestRange(in, size - kEndBytes, kEndBytes, hash, path);
-    return "sampled:" + hex(hash);
+    return "sampled:" + hex64(hash);
 }
 
 nlohmann::json fileDigests(const std::vector<std::string>& paths)

@@ -140,4 +140,10 @@ MeasureSettings applyProtocol(const MeasurementProtocol& protocol, MeasureSettin
     return settings;
 }
 
+nlohmann::json toJson(const metrics::Interval& interval)
+{
+    return {{"estimate", interval.estimate}, {"low", interval.low}, {"high", interval.high},
+        {"confidence", interval.confidence}, {"resamples", interval.resamples}};
+}
+
 } // namespace mismatch::analysis

@@ -58,6 +58,8 @@ inline bool operator!=(const MeasurementProtocol& a, const MeasurementProtocol& 
 }
 
 nlohmann::json protocolToJson(const MeasurementProtocol& protocol);
+// A bootstrap interval as every analysis's --json prints it: {"estimate", "low", "high", "confidence", "resamples"}.
+nlohmann::json toJson(const metrics::Interval& interval);
 // InputError naming `source` and the key for a missing or malformed field.
 MeasurementProtocol protocolFromJson(const nlohmann::json& json, const std::string& source);
 

@@ -1,8 +1,8 @@
 #include "core/analysis/recipe_builder.h"
 
-#include "core/io/recipe_export.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/quant/formats.h"
 #include "core/store/analysis_store.h"
@@ -151,8 +151,8 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         result.scanId = scan->info.id;
         progress.update(0.0, "loading scan");
     } else {
-        ProgressSlice slice(&progress, 0.0, 0.5, "sensitivity scan");
-        const SensitivityResult scan = runSensitivity(store, scanSettings, *slice.get());
+        Progress slice = progress.child(0.0, 0.5, "sensitivity scan");
+        const SensitivityResult scan = runSensitivity(store, scanSettings, slice);
         scanCells = scan.cells;
         result.scanId = scan.scanId;
     }
@@ -222,10 +222,10 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         const double progressBase = options.scanId ? 0.0 : 0.5;
         // Unit of the BF16 multiples: measured once here (same prompts and seeds).
         {
-            ProgressSlice slice(
-                &progress, progressBase, progressBase + (1.0 - progressBase) / (stepsTotal + 1.0), "BF16 unit");
+            Progress slice
+                = progress.child(progressBase, progressBase + (1.0 - progressBase) / (stepsTotal + 1.0), "BF16 unit");
             result.bf16Unit = measureConfiguration(
-                trainer, model.weights, EngineConfiguration {}, requests, sampling, scanSettings.settings, slice.get())
+                trainer, model.weights, EngineConfiguration {}, requests, sampling, scanSettings.settings, &slice)
                                   .kl;
         }
         std::size_t kept = 0;
@@ -243,11 +243,11 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             const double end = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 2) / (stepsTotal + 1.0);
             engine::MismatchMeasurement measured;
             {
-                ProgressSlice slice(&progress, begin, end,
+                Progress slice = progress.child(begin, end,
                     kept == 0 ? std::string("everything quantized")
                               : "kept " + std::to_string(kept) + " cell" + (kept == 1 ? "" : "s") + " in BF16");
                 measured = measureConfiguration(
-                    trainer, model.weights, configuration, requests, sampling, scanSettings.settings, slice.get());
+                    trainer, model.weights, configuration, requests, sampling, scanSettings.settings, &slice);
             }
             RecipeBuildStep step;
             step.keptCell = kept == 0 ? std::string() : result.bf16Cells.back();
@@ -297,7 +297,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         result.bf16KvTokens = capacity.bf16Tokens;
         result.kvCapacityRatio = capacity.ratioToBf16;
         result.recipeText = text;
-        io::writeFileAtomically(options.outPath, text);
+        writeFileAtomically(options.outPath, text);
         addRecipeRow(store, name, fs::absolute(options.outPath).string(), text, result.recipeId);
     });
     store.finishRun(result.runId, store::RunStatus::Finished);

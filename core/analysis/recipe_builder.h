@@ -80,7 +80,4 @@ quant::Recipe recipeForCells(const std::vector<SensitivityCellSpec>& cells, cons
 // "layer 3 down", "layer 0 kv", "embed_lm_head".
 std::string cellLabel(std::int64_t layer, const std::string& group);
 
-// Writes `text` to `path` through a temporary file beside it and a rename.
-void writeFileAtomically(const std::string& path, const std::string& text);
-
 } // namespace mismatch::analysis

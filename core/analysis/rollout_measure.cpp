@@ -1,6 +1,7 @@
 #include "core/analysis/rollout_measure.h"
 
 #include "core/common/error.h"
+#include "core/common/hash.h"
 #include "core/common/input_limits.h"
 #include "core/model/model_files.h"
 #include "core/common/random.h"
@@ -88,11 +89,7 @@ std::vector<std::vector<std::int64_t>> PromptRequests::prompts() const
 
 std::uint64_t promptSeed(const std::string& id)
 {
-    std::uint64_t hash = 0xCBF29CE484222325ULL; // FNV-1a, 64 bit
-    for (const unsigned char c : id) {
-        hash = (hash ^ c) * 0x100000001B3ULL;
-    }
-    return hash;
+    return fnv1a(id);
 }
 
 PromptRequests promptRequests(const std::string& promptSetPath, const model::Tokenizer& tokenizer, std::int64_t count)
@@ -158,16 +155,32 @@ engine::SamplingOptions samplingOptions(
     sampling.topK = settings.topK;
     sampling.maxNewTokens = settings.maxNewTokens;
     sampling.seed = settings.seed;
+    stopAtTokenizerEos(sampling, config, tokenizer);
+    engine::validateSamplingOptions(sampling);
+    return sampling;
+}
+
+void stopAtTokenizerEos(
+    engine::SamplingOptions& sampling, const model::ModelConfig& config, const model::Tokenizer& tokenizer)
+{
     if (config.eosTokenIds.empty() && tokenizer.eosTokenId()) {
         sampling.stopTokenIds.push_back(*tokenizer.eosTokenId());
     }
-    engine::validateSamplingOptions(sampling);
-    return sampling;
 }
 
 std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
     const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
     const MeasureSettings& settings)
+{
+    engine::EngineOptions options;
+    options.precision = engine::EnginePrecision::Bf16Reference;
+    options.kvCacheBytes = settings.kvCacheBytes;
+    return buildEngine(config, weights, configuration, probePrompts, options, settings.kvScales, settings.kvFirstBatch);
+}
+
+std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
+    const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
+    const engine::EngineOptions& options, KvScalePolicy kvScales, std::int64_t kvFirstBatch)
 {
     std::optional<quant::RecipePlan> plan;
     if (configuration.recipe) {
@@ -178,24 +191,22 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
     }
     model::TransformerWeights engineWeights = configuration.noise > 0.0
         ? engine::addWeightNoise(weights, configuration.noise, configuration.noiseSeed, configuration.noiseModules,
-            engine::engineNoiseDtype(config, plan ? &*plan : nullptr))
+            engine::engineNoiseDtype(
+                config, plan ? &*plan : nullptr, !plan && options.precision == engine::EnginePrecision::Fp32))
         : weights;
-    engine::EngineOptions options;
-    options.precision = engine::EnginePrecision::Bf16Reference;
-    options.kvCacheBytes = settings.kvCacheBytes;
     auto result = std::make_unique<engine::Engine>(config, std::move(engineWeights), std::move(plan), options);
-    if (settings.kvScales == KvScalePolicy::FittedPerMeasurement) {
+    if (kvScales == KvScalePolicy::FittedPerMeasurement) {
         result->model().calibrateKvScales(probePrompts);
     } else if (!probePrompts.empty()) {
         // What a training run does at its first step: the engine's own prefill of the first batch measures the
         // FP8 scales (amax over its real tokens), which then stay frozen. A forward through the quantizing cache
         // is that prefill without generating.
-        if (settings.kvFirstBatch < 1) {
+        if (kvFirstBatch < 1) {
             throw InputError("measurement protocol", "kv_first_batch",
                 "frozen_first_batch needs the number of prompts of the first batch (>= 1)");
         }
         const auto first = static_cast<std::ptrdiff_t>(
-            std::min<std::size_t>(probePrompts.size(), static_cast<std::size_t>(settings.kvFirstBatch)));
+            std::min<std::size_t>(probePrompts.size(), static_cast<std::size_t>(kvFirstBatch)));
         const auto [ids, mask] = engine::leftPaddedBatch({probePrompts.begin(), probePrompts.begin() + first});
         const at::NoGradGuard noGrad;
         // Only the cache matters here: the lm_head runs at the last position alone (a large vocabulary's logits
@@ -267,27 +278,6 @@ metrics::Interval pairedRatioDifference(const std::vector<double>& aSums, const 
     interval.confidence = options.confidence;
     interval.resamples = options.resamples;
     return interval;
-}
-
-ProgressSlice::ProgressSlice(Progress* parent, double begin, double end, std::string stage)
-    : parent_(parent)
-    , begin_(begin)
-    , end_(end)
-    , stage_(std::move(stage))
-    , child_([this](double fraction, const std::string& stage) {
-        if (!parent_) {
-            return;
-        }
-        parent_->update(begin_ + (end_ - begin_) * fraction, stage_.empty() ? stage : stage_ + ": " + stage);
-        // After the update: a parent listener that cancels on this very update reaches the child at once.
-        if (parent_->cancelled()) {
-            child_.cancel();
-        }
-    })
-{
-    if (parent_ && parent_->cancelled()) {
-        child_.cancel();
-    }
 }
 
 quant::WeightPrecision parseWeightPrecision(const std::string& text, const std::string& source)

@@ -2,7 +2,7 @@
 // What the engine-only analyses (sensitivity, recipe builder, admission check, prefix shift) share: loading a
 // model directory and a prompt set into seeded requests, building a rollout engine for a configuration (recipe,
 // weight noise, older weights), measuring its mismatch against the FP32 trainer, bootstrap intervals over
-// prompts and progress slices for jobs made of several measurements.
+// prompts.
 #include "core/common/progress.h"
 #include "core/engine/engine.h"
 #include "core/engine/measure.h"
@@ -81,6 +81,9 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
 // The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
 engine::SamplingOptions samplingOptions(
     const MeasureSettings& settings, const model::ModelConfig& config, const model::Tokenizer& tokenizer);
+// Adds the tokenizer's EOS id to sampling.stopTokenIds when config.json names none (the engine stops at those).
+void stopAtTokenizerEos(
+    engine::SamplingOptions& sampling, const model::ModelConfig& config, const model::Tokenizer& tokenizer);
 
 // A rollout configuration's engine side (spec "Rollout configuration" without the sampling settings).
 struct EngineConfiguration {
@@ -95,6 +98,11 @@ struct EngineConfiguration {
 std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
     const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
     const MeasureSettings& settings);
+// The same with the engine's options given (precision without a recipe, KV cache, blocks, batch), as
+// `mismatch generate` builds it; the analyses' engine is the BF16 one with settings.kvCacheBytes.
+std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, const model::TransformerWeights& weights,
+    const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
+    const engine::EngineOptions& options, KvScalePolicy kvScales, std::int64_t kvFirstBatch = 32);
 
 // measureMismatch of the configuration's engine (on `engineWeights`) against `trainer` on the requests, with
 // `sampling` (from samplingOptions()).
@@ -110,21 +118,6 @@ metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, con
 metrics::Interval pairedRatioDifference(const std::vector<double>& aSums, const std::vector<std::int64_t>& aTokens,
     const std::vector<double>& bSums, const std::vector<std::int64_t>& bTokens,
     const metrics::BootstrapOptions& options);
-
-// Runs a sub-job as the part [begin, end] of a parent's progress: the child's fractions are mapped into the
-// parent's, its stage is prefixed, and a cancel of the parent reaches the child at its next update.
-class ProgressSlice {
-public:
-    ProgressSlice(Progress* parent, double begin, double end, std::string stage);
-    Progress* get() { return &child_; }
-
-private:
-    Progress* parent_;
-    double begin_;
-    double end_;
-    std::string stage_;
-    Progress child_;
-};
 
 // "fp8_e4m3", "fp8_e4m3:block128", "int8", "int4:group128", "bf16": a weight format with an optional granularity
 // (the format's default when absent). InputError naming `source` otherwise.

@@ -217,9 +217,9 @@ SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& 
         const double parts = static_cast<double>(cells.size() + 1);
         engine::MismatchMeasurement unit;
         {
-            ProgressSlice slice(&progress, 0.0, 1.0 / parts, "BF16 unit");
+            Progress slice = progress.child(0.0, 1.0 / parts, "BF16 unit");
             unit = measureConfiguration(
-                trainer, model.weights, EngineConfiguration {}, requests, sampling, options.settings, slice.get());
+                trainer, model.weights, EngineConfiguration {}, requests, sampling, options.settings, &slice);
         }
         result.bf16Unit = unit.kl;
         result.bf16UnitInterval = klInterval(unit, options.settings.bootstrap);
@@ -276,10 +276,10 @@ SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& 
                 = spec.layer == store::kNoLayer ? spec.group : "layer " + std::to_string(spec.layer) + " " + spec.group;
             engine::MismatchMeasurement measured;
             {
-                ProgressSlice slice(
-                    &progress, static_cast<double>(c + 1) / parts, static_cast<double>(c + 2) / parts, label);
+                Progress slice
+                    = progress.child(static_cast<double>(c + 1) / parts, static_cast<double>(c + 2) / parts, label);
                 measured = measureConfiguration(
-                    trainer, model.weights, configuration, requests, sampling, options.settings, slice.get());
+                    trainer, model.weights, configuration, requests, sampling, options.settings, &slice);
             }
             const metrics::Interval own = klInterval(measured, options.settings.bootstrap);
             const metrics::Interval added = pairedRatioDifference(measured.promptKlSums, measured.promptTokens,

@@ -52,14 +52,7 @@ TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQuality
         train::TrainOptions trainOptions;
         trainOptions.workspaceDirectory = options.workspaceDirectory;
         const auto train = [&](const train::RunConfig& config, double offset, const std::string& label) {
-            Progress* inner = nullptr;
-            Progress runProgress([&progress, &inner, offset, label](double fraction, const std::string& stage) {
-                progress.update(offset + 0.5 * fraction, label + ": " + stage);
-                if (progress.cancelled() && inner) {
-                    inner->cancel();
-                }
-            });
-            inner = &runProgress;
+            Progress runProgress = progress.child(offset, offset + 0.5, label);
             progress.checkCancelled();
             return train::runTraining(config, store, runProgress, trainOptions);
         };

@@ -1,7 +1,7 @@
 #include "core/common/input_limits.h"
 
 #include "core/common/error.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -50,8 +50,8 @@ std::string fileTypeText(mode_t mode)
 {
     const std::uint64_t allowed = limitBytes(limit);
     throw InputError(path, "",
-        "is " + std::string(atLeast ? "more than " : "") + engine::formatByteSize(size) + " (" + std::to_string(size)
-            + " bytes), over the " + engine::formatByteSize(allowed) + " limit for " + limit.kind + "; set "
+        "is " + std::string(atLeast ? "more than " : "") + formatByteSize(size) + " (" + std::to_string(size)
+            + " bytes), over the " + formatByteSize(allowed) + " limit for " + limit.kind + "; set "
             + limit.variable + "=BYTES to raise it");
 }
 

@@ -6,6 +6,23 @@
 
 namespace mismatch {
 
+// cancel() is called from the CLI's SIGINT handler.
+static_assert(std::atomic<bool>::is_always_lock_free, "Progress::cancel must be async-signal-safe");
+
+Progress::Progress(Listener listener, std::shared_ptr<std::atomic<bool>> cancelled)
+    : cancelled_(std::move(cancelled)), listener_(std::move(listener))
+{
+}
+
+Progress Progress::child(double begin, double end, const std::string& label)
+{
+    return Progress(
+        [this, begin, end, label](double fraction, const std::string& stage) {
+            update(begin + (end - begin) * fraction, label.empty() ? stage : label + ": " + stage);
+        },
+        cancelled_);
+}
+
 void Progress::checkCancelled() const
 {
     if (cancelled()) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -19,8 +20,14 @@ public:
     Progress(const Progress&) = delete;
     Progress& operator=(const Progress&) = delete;
 
-    void cancel() { cancelled_.store(true); }
-    bool cancelled() const { return cancelled_.load(); }
+    // A progress for a part of this job (e.g. one training run of a sweep): its fraction f shows here as
+    // begin + (end - begin) * f, its stage as "label: stage" (the stage alone when label is empty), and it shares
+    // this progress's cancel flag, so a cancel of either is seen by both. This progress must outlive the child.
+    Progress child(double begin, double end, const std::string& label);
+
+    // Safe to call from a signal handler (one lock-free atomic store).
+    void cancel() { cancelled_->store(true); }
+    bool cancelled() const { return cancelled_->load(); }
     // Throws CancelledError when cancel() was called; jobs call it at their boundaries.
     void checkCancelled() const;
 
@@ -36,9 +43,11 @@ public:
     double etaSeconds() const;
 
 private:
+    Progress(Listener listener, std::shared_ptr<std::atomic<bool>> cancelled);
     void notify();
 
-    std::atomic<bool> cancelled_{false};
+    // Shared by a progress and its children (see child()).
+    std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
     std::atomic<double> fraction_{0.0};
     mutable std::mutex stageMutex_;
     std::string stage_;

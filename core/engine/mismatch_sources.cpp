@@ -1,6 +1,7 @@
 #include "core/engine/mismatch_sources.h"
 
 #include "core/common/error.h"
+#include "core/common/hash.h"
 #include "core/engine/module_names.h"
 #include "core/metrics/bootstrap.h"
 #include "core/quant/recipe.h"
@@ -112,11 +113,7 @@ void requireNoiseModulesMatch(const model::ModelConfig& config, const std::strin
 
 std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName)
 {
-    std::uint64_t hash = 0xCBF29CE484222325ULL; // FNV-1a 64
-    for (const unsigned char c : tensorName) {
-        hash = (hash ^ c) * 0x100000001B3ULL;
-    }
-    metrics::SplitMix64 mixer(seed ^ hash);
+    metrics::SplitMix64 mixer(seed ^ fnv1a(tensorName));
     return mixer.next();
 }
 

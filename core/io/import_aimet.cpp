@@ -20,11 +20,6 @@ namespace {
 
 using json = nlohmann::ordered_json; // keeps the file's order of layers
 
-std::string readFile(const std::string& path)
-{
-    return readInputFile(path, limits::kImportFile, "AIMET QuantAnalyzer JSON file");
-}
-
 // "line L, column C" of a 0-based byte offset.
 std::string lineColumn(const std::string& text, size_t offset)
 {
@@ -114,7 +109,7 @@ AimetImport importAimetSensitivity(const std::string& path, const AimetImportOpt
         throw InputError(path, "", "a reference score or --lower-is-better applies to eval scores, not to MSE values");
     }
 
-    const std::string text = readFile(path);
+    const std::string text = readInputFile(path, limits::kImportFile, "AIMET QuantAnalyzer JSON file");
     if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
         deep != std::string::npos) {
         throw InputError(path, lineColumn(text, deep), nestingTooDeepDetail());

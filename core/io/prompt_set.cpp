@@ -1,6 +1,7 @@
 #include "core/io/prompt_set.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
@@ -253,26 +254,7 @@ void writePromptSet(const PromptSet& set, const std::string& path)
     // Refuse to write what loadPromptSet would reject, so a written set always loads back.
     parsePromptSet(text, path);
 
-    const std::string temporary = path + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        if (!out) {
-            throw InputError(temporary, "", "cannot open for writing");
-        }
-        out << text;
-        out.flush();
-        if (!out) {
-            out.close();
-            std::remove(temporary.c_str());
-            throw InputError(temporary, "", "write failed");
-        }
-    }
-    std::error_code error;
-    fs::rename(temporary, path, error);
-    if (error) {
-        std::remove(temporary.c_str());
-        throw InputError(path, "", "cannot rename " + temporary + " into place: " + error.message());
-    }
+    writeFileAtomically(path, text);
 }
 
 } // namespace mismatch::io

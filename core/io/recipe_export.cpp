@@ -1,5 +1,7 @@
 #include "core/io/recipe_export.h"
 
+#include "core/common/file_io.h"
+
 #include "core/common/error.h"
 
 #include <nlohmann/json.hpp>
@@ -1420,34 +1422,6 @@ void writeExportDirectory(const std::string& directory, const ExportResult& resu
     }
     for (const ExportFile& file : result.files) {
         writeFileAtomically((fs::path(directory) / file.name).string(), file.text);
-    }
-}
-
-void writeFileAtomically(const std::string& path, const std::string& text)
-{
-    namespace fs = std::filesystem;
-    const fs::path target(path);
-    const fs::path temporary = target.string() + ".tmp";
-    {
-        std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
-        if (!stream) {
-            throw InputError(path, "", "cannot open " + temporary.string() + " for writing");
-        }
-        stream << text;
-        stream.flush();
-        if (!stream) {
-            std::error_code ignored;
-            fs::remove(temporary, ignored);
-            throw InputError(path, "", "cannot write " + temporary.string());
-        }
-    }
-    std::error_code error;
-    fs::rename(temporary, target, error);
-    if (error) {
-        const std::string reason = error.message();
-        std::error_code ignored;
-        fs::remove(temporary, ignored);
-        throw InputError(path, "", "cannot rename " + temporary.string() + " to it: " + reason);
     }
 }
 

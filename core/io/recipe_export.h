@@ -110,8 +110,4 @@ std::string exportRecipe(const quant::Recipe& recipe, const quant::RecipePlan& p
 // writeFileAtomically. Throws InputError naming the path that cannot be written.
 void writeExportDirectory(const std::string& directory, const ExportResult& result);
 
-// Writes `text` to `path` through a temporary file in the same directory and a rename, so that a reader never sees
-// a half-written file. Throws InputError naming the path when it cannot be written.
-void writeFileAtomically(const std::string& path, const std::string& text);
-
 } // namespace mismatch::io

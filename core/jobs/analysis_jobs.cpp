@@ -2,7 +2,7 @@
 
 #include "core/analysis/calibrate.h"
 #include "core/common/error.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 #include "core/model/memory_check.h"
 #include "core/quant/formats.h"
 #include "core/quant/recipe.h"

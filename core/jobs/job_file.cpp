@@ -1,5 +1,7 @@
 #include "core/jobs/job_file.h"
 
+#include "core/common/file_io.h"
+
 #include "core/analysis/rollout_measure.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
@@ -274,7 +276,7 @@ std::string jobFileText(const JobSpec& spec)
 
 void writeJobFile(const std::string& path, const JobSpec& spec)
 {
-    io::writeFileAtomically(path, jobFileText(spec));
+    writeFileAtomically(path, jobFileText(spec));
 }
 
 JobSpec resolveStep(const JobFile& file, const JobFileStep& step, const std::map<std::string, JobResult>& results)

@@ -1,5 +1,6 @@
 #include "core/model/memory_check.h"
 
+#include "core/common/byte_size.h"
 #include "core/common/error.h"
 
 #include <sys/resource.h>
@@ -87,24 +88,6 @@ std::optional<AvailableMemory> availableMemory()
     return best;
 }
 
-std::string memoryText(std::uint64_t bytes)
-{
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double value = static_cast<double>(bytes);
-    int unit = 0;
-    while (value >= 1024.0 && unit < 4) {
-        value /= 1024.0;
-        ++unit;
-    }
-    char text[64];
-    if (unit == 0) {
-        std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
-    } else {
-        std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
-    }
-    return text;
-}
-
 void checkModelFits(
     const std::string& directory, std::int64_t parameters, std::uint64_t bytesNeeded, const std::string& how)
 {
@@ -112,9 +95,9 @@ void checkModelFits(
     if (!available || bytesNeeded <= available->bytes) {
         return;
     }
-    throw ResourceError("model " + directory + " needs about " + memoryText(bytesNeeded) + " (" + std::to_string(bytesNeeded)
-        + " bytes) to load (" + std::to_string(parameters) + " parameters " + how + ") but only "
-        + memoryText(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
+    throw ResourceError("model " + directory + " needs about " + formatByteSize(bytesNeeded) + " ("
+        + std::to_string(bytesNeeded) + " bytes) to load (" + std::to_string(parameters) + " parameters " + how + ") but only "
+        + formatByteSize(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
         + available->source + "); nothing was loaded");
 }
 
@@ -137,11 +120,11 @@ void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items)
     std::string parts;
     for (const MemoryItem& item : items) {
         if (item.bytes > 0) {
-            parts += (parts.empty() ? "" : " + ") + item.what + ": " + memoryText(item.bytes);
+            parts += (parts.empty() ? "" : " + ") + item.what + ": " + formatByteSize(item.bytes);
         }
     }
-    throw ResourceError(job + " needs about " + memoryText(needed) + " (" + parts + ") but only "
-        + memoryText(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
+    throw ResourceError(job + " needs about " + formatByteSize(needed) + " (" + parts + ") but only "
+        + formatByteSize(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
         + available->source + "); nothing was loaded");
 }
 
@@ -152,8 +135,8 @@ void checkRequestFits(const std::string& what, std::uint64_t bytesRequested)
         return;
     }
     throw InputError(what, "",
-        "asks for " + memoryText(bytesRequested) + " (" + std::to_string(bytesRequested) + " bytes) but only "
-            + memoryText(available->bytes) + " is available (" + available->source + ")");
+        "asks for " + formatByteSize(bytesRequested) + " (" + std::to_string(bytesRequested) + " bytes) but only "
+            + formatByteSize(available->bytes) + " is available (" + available->source + ")");
 }
 
 } // namespace mismatch::model

@@ -25,8 +25,6 @@ struct AvailableMemory {
 // The memory available now (see above); none when nothing could be read (then nothing is refused).
 std::optional<AvailableMemory> availableMemory();
 
-// "1.50 GiB", "3.25 MiB", "812 B".
-std::string memoryText(std::uint64_t bytes);
 
 // ResourceError when `bytesNeeded` exceeds the available memory:
 //   "model DIR needs about X to load (N parameters HOW) but only Y is available (SOURCE); nothing was loaded"

@@ -1,6 +1,7 @@
 #include "core/model/safetensors.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/common/input_limits.h"
 
 #include <ATen/ATen.h>
@@ -148,35 +149,14 @@ std::string systemError()
     return std::strerror(errno);
 }
 
-void writeFileAtomically(const std::string& path, const std::string& header, const std::vector<at::Tensor>& blobs)
+void writeSafetensorsFile(const std::string& path, const std::string& header, const std::vector<at::Tensor>& blobs)
 {
-    const std::string temporary = path + ".tmp";
-    std::FILE* file = std::fopen(temporary.c_str(), "wb");
-    if (!file) {
-        throw Error("cannot write " + temporary + ": " + systemError());
-    }
-    bool ok = std::fwrite(header.data(), 1, header.size(), file) == header.size();
+    AtomicFileWriter file(path);
+    file.write(header);
     for (const at::Tensor& blob : blobs) {
-        if (!ok) {
-            break;
-        }
-        const std::size_t bytes = blob.numel() * blob.element_size();
-        ok = bytes == 0 || std::fwrite(blob.data_ptr(), 1, bytes, file) == bytes;
+        file.write(blob.data_ptr(), blob.numel() * blob.element_size());
     }
-    const int savedErrno = errno;
-    ok = (std::fflush(file) == 0) && ok;
-    ok = (std::fclose(file) == 0) && ok;
-    if (!ok) {
-        errno = savedErrno;
-        const std::string reason = systemError();
-        std::remove(temporary.c_str());
-        throw Error("cannot write " + temporary + ": " + reason);
-    }
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-        const std::string reason = systemError();
-        std::remove(temporary.c_str());
-        throw Error("cannot rename " + temporary + " to " + path + ": " + reason);
-    }
+    file.commit();
 }
 
 DType dtypeOf(const std::string& name, const at::Tensor& tensor)
@@ -575,7 +555,7 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
 {
     std::vector<at::Tensor> blobs;
     const std::string header = buildHeader(tensors, metadata, blobs);
-    writeFileAtomically(path, header, blobs);
+    writeSafetensorsFile(path, header, blobs);
 }
 
 void writeShardedSafetensors(const std::string& directory,
@@ -619,21 +599,7 @@ void writeShardedSafetensors(const std::string& directory,
     index["weight_map"] = weightMap;
     const std::string text = index.dump(2) + "\n";
     const std::string indexPath = (fs::path(directory) / kIndexName).string();
-    const std::string temporary = indexPath + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        out << text;
-        out.flush();
-        if (!out) {
-            std::remove(temporary.c_str());
-            throw Error("cannot write " + temporary);
-        }
-    }
-    if (std::rename(temporary.c_str(), indexPath.c_str()) != 0) {
-        const std::string reason = systemError();
-        std::remove(temporary.c_str());
-        throw Error("cannot rename " + temporary + " to " + indexPath + ": " + reason);
-    }
+    writeFileAtomically(indexPath, text);
 }
 
 } // namespace mismatch::model

@@ -3,6 +3,7 @@
 #include "core/common/utf8.h"
 
 #include "core/common/error.h"
+#include "core/common/hash.h"
 #include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
@@ -1407,38 +1408,11 @@ std::optional<std::int64_t> Tokenizer::eosTokenId() const
 
 namespace {
 
-// FNV-1a over length-prefixed parts, so that ("ab", "c") and ("a", "bc") differ.
-class Fnv {
-public:
-    void add(const std::string& text)
-    {
-        const std::uint64_t size = text.size();
-        bytes(reinterpret_cast<const char*>(&size), sizeof size);
-        bytes(text.data(), text.size());
-    }
-    void add(std::int64_t value) { bytes(reinterpret_cast<const char*>(&value), sizeof value); }
-    std::string hex() const
-    {
-        char text[17];
-        std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash_));
-        return text;
-    }
-
-private:
-    void bytes(const char* data, std::size_t size)
-    {
-        for (std::size_t i = 0; i < size; ++i) {
-            hash_ = (hash_ ^ static_cast<unsigned char>(data[i])) * 0x100000001B3ULL;
-        }
-    }
-    std::uint64_t hash_ = 0xCBF29CE484222325ULL;
-};
-
 // The four parts of Tokenizer::digest, in order: vocabulary, merges, added tokens, pipeline.
 std::array<std::string, 4> digestParts(const Tokenizer& tokenizer, const std::vector<std::pair<std::string, std::string>>& merges,
     const std::vector<AddedToken>& added, const std::string& pipeline)
 {
-    Fnv vocabulary;
+    Fnv1a vocabulary;
     for (std::int64_t id = 0; id < tokenizer.vocabSize(); ++id) {
         std::string piece;
         try {
@@ -1449,7 +1423,7 @@ std::array<std::string, 4> digestParts(const Tokenizer& tokenizer, const std::ve
         }
         vocabulary.add(piece);
     }
-    Fnv mergeHash;
+    Fnv1a mergeHash;
     for (const auto& [left, right] : merges) {
         mergeHash.add(left);
         mergeHash.add(right);
@@ -1459,7 +1433,7 @@ std::array<std::string, 4> digestParts(const Tokenizer& tokenizer, const std::ve
         byId.push_back(&token);
     }
     std::sort(byId.begin(), byId.end(), [](const AddedToken* a, const AddedToken* b) { return a->id < b->id; });
-    Fnv addedHash;
+    Fnv1a addedHash;
     for (const AddedToken* token : byId) {
         addedHash.add(token->content);
         addedHash.add(token->id);
@@ -1467,7 +1441,7 @@ std::array<std::string, 4> digestParts(const Tokenizer& tokenizer, const std::ve
             | std::int64_t {token->lstrip} << 2 | std::int64_t {token->rstrip} << 3
             | std::int64_t {token->normalized} << 4);
     }
-    Fnv pipelineHash;
+    Fnv1a pipelineHash;
     pipelineHash.add(pipeline);
     return {vocabulary.hex(), mergeHash.hex(), addedHash.hex(), pipelineHash.hex()};
 }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace mismatch::store {
 
@@ -131,16 +132,42 @@ std::vector<double> qualitiesInOrderOf(const Evaluation& evaluation, const Evalu
     }
     std::vector<double> values;
     values.reserve(order.problems.size());
+    std::vector<std::string> onlyInOrder;
+    std::unordered_set<std::string> inOrder;
     for (const auto& problem : order.problems) {
+        inOrder.insert(problem.problemId);
         const auto found = byId.find(problem.problemId);
         if (found == byId.end()) {
-            throw StoreError("evaluation of run " + std::to_string(evaluation.summary.runId),
-                "has no problem '" + problem.problemId + "' (evaluated at step " + std::to_string(evaluation.summary.step)
-                    + "), so it cannot be paired with run " + std::to_string(order.summary.runId));
+            onlyInOrder.push_back(problem.problemId);
+        } else {
+            values.push_back(found->second);
         }
-        values.push_back(found->second);
     }
-    return values;
+    std::vector<std::string> onlyInEvaluation;
+    for (const auto& problem : evaluation.problems) {
+        if (!inOrder.count(problem.problemId)) {
+            onlyInEvaluation.push_back(problem.problemId);
+        }
+    }
+    if (onlyInOrder.empty() && onlyInEvaluation.empty()) {
+        return values;
+    }
+    const auto run = [](const Evaluation& e) {
+        return "run " + std::to_string(e.summary.runId) + " (step " + std::to_string(e.summary.step) + ")";
+    };
+    const auto missing = [](const std::vector<std::string>& ids, const std::string& of, const std::string& from) {
+        return std::to_string(ids.size()) + " of " + of + "'s problems are missing from " + from + "'s (e.g. '"
+            + ids.front() + "')";
+    };
+    std::string detail = "the evaluations of " + run(evaluation) + " and " + run(order)
+        + " cover different problems, so they cannot be paired:";
+    if (!onlyInEvaluation.empty()) {
+        detail += " " + missing(onlyInEvaluation, run(evaluation), run(order));
+    }
+    if (!onlyInOrder.empty()) {
+        detail += std::string(onlyInEvaluation.empty() ? "" : ";") + " " + missing(onlyInOrder, run(order), run(evaluation));
+    }
+    throw Error(detail + "; evaluate both runs on the same prompt set");
 }
 
 } // namespace mismatch::store

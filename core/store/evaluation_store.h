@@ -44,7 +44,8 @@ std::int64_t addEvaluation(RunStore& store, std::int64_t runId, std::int64_t ste
 std::vector<EvaluationSummary> evaluations(const RunStore& store, std::int64_t runId);
 
 // q_i of `evaluation` in the order of `order`'s problems, paired by problem id (for the failure rule's paired
-// bootstrap). StoreError naming the missing problem when `evaluation` lacks one of `order`'s.
+// bootstrap): the one pairing rule of compare, calibrate and compare-objectives. Error unless both evaluated
+// exactly the same problems, checked both ways: how many of each side's problems the other lacks, with an example.
 std::vector<double> qualitiesInOrderOf(const Evaluation& evaluation, const Evaluation& order);
 // The evaluation of a run at `step` with its problems, or nullopt when there is none.
 std::optional<Evaluation> evaluationAt(const RunStore& store, std::int64_t runId, std::int64_t step);

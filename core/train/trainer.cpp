@@ -1,6 +1,8 @@
 #include "core/train/trainer.h"
 
+#include "core/common/byte_size.h"
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/common/input_limits.h"
 #include "core/common/random.h"
 #include "core/common/version.h"
@@ -10,7 +12,6 @@
 #include "core/engine/mismatch_sources.h"
 #include "core/io/arith_task.h"
 #include "core/io/prompt_set.h"
-#include "core/io/recipe_export.h"
 #include "core/metrics/mismatch.h"
 #include "core/model/config.h"
 #include "core/model/memory_check.h"
@@ -337,7 +338,7 @@ private:
                 + std::to_string(config_.batch.samplesPerPrompt) + " samples, each up to "
                 + std::to_string(longestPrompt + config_.rollout.sampling.maxTokens) + " tokens over a vocabulary of "
                 + std::to_string(modelConfig_.vocabSize) + ", needs about " + needed
-                + " for its per-token distributions but only " + model::memoryText(available->bytes)
+                + " for its per-token distributions but only " + formatByteSize(available->bytes)
                 + " is available (" + available->source
                 + "); lower batch.prompts_per_step, batch.samples_per_prompt or rollout.sampling.max_tokens");
     }
@@ -789,7 +790,7 @@ void Session::writeCheckpoint(const fs::path& staging, const fs::path& target, s
     };
     fileSystem("remove", staging, [&](std::error_code& e) { fs::remove_all(staging, e); });
     fileSystem("create", staging, [&](std::error_code& e) { fs::create_directories(staging, e); });
-    io::writeFileAtomically((staging / "config.json").string(), model::configToJson(modelConfig_));
+    writeFileAtomically((staging / "config.json").string(), model::configToJson(modelConfig_));
     fileSystem("write", staging / "tokenizer.json", [&](std::error_code& e) {
         fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
             fs::copy_options::overwrite_existing, e);
@@ -815,7 +816,7 @@ void Session::writeCheckpoint(const fs::path& staging, const fs::path& target, s
         {"bf16_unit", bf16Unit.value}, {"bf16_unit_step", bf16Unit.step}, {"wall_time_s", wallSeconds},
         {"history_versions", historyVersions},
         {"tool_version", kVersion}};
-    io::writeFileAtomically((staging / "state.json").string(), state.dump(2) + "\n");
+    writeFileAtomically((staging / "state.json").string(), state.dump(2) + "\n");
     fileSystem("remove", target, [&](std::error_code& e) { fs::remove_all(target, e); });
     fileSystem("rename", staging, [&](std::error_code& e) { fs::rename(staging, target, e); });
 }

@@ -1,6 +1,7 @@
 #include "core/train/zoo.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/io/arith_task.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
@@ -102,19 +103,6 @@ std::unordered_set<std::string> promptsOf(const std::string& path)
     return prompts;
 }
 
-void writeText(const fs::path& path, const std::string& text)
-{
-    const fs::path temporary = path.string() + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        out << text;
-        if (!out) {
-            throw Error("cannot write " + temporary.string());
-        }
-    }
-    fs::rename(temporary, path);
-}
-
 ZooModelReport trainOne(const ZooModelSpec& spec, const ZooOptions& options, const model::Tokenizer& tokenizer,
     Progress& progress, double progressStart, double progressSpan)
 {
@@ -186,7 +174,7 @@ ZooModelReport trainOne(const ZooModelSpec& spec, const ZooOptions& options, con
         {"parameters", report.parameters}, {"final_loss", report.finalLoss},
         {"heldout_accuracy", report.heldoutAccuracy}, {"heldout_evaluated", report.evaluated},
         {"train_seconds", report.trainSeconds}, {"threads", at::get_num_threads()}};
-    writeText(staging / "training.json", record.dump(2) + "\n");
+    writeFileAtomically((staging / "training.json").string(), record.dump(2) + "\n");
     fs::remove_all(target);
     fs::rename(staging, target);
     return report;
@@ -198,8 +186,8 @@ void writeDemoModelDirectory(const std::string& directory, const model::ModelCon
     const model::TransformerWeights& weights)
 {
     fs::create_directories(directory);
-    writeText(fs::path(directory) / "config.json", model::configToJson(config));
-    writeText(fs::path(directory) / "tokenizer.json", io::demoTokenizerJson());
+    writeFileAtomically((fs::path(directory) / "config.json").string(), model::configToJson(config));
+    writeFileAtomically((fs::path(directory) / "tokenizer.json").string(), io::demoTokenizerJson());
     model::saveWeights(directory, weights, model::DType::F32);
 }
 

@@ -1,8 +1,10 @@
 #include "core/train/zoo_shape.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
+#include "core/common/hash.h"
+#include "core/common/input_limits.h"
 #include "core/io/char_tokenizer_json.h"
-#include "core/io/recipe_export.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/tokenizer.h"
@@ -157,11 +159,7 @@ bool isNormWeight(const std::string& name)
 // FNV-1a of the name mixed with the seed: each tensor's own stream.
 std::uint64_t tensorSeed(std::uint64_t seed, const std::string& name)
 {
-    std::uint64_t hash = 0xCBF29CE484222325ULL;
-    for (const unsigned char c : name) {
-        hash = (hash ^ c) * 0x100000001B3ULL;
-    }
-    return hash ^ (seed * 0x9E3779B97F4A7C15ULL);
+    return fnv1a(name) ^ (seed * 0x9E3779B97F4A7C15ULL);
 }
 
 at::Tensor randomTensor(const model::ExpectedTensor& tensor, const ZooShapeOptions& options)
@@ -180,17 +178,6 @@ std::uint64_t bf16Bytes(const model::ExpectedTensor& tensor)
         elements *= static_cast<std::uint64_t>(size);
     }
     return 2 * elements;
-}
-
-std::string readFile(const std::string& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(path, "", "cannot open the tokenizer file");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
 }
 
 // The directory must be new, empty, or an earlier `zoo shape` output (its files are replaced).
@@ -268,7 +255,7 @@ ZooShapeReport writeModelShape(
     // The tokenizer first: a bad one fails before gigabytes are written.
     std::string tokenizerText = shapeTokenizerJson(shape);
     if (!options.tokenizerPath.empty()) {
-        tokenizerText = readFile(options.tokenizerPath);
+        tokenizerText = readInputFile(options.tokenizerPath, limits::kTokenizerFile, "tokenizer file");
     }
     const model::Tokenizer tokenizer = model::Tokenizer::fromJson(
         tokenizerText, options.tokenizerPath.empty() ? "byte-level tokenizer" : options.tokenizerPath);
@@ -309,9 +296,9 @@ ZooShapeReport writeModelShape(
             "random weights with the exact shape of the named model: for measuring speed, memory and capacity; the "
             "text it generates means nothing"},
         {"seed", options.seed}, {"stddev", options.stddev}, {"tokenizer", report.tokenizer}, {"complete", false}};
-    io::writeFileAtomically((root / kRecordName).string(), record.dump(2) + "\n");
-    io::writeFileAtomically((root / "config.json").string(), model::configToJson(shape.config));
-    io::writeFileAtomically((root / "tokenizer.json").string(), tokenizerText);
+    writeFileAtomically((root / kRecordName).string(), record.dump(2) + "\n");
+    writeFileAtomically((root / "config.json").string(), model::configToJson(shape.config));
+    writeFileAtomically((root / "tokenizer.json").string(), tokenizerText);
 
     nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
     std::uint64_t written = 0;
@@ -335,7 +322,7 @@ ZooShapeReport writeModelShape(
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     index["weight_map"] = weightMap;
-    io::writeFileAtomically((root / kIndexName).string(), index.dump(2) + "\n");
+    writeFileAtomically((root / kIndexName).string(), index.dump(2) + "\n");
 
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     record["complete"] = true;
@@ -343,7 +330,7 @@ ZooShapeReport writeModelShape(
     record["bytes"] = report.bytes;
     record["shards"] = report.shards;
     record["seconds"] = report.seconds;
-    io::writeFileAtomically((root / kRecordName).string(), record.dump(2) + "\n");
+    writeFileAtomically((root / kRecordName).string(), record.dump(2) + "\n");
     progress.update(1.0, "done");
     return report;
 }

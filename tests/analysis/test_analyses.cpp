@@ -3,14 +3,17 @@
 // hand-written recipe, the recipe builder, the prefix-shift split against a float64 reference, cancellation
 // leaving the store consistent, and located errors for bad candidates files.
 #include "core/analysis/admission.h"
+#include "core/analysis/generate.h"
 #include "core/analysis/prefix_shift.h"
 #include "core/analysis/recipe_builder.h"
 #include "core/analysis/rollout_measure.h"
 #include "core/analysis/sensitivity.h"
 #include "core/common/error.h"
+#include "core/common/hash.h"
 #include "core/engine/engine_model.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/metrics/bootstrap.h"
+#include "core/model/model_files.h"
 #include "core/model/transformer.h"
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
@@ -85,6 +88,7 @@ private slots:
     void cancelledPrefixShiftStoresNothing();
     void badCandidatesFiles_data();
     void badCandidatesFiles();
+    void generateUsesTheAnalysesRequests();
 
 private:
     store::RunStore openStore(const QString& name)
@@ -822,6 +826,61 @@ void TestAnalyses::badCandidatesFiles()
         QVERIFY2(QString::fromStdString(error.location()).startsWith(location), error.what());
         QVERIFY2(QString::fromStdString(error.detail()).contains(detail), error.what());
     }
+}
+
+void TestAnalyses::generateUsesTheAnalysesRequests()
+{
+    analysis::GenerateOptions options;
+    options.modelDirectory = model_;
+    options.prompts = probePath();
+    options.sampling.temperature = 0.0;
+    options.sampling.maxNewTokens = 4;
+    options.kvCacheBytes = 8ull << 20;
+    Progress progress;
+    const analysis::GenerateResult first = analysis::generate(options, progress);
+    // The requests are the analyses' (analysis::promptRequests): same ids, tokens and per-prompt seeds (FNV-1a of
+    // the id), so a prompt gets the same sample in `generate` as in a measurement.
+    const model::Tokenizer tokenizer = model::loadModelTokenizer(model_, config_);
+    const analysis::PromptRequests expected = analysis::promptRequests(probePath(), tokenizer, 0);
+    QCOMPARE(first.requests.ids, expected.ids);
+    QCOMPARE(first.results.size(), expected.requests.size());
+    for (std::size_t i = 0; i < expected.requests.size(); ++i) {
+        QCOMPARE(first.requests.requests[i].prompt, expected.requests[i].prompt);
+        QCOMPARE(first.requests.requests[i].seed, fnv1a(expected.ids[i]));
+        QVERIFY(!first.results[i].tokens.empty() && first.results[i].tokens.size() <= 4);
+    }
+    QCOMPARE(first.weightSource, model_);
+    QCOMPARE(first.precisionName, std::string("bf16"));
+    QVERIFY(first.kvCapacityTokens > 0);
+    // Older weights of the same model are used as the engine's; another architecture is refused before loading.
+    options.stalenessFrom = olderModel_;
+    QCOMPARE(analysis::generate(options, progress).weightSource, olderModel_);
+    const std::string other = (dir_.path() + "/other-architecture").toStdString();
+    const model::ModelConfig otherConfig = train::demoModelConfig(32, 1, 2, 1, 64);
+    train::writeDemoModelDirectory(other, otherConfig, model::randomWeights(otherConfig, 3, 0.1));
+    options.stalenessFrom = other;
+    try {
+        analysis::generate(options, progress);
+        QFAIL("older weights of another architecture were accepted");
+    } catch (const InputError& error) {
+        QCOMPARE(error.file(), other + "/config.json");
+    }
+    options.stalenessFrom.clear();
+    // A noise pattern that matches nothing is named with the caller's words for it.
+    options.noise = 0.1;
+    options.noiseModules = "model.nothing.*";
+    options.noiseModulesSource = "--noise-modules";
+    try {
+        analysis::generate(options, progress);
+        QFAIL("noise on no module was accepted");
+    } catch (const InputError& error) {
+        QCOMPARE(error.file(), std::string("--noise-modules"));
+    }
+    options.noise = 0.0;
+    // Cancelled: nothing is returned.
+    Progress cancelled;
+    cancelled.cancel();
+    QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::generate(options, cancelled));
 }
 
 QTEST_MAIN(TestAnalyses)

@@ -1,6 +1,7 @@
 // The analysis commands end to end in-process: sensitivity, recipe build, admit and prefix-shift with --json and
 // their human tables, exit codes for bad input (1) and bad arguments (2), and what they leave in the workspace.
 #include "tests/common/cli_runner.h"
+#include "tests/common/golden_json.h"
 
 #include "core/model/transformer.h"
 #include "core/store/analysis_store.h"
@@ -115,6 +116,11 @@ void TestAnalysisCli::admitWithCandidatesFileAndThreshold()
     const auto result = runCli(common({"--json", "admit", model_, "--candidates", candidates, "--threshold", "0.05"}));
     QVERIFY2(result.code == 0, result.err.c_str());
     const nlohmann::json json = parseJson(result.out);
+    // The one admission JSON (analysis::toJson), against its fixture; tests/cli's demo test checks that the demo
+    // prints the same rows.
+    const std::vector<std::string> differences
+        = test::goldenDifferences(json, MISMATCH_SOURCE_DIR "/tests/analysis/fixtures/admit.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
     QCOMPARE(json["decisions"].size(), std::size_t(2));
     QCOMPARE(json["decisions"][0]["candidate"].get<std::string>(), std::string("plain"));
     QCOMPARE(json["decisions"][0]["decision"].get<std::string>(), std::string("admit"));

@@ -1,7 +1,9 @@
 // The analyses' store API: sensitivity scans and cells, calibrations (points, brackets, thresholds), admission
 // decisions and prefix-shift analyses round-trip; bad values are refused with nothing written.
+#include "core/analysis/compare_runs.h"
 #include "core/common/error.h"
 #include "core/store/analysis_store.h"
+#include "core/store/evaluation_store.h"
 #include "core/store/sqlite_util.h"
 
 #include <QTemporaryDir>
@@ -24,6 +26,8 @@ private slots:
     void admissionDecisionRefusals_data();
     void admissionDecisionRefusals();
     void prefixShiftRoundTrip();
+    void pairingRefusesDifferentProblemsBothWays();
+    void compareRunsPairsByProblemId();
 
 private:
     RunStore openTemporary()
@@ -313,6 +317,99 @@ void TestAnalysisStore::prefixShiftRoundTrip()
     PrefixShiftPair broken {"p2", {1}, std::nullopt, {1, 2}, {0.1}, {1}, {0.1}};
     QVERIFY_THROWS_EXCEPTION(StoreError, addPrefixShift(store, record, {broken}));
     QCOMPARE(count(store, "prefix_shift_analyses"), std::int64_t(1));
+}
+
+namespace {
+
+std::string refusal(const std::function<void()>& call)
+{
+    try {
+        call();
+    } catch (const Error& error) {
+        return error.what();
+    }
+    return "accepted";
+}
+
+}  // namespace
+
+void TestAnalysisStore::pairingRefusesDifferentProblemsBothWays()
+{
+    QTemporaryDir dir;
+    RunStore store = RunStore::open((dir.path() + "/workspace.db").toStdString());
+    const std::int64_t wide = store.beginRun({"wide", "train", "{}", std::nullopt});
+    const std::int64_t narrow = store.beginRun({"narrow", "train", "{}", std::nullopt});
+    const std::int64_t other = store.beginRun({"other", "train", "{}", std::nullopt});
+    addEvaluation(store, wide, 10, std::nullopt, {{"p1", 1.0, true}, {"p2", 2.0, false}, {"p3", 3.0, true}});
+    addEvaluation(store, narrow, 10, std::nullopt, {{"p2", 0.5, true}, {"p1", 0.25, true}});
+    addEvaluation(store, other, 10, std::nullopt, {{"p1", 1.0, true}, {"p2", 2.0, false}, {"p4", 4.0, true}});
+    const Evaluation w = *evaluationAt(store, wide, 10);
+    const Evaluation n = *evaluationAt(store, narrow, 10);
+    const Evaluation o = *evaluationAt(store, other, 10);
+
+    // Same problems, other order: paired in the order's order.
+    const std::vector<double> inOrder = qualitiesInOrderOf(w, w);
+    QCOMPARE(inOrder, (std::vector<double> {1.0, 2.0, 3.0}));
+    // A run that evaluated more problems than the baseline: refused (the old one-way check paired the common ones
+    // and dropped p3 silently), and the other way round too.
+    const std::string more = refusal([&] { qualitiesInOrderOf(w, n); });
+    QVERIFY2(more.find("cover different problems") != std::string::npos, more.c_str());
+    QVERIFY2(more.find("1 of run " + std::to_string(wide) + " (step 10)'s problems are missing from run "
+                 + std::to_string(narrow) + " (step 10)'s (e.g. 'p3')")
+            != std::string::npos,
+        more.c_str());
+    const std::string fewer = refusal([&] { qualitiesInOrderOf(n, w); });
+    QVERIFY2(fewer.find("1 of run " + std::to_string(wide) + " (step 10)'s problems are missing from run "
+                 + std::to_string(narrow) + " (step 10)'s (e.g. 'p3')")
+            != std::string::npos,
+        fewer.c_str());
+    // Each side lacks one of the other's: both named.
+    const std::string both = refusal([&] { qualitiesInOrderOf(w, o); });
+    QVERIFY2(both.find("(e.g. 'p3')") != std::string::npos && both.find("(e.g. 'p4')") != std::string::npos,
+        both.c_str());
+    QVERIFY2(both.find("evaluate both runs on the same prompt set") != std::string::npos, both.c_str());
+    // The comparison refuses the same, in both directions.
+    metrics::FailureRuleOptions options;
+    options.bootstrap.resamples = 200;
+    QVERIFY(refusal([&] { analysis::compareEvaluations(w, n, options); }).find("cover different problems")
+        != std::string::npos);
+    QVERIFY(refusal([&] { analysis::compareEvaluations(n, w, options); }).find("cover different problems")
+        != std::string::npos);
+}
+
+void TestAnalysisStore::compareRunsPairsByProblemId()
+{
+    QTemporaryDir dir;
+    RunStore store = RunStore::open((dir.path() + "/workspace.db").toStdString());
+    const std::int64_t run = store.beginRun({"run", "train", "{}", std::nullopt});
+    const std::int64_t base = store.beginRun({"base", "train", "{}", std::nullopt});
+    // The run stored its problems in another order than the baseline: pairing is by id.
+    addEvaluation(store, run, 20, std::nullopt, {{"c", 1.0, true}, {"a", 1.2, true}, {"b", 0.8, false}});
+    addEvaluation(store, base, 20, std::nullopt, {{"a", 1.0, true}, {"b", 0.5, true}, {"c", 0.5, false}});
+    addEvaluation(store, base, 30, std::nullopt, {{"a", 1.0, true}});
+    metrics::FailureRuleOptions options;
+    options.relativeThreshold = 0.2;
+    options.bootstrap.resamples = 2000;
+    const analysis::RunComparison c = analysis::compareRuns(store, run, base, 20, options);
+    QCOMPARE(c.problems, std::size_t(3));
+    // By hand: Q_run = (1.2 + 0.8 + 1.0) / 3 = 1, Q_base = 2 / 3, relative change 0.5; the paired differences
+    // (a 0.2, b 0.3, c 0.5) are all positive, so every bootstrap mean is too: the interval lies above zero.
+    QVERIFY(qAbs(c.verdict.qualityRun - 1.0) < 1e-12);
+    QVERIFY(qAbs(c.verdict.qualityBase - 2.0 / 3.0) < 1e-12);
+    QVERIFY(qAbs(c.verdict.relativeChange - 0.5) < 1e-12);
+    QVERIFY(c.verdict.difference.low >= 0.2 - 1e-12 && c.verdict.difference.high <= 0.5 + 1e-12);
+    QVERIFY(c.relativeChangeMet && c.intervalAboveZero && c.verdict.failed);
+    // The same with the runs swapped: the rule is not symmetric (a fall in quality passes).
+    const analysis::RunComparison swapped = analysis::compareRuns(store, base, run, 20, options);
+    QVERIFY(qAbs(swapped.verdict.relativeChange - (2.0 / 3.0 - 1.0)) < 1e-12);
+    QVERIFY(!swapped.verdict.failed);
+
+    const std::string noStep = refusal([&] { analysis::compareRuns(store, run, base, 30, options); });
+    QVERIFY2(noStep.find("run " + std::to_string(run) + " (run) has no evaluation at step 30 (evaluated steps: 20)")
+            != std::string::npos,
+        noStep.c_str());
+    const std::string noRun = refusal([&] { analysis::compareRuns(store, 999, base, 20, options); });
+    QVERIFY2(noRun.find("has no run with id 999") != std::string::npos, noRun.c_str());
 }
 
 QTEST_MAIN(TestAnalysisStore)

@@ -1,6 +1,7 @@
 // The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/golden_json.h"
 #include "core/common/version.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
@@ -16,8 +17,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <QElapsedTimer>
+
+#include <csignal>
 #include <fstream>
 #include <sstream>
+#include <sys/types.h>
 
 using namespace mismatch;
 
@@ -44,6 +49,7 @@ private slots:
     void reportOfTheDemoWorkspace();
     void kvCapacityOfA7bShapedConfig();
     void generateIsSeededAndWritesLogProbs();
+    void ctrlCCancelsGenerateAndLogits();
 };
 
 void TestCli::versionAndHelp()
@@ -179,6 +185,20 @@ void TestCli::demoRegistersResources()
     const CliResult first = runCli({"-w", ws, "--json", "demo", "--count", "16"});
     QCOMPARE(first.code, 0);
     const auto report = parseJson(first.out);
+    const std::vector<std::string> differences
+        = test::goldenDifferences(report, MISMATCH_SOURCE_DIR "/tests/cli/fixtures/demo.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
+    // The demo prints the admission rows `mismatch admit --json` prints: the same keys, row and result.
+    const nlohmann::json admit = test::readFixture(MISMATCH_SOURCE_DIR "/tests/analysis/fixtures/admit.json");
+    const auto keys = [](const nlohmann::json& object) {
+        std::vector<std::string> names;
+        for (auto it = object.begin(); it != object.end(); ++it) names.push_back(it.key());
+        return names;
+    };
+    QCOMPARE(keys(report.at("admission")), keys(admit));
+    QCOMPARE(keys(report.at("admission").at("decisions").at(0)), keys(admit.at("decisions").at(0)));
+    QCOMPARE(keys(report.at("admission").at("decisions").at(0).at("mismatch")),
+        keys(admit.at("decisions").at(0).at("mismatch")));
     const QDir prompts(QStringLiteral(MISMATCH_SOURCE_DIR "/resources/prompts"));
     QCOMPARE(report.at("prompt_sets").size(), static_cast<size_t>(prompts.entryList({"*.jsonl"}, QDir::Files).size()));
     // The demo run, one record run per sweep run of the shipped calibration, the admission run.
@@ -339,6 +359,60 @@ void TestCli::generateIsSeededAndWritesLogProbs()
         anyDifferent = anyDifferent || other[i].at("tokens") != tokens;
     }
     QVERIFY(anyDifferent);
+}
+
+void TestCli::ctrlCCancelsGenerateAndLogits()
+{
+    // Commands that drew a progress bar but ignored Ctrl-C: the real binary, SIGINT once its first progress line
+    // is on stderr (the job has started; 4096 prompts with 100 tokens each keep it busy for far longer than the
+    // signal takes), then exit 130, the cancel named on stderr, and no output file, whole or partial.
+    QTemporaryDir dir;
+    const QString root = dir.path();
+    const std::string modelDir = root.toStdString() + "/model";
+    const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
+    train::writeDemoModelDirectory(modelDir, config, model::randomWeights(config, 3, 0.3));
+    const QString prompts = MISMATCH_SOURCE_DIR "/resources/prompts/arith-train.jsonl";
+    const QStringList before = QDir(root).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
+
+    struct Case {
+        const char* command;
+        QStringList arguments;
+        QString out;
+    };
+    const std::vector<Case> cases = {
+        {"generate",
+            {"generate", "--model", QString::fromStdString(modelDir), "--prompts", prompts, "--max-tokens", "100",
+                "--ignore-eos", "--out", root + "/generated.jsonl"},
+            root + "/generated.jsonl"},
+        {"logits",
+            {"logits", "--model", QString::fromStdString(modelDir), "--prompts", prompts, "--with-answer", "--out",
+                root + "/logits.safetensors"},
+            root + "/logits.safetensors"},
+    };
+    for (const Case& c : cases) {
+        QProcess process;
+        process.start(MISMATCH_CLI_PATH, QStringList {"--threads", "1"} + c.arguments);
+        QVERIFY2(process.waitForStarted(), c.command);
+        QByteArray err;
+        QElapsedTimer timer;
+        timer.start();
+        // Not a terminal: the bar prints one line per stage ("[  0%] loading model", "[  0%] generating ...").
+        while (!err.contains("%] ") && process.state() == QProcess::Running && timer.elapsed() < 60000) {
+            process.waitForReadyRead(50);
+            err += process.readAllStandardError();
+        }
+        QVERIFY2(process.state() == QProcess::Running, c.command);
+        ::kill(static_cast<pid_t>(process.processId()), SIGINT);
+        QVERIFY2(process.waitForFinished(60000), c.command);
+        err += process.readAllStandardError();
+        QCOMPARE(process.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(process.exitCode() == 130, qPrintable(QString(c.command) + ": exit " + QString::number(process.exitCode())
+                                                   + ", stderr: " + QString::fromUtf8(err)));
+        QVERIFY2(err.contains("cancelled"), err.constData());
+        QVERIFY2(!QFileInfo::exists(c.out), c.command);
+        // Nothing else either (no temporary file beside it).
+        QCOMPARE(QDir(root).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden), before);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -3,7 +3,7 @@
 // loops, seeds, waves, rejection, staleness, noise, and the mismatch invariants (FP32 engine = trainer, BF16 small,
 // FP8 larger, per-head KV scales beat per-tensor on an outlier head).
 #include "core/common/error.h"
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 #include "core/engine/engine.h"
 #include "core/engine/engine_model.h"
 #include "core/engine/measure.h"

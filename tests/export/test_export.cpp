@@ -38,6 +38,7 @@
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -1005,14 +1006,14 @@ void TestExport::atomicWriteLeavesNoTemporary()
     QVERIFY(QDir().mkpath(temporary_.path() + "/atomic"));
     // An existing file is replaced whole.
     std::ofstream(out) << "old contents that are longer than nothing";
-    io::writeFileAtomically(out, "new\n");
+    writeFileAtomically(out, "new\n");
     QCOMPARE(readFile(out), std::string("new\n"));
     QCOMPARE(QDir(temporary_.path() + "/atomic").entryList(QDir::Files), QStringList({"out.json"}));
     // A directory that does not exist: an InputError naming the path, nothing created.
     const std::string missing = (temporary_.path() + "/no-such-dir/out.json").toStdString();
     bool threw = false;
     try {
-        io::writeFileAtomically(missing, "x");
+        writeFileAtomically(missing, "x");
     } catch (const InputError& error) {
         threw = true;
         QVERIFY(std::string(error.what()).find(missing) != std::string::npos);

@@ -1,5 +1,6 @@
 // Tests of the workspace run store: schema migrations, batches, live readers, crashes and bad files.
 #include "core/common/error.h"
+#include "core/store/find_run.h"
 #include "core/store/run_store.h"
 #include "core/store/schema.h"
 #include "core/store/sqlite_util.h"
@@ -86,6 +87,7 @@ private slots:
     void readOnlyOpenOfReadOnlyDirectory();
     void missingFileInOpenExistingMode();
     void openingAgainKeepsTheProcessLocks();
+    void findRunByIdOrOneName();
 };
 
 void TestStore::createsWorkspaceWithCurrentSchema()
@@ -466,6 +468,40 @@ void TestStore::openingAgainKeepsTheProcessLocks()
     Statement check(reader.handle(), "PRAGMA integrity_check");
     QVERIFY(check.step());
     QCOMPARE(QString::fromStdString(check.text(0)), QStringLiteral("ok"));
+}
+
+void TestStore::findRunByIdOrOneName()
+{
+    QTemporaryDir dir;
+    RunStore store = RunStore::open((dir.path() + "/workspace.db").toStdString());
+    const std::int64_t a = store.beginRun({"alpha", "train", "{}", std::nullopt});
+    const std::int64_t b1 = store.beginRun({"beta", "train", "{}", std::nullopt});
+    const std::int64_t b2 = store.beginRun({"beta", "admit", "{}", std::nullopt});
+    const std::int64_t digits = store.beginRun({"2024", "train", "{}", std::nullopt});
+    QCOMPARE(findRun(store, std::to_string(a)).name, std::string("alpha"));
+    QCOMPARE(findRun(store, std::to_string(b2)).kind, std::string("admit"));
+    QCOMPARE(findRun(store, "alpha").id, a);
+    // All digits is an id, never a name: the run named "2024" is found by its id only.
+    QCOMPARE(findRun(store, std::to_string(digits)).name, std::string("2024"));
+    const auto refused = [&store](const std::string& text) -> std::string {
+        try {
+            findRun(store, text);
+        } catch (const StoreError& error) {
+            return error.what();
+        }
+        return "accepted";
+    };
+    // A name shared by several runs is refused with every id listed (not the newest taken silently).
+    const std::string ambiguous = refused("beta");
+    QVERIFY2(ambiguous.find("2 runs named 'beta' (ids " + std::to_string(b1) + ", " + std::to_string(b2) + ")")
+            != std::string::npos,
+        ambiguous.c_str());
+    QVERIFY2(refused("999").find("has no run with id 999") != std::string::npos, refused("999").c_str());
+    QVERIFY2(refused("2024").find("has no run with id 2024") != std::string::npos, refused("2024").c_str());
+    QVERIFY2(refused("12345678901234567890123").find("has no run with id 12345678901234567890123") != std::string::npos,
+        "an id past int64");
+    QVERIFY2(refused("gamma").find("has no run named 'gamma'") != std::string::npos, refused("gamma").c_str());
+    QVERIFY2(refused("").find("has no run named ''") != std::string::npos, refused("").c_str());
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -173,24 +173,25 @@ private slots:
         QVERIFY(ui::resolveStudy(*store_, "workspace").empty());
         QVERIFY(ui::resolveStudy(*store_, "all").empty());
         QCOMPARE(ui::resolveStudy(*store_, "opd-bf16-baseline").at(0).id, ids_.baselineRun);
+        // store::findRun's rule: an id, or a name that names one run (StoreError naming the workspace otherwise).
         try {
             ui::resolveStudy(*store_, "999999");
             QFAIL("an unknown id was accepted");
-        } catch (const InputError& error) {
+        } catch (const StoreError& error) {
             QVERIFY(std::string(error.what()).find("no run with id 999999") != std::string::npos);
         }
         try {
             ui::resolveStudy(*store_, "no such run");
             QFAIL("an unknown name was accepted");
-        } catch (const InputError& error) {
-            QVERIFY(std::string(error.what()).find("no run is named \"no such run\"") != std::string::npos);
+        } catch (const StoreError& error) {
+            QVERIFY(std::string(error.what()).find("no run named 'no such run'") != std::string::npos);
         }
         const std::int64_t twin = store_->beginRun({"opd-fp8-kv", "train", "{}", std::nullopt});
         store_->finishRun(twin, store::RunStatus::Finished);
         try {
             ui::resolveStudy(*store_, "opd-fp8-kv");
             QFAIL("an ambiguous name was accepted");
-        } catch (const InputError& error) {
+        } catch (const StoreError& error) {
             const std::string expected = "(ids " + std::to_string(ids_.fp8Run) + ", " + std::to_string(twin) + ")";
             QVERIFY2(std::string(error.what()).find(expected) != std::string::npos, error.what());
         }

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace mismatch::engine {
+namespace mismatch {
 
 // A number (decimal or scientific) with an optional unit, case-insensitive, optionally after a space:
 //   none or B                 bytes
@@ -16,4 +16,4 @@ std::uint64_t parseByteSize(const std::string& text, const std::string& source =
 // "8 GiB", "512 MiB", "1000 B": the largest binary unit that keeps the value >= 1, two decimals unless whole.
 std::string formatByteSize(std::uint64_t bytes);
 
-} // namespace mismatch::engine
+} // namespace mismatch

@@ -1,4 +1,4 @@
-#include "core/engine/byte_size.h"
+#include "core/common/byte_size.h"
 
 #include "core/common/error.h"
 
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace mismatch::engine {
+namespace mismatch {
 
 std::uint64_t parseByteSize(const std::string& text, const std::string& source)
 {
@@ -71,4 +71,4 @@ std::string formatByteSize(std::uint64_t bytes)
     return text;
 }
 
-} // namespace mismatch::engine
+} // namespace mismatch

@@ -1,0 +1,241 @@
+// core/common: Progress::child (fractions mapped into the parent's range, stage labels, one cancel flag shared
+// both ways); FNV-1a against the published test vectors and a naive loop; the atomic file writer (whole file or
+// nothing, the system's reason named); byte sizes as text.
+#include "core/common/byte_size.h"
+#include "core/common/error.h"
+#include "core/common/file_io.h"
+#include "core/common/hash.h"
+#include "core/common/progress.h"
+
+#include <QDir>
+#include <QRandomGenerator>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace mismatch;
+
+class TestCommon : public QObject {
+    Q_OBJECT
+
+private slots:
+    void childMapsFractionsIntoItsRange();
+    void childSharesTheCancelFlagBothWays();
+    void fnv1aMatchesTheReference();
+    void atomicWriterWritesWholeOrNothing();
+    void atomicWriterNamesTheSystemsReason();
+    void byteSizesAsText();
+};
+
+void TestCommon::childMapsFractionsIntoItsRange()
+{
+    std::vector<std::pair<double, std::string>> seen;
+    Progress parent([&seen](double fraction, const std::string& stage) { seen.emplace_back(fraction, stage); });
+    {
+        Progress child = parent.child(0.25, 0.75, "run 2");
+        child.update(0.0, "loading");
+        child.update(0.5, "step 5");
+        child.setFraction(1.0);
+        child.setStage("evaluating");
+        // The child's own fraction is its own: 0..1.
+        QCOMPARE(child.fraction(), 1.0);
+    }
+    // By hand: 0.25 + 0.5 * f for f = 0, 0.5, 1, 1 (setStage keeps the child's fraction).
+    const std::vector<std::pair<double, std::string>> expected
+        = {{0.25, "run 2: loading"}, {0.5, "run 2: step 5"}, {0.75, "run 2: step 5"}, {0.75, "run 2: evaluating"}};
+    QCOMPARE(seen.size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        QCOMPARE(seen[i].first, expected[i].first);
+        QCOMPARE(seen[i].second, expected[i].second);
+    }
+    QCOMPARE(parent.fraction(), 0.75);
+
+    // No label: the child's stage text as it is; a child of a child maps through both ranges.
+    seen.clear();
+    Progress child = parent.child(0.5, 1.0, "");
+    Progress grandchild = child.child(0.0, 0.5, "inner");
+    grandchild.update(0.5, "x");
+    // By hand: the grandchild's 0.5 is the child's 0.25, the parent's 0.5 + 0.5 * 0.25 = 0.625.
+    QCOMPARE(seen.size(), std::size_t(1));
+    QCOMPARE(seen[0].first, 0.625);
+    QCOMPARE(seen[0].second, std::string("inner: x"));
+    QCOMPARE(child.fraction(), 0.25);
+}
+
+void TestCommon::childSharesTheCancelFlagBothWays()
+{
+    {
+        Progress parent;
+        Progress child = parent.child(0.0, 1.0, "a");
+        QVERIFY(!child.cancelled());
+        parent.cancel();
+        QVERIFY(child.cancelled());
+        QVERIFY_THROWS_EXCEPTION(CancelledError, child.checkCancelled());
+    }
+    {
+        Progress parent;
+        Progress child = parent.child(0.0, 1.0, "a");
+        Progress grandchild = child.child(0.0, 1.0, "b");
+        grandchild.cancel();
+        QVERIFY(child.cancelled());
+        QVERIFY(parent.cancelled());
+        QVERIFY_THROWS_EXCEPTION(CancelledError, parent.checkCancelled());
+    }
+    {
+        // Two independent progresses do not share anything.
+        Progress one;
+        Progress two;
+        one.cancel();
+        QVERIFY(!two.cancelled());
+    }
+}
+
+namespace {
+
+std::string readAll(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+QStringList entries(const QString& directory)
+{
+    return QDir(directory).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
+}
+
+}  // namespace
+
+void TestCommon::fnv1aMatchesTheReference()
+{
+    // The published FNV-1a 64-bit test vectors (offset basis for "", then "a" and "foobar").
+    QCOMPARE(fnv1a(std::string_view("")), std::uint64_t(0xcbf29ce484222325ULL));
+    QCOMPARE(fnv1a(std::string_view("a")), std::uint64_t(0xaf63dc4c8601ec8cULL));
+    QCOMPARE(fnv1a(std::string_view("foobar")), std::uint64_t(0x85944171f73967e8ULL));
+    QCOMPARE(hex64(0xaf63dc4c8601ec8cULL), std::string("af63dc4c8601ec8c"));
+    QCOMPARE(hex64(0x1ULL), std::string("0000000000000001"));
+    // Fresh random bytes against a naive loop written from the definition (xor, then multiply by the prime), and
+    // continuing a hash over two pieces equals hashing them together.
+    std::mt19937_64 random(QRandomGenerator::global()->generate64());
+    for (int trial = 0; trial < 20; ++trial) {
+        std::string bytes(random() % 300, '\0');
+        for (char& c : bytes) {
+            c = static_cast<char>(random() & 0xFF);
+        }
+        std::uint64_t expected = 14695981039346656037ULL;
+        for (const char c : bytes) {
+            expected ^= static_cast<unsigned char>(c);
+            expected *= 1099511628211ULL;
+        }
+        QCOMPARE(fnv1a(bytes.data(), bytes.size()), expected);
+        const std::size_t cut = bytes.empty() ? 0 : random() % bytes.size();
+        QCOMPARE(fnv1a(std::string_view(bytes).substr(cut), fnv1a(std::string_view(bytes).substr(0, cut))), expected);
+    }
+    // Parts are length-prefixed: ("ab", "c") and ("a", "bc") differ; an int64 part is its 8 bytes.
+    Fnv1a one;
+    one.add("ab");
+    one.add("c");
+    Fnv1a two;
+    two.add("a");
+    two.add("bc");
+    QVERIFY(one.value() != two.value());
+    const std::uint64_t two64 = 2;
+    const std::int64_t value = 7;
+    std::string framed(reinterpret_cast<const char*>(&two64), sizeof two64);
+    framed += "ab";
+    framed.append(reinterpret_cast<const char*>(&value), sizeof value);
+    Fnv1a parts;
+    parts.add("ab");
+    parts.add(value);
+    QCOMPARE(parts.value(), fnv1a(framed));
+    QCOMPARE(parts.hex(), hex64(fnv1a(framed)));
+}
+
+void TestCommon::atomicWriterWritesWholeOrNothing()
+{
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/out.txt").toStdString();
+    std::ofstream(path) << "the old contents, longer than the new ones";
+    writeFileAtomically(path, "new\n");
+    QCOMPARE(readAll(path), std::string("new\n"));
+    QCOMPARE(entries(dir.path()), QStringList {"out.txt"});
+    {
+        // Abandoned before commit (an exception or a cancel between writes): the old file stays, no temporary.
+        AtomicFileWriter writer(path);
+        writer.write("half of a new");
+        QCOMPARE(entries(dir.path()), (QStringList {"out.txt", "out.txt.tmp"}));
+    }
+    QCOMPARE(readAll(path), std::string("new\n"));
+    QCOMPARE(entries(dir.path()), QStringList {"out.txt"});
+    // Pieces, binary bytes included, land in order.
+    AtomicFileWriter writer(path);
+    const char bytes[] = {'a', '\0', 'b'};
+    writer.write(bytes, sizeof bytes);
+    writer.write(std::string_view("cd"));
+    writer.commit();
+    QCOMPARE(readAll(path), std::string("a\0bcd", 5));
+    // A directory that does not exist: InputError naming the path and the system's reason, nothing created.
+    const std::string missing = (dir.path() + "/no-such-dir/out.txt").toStdString();
+    try {
+        writeFileAtomically(missing, "x");
+        QFAIL("a file in a missing directory was written");
+    } catch (const InputError& error) {
+        QCOMPARE(error.file(), missing);
+        QVERIFY2(error.detail().find("No such file or directory") != std::string::npos, error.what());
+    }
+    QCOMPARE(entries(dir.path()), QStringList {"out.txt"});
+}
+
+void TestCommon::atomicWriterNamesTheSystemsReason()
+{
+    // A write the system refuses (a file size limit, as a full disk would): InputError with the reason, the old
+    // file as it was, no temporary left. SIGXFSZ ignored, as main() does, so that the write fails instead.
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/big.bin").toStdString();
+    std::ofstream(path) << "old";
+    const auto previousHandler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit previous {};
+    QCOMPARE(::getrlimit(RLIMIT_FSIZE, &previous), 0);
+    rlimit limited = previous;
+    limited.rlim_cur = 4096;
+    QCOMPARE(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+    std::string caught;
+    try {
+        writeFileAtomically(path, std::string(1 << 20, 'x'));
+    } catch (const InputError& error) {
+        caught = error.detail();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &previous);
+    std::signal(SIGXFSZ, previousHandler);
+    QVERIFY2(caught.find("File too large") != std::string::npos, caught.c_str());
+    QCOMPARE(readAll(path), std::string("old"));
+    QCOMPARE(entries(dir.path()), QStringList {"big.bin"});
+}
+
+void TestCommon::byteSizesAsText()
+{
+    // By hand: the largest binary unit that keeps the value >= 1; whole values without decimals.
+    QCOMPARE(formatByteSize(0), std::string("0 B"));
+    QCOMPARE(formatByteSize(1023), std::string("1023 B"));
+    QCOMPARE(formatByteSize(1024), std::string("1 KiB"));
+    QCOMPARE(formatByteSize(1536), std::string("1.50 KiB"));
+    QCOMPARE(formatByteSize(std::uint64_t(3) << 29), std::string("1.50 GiB"));
+    QCOMPARE(formatByteSize(std::uint64_t(8) << 30), std::string("8 GiB"));
+    QCOMPARE(formatByteSize(std::uint64_t(2048) << 40), std::string("2048 TiB"));
+    // What it prints reads back as the same size when whole.
+    for (const std::uint64_t bytes : {std::uint64_t(1) << 20, std::uint64_t(5) << 30, std::uint64_t(700)}) {
+        QCOMPARE(parseByteSize(formatByteSize(bytes)), bytes);
+    }
+}
+
+QTEST_GUILESS_MAIN(TestCommon)
+#include "test_common.moc"
