@@ -4,6 +4,7 @@
 #include "core/analysis/protocol.h"
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
+#include "core/metrics/estimators.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -49,6 +50,10 @@ private:
 };
 
 nlohmann::json intervalJson(const metrics::Interval& interval);
+// The sampled-token estimators beside the full KL: estimator, token mean, Pearson and Spearman correlation with the
+// per-token full KL (a table, as formatTable writes it), then the mismatch by the chosen token's probability and by
+// the trainer's entropy (tokens, mean KL and share of the summed KL per bin).
+std::string estimatorTable(const metrics::EstimatorComparison& comparison);
 // "0.0123 [0.0101, 0.0150]"
 std::string intervalText(const metrics::Interval& interval, int precision = 4);
 

@@ -6,6 +6,7 @@
 // errors: every verdict exits 0 (read `decision` from --json to gate a script).
 #include "app/cli/admission_output.h"
 #include "app/cli/analysis_options.h"
+#include "app/cli/candidate_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/admission.h"
@@ -22,13 +23,7 @@ namespace {
 struct AdmitArguments {
     std::vector<std::string> checkpoints;
     std::vector<std::string> history;
-    std::string candidates;
-    std::string recipe;
-    std::string name;
-    std::int64_t staleness = 0;
-    double noise = 0.0;
-    std::uint64_t noiseSeed = 0;
-    std::string noiseModules = "*";
+    CandidateArguments candidates;
     std::string prompts;
     std::int64_t calibration = 0;
     std::vector<std::int64_t> steps;
@@ -51,20 +46,9 @@ void registerAdmitCommand(CLI::App& app, Context& context)
                              "Student checkpoint directories to screen, in training order (each is the FP32 trainer "
                              "of its decisions)")
                          ->type_name("DIR...");
-    auto* candidates = command->add_option("--candidates,-c", a->candidates,
-        "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}");
-    auto* recipe = command->add_option("--recipe,-r", a->recipe, "One candidate's recipe (default: the BF16 engine)");
-    auto* staleness = command->add_option("--staleness", a->staleness,
-        "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k steps older (see --history)");
-    staleness->check(atLeast(0));
-    auto* noise = command->add_option("--noise", a->noise, "One candidate's weight noise sigma (relative to RMS)");
-    noise->check(atLeast(0));
-    auto* noiseSeed = command->add_option("--noise-seed", a->noiseSeed, "Seed of the weight noise");
-    auto* noiseModules = command->add_option("--noise-modules", a->noiseModules, "Recipe pattern of the noisy modules");
-    auto* name = command->add_option("--name", a->name, "One candidate's name (default from the recipe)");
-    for (auto* option : {recipe, staleness, noise, noiseSeed, noiseModules, name}) {
-        option->excludes(candidates);
-    }
+    addCandidateOptions(command, a->candidates);
+    auto* candidates = a->candidates.candidatesOption;
+    auto* recipe = a->candidates.recipeOption;
     command
         ->add_option("--history", a->history,
             "Older checkpoints of the same student (oldest first), used only as stale engine weights")
@@ -98,7 +82,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         option->excludes(resume);
     }
     addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a, candidates, calibration, threshold, students, probe, resume] {
+    command->callback([&context, a, calibration, threshold, students, probe, resume] {
         const bool resuming = resume->count() > 0;
         analysis::AdmissionOptions options;
         std::optional<store::RunStore> opened;
@@ -115,20 +99,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
             options.count = a->analysis.count;
             options.settings = resolveSettings(a->analysis);
             options.measureUnit = !a->noUnit;
-            if (candidates->count() > 0) {
-                options.candidates = analysis::loadCandidates(a->candidates);
-            } else {
-                analysis::Candidate candidate;
-                candidate.recipePath = a->recipe;
-                candidate.staleness = a->staleness;
-                candidate.noise = a->noise;
-                candidate.noiseSeed = a->noiseSeed;
-                candidate.noiseModules = a->noiseModules;
-                candidate.name = !a->name.empty() ? a->name
-                    : a->recipe.empty()           ? std::string("bf16")
-                                                  : std::filesystem::path(a->recipe).stem().string();
-                options.candidates.push_back(candidate);
-            }
+            options.candidates = resolveCandidates(a->candidates);
             if (calibration->count() > 0) {
                 options.calibrationId = a->calibration;
                 options.steps = a->steps;

@@ -2,6 +2,7 @@
 // borderline case, seeded bootstrap, sensitivity of a BF16 "format" (adds nothing) and of a real format against a
 // hand-written recipe, the recipe builder, the prefix-shift split against a float64 reference, cancellation
 // leaving the store consistent, and located errors for bad candidates files.
+#include "analysis_fixture.h"
 #include "core/analysis/admission.h"
 #include "core/analysis/prefix_shift.h"
 #include "core/analysis/recipe_builder.h"
@@ -38,26 +39,9 @@ constexpr double kKlTolerance = 2e-4;
 constexpr double kGenerousThreshold = 0.05;
 constexpr double kStrictThreshold = 0.05;
 
-std::string probePath()
-{
-    return std::string(MISMATCH_SOURCE_DIR) + "/resources/prompts/arith-probe.jsonl";
-}
-
-void writeText(const std::string& path, const std::string& text)
-{
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-}
-
-analysis::MeasureSettings smallSettings()
-{
-    analysis::MeasureSettings settings;
-    settings.maxNewTokens = 10;
-    settings.seed = 5;
-    settings.bootstrap.resamples = 2000;
-    settings.kvCacheBytes = 16ull << 20;
-    return settings;
-}
+using test::probePath;
+using test::smallSettings;
+using test::writeText;
 
 } // namespace
 
