@@ -226,6 +226,9 @@ void BreakdownView::setProfile(Profile profile)
 void BreakdownView::rebuildProfile()
 {
     profile_->clearPlottables();
+    for (QCPBarsGroup* old : profile_->findChildren<QCPBarsGroup*>()) {
+        delete old; // empty: its bars went with the plottables
+    }
     const bool byEntropy = profileBox_->currentIndex() == ByEntropy;
     auto* group = new QCPBarsGroup(profile_);
     group->setSpacingType(QCPBarsGroup::stAbsolute);

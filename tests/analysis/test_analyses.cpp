@@ -208,19 +208,7 @@ void TestAnalyses::constructedBorderlineIsDetected()
     QCOMPARE(analysis::toString(analysis::runAdmission(store, options, fourth).rows[0].verdict), std::string("reject"));
 }
 
-// A copy of a model directory as a trainer checkpoint at `optimizerSteps` (state.json as training writes it).
-std::string checkpointAt(const QTemporaryDir& dir, const std::string& model, const std::string& name, int optimizerSteps)
-{
-    const std::string target = dir.path().toStdString() + "/" + name;
-    std::filesystem::create_directories(target);
-    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"}) {
-        std::filesystem::copy_file(model + "/" + file, target + "/" + file,
-            std::filesystem::copy_options::overwrite_existing);
-    }
-    writeText(target + "/state.json",
-        "{\"step\": " + std::to_string(optimizerSteps) + ", \"optimizer_steps\": " + std::to_string(optimizerSteps) + "}\n");
-    return target;
-}
+using test::checkpointAt;
 
 void TestAnalyses::stalenessIsCountedInOptimizerSteps()
 {

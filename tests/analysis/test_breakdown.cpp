@@ -1,6 +1,6 @@
 // The mismatch breakdown by source (core/analysis/breakdown.h) on a tiny random model: a configuration whose
-// mismatch comes from one known source (an FP8 KV cache beside negligible weight noise) is attributed there by every
-// method; the parts are recomputed from the stored subset measurements by independent formulas (Shapley by
+// mismatch comes from one known source (an FP8 KV cache beside staleness between two checkpoints of the same weights,
+// a source that is present and changes nothing) is attributed there by every method; the parts are recomputed from the stored subset measurements by independent formulas (Shapley by
 // averaging over every order); the total and BF16 unit equal the admission check's measurement of the same
 // candidate; masked recipes resolve to the masked plans; the store round trip; a cancelled breakdown stores nothing.
 // Also the prefix-shift pairs' per-token details (the token drill-down) against the trainer's own scoring.
@@ -40,6 +40,7 @@ constexpr double kRequiredShare = 0.90;
 using test::probePath;
 using test::smallSettings;
 using test::writeText;
+using test::checkpointAt;
 
 const store::BreakdownPart& partOf(const store::BreakdownRecord& record, const std::string& method, const std::string& source)
 {
@@ -155,36 +156,59 @@ void TestBreakdown::maskedRecipesResolveToMaskedPlans()
 void TestBreakdown::oneKnownSourceGetsTheMismatch()
 {
     store::RunStore store = store::RunStore::open((dir_.path() + "/known.db").toStdString());
+    // Two checkpoints of the same weights (steps 10 and 12): staleness 2 is a source that is present but changes
+    // nothing, so all of the mismatch above the BF16 unit comes from the FP8 KV cache.
+    const std::string older = checkpointAt(dir_, model_, "same-10", 10);
+    const std::string screened = checkpointAt(dir_, model_, "same-12", 12);
     analysis::BreakdownOptions options;
-    options.modelDirectory = model_;
+    options.modelDirectory = screened;
+    options.history = {older};
     options.promptSetPath = probePath();
     options.count = 24;
     options.settings = smallSettings();
+    analysis::Candidate kvStale;
+    kvStale.name = "fp8-kv+stale-same-weights";
+    kvStale.recipePath = kvRecipe_;
+    kvStale.staleness = 2;
     analysis::Candidate kv;
     kv.name = "fp8-kv+tiny-noise";
     kv.recipePath = kvRecipe_;
-    kv.noise = 1e-4; // a second source that adds (almost) nothing
+    kv.noise = 1e-4; // a second source that changes the engine's weights by about one BF16 rounding step at most
     kv.noiseSeed = 3;
     analysis::Candidate bf16;
     bf16.name = "bf16";
-    options.candidates = {kv, bf16};
+    options.candidates = {kvStale, kv, bf16};
     Progress progress;
     const analysis::BreakdownResult result = analysis::runBreakdown(store, options, progress);
-    // {}, {kv}, {noise}, {kv, noise}: the bf16 candidate's only configuration is the shared BF16 unit.
-    QCOMPARE(result.measurements, std::int64_t(4));
-    QCOMPARE(result.candidates.size(), std::size_t(2));
-    const store::BreakdownRecord& r = result.candidates[0];
+    // {}, {kv} (shared), {staleness}, {kv, staleness}, {noise}, {kv, noise}; bf16 is the shared BF16 unit.
+    QCOMPARE(result.measurements, std::int64_t(6));
+    QCOMPARE(result.candidates.size(), std::size_t(3));
+
+    const store::BreakdownRecord& known = result.candidates[0];
+    QVERIFY(known.sources == std::vector<std::string>({"kv_cache", "staleness"}));
+    const double knownExcess = known.total - known.bf16Unit;
+    // Precondition: the FP8 KV cache adds clearly more than the BF16 unit (else the test proves nothing).
+    QVERIFY2(knownExcess > 2.0 * known.bf16Unit,
+        qPrintable(QString("excess %1, unit %2").arg(knownExcess).arg(known.bf16Unit)));
+    for (const char* method : {"add_one_in", "leave_one_out", "shapley"}) {
+        const double share = partOf(known, method, "kv_cache").value / knownExcess;
+        QVERIFY2(share >= kRequiredShare, qPrintable(QString("%1: kv_cache share %2").arg(method).arg(share)));
+        // The stale engine has the same weights: the same measurement, so exactly nothing for staleness.
+        QVERIFY2(std::fabs(partOf(known, method, "staleness").value) <= kCombinationTolerance, method);
+    }
+    for (const char* method : {"add_one_in", "leave_one_out"}) {
+        QVERIFY2(std::fabs(partOf(known, method, "interaction").value) <= kCombinationTolerance, method);
+    }
+
+    // Tiny weight noise is not nothing: it moves weights across BF16 rounding boundaries and so changes which
+    // tokens are sampled; its parts and the interaction are what they measure. What must hold for any
+    // configuration: every estimate inside its own interval, the parts recomputed from the stored subsets by
+    // independent formulas, and the Shapley parts adding up to the excess.
+    const store::BreakdownRecord& r = result.candidates[1];
     QVERIFY(r.sources == std::vector<std::string>({"kv_cache", "noise"}));
     QVERIFY(r.shapley);
     const double excess = r.total - r.bf16Unit;
-    // Preconditions: the FP8 KV cache adds clearly more than the BF16 unit (else the test proves nothing).
-    QVERIFY2(excess > 2.0 * r.bf16Unit, qPrintable(QString("excess %1, unit %2").arg(excess).arg(r.bf16Unit)));
-    for (const char* method : {"add_one_in", "leave_one_out", "shapley"}) {
-        const double share = partOf(r, method, "kv_cache").value / excess;
-        QVERIFY2(share >= kRequiredShare, qPrintable(QString("%1: kv_cache share %2").arg(method).arg(share)));
-        QVERIFY2(std::fabs(partOf(r, method, "noise").value) <= (1.0 - kRequiredShare) * excess, method);
-    }
-    // Every estimate inside its own interval; the kv part's interval above zero.
+    QCOMPARE(r.bf16Unit, known.bf16Unit);
     for (const store::BreakdownPart& part : r.parts) {
         QVERIFY2(*part.ciLow <= part.value && part.value <= *part.ciHigh, (part.method + "/" + part.source).c_str());
     }
@@ -235,7 +259,7 @@ void TestBreakdown::oneKnownSourceGetsTheMismatch()
     QVERIFY(std::fabs(sumShapley - excess) <= kCombinationTolerance);
 
     // The BF16 candidate: nothing to split, its total is the shared unit.
-    const store::BreakdownRecord& b = result.candidates[1];
+    const store::BreakdownRecord& b = result.candidates[2];
     QVERIFY(b.sources.empty());
     QVERIFY(b.parts.empty());
     QCOMPARE(b.total, r.bf16Unit);
@@ -243,7 +267,7 @@ void TestBreakdown::oneKnownSourceGetsTheMismatch()
     // The same candidate through the admission check (the original recipe file, its own engine path): the same
     // measurement, so the same numbers.
     analysis::AdmissionOptions admit;
-    admit.checkpoints = {model_};
+    admit.checkpoints = {screened};
     admit.candidates = {kv};
     admit.probePath = probePath();
     admit.count = 24;
@@ -264,7 +288,7 @@ void TestBreakdown::oneKnownSourceGetsTheMismatch()
 
     // Store round trip: every field as written.
     const std::vector<store::BreakdownRecord> stored = store::breakdowns(store, result.runId);
-    QCOMPARE(stored.size(), std::size_t(2));
+    QCOMPARE(stored.size(), std::size_t(3));
     for (std::size_t i = 0; i < stored.size(); ++i) {
         const store::BreakdownRecord& a = stored[i];
         const store::BreakdownRecord& e = result.candidates[i];

@@ -157,6 +157,7 @@ private slots:
         old.candidateDetail.clear();
         old.referenceDetail.clear();
         const std::int64_t oldId = store::addPrefixShift(store, record, {old});
+        view.refresh();
         QVERIFY(view.selectAnalysis(oldId));
         QPointer<ui::TokenDrillDown> plain = view.openDrillDown(0);
         QVERIFY(plain);
