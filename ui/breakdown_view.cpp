@@ -146,29 +146,27 @@ BreakdownView::BreakdownView(QWidget* parent)
     connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) { hoverAt(event->pos()); });
     addPlotExportMenu(plot_);
 
+    // A read-only table over `model` with CSV export from its context menu.
+    const auto table = [this](QStandardItemModel* model, const char* name) {
+        auto* view = new QTableView(this);
+        view->setObjectName(QString::fromLatin1(name));
+        view->setModel(model);
+        view->verticalHeader()->hide();
+        view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+        view->horizontalHeader()->setStretchLastSection(true);
+        view->setWordWrap(false);
+        addTableExportMenu(view);
+        return view;
+    };
     model_ = new QStandardItemModel(this);
-    table_ = new QTableView(this);
-    table_->setObjectName("breakdownTable");
-    table_->setModel(model_);
-    table_->verticalHeader()->hide();
-    table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    table_->horizontalHeader()->setStretchLastSection(true);
-    table_->setWordWrap(false);
-    addTableExportMenu(table_);
+    table_ = table(model_, "breakdownTable");
     estimatorModel_ = new QStandardItemModel(this);
-    estimatorTable_ = new QTableView(this);
-    estimatorTable_->setObjectName("breakdownEstimators");
-    estimatorTable_->setModel(estimatorModel_);
-    estimatorTable_->verticalHeader()->hide();
-    estimatorTable_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    estimatorTable_->horizontalHeader()->setStretchLastSection(true);
-    estimatorTable_->setWordWrap(false);
+    estimatorTable_ = table(estimatorModel_, "breakdownEstimators");
     estimatorTable_->setToolTip(
         tr("Sampled-token estimators of each whole configuration (what trainers log) beside the full-vocabulary KL: "
            "token mean, and r / rho = Pearson / Spearman correlation with the per-token full KL. k1 = log mu(y) - log "
            "pi(y); k3 = r - 1 - log r; mult_prob_error = exp|log pi(y) - log mu(y)| (NeMo-RL's "
            "token_mult_prob_error); prob_diff = |mu(y) - pi(y)|."));
-    addTableExportMenu(estimatorTable_);
 
     auto* profileBox = new QWidget(this);
     auto* profileLayout = new QVBoxLayout(profileBox);
