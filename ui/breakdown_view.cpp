@@ -122,7 +122,7 @@ BreakdownView::BreakdownView(QWidget* parent)
     top->addWidget(new QLabel(tr("Unit:"), this));
     unitBox_ = new QComboBox(this);
     unitBox_->setObjectName("breakdownUnit");
-    unitBox_->addItems({tr("nats/token"), tr("x BF16 unit")});
+    unitBox_->addItems({tr("nats/token"), tr("x BF16 unit"), tr("% of the total")});
     top->addWidget(unitBox_);
     top->addStretch(1);
     layout->addLayout(top);
@@ -280,9 +280,9 @@ void BreakdownView::rebuildProfile()
     profile_->replot();
 }
 
-void BreakdownView::setBf16Units(bool multiples)
+void BreakdownView::setUnit(Unit unit)
 {
-    unitBox_->setCurrentIndex(multiples ? 1 : 0);
+    unitBox_->setCurrentIndex(static_cast<int>(unit));
 }
 
 bool BreakdownView::selectRun(std::int64_t runId)
@@ -339,7 +339,7 @@ void BreakdownView::rebuild()
         }
     }
     const auto method = static_cast<Method>(methodBox_->currentIndex());
-    const bool multiples = unitBox_->currentIndex() == 1;
+    const auto unit = static_cast<Unit>(unitBox_->currentIndex());
     plot_->clearPlottables();
     plot_->clearItems();
     segments_.assign(records_.size(), {});
@@ -352,7 +352,9 @@ void BreakdownView::rebuild()
     int fallbacks = 0;
     for (std::size_t i = 0; i < records_.size(); ++i) {
         const store::BreakdownRecord& r = records_[i];
-        const double scale = multiples ? (r.bf16Unit > 0.0 ? 1.0 / r.bf16Unit : 0.0) : 1.0;
+        const double scale = unit == Bf16Multiples ? (r.bf16Unit > 0.0 ? 1.0 / r.bf16Unit : 0.0)
+            : unit == ShareOfTotal                 ? (r.total > 0.0 ? 100.0 / r.total : 0.0)
+                                                   : 1.0;
         const double key = static_cast<double>(i);
         keys << key;
         const bool fallback = method == Shapley && !r.shapley && !r.sources.empty();
@@ -432,7 +434,9 @@ void BreakdownView::rebuild()
     }
     plot_->xAxis->setTicker(ticker);
     plot_->xAxis->setTickLabelRotation(records_.size() > 5 ? 25 : 0);
-    plot_->yAxis->setLabel(multiples ? tr("mismatch (x the candidate's BF16 unit)") : tr("mismatch (nats/token)"));
+    plot_->yAxis->setLabel(unit == Bf16Multiples ? tr("mismatch (x the candidate's BF16 unit)")
+            : unit == ShareOfTotal              ? tr("share of the candidate's total mismatch (%)")
+                                                : tr("mismatch (nats/token)"));
     const double span = std::max(high - low, 1e-12);
     fitY_[0] = low < 0.0 ? low - 0.08 * span : 0.0;
     fitY_[1] = high + 0.08 * span;
@@ -440,7 +444,7 @@ void BreakdownView::rebuild()
 
     model_->clear();
     model_->setHorizontalHeaderLabels({tr("Candidate"), tr("Source"), tr("Add-one-in [95%]"),
-        tr("Leave-one-out [95%]"), tr("Shapley [95%]"), multiples ? tr("Shown (x BF16)") : tr("Shown x BF16")});
+        tr("Leave-one-out [95%]"), tr("Shapley [95%]"), tr("Shown part (x BF16)")});
     estimatorModel_->clear();
     estimatorModel_->setHorizontalHeaderLabels({tr("Candidate (whole configuration)"), tr("full KL"),
         tr("k1 (r / rho)"), tr("k3 (r / rho)"), tr("mult_prob_error (r / rho)"), tr("|mu - pi| (r / rho)")});

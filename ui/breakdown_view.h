@@ -41,7 +41,11 @@ public:
     bool selectRun(std::int64_t runId);
     enum Method { Shapley, AddOneIn, LeaveOneOut };
     void setMethod(Method method);
-    void setBf16Units(bool multiples);
+    // The value axis: nats/token, multiples of each candidate's BF16 unit, or percent of each candidate's total
+    // (the composition, readable side by side when totals differ by orders of magnitude).
+    enum Unit { Nats, Bf16Multiples, ShareOfTotal };
+    void setUnit(Unit unit);
+    void setBf16Units(bool multiples) { setUnit(multiples ? Bf16Multiples : Nats); }
 
     QCustomPlot* plot() const { return plot_; }
     // Where each whole configuration's mismatch sits: grouped bars of the share of its summed KL per bin of the

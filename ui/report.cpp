@@ -779,6 +779,11 @@ private:
         addPlot(view.plot(), "breakdown-" + id,
             "Stacked: the BF16 unit, then each source's Shapley part (add-one-in where marked *) and the "
             "interaction; the diamond is the measured total with its 95% interval (nats/token).");
+        view.setUnit(BreakdownView::ShareOfTotal);
+        addPlot(view.plot(), "breakdown-" + id + "-shares",
+            "The same bars as percent of each candidate's total: its composition, comparable across candidates whose "
+            "totals differ by orders of magnitude.");
+        view.setUnit(BreakdownView::Nats);
         view.setProfile(BreakdownView::ByProbability);
         addPlot(view.profilePlot(), "breakdown-" + id + "-by-probability",
             "Share of each whole configuration's summed KL by the engine's probability of the chosen token mu(y).",

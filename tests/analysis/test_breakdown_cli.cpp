@@ -105,7 +105,8 @@ private slots:
         for (const auto& section : json.at("sections")) {
             if (section.at("title").get<std::string>().find("Mismatch breakdown") != std::string::npos) {
                 found = true;
-                QCOMPARE(section.at("plots").size(), std::size_t(3)); // the stacked bars, by mu(y), by entropy
+                // The stacked bars in nats and as shares of the total, by mu(y), by entropy.
+                QCOMPARE(section.at("plots").size(), std::size_t(4));
                 QCOMPARE(section.at("tables").size(), std::size_t(2)); // the parts, the estimators
                 for (const auto& plot : section.at("plots")) {
                     QVERIFY(std::filesystem::file_size(out + "/" + plot.get<std::string>()) > 1000);

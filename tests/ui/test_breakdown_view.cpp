@@ -138,11 +138,13 @@ private slots:
         const std::vector<store::BreakdownRecord> stored = store::breakdowns(*store_, runId_);
         for (int method = 0; method < 3; ++method) {
             view.setMethod(static_cast<ui::BreakdownView::Method>(method));
-            for (bool multiples : {false, true}) {
-                view.setBf16Units(multiples);
+            for (int unit = 0; unit < 3; ++unit) {
+                view.setUnit(static_cast<ui::BreakdownView::Unit>(unit));
                 for (std::size_t i = 0; i < stored.size(); ++i) {
                     const store::BreakdownRecord& r = stored[i];
-                    const double scale = multiples ? 1.0 / r.bf16Unit : 1.0;
+                    const double scale = unit == ui::BreakdownView::Bf16Multiples ? 1.0 / r.bf16Unit
+                        : unit == ui::BreakdownView::ShareOfTotal                ? 100.0 / r.total
+                                                                                 : 1.0;
                     const auto segments = view.segments(static_cast<int>(i));
                     const auto shown = ui::BreakdownView::shownParts(r, static_cast<ui::BreakdownView::Method>(method));
                     QCOMPARE(segments.size(), shown.size() + 1); // the BF16 unit below the parts
