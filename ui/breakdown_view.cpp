@@ -136,7 +136,7 @@ BreakdownView::BreakdownView(QWidget* parent)
 
     plot_ = new QCustomPlot(this);
     plot_->setObjectName("breakdownPlot");
-    plot_->setMinimumHeight(240);
+    plot_->setMinimumHeight(180);
     plot_->xAxis->grid()->setVisible(false);
     plot_->legend->setFont(QFont(font().family(), 8));
     placeLegendAbove(plot_);
@@ -181,7 +181,7 @@ BreakdownView::BreakdownView(QWidget* parent)
     profileLayout->addLayout(profileTop);
     profile_ = new QCustomPlot(this);
     profile_->setObjectName("breakdownProfilePlot");
-    profile_->setMinimumHeight(160);
+    profile_->setMinimumHeight(100);
     profile_->xAxis->grid()->setVisible(false);
     profile_->yAxis->setLabel(tr("share of the summed KL (%)"));
     profile_->legend->setFont(QFont(font().family(), 8));
