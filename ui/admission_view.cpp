@@ -1,5 +1,6 @@
 #include "ui/admission_view.h"
 
+#include "ui/breakdown_view.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
 
@@ -14,6 +15,8 @@
 #include <QStandardItemModel>
 #include <QTableView>
 #include <QVBoxLayout>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -49,6 +52,29 @@ QString decisionNotes(const AdmissionDecision& d)
     }
     return notes.join(QLatin1Char('\n'));
 }
+
+namespace {
+
+// "k1 ... (r / rho), k3 ..." from the decision's stored estimators ("" for a decision stored without them).
+QString estimatorsText(const AdmissionDecision& d)
+{
+    const nlohmann::json inputs = nlohmann::json::parse(d.candidateJson, nullptr, false);
+    if (!inputs.is_object() || !inputs.contains("estimators")) {
+        return {};
+    }
+    try {
+        const metrics::EstimatorComparison comparison = metrics::estimatorComparisonFromJson(inputs.at("estimators"));
+        QStringList items;
+        for (const metrics::EstimatorSummary& e : comparison.estimators) {
+            items << QString::fromStdString(e.name) + QLatin1Char(' ') + estimatorCell(e);
+        }
+        return items.join(QStringLiteral(", "));
+    } catch (const std::invalid_argument&) {
+        return {};
+    }
+}
+
+} // namespace
 
 AdmissionView::AdmissionView(QWidget* parent)
     : QWidget(parent)
@@ -128,7 +154,8 @@ void AdmissionView::refresh()
     model_->clear();
     model_->setHorizontalHeaderLabels(
         {tr("Candidate"), tr("Checkpoint"), tr("Mismatch"), tr("95% interval"), tr("Threshold"), tr("x BF16"),
-            tr("Decision"), tr("Notes"), tr("Seconds"), tr("Tool version"), tr("Decided (UTC)")});
+            tr("Decision"), tr("Notes"), tr("Seconds"), tr("Tool version"), tr("Decided (UTC)"),
+            tr("Sampled-token estimators (token mean, r / rho with the full KL)")});
 
     // One graph per decision kind (for the legend and colours), each with horizontal error bars.
     std::map<std::string, std::pair<QVector<double>, QVector<double>>> points; // decision -> (mismatch, row)
@@ -177,7 +204,7 @@ void AdmissionView::refresh()
                          : QStringLiteral("\u26a0 ") + QString(notes).replace('\n', QStringLiteral("; ")))
               << new QStandardItem(QString::number(d.seconds, 'f', 1))
               << new QStandardItem(QString::fromStdString(d.toolVersion))
-              << new QStandardItem(QString::fromStdString(d.createdAt));
+              << new QStandardItem(QString::fromStdString(d.createdAt)) << new QStandardItem(estimatorsText(d));
         items[Decision]->setForeground(decisionColor(d.decision));
         items[Notes]->setForeground(QColor(0x8d, 0x5a, 0x00));
         items[Notes]->setToolTip(notes);

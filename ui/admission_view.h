@@ -52,6 +52,7 @@ public:
         Seconds,
         ToolVersion,
         DecidedAt,
+        Estimators,
         ColumnCount
     };
 

@@ -299,10 +299,11 @@ std::string AnalysisData::fingerprint() const
         "(SELECT count(*) || ':' || COALESCE(max(id), 0) FROM calibrations), "
         "(SELECT count(*) FROM calibration_points), (SELECT count(*) FROM calibration_brackets), "
         "(SELECT count(*) || ':' || COALESCE(max(id), 0) FROM admission_decisions), "
-        "(SELECT count(*) || ':' || COALESCE(max(id), 0) FROM prefix_shift_analyses)");
+        "(SELECT count(*) || ':' || COALESCE(max(id), 0) FROM prefix_shift_analyses), "
+        "(SELECT count(*) || ':' || COALESCE(max(id), 0) FROM breakdowns)");
     std::string text;
     if (query.step()) {
-        for (int column = 0; column < 7; ++column) {
+        for (int column = 0; column < 8; ++column) {
             text += query.text(column) + "/";
         }
     }

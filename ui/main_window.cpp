@@ -13,6 +13,8 @@
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
 #include "ui/analysis_dialogs.h"
+#include "ui/breakdown_dialog.h"
+#include "ui/breakdown_view.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
 #include "ui/job_queue.h"
@@ -192,6 +194,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     budgetView_ = new BudgetView(this);
     admissionView_ = new AdmissionView(this);
     prefixShiftView_ = new PrefixShiftView(this);
+    breakdownView_ = new BreakdownView(this);
     jobPanel_ = new JobQueuePanel(jobQueue_, this);
     overview_ = new OverviewView(this);
 
@@ -207,6 +210,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     tabs_->addTab(budgetView_, tr("&Budget"));
     tabs_->addTab(admissionView_, tr("&Admission"));
     tabs_->addTab(prefixShiftView_, tr("Prefix Shif&t"));
+    tabs_->addTab(breakdownView_, tr("Brea&kdown"));
     tabs_->addTab(jobPanel_, tr("&Jobs"));
     setCentralWidget(tabs_);
     connect(tabs_, &QTabWidget::currentChanged, this, [this](int tab) {
@@ -332,6 +336,9 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
                     prefixShiftView_->selectAnalysis(record.id);
                 }
             }
+        } else if (kind == QLatin1String("breakdown")) {
+            tabs_->setCurrentIndex(BreakdownTab);
+            breakdownView_->selectRun(runId);
         } else {
             tabs_->setCurrentIndex(OverviewTab);
         }
@@ -474,6 +481,7 @@ void MainWindow::createMenus()
     admit->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
     QAction* prefix = jobs->addAction(tr("Start &Prefix-Shift Analysis..."), this, &MainWindow::showPrefixShiftDialog);
     prefix->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
+    jobs->addAction(tr("Start Mismatch Brea&kdown..."), this, &MainWindow::showBreakdownDialog);
     QAction* build = jobs->addAction(tr("&Build Recipe from a Scan..."), this, [this] { showRecipeBuildDialog(); });
     build->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
     jobs->addAction(tr("&Time to Quality..."), this, &MainWindow::showTimeToQualityDialog);
@@ -513,6 +521,7 @@ bool MainWindow::openWorkspace(const QString& directory)
         budgetView_->setStore(store_.get());
         admissionView_->setStore(store_.get());
         prefixShiftView_->setStore(store_.get());
+        breakdownView_->setStore(store_.get());
         overview_->setStore(store_.get());
         analysisFingerprint_ = QString::fromStdString(AnalysisData(*store_).fingerprint());
         newestRunSeen_ = 0;
@@ -728,6 +737,7 @@ void MainWindow::refreshAnalyses(bool force)
         budgetView_->refresh();
         admissionView_->refresh();
         prefixShiftView_->refresh();
+        breakdownView_->refresh();
         overview_->refresh();
     } catch (const std::exception& error) {
         onStoreError(QString::fromUtf8(error.what()));
@@ -886,6 +896,23 @@ void MainWindow::showAdmissionDialog()
         remembered.setValue("admission/checkpoints", dialog->checkpoints());
         remembered.setValue("admission/candidates", dialog->candidates());
         remembered.setValue("admission/probe", dialog->probeSet());
+    });
+}
+
+void MainWindow::showBreakdownDialog()
+{
+    auto* dialog = new BreakdownDialog(workspaceDirectory_, store_.get(), this);
+    const QSettings settings;
+    const QString resources = QString::fromStdString(resourceDirectory());
+    dialog->setModelDirectory(
+        settings.value("breakdown/model", resources + "/models/arith-student-step100").toString());
+    dialog->setCandidates(settings.value("breakdown/candidates", resources + "/candidates/demo.yaml").toString());
+    dialog->setPromptSet(settings.value("breakdown/prompts", resources + "/prompts/arith-probe.jsonl").toString());
+    openJobDialog(dialog, BreakdownTab, [dialog] {
+        QSettings remembered;
+        remembered.setValue("breakdown/model", dialog->modelDirectory());
+        remembered.setValue("breakdown/candidates", dialog->candidates());
+        remembered.setValue("breakdown/prompts", dialog->promptSet());
     });
 }
 
@@ -1080,6 +1107,9 @@ void MainWindow::exportCurrentPlot()
     case PrefixShiftTab:
         plot = prefixShiftView_->plot();
         break;
+    case BreakdownTab:
+        plot = breakdownView_->plot();
+        break;
     default:
         break;
     }
@@ -1114,6 +1144,9 @@ void MainWindow::exportCurrentTable()
         break;
     case AdmissionTab:
         table = admissionView_->table();
+        break;
+    case BreakdownTab:
+        table = breakdownView_->table();
         break;
     case JobsTab:
         table = jobPanel_->table();

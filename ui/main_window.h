@@ -37,6 +37,7 @@ class JobRunner;
 class ModelLibraryPanel;
 class OverviewView;
 class PrefixShiftView;
+class BreakdownView;
 class PromptSetPanel;
 class RecipeEditor;
 class RunPlot;
@@ -56,6 +57,7 @@ public:
         BudgetTab,
         AdmissionTab,
         PrefixShiftTab,
+        BreakdownTab,
         JobsTab
     };
 
@@ -83,6 +85,7 @@ public:
     BudgetView* budgetView() const { return budgetView_; }
     AdmissionView* admissionView() const { return admissionView_; }
     PrefixShiftView* prefixShiftView() const { return prefixShiftView_; }
+    BreakdownView* breakdownView() const { return breakdownView_; }
     JobQueuePanel* jobPanel() const { return jobPanel_; }
     OverviewView* overview() const { return overview_; }
     // The status bar's message (elided on screen; the whole text here and in its tooltip).
@@ -113,6 +116,7 @@ public slots:
     void showCalibrationDialog();
     void showAdmissionDialog();
     void showPrefixShiftDialog();
+    void showBreakdownDialog();
     // The recipe builder, ordering cells by scan `scanId` (0: the newest finished scan).
     void showRecipeBuildDialog(std::int64_t scanId = 0);
     void showTimeToQualityDialog();
@@ -172,6 +176,7 @@ private:
     BudgetView* budgetView_ = nullptr;
     AdmissionView* admissionView_ = nullptr;
     PrefixShiftView* prefixShiftView_ = nullptr;
+    BreakdownView* breakdownView_ = nullptr;
     JobRunner* jobRunner_ = nullptr;
     JobQueue* jobQueue_ = nullptr;
     JobQueuePanel* jobPanel_ = nullptr;

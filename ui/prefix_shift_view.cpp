@@ -3,8 +3,10 @@
 #include "core/model/tokenizer.h"
 #include "core/store/analysis_store.h"
 #include "ui/analysis_data.h"
+#include "ui/breakdown_view.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
+#include "ui/token_drilldown.h"
 
 #include <qcustomplot.h>
 
@@ -13,6 +15,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QListWidget>
+#include <QPushButton>
 #include <QSplitter>
 #include <QStandardItemModel>
 #include <QTableView>
@@ -44,12 +47,6 @@ std::optional<double> numberAt(const nlohmann::json& object, const char* key)
     return std::nullopt;
 }
 
-// White (0 nats) to dark red (the scale's maximum): a token's KL as its background.
-QColor klColour(double kl, double scaleMax)
-{
-    const double t = std::clamp(scaleMax > 0 ? kl / scaleMax : 0.0, 0.0, 1.0);
-    return QColor::fromRgbF(1.0 - 0.35 * t, 1.0 - 0.85 * t, 1.0 - 0.85 * t);
-}
 } // namespace
 
 PrefixShiftView::PrefixShiftView(QWidget* parent)
@@ -76,7 +73,17 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     tokens_ = new QTextBrowser(this);
     tokens_->setObjectName("prefixShiftTokens");
     auto* pairSplit = new QSplitter(Qt::Horizontal, this);
-    pairSplit->addWidget(pairList_);
+    drillDown_ = new QPushButton(tr("Token &Drill-Down..."), this);
+    drillDown_->setObjectName("prefixShiftDrillDown");
+    drillDown_->setToolTip(tr("The selected pair token by token: mu and pi of each chosen token, entropies, top-5 of "
+                              "both distributions, first divergence and largest-KL tokens (double-click a pair too)"));
+    auto* pairColumn = new QWidget(this);
+    auto* pairLayout = new QVBoxLayout(pairColumn);
+    pairLayout->setContentsMargins(0, 0, 0, 0);
+    pairLayout->addWidget(pairList_, 1);
+    pairLayout->addWidget(drillDown_);
+    pairColumn->setMaximumWidth(260);
+    pairSplit->addWidget(pairColumn);
     pairSplit->addWidget(tokens_);
     pairSplit->setStretchFactor(1, 1);
 
@@ -166,6 +173,9 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
 
     connect(analysisBox_, qOverload<int>(&QComboBox::activated), this, &PrefixShiftView::showAnalysis);
     connect(pairList_, &QListWidget::currentRowChanged, this, &PrefixShiftView::selectPair);
+    connect(pairList_, &QListWidget::itemDoubleClicked, this,
+        [this](QListWidgetItem* item) { openDrillDown(pairList_->row(item)); });
+    connect(drillDown_, &QPushButton::clicked, this, [this] { openDrillDown(pairList_->currentRow()); });
 }
 
 PrefixShiftView::~PrefixShiftView() = default;
@@ -276,6 +286,13 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         summary += tr(" (median first divergence at token %1)").arg(*median, 0, 'g', 4);
     }
     summary += tr("; %n pair(s) stored token by token.", nullptr, static_cast<int>(data_->pairs.size()));
+    if (details.is_object() && details.contains("estimators")) {
+        try {
+            summary += QLatin1Char(' ') + estimatorLine(metrics::estimatorComparisonFromJson(details.at("estimators")));
+        } catch (const std::invalid_argument&) {
+            // An analysis stored before the estimators were: nothing to add.
+        }
+    }
     summary_->setText(summary);
 
     // Colour scale: the 99th percentile of every stored token KL, so one outlier does not wash out the rest.
@@ -442,16 +459,30 @@ void PrefixShiftView::fitPositions()
 
 QString PrefixShiftView::tokenText(std::int64_t id) const
 {
-    if (data_->tokenizer) {
-        try {
-            QString text = QString::fromUtf8(QByteArray::fromStdString(data_->tokenizer->tokenBytes(id)));
-            text.replace(QLatin1Char('\n'), QStringLiteral("\u21b5")); // a visible newline
-            text.replace(QLatin1Char(' '), QStringLiteral("\u00b7")); // a visible space
-            return text.toHtmlEscaped();
-        } catch (const std::exception&) {
-        }
+    return visibleTokenText(data_->tokenizer.get(), id);
+}
+
+TokenDrillDown* PrefixShiftView::openDrillDown(int index)
+{
+    if (index < 0 || index >= static_cast<int>(data_->pairs.size())) {
+        return nullptr;
     }
-    return QStringLiteral("[%1]").arg(id);
+    const store::PrefixShiftPair& p = data_->pairs[static_cast<size_t>(index)];
+    auto* dialog = new TokenDrillDown(data_->tokenizer.get(), scaleMax_, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    QString prompt;
+    for (std::int64_t id : p.promptTokens) {
+        prompt += tokenText(id);
+    }
+    dialog->setSequences(tr("Prefix-shift analysis %1, prompt <b>%2</b>: <tt>%3</tt>")
+                             .arg(analysisId_)
+                             .arg(QString::fromStdString(p.promptId).toHtmlEscaped(), prompt),
+        {{tr("candidate engine (its own prefixes)"), p.candidateTokens, p.candidateKl, p.candidateDetail,
+             p.firstDivergence},
+            {tr("BF16 engine's prefixes (the candidate teacher-forced)"), p.referenceTokens, p.referenceKl,
+                p.referenceDetail, p.firstDivergence}});
+    dialog->show();
+    return dialog;
 }
 
 QString PrefixShiftView::tokensHtml(const std::vector<std::int64_t>& tokens, const std::vector<double>& kl,

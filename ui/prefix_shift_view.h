@@ -18,6 +18,7 @@ class QComboBox;
 class QCustomPlot;
 class QLabel;
 class QListWidget;
+class QPushButton;
 class QStandardItemModel;
 class QTableView;
 class QTextBrowser;
@@ -29,6 +30,7 @@ class Tokenizer;
 namespace mismatch::ui {
 
 class PlotCrosshair;
+class TokenDrillDown;
 
 class PrefixShiftView : public QWidget {
     Q_OBJECT
@@ -50,6 +52,8 @@ public:
     QStandardItemModel* correctionModel() const { return corrections_; }
     QTableView* correctionTable() const { return correctionTable_; }
     QListWidget* pairList() const { return pairList_; }
+    // Opens the token drill-down of stored pair `index` (nullptr when there is none); it deletes itself on close.
+    TokenDrillDown* openDrillDown(int index);
     QString summaryText() const;
     QString tokenHtml() const;
     std::int64_t analysisId() const { return analysisId_; }
@@ -77,6 +81,7 @@ private:
     QLabel* summary_ = nullptr;
     QLabel* readout_ = nullptr;
     QListWidget* pairList_ = nullptr;
+    QPushButton* drillDown_ = nullptr;
     QTextBrowser* tokens_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QCustomPlot* histogram_ = nullptr;

@@ -4,10 +4,12 @@
 #include "core/common/file_io.h"
 #include "core/common/version.h"
 #include "core/store/analysis_store.h"
+#include "core/store/breakdown_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/find_run.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
+#include "ui/breakdown_view.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
 #include "ui/plot_export.h"
@@ -22,6 +24,7 @@
 #include <QDateTime>
 #include <QFile>
 #include <QStandardItemModel>
+#include <QTableView>
 #include <QTemporaryFile>
 #include <QImage>
 #include <QPainter>
@@ -332,6 +335,13 @@ private:
         for (const auto& record : store::prefixShifts(store_)) {
             writePrefixShift(record.id);
         }
+        std::set<std::int64_t> breakdownRuns;
+        for (const auto& record : store::breakdowns(store_)) {
+            breakdownRuns.insert(record.runId.value_or(0));
+        }
+        for (const std::int64_t runId : breakdownRuns) {
+            writeBreakdown(runId);
+        }
         for (const auto& run : runs) {
             if (run.kind == "compare_objectives") {
                 writeCompareObjectives(run);
@@ -391,6 +401,10 @@ private:
                     wrote = true;
                 }
             }
+        }
+        if (run.kind == "breakdown") {
+            writeBreakdown(run.id);
+            wrote = true;
         }
         if (run.kind == "compare_objectives") {
             writeCompareObjectives(run);
@@ -742,6 +756,107 @@ private:
             compare.replot();
             addPlot(compare.plot(), "compare-objectives-" + id, "Per-step mismatch of every run of the comparison "
                                                                "(log axis).");
+        }
+    }
+
+    // A breakdown run's candidates (runId 0: breakdowns stored without a run): the GUI's stacked bars by Shapley
+    // (add-one-in where a candidate has none) and every part of every method with its interval.
+    void writeBreakdown(std::int64_t runId)
+    {
+        const std::string id = std::to_string(runId);
+        beginSection(runId > 0 ? "Mismatch breakdown (run #" + id + ")" : "Mismatch breakdowns without a run");
+        BreakdownView view;
+        view.setStore(&store_);
+        if (!view.selectRun(runId)) {
+            paragraph("This breakdown stored no candidates (status of its run: "
+                + (store_.run(runId) ? store::toString(store_.run(runId)->status) : std::string("unknown")) + ").");
+            return;
+        }
+        paragraph("Each candidate's mismatch split by source: every source switched on and off on the same prompts "
+                  "and seeds. The split depends on the order sources are switched on, so three are given: "
+                  "add-one-in (the source alone on the BF16 engine), leave-one-out (the configuration without it) "
+                  "and Shapley (the mean over every order; its parts add up to total - BF16 unit). The interaction "
+                  "is (total - BF16 unit) - sum of the parts; a negative part is drawn below zero.");
+        view.setMethod(BreakdownView::Shapley);
+        addPlot(view.plot(), "breakdown-" + id,
+            "Stacked: the BF16 unit, then each source's Shapley part (add-one-in where marked *) and the "
+            "interaction; the diamond is the measured total with its 95% interval (nats/token).");
+        view.setUnit(BreakdownView::ShareOfTotal);
+        addPlot(view.plot(), "breakdown-" + id + "-shares",
+            "The same bars as percent of each candidate's total: its composition, comparable across candidates whose "
+            "totals differ by orders of magnitude.");
+        view.setUnit(BreakdownView::Nats);
+        view.setProfile(BreakdownView::ByProbability);
+        addPlot(view.profilePlot(), "breakdown-" + id + "-by-probability",
+            "Share of each whole configuration's summed KL by the engine's probability of the chosen token mu(y).",
+            options_.plotHeight * 3 / 5);
+        view.setProfile(BreakdownView::ByEntropy);
+        addPlot(view.profilePlot(), "breakdown-" + id + "-by-entropy",
+            "Share of each whole configuration's summed KL by the trainer's entropy at the prefix (nats).",
+            options_.plotHeight * 3 / 5);
+        Table table {{"Candidate", "Source", "Add-one-in", "95% interval", "Leave-one-out", "95% interval", "Shapley",
+                         "95% interval", "x BF16 (Shapley or add-one-in)"},
+            {}, {}};
+        const auto interval = [](const std::optional<double>& low, const std::optional<double>& high) {
+            return low && high ? "[" + number(*low) + ", " + number(*high) + "]" : std::string("-");
+        };
+        for (const store::BreakdownRecord& r : view.records()) {
+            const auto multiple = [&](double value) {
+                return r.bf16Unit > 0.0 ? number(value / r.bf16Unit, 3) + "x" : std::string("-");
+            };
+            table.rows.push_back({r.candidate, "total", number(r.total), interval(r.totalCiLow, r.totalCiHigh), "", "",
+                "", "", multiple(r.total)});
+            table.rows.push_back({r.candidate, "BF16 unit", number(r.bf16Unit), interval(r.unitCiLow, r.unitCiHigh),
+                "", "", "", "", "1x"});
+            std::vector<std::string> sources = r.sources;
+            if (!sources.empty()) {
+                sources.push_back("interaction");
+            }
+            for (const std::string& source : sources) {
+                std::vector<std::string> row = {r.candidate, source};
+                for (const char* method : {"add_one_in", "leave_one_out", "shapley"}) {
+                    std::string value = "-", range = "-";
+                    for (const auto& part : r.partsOf(method)) {
+                        if (part.source == source) {
+                            value = number(part.value);
+                            range = interval(part.ciLow, part.ciHigh);
+                        }
+                    }
+                    if (std::string(method) == "shapley" && source == "interaction" && r.shapley) {
+                        value = "0";
+                        range = "by construction";
+                    }
+                    row.push_back(value);
+                    row.push_back(range);
+                }
+                std::string shown = "-";
+                for (const auto& part : BreakdownView::shownParts(r, BreakdownView::Shapley)) {
+                    if (part.source == source) {
+                        shown = multiple(part.value);
+                    }
+                }
+                row.push_back(shown);
+                table.rows.push_back(row);
+            }
+        }
+        addTable(table, "breakdown-" + id);
+        Table estimators {{"Candidate (whole configuration)", "full KL", "k1 (r / rho)", "k3 (r / rho)",
+                              "mult_prob_error (r / rho)", "|mu - pi| (r / rho)"},
+            {}, {}};
+        QAbstractItemModel* model = view.estimatorTable()->model();
+        for (int row = 0; row < model->rowCount(); ++row) {
+            std::vector<std::string> cells;
+            for (int column = 0; column < model->columnCount(); ++column) {
+                cells.push_back(model->index(row, column).data().toString().toStdString());
+            }
+            estimators.rows.push_back(cells);
+        }
+        if (!estimators.rows.empty()) {
+            paragraph("The sampled-token estimators trainers log, beside the full-vocabulary KL of each whole "
+                      "configuration: token mean and the Pearson / Spearman correlation with the per-token full KL "
+                      "(k1 = log mu(y) - log pi(y); k3 = r - 1 - log r; mult_prob_error = exp|log pi(y) - log mu(y)|, "
+                      "NeMo-RL's token_mult_prob_error; |mu - pi| of the sampled token).");
+            addTable(estimators, "breakdown-" + id + "-estimators");
         }
     }
 

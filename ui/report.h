@@ -1,16 +1,19 @@
 #pragma once
 // `mismatch report STUDY --out DIR`: one HTML page (DIR/index.html) with a study's plots and its numbers with
 // their intervals. The plots are the GUI's own views (BudgetView, AdmissionView, SensitivityView,
-// PrefixShiftView, RunPlot, ComparePlot) filled from the workspace and rendered offscreen to PNG under
+// PrefixShiftView, BreakdownView, RunPlot, ComparePlot) filled from the workspace and rendered offscreen to PNG under
 // DIR/plots/, so the report shows exactly what the dashboard shows; the tables are also written as CSV under
 // DIR/tables/.
 //
 // STUDY names what to report:
-//   workspace (or all)   every calibration, admission run, sensitivity scan, prefix-shift analysis, objective
-//                        comparison and time-to-quality comparison of the workspace, and a table of all runs
+//   workspace (or all)   every calibration, admission run, sensitivity scan, prefix-shift analysis, mismatch
+//                        breakdown, objective comparison and time-to-quality comparison of the workspace, and a
+//                        table of all runs
 //   a run id or name     that run, by its kind: calibrate (budget per step, points, sweep curves), admit
 //                        (decisions against the threshold), sensitivity (heatmap, most sensitive cells),
 //                        prefix_shift (the split, divergences, mismatch by position, corrections),
+//                        breakdown (each candidate's parts by source, stacked, with every method's intervals and
+//                        the sampled-token estimators),
 //                        compare_objectives (where each objective breaks), time_to_quality (both runs' time to
 //                        the target and the speedup), demo (its calibration and screening),
 //                        train and any other run with steps (per-step mismatch and quality)

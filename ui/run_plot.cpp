@@ -42,6 +42,8 @@ QString resultsTab(const QString& kind)
         return QObject::tr("Budget");
     if (kind == QLatin1String("prefix_shift"))
         return QObject::tr("Prefix Shift");
+    if (kind == QLatin1String("breakdown"))
+        return QObject::tr("Breakdown");
     if (kind == QLatin1String("demo"))
         return QObject::tr("Overview");
     return {};

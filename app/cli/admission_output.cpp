@@ -51,6 +51,27 @@ void printAdmission(std::ostream& out, const analysis::AdmissionResult& result)
             out << "  " << difference << "\n";
         }
     }
+    std::vector<std::vector<std::string>> estimatorRows;
+    for (const auto& row : result.rows) {
+        if (!row.estimators) {
+            continue;
+        }
+        std::vector<std::string> cells = {row.candidate,
+            std::filesystem::path(row.checkpoint).filename().string(), formatNumber(row.estimators->kl, 4)};
+        for (const metrics::EstimatorSummary& e : row.estimators->estimators) {
+            cells.push_back(formatNumber(e.mean, 4) + " ("
+                + (e.pearson ? formatNumber(*e.pearson, 2) : std::string("-")) + " / "
+                + (e.spearman ? formatNumber(*e.spearman, 2) : std::string("-")) + ")");
+        }
+        estimatorRows.push_back(cells);
+    }
+    if (!estimatorRows.empty()) {
+        out << "\nsampled-token estimators beside the full KL (token mean; Pearson / Spearman with the per-token "
+               "full KL)\n"
+            << formatTable({"candidate", "checkpoint", "full KL", "k1", "k3", "mult_prob_error", "|mu - pi|"},
+                   estimatorRows)
+            << "\n";
+    }
     out << result.rows.size() << " decision(s) stored (run " << result.runId << "), total time "
         << formatDuration(result.seconds) << "\n";
 }

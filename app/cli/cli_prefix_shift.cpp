@@ -49,7 +49,8 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
                 {"own_tokens", r.ownTokens}, {"reference_tokens", r.referenceTokens}, {"pairs", r.pairs},
                 {"diverged", r.diverged}, {"divergence_histogram", r.divergenceHistogram},
                 {"median_divergence", r.medianDivergence ? nlohmann::json(*r.medianDivergence) : nlohmann::json()},
-                {"by_position", positions}, {"corrections", corrections}, {"seconds", r.seconds}});
+                {"by_position", positions}, {"corrections", corrections},
+                {"estimators", metrics::toJson(r.estimators)}, {"seconds", r.seconds}});
             return;
         }
         std::ostream& out = *context.out;
@@ -96,7 +97,10 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
         out << "corrected KL (weights w = pi(y)/mu(y) per token; divergence positions do not change)\n"
             << formatTable(
                    {"correction", "total", "per-token", "prefix shift", "tokens affected own / BF16"}, corrections)
-            << "\ntime " << formatDuration(r.seconds) << "\n";
+            << "\n";
+        out << "sampled-token estimators on the candidate's own prefixes (" << r.estimators.tokens
+            << " tokens; correlation with the per-token full KL)\n"
+            << estimatorTable(r.estimators) << "\ntime " << formatDuration(r.seconds) << "\n";
     });
 }
 

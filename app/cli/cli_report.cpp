@@ -33,8 +33,8 @@ void registerReportCommand(CLI::App& app, Context& context)
         "Write an HTML report of a study (DIR/index.html, plots as PNG, tables as CSV) with the GUI's plots "
         "rendered offscreen; needs a build with the GUI");
     command->add_option("STUDY", a->study,
-               "`workspace` (every calibration, admission check, sensitivity scan, prefix-shift analysis and "
-               "objective comparison), or a run id or name (that run by its kind)")
+               "`workspace` (every calibration, admission check, sensitivity scan, prefix-shift analysis, "
+               "mismatch breakdown and objective comparison), or a run id or name (that run by its kind)")
         ->required();
     command->add_option("--out,-o", a->out, "Directory of the report (created; earlier report files replaced)")
         ->required()

@@ -197,12 +197,6 @@ AdmissionVerdict decide(const metrics::Interval& interval, double threshold)
 
 namespace {
 
-// A checkpoint of the staleness timeline with its optimizer step.
-struct TimelineEntry {
-    std::string directory;
-    std::int64_t step = 0;
-};
-
 std::string timelineText(const std::vector<TimelineEntry>& timeline)
 {
     std::string text;
@@ -211,6 +205,8 @@ std::string timelineText(const std::vector<TimelineEntry>& timeline)
     }
     return text;
 }
+
+} // namespace
 
 // History (oldest first) then the screened checkpoints, with their steps (0 for a model directory without a
 // training state.json). The steps must increase when a candidate has staleness, since the engine's weights are
@@ -253,6 +249,8 @@ const TimelineEntry& engineCheckpoint(
             + ", which the timeline does not have: " + timelineText(timeline)
             + " (give it with --history DIR, oldest first)");
 }
+
+namespace {
 
 struct ThresholdChoice {
     double threshold = 0.0;
@@ -394,6 +392,9 @@ AdmissionRow storedRow(const store::AdmissionDecision& decision, const Admission
     row.tokens = inputs.at("tokens").get<std::int64_t>();
     if (!inputs.at("bf16_unit").is_null()) {
         row.bf16Unit = inputs.at("bf16_unit").get<double>();
+    }
+    if (inputs.contains("estimators")) {
+        row.estimators = metrics::estimatorComparisonFromJson(inputs.at("estimators"));
     }
     row.verdict = decide(row.interval, row.threshold);
     row.seconds = decision.seconds;
@@ -637,6 +638,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 row.k3 = measured.k3;
                 row.tokens = measured.tokens;
                 row.bf16Unit = unit;
+                row.estimators = metrics::compareEstimators(measured.tokenValues);
                 row.verdict = decide(row.interval, row.threshold);
                 row.seconds = secondsSince(candidateStarted);
 
@@ -657,7 +659,8 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                                          + std::to_string(checkpoint.step) + "), same prompts and seeds"},
                     {"threshold_source",
                         options.calibrationId ? "calibration " + std::to_string(*options.calibrationId)
-                                              : std::string("explicit")}};
+                                              : std::string("explicit")},
+                    {"estimators", metrics::toJson(*row.estimators)}};
                 store::AdmissionDecision decision;
                 decision.runId = result.runId;
                 decision.calibrationId = options.calibrationId;
@@ -759,7 +762,8 @@ nlohmann::json toJson(const AdmissionResult& result)
             {"threshold", row.threshold}, {"k1", row.k1}, {"k3", row.k3}, {"tokens", row.tokens},
             {"bf16_unit", row.bf16Unit ? nlohmann::json(*row.bf16Unit) : nlohmann::json()},
             {"bf16_multiple", x ? nlohmann::json(*x) : nlohmann::json()}, {"seconds", row.seconds},
-            {"decision_id", row.decisionId}});
+            {"decision_id", row.decisionId},
+            {"estimators", row.estimators ? metrics::toJson(*row.estimators) : nlohmann::json()}});
     }
     return {{"run_id", result.runId}, {"decisions", rows}, {"protocol", protocolToJson(result.protocol)},
         {"protocol_differs", result.protocolDifferences}, {"calibration_flags", flagsToJson(result.calibrationFlags)},

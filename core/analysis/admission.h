@@ -48,6 +48,7 @@
 #include "core/analysis/protocol.h"
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
+#include "core/metrics/estimators.h"
 #include "core/store/run_store.h"
 
 #include <cstdint>
@@ -120,6 +121,9 @@ struct AdmissionRow {
     double k3 = 0.0;
     std::int64_t tokens = 0;
     std::optional<double> bf16Unit;
+    // The sampled-token estimators beside the full KL with their correlation across tokens (metrics/estimators.h);
+    // stored in candidate_json "estimators" (absent in decisions stored before).
+    std::optional<metrics::EstimatorComparison> estimators;
     AdmissionVerdict verdict = AdmissionVerdict::Borderline;
     double seconds = 0.0;
     std::int64_t decisionId = 0;
@@ -133,6 +137,19 @@ struct AdmissionResult {
     std::vector<std::string> protocolDifferences; // from the calibration's protocol (empty: the same)
     std::vector<CalibrationFlag> calibrationFlags; // the calibration's flags (empty: not flagged)
 };
+
+// A checkpoint of the staleness timeline with its optimizer step.
+struct TimelineEntry {
+    std::string directory;
+    std::int64_t step = 0;
+};
+// options.history (oldest first) then options.checkpoints, with their steps (0 for a model directory without a
+// training state.json). InputError when a candidate has staleness and the steps do not increase.
+std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options);
+// The checkpoint whose weights `candidate`'s engine uses at `screened`: the one of step screened.step - staleness.
+// InputError naming the candidate (its source) and every checkpoint of the timeline when there is none.
+const TimelineEntry& engineCheckpoint(
+    const std::vector<TimelineEntry>& timeline, const TimelineEntry& screened, const Candidate& candidate);
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress);
 

@@ -87,6 +87,44 @@ at::Tensor gatherSampled(const at::Tensor& logProbs, const std::vector<std::int6
     return logProbs.to(at::kDouble).gather(1, at::tensor(tokens, at::kLong).unsqueeze(1)).squeeze(1);
 }
 
+// Per generated token of a stored pair: log mu(y), log pi(y), both entropies and both top-5 (the token drill-down).
+// logMu and logPi are [T, vocab] log-probabilities; a token mu gives probability 0 (outside top-k/top-p) adds
+// nothing to its entropy.
+std::vector<store::TokenDetail> tokenDetails(
+    const at::Tensor& logMu, const at::Tensor& logPi, const std::vector<std::int64_t>& tokens)
+{
+    constexpr std::int64_t kTop = 5;
+    std::vector<store::TokenDetail> details;
+    if (tokens.empty()) {
+        return details;
+    }
+    const at::Tensor mu = logMu.to(at::kDouble).contiguous();
+    const at::Tensor pi = logPi.to(at::kDouble).contiguous();
+    const auto entropy = [](const at::Tensor& logRows) {
+        const at::Tensor p = logRows.exp();
+        return -at::where(p > 0, p * logRows, at::zeros_like(p)).sum(-1);
+    };
+    const at::Tensor entropyMu = entropy(mu);
+    const at::Tensor entropyPi = entropy(pi);
+    const std::int64_t top = std::min<std::int64_t>(kTop, mu.size(1));
+    const auto [topMuValues, topMuIds] = at::topk(mu, top, -1);
+    const auto [topPiValues, topPiIds] = at::topk(pi, top, -1);
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+        const auto row = static_cast<std::int64_t>(t);
+        store::TokenDetail d;
+        d.logMu = mu[row][tokens[t]].item<double>();
+        d.logPi = pi[row][tokens[t]].item<double>();
+        d.entropyMu = entropyMu[row].item<double>();
+        d.entropyPi = entropyPi[row].item<double>();
+        for (std::int64_t k = 0; k < top; ++k) {
+            d.topMu.emplace_back(topMuIds[row][k].item<std::int64_t>(), std::exp(topMuValues[row][k].item<double>()));
+            d.topPi.emplace_back(topPiIds[row][k].item<std::int64_t>(), std::exp(topPiValues[row][k].item<double>()));
+        }
+        details.push_back(std::move(d));
+    }
+    return details;
+}
+
 } // namespace
 
 std::optional<std::int64_t> firstDivergence(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b)
@@ -168,6 +206,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
             {train::CorrectionOptions::Tis, options.cap}, {train::CorrectionOptions::Mis, options.cap}};
         std::vector<Accumulator> correctedOwn(corrections.size()), correctedReference(corrections.size());
         std::vector<store::PrefixShiftPair> stored;
+        metrics::SampledTokenValues ownTokenValues;
 
         const auto chunk = static_cast<std::size_t>(std::max<std::int64_t>(1, options.settings.batchSize));
         for (std::size_t begin = 0; begin < n; begin += chunk) {
@@ -230,6 +269,16 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
                 // Corrections: w = pi(y) / mu_c(y) on each part's sampled tokens.
                 const at::Tensor ownPiY = gatherSampled(piOnCandidate[i], own);
                 const at::Tensor ownMuY = gatherSampled(muOwn, own);
+                const std::vector<double> ownLogPi = toVector(ownPiY);
+                const std::vector<double> ownLogMu = toVector(ownMuY);
+                ownTokenValues.kl.insert(ownTokenValues.kl.end(), ownValues.begin(), ownValues.end());
+                ownTokenValues.logMu.insert(ownTokenValues.logMu.end(), ownLogMu.begin(), ownLogMu.end());
+                ownTokenValues.logPi.insert(ownTokenValues.logPi.end(), ownLogPi.begin(), ownLogPi.end());
+                if (!own.empty()) {
+                    const at::Tensor rows = piOnCandidate[i].to(at::kDouble);
+                    const std::vector<double> entropy = toVector(-(rows.exp() * rows).sum(-1));
+                    ownTokenValues.entropyPi.insert(ownTokenValues.entropyPi.end(), entropy.begin(), entropy.end());
+                }
                 const at::Tensor refPiY = gatherSampled(piOnReference[i], ref);
                 const at::Tensor refMuY = gatherSampled(muForced, ref);
                 for (std::size_t c = 0; c < corrections.size(); ++c) {
@@ -253,6 +302,8 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
                     pair.candidateKl = ownValues;
                     pair.referenceTokens = ref;
                     pair.referenceKl = forcedValues;
+                    pair.candidateDetail = tokenDetails(muOwn, piOnCandidate[i], own);
+                    pair.referenceDetail = tokenDetails(muForced, piOnReference[i], ref);
                     stored.push_back(std::move(pair));
                 }
             }
@@ -278,6 +329,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
             result.referenceTokens += referenceTokens[i];
         }
         result.bf16Unit = unitCount > 0 ? unitSum / static_cast<double>(unitCount) : 0.0;
+        result.estimators = metrics::compareEstimators(ownTokenValues);
         if (!divergences.empty()) {
             std::sort(divergences.begin(), divergences.end());
             const std::size_t m = divergences.size();
@@ -329,7 +381,8 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
                 result.medianDivergence ? nlohmann::json(*result.medianDivergence) : nlohmann::json()},
             {"by_position", positions}, {"corrections", correctionsJson},
             {"prefix_shift_interval", {result.prefixShiftInterval.low, result.prefixShiftInterval.high}},
-            {"own_tokens", result.ownTokens}, {"reference_tokens", result.referenceTokens}};
+            {"own_tokens", result.ownTokens}, {"reference_tokens", result.referenceTokens},
+            {"estimators", metrics::toJson(result.estimators)}};
         store::PrefixShiftRecord record;
         record.runId = result.runId;
         record.model = std::filesystem::absolute(options.modelDirectory).string();

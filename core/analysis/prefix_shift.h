@@ -29,11 +29,16 @@
 // loss; they do not change what the engine samples, so the divergence positions are the same for every
 // correction.
 //
+// Estimators: on the candidate's own prefixes (the total), every token's full KL, log mu_c(y) and log pi(y) give the
+// sampled-token estimators side by side with the full KL (metrics::compareEstimators).
+//
 // Store: a run of kind "prefix_shift" and one prefix_shift_analyses row (details_json: divergence histogram,
-// by-position curves, corrections) with the first `storedPairs` pairs token by token (prefix_shift_pairs), in one
+// by-position curves, corrections) with the first `storedPairs` pairs token by token (prefix_shift_pairs, with each
+// token's mu(y), pi(y), entropies and top-5 of both distributions for the token drill-down), in one
 // transaction at the end: a cancelled job stores no analysis and marks its run cancelled.
 #include "core/analysis/rollout_measure.h"
 #include "core/common/progress.h"
+#include "core/metrics/estimators.h"
 #include "core/store/run_store.h"
 
 #include <cstdint>
@@ -91,6 +96,9 @@ struct PrefixShiftResult {
     std::optional<double> medianDivergence; // over diverged pairs
     std::vector<PositionMismatch> byPosition;
     std::vector<CorrectionEffect> corrections; // none, tis, mis
+    // The sampled-token estimators of the total (the candidate on its own prefixes) beside its full KL, with their
+    // correlation across tokens (metrics/estimators.h); also in details_json "estimators".
+    metrics::EstimatorComparison estimators;
     double seconds = 0.0;
 };
 

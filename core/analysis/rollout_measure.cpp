@@ -228,6 +228,7 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
     engine::MismatchOptions options;
     options.batchSize = settings.batchSize;
     options.sampling = sampling;
+    options.keepTokenValues = true; // for the sampled-token estimators beside the full KL (24 bytes a token)
     return engine::measureMismatch(trainer, *engine, requests.requests, options, progress);
 }
 

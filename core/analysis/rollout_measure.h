@@ -105,7 +105,7 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
     const engine::EngineOptions& options, KvScalePolicy kvScales, std::int64_t kvFirstBatch = 32);
 
 // measureMismatch of the configuration's engine (on `engineWeights`) against `trainer` on the requests, with
-// `sampling` (from samplingOptions()).
+// `sampling` (from samplingOptions()); the measurement keeps its per-token values (tokenValues) for the estimators.
 engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,
     const model::TransformerWeights& engineWeights, const EngineConfiguration& configuration,
     const PromptRequests& requests, const engine::SamplingOptions& sampling, const MeasureSettings& settings,

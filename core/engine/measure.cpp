@@ -9,6 +9,31 @@
 
 namespace mismatch::engine {
 
+namespace {
+
+// One response's per-token KL, log mu(y) and log pi(y), in float64 (as metrics::tokenMismatch reads them).
+void appendTokenValues(metrics::SampledTokenValues& values, const metrics::TokenMismatch& mismatch,
+    const at::Tensor& engineLogProbs, const at::Tensor& trainerLogProbs, const std::vector<std::int64_t>& tokens)
+{
+    if (tokens.empty()) {
+        return;
+    }
+    const at::Tensor index = at::tensor(tokens, at::kLong).unsqueeze(1);
+    const at::Tensor logPi = trainerLogProbs.to(at::kDouble).gather(1, index).squeeze(1).contiguous();
+    const at::Tensor logMu = engineLogProbs.to(at::kDouble).gather(1, index).squeeze(1).contiguous();
+    const at::Tensor kl = mismatch.kl.to(at::kDouble).contiguous();
+    const auto n = static_cast<std::size_t>(kl.numel());
+    values.kl.insert(values.kl.end(), kl.data_ptr<double>(), kl.data_ptr<double>() + n);
+    values.logMu.insert(values.logMu.end(), logMu.data_ptr<double>(), logMu.data_ptr<double>() + n);
+    values.logPi.insert(values.logPi.end(), logPi.data_ptr<double>(), logPi.data_ptr<double>() + n);
+    // The trainer's entropy at each prefix (its rows are full log_softmax rows: every probability > 0).
+    const at::Tensor rows = trainerLogProbs.to(at::kDouble);
+    const at::Tensor entropy = (-(rows.exp() * rows).sum(-1)).contiguous();
+    values.entropyPi.insert(values.entropyPi.end(), entropy.data_ptr<double>(), entropy.data_ptr<double>() + n);
+}
+
+} // namespace
+
 MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& engine,
     const std::vector<GenerationRequest>& requests, const MismatchOptions& options, Progress* progress)
 {
@@ -63,6 +88,10 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
                 GenerationResult& generation = generations[i];
                 const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
                     generation.distributions, trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong));
+                if (options.keepTokenValues) {
+                    appendTokenValues(measurement.tokenValues, mismatch, generation.distributions,
+                        trainerLogProbs[i - group], generation.tokens);
+                }
                 trainerLogProbs[i - group] = at::Tensor();
                 metrics::MismatchAccumulator prompt;
                 prompt.add(mismatch);

@@ -10,6 +10,7 @@
 // not truncate). Means are token means over every generated token of every prompt.
 #include "core/common/progress.h"
 #include "core/engine/engine.h"
+#include "core/metrics/estimators.h"
 #include "core/model/transformer.h"
 
 #include <cstdint>
@@ -25,6 +26,9 @@ struct MismatchOptions {
     // the trainer scores a chunk in groups whose logits fit a quarter of it. With the demo pair's 258-token
     // vocabulary this never binds; with a 152k vocabulary 64 tokens of one prompt take 39 MB.
     std::uint64_t distributionBytes = 512ull << 20;
+    // Also keep every token's KL, log mu(y) and log pi(y) (MismatchMeasurement::tokenValues): 24 bytes a token,
+    // for the sampled-token estimators side by side with the full KL (metrics/estimators.h).
+    bool keepTokenValues = false;
 };
 
 struct MismatchMeasurement {
@@ -37,6 +41,8 @@ struct MismatchMeasurement {
     std::vector<double> promptK1Sums;
     std::vector<double> promptK3Sums;
     std::vector<std::int64_t> promptTokens;
+    // Per token in prompt order, when MismatchOptions::keepTokenValues.
+    metrics::SampledTokenValues tokenValues;
     // The engine's generations (without their distributions).
     std::vector<GenerationResult> generations;
 };

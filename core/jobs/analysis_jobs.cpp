@@ -143,7 +143,7 @@ analysis::MeasureSettings measureSettings(const JobSpec& spec, analysis::Measure
     s.bootstrap.resamples = static_cast<int>(spec.integer("resamples"));
     s.bootstrap.confidence = spec.number("confidence");
     s.bootstrap.seed = static_cast<std::uint64_t>(spec.integer("bootstrap_seed"));
-    s.kvCacheBytes = engine::parseByteSize(spec.text("kv_memory"), "kv_memory"); // checked by checkByteSize
+    s.kvCacheBytes = parseByteSize(spec.text("kv_memory"), "kv_memory"); // checked by checkByteSize
     return s;
 }
 
@@ -163,7 +163,7 @@ void checkByteSize(std::vector<ParameterError>& errors, const JobSpec& spec, con
     const std::string text = spec.text(name);
     std::uint64_t bytes = 0;
     try {
-        bytes = engine::parseByteSize(text, name);
+        bytes = parseByteSize(text, name);
     } catch (const InputError& error) {
         errors.push_back({name, error.detail()});
         return;
@@ -322,7 +322,7 @@ analysis::RecipeBuildOptions recipeBuildOptions(const JobSpec& spec, const store
     options.targetFraction = spec.number("target_fraction");
     options.outPath = spec.text("out");
     options.name = spec.text("name");
-    options.kvMemoryBytes = engine::parseByteSize(spec.text("capacity_memory"), "capacity_memory");
+    options.kvMemoryBytes = parseByteSize(spec.text("capacity_memory"), "capacity_memory");
     if (spec.given("calibration")) {
         const std::int64_t id = spec.integer("calibration");
         const std::optional<std::int64_t> step

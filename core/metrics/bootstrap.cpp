@@ -86,6 +86,48 @@ Interval bootstrapRatio(const std::vector<double>& numerators, const std::vector
     });
 }
 
+Interval bootstrapRatioCombination(const std::vector<std::vector<double>>& numerators,
+    const std::vector<std::vector<double>>& denominators, const std::vector<double>& coefficients,
+    const BootstrapOptions& options)
+{
+    const size_t ratios = numerators.size();
+    if (ratios == 0 || denominators.size() != ratios || coefficients.size() != ratios) {
+        throw std::invalid_argument("bootstrapRatioCombination: no ratio, or numerators, denominators and "
+                                    "coefficients differ in count");
+    }
+    const size_t n = numerators.front().size();
+    for (size_t j = 0; j < ratios; ++j) {
+        if (numerators[j].size() != n || denominators[j].size() != n) {
+            throw std::invalid_argument("bootstrapRatioCombination: the ratios were measured on different items");
+        }
+    }
+    const auto combination = [&](const auto& each) {
+        double value = 0.0;
+        for (size_t j = 0; j < ratios; ++j) {
+            double num = 0.0;
+            double den = 0.0;
+            each([&](size_t i) {
+                num += numerators[j][i];
+                den += denominators[j][i];
+            });
+            value += coefficients[j] * (den > 0 ? num / den : 0.0);
+        }
+        return value;
+    };
+    const double estimate = combination([&](const auto& add) {
+        for (size_t i = 0; i < n; ++i) {
+            add(i);
+        }
+    });
+    return percentileBootstrap(n, options, estimate, [&](const std::vector<size_t>& sample) {
+        return combination([&](const auto& add) {
+            for (size_t i : sample) {
+                add(i);
+            }
+        });
+    });
+}
+
 Interval pairedBootstrapDifference(const std::vector<double>& run, const std::vector<double>& base,
     const BootstrapOptions& options)
 {

@@ -31,6 +31,13 @@ Interval bootstrapMean(const std::vector<double>& values, const BootstrapOptions
 // token counts: the token-mean mismatch with prompts as the resampling unit.
 Interval bootstrapRatio(const std::vector<double>& numerators, const std::vector<double>& denominators,
     const BootstrapOptions& options = {});
+// Percentile bootstrap of a linear combination of ratios measured on the same items (prompts):
+//   statistic = sum_j coefficients[j] * sum_i numerators[j][i] / sum_i denominators[j][i]
+// resampling the items once per resample for every j (paired). A ratio whose denominators sum to zero counts as 0.
+// With one ratio and coefficient 1 the draws and the interval are exactly bootstrapRatio's. Sizes must agree.
+Interval bootstrapRatioCombination(const std::vector<std::vector<double>>& numerators,
+    const std::vector<std::vector<double>>& denominators, const std::vector<double>& coefficients,
+    const BootstrapOptions& options = {});
 // Paired bootstrap of mean_i (run_i - base_i), resampling problems.
 Interval pairedBootstrapDifference(const std::vector<double>& run, const std::vector<double>& base,
     const BootstrapOptions& options = {});

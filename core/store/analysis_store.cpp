@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace mismatch::store {
@@ -65,6 +66,45 @@ template <typename T> std::vector<T> fromJsonText(const RunStore& store, const s
     } catch (const std::exception& error) {
         throw StoreError(
             store.path(), std::string("prefix_shift_pairs.") + what + " is not a JSON list: " + error.what());
+    }
+}
+
+// [{"mu": log mu(y), "pi": log pi(y), "h_mu", "h_pi", "top_mu": [[id, p], ...], "top_pi": [...]}, ...]; a
+// log-probability of minus infinity (a token the engine's top-k/top-p gives probability 0) is written as null.
+std::string detailsToJsonText(const std::vector<TokenDetail>& details)
+{
+    const auto logProbability = [](double value) {
+        return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
+    };
+    nlohmann::json list = nlohmann::json::array();
+    for (const TokenDetail& d : details) {
+        list.push_back({{"mu", logProbability(d.logMu)}, {"pi", logProbability(d.logPi)}, {"h_mu", d.entropyMu}, {"h_pi", d.entropyPi},
+            {"top_mu", d.topMu}, {"top_pi", d.topPi}});
+    }
+    return list.dump();
+}
+
+std::vector<TokenDetail> detailsFromJsonText(const RunStore& store, const std::string& text, const char* what)
+{
+    try {
+        std::vector<TokenDetail> details;
+        for (const nlohmann::json& item : nlohmann::json::parse(text)) {
+            TokenDetail d;
+            const auto logProbability = [](const nlohmann::json& value) {
+                return value.is_null() ? -std::numeric_limits<double>::infinity() : value.get<double>();
+            };
+            d.logMu = logProbability(item.at("mu"));
+            d.logPi = logProbability(item.at("pi"));
+            d.entropyMu = item.at("h_mu").get<double>();
+            d.entropyPi = item.at("h_pi").get<double>();
+            d.topMu = item.at("top_mu").get<std::vector<std::pair<std::int64_t, double>>>();
+            d.topPi = item.at("top_pi").get<std::vector<std::pair<std::int64_t, double>>>();
+            details.push_back(std::move(d));
+        }
+        return details;
+    } catch (const std::exception& error) {
+        throw StoreError(store.path(),
+            std::string("prefix_shift_pairs.") + what + " is not a list of token details: " + error.what());
     }
 }
 
@@ -506,7 +546,9 @@ std::int64_t addPrefixShift(RunStore& store, const PrefixShiftRecord& record, co
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         const PrefixShiftPair& pair = pairs[i];
         if (pair.candidateKl.size() != pair.candidateTokens.size()
-            || pair.referenceKl.size() != pair.referenceTokens.size()) {
+            || pair.referenceKl.size() != pair.referenceTokens.size()
+            || (!pair.candidateDetail.empty() && pair.candidateDetail.size() != pair.candidateTokens.size())
+            || (!pair.referenceDetail.empty() && pair.referenceDetail.size() != pair.referenceTokens.size())) {
             throw StoreError(store.path(),
                 what + ": pair " + std::to_string(i) + " has a KL list whose length differs from its tokens");
         }
@@ -526,8 +568,8 @@ std::int64_t addPrefixShift(RunStore& store, const PrefixShiftRecord& record, co
     const std::int64_t id = sqlite3_last_insert_rowid(db);
     Statement pairInsert(db,
         "INSERT INTO prefix_shift_pairs (analysis_id, pair_index, prompt_id, prompt_tokens_json, first_divergence, "
-        "candidate_tokens_json, candidate_kl_json, reference_tokens_json, reference_kl_json) VALUES (?, ?, ?, ?, ?, "
-        "?, ?, ?, ?)");
+        "candidate_tokens_json, candidate_kl_json, reference_tokens_json, reference_kl_json, candidate_detail_json, "
+        "reference_detail_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         const PrefixShiftPair& pair = pairs[i];
         pairInsert.reset();
@@ -535,6 +577,14 @@ std::int64_t addPrefixShift(RunStore& store, const PrefixShiftRecord& record, co
         pairInsert.bind(4, toJsonText(pair.promptTokens)).bind(5, pair.firstDivergence);
         pairInsert.bind(6, toJsonText(pair.candidateTokens)).bind(7, toJsonText(pair.candidateKl));
         pairInsert.bind(8, toJsonText(pair.referenceTokens)).bind(9, toJsonText(pair.referenceKl));
+        for (const auto& [column, details] :
+            {std::pair<int, const std::vector<TokenDetail>*>(10, &pair.candidateDetail), {11, &pair.referenceDetail}}) {
+            if (details->empty()) {
+                pairInsert.bindNull(column);
+            } else {
+                pairInsert.bind(column, detailsToJsonText(*details));
+            }
+        }
         pairInsert.run();
     }
     transaction.commit();
@@ -595,7 +645,8 @@ std::vector<PrefixShiftPair> prefixShiftPairs(const RunStore& store, std::int64_
 {
     Statement query(store.handle(),
         "SELECT prompt_id, prompt_tokens_json, first_divergence, candidate_tokens_json, candidate_kl_json, "
-        "reference_tokens_json, reference_kl_json FROM prefix_shift_pairs WHERE analysis_id = ? ORDER BY pair_index");
+        "reference_tokens_json, reference_kl_json, candidate_detail_json, reference_detail_json FROM prefix_shift_pairs "
+        "WHERE analysis_id = ? ORDER BY pair_index");
     query.bind(1, id);
     std::vector<PrefixShiftPair> result;
     while (query.step()) {
@@ -607,6 +658,12 @@ std::vector<PrefixShiftPair> prefixShiftPairs(const RunStore& store, std::int64_
         pair.candidateKl = fromJsonText<double>(store, query.text(4), "candidate_kl_json");
         pair.referenceTokens = fromJsonText<std::int64_t>(store, query.text(5), "reference_tokens_json");
         pair.referenceKl = fromJsonText<double>(store, query.text(6), "reference_kl_json");
+        if (!query.isNull(7)) {
+            pair.candidateDetail = detailsFromJsonText(store, query.text(7), "candidate_detail_json");
+        }
+        if (!query.isNull(8)) {
+            pair.referenceDetail = detailsFromJsonText(store, query.text(8), "reference_detail_json");
+        }
         result.push_back(std::move(pair));
     }
     return result;

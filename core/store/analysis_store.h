@@ -152,6 +152,18 @@ std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::op
 
 // ---- prefix shift -------------------------------------------------------------------------------------------
 
+// One generated token of a stored pair, for the token drill-down: the chosen token's log-probability under the
+// engine (mu) and the trainer (pi), both distributions' entropies and their five most likely tokens (id,
+// probability), most likely first. Schema 5; pairs stored before have none.
+struct TokenDetail {
+    double logMu = 0.0;
+    double logPi = 0.0;
+    double entropyMu = 0.0;
+    double entropyPi = 0.0;
+    std::vector<std::pair<std::int64_t, double>> topMu;
+    std::vector<std::pair<std::int64_t, double>> topPi;
+};
+
 // One paired generation: the candidate engine and the BF16 engine from the same prompt and seed.
 struct PrefixShiftPair {
     std::string promptId;
@@ -161,6 +173,10 @@ struct PrefixShiftPair {
     std::vector<double> candidateKl; // per token: KL(mu_candidate || pi) on the candidate's own prefixes
     std::vector<std::int64_t> referenceTokens; // the BF16 engine's response
     std::vector<double> referenceKl; // per token: KL(mu_candidate || pi) teacher-forced on the BF16 prefixes
+    // Per token (empty, or as long as the tokens): mu is the candidate's distribution on its own prefixes, and the
+    // teacher-forced candidate on the BF16 prefixes; pi the trainer's.
+    std::vector<TokenDetail> candidateDetail;
+    std::vector<TokenDetail> referenceDetail;
 };
 
 struct PrefixShiftRecord {

@@ -209,11 +209,60 @@ ALTER TABLE calibration_points ADD COLUMN bf16_unit REAL;
 ALTER TABLE calibration_points ADD COLUMN accuracy REAL;
 )sql";
 
+// Version 5: the token drill-down's details of stored prefix-shift pairs (per token: mu and pi of the chosen token,
+// entropies, top-5 of each distribution; store::TokenDetail), and mismatch breakdowns by source
+// (core/analysis/breakdown.h). One row per candidate of a `breakdown` run,
+// its parts per method (add-one-in, leave-one-out, Shapley; source "interaction" for the remainder) and the
+// measurement of every subset of its sources that was switched on (with the sampled-token estimators).
+const char* kSchemaV5 = R"sql(
+CREATE TABLE breakdowns (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  candidate TEXT NOT NULL,
+  model TEXT NOT NULL,
+  configuration_json TEXT NOT NULL DEFAULT '{}',
+  sources_json TEXT NOT NULL DEFAULT '[]',
+  total REAL NOT NULL,
+  total_ci_low REAL,
+  total_ci_high REAL,
+  bf16_unit REAL NOT NULL,
+  unit_ci_low REAL,
+  unit_ci_high REAL,
+  tokens INTEGER NOT NULL,
+  shapley INTEGER NOT NULL DEFAULT 0,
+  seconds REAL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE TABLE breakdown_parts (
+  breakdown_id INTEGER NOT NULL REFERENCES breakdowns(id) ON DELETE CASCADE,
+  method TEXT NOT NULL CHECK (method IN ('add_one_in','leave_one_out','shapley')),
+  source TEXT NOT NULL,
+  value REAL NOT NULL,
+  ci_low REAL,
+  ci_high REAL,
+  PRIMARY KEY (breakdown_id, method, source)
+);
+CREATE TABLE breakdown_subsets (
+  breakdown_id INTEGER NOT NULL REFERENCES breakdowns(id) ON DELETE CASCADE,
+  subset TEXT NOT NULL,
+  mismatch REAL NOT NULL,
+  ci_low REAL,
+  ci_high REAL,
+  k1 REAL,
+  k3 REAL,
+  tokens INTEGER NOT NULL,
+  estimators_json TEXT NOT NULL DEFAULT '{}',
+  PRIMARY KEY (breakdown_id, subset)
+);
+ALTER TABLE prefix_shift_pairs ADD COLUMN candidate_detail_json TEXT;
+ALTER TABLE prefix_shift_pairs ADD COLUMN reference_detail_json TEXT;
+)sql";
+
 }  // namespace
 
 const std::vector<const char*>& migrations()
 {
-    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
+    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
     return all;
 }
 

@@ -2,6 +2,7 @@
 // borderline case, seeded bootstrap, sensitivity of a BF16 "format" (adds nothing) and of a real format against a
 // hand-written recipe, the recipe builder, the prefix-shift split against a float64 reference, cancellation
 // leaving the store consistent, and located errors for bad candidates files.
+#include "analysis_fixture.h"
 #include "core/analysis/admission.h"
 #include "core/analysis/generate.h"
 #include "core/analysis/prefix_shift.h"
@@ -41,26 +42,9 @@ constexpr double kKlTolerance = 2e-4;
 constexpr double kGenerousThreshold = 0.05;
 constexpr double kStrictThreshold = 0.05;
 
-std::string probePath()
-{
-    return std::string(MISMATCH_SOURCE_DIR) + "/resources/prompts/arith-probe.jsonl";
-}
-
-void writeText(const std::string& path, const std::string& text)
-{
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-}
-
-analysis::MeasureSettings smallSettings()
-{
-    analysis::MeasureSettings settings;
-    settings.maxNewTokens = 10;
-    settings.seed = 5;
-    settings.bootstrap.resamples = 2000;
-    settings.kvCacheBytes = 16ull << 20;
-    return settings;
-}
+using test::probePath;
+using test::smallSettings;
+using test::writeText;
 
 } // namespace
 
@@ -228,19 +212,7 @@ void TestAnalyses::constructedBorderlineIsDetected()
     QCOMPARE(analysis::toString(analysis::runAdmission(store, options, fourth).rows[0].verdict), std::string("reject"));
 }
 
-// A copy of a model directory as a trainer checkpoint at `optimizerSteps` (state.json as training writes it).
-std::string checkpointAt(const QTemporaryDir& dir, const std::string& model, const std::string& name, int optimizerSteps)
-{
-    const std::string target = dir.path().toStdString() + "/" + name;
-    std::filesystem::create_directories(target);
-    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"}) {
-        std::filesystem::copy_file(model + "/" + file, target + "/" + file,
-            std::filesystem::copy_options::overwrite_existing);
-    }
-    writeText(target + "/state.json",
-        "{\"step\": " + std::to_string(optimizerSteps) + ", \"optimizer_steps\": " + std::to_string(optimizerSteps) + "}\n");
-    return target;
-}
+using test::checkpointAt;
 
 void TestAnalyses::stalenessIsCountedInOptimizerSteps()
 {

@@ -1,0 +1,206 @@
+// mismatch breakdown MODEL (--candidates FILE | [--recipe R] [--staleness K --history DIR...] [--noise S])
+//                  --prompts SET [--shapley-max 4] [the analyses' shared options]
+// Where each candidate's mismatch comes from: its sources (weights, activations, KV cache, embedding/lm_head,
+// staleness, noise) switched on and off on the same prompts and seeds; per source the add-one-in, leave-one-out and
+// (for few sources) Shapley parts with paired bootstrap intervals, the interaction remainder, and the sampled-token
+// estimators beside the full KL (core/analysis/breakdown.h).
+#include "app/cli/analysis_options.h"
+#include "app/cli/candidate_options.h"
+#include "app/cli/context.h"
+#include "app/cli/terminal_progress.h"
+#include "core/analysis/breakdown.h"
+#include "core/common/error.h"
+#include "core/metrics/estimators.h"
+
+#include <memory>
+#include <ostream>
+
+namespace mismatch::cli {
+
+namespace {
+
+struct BreakdownArguments {
+    std::string model;
+    std::vector<std::string> history;
+    CandidateArguments candidates;
+    std::string prompts;
+    std::int64_t shapleyMax = 4;
+    AnalysisArguments analysis;
+};
+
+const char* const kMethods[] = {"add_one_in", "leave_one_out", "shapley"};
+
+nlohmann::json optionalJson(const std::optional<double>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json();
+}
+
+std::string multiple(double value, double unit)
+{
+    return unit > 0.0 ? formatNumber(value / unit, 3) + "x" : std::string("-");
+}
+
+std::string partText(const store::BreakdownPart& part)
+{
+    std::string text = formatNumber(part.value, 4);
+    if (part.ciLow && part.ciHigh) {
+        text += " [" + formatNumber(*part.ciLow, 4) + ", " + formatNumber(*part.ciHigh, 4) + "]";
+    }
+    return text;
+}
+
+nlohmann::json recordJson(const store::BreakdownRecord& r)
+{
+    nlohmann::json parts = nlohmann::json::object();
+    for (const char* method : kMethods) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const store::BreakdownPart& part : r.partsOf(method)) {
+            list.push_back({{"source", part.source}, {"value", part.value}, {"ci_low", optionalJson(part.ciLow)},
+                {"ci_high", optionalJson(part.ciHigh)},
+                {"bf16_multiple", r.bf16Unit > 0.0 ? nlohmann::json(part.value / r.bf16Unit) : nlohmann::json()}});
+        }
+        parts[method] = list;
+    }
+    nlohmann::json subsets = nlohmann::json::array();
+    for (const store::BreakdownSubset& s : r.subsets) {
+        subsets.push_back({{"subset", s.subset}, {"mismatch", s.mismatch}, {"ci_low", optionalJson(s.ciLow)},
+            {"ci_high", optionalJson(s.ciHigh)}, {"k1", optionalJson(s.k1)}, {"k3", optionalJson(s.k3)},
+            {"tokens", s.tokens}, {"estimators", nlohmann::json::parse(s.estimatorsJson)}});
+    }
+    return {{"breakdown_id", r.id}, {"candidate", r.candidate}, {"sources", r.sources}, {"shapley", r.shapley},
+        {"total", {{"estimate", r.total}, {"low", optionalJson(r.totalCiLow)}, {"high", optionalJson(r.totalCiHigh)}}},
+        {"bf16_unit",
+            {{"estimate", r.bf16Unit}, {"low", optionalJson(r.unitCiLow)}, {"high", optionalJson(r.unitCiHigh)}}},
+        {"bf16_multiple", r.bf16Unit > 0.0 ? nlohmann::json(r.total / r.bf16Unit) : nlohmann::json()},
+        {"tokens", r.tokens}, {"parts", parts}, {"subsets", subsets},
+        {"configuration", nlohmann::json::parse(r.configurationJson)}};
+}
+
+void printRecord(std::ostream& out, const store::BreakdownRecord& r)
+{
+    out << "candidate " << r.candidate << ": total " << formatNumber(r.total, 4);
+    if (r.totalCiLow && r.totalCiHigh) {
+        out << " [" << formatNumber(*r.totalCiLow, 4) << ", " << formatNumber(*r.totalCiHigh, 4) << "]";
+    }
+    out << " nats/token, " << multiple(r.total, r.bf16Unit) << " the BF16 unit of " << formatNumber(r.bf16Unit, 4)
+        << "\n";
+    if (r.sources.empty()) {
+        out << "  no mismatch source besides the BF16 engine itself: nothing to split\n";
+    } else {
+        std::vector<std::vector<std::string>> rows;
+        std::vector<std::string> order = r.sources;
+        order.push_back("interaction");
+        for (const std::string& source : order) {
+            std::vector<std::string> row = {source};
+            for (const char* method : kMethods) {
+                const store::BreakdownPart* found = nullptr;
+                const auto parts = r.partsOf(method);
+                for (const auto& part : parts) {
+                    if (part.source == source) {
+                        found = &part;
+                        row.push_back(partText(part));
+                        row.push_back(multiple(part.value, r.bf16Unit));
+                    }
+                }
+                if (!found) {
+                    const bool shapleyInteraction = std::string(method) == "shapley" && r.shapley;
+                    row.push_back(shapleyInteraction ? std::string("0 (by construction)") : std::string("-"));
+                    row.push_back("");
+                }
+            }
+            rows.push_back(row);
+        }
+        out << formatTable({"source", "add-one-in [95%]", "x BF16", "leave-one-out [95%]", "x BF16",
+                               "Shapley [95%]", "x BF16"},
+            rows);
+        out << "  the split depends on the order sources are switched on: add-one-in = M({s}) - M({}), leave-one-out "
+               "= M(all) - M(all - s), Shapley = the mean over every order"
+            << (r.shapley ? "" : " (not computed: more sources than --shapley-max)")
+            << "; interaction = (total - BF16 unit) - sum of the parts\n";
+    }
+    const store::BreakdownSubset* whole = nullptr;
+    std::string all;
+    for (const std::string& s : r.sources) {
+        all += (all.empty() ? "" : "+") + s;
+    }
+    whole = r.subsetOf(all);
+    if (whole) {
+        const metrics::EstimatorComparison comparison
+            = metrics::estimatorComparisonFromJson(nlohmann::json::parse(whole->estimatorsJson));
+        out << "  sampled-token estimators of the whole configuration (" << comparison.tokens
+            << " tokens; correlation with the per-token full KL)\n"
+            << estimatorTable(comparison);
+    }
+    out << "\n";
+}
+
+void registerBreakdownCommand(CLI::App& app, Context& context)
+{
+    auto a = std::make_shared<BreakdownArguments>();
+    CLI::App* command = app.add_subcommand("breakdown",
+        "Where a configuration's mismatch comes from: weights, activations, KV cache, embedding/lm_head, staleness "
+        "and noise switched on and off on the same prompts and seeds; per source add-one-in, leave-one-out and "
+        "Shapley parts with paired intervals, the interaction remainder, and the sampled-token estimators");
+    command->add_option("MODEL", a->model, "Student checkpoint (the FP32 trainer and the engines' fresh weights)")
+        ->required()
+        ->type_name("DIR");
+    addCandidateOptions(command, a->candidates);
+    command
+        ->add_option("--history", a->history,
+            "Older checkpoints of the same student (oldest first), used only as stale engine weights")
+        ->type_name("DIR...");
+    command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->required()->type_name("SET");
+    command
+        ->add_option("--shapley-max", a->shapleyMax,
+            "Shapley parts for a candidate with at most this many sources (2^n measurements)")
+        ->check(between(0, 6))
+        ->capture_default_str();
+    addAnalysisOptions(command, a->analysis);
+    command->callback([&context, a] {
+        analysis::BreakdownOptions options;
+        options.modelDirectory = a->model;
+        options.history = a->history;
+        options.promptSetPath = a->prompts;
+        options.count = a->analysis.count;
+        options.settings = resolveSettings(a->analysis);
+        options.shapleyMaxSources = a->shapleyMax;
+        options.candidates = resolveCandidates(a->candidates);
+        store::RunStore store = context.openStore();
+        TerminalProgress bar(*context.err);
+        const analysis::BreakdownResult result = analysis::runBreakdown(store, options, bar.progress());
+        bar.finish();
+        if (context.json) {
+            nlohmann::json list = nlohmann::json::array();
+            for (const store::BreakdownRecord& r : result.candidates) {
+                list.push_back(recordJson(r));
+            }
+            context.printJson({{"run_id", result.runId}, {"measurements", result.measurements},
+                {"seconds", result.seconds}, {"candidates", list}});
+            return;
+        }
+        std::ostream& out = *context.out;
+        out << "breakdown run " << result.runId << ": " << result.candidates.size() << " candidate(s), "
+            << result.measurements << " configurations measured (nats/token, paired 95% intervals over prompts)\n\n";
+        std::vector<std::vector<std::string>> summary;
+        for (const store::BreakdownRecord& r : result.candidates) {
+            std::string parts;
+            const auto shown = r.partsOf(r.shapley ? "shapley" : "add_one_in");
+            for (const auto& part : shown) {
+                parts += (parts.empty() ? "" : ", ") + part.source + " " + formatNumber(part.value, 3);
+            }
+            summary.push_back({r.candidate, formatNumber(r.total, 4), multiple(r.total, r.bf16Unit),
+                parts.empty() ? std::string("-") : (r.shapley ? "Shapley: " : "add-one-in: ") + parts});
+        }
+        out << formatTable({"candidate", "total", "x BF16", "parts"}, summary) << "\n";
+        for (const store::BreakdownRecord& r : result.candidates) {
+            printRecord(out, r);
+        }
+        out << "time " << formatNumber(result.seconds, 3) << " s\n";
+    });
+}
+
+const CommandRegistration registration(76, registerBreakdownCommand);
+
+} // namespace
+
+} // namespace mismatch::cli

@@ -1,0 +1,274 @@
+// The Breakdown tab (ui/breakdown_view.h) on hand-made breakdowns: the stacked segments are the stored parts (per
+// method and unit; a candidate without Shapley parts falls back to add-one-in), a negative interaction is drawn
+// below zero, the bars read back through the value axis, hovering reads a candidate's parts, the estimator table
+// has a row per whole configuration, and the dialog's command names the job. Screenshots at 1x, and at 2x when
+// run with QT_SCALE_FACTOR=2 (test_breakdown_view_2x).
+#include "core/metrics/estimators.h"
+#include "core/store/breakdown_store.h"
+#include "fixture_workspace.h"
+#include "ui/breakdown_dialog.h"
+#include "ui/breakdown_view.h"
+
+#include <qcustomplot.h>
+
+#include <nlohmann/json.hpp>
+
+#include <QAbstractItemModel>
+#include <QComboBox>
+#include <QPushButton>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace mismatch;
+
+namespace {
+
+store::BreakdownPart part(const std::string& method, const std::string& source, double value)
+{
+    return {method, source, value, value - 0.1 * std::abs(value) - 1e-6, value + 0.1 * std::abs(value) + 1e-6};
+}
+
+std::string estimators(double kl)
+{
+    metrics::EstimatorComparison comparison;
+    comparison.kl = kl;
+    comparison.tokens = 4096;
+    comparison.estimators = {{"k1", kl * 0.9, 0.41, 0.38}, {"k3", kl * 1.1, 0.62, 0.55},
+        {"mult_prob_error", 1.0 + 2.0 * kl, 0.58, 0.49}, {"prob_diff", kl * 0.3, 0.33, 0.29}};
+    return metrics::toJson(comparison).dump();
+}
+
+// Three candidates with known parts: W8A8 + FP8 KV (Shapley; its add-one-in interaction is negative), FP8 KV alone,
+// and the BF16 engine (nothing to split); a five-source candidate without Shapley parts.
+std::vector<store::BreakdownRecord> records(std::int64_t runId)
+{
+    const double unit = 6e-5;
+    store::BreakdownRecord w8a8;
+    w8a8.runId = runId;
+    w8a8.candidate = "fp8-per-tensor";
+    w8a8.model = "student";
+    w8a8.sources = {"weights", "activations", "kv_cache"};
+    w8a8.total = 0.0045;
+    w8a8.totalCiLow = 0.0039;
+    w8a8.totalCiHigh = 0.0052;
+    w8a8.bf16Unit = unit;
+    w8a8.unitCiLow = 5e-5;
+    w8a8.unitCiHigh = 7e-5;
+    w8a8.tokens = 8000;
+    w8a8.shapley = true;
+    const double excess = w8a8.total - unit;
+    w8a8.parts = {part("add_one_in", "weights", 0.0012), part("add_one_in", "activations", 0.0009),
+        part("add_one_in", "kv_cache", 0.0030), part("add_one_in", "interaction", excess - 0.0051),
+        part("leave_one_out", "weights", 0.0010), part("leave_one_out", "activations", 0.0006),
+        part("leave_one_out", "kv_cache", 0.0027), part("leave_one_out", "interaction", excess - 0.0043),
+        part("shapley", "weights", 0.0011), part("shapley", "activations", 0.00075),
+        part("shapley", "kv_cache", excess - 0.00185)};
+    w8a8.subsets = {{"", unit, 5e-5, 7e-5, 1e-5, 6e-5, 8000, estimators(unit)},
+        {"weights+activations+kv_cache", w8a8.total, 0.0039, 0.0052, 0.0041, 0.0047, 8000, estimators(w8a8.total)}};
+    store::BreakdownRecord kv;
+    kv.runId = runId;
+    kv.candidate = "fp8-kv";
+    kv.model = "student";
+    kv.sources = {"kv_cache"};
+    kv.total = 0.0031;
+    kv.totalCiLow = 0.0027;
+    kv.totalCiHigh = 0.0035;
+    kv.bf16Unit = unit;
+    kv.tokens = 8000;
+    kv.shapley = true;
+    kv.parts = {part("add_one_in", "kv_cache", kv.total - unit), part("add_one_in", "interaction", 0.0),
+        part("leave_one_out", "kv_cache", kv.total - unit), part("leave_one_out", "interaction", 0.0),
+        part("shapley", "kv_cache", kv.total - unit)};
+    kv.subsets = {{"kv_cache", kv.total, 0.0027, 0.0035, 0.003, 0.0032, 8000, estimators(kv.total)}};
+    store::BreakdownRecord bf16;
+    bf16.runId = runId;
+    bf16.candidate = "bf16";
+    bf16.model = "student";
+    bf16.total = unit;
+    bf16.bf16Unit = unit;
+    bf16.tokens = 8000;
+    bf16.shapley = true;
+    bf16.subsets = {{"", unit, 5e-5, 7e-5, 1e-5, 6e-5, 8000, estimators(unit)}};
+    store::BreakdownRecord five;
+    five.runId = runId;
+    five.candidate = "everything";
+    five.model = "student";
+    five.sources = {"weights", "activations", "kv_cache", "embedding_lm_head", "noise"};
+    five.total = 0.012;
+    five.totalCiLow = 0.010;
+    five.totalCiHigh = 0.014;
+    five.bf16Unit = unit;
+    five.tokens = 8000;
+    five.shapley = false;
+    five.parts = {part("add_one_in", "weights", 0.002), part("add_one_in", "activations", 0.001),
+        part("add_one_in", "kv_cache", 0.003), part("add_one_in", "embedding_lm_head", 0.0015),
+        part("add_one_in", "noise", 0.004), part("add_one_in", "interaction", 0.012 - unit - 0.0115),
+        part("leave_one_out", "weights", 0.0022), part("leave_one_out", "activations", 0.0008),
+        part("leave_one_out", "kv_cache", 0.0031), part("leave_one_out", "embedding_lm_head", 0.0012),
+        part("leave_one_out", "noise", 0.0041), part("leave_one_out", "interaction", 0.012 - unit - 0.0114)};
+    return {w8a8, kv, bf16, five};
+}
+
+} // namespace
+
+class TestBreakdownView : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase()
+    {
+        fixture::initGuiTest();
+        QVERIFY(directory_.isValid());
+        scale_ = qEnvironmentVariable("QT_SCALE_FACTOR", QStringLiteral("1")).toDouble();
+        QCOMPARE(qApp->devicePixelRatio(), scale_);
+        store_.emplace(store::RunStore::open(directory_.filePath("workspace.db").toStdString()));
+        runId_ = store_->beginRun({"breakdown", "breakdown", "{}", std::nullopt});
+        store::addBreakdowns(*store_, records(runId_));
+        store_->finishRun(runId_, store::RunStatus::Finished);
+    }
+
+    void segmentsAreTheStoredParts()
+    {
+        ui::BreakdownView view;
+        view.resize(1000, 720);
+        view.setStore(&*store_);
+        QVERIFY(view.selectRun(runId_));
+        QCOMPARE(view.records().size(), std::size_t(4));
+        const std::vector<store::BreakdownRecord> stored = store::breakdowns(*store_, runId_);
+        for (int method = 0; method < 3; ++method) {
+            view.setMethod(static_cast<ui::BreakdownView::Method>(method));
+            for (int unit = 0; unit < 3; ++unit) {
+                view.setUnit(static_cast<ui::BreakdownView::Unit>(unit));
+                for (std::size_t i = 0; i < stored.size(); ++i) {
+                    const store::BreakdownRecord& r = stored[i];
+                    const double scale = unit == ui::BreakdownView::Bf16Multiples ? 1.0 / r.bf16Unit
+                        : unit == ui::BreakdownView::ShareOfTotal                ? 100.0 / r.total
+                                                                                 : 1.0;
+                    const auto segments = view.segments(static_cast<int>(i));
+                    const auto shown = ui::BreakdownView::shownParts(r, static_cast<ui::BreakdownView::Method>(method));
+                    QCOMPARE(segments.size(), shown.size() + 1); // the BF16 unit below the parts
+                    QCOMPARE(segments.front().first, QStringLiteral("BF16 unit"));
+                    QVERIFY(std::abs(segments.front().second - r.bf16Unit * scale) <= 1e-12 * std::max(1.0, scale));
+                    double sum = 0.0;
+                    for (const auto& [name, value] : segments) {
+                        sum += value;
+                        bool found = name == QLatin1String("BF16 unit");
+                        for (const auto& p : shown) {
+                            if (QString::fromStdString(p.source) == name) {
+                                QVERIFY(std::abs(value - p.value * scale) <= 1e-12 * std::max(1.0, scale));
+                                found = true;
+                            }
+                        }
+                        QVERIFY2(found, qPrintable(name));
+                    }
+                    // Every method's segments add up to the total (unit + parts + interaction).
+                    QVERIFY2(std::abs(sum - r.total * scale) <= 1e-9 * std::max(1.0, scale),
+                        qPrintable(QString("%1 method %2: %3 vs %4").arg(QString::fromStdString(r.candidate))
+                                       .arg(method).arg(sum).arg(r.total * scale)));
+                }
+            }
+        }
+        // The add-one-in interaction of the first candidate is negative: drawn below zero, read back through the
+        // value axis from its bar.
+        view.setMethod(ui::BreakdownView::AddOneIn);
+        view.setBf16Units(false);
+        QCPBars* interaction = nullptr;
+        for (int i = 0; i < view.plot()->plottableCount(); ++i) {
+            if (auto* bars = qobject_cast<QCPBars*>(view.plot()->plottable(i));
+                bars && bars->name().startsWith(QLatin1String("interaction"))) {
+                interaction = bars;
+            }
+        }
+        QVERIFY(interaction);
+        const double negative = stored[0].partsOf("add_one_in").back().value;
+        QVERIFY(negative < 0.0);
+        QCOMPARE(interaction->data()->at(0)->value, negative);
+        // Every bar below it in the stack is positive at this candidate, so (QCustomPlot stacks each sign on its own
+        // side of zero) the negative remainder is drawn from zero downwards.
+        int below = 0;
+        for (QCPBars* bars = interaction->barBelow(); bars; bars = bars->barBelow()) {
+            QVERIFY(bars->data()->at(0)->value >= 0.0);
+            ++below;
+        }
+        QCOMPARE(below, 6); // the BF16 unit, weights, activations, kv_cache, embedding_lm_head, noise (0 here)
+        QVERIFY(view.plot()->yAxis->range().lower < negative);
+        // Shapley on the five-source candidate falls back to add-one-in, marked in its tick label.
+        view.setMethod(ui::BreakdownView::Shapley);
+        const auto ticker = view.plot()->xAxis->ticker().dynamicCast<QCPAxisTickerText>();
+        QVERIFY(ticker);
+        QCOMPARE(ticker->ticks().value(3.0), QStringLiteral("everything *"));
+        QCOMPARE(ticker->ticks().value(0.0), QStringLiteral("fp8-per-tensor"));
+    }
+
+    void hoverAndTablesAndScreenshots()
+    {
+        ui::BreakdownView view;
+        view.resize(1100, 760);
+        view.setStore(&*store_);
+        view.setMethod(ui::BreakdownView::Shapley);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        QTest::qWait(100);
+        QCustomPlot* plot = view.plot();
+        const QPoint over(static_cast<int>(plot->xAxis->coordToPixel(0.0)),
+            static_cast<int>(plot->yAxis->coordToPixel(0.002)));
+        view.hoverAt(over);
+        QVERIFY2(view.readoutText().contains(QLatin1String("fp8-per-tensor")), qPrintable(view.readoutText()));
+        QVERIFY2(view.readoutText().contains(QLatin1String("kv_cache")), qPrintable(view.readoutText()));
+        QVERIFY2(view.readoutText().contains(QLatin1String("0.0045")), qPrintable(view.readoutText()));
+        // Rows: per candidate the total, the unit, and each source plus the interaction.
+        QCOMPARE(view.table()->model()->rowCount(), (2 + 4) + (2 + 2) + 2 + (2 + 6));
+        // Estimators: one row per candidate whose whole configuration was stored with them (not "everything").
+        QCOMPARE(view.estimatorTable()->model()->rowCount(), 3);
+        QVERIFY(view.estimatorTable()->model()->index(0, 2).data().toString().contains(QLatin1String("0.41")));
+        const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_breakdown") : QStringLiteral("breakdown");
+        fixture::saveScreenshot(view, prefix + QStringLiteral("_view.png"));
+        view.setMethod(ui::BreakdownView::AddOneIn);
+        view.setBf16Units(true);
+        fixture::saveScreenshot(view, prefix + QStringLiteral("_view_add_one_in_bf16.png"));
+        QCOMPARE(view.grab().devicePixelRatio(), scale_);
+    }
+
+    void dialogChecksAndNamesTheCommand()
+    {
+        const QString resources = QStringLiteral(MISMATCH_SOURCE_DIR "/resources");
+        ui::BreakdownDialog dialog(directory_.path(), &*store_);
+        dialog.setModelDirectory(resources + "/models/arith-student-step100");
+        dialog.setCandidates(resources + "/candidates/demo.yaml");
+        dialog.setPromptSet(resources + "/prompts/arith-probe.jsonl");
+        dialog.setCount(32);
+        QVERIFY2(dialog.valid(), qPrintable(dialog.errorText()));
+        QVERIFY(dialog.startButton()->isEnabled());
+        QVERIFY(dialog.cliCommand().contains(QLatin1String(" breakdown ")));
+        QVERIFY(dialog.cliCommand().contains(QLatin1String("--candidates ")));
+        QVERIFY(dialog.cliCommand().contains(QLatin1String("--count 32")));
+        // A candidates file and a one-configuration field together are refused, naming the fields.
+        dialog.setNoise(0.05);
+        QVERIFY(!dialog.valid());
+        QVERIFY2(dialog.errorText().contains(QLatin1String("candidates file")), qPrintable(dialog.errorText()));
+        dialog.setNoise(0.0);
+        dialog.setCandidates({});
+        dialog.setStaleness(2);
+        QVERIFY(!dialog.valid());
+        QVERIFY2(dialog.errorText().startsWith(QLatin1String("Older checkpoints")), qPrintable(dialog.errorText()));
+        dialog.setStaleness(0);
+        dialog.setRecipe(resources + "/recipes/fp8-kv.yaml");
+        QVERIFY2(dialog.valid(), qPrintable(dialog.errorText()));
+        QVERIFY(dialog.cliCommand().contains(QLatin1String("--recipe ")));
+        QVERIFY(dialog.jobName().contains(QLatin1String("fp8-kv")));
+        const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_breakdown") : QStringLiteral("breakdown");
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        fixture::saveScreenshot(dialog, prefix + QStringLiteral("_dialog.png"));
+    }
+
+private:
+    QTemporaryDir directory_;
+    std::optional<store::RunStore> store_;
+    std::int64_t runId_ = 0;
+    double scale_ = 1.0;
+};
+
+QTEST_MAIN(TestBreakdownView)
+#include "test_breakdown_view.moc"

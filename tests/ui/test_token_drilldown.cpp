@@ -1,0 +1,177 @@
+// The token drill-down (ui/token_drilldown.h) of a stored prefix-shift pair: repetition and UTF-8 flags on known
+// sequences, the detail panel (mu, pi, entropies, top-5) of a hovered token, the jumps to the first divergence and
+// to the largest-KL tokens, and that the Prefix Shift tab opens it. Screenshots at 1x, and at 2x when run with
+// QT_SCALE_FACTOR=2 (test_token_drilldown_2x).
+#include "core/store/analysis_store.h"
+#include "fixture_workspace.h"
+#include "ui/prefix_shift_view.h"
+#include "ui/token_drilldown.h"
+
+#include <QLabel>
+#include <QListWidget>
+#include <QPushButton>
+#include <QTemporaryDir>
+#include <QTextBrowser>
+#include <QtTest>
+
+#include <cmath>
+
+using namespace mismatch;
+
+namespace {
+
+const std::string kStudent = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
+
+store::TokenDetail detail(std::int64_t chosen, double mu, double pi, std::int64_t other)
+{
+    store::TokenDetail d;
+    d.logMu = std::log(mu);
+    d.logPi = std::log(pi);
+    d.entropyMu = 0.31;
+    d.entropyPi = 0.47;
+    d.topMu = {{chosen, mu}, {other, 1.0 - mu - 0.01}, {other + 1, 0.004}, {other + 2, 0.003}, {other + 3, 0.002}};
+    d.topPi = {{other, 1.0 - pi - 0.01}, {chosen, pi}, {other + 1, 0.005}, {other + 2, 0.003}, {other + 3, 0.001}};
+    return d;
+}
+
+} // namespace
+
+class TestTokenDrillDown : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase()
+    {
+        fixture::initGuiTest();
+        QVERIFY(directory_.isValid());
+        scale_ = qEnvironmentVariable("QT_SCALE_FACTOR", QStringLiteral("1")).toDouble();
+        tokenizer_.emplace(model::Tokenizer::fromFile(kStudent + "/tokenizer.json"));
+    }
+
+    void repetitionIsFound()
+    {
+        QVERIFY(!ui::findRepetition({1, 2, 3, 4, 5, 6}).has_value());
+        QVERIFY(!ui::findRepetition({7, 7, 1, 7, 7}).has_value()); // twice in a row only
+        const auto single = ui::findRepetition({1, 9, 9, 9, 9, 2});
+        QVERIFY(single.has_value());
+        QCOMPARE(single->start, std::int64_t(1));
+        QCOMPARE(single->length, std::int64_t(1));
+        QCOMPARE(single->times, std::int64_t(4));
+        // "3+4;" three times: the longest run covered wins over the shorter repeats inside it.
+        const auto gram = ui::findRepetition({0, 3, 1, 4, 2, 3, 1, 4, 2, 3, 1, 4, 2, 5});
+        QVERIFY(gram.has_value());
+        QCOMPARE(gram->start, std::int64_t(1));
+        QCOMPARE(gram->length, std::int64_t(4));
+        QCOMPARE(gram->times, std::int64_t(3));
+    }
+
+    void undecodableBytesAreFound()
+    {
+        const std::vector<std::int64_t> text = tokenizer_->encode("21\n");
+        QCOMPARE(*ui::firstUndecodableByte(&*tokenizer_, text), std::string::npos);
+        // The token of the lone byte 0xff (no UTF-8 sequence starts with it).
+        std::optional<std::int64_t> ff;
+        for (std::int64_t id = 0; id < tokenizer_->vocabSize(); ++id) {
+            try {
+                if (tokenizer_->tokenBytes(id) == std::string("\xff")) {
+                    ff = id;
+                }
+            } catch (const std::exception&) {
+            }
+        }
+        QVERIFY(ff.has_value());
+        std::vector<std::int64_t> bad = text;
+        bad.push_back(*ff);
+        QCOMPARE(*ui::firstUndecodableByte(&*tokenizer_, bad), std::size_t(3));
+        QVERIFY(!ui::firstUndecodableByte(nullptr, bad).has_value());
+    }
+
+    void drillDownFromThePrefixShiftTab()
+    {
+        store::RunStore store = store::RunStore::open(directory_.filePath("workspace.db").toStdString());
+        store::PrefixShiftPair pair;
+        pair.promptId = "arith-probe-0001";
+        pair.promptTokens = tokenizer_->encode("Q:(13-6)*3-1\n");
+        pair.candidateTokens = tokenizer_->encode("7*3=21;21-1=20;20;20;20;A:20\n");
+        pair.referenceTokens = tokenizer_->encode("7*3=21;21-1=20;A:20\n");
+        pair.firstDivergence = 15;
+        for (std::size_t i = 0; i < pair.candidateTokens.size(); ++i) {
+            pair.candidateKl.push_back(i == 15 ? 0.21 : i == 20 ? 0.12 : 0.002 + 0.001 * static_cast<double>(i % 4));
+            pair.candidateDetail.push_back(detail(pair.candidateTokens[i], 0.8, 0.6, 40 + static_cast<std::int64_t>(i)));
+        }
+        for (std::size_t i = 0; i < pair.referenceTokens.size(); ++i) {
+            pair.referenceKl.push_back(0.003);
+            pair.referenceDetail.push_back(detail(pair.referenceTokens[i], 0.9, 0.85, 60));
+        }
+        store::PrefixShiftRecord record;
+        record.model = kStudent;
+        record.total = 0.03;
+        record.perToken = 0.01;
+        record.prefixShift = 0.02;
+        record.bf16Unit = 1e-4;
+        record.pairs = 1;
+        record.diverged = 1;
+        const std::int64_t id = store::addPrefixShift(store, record, {pair});
+        // The details come back as written.
+        const auto back = store::prefixShiftPairs(store, id);
+        QCOMPARE(back.size(), std::size_t(1));
+        QCOMPARE(back[0].candidateDetail.size(), pair.candidateTokens.size());
+        QCOMPARE(back[0].candidateDetail[3].logMu, pair.candidateDetail[3].logMu);
+        QVERIFY(back[0].candidateDetail[3].topPi == pair.candidateDetail[3].topPi);
+
+        ui::PrefixShiftView view;
+        view.resize(1100, 800);
+        view.setStore(&store);
+        QVERIFY(view.selectAnalysis(id));
+        view.pairList()->setCurrentRow(0);
+        QPointer<ui::TokenDrillDown> dialog = view.openDrillDown(0);
+        QVERIFY(dialog);
+        QVERIFY(QTest::qWaitForWindowExposed(dialog));
+        // The candidate repeats "20;" three times in a row: flagged; it decodes.
+        QVERIFY2(dialog->flagsText().contains(QLatin1String("repetition: 3 token(s) from position 12 repeated 4 times")),
+            qPrintable(dialog->flagsText()));
+        QVERIFY(!dialog->flagsText().contains(QLatin1String("not decodable")));
+        QVERIFY(dialog->jumpToFirstDivergence());
+        QCOMPARE(dialog->selectedToken(), 15);
+        QVERIFY2(dialog->detailText().contains(QLatin1String("first divergence")), qPrintable(dialog->detailText()));
+        // Largest KL first: position 15 (0.21), then 20 (0.12).
+        dialog->jumpToNextLargest();
+        QCOMPARE(dialog->selectedToken(), 15);
+        dialog->jumpToNextLargest();
+        QCOMPARE(dialog->selectedToken(), 20);
+        // Hovering a token's anchor shows its details: mu(y) = 0.8, pi(y) = 0.6, both entropies and the top-5.
+        emit dialog->tokenView()->highlighted(QUrl(QStringLiteral("tok:3")));
+        QCOMPARE(dialog->selectedToken(), 3);
+        const QString text = dialog->detailText();
+        QVERIFY2(text.contains(QLatin1String("mu(y) = 0.8")) && text.contains(QLatin1String("pi(y) = 0.6")), qPrintable(text));
+        QVERIFY2(text.contains(QLatin1String("top-5 mu")) && text.contains(QLatin1String("0.47")), qPrintable(text));
+        const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_token_drilldown") : QStringLiteral("token_drilldown");
+        dialog->resize(1000, 560);
+        fixture::saveScreenshot(*dialog, prefix + QStringLiteral(".png"));
+        QCOMPARE(dialog->grab().devicePixelRatio(), scale_);
+        dialog->showSequence(1);
+        QVERIFY2(dialog->flagsText().startsWith(QLatin1String("No repetition")), qPrintable(dialog->flagsText()));
+        dialog->close();
+        QTRY_VERIFY(dialog.isNull()); // deletes itself on close
+        // Without stored details (a pair from before schema 5) the panel says how to get them.
+        store::PrefixShiftPair old = pair;
+        old.candidateDetail.clear();
+        old.referenceDetail.clear();
+        const std::int64_t oldId = store::addPrefixShift(store, record, {old});
+        view.refresh();
+        QVERIFY(view.selectAnalysis(oldId));
+        QPointer<ui::TokenDrillDown> plain = view.openDrillDown(0);
+        QVERIFY(plain);
+        plain->selectToken(0);
+        QVERIFY(plain->detailText().contains(QLatin1String("without per-token details")));
+        plain->close();
+    }
+
+private:
+    QTemporaryDir directory_;
+    std::optional<model::Tokenizer> tokenizer_;
+    double scale_ = 1.0;
+};
+
+QTEST_MAIN(TestTokenDrillDown)
+#include "test_token_drilldown.moc"
