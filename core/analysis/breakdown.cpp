@@ -408,7 +408,7 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
             progress.checkCancelled();
             const double begin = 0.95 * static_cast<double>(i) / static_cast<double>(configurations.size());
             const double end = 0.95 * static_cast<double>(i + 1) / static_cast<double>(configurations.size());
-            ProgressSlice slice(&progress, begin, end,
+            Progress slice = progress.child(begin, end,
                 "configuration " + std::to_string(i + 1) + " of " + std::to_string(configurations.size()));
             const Configuration& configuration = configurations[i];
             auto engine = buildEngine(student.config, weightsOf(configuration.weightsDirectory), configuration.engine,
@@ -418,7 +418,7 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
             measureOptions.sampling = sampling;
             measureOptions.keepTokenValues = true;
             const engine::MismatchMeasurement m
-                = engine::measureMismatch(trainer, *engine, requests.requests, measureOptions, slice.get());
+                = engine::measureMismatch(trainer, *engine, requests.requests, measureOptions, &slice);
             Measurement& out = measured[i];
             out.sums = m.promptKlSums;
             out.tokens.assign(m.promptTokens.begin(), m.promptTokens.end());

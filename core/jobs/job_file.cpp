@@ -358,11 +358,11 @@ std::vector<JobResult> runJobFile(const JobFile& file, store::RunStore& store, P
             onStep(i, spec);
         }
         const std::string label = step.id.empty() ? spec.kind() : step.id + " (" + spec.kind() + ")";
-        analysis::ProgressSlice slice(&progress, share * static_cast<double>(i), share * static_cast<double>(i + 1),
+        Progress slice = progress.child(share * static_cast<double>(i), share * static_cast<double>(i + 1),
             file.study ? label : std::string());
         JobResult result;
         try {
-            result = spec.run(store, *slice.get());
+            result = spec.run(store, slice);
         } catch (const CancelledError&) {
             throw;
         } catch (const InputError& error) {
