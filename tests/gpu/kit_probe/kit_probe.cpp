@@ -29,7 +29,7 @@ int main(int argc, char** argv)
     check(count == 3, "CLI11 " CLI11_VERSION " parsed --count 3");
 
     check(std::strcmp(sqlite3_libversion(), SQLITE_VERSION) == 0,
-          std::string("SQLite header ") + SQLITE_VERSION + " = library " + sqlite3_libversion());
+        std::string("SQLite header ") + SQLITE_VERSION + " = library " + sqlite3_libversion());
     sqlite3* db = nullptr;
     int sum = 0;
     if (sqlite3_open(":memory:", &db) == SQLITE_OK) {
@@ -48,13 +48,13 @@ int main(int argc, char** argv)
 
     const nlohmann::json json = nlohmann::json::parse(R"({"kl": [0.5, 0.25]})");
     check(json.at("kl").at(1).get<double>() == 0.25,
-          "nlohmann_json " + std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "."
-              + std::to_string(NLOHMANN_JSON_VERSION_MINOR) + " parsed an object");
+        "nlohmann_json " + std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "."
+            + std::to_string(NLOHMANN_JSON_VERSION_MINOR) + " parsed an object");
 
     int error = 0;
     PCRE2_SIZE offset = 0;
-    pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(R"(\p{L}+)"), PCRE2_ZERO_TERMINATED, PCRE2_UTF,
-                                   &error, &offset, nullptr);
+    pcre2_code* re = pcre2_compile(
+        reinterpret_cast<PCRE2_SPTR>(R"(\p{L}+)"), PCRE2_ZERO_TERMINATED, PCRE2_UTF, &error, &offset, nullptr);
     bool matched = false;
     if (re) {
         pcre2_match_data* match = pcre2_match_data_create_from_pattern(re, nullptr);
@@ -66,7 +66,7 @@ int main(int argc, char** argv)
         pcre2_match_data_free(match);
         pcre2_code_free(re);
     }
-    check(matched, "PCRE2 " + std::to_string(PCRE2_MAJOR) + "." + std::to_string(PCRE2_MINOR)
-                       + " matched a UTF-8 letter run");
+    check(matched,
+        "PCRE2 " + std::to_string(PCRE2_MAJOR) + "." + std::to_string(PCRE2_MINOR) + " matched a UTF-8 letter run");
     return failures == 0 ? 0 : 1;
 }
