@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The device build kit's CPU-side part (label unit): gathers a fresh kit with tests/gpu/gather_device_deps.sh into
 # WORK/kit, checks what it holds, then configures tests/gpu/kit_probe against it with the system prefixes
-# ignored (CMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local), so that SQLite3, yaml-cpp, PCRE2, CLI11 and nlohmann_json
-# can only come from the kit; builds the probe, checks from the compiler's dependency file that every header
-# came from the kit and from ldd that every library resolves into it without LD_LIBRARY_PATH, and runs it.
+# ignored (CMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local) and pkg-config disabled, so that SQLite3, yaml-cpp, PCRE2,
+# CLI11 and nlohmann_json can only come from the kit; builds the probe, checks from the compiler's dependency file
+# that every header came from the kit and from ldd that every library resolves into it without LD_LIBRARY_PATH,
+# and runs it.
 # Exit 77 (skipped) when apt cannot reach its archive (CI has no network).
 #
 #   tests/gpu/test_device_kit.sh WORK
@@ -39,10 +40,11 @@ done
 [ -z "$(find -L "$kit" -type l)" ] || fail "dangling links in the kit"
 grep -q '^prefix=/usr$' -r "$kit" --include='*.pc' && fail "a pkg-config file still says prefix=/usr"
 
-# The probe, with the system's copies out of reach.
+# The probe, with the system's copies out of reach and without pkg-config (GPU machines may have none).
 # Unix Makefiles keeps the compiler's dependency file (Ninja consumes it), which says where each header came from.
 cmake -S "$root/tests/gpu/kit_probe" -B "$work/probe" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$kit/usr" "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local" >"$work/configure.log" 2>&1 \
+  -DCMAKE_PREFIX_PATH="$kit/usr" "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON >"$work/configure.log" 2>&1 \
   || { cat "$work/configure.log"; echo "FAIL: the probe does not configure against the kit alone"; exit 1; }
 grep -- "-- Library " "$work/configure.log"
 for name in SQLite3 yaml-cpp PCRE2 CLI11 nlohmann_json; do
