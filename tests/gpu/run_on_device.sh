@@ -44,6 +44,10 @@ if [ -d "$kit/usr/include" ]; then
   prefix_path="$kit/usr${prefix_path:+;$prefix_path}"
   export LD_LIBRARY_PATH="$kit_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   log "device build kit at $kit ($(du -sh "$kit" | cut -f1)): $(paste -sd, "$kit/PACKAGES" 2>/dev/null)"
+  # Debian's libraries use the C++11 string ABI; a LibTorch built with the old one could not link yaml-cpp's API.
+  if [ -n "$prefix" ] && [ "$(python3 -c 'import torch; print(torch.compiled_with_cxx11_abi())' 2>/dev/null)" = False ]; then
+    log "warning: this LibTorch uses the pre-C++11 string ABI, the kit's yaml-cpp the C++11 one: linking may fail"
+  fi
 else
   log "no device build kit at $kit: the C++ libraries must be installed (tests/gpu/gather_device_deps.sh makes one)"
 fi
