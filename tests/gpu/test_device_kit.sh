@@ -10,7 +10,7 @@
 #   tests/gpu/test_device_kit.sh WORK
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-work=${1:?usage: test_device_kit.sh WORK}
+work=$(realpath -m "${1:?usage: test_device_kit.sh WORK}")
 kit=$work/kit
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -53,9 +53,12 @@ done
 cmake --build "$work/probe" >"$work/build.log" 2>&1 || { cat "$work/build.log"; echo "FAIL: the probe does not build"; exit 1; }
 depfile=$(find "$work/probe" -name 'kit_probe.cpp.o.d' | head -n 1)
 [ -n "$depfile" ] || fail "no dependency file for kit_probe.cpp"
+# One path per line, made absolute (ccache with a base_dir writes paths relative to the build folder).
+headers=$(cd "$work/probe" && tr -s ' \\' '\n\n' <"$depfile" | grep -v ':$' | grep . | xargs realpath -m)
+kit_real=$(realpath "$kit")
 for header in sqlite3.h pcre2.h yaml-cpp/yaml.h CLI/CLI.hpp nlohmann/json.hpp; do
-  tr -s ' \\' '\n\n' <"$depfile" | grep -qxF "$kit/usr/include/$header" || fail "$header not read from the kit"
-  tr -s ' \\' '\n\n' <"$depfile" | grep -qE "^/usr(/local)?/include/$header\$" && fail "$header read from the system"
+  grep -qxF "$kit_real/usr/include/$header" <<<"$headers" || fail "$header not read from the kit"
+  grep -qE "^/usr(/local)?/include/$header\$" <<<"$headers" && fail "$header read from the system"
 done
 ldd "$work/probe/kit_probe" | grep -E "sqlite3|yaml-cpp|pcre2"
 for lib in libsqlite3.so libyaml-cpp.so libpcre2-8.so; do
