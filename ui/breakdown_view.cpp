@@ -440,6 +440,10 @@ void BreakdownView::rebuild()
     const double span = std::max(high - low, 1e-12);
     fitY_[0] = low < 0.0 ? low - 0.08 * span : 0.0;
     fitY_[1] = high + 0.08 * span;
+    if (records_.empty()) { // nothing drawn: a plain 0..1 axis rather than one scaled to rounding noise
+        fitY_[0] = 0.0;
+        fitY_[1] = 1.0;
+    }
     fitView();
 
     model_->clear();

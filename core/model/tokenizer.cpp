@@ -749,8 +749,9 @@ void Tokenizer::Impl::parseNormalizer(const Json& normalizer, const std::string&
     const std::string type = typeOf(normalizer, path, file);
     if (type == "NFC") {
         if (!supportsNfc()) {
-            throw InputError(
-                file, join(path, "type"), "NFC normalization needs a build with ICU (libicu-dev); this build has none");
+            throw InputError(file, join(path, "type"),
+                "NFC normalization needs a build with ICU (libicu-dev, CMake option MISMATCH_ICU=ON); "
+                "this build has none");
         }
         nfc = true;
     } else if (type == "Sequence") {

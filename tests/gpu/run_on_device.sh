@@ -12,6 +12,12 @@
 # with a message when this CLI has no `train` command). Sized for <= 8 minutes on one H200 with 16 cores.
 # Without a CUDA device (or with a CPU-only LibTorch) it stops after the build, before anything needs the GPU,
 # and exits 0 saying so. MISMATCH_GPU_QUICK=1 shrinks every benchmark (a smoke run).
+#
+# The device build kit: GPU machines have none of the C++ libraries (SQLite, yaml-cpp, PCRE2, CLI11, nlohmann-json)
+# and no package registry. When .device-deps/ (or MISMATCH_DEVICE_DEPS) holds the kit that
+# tests/gpu/gather_device_deps.sh made on a CPU machine, it goes first on CMAKE_PREFIX_PATH and LD_LIBRARY_PATH
+# (the binaries also carry its library folder as their run path). Without ICU headers (the kit has none) the build
+# is configured with -DMISMATCH_ICU=OFF: tokenizers with an NFC normalizer are then refused with a clear error.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -30,19 +36,41 @@ else
   log "python3 has no torch: building against the system LibTorch (CPU-only on Debian)"
 fi
 
-# 2. Configure and build (GUI off; Qt is optional then, and only the Qt-free tests are built).
+# 2. The device build kit, when there is one, and ICU.
+prefix_path=$prefix
+kit=${MISMATCH_DEVICE_DEPS:-$root/.device-deps}
+if [ -d "$kit/usr/include" ]; then
+  kit_lib=$kit/usr/lib/x86_64-linux-gnu
+  prefix_path="$kit/usr${prefix_path:+;$prefix_path}"
+  export LD_LIBRARY_PATH="$kit_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  log "device build kit at $kit ($(du -sh "$kit" | cut -f1)): $(paste -sd, "$kit/PACKAGES" 2>/dev/null)"
+  # Debian's libraries use the C++11 string ABI; a LibTorch built with the old one could not link yaml-cpp's API.
+  if [ -n "$prefix" ] && [ "$(python3 -c 'import torch; print(torch.compiled_with_cxx11_abi())' 2>/dev/null)" = False ]; then
+    log "warning: this LibTorch uses the pre-C++11 string ABI, the kit's yaml-cpp the C++11 one: linking may fail"
+  fi
+else
+  log "no device build kit at $kit: the C++ libraries must be installed (tests/gpu/gather_device_deps.sh makes one)"
+fi
+icu=OFF
+for include in /usr/include /usr/local/include "$kit/usr/include"; do
+  [ -f "$include/unicode/unorm2.h" ] && icu=ON
+done
+[ "$icu" = ON ] || log "no ICU headers: -DMISMATCH_ICU=OFF (tokenizers with an NFC normalizer are refused)"
+
+# 3. Configure and build (GUI off; Qt is optional then, and only the Qt-free tests are built).
 cuda_option=-DMISMATCH_CUDA=ON
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   log "no nvcc: cuda/ cannot be built here"
   exit 1
 fi
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH_BUILD_GUI=OFF "$cuda_option" \
-    -DMISMATCH_TEST_DIRS=gpu ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$build/configure.log" 2>&1; then
+    -DMISMATCH_TEST_DIRS=gpu -DMISMATCH_ICU="$icu" ${prefix_path:+"-DCMAKE_PREFIX_PATH=$prefix_path"} \
+    >"$build/configure.log" 2>&1; then
   tail -n 30 "$build/configure.log"
-  log "configure failed (a missing dependency? packaging/install-deps.sh lists them); log: $build/configure.log"
+  log "configure failed (a missing dependency? tests/gpu/gather_device_deps.sh gathers them); log: $build/configure.log"
   exit 1
 fi
-grep -E "Mismatch Lab|Qt 6 Test" "$build/configure.log" || true
+grep -E "Mismatch Lab|Qt 6 Test|-- Library |MISMATCH_ICU" "$build/configure.log" || true
 log "building mismatch, test_gpu_reference, test_gpu_kernels, bench_gpu"
 if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels bench_gpu \
     >"$build/build.log" 2>&1; then
@@ -52,7 +80,7 @@ if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference te
 fi
 log "build done"
 
-# 3. The always-running CPU reference tests, then the gpu tests (CTest reports exit code 77 as skipped: no
+# 4. The always-running CPU reference tests, then the gpu tests (CTest reports exit code 77 as skipped: no
 #    device, so stop before the GPU parts).
 "$build/tests/gpu/test_gpu_reference" >"$build/test_gpu_reference.log" 2>&1 || {
   tail -n 20 "$build/test_gpu_reference.log"; log "test_gpu_reference FAILED"; exit 1; }
@@ -74,7 +102,7 @@ else
   gpu_tests=passed
 fi
 
-# 4. Time to quality through the CLI: BF16 synchronous vs FP8 asynchronous on the demo pair.
+# 5. Time to quality through the CLI: BF16 synchronous vs FP8 asynchronous on the demo pair.
 ttq="$build/time-to-quality.json"
 mismatch="$build/app/mismatch"
 workspace="$build/ttq-workspace"
@@ -100,7 +128,7 @@ else
   fi
 fi
 
-# 5. The benchmark: one JSON file, the table printed last.
+# 6. The benchmark: one JSON file, the table printed last.
 quick=()
 [ "${MISMATCH_GPU_QUICK:-0}" = 1 ] && quick=(--quick)
 log "bench_gpu (gpu tests $gpu_tests)"
