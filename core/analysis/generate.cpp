@@ -25,7 +25,6 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
     const model::Tokenizer tokenizer = model::loadModelTokenizer(o.modelDirectory, config);
     GenerateResult result;
     result.requests = promptRequests(o.prompts, tokenizer, 0);
-    requirePromptsFit(result.requests, config, o.sampling.maxNewTokens);
     if (o.noise > 0.0) {
         engine::requireNoiseModulesMatch(config, o.noiseModules, o.noiseModulesSource, "");
     }
@@ -65,6 +64,9 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
     // As stored (a BF16 checkpoint stays BF16): the engine keeps no float32 copy.
     const model::TransformerWeights weights
         = model::loadWeights(result.weightSource, config, model::LoadPrecision::Stored);
+    // After the memory checks and the weights (whose problems are the model's, reported first), as `generate` always
+    // did: each prompt plus the new tokens must fit the model's positions.
+    requirePromptsFit(result.requests, config, o.sampling.maxNewTokens);
     engine::EngineOptions engineOptions;
     engineOptions.precision = fp32 ? engine::EnginePrecision::Fp32 : engine::EnginePrecision::Bf16Reference;
     engineOptions.kvCacheBytes = o.kvCacheBytes;

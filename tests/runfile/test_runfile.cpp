@@ -773,11 +773,13 @@ void TestRunFile::compareErrors()
     const CliResult differ = compare(otherSetId, baseId, "100");
     QCOMPARE(differ.code, 1);
     const QString message = QString::fromStdString(differ.err);
+    // Both directions, each run named by its id and the step compared (store::qualitiesInOrderOf, one pairing rule
+    // for compare and calibrate).
     QVERIFY2(
-        message.contains("2 of run " + QString::number(otherSetId) + " (other-set)'s problems are missing from run "
-            + QString::number(baseId) + " (bf16-baseline) (e.g. 'q02')"),
+        message.contains("2 of run " + QString::number(otherSetId) + " (step 100)'s problems are missing from run "
+            + QString::number(baseId) + " (step 100)'s (e.g. 'q02')"),
         differ.err.c_str());
-    QVERIFY2(message.contains("1 of run " + QString::number(baseId) + " (bf16-baseline)'s problems are missing from"),
+    QVERIFY2(message.contains("1 of run " + QString::number(baseId) + " (step 100)'s problems are missing from"),
         differ.err.c_str());
     QVERIFY2(message.contains("(e.g. 'p02')"), differ.err.c_str());
 
