@@ -22,7 +22,7 @@ namespace {
 
 const std::string kStudent = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
 
-store::TokenDetail detail(std::int64_t chosen, double mu, double pi, std::int64_t other)
+store::TokenDetail tokenDetail(std::int64_t chosen, double mu, double pi, std::int64_t other)
 {
     store::TokenDetail d;
     d.logMu = std::log(mu);
@@ -97,11 +97,11 @@ private slots:
         pair.firstDivergence = 15;
         for (std::size_t i = 0; i < pair.candidateTokens.size(); ++i) {
             pair.candidateKl.push_back(i == 15 ? 0.21 : i == 20 ? 0.12 : 0.002 + 0.001 * static_cast<double>(i % 4));
-            pair.candidateDetail.push_back(detail(pair.candidateTokens[i], 0.8, 0.6, 40 + static_cast<std::int64_t>(i)));
+            pair.candidateDetail.push_back(tokenDetail(pair.candidateTokens[i], 0.8, 0.6, 40 + static_cast<std::int64_t>(i)));
         }
         for (std::size_t i = 0; i < pair.referenceTokens.size(); ++i) {
             pair.referenceKl.push_back(0.003);
-            pair.referenceDetail.push_back(detail(pair.referenceTokens[i], 0.9, 0.85, 60));
+            pair.referenceDetail.push_back(tokenDetail(pair.referenceTokens[i], 0.9, 0.85, 60));
         }
         store::PrefixShiftRecord record;
         record.model = kStudent;
