@@ -154,31 +154,20 @@ QString CalibrationDialog::runFile() const
 
 QString CalibrationDialog::check() const
 {
+    // What the spec cannot say: a field whose text is not a list, a file that is not there or does not load.
     const QString run = runFile();
     if (run.isEmpty() || !QFileInfo(run).isFile()) {
         return tr("Base run file: expected a run file (YAML) of the student's standard run (got '%1')").arg(run);
     }
-    if (const QString error = loadError(tr("Base run file"), [&] { train::loadRunConfig(run.toStdString()); });
-        !error.isEmpty()) {
-        return error;
-    }
     QString error;
-    const auto noise = parseNumberList(noise_->text(), &error);
-    if (!noise) {
+    if (!parseNumberList(noise_->text(), &error)) {
         return tr("Noise sigmas: %1; expected numbers above 0 separated by commas").arg(error);
     }
-    if (std::any_of(noise->begin(), noise->end(), [](double s) { return !(s > 0.0); })) {
-        return tr("Noise sigmas: every sigma must be above 0");
+    if (!parseIntegerList(staleness_->text(), &error)) {
+        return tr("Staleness values: %1; expected whole numbers of at least 1 separated by commas").arg(error);
     }
-    const auto staleness = parseIntegerList(staleness_->text(), &error);
-    if (!staleness || std::any_of(staleness->begin(), staleness->end(), [](std::int64_t k) { return k < 1; })) {
-        return tr("Staleness values: expected whole numbers of at least 1 separated by commas%1")
-            .arg(error.isEmpty() ? QString() : QStringLiteral(" (") + error + QLatin1Char(')'));
-    }
-    const auto steps = parseIntegerList(steps_->text(), &error);
-    if (!steps || std::any_of(steps->begin(), steps->end(), [](std::int64_t s) { return s < 1; })) {
-        return tr("Failure rule at steps: expected training steps (whole numbers of at least 1) separated by commas%1")
-            .arg(error.isEmpty() ? QString() : QStringLiteral(" (") + error + QLatin1Char(')'));
+    if (!parseIntegerList(steps_->text(), &error)) {
+        return tr("Failure rule at steps: %1; expected training steps separated by commas").arg(error);
     }
     for (const QString& recipe : splitPaths(recipes_->text())) {
         if (const QString failure = loadError(tr("Recipe"), [&] { quant::loadRecipe(recipe.toStdString()); });
@@ -186,7 +175,9 @@ QString CalibrationDialog::check() const
             return failure;
         }
     }
-    return {};
+    // Ranges and the checks across fields (the run file's objective and evaluation set, rule steps the run
+    // evaluates): the catalogue's, named by field label.
+    return specError(*spec());
 }
 
 QString CalibrationDialog::readyText() const
@@ -211,69 +202,34 @@ QString CalibrationDialog::jobName() const
 
 QString CalibrationDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 calibrate %2")
-                          .arg(shellQuote(workspace_), shellQuote(absolute(runFile())));
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> CalibrationDialog::spec() const
+{
+    jobs::JobSpec spec("calibrate");
+    // Absolute paths, so that the stored inputs are the same whichever front-end ran it.
+    spec.set("run_file", absolute(runFile()).toStdString());
     if (!name_->text().trimmed().isEmpty()) {
-        command += QStringLiteral(" --name ") + shellQuote(name_->text().trimmed());
+        spec.set("name", name_->text().trimmed().toStdString());
     }
-    if (quick_->isChecked()) {
-        command += QStringLiteral(" --quick");
-    }
-    const auto noise = parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {});
-    if (!noise.empty()) {
-        command += QStringLiteral(" --noise ") + commaList(noise);
-    }
+    spec.set("quick", quick_->isChecked());
+    spec.set("noise", parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {}));
+    nlohmann::json recipes = nlohmann::json::array();
     for (const QString& recipe : splitPaths(recipes_->text())) {
-        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe));
+        recipes.push_back(absolute(recipe).toStdString());
     }
-    const auto staleness = parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {});
-    if (!staleness.empty()) {
-        command += QStringLiteral(" --staleness ") + commaList(staleness);
-    }
-    const auto steps = parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {});
-    if (!steps.empty()) {
-        command += QStringLiteral(" --steps ") + commaList(steps);
-    }
-    if (margin_->value() > 0.0) {
-        command += QStringLiteral(" --margin ") + QString::number(margin_->value(), 'g', 6);
-    }
-    if (replicates_->value() != analysis::CalibrationOptions {}.replicates) {
-        command += QStringLiteral(" --replicates %1").arg(replicates_->value());
-    }
-    return command;
+    spec.set("recipes", recipes);
+    spec.set("staleness", parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {}));
+    spec.set("rule_steps", parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {}));
+    spec.set("margin", margin_->value());
+    spec.set("replicates", replicates_->value());
+    return spec;
 }
 
 JobWorker::Job CalibrationDialog::job() const
 {
-    // As `mismatch calibrate` builds them (app/cli/cli_calibrate.cpp), with core's presets for what is left out.
-    analysis::CalibrationOptions options;
-    options.base = train::loadRunConfig(absolute(runFile()).toStdString());
-    const bool quick = quick_->isChecked();
-    options.name = name_->text().trimmed().isEmpty()
-        ? options.base.name + "-calibration" + (quick ? "-quick" : "")
-        : name_->text().trimmed().toStdString();
-    if (quick) {
-        analysis::applyQuickCalibration(options.base);
-    }
-    options.noiseSigmas = parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {});
-    for (const QString& recipe : splitPaths(recipes_->text())) {
-        options.recipes.push_back(absolute(recipe).toStdString());
-    }
-    options.staleness = parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {});
-    options.steps = parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {});
-    if (options.noiseSigmas.empty() && options.recipes.empty() && options.staleness.empty()) {
-        options.noiseSigmas = analysis::defaultNoiseSigmas();
-    }
-    if (options.steps.empty()) {
-        options.steps = analysis::defaultCalibrationSteps(options.base);
-    }
-    options.margin = margin_->value();
-    options.replicates = replicates_->value();
-    options.workspaceDirectory = workspace_.toStdString();
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runCalibration(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 // ---- admission check ----------------------------------------------------------------------------------------

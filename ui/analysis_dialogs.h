@@ -33,6 +33,8 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's "calibrate" job the fields make (absolute paths).
+    std::optional<jobs::JobSpec> spec() const override;
 
 protected:
     QString check() const override;

@@ -1,6 +1,7 @@
 #include "ui/breakdown_dialog.h"
 
 #include "core/analysis/admission.h"
+#include "core/jobs/analysis_jobs.h"
 #include "core/analysis/breakdown.h"
 #include "core/quant/recipe.h"
 #include "ui/training_dialog.h"
@@ -126,10 +127,6 @@ QString BreakdownDialog::check() const
             !error.isEmpty()) {
             return error;
         }
-        if (!recipe_->path().isEmpty() || staleness_->value() > 0 || noise_->value() > 0.0) {
-            return tr("Recipe, staleness and noise describe one configuration: leave them empty with a candidates "
-                      "file");
-        }
     } else if (!recipe_->path().isEmpty()) {
         if (const QString error = loadError(tr("Recipe"), [&] { quant::loadRecipe(recipe_->path().toStdString()); });
             !error.isEmpty()) {
@@ -148,7 +145,9 @@ QString BreakdownDialog::check() const
     if (promptSet().isEmpty() || !QFileInfo(promptSet()).isFile()) {
         return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(promptSet());
     }
-    return {};
+    // The catalogue's checks (a candidates file with one configuration's recipe, staleness or noise, say), named by
+    // field label.
+    return specError(*spec());
 }
 
 QString BreakdownDialog::readyText() const
@@ -172,62 +171,43 @@ QString BreakdownDialog::jobName() const
 
 QString BreakdownDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 breakdown %2")
-                          .arg(shellQuote(workspace_), shellQuote(absolutePath(modelDirectory())));
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> BreakdownDialog::spec() const
+{
+    jobs::JobSpec spec("breakdown");
+    // Absolute paths, so that the stored inputs are the same whichever front-end ran it.
+    spec.set("model", absolutePath(modelDirectory()).toStdString());
     if (!candidates().isEmpty()) {
-        command += QStringLiteral(" --candidates ") + shellQuote(absolutePath(candidates()));
-    } else {
-        if (!recipe_->path().isEmpty()) {
-            command += QStringLiteral(" --recipe ") + shellQuote(absolutePath(recipe_->path()));
-        }
-        if (staleness_->value() > 0) {
-            command += QStringLiteral(" --staleness %1").arg(staleness_->value());
-        }
-        if (noise_->value() > 0.0) {
-            command += QStringLiteral(" --noise %1 --noise-seed %2")
-                           .arg(QString::number(noise_->value(), 'g', 12))
-                           .arg(noiseSeed_->value());
-        }
+        spec.set("candidates", absolutePath(candidates()).toStdString());
     }
+    // One configuration: only what the user set (a candidates file excludes them).
+    if (!recipe_->path().isEmpty()) {
+        spec.set("recipe", absolutePath(recipe_->path()).toStdString());
+    }
+    if (staleness_->value() > 0) {
+        spec.set("staleness", staleness_->value());
+    }
+    if (noise_->value() > 0.0) {
+        spec.set("noise", noise_->value());
+        spec.set("noise_seed", noiseSeed_->value());
+    }
+    nlohmann::json history = nlohmann::json::array();
     for (const QString& directory : splitPaths(history_->text())) {
-        command += QStringLiteral(" --history ") + shellQuote(absolutePath(directory));
+        history.push_back(absolutePath(directory).toStdString());
     }
-    command += QStringLiteral(" --prompts %1 --count %2 --max-tokens %3 --shapley-max %4")
-                   .arg(shellQuote(absolutePath(promptSet())))
-                   .arg(count_->value())
-                   .arg(maxTokens_->value())
-                   .arg(shapleyMax_->value());
-    return command;
+    spec.set("history", history);
+    spec.set("prompts", absolutePath(promptSet()).toStdString());
+    spec.set("count", count_->value());
+    spec.set("max_tokens", maxTokens_->value());
+    spec.set("shapley_max", shapleyMax_->value());
+    return spec;
 }
 
 JobWorker::Job BreakdownDialog::job() const
 {
-    analysis::BreakdownOptions options;
-    options.modelDirectory = absolutePath(modelDirectory()).toStdString();
-    for (const QString& directory : splitPaths(history_->text())) {
-        options.history.push_back(absolutePath(directory).toStdString());
-    }
-    options.promptSetPath = absolutePath(promptSet()).toStdString();
-    options.count = count_->value();
-    options.settings.maxNewTokens = maxTokens_->value();
-    options.shapleyMaxSources = shapleyMax_->value();
-    if (!candidates().isEmpty()) {
-        options.candidates = analysis::loadCandidates(absolutePath(candidates()).toStdString());
-    } else {
-        analysis::Candidate candidate;
-        candidate.recipePath = recipe_->path().isEmpty() ? std::string() : absolutePath(recipe_->path()).toStdString();
-        candidate.staleness = staleness_->value();
-        candidate.noise = noise_->value();
-        candidate.noiseSeed = static_cast<std::uint64_t>(noiseSeed_->value());
-        // The CLI's default name (cli_breakdown.cpp): the recipe's file stem, else "bf16".
-        candidate.name = recipe_->path().isEmpty() ? std::string("bf16")
-                                                   : QFileInfo(recipe_->path()).completeBaseName().toStdString();
-        options.candidates.push_back(candidate);
-    }
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runBreakdown(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 } // namespace mismatch::ui

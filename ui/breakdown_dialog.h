@@ -29,6 +29,8 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's "breakdown" job the fields make (absolute paths).
+    std::optional<jobs::JobSpec> spec() const override;
     std::vector<std::pair<std::string, std::string>> fieldNames() const override;
 
 protected:

@@ -180,7 +180,10 @@ JobWorker::Job JobDialog::specJob(const jobs::JobSpec& spec) const
 
 QString JobDialog::specError(const jobs::JobSpec& spec) const
 {
-    const std::vector<jobs::ParameterError> errors = spec.validate();
+    std::vector<jobs::ParameterError> errors = spec.validate();
+    if (errors.empty()) {
+        errors = spec.checkInputs();
+    }
     if (errors.empty()) {
         return {};
     }

@@ -39,28 +39,33 @@ QString cleanAbsolute(const QString& path)
 
 QString shellQuote(const QString& text)
 {
-    static const QRegularExpression unsafe(QStringLiteral("[^A-Za-z0-9_./=:@%+-]"));
-    if (!text.isEmpty() && !text.contains(unsafe)) {
-        return text;
-    }
-    return QLatin1Char('\'') + QString(text).replace(QLatin1String("'"), QLatin1String("'\\''")) + QLatin1Char('\'');
+    return QString::fromStdString(jobs::shellQuote(text.toStdString()));
+}
+
+// The catalogue's "train" job on the run file (absolute path): the command is its toArguments(), the job its run.
+jobs::JobSpec trainingSpec(const QString& runFile)
+{
+    jobs::JobSpec spec("train");
+    spec.set("run_file", QFileInfo(runFile).absoluteFilePath().toStdString());
+    return spec;
 }
 
 QString trainingCliCommand(const QString& workspaceDirectory, const QString& runFile)
 {
-    return QStringLiteral("mismatch --workspace %1 train %2")
-        .arg(shellQuote(workspaceDirectory), shellQuote(QFileInfo(runFile).absoluteFilePath()));
+    QString command = QStringLiteral("mismatch --workspace ") + shellQuote(workspaceDirectory);
+    for (const std::string& argument : trainingSpec(runFile).toArguments()) {
+        command += QLatin1Char(' ') + shellQuote(QString::fromStdString(argument));
+    }
+    return command;
 }
 
 JobWorker::Job trainingJob(const QString& workspaceDirectory, const QString& runFile)
 {
-    return [workspace = workspaceDirectory.toStdString(), file = runFile.toStdString()](Progress& progress) {
-        const train::RunConfig config = train::loadRunConfig(file);
-        // SQLite connections stay on the thread that opened them: the job has its own.
+    return [workspace = workspaceDirectory.toStdString(), spec = trainingSpec(runFile)](Progress& progress) {
+        // SQLite connections stay on the thread that opened them: the job has its own. Checkpoints go under the
+        // workspace (the store's directory).
         store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        train::TrainOptions options;
-        options.workspaceDirectory = workspace;
-        train::runTraining(config, store, progress, options);
+        spec.run(store, progress);
     };
 }
 

@@ -5,11 +5,12 @@
 // (for few sources) Shapley parts with paired bootstrap intervals, the interaction remainder, and the sampled-token
 // estimators beside the full KL (core/analysis/breakdown.h).
 #include "app/cli/analysis_options.h"
-#include "app/cli/candidate_options.h"
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/breakdown.h"
 #include "core/common/error.h"
+#include "core/jobs/analysis_jobs.h"
 #include "core/metrics/estimators.h"
 
 #include <memory>
@@ -18,15 +19,6 @@
 namespace mismatch::cli {
 
 namespace {
-
-struct BreakdownArguments {
-    std::string model;
-    std::vector<std::string> history;
-    CandidateArguments candidates;
-    std::string prompts;
-    std::int64_t shapleyMax = 4;
-    AnalysisArguments analysis;
-};
 
 const char* const kMethods[] = {"add_one_in", "leave_one_out", "shapley"};
 
@@ -136,35 +128,14 @@ void printRecord(std::ostream& out, const store::BreakdownRecord& r)
 
 void registerBreakdownCommand(CLI::App& app, Context& context)
 {
-    auto a = std::make_shared<BreakdownArguments>();
     CLI::App* command = app.add_subcommand("breakdown",
         "Where a configuration's mismatch comes from: weights, activations, KV cache, embedding/lm_head, staleness "
         "and noise switched on and off on the same prompts and seeds; per source add-one-in, leave-one-out and "
         "Shapley parts with paired intervals, the interaction remainder, and the sampled-token estimators");
-    command->add_option("MODEL", a->model, "Student checkpoint (the FP32 trainer and the engines' fresh weights)")
-        ->required()
-        ->type_name("DIR");
-    addCandidateOptions(command, a->candidates);
-    command
-        ->add_option("--history", a->history,
-            "Older checkpoints of the same student (oldest first), used only as stale engine weights")
-        ->type_name("DIR...");
-    command->add_option("--prompts,-p", a->prompts, "Prompt set (JSONL)")->required()->type_name("SET");
-    command
-        ->add_option("--shapley-max", a->shapleyMax,
-            "Shapley parts for a candidate with at most this many sources (2^n measurements)")
-        ->check(between(0, 6))
-        ->capture_default_str();
-    addAnalysisOptions(command, a->analysis);
-    command->callback([&context, a] {
-        analysis::BreakdownOptions options;
-        options.modelDirectory = a->model;
-        options.history = a->history;
-        options.promptSetPath = a->prompts;
-        options.count = a->analysis.count;
-        options.settings = resolveSettings(a->analysis);
-        options.shapleyMaxSources = a->shapleyMax;
-        options.candidates = resolveCandidates(a->candidates);
+    // The options are the catalogue job's parameters (core/jobs/analysis_jobs.h).
+    auto job = std::make_shared<JobOptions>(command, *jobs::findJob("breakdown"));
+    command->callback([&context, job] {
+        const analysis::BreakdownOptions options = jobs::breakdownOptions(job->checkedSpec());
         store::RunStore store = context.openStore();
         TerminalProgress bar(*context.err);
         const analysis::BreakdownResult result = analysis::runBreakdown(store, options, bar.progress());

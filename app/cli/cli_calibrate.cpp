@@ -1,12 +1,13 @@
 // mismatch calibrate [RUN_FILE]: the student's mismatch budget from a sweep of training runs (core/analysis/calibrate.h).
 // mismatch calibrate --resume RUN: continue a killed, cancelled or failed calibration.
-#include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/calibration_presets.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/jobs/training_jobs.h"
 #include "core/train/run_config.h"
 
 #include <filesystem>
@@ -20,129 +21,14 @@ namespace mismatch::cli {
 
 namespace {
 
-struct CalibrateArguments {
-    std::string runFile;
-    std::string name;
-    bool quick = false;
-    std::vector<double> noise;
-    std::vector<std::string> recipes;
-    std::vector<std::int64_t> staleness;
-    std::vector<std::int64_t> steps;
-    double threshold = 0.20;
-    double confidence = 0.95;
-    int resamples = 10000;
-    std::uint64_t seed = metrics::BootstrapOptions {}.seed;
-    double margin = 0.0;
-    std::int64_t replicates = 2;
-    std::int64_t probeCount = 128;
-    std::int64_t resume = 0;
-};
-
 std::string optionalNumber(const std::optional<double>& value, int precision = 4)
 {
     return value ? formatNumber(*value, precision) : "-";
 }
 
-void printCalibration(const Context& context, const CalibrateArguments& a, const analysis::CalibrationOptions& options,
+// `command`: the reproducing command line (null for a resumed calibration, whose command is not known here).
+void printCalibration(const Context& context, const nlohmann::json& command, const analysis::CalibrationOptions& options,
     const analysis::CalibrationResult& result);
-
-void calibrate(const Context& context, const CalibrateArguments& a)
-{
-    if (a.resume > 0) {
-        store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
-        analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, a.resume);
-        TerminalProgress bar(*context.err);
-        const analysis::CalibrationResult result = analysis::resumeCalibration(store, a.resume, bar.progress(),
-            context.workspaceDirectory(), [&bar](std::int64_t runId) {
-                bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
-                    "`mismatch calibrate --resume " + std::to_string(runId) + "`)");
-            });
-        bar.finish();
-        CalibrateArguments stored = a;
-        stored.threshold = options.rule.relativeThreshold;
-        stored.confidence = options.rule.bootstrap.confidence;
-        printCalibration(context, stored, options, result);
-        return;
-    }
-    const std::string runFile = a.runFile.empty()
-        ? (fs::path(resourceDirectory()) / "runs" / "demo-opd.yaml").string()
-        : a.runFile;
-    analysis::CalibrationOptions options;
-    options.base = train::loadRunConfig(runFile);
-    options.name = a.name.empty() ? options.base.name + "-calibration" + (a.quick ? "-quick" : "") : a.name;
-    options.noiseSigmas = a.noise;
-    options.recipes = a.recipes;
-    options.staleness = a.staleness;
-    options.steps = a.steps;
-    if (a.quick) {
-        analysis::applyQuickCalibration(options.base);
-    }
-    if (options.noiseSigmas.empty() && options.recipes.empty() && options.staleness.empty()) {
-        options.noiseSigmas = analysis::defaultNoiseSigmas();
-    }
-    if (options.steps.empty()) {
-        options.steps = analysis::defaultCalibrationSteps(options.base);
-    }
-    options.rule.relativeThreshold = a.threshold;
-    options.rule.bootstrap.confidence = a.confidence;
-    options.rule.bootstrap.resamples = a.resamples;
-    options.rule.bootstrap.seed = a.seed;
-    options.margin = a.margin;
-    options.replicates = a.replicates;
-    options.probeCount = a.probeCount;
-    options.workspaceDirectory = context.workspaceDirectory();
-
-    store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
-    TerminalProgress bar(*context.err);
-    options.onRunStarted = [&bar](std::int64_t runId) {
-        bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
-            "`mismatch calibrate --resume " + std::to_string(runId) + "`)");
-    };
-    const analysis::CalibrationResult result = analysis::runCalibration(store, options, bar.progress());
-    bar.finish();
-    printCalibration(context, a, options, result);
-}
-
-// The command that reproduces a calibration (what a shipped calibration file records).
-std::string reproducingCommand(const CalibrateArguments& a)
-{
-    std::string command = "mismatch calibrate";
-    if (!a.runFile.empty()) {
-        command += " " + a.runFile;
-    }
-    if (a.quick) {
-        command += " --quick";
-    }
-    const auto list = [](const auto& values) {
-        std::string text;
-        for (const auto& v : values) {
-            std::ostringstream item;
-            item << v;
-            text += (text.empty() ? "" : ",") + item.str();
-        }
-        return text;
-    };
-    if (!a.noise.empty()) {
-        command += " --noise " + list(a.noise);
-    }
-    for (const auto& recipe : a.recipes) {
-        command += " --recipe " + recipe;
-    }
-    if (!a.staleness.empty()) {
-        command += " --staleness " + list(a.staleness);
-    }
-    if (!a.steps.empty()) {
-        command += " --steps " + list(a.steps);
-    }
-    command += " --replicates " + std::to_string(a.replicates);
-    if (a.probeCount != CalibrateArguments {}.probeCount) {
-        command += " --probe-count " + std::to_string(a.probeCount);
-    }
-    if (!a.name.empty()) {
-        command += " --name " + a.name;
-    }
-    return command;
-}
 
 nlohmann::json optionalJson(const std::optional<double>& value)
 {
@@ -165,7 +51,7 @@ std::string protocolText(const analysis::MeasurementProtocol& p)
         + ", BF16 unit at the screened weights";
 }
 
-void printCalibration(const Context& context, const CalibrateArguments& a, const analysis::CalibrationOptions& options,
+void printCalibration(const Context& context, const nlohmann::json& command, const analysis::CalibrationOptions& options,
     const analysis::CalibrationResult& result)
 {
     const std::string rule = "fail when (Q_run - Q_base) / Q_base >= " + formatNumber(options.rule.relativeThreshold)
@@ -213,7 +99,7 @@ void printCalibration(const Context& context, const CalibrateArguments& a, const
             {"student", options.base.student},
             {"student_in_resources", inResources(options.base.student)},
             {"prompts_in_resources", inResources(result.protocol.prompts)},
-            {"command", a.resume > 0 ? nlohmann::json(nullptr) : nlohmann::json(reproducingCommand(a))},
+            {"command", command},
             {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"replicates", result.replicates},
             {"relative_threshold", options.rule.relativeThreshold}, {"confidence", options.rule.bootstrap.confidence},
             {"resamples", options.rule.bootstrap.resamples}, {"protocol", analysis::protocolToJson(result.protocol)},
@@ -274,49 +160,53 @@ void printCalibration(const Context& context, const CalibrateArguments& a, const
 
 void registerCalibrateCommand(CLI::App& app, Context& context)
 {
-    auto a = std::make_shared<CalibrateArguments>();
     CLI::App* command = app.add_subcommand("calibrate",
         "Calibrate a student's mismatch budget: training runs at increasing mismatch (noise, recipes, staleness) "
         "plus the BF16-engine baseline, the failure rule at chosen steps, and the budget bracket per step. The run id "
         "is printed at the start; an interrupted calibration continues with `mismatch calibrate --resume RUN`");
-    command->add_option("RUN_FILE", a->runFile, "The student's standard run (default: the demo pair's demo-opd.yaml)")
-        ->check(CLI::ExistingFile);
-    command->add_option("--name", a->name, "Calibration name (default: <run name>-calibration)");
-    command->add_flag("--quick", a->quick,
-        "Short sweep: the run cut to 40 steps of at most 16 prompts, evaluated at 20 and 40 on 128 held-out problems");
-    command->add_option("--noise", a->noise, "Noise sigmas, relative to each tensor's RMS (default 0.05,0.1,0.2,0.4 "
-                                             "when no recipe or staleness is given)")
-        ->delimiter(',');
-    command->add_option("--recipe", a->recipes, "Recipe files to include in the sweep")->check(CLI::ExistingFile);
-    command->add_option("--staleness", a->staleness, "Staleness values to include in the sweep")->delimiter(',');
-    command->add_option("--steps", a->steps, "Steps to apply the failure rule at (default: half-way and the last)")
-        ->delimiter(',');
-    command->add_option("--threshold", a->threshold, "Relative quality rise that fails (default 0.20)")
-        ->check(between(0.0, 10.0));
-    command->add_option("--confidence", a->confidence, "Bootstrap interval confidence (default 0.95)")
-        ->check(between(0.5, 0.9999));
-    command->add_option("--resamples", a->resamples, "Bootstrap resamples (default 10000)")->check(between(100, 1000000));
-    command->add_option("--seed", a->seed, "Bootstrap seed");
-    command->add_option("--margin", a->margin, "Admission threshold = largest passing x (1 - margin)")
-        ->check(between(0.0, 0.99));
-    command->add_option("--replicates", a->replicates,
-        "Seeds per configuration (default 2); the null comparison trains the baseline with as many more")
-        ->check(between(1, 16));
-    command->add_option("--probe-count", a->probeCount,
-        "Prompts of the screening protocol stored with the budget (default 128, from the run's training set)")
-        ->check(between(1, 1000000));
-    auto* resume = command
-                       ->add_option("--resume", a->resume,
-                           "Continue calibrate run RUN (the run id printed when it started) after a kill, Ctrl-C or "
-                           "failure: finished sweep runs are kept, the interrupted one continues from its newest "
-                           "checkpoint, then the rest")
-                       ->type_name("RUN");
+    // The options are the catalogue job's parameters (core/jobs/training_jobs.h).
+    auto job = std::make_shared<JobOptions>(command, *jobs::findJob("calibrate"));
+    job->option("run_file")->check(CLI::ExistingFile);
+    job->option("recipes")->check(CLI::ExistingFile);
+    auto resume = std::make_shared<std::int64_t>(0);
+    CLI::Option* resumeOption = command
+                                    ->add_option("--resume", *resume,
+                                        "Continue calibrate run RUN (the run id printed when it started) after a "
+                                        "kill, Ctrl-C or failure: finished sweep runs are kept, the interrupted one "
+                                        "continues from its newest checkpoint, then the rest")
+                                    ->type_name("RUN");
     for (CLI::Option* option : command->get_options()) {
-        if (option != resume && option->get_name() != "--help" && !option->get_name().empty()) {
-            option->excludes(resume);
+        if (option != resumeOption && option->get_name() != "--help" && !option->get_name().empty()) {
+            option->excludes(resumeOption);
         }
     }
-    command->callback([&context, a] { calibrate(context, *a); });
+    command->callback([&context, job, resume, resumeOption] {
+        const auto started = [](TerminalProgress& bar) {
+            return [&bar](std::int64_t runId) {
+                bar.note("calibrate run " + std::to_string(runId) + " (continue it after an interruption with "
+                    "`mismatch calibrate --resume " + std::to_string(runId) + "`)");
+            };
+        };
+        if (resumeOption->count() > 0) {
+            store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
+            const analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, *resume);
+            TerminalProgress bar(*context.err);
+            const analysis::CalibrationResult result = analysis::resumeCalibration(
+                store, *resume, bar.progress(), context.workspaceDirectory(), started(bar));
+            bar.finish();
+            printCalibration(context, nullptr, options, result);
+            return;
+        }
+        const jobs::JobSpec spec = job->checkedSpec();
+        analysis::CalibrationOptions options = jobs::calibrationOptions(spec);
+        options.workspaceDirectory = context.workspaceDirectory();
+        store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+        TerminalProgress bar(*context.err);
+        options.onRunStarted = started(bar);
+        const analysis::CalibrationResult result = analysis::runCalibration(store, options, bar.progress());
+        bar.finish();
+        printCalibration(context, jobs::commandLine(spec.toArguments()), options, result);
+    });
 }
 
 const CommandRegistration registration(88, registerCalibrateCommand);

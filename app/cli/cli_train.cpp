@@ -1,8 +1,10 @@
 // mismatch train RUN.yaml | --resume RUN: a training run (core/train/trainer.h) with a progress bar on stderr;
 // mismatch runs show RUN: a run's configuration, per-step metrics and evaluations.
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/common/error.h"
+#include "core/jobs/training_jobs.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/find_run.h"
 #include "core/train/run_config.h"
@@ -39,7 +41,7 @@ std::string cell(const std::optional<double>& value, int precision = 4)
 }
 
 struct TrainArguments {
-    std::string runFile;
+    std::string runFile; // empty with resume
     std::string resume;
     std::int64_t stopAfter = 0;
     bool quiet = false;
@@ -171,27 +173,41 @@ void showRun(const Context& context, const std::string& runText, bool problems, 
 
 void registerTrainCommands(CLI::App& app, Context& context)
 {
-    auto a = std::make_shared<TrainArguments>();
     CLI::App* trainCommand = app.add_subcommand("train",
         "Train a student with a run file (OPD, REINFORCE or GRPO with the rollout engine in the loop); every "
         "step's mismatch, loss and timing and every evaluation go to the workspace as the run goes");
-    auto* file = trainCommand->add_option("RUN_FILE", a->runFile, "Run file (YAML or JSON)")->type_name("FILE");
-    auto* resume = trainCommand
-                       ->add_option("--resume", a->resume,
-                           "Continue run RUN (id, or a name that names one run) from its newest checkpoint instead of starting a run file")
-                       ->type_name("RUN");
-    file->excludes(resume);
-    trainCommand
-        ->add_option("--stop-after", a->stopAfter,
-            "Stop after this many steps of this invocation, leaving the run resumable")
-        ->check(greaterThan(0))
-        ->type_name("N");
-    trainCommand->add_flag("--quiet", a->quiet, "No progress bar");
-    trainCommand->callback([&context, a, file, resume] {
-        if (file->count() == 0 && resume->count() == 0) {
-            throw CLI::RequiredError("RUN_FILE or --resume");
+    // RUN_FILE and --stop-after are the catalogue job's parameters (core/jobs/training_jobs.h).
+    auto job = std::make_shared<JobOptions>(trainCommand, *jobs::findJob("train"));
+    auto resume = std::make_shared<std::string>();
+    auto quiet = std::make_shared<bool>(false);
+    CLI::Option* resumeOption = trainCommand
+                                    ->add_option("--resume", *resume,
+                                        "Continue run RUN (id, or a name that names one run) from its newest "
+                                        "checkpoint instead of starting a run file")
+                                    ->type_name("RUN");
+    job->option("run_file")->excludes(resumeOption);
+    trainCommand->add_flag("--quiet", *quiet, "No progress bar");
+    trainCommand->callback([&context, job, resume, resumeOption, quiet] {
+        TrainArguments a;
+        a.quiet = *quiet;
+        if (resumeOption->count() > 0) {
+            a.resume = *resume;
+            // --stop-after applies to a resumed run too: read on its own (the spec needs a run file).
+            if (CLI::Option* stop = job->option("stop_after"); stop->count() > 0) {
+                a.stopAfter = stop->as<std::int64_t>();
+                if (a.stopAfter < 0) {
+                    throw CLI::ValidationError("--stop-after", "must be >= 0, got " + std::to_string(a.stopAfter));
+                }
+            }
+        } else {
+            if (job->option("run_file")->count() == 0) {
+                throw CLI::RequiredError("RUN_FILE or --resume");
+            }
+            const jobs::JobSpec spec = job->checkedSpec();
+            a.runFile = spec.text("run_file");
+            a.stopAfter = spec.integer("stop_after");
         }
-        train(context, *a);
+        train(context, a);
     });
 
     CLI::App* runs = app.add_subcommand("runs", "Inspect the workspace's runs");

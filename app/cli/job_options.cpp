@@ -54,6 +54,8 @@ JobOptions::JobOptions(CLI::App* command, const jobs::JobDefinition& definition)
             option = command->add_option(p.flag, texts_[p.name], help)->type_name(typeName(p.type));
             if (!isList(p.type)) {
                 option->expected(1);
+            } else if (p.type != jobs::ParameterType::PathList) {
+                option->delimiter(','); // "--noise 0.1,0.2" as well as "--noise 0.1 --noise 0.2" (paths may hold commas)
             }
             if (!p.defaultValue.is_null()) {
                 option->default_str(jobs::valueText(p.defaultValue));
@@ -115,6 +117,18 @@ jobs::JobSpec JobOptions::spec() const
             jobs::describeErrors({{"", errors.front().message}}, word));
     }
     return spec;
+}
+
+jobs::JobSpec JobOptions::checkedSpec() const
+{
+    jobs::JobSpec checked = spec();
+    const std::vector<jobs::ParameterError> errors = checked.checkInputs();
+    if (!errors.empty()) {
+        const auto word = [this](const std::string& parameter) { return flagOf(*definition_, parameter); };
+        throw InputError(errors.front().parameter.empty() ? definition_->kind : word(errors.front().parameter), "",
+            jobs::describeErrors({{"", errors.front().message}}, word));
+    }
+    return checked;
 }
 
 jobs::JobSpec parseJobArguments(const std::vector<std::string>& arguments)

@@ -23,6 +23,8 @@ public:
     // The spec of what was given (after parsing). CLI::ValidationError naming the flag for a value that is not of
     // the parameter's type or range; InputError naming the flags for the job's checks across parameters.
     jobs::JobSpec spec() const;
+    // spec(), then the job's checks of its input files (JobSpec::checkInputs), an InputError naming the flags.
+    jobs::JobSpec checkedSpec() const;
     CLI::Option* option(const std::string& parameter) const { return options_.at(parameter); }
     // Whether any option of the job was given.
     bool anyGiven() const;

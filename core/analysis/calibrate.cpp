@@ -46,7 +46,9 @@ struct SweepEntry {
     train::RunConfig config;
 };
 
-void validate(const CalibrationOptions& o)
+} // namespace
+
+void checkCalibrationOptions(const CalibrationOptions& o)
 {
     const std::string source = "calibrate";
     if (o.noiseSigmas.empty() && o.recipes.empty() && o.staleness.empty()) {
@@ -54,13 +56,13 @@ void validate(const CalibrationOptions& o)
     }
     for (const double sigma : o.noiseSigmas) {
         if (!(sigma > 0.0) || !std::isfinite(sigma)) {
-            throw InputError(source, "--noise", "sigmas must be finite and > 0 (the baseline is sigma 0), got "
+            throw InputError(source, "noise", "sigmas must be finite and > 0 (the baseline is sigma 0), got "
                 + numberText(sigma));
         }
     }
     for (const std::int64_t k : o.staleness) {
         if (k < 1) {
-            throw InputError(source, "--staleness", "values must be >= 1 (the baseline is 0), got " + std::to_string(k));
+            throw InputError(source, "staleness", "values must be >= 1 (the baseline is 0), got " + std::to_string(k));
         }
     }
     if (!train::usesTeacher(o.base.objective.kind)) {
@@ -73,31 +75,33 @@ void validate(const CalibrationOptions& o)
             "calibration compares held-out quality: the base run needs evaluation.prompts");
     }
     if (o.steps.empty()) {
-        throw InputError(source, "--steps", "give at least one step to apply the failure rule at");
+        throw InputError(source, "rule_steps", "give at least one step to apply the failure rule at");
     }
     for (const std::int64_t step : o.steps) {
         const bool evaluated = step == o.base.steps
             || (o.base.evaluation.every > 0 && step % o.base.evaluation.every == 0 && step <= o.base.steps);
         if (step < 1 || !evaluated) {
-            throw InputError(source, "--steps",
+            throw InputError(source, "rule_steps",
                 "step " + std::to_string(step) + " is not evaluated by the base run (it runs "
                     + std::to_string(o.base.steps) + " steps and evaluates every "
                     + std::to_string(o.base.evaluation.every) + " and at the last step)");
         }
     }
     if (!(o.margin >= 0.0 && o.margin < 1.0)) {
-        throw InputError(source, "--margin", "must be in [0, 1), got " + numberText(o.margin));
+        throw InputError(source, "margin", "must be in [0, 1), got " + numberText(o.margin));
     }
     if (o.replicates < 1) {
-        throw InputError(source, "--replicates", "must be >= 1, got " + std::to_string(o.replicates));
+        throw InputError(source, "replicates", "must be >= 1, got " + std::to_string(o.replicates));
     }
     if (o.unitEvery < 1) {
-        throw InputError(source, "unit every", "must be >= 1, got " + std::to_string(o.unitEvery));
+        throw InputError(source, "unit_every", "must be >= 1, got " + std::to_string(o.unitEvery));
     }
     if (o.probeCount < 1) {
-        throw InputError(source, "--probe-count", "must be >= 1, got " + std::to_string(o.probeCount));
+        throw InputError(source, "probe_count", "must be >= 1, got " + std::to_string(o.probeCount));
     }
 }
+
+namespace {
 
 std::vector<SweepEntry> sweep(const CalibrationOptions& o)
 {
@@ -347,7 +351,7 @@ namespace {
 CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& options, Progress& progress,
     std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
 {
-    validate(options);
+    checkCalibrationOptions(options);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<SweepEntry> entries = sweep(options);
     const std::vector<SweepJob> sweepJobs = jobs(options, entries);

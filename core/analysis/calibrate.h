@@ -149,7 +149,12 @@ std::optional<MeasurementProtocol> storedProtocol(const std::string& configJson,
 // The default sweep of `mismatch calibrate` on a base run: noise sigmas (relative to each tensor's RMS).
 std::vector<double> defaultNoiseSigmas();
 
-// Checks the options (InputError naming the option): at least one sweep entry, positive sigmas, staleness >= 1,
+// The checks runCalibration makes before it stores anything: InputError("calibrate", parameter, ...) naming the
+// catalogue parameter (core/jobs/training_jobs.h: "noise", "staleness", "rule_steps", "margin", "replicates",
+// "unit_every", "probe_count"; "sweep" when nothing is swept), or the base run file and its field.
+void checkCalibrationOptions(const CalibrationOptions& options);
+
+// Checks the options (checkCalibrationOptions): positive sigmas, staleness >= 1,
 // steps within 1..base.steps that the base evaluates (multiples of evaluation.every, or the last step), a base
 // with an evaluation set and an OPD objective, replicates, unitEvery and probeCount >= 1. Runs the sweep; Progress fraction over all runs' steps,
 // cancellable (the calibration is then stored with nothing; the runs done stay in the store as cancelled or

@@ -1,5 +1,8 @@
 #include "core/jobs/analysis_jobs.h"
 
+#include "core/jobs/training_jobs.h"
+#include "core/jobs/parameter_builders.h"
+
 #include "core/analysis/calibrate.h"
 #include "core/common/error.h"
 #include "core/common/byte_size.h"
@@ -13,40 +16,6 @@
 namespace mismatch::jobs {
 
 namespace {
-
-Parameter param(std::string name, ParameterType type, std::string flag, std::string label, std::string help,
-    nlohmann::json defaultValue = nullptr)
-{
-    Parameter p;
-    p.name = std::move(name);
-    p.type = type;
-    p.flag = std::move(flag);
-    p.label = std::move(label);
-    p.help = std::move(help);
-    p.defaultValue = std::move(defaultValue);
-    return p;
-}
-
-Parameter ranged(Parameter p, std::optional<double> low, bool lowExclusive = false, std::optional<double> high = {})
-{
-    p.low = low;
-    p.lowExclusive = lowExclusive;
-    p.high = high;
-    return p;
-}
-
-Parameter choice(Parameter p, std::vector<std::string> choices)
-{
-    p.type = ParameterType::Choice;
-    p.choices = std::move(choices);
-    return p;
-}
-
-Parameter required(Parameter p)
-{
-    p.required = true;
-    return p;
-}
 
 // The sampling / measurement parameters the analyses share (the options of `addAnalysisOptions` before the
 // catalogue). `fromProtocol`: the parameters that set the measurement protocol have no default, so that an unset
@@ -200,15 +169,6 @@ Parameter kvScalesParameter(const std::string& help)
 {
     return choice(param("kv_scales", ParameterType::Choice, "--kv-scales", "KV-cache scales", help, "per_tensor"),
         {"per_tensor", "per_head"});
-}
-
-JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)
-{
-    JobDefinition job;
-    job.kind = std::move(kind);
-    job.command = std::move(command);
-    job.summary = std::move(summary);
-    return job;
 }
 
 Parameter modelParameter(const std::string& help)
@@ -411,6 +371,60 @@ JobDefinition recipeBuildJob()
 
 // ---------------------------------------------------------------------------------------------------------- admit
 
+std::vector<analysis::Candidate> candidatesOf(const JobSpec& spec)
+{
+    if (spec.given("candidates")) {
+        return analysis::loadCandidates(spec.text("candidates"));
+    }
+    analysis::Candidate candidate;
+    candidate.recipePath = spec.text("recipe");
+    candidate.staleness = spec.integer("staleness");
+    candidate.noise = spec.number("noise");
+    candidate.noiseSeed = static_cast<std::uint64_t>(spec.integer("noise_seed"));
+    candidate.noiseModules = spec.text("noise_modules");
+    candidate.name = spec.given("name") ? spec.text("name")
+        : candidate.recipePath.empty()  ? std::string("bf16")
+                                        : std::filesystem::path(candidate.recipePath).stem().string();
+    return {candidate};
+}
+
+namespace {
+
+// The candidate parameters admit and breakdown share: a candidates file, or one configuration (recipe, staleness,
+// noise, name) that excludes it.
+std::vector<Parameter> candidateParameters()
+{
+    const auto oneCandidate = [](Parameter p) {
+        p.excludes = {"candidates"};
+        return p;
+    };
+    std::vector<Parameter> parameters = {
+        param("candidates", ParameterType::Path, "--candidates,-c", "Candidates file",
+            "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}"),
+        oneCandidate(param("recipe", ParameterType::Path, "--recipe,-r", "Recipe",
+            "One candidate's recipe (default: the BF16 engine)")),
+        oneCandidate(ranged(param("staleness", ParameterType::Integer, "--staleness", "Staleness",
+                                "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k "
+                                "steps older (see --history)",
+                                0),
+            0)),
+    };
+    for (const Parameter& noise : noiseParameters("One candidate's weight noise sigma (relative to RMS)")) {
+        parameters.push_back(oneCandidate(noise));
+    }
+    parameters.push_back(oneCandidate(param("name", ParameterType::Text, "--name", "Candidate name",
+        "One candidate's name (default from the recipe)")));
+    return parameters;
+}
+
+Parameter historyParameter()
+{
+    return param("history", ParameterType::PathList, "--history", "Older checkpoints",
+        "Older checkpoints of the same student (oldest first), used only as stale engine weights");
+}
+
+} // namespace
+
 analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::RunStore& store)
 {
     analysis::AdmissionOptions options;
@@ -420,20 +434,7 @@ analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::Ru
     options.count = spec.integer("count");
     options.settings = measureSettings(spec);
     options.measureUnit = !spec.flag("no_unit");
-    if (spec.given("candidates")) {
-        options.candidates = analysis::loadCandidates(spec.text("candidates"));
-    } else {
-        analysis::Candidate candidate;
-        candidate.recipePath = spec.text("recipe");
-        candidate.staleness = spec.integer("staleness");
-        candidate.noise = spec.number("noise");
-        candidate.noiseSeed = static_cast<std::uint64_t>(spec.integer("noise_seed"));
-        candidate.noiseModules = spec.text("noise_modules");
-        candidate.name = spec.given("name") ? spec.text("name")
-            : candidate.recipePath.empty()  ? std::string("bf16")
-                                            : std::filesystem::path(candidate.recipePath).stem().string();
-        options.candidates.push_back(candidate);
-    }
+    options.candidates = candidatesOf(spec);
     if (!spec.given("calibration")) {
         options.threshold = spec.number("threshold");
         return options;
@@ -465,10 +466,6 @@ JobDefinition admitJob()
 {
     JobDefinition job = definition("admit", {"admit"},
         "Admission check: screen candidate rollout configurations at student checkpoints against a budget");
-    const auto oneCandidate = [](Parameter p) {
-        p.excludes = {"candidates"};
-        return p;
-    };
     Parameter step = param("step", ParameterType::IntegerList, "--step", "Calibration step",
         "Calibration step(s) of the bracket: one for all checkpoints or one per checkpoint (default: each "
         "checkpoint's own optimizer step, else the nearest earlier bracket)");
@@ -486,33 +483,23 @@ JobDefinition admitJob()
     job.parameters = {
         required(param("students", ParameterType::PathList, "STUDENT", "Student checkpoints",
             "Student checkpoint directories to screen, in training order (each is the FP32 trainer of its decisions)")),
-        param("candidates", ParameterType::Path, "--candidates,-c", "Candidates",
-            "YAML list of candidates {name, recipe, staleness, noise, noise_seed, noise_modules}"),
-        oneCandidate(param("recipe", ParameterType::Path, "--recipe,-r", "Recipe",
-            "One candidate's recipe (default: the BF16 engine)")),
-        oneCandidate(ranged(param("staleness", ParameterType::Integer, "--staleness", "Staleness",
-                                "One candidate's staleness k in optimizer steps: the engine uses the checkpoint k "
-                                "steps older (see --history)",
-                                0),
-            0)),
-        oneCandidate(param("name", ParameterType::Text, "--name", "Candidate name",
-            "One candidate's name (default from the recipe)")),
-        param("history", ParameterType::PathList, "--history", "Older checkpoints",
-            "Older checkpoints of the same student (oldest first), used only as stale engine weights"),
-        promptsParameter(
-            "Probe prompt set", "Probe prompt set (JSONL); with --calibration the calibration's protocol names it"),
-        param("calibration", ParameterType::Integer, "--calibration", "Calibration",
-            "Stored calibration whose budget bracket gives the threshold; the screen is measured under its protocol"),
-        step,
-        allow,
-        threshold,
-        param("no_unit", ParameterType::Flag, "--no-unit", "Skip the BF16 unit",
-            "Skip the BF16 unit per checkpoint (no BF16 multiples)", false),
     };
-    std::ptrdiff_t at = 4; // after the candidate's staleness
-    for (const Parameter& noise : noiseParameters("One candidate's weight noise sigma (relative to RMS)")) {
-        job.parameters.insert(job.parameters.begin() + at++, oneCandidate(noise));
-    }
+    const std::vector<Parameter> candidates = candidateParameters();
+    job.parameters.insert(job.parameters.end(), candidates.begin(), candidates.end());
+    job.parameters.insert(job.parameters.end(),
+        {
+            historyParameter(),
+            promptsParameter("Probe prompt set",
+                "Probe prompt set (JSONL); with --calibration the calibration's protocol names it"),
+            param("calibration", ParameterType::Integer, "--calibration", "Calibration",
+                "Stored calibration whose budget bracket gives the threshold; the screen is measured under its "
+                "protocol"),
+            step,
+            allow,
+            threshold,
+            param("no_unit", ParameterType::Flag, "--no-unit", "Skip the BF16 unit",
+                "Skip the BF16 unit per checkpoint (no BF16 multiples)", false),
+        });
     const auto shared = analysisParameters(true);
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
     job.check = [](const JobSpec& spec) {
@@ -602,10 +589,62 @@ JobDefinition prefixShiftJob()
     return job;
 }
 
+// ------------------------------------------------------------------------------------------------------ breakdown
+
+analysis::BreakdownOptions breakdownOptions(const JobSpec& spec)
+{
+    analysis::BreakdownOptions options;
+    options.modelDirectory = spec.text("model");
+    options.history = spec.strings("history");
+    options.promptSetPath = spec.text("prompts");
+    options.count = spec.integer("count");
+    options.settings = measureSettings(spec);
+    options.shapleyMaxSources = spec.integer("shapley_max");
+    options.candidates = candidatesOf(spec);
+    return options;
+}
+
+JobDefinition breakdownJob()
+{
+    JobDefinition job = definition("breakdown", {"breakdown"},
+        "Where a configuration's mismatch comes from: each source switched on and off on the same prompts and seeds");
+    job.parameters = {required(modelParameter("Student checkpoint (the FP32 trainer and the engines' fresh weights)"))};
+    const std::vector<Parameter> candidates = candidateParameters();
+    job.parameters.insert(job.parameters.end(), candidates.begin(), candidates.end());
+    job.parameters.insert(job.parameters.end(),
+        {
+            historyParameter(),
+            required(promptsParameter("Prompt set", "Prompt set (JSONL)")),
+            ranged(param("shapley_max", ParameterType::Integer, "--shapley-max", "Shapley up to sources",
+                       "Shapley parts for a candidate with at most this many sources (2^n measurements)", 4),
+                0, false, 6),
+        });
+    const auto shared = analysisParameters(false);
+    job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
+    job.check = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        checkByteSize(errors, spec, "kv_memory", true);
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>&) {
+        const analysis::BreakdownResult r = analysis::runBreakdown(store, breakdownOptions(spec), progress);
+        nlohmann::json candidates = nlohmann::json::array();
+        for (const store::BreakdownRecord& record : r.candidates) {
+            candidates.push_back({{"candidate", record.candidate}, {"breakdown_id", record.id},
+                {"total", record.total}, {"bf16_unit", record.bf16Unit}});
+        }
+        return JobResult {{"run_id", r.runId}, {"candidates", candidates}, {"measurements", r.measurements},
+            {"seconds", r.seconds}};
+    };
+    job.resultFields = {"run_id", "candidates", "measurements", "seconds"};
+    return job;
+}
+
 const std::vector<JobDefinition>& catalogue()
 {
     static const std::vector<JobDefinition> jobs
-        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob()};
+        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob()};
     return jobs;
 }
 

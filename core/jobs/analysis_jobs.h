@@ -1,8 +1,10 @@
 #pragma once
 // The catalogue's engine-only analyses: "sensitivity" (`mismatch sensitivity`), "recipe_build" (`mismatch recipe
-// build`), "admit" (`mismatch admit`) and "prefix_shift" (`mismatch prefix-shift`). Each spec maps to its core function's options here, once, for every
+// build`), "admit" (`mismatch admit`), "prefix_shift" (`mismatch prefix-shift`) and "breakdown" (`mismatch
+// breakdown`). Each spec maps to its core function's options here, once, for every
 // front-end (the CLI prints the typed result; the GUI queues spec.run; `mismatch run` runs the spec).
 #include "core/analysis/admission.h"
+#include "core/analysis/breakdown.h"
 #include "core/analysis/prefix_shift.h"
 #include "core/analysis/recipe_builder.h"
 #include "core/analysis/sensitivity.h"
@@ -23,6 +25,13 @@ std::string budgetSource(const JobSpec& spec);
 // allow_protocol_mismatch).
 analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::RunStore& store);
 
+// The candidates of an "admit" or "breakdown" spec: its candidates file's, or the one configuration its recipe,
+// staleness, noise and name parameters give (named by `name`, else the recipe's file stem, else "bf16").
+std::vector<analysis::Candidate> candidatesOf(const JobSpec& spec);
+
+// The options of a valid "breakdown" spec (the candidates file is loaded here).
+analysis::BreakdownOptions breakdownOptions(const JobSpec& spec);
+
 // The options of a valid "prefix_shift" spec (the recipe file is loaded here).
 analysis::PrefixShiftOptions prefixShiftOptions(const JobSpec& spec);
 
@@ -31,5 +40,6 @@ JobDefinition sensitivityJob();
 JobDefinition recipeBuildJob();
 JobDefinition admitJob();
 JobDefinition prefixShiftJob();
+JobDefinition breakdownJob();
 
 } // namespace mismatch::jobs

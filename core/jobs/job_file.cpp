@@ -287,7 +287,10 @@ JobSpec resolveStep(const JobFile& file, const JobFileStep& step, const std::map
         return found == step.places.end() ? place(step.line, step.column)
                                           : place(found->second.first, found->second.second);
     };
-    for (const auto& [name, text] : step.references) {
+    for (const auto& reference : step.references) {
+        // Named references, not a structured binding: C++17 lets no lambda capture a binding (clang refuses it).
+        const std::string& name = reference.first;
+        const std::string& text = reference.second;
         const Parameter& p = *spec.definition().parameter(name);
         const auto lookUp = [&](const std::string& target) -> const nlohmann::json& {
             const std::size_t dot = target.find('.');
@@ -334,7 +337,10 @@ JobSpec resolveStep(const JobFile& file, const JobFileStep& step, const std::map
         }
         spec.set(name, resolvePaths(p, value, file.path));
     }
-    const std::vector<ParameterError> errors = spec.validate();
+    std::vector<ParameterError> errors = spec.validate();
+    if (errors.empty()) {
+        errors = spec.checkInputs(); // the job's checks of its input files (a calibration's run file, say)
+    }
     if (!errors.empty()) {
         const ParameterError& error = errors.front();
         const std::string stepName = step.id.empty() ? "" : "step '" + step.id + "': ";

@@ -55,7 +55,8 @@ std::string jobFileText(const JobSpec& spec);
 // Writes it through a temporary file and a rename.
 void writeJobFile(const std::string& path, const JobSpec& spec);
 
-// A step's spec with its references resolved against `results` (step id -> JobResult) and checked (validate());
+// A step's spec with its references resolved against `results` (step id -> JobResult) and checked (validate(),
+// then checkInputs());
 // InputError naming the file, line, column and parameter otherwise.
 JobSpec resolveStep(const JobFile& file, const JobFileStep& step, const std::map<std::string, JobResult>& results);
 

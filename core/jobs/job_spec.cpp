@@ -1,5 +1,7 @@
 #include "core/jobs/job_spec.h"
 
+#include <algorithm>
+
 #include "core/common/error.h"
 
 #include <cerrno>
@@ -290,9 +292,20 @@ std::vector<ParameterError> JobSpec::checkParameters() const
     return errors;
 }
 
+std::vector<ParameterError> JobSpec::checkInputs() const
+{
+    if (!definition_->checkInputs || !validate().empty()) {
+        return {};
+    }
+    return definition_->checkInputs(*this);
+}
+
 void JobSpec::requireValid(const std::string& source) const
 {
-    const std::vector<ParameterError> errors = validate();
+    std::vector<ParameterError> errors = validate();
+    if (errors.empty()) {
+        errors = checkInputs();
+    }
     if (!errors.empty()) {
         throw InputError(source, errors.front().parameter, errors.front().message);
     }
@@ -389,6 +402,31 @@ bool JobSpec::operator==(const JobSpec& other) const
         }
     }
     return true;
+}
+
+std::string shellQuote(const std::string& text)
+{
+    const bool safe = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+            || std::string("_./=:@%+-").find(c) != std::string::npos;
+    });
+    if (safe) {
+        return text;
+    }
+    std::string quoted = "'";
+    for (const char c : text) {
+        quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    return quoted + "'";
+}
+
+std::string commandLine(const std::vector<std::string>& arguments)
+{
+    std::string line = "mismatch";
+    for (const std::string& argument : arguments) {
+        line += " " + shellQuote(argument);
+    }
+    return line;
 }
 
 std::optional<nlohmann::json> parseValue(const Parameter& parameter, const std::string& text, std::string* error)

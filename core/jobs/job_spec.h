@@ -79,6 +79,10 @@ struct JobDefinition {
     std::vector<Parameter> parameters;
     // Checks across parameters (after the per-parameter checks passed).
     std::function<std::vector<ParameterError>(const JobSpec&)> check;
+    // Checks that read the job's input files (a run file's fields against the parameters, say), named by parameter;
+    // empty for most jobs. Not part of validate() (a spec is valid or not on its values alone: a job file or a
+    // command line can be parsed on another machine); requireValid() and the GUI's field check run them.
+    std::function<std::vector<ParameterError>(const JobSpec&)> checkInputs;
     // Runs the job (validate() has passed). `onRunStarted` receives the job's run id when it is recorded.
     std::function<JobResult(store::RunStore&, const JobSpec&, Progress&, const std::function<void(std::int64_t)>&)>
         run;
@@ -119,7 +123,10 @@ public:
     std::vector<ParameterError> validate() const;
     // Each parameter on its own: type, range, choices, required, excludes / needs.
     std::vector<ParameterError> checkParameters() const;
-    // InputError(source, parameter, message) for the first problem (CLI and job files call it before run).
+    // The definition's checkInputs (nothing when validate() finds a problem or the job has none).
+    std::vector<ParameterError> checkInputs() const;
+    // InputError(source, parameter, message) for the first problem of validate(), then of checkInputs() (run()
+    // calls it first).
     void requireValid(const std::string& source) const;
 
     // {"job": kind, "parameters": {name: value}} with only the parameters whose effective value differs from
@@ -148,6 +155,11 @@ private:
 const std::vector<JobDefinition>& catalogue();
 // nullptr when there is no such job.
 const JobDefinition* findJob(const std::string& kind);
+
+// `text` as one POSIX shell word: unchanged when it holds only [A-Za-z0-9_./=:@%+-], else in single quotes.
+std::string shellQuote(const std::string& text);
+// "mismatch ARG..." with every argument shell-quoted (the program name first): what a user pastes into a shell.
+std::string commandLine(const std::vector<std::string>& arguments);
 
 // A parameter's value from its text form (a CLI argument or a YAML scalar): "8" -> 8 for an Integer, "true" for a
 // Flag, a list element for a list type. nullopt with `error` set when the text is not of the type.

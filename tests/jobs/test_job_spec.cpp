@@ -9,6 +9,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace mismatch;
@@ -31,7 +32,9 @@ jobs::JobSpec fullSpec(const std::string& kind)
         case jobs::ParameterType::Path: value = "/some dir/" + p.name + ".file"; break;
         case jobs::ParameterType::PathList: value = {"/a/" + p.name, "/b c/" + p.name}; break;
         case jobs::ParameterType::Choice: value = p.choices.back() == p.defaultValue ? p.choices.front() : p.choices.back(); break;
-        case jobs::ParameterType::Integer: value = static_cast<std::int64_t>(p.low.value_or(0) + 7); break;
+        case jobs::ParameterType::Integer:
+            value = static_cast<std::int64_t>(std::min(p.low.value_or(0) + 7, p.high.value_or(1e9)));
+            break;
         case jobs::ParameterType::IntegerList: value = {20, 40}; break;
         case jobs::ParameterType::Number:
             value = p.high ? p.low.value_or(0.0) + 0.37 * (*p.high - p.low.value_or(0.0)) : p.low.value_or(0.0) + 0.3;
@@ -64,6 +67,8 @@ private slots:
             QVERIFY(job.run);
             for (const jobs::Parameter& p : job.parameters) {
                 QVERIFY2(!p.help.empty() && !p.label.empty() && !p.flag.empty(), p.name.c_str());
+                // The job file's own keys are not parameter names.
+                QVERIFY2(p.name != "job" && p.name != "steps" && p.name != "id", p.name.c_str());
                 // A label is the GUI's word: never a command-line flag.
                 QVERIFY2(p.label.find("--") == std::string::npos, p.label.c_str());
                 // Every default is a valid value of its parameter.
@@ -243,6 +248,42 @@ private slots:
         }
         // Relative paths are relative to the file.
         QCOMPARE(file.steps[0].spec.text("model"), std::string("/work/m"));
+    }
+
+    // The checks that read a job's input files (calibrate's rule steps against its run file, train's run file) run
+    // after validate() wherever a spec is about to run, and name the value's place in a job file.
+    void inputChecksNameTheValuesPlace()
+    {
+        const std::string run = std::string(MISMATCH_SOURCE_DIR) + "/resources/runs/demo-opd.yaml";
+        jobs::JobSpec calibrate("calibrate");
+        calibrate.set("run_file", run).set("quick", true).set("rule_steps", nlohmann::json::array({21}));
+        QVERIFY(calibrate.validate().empty()); // on its values alone, the spec is valid
+        const std::vector<jobs::ParameterError> problems = calibrate.checkInputs();
+        QCOMPARE(problems.size(), std::size_t(1));
+        QCOMPARE(problems[0].parameter, std::string("rule_steps"));
+        QVERIFY2(problems[0].message.rfind("step 21 is not evaluated by the base run (it runs 40 steps", 0) == 0,
+            problems[0].message.c_str());
+        calibrate.set("rule_steps", nlohmann::json::array({20, 40}));
+        QVERIFY(calibrate.checkInputs().empty());
+        QVERIFY_EXCEPTION_THROWN(jobs::JobSpec("train").set("run_file", "/no/such/run.yaml").requireValid("cli"),
+            InputError);
+
+        const auto error = [](const std::string& text) -> std::string {
+            try {
+                const jobs::JobFile file = jobs::parseJobFile(text, "/work/job.yaml");
+                jobs::resolveStep(file, file.steps[0], {});
+            } catch (const InputError& e) {
+                return e.what();
+            }
+            return "no error";
+        };
+        QCOMPARE(error("job: calibrate\nrun_file: " + run + "\nquick: true\nrule_steps: [20, 21]\n"),
+            std::string("/work/job.yaml:line 4, column 13: parameter 'rule_steps': step 21 is not evaluated by the base run "
+                        "(it runs 40 steps and evaluates every 20 and at the last step)"));
+        const std::string missing = error("job: train\nrun_file: missing.yaml\n");
+        QVERIFY2(missing.rfind("/work/job.yaml:line 2, column 11: parameter 'run_file': ", 0) == 0
+                && missing.find("/work/missing.yaml") != std::string::npos,
+            missing.c_str());
     }
 
     void studyReferencesResolve()

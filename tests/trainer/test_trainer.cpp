@@ -924,12 +924,12 @@ void TestTrainer::calibrationOptionErrors()
     expectError(options, "step 3 is not evaluated");
     options.steps = {2};
     options.noiseSigmas = {-1.0};
-    expectError(options, "--noise");
+    expectError(options, "noise: sigmas must be finite");
     options.noiseSigmas = {};
     expectError(options, "at least one noise sigma");
     options.noiseSigmas = {0.1};
     options.staleness = {0};
-    expectError(options, "--staleness");
+    expectError(options, "staleness: values must be >= 1");
     QCOMPARE(store.listRuns().size(), std::size_t(0)); // nothing stored for a refused calibration
 }
 

@@ -246,7 +246,9 @@ private slots:
         // A candidates file and a one-configuration field together are refused, naming the fields.
         dialog.setNoise(0.05);
         QVERIFY(!dialog.valid());
-        QVERIFY2(dialog.errorText().contains(QLatin1String("candidates file")), qPrintable(dialog.errorText()));
+        QVERIFY2(dialog.errorText().startsWith(QLatin1String(
+                     "Weight noise sigma (relative to RMS): cannot be given together with 'Candidates file'")),
+            qPrintable(dialog.errorText()));
         dialog.setNoise(0.0);
         dialog.setCandidates({});
         dialog.setStaleness(2);

@@ -9,7 +9,10 @@
 #include "core/train/zoo.h"
 #include "fixture_workspace.h"
 #include "tests/common/cli_runner.h"
+#include "core/jobs/training_jobs.h"
+#include "core/jobs/analysis_jobs.h"
 #include "ui/analysis_dialogs.h"
+#include "ui/breakdown_dialog.h"
 #include "ui/job_queue.h"
 #include "ui/main_window.h"
 #include "ui/sensitivity_dialog.h"
@@ -115,6 +118,50 @@ private slots:
         QVERIFY(cliSpec(shift.cliCommand(), workspace) == *shift.spec());
         QCOMPARE(shift.spec()->integer("noise_seed"), std::int64_t(5));
         QCOMPARE(shift.spec()->number("cap"), 3.5);
+
+        ui::CalibrationDialog calibration(workspace, nullptr, &store);
+        calibration.setRunFile(kResources + "/runs/demo-opd.yaml");
+        calibration.setQuick(true);
+        calibration.setName("spec-calibration"); // QProcess::splitCommand reads double quotes only
+        calibration.setNoise("0.1, 0.3");
+        calibration.setRecipes(kResources + "/recipes/fp8-kv.yaml");
+        calibration.setStaleness("2");
+        calibration.setSteps("20");
+        calibration.setMargin(0.1);
+        calibration.setReplicates(3);
+        QVERIFY2(calibration.valid(), qPrintable(calibration.errorText()));
+        QVERIFY(cliSpec(calibration.cliCommand(), workspace) == *calibration.spec());
+        QCOMPARE(calibration.spec()->numbers("noise"), (std::vector<double> {0.1, 0.3}));
+        QCOMPARE(calibration.spec()->strings("recipes").size(), std::size_t(1));
+        QCOMPARE(calibration.spec()->integer("replicates"), std::int64_t(3));
+        // The options both front-ends run: the quick cut, the sweep and the rule as given.
+        const analysis::CalibrationOptions options = jobs::calibrationOptions(*calibration.spec());
+        QCOMPARE(options.base.steps, std::int64_t(40));
+        QCOMPARE(options.steps, (std::vector<std::int64_t> {20}));
+        QCOMPARE(options.staleness, (std::vector<std::int64_t> {2}));
+        QCOMPARE(options.name, std::string("spec-calibration"));
+        // The comma form of the CLI's lists reads the same.
+        QVERIFY(cliSpec(calibration.cliCommand().replace("--noise 0.1 --noise 0.3", "--noise 0.1,0.3"), workspace)
+            == *calibration.spec());
+
+        ui::BreakdownDialog breakdown(workspace, &store);
+        breakdown.setModelDirectory(model_);
+        breakdown.setRecipe(kResources + "/recipes/fp8-kv.yaml");
+        breakdown.setStaleness(1, model_);
+        breakdown.setNoise(0.02, 4);
+        breakdown.setPromptSet(probe_);
+        breakdown.setCount(3);
+        breakdown.setMaxTokens(5);
+        breakdown.setShapleyMax(3);
+        QVERIFY2(breakdown.valid(), qPrintable(breakdown.errorText()));
+        QVERIFY(cliSpec(breakdown.cliCommand(), workspace) == *breakdown.spec());
+        const analysis::BreakdownOptions parts = jobs::breakdownOptions(*breakdown.spec());
+        QCOMPARE(parts.candidates.size(), std::size_t(1));
+        QCOMPARE(parts.candidates[0].name, std::string("fp8-kv"));
+        QCOMPARE(parts.candidates[0].staleness, std::int64_t(1));
+        QCOMPARE(parts.candidates[0].noiseSeed, std::uint64_t(4));
+        QCOMPARE(parts.settings.maxNewTokens, std::int64_t(5));
+        QCOMPARE(parts.shapleyMaxSources, std::int64_t(3));
 
         // The Export Job File button and the exported file: the same spec.
         scan.show();

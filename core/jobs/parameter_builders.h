@@ -1,0 +1,56 @@
+#pragma once
+// Building blocks of the catalogue's job definitions (core/jobs/*_job*.cpp): a parameter with its words, a range,
+// choices, required; a definition's head. Internal to core/jobs.
+#include "core/jobs/job_spec.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mismatch::jobs {
+
+inline Parameter param(std::string name, ParameterType type, std::string flag, std::string label, std::string help,
+    nlohmann::json defaultValue = nullptr)
+{
+    Parameter p;
+    p.name = std::move(name);
+    p.type = type;
+    p.flag = std::move(flag);
+    p.label = std::move(label);
+    p.help = std::move(help);
+    p.defaultValue = std::move(defaultValue);
+    return p;
+}
+
+inline Parameter ranged(Parameter p, std::optional<double> low, bool lowExclusive = false, std::optional<double> high = {})
+{
+    p.low = low;
+    p.lowExclusive = lowExclusive;
+    p.high = high;
+    return p;
+}
+
+inline Parameter choice(Parameter p, std::vector<std::string> choices)
+{
+    p.type = ParameterType::Choice;
+    p.choices = std::move(choices);
+    return p;
+}
+
+inline Parameter required(Parameter p)
+{
+    p.required = true;
+    return p;
+}
+
+inline JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)
+{
+    JobDefinition job;
+    job.kind = std::move(kind);
+    job.command = std::move(command);
+    job.summary = std::move(summary);
+    return job;
+}
+
+} // namespace mismatch::jobs

@@ -1,0 +1,178 @@
+#include "core/jobs/training_jobs.h"
+
+#include "core/analysis/calibration_presets.h"
+#include "core/common/error.h"
+#include "core/common/runtime.h"
+#include "core/jobs/parameter_builders.h"
+#include "core/metrics/bootstrap.h"
+#include "core/train/run_config.h"
+#include "core/train/trainer.h"
+
+#include <filesystem>
+
+namespace mismatch::jobs {
+
+std::string calibrationRunFile(const JobSpec& spec)
+{
+    return spec.given("run_file") ? spec.text("run_file")
+                                  : (std::filesystem::path(resourceDirectory()) / "runs" / "demo-opd.yaml").string();
+}
+
+analysis::CalibrationOptions calibrationOptions(const JobSpec& spec)
+{
+    analysis::CalibrationOptions options;
+    options.base = train::loadRunConfig(calibrationRunFile(spec));
+    const bool quick = spec.flag("quick");
+    options.name = spec.text("name").empty() ? options.base.name + "-calibration" + (quick ? "-quick" : "")
+                                             : spec.text("name");
+    if (quick) {
+        analysis::applyQuickCalibration(options.base);
+    }
+    options.noiseSigmas = spec.numbers("noise");
+    options.recipes = spec.strings("recipes");
+    options.staleness = spec.integers("staleness");
+    options.steps = spec.integers("rule_steps");
+    if (options.noiseSigmas.empty() && options.recipes.empty() && options.staleness.empty()) {
+        options.noiseSigmas = analysis::defaultNoiseSigmas();
+    }
+    if (options.steps.empty()) {
+        options.steps = analysis::defaultCalibrationSteps(options.base);
+    }
+    options.rule.relativeThreshold = spec.number("threshold");
+    options.rule.bootstrap.confidence = spec.number("confidence");
+    options.rule.bootstrap.resamples = static_cast<int>(spec.integer("resamples"));
+    options.rule.bootstrap.seed = static_cast<std::uint64_t>(spec.integer("bootstrap_seed"));
+    options.margin = spec.number("margin");
+    options.replicates = spec.integer("replicates");
+    options.probeCount = spec.integer("probe_count");
+    return options;
+}
+
+JobDefinition calibrateJob()
+{
+    JobDefinition job = definition("calibrate", {"calibrate"},
+        "Calibrate a student's mismatch budget from a sweep of training runs (noise, recipes, staleness) against the "
+        "BF16-engine baseline, with seed replicates and a null comparison");
+    const analysis::CalibrationOptions defaults;
+    const metrics::FailureRuleOptions rule;
+    job.parameters = {
+        param("run_file", ParameterType::Path, "RUN_FILE", "Base run file",
+            "The student's standard run file (default: the demo pair's demo-opd.yaml)"),
+        param("name", ParameterType::Text, "--name", "Calibration name",
+            "Calibration name (default: <run name>-calibration)"),
+        param("quick", ParameterType::Flag, "--quick", "Quick sweep",
+            "Short sweep: the run cut to 40 steps of at most 16 prompts, evaluated at 20 and 40 on 128 held-out "
+            "problems",
+            false),
+        ranged(param("noise", ParameterType::NumberList, "--noise", "Noise sigmas (relative to RMS)",
+                   "Noise sigmas, relative to each tensor's RMS (default 0.05,0.1,0.2,0.4 when no recipe or staleness "
+                   "is given)"),
+            0, true),
+        param("recipes", ParameterType::PathList, "--recipe", "Recipes in the sweep",
+            "Recipe files to include in the sweep"),
+        ranged(param("staleness", ParameterType::IntegerList, "--staleness", "Staleness values in the sweep",
+                   "Staleness values (optimizer steps, >= 1) to include in the sweep"),
+            1),
+        ranged(param("rule_steps", ParameterType::IntegerList, "--steps", "Failure rule at steps",
+                   "Steps to apply the failure rule at (default: half-way and the last); each must be an evaluated "
+                   "step of the run"),
+            1),
+        ranged(param("threshold", ParameterType::Number, "--threshold", "Failure threshold (relative Q rise)",
+                   "Relative quality rise that fails", rule.relativeThreshold),
+            0, false, 10.0),
+        ranged(param("confidence", ParameterType::Number, "--confidence", "Confidence",
+                   "Bootstrap interval confidence", rule.bootstrap.confidence),
+            0.5, false, 0.9999),
+        ranged(param("resamples", ParameterType::Integer, "--resamples", "Bootstrap resamples", "Bootstrap resamples",
+                   rule.bootstrap.resamples),
+            100, false, 1000000),
+        ranged(param("bootstrap_seed", ParameterType::Integer, "--seed", "Bootstrap seed", "Bootstrap seed",
+                   static_cast<std::int64_t>(rule.bootstrap.seed)),
+            0),
+        ranged(param("margin", ParameterType::Number, "--margin", "Threshold margin",
+                   "Admission threshold = largest passing x (1 - margin)", defaults.margin),
+            0, false, 0.99),
+        ranged(param("replicates", ParameterType::Integer, "--replicates", "Seeds per configuration",
+                   "Seeds per configuration; the null comparison trains the baseline with as many more",
+                   defaults.replicates),
+            1, false, 16),
+        ranged(param("probe_count", ParameterType::Integer, "--probe-count", "Screening prompts",
+                   "Prompts of the screening protocol stored with the budget (from the run's training set)",
+                   defaults.probeCount),
+            1, false, 1000000),
+    };
+    // Across parameters: what core checks before it stores anything (the base run file's objective and
+    // evaluation set, rule steps the run evaluates), named by parameter; a run file that cannot be read names it.
+    job.checkInputs = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        try {
+            analysis::checkCalibrationOptions(calibrationOptions(spec));
+        } catch (const InputError& error) {
+            if (error.file() == "calibrate") {
+                errors.push_back({error.location() == "sweep" ? std::string() : error.location(), error.detail()});
+            } else {
+                errors.push_back({"run_file", error.what()});
+            }
+        } catch (const std::exception& error) {
+            errors.push_back({"run_file", error.what()});
+        }
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>& onRunStarted) {
+        analysis::CalibrationOptions options = calibrationOptions(spec);
+        options.onRunStarted = onRunStarted;
+        const analysis::CalibrationResult r = analysis::runCalibration(store, options, progress);
+        nlohmann::json brackets = nlohmann::json::array();
+        for (const store::CalibrationBracket& b : r.brackets) {
+            brackets.push_back({{"step", b.step},
+                {"threshold", b.threshold ? nlohmann::json(*b.threshold) : nlohmann::json(nullptr)}});
+        }
+        return JobResult {{"calibration_id", r.calibrationId}, {"run_id", r.runId}, {"brackets", brackets},
+            {"flagged", !r.flags.empty()}, {"seconds", r.wallSeconds}};
+    };
+    job.resultFields = {"calibration_id", "run_id", "brackets", "flagged", "seconds"};
+    return job;
+}
+
+JobDefinition trainJob()
+{
+    JobDefinition job = definition("train", {"train"},
+        "Train a student with a run file (OPD, REINFORCE or GRPO with the rollout engine in the loop)");
+    job.parameters = {
+        required(param("run_file", ParameterType::Path, "RUN_FILE", "Run file", "Run file (YAML or JSON)")),
+        ranged(param("stop_after", ParameterType::Integer, "--stop-after", "Stop after steps",
+                   "Stop after this many steps of this invocation, leaving the run resumable (0: run to the end)", 0),
+            0),
+    };
+    // The run file's own checks (models, prompt sets, recipes and every field), named by the file and field.
+    job.checkInputs = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        try {
+            train::loadRunConfig(spec.text("run_file"));
+        } catch (const std::exception& error) {
+            errors.push_back({"run_file", error.what()});
+        }
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
+                  const std::function<void(std::int64_t)>&) {
+        train::TrainOptions options;
+        options.stopAfterSteps = spec.integer("stop_after");
+        const train::TrainResult r
+            = train::runTraining(train::loadRunConfig(spec.text("run_file")), store, progress, options);
+        const auto info = store.run(r.runId);
+        const auto optional = [](const std::optional<double>& value) {
+            return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+        };
+        return JobResult {{"run_id", r.runId}, {"status", info ? store::toString(info->status) : "unknown"},
+            {"steps_stored", r.stepsStored}, {"final_quality", optional(r.finalQuality)},
+            {"final_accuracy", optional(r.finalAccuracy)}, {"last_checkpoint", r.lastCheckpoint},
+            {"seconds", r.wallSeconds}};
+    };
+    job.resultFields
+        = {"run_id", "status", "steps_stored", "final_quality", "final_accuracy", "last_checkpoint", "seconds"};
+    return job;
+}
+
+} // namespace mismatch::jobs
