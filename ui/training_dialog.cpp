@@ -1,6 +1,7 @@
 #include "ui/training_dialog.h"
 
 #include "core/common/file_io.h"
+#include "core/common/shell_quote.h"
 #include "core/quant/recipe.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -39,7 +40,7 @@ QString cleanAbsolute(const QString& path)
 
 QString shellQuote(const QString& text)
 {
-    return QString::fromStdString(jobs::shellQuote(text.toStdString()));
+    return QString::fromStdString(mismatch::shellQuote(text.toStdString()));
 }
 
 // The catalogue's "train" job on the run file (absolute path): the command is its toArguments(), the job its run.

@@ -3,6 +3,7 @@
 #include "core/common/file_io.h"
 
 #include "core/common/error.h"
+#include "core/common/shell_quote.h"
 
 #include <nlohmann/json.hpp>
 
@@ -578,20 +579,6 @@ std::string hydraValue(const Json& value)
         return value.get<std::string>();
     }
     return value.dump();
-}
-
-// Single-quoted for a POSIX shell when it holds anything the shell would read.
-std::string shellQuote(const std::string& text)
-{
-    if (!text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,/:=+-@")
-            == std::string::npos) {
-        return text;
-    }
-    std::string quoted = "'";
-    for (const char c : text) {
-        quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    return quoted + "'";
 }
 
 // SGLang's comma-separated SGLANG_FP8_IGNORED_LAYERS.

@@ -176,6 +176,14 @@ Parameter modelParameter(const std::string& help)
     return param("model", ParameterType::Path, "MODEL", "Model directory", help);
 }
 
+// The check of the analyses whose only check across parameters is the engine memory's size.
+std::vector<ParameterError> checkKvMemory(const JobSpec& spec)
+{
+    std::vector<ParameterError> errors;
+    checkByteSize(errors, spec, "kv_memory", true);
+    return errors;
+}
+
 Parameter promptsParameter(const std::string& label, const std::string& help)
 {
     return param("prompts", ParameterType::Path, "--prompts,-p", label, help);
@@ -574,11 +582,7 @@ JobDefinition prefixShiftJob()
     job.parameters.insert(job.parameters.begin() + 2, noise.begin(), noise.end());
     const auto shared = analysisParameters(false);
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
-    job.check = [](const JobSpec& spec) {
-        std::vector<ParameterError> errors;
-        checkByteSize(errors, spec, "kv_memory", true);
-        return errors;
-    };
+    job.check = checkKvMemory;
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {
         const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, prefixShiftOptions(spec), progress);
@@ -621,11 +625,7 @@ JobDefinition breakdownJob()
         });
     const auto shared = analysisParameters(false);
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
-    job.check = [](const JobSpec& spec) {
-        std::vector<ParameterError> errors;
-        checkByteSize(errors, spec, "kv_memory", true);
-        return errors;
-    };
+    job.check = checkKvMemory;
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {
         const analysis::BreakdownResult r = analysis::runBreakdown(store, breakdownOptions(spec), progress);

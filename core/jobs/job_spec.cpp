@@ -1,5 +1,7 @@
 #include "core/jobs/job_spec.h"
 
+#include "core/common/shell_quote.h"
+
 #include <algorithm>
 
 #include "core/common/error.h"
@@ -402,22 +404,6 @@ bool JobSpec::operator==(const JobSpec& other) const
         }
     }
     return true;
-}
-
-std::string shellQuote(const std::string& text)
-{
-    const bool safe = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
-            || std::string("_./=:@%+-").find(c) != std::string::npos;
-    });
-    if (safe) {
-        return text;
-    }
-    std::string quoted = "'";
-    for (const char c : text) {
-        quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    return quoted + "'";
 }
 
 std::string commandLine(const std::vector<std::string>& arguments)

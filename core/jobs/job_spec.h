@@ -156,9 +156,7 @@ const std::vector<JobDefinition>& catalogue();
 // nullptr when there is no such job.
 const JobDefinition* findJob(const std::string& kind);
 
-// `text` as one POSIX shell word: unchanged when it holds only [A-Za-z0-9_./=:@%+-], else in single quotes.
-std::string shellQuote(const std::string& text);
-// "mismatch ARG..." with every argument shell-quoted (the program name first): what a user pastes into a shell.
+// "mismatch ARG..." with every argument shell-quoted (core/common/shell_quote.h): what a user pastes into a shell.
 std::string commandLine(const std::vector<std::string>& arguments);
 
 // A parameter's value from its text form (a CLI argument or a YAML scalar): "8" -> 8 for an Integer, "true" for a

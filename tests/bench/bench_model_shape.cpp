@@ -25,6 +25,7 @@
 #include "core/analysis/admission.h"
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
+#include "core/common/shell_quote.h"
 #include "core/engine/engine.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/model/config.h"
@@ -171,15 +172,6 @@ std::string loadAverage()
     std::string one, five, fifteen;
     in >> one >> five >> fifteen;
     return one + " " + five + " " + fifteen;
-}
-
-std::string shellQuote(const std::string& text)
-{
-    std::string out = "'";
-    for (const char c : text) {
-        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    return out + "'";
 }
 
 // Runs a command, returns its exit status; stdout and stderr go to the terminal.
