@@ -980,6 +980,11 @@ void TestQuant::kvPerHeadScalesBeatPerTensorWithAnOutlierHead()
         const std::int64_t head = (static_cast<std::int64_t>(i) / (tokens * dim)) % heads;
         x[i] = head == outlier ? kOutlier * v : v;
     }
+    // The outlier head's largest magnitude sets the per-tensor scale (amax / 448): pinned at 8 x 10^4, above any
+    // draw of its 2,048 values (8 sigma), so the scale, and with it the ordinary heads' subnormal share, is the
+    // same at every seed. Unpinned, the largest draw set it and the ratio below fell to 1.46x at one seed
+    // (17719139152421254724); pinned it is 3.74-3.88x over 30 seeds (measured 2026-12-02), the bound unchanged.
+    x[static_cast<std::size_t>(outlier * tokens * dim)] = 8.0f * kOutlier;
     const at::Tensor kv = tensorOf(x, {batch, heads, tokens, dim});
     const at::Tensor perHead = fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerHead);
     const at::Tensor perTensor = fakeQuantizeKv(kv, KvFormat::Fp8E4m3, KvScales::PerTensor);
@@ -997,9 +1002,11 @@ void TestQuant::kvPerHeadScalesBeatPerTensorWithAnOutlierHead()
     const double tensorError = error(perTensor);
     QVERIFY2(
         headError < tensorError, qPrintable(QString("per head %1, per tensor %2").arg(headError).arg(tensorError)));
-    // The ordinary heads gain most: the outlier's scale leaves them in the subnormals (measured: about 1.8x).
+    // The ordinary heads gain most: the outlier's scale leaves them in the subnormals.
     const double headOthers = errorWithoutOutlier(perHead);
     const double tensorOthers = errorWithoutOutlier(perTensor);
+    qInfo("ordinary heads' relative RMS error: per head %g, per tensor %g (%.2fx)", headOthers, tensorOthers,
+        tensorOthers / headOthers);
     QVERIFY2(headOthers * 1.5 < tensorOthers,
         qPrintable(QString("per head %1, per tensor %2").arg(headOthers).arg(tensorOthers)));
 }
