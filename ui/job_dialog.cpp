@@ -161,13 +161,17 @@ bool JobDialog::exportJobFile(const QString& path, QString* error) const
     return true;
 }
 
+QString specCommandLine(const QString& workspaceDirectory, const jobs::JobSpec& spec)
+{
+    std::vector<std::string> arguments = {"--workspace", workspaceDirectory.toStdString()};
+    const std::vector<std::string> job = spec.toArguments();
+    arguments.insert(arguments.end(), job.begin(), job.end());
+    return QString::fromStdString(jobs::commandLine(arguments));
+}
+
 QString JobDialog::specCommand(const jobs::JobSpec& spec) const
 {
-    QString command = QStringLiteral("mismatch --workspace ") + shellQuote(workspace_);
-    for (const std::string& argument : spec.toArguments()) {
-        command += QLatin1Char(' ') + shellQuote(QString::fromStdString(argument));
-    }
-    return command;
+    return specCommandLine(workspace_, spec);
 }
 
 JobWorker::Job JobDialog::specJob(const jobs::JobSpec& spec) const

@@ -53,11 +53,7 @@ jobs::JobSpec trainingSpec(const QString& runFile)
 
 QString trainingCliCommand(const QString& workspaceDirectory, const QString& runFile)
 {
-    QString command = QStringLiteral("mismatch --workspace ") + shellQuote(workspaceDirectory);
-    for (const std::string& argument : trainingSpec(runFile).toArguments()) {
-        command += QLatin1Char(' ') + shellQuote(QString::fromStdString(argument));
-    }
-    return command;
+    return specCommandLine(workspaceDirectory, trainingSpec(runFile));
 }
 
 JobWorker::Job trainingJob(const QString& workspaceDirectory, const QString& runFile)

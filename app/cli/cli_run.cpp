@@ -49,18 +49,6 @@ std::string catalogueHelp()
     return text;
 }
 
-std::string commandText(const jobs::JobSpec& spec)
-{
-    std::string text = "mismatch";
-    for (const std::string& argument : spec.toArguments()) {
-        const bool plain = !argument.empty()
-            && argument.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@")
-                == std::string::npos;
-        text += " " + (plain ? argument : "'" + argument + "'");
-    }
-    return text;
-}
-
 void registerRunCommand(CLI::App& app, Context& context)
 {
     auto a = std::make_shared<RunArguments>();
@@ -94,7 +82,7 @@ void registerRunCommand(CLI::App& app, Context& context)
         nlohmann::json steps = nlohmann::json::array();
         const auto onStep = [&](std::size_t index, const jobs::JobSpec& spec) {
             const std::string id = file.steps[index].id;
-            bar.note((id.empty() ? spec.kind() : "step " + id) + ": " + commandText(spec));
+            bar.note((id.empty() ? spec.kind() : "step " + id) + ": " + jobs::commandLine(spec.toArguments()));
             steps.push_back({{"id", id}, {"job", spec.kind()}, {"arguments", spec.toArguments()}});
         };
         const auto onResult = [&](std::size_t index, const jobs::JobResult& result) {
