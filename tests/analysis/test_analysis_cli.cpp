@@ -1,6 +1,7 @@
 // The analysis commands end to end in-process: sensitivity, recipe build, admit and prefix-shift with --json and
 // their human tables, exit codes for bad input (1) and bad arguments (2), and what they leave in the workspace.
 #include "tests/common/cli_runner.h"
+#include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
 
 #include "core/model/transformer.h"
@@ -48,9 +49,8 @@ private:
 void TestAnalysisCli::initTestCase()
 {
     QVERIFY(dir_.isValid());
-    const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
     model_ = (dir_.path() + "/student").toStdString();
-    train::writeDemoModelDirectory(model_, config, model::randomWeights(config, 21, 0.3));
+    test::writeTinyStudent(model_);
     workspace_ = (dir_.path() + "/workspace").toStdString();
     probe_ = std::string(MISMATCH_SOURCE_DIR) + "/resources/prompts/arith-probe.jsonl";
 }

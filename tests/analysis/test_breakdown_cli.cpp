@@ -2,6 +2,7 @@
 // what the workspace holds), the human table, bad input (exit 1) and bad arguments (exit 2), and `mismatch report`
 // of the breakdown run (its section, plots and tables). A QApplication (offscreen) for the report's views.
 #include "tests/common/cli_runner.h"
+#include "tests/common/tiny_student.h"
 
 #include "core/model/transformer.h"
 #include "core/store/breakdown_store.h"
@@ -27,9 +28,8 @@ private slots:
     void initTestCase()
     {
         QVERIFY(dir_.isValid());
-        const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
         model_ = (dir_.path() + "/student").toStdString();
-        train::writeDemoModelDirectory(model_, config, model::randomWeights(config, 21, 0.3));
+        test::writeTinyStudent(model_);
         workspace_ = (dir_.path() + "/workspace").toStdString();
         probe_ = std::string(MISMATCH_SOURCE_DIR) + "/resources/prompts/arith-probe.jsonl";
         const std::string recipes = std::string(MISMATCH_SOURCE_DIR) + "/resources/recipes/";

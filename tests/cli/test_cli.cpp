@@ -1,6 +1,7 @@
 // The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
 #include "core/common/version.h"
 #include "core/io/char_tokenizer_json.h"
@@ -369,8 +370,7 @@ void TestCli::ctrlCCancelsGenerateAndLogits()
     QTemporaryDir dir;
     const QString root = dir.path();
     const std::string modelDir = root.toStdString() + "/model";
-    const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
-    train::writeDemoModelDirectory(modelDir, config, model::randomWeights(config, 3, 0.3));
+    test::writeTinyStudent(modelDir, 3);
     const QString prompts = MISMATCH_SOURCE_DIR "/resources/prompts/arith-train.jsonl";
     const QStringList before = QDir(root).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
 

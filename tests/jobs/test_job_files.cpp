@@ -9,6 +9,7 @@
 #include "core/store/run_store.h"
 #include "core/train/zoo.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/tiny_student.h"
 
 #include <QFile>
 #include <QTemporaryDir>
@@ -27,9 +28,8 @@ private slots:
     void initTestCase()
     {
         QVERIFY(dir_.isValid());
-        const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
         model_ = (dir_.path() + "/student").toStdString();
-        train::writeDemoModelDirectory(model_, config, model::randomWeights(config, 21, 0.3));
+        test::writeTinyStudent(model_);
         probe_ = std::string(MISMATCH_SOURCE_DIR) + "/resources/prompts/arith-probe.jsonl";
     }
 

@@ -9,6 +9,7 @@
 #include "core/train/zoo.h"
 #include "fixture_workspace.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/tiny_student.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/analysis_jobs.h"
 #include "ui/analysis_dialogs.h"
@@ -55,9 +56,8 @@ private slots:
     {
         fixture::initGuiTest();
         QVERIFY(dir_.isValid());
-        const model::ModelConfig config = train::demoModelConfig(64, 2, 4, 2, 128);
         model_ = dir_.path() + "/student";
-        train::writeDemoModelDirectory(model_.toStdString(), config, model::randomWeights(config, 21, 0.3));
+        test::writeTinyStudent(model_.toStdString());
         probe_ = kResources + "/prompts/arith-probe.jsonl";
     }
 
