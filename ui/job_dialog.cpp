@@ -174,12 +174,19 @@ QString JobDialog::specCommand(const jobs::JobSpec& spec) const
     return specCommandLine(workspace_, spec);
 }
 
-JobWorker::Job JobDialog::specJob(const jobs::JobSpec& spec) const
+JobWorker::Job specWorkerJob(const QString& workspaceDirectory, const jobs::JobSpec& spec)
 {
-    return [workspace = workspace_.toStdString(), spec](Progress& progress) {
+    return [workspace = workspaceDirectory.toStdString(), spec](Progress& progress) {
+        // SQLite connections stay on the thread that opened them: the job has its own. Checkpoints go under the
+        // workspace (the store's directory).
         store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
         spec.run(store, progress);
     };
+}
+
+JobWorker::Job JobDialog::specJob(const jobs::JobSpec& spec) const
+{
+    return specWorkerJob(workspace_, spec);
 }
 
 QString JobDialog::specError(const jobs::JobSpec& spec) const

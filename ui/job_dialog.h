@@ -107,6 +107,8 @@ QString absolutePath(const QString& path);
 bool isModelDirectory(const QString& directory);
 // `mismatch --workspace W` + spec.toArguments(), shell-quoted (jobs::commandLine): the command a dialog shows.
 QString specCommandLine(const QString& workspaceDirectory, const jobs::JobSpec& spec);
+// The job that runs `spec` on the workspace (JobSpec::run) with its own store connection.
+JobWorker::Job specWorkerJob(const QString& workspaceDirectory, const jobs::JobSpec& spec);
 // A spin box over [low, high] at `value`; `special` is shown for `low` ("all", "never").
 QSpinBox* spinBox(QWidget* parent, int low, int high, int value, const QString& special = {});
 // "0.05,0.1" and "20,40": lists in the form the CLI's comma-delimited options read.

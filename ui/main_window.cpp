@@ -772,14 +772,11 @@ void MainWindow::runDemo()
         showError(tr("No workspace"), tr("Open a workspace first."));
         return;
     }
-    // The job opens its own connection: SQLite connections are not shared across threads here.
-    jobQueue_->enqueue(tr("Demo"), QStringLiteral("mismatch --workspace %1 demo").arg(shellQuote(workspaceDirectory_)),
-        [databasePath](Progress& progress) {
-            store::RunStore store = store::RunStore::open(databasePath, store::OpenMode::OpenExisting);
-            analysis::DemoOptions options;
-            options.resourceDirectory = resourceDirectory();
-            analysis::runDemo(store, options, progress);
-        });
+    // The catalogue's demo job with its defaults: what `mismatch demo` runs (and "Export Job File..." writes).
+    const jobs::JobSpec spec("demo");
+    const int id = jobQueue_->enqueue(
+        tr("Demo"), specCommandLine(workspaceDirectory_, spec), specWorkerJob(workspaceDirectory_, spec));
+    jobQueue_->setJobFile(id, QString::fromStdString(jobs::jobFileText(spec)));
 }
 
 int MainWindow::startTraining(const QString& runFile)

@@ -349,21 +349,17 @@ void TimeToQualityDialog::setTargetStep(int step)
     targetStep_->setValue(step);
 }
 
-std::vector<std::pair<std::string, std::string>> TimeToQualityDialog::fieldNames() const
-{
-    return {
-        {"--target-step", "Target step"}, {"--staleness", "Candidate's staleness"}, {"--recipe", "Candidate's recipe"}};
-}
-
 QString TimeToQualityDialog::check() const
 {
     if (const QString problem = runFileProblem(tr("Base run file"), runFile_->path()); !problem.isEmpty()) {
         return problem;
     }
     if (!recipe_->path().isEmpty()) {
-        return recipesProblem(tr("Candidate's recipe"), {recipe_->path()});
+        if (const QString problem = recipesProblem(tr("Candidate's recipe"), {recipe_->path()}); !problem.isEmpty()) {
+            return problem;
+        }
     }
-    return {};
+    return specError(*spec());
 }
 
 QString TimeToQualityDialog::readyText() const
@@ -381,36 +377,27 @@ QString TimeToQualityDialog::jobName() const
 
 QString TimeToQualityDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 time-to-quality %2")
-                          .arg(shellQuote(workspace_), shellQuote(absolute(runFile_->path())));
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> TimeToQualityDialog::spec() const
+{
+    jobs::JobSpec spec("time_to_quality");
+    spec.set("run_file", absolute(runFile_->path()).toStdString());
     if (!recipe_->path().isEmpty()) {
-        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe_->path()));
+        spec.set("recipe", absolute(recipe_->path()).toStdString());
     }
-    command += QStringLiteral(" --staleness %1").arg(staleness_->value());
-    if (synchronous_->isChecked()) {
-        command += QStringLiteral(" --synchronous");
-    }
+    spec.set("staleness", staleness_->value());
+    spec.set("synchronous", synchronous_->isChecked());
     if (targetStep_->value() > 0) {
-        command += QStringLiteral(" --target-step %1").arg(targetStep_->value());
+        spec.set("target_step", targetStep_->value());
     }
-    return command;
+    return spec;
 }
 
 JobWorker::Job TimeToQualityDialog::job() const
 {
-    analysis::TimeToQualityOptions options;
-    options.base = train::loadRunConfig(absolute(runFile_->path()).toStdString());
-    options.recipe = recipe_->path().isEmpty() ? std::string() : absolute(recipe_->path()).toStdString();
-    options.staleness = staleness_->value();
-    options.asynchronous = !synchronous_->isChecked();
-    if (targetStep_->value() > 0) {
-        options.targetStep = targetStep_->value();
-    }
-    options.workspaceDirectory = workspace_.toStdString();
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runTimeToQuality(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 // ---- compare objectives -------------------------------------------------------------------------------------
@@ -496,21 +483,19 @@ QStringList CompareObjectivesDialog::objectives() const
 
 QString CompareObjectivesDialog::check() const
 {
+    // What the spec cannot say: a field whose text is not a list, a file that is not there or does not load.
     if (const QString problem = runFileProblem(tr("Base run file"), runFile_->path()); !problem.isEmpty()) {
         return problem;
     }
-    if (objectives().isEmpty()) {
-        return tr("Objectives: choose at least one");
-    }
     QString error;
-    const auto noise = parseNumberList(noise_->text(), &error);
-    if (!noise) {
+    if (!parseNumberList(noise_->text(), &error)) {
         return tr("Noise sigmas of the sweep: %1; expected numbers above 0 separated by commas").arg(error);
     }
-    if (std::any_of(noise->begin(), noise->end(), [](double s) { return !(s > 0.0); })) {
-        return tr("Noise sigmas of the sweep: every sigma must be above 0");
+    if (const QString problem = recipesProblem(tr("Recipes of the sweep"), splitPaths(recipes_->text()));
+        !problem.isEmpty()) {
+        return problem;
     }
-    return recipesProblem(tr("Recipes of the sweep"), splitPaths(recipes_->text()));
+    return specError(*spec());
 }
 
 QString CompareObjectivesDialog::readyText() const
@@ -526,55 +511,40 @@ QString CompareObjectivesDialog::jobName() const
 
 QString CompareObjectivesDialog::cliCommand() const
 {
-    QString command = QStringLiteral("mismatch --workspace %1 compare-objectives %2")
-                          .arg(shellQuote(workspace_), shellQuote(absolute(runFile_->path())));
-    command += QStringLiteral(" --objectives ") + objectives().join(QLatin1Char(','));
-    const auto noise = parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {});
-    if (!noise.empty()) {
-        command += QStringLiteral(" --noise ") + commaList(noise);
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> CompareObjectivesDialog::spec() const
+{
+    jobs::JobSpec spec("compare_objectives");
+    spec.set("run_file", absolute(runFile_->path()).toStdString());
+    nlohmann::json names = nlohmann::json::array();
+    for (const QString& name : objectives()) {
+        names.push_back(name.toStdString());
     }
+    // No objective chosen is an empty list, which validate() names ("Objectives: required"), not the default.
+    spec.set("objectives", names.empty() ? nlohmann::json::array({}) : names);
+    spec.set("noise", parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {}));
+    nlohmann::json recipes = nlohmann::json::array();
     for (const QString& recipe : splitPaths(recipes_->text())) {
-        command += QStringLiteral(" --recipe ") + shellQuote(absolute(recipe));
+        recipes.push_back(absolute(recipe).toStdString());
     }
+    spec.set("recipes", recipes);
     if (steps_->value() > 0) {
-        command += QStringLiteral(" --steps %1").arg(steps_->value());
+        spec.set("run_steps", steps_->value());
     }
-    command += QStringLiteral(" --rl-max-tokens %1 --group %2").arg(rlMaxTokens_->value()).arg(group_->value());
+    spec.set("rl_max_tokens", rlMaxTokens_->value());
+    spec.set("group", group_->value());
     if (window_->value() > 0) {
-        command += QStringLiteral(" --window %1").arg(window_->value());
+        spec.set("window", window_->value());
     }
-    command += QStringLiteral(" --collapse ") + QString::number(collapse_->value(), 'g', 12);
-    return command;
+    spec.set("collapse", collapse_->value());
+    return spec;
 }
 
 JobWorker::Job CompareObjectivesDialog::job() const
 {
-    // As `mismatch compare-objectives` builds them (app/cli/cli_compare_objectives.cpp).
-    analysis::CompareObjectivesOptions options;
-    options.base = train::loadRunConfig(absolute(runFile_->path()).toStdString());
-    if (steps_->value() > 0) {
-        options.base.steps = steps_->value();
-    }
-    options.objectives.clear();
-    for (const QString& name : objectives()) {
-        options.objectives.push_back(*train::objectiveFromString(name.toStdString()));
-    }
-    options.noiseSigmas = parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {});
-    for (const QString& recipe : splitPaths(recipes_->text())) {
-        options.recipes.push_back(absolute(recipe).toStdString());
-    }
-    if (options.noiseSigmas.empty() && options.recipes.empty()) {
-        options.noiseSigmas = {0.1, 0.3, 1.0};
-    }
-    options.rlMaxTokens = rlMaxTokens_->value();
-    options.samplesPerPrompt = group_->value();
-    options.window = window_->value();
-    options.collapse = collapse_->value();
-    options.workspaceDirectory = workspace_.toStdString();
-    return [workspace = workspace_.toStdString(), options](Progress& progress) {
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        analysis::runCompareObjectives(store, options, progress);
-    };
+    return specJob(*spec());
 }
 
 // ---- log import ---------------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 // Dialogs for the jobs that were only in the CLI, each the twin of its command ("Copy CLI Command" runs the same
 // job headless) and each calling core's own function:
 //   RecipeBuildDialog        `mismatch recipe build`        analysis::buildRecipe
-//   TimeToQualityDialog      `mismatch time-to-quality`     analysis::runTimeToQuality
-//   CompareObjectivesDialog  `mismatch compare-objectives`  analysis::runCompareObjectives
+//   TimeToQualityDialog      `mismatch time-to-quality`     the catalogue's time_to_quality job
+//   CompareObjectivesDialog  `mismatch compare-objectives`  the catalogue's compare_objectives job
 //   ImportLogDialog          `mismatch import verl|tinker|csv`  io::importLog + store::storeExternalRun
 //   CompareRunsDialog        `mismatch compare`             the failure rule (metrics::applyFailureRule) between two
 //                                                           runs' stored evaluations, shown at once (no job)
@@ -75,8 +75,9 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's "time_to_quality" job the fields make (absolute paths).
+    std::optional<jobs::JobSpec> spec() const override;
 
-    std::vector<std::pair<std::string, std::string>> fieldNames() const override;
 
 protected:
     QString check() const override;
@@ -103,6 +104,8 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's "compare_objectives" job the fields make (absolute paths).
+    std::optional<jobs::JobSpec> spec() const override;
 
 protected:
     QString check() const override;

@@ -58,12 +58,7 @@ QString trainingCliCommand(const QString& workspaceDirectory, const QString& run
 
 JobWorker::Job trainingJob(const QString& workspaceDirectory, const QString& runFile)
 {
-    return [workspace = workspaceDirectory.toStdString(), spec = trainingSpec(runFile)](Progress& progress) {
-        // SQLite connections stay on the thread that opened them: the job has its own. Checkpoints go under the
-        // workspace (the store's directory).
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        spec.run(store, progress);
-    };
+    return specWorkerJob(workspaceDirectory, trainingSpec(runFile));
 }
 
 std::optional<std::int64_t> runNamed(const store::RunStore& store, const std::string& name)

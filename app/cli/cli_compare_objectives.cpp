@@ -1,15 +1,12 @@
 // mismatch compare-objectives [RUN_FILE]: OPD, REINFORCE and GRPO under the same engine configurations, and where
 // each breaks in BF16 units (core/analysis/compare_objectives.h).
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/compare_objectives.h"
-#include "core/common/error.h"
-#include "core/common/runtime.h"
+#include "core/jobs/experiment_jobs.h"
 
-#include <filesystem>
 #include <ostream>
-
-namespace fs = std::filesystem;
 
 namespace mismatch::cli {
 
@@ -22,72 +19,21 @@ std::string optionalText(const std::optional<double>& value, int precision = 4, 
 
 void registerCompareObjectives(CLI::App& app, Context& context)
 {
-    struct Arguments {
-        std::string runFile;
-        std::vector<std::string> objectives;
-        std::int64_t steps = 0;
-        analysis::CompareObjectivesOptions options;
-    };
-    auto a = std::make_shared<Arguments>();
-    a->options.rlMaxTokens = 40;
     CLI::App* command = app.add_subcommand("compare-objectives",
         "OPD, REINFORCE and GRPO trained under the same engine configurations: where each breaks, in BF16 units "
         "(OPD by the failure rule, RL by reward collapse against its own BF16 run; the rules are printed)");
-    command->add_option("RUN_FILE", a->runFile, "Base run file (default: the demo pair's demo-opd-quick.yaml)")
-        ->check(CLI::ExistingFile);
-    command->add_option("--objectives", a->objectives, "Objectives to compare (default opd_full_kl,reinforce,grpo)")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"opd_full_kl", "opd_k1", "opd_k3", "reinforce", "grpo"}));
-    command->add_option("--noise", a->options.noiseSigmas, "Noise sigmas of the sweep (default 0.1,0.3,1.0 without --recipe)")
-        ->delimiter(',');
-    command->add_option("--recipe", a->options.recipes, "Recipes of the sweep")->check(CLI::ExistingFile);
-    command->add_option("--steps", a->steps, "Steps of every run (default: the run file's)")->check(greaterThan(0));
-    command->add_option("--rl-max-tokens", a->options.rlMaxTokens, "RL response length (default 40: whole answers)")
-        ->check(greaterThan(0));
-    command->add_option("--group", a->options.samplesPerPrompt, "GRPO samples per prompt (default 4)")
-        ->check(between(2, 64));
-    command->add_option("--window", a->options.window, "RL steps averaged for the reward (default: the last quarter)")
-        ->check(greaterThan(0));
-    command->add_option("--collapse", a->options.collapse, "RL breaks below (1 - collapse) x its BF16 reward (default 0.5)")
-        ->check(between(0.01, 0.99));
-    command->callback([&context, a] {
-        analysis::CompareObjectivesOptions options = a->options;
-        options.base = train::loadRunConfig(a->runFile.empty()
-                ? (fs::path(resourceDirectory()) / "runs" / "demo-opd-quick.yaml").string()
-                : a->runFile);
-        if (a->steps > 0) {
-            options.base.steps = a->steps;
-        }
-        if (!a->objectives.empty()) {
-            options.objectives.clear();
-            for (const auto& name : a->objectives) {
-                options.objectives.push_back(*train::objectiveFromString(name));
-            }
-        }
-        if (options.noiseSigmas.empty() && options.recipes.empty()) {
-            options.noiseSigmas = {0.1, 0.3, 1.0};
-        }
-        options.workspaceDirectory = context.workspaceDirectory();
+    // The options are the catalogue job's parameters (core/jobs/experiment_jobs.h).
+    auto job = std::make_shared<JobOptions>(command, *jobs::findJob("compare_objectives"));
+    job->option("run_file")->check(CLI::ExistingFile);
+    job->option("recipes")->check(CLI::ExistingFile);
+    command->callback([&context, job] {
+        const analysis::CompareObjectivesOptions options = jobs::compareObjectivesOptions(job->checkedSpec());
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
         const analysis::CompareObjectivesResult r = analysis::runCompareObjectives(store, options, bar.progress());
         bar.finish();
         if (context.json) {
-            nlohmann::json rows = nlohmann::json::array();
-            for (const auto& row : r.rows) {
-                const auto optional = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-                rows.push_back({{"objective", train::toString(row.objective)}, {"configuration", row.configuration},
-                    {"run_id", row.runId}, {"mismatch", row.mismatch}, {"bf16_multiple", row.bf16Multiple},
-                    {"quality", optional(row.quality)}, {"relative_change", optional(row.relativeChange)},
-                    {"reward", optional(row.reward)}, {"verdict", analysis::toString(row.verdict)}});
-            }
-            nlohmann::json breaks = nlohmann::json::array();
-            for (const auto& b : r.breaks) {
-                const auto optional = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-                breaks.push_back({{"objective", train::toString(b.objective)}, {"largest_holding_bf16_multiple", optional(b.largestHolding)},
-                    {"smallest_breaking_bf16_multiple", optional(b.smallestBreaking)}, {"rule", b.rule}});
-            }
-            context.printJson({{"run_id", r.runId}, {"rows", rows}, {"breaks", breaks}, {"wall_seconds", r.wallSeconds}});
+            context.printJson(analysis::toJson(r));
             return;
         }
         std::vector<std::vector<std::string>> rows;

@@ -1,9 +1,10 @@
 // mismatch demo: the headless main job on the built-in demo resources.
 #include "app/cli/admission_output.h"
 #include "app/cli/context.h"
+#include "app/cli/job_options.h"
 #include "core/analysis/demo.h"
 #include "app/cli/terminal_progress.h"
-#include "core/common/runtime.h"
+#include "core/jobs/experiment_jobs.h"
 
 #include <ostream>
 
@@ -16,38 +17,16 @@ void registerDemoCommand(CLI::App& app, Context& context)
         "Headless demo: register the built-in demo models and prompt sets, screen the shipped candidate rollout "
         "configurations against the demo student's shipped mismatch budget (admission check), and print the "
         "decisions with their intervals");
-    auto count = std::make_shared<std::int64_t>(0);
-    auto* countOption = demo->add_option("--count", *count,
-                                "Probe prompts the admission check generates on (default: the calibration protocol's; "
-                                "another count is labelled as another protocol)")
-                            ->check(between(2, 100000))
-                            ->type_name("N");
-    demo->callback([&context, count, countOption] {
+    // The options are the catalogue job's parameters (core/jobs/experiment_jobs.h).
+    auto job = std::make_shared<JobOptions>(demo, *jobs::findJob("demo"));
+    demo->callback([&context, job] {
+        const analysis::DemoOptions options = jobs::demoOptions(job->checkedSpec());
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
         TerminalProgress bar(*context.err);
-        analysis::DemoOptions options;
-        options.resourceDirectory = resourceDirectory();
-        if (countOption->count() > 0) {
-            options.probeCount = *count;
-        }
         const analysis::DemoReport report = analysis::runDemo(store, options, bar.progress());
         bar.finish();
         if (context.json) {
-            nlohmann::json models = nlohmann::json::array();
-            for (const auto& m : report.models) {
-                models.push_back({{"id", m.id}, {"name", m.name}, {"path", m.path}, {"architecture", m.architecture},
-                    {"parameters", m.parameterCount}});
-            }
-            nlohmann::json sets = nlohmann::json::array();
-            for (const auto& p : report.promptSets) {
-                sets.push_back({{"id", p.id}, {"name", p.name}, {"path", p.path}, {"prompts", p.promptCount}});
-            }
-            const nlohmann::json admission = report.admission ? analysis::toJson(*report.admission) : nlohmann::json();
-            context.printJson({{"workspace", store.path()}, {"models", models}, {"prompt_sets", sets},
-                {"calibration_id", report.calibrationId ? nlohmann::json(*report.calibrationId) : nlohmann::json(nullptr)},
-                {"calibration_command", report.calibrationCommand}, {"calibration_step", report.calibrationStep},
-                {"admission", admission}, {"runs", report.summary.runs},
-                {"schema_version", report.summary.schemaVersion}});
+            context.printJson(analysis::toJson(report, store.path()));
             return;
         }
         *context.out << "Mismatch Lab demo: workspace " << store.path() << "\n\n";

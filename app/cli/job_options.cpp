@@ -15,14 +15,9 @@ std::string typeName(jobs::ParameterType type)
     case jobs::ParameterType::IntegerList: return "INT...";
     case jobs::ParameterType::Number: return "NUMBER";
     case jobs::ParameterType::NumberList: return "NUMBER...";
+    case jobs::ParameterType::ChoiceList: return "CHOICE...";
     default: return "TEXT";
     }
-}
-
-bool isList(jobs::ParameterType type)
-{
-    return type == jobs::ParameterType::PathList || type == jobs::ParameterType::IntegerList
-        || type == jobs::ParameterType::NumberList;
 }
 
 } // namespace
@@ -38,7 +33,7 @@ JobOptions::JobOptions(CLI::App* command, const jobs::JobDefinition& definition)
 {
     for (const jobs::Parameter& p : definition.parameters) {
         std::string help = p.help;
-        if (p.type == jobs::ParameterType::Choice) {
+        if (jobs::elementType(p.type) == jobs::ParameterType::Choice) {
             std::string list;
             for (const std::string& choice : p.choices) {
                 list += (list.empty() ? "" : "|") + choice;
@@ -52,7 +47,7 @@ JobOptions::JobOptions(CLI::App* command, const jobs::JobDefinition& definition)
             option = command->add_flag(p.flag, flags_[p.name], help);
         } else {
             option = command->add_option(p.flag, texts_[p.name], help)->type_name(typeName(p.type));
-            if (!isList(p.type)) {
+            if (!jobs::isList(p.type)) {
                 option->expected(1);
             } else if (p.type != jobs::ParameterType::PathList) {
                 option->delimiter(','); // "--noise 0.1,0.2" as well as "--noise 0.1 --noise 0.2" (paths may hold commas)
@@ -104,7 +99,7 @@ jobs::JobSpec JobOptions::spec() const
             }
             values.push_back(*value);
         }
-        spec.set(p.name, isList(p.type) ? values : values.at(0));
+        spec.set(p.name, jobs::isList(p.type) ? values : values.at(0));
     }
     const auto word = [this](const std::string& parameter) { return flagOf(*definition_, parameter); };
     const std::vector<jobs::ParameterError> problems = spec.checkParameters();

@@ -74,6 +74,28 @@ std::string toString(ObjectiveVerdict verdict)
     return "undecided";
 }
 
+namespace {
+
+nlohmann::json optionalJson(const std::optional<double>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json rowsJson(const std::vector<ObjectiveComparisonRow>& rows)
+{
+    nlohmann::json json = nlohmann::json::array();
+    for (const auto& row : rows) {
+        json.push_back({{"objective", train::toString(row.objective)}, {"configuration", row.configuration},
+            {"run_id", row.runId}, {"mismatch", row.mismatch}, {"bf16_multiple", row.bf16Multiple},
+            {"quality", optionalJson(row.quality)}, {"relative_change", optionalJson(row.relativeChange)},
+            {"reward", optionalJson(row.reward)}, {"verdict", toString(row.verdict)}});
+    }
+    return json;
+}
+
+} // namespace
+
+
 CompareObjectivesResult runCompareObjectives(
     store::RunStore& store, const CompareObjectivesOptions& o, Progress& progress)
 {
@@ -212,21 +234,25 @@ CompareObjectivesResult runCompareObjectives(
             }
             result.breaks.push_back(breaks);
         }
-        nlohmann::json rows = nlohmann::json::array();
-        for (const auto& row : result.rows) {
-            const auto optional = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-            rows.push_back({{"objective", train::toString(row.objective)}, {"configuration", row.configuration},
-                {"run_id", row.runId}, {"mismatch", row.mismatch}, {"bf16_multiple", row.bf16Multiple},
-                {"quality", optional(row.quality)}, {"relative_change", optional(row.relativeChange)},
-                {"reward", optional(row.reward)}, {"verdict", toString(row.verdict)}});
-        }
-        config["rows"] = rows;
+        config["rows"] = rowsJson(result.rows);
         store.setRunConfig(result.runId, config.dump());
         store.finishRun(result.runId, store::RunStatus::Finished);
     });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.update(1.0, "compared");
     return result;
+}
+
+nlohmann::json toJson(const CompareObjectivesResult& result)
+{
+    nlohmann::json breaks = nlohmann::json::array();
+    for (const auto& b : result.breaks) {
+        breaks.push_back({{"objective", train::toString(b.objective)},
+            {"largest_holding_bf16_multiple", optionalJson(b.largestHolding)},
+            {"smallest_breaking_bf16_multiple", optionalJson(b.smallestBreaking)}, {"rule", b.rule}});
+    }
+    return {{"run_id", result.runId}, {"rows", rowsJson(result.rows)}, {"breaks", breaks},
+        {"wall_seconds", result.wallSeconds}};
 }
 
 } // namespace mismatch::analysis

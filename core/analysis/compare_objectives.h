@@ -15,6 +15,8 @@
 #include "core/store/run_store.h"
 #include "core/train/run_config.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -69,5 +71,11 @@ struct CompareObjectivesResult {
 // outside (0, 1). Progress over all runs; cancellable (the comparison run is then marked cancelled).
 CompareObjectivesResult runCompareObjectives(
     store::RunStore& store, const CompareObjectivesOptions& options, Progress& progress);
+
+// {"run_id", "rows": [{"objective", "configuration", "run_id", "mismatch", "bf16_multiple", "quality",
+// "relative_change", "reward", "verdict"}], "breaks": [{"objective", "largest_holding_bf16_multiple",
+// "smallest_breaking_bf16_multiple", "rule"}], "wall_seconds"}: `mismatch compare-objectives --json` and the job's
+// result (the stored run's config_json holds the same rows).
+nlohmann::json toJson(const CompareObjectivesResult& result);
 
 } // namespace mismatch::analysis

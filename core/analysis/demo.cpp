@@ -205,4 +205,22 @@ DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress&
     return report;
 }
 
+nlohmann::json toJson(const DemoReport& report, const std::string& databasePath)
+{
+    nlohmann::json models = nlohmann::json::array();
+    for (const auto& m : report.models) {
+        models.push_back({{"id", m.id}, {"name", m.name}, {"path", m.path}, {"architecture", m.architecture},
+            {"parameters", m.parameterCount}});
+    }
+    nlohmann::json sets = nlohmann::json::array();
+    for (const auto& p : report.promptSets) {
+        sets.push_back({{"id", p.id}, {"name", p.name}, {"path", p.path}, {"prompts", p.promptCount}});
+    }
+    return {{"workspace", databasePath}, {"models", models}, {"prompt_sets", sets},
+        {"calibration_id", report.calibrationId ? nlohmann::json(*report.calibrationId) : nlohmann::json(nullptr)},
+        {"calibration_command", report.calibrationCommand}, {"calibration_step", report.calibrationStep},
+        {"admission", report.admission ? toJson(*report.admission) : nlohmann::json()},
+        {"runs", report.summary.runs}, {"schema_version", report.summary.schemaVersion}};
+}
+
 }  // namespace mismatch::analysis

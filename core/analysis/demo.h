@@ -40,6 +40,11 @@ struct DemoReport {
 // bracket, under the calibration's protocol, and reports what it decided and what the workspace holds.
 DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress);
 
+// {"workspace": the database path, "models", "prompt_sets", "calibration_id", "calibration_command",
+// "calibration_step", "admission": the admission check's JSON (toJson(AdmissionResult), the rows `mismatch admit
+// --json` prints) or null, "runs", "schema_version"}: `mismatch demo --json` and the demo job's result.
+nlohmann::json toJson(const DemoReport& report, const std::string& databasePath);
+
 // Stores a calibration written by `mismatch calibrate --json` for a built-in student (its "student_in_resources"
 // and "prompts_in_resources" are relative to `resourceDirectory`: the student and the protocol's prompt set are
 // taken from there) as the calibration "<name> (shipped)": one finished record run per sweep run (its step data

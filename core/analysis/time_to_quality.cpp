@@ -10,7 +10,7 @@ namespace fs = std::filesystem;
 
 namespace mismatch::analysis {
 
-TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQualityOptions& options, Progress& progress)
+void checkTimeToQualityOptions(const TimeToQualityOptions& options)
 {
     const train::RunConfig& base = options.base;
     const std::string source = base.sourceFile.empty() ? "time-to-quality" : base.sourceFile;
@@ -22,13 +22,20 @@ TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQuality
     const bool evaluated = targetStep == base.steps
         || (base.evaluation.every > 0 && targetStep > 0 && targetStep < base.steps && targetStep % base.evaluation.every == 0);
     if (!evaluated) {
-        throw InputError(source, "--target-step",
-            "step " + std::to_string(targetStep) + " is not evaluated by the run (every "
+        throw InputError("time-to-quality", "target_step",
+            "step " + std::to_string(targetStep) + " is not evaluated by the run " + source + " (every "
                 + std::to_string(base.evaluation.every) + " steps and at the last, " + std::to_string(base.steps) + ")");
     }
     if (options.staleness < 0) {
-        throw InputError(source, "--staleness", "must be >= 0, got " + std::to_string(options.staleness));
+        throw InputError("time-to-quality", "staleness", "must be >= 0, got " + std::to_string(options.staleness));
     }
+}
+
+TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQualityOptions& options, Progress& progress)
+{
+    checkTimeToQualityOptions(options);
+    const train::RunConfig& base = options.base;
+    const std::int64_t targetStep = options.targetStep.value_or(base.steps);
     train::RunConfig baseline = base;
     baseline.name = base.name + "/ttq-sync-bf16";
     baseline.rollout.recipe.clear();

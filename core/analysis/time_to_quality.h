@@ -44,7 +44,12 @@ struct TimeToQualityResult {
                                    // candidate after step 0 (a run already there before training has none)
 };
 
-// InputError for a target step the base does not evaluate or a base without evaluations. Progress over both runs.
+// What runTimeToQuality refuses before it stores anything: InputError(the run file, "evaluation", ...) for a base
+// without a teacher or evaluation set; InputError("time-to-quality", PARAMETER, ...) naming the job's parameter
+// ("target_step", "staleness") for a target step the base does not evaluate or a negative staleness.
+void checkTimeToQualityOptions(const TimeToQualityOptions& options);
+
+// checkTimeToQualityOptions first. Progress over both runs.
 // Stored as a run of kind "time_to_quality" (the two training runs are ordinary runs); cancelled or failed, that
 // run is marked so and its training runs keep their whole steps.
 TimeToQualityResult runTimeToQuality(store::RunStore& store, const TimeToQualityOptions& options, Progress& progress);

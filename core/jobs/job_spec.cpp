@@ -25,8 +25,26 @@ std::string toString(ParameterType type)
     case ParameterType::PathList: return "list of paths";
     case ParameterType::IntegerList: return "list of integers";
     case ParameterType::NumberList: return "list of numbers";
+    case ParameterType::ChoiceList: return "list of choices";
     }
     return "?";
+}
+
+bool isList(ParameterType type)
+{
+    return type == ParameterType::PathList || type == ParameterType::IntegerList || type == ParameterType::NumberList
+        || type == ParameterType::ChoiceList;
+}
+
+ParameterType elementType(ParameterType type)
+{
+    switch (type) {
+    case ParameterType::PathList: return ParameterType::Path;
+    case ParameterType::IntegerList: return ParameterType::Integer;
+    case ParameterType::NumberList: return ParameterType::Number;
+    case ParameterType::ChoiceList: return ParameterType::Choice;
+    default: return type;
+    }
 }
 
 std::string Parameter::longFlag() const
@@ -66,21 +84,6 @@ const JobDefinition& requireJob(const std::string& kind, const std::string& sour
         known += (known.empty() ? "" : ", ") + definition.kind;
     }
     throw InputError(source, "job", "unknown job '" + kind + "' (the catalogue has: " + known + ")");
-}
-
-bool isList(ParameterType type)
-{
-    return type == ParameterType::PathList || type == ParameterType::IntegerList || type == ParameterType::NumberList;
-}
-
-ParameterType elementType(ParameterType type)
-{
-    switch (type) {
-    case ParameterType::PathList: return ParameterType::Path;
-    case ParameterType::IntegerList: return ParameterType::Integer;
-    case ParameterType::NumberList: return ParameterType::Number;
-    default: return type;
-    }
 }
 
 // The shortest text that reads back to the same double ("10", "0.05", "1e-06"), as std::to_chars writes it.
@@ -462,6 +465,13 @@ std::string valueText(const nlohmann::json& value)
     }
     if (value.is_number_float()) {
         return numberText(value.get<double>());
+    }
+    if (value.is_array()) {
+        std::string text;
+        for (const nlohmann::json& element : value) {
+            text += (text.empty() ? "" : ",") + valueText(element);
+        }
+        return text;
     }
     return value.dump();
 }

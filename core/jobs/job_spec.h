@@ -37,8 +37,12 @@ enum class ParameterType {
     PathList, // a list of paths (a positional list on the CLI: admit's STUDENT...)
     IntegerList, // a list of whole numbers
     NumberList, // a list of numbers
+    ChoiceList, // a list of values, each one of `choices` (compare-objectives' objectives)
 };
 std::string toString(ParameterType type); // "text", "path", ...
+// Whether values of the type are lists; the type of one element (Path of PathList; the type itself for a scalar).
+bool isList(ParameterType type);
+ParameterType elementType(ParameterType type);
 
 struct Parameter {
     std::string name; // the job file key and JSON key: "max_tokens"
@@ -162,7 +166,8 @@ std::string commandLine(const std::vector<std::string>& arguments);
 // A parameter's value from its text form (a CLI argument or a YAML scalar): "8" -> 8 for an Integer, "true" for a
 // Flag, a list element for a list type. nullopt with `error` set when the text is not of the type.
 std::optional<nlohmann::json> parseValue(const Parameter& parameter, const std::string& text, std::string* error);
-// The text form of a scalar value (the inverse: what toArguments writes).
+// The text form of a scalar value (the inverse: what toArguments writes); a list's elements joined by commas
+// (how the CLI's help shows a list default).
 std::string valueText(const nlohmann::json& value);
 
 // `message` with each "parameter: ..." / "'parameter'" named in `names` (parameter -> front-end word, e.g.

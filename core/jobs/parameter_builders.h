@@ -33,7 +33,9 @@ inline Parameter ranged(Parameter p, std::optional<double> low, bool lowExclusiv
 
 inline Parameter choice(Parameter p, std::vector<std::string> choices)
 {
-    p.type = ParameterType::Choice;
+    if (p.type != ParameterType::ChoiceList) {
+        p.type = ParameterType::Choice;
+    }
     p.choices = std::move(choices);
     return p;
 }

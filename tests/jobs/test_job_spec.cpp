@@ -40,6 +40,7 @@ jobs::JobSpec fullSpec(const std::string& kind)
             value = p.high ? p.low.value_or(0.0) + 0.37 * (*p.high - p.low.value_or(0.0)) : p.low.value_or(0.0) + 0.3;
             break;
         case jobs::ParameterType::NumberList: value = {0.05, 0.1}; break;
+        case jobs::ParameterType::ChoiceList: value = {p.choices.at(1), p.choices.back()}; break;
         case jobs::ParameterType::Flag: value = true; break;
         }
         spec.set(p.name, value);

@@ -18,6 +18,7 @@
 #include "ui/main_window.h"
 #include "ui/sensitivity_dialog.h"
 #include "ui/study_dialogs.h"
+#include "core/jobs/experiment_jobs.h"
 
 #include <QDialogButtonBox>
 #include <QProcess>
@@ -162,6 +163,44 @@ private slots:
         QCOMPARE(parts.candidates[0].noiseSeed, std::uint64_t(4));
         QCOMPARE(parts.settings.maxNewTokens, std::int64_t(5));
         QCOMPARE(parts.shapleyMaxSources, std::int64_t(3));
+
+        ui::TimeToQualityDialog ttq(workspace, nullptr, &store);
+        ttq.setRunFile(kResources + "/runs/demo-opd-quick.yaml");
+        ttq.setRecipe(kResources + "/recipes/fp8-kv.yaml");
+        ttq.setStaleness(2);
+        ttq.setSynchronous(true);
+        ttq.setTargetStep(40);
+        QVERIFY2(ttq.valid(), qPrintable(ttq.errorText()));
+        QVERIFY(cliSpec(ttq.cliCommand(), workspace) == *ttq.spec());
+        const analysis::TimeToQualityOptions ttqOptions = jobs::timeToQualityOptions(*ttq.spec());
+        QCOMPARE(ttqOptions.staleness, std::int64_t(2));
+        QVERIFY(!ttqOptions.asynchronous);
+        QCOMPARE(ttqOptions.targetStep.value_or(0), std::int64_t(40));
+        QCOMPARE(ttqOptions.base.steps, std::int64_t(60));
+        // A step the run does not evaluate is named by the dialog's field label, before anything is queued.
+        ttq.setTargetStep(30);
+        QVERIFY2(!ttq.valid() && ttq.errorText().startsWith("Target step:"), qPrintable(ttq.errorText()));
+
+        ui::CompareObjectivesDialog objectives(workspace, nullptr, &store);
+        objectives.setRunFile(kResources + "/runs/demo-opd-quick.yaml");
+        objectives.setObjectives({"opd_k3", "grpo"});
+        objectives.setNoise("0.2, 0.6");
+        objectives.setRecipes(kResources + "/recipes/fp8-kv.yaml");
+        objectives.setSteps(8);
+        QVERIFY2(objectives.valid(), qPrintable(objectives.errorText()));
+        QVERIFY(cliSpec(objectives.cliCommand(), workspace) == *objectives.spec());
+        const analysis::CompareObjectivesOptions compared = jobs::compareObjectivesOptions(*objectives.spec());
+        QCOMPARE(compared.objectives.size(), std::size_t(2));
+        QVERIFY(compared.objectives[0] == train::Objective::OpdK3 && compared.objectives[1] == train::Objective::Grpo);
+        QCOMPARE(compared.noiseSigmas, (std::vector<double> {0.2, 0.6}));
+        QCOMPARE(compared.recipes.size(), std::size_t(1));
+        QCOMPARE(compared.base.steps, std::int64_t(8));
+        QCOMPARE(compared.rlMaxTokens, std::int64_t(40));
+        // The comma form of the CLI's objective list reads the same.
+        QVERIFY(cliSpec(objectives.cliCommand().replace("--objectives opd_k3 --objectives grpo",
+                            "--objectives opd_k3,grpo"),
+                    workspace)
+            == *objectives.spec());
 
         // The Export Job File button and the exported file: the same spec.
         scan.show();

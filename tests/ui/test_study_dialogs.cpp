@@ -354,7 +354,7 @@ private slots:
         ttq.setStaleness(1);
         QVERIFY2(ttq.valid(), qPrintable(ttq.errorText()));
         QCOMPARE(ttq.cliCommand(),
-            QStringLiteral("mismatch --workspace %1 time-to-quality %2 --recipe %3 --staleness 1")
+            QStringLiteral("mismatch --workspace %1 time-to-quality %2 --recipe %3")
                 .arg(dir.path(), runFile, kResources + "/recipes/fp8-kv.yaml"));
         QString error;
         QVERIFY2(startAndWait(*window.jobQueue(), ttq, &error), qPrintable(error));
@@ -376,8 +376,7 @@ private slots:
         objectives.setNoise("0.3");
         QVERIFY2(objectives.valid(), qPrintable(objectives.errorText()));
         QCOMPARE(objectives.cliCommand(),
-            QStringLiteral("mismatch --workspace %1 compare-objectives %2 --objectives opd_full_kl --noise 0.3 "
-                           "--rl-max-tokens 40 --group 4 --collapse 0.5")
+            QStringLiteral("mismatch --workspace %1 compare-objectives %2 --objectives opd_full_kl --noise 0.3")
                 .arg(dir.path(), runFile));
         QVERIFY2(startAndWait(*window.jobQueue(), objectives, &error), qPrintable(error));
         stored = false;
