@@ -490,6 +490,9 @@ void MainWindow::createMenus()
     import->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_I));
     jobs->addAction(tr("Compare Two &Runs (Failure Rule)..."), this, &MainWindow::showCompareRunsDialog);
     jobs->addSeparator();
+    jobs->addAction(tr("R&esume Selected Run"), this, &MainWindow::resumeSelectedRun);
+    jobs->addAction(tr("Export Selected Run's &Job File..."), this, &MainWindow::exportSelectedRunJobFile);
+    jobs->addSeparator();
     QAction* demo = jobs->addAction(tr("Run the &Demo"), this, &MainWindow::runDemo);
     demo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
     // Esc asks before cancelling: a stray key press must not throw away a long job.
@@ -777,6 +780,89 @@ void MainWindow::runDemo()
     const int id = jobQueue_->enqueue(
         tr("Demo"), specCommandLine(workspaceDirectory_, spec), specWorkerJob(workspaceDirectory_, spec));
     jobQueue_->setJobFile(id, QString::fromStdString(jobs::jobFileText(spec)));
+}
+
+namespace {
+
+// The one run selected in the Runs tab and the catalogue job it stored; `problem` says why there is none.
+std::optional<std::pair<store::RunInfo, jobs::JobSpec>> selectedRunJob(
+    const QTableView* table, const RunTableModel* model, QString* problem)
+{
+    const QModelIndexList rows = table->selectionModel()->selectedRows();
+    const store::RunInfo* run = rows.size() == 1 ? model->runAt(rows.front().row()) : nullptr;
+    if (!run) {
+        *problem = QObject::tr("Select one run in the Runs tab.");
+        return std::nullopt;
+    }
+    try {
+        if (const std::optional<jobs::JobSpec> spec = jobs::JobSpec::ofRun(*run)) {
+            return std::make_pair(*run, *spec);
+        }
+    } catch (const std::exception& error) {
+        *problem = QString::fromStdString(error.what());
+        return std::nullopt;
+    }
+    *problem = QObject::tr("Run %1 (%2) was not started by a job of the catalogue, or by a version before runs kept "
+                           "their job, so it has no stored job.")
+                   .arg(run->id)
+                   .arg(QString::fromStdString(run->kind));
+    return std::nullopt;
+}
+
+} // namespace
+
+int MainWindow::resumeSelectedRun()
+{
+    QString problem;
+    const auto selected = selectedRunJob(runTable_, runModel_, &problem);
+    if (!selected) {
+        showError(tr("Cannot resume the run"), problem);
+        return 0;
+    }
+    const store::RunInfo& run = selected->first;
+    const jobs::JobSpec& spec = selected->second;
+    if (!spec.definition().resume) {
+        showError(tr("Cannot resume the run"),
+            tr("A %1 job cannot be resumed; run it again: %2")
+                .arg(QString::fromStdString(spec.kind()), specCommandLine(workspaceDirectory_, spec)));
+        return 0;
+    }
+    if (run.status == store::RunStatus::Finished) {
+        showError(tr("Cannot resume the run"), tr("Run %1 is finished.").arg(run.id));
+        return 0;
+    }
+    const std::int64_t runId = run.id;
+    const QString command = QString::fromStdString(jobs::commandLine(
+        {"--workspace", workspaceDirectory_.toStdString(), "run", "--resume", std::to_string(runId)}));
+    lastQueuedJob_ = jobQueue_->enqueue(tr("Resume %1 run %2").arg(QString::fromStdString(spec.kind())).arg(runId),
+        command, [workspace = workspaceDirectory_.toStdString(), spec, runId](Progress& progress) {
+            store::RunStore store
+                = store::RunStore::open(store::databasePath(workspace), store::OpenMode::OpenExisting);
+            spec.definition().resume(store, runId, progress, {});
+        });
+    return lastQueuedJob_;
+}
+
+void MainWindow::exportSelectedRunJobFile()
+{
+    QString problem;
+    const auto selected = selectedRunJob(runTable_, runModel_, &problem);
+    if (!selected) {
+        showError(tr("Cannot export the job file"), problem);
+        return;
+    }
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export Job File"),
+        QDir(workspaceDirectory_).filePath(QStringLiteral("run-%1.job.yaml").arg(selected->first.id)),
+        tr("Job files (*.yaml *.yml)"));
+    if (path.isEmpty()) {
+        return;
+    }
+    try {
+        jobs::writeJobFile(path.toStdString(), selected->second);
+        showStatus(tr("Wrote %1").arg(path), 6000);
+    } catch (const std::exception& error) {
+        showError(tr("Cannot export the job file"), QString::fromStdString(error.what()));
+    }
 }
 
 int MainWindow::startTraining(const QString& runFile)

@@ -109,6 +109,12 @@ public:
 
 public slots:
     void runDemo();
+    // The run selected in the Runs tab, continued by the catalogue job it stored (JobSpec::ofRun and the job's
+    // resume; what `mismatch run --resume RUN` does), queued as a job. Returns the queued job's id (0: none, with
+    // the reason shown).
+    int resumeSelectedRun();
+    // Writes the job file of the selected run's stored job (`mismatch run FILE` runs the same request again).
+    void exportSelectedRunJobFile();
     void refresh();
     void showAbout();
     void showTrainingDialog();

@@ -1,9 +1,11 @@
 // mismatch run FILE.yaml [--check]: run a headless job file (one catalogue job, or a study of dependent steps).
+// mismatch run --resume RUN: continue a stored run of a catalogue job from the spec it stored (JobSpec::ofRun).
 // The file format is core/jobs/job_file.h's; --help lists every job of the catalogue with its parameters and the
 // result fields a study's later steps refer to.
 #include "app/cli/analysis_options.h"
 #include "app/cli/context.h"
 #include "app/cli/terminal_progress.h"
+#include "core/common/error.h"
 #include "core/jobs/job_file.h"
 
 #include <memory>
@@ -16,7 +18,39 @@ namespace {
 struct RunArguments {
     std::string file;
     bool check = false;
+    std::int64_t resume = 0;
 };
+
+// `mismatch run --resume RUN`: the job that started RUN, read back from the spec the run stored, continues it.
+void resumeRun(Context& context, std::int64_t runId)
+{
+    store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
+    const std::optional<store::RunInfo> info = store.run(runId);
+    const std::string where = "run " + std::to_string(runId);
+    if (!info) {
+        throw InputError(store.path(), where, "the workspace has no such run");
+    }
+    const std::optional<jobs::JobSpec> spec = jobs::JobSpec::ofRun(*info);
+    if (!spec) {
+        throw InputError(store.path(), where,
+            "the " + info->kind + " run '" + info->name + "' was not started by a job of the catalogue (or by a "
+                "version before runs kept their job), so there is no stored job to resume");
+    }
+    const std::string command = jobs::commandLine(spec->toArguments());
+    if (!spec->definition().resume) {
+        throw InputError(store.path(), where,
+            "a " + spec->kind() + " job cannot be resumed; run it again: " + command);
+    }
+    TerminalProgress bar(*context.err);
+    bar.note("resuming " + where + ": " + command);
+    const jobs::JobResult result = spec->definition().resume(store, runId, bar.progress(), {});
+    bar.finish();
+    if (context.json) {
+        context.printJson({{"run_id", runId}, {"job", spec->toJson()}, {"result", result}});
+        return;
+    }
+    *context.out << spec->kind() << " (" << where << "): " << result.dump() << "\n";
+}
 
 std::string catalogueHelp()
 {
@@ -54,12 +88,29 @@ void registerRunCommand(CLI::App& app, Context& context)
     auto a = std::make_shared<RunArguments>();
     CLI::App* command = app.add_subcommand("run",
         "Run a job file: one job of the catalogue (listed below) with its parameters, or a study "
-        "whose steps refer to earlier steps' results; what a GUI dialog's \"Export Job File...\" writes");
-    command->add_option("FILE", a->file, "Job or study file (YAML)")->required()->type_name("FILE");
-    command->add_flag("--check", a->check, "Only read and check the file (every step's parameters whose values "
-                                           "do not depend on earlier steps); run nothing");
+        "whose steps refer to earlier steps' results; what a GUI dialog's \"Export Job File...\" writes. "
+        "`mismatch run --resume RUN` continues a stored run with the job it was started with");
+    CLI::Option* fileOption = command->add_option("FILE", a->file, "Job or study file (YAML)")->type_name("FILE");
+    CLI::Option* resumeOption
+        = command
+              ->add_option("--resume", a->resume,
+                  "Continue run RUN of a catalogue job (sensitivity, admit, calibrate, train) after a kill, Ctrl-C or "
+                  "failure, with the job it stored when it started")
+              ->type_name("RUN")
+              ->excludes(fileOption);
+    CLI::Option* checkOption = command->add_flag("--check", a->check,
+        "Only read and check the file (every step's parameters whose values do not depend on earlier steps); run "
+        "nothing");
     command->footer(catalogueHelp());
-    command->callback([&context, a] {
+    checkOption->excludes(resumeOption);
+    command->callback([&context, a, fileOption, resumeOption] {
+        if (fileOption->count() == 0 && resumeOption->count() == 0) {
+            throw CLI::RequiredError("FILE (or --resume RUN)");
+        }
+        if (resumeOption->count() > 0) {
+            resumeRun(context, a->resume);
+            return;
+        }
         const jobs::JobFile file = jobs::loadJobFile(a->file);
         if (a->check) {
             nlohmann::json steps = nlohmann::json::array();

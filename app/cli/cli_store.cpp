@@ -27,6 +27,8 @@ nlohmann::json toJson(const store::RunInfo& r)
     if (!r.error.empty()) {
         j["error"] = r.error;
     }
+    // The catalogue job that started the run ({"job", "parameters"}), null for other runs.
+    j["job"] = r.jobJson.empty() ? nlohmann::json() : nlohmann::json::parse(r.jobJson, nullptr, false);
     return j;
 }
 

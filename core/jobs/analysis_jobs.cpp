@@ -76,6 +76,26 @@ std::vector<Parameter> analysisParameters(bool fromProtocol)
     };
 }
 
+// The JobResults of a scan and of an admission check (run and resume return the same).
+JobResult sensitivityResult(const analysis::SensitivityResult& r)
+{
+    return {{"run_id", r.runId}, {"scan_id", r.scanId}, {"format", r.format}, {"bf16_unit", r.bf16Unit},
+        {"cells", r.cells.size()}, {"seconds", r.seconds}};
+}
+
+JobResult admissionResult(const analysis::AdmissionResult& r)
+{
+    nlohmann::json decisions = nlohmann::json::array();
+    std::int64_t admitted = 0;
+    for (const analysis::AdmissionRow& row : r.rows) {
+        admitted += row.verdict == analysis::AdmissionVerdict::Admit ? 1 : 0;
+        decisions.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
+            {"decision", analysis::toString(row.verdict)}, {"mismatch", row.mismatch}, {"threshold", row.threshold},
+            {"decision_id", row.decisionId}});
+    }
+    return {{"run_id", r.runId}, {"decisions", decisions}, {"admitted", admitted}, {"seconds", r.seconds}};
+}
+
 const char* const kProtocolParameters[]
     = {"count", "max_tokens", "seed", "temperature", "top_p", "top_k", "kv_scale_fit", "kv_first_batch"};
 
@@ -256,11 +276,14 @@ JobDefinition sensitivityJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::SensitivityOptions options = sensitivityOptions(spec);
         options.onRunStarted = onRunStarted;
-        const analysis::SensitivityResult r = analysis::runSensitivity(store, options, progress);
-        return JobResult {{"run_id", r.runId}, {"scan_id", r.scanId}, {"format", r.format}, {"bf16_unit", r.bf16Unit},
-            {"cells", r.cells.size()}, {"seconds", r.seconds}};
+        return sensitivityResult(analysis::runSensitivity(store, options, progress));
     };
     job.resultFields = {"run_id", "scan_id", "format", "bf16_unit", "cells", "seconds"};
+    job.runKind = "sensitivity";
+    job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
+                     const std::function<void(std::int64_t)>& onRunStarted) {
+        return sensitivityResult(analysis::resumeSensitivity(store, runId, progress, onRunStarted));
+    };
     return job;
 }
 
@@ -375,6 +398,7 @@ JobDefinition recipeBuildJob()
     };
     job.resultFields = {"run_id", "recipe_id", "recipe_file", "scan_id", "format", "budget", "mismatch", "bf16_cells",
         "seconds"};
+    job.runKind = "recipe_build";
     return job;
 }
 
@@ -526,19 +550,14 @@ JobDefinition admitJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::AdmissionOptions options = admissionOptions(spec, store);
         options.onRunStarted = onRunStarted;
-        const analysis::AdmissionResult r = analysis::runAdmission(store, options, progress);
-        nlohmann::json decisions = nlohmann::json::array();
-        std::int64_t admitted = 0;
-        for (const analysis::AdmissionRow& row : r.rows) {
-            admitted += row.verdict == analysis::AdmissionVerdict::Admit ? 1 : 0;
-            decisions.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
-                {"decision", analysis::toString(row.verdict)}, {"mismatch", row.mismatch},
-                {"threshold", row.threshold}, {"decision_id", row.decisionId}});
-        }
-        return JobResult {{"run_id", r.runId}, {"decisions", decisions}, {"admitted", admitted},
-            {"seconds", r.seconds}};
+        return admissionResult(analysis::runAdmission(store, options, progress));
     };
     job.resultFields = {"run_id", "decisions", "admitted", "seconds"};
+    job.runKind = "admit";
+    job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
+                     const std::function<void(std::int64_t)>& onRunStarted) {
+        return admissionResult(analysis::resumeAdmission(store, runId, progress, onRunStarted));
+    };
     return job;
 }
 
@@ -591,6 +610,7 @@ JobDefinition prefixShiftJob()
             {"per_token", r.perToken}, {"prefix_shift", r.prefixShift}, {"bf16_unit", r.bf16Unit}, {"pairs", r.pairs}};
     };
     job.resultFields = {"run_id", "analysis_id", "total", "per_token", "prefix_shift", "bf16_unit", "pairs"};
+    job.runKind = "prefix_shift";
     return job;
 }
 
@@ -639,6 +659,7 @@ JobDefinition breakdownJob()
             {"seconds", r.seconds}};
     };
     job.resultFields = {"run_id", "candidates", "measurements", "seconds"};
+    job.runKind = "breakdown";
     return job;
 }
 

@@ -89,6 +89,7 @@ JobDefinition timeToQualityJob()
         return JobResult(analysis::timeToQualityJson(r));
     };
     job.resultFields = {"run_id", "target_quality", "target_step", "baseline", "candidate", "speedup"};
+    job.runKind = "time_to_quality";
     return job;
 }
 
@@ -152,6 +153,7 @@ JobDefinition compareObjectivesJob()
         return JobResult(analysis::toJson(analysis::runCompareObjectives(store, compareObjectivesOptions(spec), progress)));
     };
     job.resultFields = {"run_id", "rows", "breaks", "wall_seconds"};
+    job.runKind = "compare_objectives";
     return job;
 }
 
@@ -183,6 +185,7 @@ JobDefinition demoJob()
     };
     job.resultFields = {"workspace", "models", "prompt_sets", "calibration_id", "calibration_command",
         "calibration_step", "admission", "runs", "schema_version"};
+    job.runKind = "demo";
     return job;
 }
 

@@ -393,7 +393,28 @@ JobResult JobSpec::run(
     store::RunStore& store, Progress& progress, const std::function<void(std::int64_t)>& onRunStarted) const
 {
     requireValid(kind());
+    // The job's own run keeps the request; forgotten again however the job ends.
+    struct Expectation {
+        store::RunStore& store;
+        ~Expectation() { store.expectJob({}, {}); }
+    } expectation {store};
+    store.expectJob(definition_->runKind, toJson().dump());
     return definition_->run(store, *this, progress, onRunStarted);
+}
+
+std::optional<JobSpec> JobSpec::ofRun(const store::RunInfo& run)
+{
+    if (run.jobJson.empty()) {
+        return std::nullopt;
+    }
+    const std::string source = "run " + std::to_string(run.id);
+    nlohmann::json json;
+    try {
+        json = nlohmann::json::parse(run.jobJson);
+    } catch (const nlohmann::json::exception& error) {
+        throw InputError(source, "job_json", std::string("not JSON: ") + error.what());
+    }
+    return fromJson(json, source);
 }
 
 bool JobSpec::operator==(const JobSpec& other) const

@@ -92,6 +92,14 @@ struct JobDefinition {
         run;
     // The fields of its JobResult (documented in `mismatch run --help`).
     std::vector<std::string> resultFields;
+    // The kind of the run the job records ("sensitivity", "calibrate", ...; empty for a job that records none):
+    // run() has the store keep the spec's JSON with that run (RunInfo::jobJson), so a stored run says what was
+    // asked and JobSpec::ofRun reads it back.
+    std::string runKind;
+    // Continues a killed, cancelled or failed run of this job (its own run, `runId`) from what it stored; empty for
+    // jobs that cannot be resumed. `mismatch run --resume RUN` calls it with the spec read back by ofRun.
+    std::function<JobResult(store::RunStore&, std::int64_t runId, Progress&, const std::function<void(std::int64_t)>&)>
+        resume;
 
     const Parameter* parameter(const std::string& name) const;
 };
@@ -143,9 +151,14 @@ public:
     // parameter whose effective value differs from its default), e.g. {"sensitivity", "/m", "--format", "int8"}.
     std::vector<std::string> toArguments() const;
 
-    // Runs the job through its core function (requireValid first).
+    // Runs the job through its core function (requireValid first); the job's run stores toJson() (runKind).
     JobResult run(store::RunStore& store, Progress& progress,
         const std::function<void(std::int64_t)>& onRunStarted = {}) const;
+
+    // The spec a stored run was started with (its RunInfo::jobJson, read by fromJson); nullopt for a run that no
+    // catalogue job started (runs stored before the catalogue recorded its jobs, imports, a sweep's training runs).
+    // InputError naming the run for a stored spec this version cannot read.
+    static std::optional<JobSpec> ofRun(const store::RunInfo& run);
 
     bool operator==(const JobSpec& other) const;
     bool operator!=(const JobSpec& other) const { return !(*this == other); }

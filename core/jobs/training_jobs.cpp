@@ -12,6 +12,34 @@
 
 namespace mismatch::jobs {
 
+namespace {
+
+// The JobResults of a calibration and of a training run (run and resume return the same).
+JobResult calibrationResult(const analysis::CalibrationResult& r)
+{
+    nlohmann::json brackets = nlohmann::json::array();
+    for (const store::CalibrationBracket& b : r.brackets) {
+        brackets.push_back(
+            {{"step", b.step}, {"threshold", b.threshold ? nlohmann::json(*b.threshold) : nlohmann::json(nullptr)}});
+    }
+    return {{"calibration_id", r.calibrationId}, {"run_id", r.runId}, {"brackets", brackets},
+        {"flagged", !r.flags.empty()}, {"seconds", r.wallSeconds}};
+}
+
+JobResult trainingResult(const store::RunStore& store, const train::TrainResult& r)
+{
+    const auto info = store.run(r.runId);
+    const auto optional = [](const std::optional<double>& value) {
+        return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+    };
+    return {{"run_id", r.runId}, {"status", info ? store::toString(info->status) : "unknown"},
+        {"steps_stored", r.stepsStored}, {"final_quality", optional(r.finalQuality)},
+        {"final_accuracy", optional(r.finalAccuracy)}, {"last_checkpoint", r.lastCheckpoint},
+        {"seconds", r.wallSeconds}};
+}
+
+} // namespace
+
 std::string calibrationRunFile(const JobSpec& spec)
 {
     return spec.given("run_file") ? spec.text("run_file")
@@ -122,16 +150,14 @@ JobDefinition calibrateJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::CalibrationOptions options = calibrationOptions(spec);
         options.onRunStarted = onRunStarted;
-        const analysis::CalibrationResult r = analysis::runCalibration(store, options, progress);
-        nlohmann::json brackets = nlohmann::json::array();
-        for (const store::CalibrationBracket& b : r.brackets) {
-            brackets.push_back({{"step", b.step},
-                {"threshold", b.threshold ? nlohmann::json(*b.threshold) : nlohmann::json(nullptr)}});
-        }
-        return JobResult {{"calibration_id", r.calibrationId}, {"run_id", r.runId}, {"brackets", brackets},
-            {"flagged", !r.flags.empty()}, {"seconds", r.wallSeconds}};
+        return calibrationResult(analysis::runCalibration(store, options, progress));
     };
     job.resultFields = {"calibration_id", "run_id", "brackets", "flagged", "seconds"};
+    job.runKind = "calibrate";
+    job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
+                     const std::function<void(std::int64_t)>& onRunStarted) {
+        return calibrationResult(analysis::resumeCalibration(store, runId, progress, {}, onRunStarted));
+    };
     return job;
 }
 
@@ -159,19 +185,16 @@ JobDefinition trainJob()
                   const std::function<void(std::int64_t)>&) {
         train::TrainOptions options;
         options.stopAfterSteps = spec.integer("stop_after");
-        const train::TrainResult r
-            = train::runTraining(train::loadRunConfig(spec.text("run_file")), store, progress, options);
-        const auto info = store.run(r.runId);
-        const auto optional = [](const std::optional<double>& value) {
-            return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-        };
-        return JobResult {{"run_id", r.runId}, {"status", info ? store::toString(info->status) : "unknown"},
-            {"steps_stored", r.stepsStored}, {"final_quality", optional(r.finalQuality)},
-            {"final_accuracy", optional(r.finalAccuracy)}, {"last_checkpoint", r.lastCheckpoint},
-            {"seconds", r.wallSeconds}};
+        return trainingResult(
+            store, train::runTraining(train::loadRunConfig(spec.text("run_file")), store, progress, options));
     };
     job.resultFields
         = {"run_id", "status", "steps_stored", "final_quality", "final_accuracy", "last_checkpoint", "seconds"};
+    job.runKind = "train";
+    job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
+                     const std::function<void(std::int64_t)>&) {
+        return trainingResult(store, train::resumeTraining(runId, store, progress));
+    };
     return job;
 }
 

@@ -254,6 +254,7 @@ RunInfo readRun(const Statement& s)
     info.stepCount = s.int64(9);
     info.lastStep = s.optionalInt64(10);
     info.lastMismatch = s.optionalReal(11);
+    info.jobJson = s.text(12);
     return info;
 }
 
@@ -262,7 +263,8 @@ constexpr const char* kRunSelect =
     "coalesce(r.error, ''), r.tool_version, "
     "(SELECT count(*) FROM step_metrics m WHERE m.run_id = r.id), "
     "(SELECT max(step) FROM step_metrics m WHERE m.run_id = r.id), "
-    "(SELECT mismatch_kl FROM step_metrics m WHERE m.run_id = r.id ORDER BY step DESC LIMIT 1) "
+    "(SELECT mismatch_kl FROM step_metrics m WHERE m.run_id = r.id ORDER BY step DESC LIMIT 1), "
+    "coalesce(r.job_json, '') "
     "FROM runs r ";
 
 }  // namespace
@@ -354,7 +356,8 @@ RunStore RunStore::open(const std::string& path, OpenMode mode)
 RunStore::RunStore(sqlite3* db, std::string path, bool readOnly) : db_(db), path_(std::move(path)), readOnly_(readOnly) {}
 
 RunStore::RunStore(RunStore&& other) noexcept
-    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_), locks_(std::move(other.locks_))
+    : db_(other.db_), path_(std::move(other.path_)), readOnly_(other.readOnly_), locks_(std::move(other.locks_)),
+      expectedJobKind_(std::move(other.expectedJobKind_)), expectedJobJson_(std::move(other.expectedJobJson_))
 {
     other.db_ = nullptr;
 }
@@ -367,6 +370,8 @@ RunStore& RunStore::operator=(RunStore&& other) noexcept
         path_ = std::move(other.path_);
         readOnly_ = other.readOnly_;
         locks_ = std::move(other.locks_);
+        expectedJobKind_ = std::move(other.expectedJobKind_);
+        expectedJobJson_ = std::move(other.expectedJobJson_);
         other.db_ = nullptr;
     }
     return *this;
@@ -394,15 +399,31 @@ int RunStore::schemaVersion() const
 std::int64_t RunStore::beginRun(const RunSpec& spec)
 {
     Transaction transaction(db_);
-    Statement insert(db_, "INSERT INTO runs (name, kind, status, config_json, model_id, tool_version) "
-                          "VALUES (?, ?, 'running', ?, ?, ?)");
+    const bool jobRun = !expectedJobKind_.empty() && spec.kind == expectedJobKind_;
+    Statement insert(db_, "INSERT INTO runs (name, kind, status, config_json, model_id, tool_version, job_json) "
+                          "VALUES (?, ?, 'running', ?, ?, ?, ?)");
     insert.bind(1, spec.name).bind(2, spec.kind).bind(3, spec.configJson).bind(4, spec.modelId).bind(5, kVersion);
+    if (jobRun) {
+        insert.bind(6, expectedJobJson_);
+    } else {
+        insert.bindNull(6);
+    }
     insert.run();
     const std::int64_t id = sqlite3_last_insert_rowid(db_);
     // Before the commit makes the run visible, so that no other process can take it over in between.
     locks_[id] = RunLock::acquire(path_, id);
     transaction.commit();
+    if (jobRun) {
+        expectedJobKind_.clear();
+        expectedJobJson_.clear();
+    }
     return id;
+}
+
+void RunStore::expectJob(const std::string& runKind, const std::string& jobJson)
+{
+    expectedJobKind_ = runKind;
+    expectedJobJson_ = runKind.empty() ? std::string() : jobJson;
 }
 
 void RunStore::appendSteps(std::int64_t runId, const std::vector<StepMetrics>& steps)

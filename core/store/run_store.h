@@ -50,6 +50,7 @@ struct RunInfo {
     std::int64_t stepCount = 0;
     std::optional<std::int64_t> lastStep;
     std::optional<double> lastMismatch;  // nats per token
+    std::string jobJson;  // the catalogue job that started the run (JobSpec::toJson); empty for other runs
 };
 
 // One training step's measures. All KL values are in nats per token (token mean over the step's batch).
@@ -120,8 +121,13 @@ public:
     int schemaVersion() const;
 
     // Records a new run (status running) and takes its writer lock (run_lock.h), held until finishRun,
-    // releaseRunLock or the store is closed.
+    // releaseRunLock or the store is closed. The first run of kind `expectedJobKind` begun after expectJob()
+    // stores the expected job's JSON with it (RunInfo::jobJson).
     std::int64_t beginRun(const RunSpec& spec);
+    // The catalogue job about to run (JobSpec::run): the next run of kind `runKind` this store begins is the
+    // job's own run and records `jobJson` (runs of other kinds begun in between, such as a calibration's sweep
+    // runs or a demo's record runs, do not). An empty runKind forgets it.
+    void expectJob(const std::string& runKind, const std::string& jobJson);
     // Appends a batch of steps in one transaction: all of them are stored or none. A step number already
     // stored for the run is an error (nothing is written).
     void appendSteps(std::int64_t runId, const std::vector<StepMetrics>& steps);
@@ -162,6 +168,8 @@ private:
     std::string path_;
     bool readOnly_ = false;
     std::map<std::int64_t, RunLock> locks_; // runs this store writes
+    std::string expectedJobKind_; // see expectJob()
+    std::string expectedJobJson_;
 };
 
 // Runs `body`, the work of recorded run `runId`: when it throws, the run is marked cancelled (CancelledError) or

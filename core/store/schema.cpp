@@ -260,9 +260,16 @@ ALTER TABLE prefix_shift_pairs ADD COLUMN reference_detail_json TEXT;
 
 }  // namespace
 
+// Version 6: the catalogue job that started a run (core/jobs: JobSpec::toJson, {"job", "parameters"}), so that a
+// stored run says exactly what was asked and `mismatch run --resume RUN` reads the request back with
+// JobSpec::fromJson. NULL for runs started otherwise (before version 6, a sweep's training runs, imports).
+const char* kSchemaV6 = R"sql(
+ALTER TABLE runs ADD COLUMN job_json TEXT;
+)sql";
+
 const std::vector<const char*>& migrations()
 {
-    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
+    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
     return all;
 }
 

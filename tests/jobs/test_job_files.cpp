@@ -76,6 +76,69 @@ private slots:
         QCOMPARE(store::sensitivityScans(store).size(), std::size_t(2));
     }
 
+    // A catalogue job's run keeps the spec it was started with; `mismatch run --resume RUN` reads it back
+    // (JobSpec::ofRun) and continues the run to the scan an uninterrupted run stores.
+    void storedRunsKeepTheirJobAndResume()
+    {
+        const std::string workspace = (dir_.path() + "/resume").toStdString();
+        jobs::JobSpec spec("sensitivity");
+        spec.set("model", model_).set("format", "int8").set("prompts", probe_).set("count", 4).set("max_tokens", 8);
+        spec.set("no_kv", true).set("resamples", 300);
+        std::int64_t whole = 0;
+        std::int64_t cut = 0;
+        {
+            store::RunStore store = store::RunStore::open(store::databasePath(workspace));
+            Progress progress;
+            whole = spec.run(store, progress).at("run_id").get<std::int64_t>();
+            // Cancelled once a few cells are stored.
+            std::shared_ptr<Progress> cancelling;
+            cancelling = std::make_shared<Progress>([&cancelling](double fraction, const std::string&) {
+                if (fraction > 0.3) {
+                    cancelling->cancel();
+                }
+            });
+            QVERIFY_EXCEPTION_THROWN(spec.run(store, *cancelling, [&cut](std::int64_t id) { cut = id; }), CancelledError);
+            QVERIFY(cut != 0);
+            // A run started otherwise has no job; only the job's own run keeps it.
+            const std::int64_t other = store.beginRun({"by hand", "sensitivity", "{}", std::nullopt});
+            store.finishRun(other, store::RunStatus::Finished);
+            QVERIFY(!jobs::JobSpec::ofRun(*store.run(other)));
+            QVERIFY(jobs::JobSpec::ofRun(*store.run(whole)) == spec);
+            QVERIFY(jobs::JobSpec::ofRun(*store.run(cut)) == spec);
+            QVERIFY(store.run(cut)->status == store::RunStatus::Cancelled);
+
+            const auto none = runCli({"--workspace", workspace, "run", "--resume", std::to_string(other)});
+            QCOMPARE(none.code, 1);
+            QVERIFY2(none.err.find("run " + std::to_string(other)) != std::string::npos
+                    && none.err.find("not started by a job of the catalogue") != std::string::npos,
+                none.err.c_str());
+        }
+        const auto resumed = runCli({"--workspace", workspace, "--json", "run", "--resume", std::to_string(cut)});
+        QVERIFY2(resumed.code == 0, resumed.err.c_str());
+        const nlohmann::json json = parseJson(resumed.out);
+        QCOMPARE(json["run_id"].get<std::int64_t>(), cut);
+        QCOMPARE(json["job"], spec.toJson());
+        const store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+        QVERIFY(store.run(cut)->status == store::RunStatus::Finished);
+        const auto scans = store::sensitivityScans(store);
+        std::optional<store::SensitivityScan> a;
+        std::optional<store::SensitivityScan> b;
+        for (const auto& scan : scans) {
+            if (scan.runId == whole) a = store::sensitivityScan(store, scan.id);
+            if (scan.runId == cut) b = store::sensitivityScan(store, scan.id);
+        }
+        QCOMPARE(scans.size(), std::size_t(2)); // the resumed run continued its own scan
+        QVERIFY(a && b);
+        QCOMPARE(b->cells.size(), a->cells.size());
+        for (std::size_t i = 0; i < a->cells.size(); ++i) {
+            QCOMPARE(b->cells[i].moduleGroup, a->cells[i].moduleGroup);
+            QCOMPARE(b->cells[i].mismatch, a->cells[i].mismatch);
+        }
+        // FILE or --resume, not both and not neither.
+        QCOMPARE(runCli({"--workspace", workspace, "run"}).code, 2);
+        QCOMPARE(runCli({"--workspace", workspace, "run", "--check", "--resume", std::to_string(cut)}).code, 2);
+    }
+
     void studyOfThreeDependentSteps()
     {
         const std::string workspace = (dir_.path() + "/study").toStdString();

@@ -285,6 +285,59 @@ private slots:
     }
 
     // The Jobs tab keeps each queued catalogue job's file and exports it.
+    // A cancelled run of a catalogue job, selected in the Runs tab, is resumed from the job it stored (what
+    // `mismatch run --resume` does); a run without a stored job says why it cannot be.
+    void runsTabResumesAStoredJob()
+    {
+        const QString workspace = dir_.path() + "/resume";
+        jobs::JobSpec spec("sensitivity");
+        spec.set("model", model_.toStdString()).set("format", "int8").set("prompts", probe_.toStdString());
+        spec.set("count", 3).set("max_tokens", 4).set("no_kv", true).set("resamples", 200);
+        std::int64_t cut = 0;
+        std::int64_t plain = 0;
+        {
+            store::RunStore store = store::RunStore::open(store::databasePath(workspace.toStdString()));
+            std::shared_ptr<Progress> cancelling;
+            cancelling = std::make_shared<Progress>([&cancelling](double fraction, const std::string&) {
+                if (fraction > 0.3) {
+                    cancelling->cancel();
+                }
+            });
+            QVERIFY_EXCEPTION_THROWN(spec.run(store, *cancelling, [&cut](std::int64_t id) { cut = id; }), CancelledError);
+            plain = store.beginRun({"by hand", "sensitivity", "{}", std::nullopt});
+            store.finishRun(plain, store::RunStatus::Cancelled);
+        }
+        ui::MainWindow window(workspace);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        auto* table = window.findChild<QTableView*>("runTable");
+        QVERIFY(table);
+        const auto selectRun = [&](std::int64_t id) {
+            for (int row = 0; row < table->model()->rowCount(); ++row) {
+                if (table->model()->index(row, 0).data().toString() == QString::number(id)) {
+                    table->selectRow(row);
+                    return true;
+                }
+            }
+            return false;
+        };
+        QVERIFY(selectRun(plain));
+        QCOMPARE(window.resumeSelectedRun(), 0); // no stored job: nothing queued, and the reason is shown
+        QVERIFY2(window.lastError().contains("not started by a job of the catalogue"), qPrintable(window.lastError()));
+        QVERIFY(selectRun(cut));
+        QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+        const int id = window.resumeSelectedRun();
+        QVERIFY(id != 0);
+        QCOMPARE(window.jobQueue()->cliCommand(id),
+            QString::fromStdString(jobs::commandLine(
+                {"--workspace", workspace.toStdString(), "run", "--resume", std::to_string(cut)})));
+        QVERIFY(finished.wait(120000));
+        const store::RunStore store
+            = store::RunStore::open(store::databasePath(workspace.toStdString()), store::OpenMode::ReadOnly);
+        QVERIFY(store.run(cut)->status == store::RunStatus::Finished);
+        QVERIFY(jobs::JobSpec::ofRun(*store.run(cut)) == spec);
+    }
+
     void jobsTabExportsTheJobFile()
     {
         const QString workspace = dir_.path() + "/queue";
