@@ -37,9 +37,7 @@ private slots:
     void jobFileStoresWhatTheSpecStores()
     {
         const std::string workspace = (dir_.path() + "/single").toStdString();
-        jobs::JobSpec spec("sensitivity");
-        spec.set("model", model_).set("format", "int8").set("prompts", probe_).set("count", 4).set("max_tokens", 8);
-        spec.set("no_kv", true).set("resamples", 300);
+        const jobs::JobSpec spec = tinyScan();
         std::int64_t directScan = 0;
         {
             store::RunStore store = store::RunStore::open(store::databasePath(workspace));
@@ -81,9 +79,7 @@ private slots:
     void storedRunsKeepTheirJobAndResume()
     {
         const std::string workspace = (dir_.path() + "/resume").toStdString();
-        jobs::JobSpec spec("sensitivity");
-        spec.set("model", model_).set("format", "int8").set("prompts", probe_).set("count", 4).set("max_tokens", 8);
-        spec.set("no_kv", true).set("resamples", 300);
+        const jobs::JobSpec spec = tinyScan();
         std::int64_t whole = 0;
         std::int64_t cut = 0;
         {
@@ -214,6 +210,15 @@ private slots:
     }
 
 private:
+    // An int8 scan of the tiny student on 4 probe prompts (seconds).
+    jobs::JobSpec tinyScan() const
+    {
+        jobs::JobSpec spec("sensitivity");
+        spec.set("model", model_).set("format", "int8").set("prompts", probe_).set("count", 4).set("max_tokens", 8);
+        spec.set("no_kv", true).set("resamples", 300);
+        return spec;
+    }
+
     QTemporaryDir dir_;
     std::string model_;
     std::string probe_;
