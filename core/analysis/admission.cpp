@@ -5,6 +5,7 @@
 #include "core/common/input_limits.h"
 #include "core/common/version.h"
 #include "core/engine/mismatch_sources.h"
+#include "core/io/yaml_mapping.h"
 #include "core/io/yaml_scalar.h"
 #include "core/store/analysis_store.h"
 #include "core/train/trainer.h"
@@ -32,13 +33,15 @@ double secondsSince(std::chrono::steady_clock::time_point start)
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// "line L, column C" of a node, or "" when unknown: the candidates file's messages carry no key path.
+std::string place(const io::SourceLocation& where)
+{
+    return where.line > 0 ? io::lineColumn(where) : std::string();
+}
+
 std::string place(const YAML::Node& node)
 {
-    const io::YamlPosition position = io::yamlPosition(node);
-    if (position.line == 0) {
-        return "";
-    }
-    return "line " + std::to_string(position.line) + ", column " + std::to_string(position.column);
+    return place(io::locate(node, ""));
 }
 
 [[noreturn]] void fail(const std::string& path, const YAML::Node& node, const std::string& detail)
@@ -78,6 +81,9 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
     const fs::path base = fs::path(path).parent_path();
     static const std::vector<std::string> allowed
         = {"name", "recipe", "staleness", "noise", "noise_seed", "noise_modules"};
+    const io::YamlMappingReader reader([&path](const io::SourceLocation& where, const std::string& detail) {
+        throw InputError(path, place(where), detail);
+    });
     std::vector<Candidate> candidates;
     std::map<std::string, std::string> names; // name -> where first given
     for (std::size_t i = 0; i < root.size(); ++i) {
@@ -87,24 +93,10 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
         }
         Candidate candidate;
         candidate.source = path + ":" + place(item);
-        std::map<std::string, std::string> seen;
         bool hasName = false;
-        for (auto it = item.begin(); it != item.end(); ++it) {
-            const YAML::Node key = it->first;
-            const YAML::Node value = it->second;
-            if (!key.IsScalar()) {
-                fail(path, key, "expected a key name, got " + io::kindName(key));
-            }
-            const std::string name = key.Scalar();
-            if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-                fail(path, key,
-                    "unknown key '" + name
-                        + "' (expected one of: name, recipe, staleness, noise, noise_seed, "
-                          "noise_modules)");
-            }
-            if (!seen.emplace(name, place(key)).second) {
-                fail(path, key, "duplicate key '" + name + "' (first given at " + seen[name] + ")");
-            }
+        for (const io::YamlEntry& entry : reader.entries(item, io::locate(item, ""), allowed)) {
+            const std::string& name = entry.key;
+            const YAML::Node& value = entry.value;
             if (name == "name" || name == "recipe" || name == "noise_modules") {
                 if (!value.IsScalar() || io::scalarKind(value) != io::ScalarKind::String || value.Scalar().empty()) {
                     fail(path, value, "`" + name + "` must be a non-empty string, got " + io::kindName(value));
