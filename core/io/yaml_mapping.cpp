@@ -13,6 +13,14 @@ std::string lineColumn(const SourceLocation& where)
     return "line " + std::to_string(where.line) + ", column " + std::to_string(where.column);
 }
 
+std::string describeLocation(const SourceLocation& where)
+{
+    if (where.line > 0) {
+        return lineColumn(where);
+    }
+    return where.keyPath.empty() ? std::string("an unknown place") : where.keyPath;
+}
+
 std::string childKeyPath(const std::string& path, const std::string& key)
 {
     return path.empty() ? key : path + "." + key;

@@ -3,7 +3,7 @@
 // files): a mapping's entries with where each key and value was written, keys outside the allowed set and repeated
 // keys refused, required keys looked up, every message placed at "line L, column C" with its key path. How a
 // place and a detail become an error (the InputError's location and prefix) stays with each file format.
-#include "core/quant/recipe.h"
+#include "core/io/source_location.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -12,17 +12,6 @@
 #include <vector>
 
 namespace mismatch::io {
-
-// Where something was written: the key path ("rules[2].weights", "rollout.sampling.top_p") and 1-based line and
-// column (0: unknown, e.g. for a tree built without positions). Declared with the recipe, where places were first
-// kept; quant::describeLocation writes one for messages that mention a second place.
-using SourceLocation = quant::SourceLocation;
-using quant::describeLocation;
-
-// "line L, column C".
-std::string lineColumn(const SourceLocation& where);
-// "PATH.KEY", or KEY at the top level.
-std::string childKeyPath(const std::string& path, const std::string& key);
 
 // Where `node` starts, with the key path given.
 SourceLocation locate(const YAML::Node& node, const std::string& keyPath);

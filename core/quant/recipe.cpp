@@ -499,14 +499,6 @@ void throwRecipeError(const Recipe& recipe, const SourceLocation& where, const s
     throwLocated(recipe.sourceFile, recipe.fromJson, where, detail);
 }
 
-std::string describeLocation(const SourceLocation& where)
-{
-    if (where.line > 0) {
-        return lineColumn(where);
-    }
-    return where.keyPath.empty() ? std::string("an unknown place") : where.keyPath;
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Parsing
 
