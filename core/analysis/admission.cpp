@@ -5,6 +5,7 @@
 #include "core/common/input_limits.h"
 #include "core/common/version.h"
 #include "core/engine/mismatch_sources.h"
+#include "core/io/yaml_mapping.h"
 #include "core/io/yaml_scalar.h"
 #include "core/store/analysis_store.h"
 #include "core/train/trainer.h"
@@ -32,13 +33,15 @@ double secondsSince(std::chrono::steady_clock::time_point start)
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// "line L, column C" of a node, or "" when unknown: the candidates file's messages carry no key path.
+std::string place(const io::SourceLocation& where)
+{
+    return where.line > 0 ? io::lineColumn(where) : std::string();
+}
+
 std::string place(const YAML::Node& node)
 {
-    const io::YamlPosition position = io::yamlPosition(node);
-    if (position.line == 0) {
-        return "";
-    }
-    return "line " + std::to_string(position.line) + ", column " + std::to_string(position.column);
+    return place(io::locate(node, ""));
 }
 
 [[noreturn]] void fail(const std::string& path, const YAML::Node& node, const std::string& detail)
@@ -78,6 +81,9 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
     const fs::path base = fs::path(path).parent_path();
     static const std::vector<std::string> allowed
         = {"name", "recipe", "staleness", "noise", "noise_seed", "noise_modules"};
+    const io::YamlMappingReader reader([&path](const io::SourceLocation& where, const std::string& detail) {
+        throw InputError(path, place(where), detail);
+    });
     std::vector<Candidate> candidates;
     std::map<std::string, std::string> names; // name -> where first given
     for (std::size_t i = 0; i < root.size(); ++i) {
@@ -87,24 +93,10 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
         }
         Candidate candidate;
         candidate.source = path + ":" + place(item);
-        std::map<std::string, std::string> seen;
         bool hasName = false;
-        for (auto it = item.begin(); it != item.end(); ++it) {
-            const YAML::Node key = it->first;
-            const YAML::Node value = it->second;
-            if (!key.IsScalar()) {
-                fail(path, key, "expected a key name, got " + io::kindName(key));
-            }
-            const std::string name = key.Scalar();
-            if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-                fail(path, key,
-                    "unknown key '" + name
-                        + "' (expected one of: name, recipe, staleness, noise, noise_seed, "
-                          "noise_modules)");
-            }
-            if (!seen.emplace(name, place(key)).second) {
-                fail(path, key, "duplicate key '" + name + "' (first given at " + seen[name] + ")");
-            }
+        for (const io::YamlEntry& entry : reader.entries(item, io::locate(item, ""), allowed)) {
+            const std::string& name = entry.key;
+            const YAML::Node& value = entry.value;
             if (name == "name" || name == "recipe" || name == "noise_modules") {
                 if (!value.IsScalar() || io::scalarKind(value) != io::ScalarKind::String || value.Scalar().empty()) {
                     fail(path, value, "`" + name + "` must be a non-empty string, got " + io::kindName(value));
@@ -402,12 +394,9 @@ AdmissionRow storedRow(const store::AdmissionDecision& decision, const Admission
     return row;
 }
 
-// A fresh check (resumeRunId empty) or the continuation of a stored one.
-AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Progress& progress,
-    std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
+// Paths made absolute, so that the stored decisions and a resume name the same files from any directory.
+AdmissionOptions withAbsolutePaths(const AdmissionOptions& given)
 {
-    const auto started = std::chrono::steady_clock::now();
-    // Paths are made absolute so that the stored decisions and a resume name the same files from any directory.
     AdmissionOptions options = given;
     for (auto* list : {&options.checkpoints, &options.history}) {
         for (std::string& path : *list) {
@@ -419,6 +408,12 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
             candidate.recipePath = fs::absolute(candidate.recipePath).string();
         }
     }
+    return options;
+}
+
+// The options on their own: checkpoints, candidates, one threshold source, the steps.
+void checkOptions(const AdmissionOptions& options)
+{
     if (options.checkpoints.empty()) {
         throw InputError("admit", "STUDENT", "at least one student checkpoint is needed");
     }
@@ -439,59 +434,65 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     if (options.threshold && !options.steps.empty()) {
         throw InputError("admit", "step", "a step chooses a calibration's bracket; it needs a calibration");
     }
-    // Everything that can be refused is checked before anything is measured or stored.
-    const std::vector<TimelineEntry> timeline = checkpointTimeline(options);
-    const std::vector<TimelineEntry> screened(timeline.end() - static_cast<std::ptrdiff_t>(options.checkpoints.size()),
-        timeline.end());
-    const std::vector<ThresholdChoice> thresholds = chooseThresholds(store, options, screened);
-    for (const TimelineEntry& entry : screened) {
-        for (const Candidate& candidate : options.candidates) {
-            engineCheckpoint(timeline, entry, candidate);
-        }
-    }
-    const ProtocolCheck protocol = checkProtocol(store, options);
-    options.probePath = fs::absolute(options.probePath).string();
+}
 
-    {
-        // What the check will hold, before anything is loaded: every checkpoint (screened and history) and one
-        // engine at a time (the BF16 unit's, then each candidate's), sized for the largest.
-        const model::ModelConfig config = model::loadConfig((fs::path(options.checkpoints.front()) / "config.json").string());
-        std::vector<quant::RecipePlan> plans;
-        for (const Candidate& candidate : options.candidates) {
-            if (!candidate.recipePath.empty()) {
-                plans.push_back(quant::resolveRecipe(quant::loadRecipe(candidate.recipePath), config));
-            }
+// What the check will hold, before anything is loaded: every checkpoint (screened and history) and one engine at
+// a time (the BF16 unit's, then each candidate's), sized for the largest.
+void checkMemory(const AdmissionOptions& options)
+{
+    const model::ModelConfig config = model::loadConfig((fs::path(options.checkpoints.front()) / "config.json").string());
+    std::vector<quant::RecipePlan> plans;
+    for (const Candidate& candidate : options.candidates) {
+        if (!candidate.recipePath.empty()) {
+            plans.push_back(quant::resolveRecipe(quant::loadRecipe(candidate.recipePath), config));
         }
-        std::vector<const quant::RecipePlan*> planPointers {nullptr};
-        for (const quant::RecipePlan& plan : plans) {
-            planPointers.push_back(&plan);
-        }
-        std::vector<std::string> directories = options.history;
-        directories.insert(directories.end(), options.checkpoints.begin(), options.checkpoints.end());
-        checkAnalysisMemory("the admission check", directories, planPointers, options.settings);
     }
-    progress.update(0.0, "loading student and probe prompts");
-    const ModelDirectory student = loadModelDirectory(options.checkpoints.front());
-    const PromptRequests requests = promptRequests(options.probePath, *student.tokenizer, options.count);
-    requirePromptsFit(requests, student.config, options.settings.maxNewTokens);
-    const engine::SamplingOptions sampling = samplingOptions(options.settings, student.config, *student.tokenizer);
+    std::vector<const quant::RecipePlan*> planPointers {nullptr};
+    for (const quant::RecipePlan& plan : plans) {
+        planPointers.push_back(&plan);
+    }
+    std::vector<std::string> directories = options.history;
+    directories.insert(directories.end(), options.checkpoints.begin(), options.checkpoints.end());
+    checkAnalysisMemory("the admission check", directories, planPointers, options.settings);
+}
+
+// What every measurement of the check uses: the student (its tokenizer and first checkpoint's weights), the
+// probe prompts, the sampling, the candidates' recipes, and each checkpoint's weights, loaded once when first
+// needed.
+struct ScreenInputs {
+    ModelDirectory student;
+    PromptRequests requests;
+    engine::SamplingOptions sampling;
+    std::map<std::string, quant::Recipe> recipes;
+    std::map<std::string, std::string> recipeTexts; // recipeToJson, stored with each decision
     std::map<std::string, model::TransformerWeights> weights;
-    weights[options.checkpoints.front()] = student.weights;
-    auto weightsOf = [&](const std::string& directory) -> const model::TransformerWeights& {
+
+    const model::TransformerWeights& weightsOf(const std::string& directory)
+    {
         auto found = weights.find(directory);
         if (found == weights.end()) {
             found = weights.emplace(directory, loadCheckpointWeights(directory, student.config)).first;
         }
         return found->second;
-    };
-    std::map<std::string, quant::Recipe> recipes;
-    std::map<std::string, std::string> recipeTexts;
+    }
+};
+
+ScreenInputs loadScreenInputs(const AdmissionOptions& options, Progress& progress)
+{
+    progress.update(0.0, "loading student and probe prompts");
+    ScreenInputs inputs;
+    inputs.student = loadModelDirectory(options.checkpoints.front());
+    const ModelDirectory& student = inputs.student;
+    inputs.requests = promptRequests(options.probePath, *student.tokenizer, options.count);
+    requirePromptsFit(inputs.requests, student.config, options.settings.maxNewTokens);
+    inputs.sampling = samplingOptions(options.settings, student.config, *student.tokenizer);
+    inputs.weights[options.checkpoints.front()] = student.weights;
     for (const Candidate& candidate : options.candidates) {
-        if (!candidate.recipePath.empty() && !recipes.count(candidate.recipePath)) {
+        if (!candidate.recipePath.empty() && !inputs.recipes.count(candidate.recipePath)) {
             const quant::Recipe recipe = quant::loadRecipe(candidate.recipePath);
             quant::resolveRecipe(recipe, student.config); // model checks before any measurement
-            recipes.emplace(candidate.recipePath, recipe);
-            recipeTexts.emplace(candidate.recipePath, quant::recipeToJson(recipe));
+            inputs.recipes.emplace(candidate.recipePath, recipe);
+            inputs.recipeTexts.emplace(candidate.recipePath, quant::recipeToJson(recipe));
         }
         // Noise that lands on no module would screen another configuration than the one written.
         if (candidate.noise > 0.0) {
@@ -500,9 +501,13 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 candidate.source.empty() ? "" : "noise_modules");
         }
     }
+    return inputs;
+}
 
-    const nlohmann::json settingsJson = settingsToJson(options, requests.requests.size());
-    const nlohmann::json flagsJson = flagsToJson(protocol.flags);
+// The run's config_json: what a resume reads back (see resumeAdmission), without the input digests.
+nlohmann::json runConfigJson(
+    const AdmissionOptions& options, const nlohmann::json& settingsJson, const ProtocolCheck& protocol)
+{
     nlohmann::json runConfig = settingsJson;
     runConfig["checkpoints"] = options.checkpoints;
     runConfig["history"] = options.history;
@@ -526,6 +531,142 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
             {"noise_modules", candidate.noiseModules}, {"source", candidate.source}});
     }
     runConfig["candidate_list"] = candidateList;
+    return runConfig;
+}
+
+// Every file the check reads (checkpoints, probe prompts, recipes), for the digests a resume compares.
+std::vector<std::string> inputFiles(const AdmissionOptions& options)
+{
+    std::vector<std::string> inputs;
+    for (const auto* list : {&options.history, &options.checkpoints}) {
+        for (const std::string& directory : *list) {
+            const auto files = modelFiles(directory);
+            inputs.insert(inputs.end(), files.begin(), files.end());
+        }
+    }
+    inputs.push_back(options.probePath);
+    for (const Candidate& candidate : options.candidates) {
+        if (!candidate.recipePath.empty()) {
+            inputs.push_back(candidate.recipePath);
+        }
+    }
+    return inputs;
+}
+
+// Resume: the decisions of `checkpoint` stored before the interruption, from done[first] on, kept as they are
+// (checked to be the ones this position of the order makes) and added to the result's rows. Returns how many.
+std::size_t keepStoredDecisions(const store::RunStore& store, const AdmissionOptions& options,
+    const std::vector<store::AdmissionDecision>& done, std::size_t first, const TimelineEntry& checkpoint,
+    AdmissionResult& result)
+{
+    std::size_t kept = 0;
+    while (kept < options.candidates.size() && first + kept < done.size()) {
+        const store::AdmissionDecision& decision = done[first + kept];
+        const Candidate& candidate = options.candidates[kept];
+        const nlohmann::json inputs = nlohmann::json::parse(decision.candidateJson);
+        if (decision.checkpoint != checkpoint.directory || inputs.at("name").get<std::string>() != candidate.name) {
+            throw StoreError(store.path(), "admission run " + std::to_string(result.runId) + ": decision "
+                + std::to_string(decision.id) + " is not the one expected at its place (candidate '"
+                + candidate.name + "' at " + checkpoint.directory + "); the run cannot be resumed");
+        }
+        result.rows.push_back(storedRow(decision, options));
+        ++kept;
+    }
+    return kept;
+}
+
+// The row of one measured candidate at one checkpoint.
+AdmissionRow decisionRow(const Candidate& candidate, const TimelineEntry& checkpoint,
+    const TimelineEntry& engineWeights, const ThresholdChoice& threshold, const engine::MismatchMeasurement& measured,
+    std::optional<double> unit, const AdmissionOptions& options)
+{
+    AdmissionRow row;
+    row.candidate = candidate.name;
+    row.checkpoint = checkpoint.directory;
+    row.checkpointStep = checkpoint.step;
+    row.engineWeights = engineWeights.directory;
+    row.engineStep = engineWeights.step;
+    row.bracketStep = threshold.bracketStep;
+    row.note = threshold.note;
+    row.threshold = threshold.threshold;
+    row.mismatch = measured.kl;
+    row.interval = klInterval(measured, options.settings.bootstrap);
+    row.k1 = measured.k1;
+    row.k3 = measured.k3;
+    row.tokens = measured.tokens;
+    row.bf16Unit = unit;
+    row.estimators = metrics::compareEstimators(measured.tokenValues);
+    row.verdict = decide(row.interval, row.threshold);
+    return row;
+}
+
+// What a stored decision records besides its numbers: the candidate, the weights and threshold it was measured
+// with, the settings and protocol (read back by storedRow on resume).
+nlohmann::json decisionInputs(const AdmissionRow& row, const Candidate& candidate, const std::string& recipeText,
+    const engine::MismatchMeasurement& measured, const nlohmann::json& settingsJson, const nlohmann::json& flagsJson,
+    const ProtocolCheck& protocol, const AdmissionOptions& options)
+{
+    return {{"name", candidate.name},
+        {"recipe", candidate.recipePath.empty() ? nlohmann::json() : nlohmann::json(candidate.recipePath)},
+        {"recipe_content", candidate.recipePath.empty() ? nlohmann::json() : nlohmann::json::parse(recipeText)},
+        {"staleness", candidate.staleness}, {"checkpoint_step", row.checkpointStep},
+        {"engine_weights", row.engineWeights}, {"engine_step", row.engineStep},
+        {"bracket_step", row.bracketStep ? nlohmann::json(*row.bracketStep) : nlohmann::json()}, {"note", row.note},
+        {"noise", candidate.noise}, {"noise_seed", candidate.noiseSeed}, {"noise_modules", candidate.noiseModules},
+        {"settings", settingsJson}, {"protocol", protocolToJson(protocol.screen)},
+        {"protocol_differs", protocol.differences}, {"calibration_flags", flagsJson}, {"k1", measured.k1},
+        {"k3", measured.k3}, {"tokens", measured.tokens},
+        {"bf16_unit", row.bf16Unit ? nlohmann::json(*row.bf16Unit) : nlohmann::json()},
+        {"bf16_unit_of", "the plain BF16 engine at " + row.checkpoint + " (step " + std::to_string(row.checkpointStep)
+                             + "), same prompts and seeds"},
+        {"threshold_source",
+            options.calibrationId ? "calibration " + std::to_string(*options.calibrationId) : std::string("explicit")},
+        {"estimators", metrics::toJson(*row.estimators)}};
+}
+
+store::AdmissionDecision storedDecision(
+    const AdmissionRow& row, const nlohmann::json& inputs, std::int64_t runId, const AdmissionOptions& options)
+{
+    store::AdmissionDecision decision;
+    decision.runId = runId;
+    decision.calibrationId = options.calibrationId;
+    decision.candidateJson = inputs.dump();
+    decision.checkpoint = row.checkpoint;
+    decision.mismatch = row.mismatch;
+    decision.ciLow = row.interval.low;
+    decision.ciHigh = row.interval.high;
+    decision.threshold = row.threshold;
+    decision.decision = toString(row.verdict);
+    decision.seconds = row.seconds;
+    decision.toolVersion = kVersion;
+    return decision;
+}
+
+// A fresh check (resumeRunId empty) or the continuation of a stored one.
+AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Progress& progress,
+    std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
+{
+    const auto started = std::chrono::steady_clock::now();
+    AdmissionOptions options = withAbsolutePaths(given);
+    checkOptions(options);
+    // Everything that can be refused is checked before anything is measured or stored.
+    const std::vector<TimelineEntry> timeline = checkpointTimeline(options);
+    const std::vector<TimelineEntry> screened(timeline.end() - static_cast<std::ptrdiff_t>(options.checkpoints.size()),
+        timeline.end());
+    const std::vector<ThresholdChoice> thresholds = chooseThresholds(store, options, screened);
+    for (const TimelineEntry& entry : screened) {
+        for (const Candidate& candidate : options.candidates) {
+            engineCheckpoint(timeline, entry, candidate);
+        }
+    }
+    const ProtocolCheck protocol = checkProtocol(store, options);
+    options.probePath = fs::absolute(options.probePath).string();
+    checkMemory(options);
+    ScreenInputs inputs = loadScreenInputs(options, progress);
+
+    const nlohmann::json settingsJson = settingsToJson(options, inputs.requests.requests.size());
+    const nlohmann::json flagsJson = flagsToJson(protocol.flags);
+    nlohmann::json runConfig = runConfigJson(options, settingsJson, protocol);
     AdmissionResult result;
     result.protocol = protocol.screen;
     result.protocolDifferences = protocol.differences;
@@ -537,20 +678,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
         done = store::admissionDecisions(store, result.runId);
         store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
     } else {
-        std::vector<std::string> inputs;
-        for (const auto* list : {&options.history, &options.checkpoints}) {
-            for (const std::string& directory : *list) {
-                const auto files = modelFiles(directory);
-                inputs.insert(inputs.end(), files.begin(), files.end());
-            }
-        }
-        inputs.push_back(options.probePath);
-        for (const Candidate& candidate : options.candidates) {
-            if (!candidate.recipePath.empty()) {
-                inputs.push_back(candidate.recipePath);
-            }
-        }
-        runConfig["inputs"] = fileDigests(inputs);
+        runConfig["inputs"] = fileDigests(inputFiles(options));
         result.runId = store.beginRun({"admit", "admit", runConfig.dump(), std::nullopt});
     }
     if (onRunStarted) {
@@ -567,34 +695,19 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
         std::size_t decisionIndex = 0;
         for (std::size_t c = 0; c < options.checkpoints.size(); ++c) {
             const TimelineEntry& checkpoint = screened[c];
-            // Decisions of this checkpoint stored before the interruption: kept as they are (checked to be the
-            // ones this position of the order makes), the rest measured.
-            std::size_t kept = 0;
-            while (kept < options.candidates.size() && decisionIndex + kept < done.size()) {
-                const store::AdmissionDecision& decision = done[decisionIndex + kept];
-                const Candidate& candidate = options.candidates[kept];
-                const nlohmann::json inputs = nlohmann::json::parse(decision.candidateJson);
-                if (decision.checkpoint != checkpoint.directory
-                    || inputs.at("name").get<std::string>() != candidate.name) {
-                    throw StoreError(store.path(), "admission run " + std::to_string(result.runId) + ": decision "
-                        + std::to_string(decision.id) + " is not the one expected at its place (candidate '"
-                        + candidate.name + "' at " + checkpoint.directory + "); the run cannot be resumed");
-                }
-                result.rows.push_back(storedRow(decision, options));
-                ++kept;
-            }
+            const std::size_t kept = keepStoredDecisions(store, options, done, decisionIndex, checkpoint, result);
             decisionIndex += kept;
             if (kept == options.candidates.size()) {
                 part += perCheckpoint;
                 continue;
             }
-            const model::Transformer trainer(student.config, weightsOf(checkpoint.directory));
+            const model::Transformer trainer(inputs.student.config, inputs.weightsOf(checkpoint.directory));
             std::optional<double> unit;
             if (options.measureUnit) {
                 Progress slice
                     = progress.child(part / parts, (part + 1) / parts, "BF16 unit of " + checkpoint.directory);
-                unit = measureConfiguration(trainer, weightsOf(checkpoint.directory), EngineConfiguration {}, requests,
-                    sampling, options.settings, &slice)
+                unit = measureConfiguration(trainer, inputs.weightsOf(checkpoint.directory), EngineConfiguration {},
+                    inputs.requests, inputs.sampling, options.settings, &slice)
                            .kl;
                 ++part;
                 if (kept > 0 && result.rows.back().bf16Unit != unit) {
@@ -611,7 +724,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 const TimelineEntry& engineWeights = engineCheckpoint(timeline, checkpoint, candidate);
                 EngineConfiguration configuration;
                 if (!candidate.recipePath.empty()) {
-                    configuration.recipe = recipes.at(candidate.recipePath);
+                    configuration.recipe = inputs.recipes.at(candidate.recipePath);
                 }
                 configuration.noise = candidate.noise;
                 configuration.noiseSeed = candidate.noiseSeed;
@@ -619,61 +732,18 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 engine::MismatchMeasurement measured;
                 {
                     Progress slice = progress.child(part / parts, (part + 1) / parts, candidate.name);
-                    measured = measureConfiguration(trainer, weightsOf(engineWeights.directory), configuration,
-                        requests, sampling, options.settings, &slice);
+                    measured = measureConfiguration(trainer, inputs.weightsOf(engineWeights.directory), configuration,
+                        inputs.requests, inputs.sampling, options.settings, &slice);
                     ++part;
                 }
-                AdmissionRow row;
-                row.candidate = candidate.name;
-                row.checkpoint = checkpoint.directory;
-                row.checkpointStep = checkpoint.step;
-                row.engineWeights = engineWeights.directory;
-                row.engineStep = engineWeights.step;
-                row.bracketStep = thresholds[c].bracketStep;
-                row.note = thresholds[c].note;
-                row.threshold = thresholds[c].threshold;
-                row.mismatch = measured.kl;
-                row.interval = klInterval(measured, options.settings.bootstrap);
-                row.k1 = measured.k1;
-                row.k3 = measured.k3;
-                row.tokens = measured.tokens;
-                row.bf16Unit = unit;
-                row.estimators = metrics::compareEstimators(measured.tokenValues);
-                row.verdict = decide(row.interval, row.threshold);
+                AdmissionRow row
+                    = decisionRow(candidate, checkpoint, engineWeights, thresholds[c], measured, unit, options);
                 row.seconds = secondsSince(candidateStarted);
-
-                nlohmann::json inputs = {{"name", candidate.name},
-                    {"recipe", candidate.recipePath.empty() ? nlohmann::json() : nlohmann::json(candidate.recipePath)},
-                    {"recipe_content",
-                        candidate.recipePath.empty() ? nlohmann::json()
-                                                     : nlohmann::json::parse(recipeTexts.at(candidate.recipePath))},
-                    {"staleness", candidate.staleness}, {"checkpoint_step", checkpoint.step},
-                    {"engine_weights", engineWeights.directory}, {"engine_step", engineWeights.step},
-                    {"bracket_step", row.bracketStep ? nlohmann::json(*row.bracketStep) : nlohmann::json()},
-                    {"note", row.note}, {"noise", candidate.noise}, {"noise_seed", candidate.noiseSeed},
-                    {"noise_modules", candidate.noiseModules}, {"settings", settingsJson},
-                    {"protocol", protocolToJson(protocol.screen)}, {"protocol_differs", protocol.differences},
-                    {"calibration_flags", flagsJson}, {"k1", measured.k1}, {"k3", measured.k3},
-                    {"tokens", measured.tokens}, {"bf16_unit", unit ? nlohmann::json(*unit) : nlohmann::json()},
-                    {"bf16_unit_of", "the plain BF16 engine at " + checkpoint.directory + " (step "
-                                         + std::to_string(checkpoint.step) + "), same prompts and seeds"},
-                    {"threshold_source",
-                        options.calibrationId ? "calibration " + std::to_string(*options.calibrationId)
-                                              : std::string("explicit")},
-                    {"estimators", metrics::toJson(*row.estimators)}};
-                store::AdmissionDecision decision;
-                decision.runId = result.runId;
-                decision.calibrationId = options.calibrationId;
-                decision.candidateJson = inputs.dump();
-                decision.checkpoint = checkpoint.directory;
-                decision.mismatch = row.mismatch;
-                decision.ciLow = row.interval.low;
-                decision.ciHigh = row.interval.high;
-                decision.threshold = row.threshold;
-                decision.decision = toString(row.verdict);
-                decision.seconds = row.seconds;
-                decision.toolVersion = kVersion;
-                row.decisionId = store::addAdmissionDecision(store, decision);
+                const std::string recipeText
+                    = candidate.recipePath.empty() ? std::string() : inputs.recipeTexts.at(candidate.recipePath);
+                const nlohmann::json decisionJson = decisionInputs(
+                    row, candidate, recipeText, measured, settingsJson, flagsJson, protocol, options);
+                row.decisionId = store::addAdmissionDecision(store, storedDecision(row, decisionJson, result.runId, options));
                 result.rows.push_back(std::move(row));
             }
         }

@@ -45,4 +45,57 @@ std::size_t firstInvalidUtf8(const std::string& s)
     return std::string::npos;
 }
 
+void appendUtf8(std::string& out, char32_t codePoint)
+{
+    const char32_t cp = codePoint;
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+char32_t nextCodePoint(const std::string& s, std::size_t& pos)
+{
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+    const unsigned char lead = byte(pos);
+    if (lead < 0x80) {
+        pos += 1;
+        return lead;
+    }
+    if (lead < 0xE0) {
+        const char32_t cp = ((lead & 0x1F) << 6) | (byte(pos + 1) & 0x3F);
+        pos += 2;
+        return cp;
+    }
+    if (lead < 0xF0) {
+        const char32_t cp = ((lead & 0x0F) << 12) | ((byte(pos + 1) & 0x3F) << 6) | (byte(pos + 2) & 0x3F);
+        pos += 3;
+        return cp;
+    }
+    const char32_t cp = ((lead & 0x07) << 18) | ((byte(pos + 1) & 0x3F) << 12) | ((byte(pos + 2) & 0x3F) << 6)
+        | (byte(pos + 3) & 0x3F);
+    pos += 4;
+    return cp;
+}
+
+std::size_t previousCodePointStart(const std::string& s, std::size_t pos)
+{
+    std::size_t previous = pos - 1;
+    while (previous > 0 && (static_cast<unsigned char>(s[previous]) & 0xC0) == 0x80) {
+        --previous;
+    }
+    return previous;
+}
+
 } // namespace mismatch

@@ -1,28 +1,12 @@
 #include "core/io/char_tokenizer_json.h"
 
+#include "core/model/byte_level.h"
+
 #include <nlohmann/json.hpp>
 
 namespace mismatch::io {
 
 namespace {
-
-bool mapsToItself(unsigned byte)
-{
-    return (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE && byte <= 0xFF);
-}
-
-std::string utf8(unsigned codePoint)
-{
-    // Code points here are below U+0800: one or two bytes.
-    std::string out;
-    if (codePoint < 0x80) {
-        out += static_cast<char>(codePoint);
-    } else {
-        out += static_cast<char>(0xC0 | (codePoint >> 6));
-        out += static_cast<char>(0x80 | (codePoint & 0x3F));
-    }
-    return out;
-}
 
 nlohmann::ordered_json addedToken(int id, const std::string& content)
 {
@@ -39,15 +23,7 @@ nlohmann::ordered_json byteLevel()
 
 std::string byteLevelSymbol(unsigned char byte)
 {
-    if (mapsToItself(byte)) {
-        return utf8(byte);
-    }
-    // The n-th byte (in byte order) that is not printable maps to U+0100 + n.
-    unsigned n = 0;
-    for (unsigned b = 0; b < byte; ++b) {
-        n += mapsToItself(b) ? 0 : 1;
-    }
-    return utf8(0x100 + n);
+    return model::byteLevelSymbol(byte);
 }
 
 std::string demoTokenizerJson()

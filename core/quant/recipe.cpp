@@ -1,6 +1,7 @@
 #include "core/quant/recipe.h"
 
 #include "core/common/utf8.h"
+#include "core/io/yaml_mapping.h"
 #include "core/io/yaml_scalar.h"
 
 #include "core/common/error.h"
@@ -470,10 +471,7 @@ std::string nearestNamesText(const std::string& pattern, const std::vector<std::
 
 namespace {
 
-std::string lineColumn(const SourceLocation& where)
-{
-    return "line " + std::to_string(where.line) + ", column " + std::to_string(where.column);
-}
+using io::lineColumn;
 
 [[noreturn]] void throwLocated(const std::string& file, bool json, const SourceLocation& where, std::string detail)
 {
@@ -501,14 +499,6 @@ void throwRecipeError(const Recipe& recipe, const SourceLocation& where, const s
     throwLocated(recipe.sourceFile, recipe.fromJson, where, detail);
 }
 
-std::string describeLocation(const SourceLocation& where)
-{
-    if (where.line > 0) {
-        return lineColumn(where);
-    }
-    return where.keyPath.empty() ? std::string("an unknown place") : where.keyPath;
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Parsing
 
@@ -518,19 +508,17 @@ using io::kindName;
 using io::ScalarKind;
 using io::scalarKind;
 
-struct Entry {
-    std::string key;
-    YAML::Node keyNode;
-    YAML::Node value;
-    SourceLocation keyLocation;
-    SourceLocation valueLocation; // the key's place when the value is empty
-};
+using Entry = io::YamlEntry;
+using Reader = io::YamlMappingReader;
 
 class Parser {
 public:
     Parser(std::string file, bool json)
         : file_(std::move(file))
         , json_(json)
+        , reader_([file = file_, json](const SourceLocation& where, const std::string& detail) {
+            throwLocated(file, json, where, detail);
+        })
     {
     }
 
@@ -542,93 +530,10 @@ private:
         throwLocated(file_, json_, where, detail);
     }
 
-    SourceLocation locate(const YAML::Node& node, const std::string& keyPath) const
-    {
-        SourceLocation where;
-        where.keyPath = keyPath;
-        const io::YamlPosition position = io::yamlPosition(node);
-        where.line = position.line;
-        where.column = position.column;
-        return where;
-    }
-
-    static std::string child(const std::string& path, const std::string& key)
-    {
-        return path.empty() ? key : path + "." + key;
-    }
-
-    // The entries of a mapping, rejecting keys outside `allowed` and repeated keys.
-    std::vector<Entry> entries(
-        const YAML::Node& map, const SourceLocation& where, const std::vector<std::string>& allowed) const
-    {
-        if (!map.IsMap()) {
-            fail(where, "expected a mapping, got " + kindName(map));
-        }
-        std::vector<Entry> result;
-        for (auto it = map.begin(); it != map.end(); ++it) {
-            Entry entry;
-            entry.keyNode = it->first;
-            entry.value = it->second;
-            entry.keyLocation = locate(it->first, where.keyPath);
-            if (!it->first.IsScalar() || scalarKind(it->first) == ScalarKind::Null) {
-                fail(entry.keyLocation, "expected a key name, got " + kindName(it->first));
-            }
-            entry.key = it->first.Scalar();
-            entry.keyLocation.keyPath = child(where.keyPath, entry.key);
-            if (std::find(allowed.begin(), allowed.end(), entry.key) == allowed.end()) {
-                std::string expected;
-                for (const auto& name : allowed) {
-                    expected += (expected.empty() ? "" : ", ") + name;
-                }
-                fail(entry.keyLocation,
-                    "unknown key '" + entry.key + "'" + (where.keyPath.empty() ? "" : " in " + where.keyPath)
-                        + " (expected one of: " + expected + ")");
-            }
-            for (const Entry& earlier : result) {
-                if (earlier.key == entry.key) {
-                    fail(entry.keyLocation,
-                        "duplicate key '" + entry.key + "' (first given at " + describeLocation(earlier.keyLocation)
-                            + ")");
-                }
-            }
-            entry.valueLocation
-                = entry.value.IsNull() ? entry.keyLocation : locate(entry.value, entry.keyLocation.keyPath);
-            result.push_back(entry);
-        }
-        return result;
-    }
-
-    static const Entry* find(const std::vector<Entry>& list, const std::string& key)
-    {
-        for (const Entry& entry : list) {
-            if (entry.key == key) {
-                return &entry;
-            }
-        }
-        return nullptr;
-    }
-
-    const Entry& require(const std::vector<Entry>& list, const std::string& key, const SourceLocation& where) const
-    {
-        const Entry* entry = find(list, key);
-        if (!entry) {
-            fail(where, "missing required key '" + key + "'");
-        }
-        return *entry;
-    }
-
-    std::string stringValue(const Entry& entry) const
-    {
-        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::String) {
-            fail(entry.valueLocation, "expected a string, got " + kindName(entry.value));
-        }
-        return entry.value.Scalar();
-    }
-
     template <typename Enum>
     Enum enumValue(const Entry& entry, const NameTable<Enum>& table, const std::string& what) const
     {
-        const std::string text = stringValue(entry);
+        const std::string text = reader_.stringValue(entry);
         const auto value = lookUp(table, text);
         if (!value) {
             fail(entry.valueLocation, "unknown " + what + " '" + text + "' (valid: " + listNames(table) + ")");
@@ -638,12 +543,12 @@ private:
 
     WeightPrecision weights(const Entry& section) const
     {
-        const auto list = entries(section.value, section.valueLocation, {"format", "granularity"});
+        const auto list = reader_.entries(section.value, section.valueLocation, {"format", "granularity"});
         WeightPrecision precision;
         precision.format
-            = enumValue(require(list, "format", section.valueLocation), weightFormatNames(), "weight format");
+            = enumValue(reader_.require(list, "format", section.valueLocation), weightFormatNames(), "weight format");
         precision.granularity = defaultGranularity(precision.format);
-        if (const Entry* granularity = find(list, "granularity")) {
+        if (const Entry* granularity = Reader::find(list, "granularity")) {
             const std::vector<Granularity> allowed = allowedGranularities(precision.format);
             if (allowed.empty()) {
                 fail(granularity->keyLocation,
@@ -664,26 +569,26 @@ private:
 
     ActivationPrecision activations(const Entry& section) const
     {
-        const auto list = entries(section.value, section.valueLocation, {"format"});
+        const auto list = reader_.entries(section.value, section.valueLocation, {"format"});
         ActivationPrecision precision;
         precision.format
-            = enumValue(require(list, "format", section.valueLocation), activationFormatNames(), "activation format");
+            = enumValue(reader_.require(list, "format", section.valueLocation), activationFormatNames(), "activation format");
         return precision;
     }
 
     KvPrecision kvCache(const Entry& section) const
     {
-        const auto list = entries(section.value, section.valueLocation, {"format", "scales", "calibration"});
+        const auto list = reader_.entries(section.value, section.valueLocation, {"format", "scales", "calibration"});
         KvPrecision precision;
         precision.format
-            = enumValue(require(list, "format", section.valueLocation), kvFormatNames(), "kv_cache format");
+            = enumValue(reader_.require(list, "format", section.valueLocation), kvFormatNames(), "kv_cache format");
         const bool scaled = precision.format == KvFormat::Fp8E4m3;
         if (scaled) {
             precision.scales = KvScales::PerTensor;
             precision.calibration = KvCalibration::Probe;
         }
         for (const char* key : {"scales", "calibration"}) {
-            const Entry* entry = find(list, key);
+            const Entry* entry = Reader::find(list, key);
             if (!entry) {
                 continue;
             }
@@ -703,26 +608,26 @@ private:
 
     RecipeRule rule(const YAML::Node& node, const SourceLocation& where) const
     {
-        const auto list = entries(node, where, {"match", "weights", "activations", "kv_cache"});
+        const auto list = reader_.entries(node, where, {"match", "weights", "activations", "kv_cache"});
         RecipeRule result;
         result.location = where;
-        const Entry& match = require(list, "match", where);
-        result.match = stringValue(match);
+        const Entry& match = reader_.require(list, "match", where);
+        result.match = reader_.stringValue(match);
         result.matchLocation = match.valueLocation;
         try {
             ModulePattern::compile(result.match);
         } catch (const std::invalid_argument& problem) {
             fail(match.valueLocation, problem.what());
         }
-        if (const Entry* entry = find(list, "weights")) {
+        if (const Entry* entry = Reader::find(list, "weights")) {
             result.weights = weights(*entry);
             result.weightsLocation = entry->keyLocation;
         }
-        if (const Entry* entry = find(list, "activations")) {
+        if (const Entry* entry = Reader::find(list, "activations")) {
             result.activations = activations(*entry);
             result.activationsLocation = entry->keyLocation;
         }
-        if (const Entry* entry = find(list, "kv_cache")) {
+        if (const Entry* entry = Reader::find(list, "kv_cache")) {
             result.kvCache = kvCache(*entry);
             result.kvCacheLocation = entry->keyLocation;
         }
@@ -734,6 +639,7 @@ private:
 
     std::string file_;
     bool json_;
+    Reader reader_;
 };
 
 // `embed_tokens` and `model.embed_tokens` are one module.
@@ -818,7 +724,7 @@ void checkContradictions(const Recipe& recipe)
 
 Recipe Parser::parse(const YAML::Node& root)
 {
-    SourceLocation top = locate(root, "");
+    SourceLocation top = io::locate(root, "");
     if (top.line == 0) {
         top.line = 1;
         top.column = 1;
@@ -828,12 +734,12 @@ Recipe Parser::parse(const YAML::Node& root)
             "empty recipe (expected a mapping with at least `version: " + std::to_string(Recipe::kCurrentVersion)
                 + "`)");
     }
-    const auto list = entries(root, top, {"version", "name", "weights", "activations", "kv_cache", "rules"});
+    const auto list = reader_.entries(root, top, {"version", "name", "weights", "activations", "kv_cache", "rules"});
     Recipe recipe;
     recipe.sourceFile = file_;
     recipe.fromJson = json_;
 
-    const Entry& version = require(list, "version", top);
+    const Entry& version = reader_.require(list, "version", top);
     if (!version.value.IsScalar() || scalarKind(version.value) != ScalarKind::Integer) {
         fail(version.valueLocation, "expected an integer, got " + kindName(version.value));
     }
@@ -845,22 +751,22 @@ Recipe Parser::parse(const YAML::Node& root)
     }
     recipe.version = Recipe::kCurrentVersion;
 
-    if (const Entry* name = find(list, "name")) {
-        recipe.name = stringValue(*name);
+    if (const Entry* name = Reader::find(list, "name")) {
+        recipe.name = reader_.stringValue(*name);
     }
-    if (const Entry* entry = find(list, "weights")) {
+    if (const Entry* entry = Reader::find(list, "weights")) {
         recipe.weights = weights(*entry);
         recipe.weightsLocation = entry->keyLocation;
     }
-    if (const Entry* entry = find(list, "activations")) {
+    if (const Entry* entry = Reader::find(list, "activations")) {
         recipe.activations = activations(*entry);
         recipe.activationsLocation = entry->keyLocation;
     }
-    if (const Entry* entry = find(list, "kv_cache")) {
+    if (const Entry* entry = Reader::find(list, "kv_cache")) {
         recipe.kvCache = kvCache(*entry);
         recipe.kvCacheLocation = entry->keyLocation;
     }
-    if (const Entry* rules = find(list, "rules")) {
+    if (const Entry* rules = Reader::find(list, "rules")) {
         if (!rules->value.IsSequence()) {
             fail(rules->valueLocation, "expected a list of rules, got " + kindName(rules->value));
         }
@@ -872,7 +778,7 @@ Recipe Parser::parse(const YAML::Node& root)
         size_t index = 0;
         for (const YAML::Node& node : rules->value) {
             const std::string path = "rules[" + std::to_string(index++) + "]";
-            SourceLocation where = node.IsNull() ? rules->valueLocation : locate(node, path);
+            SourceLocation where = node.IsNull() ? rules->valueLocation : io::locate(node, path);
             where.keyPath = path;
             recipe.rules.push_back(rule(node, where));
         }

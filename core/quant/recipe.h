@@ -64,6 +64,7 @@
 //                 at least one linear module (embed_tokens is a lookup and has no input activations)
 //               - no module ends with int4 weights and fp8 activations (W4A8: the engine has no such kernel)
 //               - with tie_word_embeddings, embed_tokens and lm_head (one tensor) get the same weight format
+#include "core/io/source_location.h"
 #include "core/quant/formats.h"
 
 #include <array>
@@ -114,11 +115,7 @@ std::string describe(const KvPrecision& precision);
 
 // Where something was written: the key path ("rules[2].weights") and 1-based line and column (0: unknown,
 // e.g. for a recipe built in code).
-struct SourceLocation {
-    std::string keyPath;
-    int line = 0;
-    int column = 0;
-};
+using io::SourceLocation;
 
 // A `match` pattern, compiled. See the grammar at the top of this file.
 class ModulePattern {
@@ -239,6 +236,6 @@ std::string recipeToJson(const Recipe& recipe);
 // "line L, column C" (detail prefixed by the key path), JSON "KEYPATH, line L, column C".
 [[noreturn]] void throwRecipeError(const Recipe& recipe, const SourceLocation& where, const std::string& detail);
 // "line 7, column 5" or the key path when the line is unknown; for messages that mention a second place.
-std::string describeLocation(const SourceLocation& where);
+using io::describeLocation;
 
 } // namespace mismatch::quant

@@ -5,6 +5,7 @@
 #include "core/quant/recipe.h"
 
 #include <nlohmann/json.hpp>
+#include "core/io/yaml_mapping.h"
 #include "core/io/yaml_scalar.h"
 
 #include <yaml-cpp/yaml.h>
@@ -120,120 +121,40 @@ using io::kindName;
 using io::ScalarKind;
 using io::scalarKind;
 
-struct Place {
-    std::string keyPath;
-    int line = 0; // 1-based; 0 unknown
-    int column = 0;
-};
-
-std::string lineColumn(const Place& where)
-{
-    return "line " + std::to_string(where.line) + ", column " + std::to_string(where.column);
-}
-
-struct Entry {
-    std::string key;
-    YAML::Node value;
-    Place keyPlace;
-    Place valuePlace; // the key's place when the value is empty
-};
+using io::lineColumn;
+using io::SourceLocation;
+using Entry = io::YamlEntry;
+using Reader = io::YamlMappingReader;
 
 class Parser {
 public:
     Parser(std::string file, fs::path baseDirectory)
         : file_(std::move(file))
         , base_(std::move(baseDirectory))
+        , reader_([this](const SourceLocation& where, const std::string& detail) { fail(where, detail); },
+              Reader::UnknownKeyAt::Mapping)
     {
     }
 
     RunConfig parse(const YAML::Node& root);
 
 private:
-    [[noreturn]] void fail(const Place& where, const std::string& detail) const
+    [[noreturn]] void fail(const SourceLocation& where, const std::string& detail) const
     {
         const std::string message = where.keyPath.empty() ? detail : where.keyPath + ": " + detail;
         throw InputError(file_, where.line > 0 ? lineColumn(where) : std::string(), message);
     }
 
-    static Place locate(const YAML::Node& node, const std::string& keyPath)
-    {
-        Place where;
-        where.keyPath = keyPath;
-        const io::YamlPosition position = io::yamlPosition(node);
-        where.line = position.line;
-        where.column = position.column;
-        return where;
-    }
-
-    static std::string child(const std::string& path, const std::string& key)
-    {
-        return path.empty() ? key : path + "." + key;
-    }
-
-    std::vector<Entry> entries(const YAML::Node& map, const Place& where, const std::vector<std::string>& allowed) const
-    {
-        if (!map.IsMap()) {
-            fail(where, "expected a mapping, got " + kindName(map));
-        }
-        std::vector<Entry> result;
-        for (auto it = map.begin(); it != map.end(); ++it) {
-            Entry entry;
-            entry.value = it->second;
-            entry.keyPlace = locate(it->first, where.keyPath);
-            if (!it->first.IsScalar() || scalarKind(it->first) == ScalarKind::Null) {
-                fail(entry.keyPlace, "expected a key name, got " + kindName(it->first));
-            }
-            entry.key = it->first.Scalar();
-            if (std::find(allowed.begin(), allowed.end(), entry.key) == allowed.end()) {
-                std::string expected;
-                for (const auto& name : allowed) {
-                    expected += (expected.empty() ? "" : ", ") + name;
-                }
-                fail(entry.keyPlace,
-                    "unknown key '" + entry.key + "'" + (where.keyPath.empty() ? "" : " in " + where.keyPath)
-                        + " (expected one of: " + expected + ")");
-            }
-            entry.keyPlace.keyPath = child(where.keyPath, entry.key);
-            for (const Entry& earlier : result) {
-                if (earlier.key == entry.key) {
-                    fail(entry.keyPlace,
-                        "duplicate key '" + entry.key + "' (first given at " + lineColumn(earlier.keyPlace) + ")");
-                }
-            }
-            entry.valuePlace = entry.value.IsNull() ? entry.keyPlace : locate(entry.value, entry.keyPlace.keyPath);
-            result.push_back(entry);
-        }
-        return result;
-    }
-
-    static const Entry* find(const std::vector<Entry>& list, const std::string& key)
-    {
-        for (const Entry& entry : list) {
-            if (entry.key == key) {
-                return &entry;
-            }
-        }
-        return nullptr;
-    }
-
-    std::string stringValue(const Entry& entry) const
-    {
-        if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::String) {
-            fail(entry.valuePlace, "expected a string, got " + kindName(entry.value));
-        }
-        return entry.value.Scalar();
-    }
-
     bool boolValue(const Entry& entry) const
     {
         if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::Boolean) {
-            fail(entry.valuePlace, "expected true or false, got " + kindName(entry.value));
+            fail(entry.valueLocation, "expected true or false, got " + kindName(entry.value));
         }
         const std::string& text = entry.value.Scalar();
         return text == "true" || text == "True" || text == "TRUE";
     }
 
-    double numberValue(const YAML::Node& node, const Place& where) const
+    double numberValue(const YAML::Node& node, const SourceLocation& where) const
     {
         const ScalarKind kind = node.IsScalar() ? scalarKind(node) : ScalarKind::String;
         if (!node.IsScalar() || (kind != ScalarKind::Integer && kind != ScalarKind::Number)) {
@@ -255,21 +176,21 @@ private:
         return value;
     }
 
-    double numberValue(const Entry& entry) const { return numberValue(entry.value, entry.valuePlace); }
+    double numberValue(const Entry& entry) const { return numberValue(entry.value, entry.valueLocation); }
 
     std::int64_t integerValue(const Entry& entry, std::int64_t minimum) const
     {
         if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::Integer) {
-            fail(entry.valuePlace, "expected an integer, got " + kindName(entry.value));
+            fail(entry.valueLocation, "expected an integer, got " + kindName(entry.value));
         }
         std::int64_t value = 0;
         try {
             value = std::stoll(entry.value.Scalar());
         } catch (const std::exception&) {
-            fail(entry.valuePlace, "integer " + entry.value.Scalar() + " is out of range");
+            fail(entry.valueLocation, "integer " + entry.value.Scalar() + " is out of range");
         }
         if (value < minimum) {
-            fail(entry.valuePlace, "must be at least " + std::to_string(minimum) + ", got " + std::to_string(value));
+            fail(entry.valueLocation, "must be at least " + std::to_string(minimum) + ", got " + std::to_string(value));
         }
         return value;
     }
@@ -277,16 +198,16 @@ private:
     std::uint64_t seedValue(const Entry& entry) const
     {
         if (!entry.value.IsScalar() || scalarKind(entry.value) != ScalarKind::Integer) {
-            fail(entry.valuePlace, "expected an integer seed, got " + kindName(entry.value));
+            fail(entry.valueLocation, "expected an integer seed, got " + kindName(entry.value));
         }
         const std::string& text = entry.value.Scalar();
         if (text[0] == '-') {
-            fail(entry.valuePlace, "a seed must not be negative, got " + text);
+            fail(entry.valueLocation, "a seed must not be negative, got " + text);
         }
         try {
             return static_cast<std::uint64_t>(std::stoull(text));
         } catch (const std::exception&) {
-            fail(entry.valuePlace, "seed " + text + " does not fit in 64 bits");
+            fail(entry.valueLocation, "seed " + text + " does not fit in 64 bits");
         }
     }
 
@@ -303,7 +224,7 @@ private:
             } else {
                 range << high << (highInclusive ? "]" : ")");
             }
-            fail(entry.valuePlace, "must be in " + range.str() + ", got " + entry.value.Scalar());
+            fail(entry.valueLocation, "must be in " + range.str() + ", got " + entry.value.Scalar());
         }
         return value;
     }
@@ -312,9 +233,9 @@ private:
 
     std::string pathValue(const Entry& entry, PathKind kind, const std::string& what) const
     {
-        const std::string text = stringValue(entry);
+        const std::string text = reader_.stringValue(entry);
         if (text.empty()) {
-            fail(entry.valuePlace, "expected a path to the " + what + ", got an empty string");
+            fail(entry.valueLocation, "expected a path to the " + what + ", got an empty string");
         }
         fs::path path(text);
         if (path.is_relative()) {
@@ -328,21 +249,21 @@ private:
         try {
             found = mismatch::pathKind(path.string());
         } catch (const InputError& error) { // a symbolic-link loop, a name too long, a directory not searchable
-            fail(entry.valuePlace, what + " " + shown + ": " + error.detail());
+            fail(entry.valueLocation, what + " " + shown + ": " + error.detail());
         }
         if (found == mismatch::PathKind::Missing) {
-            fail(entry.valuePlace, what + " " + shown + " does not exist");
+            fail(entry.valueLocation, what + " " + shown + " does not exist");
         }
         if (kind == PathKind::ModelDirectory) {
             if (found != mismatch::PathKind::Directory) {
-                fail(entry.valuePlace, what + " " + shown + " is not a directory");
+                fail(entry.valueLocation, what + " " + shown + " is not a directory");
             }
             std::error_code error;
             if (!fs::exists(path / "config.json", error)) {
-                fail(entry.valuePlace, what + " " + shown + " has no config.json (expected a model directory)");
+                fail(entry.valueLocation, what + " " + shown + " has no config.json (expected a model directory)");
             }
         } else if (found == mismatch::PathKind::Directory) {
-            fail(entry.valuePlace, what + " " + shown + " is a directory, expected a file");
+            fail(entry.valueLocation, what + " " + shown + " is a directory, expected a file");
         }
         return path.string();
     }
@@ -355,121 +276,122 @@ private:
 
     std::string file_;
     fs::path base_;
+    Reader reader_;
     // Where things were written, for the cross-field rules.
-    std::optional<Place> objectivePlace_;
-    std::optional<Place> topKPlace_;
-    std::optional<Place> correctionKindPlace_;
-    std::optional<Place> capPlace_;
-    std::optional<Place> samplesPerPromptPlace_;
-    std::optional<Place> evaluationEveryPlace_;
+    std::optional<SourceLocation> objectivePlace_;
+    std::optional<SourceLocation> topKPlace_;
+    std::optional<SourceLocation> correctionKindPlace_;
+    std::optional<SourceLocation> capPlace_;
+    std::optional<SourceLocation> samplesPerPromptPlace_;
+    std::optional<SourceLocation> evaluationEveryPlace_;
 };
 
 void Parser::objective(const Entry& entry, RunConfig& config)
 {
-    objectivePlace_ = entry.valuePlace;
+    objectivePlace_ = entry.valueLocation;
     const Entry* nameEntry = &entry;
     std::vector<Entry> list;
     if (entry.value.IsMap()) {
-        list = entries(entry.value, entry.valuePlace, {"name", "top_k"});
-        nameEntry = find(list, "name");
+        list = reader_.entries(entry.value, entry.valueLocation, {"name", "top_k"});
+        nameEntry = Reader::find(list, "name");
         if (!nameEntry) {
-            fail(entry.valuePlace, "missing required key 'name'");
+            fail(entry.valueLocation, "missing required key 'name'");
         }
     }
-    const std::string name = stringValue(*nameEntry);
+    const std::string name = reader_.stringValue(*nameEntry);
     const auto kind = objectiveFromString(name);
     if (!kind) {
-        fail(nameEntry->valuePlace, "unknown objective '" + name + "' (valid: " + objectiveNames() + ")");
+        fail(nameEntry->valueLocation, "unknown objective '" + name + "' (valid: " + objectiveNames() + ")");
     }
     config.objective.kind = *kind;
-    objectivePlace_ = nameEntry->valuePlace;
-    if (const Entry* topK = find(list, "top_k")) {
+    objectivePlace_ = nameEntry->valueLocation;
+    if (const Entry* topK = Reader::find(list, "top_k")) {
         if (*kind != Objective::OpdTopK) {
-            fail(topK->keyPlace, "only the opd_topk objective takes top_k, not " + name);
+            fail(topK->keyLocation, "only the opd_topk objective takes top_k, not " + name);
         }
         config.objective.topK = integerValue(*topK, 1);
     } else if (*kind == Objective::OpdTopK) {
-        fail(nameEntry->valuePlace, "opd_topk needs its k: write `objective: {name: opd_topk, top_k: 32}`");
+        fail(nameEntry->valueLocation, "opd_topk needs its k: write `objective: {name: opd_topk, top_k: 32}`");
     }
 }
 
 void Parser::correction(const Entry& entry, RunConfig& config)
 {
-    const auto list = entries(entry.value, entry.valuePlace, {"kind", "cap"});
-    if (const Entry* kind = find(list, "kind")) {
-        const std::string text = stringValue(*kind);
+    const auto list = reader_.entries(entry.value, entry.valueLocation, {"kind", "cap"});
+    if (const Entry* kind = Reader::find(list, "kind")) {
+        const std::string text = reader_.stringValue(*kind);
         const auto value = correctionKindFromString(text);
         if (!value) {
-            fail(kind->valuePlace, "unknown correction '" + text + "' (valid: none, tis, mis)");
+            fail(kind->valueLocation, "unknown correction '" + text + "' (valid: none, tis, mis)");
         }
         config.correction.kind = *value;
-        correctionKindPlace_ = kind->valuePlace;
+        correctionKindPlace_ = kind->valueLocation;
     } else {
-        fail(entry.valuePlace, "missing required key 'kind' (none, tis or mis)");
+        fail(entry.valueLocation, "missing required key 'kind' (none, tis or mis)");
     }
-    if (const Entry* cap = find(list, "cap")) {
+    if (const Entry* cap = Reader::find(list, "cap")) {
         if (config.correction.kind == CorrectionKind::None) {
-            fail(cap->keyPlace, "a cap has no effect with kind none (use kind tis or mis, or remove the cap)");
+            fail(cap->keyLocation, "a cap has no effect with kind none (use kind tis or mis, or remove the cap)");
         }
         config.correction.cap = numberValue(*cap);
-        capPlace_ = cap->valuePlace;
+        capPlace_ = cap->valueLocation;
     }
 }
 
 void Parser::rollout(const Entry& entry, RunConfig& config)
 {
     const auto list
-        = entries(entry.value, entry.valuePlace, {"recipe", "staleness", "noise", "sampling", "asynchronous"});
-    if (const Entry* recipe = find(list, "recipe")) {
+        = reader_.entries(entry.value, entry.valueLocation, {"recipe", "staleness", "noise", "sampling", "asynchronous"});
+    if (const Entry* recipe = Reader::find(list, "recipe")) {
         config.rollout.recipe = pathValue(*recipe, PathKind::File, "recipe");
         try {
             quant::loadRecipe(config.rollout.recipe);
         } catch (const InputError& error) {
             throw InputError(error.file(), error.location(),
-                error.detail() + " (recipe named by " + file_ + ", " + lineColumn(recipe->valuePlace) + ")");
+                error.detail() + " (recipe named by " + file_ + ", " + lineColumn(recipe->valueLocation) + ")");
         }
     }
-    if (const Entry* staleness = find(list, "staleness")) {
+    if (const Entry* staleness = Reader::find(list, "staleness")) {
         config.rollout.staleness = integerValue(*staleness, 0);
     }
-    if (const Entry* asynchronous = find(list, "asynchronous")) {
+    if (const Entry* asynchronous = Reader::find(list, "asynchronous")) {
         config.rollout.asynchronous = boolValue(*asynchronous);
     }
-    if (const Entry* noise = find(list, "noise")) {
-        const auto fields = entries(noise->value, noise->valuePlace, {"sigma", "seed", "modules"});
-        if (const Entry* sigma = find(fields, "sigma")) {
+    if (const Entry* noise = Reader::find(list, "noise")) {
+        const auto fields = reader_.entries(noise->value, noise->valueLocation, {"sigma", "seed", "modules"});
+        if (const Entry* sigma = Reader::find(fields, "sigma")) {
             config.rollout.noise.sigma = rangedNumber(*sigma, 0.0, true, INFINITY, false);
         }
-        if (const Entry* seed = find(fields, "seed")) {
+        if (const Entry* seed = Reader::find(fields, "seed")) {
             config.rollout.noise.seed = seedValue(*seed);
         }
-        if (const Entry* modules = find(fields, "modules")) {
-            const std::string pattern = stringValue(*modules);
+        if (const Entry* modules = Reader::find(fields, "modules")) {
+            const std::string pattern = reader_.stringValue(*modules);
             try {
                 quant::ModulePattern::compile(pattern);
             } catch (const std::invalid_argument& error) {
-                fail(modules->valuePlace, "malformed module pattern \"" + pattern + "\": " + error.what());
+                fail(modules->valueLocation, "malformed module pattern \"" + pattern + "\": " + error.what());
             }
             config.rollout.noise.modules = pattern;
         }
     }
-    if (const Entry* sampling = find(list, "sampling")) {
+    if (const Entry* sampling = Reader::find(list, "sampling")) {
         const auto fields
-            = entries(sampling->value, sampling->valuePlace, {"temperature", "top_p", "top_k", "max_tokens", "seed"});
+            = reader_.entries(sampling->value, sampling->valueLocation, {"temperature", "top_p", "top_k", "max_tokens", "seed"});
         SamplingConfig& s = config.rollout.sampling;
-        if (const Entry* e = find(fields, "temperature")) {
+        if (const Entry* e = Reader::find(fields, "temperature")) {
             s.temperature = rangedNumber(*e, 0.0, true, INFINITY, false);
         }
-        if (const Entry* e = find(fields, "top_p")) {
+        if (const Entry* e = Reader::find(fields, "top_p")) {
             s.topP = rangedNumber(*e, 0.0, false, 1.0, true);
         }
-        if (const Entry* e = find(fields, "top_k")) {
+        if (const Entry* e = Reader::find(fields, "top_k")) {
             s.topK = integerValue(*e, 0);
         }
-        if (const Entry* e = find(fields, "max_tokens")) {
+        if (const Entry* e = Reader::find(fields, "max_tokens")) {
             s.maxTokens = integerValue(*e, 1);
         }
-        if (const Entry* e = find(fields, "seed")) {
+        if (const Entry* e = Reader::find(fields, "seed")) {
             s.seed = seedValue(*e);
         }
     }
@@ -477,31 +399,31 @@ void Parser::rollout(const Entry& entry, RunConfig& config)
 
 void Parser::optimizer(const Entry& entry, RunConfig& config)
 {
-    const auto list = entries(
-        entry.value, entry.valuePlace, {"learning_rate", "warmup_steps", "weight_decay", "gradient_clip", "betas"});
+    const auto list = reader_.entries(
+        entry.value, entry.valueLocation, {"learning_rate", "warmup_steps", "weight_decay", "gradient_clip", "betas"});
     OptimizerConfig& o = config.optimizer;
-    if (const Entry* e = find(list, "learning_rate")) {
+    if (const Entry* e = Reader::find(list, "learning_rate")) {
         o.learningRate = rangedNumber(*e, 0.0, false, INFINITY, false);
     }
-    if (const Entry* e = find(list, "warmup_steps")) {
+    if (const Entry* e = Reader::find(list, "warmup_steps")) {
         o.warmupSteps = integerValue(*e, 0);
     }
-    if (const Entry* e = find(list, "weight_decay")) {
+    if (const Entry* e = Reader::find(list, "weight_decay")) {
         o.weightDecay = rangedNumber(*e, 0.0, true, INFINITY, false);
     }
-    if (const Entry* e = find(list, "gradient_clip")) {
+    if (const Entry* e = Reader::find(list, "gradient_clip")) {
         o.gradientClip = rangedNumber(*e, 0.0, true, INFINITY, false);
     }
-    if (const Entry* e = find(list, "betas")) {
+    if (const Entry* e = Reader::find(list, "betas")) {
         if (!e->value.IsSequence() || e->value.size() != 2) {
-            fail(e->valuePlace,
+            fail(e->valueLocation,
                 "expected a list of two numbers [beta1, beta2], got "
                     + (e->value.IsSequence() ? "a list of " + std::to_string(e->value.size()) : kindName(e->value)));
         }
         double betas[2] = {0.0, 0.0};
         for (std::size_t i = 0; i < 2; ++i) {
             const YAML::Node item = e->value[i];
-            const Place where = locate(item, e->keyPlace.keyPath + "[" + std::to_string(i) + "]");
+            const SourceLocation where = io::locate(item, e->keyLocation.keyPath + "[" + std::to_string(i) + "]");
             betas[i] = numberValue(item, where);
             if (betas[i] < 0.0 || betas[i] >= 1.0) {
                 fail(where, "must be in [0, 1), got " + item.Scalar());
@@ -515,29 +437,29 @@ void Parser::optimizer(const Entry& entry, RunConfig& config)
 void Parser::evaluation(const Entry& entry, RunConfig& config)
 {
     const auto list
-        = entries(entry.value, entry.valuePlace, {"every", "prompts", "count", "max_tokens", "bf16_unit_every"});
+        = reader_.entries(entry.value, entry.valueLocation, {"every", "prompts", "count", "max_tokens", "bf16_unit_every"});
     EvaluationConfig& e = config.evaluation;
-    if (const Entry* every = find(list, "every")) {
+    if (const Entry* every = Reader::find(list, "every")) {
         e.every = integerValue(*every, 0);
-        evaluationEveryPlace_ = every->valuePlace;
+        evaluationEveryPlace_ = every->valueLocation;
     }
-    if (const Entry* prompts = find(list, "prompts")) {
+    if (const Entry* prompts = Reader::find(list, "prompts")) {
         e.prompts = pathValue(*prompts, PathKind::File, "evaluation prompt set");
     }
-    if (const Entry* count = find(list, "count")) {
+    if (const Entry* count = Reader::find(list, "count")) {
         e.count = integerValue(*count, 0);
     }
-    if (const Entry* maxTokens = find(list, "max_tokens")) {
+    if (const Entry* maxTokens = Reader::find(list, "max_tokens")) {
         e.maxTokens = integerValue(*maxTokens, 1);
     }
-    if (const Entry* unit = find(list, "bf16_unit_every")) {
+    if (const Entry* unit = Reader::find(list, "bf16_unit_every")) {
         e.bf16UnitEvery = integerValue(*unit, 0);
     }
 }
 
 RunConfig Parser::parse(const YAML::Node& root)
 {
-    Place top = locate(root, "");
+    SourceLocation top = io::locate(root, "");
     if (top.line == 0) {
         top.line = 1;
         top.column = 1;
@@ -545,82 +467,82 @@ RunConfig Parser::parse(const YAML::Node& root)
     if (!root.IsDefined() || root.IsNull()) {
         fail(top, "empty run file (expected a mapping with at least `student` and `prompts`)");
     }
-    const auto list = entries(root, top,
+    const auto list = reader_.entries(root, top,
         {"name", "student", "teacher", "prompts", "objective", "correction", "rollout", "optimizer", "batch", "steps",
             "evaluation", "checkpoint", "seed", "threads"});
     RunConfig config;
     config.sourceFile = file_;
     config.name = fs::path(file_).stem().string();
 
-    if (const Entry* e = find(list, "name")) {
-        config.name = stringValue(*e);
+    if (const Entry* e = Reader::find(list, "name")) {
+        config.name = reader_.stringValue(*e);
         if (config.name.empty()) {
-            fail(e->valuePlace, "expected a non-empty name");
+            fail(e->valueLocation, "expected a non-empty name");
         }
     }
-    const Entry* student = find(list, "student");
+    const Entry* student = Reader::find(list, "student");
     if (!student) {
         fail(top, "missing required key 'student' (the student model directory)");
     }
     config.student = pathValue(*student, PathKind::ModelDirectory, "student model directory");
-    const Entry* teacher = find(list, "teacher");
+    const Entry* teacher = Reader::find(list, "teacher");
     if (teacher) {
         config.teacher = pathValue(*teacher, PathKind::ModelDirectory, "teacher model directory");
     }
-    const Entry* prompts = find(list, "prompts");
+    const Entry* prompts = Reader::find(list, "prompts");
     if (!prompts) {
         fail(top, "missing required key 'prompts' (the training prompt set)");
     }
     config.prompts = pathValue(*prompts, PathKind::File, "training prompt set");
-    if (const Entry* e = find(list, "objective")) {
+    if (const Entry* e = Reader::find(list, "objective")) {
         objective(*e, config);
     }
-    if (const Entry* e = find(list, "correction")) {
+    if (const Entry* e = Reader::find(list, "correction")) {
         correction(*e, config);
     }
-    if (const Entry* e = find(list, "rollout")) {
+    if (const Entry* e = Reader::find(list, "rollout")) {
         rollout(*e, config);
     }
-    if (const Entry* e = find(list, "optimizer")) {
+    if (const Entry* e = Reader::find(list, "optimizer")) {
         optimizer(*e, config);
     }
-    if (const Entry* e = find(list, "batch")) {
-        const auto fields = entries(e->value, e->valuePlace, {"prompts_per_step", "samples_per_prompt"});
-        if (const Entry* f = find(fields, "prompts_per_step")) {
+    if (const Entry* e = Reader::find(list, "batch")) {
+        const auto fields = reader_.entries(e->value, e->valueLocation, {"prompts_per_step", "samples_per_prompt"});
+        if (const Entry* f = Reader::find(fields, "prompts_per_step")) {
             config.batch.promptsPerStep = integerValue(*f, 1);
         }
-        if (const Entry* f = find(fields, "samples_per_prompt")) {
+        if (const Entry* f = Reader::find(fields, "samples_per_prompt")) {
             config.batch.samplesPerPrompt = integerValue(*f, 1);
-            samplesPerPromptPlace_ = f->valuePlace;
+            samplesPerPromptPlace_ = f->valueLocation;
         }
     }
-    if (const Entry* e = find(list, "steps")) {
+    if (const Entry* e = Reader::find(list, "steps")) {
         config.steps = integerValue(*e, 1);
     }
-    if (const Entry* e = find(list, "evaluation")) {
+    if (const Entry* e = Reader::find(list, "evaluation")) {
         evaluation(*e, config);
     }
-    if (const Entry* e = find(list, "checkpoint")) {
-        const auto fields = entries(e->value, e->valuePlace, {"every"});
-        if (const Entry* f = find(fields, "every")) {
+    if (const Entry* e = Reader::find(list, "checkpoint")) {
+        const auto fields = reader_.entries(e->value, e->valueLocation, {"every"});
+        if (const Entry* f = Reader::find(fields, "every")) {
             config.checkpoint.every = integerValue(*f, 0);
         }
     }
-    if (const Entry* e = find(list, "seed")) {
+    if (const Entry* e = Reader::find(list, "seed")) {
         config.seed = seedValue(*e);
     }
-    if (const Entry* e = find(list, "threads")) {
+    if (const Entry* e = Reader::find(list, "threads")) {
         config.threads = integerValue(*e, 0);
         const auto cores = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
         if (config.threads > cores) {
-            fail(e->valuePlace,
+            fail(e->valueLocation,
                 "must be 0 (one per core) to " + std::to_string(cores) + " (the cores of this machine), got "
                     + std::to_string(config.threads));
         }
     }
 
     // Cross-field rules.
-    const Place objectivePlace = objectivePlace_.value_or(top);
+    const SourceLocation objectivePlace = objectivePlace_.value_or(top);
     if (usesTeacher(config.objective.kind) && config.teacher.empty()) {
         fail(objectivePlace,
             "objective " + toString(config.objective.kind)

@@ -183,6 +183,85 @@ private:
     std::exception_ptr error_;
 };
 
+// One step's rollouts as the trainer's input: a right-padded [B, L] batch of prompt + response, the row of the
+// logits predicting each response token, and per response token its sequence and the engine's sample.
+struct PackedBatch {
+    std::int64_t batch = 0;
+    std::int64_t longest = 0;
+    std::int64_t tokens = 0; // response tokens, all sequences
+    at::Tensor ids;
+    at::Tensor mask;
+    at::Tensor rowIndex;
+    std::vector<std::int64_t> sequenceOf;
+    EngineTokens engineTokens;
+};
+
+PackedBatch packBatch(const Rollout& rollout)
+{
+    PackedBatch packed;
+    const auto batch = static_cast<std::int64_t>(rollout.requests.size());
+    packed.batch = batch;
+    std::int64_t longest = 0;
+    for (std::int64_t b = 0; b < batch; ++b) {
+        longest = std::max<std::int64_t>(longest,
+            static_cast<std::int64_t>(rollout.requests[b].prompt.size() + rollout.generations[b].tokens.size()));
+    }
+    packed.longest = longest;
+    packed.ids = at::zeros({batch, longest}, at::kLong);
+    packed.mask = at::zeros({batch, longest}, at::kLong);
+    std::vector<std::int64_t> rows;
+    std::vector<std::int64_t> sampled;
+    std::vector<double> engineLogProbs;
+    auto* idData = packed.ids.data_ptr<std::int64_t>();
+    auto* maskData = packed.mask.data_ptr<std::int64_t>();
+    for (std::int64_t b = 0; b < batch; ++b) {
+        const auto& prompt = rollout.requests[b].prompt;
+        const auto& generation = rollout.generations[b];
+        std::int64_t t = 0;
+        for (const std::int64_t id : prompt) {
+            idData[b * longest + t] = id;
+            maskData[b * longest + t] = 1;
+            ++t;
+        }
+        for (std::size_t r = 0; r < generation.tokens.size(); ++r) {
+            idData[b * longest + t] = generation.tokens[r];
+            maskData[b * longest + t] = 1;
+            rows.push_back(b * longest + t - 1);
+            packed.sequenceOf.push_back(b);
+            sampled.push_back(generation.tokens[r]);
+            engineLogProbs.push_back(generation.logProbs[r]);
+            ++t;
+        }
+    }
+    packed.tokens = static_cast<std::int64_t>(rows.size());
+    packed.rowIndex = at::tensor(rows, at::kLong);
+    packed.engineTokens.sampled = at::tensor(sampled, at::kLong);
+    packed.engineTokens.logProbs = at::tensor(engineLogProbs, at::kDouble);
+    return packed;
+}
+
+// The L2 norm of all gradients, clipped to `clip` first when it is > 0.
+double gradientL2Norm(const std::vector<at::Tensor>& parameters, double clip)
+{
+    if (clip > 0.0) {
+        return clipGradientNorm(parameters, clip);
+    }
+    double squares = 0.0;
+    for (const at::Tensor& parameter : parameters) {
+        if (parameter.grad().defined()) {
+            squares += parameter.grad().to(at::kDouble).pow(2).sum().item<double>();
+        }
+    }
+    return std::sqrt(squares);
+}
+
+// A step's mismatch, token means.
+struct StepMismatch {
+    double kl = 0.0;
+    double k1 = 0.0;
+    double k3 = 0.0;
+};
+
 // Everything a run needs, loaded and validated before anything is stored.
 class Session {
 public:
@@ -360,6 +439,14 @@ private:
     }
     store::StepMetrics trainStep(const Rollout& rollout, AdamW& optimizer, const std::vector<at::Tensor>& parameters,
         model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset, Clock::time_point start);
+    std::vector<double> rewards(const Rollout& rollout) const;
+    ObjectiveResult objective(const at::Tensor& studentLogits, const Rollout& rollout, const PackedBatch& packed,
+        const std::vector<double>& rewards) const;
+    std::pair<double, double> update(std::int64_t step, const at::Tensor& loss, double lossValue, AdamW& optimizer,
+        const std::vector<at::Tensor>& parameters);
+    StepMismatch stepMismatch(
+        std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits, const at::Tensor& sampled) const;
+    bool measureBf16Unit(const Rollout& rollout, double stepKl, Bf16Unit& bf16Unit, double& seconds);
     void evaluate(store::RunStore& store, std::int64_t runId, std::int64_t step, const model::Transformer& student,
         Progress& progress, const TrainOptions& options, TrainResult& result);
     void saveCheckpoint(std::int64_t runId, std::int64_t step, const AdamW& optimizer, const Bf16Unit& bf16Unit,
@@ -502,67 +589,25 @@ Rollout Session::produceUnchecked(std::int64_t step, engine::Engine& rolloutEngi
     return rollout;
 }
 
-store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
-    const std::vector<at::Tensor>& parameters, model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset,
-    Clock::time_point start)
+// Rewards: exact-match answers of the rollouts (the verifiable reward of REINFORCE and GRPO).
+std::vector<double> Session::rewards(const Rollout& rollout) const
 {
-    const std::int64_t step = rollout.step;
-    const Clock::time_point trainStart = Clock::now();
-    const auto batch = static_cast<std::int64_t>(rollout.requests.size());
-
-    // Right-padded [B, L] batch of prompt + response; row index of the logits predicting each response token.
-    std::int64_t longest = 0;
-    for (std::int64_t b = 0; b < batch; ++b) {
-        longest = std::max<std::int64_t>(longest,
-            static_cast<std::int64_t>(rollout.requests[b].prompt.size() + rollout.generations[b].tokens.size()));
-    }
-    at::Tensor ids = at::zeros({batch, longest}, at::kLong);
-    at::Tensor mask = at::zeros({batch, longest}, at::kLong);
-    std::vector<std::int64_t> rows;
-    std::vector<std::int64_t> sequenceOf;
-    std::vector<std::int64_t> sampled;
-    std::vector<double> engineLogProbs;
-    auto* idData = ids.data_ptr<std::int64_t>();
-    auto* maskData = mask.data_ptr<std::int64_t>();
-    for (std::int64_t b = 0; b < batch; ++b) {
-        const auto& prompt = rollout.requests[b].prompt;
-        const auto& generation = rollout.generations[b];
-        std::int64_t t = 0;
-        for (const std::int64_t id : prompt) {
-            idData[b * longest + t] = id;
-            maskData[b * longest + t] = 1;
-            ++t;
-        }
-        for (std::size_t r = 0; r < generation.tokens.size(); ++r) {
-            idData[b * longest + t] = generation.tokens[r];
-            maskData[b * longest + t] = 1;
-            rows.push_back(b * longest + t - 1);
-            sequenceOf.push_back(b);
-            sampled.push_back(generation.tokens[r]);
-            engineLogProbs.push_back(generation.logProbs[r]);
-            ++t;
-        }
-    }
-    const auto tokens = static_cast<std::int64_t>(rows.size());
-    const std::int64_t vocab = modelConfig_.vocabSize;
-    const at::Tensor rowIndex = at::tensor(rows, at::kLong);
-    const at::Tensor realTokens = at::ones({tokens}, at::kBool);
-    EngineTokens engineTokens;
-    engineTokens.sampled = at::tensor(sampled, at::kLong);
-    engineTokens.logProbs = at::tensor(engineLogProbs, at::kDouble);
-
-    // Rewards: exact-match answers of the rollouts (the verifiable reward of REINFORCE and GRPO).
     std::vector<double> rewards;
-    for (std::int64_t b = 0; b < batch; ++b) {
-        const io::Prompt& prompt = trainSet_.prompts[rollout.promptIndex[static_cast<std::size_t>(b)]];
+    for (std::size_t b = 0; b < rollout.requests.size(); ++b) {
+        const io::Prompt& prompt = trainSet_.prompts[rollout.promptIndex[b]];
         const std::string text = tokenizer_->decode(rollout.generations[b].tokens, true);
         rewards.push_back(!prompt.answer.empty() && io::verifyAnswer(text, prompt.answer) ? 1.0 : 0.0);
     }
+    return rewards;
+}
+
+// The run's objective on the student's logits at the response tokens, with the run's correction.
+ObjectiveResult Session::objective(const at::Tensor& studentLogits, const Rollout& rollout, const PackedBatch& packed,
+    const std::vector<double>& rewards) const
+{
+    const at::Tensor realTokens = at::ones({packed.tokens}, at::kBool);
     const at::Tensor rewardTensor = at::tensor(rewards, at::kDouble);
-
-    const at::Tensor logits = student.forward(ids, mask); // [B, L, V], FP32, with gradients
-    const at::Tensor studentLogits = logits.reshape({batch * longest, vocab}).index_select(0, rowIndex);
-
+    const EngineTokens& engineTokens = packed.engineTokens;
     CorrectionOptions correction;
     correction.kind = config_.correction.kind == CorrectionKind::Tis
         ? CorrectionOptions::Tis
@@ -587,37 +632,33 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
         result = opdTopK(studentLogits, teacherLogProbs, realTokens, config_.objective.topK, engineTokens, correction);
         break;
     case Objective::Reinforce:
-        result = reinforce(studentLogits, realTokens, at::tensor(sequenceOf, at::kLong), rewardTensor, engineTokens,
-            correction);
+        result = reinforce(studentLogits, realTokens, at::tensor(packed.sequenceOf, at::kLong), rewardTensor,
+            engineTokens, correction);
         break;
     case Objective::Grpo: {
         GrpoOptions grpoOptions;
         grpoOptions.groupSize = config_.batch.samplesPerPrompt;
-        result = grpo(studentLogits, realTokens, at::tensor(sequenceOf, at::kLong), rewardTensor, engineTokens,
+        result = grpo(studentLogits, realTokens, at::tensor(packed.sequenceOf, at::kLong), rewardTensor, engineTokens,
             grpoOptions);
         break;
     }
     }
-    const double lossValue = result.loss.item<double>();
+    return result;
+}
+
+// Backward pass and optimizer update of step `step`, refusing a non-finite loss, gradient or updated weights
+// before anything of the step is stored. Returns {learning rate, gradient norm}.
+std::pair<double, double> Session::update(
+    std::int64_t step, const at::Tensor& loss, double lossValue, AdamW& optimizer, const std::vector<at::Tensor>& parameters)
+{
     if (!std::isfinite(lossValue)) {
         throw Error("step " + std::to_string(step) + ": the " + toString(config_.objective.kind)
             + " loss is not finite (" + std::to_string(lossValue)
             + "); the student's logits or the teacher's log-probabilities hold NaN or infinite values");
     }
-    result.loss.backward();
-    double gradientNorm = 0.0;
-    if (config_.optimizer.gradientClip > 0.0) {
-        gradientNorm = clipGradientNorm(parameters, config_.optimizer.gradientClip);
-    } else {
-        double squares = 0.0;
-        for (const at::Tensor& parameter : parameters) {
-            if (parameter.grad().defined()) {
-                squares += parameter.grad().to(at::kDouble).pow(2).sum().item<double>();
-            }
-        }
-        gradientNorm = std::sqrt(squares);
-    }
-    if (!std::isfinite(gradientNorm)) {
+    loss.backward();
+    const double norm = gradientL2Norm(parameters, config_.optimizer.gradientClip);
+    if (!std::isfinite(norm)) {
         throw Error("step " + std::to_string(step) + ": the gradient norm is not finite; training stopped before "
             "the update so that no NaN reaches the weights");
     }
@@ -633,12 +674,15 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
                 + "); the run stops before anything of this step is stored");
         }
     }
+    return {learningRate, norm};
+}
 
-    // Mismatch of the step: the engine's mu against the trainer's pi_theta (before this update) at the rollout
-    // temperature, on the engine's own prefixes.
-    double klMean = 0.0;
-    double k1Mean = 0.0;
-    double k3Mean = 0.0;
+// Mismatch of the step: the engine's mu against the trainer's pi_theta (before this update) at the rollout
+// temperature, on the engine's own prefixes.
+StepMismatch Session::stepMismatch(
+    std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits, const at::Tensor& sampled) const
+{
+    StepMismatch mismatch;
     {
         at::NoGradGuard noGrad;
         std::vector<at::Tensor> mus;
@@ -646,57 +690,87 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
             mus.push_back(generation.distributions);
         }
         const at::Tensor piLogProbs = at::log_softmax(studentLogits.detach().to(at::kDouble) / measureTemperature_, -1);
-        const metrics::TokenMismatch m = metrics::tokenMismatch(at::cat(mus, 0), piLogProbs, engineTokens.sampled);
-        klMean = m.kl.mean().item<double>();
-        k1Mean = m.k1.mean().item<double>();
-        k3Mean = m.k3.mean().item<double>();
+        const metrics::TokenMismatch m = metrics::tokenMismatch(at::cat(mus, 0), piLogProbs, sampled);
+        mismatch.kl = m.kl.mean().item<double>();
+        mismatch.k1 = m.k1.mean().item<double>();
+        mismatch.k3 = m.k3.mean().item<double>();
     }
-    if (!std::isfinite(klMean) || !std::isfinite(k1Mean) || !std::isfinite(k3Mean)) {
-        throw Error("step " + std::to_string(step) + ": the mismatch is not finite (KL " + std::to_string(klMean)
+    if (!std::isfinite(mismatch.kl) || !std::isfinite(mismatch.k1) || !std::isfinite(mismatch.k3)) {
+        throw Error("step " + std::to_string(step) + ": the mismatch is not finite (KL " + std::to_string(mismatch.kl)
             + "); the engine's or the trainer's distributions hold NaN or infinite values");
     }
-    const double trainSeconds = secondsSince(trainStart);
+    return mismatch;
+}
 
-    // The BF16 unit: the plain BF16 engine at the trainer's weights before this update, same prompts and seeds.
+// The BF16 unit: the plain BF16 engine at the trainer's weights before this update, same prompts and seeds.
+// A BF16-engine rollout is its own unit at every step (nothing to measure); other engines measure it at step 1
+// and at every multiple of bf16_unit_every (the steps evaluated when it equals evaluation.every). Returns whether
+// it was measured at this step; `seconds` is the time it took.
+bool Session::measureBf16Unit(const Rollout& rollout, double stepKl, Bf16Unit& bf16Unit, double& seconds)
+{
+    const std::int64_t step = rollout.step;
     const std::int64_t unitEvery = config_.evaluation.bf16UnitEvery;
-    double unitSeconds = 0.0;
-    // A BF16-engine rollout is its own unit at every step (nothing to measure); other engines measure it at step 1
-    // and at every multiple of bf16_unit_every (the steps evaluated when it equals evaluation.every).
-    const bool measureUnit = rolloutIsBf16Engine() || step == 1 || bf16Unit.value <= 0.0
+    seconds = 0.0;
+    const bool measure = rolloutIsBf16Engine() || step == 1 || bf16Unit.value <= 0.0
         || (unitEvery > 0 && step % unitEvery == 0);
-    if (measureUnit) {
-        const Clock::time_point unitStart = Clock::now();
-        if (rolloutIsBf16Engine()) {
-            bf16Unit.value = klMean; // this rollout is the BF16 engine at the current weights
-        } else {
-            // The weights before this step's update are the version published last (step - 1).
-            auto before = versions_.snapshot();
-            const auto found = before.find(step - 1);
-            engine::EngineOptions engineOptions;
-            engineOptions.precision = engine::EnginePrecision::Bf16Reference;
-            engine::Engine bf16Engine(modelConfig_, found->second, std::nullopt, engineOptions);
-            const model::Transformer trainer(modelConfig_, found->second);
-            engine::MismatchOptions measureOptions;
-            measureOptions.sampling = sampling_;
-            measureOptions.batchSize = 64;
-            at::NoGradGuard noGrad;
-            bf16Unit.value = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
-        }
-        bf16Unit.step = step;
-        unitSeconds = secondsSince(unitStart);
+    if (!measure) {
+        return false;
     }
+    const Clock::time_point unitStart = Clock::now();
+    if (rolloutIsBf16Engine()) {
+        bf16Unit.value = stepKl; // this rollout is the BF16 engine at the current weights
+    } else {
+        // The weights before this step's update are the version published last (step - 1).
+        auto before = versions_.snapshot();
+        const auto found = before.find(step - 1);
+        engine::EngineOptions engineOptions;
+        engineOptions.precision = engine::EnginePrecision::Bf16Reference;
+        engine::Engine bf16Engine(modelConfig_, found->second, std::nullopt, engineOptions);
+        const model::Transformer trainer(modelConfig_, found->second);
+        engine::MismatchOptions measureOptions;
+        measureOptions.sampling = sampling_;
+        measureOptions.batchSize = 64;
+        at::NoGradGuard noGrad;
+        bf16Unit.value = engine::measureMismatch(trainer, bf16Engine, rollout.requests, measureOptions).kl;
+    }
+    bf16Unit.step = step;
+    seconds = secondsSince(unitStart);
+    return true;
+}
+
+store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
+    const std::vector<at::Tensor>& parameters, model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset,
+    Clock::time_point start)
+{
+    const std::int64_t step = rollout.step;
+    const Clock::time_point trainStart = Clock::now();
+    const PackedBatch packed = packBatch(rollout);
+    const std::int64_t batch = packed.batch;
+    const std::int64_t tokens = packed.tokens;
+    const std::vector<double> stepRewards = rewards(rollout);
+
+    const at::Tensor logits = student.forward(packed.ids, packed.mask); // [B, L, V], FP32, with gradients
+    const at::Tensor studentLogits
+        = logits.reshape({batch * packed.longest, modelConfig_.vocabSize}).index_select(0, packed.rowIndex);
+    const ObjectiveResult result = objective(studentLogits, rollout, packed, stepRewards);
+    const double lossValue = result.loss.item<double>();
+    const auto [learningRate, gradientNorm] = update(step, result.loss, lossValue, optimizer, parameters);
+    const StepMismatch mismatch = stepMismatch(step, rollout, studentLogits, packed.engineTokens.sampled);
+    const double trainSeconds = secondsSince(trainStart);
+    double unitSeconds = 0.0;
+    const bool measureUnit = measureBf16Unit(rollout, mismatch.kl, bf16Unit, unitSeconds);
 
     store::StepMetrics metrics;
     metrics.step = step;
-    metrics.mismatchKl = klMean;
-    metrics.k1 = k1Mean;
-    metrics.k3 = k3Mean;
+    metrics.mismatchKl = mismatch.kl;
+    metrics.k1 = mismatch.k1;
+    metrics.k3 = mismatch.k3;
     if (bf16Unit.value > 0.0) {
-        metrics.bf16Multiple = klMean / bf16Unit.value;
+        metrics.bf16Multiple = mismatch.kl / bf16Unit.value;
     }
     metrics.loss = lossValue;
     double rewardMean = 0.0;
-    for (const double r : rewards) {
+    for (const double r : stepRewards) {
         rewardMean += r;
     }
     rewardMean /= static_cast<double>(std::max<std::int64_t>(1, batch));

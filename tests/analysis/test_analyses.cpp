@@ -758,6 +758,12 @@ void TestAnalyses::badCandidatesFiles_data()
     QTest::newRow("unknown key") << "- name: a\n  noize: 0.1\n"
                                  << "line 2, column 3"
                                  << "unknown key 'noize'";
+    QTest::newRow("duplicate key") << "- name: a\n  noise: 0.1\n  noise: 0.2\n"
+                                   << "line 3, column 3"
+                                   << "duplicate key 'noise' (first given at line 2, column 3)";
+    QTest::newRow("null key") << "- name: a\n  ~: 0.1\n"
+                              << "line 2, column 3"
+                              << "expected a key name, got nothing (null)";
     QTest::newRow("negative staleness") << "- name: a\n  staleness: -1\n"
                                         << "line 2, column 14"
                                         << "must be >= 0";

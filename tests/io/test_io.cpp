@@ -5,6 +5,8 @@
 #include "core/io/arith_task.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
+#include "core/io/yaml_mapping.h"
+#include "core/io/yaml_scalar.h"
 
 #include <QFile>
 #include <QRandomGenerator>
@@ -181,6 +183,28 @@ std::vector<unsigned> gpt2BytesToUnicode()
     return byByte;
 }
 
+// What YamlMappingReader's Fail receives, thrown so that a test can look at the place and the detail.
+struct ReaderFailure {
+    io::SourceLocation where;
+    std::string detail;
+};
+
+io::YamlMappingReader::Fail throwReaderFailure()
+{
+    return [](const io::SourceLocation& where, const std::string& detail) { throw ReaderFailure {where, detail}; };
+}
+
+// The failure reading `run` reports; a failure with detail "(none)" when it reports none.
+template <typename Run> ReaderFailure readerFailure(Run run)
+{
+    try {
+        run();
+    } catch (const ReaderFailure& failure) {
+        return failure;
+    }
+    return ReaderFailure {{}, "(none)"};
+}
+
 } // namespace
 
 class TestIo : public QObject {
@@ -213,6 +237,10 @@ private slots:
     void writerRefusesInvalidSetAndKeepsOldFile();
     void checkCommand();
     void demoTokenizerJson();
+    void yamlReaderLocatesNestedEntries();
+    void yamlReaderRefusesDuplicateKeyNamingBothPlaces();
+    void yamlReaderRefusesMissingKeyAndWrongKinds();
+    void yamlReaderPlacesUnknownKeyAtKeyOrMapping();
 };
 
 void TestIo::splitMixMatchesReference()
@@ -788,6 +816,129 @@ void TestIo::demoTokenizerJson()
         QCOMPARE(tokenizer[part]["add_prefix_space"].get<bool>(), false);
         QCOMPARE(tokenizer[part]["use_regex"].get<bool>(), false);
     }
+}
+
+void TestIo::yamlReaderLocatesNestedEntries()
+{
+    // Lines and columns counted by hand, 1-based: `inner` stands at line 2, column 3; `b` at line 4, column 5 and
+    // its value `x` at column 8; `empty` has no value, so its value is placed at its key.
+    const std::string text = "outer:\n  inner:\n    a: 1\n    b: x\n  empty:\n";
+    const YAML::Node root = io::loadYaml(text, "nested.yaml");
+    const io::YamlMappingReader reader(throwReaderFailure());
+    const auto top = reader.entries(root, io::locate(root, ""), {"outer"});
+    QCOMPARE(top.size(), size_t(1));
+    const io::YamlEntry& outer = reader.require(top, "outer", io::locate(root, ""));
+    QCOMPARE(outer.keyLocation.keyPath, std::string("outer"));
+    QCOMPARE(outer.keyLocation.line, 1);
+    QCOMPARE(outer.keyLocation.column, 1);
+    const auto middle = reader.entries(outer.value, outer.valueLocation, {"inner", "empty"});
+    QCOMPARE(middle.size(), size_t(2));
+    const io::YamlEntry* inner = io::YamlMappingReader::find(middle, "inner");
+    QVERIFY(inner);
+    QCOMPARE(inner->keyLocation.keyPath, std::string("outer.inner"));
+    QCOMPARE(inner->keyLocation.line, 2);
+    QCOMPARE(inner->keyLocation.column, 3);
+    const io::YamlEntry* empty = io::YamlMappingReader::find(middle, "empty");
+    QVERIFY(empty);
+    QVERIFY(empty->value.IsNull());
+    QCOMPARE(empty->valueLocation.keyPath, std::string("outer.empty"));
+    QCOMPARE(empty->valueLocation.line, 5);
+    QCOMPARE(empty->valueLocation.column, 3);
+    QVERIFY(!io::YamlMappingReader::find(middle, "a"));
+
+    const auto leaves = reader.entries(inner->value, inner->valueLocation, {"a", "b"});
+    QCOMPARE(leaves.size(), size_t(2));
+    QCOMPARE(leaves[0].key, std::string("a")); // file order
+    const io::YamlEntry& b = leaves[1];
+    QCOMPARE(b.keyLocation.keyPath, std::string("outer.inner.b"));
+    QCOMPARE(b.keyLocation.line, 4);
+    QCOMPARE(b.keyLocation.column, 5);
+    QCOMPARE(b.valueLocation.line, 4);
+    QCOMPARE(b.valueLocation.column, 8);
+    QCOMPARE(reader.stringValue(b), std::string("x"));
+    QCOMPARE(io::lineColumn(b.valueLocation), std::string("line 4, column 8"));
+    QCOMPARE(io::describeLocation(b.valueLocation), std::string("line 4, column 8"));
+    QCOMPARE(io::describeLocation(io::SourceLocation {"rules[2].weights", 0, 0}), std::string("rules[2].weights"));
+    QCOMPARE(io::describeLocation(io::SourceLocation {}), std::string("an unknown place"));
+}
+
+void TestIo::yamlReaderRefusesDuplicateKeyNamingBothPlaces()
+{
+    const std::string text = "run:\n  seed: 1\n  steps: 2\n  seed: 3\n";
+    const YAML::Node root = io::loadYaml(text, "dup.yaml");
+    const io::YamlMappingReader reader(throwReaderFailure());
+    const auto top = reader.entries(root, io::locate(root, ""), {"run"});
+    const ReaderFailure failure = readerFailure([&] { reader.entries(top[0].value, top[0].valueLocation, {"seed", "steps"}); });
+    // Placed at the second `seed` (line 4, column 3), naming the first (line 2, column 3).
+    QCOMPARE(failure.detail, std::string("duplicate key 'seed' (first given at line 2, column 3)"));
+    QCOMPARE(failure.where.keyPath, std::string("run.seed"));
+    QCOMPARE(failure.where.line, 4);
+    QCOMPARE(failure.where.column, 3);
+}
+
+void TestIo::yamlReaderRefusesMissingKeyAndWrongKinds()
+{
+    const io::YamlMappingReader reader(throwReaderFailure());
+    {
+        const YAML::Node root = io::loadYaml("a: 1\n", "missing.yaml");
+        const io::SourceLocation top = io::locate(root, "");
+        const auto list = reader.entries(root, top, {"a", "b"});
+        const ReaderFailure failure = readerFailure([&] { reader.require(list, "b", top); });
+        QCOMPARE(failure.detail, std::string("missing required key 'b'"));
+        QCOMPARE(failure.where.line, 1);
+        QCOMPARE(failure.where.column, 1);
+        QCOMPARE(failure.where.keyPath, std::string());
+    }
+    {
+        // A string is expected; 12 is an integer. The value stands at line 2, column 9.
+        const YAML::Node root = io::loadYaml("x: a\nname:   12\n", "kind.yaml");
+        const auto list = reader.entries(root, io::locate(root, ""), {"x", "name"});
+        const ReaderFailure failure = readerFailure([&] { reader.stringValue(list[1]); });
+        QCOMPARE(failure.detail, std::string("expected a string, got an integer"));
+        QCOMPARE(failure.where.keyPath, std::string("name"));
+        QCOMPARE(failure.where.line, 2);
+        QCOMPARE(failure.where.column, 9);
+    }
+    {
+        const YAML::Node root = io::loadYaml("- a\n- b\n", "list.yaml");
+        const ReaderFailure failure = readerFailure([&] { reader.entries(root, io::SourceLocation {"top", 1, 1}, {"a"}); });
+        QCOMPARE(failure.detail, std::string("expected a mapping, got a list"));
+        QCOMPARE(failure.where.keyPath, std::string("top"));
+    }
+    for (const char* text : {"~: 1\n", "[a, b]: 1\n"}) {
+        const YAML::Node root = io::loadYaml(text, "key.yaml");
+        const ReaderFailure failure = readerFailure([&] { reader.entries(root, io::locate(root, ""), {"a"}); });
+        QVERIFY2(failure.detail.rfind("expected a key name, got ", 0) == 0, failure.detail.c_str());
+        QCOMPARE(failure.where.line, 1);
+        QCOMPARE(failure.where.column, 1);
+    }
+    // A Fail that does not throw is a programming error, not a silent pass.
+    const io::YamlMappingReader careless([](const io::SourceLocation&, const std::string&) {});
+    const YAML::Node root = io::loadYaml("a: 1\n", "careless.yaml");
+    QVERIFY_EXCEPTION_THROWN(careless.entries(root, io::locate(root, ""), {"b"}), std::logic_error);
+}
+
+void TestIo::yamlReaderPlacesUnknownKeyAtKeyOrMapping()
+{
+    const std::string text = "weights:\n  format: int8\n  granularty: channel\n";
+    const YAML::Node root = io::loadYaml(text, "unknown.yaml");
+    for (const auto at : {io::YamlMappingReader::UnknownKeyAt::Key, io::YamlMappingReader::UnknownKeyAt::Mapping}) {
+        const io::YamlMappingReader reader(throwReaderFailure(), at);
+        const auto top = reader.entries(root, io::locate(root, ""), {"weights"});
+        const ReaderFailure failure
+            = readerFailure([&] { reader.entries(top[0].value, top[0].valueLocation, {"format", "granularity"}); });
+        QCOMPARE(failure.detail, std::string("unknown key 'granularty' in weights (expected one of: format, granularity)"));
+        QCOMPARE(failure.where.keyPath,
+            std::string(at == io::YamlMappingReader::UnknownKeyAt::Key ? "weights.granularty" : "weights"));
+        QCOMPARE(failure.where.line, 3);
+        QCOMPARE(failure.where.column, 3);
+    }
+    // At the top level the message names no mapping.
+    const YAML::Node flat = io::loadYaml("nmae: x\n", "flat.yaml");
+    const io::YamlMappingReader reader(throwReaderFailure());
+    const ReaderFailure failure = readerFailure([&] { reader.entries(flat, io::locate(flat, ""), {"name", "version"}); });
+    QCOMPARE(failure.detail, std::string("unknown key 'nmae' (expected one of: name, version)"));
+    QCOMPARE(failure.where.keyPath, std::string("nmae"));
 }
 
 QTEST_MAIN(TestIo)
