@@ -2,6 +2,7 @@
 
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/parameter_builders.h"
+#include "core/jobs/report_job.h"
 
 #include "core/analysis/calibrate.h"
 #include "core/common/error.h"
@@ -644,7 +645,8 @@ JobDefinition breakdownJob()
 const std::vector<JobDefinition>& catalogue()
 {
     static const std::vector<JobDefinition> jobs
-        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob()};
+        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
+            reportJob()};
     return jobs;
 }
 
