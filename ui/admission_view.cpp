@@ -36,21 +36,7 @@ QColor decisionColor(const std::string& decision)
 
 QString decisionNotes(const AdmissionDecision& d)
 {
-    QStringList notes;
-    if (!d.protocolDiffers.empty()) {
-        QStringList fields;
-        for (const std::string& field : d.protocolDiffers) {
-            fields << QString::fromStdString(field);
-        }
-        notes << QObject::tr("protocol differs from the calibration's: %1").arg(fields.join(QStringLiteral(", ")));
-    }
-    for (const CalibrationFlag& flag : d.calibrationFlags) {
-        notes << QObject::tr("calibration flagged: %1").arg(QString::fromStdString(describeFlag(flag)));
-    }
-    if (!d.thresholdNote.empty()) {
-        notes << QObject::tr("threshold: %1").arg(QString::fromStdString(d.thresholdNote));
-    }
-    return notes.join(QLatin1Char('\n'));
+    return QString::fromStdString(report::admissionNotes(d));
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "ui/breakdown_view.h"
 
 #include "core/metrics/estimators.h"
+#include "core/report/analysis_data.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
 
@@ -59,12 +60,7 @@ QString allSources(const store::BreakdownRecord& record)
 
 QString estimatorCell(const metrics::EstimatorSummary& estimator)
 {
-    const auto correlation = [](const std::optional<double>& v) {
-        return v ? QString::number(*v, 'f', 2) : QStringLiteral("-");
-    };
-    return QStringLiteral("%1 (%2 / %3)")
-        .arg(estimator.mean, 0, 'g', 4)
-        .arg(correlation(estimator.pearson), correlation(estimator.spearman));
+    return QString::fromStdString(report::estimatorCell(estimator));
 }
 
 QString estimatorLine(const metrics::EstimatorComparison& comparison)

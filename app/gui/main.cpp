@@ -2,6 +2,7 @@
 #include "core/common/runtime.h"
 #include "core/store/run_store.h"
 #include "ui/main_window.h"
+#include "ui/report_plots.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -84,6 +85,7 @@ int main(int argc, char** argv)
     parser.process(app);
 
     mismatch::initializeRuntime();
+    mismatch::ui::installReportPlots(); // report jobs (a job file's `job: report`) draw with the GUI's views
     mismatch::ui::MainWindow window(parser.value(options.workspace));
     window.show();
     if (parser.isSet(options.screenshot)) {

@@ -3,6 +3,7 @@
 #include "core/jobs/experiment_jobs.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/parameter_builders.h"
+#include "core/jobs/report_job.h"
 
 #include "core/analysis/calibrate.h"
 #include "core/common/error.h"
@@ -667,7 +668,7 @@ const std::vector<JobDefinition>& catalogue()
 {
     static const std::vector<JobDefinition> jobs
         = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
-            timeToQualityJob(), compareObjectivesJob(), demoJob()};
+            timeToQualityJob(), compareObjectivesJob(), demoJob(), reportJob()};
     return jobs;
 }
 

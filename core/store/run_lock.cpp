@@ -1,6 +1,7 @@
 #include "core/store/run_lock.h"
 
 #include "core/common/error.h"
+#include "core/common/utc_time.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -8,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <string>
 
@@ -25,16 +25,6 @@ std::string hostName()
         return "an unknown host";
     }
     return name;
-}
-
-std::string nowText()
-{
-    const std::time_t now = std::time(nullptr);
-    std::tm utc {};
-    ::gmtime_r(&now, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    return text;
 }
 
 // What the holder wrote into the lock file ("process 1234 on host-a since 2026-...").
@@ -82,7 +72,7 @@ RunLock RunLock::acquire(const std::string& databasePath, std::int64_t runId)
         }
         throw StoreError(databasePath, "cannot lock " + path + ": " + std::strerror(code));
     }
-    const std::string holder = "process " + std::to_string(::getpid()) + " on " + hostName() + " since " + nowText();
+    const std::string holder = "process " + std::to_string(::getpid()) + " on " + hostName() + " since " + utcTimestamp();
     if (::ftruncate(lock.fd_, 0) == 0) {
         // Only informative (for the message above); a failed write does not weaken the lock.
         [[maybe_unused]] const ssize_t written = ::pwrite(lock.fd_, holder.data(), holder.size(), 0);

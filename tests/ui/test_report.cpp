@@ -1,15 +1,16 @@
-// `mismatch report` (ui/report.h) on the fixture workspace, offscreen: the page names every analysis, its plots
-// are real renderings of the GUI's views (PNG files that load, at the report's size, not blank), its tables carry
-// the stored numbers with their intervals (the fixture's values, written independently of the report), studies
-// resolve by id and by name with clear errors otherwise, a cancelled report writes no page, and an unwritable
-// out directory is an InputError naming it. The workspace report's plots are copied to the test-output
-// directory for looking at.
+// `mismatch report` (core/report/report.h) with the GUI's plots (ui/report_plots.h) on the fixture workspace,
+// offscreen: the page names every analysis, its plots are real renderings of the GUI's views (PNG files that load,
+// at the report's size, not blank), its tables carry the stored numbers with their intervals (the fixture's values,
+// written independently of the report), studies resolve by id and by name with clear errors otherwise, a cancelled
+// report writes no page, and an unwritable out directory is an InputError naming it. The workspace report's plots
+// are copied to the test-output directory for looking at.
 #include "core/common/error.h"
 #include "core/common/progress.h"
+#include "core/report/report.h"
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
 #include "ui/budget_view.h"
-#include "ui/report.h"
+#include "ui/report_plots.h"
 #include "ui/sensitivity_view.h"
 
 #include <qcustomplot.h>
@@ -65,14 +66,16 @@ private slots:
     void workspaceReport()
     {
         const QString out = directory_.filePath("report");
-        ui::ReportOptions options;
+        report::ReportOptions options;
         options.study = "workspace";
         options.outDirectory = out.toStdString();
         Progress progress;
-        const ui::ReportResult result = ui::writeReport(*store_, options, progress);
+        const report::ReportResult result = report::writeReport(*store_, options, progress, &renderer_);
         QCOMPARE(QString::fromStdString(result.indexPath), QDir(out).absoluteFilePath("index.html"));
+        QVERIFY(result.withPlots);
         const std::string html = readText(out + "/index.html");
         QVERIFY(html.rfind("<!DOCTYPE html>", 0) == 0);
+        QVERIFY(html.find(report::kNoPlotsNote) == std::string::npos);
         QVERIFY(html.find("</body></html>") != std::string::npos);
 
         // Every analysis of the fixture has its section.
@@ -146,11 +149,11 @@ private slots:
     void runReport()
     {
         const QString out = directory_.filePath("run-report");
-        ui::ReportOptions options;
+        report::ReportOptions options;
         options.study = "opd-fp8-kv";
         options.outDirectory = out.toStdString();
         Progress progress;
-        const ui::ReportResult result = ui::writeReport(*store_, options, progress);
+        const report::ReportResult result = report::writeReport(*store_, options, progress, &renderer_);
         const std::string html = readText(out + "/index.html");
         QVERIFY(html.find("Report: run #" + std::to_string(ids_.fp8Run) + " opd-fp8-kv (train)") != std::string::npos);
         QCOMPARE(result.sections.size(), size_t {2});
@@ -165,23 +168,23 @@ private slots:
         // By id: the same run.
         options.study = std::to_string(ids_.fp8Run);
         options.outDirectory = directory_.filePath("run-report-id").toStdString();
-        QCOMPARE(ui::writeReport(*store_, options, progress).sections.size(), size_t {2});
+        QCOMPARE(report::writeReport(*store_, options, progress, &renderer_).sections.size(), size_t {2});
     }
 
     void studyResolution()
     {
-        QVERIFY(ui::resolveStudy(*store_, "workspace").empty());
-        QVERIFY(ui::resolveStudy(*store_, "all").empty());
-        QCOMPARE(ui::resolveStudy(*store_, "opd-bf16-baseline").at(0).id, ids_.baselineRun);
+        QVERIFY(report::resolveStudy(*store_, "workspace").empty());
+        QVERIFY(report::resolveStudy(*store_, "all").empty());
+        QCOMPARE(report::resolveStudy(*store_, "opd-bf16-baseline").at(0).id, ids_.baselineRun);
         // store::findRun's rule: an id, or a name that names one run (StoreError naming the workspace otherwise).
         try {
-            ui::resolveStudy(*store_, "999999");
+            report::resolveStudy(*store_, "999999");
             QFAIL("an unknown id was accepted");
         } catch (const StoreError& error) {
             QVERIFY(std::string(error.what()).find("no run with id 999999") != std::string::npos);
         }
         try {
-            ui::resolveStudy(*store_, "no such run");
+            report::resolveStudy(*store_, "no such run");
             QFAIL("an unknown name was accepted");
         } catch (const StoreError& error) {
             QVERIFY(std::string(error.what()).find("no run named 'no such run'") != std::string::npos);
@@ -189,7 +192,7 @@ private slots:
         const std::int64_t twin = store_->beginRun({"opd-fp8-kv", "train", "{}", std::nullopt});
         store_->finishRun(twin, store::RunStatus::Finished);
         try {
-            ui::resolveStudy(*store_, "opd-fp8-kv");
+            report::resolveStudy(*store_, "opd-fp8-kv");
             QFAIL("an ambiguous name was accepted");
         } catch (const StoreError& error) {
             const std::string expected = "(ids " + std::to_string(ids_.fp8Run) + ", " + std::to_string(twin) + ")";
@@ -200,11 +203,11 @@ private slots:
     void cancelledReportWritesNoPage()
     {
         const QString out = directory_.filePath("cancelled");
-        ui::ReportOptions options;
+        report::ReportOptions options;
         options.outDirectory = out.toStdString();
         Progress progress;
         progress.cancel();
-        QVERIFY_THROWS_EXCEPTION(CancelledError, ui::writeReport(*store_, options, progress));
+        QVERIFY_THROWS_EXCEPTION(CancelledError, report::writeReport(*store_, options, progress, &renderer_));
         QVERIFY(!QFile::exists(out + "/index.html"));
     }
 
@@ -214,11 +217,11 @@ private slots:
         QFile touch(file);
         QVERIFY(touch.open(QIODevice::WriteOnly));
         touch.close();
-        ui::ReportOptions options;
+        report::ReportOptions options;
         options.outDirectory = (file + "/report").toStdString();
         Progress progress;
         try {
-            ui::writeReport(*store_, options, progress);
+            report::writeReport(*store_, options, progress, &renderer_);
             QFAIL("a report under a regular file was written");
         } catch (const InputError& error) {
             QVERIFY2(std::string(error.what()).find(options.outDirectory) != std::string::npos, error.what());
@@ -256,6 +259,7 @@ private:
     QTemporaryDir directory_;
     std::unique_ptr<store::RunStore> store_;
     fixture::Ids ids_;
+    ui::ReportPlotRenderer renderer_; // the GUI's views
 };
 
 QTEST_MAIN(TestReport)

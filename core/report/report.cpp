@@ -1,45 +1,27 @@
-#include "ui/report.h"
+#include "core/report/report.h"
 
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/utc_time.h"
 #include "core/common/version.h"
+#include "core/report/analysis_data.h"
 #include "core/store/analysis_store.h"
 #include "core/store/breakdown_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/find_run.h"
-#include "ui/admission_view.h"
-#include "ui/analysis_data.h"
-#include "ui/breakdown_view.h"
-#include "ui/budget_view.h"
-#include "ui/compare_plot.h"
-#include "ui/plot_export.h"
-#include "ui/prefix_shift_view.h"
-#include "ui/run_plot.h"
-#include "ui/sensitivity_view.h"
-
-#include <qcustomplot.h>
-
-#include <QCheckBox>
-#include <QCoreApplication>
-#include <QDateTime>
-#include <QFile>
-#include <QStandardItemModel>
-#include <QTableView>
-#include <QTemporaryFile>
-#include <QImage>
-#include <QPainter>
-#include <QTextDocument>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
-namespace mismatch::ui {
+namespace mismatch::report {
 
 namespace fs = std::filesystem;
 
@@ -105,7 +87,21 @@ std::string bf16Multiple(double mismatch, const std::optional<double>& unit)
     return unit && *unit > 0 ? number(mismatch / *unit, 3) + "x" : "-";
 }
 
-// A table both as HTML (in the page) and as a QStandardItemModel (written as CSV by the GUI's exportCsv).
+// A CSV field as RFC 4180 quotes it: in double quotes (doubled inside) when it holds a comma, quote or line break.
+std::string csvField(const std::string& field)
+{
+    if (field.find_first_of(",\"\r\n") == std::string::npos) {
+        return field;
+    }
+    std::string quoted = "\"";
+    for (char c : field) {
+        quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    }
+    return quoted + "\"";
+}
+
+// A table both as HTML (in the page) and as CSV (a header line, then one line per row, CRLF line ends: the GUI's
+// "Export table as CSV").
 struct Table {
     std::vector<std::string> header;
     std::vector<std::vector<std::string>> rows;
@@ -124,10 +120,11 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%;bor
 
 class ReportWriter {
 public:
-    ReportWriter(store::RunStore& store, const ReportOptions& options, Progress& progress)
+    ReportWriter(store::RunStore& store, const ReportOptions& options, Progress& progress, PlotRenderer* renderer)
         : store_(store)
         , options_(options)
         , progress_(progress)
+        , renderer_(renderer)
         , out_(fs::absolute(options.outDirectory))
     {
     }
@@ -142,10 +139,13 @@ public:
         html_ += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escapeHtml(title)
             + "</title>\n<style>" + kStyle + "</style></head><body>\n<h1>" + escapeHtml(title) + "</h1>\n";
         html_ += "<p class=\"note\">Workspace <code>" + escapeHtml(store_.path()) + "</code>; written "
-            + QDateTime::currentDateTimeUtc().toString(Qt::ISODate).toStdString() + " by Mismatch Lab "
+            + utcTimestamp() + " by Mismatch Lab "
             + kVersion + " (<code>mismatch report " + escapeHtml(options_.study)
             + "</code>). Mismatch is KL(&mu; || &pi;) in nats per token; intervals are 95% bootstrap intervals over "
               "prompts or problems.</p>\n";
+        if (!renderer_) {
+            html_ += "<div class=\"flag\">" + escapeHtml(kNoPlotsNote) + "</div>\n";
+        }
         if (workspace) {
             writeWorkspace();
         } else {
@@ -157,6 +157,7 @@ public:
         writeFileAtomically(index, html_);
         result_.files.push_back("index.html");
         result_.indexPath = index;
+        result_.withPlots = renderer_ != nullptr;
         progress_.update(1.0, "report written");
         return result_;
     }
@@ -165,7 +166,11 @@ private:
     void prepareDirectories()
     {
         std::error_code error;
-        for (const fs::path& directory : {out_, out_ / "plots", out_ / "tables"}) {
+        std::vector<fs::path> directories {out_, out_ / "tables"};
+        if (renderer_) {
+            directories.push_back(out_ / "plots");
+        }
+        for (const fs::path& directory : directories) {
             fs::create_directories(directory, error);
             if (error || !fs::is_directory(directory)) {
                 throw InputError(directory.string(), "", "cannot create the report directory"
@@ -188,55 +193,20 @@ private:
         html_ += note ? "<p class=\"note\">" + text + "</p>\n" : "<p>" + text + "</p>\n";
     }
 
-    // Renders `plot` at the report's size (twice its pixels) under plots/NAME.png and shows it.
-    void addPlot(QCustomPlot* plot, const std::string& name, const std::string& caption, int height = 0)
+    // Has the renderer draw `request` under plots/NAME.png at the report's width (and `height`, else the report's
+    // height) and shows it; nothing without a renderer, or when the view has nothing to show for the request.
+    void addPlot(PlotRequest request, const std::string& name, const std::string& caption, int height = 0)
     {
+        if (!renderer_) {
+            return;
+        }
         progress_.checkCancelled();
-        plot->resize(options_.plotWidth, height > 0 ? height : options_.plotHeight);
-        plot->replot();
+        request.width = options_.plotWidth;
+        request.height = height > 0 ? height : options_.plotHeight;
         const std::string relative = "plots/" + name + ".png";
-        const QString error = exportPlot(plot, QString::fromStdString((out_ / relative).string()));
-        if (!error.isEmpty()) {
-            throw InputError((out_ / relative).string(), "", error.toStdString());
+        if (!renderer_->render(store_, request, (out_ / relative).string())) {
+            return;
         }
-        html_ += "<figure><img src=\"" + relative + "\" alt=\"" + escapeHtml(caption) + "\" width=\""
-            + std::to_string(options_.plotWidth) + "\"><figcaption class=\"note\">" + escapeHtml(caption)
-            + "</figcaption></figure>\n";
-        result_.files.push_back(relative);
-        result_.sections.back().plots.push_back(relative);
-    }
-
-    // Rich text (the prefix-shift viewer's token view) rendered to PNG at twice its pixels.
-    void addHtmlImage(const QString& html, const std::string& name, const std::string& caption)
-    {
-        progress_.checkCancelled();
-        const std::string relative = "plots/" + name + ".png";
-        const std::string path = (out_ / relative).string();
-        QTextDocument document;
-        document.setHtml(html);
-        document.setTextWidth(options_.plotWidth);
-        const int height = static_cast<int>(std::ceil(document.size().height()));
-        QImage image(QSize(options_.plotWidth * 2, height * 2), QImage::Format_ARGB32);
-        image.setDevicePixelRatio(2.0);
-        image.fill(Qt::white);
-        {
-            QPainter painter(&image);
-            document.drawContents(&painter);
-        }
-        QTemporaryFile temporary(
-            QString::fromStdString((out_ / "plots").string()) + "/." + QString::fromStdString(name) + ".XXXXXX.png");
-        if (!temporary.open() || !image.save(&temporary, "PNG") || !temporary.flush()) {
-            throw InputError(path, "", "cannot write the image: " + temporary.errorString().toStdString());
-        }
-        temporary.close();
-        std::error_code error;
-        fs::rename(temporary.fileName().toStdString(), path, error);
-        if (error) {
-            throw InputError(path, "", "cannot rename the image into place: " + error.message());
-        }
-        temporary.setAutoRemove(false);
-        fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read
-                | fs::perms::others_read, error);
         html_ += "<figure><img src=\"" + relative + "\" alt=\"" + escapeHtml(caption) + "\" width=\""
             + std::to_string(options_.plotWidth) + "\"><figcaption class=\"note\">" + escapeHtml(caption)
             + "</figcaption></figure>\n";
@@ -247,19 +217,15 @@ private:
     void addTable(const Table& table, const std::string& name)
     {
         html_ += "<table><tr>";
-        for (const auto& h : table.header) {
-            html_ += "<th>" + escapeHtml(h) + "</th>";
+        std::string csv;
+        for (size_t c = 0; c < table.header.size(); ++c) {
+            html_ += "<th>" + escapeHtml(table.header[c]) + "</th>";
+            csv += (c > 0 ? "," : "") + csvField(table.header[c]);
         }
         html_ += "</tr>\n";
-        QStandardItemModel model;
-        QStringList header;
-        for (const auto& h : table.header) {
-            header << QString::fromStdString(h);
-        }
-        model.setHorizontalHeaderLabels(header);
+        csv += "\r\n";
         for (size_t r = 0; r < table.rows.size(); ++r) {
             html_ += "<tr>";
-            QList<QStandardItem*> items;
             for (size_t c = 0; c < table.rows[r].size(); ++c) {
                 const std::string& cell = table.rows[r][c];
                 const auto klass = table.cellClass.find({r, c});
@@ -273,17 +239,17 @@ private:
                     attributes = " class=\"num\"";
                 }
                 html_ += "<td" + attributes + ">" + escapeHtml(cell) + "</td>";
-                items << new QStandardItem(QString::fromStdString(cell));
+                csv += (c > 0 ? "," : "") + csvField(cell);
+            }
+            for (size_t c = table.rows[r].size(); c < table.header.size(); ++c) {
+                csv += ","; // a short row's missing cells are empty
             }
             html_ += "</tr>\n";
-            model.appendRow(items);
+            csv += "\r\n";
         }
         html_ += "</table>\n";
         const std::string relative = "tables/" + name + ".csv";
-        const QString error = exportCsv(model, QString::fromStdString((out_ / relative).string()));
-        if (!error.isEmpty()) {
-            throw InputError((out_ / relative).string(), "", error.toStdString());
-        }
+        writeFileAtomically((out_ / relative).string(), csv);
         html_ += "<p class=\"note\">CSV: <a href=\"" + relative + "\">" + relative + "</a></p>\n";
         result_.files.push_back(relative);
         result_.sections.back().tables.push_back(relative);
@@ -428,12 +394,11 @@ private:
     void writeTraining(const store::RunInfo& run)
     {
         beginSection("Training run #" + std::to_string(run.id) + " " + run.name, "h3");
-        RunPlot view;
-        view.setStore(&store_);
-        view.showRun(run.id, QString::fromStdString(run.name));
-        view.tail();
-        view.replot();
-        addPlot(view.plot(), "run-" + std::to_string(run.id),
+        PlotRequest plot;
+        plot.kind = PlotRequest::Kind::TrainingRun;
+        plot.id = run.id;
+        plot.runName = run.name;
+        addPlot(plot, "run-" + std::to_string(run.id),
             "Per-step mismatch (full-vocabulary KL, k1, k3; BF16 multiple on the right axis) and quality Q and "
             "accuracy at the evaluation points.",
             options_.plotHeight * 6 / 5);
@@ -491,8 +456,6 @@ private:
         }
         addTable(brackets, "calibration-" + id + "-brackets");
 
-        BudgetView budget;
-        budget.setStore(&store_);
         std::set<std::int64_t> steps;
         for (const auto& p : calibration->points) {
             steps.insert(p.step);
@@ -501,12 +464,14 @@ private:
             steps.insert(b.step);
         }
         for (std::int64_t step : steps) {
-            if (budget.selectCalibration(calibrationId, step)) {
-                addPlot(budget.plot(), "calibration-" + id + "-step-" + std::to_string(step),
-                    "Step " + std::to_string(step)
-                        + ": quality change against the BF16 baseline by mismatch (log axis), passed green, failed "
-                          "red, the budget bracket shaded and the admission threshold dashed.");
-            }
+            PlotRequest plot;
+            plot.kind = PlotRequest::Kind::CalibrationStep;
+            plot.id = calibrationId;
+            plot.step = step;
+            addPlot(plot, "calibration-" + id + "-step-" + std::to_string(step),
+                "Step " + std::to_string(step)
+                    + ": quality change against the BF16 baseline by mismatch (log axis), passed green, failed "
+                      "red, the budget bracket shaded and the admission threshold dashed.");
         }
 
         paragraph("x BF16: the mismatch over the BF16 unit of the point's own runs (the plain BF16 engine at their "
@@ -515,7 +480,7 @@ private:
         Table points {{"Run", "Step", "Mismatch", "x BF16", "Quality Q", "Change vs BF16",
                           "95% interval of mean q diff", "Result"},
             {}, {}};
-        std::vector<std::pair<std::int64_t, QString>> curves;
+        std::vector<std::pair<std::int64_t, std::string>> curves;
         for (const auto& p : calibration->points) {
             const std::string name = runName(p.runId);
             // A replicate mean is stored under its first seed's run; name it by its configuration instead.
@@ -527,7 +492,7 @@ private:
                 bf16Multiple(p.mismatch, p.bf16Unit), number(p.quality), percent(p.relativeChange),
                 interval(p.ciLow, p.ciHigh), p.failed ? "failed" : "passed"});
             if (std::none_of(curves.begin(), curves.end(), [&](const auto& c) { return c.first == p.runId; })) {
-                curves.emplace_back(p.runId, QString::fromStdString(name));
+                curves.emplace_back(p.runId, name);
             }
         }
         addTable(points, "calibration-" + id + "-points");
@@ -542,20 +507,9 @@ private:
                       "calibration), so there are no curves to show.",
                 true);
         } else {
-            ComparePlot compare;
-            compare.setStore(&store_);
-            compare.setRuns(curves);
-            compare.setMeasure(ComparePlot::FullKl);
-            compare.logScaleBox()->setChecked(true);
-            compare.tail();
-            compare.replot();
-            addPlot(compare.plot(), "calibration-" + id + "-mismatch",
+            addPlot(curvesPlot(PlotRequest::Kind::MismatchCurves, curves), "calibration-" + id + "-mismatch",
                 "The sweep's runs: per-step mismatch (log axis).");
-            compare.setMeasure(ComparePlot::Quality);
-            compare.logScaleBox()->setChecked(false);
-            compare.tail();
-            compare.replot();
-            addPlot(compare.plot(), "calibration-" + id + "-quality",
+            addPlot(curvesPlot(PlotRequest::Kind::QualityCurves, curves), "calibration-" + id + "-quality",
                 "The sweep's runs: quality Q (nats/token, lower is better) at the evaluation points.");
         }
     }
@@ -585,24 +539,24 @@ private:
             + " rejected, in " + number(seconds, 3)
             + " s. A candidate is admitted when its whole interval lies below the threshold, rejected when it lies "
               "above, borderline when it straddles it.");
-        AdmissionView view;
-        view.setStore(&store_);
-        view.setRunFilter(runId);
-        addPlot(view.plot(), "admission-" + name, "Mismatch of each candidate with its 95% bootstrap interval "
+        PlotRequest plot;
+        plot.kind = PlotRequest::Kind::Admission;
+        plot.runId = runId;
+        addPlot(plot, "admission-" + name, "Mismatch of each candidate with its 95% bootstrap interval "
                                                   "against the admission threshold (dashed).",
             std::max(options_.plotHeight * 3 / 5, 90 + 34 * static_cast<int>(shown.size())));
         Table table {{"Candidate", "Checkpoint", "Mismatch", "95% interval", "Threshold", "BF16 multiple", "Decision",
                          "Seconds", "Notes"},
             {}, {}};
-        for (const AdmissionDecision& d : view.decisions()) {
+        for (const AdmissionDecision& d : AnalysisData(store_).admissionDecisions()) {
             if (d.runId != runId) {
-                continue; // the view without a run filter lists every decision; here only the unlinked ones
+                continue;
             }
-            const auto multiple = ui::bf16Multiple(d);
+            const auto multiple = bf16Multiple(d);
             table.cellClass[{table.rows.size(), 6}] = d.decision;
             table.rows.push_back({d.candidateName, fs::path(d.checkpoint).filename().string(), number(d.mismatch),
                 interval(d.ciLow, d.ciHigh), number(d.threshold), multiple ? number(*multiple, 3) + "x" : "-",
-                d.decision, number(d.seconds, 3), decisionNotes(d).replace('\n', QStringLiteral("; ")).toStdString()});
+                d.decision, number(d.seconds, 3), admissionNotes(d, "; ")});
         }
         addTable(table, "admission-" + name);
     }
@@ -618,13 +572,12 @@ private:
         paragraph("Each cell is the mismatch added over the BF16 unit (" + number(scan->info.bf16Unit)
             + " nats/token) when only that layer's module group is quantized to " + escapeHtml(scan->info.format)
             + "; " + std::to_string(scan->cells.size()) + " cells, scan " + escapeHtml(scan->info.status) + ".");
-        SensitivityView view;
-        view.setStore(&store_);
-        if (view.selectScan(scanId)) {
-            addPlot(view.plot(), "sensitivity-" + id,
-                "Added mismatch (nats/token) per layer and module group; row -1 holds the embedding and lm_head.",
-                options_.plotHeight * 6 / 5);
-        }
+        PlotRequest plot;
+        plot.kind = PlotRequest::Kind::Sensitivity;
+        plot.id = scanId;
+        addPlot(plot, "sensitivity-" + id,
+            "Added mismatch (nats/token) per layer and module group; row -1 holds the embedding and lm_head.",
+            options_.plotHeight * 6 / 5);
         std::vector<store::SensitivityCell> cells = scan->cells;
         std::stable_sort(cells.begin(), cells.end(),
             [](const auto& a, const auto& b) { return a.addedMismatch > b.addedMismatch; });
@@ -666,14 +619,20 @@ private:
         table.rows.push_back({"BF16 unit", number(record->bf16Unit), "-", "1x"});
         addTable(table, "prefix-shift-" + id);
 
-        PrefixShiftView view;
-        view.setStore(&store_);
-        if (view.selectAnalysis(recordId)) {
-            addPlot(view.plot(), "prefix-shift-" + id,
+        {
+            // The viewer draws mismatch by position from the stored details when they hold it, else from the
+            // stored pairs.
+            const bool fromAllPairs
+                = details.is_object() && details.contains("by_position") && details.at("by_position").is_array();
+            PlotRequest plot;
+            plot.kind = PlotRequest::Kind::PrefixShiftPositions;
+            plot.id = recordId;
+            addPlot(plot, "prefix-shift-" + id,
                 std::string("Mismatch by response position")
-                    + (view.positionsFromAllPairs() ? " over every analysed pair" : " over the stored pairs")
+                    + (fromAllPairs ? " over every analysed pair" : " over the stored pairs")
                     + ": total on the candidate's own prefixes, per-token on the BF16 engine's, and the BF16 unit.");
-            addPlot(view.histogramPlot(), "prefix-shift-" + id + "-divergence",
+            plot.kind = PlotRequest::Kind::PrefixShiftDivergence;
+            addPlot(plot, "prefix-shift-" + id + "-divergence",
                 "First divergence of each paired generation, by response position.", options_.plotHeight * 3 / 5);
             // The first pair that diverged, token by token, coloured by per-token KL.
             const auto pairs = store::prefixShiftPairs(store_, recordId);
@@ -685,8 +644,9 @@ private:
                 }
             }
             if (!pairs.empty()) {
-                view.selectPair(shownPair);
-                addHtmlImage(view.tokenHtml(), "prefix-shift-" + id + "-pair",
+                plot.kind = PlotRequest::Kind::PrefixShiftPair;
+                plot.pair = shownPair;
+                addPlot(plot, "prefix-shift-" + id + "-pair",
                     "Pair " + std::to_string(shownPair + 1) + " (prompt " + pairs[shownPair].promptId
                         + "): the candidate's and the BF16 engine's responses, each token coloured by its "
                           "KL(mu || pi), the first divergence marked.");
@@ -724,7 +684,7 @@ private:
         Table table {{"Objective", "Configuration", "Run", "Mismatch", "BF16 multiple", "Quality Q",
                          "Change vs BF16", "Reward", "Verdict"},
             {}, {}};
-        std::vector<std::pair<std::int64_t, QString>> curves;
+        std::vector<std::pair<std::int64_t, std::string>> curves;
         for (const auto& row : config.at("rows")) {
             if (!row.is_object()) {
                 continue;
@@ -741,20 +701,13 @@ private:
                 "#" + std::to_string(runId), number(value("mismatch")), number(value("bf16_multiple"), 3) + "x",
                 number(value("quality")), percent(value("relative_change")), number(value("reward"), 3), verdict});
             if (store_.run(runId)) {
-                curves.emplace_back(runId, QString::fromStdString(row.value("objective", std::string("?")) + " "
-                    + row.value("configuration", std::string("?"))));
+                curves.emplace_back(runId,
+                    row.value("objective", std::string("?")) + " " + row.value("configuration", std::string("?")));
             }
         }
         addTable(table, "compare-objectives-" + id);
         if (!curves.empty()) {
-            ComparePlot compare;
-            compare.setStore(&store_);
-            compare.setRuns(curves);
-            compare.setMeasure(ComparePlot::FullKl);
-            compare.logScaleBox()->setChecked(true);
-            compare.tail();
-            compare.replot();
-            addPlot(compare.plot(), "compare-objectives-" + id, "Per-step mismatch of every run of the comparison "
+            addPlot(curvesPlot(PlotRequest::Kind::MismatchCurves, curves), "compare-objectives-" + id, "Per-step mismatch of every run of the comparison "
                                                                "(log axis).");
         }
     }
@@ -765,9 +718,13 @@ private:
     {
         const std::string id = std::to_string(runId);
         beginSection(runId > 0 ? "Mismatch breakdown (run #" + id + ")" : "Mismatch breakdowns without a run");
-        BreakdownView view;
-        view.setStore(&store_);
-        if (!view.selectRun(runId)) {
+        std::vector<store::BreakdownRecord> records;
+        for (store::BreakdownRecord& record : store::breakdowns(store_)) {
+            if (record.runId.value_or(0) == runId) {
+                records.push_back(std::move(record));
+            }
+        }
+        if (records.empty()) {
             paragraph("This breakdown stored no candidates (status of its run: "
                 + (store_.run(runId) ? store::toString(store_.run(runId)->status) : std::string("unknown")) + ").");
             return;
@@ -777,21 +734,22 @@ private:
                   "add-one-in (the source alone on the BF16 engine), leave-one-out (the configuration without it) "
                   "and Shapley (the mean over every order; its parts add up to total - BF16 unit). The interaction "
                   "is (total - BF16 unit) - sum of the parts; a negative part is drawn below zero.");
-        view.setMethod(BreakdownView::Shapley);
-        addPlot(view.plot(), "breakdown-" + id,
+        PlotRequest plot;
+        plot.id = runId;
+        plot.kind = PlotRequest::Kind::BreakdownBars;
+        addPlot(plot, "breakdown-" + id,
             "Stacked: the BF16 unit, then each source's Shapley part (add-one-in where marked *) and the "
             "interaction; the diamond is the measured total with its 95% interval (nats/token).");
-        view.setUnit(BreakdownView::ShareOfTotal);
-        addPlot(view.plot(), "breakdown-" + id + "-shares",
+        plot.kind = PlotRequest::Kind::BreakdownShares;
+        addPlot(plot, "breakdown-" + id + "-shares",
             "The same bars as percent of each candidate's total: its composition, comparable across candidates whose "
             "totals differ by orders of magnitude.");
-        view.setUnit(BreakdownView::Nats);
-        view.setProfile(BreakdownView::ByProbability);
-        addPlot(view.profilePlot(), "breakdown-" + id + "-by-probability",
+        plot.kind = PlotRequest::Kind::BreakdownByProbability;
+        addPlot(plot, "breakdown-" + id + "-by-probability",
             "Share of each whole configuration's summed KL by the engine's probability of the chosen token mu(y).",
             options_.plotHeight * 3 / 5);
-        view.setProfile(BreakdownView::ByEntropy);
-        addPlot(view.profilePlot(), "breakdown-" + id + "-by-entropy",
+        plot.kind = PlotRequest::Kind::BreakdownByEntropy;
+        addPlot(plot, "breakdown-" + id + "-by-entropy",
             "Share of each whole configuration's summed KL by the trainer's entropy at the prefix (nats).",
             options_.plotHeight * 3 / 5);
         Table table {{"Candidate", "Source", "Add-one-in", "95% interval", "Leave-one-out", "95% interval", "Shapley",
@@ -800,7 +758,7 @@ private:
         const auto interval = [](const std::optional<double>& low, const std::optional<double>& high) {
             return low && high ? "[" + number(*low) + ", " + number(*high) + "]" : std::string("-");
         };
-        for (const store::BreakdownRecord& r : view.records()) {
+        for (const store::BreakdownRecord& r : records) {
             const auto multiple = [&](double value) {
                 return r.bf16Unit > 0.0 ? number(value / r.bf16Unit, 3) + "x" : std::string("-");
             };
@@ -830,7 +788,8 @@ private:
                     row.push_back(range);
                 }
                 std::string shown = "-";
-                for (const auto& part : BreakdownView::shownParts(r, BreakdownView::Shapley)) {
+                // The bars' part: Shapley, else add-one-in (a candidate with too many sources for Shapley).
+                for (const auto& part : r.partsOf(r.shapley ? "shapley" : "add_one_in")) {
                     if (part.source == source) {
                         shown = multiple(part.value);
                     }
@@ -843,13 +802,28 @@ private:
         Table estimators {{"Candidate (whole configuration)", "full KL", "k1 (r / rho)", "k3 (r / rho)",
                               "mult_prob_error (r / rho)", "|mu - pi| (r / rho)"},
             {}, {}};
-        QAbstractItemModel* model = view.estimatorTable()->model();
-        for (int row = 0; row < model->rowCount(); ++row) {
-            std::vector<std::string> cells;
-            for (int column = 0; column < model->columnCount(); ++column) {
-                cells.push_back(model->index(row, column).data().toString().toStdString());
+        for (const store::BreakdownRecord& r : records) {
+            // The whole configuration: the subset with every source on.
+            std::string all;
+            for (const std::string& source : r.sources) {
+                all += (all.empty() ? "" : "+") + source;
             }
-            estimators.rows.push_back(cells);
+            const store::BreakdownSubset* whole = r.subsetOf(all);
+            if (!whole) {
+                continue;
+            }
+            try {
+                const metrics::EstimatorComparison comparison
+                    = metrics::estimatorComparisonFromJson(nlohmann::json::parse(whole->estimatorsJson));
+                std::vector<std::string> cells {r.candidate, number(comparison.kl)};
+                for (const metrics::EstimatorSummary& e : comparison.estimators) {
+                    cells.push_back(estimatorCell(e));
+                }
+                cells.resize(std::max(cells.size(), estimators.header.size()));
+                estimators.rows.push_back(cells);
+            } catch (const std::exception&) {
+                // A record written without estimators: no row.
+            }
         }
         if (!estimators.rows.empty()) {
             paragraph("The sampled-token estimators trainers log, beside the full-vocabulary KL of each whole "
@@ -878,7 +852,7 @@ private:
             + ".");
         Table table {{"Run", "Configuration", "Reached at step", "Wall time to target (s)", "Best Q", "Total (s)"}, {},
             {}};
-        std::vector<std::pair<std::int64_t, QString>> curves;
+        std::vector<std::pair<std::int64_t, std::string>> curves;
         for (const char* which : {"baseline", "candidate"}) {
             if (!result.contains(which) || !result.at(which).is_object()) {
                 continue;
@@ -890,32 +864,68 @@ private:
                 r.value("reached", false) ? number(value(r, "step")) : "not reached", number(value(r, "seconds"), 3),
                 number(value(r, "best_quality")), number(value(r, "total_seconds"), 3)});
             if (store_.run(runId)) {
-                curves.emplace_back(runId, QString::fromStdString(label));
+                curves.emplace_back(runId, label);
             }
         }
         addTable(table, "time-to-quality-" + id);
         if (!curves.empty()) {
-            ComparePlot compare;
-            compare.setStore(&store_);
-            compare.setRuns(curves);
-            compare.setMeasure(ComparePlot::Quality);
-            compare.tail();
-            compare.replot();
-            addPlot(compare.plot(), "time-to-quality-" + id, "Quality Q (nats/token, lower is better) of both runs at "
+            addPlot(curvesPlot(PlotRequest::Kind::QualityCurves, curves), "time-to-quality-" + id, "Quality Q (nats/token, lower is better) of both runs at "
                                                             "their evaluation points, by step.");
         }
+    }
+
+    static PlotRequest curvesPlot(PlotRequest::Kind kind, std::vector<std::pair<std::int64_t, std::string>> runs)
+    {
+        PlotRequest request;
+        request.kind = kind;
+        request.runs = std::move(runs);
+        return request;
     }
 
     store::RunStore& store_;
     const ReportOptions& options_;
     Progress& progress_;
+    PlotRenderer* renderer_;
     fs::path out_;
     std::string html_;
     ReportResult result_;
     int sectionIndex_ = 0;
 };
 
+std::mutex rendererMutex;
+PlotRendererFactory installedFactory;
+
 } // namespace
+
+const char* const kNoPlotsNote = "This report has no plots: it was written by a build of Mismatch Lab without the "
+                                 "GUI, whose views draw them (configure with MISMATCH_BUILD_GUI=ON for the plots). "
+                                 "Every table and number is here.";
+
+void installPlotRenderer(PlotRendererFactory factory)
+{
+    const std::lock_guard<std::mutex> lock(rendererMutex);
+    installedFactory = std::move(factory);
+}
+
+std::unique_ptr<PlotRenderer> makeInstalledPlotRenderer()
+{
+    PlotRendererFactory factory;
+    {
+        const std::lock_guard<std::mutex> lock(rendererMutex);
+        factory = installedFactory;
+    }
+    return factory ? factory() : nullptr;
+}
+
+nlohmann::json toJson(const ReportResult& result)
+{
+    nlohmann::json sections = nlohmann::json::array();
+    for (const ReportSection& s : result.sections) {
+        sections.push_back({{"title", s.title}, {"plots", s.plots}, {"tables", s.tables}});
+    }
+    return {{"index", result.indexPath}, {"sections", sections}, {"files", result.files},
+        {"with_plots", result.withPlots}};
+}
 
 std::vector<store::RunInfo> resolveStudy(const store::RunStore& store, const std::string& study)
 {
@@ -925,15 +935,16 @@ std::vector<store::RunInfo> resolveStudy(const store::RunStore& store, const std
     return {store::findRun(store, study)};
 }
 
-ReportResult writeReport(store::RunStore& store, const ReportOptions& options, Progress& progress)
+ReportResult writeReport(store::RunStore& store, const ReportOptions& options, Progress& progress,
+    PlotRenderer* renderer)
 {
     if (options.outDirectory.empty()) {
-        throw InputError("--out", "", "expected the report's directory");
+        throw InputError("report", "", "expected the report's out directory");
     }
     progress.update(0.0, "reading the workspace");
     const std::vector<store::RunInfo> runs = resolveStudy(store, options.study);
-    ReportWriter writer(store, options, progress);
+    ReportWriter writer(store, options, progress, renderer);
     return writer.write(runs);
 }
 
-} // namespace mismatch::ui
+} // namespace mismatch::report

@@ -1,13 +1,14 @@
-#include "ui/analysis_data.h"
+#include "core/report/analysis_data.h"
 
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <map>
 
-namespace mismatch::ui {
+namespace mismatch::report {
 
 namespace {
 
@@ -136,6 +137,44 @@ std::optional<double> bf16Multiple(const AdmissionDecision& decision)
         return decision.mismatch / *decision.bf16Unit;
     }
     return std::nullopt;
+}
+
+std::string admissionNotes(const AdmissionDecision& d, const std::string& separator)
+{
+    std::vector<std::string> notes;
+    if (!d.protocolDiffers.empty()) {
+        std::string fields;
+        for (const std::string& field : d.protocolDiffers) {
+            fields += (fields.empty() ? "" : ", ") + field;
+        }
+        notes.push_back("protocol differs from the calibration's: " + fields);
+    }
+    for (const CalibrationFlag& flag : d.calibrationFlags) {
+        notes.push_back("calibration flagged: " + describeFlag(flag));
+    }
+    if (!d.thresholdNote.empty()) {
+        notes.push_back("threshold: " + d.thresholdNote);
+    }
+    std::string text;
+    for (const std::string& note : notes) {
+        text += (text.empty() ? "" : separator) + note;
+    }
+    return text;
+}
+
+std::string estimatorCell(const metrics::EstimatorSummary& estimator)
+{
+    const auto correlation = [](const std::optional<double>& v) {
+        if (!v) {
+            return std::string("-");
+        }
+        char buffer[32];
+        std::snprintf(buffer, sizeof buffer, "%.2f", *v);
+        return std::string(buffer);
+    };
+    char mean[32];
+    std::snprintf(mean, sizeof mean, "%.4g", estimator.mean);
+    return std::string(mean) + " (" + correlation(estimator.pearson) + " / " + correlation(estimator.spearman) + ")";
 }
 
 std::vector<SensitivityScanInfo> AnalysisData::sensitivityScans() const
@@ -310,4 +349,4 @@ std::string AnalysisData::fingerprint() const
     return text;
 }
 
-} // namespace mismatch::ui
+} // namespace mismatch::report
