@@ -15,14 +15,9 @@ std::string typeName(jobs::ParameterType type)
     case jobs::ParameterType::IntegerList: return "INT...";
     case jobs::ParameterType::Number: return "NUMBER";
     case jobs::ParameterType::NumberList: return "NUMBER...";
+    case jobs::ParameterType::TextList: return "TEXT"; // CLI11 adds " ..." for a repeatable option
     default: return "TEXT";
     }
-}
-
-bool isList(jobs::ParameterType type)
-{
-    return type == jobs::ParameterType::PathList || type == jobs::ParameterType::IntegerList
-        || type == jobs::ParameterType::NumberList;
 }
 
 } // namespace
@@ -52,10 +47,13 @@ JobOptions::JobOptions(CLI::App* command, const jobs::JobDefinition& definition)
             option = command->add_flag(p.flag, flags_[p.name], help);
         } else {
             option = command->add_option(p.flag, texts_[p.name], help)->type_name(typeName(p.type));
-            if (!isList(p.type)) {
-                option->expected(1);
-            } else if (p.type != jobs::ParameterType::PathList) {
-                option->delimiter(','); // "--noise 0.1,0.2" as well as "--noise 0.1 --noise 0.2" (paths may hold commas)
+            if (!jobs::isList(p.type)) {
+                // One value, so that a positional after it ("--granularity block128 IN OUT") or a second positional
+                // (quantize's IN OUT) takes the next argument.
+                option->expected(1)->allow_extra_args(false);
+            } else if (p.type == jobs::ParameterType::IntegerList || p.type == jobs::ParameterType::NumberList) {
+                // "--noise 0.1,0.2" as well as "--noise 0.1 --noise 0.2" (paths and text may hold commas)
+                option->delimiter(',');
             }
             if (!p.defaultValue.is_null()) {
                 option->default_str(jobs::valueText(p.defaultValue));
@@ -104,7 +102,7 @@ jobs::JobSpec JobOptions::spec() const
             }
             values.push_back(*value);
         }
-        spec.set(p.name, isList(p.type) ? values : values.at(0));
+        spec.set(p.name, jobs::isList(p.type) ? values : values.at(0));
     }
     const auto word = [this](const std::string& parameter) { return flagOf(*definition_, parameter); };
     const std::vector<jobs::ParameterError> problems = spec.checkParameters();

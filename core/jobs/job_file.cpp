@@ -36,11 +36,6 @@ bool isReferenceText(const std::string& text)
     return text.find("${") != std::string::npos;
 }
 
-bool isList(ParameterType type)
-{
-    return type == ParameterType::PathList || type == ParameterType::IntegerList || type == ParameterType::NumberList;
-}
-
 bool isPath(ParameterType type)
 {
     return type == ParameterType::Path || type == ParameterType::PathList;

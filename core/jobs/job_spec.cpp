@@ -25,8 +25,15 @@ std::string toString(ParameterType type)
     case ParameterType::PathList: return "list of paths";
     case ParameterType::IntegerList: return "list of integers";
     case ParameterType::NumberList: return "list of numbers";
+    case ParameterType::TextList: return "list of text";
     }
     return "?";
+}
+
+bool isList(ParameterType type)
+{
+    return type == ParameterType::PathList || type == ParameterType::IntegerList || type == ParameterType::NumberList
+        || type == ParameterType::TextList;
 }
 
 std::string Parameter::longFlag() const
@@ -68,17 +75,13 @@ const JobDefinition& requireJob(const std::string& kind, const std::string& sour
     throw InputError(source, "job", "unknown job '" + kind + "' (the catalogue has: " + known + ")");
 }
 
-bool isList(ParameterType type)
-{
-    return type == ParameterType::PathList || type == ParameterType::IntegerList || type == ParameterType::NumberList;
-}
-
 ParameterType elementType(ParameterType type)
 {
     switch (type) {
     case ParameterType::PathList: return ParameterType::Path;
     case ParameterType::IntegerList: return ParameterType::Integer;
     case ParameterType::NumberList: return ParameterType::Number;
+    case ParameterType::TextList: return ParameterType::Text;
     default: return type;
     }
 }

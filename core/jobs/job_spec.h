@@ -37,8 +37,11 @@ enum class ParameterType {
     PathList, // a list of paths (a positional list on the CLI: admit's STUDENT...)
     IntegerList, // a list of whole numbers
     NumberList, // a list of numbers
+    TextList, // a list of strings (a repeatable option: generate's --stop; never split at commas)
 };
 std::string toString(ParameterType type); // "text", "path", ...
+// Whether a value of the type is a list (PathList, IntegerList, NumberList, TextList).
+bool isList(ParameterType type);
 
 struct Parameter {
     std::string name; // the job file key and JSON key: "max_tokens"
