@@ -1,5 +1,6 @@
 #include "core/jobs/analysis_jobs.h"
 
+#include "core/jobs/model_jobs.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/parameter_builders.h"
 
@@ -644,7 +645,8 @@ JobDefinition breakdownJob()
 const std::vector<JobDefinition>& catalogue()
 {
     static const std::vector<JobDefinition> jobs
-        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob()};
+        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
+            generateJob(), logitsJob(), quantizeJob(), zooBuildJob(), zooShapeJob()};
     return jobs;
 }
 
