@@ -646,7 +646,8 @@ const std::vector<JobDefinition>& catalogue()
 {
     static const std::vector<JobDefinition> jobs
         = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
-            generateJob(), logitsJob(), quantizeJob(), zooBuildJob(), zooShapeJob()};
+            generateJob(), logitsJob(), quantizeJob(), zooBuildJob(), zooShapeJob(), importLogJob(io::LogSource::Verl),
+            importLogJob(io::LogSource::Tinker), importLogJob(io::LogSource::Csv), importAimetJob()};
     return jobs;
 }
 

@@ -9,7 +9,9 @@
 #include "core/model/memory_check.h"
 #include "core/quant/formats.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 namespace fs = std::filesystem;
 
@@ -410,6 +412,240 @@ JobDefinition zooShapeJob()
     };
     job.resultFields = {"shape", "of", "directory", "parameters", "bytes", "shards", "tokenizer", "random_weights",
         "seconds"};
+    return job;
+}
+
+// --------------------------------------------------------------------------------------------------------- import
+
+namespace {
+
+io::LogSource logSource(const std::string& kind)
+{
+    return kind == "import_tinker" ? io::LogSource::Tinker
+        : kind == "import_csv"     ? io::LogSource::Csv
+                                   : io::LogSource::Verl;
+}
+
+std::string absolutePath(const std::string& file)
+{
+    std::error_code ec;
+    const auto path = fs::absolute(file, ec);
+    return ec ? file : path.lexically_normal().string();
+}
+
+Parameter importNameParameter()
+{
+    return param("name", ParameterType::Text, "--name", "Run name", "Run name (default: the source and the file name)");
+}
+
+} // namespace
+
+std::pair<std::int64_t, std::int64_t> stepRange(const io::ImportedLog& log)
+{
+    std::int64_t first = log.steps.front().step;
+    std::int64_t last = first;
+    for (const store::StepMetrics& step : log.steps) {
+        first = std::min(first, step.step);
+        last = std::max(last, step.step);
+    }
+    return {first, last};
+}
+
+std::string mapEntriesProblem(io::LogSource source, const std::vector<std::string>& entries)
+{
+    std::map<std::string, std::string> columns;
+    std::map<std::string, std::string> measures;
+    for (const std::string& entry : entries) {
+        if (const std::string problem = io::checkMapEntry(entry); !problem.empty()) {
+            return entry + ": " + problem;
+        }
+        const auto equals = entry.rfind('=');
+        const std::string column = entry.substr(0, equals);
+        const std::string measure = entry.substr(equals + 1);
+        if (measure == "step" && source != io::LogSource::Csv) {
+            return entry + ": only a CSV file takes a step column (" + io::toString(source)
+                + " lines hold their step under \"step\")";
+        }
+        if (!columns.emplace(column, entry).second) {
+            return entry + ": the column " + column + " is mapped twice";
+        }
+        if (const auto previous = measures.find(measure); previous != measures.end()) {
+            return entry + ": " + measure + " is already mapped by " + previous->second + " (a measure takes one column)";
+        }
+        measures.emplace(measure, entry);
+    }
+    return "";
+}
+
+PreparedImport prepareImport(const JobSpec& spec)
+{
+    PreparedImport prepared;
+    const std::string file = spec.text("file");
+    prepared.run.file = file;
+    if (spec.kind() == "import_aimet") {
+        io::AimetImportOptions options;
+        if (spec.given("analysis")) {
+            options.analysis = io::parseAimetAnalysis(spec.text("analysis")); // a choice of its spellings
+        }
+        if (spec.given("reference_score")) {
+            options.referenceScore = spec.number("reference_score");
+        }
+        options.lowerIsBetter = spec.flag("lower_is_better");
+        options.scheme = spec.text("scheme");
+        prepared.aimet = io::importAimetSensitivity(file, options);
+        prepared.run.source = "aimet";
+        prepared.run.estimatorJson = prepared.aimet->estimatorJson;
+        prepared.run.configJson = prepared.aimet->configJson;
+    } else {
+        const io::LogSource source = logSource(spec.kind());
+        io::LogImportOptions options;
+        options.map = spec.strings("map");
+        prepared.log = io::importLog(source, file, options);
+        prepared.run.source = io::toString(source);
+        prepared.run.estimatorJson = prepared.log->estimatorJson();
+        prepared.run.configJson = prepared.log->runConfigJson(absolutePath(file), options.map);
+    }
+    prepared.run.name = spec.given("name") && !spec.text("name").empty()
+        ? spec.text("name")
+        : prepared.run.source + " " + fs::path(file).filename().string();
+    return prepared;
+}
+
+ImportReport storeImport(store::RunStore& store, PreparedImport prepared)
+{
+    ImportReport report;
+    if (prepared.aimet) {
+        store::ExternalScanSpec scan;
+        scan.format = prepared.aimet->format;
+        scan.configJson = prepared.aimet->configJson;
+        for (const io::AimetCell& cell : prepared.aimet->cells) {
+            scan.cells.push_back({cell.layer, cell.moduleGroup, cell.value, cell.sensitivity});
+        }
+        report.ids = store::storeExternalRun(store, prepared.run, {}, scan);
+    } else {
+        report.ids = store::storeExternalRun(store, prepared.run, prepared.log->steps);
+    }
+    report.prepared = std::move(prepared);
+    report.workspace = store.path();
+    return report;
+}
+
+nlohmann::json importResultJson(const ImportReport& report)
+{
+    const store::ExternalRunSpec& run = report.prepared.run;
+    if (const auto& imported = report.prepared.aimet) {
+        const auto config = nlohmann::json::parse(imported->configJson);
+        nlohmann::json skipped = nlohmann::json::array();
+        for (const auto& s : imported->skipped) {
+            skipped.push_back({{"name", s.name}, {"reason", s.reason}});
+        }
+        nlohmann::json cells = nlohmann::json::array();
+        for (const auto& c : imported->cells) {
+            cells.push_back({{"name", c.name}, {"layer", c.layer}, {"module_group", c.moduleGroup}, {"value", c.value},
+                {"sensitivity", c.sensitivity}});
+        }
+        return {{"run_id", report.ids.runId}, {"scan_id", *report.ids.scanId}, {"name", run.name},
+            {"kind", "external"}, {"source", "aimet"}, {"file", run.file}, {"workspace", report.workspace},
+            {"analysis", io::toString(imported->analysis)}, {"format", imported->format}, {"unit", config["unit"]},
+            {"reference", {{"value", imported->reference}, {"kind", imported->referenceKind}}},
+            {"entries_read", imported->entriesRead}, {"cells_stored", imported->cells.size()},
+            {"entries_skipped", imported->skipped.size()}, {"skipped", skipped}, {"cells", cells}};
+    }
+    const io::ImportedLog& log = *report.prepared.log;
+    const auto [firstStep, lastStep] = stepRange(log);
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const auto& s : log.skipped) {
+        skipped.push_back({{"line", s.line}, {"reason", s.reason}});
+    }
+    nlohmann::json metrics = nlohmann::json::array();
+    for (const auto& m : log.metrics) {
+        metrics.push_back({{"key", m.key}, {"measure", m.measure}, {"estimator", m.estimator}, {"unit", m.unit},
+            {"user_mapped", m.userMapped}, {"steps", m.steps}});
+    }
+    nlohmann::json dropped = nlohmann::json::array();
+    for (const auto& d : log.dropped) {
+        dropped.push_back({{"line", d.line}, {"key", d.key}, {"reason", d.reason}});
+    }
+    nlohmann::json conflicts = nlohmann::json::array();
+    for (const auto& c : log.conflicts) {
+        conflicts.push_back({{"step", c.step}, {"key", c.key}, {"first_line", c.firstLine},
+            {"first_value", c.firstValue}, {"line", c.line}, {"value", c.value}});
+    }
+    nlohmann::json out = {{"run_id", report.ids.runId}, {"name", run.name}, {"kind", "external"},
+        {"source", run.source}, {"file", run.file}, {"workspace", report.workspace}, {"lines_read", log.linesRead},
+        {"steps_imported", log.steps.size()}, {"lines_skipped", log.skipped.size()}, {"skipped", skipped},
+        {"lines_merged", log.linesMerged}, {"dropped_values", dropped}, {"conflicts", conflicts},
+        {"first_step", firstStep}, {"last_step", lastStep}, {"metrics", metrics},
+        {"unmapped_keys", log.unmappedKeys}};
+    if (log.tinkerConfig) {
+        out["tinker_config"] = nlohmann::json::parse(log.tinkerConfig->json());
+    } else if (!log.tinkerConfigProblem.empty()) {
+        out["tinker_config_problem"] = log.tinkerConfigProblem;
+    }
+    return out;
+}
+
+JobDefinition importLogJob(io::LogSource source)
+{
+    const std::string name = io::toString(source);
+    const std::string summary = source == io::LogSource::Verl
+        ? "verl file logger JSONL (lines {\"step\": N, \"data\": {...}}): rollout_corr/kl -> k1, rollout_corr/k3_kl -> "
+          "k3, training/rollout_probs_diff_* -> prob_diff_* (a probability difference, not a KL)"
+        : source == io::LogSource::Tinker
+        ? "Tinker metrics.jsonl (lines {\"step\": N, ...}): optim/kl_sample_train_v1 -> k1, optim/kl_sample_train_v2 "
+          "-> k2; num_substeps and async_config of the config.json beside it are recorded with the run"
+        : "CSV with a header row and a step column; columns named like a measure or a verl/Tinker key are read, "
+          "others with --map";
+    JobDefinition job = definition("import_" + name, {"import", name}, summary);
+    job.parameters = {
+        required(param("file", ParameterType::Path, "FILE", "Log file", "The log file")),
+        importNameParameter(),
+        param("map", ParameterType::TextList, "--map", "Column mappings",
+            "Read COLUMN (a logged key or CSV column) as MEASURE: mismatch_kl, k1, k3, k2, loss, reward, accuracy, "
+            "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, chi2_token, prob_diff_mean, "
+            "prob_diff_max, prob_diff_std, prob_pearson_corr, pg_loss, teacher_kl, step_time_s, step (CSV), or "
+            "extra:NAME; replaces the built-in source of that measure"),
+    };
+    job.check = [source](const JobSpec& spec) {
+        std::vector<ParameterError> errors;
+        if (const std::string problem = mapEntriesProblem(source, spec.strings("map")); !problem.empty()) {
+            errors.push_back({"map", problem});
+        }
+        return errors;
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress&, const std::function<void(std::int64_t)>&) {
+        return importResultJson(storeImport(store, prepareImport(spec)));
+    };
+    job.resultFields = {"run_id", "name", "kind", "source", "file", "workspace", "lines_read", "steps_imported",
+        "lines_skipped", "skipped", "lines_merged", "dropped_values", "conflicts", "first_step", "last_step", "metrics",
+        "unmapped_keys", "tinker_config", "tinker_config_problem"};
+    return job;
+}
+
+JobDefinition importAimetJob()
+{
+    JobDefinition job = definition("import_aimet", {"import", "aimet"},
+        "AIMET QuantAnalyzer per-layer JSON (per_layer_quant_enabled/disabled.json eval scores or "
+        "per_layer_mse_loss.json) as a layers x module-groups sensitivity scan, in AIMET's unit (not nats)");
+    job.parameters = {
+        required(param("file", ParameterType::Path, "FILE", "QuantAnalyzer file", "The QuantAnalyzer JSON file")),
+        importNameParameter(),
+        choice(param("analysis", ParameterType::Choice, "--analysis", "Analysis",
+                   "Which QuantAnalyzer result the file holds (default: from the file name)"),
+            {"enabled", "disabled", "mse"}),
+        param("reference_score", ParameterType::Number, "--reference-score", "Reference score",
+            "enabled: the float model's eval score; disabled: the fully quantized model's (default: the best or worst "
+            "layer in the file)"),
+        param("lower_is_better", ParameterType::Flag, "--lower-is-better", "Lower is better",
+            "The eval score is a loss or perplexity", false),
+        param("scheme", ParameterType::Text, "--scheme", "Scheme",
+            "What AIMET simulated, e.g. \"int8 w8a8\" (the scan's format)"),
+    };
+    job.run = [](store::RunStore& store, const JobSpec& spec, Progress&, const std::function<void(std::int64_t)>&) {
+        return importResultJson(storeImport(store, prepareImport(spec)));
+    };
+    job.resultFields = {"run_id", "scan_id", "name", "kind", "source", "file", "workspace", "analysis", "format", "unit",
+        "reference", "entries_read", "cells_stored", "entries_skipped", "skipped", "cells"};
     return job;
 }
 
