@@ -24,13 +24,12 @@ void printResult(const Context& context, const analysis::GenerateFileResult& r)
         context.printJson(jobs::generateResultJson(r));
         return;
     }
-    std::vector<std::vector<std::string>> rows = {{"model", r.modelDirectory}, {"weights", r.generated.weightSource},
-        {"precision", r.generated.precisionName}, {"noise sigma", formatNumber(r.noise)},
-        {"prompts", std::to_string(r.generated.results.size())},
-        {"generated tokens", std::to_string(r.generatedTokens)}, {"waves", std::to_string(r.waves)},
-        {"KV cache",
-            std::to_string(r.generated.kvCapacityTokens) + " tokens in " + formatByteSize(r.kvCacheBytes)},
-        {"seconds", formatNumber(r.seconds, 3)}, {"output", r.out}};
+    std::vector<std::vector<std::string>> rows
+        = {{"model", r.modelDirectory}, {"weights", r.generated.weightSource}, {"precision", r.generated.precisionName},
+            {"noise sigma", formatNumber(r.noise)}, {"prompts", std::to_string(r.generated.results.size())},
+            {"generated tokens", std::to_string(r.generatedTokens)}, {"waves", std::to_string(r.waves)},
+            {"KV cache", std::to_string(r.generated.kvCapacityTokens) + " tokens in " + formatByteSize(r.kvCacheBytes)},
+            {"seconds", formatNumber(r.seconds, 3)}, {"output", r.out}};
     for (const auto& [reason, count] : r.finishReasons) {
         rows.push_back({"finish " + reason, std::to_string(count)});
     }

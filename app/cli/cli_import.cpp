@@ -146,8 +146,9 @@ void addImportSubcommand(
     CLI::App* command = parent->add_subcommand(definition.command.back(), definition.summary);
     auto job = std::make_shared<JobOptions>(command, definition);
     if (source) {
-        job->option("map")->type_name("COLUMN=MEASURE")->check(CLI::Validator(
-            [](std::string& entry) { return io::checkMapEntry(entry); }, "", "map entry"));
+        job->option("map")
+            ->type_name("COLUMN=MEASURE")
+            ->check(CLI::Validator([](std::string& entry) { return io::checkMapEntry(entry); }, "", "map entry"));
     }
     command->callback([&context, job, source] {
         if (source) {

@@ -26,7 +26,7 @@ void checkAllocatedSize(std::vector<ParameterError>& errors, const JobSpec& spec
     try {
         model::checkRequestFits(text, parseByteSize(text, name));
     } catch (const InputError& error) {
-        errors.push_back({name, error.detail()});
+        errors.push_back({name, text + " " + error.detail()}); // "1TiB asks for ... but only ... is available"
     }
 }
 
@@ -47,8 +47,8 @@ void checkOutputIsNoInput(std::vector<ParameterError>& errors, const JobSpec& sp
     for (const std::string& input : inputs) {
         std::error_code error;
         if (spec.given(input) && !spec.text(input).empty() && fs::equivalent(spec.text(out), spec.text(input), error)) {
-            errors.push_back({out, "names the same file as '" + input + "' (it would be overwritten); write the "
-                                   "output elsewhere"});
+            errors.push_back(
+                {out, "names the same file as '" + input + "' (it would be overwritten); write the output elsewhere"});
         }
     }
 }
@@ -106,7 +106,8 @@ JobDefinition generateJob()
             "Model directory (config.json, safetensors, tokenizer.json)")),
         required(param("prompts", ParameterType::Path, "--prompts,-p", "Prompt set",
             "Prompt set (JSON Lines: id, prompt, answer)")),
-        required(param("out", ParameterType::Path, "--out,-o", "Output file", "Output JSON Lines, one line per prompt")),
+        required(
+            param("out", ParameterType::Path, "--out,-o", "Output file", "Output JSON Lines, one line per prompt")),
         param("recipe", ParameterType::Path, "--recipe,-r", "Recipe",
             "Precision recipe (YAML or JSON); FP8 KV scales are calibrated on the prompts"),
         precision,
@@ -124,7 +125,8 @@ JobDefinition generateJob()
             0),
         ranged(param("top_p", ParameterType::Number, "--top-p", "Top p", "Nucleus sampling mass in (0, 1]", 1.0), 0,
             true, 1.0),
-        ranged(param("top_k", ParameterType::Integer, "--top-k", "Top k", "Keep the K most probable tokens (0: off)", 0),
+        ranged(
+            param("top_k", ParameterType::Integer, "--top-k", "Top k", "Keep the K most probable tokens (0: off)", 0),
             0),
         ranged(param("max_tokens", ParameterType::Integer, "--max-tokens", "Generated tokens per prompt",
                    "Maximum new tokens per prompt", 128),
@@ -158,7 +160,8 @@ JobDefinition generateJob()
         return errors;
     };
     job.run = [](store::RunStore&, const JobSpec& spec, Progress& progress, const std::function<void(std::int64_t)>&) {
-        const analysis::GenerateFileResult r = analysis::generateToFile(generateOptions(spec), spec.text("out"), progress);
+        const analysis::GenerateFileResult r
+            = analysis::generateToFile(generateOptions(spec), spec.text("out"), progress);
         // The file holds every other prompt; the job still fails so that a study stops.
         engine::throwIfRejected(r.generated.results);
         return generateResultJson(r);
@@ -180,7 +183,8 @@ model::ReferenceLogitsOptions logitsOptions(const JobSpec& spec)
 
 nlohmann::json logitsResultJson(const model::ReferenceLogitsFile& r)
 {
-    return {{"out", r.out}, {"prompts", r.prompts}, {"positions", r.positions}, {"precision", r.bf16 ? "bf16" : "fp32"}};
+    return {
+        {"out", r.out}, {"prompts", r.prompts}, {"positions", r.positions}, {"precision", r.bf16 ? "bf16" : "fp32"}};
 }
 
 JobDefinition logitsJob()
@@ -191,7 +195,8 @@ JobDefinition logitsJob()
     job.parameters = {
         required(param("model", ParameterType::Path, "--model", "Model directory",
             "Model directory (config.json, model.safetensors, tokenizer.json)")),
-        required(param("prompts", ParameterType::Path, "--prompts", "Prompt set", "Prompt set (JSONL: id, prompt, answer)")),
+        required(
+            param("prompts", ParameterType::Path, "--prompts", "Prompt set", "Prompt set (JSONL: id, prompt, answer)")),
         required(param("out", ParameterType::Path, "--out", "Output file", "Output safetensors file")),
         param("with_answer", ParameterType::Flag, "--with-answer", "Score prompt + answer",
             "Score prompt + answer instead of the prompt alone", false),
@@ -265,8 +270,8 @@ JobDefinition quantizeJob()
         param("keep_dtype", ParameterType::Flag, "--keep-dtype", "Keep the input dtype",
             "Write quantized tensors in their input dtype instead of float32", false),
         required(param("input", ParameterType::Path, "IN", "Input file", "Input .safetensors file")),
-        required(param("output", ParameterType::Path, "OUT", "Output file",
-            "Output .safetensors file (fake-quantized values)")),
+        required(param(
+            "output", ParameterType::Path, "OUT", "Output file", "Output .safetensors file (fake-quantized values)")),
     };
     job.check = [](const JobSpec& spec) {
         std::vector<ParameterError> errors;
@@ -410,8 +415,8 @@ JobDefinition zooShapeJob()
         return zooShapeResultJson(
             shape, train::writeModelShape(shape, spec.text("directory"), zooShapeOptions(spec), progress));
     };
-    job.resultFields = {"shape", "of", "directory", "parameters", "bytes", "shards", "tokenizer", "random_weights",
-        "seconds"};
+    job.resultFields
+        = {"shape", "of", "directory", "parameters", "bytes", "shards", "tokenizer", "random_weights", "seconds"};
     return job;
 }
 
@@ -470,7 +475,8 @@ std::string mapEntriesProblem(io::LogSource source, const std::vector<std::strin
             return entry + ": the column " + column + " is mapped twice";
         }
         if (const auto previous = measures.find(measure); previous != measures.end()) {
-            return entry + ": " + measure + " is already mapped by " + previous->second + " (a measure takes one column)";
+            return entry + ": " + measure + " is already mapped by " + previous->second
+                + " (a measure takes one column)";
         }
         measures.emplace(measure, entry);
     }
@@ -544,8 +550,8 @@ nlohmann::json importResultJson(const ImportReport& report)
             cells.push_back({{"name", c.name}, {"layer", c.layer}, {"module_group", c.moduleGroup}, {"value", c.value},
                 {"sensitivity", c.sensitivity}});
         }
-        return {{"run_id", report.ids.runId}, {"scan_id", *report.ids.scanId}, {"name", run.name},
-            {"kind", "external"}, {"source", "aimet"}, {"file", run.file}, {"workspace", report.workspace},
+        return {{"run_id", report.ids.runId}, {"scan_id", *report.ids.scanId}, {"name", run.name}, {"kind", "external"},
+            {"source", "aimet"}, {"file", run.file}, {"workspace", report.workspace},
             {"analysis", io::toString(imported->analysis)}, {"format", imported->format}, {"unit", config["unit"]},
             {"reference", {{"value", imported->reference}, {"kind", imported->referenceKind}}},
             {"entries_read", imported->entriesRead}, {"cells_stored", imported->cells.size()},
@@ -575,8 +581,7 @@ nlohmann::json importResultJson(const ImportReport& report)
         {"source", run.source}, {"file", run.file}, {"workspace", report.workspace}, {"lines_read", log.linesRead},
         {"steps_imported", log.steps.size()}, {"lines_skipped", log.skipped.size()}, {"skipped", skipped},
         {"lines_merged", log.linesMerged}, {"dropped_values", dropped}, {"conflicts", conflicts},
-        {"first_step", firstStep}, {"last_step", lastStep}, {"metrics", metrics},
-        {"unmapped_keys", log.unmappedKeys}};
+        {"first_step", firstStep}, {"last_step", lastStep}, {"metrics", metrics}, {"unmapped_keys", log.unmappedKeys}};
     if (log.tinkerConfig) {
         out["tinker_config"] = nlohmann::json::parse(log.tinkerConfig->json());
     } else if (!log.tinkerConfigProblem.empty()) {
@@ -644,8 +649,8 @@ JobDefinition importAimetJob()
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress&, const std::function<void(std::int64_t)>&) {
         return importResultJson(storeImport(store, prepareImport(spec)));
     };
-    job.resultFields = {"run_id", "scan_id", "name", "kind", "source", "file", "workspace", "analysis", "format", "unit",
-        "reference", "entries_read", "cells_stored", "entries_skipped", "skipped", "cells"};
+    job.resultFields = {"run_id", "scan_id", "name", "kind", "source", "file", "workspace", "analysis", "format",
+        "unit", "reference", "entries_read", "cells_stored", "entries_skipped", "skipped", "cells"};
     return job;
 }
 
