@@ -16,6 +16,7 @@ std::string typeName(jobs::ParameterType type)
     case jobs::ParameterType::Number: return "NUMBER";
     case jobs::ParameterType::NumberList: return "NUMBER...";
     case jobs::ParameterType::ChoiceList: return "CHOICE...";
+    case jobs::ParameterType::TextList: return "TEXT"; // CLI11 adds " ..." for a repeatable option
     default: return "TEXT";
     }
 }
@@ -48,9 +49,13 @@ JobOptions::JobOptions(CLI::App* command, const jobs::JobDefinition& definition)
         } else {
             option = command->add_option(p.flag, texts_[p.name], help)->type_name(typeName(p.type));
             if (!jobs::isList(p.type)) {
-                option->expected(1);
-            } else if (p.type != jobs::ParameterType::PathList) {
-                option->delimiter(','); // "--noise 0.1,0.2" as well as "--noise 0.1 --noise 0.2" (paths may hold commas)
+                // One value, so that a positional after it ("--granularity block128 IN OUT") or a second positional
+                // (quantize's IN OUT) takes the next argument.
+                option->expected(1)->allow_extra_args(false);
+            } else if (p.type == jobs::ParameterType::IntegerList || p.type == jobs::ParameterType::NumberList
+                || p.type == jobs::ParameterType::ChoiceList) {
+                // "--noise 0.1,0.2" as well as "--noise 0.1 --noise 0.2" (paths and text may hold commas)
+                option->delimiter(',');
             }
             if (!p.defaultValue.is_null()) {
                 option->default_str(jobs::valueText(p.defaultValue));

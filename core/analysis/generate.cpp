@@ -1,6 +1,7 @@
 #include "core/analysis/generate.h"
 
 #include "core/common/error.h"
+#include "core/common/file_io.h"
 #include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/model/config.h"
@@ -11,6 +12,10 @@
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -84,6 +89,49 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
     result.results = engine->generate(result.requests.requests, sampling, &progress);
     result.kvCapacityTokens = engine->allocator().capacityTokens();
     return result;
+}
+
+GenerateFileResult generateToFile(const GenerateOptions& options, const std::string& out, Progress& progress)
+{
+    const auto started = std::chrono::steady_clock::now();
+    GenerateFileResult r;
+    r.modelDirectory = options.modelDirectory;
+    r.out = out;
+    r.noise = options.noise;
+    r.kvCacheBytes = options.kvCacheBytes;
+    r.generated = generate(options, progress);
+    const std::vector<engine::GenerationResult>& results = r.generated.results;
+    const std::vector<engine::GenerationRequest>& requests = r.generated.requests.requests;
+    std::string text;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const engine::GenerationResult& result = results[i];
+        nlohmann::json line = {{"id", r.generated.requests.ids[i]}, {"prompt_tokens", requests[i].prompt.size()},
+            {"tokens", result.tokens}, {"text", result.text}, {"logprobs", result.logProbs},
+            {"finish_reason", engine::toString(result.finishReason)}};
+        if (options.sampling.topLogProbs > 0) {
+            nlohmann::json top = nlohmann::json::array();
+            for (const auto& position : result.topLogProbs) {
+                nlohmann::json entries = nlohmann::json::array();
+                for (const engine::TokenLogProb& entry : position) {
+                    entries.push_back({{"id", entry.id}, {"logprob", entry.logProb}});
+                }
+                top.push_back(entries);
+            }
+            line["top_logprobs"] = top;
+        }
+        if (result.error) {
+            line["error"] = result.error->what();
+            ++r.rejected;
+        }
+        text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        ++r.finishReasons[engine::toString(result.finishReason)];
+        r.generatedTokens += static_cast<std::int64_t>(result.tokens.size());
+        r.waves = std::max(r.waves, result.wave + 1);
+    }
+    progress.checkCancelled();
+    writeFileAtomically(out, text);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return r;
 }
 
 }  // namespace mismatch::analysis

@@ -8,6 +8,7 @@
 #include "core/engine/sampling.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,27 @@ struct GenerateResult {
 // sampling.maxNewTokens, a noise pattern that matches no module, older weights of another architecture, a KV
 // cache or job that cannot fit in memory. CancelledError when `progress` is cancelled (nothing is returned).
 GenerateResult generate(const GenerateOptions& options, Progress& progress);
+
+// What `mismatch generate` (and the catalogue's "generate" job) wrote.
+struct GenerateFileResult {
+    std::string modelDirectory;
+    std::string out; // the JSON Lines file
+    double noise = 0.0;
+    std::uint64_t kvCacheBytes = 0;
+    GenerateResult generated;
+    std::map<std::string, std::int64_t> finishReasons; // engine::toString(finish reason) -> requests
+    std::int64_t generatedTokens = 0;
+    std::int64_t waves = 0;
+    std::int64_t rejected = 0; // requests the engine refused (their line has "error")
+    double seconds = 0.0;
+};
+
+// generate(), then one JSON line per request written to `out` through a temporary file and a rename (a failed or
+// cancelled run leaves no output, whole or partial): {"id", "prompt_tokens", "tokens", "text", "logprobs",
+// "finish_reason"}, "top_logprobs" ([{"id", "logprob"}] per position) when sampling.topLogProbs > 0 and "error"
+// for a rejected request. Response bytes that are not valid UTF-8 (a token may hold part of a character) are
+// replaced. A rejected request does not throw here: the file holds every other prompt and the caller decides
+// (engine::throwIfRejected(result.generated.results)).
+GenerateFileResult generateToFile(const GenerateOptions& options, const std::string& out, Progress& progress);
 
 }  // namespace mismatch::analysis

@@ -1,6 +1,7 @@
 #include "core/jobs/analysis_jobs.h"
 
 #include "core/jobs/experiment_jobs.h"
+#include "core/jobs/model_jobs.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/parameter_builders.h"
 #include "core/jobs/report_job.h"
@@ -668,7 +669,9 @@ const std::vector<JobDefinition>& catalogue()
 {
     static const std::vector<JobDefinition> jobs
         = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
-            timeToQualityJob(), compareObjectivesJob(), demoJob(), reportJob()};
+            timeToQualityJob(), compareObjectivesJob(), demoJob(), reportJob(), generateJob(), logitsJob(), quantizeJob(),
+            zooBuildJob(), zooShapeJob(), importLogJob(io::LogSource::Verl), importLogJob(io::LogSource::Tinker),
+            importLogJob(io::LogSource::Csv), importAimetJob()};
     return jobs;
 }
 

@@ -26,6 +26,7 @@ std::string toString(ParameterType type)
     case ParameterType::IntegerList: return "list of integers";
     case ParameterType::NumberList: return "list of numbers";
     case ParameterType::ChoiceList: return "list of choices";
+    case ParameterType::TextList: return "list of text";
     }
     return "?";
 }
@@ -33,7 +34,7 @@ std::string toString(ParameterType type)
 bool isList(ParameterType type)
 {
     return type == ParameterType::PathList || type == ParameterType::IntegerList || type == ParameterType::NumberList
-        || type == ParameterType::ChoiceList;
+        || type == ParameterType::ChoiceList || type == ParameterType::TextList;
 }
 
 ParameterType elementType(ParameterType type)
@@ -43,6 +44,7 @@ ParameterType elementType(ParameterType type)
     case ParameterType::IntegerList: return ParameterType::Integer;
     case ParameterType::NumberList: return ParameterType::Number;
     case ParameterType::ChoiceList: return ParameterType::Choice;
+    case ParameterType::TextList: return ParameterType::Text;
     default: return type;
     }
 }

@@ -38,6 +38,7 @@ enum class ParameterType {
     IntegerList, // a list of whole numbers
     NumberList, // a list of numbers
     ChoiceList, // a list of values, each one of `choices` (compare-objectives' objectives)
+    TextList, // a list of strings (a repeatable option: generate's --stop; never split at commas)
 };
 std::string toString(ParameterType type); // "text", "path", ...
 // Whether values of the type are lists; the type of one element (Path of PathList; the type itself for a scalar).

@@ -4,10 +4,13 @@
 #include "core/io/prompt_set.h"
 #include "core/model/memory_check.h"
 #include "core/model/model_files.h"
+#include "core/model/safetensors.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 
 #include <ATen/ATen.h>
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 
@@ -81,6 +84,24 @@ ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const 
         progress.update(static_cast<double>(first + rows) / count, "scoring prompts");
     }
     return result;
+}
+
+ReferenceLogitsFile writeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
+    const std::string& out, const ReferenceLogitsOptions& options, Progress& progress)
+{
+    const ReferenceLogits logits = computeReferenceLogits(modelDirectory, promptSetPath, options, progress);
+    progress.checkCancelled();
+    const std::string precision = options.bf16 ? "bf16" : "fp32";
+    writeSafetensors(out, logits.tensors,
+        {{"prompt_ids", nlohmann::json(logits.promptIds).dump()}, {"model", modelDirectory}, {"precision", precision},
+            {"text", options.includeAnswer ? "prompt+answer" : "prompt"}});
+    ReferenceLogitsFile file;
+    file.modelDirectory = modelDirectory;
+    file.out = out;
+    file.prompts = static_cast<std::int64_t>(logits.promptIds.size());
+    file.positions = logits.positions;
+    file.bf16 = options.bf16;
+    return file;
 }
 
 }  // namespace mismatch::model

@@ -28,4 +28,19 @@ struct ReferenceLogits {
 ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
     const ReferenceLogitsOptions& options, Progress& progress);
 
+// What writeReferenceLogits wrote.
+struct ReferenceLogitsFile {
+    std::string modelDirectory;
+    std::string out;
+    std::int64_t prompts = 0;
+    std::int64_t positions = 0;
+    bool bf16 = false;
+};
+
+// computeReferenceLogits, written to `out` as safetensors (a temporary name, then a rename: a failed or cancelled
+// run writes nothing) with the metadata prompt_ids (a JSON list, in file order), model, precision ("fp32" or
+// "bf16") and text ("prompt" or "prompt+answer").
+ReferenceLogitsFile writeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
+    const std::string& out, const ReferenceLogitsOptions& options, Progress& progress);
+
 }  // namespace mismatch::model

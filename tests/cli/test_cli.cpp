@@ -369,11 +369,28 @@ void TestCli::generateIsSeededAndWritesLogProbs()
         anyDifferent = anyDifferent || other[i].at("tokens") != tokens;
     }
     QVERIFY(anyDifferent);
+
+    // The --json summary (tests/cli/fixtures/generate.json): with --ignore-eos every one of the 128 prompts gets
+    // its 8 tokens, in one wave (the default 1 GiB cache holds them all); paths and timing vary.
+    const std::string d = dir.path().toStdString() + "/d.jsonl";
+    const CliResult summary = runCli({"--json", "generate", "--model", modelDir, "--prompts", prompts, "--max-tokens",
+        "8", "--ignore-eos", "--noise", "0.01", "--out", d});
+    QVERIFY2(summary.code == 0, summary.err.c_str());
+    const std::vector<std::string> differences
+        = test::goldenDifferences(parseJson(summary.out), MISMATCH_SOURCE_DIR "/tests/cli/fixtures/generate.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
+    QCOMPARE(lines(d).size(), size_t(128));
+    // The output may not overwrite an input: an input error naming both options, nothing written.
+    const CliResult overwrite = runCli({"generate", "--model", modelDir, "--prompts", d, "--out", d});
+    QCOMPARE(overwrite.code, 1);
+    QVERIFY2(overwrite.err.find("--out: names the same file as '--prompts'") != std::string::npos,
+        overwrite.err.c_str());
+    QCOMPARE(lines(d).size(), size_t(128));
 }
 
 void TestCli::ctrlCCancelsGenerateAndLogits()
 {
-    // Commands that drew a progress bar but ignored Ctrl-C: the real binary, SIGINT once its first progress line
+    // Commands that drew a progress bar but ignored Ctrl-C (generate, logits, zoo build): the real binary, SIGINT once its first progress line
     // is on stderr (the job has started; 4096 prompts with 100 tokens each keep it busy for far longer than the
     // signal takes), then exit 130, the cancel named on stderr, and no output file, whole or partial.
     QTemporaryDir dir;
@@ -397,6 +414,8 @@ void TestCli::ctrlCCancelsGenerateAndLogits()
             {"logits", "--model", QString::fromStdString(modelDir), "--prompts", prompts, "--with-answer", "--out",
                 root + "/logits.safetensors"},
             root + "/logits.safetensors"},
+        // 500 training steps: cancelled while training, before any model directory (or its .partial) is made.
+        {"zoo build", {"zoo", "build", "--only", "arith-student", "--out", root + "/zoo"}, root + "/zoo"},
     };
     for (const Case& c : cases) {
         QProcess process;

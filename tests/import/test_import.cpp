@@ -22,7 +22,9 @@
 #include "core/store/import_store.h"
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
+#include "core/jobs/job_file.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/golden_json.h"
 
 #include <QDir>
 #include <QTemporaryDir>
@@ -203,6 +205,32 @@ std::string dumpRows(sqlite3* db)
     return out;
 }
 
+// The rows of `table` whose `runColumn` is `runId`, every column but the row's own id, the run and scan ids and
+// timestamps.
+std::string rowsOfRun(sqlite3* db, const std::string& table, const std::string& runColumn, std::int64_t runId)
+{
+    static const std::set<std::string> skipped = {"id", "run_id", "scan_id", "imported_at", "created_at",
+        "started_at", "finished_at", "updated_at"};
+    sqlite3_stmt* stmt = nullptr;
+    const std::string sql = "SELECT * FROM \"" + table + "\" WHERE " + runColumn + " = ? ORDER BY rowid";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+        return "cannot read " + table;
+    }
+    sqlite3_bind_int64(stmt, 1, runId);
+    std::string out;
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(stmt); ++c) {
+            if (skipped.count(sqlite3_column_name(stmt, c))) continue;
+            const unsigned char* text = sqlite3_column_text(stmt, c);
+            out += std::string(sqlite3_column_name(stmt, c)) + "="
+                + (text ? std::string(reinterpret_cast<const char*>(text)) : "NULL") + "|";
+        }
+        out += "\n";
+    }
+    sqlite3_finalize(stmt);
+    return out;
+}
+
 std::string summaryText(const store::StoreSummary& s)
 {
     return std::to_string(s.runs) + "/" + std::to_string(s.steps) + "/" + std::to_string(s.externalRuns) + "/"
@@ -239,6 +267,7 @@ private slots:
     void cliImportsLogEndToEnd();
     void cliFailuresLeaveWorkspaceUnchanged();
     void cliImportsAimetScan();
+    void jobFileImportStoresWhatTheCommandStores();
 };
 
 void TestImport::verlMapsEachKeyOntoItsEstimator()
@@ -896,6 +925,10 @@ void TestImport::cliImportsLogEndToEnd()
         "--name", "big verl run"});
     QVERIFY2(result.code == 0, result.err.c_str());
     const auto out = parseJson(result.out);
+    // The whole --json output (tests/cli/fixtures/import-verl.json); the figures below are checked on their own.
+    std::vector<std::string> differences
+        = test::goldenDifferences(out, MISMATCH_SOURCE_DIR "/tests/cli/fixtures/import-verl.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
     QCOMPARE(out.at("kind").get<std::string>(), std::string("external"));
     QCOMPARE(out.at("lines_read").get<int>(), 10);
     QCOMPARE(out.at("steps_imported").get<int>(), 6);
@@ -993,6 +1026,10 @@ void TestImport::cliImportsAimetScan()
         kFixtures + "per_layer_quant_enabled.json", "--reference-score", "0.7200", "--scheme", "int8 w8a8"});
     QVERIFY2(result.code == 0, result.err.c_str());
     const auto out = parseJson(result.out);
+    // The whole --json output (tests/cli/fixtures/import-aimet.json); the figures below are checked on their own.
+    const std::vector<std::string> differences
+        = test::goldenDifferences(out, MISMATCH_SOURCE_DIR "/tests/cli/fixtures/import-aimet.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
     QCOMPARE(out.at("cells_stored").get<int>(), 15);
     QCOMPARE(out.at("entries_skipped").get<int>(), 3);
     QVERIFY(contains(out.at("unit").get<std::string>(), "not nats"));
@@ -1013,6 +1050,59 @@ void TestImport::cliImportsAimetScan()
     QCOMPARE(store.run(scan.int64(2))->kind, std::string("external"));
     QCOMPARE(store::externalRun(store, scan.int64(2))->source, std::string("aimet"));
     QCOMPARE(store::queryInt64(store.handle(), "SELECT count(*) FROM sensitivity_cells"), std::int64_t{15});
+}
+
+// `mismatch run` of an import job file stores what `mismatch import` stores (the run, its steps and estimators; the
+// AIMET scan and its cells), row for row, and reports the command's --json result.
+void TestImport::jobFileImportStoresWhatTheCommandStores()
+{
+    QTemporaryDir dir;
+    const std::string workspace = dir.path().toStdString();
+    struct Case {
+        jobs::JobSpec spec;
+        std::vector<std::pair<std::string, std::string>> tables; // table, its run column
+    };
+    jobs::JobSpec csv("import_csv");
+    csv.set("file", kFixtures + "generic.csv").set("name", "csv run");
+    csv.set("map", nlohmann::json::array({"full_kl=mismatch_kl", "wall=wall_time_s"}));
+    jobs::JobSpec aimet("import_aimet");
+    aimet.set("file", kFixtures + "per_layer_quant_enabled.json").set("reference_score", 0.72).set("scheme", "int8");
+    const std::vector<Case> cases = {{csv, {{"runs", "id"}, {"step_metrics", "run_id"}, {"external_runs", "run_id"}}},
+        {aimet, {{"runs", "id"}, {"external_runs", "run_id"}, {"sensitivity_scans", "run_id"}}}};
+    for (const Case& c : cases) {
+        std::vector<std::string> arguments = {"--workspace", workspace, "--json"};
+        const std::vector<std::string> command = c.spec.toArguments();
+        arguments.insert(arguments.end(), command.begin(), command.end());
+        const auto direct = runCli(arguments);
+        QVERIFY2(direct.code == 0, direct.err.c_str());
+        const std::string file = workspace + "/" + c.spec.kind() + ".job.yaml";
+        jobs::writeJobFile(file, c.spec);
+        const auto viaFile = runCli({"--workspace", workspace, "--json", "run", file});
+        QVERIFY2(viaFile.code == 0, viaFile.err.c_str());
+        nlohmann::json expected = parseJson(direct.out);
+        nlohmann::json result = parseJson(viaFile.out).at("steps").at(0).at("result");
+        const std::int64_t first = expected.at("run_id").get<std::int64_t>();
+        const std::int64_t second = result.at("run_id").get<std::int64_t>();
+        QVERIFY(first != second);
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+        for (const auto& [table, column] : c.tables) {
+            const std::string a = rowsOfRun(store.handle(), table, column, first);
+            QVERIFY2(!a.empty(), table.c_str());
+            QCOMPARE(rowsOfRun(store.handle(), table, column, second), a);
+        }
+        if (expected.contains("scan_id")) {
+            const auto cells = [&store](const nlohmann::json& json) {
+                return rowsOfRun(store.handle(), "sensitivity_cells", "scan_id", json["scan_id"].get<std::int64_t>());
+            };
+            QVERIFY(!cells(expected).empty());
+            QCOMPARE(cells(result), cells(expected));
+            expected.erase("scan_id");
+            result.erase("scan_id");
+        }
+        expected.erase("run_id");
+        result.erase("run_id");
+        QCOMPARE(result, expected);
+    }
 }
 
 QTEST_MAIN(TestImport)

@@ -16,6 +16,7 @@
 #include <QtTest>
 
 #include <fstream>
+#include <iterator>
 
 using namespace mismatch;
 using test::parseJson;
@@ -133,6 +134,43 @@ private slots:
         // FILE or --resume, not both and not neither.
         QCOMPARE(runCli({"--workspace", workspace, "run"}).code, 2);
         QCOMPARE(runCli({"--workspace", workspace, "run", "--check", "--resume", std::to_string(cut)}).code, 2);
+    }
+
+    // A job that writes a file: `mismatch run` of a "generate" job file writes what `mismatch generate` with the
+    // spec's command line writes, byte for byte (same seeds, same engine), and reports the command's --json summary.
+    void generateJobFileWritesWhatTheCommandWrites()
+    {
+        const std::string workspace = (dir_.path() + "/generate").toStdString();
+        jobs::JobSpec spec("generate");
+        spec.set("model", model_).set("prompts", probe_).set("max_tokens", 6).set("seed", 5).set("top_k", 20);
+        spec.set("stop", nlohmann::json::array({"=", "+ 1"}));
+        const std::string direct = (dir_.path() + "/direct.jsonl").toStdString();
+        spec.set("out", direct);
+        std::vector<std::string> arguments = {"--json"};
+        const std::vector<std::string> command = spec.toArguments();
+        arguments.insert(arguments.end(), command.begin(), command.end());
+        const auto cli = runCli(arguments);
+        QVERIFY2(cli.code == 0, cli.err.c_str());
+
+        const std::string viaFile = (dir_.path() + "/via-file.jsonl").toStdString();
+        spec.set("out", viaFile);
+        const std::string file = (dir_.path() + "/generate.job.yaml").toStdString();
+        jobs::writeJobFile(file, spec);
+        const auto result = runCli({"--workspace", workspace, "--json", "run", file});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const auto read = [](const std::string& path) {
+            std::ifstream in(path, std::ios::binary);
+            return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        };
+        QVERIFY(!read(direct).empty());
+        QCOMPARE(read(viaFile), read(direct));
+        nlohmann::json summary = parseJson(cli.out);
+        nlohmann::json stepResult = parseJson(result.out)["steps"][0]["result"];
+        for (nlohmann::json* json : {&summary, &stepResult}) {
+            json->erase("seconds");
+            json->erase("out");
+        }
+        QCOMPARE(stepResult, summary);
     }
 
     void studyOfThreeDependentSteps()

@@ -27,6 +27,8 @@ jobs::JobSpec fullSpec(const std::string& kind)
         case jobs::ParameterType::Text:
             value = p.name == "kv_memory" ? "1GiB" : p.name == "capacity_memory" ? "4GiB"
                 : p.name == "format"      ? "fp8_e4m3:channel"
+                : p.name == "max_shard_size" ? "512MiB"
+                : p.name == "shape"       ? "qwen3-0.6b" // zoo_shape: one of the known shapes
                                           : "text with space, and 'quote'";
             break;
         case jobs::ParameterType::Path: value = "/some dir/" + p.name + ".file"; break;
@@ -41,6 +43,11 @@ jobs::JobSpec fullSpec(const std::string& kind)
             break;
         case jobs::ParameterType::NumberList: value = {0.05, 0.1}; break;
         case jobs::ParameterType::ChoiceList: value = {p.choices.at(1), p.choices.back()}; break;
+        case jobs::ParameterType::TextList:
+            // import's --map takes COLUMN=MEASURE entries
+            value = p.name == "map" ? nlohmann::json {"full kl, a=mismatch_kl", "wall=wall_time_s"}
+                                    : nlohmann::json {"a, b", "'c' d"};
+            break;
         case jobs::ParameterType::Flag: value = true; break;
         }
         spec.set(p.name, value);

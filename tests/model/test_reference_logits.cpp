@@ -7,6 +7,7 @@
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 #include "core/train/zoo.h"
+#include "tests/common/golden_json.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -47,7 +48,12 @@ void TestReferenceLogits::batchedFileEqualsSinglePromptForward()
     QCOMPARE(cli::run({"mismatch", "--json", "logits", "--model", modelDir, "--prompts", prompts, "--out", out, "--with-answer"},
                  stdoutText, stderrText),
         0);
-    QCOMPARE(nlohmann::json::parse(stdoutText.str()).at("prompts").get<int>(), 3);
+    // The --json summary's shape (tests/cli/fixtures/logits.json); its positions are counted below.
+    const nlohmann::json summary = nlohmann::json::parse(stdoutText.str());
+    const std::vector<std::string> differences
+        = test::goldenDifferences(summary, MISMATCH_SOURCE_DIR "/tests/cli/fixtures/logits.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
+    std::int64_t positions = 0;
 
     const auto file = model::SafetensorsFile::open(out);
     QCOMPARE(QString::fromStdString(file->metadata().at("prompt_ids")), QStringLiteral("[\"a\",\"b\",\"c\"]"));
@@ -58,6 +64,7 @@ void TestReferenceLogits::batchedFileEqualsSinglePromptForward()
     for (int i = 0; i < 3; ++i) {
         const auto& p = set.prompts[static_cast<size_t>(i)];
         const std::vector<std::int64_t> ids = tokenizer.encode(p.prompt + p.answer);
+        positions += static_cast<std::int64_t>(ids.size());
         const at::Tensor alone = network.forward(at::tensor(ids, at::kLong).unsqueeze(0),
             at::ones({1, static_cast<std::int64_t>(ids.size())}, at::kLong), options)[0];
         const at::Tensor stored = file->load("log_probs." + std::to_string(i));
@@ -67,6 +74,9 @@ void TestReferenceLogits::batchedFileEqualsSinglePromptForward()
         const at::Tensor storedIds = file->load("input_ids." + std::to_string(i));
         QVERIFY(at::equal(storedIds.to(at::kLong), at::tensor(ids, at::kLong)));
     }
+    QCOMPARE(summary.at("positions").get<std::int64_t>(), positions);
+    QCOMPARE(file->metadata().at("text"), std::string("prompt+answer"));
+    QCOMPARE(file->metadata().at("precision"), std::string("fp32"));
 }
 
 void TestReferenceLogits::missingModelIsAnError()

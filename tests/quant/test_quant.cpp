@@ -6,6 +6,7 @@
 // contain zeros.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/golden_json.h"
 #include "core/common/error.h"
 #include "core/model/safetensors.h"
 #include "core/quant/formats.h"
@@ -1236,6 +1237,11 @@ void TestQuant::cliQuantizesAFile()
         = runCli({"--json", "quantize", "--format", "fp8_e4m3", "--granularity", "block128", input, output});
     QVERIFY2(result.code == 0, result.err.c_str());
     const nlohmann::json report = nlohmann::json::parse(result.out);
+    // The whole --json output (tests/cli/fixtures/quantize.json): names, shapes, dtypes and input bytes exactly;
+    // the errors and format bytes are checked against independent computations below.
+    const std::vector<std::string> differences
+        = test::goldenDifferences(report, MISMATCH_SOURCE_DIR "/tests/cli/fixtures/quantize.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
     QCOMPARE(report["format"].get<std::string>(), std::string("fp8_e4m3"));
     QCOMPARE(report["granularity"].get<std::string>(), std::string("block128"));
     QCOMPARE(report["quantized"].get<int>(), 2);
@@ -1290,8 +1296,17 @@ void TestQuant::cliRejectsBadArguments()
     model::writeSafetensors(input, {{"w", at::ones({4, 4}) * 0.25}});
     const std::string output = scratchPath("small-out.safetensors");
     QCOMPARE(runCli({"quantize", "--format", "fp9", input, output}).code, 2);
-    QCOMPARE(runCli({"quantize", "--format", "int4", "--granularity", "channel", input, output}).code, 2);
-    QCOMPARE(runCli({"quantize", "--format", "bf16", "--granularity", "tensor", input, output}).code, 2);
+    // A granularity the format does not take: a problem across two parameters (the catalogue job's check), an input
+    // error naming the option (exit 1), before anything is read or written.
+    CliResult mismatched = runCli({"quantize", "--format", "int4", "--granularity", "channel", input, output});
+    QCOMPARE(mismatched.code, 1);
+    QVERIFY2(mismatched.err.find("--granularity: int4 takes group128, not channel") != std::string::npos,
+        mismatched.err.c_str());
+    mismatched = runCli({"quantize", "--format", "bf16", "--granularity", "tensor", input, output});
+    QCOMPARE(mismatched.code, 1);
+    QVERIFY2(mismatched.err.find("--granularity: bf16 has no scales and takes no granularity") != std::string::npos,
+        mismatched.err.c_str());
+    QVERIFY(!QFile::exists(QString::fromStdString(output)));
     QCOMPARE(runCli({"quantize", "--format", "int8", input}).code, 2);
     const CliResult missing = runCli({"quantize", "--format", "int8", scratchPath("absent.safetensors"), output});
     QCOMPARE(missing.code, 1);
