@@ -83,13 +83,14 @@ private slots:
 
 private:
     std::string path(const std::string& name) const { return (dir_.path() + "/" + QString::fromStdString(name)).toStdString(); }
-    // The analyses' measurement options: 4 probe prompts, 8 tokens each, 200 bootstrap resamples.
+    // An analysis command with the measurement options: 4 probe prompts, 8 tokens each, 200 bootstrap resamples.
     std::vector<std::string> measured(std::vector<std::string> arguments) const
     {
         arguments.insert(arguments.end(), {"--prompts", std::string(kResources) + "/prompts/arith-probe.jsonl",
                                               "--count", "4", "--max-tokens", "8", "--resamples", "200"});
         return arguments;
     }
+    // `mismatch --workspace WORKSPACE ARGUMENTS...`
     std::vector<std::string> inWorkspace(std::vector<std::string> arguments) const
     {
         arguments.insert(arguments.begin(), {"--workspace", workspace_});
@@ -100,7 +101,6 @@ private:
     std::string student_;
     std::string workspace_;
     std::string runFile_;
-    std::int64_t scanId_ = 0;
     std::int64_t trainedRun_ = 0;
 };
 
@@ -197,7 +197,7 @@ void TestJsonOutputs::sensitivityThenRecipeBuild()
     // int8 per-channel weights cell by cell, KV cells off: 2 layers x 7 projections + the embedding/lm_head = 15.
     CHECK_FIXTURE(scan, "sensitivity",
         inWorkspace(measured({"sensitivity", student_, "--format", "int8", "--no-kv"})));
-    scanId_ = scan.at("scan_id").get<std::int64_t>();
+    const std::int64_t scanId = scan.at("scan_id").get<std::int64_t>();
 
     // A generous budget keeps every cell quantized: one step (everything quantized), nothing kept in BF16. int8
     // per channel: weights 1 byte each with one float32 scale per row, BF16 biases and norms; per layer 36864 values
@@ -205,7 +205,7 @@ void TestJsonOutputs::sensitivityThenRecipeBuild()
     // 128: 2 x 39424 + 17544 + 128 = 96520 of BF16's 181632. KV capacity of the default 8 GiB: BF16 cache (the recipe
     // leaves it) at 256 bytes per token = 33554432 tokens, the same as BF16.
     CHECK_FIXTURE(built, "recipe-build",
-        inWorkspace({"recipe", "build", "--scan", std::to_string(scanId_), "--budget", "1000", "--out",
+        inWorkspace({"recipe", "build", "--scan", std::to_string(scanId), "--budget", "1000", "--out",
             path("built.yaml")}));
 }
 
