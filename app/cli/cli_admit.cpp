@@ -48,6 +48,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
             opened.emplace(context.openStore(
                 spec.given("calibration") ? store::OpenMode::OpenExisting : store::OpenMode::CreateOrOpen));
             options = jobs::admissionOptions(spec, *opened);
+            jobs::expectJobRun(*opened, spec);
         }
         if (!opened) {
             opened.emplace(

@@ -135,8 +135,10 @@ void registerBreakdownCommand(CLI::App& app, Context& context)
     // The options are the catalogue job's parameters (core/jobs/analysis_jobs.h).
     auto job = std::make_shared<JobOptions>(command, *jobs::findJob("breakdown"));
     command->callback([&context, job] {
-        const analysis::BreakdownOptions options = jobs::breakdownOptions(job->checkedSpec());
+        const jobs::JobSpec spec = job->checkedSpec();
+        const analysis::BreakdownOptions options = jobs::breakdownOptions(spec);
         store::RunStore store = context.openStore();
+        jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);
         const analysis::BreakdownResult result = analysis::runBreakdown(store, options, bar.progress());
         bar.finish();

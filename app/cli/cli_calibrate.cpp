@@ -201,6 +201,7 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
         analysis::CalibrationOptions options = jobs::calibrationOptions(spec);
         options.workspaceDirectory = context.workspaceDirectory();
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+        jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);
         options.onRunStarted = started(bar);
         const analysis::CalibrationResult result = analysis::runCalibration(store, options, bar.progress());

@@ -27,8 +27,10 @@ void registerCompareObjectives(CLI::App& app, Context& context)
     job->option("run_file")->check(CLI::ExistingFile);
     job->option("recipes")->check(CLI::ExistingFile);
     command->callback([&context, job] {
-        const analysis::CompareObjectivesOptions options = jobs::compareObjectivesOptions(job->checkedSpec());
+        const jobs::JobSpec spec = job->checkedSpec();
+        const analysis::CompareObjectivesOptions options = jobs::compareObjectivesOptions(spec);
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+        jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);
         const analysis::CompareObjectivesResult r = analysis::runCompareObjectives(store, options, bar.progress());
         bar.finish();

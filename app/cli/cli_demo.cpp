@@ -20,8 +20,10 @@ void registerDemoCommand(CLI::App& app, Context& context)
     // The options are the catalogue job's parameters (core/jobs/experiment_jobs.h).
     auto job = std::make_shared<JobOptions>(demo, *jobs::findJob("demo"));
     demo->callback([&context, job] {
-        const analysis::DemoOptions options = jobs::demoOptions(job->checkedSpec());
+        const jobs::JobSpec spec = job->checkedSpec();
+        const analysis::DemoOptions options = jobs::demoOptions(spec);
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+        jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);
         const analysis::DemoReport report = analysis::runDemo(store, options, bar.progress());
         bar.finish();

@@ -26,8 +26,10 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
     // The options are the catalogue job's parameters (core/jobs/analysis_jobs.h).
     auto job = std::make_shared<JobOptions>(command, *jobs::findJob("prefix_shift"));
     command->callback([&context, job] {
-        const analysis::PrefixShiftOptions options = jobs::prefixShiftOptions(job->spec());
+        const jobs::JobSpec spec = job->spec();
+        const analysis::PrefixShiftOptions options = jobs::prefixShiftOptions(spec);
         store::RunStore store = context.openStore();
+        jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);
         const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, options, bar.progress());
         bar.finish();

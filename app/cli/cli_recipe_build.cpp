@@ -45,6 +45,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         const jobs::JobSpec spec = job->spec();
         store::RunStore store = context.openStore();
         const analysis::RecipeBuildOptions options = jobs::recipeBuildOptions(spec, store);
+        jobs::expectJobRun(store, spec);
         const std::string budgetSource
             = spec.given("calibration") ? jobs::budgetSource(spec) : std::string("--budget");
         TerminalProgress bar(*context.err);

@@ -118,6 +118,7 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
         } else {
             options = jobs::sensitivityOptions(*spec);
             options.onRunStarted = started;
+            jobs::expectJobRun(store, *spec);
             result = analysis::runSensitivity(store, options, bar.progress());
         }
         bar.finish();

@@ -23,8 +23,10 @@ void registerTimeToQuality(CLI::App& app, Context& context)
     job->option("run_file")->check(CLI::ExistingFile);
     job->option("recipe")->check(CLI::ExistingFile);
     command->callback([&context, job] {
-        const analysis::TimeToQualityOptions options = jobs::timeToQualityOptions(job->checkedSpec());
+        const jobs::JobSpec spec = job->checkedSpec();
+        const analysis::TimeToQualityOptions options = jobs::timeToQualityOptions(spec);
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
+        jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);
         const analysis::TimeToQualityResult r = analysis::runTimeToQuality(store, options, bar.progress());
         bar.finish();

@@ -66,6 +66,8 @@ void train(const Context& context, const TrainArguments& a)
         result = train::resumeTraining(runId, store, bar.progress(), options);
     } else {
         const train::RunConfig config = train::loadRunConfig(a.runFile);
+        // The run keeps the catalogue's train job it is (`mismatch run --resume RUN` continues it).
+        jobs::expectJobRun(store, jobs::JobSpec("train").set("run_file", a.runFile).set("stop_after", a.stopAfter));
         result = train::runTraining(config, store, bar.progress(), options);
     }
     bar.finish();

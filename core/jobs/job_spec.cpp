@@ -3,6 +3,7 @@
 #include "core/common/shell_quote.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/common/error.h"
 
@@ -400,8 +401,32 @@ JobResult JobSpec::run(
         store::RunStore& store;
         ~Expectation() { store.expectJob({}, {}); }
     } expectation {store};
-    store.expectJob(definition_->runKind, toJson().dump());
+    expectJobRun(store, *this);
     return definition_->run(store, *this, progress, onRunStarted);
+}
+
+void expectJobRun(store::RunStore& store, const JobSpec& spec)
+{
+    if (spec.definition().runKind.empty()) {
+        return;
+    }
+    // A relative path means the folder the job ran in: stored absolute, the request reads the same anywhere.
+    const auto absolute = [](const std::string& path) {
+        return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+    };
+    JobSpec stored = spec;
+    for (const Parameter& p : spec.definition().parameters) {
+        if (p.type == ParameterType::Path && spec.given(p.name)) {
+            stored.set(p.name, absolute(spec.text(p.name)));
+        } else if (p.type == ParameterType::PathList && spec.given(p.name)) {
+            nlohmann::json paths = nlohmann::json::array();
+            for (const std::string& path : spec.strings(p.name)) {
+                paths.push_back(absolute(path));
+            }
+            stored.set(p.name, paths);
+        }
+    }
+    store.expectJob(spec.definition().runKind, stored.toJson().dump());
 }
 
 std::optional<JobSpec> JobSpec::ofRun(const store::RunInfo& run)

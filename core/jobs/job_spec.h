@@ -169,6 +169,11 @@ private:
     nlohmann::json values_ = nlohmann::json::object(); // only what was set
 };
 
+// Has `store` keep `spec` (its paths made absolute) with the run the job is about to record (its definition's
+// runKind; RunInfo::jobJson): what JobSpec::run does, for front-ends that call the job's core function themselves
+// (the CLI, which prints the typed result). Nothing for a job that records no run.
+void expectJobRun(store::RunStore& store, const JobSpec& spec);
+
 // Every job of the catalogue, in the order `mismatch run --help` lists them.
 const std::vector<JobDefinition>& catalogue();
 // nullptr when there is no such job.

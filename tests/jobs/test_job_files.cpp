@@ -131,6 +131,15 @@ private slots:
             QCOMPARE(b->cells[i].moduleGroup, a->cells[i].moduleGroup);
             QCOMPARE(b->cells[i].mismatch, a->cells[i].mismatch);
         }
+        // A run the CLI's own command starts keeps its job too (paths made absolute).
+        std::vector<std::string> arguments = {"--workspace", workspace, "--json"};
+        const std::vector<std::string> command = spec.toArguments();
+        arguments.insert(arguments.end(), command.begin(), command.end());
+        const auto direct = runCli(arguments);
+        QVERIFY2(direct.code == 0, direct.err.c_str());
+        const std::int64_t directRun = parseJson(direct.out)["run_id"].get<std::int64_t>();
+        const store::RunStore reread = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+        QVERIFY(jobs::JobSpec::ofRun(*reread.run(directRun)) == spec);
         // FILE or --resume, not both and not neither.
         QCOMPARE(runCli({"--workspace", workspace, "run"}).code, 2);
         QCOMPARE(runCli({"--workspace", workspace, "run", "--check", "--resume", std::to_string(cut)}).code, 2);
