@@ -293,6 +293,9 @@ void TestJsonOutputs::storeInfoAndRuns()
     CHECK_FIXTURE(info, "store-info", inWorkspace({"store", "info"}));
     QCOMPARE(info.at("schema_version").get<int>(), store::currentSchemaVersion());
     QCOMPARE(info.at("path").get<std::string>(), store::databasePath(workspace_));
+    // Each run a catalogue job recorded keeps the job (its parameters that differ from the defaults, as the
+    // command above gave them; paths absolute): the four analyses, train, calibrate, time-to-quality,
+    // compare-objectives and the study's two steps; the training runs those jobs started have none.
     CHECK_FIXTURE(runs, "store-runs", inWorkspace({"store", "runs"}));
 }
 
