@@ -71,17 +71,20 @@ JobDefinition timeToQualityJob()
     };
     // The run file, then what core refuses before it stores anything (a target step the run does not evaluate),
     // named by parameter.
-    job.checkInputs = [](const JobSpec& spec) {
-        std::vector<ParameterError> errors = checkRunFile(spec);
-        if (errors.empty()) {
-            try {
-                analysis::checkTimeToQualityOptions(timeToQualityOptions(spec));
-            } catch (const InputError& error) {
-                errors.push_back(error.file() == "time-to-quality" ? ParameterError {error.location(), error.detail()}
-                                                                    : ParameterError {"run_file", error.what()});
-            }
+    job.checkInputs = [](const JobSpec& spec) -> std::vector<ParameterError> {
+        analysis::TimeToQualityOptions options;
+        try {
+            options = timeToQualityOptions(spec); // reads the run file once
+        } catch (const std::exception& error) {
+            return {{"run_file", error.what()}};
         }
-        return errors;
+        try {
+            analysis::checkTimeToQualityOptions(options);
+        } catch (const InputError& error) {
+            return {error.file() == "time-to-quality" ? ParameterError {error.location(), error.detail()}
+                                                      : ParameterError {"run_file", error.what()}};
+        }
+        return {};
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {
