@@ -9,6 +9,7 @@
 #include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/breakdown.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
 #include "core/metrics/estimators.h"
@@ -21,11 +22,6 @@ namespace mismatch::cli {
 namespace {
 
 const char* const kMethods[] = {"add_one_in", "leave_one_out", "shapley"};
-
-nlohmann::json optionalJson(const std::optional<double>& value)
-{
-    return value ? nlohmann::json(*value) : nlohmann::json();
-}
 
 std::string multiple(double value, double unit)
 {
@@ -41,32 +37,6 @@ std::string partText(const store::BreakdownPart& part)
     return text;
 }
 
-nlohmann::json recordJson(const store::BreakdownRecord& r)
-{
-    nlohmann::json parts = nlohmann::json::object();
-    for (const char* method : kMethods) {
-        nlohmann::json list = nlohmann::json::array();
-        for (const store::BreakdownPart& part : r.partsOf(method)) {
-            list.push_back({{"source", part.source}, {"value", part.value}, {"ci_low", optionalJson(part.ciLow)},
-                {"ci_high", optionalJson(part.ciHigh)},
-                {"bf16_multiple", r.bf16Unit > 0.0 ? nlohmann::json(part.value / r.bf16Unit) : nlohmann::json()}});
-        }
-        parts[method] = list;
-    }
-    nlohmann::json subsets = nlohmann::json::array();
-    for (const store::BreakdownSubset& s : r.subsets) {
-        subsets.push_back({{"subset", s.subset}, {"mismatch", s.mismatch}, {"ci_low", optionalJson(s.ciLow)},
-            {"ci_high", optionalJson(s.ciHigh)}, {"k1", optionalJson(s.k1)}, {"k3", optionalJson(s.k3)},
-            {"tokens", s.tokens}, {"estimators", nlohmann::json::parse(s.estimatorsJson)}});
-    }
-    return {{"breakdown_id", r.id}, {"candidate", r.candidate}, {"sources", r.sources}, {"shapley", r.shapley},
-        {"total", {{"estimate", r.total}, {"low", optionalJson(r.totalCiLow)}, {"high", optionalJson(r.totalCiHigh)}}},
-        {"bf16_unit",
-            {{"estimate", r.bf16Unit}, {"low", optionalJson(r.unitCiLow)}, {"high", optionalJson(r.unitCiHigh)}}},
-        {"bf16_multiple", r.bf16Unit > 0.0 ? nlohmann::json(r.total / r.bf16Unit) : nlohmann::json()},
-        {"tokens", r.tokens}, {"parts", parts}, {"subsets", subsets},
-        {"configuration", nlohmann::json::parse(r.configurationJson)}};
-}
 
 void printRecord(std::ostream& out, const store::BreakdownRecord& r)
 {
@@ -143,12 +113,7 @@ void registerBreakdownCommand(CLI::App& app, Context& context)
         const analysis::BreakdownResult result = analysis::runBreakdown(store, options, bar.progress());
         bar.finish();
         if (context.json) {
-            nlohmann::json list = nlohmann::json::array();
-            for (const store::BreakdownRecord& r : result.candidates) {
-                list.push_back(recordJson(r));
-            }
-            context.printJson({{"run_id", result.runId}, {"measurements", result.measurements},
-                {"seconds", result.seconds}, {"candidates", list}});
+            context.printJson(analysis::toJson(result));
             return;
         }
         std::ostream& out = *context.out;

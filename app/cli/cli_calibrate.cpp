@@ -5,17 +5,15 @@
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/calibration_presets.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/jobs/training_jobs.h"
 #include "core/train/run_config.h"
 
-#include <filesystem>
 #include <map>
 #include <sstream>
 #include <ostream>
-
-namespace fs = std::filesystem;
 
 namespace mismatch::cli {
 
@@ -26,14 +24,9 @@ std::string optionalNumber(const std::optional<double>& value, int precision = 4
     return value ? formatNumber(*value, precision) : "-";
 }
 
-// `command`: the reproducing command line (null for a resumed calibration, whose command is not known here).
+// `command`: the reproducing command line (a resumed calibration's stored job's; null when the run keeps none).
 void printCalibration(const Context& context, const nlohmann::json& command, const analysis::CalibrationOptions& options,
     const analysis::CalibrationResult& result);
-
-nlohmann::json optionalJson(const std::optional<double>& value)
-{
-    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
 
 std::optional<double> multiple(const store::CalibrationPoint& p)
 {
@@ -54,61 +47,9 @@ std::string protocolText(const analysis::MeasurementProtocol& p)
 void printCalibration(const Context& context, const nlohmann::json& command, const analysis::CalibrationOptions& options,
     const analysis::CalibrationResult& result)
 {
-    const std::string rule = "fail when (Q_run - Q_base) / Q_base >= " + formatNumber(options.rule.relativeThreshold)
-        + " and the " + formatNumber(100 * options.rule.bootstrap.confidence)
-        + "% interval of mean_i (q_i_run - q_i_base) lies above zero; Q and q_i are means over "
-        + std::to_string(result.replicates) + " seed replicate(s)";
+    const std::string rule = analysis::calibrationRuleText(options.rule, result.replicates);
     if (context.json) {
-        nlohmann::json points = nlohmann::json::array();
-        for (const auto& p : result.points) {
-            points.push_back({{"run_id", p.runId}, {"label", p.label}, {"step", p.step}, {"replicates", p.replicates},
-                {"mismatch", p.mismatch}, {"bf16_unit", optionalJson(p.bf16Unit)},
-                {"bf16_multiple", optionalJson(multiple(p))}, {"quality", p.quality},
-                {"accuracy", optionalJson(p.accuracy)}, {"relative_change", optionalJson(p.relativeChange)},
-                {"ci_low", optionalJson(p.ciLow)}, {"ci_high", optionalJson(p.ciHigh)}, {"failed", p.failed}});
-        }
-        nlohmann::json replicatePoints = nlohmann::json::array();
-        for (const auto& p : result.replicatePoints) {
-            replicatePoints.push_back({{"label", p.label}, {"replicate", p.replicate}, {"run_id", p.runId},
-                {"step", p.step}, {"mismatch", p.mismatch}, {"bf16_unit", p.bf16Unit}, {"quality", p.quality},
-                {"accuracy", p.accuracy}});
-        }
-        nlohmann::json nulls = nlohmann::json::array();
-        for (const auto& n : result.nullComparisons) {
-            nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
-                {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low},
-                {"ci_high", n.difference.high}, {"failed", n.failed}, {"noise_floor", n.noiseFloor}});
-        }
-        nlohmann::json brackets = nlohmann::json::array();
-        for (const auto& b : result.brackets) {
-            brackets.push_back({{"step", b.step}, {"largest_passing", optionalJson(b.largestPassing)},
-                {"smallest_failing", optionalJson(b.smallestFailing)}, {"threshold", optionalJson(b.threshold)}});
-        }
-        nlohmann::json runs = nlohmann::json::array();
-        for (const auto& run : result.runs) {
-            runs.push_back({{"label", run.label}, {"replicate", run.replicate}, {"seed", run.seed},
-                {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
-        }
-        // The student relative to the resource directory when it is a built-in model (portable shipped files).
-        const auto inResources = [](const std::string& path) {
-            const fs::path relative = fs::path(path).lexically_relative(fs::path(resourceDirectory()));
-            return !relative.empty() && relative.begin()->string() != ".." ? nlohmann::json(relative.string())
-                                                                           : nlohmann::json(nullptr);
-        };
-        context.printJson({{"calibration_id", result.calibrationId}, {"run_id", result.runId}, {"name", options.name},
-            {"student", options.base.student},
-            {"student_in_resources", inResources(options.base.student)},
-            {"prompts_in_resources", inResources(result.protocol.prompts)},
-            {"command", command},
-            {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"replicates", result.replicates},
-            {"relative_threshold", options.rule.relativeThreshold}, {"confidence", options.rule.bootstrap.confidence},
-            {"resamples", options.rule.bootstrap.resamples}, {"protocol", analysis::protocolToJson(result.protocol)},
-            {"flags", analysis::flagsToJson(result.flags)}, {"runs", runs}, {"points", points},
-            {"replicate_points", replicatePoints}, {"null_comparisons", nulls}, {"brackets", brackets},
-            {"wall_seconds", result.wallSeconds}, {"rule", rule},
-            {"bf16_multiple", "mismatch / the BF16 unit of the configuration's own runs over the same steps (the "
-                              "plain BF16 engine at their weights, measured at every step)"},
-            {"interval_method", analysis::kCalibrationIntervalMethod}});
+        context.printJson(analysis::toJson(result, options, command));
         return;
     }
     std::ostream& out = *context.out;
@@ -194,7 +135,7 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
             const analysis::CalibrationResult result = analysis::resumeCalibration(
                 store, *resume, bar.progress(), context.workspaceDirectory(), started(bar));
             bar.finish();
-            printCalibration(context, nullptr, options, result);
+            printCalibration(context, jobs::storedCommand(store, *resume), options, result);
             return;
         }
         const jobs::JobSpec spec = job->checkedSpec();

@@ -7,6 +7,7 @@
 #include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/prefix_shift.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
 
@@ -34,25 +35,7 @@ void registerPrefixShiftCommand(CLI::App& app, Context& context)
         const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, options, bar.progress());
         bar.finish();
         if (context.json) {
-            nlohmann::json positions = nlohmann::json::array();
-            for (const auto& p : r.byPosition) {
-                positions.push_back({{"position", p.position}, {"total", p.total}, {"total_tokens", p.totalTokens},
-                    {"per_token", p.perToken}, {"per_token_tokens", p.perTokenTokens}, {"bf16_unit", p.bf16Unit}});
-            }
-            nlohmann::json corrections = nlohmann::json::array();
-            for (const auto& e : r.corrections) {
-                corrections.push_back({{"kind", e.kind}, {"cap", e.cap}, {"total", e.total}, {"per_token", e.perToken},
-                    {"prefix_shift", e.prefixShift}, {"affected_own", e.affectedOwn},
-                    {"affected_reference", e.affectedReference}});
-            }
-            context.printJson({{"analysis_id", r.analysisId}, {"run_id", r.runId},
-                {"total", analysis::toJson(r.totalInterval)}, {"per_token", analysis::toJson(r.perTokenInterval)},
-                {"prefix_shift", analysis::toJson(r.prefixShiftInterval)}, {"bf16_unit", r.bf16Unit},
-                {"own_tokens", r.ownTokens}, {"reference_tokens", r.referenceTokens}, {"pairs", r.pairs},
-                {"diverged", r.diverged}, {"divergence_histogram", r.divergenceHistogram},
-                {"median_divergence", r.medianDivergence ? nlohmann::json(*r.medianDivergence) : nlohmann::json()},
-                {"by_position", positions}, {"corrections", corrections},
-                {"estimators", metrics::toJson(r.estimators)}, {"seconds", r.seconds}});
+            context.printJson(analysis::toJson(r));
             return;
         }
         std::ostream& out = *context.out;

@@ -9,6 +9,7 @@
 #include "app/cli/terminal_progress.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/recipe_builder.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
 #include "core/common/byte_size.h"
@@ -47,29 +48,12 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         const analysis::RecipeBuildOptions options = jobs::recipeBuildOptions(spec, store);
         jobs::expectJobRun(store, spec);
         const std::string budgetSource
-            = spec.given("calibration") ? jobs::budgetSource(spec) : std::string("--budget");
+            = jobs::budgetSource(spec);
         TerminalProgress bar(*context.err);
         const analysis::RecipeBuildResult r = analysis::buildRecipe(store, options, bar.progress());
         bar.finish();
         if (context.json) {
-            nlohmann::json steps = nlohmann::json::array();
-            for (std::size_t i = 0; i < r.steps.size(); ++i) {
-                steps.push_back({{"step", i}, {"kept_in_bf16", r.steps[i].keptCell}, {"mismatch", r.steps[i].mismatch},
-                    {"interval", analysis::toJson(r.steps[i].interval)}});
-            }
-            context.printJson({{"recipe_file", r.outPath}, {"recipe_id", r.recipeId}, {"run_id", r.runId},
-                {"scan_id", r.scanId}, {"format", r.format}, {"budget", r.budget}, {"budget_source", budgetSource},
-                {"target", r.target}, {"target_fraction", options.targetFraction}, {"bf16_unit", r.bf16Unit},
-                {"mismatch", analysis::toJson(r.interval)}, {"bf16_cells", r.bf16Cells},
-                {"quantized_cells", r.quantizedCells}, {"steps", steps}, {"weight_bytes", r.weightBytes},
-                {"bf16_weight_bytes", r.bf16WeightBytes},
-                {"weight_ratio",
-                    r.bf16WeightBytes ? static_cast<double>(r.weightBytes) / static_cast<double>(r.bf16WeightBytes)
-                                      : 0.0},
-                {"kv_memory_bytes", r.kvMemoryBytes}, {"kv_tokens", r.kvTokens}, {"bf16_kv_tokens", r.bf16KvTokens},
-                {"kv_capacity_ratio", r.kvCapacityRatio}, {"seconds", r.seconds},
-                {"protocol", analysis::protocolToJson(r.protocol)},
-                {"scan_protocol_differs", r.scanProtocolDifferences}});
+            context.printJson(analysis::toJson(r, options, budgetSource));
             return;
         }
         std::ostream& out = *context.out;

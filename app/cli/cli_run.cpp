@@ -145,10 +145,18 @@ void registerRunCommand(CLI::App& app, Context& context)
             context.printJson({{"file", file.path}, {"steps", steps}});
             return;
         }
+        // One line a step: its result's scalar fields (ids, files, headline numbers); --json prints each result
+        // whole, as the step's own command prints it.
         for (const nlohmann::json& step : steps) {
+            std::string fields;
+            for (const auto& [key, value] : step["result"].items()) {
+                if (value.is_primitive()) {
+                    fields += (fields.empty() ? "" : ", ") + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
+                }
+            }
             *context.out << (step["id"].get<std::string>().empty() ? step["job"].get<std::string>()
                                                                     : step["id"].get<std::string>())
-                         << ": " << step["result"].dump() << "\n";
+                         << ": " << fields << "\n";
         }
     });
 }

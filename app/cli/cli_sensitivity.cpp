@@ -7,6 +7,7 @@
 #include "app/cli/context.h"
 #include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
+#include "core/analysis/result_json.h"
 #include "core/analysis/sensitivity.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
@@ -21,27 +22,10 @@ namespace mismatch::cli {
 
 namespace {
 
-nlohmann::json cellJson(const store::SensitivityCell& cell, double unit)
-{
-    return {{"layer", cell.layer}, {"group", cell.moduleGroup}, {"mismatch", cell.mismatch},
-        {"added_mismatch", cell.addedMismatch},
-        {"added_interval", {{"low", cell.ciLow.value_or(0.0)}, {"high", cell.ciHigh.value_or(0.0)}}},
-        {"mismatch_interval", {{"low", cell.mismatchCiLow.value_or(0.0)}, {"high", cell.mismatchCiHigh.value_or(0.0)}}},
-        {"bf16_multiple", unit > 0.0 ? nlohmann::json(cell.mismatch / unit) : nlohmann::json()},
-        {"tokens", cell.tokens.value_or(0)}, {"seconds", cell.seconds.value_or(0.0)}};
-}
-
 void printResult(const Context& context, const analysis::SensitivityResult& r, const analysis::SensitivityOptions& o)
 {
     if (context.json) {
-        nlohmann::json cells = nlohmann::json::array();
-        for (const auto& cell : r.cells) {
-            cells.push_back(cellJson(cell, r.bf16Unit));
-        }
-        context.printJson({{"scan_id", r.scanId}, {"run_id", r.runId}, {"format", r.format},
-            {"kv_format", quant::describe(o.kv)}, {"layers", r.layers}, {"bf16_unit", analysis::toJson(r.bf16UnitInterval)},
-            {"bf16_unit_tokens", r.unitTokens}, {"cells", cells}, {"seconds", r.seconds},
-            {"units", "nats per token; added = cell mismatch - BF16 unit"}});
+        context.printJson(analysis::toJson(r, o));
         return;
     }
     std::ostream& out = *context.out;

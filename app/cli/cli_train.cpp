@@ -3,6 +3,7 @@
 #include "app/cli/context.h"
 #include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/jobs/training_jobs.h"
 #include "core/store/evaluation_store.h"
@@ -74,11 +75,7 @@ void train(const Context& context, const TrainArguments& a)
     const auto info = store.run(result.runId);
     const std::string status = info ? store::toString(info->status) : "unknown";
     if (context.json) {
-        context.printJson({{"run_id", result.runId}, {"name", info ? info->name : ""}, {"status", status},
-            {"steps_stored", result.stepsStored}, {"resumed_from_step", result.resumedFromStep},
-            {"final_quality", optionalJson(result.finalQuality)},
-            {"final_accuracy", optionalJson(result.finalAccuracy)}, {"wall_seconds", result.wallSeconds},
-            {"last_checkpoint", result.lastCheckpoint}, {"workspace", context.workspaceDirectory()}});
+        context.printJson(analysis::toJson(result, info, context.workspaceDirectory()));
         return;
     }
     std::vector<std::vector<std::string>> rows = {{"run", std::to_string(result.runId) + " (" + (info ? info->name : "") + ")"},

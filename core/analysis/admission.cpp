@@ -822,7 +822,9 @@ std::optional<double> bf16Multiple(const AdmissionRow& row)
 nlohmann::json toJson(const AdmissionResult& result)
 {
     nlohmann::json rows = nlohmann::json::array();
+    std::int64_t admitted = 0;
     for (const auto& row : result.rows) {
+        admitted += row.verdict == AdmissionVerdict::Admit ? 1 : 0;
         const auto x = bf16Multiple(row);
         rows.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
             {"checkpoint_step", row.checkpointStep}, {"engine_weights", row.engineWeights},
@@ -835,7 +837,8 @@ nlohmann::json toJson(const AdmissionResult& result)
             {"decision_id", row.decisionId},
             {"estimators", row.estimators ? metrics::toJson(*row.estimators) : nlohmann::json()}});
     }
-    return {{"run_id", result.runId}, {"decisions", rows}, {"protocol", protocolToJson(result.protocol)},
+    return {{"run_id", result.runId}, {"decisions", rows}, {"admitted", admitted},
+        {"protocol", protocolToJson(result.protocol)},
         {"protocol_differs", result.protocolDifferences}, {"calibration_flags", flagsToJson(result.calibrationFlags)},
         {"seconds", result.seconds},
         {"rule",

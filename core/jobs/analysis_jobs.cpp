@@ -7,6 +7,7 @@
 #include "core/jobs/report_job.h"
 
 #include "core/analysis/calibrate.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/common/byte_size.h"
 #include "core/model/memory_check.h"
@@ -78,24 +79,11 @@ std::vector<Parameter> analysisParameters(bool fromProtocol)
     };
 }
 
-// The JobResults of a scan and of an admission check (run and resume return the same).
-JobResult sensitivityResult(const analysis::SensitivityResult& r)
+// A resumed scan's result (its options are the ones it stored; run and resume return the same JSON, which the CLI's
+// --json prints too: core/analysis/result_json.h).
+JobResult resumedSensitivityResult(store::RunStore& store, const analysis::SensitivityResult& r)
 {
-    return {{"run_id", r.runId}, {"scan_id", r.scanId}, {"format", r.format}, {"bf16_unit", r.bf16Unit},
-        {"cells", r.cells.size()}, {"seconds", r.seconds}};
-}
-
-JobResult admissionResult(const analysis::AdmissionResult& r)
-{
-    nlohmann::json decisions = nlohmann::json::array();
-    std::int64_t admitted = 0;
-    for (const analysis::AdmissionRow& row : r.rows) {
-        admitted += row.verdict == analysis::AdmissionVerdict::Admit ? 1 : 0;
-        decisions.push_back({{"candidate", row.candidate}, {"checkpoint", row.checkpoint},
-            {"decision", analysis::toString(row.verdict)}, {"mismatch", row.mismatch}, {"threshold", row.threshold},
-            {"decision_id", row.decisionId}});
-    }
-    return {{"run_id", r.runId}, {"decisions", decisions}, {"admitted", admitted}, {"seconds", r.seconds}};
+    return analysis::toJson(r, analysis::parseSensitivityConfig(store.run(r.runId)->configJson, store.path()));
 }
 
 const char* const kProtocolParameters[]
@@ -278,13 +266,14 @@ JobDefinition sensitivityJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::SensitivityOptions options = sensitivityOptions(spec);
         options.onRunStarted = onRunStarted;
-        return sensitivityResult(analysis::runSensitivity(store, options, progress));
+        return analysis::toJson(analysis::runSensitivity(store, options, progress), options);
     };
-    job.resultFields = {"run_id", "scan_id", "format", "bf16_unit", "cells", "seconds"};
+    job.resultFields = {"scan_id", "run_id", "format", "kv_format", "layers", "bf16_unit", "bf16_unit_tokens", "cells",
+        "seconds"};
     job.runKind = "sensitivity";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        return sensitivityResult(analysis::resumeSensitivity(store, runId, progress, onRunStarted));
+        return resumedSensitivityResult(store, analysis::resumeSensitivity(store, runId, progress, onRunStarted));
     };
     return job;
 }
@@ -393,13 +382,12 @@ JobDefinition recipeBuildJob()
         // The recipe's folder is made (a job file or a dialog may name a new one).
         const std::filesystem::path folder = std::filesystem::absolute(options.outPath).parent_path();
         std::filesystem::create_directories(folder);
-        const analysis::RecipeBuildResult r = analysis::buildRecipe(store, options, progress);
-        return JobResult {{"run_id", r.runId}, {"recipe_id", r.recipeId}, {"recipe_file", r.outPath},
-            {"scan_id", r.scanId}, {"format", r.format}, {"budget", r.budget}, {"mismatch", r.mismatch},
-            {"bf16_cells", r.bf16Cells}, {"seconds", r.seconds}};
+        return analysis::toJson(analysis::buildRecipe(store, options, progress), options, budgetSource(spec));
     };
-    job.resultFields = {"run_id", "recipe_id", "recipe_file", "scan_id", "format", "budget", "mismatch", "bf16_cells",
-        "seconds"};
+    job.resultFields = {"recipe_file", "recipe_id", "run_id", "scan_id", "format", "budget", "budget_source", "target",
+        "target_fraction", "bf16_unit", "mismatch", "bf16_cells", "quantized_cells", "steps", "weight_bytes",
+        "bf16_weight_bytes", "weight_ratio", "kv_memory_bytes", "kv_tokens", "bf16_kv_tokens", "kv_capacity_ratio",
+        "seconds", "protocol", "scan_protocol_differs"};
     job.runKind = "recipe_build";
     return job;
 }
@@ -552,13 +540,13 @@ JobDefinition admitJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::AdmissionOptions options = admissionOptions(spec, store);
         options.onRunStarted = onRunStarted;
-        return admissionResult(analysis::runAdmission(store, options, progress));
+        return analysis::toJson(analysis::runAdmission(store, options, progress));
     };
-    job.resultFields = {"run_id", "decisions", "admitted", "seconds"};
+    job.resultFields = {"run_id", "decisions", "admitted", "protocol", "protocol_differs", "calibration_flags", "seconds"};
     job.runKind = "admit";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        return admissionResult(analysis::resumeAdmission(store, runId, progress, onRunStarted));
+        return analysis::toJson(analysis::resumeAdmission(store, runId, progress, onRunStarted));
     };
     return job;
 }
@@ -607,11 +595,11 @@ JobDefinition prefixShiftJob()
     job.check = checkKvMemory;
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {
-        const analysis::PrefixShiftResult r = analysis::runPrefixShift(store, prefixShiftOptions(spec), progress);
-        return JobResult {{"run_id", r.runId}, {"analysis_id", r.analysisId}, {"total", r.total},
-            {"per_token", r.perToken}, {"prefix_shift", r.prefixShift}, {"bf16_unit", r.bf16Unit}, {"pairs", r.pairs}};
+        return analysis::toJson(analysis::runPrefixShift(store, prefixShiftOptions(spec), progress));
     };
-    job.resultFields = {"run_id", "analysis_id", "total", "per_token", "prefix_shift", "bf16_unit", "pairs"};
+    job.resultFields = {"analysis_id", "run_id", "total", "per_token", "prefix_shift", "bf16_unit", "own_tokens",
+        "reference_tokens", "pairs", "diverged", "divergence_histogram", "median_divergence", "by_position",
+        "corrections", "estimators", "seconds"};
     job.runKind = "prefix_shift";
     return job;
 }
@@ -651,16 +639,9 @@ JobDefinition breakdownJob()
     job.check = checkKvMemory;
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {
-        const analysis::BreakdownResult r = analysis::runBreakdown(store, breakdownOptions(spec), progress);
-        nlohmann::json candidates = nlohmann::json::array();
-        for (const store::BreakdownRecord& record : r.candidates) {
-            candidates.push_back({{"candidate", record.candidate}, {"breakdown_id", record.id},
-                {"total", record.total}, {"bf16_unit", record.bf16Unit}});
-        }
-        return JobResult {{"run_id", r.runId}, {"candidates", candidates}, {"measurements", r.measurements},
-            {"seconds", r.seconds}};
+        return analysis::toJson(analysis::runBreakdown(store, breakdownOptions(spec), progress));
     };
-    job.resultFields = {"run_id", "candidates", "measurements", "seconds"};
+    job.resultFields = {"run_id", "measurements", "seconds", "candidates"};
     job.runKind = "breakdown";
     return job;
 }

@@ -1,6 +1,7 @@
 #include "core/jobs/training_jobs.h"
 
 #include "core/analysis/calibration_presets.h"
+#include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/jobs/parameter_builders.h"
@@ -14,31 +15,21 @@ namespace mismatch::jobs {
 
 namespace {
 
-// The JobResults of a calibration and of a training run (run and resume return the same).
-JobResult calibrationResult(const analysis::CalibrationResult& r)
-{
-    nlohmann::json brackets = nlohmann::json::array();
-    for (const store::CalibrationBracket& b : r.brackets) {
-        brackets.push_back(
-            {{"step", b.step}, {"threshold", b.threshold ? nlohmann::json(*b.threshold) : nlohmann::json(nullptr)}});
-    }
-    return {{"calibration_id", r.calibrationId}, {"run_id", r.runId}, {"brackets", brackets},
-        {"flagged", !r.flags.empty()}, {"seconds", r.wallSeconds}};
-}
-
+// The JobResults of a calibration and of a training run (run and resume return the same; the CLI's --json prints
+// the same JSON, core/analysis/result_json.h).
 JobResult trainingResult(const store::RunStore& store, const train::TrainResult& r)
 {
-    const auto info = store.run(r.runId);
-    const auto optional = [](const std::optional<double>& value) {
-        return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-    };
-    return {{"run_id", r.runId}, {"status", info ? store::toString(info->status) : "unknown"},
-        {"steps_stored", r.stepsStored}, {"final_quality", optional(r.finalQuality)},
-        {"final_accuracy", optional(r.finalAccuracy)}, {"last_checkpoint", r.lastCheckpoint},
-        {"seconds", r.wallSeconds}};
+    return analysis::toJson(r, store.run(r.runId), std::filesystem::path(store.path()).parent_path().string());
 }
 
 } // namespace
+
+nlohmann::json storedCommand(const store::RunStore& store, std::int64_t runId)
+{
+    const auto run = store.run(runId);
+    const std::optional<JobSpec> spec = run ? JobSpec::ofRun(*run) : std::nullopt;
+    return spec ? nlohmann::json(commandLine(spec->toArguments())) : nlohmann::json(nullptr);
+}
 
 std::string calibrationRunFile(const JobSpec& spec)
 {
@@ -150,13 +141,18 @@ JobDefinition calibrateJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::CalibrationOptions options = calibrationOptions(spec);
         options.onRunStarted = onRunStarted;
-        return calibrationResult(analysis::runCalibration(store, options, progress));
+        return analysis::toJson(
+            analysis::runCalibration(store, options, progress), options, commandLine(spec.toArguments()));
     };
-    job.resultFields = {"calibration_id", "run_id", "brackets", "flagged", "seconds"};
+    job.resultFields = {"calibration_id", "run_id", "name", "student", "command", "base", "replicates",
+        "relative_threshold", "confidence", "resamples", "protocol", "flags", "runs", "points", "replicate_points",
+        "null_comparisons", "brackets", "wall_seconds", "rule"};
     job.runKind = "calibrate";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        return calibrationResult(analysis::resumeCalibration(store, runId, progress, {}, onRunStarted));
+        const analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, runId);
+        return analysis::toJson(analysis::resumeCalibration(store, runId, progress, {}, onRunStarted), options,
+            storedCommand(store, runId));
     };
     return job;
 }
@@ -188,8 +184,8 @@ JobDefinition trainJob()
         return trainingResult(
             store, train::runTraining(train::loadRunConfig(spec.text("run_file")), store, progress, options));
     };
-    job.resultFields
-        = {"run_id", "status", "steps_stored", "final_quality", "final_accuracy", "last_checkpoint", "seconds"};
+    job.resultFields = {"run_id", "name", "status", "steps_stored", "resumed_from_step", "final_quality",
+        "final_accuracy", "wall_seconds", "last_checkpoint", "workspace"};
     job.runKind = "train";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>&) {

@@ -18,6 +18,9 @@ std::string calibrationRunFile(const JobSpec& spec);
 // when it cannot be read.
 analysis::CalibrationOptions calibrationOptions(const JobSpec& spec);
 
+// The command line of stored run `runId`'s job (commandLine of its JobSpec::ofRun); null for a run that keeps no
+// job (stored before runs kept their job). A resumed calibration's "command".
+nlohmann::json storedCommand(const store::RunStore& store, std::int64_t runId);
 JobDefinition calibrateJob();
 JobDefinition trainJob();
 

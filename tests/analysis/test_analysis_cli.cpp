@@ -123,6 +123,11 @@ void TestAnalysisCli::admitWithCandidatesFileAndThreshold()
     QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
     QCOMPARE(json["decisions"].size(), std::size_t(2));
     QCOMPARE(json["decisions"][0]["candidate"].get<std::string>(), std::string("plain"));
+    std::int64_t admitted = 0;
+    for (const nlohmann::json& decision : json["decisions"]) {
+        admitted += decision["decision"].get<std::string>() == "admit" ? 1 : 0;
+    }
+    QCOMPARE(json["admitted"].get<std::int64_t>(), admitted);
     QCOMPARE(json["decisions"][0]["decision"].get<std::string>(), std::string("admit"));
     QCOMPARE(json["decisions"][1]["threshold"].get<double>(), 0.05);
     const store::RunStore store = store::RunStore::open(store::databasePath(workspace_), store::OpenMode::ReadOnly);

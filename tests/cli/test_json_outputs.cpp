@@ -267,19 +267,37 @@ void TestJsonOutputs::timeToQualityAndCompareObjectives()
 
 void TestJsonOutputs::runJobFile()
 {
-    // A study of two dependent steps: a scan of the tiny student (no KV, no embedding cell: 2 layers x 7 projections =
-    // 14 cells), then a recipe built from it with the scan's id; the arguments are each job's command line.
+    // A study of two dependent steps with the inputs of sensitivityThenRecipeBuild's commands: a scan of the tiny
+    // student, then a recipe built from it with the scan's id; the arguments are each job's command line. A job's
+    // result is what its command's --json prints: each step's result matches that command's fixture.
     const std::string study = path("study.yaml");
     std::ofstream(study) << "steps:\n"
                             "  - id: scan\n    job: sensitivity\n    model: student\n    format: int8\n"
                             "    prompts: "
                          << kResources
-                         << "/prompts/arith-probe.jsonl\n    count: 2\n    max_tokens: 4\n    resamples: 200\n"
-                            "    no_kv: true\n    no_embedding: true\n"
+                         << "/prompts/arith-probe.jsonl\n    count: 4\n    max_tokens: 8\n    resamples: 200\n"
+                            "    no_kv: true\n"
                             "  - id: recipe\n    job: recipe_build\n    scan: ${scan.scan_id}\n    budget: 1000\n"
                             "    out: study-recipe.yaml\n";
     CHECK_FIXTURE(checked, "run-check", inWorkspace({"run", study, "--check"}));
-    CHECK_FIXTURE(ran, "run", inWorkspace({"run", study}));
+    const test::CliResult result = test::runCli(inWorkspace({"--json", "run", study}));
+    QVERIFY2(result.code == 0, result.err.c_str());
+    nlohmann::json ran = nlohmann::json::parse(result.out);
+    const std::vector<std::string> fixtures = {"sensitivity", "recipe-build"};
+    QCOMPARE(ran.at("steps").size(), fixtures.size());
+    for (std::size_t i = 0; i < fixtures.size(); ++i) {
+        nlohmann::json& step = ran.at("steps").at(i);
+        const std::vector<std::string> differences = test::goldenDifferences(
+            step.at("result"), std::string(MISMATCH_SOURCE_DIR) + "/tests/cli/fixtures/" + fixtures[i] + ".json");
+        QVERIFY2(differences.empty(),
+            ("step " + std::to_string(i) + "'s result differs from fixtures/" + fixtures[i] + ".json:\n"
+                + test::joinDifferences(differences))
+                .c_str());
+        step.erase("result");
+    }
+    const std::vector<std::string> differences = test::goldenDifferences(
+        ran, std::string(MISMATCH_SOURCE_DIR) + "/tests/cli/fixtures/run.json");
+    QVERIFY2(differences.empty(), ("mismatch run differs from fixtures/run.json:\n" + test::joinDifferences(differences)).c_str());
 }
 
 void TestJsonOutputs::storeInfoAndRuns()
@@ -295,7 +313,8 @@ void TestJsonOutputs::storeInfoAndRuns()
     QCOMPARE(info.at("path").get<std::string>(), store::databasePath(workspace_));
     // Each run a catalogue job recorded keeps the job (its parameters that differ from the defaults, as the
     // command above gave them; paths absolute): the four analyses, train, calibrate, time-to-quality,
-    // compare-objectives and the study's two steps; the training runs those jobs started have none.
+    // compare-objectives and the study's two steps (its scan's job equals the `sensitivity` command's: the same
+    // inputs); the training runs those jobs started have none.
     CHECK_FIXTURE(runs, "store-runs", inWorkspace({"store", "runs"}));
 }
 

@@ -237,7 +237,7 @@ private slots:
         const auto decisions = store::admissionDecisions(store, screen["run_id"].get<std::int64_t>());
         QCOMPARE(decisions.size(), std::size_t(1));
         QVERIFY2(decisions[0].candidateJson.find(recipe) != std::string::npos, decisions[0].candidateJson.c_str());
-        QCOMPARE(decisions[0].mismatch, screen["decisions"][0]["mismatch"].get<double>());
+        QCOMPARE(decisions[0].mismatch, screen["decisions"][0]["mismatch"]["estimate"].get<double>());
     }
 
     // A step that fails at run time stops the study, named with its place; later steps do not run.
