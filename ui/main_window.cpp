@@ -29,6 +29,7 @@
 #include "ui/run_table_model.h"
 #include "ui/sensitivity_dialog.h"
 #include "ui/sensitivity_view.h"
+#include "ui/spec_job_dialog.h"
 #include "ui/study_dialogs.h"
 #include "ui/training_dialog.h"
 
@@ -489,6 +490,19 @@ void MainWindow::createMenus()
     QAction* import = jobs->addAction(tr("&Import Training Log..."), this, &MainWindow::showImportLogDialog);
     import->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_I));
     jobs->addAction(tr("Compare Two &Runs (Failure Rule)..."), this, &MainWindow::showCompareRunsDialog);
+    // The catalogue's other jobs, each in a dialog built from its parameters (ui/spec_job_dialog.h).
+    QMenu* more = jobs->addMenu(tr("&More Jobs"));
+    more->setObjectName(QStringLiteral("moreJobsMenu"));
+    for (const std::string& kind : specDialogJobs()) {
+        const mismatch::jobs::JobDefinition& job = *mismatch::jobs::findJob(kind);
+        QString title;
+        for (const std::string& word : job.command) {
+            title += (title.isEmpty() ? QString() : QStringLiteral(" ")) + QString::fromStdString(word);
+        }
+        QAction* action = more->addAction(title + QStringLiteral("..."), this, [this, kind] { showSpecJobDialog(kind); });
+        action->setToolTip(QString::fromStdString(job.summary));
+    }
+    more->setToolTipsVisible(true);
     jobs->addSeparator();
     jobs->addAction(tr("R&esume Selected Run"), this, &MainWindow::resumeSelectedRun);
     jobs->addAction(tr("Export Selected Run's &Job File..."), this, &MainWindow::exportSelectedRunJobFile);
@@ -1076,6 +1090,17 @@ void MainWindow::showImportLogDialog()
 {
     auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get());
     openJobDialog(dialog, RunsTab, [] {});
+}
+
+void MainWindow::showSpecJobDialog(const std::string& kind)
+{
+    auto* dialog = new SpecJobDialog(kind, workspaceDirectory_, this, store_.get());
+    if (kind == "report") {
+        dialog->setValue("study", QStringLiteral("workspace"));
+        dialog->setValue("out", QDir(workspaceDirectory_).filePath(QStringLiteral("report")));
+    }
+    // An AIMET import is a sensitivity scan; the other jobs write files and show in the Jobs tab.
+    openJobDialog(dialog, kind == "import_aimet" ? SensitivityTab : JobsTab, [] {});
 }
 
 void MainWindow::showCompareRunsDialog()

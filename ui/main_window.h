@@ -129,6 +129,8 @@ public slots:
     void showCompareObjectivesDialog();
     void showImportLogDialog();
     void showCompareRunsDialog();
+    // A catalogue job without a dialog of its own, in the dialog built from its parameters.
+    void showSpecJobDialog(const std::string& kind);
     // Adds rules keeping these sensitivity cells' modules in BF16 to the recipe editor, and shows it.
     void keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells);
     void copyCliCommand();

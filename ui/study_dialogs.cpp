@@ -605,6 +605,23 @@ QStringList ImportLogDialog::mapEntries() const
     return splitPaths(map_->text());
 }
 
+std::optional<jobs::JobSpec> ImportLogDialog::spec() const
+{
+    // The catalogue's import job of the chosen format (core/jobs/model_jobs.h): the file as the command line names
+    // it (absolute), so that the stored run records the same file.
+    jobs::JobSpec spec("import_" + source_->currentData().toString().toStdString());
+    spec.set("file", absolutePath(file_->path()).toStdString());
+    if (!name_->text().trimmed().isEmpty()) {
+        spec.set("name", name_->text().trimmed().toStdString());
+    }
+    nlohmann::json map = nlohmann::json::array();
+    for (const QString& entry : mapEntries()) {
+        map.push_back(entry.toStdString());
+    }
+    spec.set("map", map);
+    return spec;
+}
+
 std::vector<std::pair<std::string, std::string>> ImportLogDialog::fieldNames() const
 {
     return {{"--map", "Column mapping"}, {"--name", "Run name"}};
@@ -615,18 +632,9 @@ QString ImportLogDialog::check() const
     if (file_->path().isEmpty() || !QFileInfo(file_->path()).isFile()) {
         return tr("Log file: expected a %1 log file (got '%2')").arg(source_->currentText(), file_->path());
     }
-    std::set<QString> columns;
-    for (const QString& entry : mapEntries()) {
-        if (const std::string problem = io::checkMapEntry(entry.toStdString()); !problem.empty()) {
-            return tr("Column mapping: %1").arg(QString::fromStdString(problem));
-        }
-        const QString column = entry.left(entry.lastIndexOf(QLatin1Char('=')));
-        if (!columns.insert(column).second) {
-            return tr("Column mapping: the column %1 is mapped twice").arg(column);
-        }
-        if (entry.endsWith(QLatin1String("=step")) && source_->currentData().toString() != QLatin1String("csv")) {
-            return tr("Column mapping: %1: only a CSV file takes a step column").arg(entry);
-        }
+    // The job's own checks (each mapping entry, a column or measure mapped twice), named by field.
+    if (const QString error = specError(*spec()); !error.isEmpty()) {
+        return error;
     }
     if (store_) {
         try {
@@ -656,46 +664,12 @@ QString ImportLogDialog::jobName() const
 
 QString ImportLogDialog::cliCommand() const
 {
-    QString command
-        = QStringLiteral("mismatch --workspace %1 import %2 %3")
-              .arg(shellQuote(workspace_), source_->currentData().toString(), shellQuote(absolute(file_->path())));
-    if (!name_->text().trimmed().isEmpty()) {
-        command += QStringLiteral(" --name ") + shellQuote(name_->text().trimmed());
-    }
-    for (const QString& entry : mapEntries()) {
-        command += QStringLiteral(" --map ") + shellQuote(entry);
-    }
-    return command;
+    return specCommand(*spec());
 }
 
 JobWorker::Job ImportLogDialog::job() const
 {
-    const io::LogSource source = source_->currentData().toString() == QLatin1String("verl") ? io::LogSource::Verl
-        : source_->currentData().toString() == QLatin1String("tinker")                      ? io::LogSource::Tinker
-                                                                                            : io::LogSource::Csv;
-    io::LogImportOptions options;
-    for (const QString& entry : mapEntries()) {
-        options.map.push_back(entry.toStdString());
-    }
-    // The file as the command line names it (absolute), so that the stored run records the same file.
-    const std::string file = absolute(file_->path()).toStdString();
-    const std::string name = runName().toStdString();
-    return [workspace = workspace_.toStdString(), source, options, file, name](Progress& progress) {
-        progress.update(0.0, "reading " + file);
-        const io::ImportedLog log = io::importLog(source, file, options);
-        store::ExternalRunSpec spec;
-        spec.source = io::toString(source);
-        spec.name = name;
-        spec.file = file;
-        spec.estimatorJson = log.estimatorJson();
-        spec.configJson = log.runConfigJson(file, options.map);
-        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
-        store::storeExternalRun(store, spec, log.steps);
-        progress.update(1.0,
-            std::to_string(log.steps.size()) + " steps imported, " + std::to_string(log.skipped.size())
-                + " lines skipped, " + std::to_string(log.dropped.size()) + " values dropped, "
-                + std::to_string(log.conflicts.size()) + " conflicting values replaced");
-    };
+    return specJob(*spec());
 }
 
 // ---- compare two runs ---------------------------------------------------------------------------------------

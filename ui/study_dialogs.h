@@ -137,6 +137,8 @@ public:
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
+    // The catalogue's import_verl / import_tinker / import_csv job (core/jobs/model_jobs.h).
+    std::optional<jobs::JobSpec> spec() const override;
 
     std::vector<std::pair<std::string, std::string>> fieldNames() const override;
 

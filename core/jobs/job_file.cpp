@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/io/recipe_export.h"
+#include "core/io/yaml_mapping.h"
 #include "core/io/yaml_scalar.h"
 
 #include <yaml-cpp/yaml.h>
@@ -85,6 +86,14 @@ nlohmann::json scalarValue(const Parameter& p, const YAML::Node& node, const std
 
 const std::set<std::string> kStepKeys = {"job", "id"};
 
+// The located-YAML reader (core/io/yaml_mapping.h) with its problems as the job file's InputErrors.
+io::YamlMappingReader yamlReader(const std::string& file)
+{
+    return io::YamlMappingReader([file](const io::SourceLocation& where, const std::string& detail) {
+        throw InputError(file, io::lineColumn(where), detail);
+    });
+}
+
 JobFileStep parseStep(const YAML::Node& node, const std::string& file, bool study)
 {
     if (!node.IsMap()) {
@@ -118,20 +127,27 @@ JobFileStep parseStep(const YAML::Node& node, const std::string& file, bool stud
         }
         step.id = id.Scalar();
     }
+    // Keys: the job's own message for one it does not have, then the located reader's checks (a key that is not
+    // a name, a key given twice: a repeated parameter would otherwise silently take its last value).
+    std::vector<std::string> allowed(kStepKeys.begin(), kStepKeys.end());
     for (const auto& entry : node) {
-        const std::string key = entry.first.Scalar();
-        if (kStepKeys.count(key) > 0) {
-            if (key == "id" && !study) {
-                throw InputError(file, place(entry.first), "'id' belongs to a study's steps (a file with 'steps:')");
-            }
-            continue;
+        const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : std::string();
+        if (key == "id" && !study) {
+            throw InputError(file, place(entry.first), "'id' belongs to a study's steps (a file with 'steps:')");
         }
-        const Parameter* p = definition->parameter(key);
-        if (!p) {
+        if (!key.empty() && kStepKeys.count(key) == 0 && !definition->parameter(key)) {
             throw InputError(file, place(entry.first),
                 "job '" + definition->kind + "' has no parameter '" + key + "' (see `mismatch run --help`)");
         }
-        const YAML::Node& value = entry.second;
+        allowed.push_back(key);
+    }
+    for (const io::YamlEntry& entry : yamlReader(file).entries(node, {"", start.line, start.column}, allowed)) {
+        const std::string& key = entry.key;
+        if (kStepKeys.count(key) > 0) {
+            continue;
+        }
+        const Parameter* p = definition->parameter(key);
+        const YAML::Node& value = entry.value;
         const io::YamlPosition where = io::yamlPosition(value);
         step.places[key] = {where.line, where.column};
         if (value.IsScalar() && isReferenceText(value.Scalar())) {
@@ -193,11 +209,13 @@ JobFile parseJobFile(const std::string& text, const std::string& path)
             throw InputError(path, place(steps), "'steps' must be a non-empty list of jobs");
         }
         for (const auto& entry : root) {
-            if (entry.first.Scalar() != "steps") {
+            if (!entry.first.IsScalar() || entry.first.Scalar() != "steps") {
                 throw InputError(path, place(entry.first), "unknown key '" + entry.first.Scalar()
                         + "' in a study file (it holds 'steps:')");
             }
         }
+        const io::YamlPosition start = io::yamlPosition(root);
+        yamlReader(path).entries(root, {"", start.line, start.column}, {"steps"}); // 'steps' given twice
         std::set<std::string> ids;
         for (const YAML::Node& node : steps) {
             JobFileStep step = parseStep(node, path, true);

@@ -605,7 +605,7 @@ JobDefinition importLogJob(io::LogSource source)
     job.parameters = {
         required(param("file", ParameterType::Path, "FILE", "Log file", "The log file")),
         importNameParameter(),
-        param("map", ParameterType::TextList, "--map", "Column mappings",
+        param("map", ParameterType::TextList, "--map", "Column mapping",
             "Read COLUMN (a logged key or CSV column) as MEASURE: mismatch_kl, k1, k3, k2, loss, reward, accuracy, "
             "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, chi2_token, prob_diff_mean, "
             "prob_diff_max, prob_diff_std, prob_pearson_corr, pg_loss, teacher_kl, step_time_s, step (CSV), or "

@@ -232,6 +232,16 @@ private slots:
             std::string("/work/job.yaml:line 2, column 1: job 'sensitivity' has no parameter 'modle' (see `mismatch "
                         "run --help`)"));
         QVERIFY(error("job: scan\n").find("line 1, column 6: unknown job 'scan'") != std::string::npos);
+        // A parameter given twice is refused at its second place (it would otherwise silently take the last value),
+        // in a job, in a study's step and for a study's 'steps'.
+        QCOMPARE(error("job: sensitivity\nmodel: m\ncount: 4\ncount: 8\n"),
+            std::string("/work/job.yaml:line 4, column 1: duplicate key 'count' (first given at line 3, column 1)"));
+        QVERIFY(error("steps:\n  - id: a\n    job: sensitivity\n    id: b\n")
+                    .find("line 4, column 5: duplicate key 'id' (first given at line 2, column 5)")
+            != std::string::npos);
+        QVERIFY(error("steps:\n  - {id: a, job: sensitivity}\nsteps:\n  - {id: b, job: sensitivity}\n")
+                    .find("line 3, column 1: duplicate key 'steps'")
+            != std::string::npos);
         QVERIFY(error("model: m\n").find("missing 'job:'") != std::string::npos);
         QVERIFY(error("job: admit\nstudents: [a, {b: 1}]\n").find("line 2, column 15: parameter 'students'")
             != std::string::npos);

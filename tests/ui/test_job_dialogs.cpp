@@ -9,6 +9,7 @@
 #include "core/train/zoo.h"
 #include "fixture_workspace.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/shell_words.h"
 #include "tests/common/tiny_student.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/analysis_jobs.h"
@@ -17,6 +18,7 @@
 #include "ui/job_queue.h"
 #include "ui/main_window.h"
 #include "ui/sensitivity_dialog.h"
+#include "ui/spec_job_dialog.h"
 #include "ui/study_dialogs.h"
 #include "core/jobs/experiment_jobs.h"
 
@@ -36,15 +38,12 @@ const QString kResources = QStringLiteral(MISMATCH_SOURCE_DIR "/resources");
 // The spec the CLI reads from a dialog's command line ("mismatch --workspace W ARGS...").
 jobs::JobSpec cliSpec(const QString& command, const QString& workspace)
 {
-    QStringList words = QProcess::splitCommand(command);
-    if (words.size() < 3 || words[0] != "mismatch" || words[1] != "--workspace" || words[2] != workspace) {
+    // Split as the shell a user pastes it into would (single quotes included).
+    const std::vector<std::string> words = test::shellWords(command.toStdString());
+    if (words.size() < 3 || words[0] != "mismatch" || words[1] != "--workspace" || words[2] != workspace.toStdString()) {
         throw std::runtime_error("unexpected command: " + command.toStdString());
     }
-    std::vector<std::string> arguments;
-    for (int i = 3; i < words.size(); ++i) {
-        arguments.push_back(words[i].toStdString());
-    }
-    return cli::parseJobArguments(arguments);
+    return cli::parseJobArguments(std::vector<std::string>(words.begin() + 3, words.end()));
 }
 
 } // namespace
@@ -369,6 +368,111 @@ private slots:
         // A job without a spec has no file to export.
         const int plain = window.jobQueue()->enqueue("plain", "mismatch --version", [](Progress&) {});
         QVERIFY(!window.jobQueue()->exportJobFile(plain, file + ".2", &error));
+    }
+
+    // The catalogue's jobs without a dialog of their own get one built from their parameters: for each, the spec
+    // the dialog builds equals the CLI's parse of the dialog's command; a field's problem is named by its label;
+    // the quantize job run from the dialog and from its exported job file writes the same file.
+    void specDialogsBindTheOtherJobs()
+    {
+        const QString workspace = dir_.path() + "/spec-dialogs";
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace.toStdString()));
+        const QString weights = model_ + "/model.safetensors";
+        const QString aimet = dir_.path() + "/per_layer_quant_enabled.json";
+        QFile file(aimet);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write("{\"model.layers.0.self_attn.q_proj\": 0.5}\n");
+        file.close();
+        // Every value typed as a user would (lists separated as the placeholders say).
+        const std::map<std::string, std::vector<std::pair<std::string, QString>>> inputs = {
+            {"generate",
+                {{"model", model_}, {"prompts", probe_}, {"out", dir_.path() + "/generated.jsonl"},
+                    {"max_tokens", "4"}, {"temperature", "0.7"}, {"stop", "==; 9"}, {"ignore_eos", "true"},
+                    {"precision", "bf16"}}},
+            {"logits", {{"model", model_}, {"prompts", probe_}, {"out", dir_.path() + "/logits.safetensors"},
+                           {"bf16", "true"}}},
+            {"quantize", {{"format", "int8"}, {"input", weights}, {"output", dir_.path() + "/gui-q.safetensors"}}},
+            {"zoo_build", {{"out", dir_.path() + "/zoo"}, {"only", "arith-student"}, {"student_steps", "2"}}},
+            {"zoo_shape", {{"shape", "qwen3-0.6b"}, {"directory", dir_.path() + "/shape"}, {"seed", "3"}}},
+            {"import_aimet", {{"file", aimet}, {"analysis", "enabled"}, {"reference_score", "0.75"},
+                                 {"scheme", "int8 w8a8"}}},
+            {"report", {{"study", "workspace"}, {"out", dir_.path() + "/report"}, {"width", "640"}}},
+        };
+        for (const std::string& kind : ui::specDialogJobs()) {
+            ui::SpecJobDialog dialog(kind, workspace, nullptr, &store);
+            QVERIFY2(inputs.count(kind) == 1, kind.c_str());
+            for (const auto& [name, value] : inputs.at(kind)) {
+                dialog.setValue(name, value);
+            }
+            QVERIFY2(dialog.valid(), qPrintable(QString::fromStdString(kind) + ": " + dialog.errorText()));
+            QVERIFY2(cliSpec(dialog.cliCommand(), workspace) == *dialog.spec(), qPrintable(dialog.cliCommand()));
+            for (const auto& [name, value] : inputs.at(kind)) {
+                QVERIFY2(dialog.spec()->given(name), name.c_str()); // every typed value reached the spec
+            }
+        }
+        ui::SpecJobDialog generate("generate", workspace, nullptr, &store);
+        generate.setValue("model", model_);
+        generate.setValue("prompts", probe_);
+        generate.setValue("out", dir_.path() + "/generated.jsonl");
+        QVERIFY(generate.valid());
+        QCOMPARE(generate.spec()->strings("stop"), std::vector<std::string> {});
+        generate.setValue("stop", "a, b; c");
+        QCOMPARE(generate.spec()->strings("stop"), (std::vector<std::string> {"a, b", "c"}));
+        generate.setValue("max_tokens", "many");
+        QVERIFY2(!generate.valid() && generate.errorText().startsWith("Generated tokens per prompt: "),
+            qPrintable(generate.errorText()));
+        generate.setValue("max_tokens", "0");
+        QVERIFY2(!generate.valid() && generate.errorText().startsWith("Generated tokens per prompt"),
+            qPrintable(generate.errorText()));
+        generate.setValue("max_tokens", "");
+        generate.setValue("prompts", "");
+        QVERIFY2(!generate.valid() && generate.errorText().startsWith("Prompt set"), qPrintable(generate.errorText()));
+        generate.setValue("prompts", probe_);
+        generate.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&generate));
+        fixture::saveScreenshot(generate, "spec_job_dialog_generate.png");
+
+        ui::SpecJobDialog quantize("quantize", workspace, nullptr, &store);
+        quantize.setValue("format", "int8");
+        quantize.setValue("input", weights);
+        quantize.setValue("output", dir_.path() + "/gui-q.safetensors");
+        QVERIFY2(quantize.valid(), qPrintable(quantize.errorText()));
+        Progress progress;
+        quantize.job()(progress);
+        const QString jobFile = dir_.path() + "/quantize.job.yaml";
+        QVERIFY(quantize.exportJobFile(jobFile));
+        QFile::rename(dir_.path() + "/gui-q.safetensors", dir_.path() + "/gui-q-first.safetensors");
+        const auto result = test::runCli({"--workspace", workspace.toStdString(), "run", jobFile.toStdString()});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const auto bytes = [](const QString& path) {
+            QFile in(path);
+            return in.open(QIODevice::ReadOnly) ? in.readAll() : QByteArray();
+        };
+        QVERIFY(!bytes(dir_.path() + "/gui-q-first.safetensors").isEmpty());
+        QCOMPARE(bytes(dir_.path() + "/gui-q.safetensors"), bytes(dir_.path() + "/gui-q-first.safetensors"));
+    }
+
+    // The log import dialog builds the catalogue's import job of the chosen format.
+    void importLogDialogBindsTheImportJob()
+    {
+        const QString workspace = dir_.path() + "/imports";
+        const QString log = dir_.path() + "/metrics.csv";
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write("iteration,k1\n1,0.01\n2,0.02\n");
+        file.close();
+        ui::ImportLogDialog dialog(workspace);
+        for (const char* source : {"verl", "tinker", "csv"}) {
+            dialog.setSource(source);
+            dialog.setFile(log);
+            dialog.setName("imported");
+            dialog.setMap(source == std::string("csv") ? "iteration=step; k1=k3" : "k1=k3");
+            QVERIFY2(dialog.valid(), qPrintable(dialog.errorText()));
+            QCOMPARE(dialog.spec()->kind(), std::string("import_") + source);
+            QVERIFY2(cliSpec(dialog.cliCommand(), workspace) == *dialog.spec(), qPrintable(dialog.cliCommand()));
+        }
+        dialog.setMap("k1=k3; k1=loss");
+        QVERIFY2(!dialog.valid() && dialog.errorText().startsWith("Column mapping: "), qPrintable(dialog.errorText()));
     }
 
 private:
