@@ -495,11 +495,8 @@ void MainWindow::createMenus()
     more->setObjectName(QStringLiteral("moreJobsMenu"));
     for (const std::string& kind : specDialogJobs()) {
         const mismatch::jobs::JobDefinition& job = *mismatch::jobs::findJob(kind);
-        QString title;
-        for (const std::string& word : job.command) {
-            title += (title.isEmpty() ? QString() : QStringLiteral(" ")) + QString::fromStdString(word);
-        }
-        QAction* action = more->addAction(title + QStringLiteral("..."), this, [this, kind] { showSpecJobDialog(kind); });
+        QAction* action
+            = more->addAction(commandTitle(job) + QStringLiteral("..."), this, [this, kind] { showSpecJobDialog(kind); });
         action->setToolTip(QString::fromStdString(job.summary));
     }
     more->setToolTipsVisible(true);

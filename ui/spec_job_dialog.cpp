@@ -68,11 +68,7 @@ SpecJobDialog::SpecJobDialog(
           parent, store)
     , definition_(&jobs::JobSpec(kind).definition())
 {
-    QString title;
-    for (const std::string& word : definition_->command) {
-        title += (title.isEmpty() ? QString() : QStringLiteral(" ")) + QString::fromStdString(word);
-    }
-    setWindowTitle(tr("Job: mismatch %1").arg(title));
+    setWindowTitle(tr("Job: mismatch %1").arg(commandTitle(*definition_)));
     resize(720, 200 + 34 * static_cast<int>(definition_->parameters.size()));
     QFormLayout* form = this->form();
     auto* summary = new QLabel(QString::fromStdString(definition_->summary), this);
@@ -216,11 +212,7 @@ QString SpecJobDialog::readyText() const
 
 QString SpecJobDialog::jobName() const
 {
-    QString name;
-    for (const std::string& word : definition_->command) {
-        name += (name.isEmpty() ? QString() : QStringLiteral(" ")) + QString::fromStdString(word);
-    }
-    return name;
+    return commandTitle(*definition_);
 }
 
 QString SpecJobDialog::cliCommand() const
@@ -231,6 +223,15 @@ QString SpecJobDialog::cliCommand() const
 JobWorker::Job SpecJobDialog::job() const
 {
     return specJob(*spec());
+}
+
+QString commandTitle(const jobs::JobDefinition& job)
+{
+    QStringList words;
+    for (const std::string& word : job.command) {
+        words.push_back(QString::fromStdString(word));
+    }
+    return words.join(QLatin1Char(' '));
 }
 
 std::vector<std::string> specDialogJobs()

@@ -46,6 +46,8 @@ private:
     std::map<std::string, QWidget*> fields_;
 };
 
+// The job's subcommand path as typed after `mismatch` ("recipe build", "zoo shape").
+QString commandTitle(const jobs::JobDefinition& job);
 // The catalogue jobs that have no dialog of their own, in the Jobs menu's order ("generate", "logits", ...).
 std::vector<std::string> specDialogJobs();
 
