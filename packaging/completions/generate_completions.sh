@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Generates the bash and zsh completions of `mismatch` from its help (help_tree.sh walks every subcommand),
 # so that a new subcommand or option is completed without editing anything here.
-# usage: generate_completions.sh PATH_TO_MISMATCH OUT_DIR   (writes OUT_DIR/mismatch and OUT_DIR/_mismatch)
+# usage: generate_completions.sh PATH_TO_MISMATCH|HELP_TREE.tsv OUT_DIR   (writes OUT_DIR/mismatch and OUT_DIR/_mismatch)
 set -euo pipefail
 exe="${1:?usage: generate_completions.sh PATH_TO_MISMATCH OUT_DIR}"
 out="${2:?usage: generate_completions.sh PATH_TO_MISMATCH OUT_DIR}"
@@ -9,7 +9,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mkdir -p "$out"
 tree="$(mktemp)"
 trap 'rm -f "$tree" "$out/mismatch.tmp" "$out/_mismatch.tmp"' EXIT
-"$here/help_tree.sh" "$exe" > "$tree"
+# A help tree already written by help_tree.sh (a .tsv file; the build makes it once for both generators), or the
+# program to walk.
+if [[ "$exe" == *.tsv ]]; then
+  cp "$exe" "$tree"
+else
+  "$here/help_tree.sh" "$exe" > "$tree"
+fi
 
 # What an option's value or a positional completes to: "flag" (no value), "words:a b c" (a choice list),
 # "dir", "file", or "any" (free text or a number: nothing to complete).

@@ -9,9 +9,11 @@
 #   O <path> <names> <type> <choices> <flags> <description>  an option: names space separated ("-w --workspace"),
 #                                                            type empty for a flag, choices comma separated,
 #                                                            flags R (required) and/or M (repeatable)
-# usage: help_tree.sh PATH_TO_MISMATCH
+# usage: help_tree.sh PATH_TO_MISMATCH [OUT.tsv]   (stdout, or OUT.tsv written whole: temporary file + rename; the
+# build writes it once and generate_completions.sh and ../man/generate_manpage.sh both read it)
 set -euo pipefail
-exe="${1:?usage: help_tree.sh PATH_TO_MISMATCH}"
+exe="${1:?usage: help_tree.sh PATH_TO_MISMATCH [OUT.tsv]}"
+out="${2:-}"
 
 parse() {  # parse PATH < help text
   awk -v path="$1" '
@@ -86,4 +88,9 @@ walk() {  # walk WORDS...: the command path below the program
   done
 }
 
-walk
+if [ -n "$out" ]; then
+  walk > "$out.tmp"
+  mv "$out.tmp" "$out"
+else
+  walk
+fi

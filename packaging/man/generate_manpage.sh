@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Generates the man page mismatch.1 (roff) from the help of `mismatch` and of every subcommand, walked by
 # ../completions/help_tree.sh, so that the page lists exactly the commands and options the program has.
-# usage: generate_manpage.sh PATH_TO_MISMATCH VERSION OUT_FILE
+# usage: generate_manpage.sh PATH_TO_MISMATCH|HELP_TREE.tsv VERSION OUT_FILE
 set -euo pipefail
 exe="${1:?usage: generate_manpage.sh PATH_TO_MISMATCH VERSION OUT_FILE}"
 version="${2:?usage: generate_manpage.sh PATH_TO_MISMATCH VERSION OUT_FILE}"
@@ -9,7 +9,13 @@ out="${3:?usage: generate_manpage.sh PATH_TO_MISMATCH VERSION OUT_FILE}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tree="$(mktemp)"
 trap 'rm -f "$tree" "$out.tmp"' EXIT
-"$here/../completions/help_tree.sh" "$exe" > "$tree"
+# A help tree already written by help_tree.sh (a .tsv file; the build makes it once for both generators), or the
+# program to walk.
+if [[ "$exe" == *.tsv ]]; then
+  cp "$exe" "$tree"
+else
+  "$here/../completions/help_tree.sh" "$exe" > "$tree"
+fi
 
 awk -F'\t' -v version="$version" '
   # roff text: backslashes printed literally, hyphens as minus signs (so that options can be searched and
