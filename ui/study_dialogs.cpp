@@ -559,6 +559,7 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     source_->addItem(tr("verl (file logger JSONL)"), QStringLiteral("verl"));
     source_->addItem(tr("Tinker (metrics.jsonl)"), QStringLiteral("tinker"));
     source_->addItem(tr("CSV"), QStringLiteral("csv"));
+    source_->addItem(tr("TensorBoard (events.out.tfevents.*)"), QStringLiteral("tensorboard"));
     form->addRow(tr("Log format:"), source_);
     file_ = addPicker(PickKind::AnyFile, tr("Log file:"), QStringLiteral("importFile"));
     name_ = new QLineEdit(this);

@@ -1,5 +1,7 @@
 #include "core/io/import_log.h"
 
+#include "core/io/tensorboard_events.h"
+
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 
@@ -11,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -48,6 +51,15 @@ const char* kK2Tinker = "k2: mean over action tokens of (log mu(y) - log pi(y))^
 const char* kTeacherKlTinker = "k1 to the teacher: mean over action tokens of log mu(y) - log teacher(y) with mu the "
                                "sampler's log-probabilities (not the trainer's); the OPD objective, not a mismatch";
 
+// NeMo-RL: nemo_rl/algorithms/loss_functions.py (ClippedPGLossFn) logs these per step as train/...: mu is the
+// generation log-probability, pi the trainer's (prev_logprobs).
+const char* kMultProbError = "token mean of exp(|log mu(y) - log pi(y)|) over response tokens (NeMo-RL's "
+                             "token_mult_prob_error): 1 when engine and trainer agree; not a KL";
+const char* kGenKl = "sampled-token estimate of KL(mu || pi), token mean, of the run's reference_policy_kl_type (k1, "
+                     "k2 or k3; not in the log) (NeMo-RL's gen_kl_error)";
+const char* kPolicyKl = "sampled-token estimate of KL(pi || mu), token mean, of the run's reference_policy_kl_type "
+                        "(NeMo-RL's policy_kl_error): the reverse direction, not the mismatch KL(mu || pi)";
+
 std::vector<ImportMeasure> buildMeasures()
 {
     return {
@@ -74,6 +86,9 @@ std::vector<ImportMeasure> buildMeasures()
         {"teacher_kl", false, false, kNats,
             "k1 to the teacher: mean of log student(y) - log teacher(y) (the OPD objective, not a mismatch)"},
         {"step_time_s", false, false, "seconds", "seconds the step took"},
+        {"mult_prob_error", false, false, "ratio (>= 1)", kMultProbError},
+        {"gen_kl", false, false, kNats, kGenKl},
+        {"policy_kl", false, false, kNats, kPolicyKl},
     };
 }
 
@@ -109,6 +124,12 @@ std::vector<KnownKey> buildKnownKeys()
         {S::Tinker, "env/all/reward/total", "reward", "mean total episode reward"},
         {S::Tinker, "env/all/correct", "accuracy", "fraction of episodes the environment judged correct"},
         {S::Tinker, "time/total", "step_time_s", "seconds the step took"},
+        // NeMo-RL's tensorboard logger (tags as its metrics dict names them).
+        {S::TensorBoard, "train/token_mult_prob_error", "mult_prob_error", kMultProbError},
+        {S::TensorBoard, "train/gen_kl_error", "gen_kl", kGenKl},
+        {S::TensorBoard, "train/policy_kl_error", "policy_kl", kPolicyKl},
+        {S::TensorBoard, "train/loss", "loss", "NeMo-RL's training loss"},
+        {S::TensorBoard, "train/reward", "reward", "NeMo-RL's mean reward"},
     };
 }
 
@@ -937,6 +958,7 @@ std::string toString(LogSource source)
     case LogSource::Verl: return "verl";
     case LogSource::Tinker: return "tinker";
     case LogSource::Csv: return "csv";
+    case LogSource::TensorBoard: return "tensorboard";
     }
     return "csv";
 }
@@ -988,7 +1010,8 @@ std::vector<KnownKey> knownKeys(LogSource source)
     static const std::vector<KnownKey> all = buildKnownKeys();
     std::vector<KnownKey> keys;
     for (const auto& key : all) {
-        if (key.source == source) {
+        // An event file may be verl's (its tensorboard logger writes the file logger's keys as tags) or NeMo-RL's.
+        if (key.source == source || (source == LogSource::TensorBoard && key.source == LogSource::Verl)) {
             keys.push_back(key);
         }
     }
@@ -1041,10 +1064,49 @@ std::string ImportedLog::runConfigJson(const std::string& absoluteFile, const st
     return config.dump();
 }
 
+// An event file: each record's scalars are one "line" (its record number), the step its Event's step.
+ImportedLog importTensorBoard(const std::string& path, const LogImportOptions& options)
+{
+    LogReader reader(LogSource::TensorBoard, path);
+    reader.setMappings(keyValueMappings(LogSource::TensorBoard, parseMapEntries(options)));
+    const TensorBoardEvents events = parseTensorBoardEvents(readInputFile(path, limits::kImportFile, "event file"));
+    std::size_t problem = 0;
+    const auto reportProblemsBefore = [&](std::int64_t record) {
+        for (; problem < events.problems.size() && events.problems[problem].record <= record; ++problem) {
+            const TensorBoardProblem& p = events.problems[problem];
+            reader.skip(p.record, "byte " + std::to_string(p.offset) + ": " + p.reason);
+        }
+    };
+    for (std::size_t i = 0; i < events.scalars.size();) {
+        const std::int64_t record = events.scalars[i].record;
+        reportProblemsBefore(record);
+        Value step;
+        step.kind = Value::Number;
+        step.number = static_cast<double>(events.scalars[i].step);
+        std::vector<std::pair<std::string, Value>> values;
+        for (; i < events.scalars.size() && events.scalars[i].record == record; ++i) {
+            Value value;
+            value.number = events.scalars[i].value;
+            value.kind = std::isfinite(value.number) ? Value::Number : Value::NonFinite;
+            if (value.kind == Value::NonFinite) {
+                value.text = std::isnan(value.number) ? "NaN" : (value.number > 0 ? "Infinity" : "-Infinity");
+            }
+            values.emplace_back(events.scalars[i].tag, value);
+        }
+        ++reader.result().linesRead;
+        reader.record(record, step, values);
+    }
+    reportProblemsBefore(std::numeric_limits<std::int64_t>::max());
+    return reader.finish();
+}
+
 ImportedLog importLog(LogSource source, const std::string& path, const LogImportOptions& options)
 {
     if (source == LogSource::Csv) {
         return importCsv(path, options);
+    }
+    if (source == LogSource::TensorBoard) {
+        return importTensorBoard(path, options);
     }
     return importJsonLines(source, path, options);
 }

@@ -40,8 +40,10 @@
 
 namespace mismatch::io {
 
-enum class LogSource { Verl, Tinker, Csv };
-std::string toString(LogSource source); // "verl", "tinker", "csv"
+// TensorBoard: an event file (events.out.tfevents.*) of verl's or NeMo-RL's tensorboard logger
+// (core/io/tensorboard_events.h); its "lines" are the file's records (1-based record numbers).
+enum class LogSource { Verl, Tinker, Csv, TensorBoard };
+std::string toString(LogSource source); // "verl", "tinker", "csv", "tensorboard"
 
 // A measure an imported value can land in.
 struct ImportMeasure {

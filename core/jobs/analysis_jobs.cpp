@@ -652,7 +652,7 @@ const std::vector<JobDefinition>& catalogue()
         = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
             timeToQualityJob(), compareObjectivesJob(), demoJob(), reportJob(), generateJob(), logitsJob(), quantizeJob(),
             zooBuildJob(), zooShapeJob(), importLogJob(io::LogSource::Verl), importLogJob(io::LogSource::Tinker),
-            importLogJob(io::LogSource::Csv), importAimetJob()};
+            importLogJob(io::LogSource::Csv), importLogJob(io::LogSource::TensorBoard), importAimetJob()};
     return jobs;
 }
 

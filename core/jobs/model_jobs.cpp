@@ -426,9 +426,10 @@ namespace {
 
 io::LogSource logSource(const std::string& kind)
 {
-    return kind == "import_tinker" ? io::LogSource::Tinker
-        : kind == "import_csv"     ? io::LogSource::Csv
-                                   : io::LogSource::Verl;
+    return kind == "import_tinker"    ? io::LogSource::Tinker
+        : kind == "import_csv"         ? io::LogSource::Csv
+        : kind == "import_tensorboard" ? io::LogSource::TensorBoard
+                                       : io::LogSource::Verl;
 }
 
 std::string absolutePath(const std::string& file)
@@ -599,8 +600,12 @@ JobDefinition importLogJob(io::LogSource source)
         : source == io::LogSource::Tinker
         ? "Tinker metrics.jsonl (lines {\"step\": N, ...}): optim/kl_sample_train_v1 -> k1, optim/kl_sample_train_v2 "
           "-> k2; num_substeps and async_config of the config.json beside it are recorded with the run"
-        : "CSV with a header row and a step column; columns named like a measure or a verl/Tinker key are read, "
-          "others with --map";
+        : source == io::LogSource::Csv
+        ? "CSV with a header row and a step column; columns named like a measure or a verl/Tinker key are read, "
+          "others with --map"
+        : "TensorBoard event file (events.out.tfevents.*) of verl's or NeMo-RL's tensorboard logger: scalar tags as "
+          "verl's keys, and NeMo-RL's train/token_mult_prob_error -> mult_prob_error, train/gen_kl_error -> gen_kl, "
+          "train/policy_kl_error -> policy_kl (records with a bad CRC are skipped and reported)";
     JobDefinition job = definition("import_" + name, {"import", name}, summary);
     job.parameters = {
         required(param("file", ParameterType::Path, "FILE", "Log file", "The log file")),

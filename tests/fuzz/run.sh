@@ -16,7 +16,7 @@ set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-all_targets=(safetensors config tokenizer recipe prompts runfile candidates import)
+all_targets=(safetensors config tokenizer recipe prompts runfile candidates import tensorboard)
 
 if [ $# -lt 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: $0 BUILD_DIR SECONDS_PER_TARGET [TARGET...]   (targets: ${all_targets[*]})" >&2

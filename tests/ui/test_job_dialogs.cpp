@@ -462,7 +462,7 @@ private slots:
         file.write("iteration,k1\n1,0.01\n2,0.02\n");
         file.close();
         ui::ImportLogDialog dialog(workspace);
-        for (const char* source : {"verl", "tinker", "csv"}) {
+        for (const char* source : {"verl", "tinker", "csv", "tensorboard"}) {
             dialog.setSource(source);
             dialog.setFile(log);
             dialog.setName("imported");

@@ -1,0 +1,243 @@
+// TensorBoard event files (core/io/tensorboard_events.h) and their import (`mismatch import tensorboard`). The
+// files are written here by an encoder of the formats written from their descriptions, independently of the
+// reader: TFRecord framing (tensorflow/core/lib/io/record_writer.cc: uint64 length, masked CRC-32C of it, data,
+// masked CRC-32C of the data; masked = rotate right 15 + 0xa282ead8), tensorflow/core/util/event.proto (Event:
+// wall_time 1, step 2, file_version 3, summary 5), tensorflow/core/framework/summary.proto (Summary.value 1;
+// Value: tag 1, simple_value 2, histo 5, tensor 8) and tensor.proto (dtype 1, tensor_shape 2, tensor_content 4,
+// float_val 5, double_val 6). The CRC is checked against the published CRC-32C check values (RFC 3720 B.4 and the
+// "123456789" check value 0xE3069283) with a bitwise loop, not the reader's table. The tags are those NeMo-RL's
+// tensorboard logger writes (nemo_rl/algorithms/loss_functions.py: train/token_mult_prob_error,
+// train/gen_kl_error, ...) and verl's (its tensorboard backend logs the file logger's keys as tags).
+#include "core/common/error.h"
+#include "core/io/import_log.h"
+#include "core/io/tensorboard_events.h"
+#include "tests/common/cli_runner.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
+
+using namespace mismatch;
+
+namespace {
+
+// ---- an encoder, from the format descriptions -----------------------------------------------------------------
+
+std::uint32_t bitwiseCrc32c(const std::string& bytes)
+{
+    std::uint32_t crc = 0xFFFFFFFFu;
+    for (const char c : bytes) {
+        crc ^= static_cast<unsigned char>(c);
+        for (int bit = 0; bit < 8; ++bit) {
+            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+        }
+    }
+    return ~crc;
+}
+
+std::uint32_t masked(const std::string& bytes)
+{
+    const std::uint32_t crc = bitwiseCrc32c(bytes);
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+std::string littleEndian(std::uint64_t value, int bytes)
+{
+    std::string out;
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+    return out;
+}
+
+std::string varint(std::uint64_t value)
+{
+    std::string out;
+    while (value >= 0x80) {
+        out.push_back(static_cast<char>((value & 0x7F) | 0x80));
+        value >>= 7;
+    }
+    out.push_back(static_cast<char>(value));
+    return out;
+}
+
+std::string key(int field, int type) { return varint(static_cast<std::uint64_t>(field) << 3 | static_cast<std::uint64_t>(type)); }
+std::string lengthDelimited(int field, const std::string& bytes) { return key(field, 2) + varint(bytes.size()) + bytes; }
+std::string floatBits(float f)
+{
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &f, 4);
+    return littleEndian(bits, 4);
+}
+std::string doubleBits(double d)
+{
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &d, 8);
+    return littleEndian(bits, 8);
+}
+
+std::string simpleValue(const std::string& tag, float value)
+{
+    return lengthDelimited(1, lengthDelimited(1, tag) + key(2, 5) + floatBits(value));
+}
+// A scalar tensor as TensorFlow 2 writes it: dtype, an empty shape, the value in float_val / tensor_content.
+std::string floatTensorValue(const std::string& tag, float value)
+{
+    const std::string tensor = key(1, 0) + varint(1) + lengthDelimited(2, "") + lengthDelimited(5, floatBits(value));
+    return lengthDelimited(1, lengthDelimited(1, tag) + lengthDelimited(8, tensor));
+}
+std::string doubleContentValue(const std::string& tag, double value)
+{
+    const std::string tensor = key(1, 0) + varint(2) + lengthDelimited(2, "") + lengthDelimited(4, doubleBits(value));
+    return lengthDelimited(1, lengthDelimited(1, tag) + lengthDelimited(8, tensor));
+}
+// A histogram (not a scalar): its HistogramProto holds min = 1 (field 1, double).
+std::string histogramValue(const std::string& tag)
+{
+    return lengthDelimited(1, lengthDelimited(1, tag) + lengthDelimited(5, key(1, 1) + doubleBits(1.0)));
+}
+
+std::string eventBytes(std::int64_t step, const std::string& summaryValues, double wallTime = 1.7e9)
+{
+    return key(1, 1) + doubleBits(wallTime) + key(2, 0) + varint(static_cast<std::uint64_t>(step))
+        + lengthDelimited(5, summaryValues);
+}
+
+std::string record(const std::string& data)
+{
+    const std::string length = littleEndian(data.size(), 8);
+    return length + littleEndian(masked(length), 4) + data + littleEndian(masked(data), 4);
+}
+
+} // namespace
+
+class TestTensorBoardImport : public QObject {
+    Q_OBJECT
+
+private slots:
+    void crcMatchesThePublishedCheckValues()
+    {
+        const auto crc = [](const std::string& text) {
+            return io::crc32c(reinterpret_cast<const unsigned char*>(text.data()), text.size());
+        };
+        QCOMPARE(crc("123456789"), 0xE3069283u);
+        QCOMPARE(crc(std::string(32, '\0')), 0x8A9136AAu); // RFC 3720 B.4
+        QCOMPARE(crc(std::string(32, '\xFF')), 0x62A8AB43u);
+        std::string ascending;
+        for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
+        QCOMPARE(crc(ascending), 0x46DD794Eu);
+        QCOMPARE(bitwiseCrc32c("123456789"), 0xE3069283u); // the test's own encoder agrees
+    }
+
+    void readsScalarsAndReportsBadRecords()
+    {
+        std::string file = record(key(1, 1) + doubleBits(1.7e9) + lengthDelimited(3, "brain.Event:2"));
+        file += record(eventBytes(1,
+            simpleValue("train/token_mult_prob_error", 1.25f) + floatTensorValue("train/gen_kl_error", 0.001f)
+                + histogramValue("train/logprob_histogram")));
+        file += record(eventBytes(2, doubleContentValue("rollout_corr/kl", 0.0123456789)));
+        std::string corrupt = record(eventBytes(3, simpleValue("train/loss", 7.0f)));
+        corrupt[corrupt.size() - 6] ^= 0x01; // a byte of the data: its CRC no longer matches
+        file += corrupt;
+        const std::string last = record(eventBytes(4, simpleValue("train/loss", 0.5f)));
+        file += last.substr(0, last.size() - 3); // a writer still writing
+        const io::TensorBoardEvents events = io::parseTensorBoardEvents(file);
+        QCOMPARE(events.records, std::int64_t(4)); // the truncated fifth is not framed
+        QCOMPARE(events.summaryRecords, std::int64_t(2));
+        QCOMPARE(events.nonScalarValues, std::int64_t(1));
+        QCOMPARE(events.scalars.size(), std::size_t(3));
+        QCOMPARE(events.scalars[0].tag, std::string("train/token_mult_prob_error"));
+        QCOMPARE(events.scalars[0].value, 1.25); // exact in a float
+        QCOMPARE(events.scalars[0].step, std::int64_t(1));
+        QCOMPARE(events.scalars[0].record, std::int64_t(2));
+        QCOMPARE(events.scalars[0].wallTime, 1.7e9);
+        QCOMPARE(events.scalars[1].value, static_cast<double>(0.001f));
+        QCOMPARE(events.scalars[2].value, 0.0123456789); // a double, bit for bit
+        QCOMPARE(events.scalars[2].step, std::int64_t(2));
+        QCOMPARE(events.problems.size(), std::size_t(2));
+        QCOMPARE(events.problems[0].record, std::int64_t(4));
+        QVERIFY(events.problems[0].reason.find("data CRC") != std::string::npos);
+        QCOMPARE(events.problems[1].record, std::int64_t(5));
+        QVERIFY(events.problems[1].reason.find("past the end of the file") != std::string::npos);
+        QCOMPARE(events.problems[1].offset, static_cast<std::uint64_t>(file.size() - (last.size() - 3)));
+
+        // Not an event file at all: the first length CRC fails and reading stops there.
+        const io::TensorBoardEvents text = io::parseTensorBoardEvents("{\"step\": 1, \"data\": {}}\n");
+        QCOMPARE(text.records, std::int64_t(0));
+        QCOMPARE(text.problems.size(), std::size_t(1));
+        QVERIFY(text.problems[0].reason.find("not a TFRecord event file") != std::string::npos);
+        // A framed record whose protobuf is cut: skipped, named.
+        const io::TensorBoardEvents cut = io::parseTensorBoardEvents(record(eventBytes(1, simpleValue("a", 1.0f)).substr(0, 15)));
+        QCOMPARE(cut.problems.size(), std::size_t(1));
+        QVERIFY(cut.problems[0].reason.find("malformed") != std::string::npos);
+    }
+
+    void importsNemoRlAndVerlTags()
+    {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/events.out.tfevents.1700000000.host").toStdString();
+        std::string file = record(key(1, 1) + doubleBits(1.7e9) + lengthDelimited(3, "brain.Event:2"));
+        file += record(eventBytes(1,
+            simpleValue("train/token_mult_prob_error", 1.25f) + simpleValue("train/gen_kl_error", 0.5f)
+                + simpleValue("train/loss", std::numeric_limits<float>::quiet_NaN())
+                + simpleValue("train/some_other_metric", 3.0f)));
+        file += record(eventBytes(2, simpleValue("train/reward", 0.75f) + simpleValue("rollout_corr/kl", 0.25f)));
+        file += record(eventBytes(2, simpleValue("train/reward", 0.875f))); // a second record of step 2: merged
+        std::ofstream(path, std::ios::binary) << file;
+
+        const io::ImportedLog log = io::importLog(io::LogSource::TensorBoard, path);
+        QCOMPARE(log.linesRead, std::int64_t(3));
+        QCOMPARE(log.steps.size(), std::size_t(2));
+        QCOMPARE(log.steps[0].step, std::int64_t(1));
+        const nlohmann::json extras = nlohmann::json::parse(log.steps[0].extrasJson);
+        QCOMPARE(extras.at("mult_prob_error").get<double>(), 1.25);
+        QCOMPARE(extras.at("gen_kl").get<double>(), 0.5);
+        QVERIFY(!log.steps[0].loss); // NaN: dropped, reported
+        QCOMPARE(log.dropped.size(), std::size_t(1));
+        QCOMPARE(log.dropped[0].key, std::string("train/loss"));
+        QCOMPARE(log.dropped[0].line, std::int64_t(2)); // record 2
+        QCOMPARE(*log.steps[1].reward, 0.875); // the later record wins, reported as a conflict
+        QCOMPARE(log.conflicts.size(), std::size_t(1));
+        QCOMPARE(*log.steps[1].k1, 0.25); // verl's tag read as verl's k1
+        QCOMPARE(log.linesMerged, std::int64_t(1));
+        QCOMPARE(log.unmappedKeys, std::vector<std::string> {"train/some_other_metric"});
+        bool named = false;
+        for (const io::MappedMetric& metric : log.metrics) {
+            if (metric.key == "train/token_mult_prob_error") {
+                named = metric.measure == "mult_prob_error"
+                    && metric.estimator.find("exp(|log mu(y) - log pi(y)|)") != std::string::npos;
+            }
+        }
+        QVERIFY(named);
+
+        // Through the command: the run is stored with its source.
+        const std::string workspace = (dir.path() + "/ws").toStdString();
+        const test::CliResult result = test::runCli(
+            {"--workspace", workspace, "--json", "import", "tensorboard", path, "--map", "train/some_other_metric=k3"});
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const nlohmann::json json = test::parseJson(result.out);
+        QCOMPARE(json.at("source").get<std::string>(), std::string("tensorboard"));
+        QCOMPARE(json.at("steps_imported").get<int>(), 2);
+        QCOMPARE(json.at("lines_read").get<int>(), 3);
+
+        // A file with no usable record is refused, naming the file and why.
+        const std::string empty = (dir.path() + "/events.out.tfevents.empty").toStdString();
+        std::ofstream(empty, std::ios::binary) << "not an event file";
+        try {
+            io::importLog(io::LogSource::TensorBoard, empty);
+            QFAIL("a file without records was imported");
+        } catch (const InputError& error) {
+            const std::string what = error.what();
+            QVERIFY2(what.find(empty) != std::string::npos && what.find("not a TFRecord event file") != std::string::npos,
+                what.c_str());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTensorBoardImport)
+#include "test_tensorboard_import.moc"
