@@ -29,6 +29,7 @@
 #include "ui/run_table_model.h"
 #include "ui/sensitivity_dialog.h"
 #include "ui/sensitivity_view.h"
+#include "ui/export_dialog.h"
 #include "ui/spec_job_dialog.h"
 #include "ui/study_dialogs.h"
 #include "ui/training_dialog.h"
@@ -433,12 +434,10 @@ void MainWindow::createMenus()
     QMenu* exportRecipe = file->addMenu(tr("E&xport Recipe For"));
     for (const std::string& name : io::exportTargetChoices()) {
         const char* target = name.c_str();
-        exportRecipe->addAction(QString::fromLatin1(target), this, [this, target = QString::fromLatin1(target)] {
-            const QString path = QFileDialog::getSaveFileName(this, tr("Export recipe for %1").arg(target));
-            if (!path.isEmpty() && !recipeEditor_->exportFor(target, path)) {
-                showError(tr("Recipe not exported"), recipeEditor_->lastError());
-            }
-        });
+        // The export dialog (ui/export_dialog.h): the config file and the ready-to-run files for the target, to copy
+        // or save.
+        exportRecipe->addAction(QString::fromLatin1(target) + QStringLiteral("..."), this,
+            [this, target = QString::fromLatin1(target)] { showExportDialog(target); });
     }
     file->addSeparator();
     QAction* exportPlot = file->addAction(tr("&Export Plot..."), this, &MainWindow::exportCurrentPlot);
@@ -1087,6 +1086,21 @@ void MainWindow::showImportLogDialog()
 {
     auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get());
     openJobDialog(dialog, RunsTab, [] {});
+}
+
+void MainWindow::showExportDialog(const QString& target)
+{
+    if (!recipeEditor_->plan()) {
+        showError(tr("Recipe not exported"),
+            tr("The recipe must resolve for a model first: choose the model in the Recipe tab (the ignored-module "
+               "lists name every module of that model)."));
+        return;
+    }
+    auto* dialog = new ExportDialog(recipeEditor_->recipe(), *recipeEditor_->plan(), recipeEditor_->filePath(),
+        recipeEditor_->modelDirectory(), this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setTarget(target);
+    dialog->open();
 }
 
 void MainWindow::showSpecJobDialog(const std::string& kind)

@@ -131,6 +131,8 @@ public slots:
     void showCompareRunsDialog();
     // A catalogue job without a dialog of its own, in the dialog built from its parameters.
     void showSpecJobDialog(const std::string& kind);
+    // File > Export Recipe For > TARGET: the export dialog for the recipe in the editor.
+    void showExportDialog(const QString& target);
     // Adds rules keeping these sensitivity cells' modules in BF16 to the recipe editor, and shows it.
     void keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells);
     void copyCliCommand();

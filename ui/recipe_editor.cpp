@@ -627,6 +627,13 @@ const model::ModelConfig* RecipeEditor::modelConfig() const
         : nullptr;
 }
 
+QString RecipeEditor::modelDirectory() const
+{
+    return modelIndex_ >= 0 && modelIndex_ < static_cast<int>(models_.size())
+        ? models_[static_cast<size_t>(modelIndex_)].directory
+        : QString();
+}
+
 void RecipeEditor::setRecipe(const Recipe& recipe, const QString& filePath)
 {
     undoStack_->clear();

@@ -87,6 +87,8 @@ public:
     void setModels(const std::vector<RecipeModel>& models);
     bool selectModel(const QString& name);
     const model::ModelConfig* modelConfig() const;
+    // The chosen model's directory ("" when none is chosen).
+    QString modelDirectory() const;
 
     // Replaces the recipe (clears undo history).
     void setRecipe(const quant::Recipe& recipe, const QString& filePath = {});

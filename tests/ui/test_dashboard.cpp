@@ -2,6 +2,7 @@
 // saved as a screenshot under MISMATCH_TEST_OUTPUT: runs (per-run plot with quality, overlay), models and
 // prompt sets, the recipe editor (edited in its table, saved, accepted unchanged by `mismatch recipe check`),
 // the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports.
+#include "core/io/recipe_export.h"
 #include "core/quant/recipe.h"
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
@@ -9,6 +10,7 @@
 #include "ui/admission_view.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
+#include "ui/export_dialog.h"
 #include "ui/library_panels.h"
 #include "ui/main_window.h"
 #include "ui/plot_export.h"
@@ -23,6 +25,7 @@
 
 #include <QApplication>
 #include <QComboBox>
+#include <QDir>
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QMimeData>
@@ -449,6 +452,42 @@ void TestDashboard::recipeEditedInTableSavesCheckableFile()
         = test::runCli({"export", shipped.toStdString(), "--to", "vllm", "--model", modelDir.toStdString()});
     QVERIFY2(exported.code == 0, exported.err.c_str());
     QCOMPARE(readFile(out.filePath("vllm.json")).trimmed(), QString::fromStdString(exported.out).trimmed());
+    // The export dialog (File > Export Recipe For > TARGET) shows every file `mismatch export --out DIR` writes for
+    // each target (the config file, the ready-to-run files, README.txt), or why the target cannot express the
+    // recipe when the command refuses it too; Save to Folder writes the same files.
+    {
+        ui::ExportDialog dialog(editor->recipe(), *editor->plan(), shipped, modelDir);
+        int exported = 0;
+        for (const std::string& target : io::exportTargetChoices()) {
+            dialog.setTarget(QString::fromStdString(target));
+            const QString dir = out.filePath(QString::fromStdString("cli-" + target));
+            const test::CliResult cli = test::runCli({"export", shipped.toStdString(), "--to", target, "--model",
+                modelDir.toStdString(), "--out", dir.toStdString()});
+            if (cli.code != 0) {
+                QVERIFY2(dialog.files().empty() && !dialog.errorText().isEmpty(), target.c_str());
+                continue;
+            }
+            ++exported;
+            QVERIFY2(!dialog.files().empty(), qPrintable(dialog.errorText()));
+            QCOMPARE(QDir(dir).entryList(QDir::Files).size(), static_cast<int>(dialog.files().size()));
+            for (const io::ExportFile& file : dialog.files()) {
+                QCOMPARE(readFile(dir + "/" + QString::fromStdString(file.name)), QString::fromStdString(file.text));
+            }
+            QVERIFY(dialog.commandText().startsWith(
+                QStringLiteral("mismatch export %1 --to %2 --model %3").arg(shipped, QString::fromStdString(target), modelDir)));
+        }
+        QVERIFY(exported >= 4);
+        dialog.setTarget("vllm");
+        QCOMPARE(dialog.currentText(), QString::fromStdString(dialog.files().front().text)); // the config file first
+        QString error;
+        QVERIFY2(dialog.saveTo(out.filePath("gui-export"), &error), qPrintable(error));
+        QCOMPARE(readFile(out.filePath("gui-export/README.txt")), readFile(out.filePath("cli-vllm/README.txt")));
+        dialog.setVllmForm("checkpoint");
+        QVERIFY(dialog.commandText().contains("--vllm-form checkpoint"));
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        saveScreenshot(dialog, "export_dialog_vllm.png");
+    }
     QVERIFY(!editor->exportFor("tensorrt", out.filePath("x.json")));
     QVERIFY2(editor->lastError().contains("tensorrt"), qPrintable(editor->lastError()));
     // JSON too.

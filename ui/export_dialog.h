@@ -1,0 +1,64 @@
+#pragma once
+// File > Export Recipe: the recipe resolved for the chosen model, as a target tool reads it and as a person runs
+// it. For the chosen target (vLLM, SGLang, llm-compressor, compressed-tensors, verl, ModelOpt) and its form, every
+// file `mismatch export --out DIR` writes is shown in a tab (the config file, the ready-to-run command lines,
+// scripts and override blocks, README.txt), with the warnings (where the target runs something other than the
+// recipe) above; "Copy" copies the shown file, "Save to Folder..." writes them all (each through a temporary file),
+// and the equivalent `mismatch export` command is shown. A recipe the target cannot express shows why instead.
+#include "core/io/recipe_export.h"
+#include "core/quant/recipe.h"
+
+#include <QDialog>
+
+#include <optional>
+#include <vector>
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QTabWidget;
+
+namespace mismatch::ui {
+
+class ExportDialog : public QDialog {
+    Q_OBJECT
+public:
+    // `recipeFile`: where the recipe is saved ("" when unsaved: the command then names RECIPE); `modelDirectory`:
+    // the model it is resolved for (written into the ready-to-run commands).
+    ExportDialog(const quant::Recipe& recipe, const quant::RecipePlan& plan, const QString& recipeFile,
+        const QString& modelDirectory, QWidget* parent = nullptr);
+
+    void setTarget(const QString& target); // "vllm", "sglang", ...
+    void setVllmForm(const QString& form); // online | checkpoint
+    void setVerlRollout(const QString& rollout); // vllm | sglang
+    // The files shown (empty when the target cannot express the recipe: errorText() says why).
+    const std::vector<io::ExportFile>& files() const { return files_; }
+    QString errorText() const;
+    QString warningsText() const;
+    QString commandText() const;
+    // The file in the current tab, as "Copy" puts it on the clipboard.
+    QString currentText() const;
+    // Writes every file into `directory`; false with `error` set when it cannot.
+    bool saveTo(const QString& directory, QString* error = nullptr) const;
+
+private:
+    void refresh();
+
+    quant::Recipe recipe_;
+    quant::RecipePlan plan_;
+    QString recipeFile_;
+    QString modelDirectory_;
+    std::vector<io::ExportFile> files_;
+    QComboBox* target_ = nullptr;
+    QComboBox* vllmForm_ = nullptr;
+    QComboBox* verlRollout_ = nullptr;
+    QLabel* error_ = nullptr;
+    QLabel* warnings_ = nullptr;
+    QLabel* command_ = nullptr;
+    QTabWidget* tabs_ = nullptr;
+    QPushButton* copy_ = nullptr;
+    QPushButton* save_ = nullptr;
+};
+
+} // namespace mismatch::ui
