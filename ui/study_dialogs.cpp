@@ -31,6 +31,8 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QHeaderView>
+#include <QTableWidget>
 #include <QVBoxLayout>
 
 #include <nlohmann/json.hpp>
@@ -573,7 +575,99 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     watch(source_);
     watch(name_);
     watch(map_);
+    previewSummary_ = new QLabel(this);
+    previewSummary_->setObjectName(QStringLiteral("importPreviewSummary"));
+    previewSummary_->setWordWrap(true);
+    form->addRow(tr("Preview:"), previewSummary_);
+    preview_ = new QTableWidget(0, 4, this);
+    preview_->setObjectName(QStringLiteral("importPreview"));
+    preview_->setHorizontalHeaderLabels({tr("Logged key"), tr("Measure"), tr("Steps"), tr("Estimator")});
+    preview_->horizontalHeader()->setStretchLastSection(true);
+    preview_->verticalHeader()->setVisible(false);
+    preview_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    preview_->setMinimumHeight(160);
+    form->addRow(preview_);
+    connect(source_, &QComboBox::currentTextChanged, this, &ImportLogDialog::refreshPreview);
+    connect(file_, &PathPicker::pathChanged, this, &ImportLogDialog::refreshPreview);
+    connect(map_, &QLineEdit::textChanged, this, &ImportLogDialog::refreshPreview);
     finishLayout(QStringLiteral("importStatus"), QStringLiteral("importCli"), QStringLiteral("startImportButton"));
+    refreshPreview();
+}
+
+// Files up to this size are read for the preview as the fields change (larger logs are read only by the job).
+constexpr qint64 kPreviewBytes = 16 << 20;
+
+QString ImportLogDialog::previewSummary() const
+{
+    return previewSummary_->text();
+}
+
+void ImportLogDialog::refreshPreview()
+{
+    preview_->setRowCount(0);
+    previewError_.clear();
+    const QFileInfo info(file_->path());
+    if (file_->path().isEmpty() || !info.isFile()) {
+        previewSummary_->setText(tr("choose a log file"));
+        validate();
+        return;
+    }
+    if (info.size() > kPreviewBytes) {
+        previewSummary_->setText(tr("not previewed (the file is over %1 MiB; the import reads it when started)")
+                                     .arg(kPreviewBytes >> 20));
+        validate();
+        return;
+    }
+    const std::optional<jobs::JobSpec> job = spec();
+    if (!specError(*job).isEmpty()) {
+        previewSummary_->setText(tr("-")); // the mapping's own problem is the status line's
+        validate();
+        return;
+    }
+    try {
+        io::LogImportOptions options;
+        options.map = job->strings("map");
+        io::LogSource source = io::LogSource::Verl;
+        for (const io::LogSource each :
+            {io::LogSource::Verl, io::LogSource::Tinker, io::LogSource::Csv, io::LogSource::TensorBoard}) {
+            if (io::toString(each) == source_->currentData().toString().toStdString()) {
+                source = each;
+            }
+        }
+        const io::ImportedLog log = io::importLog(source, absolutePath(file_->path()).toStdString(), options);
+        for (const io::MappedMetric& metric : log.metrics) {
+            const int row = preview_->rowCount();
+            preview_->insertRow(row);
+            preview_->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(metric.key)));
+            preview_->setItem(row, 1,
+                new QTableWidgetItem(QString::fromStdString(metric.measure) + (metric.userMapped ? tr(" (--map)") : QString())));
+            preview_->setItem(row, 2, new QTableWidgetItem(QString::number(metric.steps)));
+            preview_->setItem(row, 3, new QTableWidgetItem(QString::fromStdString(metric.estimator)));
+            preview_->item(row, 3)->setToolTip(QString::fromStdString(metric.estimator));
+        }
+        preview_->resizeColumnsToContents();
+        QString summary = tr("%1 steps from %2 lines (%3 merged); %4 lines skipped, %5 values dropped, %6 replaced")
+                              .arg(log.steps.size())
+                              .arg(log.linesRead)
+                              .arg(log.linesMerged)
+                              .arg(log.skipped.size())
+                              .arg(log.dropped.size())
+                              .arg(log.conflicts.size());
+        if (!log.unmappedKeys.empty()) {
+            QStringList keys;
+            for (std::size_t i = 0; i < log.unmappedKeys.size() && i < 6; ++i) {
+                keys.push_back(QString::fromStdString(log.unmappedKeys[i]));
+            }
+            summary += tr("; not read (map them with Column mapping): %1%2")
+                           .arg(keys.join(QStringLiteral(", ")), log.unmappedKeys.size() > 6 ? tr(", ...") : QString());
+        }
+        previewSummary_->setText(summary);
+    } catch (const std::exception& error) {
+        // Named in this dialog's words ("Column mapping", not "--map").
+        previewError_ = tr("Log file: %1").arg(QString::fromStdString(nameFields(error.what(), fieldNames())));
+        previewSummary_->setText(tr("nothing would be imported"));
+    }
+    validate();
 }
 
 void ImportLogDialog::setSource(const QString& source)
@@ -636,6 +730,10 @@ QString ImportLogDialog::check() const
     // The job's own checks (each mapping entry, a column or measure mapped twice), named by field.
     if (const QString error = specError(*spec()); !error.isEmpty()) {
         return error;
+    }
+    // What reading the file found (no usable line, a CSV without a step column, ...), from the preview.
+    if (!previewError_.isEmpty()) {
+        return previewError_;
     }
     if (store_) {
         try {

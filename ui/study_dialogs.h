@@ -14,6 +14,7 @@
 
 class QDoubleSpinBox;
 class QLabel;
+class QTableWidget;
 
 namespace mismatch::ui {
 
@@ -150,10 +151,21 @@ private:
     QString runName() const;
     QStringList mapEntries() const;
 
+public:
+    QTableWidget* previewTable() const { return preview_; }
+    QString previewSummary() const;
+
+private:
     QComboBox* source_ = nullptr;
     PathPicker* file_ = nullptr;
     QLineEdit* name_ = nullptr;
     QLineEdit* map_ = nullptr;
+    // The mapping preview: the log read as the import would read it (nothing stored), refreshed as the fields
+    // change; its table lists each logged key read, the measure and estimator it lands in and on how many steps.
+    void refreshPreview();
+    QTableWidget* preview_ = nullptr;
+    QLabel* previewSummary_ = nullptr;
+    QString previewError_;
 };
 
 // The failure rule between a run and its baseline at one step both evaluated (as `mismatch compare`): the verdict,

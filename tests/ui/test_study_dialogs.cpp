@@ -27,6 +27,7 @@
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QTableWidget>
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
@@ -243,9 +244,29 @@ private slots:
         dialog.setFile(log.fileName());
         dialog.setMap("iteration=nonsense");
         QVERIFY2(!dialog.valid() && dialog.errorText().startsWith("Column mapping:"), qPrintable(dialog.errorText()));
+        // Without a step column the file cannot be imported: the preview reads it and the status says why.
+        dialog.setMap("");
+        QVERIFY2(!dialog.valid() && dialog.errorText().startsWith("Log file: ") && dialog.errorText().contains("step"),
+            qPrintable(dialog.errorText()));
         dialog.setMap("iteration=step");
         dialog.setName("gui-import");
         QVERIFY2(dialog.valid(), qPrintable(dialog.errorText()));
+        // The preview: the CSV headers named like measures are read (k1 on the 3 steps with a number, reward on
+        // all 4), the "oops" dropped; nothing is stored by it.
+        QTableWidget* preview = dialog.previewTable();
+        std::map<QString, std::pair<QString, QString>> rows;
+        for (int row = 0; row < preview->rowCount(); ++row) {
+            rows[preview->item(row, 0)->text()] = {preview->item(row, 1)->text(), preview->item(row, 2)->text()};
+        }
+        QCOMPARE(rows.size(), std::size_t(2));
+        QCOMPARE(rows["k1"], (std::pair<QString, QString> {"k1", "3"}));
+        QCOMPARE(rows["reward"], (std::pair<QString, QString> {"reward", "4"}));
+        QVERIFY2(dialog.previewSummary().startsWith("4 steps from 4 lines (0 merged); 0 lines skipped, 1 values dropped"),
+            qPrintable(dialog.previewSummary()));
+        QVERIFY(!ui::runNamed(store, "gui-import"));
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        saveScreenshot(dialog, "import_dialog_preview.png");
         QCOMPARE(dialog.cliCommand(),
             QStringLiteral("mismatch --workspace %1 import csv %2 --name gui-import --map "
                            "iteration=step")
@@ -274,6 +295,7 @@ private slots:
         ui::ImportLogDialog again(dir.path(), nullptr, &store);
         again.setSource("csv");
         again.setFile(log.fileName());
+        again.setMap("iteration=step");
         again.setName("gui-import");
         QVERIFY2(!again.valid() && again.errorText().startsWith("Run name:"), qPrintable(again.errorText()));
     }
