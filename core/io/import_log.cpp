@@ -51,6 +51,17 @@ const char* kK2Tinker = "k2: mean over action tokens of (log mu(y) - log pi(y))^
 const char* kTeacherKlTinker = "k1 to the teacher: mean over action tokens of log mu(y) - log teacher(y) with mu the "
                                "sampler's log-probabilities (not the trainer's); the OPD objective, not a mismatch";
 
+// verl: verl/trainer/ppo/rollout_corr_helper.py compute_offpolicy_metrics, per sequence s with mean log-probabilities
+// over its response tokens (mu: rollout_log_prob, pi: old_log_prob, the trainer's), then the mean over sequences.
+const char* kChi2Seq = "sequence-level chi-square estimate: mean over sequences of rho^2 - 1 with rho the product "
+                       "of pi(y) / mu(y) over the sequence (its log clamped): not a KL";
+const char* kLogPplDiff = "mean over sequences of (mean log mu(y) - mean log pi(y)) over the sequence's tokens: a "
+                          "sequence-level k1, signed";
+const char* kLogPplAbsDiff = "mean over sequences of |mean log mu(y) - mean log pi(y)|";
+const char* kTrainingPpl = "mean over sequences of exp(-mean log pi(y)): the trainer's perplexity of the rollouts";
+const char* kRolloutPpl = "mean over sequences of exp(-mean log mu(y)): the rollout engine's perplexity of them";
+const char* kPplRatio = "mean over sequences of exp(log_ppl_diff): training over rollout perplexity";
+
 // NeMo-RL: nemo_rl/algorithms/loss_functions.py (ClippedPGLossFn) logs these per step as train/...: mu is the
 // generation log-probability, pi the trainer's (prev_logprobs).
 const char* kMultProbError = "token mean of exp(|log mu(y) - log pi(y)|) over response tokens (NeMo-RL's "
@@ -86,6 +97,12 @@ std::vector<ImportMeasure> buildMeasures()
         {"teacher_kl", false, false, kNats,
             "k1 to the teacher: mean of log student(y) - log teacher(y) (the OPD objective, not a mismatch)"},
         {"step_time_s", false, false, "seconds", "seconds the step took"},
+        {"chi2_seq", false, false, "dimensionless", kChi2Seq},
+        {"log_ppl_diff", false, false, kNats, kLogPplDiff},
+        {"log_ppl_abs_diff", false, false, kNats, kLogPplAbsDiff},
+        {"training_ppl", false, false, "perplexity", kTrainingPpl},
+        {"rollout_ppl", false, false, "perplexity", kRolloutPpl},
+        {"ppl_ratio", false, false, "ratio", kPplRatio},
         {"mult_prob_error", false, false, "ratio (>= 1)", kMultProbError},
         {"gen_kl", false, false, kNats, kGenKl},
         {"policy_kl", false, false, kNats, kPolicyKl},
@@ -101,6 +118,12 @@ std::vector<KnownKey> buildKnownKeys()
         {S::Verl, "rollout_corr/kl", "k1", kK1Verl},
         {S::Verl, "rollout_corr/k3_kl", "k3", kK3Verl},
         {S::Verl, "rollout_corr/chi2_token", "chi2_token", kChi2},
+        {S::Verl, "rollout_corr/chi2_seq", "chi2_seq", kChi2Seq},
+        {S::Verl, "rollout_corr/log_ppl_diff", "log_ppl_diff", kLogPplDiff},
+        {S::Verl, "rollout_corr/log_ppl_abs_diff", "log_ppl_abs_diff", kLogPplAbsDiff},
+        {S::Verl, "rollout_corr/training_ppl", "training_ppl", kTrainingPpl},
+        {S::Verl, "rollout_corr/rollout_ppl", "rollout_ppl", kRolloutPpl},
+        {S::Verl, "rollout_corr/ppl_ratio", "ppl_ratio", kPplRatio},
         {S::Verl, "training/rollout_probs_diff_mean", "prob_diff_mean", std::string("mean ") + kProbDiff},
         {S::Verl, "training/rollout_probs_diff_max", "prob_diff_max", std::string("max ") + kProbDiff},
         {S::Verl, "training/rollout_probs_diff_std", "prob_diff_std", std::string("standard deviation of ") + kProbDiff},

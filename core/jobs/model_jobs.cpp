@@ -591,6 +591,22 @@ nlohmann::json importResultJson(const ImportReport& report)
     return out;
 }
 
+namespace {
+
+// Every measure --map accepts, in the import table's order ("mismatch_kl, k1, ...").
+std::string measureNames()
+{
+    std::string names;
+    for (const io::ImportMeasure& measure : io::importMeasures()) {
+        if (measure.name != "step") {
+            names += (names.empty() ? "" : ", ") + measure.name;
+        }
+    }
+    return names;
+}
+
+} // namespace
+
 JobDefinition importLogJob(io::LogSource source)
 {
     const std::string name = io::toString(source);
@@ -611,10 +627,8 @@ JobDefinition importLogJob(io::LogSource source)
         required(param("file", ParameterType::Path, "FILE", "Log file", "The log file")),
         importNameParameter(),
         param("map", ParameterType::TextList, "--map", "Column mapping",
-            "Read COLUMN (a logged key or CSV column) as MEASURE: mismatch_kl, k1, k3, k2, loss, reward, accuracy, "
-            "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, chi2_token, prob_diff_mean, "
-            "prob_diff_max, prob_diff_std, prob_pearson_corr, pg_loss, teacher_kl, step_time_s, step (CSV), or "
-            "extra:NAME; replaces the built-in source of that measure"),
+            "Read COLUMN (a logged key or CSV column) as MEASURE: " + measureNames()
+                + ", step (CSV), or extra:NAME; replaces the built-in source of that measure"),
     };
     job.check = [source](const JobSpec& spec) {
         std::vector<ParameterError> errors;

@@ -263,6 +263,7 @@ private slots:
     void aimetDisabledAndLowerIsBetter();
     void aimetMse();
     void aimetErrors();
+    void verlOffPolicyDiagnostics();
     void failedStoreLeavesWorkspaceUnchanged();
     void cliImportsLogEndToEnd();
     void cliFailuresLeaveWorkspaceUnchanged();
@@ -318,7 +319,9 @@ void TestImport::verlMapsEachKeyOntoItsEstimator()
     QVERIFY(!estimators.contains("mismatch_kl"));
     // Keys read by no mapping are listed, not stored.
     const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
-    QVERIFY(unmapped.count("perf/throughput") && unmapped.count("rollout_corr/training_ppl"));
+    QVERIFY(unmapped.count("perf/throughput") && !unmapped.count("rollout_corr/training_ppl"));
+    // verl's sequence-level diagnostics have their own measures (verlOffPolicyDiagnostics): training_ppl here.
+    QCOMPARE(estimators.at("training_ppl").at("steps").get<int>(), 2);
 }
 
 void TestImport::verlReportsMalformedLinesByNumber()
@@ -1106,6 +1109,56 @@ void TestImport::jobFileImportStoresWhatTheCommandStores()
         expected.erase("run_id");
         result.erase("run_id");
         QCOMPARE(result, expected);
+    }
+}
+
+void TestImport::verlOffPolicyDiagnostics()
+{
+    // verl's sequence-level diagnostics (rollout_corr_helper.py compute_offpolicy_metrics), computed here from two
+    // sequences' per-token probabilities: each lands in its own measure, never in a KL column.
+    const std::vector<std::vector<double>> mu = {{0.5, 0.8, 0.25}, {0.7, 0.1}};
+    const std::vector<std::vector<double>> pi = {{0.4, 0.9, 0.3}, {0.65, 0.2}};
+    double logPplDiff = 0.0, logPplAbsDiff = 0.0, trainingPpl = 0.0, rolloutPpl = 0.0, pplRatio = 0.0, chi2Seq = 0.0;
+    for (std::size_t s = 0; s < mu.size(); ++s) {
+        double meanLogMu = 0.0, meanLogPi = 0.0, logRho = 0.0;
+        for (std::size_t t = 0; t < mu[s].size(); ++t) {
+            meanLogMu += std::log(mu[s][t]) / static_cast<double>(mu[s].size());
+            meanLogPi += std::log(pi[s][t]) / static_cast<double>(mu[s].size());
+            logRho += std::log(pi[s][t] / mu[s][t]);
+        }
+        logPplDiff += (meanLogMu - meanLogPi) / 2.0;
+        logPplAbsDiff += std::fabs(meanLogMu - meanLogPi) / 2.0;
+        trainingPpl += std::exp(-meanLogPi) / 2.0;
+        rolloutPpl += std::exp(-meanLogMu) / 2.0;
+        pplRatio += std::exp(meanLogMu - meanLogPi) / 2.0;
+        chi2Seq += std::exp(2.0 * logRho) / 2.0;
+    }
+    chi2Seq -= 1.0;
+    const std::map<std::string, std::pair<std::string, double>> logged = {
+        {"rollout_corr/chi2_seq", {"chi2_seq", chi2Seq}},
+        {"rollout_corr/log_ppl_diff", {"log_ppl_diff", logPplDiff}},
+        {"rollout_corr/log_ppl_abs_diff", {"log_ppl_abs_diff", logPplAbsDiff}},
+        {"rollout_corr/training_ppl", {"training_ppl", trainingPpl}},
+        {"rollout_corr/rollout_ppl", {"rollout_ppl", rolloutPpl}},
+        {"rollout_corr/ppl_ratio", {"ppl_ratio", pplRatio}},
+    };
+    nlohmann::json data = nlohmann::json::object();
+    for (const auto& [key, measure] : logged) data[key] = measure.second;
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/verl.jsonl").toStdString();
+    std::ofstream(path) << nlohmann::json {{"step", 3}, {"data", data}}.dump() << "\n";
+    const io::ImportedLog log = io::importLog(io::LogSource::Verl, path);
+    QCOMPARE(log.steps.size(), std::size_t(1));
+    QVERIFY(!log.steps[0].mismatchKl && !log.steps[0].k1 && !log.steps[0].k3);
+    const nlohmann::json extras = nlohmann::json::parse(log.steps[0].extrasJson);
+    for (const auto& [key, measure] : logged) {
+        QVERIFY2(std::fabs(extras.at(measure.first).get<double>() - measure.second) <= kTolerance * std::fabs(measure.second),
+            key.c_str());
+    }
+    QCOMPARE(log.metrics.size(), logged.size());
+    for (const io::MappedMetric& metric : log.metrics) {
+        QCOMPARE(metric.measure, logged.at(metric.key).first);
+        QVERIFY2(metric.estimator.find("over sequences") != std::string::npos, metric.estimator.c_str());
     }
 }
 
