@@ -10,6 +10,7 @@
 #include "fixture_workspace.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/shell_words.h"
+#include "tests/common/tensorboard_writer.h"
 #include "tests/common/tiny_student.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/analysis_jobs.h"
@@ -455,20 +456,31 @@ private slots:
     // The log import dialog builds the catalogue's import job of the chosen format.
     void importLogDialogBindsTheImportJob()
     {
+        // One small log of each format (the dialog previews the file: it must be of the chosen format).
         const QString workspace = dir_.path() + "/imports";
-        const QString log = dir_.path() + "/metrics.csv";
-        QFile file(log);
-        QVERIFY(file.open(QIODevice::WriteOnly));
-        file.write("iteration,k1\n1,0.01\n2,0.02\n");
-        file.close();
+        const std::map<std::string, std::string> logs = {
+            {"verl", "{\"step\": 1, \"data\": {\"rollout_corr/kl\": 0.01, \"iteration\": 1}}\n"},
+            {"tinker", "{\"step\": 1, \"optim/kl_sample_train_v1\": 0.01, \"iteration\": 1}\n"},
+            {"csv", "iteration,k1\n1,0.01\n2,0.02\n"},
+            {"tensorboard",
+                test::tensorboard::fileVersionRecord()
+                    + test::tensorboard::record(test::tensorboard::eventBytes(
+                        1, test::tensorboard::simpleValue("rollout_corr/kl", 0.01f)
+                               + test::tensorboard::simpleValue("iteration", 1.0f)))},
+        };
         ui::ImportLogDialog dialog(workspace);
-        for (const char* source : {"verl", "tinker", "csv", "tensorboard"}) {
-            dialog.setSource(source);
+        for (const auto& [source, text] : logs) {
+            const QString log = dir_.path() + "/log-" + QString::fromStdString(source);
+            QFile file(log);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write(text.data(), static_cast<qint64>(text.size()));
+            file.close();
+            dialog.setSource(QString::fromStdString(source));
             dialog.setFile(log);
             dialog.setName("imported");
-            dialog.setMap(source == std::string("csv") ? "iteration=step; k1=k3" : "k1=k3");
-            QVERIFY2(dialog.valid(), qPrintable(dialog.errorText()));
-            QCOMPARE(dialog.spec()->kind(), std::string("import_") + source);
+            dialog.setMap(source == "csv" ? "iteration=step; k1=k3" : "iteration=k3");
+            QVERIFY2(dialog.valid(), qPrintable(QString::fromStdString(source) + ": " + dialog.errorText()));
+            QCOMPARE(dialog.spec()->kind(), "import_" + source);
             QVERIFY2(cliSpec(dialog.cliCommand(), workspace) == *dialog.spec(), qPrintable(dialog.cliCommand()));
         }
         dialog.setMap("k1=k3; k1=loss");
