@@ -61,6 +61,14 @@ const char* kLogPplAbsDiff = "mean over sequences of |mean log mu(y) - mean log 
 const char* kTrainingPpl = "mean over sequences of exp(-mean log pi(y)): the trainer's perplexity of the rollouts";
 const char* kRolloutPpl = "mean over sequences of exp(-mean log mu(y)): the rollout engine's perplexity of them";
 const char* kPplRatio = "mean over sequences of exp(log_ppl_diff): training over rollout perplexity";
+// verl: rollout_corr_helper.py compute_rollout_correction_and_rejection_mask, the importance weights
+// rho = pi(y) / mu(y) at the configured level (token, sequence or geometric), after truncation for the mean.
+const char* kIsWeightMean = "mean importance weight pi(y) / mu(y) over response tokens after truncation, at the run's "
+                            "rollout_is level (token or sequence; not in the log): 1 when engine and trainer agree";
+const char* kIsWeightMax = "largest importance weight pi(y) / mu(y) (before truncation; its log clamped at 20)";
+const char* kIsWeightMin = "smallest importance weight pi(y) / mu(y)";
+const char* kIsFractionHigh = "fraction of importance weights above the run's rollout_is_threshold";
+const char* kIsFractionLow = "fraction of importance weights below 1 / rollout_is_threshold";
 
 // NeMo-RL: nemo_rl/algorithms/loss_functions.py (ClippedPGLossFn) logs these per step as train/...: mu is the
 // generation log-probability, pi the trainer's (prev_logprobs).
@@ -103,6 +111,11 @@ std::vector<ImportMeasure> buildMeasures()
         {"training_ppl", false, false, "perplexity", kTrainingPpl},
         {"rollout_ppl", false, false, "perplexity", kRolloutPpl},
         {"ppl_ratio", false, false, "ratio", kPplRatio},
+        {"is_weight_mean", false, false, "ratio", kIsWeightMean},
+        {"is_weight_max", false, false, "ratio", kIsWeightMax},
+        {"is_weight_min", false, false, "ratio", kIsWeightMin},
+        {"is_fraction_high", false, false, "fraction", kIsFractionHigh},
+        {"is_fraction_low", false, false, "fraction", kIsFractionLow},
         {"mult_prob_error", false, false, "ratio (>= 1)", kMultProbError},
         {"gen_kl", false, false, kNats, kGenKl},
         {"policy_kl", false, false, kNats, kPolicyKl},
@@ -124,6 +137,11 @@ std::vector<KnownKey> buildKnownKeys()
         {S::Verl, "rollout_corr/training_ppl", "training_ppl", kTrainingPpl},
         {S::Verl, "rollout_corr/rollout_ppl", "rollout_ppl", kRolloutPpl},
         {S::Verl, "rollout_corr/ppl_ratio", "ppl_ratio", kPplRatio},
+        {S::Verl, "rollout_corr/rollout_is_mean", "is_weight_mean", kIsWeightMean},
+        {S::Verl, "rollout_corr/rollout_is_max", "is_weight_max", kIsWeightMax},
+        {S::Verl, "rollout_corr/rollout_is_min", "is_weight_min", kIsWeightMin},
+        {S::Verl, "rollout_corr/rollout_is_ratio_fraction_high", "is_fraction_high", kIsFractionHigh},
+        {S::Verl, "rollout_corr/rollout_is_ratio_fraction_low", "is_fraction_low", kIsFractionLow},
         {S::Verl, "training/rollout_probs_diff_mean", "prob_diff_mean", std::string("mean ") + kProbDiff},
         {S::Verl, "training/rollout_probs_diff_max", "prob_diff_max", std::string("max ") + kProbDiff},
         {S::Verl, "training/rollout_probs_diff_std", "prob_diff_std", std::string("standard deviation of ") + kProbDiff},

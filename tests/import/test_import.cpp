@@ -1142,8 +1142,27 @@ void TestImport::verlOffPolicyDiagnostics()
         {"rollout_corr/rollout_ppl", {"rollout_ppl", rolloutPpl}},
         {"rollout_corr/ppl_ratio", {"ppl_ratio", pplRatio}},
     };
+    // The importance-weight statistics (token level, no truncation at a threshold of 2): rho = pi(y) / mu(y).
+    std::vector<double> rho;
+    for (std::size_t s = 0; s < mu.size(); ++s) {
+        for (std::size_t t = 0; t < mu[s].size(); ++t) rho.push_back(pi[s][t] / mu[s][t]);
+    }
+    double rhoMean = 0.0, high = 0.0, low = 0.0;
+    for (const double r : rho) {
+        rhoMean += r / static_cast<double>(rho.size());
+        high += (r > 2.0 ? 1.0 : 0.0) / static_cast<double>(rho.size());
+        low += (r < 0.5 ? 1.0 : 0.0) / static_cast<double>(rho.size());
+    }
+    const std::map<std::string, std::pair<std::string, double>> weights = {
+        {"rollout_corr/rollout_is_mean", {"is_weight_mean", rhoMean}},
+        {"rollout_corr/rollout_is_max", {"is_weight_max", *std::max_element(rho.begin(), rho.end())}},
+        {"rollout_corr/rollout_is_min", {"is_weight_min", *std::min_element(rho.begin(), rho.end())}},
+        {"rollout_corr/rollout_is_ratio_fraction_high", {"is_fraction_high", high}},
+        {"rollout_corr/rollout_is_ratio_fraction_low", {"is_fraction_low", low}},
+    };
     nlohmann::json data = nlohmann::json::object();
     for (const auto& [key, measure] : logged) data[key] = measure.second;
+    for (const auto& [key, measure] : weights) data[key] = measure.second;
     QTemporaryDir dir;
     const std::string path = (dir.path() + "/verl.jsonl").toStdString();
     std::ofstream(path) << nlohmann::json {{"step", 3}, {"data", data}}.dump() << "\n";
@@ -1155,10 +1174,19 @@ void TestImport::verlOffPolicyDiagnostics()
         QVERIFY2(std::fabs(extras.at(measure.first).get<double>() - measure.second) <= kTolerance * std::fabs(measure.second),
             key.c_str());
     }
-    QCOMPARE(log.metrics.size(), logged.size());
+    for (const auto& [key, measure] : weights) {
+        QVERIFY2(std::fabs(extras.at(measure.first).get<double>() - measure.second) <= kTolerance * std::fabs(measure.second) + 1e-15,
+            key.c_str());
+    }
+    QCOMPARE(log.metrics.size(), logged.size() + weights.size());
     for (const io::MappedMetric& metric : log.metrics) {
-        QCOMPARE(metric.measure, logged.at(metric.key).first);
-        QVERIFY2(metric.estimator.find("over sequences") != std::string::npos, metric.estimator.c_str());
+        if (logged.count(metric.key)) {
+            QCOMPARE(metric.measure, logged.at(metric.key).first);
+            QVERIFY2(metric.estimator.find("over sequences") != std::string::npos, metric.estimator.c_str());
+        } else {
+            QCOMPARE(metric.measure, weights.at(metric.key).first);
+            QVERIFY2(metric.estimator.find("importance weight") != std::string::npos, metric.estimator.c_str());
+        }
     }
 }
 
