@@ -173,8 +173,9 @@ void addImportSubcommand(
 void registerImportCommand(CLI::App& app, Context& context)
 {
     CLI::App* command = app.add_subcommand("import",
-        "Import an outside trainer's per-step metrics (verl, Tinker, CSV) or AIMET per-layer sensitivity into the "
-        "workspace as a run of kind external, with the estimator of every measure recorded");
+        "Import an outside trainer's per-step metrics (verl, Tinker, CSV, a TensorBoard event file of verl or "
+        "NeMo-RL) or AIMET per-layer sensitivity into the workspace as a run of kind external, with the estimator of "
+        "every measure recorded");
     command->require_subcommand(1);
     // The options are the catalogue jobs' parameters (core/jobs/model_jobs.h).
     for (const io::LogSource source :
