@@ -1,5 +1,7 @@
 #include "ui/admission_view.h"
 
+#include "ui/mismatch_profile.h"
+
 #include "ui/breakdown_view.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
@@ -11,6 +13,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QItemSelectionModel>
 #include <QSplitter>
 #include <QStandardItemModel>
 #include <QTableView>
@@ -62,6 +65,42 @@ QString estimatorsText(const AdmissionDecision& d)
 
 } // namespace
 
+void AdmissionView::updateProfile()
+{
+    std::set<int> selected;
+    for (const QModelIndex& index : table_->selectionModel()->selectedRows()) {
+        selected.insert(index.row());
+    }
+    std::set<std::string> checkpoints;
+    for (const AdmissionDecision& d : decisions_) {
+        checkpoints.insert(d.checkpoint);
+    }
+    std::vector<std::pair<QString, metrics::EstimatorComparison>> series;
+    for (std::size_t i = 0; i < decisions_.size(); ++i) {
+        if (!selected.empty() && selected.count(static_cast<int>(i)) == 0) {
+            continue;
+        }
+        const AdmissionDecision& d = decisions_[i];
+        // The candidate, and its checkpoint when the decisions shown span several.
+        const QString checkpoint = QFileInfo(QString::fromStdString(d.checkpoint)).fileName();
+        const QString name = QString::fromStdString(d.candidateName)
+            + (checkpoints.size() > 1
+                    ? " @ " + (checkpoint.isEmpty() ? QString::fromStdString(d.checkpoint) : checkpoint)
+                    : QString());
+        metrics::EstimatorComparison comparison;
+        const nlohmann::json inputs = nlohmann::json::parse(d.candidateJson, nullptr, false);
+        if (inputs.is_object() && inputs.contains("estimators")) {
+            try {
+                comparison = metrics::estimatorComparisonFromJson(inputs.at("estimators"));
+            } catch (const std::invalid_argument&) {
+                // stored before the bins were: drawn as "without stored bins"
+            }
+        }
+        series.emplace_back(name, std::move(comparison));
+    }
+    profile_->setSeries(std::move(series));
+}
+
 AdmissionView::AdmissionView(QWidget* parent)
     : QWidget(parent)
 {
@@ -105,11 +144,17 @@ AdmissionView::AdmissionView(QWidget* parent)
     table_->setWordWrap(false);
     addTableExportMenu(table_);
 
+    // Where each decision's mismatch sits (its stored estimator comparison's bins): the selected decisions, or all.
+    profile_ = new MismatchProfile(QStringLiteral("admission"), this);
+    connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] { updateProfile(); });
+
     auto* split = new QSplitter(Qt::Vertical, this);
     split->addWidget(plot_);
+    split->addWidget(profile_);
     split->addWidget(table_);
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 2);
+    split->setStretchFactor(2, 2);
     layout->addWidget(split, 1);
     connect(logScale_, &QCheckBox::toggled, this, [this] { refresh(); });
 }
@@ -264,6 +309,7 @@ void AdmissionView::refresh()
     }
     summary_->setText(summary);
     plot_->replot();
+    updateProfile();
 }
 
 void AdmissionView::fitView()

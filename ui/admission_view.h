@@ -21,6 +21,8 @@ class QTableView;
 
 namespace mismatch::ui {
 
+class MismatchProfile;
+
 class AdmissionView : public QWidget {
     Q_OBJECT
 public:
@@ -37,6 +39,8 @@ public:
     const std::vector<AdmissionDecision>& decisions() const { return decisions_; }
     int thresholdLineCount() const { return thresholdLines_; }
     QCheckBox* logScaleBox() const { return logScale_; }
+    // Where the mismatch sits, for the selected decisions (all when none is selected).
+    MismatchProfile* profile() const { return profile_; }
     QString readoutText() const;
     // The read-out of the decision nearest to `pixel` (what hovering there shows).
     void hoverAt(const QPoint& pixel);
@@ -58,6 +62,7 @@ public:
 
 private:
     void fitView();
+    void updateProfile();
 
     const store::RunStore* store_ = nullptr;
     std::vector<AdmissionDecision> decisions_;
@@ -67,6 +72,7 @@ private:
     QCheckBox* logScale_ = nullptr;
     double fitX_[2] = {0.0, 1.0};
     QCustomPlot* plot_ = nullptr;
+    MismatchProfile* profile_ = nullptr;
     QStandardItemModel* model_ = nullptr;
     QTableView* table_ = nullptr;
     int thresholdLines_ = 0;

@@ -1,5 +1,7 @@
 #include "ui/breakdown_view.h"
 
+#include "ui/mismatch_profile.h"
+
 #include "core/metrics/estimators.h"
 #include "core/report/analysis_data.h"
 #include "ui/plot_export.h"
@@ -164,27 +166,11 @@ BreakdownView::BreakdownView(QWidget* parent)
            "pi(y); k3 = r - 1 - log r; mult_prob_error = exp|log pi(y) - log mu(y)| (NeMo-RL's "
            "token_mult_prob_error); prob_diff = |mu(y) - pi(y)|."));
 
-    auto* profileBox = new QWidget(this);
-    auto* profileLayout = new QVBoxLayout(profileBox);
-    profileLayout->setContentsMargins(0, 0, 0, 0);
-    auto* profileTop = new QHBoxLayout;
-    profileTop->addWidget(new QLabel(tr("Where the mismatch sits:"), this));
-    profileBox_ = new QComboBox(this);
-    profileBox_->setObjectName("breakdownProfile");
-    profileBox_->addItems({tr("by the engine's probability of the chosen token mu(y)"), tr("by the trainer's entropy")});
-    profileTop->addWidget(profileBox_);
-    profileTop->addStretch(1);
-    profileLayout->addLayout(profileTop);
-    profile_ = new QCustomPlot(this);
-    profile_->setObjectName("breakdownProfilePlot");
-    profile_->setMinimumHeight(100);
-    profile_->xAxis->grid()->setVisible(false);
-    profile_->yAxis->setLabel(tr("share of the summed KL (%)"));
-    profile_->legend->setFont(QFont(font().family(), 8));
-    placeLegendAbove(profile_);
-    addPlotExportMenu(profile_);
-    profileLayout->addWidget(profile_, 1);
-    connect(profileBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { rebuildProfile(); });
+    // Where each whole configuration's mismatch sits (ui/mismatch_profile.h; the Admission tab shows the same).
+    profileWidget_ = new MismatchProfile(QStringLiteral("breakdown"), this);
+    profileBox_ = profileWidget_->axisBox();
+    profile_ = profileWidget_->plot();
+    QWidget* profileBox = profileWidget_;
 
     auto* split = new QSplitter(Qt::Vertical, this);
     split->addWidget(plot_);
@@ -214,66 +200,25 @@ void BreakdownView::setMethod(Method method)
 
 void BreakdownView::setProfile(Profile profile)
 {
-    profileBox_->setCurrentIndex(static_cast<int>(profile));
+    profileWidget_->setAxis(profile == ByEntropy ? MismatchProfile::ByEntropy : MismatchProfile::ByProbability);
 }
 
 void BreakdownView::rebuildProfile()
 {
-    profile_->clearPlottables();
-    for (QCPBarsGroup* old : profile_->findChildren<QCPBarsGroup*>()) {
-        delete old; // empty: its bars went with the plottables
-    }
-    const bool byEntropy = profileBox_->currentIndex() == ByEntropy;
-    auto* group = new QCPBarsGroup(profile_);
-    group->setSpacingType(QCPBarsGroup::stAbsolute);
-    group->setSpacing(1);
-    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-    static const QColor palette[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e), QColor(0x2c, 0xa0, 0x2c),
-        QColor(0xd6, 0x27, 0x28), QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b), QColor(0xe3, 0x77, 0xc2),
-        QColor(0x7f, 0x7f, 0x7f), QColor(0xbc, 0xbd, 0x22), QColor(0x17, 0xbe, 0xcf)};
-    std::size_t bins = 0;
-    int drawn = 0;
+    std::vector<std::pair<QString, metrics::EstimatorComparison>> series;
     for (const store::BreakdownRecord& r : records_) {
         const store::BreakdownSubset* whole = r.subsetOf(allSources(r).toStdString());
         if (!whole) {
             continue;
         }
-        metrics::EstimatorComparison comparison;
         try {
-            comparison = metrics::estimatorComparisonFromJson(nlohmann::json::parse(whole->estimatorsJson));
+            series.emplace_back(QString::fromStdString(r.candidate),
+                metrics::estimatorComparisonFromJson(nlohmann::json::parse(whole->estimatorsJson)));
         } catch (const std::exception&) {
-            continue;
+            series.emplace_back(QString::fromStdString(r.candidate), metrics::EstimatorComparison {});
         }
-        const std::vector<metrics::MismatchBin>& list = byEntropy ? comparison.byEntropy : comparison.byProbability;
-        if (list.empty()) {
-            continue;
-        }
-        QVector<double> keys, shares;
-        for (std::size_t b = 0; b < list.size(); ++b) {
-            keys << static_cast<double>(b);
-            shares << 100.0 * list[b].klShare;
-            if (b >= bins) {
-                const QString high = list[b].high > 1e299 ? QStringLiteral("∞") : QString::number(list[b].high, 'g', 3);
-                ticker->addTick(static_cast<double>(b), QStringLiteral("[%1, %2)").arg(list[b].low, 0, 'g', 3).arg(high));
-            }
-        }
-        bins = std::max(bins, list.size());
-        auto* bars = new QCPBars(profile_->xAxis, profile_->yAxis);
-        bars->setName(QString::fromStdString(r.candidate));
-        const QColor color = palette[drawn % 10];
-        bars->setPen(QPen(color.darker(130), 1));
-        bars->setBrush(color);
-        bars->setWidth(0.8 / std::max<double>(1.0, static_cast<double>(records_.size())));
-        bars->setBarsGroup(group);
-        bars->setData(keys, shares, true);
-        ++drawn;
     }
-    profile_->xAxis->setTicker(ticker);
-    profile_->xAxis->setLabel(byEntropy ? tr("the trainer's entropy at the prefix (nats)")
-                                        : tr("the engine's probability of the chosen token mu(y)"));
-    profile_->xAxis->setRange(-0.6, std::max<double>(1.0, static_cast<double>(bins)) - 0.4);
-    profile_->yAxis->setRange(0.0, 100.0);
-    profile_->replot();
+    profileWidget_->setSeries(std::move(series));
 }
 
 void BreakdownView::setUnit(Unit unit)

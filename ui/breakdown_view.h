@@ -25,6 +25,8 @@ class QTableView;
 
 namespace mismatch::ui {
 
+class MismatchProfile;
+
 // "0.0041 (0.41 / 0.38)": an estimator's token mean with its Pearson / Spearman correlation with the full KL.
 QString estimatorCell(const metrics::EstimatorSummary& estimator);
 // "Sampled-token estimators over N tokens (token mean, r / rho with the per-token full KL): k1 ..., k3 ..., ...".
@@ -79,6 +81,7 @@ private:
     QComboBox* methodBox_ = nullptr;
     QComboBox* unitBox_ = nullptr;
     QComboBox* profileBox_ = nullptr;
+    MismatchProfile* profileWidget_ = nullptr;
     QCustomPlot* profile_ = nullptr;
     QLabel* summary_ = nullptr;
     QLabel* readout_ = nullptr;

@@ -11,7 +11,10 @@
 #include "ui/budget_view.h"
 #include "ui/job_queue.h"
 #include "ui/main_window.h"
+#include "ui/mismatch_profile.h"
 #include "ui/prefix_shift_view.h"
+
+#include <qcustomplot.h>
 
 #include <QFile>
 #include <QProcess>
@@ -19,6 +22,7 @@
 #include <QSignalSpy>
 #include <QStandardItemModel>
 #include <QTabWidget>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -127,7 +131,18 @@ private slots:
         QCOMPARE(fromGui.size(), size_t {7}); // the seven shipped candidates, one checkpoint
         QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::AdmissionTab));
         QTRY_COMPARE_WITH_TIMEOUT(window.admissionView()->decisionModel()->rowCount(), 7, 5000);
+        // Where each candidate's mismatch sits (the bins stored with every decision): all seven, then the selected.
+        ui::MismatchProfile* profile = window.admissionView()->profile();
+        QCOMPARE(profile->drawn(), 7);
+        QCOMPARE(profile->plot()->plottableCount(), 7);
         saveScreenshot(window, "admission_from_dialog.png");
+        window.admissionView()->table()->selectRow(2);
+        QCOMPARE(profile->drawn(), 1);
+        profile->setAxis(ui::MismatchProfile::ByEntropy);
+        QCOMPARE(profile->drawn(), 1);
+        QVERIFY(profile->plot()->xAxis->label().contains("entropy"));
+        window.admissionView()->table()->clearSelection();
+        QCOMPARE(profile->drawn(), 7);
 
         runCommand(command);
         const auto all = store::admissionDecisions(reader);

@@ -13,6 +13,7 @@
 #include "ui/export_dialog.h"
 #include "ui/library_panels.h"
 #include "ui/main_window.h"
+#include "ui/mismatch_profile.h"
 #include "ui/plot_export.h"
 #include "ui/prefix_shift_view.h"
 #include "ui/recipe_editor.h"
@@ -287,6 +288,10 @@ void TestDashboard::admissionDecisionsAgainstThreshold()
     }
     QCOMPARE(graphs, 3);
     QCOMPARE(points, 5);
+    // Where the mismatch sits: these decisions were stored without the estimator comparison (as decisions measured
+    // before it was kept), so nothing is drawn and the note says why.
+    QCOMPARE(view->profile()->drawn(), 0);
+    QVERIFY(view->findChild<QLabel*>("admissionProfileNote")->text().contains("5 without stored bins"));
     saveScreenshot(*window, "dashboard_admission.png");
 }
 
