@@ -1,5 +1,7 @@
 #include "ui/prefix_shift_view.h"
 
+#include "ui/mismatch_profile.h"
+
 #include "core/model/tokenizer.h"
 #include "core/store/analysis_store.h"
 #include "ui/analysis_data.h"
@@ -151,6 +153,10 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     positionsLayout->setContentsMargins(0, 0, 0, 0);
     positionsLayout->addWidget(readout_);
     positionsLayout->addWidget(plot_, 1);
+    // Where the candidate's mismatch sits on its own prefixes (the analysis's stored bins; the Admission and
+    // Breakdown tabs show the same view).
+    profile_ = new MismatchProfile(QStringLiteral("prefixShift"), this);
+    positionsLayout->addWidget(profile_, 1);
     plots->addWidget(positionsPane);
     auto* divergencePane = new QWidget(this);
     auto* divergenceLayout = new QVBoxLayout(divergencePane);
@@ -286,13 +292,16 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         summary += tr(" (median first divergence at token %1)").arg(*median, 0, 'g', 4);
     }
     summary += tr("; %n pair(s) stored token by token.", nullptr, static_cast<int>(data_->pairs.size()));
+    metrics::EstimatorComparison comparison;
     if (details.is_object() && details.contains("estimators")) {
         try {
-            summary += QLatin1Char(' ') + estimatorLine(metrics::estimatorComparisonFromJson(details.at("estimators")));
+            comparison = metrics::estimatorComparisonFromJson(details.at("estimators"));
+            summary += QLatin1Char(' ') + estimatorLine(comparison);
         } catch (const std::invalid_argument&) {
             // An analysis stored before the estimators were: nothing to add.
         }
     }
+    profile_->setSeries({{tr("candidate, own prefixes"), comparison}});
     summary_->setText(summary);
 
     // Colour scale: the 99th percentile of every stored token KL, so one outlier does not wash out the rest.

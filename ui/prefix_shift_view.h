@@ -29,6 +29,8 @@ class Tokenizer;
 
 namespace mismatch::ui {
 
+class MismatchProfile;
+
 class PlotCrosshair;
 class TokenDrillDown;
 
@@ -49,6 +51,8 @@ public:
     QCustomPlot* plot() const { return plot_; }
     // First divergences: bars over response positions (one QCPBars).
     QCustomPlot* histogramPlot() const { return histogram_; }
+    // Where the candidate's mismatch sits (by mu(y) or the trainer's entropy).
+    MismatchProfile* profile() const { return profile_; }
     QStandardItemModel* correctionModel() const { return corrections_; }
     QTableView* correctionTable() const { return correctionTable_; }
     QListWidget* pairList() const { return pairList_; }
@@ -85,6 +89,7 @@ private:
     QTextBrowser* tokens_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QCustomPlot* histogram_ = nullptr;
+    MismatchProfile* profile_ = nullptr;
     QStandardItemModel* corrections_ = nullptr;
     QTableView* correctionTable_ = nullptr;
     PlotCrosshair* crosshair_ = nullptr;

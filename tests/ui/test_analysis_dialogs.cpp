@@ -203,6 +203,8 @@ private slots:
         QCOMPARE(store::prefixShiftPairs(reader, records[0].id).size(), size_t {3});
         QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::PrefixShiftTab));
         QTRY_COMPARE_WITH_TIMEOUT(window.prefixShiftView()->analysisId(), records[0].id, 5000);
+        // The analysis stores its bins: where the candidate's mismatch sits is drawn.
+        QCOMPARE(window.prefixShiftView()->profile()->drawn(), 1);
         saveScreenshot(window, "prefix_shift_from_dialog.png");
 
         runCommand(command);

@@ -325,6 +325,9 @@ void TestDashboard::prefixShiftViewerMarksDivergence()
     // The divergence histogram and the TIS/MIS table beside it.
     QCOMPARE(view->histogramPlot()->plottable(0)->interface1D()->dataCount(), 3);
     QCOMPARE(view->correctionModel()->rowCount(), 3);
+    // The fixture's analysis was stored without the estimator comparison: nothing drawn, the note says so.
+    QCOMPARE(view->profile()->drawn(), 0);
+    QVERIFY(view->findChild<QLabel*>("prefixShiftProfileNote")->text().contains("1 without stored bins"));
     saveScreenshot(*window, "dashboard_prefix_shift.png");
 }
 
