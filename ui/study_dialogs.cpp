@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/io/import_log.h"
+#include "core/jobs/model_jobs.h"
 #include "core/metrics/bootstrap.h"
 #include "core/quant/recipe.h"
 #include "core/store/analysis_store.h"
@@ -572,9 +573,8 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     map_->setObjectName("importMap");
     map_->setPlaceholderText(tr("COLUMN=MEASURE; ... (optional; CSV: COLUMN=step names the step column)"));
     form->addRow(tr("Column mapping:"), map_);
-    watch(source_);
+    // The format and the mapping re-validate through refreshPreview (the preview's reading is part of the check).
     watch(name_);
-    watch(map_);
     previewSummary_ = new QLabel(this);
     previewSummary_->setObjectName(QStringLiteral("importPreviewSummary"));
     previewSummary_->setWordWrap(true);
@@ -625,16 +625,8 @@ void ImportLogDialog::refreshPreview()
         return;
     }
     try {
-        io::LogImportOptions options;
-        options.map = job->strings("map");
-        io::LogSource source = io::LogSource::Verl;
-        for (const io::LogSource each :
-            {io::LogSource::Verl, io::LogSource::Tinker, io::LogSource::Csv, io::LogSource::TensorBoard}) {
-            if (io::toString(each) == source_->currentData().toString().toStdString()) {
-                source = each;
-            }
-        }
-        const io::ImportedLog log = io::importLog(source, absolutePath(file_->path()).toStdString(), options);
+        // Read as the job reads it (jobs::prepareImport), nothing stored.
+        const io::ImportedLog log = std::move(*jobs::prepareImport(*job).log);
         for (const io::MappedMetric& metric : log.metrics) {
             const int row = preview_->rowCount();
             preview_->insertRow(row);

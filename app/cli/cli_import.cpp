@@ -178,8 +178,7 @@ void registerImportCommand(CLI::App& app, Context& context)
         "every measure recorded");
     command->require_subcommand(1);
     // The options are the catalogue jobs' parameters (core/jobs/model_jobs.h).
-    for (const io::LogSource source :
-        {io::LogSource::Verl, io::LogSource::Tinker, io::LogSource::Csv, io::LogSource::TensorBoard}) {
+    for (const io::LogSource source : io::logSources()) {
         addImportSubcommand(command, context, "import_" + io::toString(source), source);
     }
     addImportSubcommand(command, context, "import_aimet", std::nullopt);

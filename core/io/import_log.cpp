@@ -1004,6 +1004,12 @@ std::string toString(LogSource source)
     return "csv";
 }
 
+const std::vector<LogSource>& logSources()
+{
+    static const std::vector<LogSource> sources = {LogSource::Verl, LogSource::Tinker, LogSource::Csv, LogSource::TensorBoard};
+    return sources;
+}
+
 const std::vector<ImportMeasure>& importMeasures()
 {
     static const std::vector<ImportMeasure> measures = buildMeasures();

@@ -44,6 +44,8 @@ namespace mismatch::io {
 // (core/io/tensorboard_events.h); its "lines" are the file's records (1-based record numbers).
 enum class LogSource { Verl, Tinker, Csv, TensorBoard };
 std::string toString(LogSource source); // "verl", "tinker", "csv", "tensorboard"
+// Every log source, in the order the CLI and the catalogue list them.
+const std::vector<LogSource>& logSources();
 
 // A measure an imported value can land in.
 struct ImportMeasure {

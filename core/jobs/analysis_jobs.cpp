@@ -648,11 +648,16 @@ JobDefinition breakdownJob()
 
 const std::vector<JobDefinition>& catalogue()
 {
-    static const std::vector<JobDefinition> jobs
-        = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(), breakdownJob(), trainJob(), calibrateJob(),
-            timeToQualityJob(), compareObjectivesJob(), demoJob(), reportJob(), generateJob(), logitsJob(), quantizeJob(),
-            zooBuildJob(), zooShapeJob(), importLogJob(io::LogSource::Verl), importLogJob(io::LogSource::Tinker),
-            importLogJob(io::LogSource::Csv), importLogJob(io::LogSource::TensorBoard), importAimetJob()};
+    static const std::vector<JobDefinition> jobs = [] {
+        std::vector<JobDefinition> all = {sensitivityJob(), recipeBuildJob(), admitJob(), prefixShiftJob(),
+            breakdownJob(), trainJob(), calibrateJob(), timeToQualityJob(), compareObjectivesJob(), demoJob(),
+            reportJob(), generateJob(), logitsJob(), quantizeJob(), zooBuildJob(), zooShapeJob()};
+        for (const io::LogSource source : io::logSources()) {
+            all.push_back(importLogJob(source));
+        }
+        all.push_back(importAimetJob());
+        return all;
+    }();
     return jobs;
 }
 

@@ -426,10 +426,12 @@ namespace {
 
 io::LogSource logSource(const std::string& kind)
 {
-    return kind == "import_tinker"    ? io::LogSource::Tinker
-        : kind == "import_csv"         ? io::LogSource::Csv
-        : kind == "import_tensorboard" ? io::LogSource::TensorBoard
-                                       : io::LogSource::Verl;
+    for (const io::LogSource source : io::logSources()) {
+        if (kind == "import_" + io::toString(source)) {
+            return source;
+        }
+    }
+    return io::LogSource::Verl;
 }
 
 std::string absolutePath(const std::string& file)
