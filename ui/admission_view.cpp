@@ -44,23 +44,39 @@ QString decisionNotes(const AdmissionDecision& d)
 
 namespace {
 
-// "k1 ... (r / rho), k3 ..." from the decision's stored estimators ("" for a decision stored without them).
-QString estimatorsText(const AdmissionDecision& d)
+// The decision's stored estimator comparison (nullopt for a decision stored without one).
+std::optional<metrics::EstimatorComparison> storedEstimators(const AdmissionDecision& d)
 {
     const nlohmann::json inputs = nlohmann::json::parse(d.candidateJson, nullptr, false);
     if (!inputs.is_object() || !inputs.contains("estimators")) {
-        return {};
+        return std::nullopt;
     }
     try {
-        const metrics::EstimatorComparison comparison = metrics::estimatorComparisonFromJson(inputs.at("estimators"));
-        QStringList items;
-        for (const metrics::EstimatorSummary& e : comparison.estimators) {
-            items << QString::fromStdString(e.name) + QLatin1Char(' ') + estimatorCell(e);
-        }
-        return items.join(QStringLiteral(", "));
+        return metrics::estimatorComparisonFromJson(inputs.at("estimators"));
     } catch (const std::invalid_argument&) {
+        return std::nullopt;
+    }
+}
+
+// "k1 ... (r / rho), k3 ..." from the decision's stored estimators ("" for a decision stored without them).
+QString estimatorsText(const AdmissionDecision& d)
+{
+    const auto comparison = storedEstimators(d);
+    if (!comparison) {
         return {};
     }
+    QStringList items;
+    for (const metrics::EstimatorSummary& e : comparison->estimators) {
+        items << QString::fromStdString(e.name) + QLatin1Char(' ') + estimatorCell(e);
+    }
+    return items.join(QStringLiteral(", "));
+}
+
+// A checkpoint is often a directory path: its last component names it well enough on an axis.
+QString checkpointName(const AdmissionDecision& d)
+{
+    const QString name = QFileInfo(QString::fromStdString(d.checkpoint)).fileName();
+    return name.isEmpty() ? QString::fromStdString(d.checkpoint) : name;
 }
 
 } // namespace
@@ -81,22 +97,11 @@ void AdmissionView::updateProfile()
             continue;
         }
         const AdmissionDecision& d = decisions_[i];
-        // The candidate, and its checkpoint when the decisions shown span several.
-        const QString checkpoint = QFileInfo(QString::fromStdString(d.checkpoint)).fileName();
-        const QString name = QString::fromStdString(d.candidateName)
-            + (checkpoints.size() > 1
-                    ? " @ " + (checkpoint.isEmpty() ? QString::fromStdString(d.checkpoint) : checkpoint)
-                    : QString());
-        metrics::EstimatorComparison comparison;
-        const nlohmann::json inputs = nlohmann::json::parse(d.candidateJson, nullptr, false);
-        if (inputs.is_object() && inputs.contains("estimators")) {
-            try {
-                comparison = metrics::estimatorComparisonFromJson(inputs.at("estimators"));
-            } catch (const std::invalid_argument&) {
-                // stored before the bins were: drawn as "without stored bins"
-            }
-        }
-        series.emplace_back(name, std::move(comparison));
+        // The candidate, and its checkpoint when the decisions shown span several; a decision stored without the
+        // comparison is counted as "without stored bins".
+        const QString name
+            = QString::fromStdString(d.candidateName) + (checkpoints.size() > 1 ? " @ " + checkpointName(d) : QString());
+        series.emplace_back(name, storedEstimators(d).value_or(metrics::EstimatorComparison {}));
     }
     profile_->setSeries(std::move(series));
 }
@@ -206,11 +211,8 @@ void AdmissionView::refresh()
         highErrors[d.decision].append(d.ciHigh - d.mismatch);
         const QString notes = decisionNotes(d);
         flagged += notes.isEmpty() ? 0 : 1;
-        // A checkpoint is often a directory path: its last component names it well enough on an axis.
-        const QString checkpoint = QFileInfo(QString::fromStdString(d.checkpoint)).fileName();
         ticker->addTick(row,
-            QString::fromStdString(d.candidateName) + " @ "
-                + (checkpoint.isEmpty() ? QString::fromStdString(d.checkpoint) : checkpoint)
+            QString::fromStdString(d.candidateName) + " @ " + checkpointName(d)
                 + (notes.isEmpty() ? QString() : QStringLiteral(" \u26a0")));
         xMax = std::max({xMax, d.ciHigh, d.threshold});
         for (double v : {d.ciLow, d.mismatch, d.threshold}) {

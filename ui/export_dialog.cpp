@@ -1,6 +1,6 @@
 #include "ui/export_dialog.h"
 
-#include "core/common/shell_quote.h"
+#include "core/jobs/job_spec.h"
 
 #include <QClipboard>
 #include <QComboBox>
@@ -157,7 +157,8 @@ void ExportDialog::refresh()
     options.verlRollout = *io::parseVerlRollout(verlRollout_->currentData().toString().toStdString());
     options.modelPath = modelDirectory_.toStdString();
     // The same export from the command line.
-    std::vector<std::string> words = {"mismatch", "export",
+    // (RECIPE, MODEL and DIR stand for what is not known here; jobs::commandLine leaves such words unquoted.)
+    std::vector<std::string> words = {"export",
         recipeFile_.isEmpty() ? std::string("RECIPE") : recipeFile_.toStdString(), "--to", target.toStdString(),
         "--model", modelDirectory_.isEmpty() ? std::string("MODEL") : modelDirectory_.toStdString()};
     if (target == QLatin1String("vllm") && options.vllmForm != io::VllmForm::Online) {
@@ -167,11 +168,7 @@ void ExportDialog::refresh()
         words.insert(words.end(), {"--rollout", io::toString(options.verlRollout)});
     }
     words.insert(words.end(), {"--out", "DIR"});
-    QStringList quoted;
-    for (const std::string& word : words) {
-        quoted.push_back(QString::fromStdString(word == "RECIPE" || word == "MODEL" ? word : shellQuote(word)));
-    }
-    command_->setText(quoted.join(QLatin1Char(' ')));
+    command_->setText(QString::fromStdString(jobs::commandLine(words)));
 
     tabs_->clear();
     files_.clear();

@@ -47,8 +47,7 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         store::RunStore store = context.openStore();
         const analysis::RecipeBuildOptions options = jobs::recipeBuildOptions(spec, store);
         jobs::expectJobRun(store, spec);
-        const std::string budgetSource
-            = jobs::budgetSource(spec);
+        const std::string budgetSource = jobs::budgetSource(spec);
         TerminalProgress bar(*context.err);
         const analysis::RecipeBuildResult r = analysis::buildRecipe(store, options, bar.progress());
         bar.finish();

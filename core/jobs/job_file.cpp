@@ -130,6 +130,9 @@ JobFileStep parseStep(const YAML::Node& node, const std::string& file, bool stud
     // Keys: the job's own message for one it does not have, then the located reader's checks (a key that is not
     // a name, a key given twice: a repeated parameter would otherwise silently take its last value).
     std::vector<std::string> allowed(kStepKeys.begin(), kStepKeys.end());
+    for (const Parameter& parameter : definition->parameters) {
+        allowed.push_back(parameter.name);
+    }
     for (const auto& entry : node) {
         const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : std::string();
         if (key == "id" && !study) {
@@ -139,7 +142,6 @@ JobFileStep parseStep(const YAML::Node& node, const std::string& file, bool stud
             throw InputError(file, place(entry.first),
                 "job '" + definition->kind + "' has no parameter '" + key + "' (see `mismatch run --help`)");
         }
-        allowed.push_back(key);
     }
     for (const io::YamlEntry& entry : yamlReader(file).entries(node, {"", start.line, start.column}, allowed)) {
         const std::string& key = entry.key;
