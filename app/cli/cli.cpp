@@ -23,7 +23,8 @@ std::string versionText()
     const RuntimeInfo info = runtimeInfo();
     return "mismatch " + info.version + " (git " + info.gitRevision + ", LibTorch " + info.torchVersion +
            ", CUDA kernels " + (info.cudaBuilt ? "built" : "not built") + ", CUDA device " +
-           (info.cudaAvailable ? "available" : "not available") + ")";
+           (info.cudaAvailable ? "available" : "not available") +
+           (info.openblasCore.empty() ? std::string() : ", OpenBLAS core " + info.openblasCore) + ")";
 }
 
 // CLI11 2.1 converts whole numbers with strtoll / strtoull without looking at errno: digits past the int64 range

@@ -6,7 +6,7 @@
 
 int main(int argc, char** argv)
 {
-    mismatch::preferPassiveOpenMpWaiting(argv);
+    mismatch::prepareProcessEnvironment(argv);
     // A write past the file size limit (RLIMIT_FSIZE) fails with EFBIG and is reported as an error naming the
     // file, instead of SIGXFSZ killing the process half-way.
     std::signal(SIGXFSZ, SIG_IGN);

@@ -69,7 +69,7 @@ int main(int argc, char** argv)
         parser.process(app); // prints and exits
         return 0;
     }
-    mismatch::preferPassiveOpenMpWaiting(argv);
+    mismatch::prepareProcessEnvironment(argv);
     // Qt 6 scales by the screen's device pixel ratio; pass fractional ratios (125%, 150%) through unrounded so
     // that plots and text stay sharp and correctly sized on high-DPI screens.
     QGuiApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);

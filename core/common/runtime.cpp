@@ -11,21 +11,71 @@
 #include <ATen/core/Generator.h>
 #include <torch/version.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <dlfcn.h>
+#include <set>
 #include <filesystem>
 #include <thread>
 #include <unistd.h>
 
 namespace mismatch {
 
-void preferPassiveOpenMpWaiting(char** argv)
+std::string openblasCoreName()
 {
-    if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("MISMATCH_NO_REEXEC") != nullptr || argv == nullptr) {
+    using CoreName = char* (*)();
+    // dlsym on the global scope: the BLAS that LibTorch loaded, whichever it is (Debian's alternatives).
+    const auto function = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    const char* name = function ? function() : nullptr;
+    return name ? std::string(name) : std::string();
+}
+
+std::string openblasCoreChoice(const std::string& detectedCore, bool avx512, bool avx2Fma)
+{
+    std::string core;
+    for (const char c : detectedCore) {
+        core += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    // The SSE-era cores OpenBLAS's dynamic dispatch falls back to for a CPU it does not recognise.
+    static const std::set<std::string> generic {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom"};
+    if (!generic.count(core)) {
+        return {};
+    }
+    if (avx512) {
+        return "SkylakeX";
+    }
+    return avx2Fma ? "Haswell" : std::string();
+}
+
+void prepareProcessEnvironment(char** argv)
+{
+    if (std::getenv("MISMATCH_NO_REEXEC") != nullptr || argv == nullptr) {
         return;
     }
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    ::execv("/proc/self/exe", argv);
-    // execv returned: it failed; run on with the active policy (slower, not wrong).
+    bool changed = false;
+    if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+        ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        changed = true;
+    }
+    if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+        bool avx512 = false;
+        bool avx2Fma = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+            && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+        avx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+        const std::string core = openblasCoreChoice(openblasCoreName(), avx512, avx2Fma);
+        if (!core.empty()) {
+            ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+            changed = true;
+        }
+    }
+    if (changed) {
+        ::execv("/proc/self/exe", argv);
+        // execv returned: it failed; run on as loaded (slower, not wrong).
+    }
 }
 
 void initializeRuntime(int threads)
@@ -53,6 +103,7 @@ RuntimeInfo runtimeInfo()
     // LibTorch can run on a device only when it was itself built with CUDA.
     info.cudaAvailable = at::hasCUDA() && !info.cudaDevices.empty();
     info.threads = at::get_num_threads();
+    info.openblasCore = openblasCoreName();
     return info;
 }
 

@@ -14,15 +14,27 @@ struct RuntimeInfo {
     std::string cudaRuntime;    // CUDA runtime the kernels were built with
     std::vector<std::string> cudaDevices;
     int threads = 1;            // LibTorch intra-op threads
+    std::string openblasCore;   // the kernels OpenBLAS runs (openblasCoreName); empty with another BLAS
 };
 
-// Called first thing in main(): when OMP_WAIT_POLICY is not set, sets it to PASSIVE and re-executes the program
-// (/proc/self/exe with the same arguments), because libgomp reads it once, when it is loaded. LibTorch's OpenMP
-// threads otherwise spin after each parallel region and fight OpenBLAS's own threads for the cores: on a 2-core
-// machine the demo pair's training loop ran about 9x slower (6.1 s against 0.71 s for 12 steps, measured). Does
-// nothing when the variable is set (to anything) or MISMATCH_NO_REEXEC is set; if the re-execution fails the
-// program simply continues.
-void preferPassiveOpenMpWaiting(char** argv);
+// Called first thing in main(): sets what the OpenMP and BLAS libraries read only once, when they are loaded, and
+// re-executes the program (/proc/self/exe with the same arguments) when it set anything:
+//   OMP_WAIT_POLICY=PASSIVE when not set: LibTorch's OpenMP threads otherwise spin after each parallel region and
+//     fight OpenBLAS's own threads for the cores (on a 2-core machine the demo pair's training loop ran about 9x
+//     slower: 6.1 s against 0.71 s for 12 steps, measured);
+//   OPENBLAS_CORETYPE when not set and OpenBLAS took its generic fallback kernels on a CPU it did not recognise
+//     (openblasCoreChoice below): OpenBLAS 0.3.21 names an unknown Intel model (a virtual machine's generic "Intel
+//     Xeon Processor", Sapphire Rapids) "Prescott" and multiplies with SSE3 kernels, 4x slower than its AVX-512
+//     ones there (FP32 GEMM 36 against 151 GFLOP/s at 512 x 1024 x 3072, 2 threads, measured).
+// Does nothing when MISMATCH_NO_REEXEC is set; if the re-execution fails the program simply continues.
+void prepareProcessEnvironment(char** argv);
+
+// The OPENBLAS_CORETYPE to ask for: empty when the BLAS is not OpenBLAS, or OpenBLAS already runs kernels of the
+// CPU's vector width; "SkylakeX" when OpenBLAS chose a generic SSE core on a CPU with AVX-512 (F, BW, VL, DQ),
+// "Haswell" when it has AVX2 and FMA. `detectedCore` is openblas_get_corename()'s answer (lower or upper case).
+std::string openblasCoreChoice(const std::string& detectedCore, bool avx512, bool avx2Fma);
+// OpenBLAS's core name in this process (openblas_get_corename, looked up at run time); empty without OpenBLAS.
+std::string openblasCoreName();
 
 // Sets LibTorch's intra-op thread count (Debian's build starts with one). threads <= 0 means one per core.
 void initializeRuntime(int threads = 0);

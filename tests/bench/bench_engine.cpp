@@ -177,7 +177,7 @@ std::vector<std::vector<std::int64_t>> decodeByRecomputation(
 
 int main(int argc, char** argv)
 {
-    preferPassiveOpenMpWaiting(argv);
+    prepareProcessEnvironment(argv);
     const Arguments arguments = parseArguments(argc, argv);
     initializeRuntime(arguments.threads);
 

@@ -116,7 +116,7 @@ Result measure(
 
 int main(int argc, char** argv)
 {
-    preferPassiveOpenMpWaiting(argv);
+    prepareProcessEnvironment(argv);
     const Arguments arguments = parseArguments(argc, argv);
     initializeRuntime(0); // one LibTorch thread per core
 

@@ -382,7 +382,7 @@ double number(const nlohmann::json& object, const char* key)
 
 int main(int argc, char** argv)
 {
-    preferPassiveOpenMpWaiting(argv);
+    prepareProcessEnvironment(argv);
     Arguments a = parseArguments(argc, argv);
     initializeRuntime(a.threads);
     const at::NoGradGuard noGrad;

@@ -91,7 +91,7 @@ struct Loop {
 
 int main(int argc, char** argv)
 {
-    preferPassiveOpenMpWaiting(argv);
+    prepareProcessEnvironment(argv);
     const Arguments a = parseArguments(argc, argv);
     initializeRuntime(a.threads);
     const fs::path resources(resourceDirectory());

@@ -6,6 +6,7 @@
 #include "core/common/file_io.h"
 #include "core/common/hash.h"
 #include "core/common/progress.h"
+#include "core/common/runtime.h"
 
 #include <QDir>
 #include <QRandomGenerator>
@@ -33,6 +34,7 @@ private slots:
     void atomicWriterWritesWholeOrNothing();
     void atomicWriterNamesTheSystemsReason();
     void byteSizesAsText();
+    void genericOpenBlasCoresAreReplaced();
 };
 
 void TestCommon::childMapsFractionsIntoItsRange()
@@ -236,6 +238,22 @@ void TestCommon::byteSizesAsText()
         QCOMPARE(parseByteSize(formatByteSize(bytes)), bytes);
     }
 }
+
+void TestCommon::genericOpenBlasCoresAreReplaced()
+{
+    // The SSE-era fallbacks of OpenBLAS's dynamic dispatch are replaced by the widest kernels the CPU runs.
+    QCOMPARE(openblasCoreChoice("Prescott", true, true), std::string("SkylakeX"));
+    QCOMPARE(openblasCoreChoice("PRESCOTT", false, true), std::string("Haswell"));
+    QCOMPARE(openblasCoreChoice("Nehalem", false, true), std::string("Haswell"));
+    QCOMPARE(openblasCoreChoice("Core2", true, false), std::string("SkylakeX"));
+    // A CPU without AVX2 keeps what it has; a recognised core, or no OpenBLAS at all, is left alone.
+    QCOMPARE(openblasCoreChoice("Prescott", false, false), std::string());
+    QCOMPARE(openblasCoreChoice("SkylakeX", true, true), std::string());
+    QCOMPARE(openblasCoreChoice("Zen", true, true), std::string());
+    QCOMPARE(openblasCoreChoice("Haswell", true, true), std::string());
+    QCOMPARE(openblasCoreChoice("", true, true), std::string());
+}
+
 
 QTEST_GUILESS_MAIN(TestCommon)
 #include "test_common.moc"
