@@ -1,15 +1,19 @@
 #include "core/engine/paged_kv_cache.h"
 
 #include "core/common/error.h"
+#include "core/common/vector_clones.h"
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace mismatch::engine {
 
@@ -337,6 +341,186 @@ std::pair<at::Tensor, at::Tensor> KvBlockPool::read(
     return {gather(storedKeys, keyScales), gather(storedValues, valueScales)};
 }
 
+namespace {
+
+MISMATCH_VECTOR_CLONES
+void widenRow(const std::uint16_t* in, float* out, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        const std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
+        std::memcpy(out + i, &bits, sizeof bits);
+    }
+}
+
+// One stored row (headDim elements of one slot and KV head) as float32: bf16 widened, fp8 code value x scale (the
+// multiply fromStorage does), float32 as it is.
+struct RowReader {
+    KvStorage kind = KvStorage::Float32;
+    const void* base = nullptr;
+    std::int64_t rowElements = 0; // kvHeads * headDim: one slot
+    std::int64_t headDim = 0;
+    const float* scales = nullptr; // fp8: [1] or [kvHeads]
+    bool perHead = false;
+    const float* fp8Table = nullptr;
+
+    // Returns a pointer to the row's float32 values (`buffer` when converted).
+    const float* row(std::int64_t slot, std::int64_t head, float* buffer) const
+    {
+        const std::int64_t offset = slot * rowElements + head * headDim;
+        switch (kind) {
+        case KvStorage::BFloat16:
+            widenRow(static_cast<const std::uint16_t*>(base) + offset, buffer, headDim);
+            return buffer;
+        case KvStorage::Fp8Codes: {
+            const float scale = scales[perHead ? head : 0];
+            const auto* codes = static_cast<const std::uint8_t*>(base) + offset;
+            for (std::int64_t d = 0; d < headDim; ++d) {
+                buffer[d] = fp8Table[codes[d]] * scale;
+            }
+            return buffer;
+        }
+        default:
+            return static_cast<const float*>(base) + offset;
+        }
+    }
+
+};
+
+RowReader rowReader(KvStorage kind, const at::Tensor& storage, const at::Tensor& scales)
+{
+    RowReader reader;
+    reader.kind = kind;
+    reader.base = storage.data_ptr();
+    reader.rowElements = storage.size(1) * storage.size(2);
+    reader.headDim = storage.size(2);
+    if (kind == KvStorage::Fp8Codes) {
+        // Programmer error: an fp8 layer is read with the scales its quantizer rounded with.
+        assert(scales.defined() && scales.device().is_cpu() && scales.scalar_type() == at::kFloat);
+        reader.scales = scales.data_ptr<float>();
+        reader.perHead = scales.numel() > 1;
+        reader.fp8Table = quant::fp8DecodeTable(quant::Fp8Format::E4M3).data();
+    }
+    return reader;
+}
+
+// sum_d a[d] b[d] in float32: 8 lanes over d, then the lanes pairwise, then the tail (transformer_linear's order).
+MISMATCH_VECTOR_CLONES
+float dot(const float* a, const float* b, std::int64_t count)
+{
+    float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const std::int64_t vectorEnd = count / 8 * 8;
+    for (std::int64_t k = 0; k < vectorEnd; k += 8) {
+        for (int lane = 0; lane < 8; ++lane) {
+            lanes[lane] += a[k + lane] * b[k + lane];
+        }
+    }
+    float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    for (std::int64_t k = vectorEnd; k < count; ++k) {
+        sum += a[k] * b[k];
+    }
+    return sum;
+}
+
+// out[d] += p * v[d]
+MISMATCH_VECTOR_CLONES
+void accumulate(float* out, float p, const float* v, std::int64_t count)
+{
+    for (std::int64_t d = 0; d < count; ++d) {
+        out[d] += p * v[d];
+    }
+}
+
+} // namespace
+
+at::Tensor KvBlockPool::attend(std::int64_t layer, const at::Tensor& slots, const at::Tensor& q, const at::Tensor& bias,
+    const at::Tensor& keyScales, const at::Tensor& valueScales) const
+{
+    const KvCacheLayout& layout = allocator_.layout();
+    const std::int64_t batch = q.size(0);
+    const std::int64_t heads = q.size(1);
+    const std::int64_t headDim = layout.headDim;
+    const std::int64_t kvHeads = layout.kvHeads;
+    const std::int64_t groups = heads / kvHeads;
+    const std::int64_t length = slots.size(1);
+    // Programmer error: one query per row, on the CPU, shapes as documented.
+    assert(q.size(2) == 1 && q.size(3) == headDim && heads % kvHeads == 0 && slots.size(0) == batch);
+    assert(bias.size(0) == batch && bias.size(-1) == length);
+    at::Tensor out = at::zeros({batch, 1, heads * headDim}, at::kFloat);
+    const at::Tensor& storedKeys = keys_[static_cast<std::size_t>(layer)];
+    const at::Tensor& storedValues = values_[static_cast<std::size_t>(layer)];
+    if (!storedKeys.defined() || length == 0) {
+        return out; // nothing was ever written: every key and value reads as zero (as read() gives them)
+    }
+    const KvStorage kind = storage_[static_cast<std::size_t>(layer)];
+    const at::Tensor cpuKeyScales = keyScales.defined() ? keyScales.to(at::kCPU).to(at::kFloat).contiguous() : keyScales;
+    const at::Tensor cpuValueScales
+        = valueScales.defined() ? valueScales.to(at::kCPU).to(at::kFloat).contiguous() : valueScales;
+    const RowReader keyReader = rowReader(kind, storedKeys, cpuKeyScales);
+    const RowReader valueReader = rowReader(kind, storedValues, cpuValueScales);
+    const at::Tensor query = q.contiguous();
+    const at::Tensor slotIndex = slots.to(at::kCPU).to(at::kLong).contiguous();
+    const at::Tensor additive = bias.contiguous();
+    const float* queries = query.data_ptr<float>();
+    const std::int64_t* slotData = slotIndex.data_ptr<std::int64_t>();
+    const float* biasData = additive.data_ptr<float>();
+    float* outData = out.data_ptr<float>();
+    // Transformer::attention multiplies the float32 scores by the double 1/sqrt(D), which ATen applies in float32.
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(headDim)));
+    // One task per row of the batch, each slot's keys (then values) of every KV head read as one contiguous
+    // stretch: the stored rows are [slot, kvHead, headDim], and reading one head's part of many slots stalls on
+    // memory.
+    at::parallel_for(0, batch, 1, [&](std::int64_t begin, std::int64_t end) {
+        std::vector<float> scores(static_cast<std::size_t>(heads * length));
+        std::vector<float> buffer(static_cast<std::size_t>(headDim));
+        for (std::int64_t b = begin; b < end; ++b) {
+            const std::int64_t* rowSlots = slotData + b * length;
+            const float* rowBias = biasData + b * length;
+            const float* rowQueries = queries + b * heads * headDim;
+            // scores[h * length + s]: query head h (KV head h / groups) against position s.
+            for (std::int64_t s = 0; s < length; ++s) {
+                for (std::int64_t kvHead = 0; kvHead < kvHeads; ++kvHead) {
+                    const float* key = keyReader.row(rowSlots[s], kvHead, buffer.data());
+                    for (std::int64_t g = 0; g < groups; ++g) {
+                        const std::int64_t h = kvHead * groups + g;
+                        scores[static_cast<std::size_t>(h * length + s)]
+                            = dot(rowQueries + h * headDim, key, headDim) * scale + rowBias[s];
+                    }
+                }
+            }
+            // Softmax per query head: the largest score subtracted, exp, divided by the sum.
+            for (std::int64_t h = 0; h < heads; ++h) {
+                float* row = scores.data() + h * length;
+                float maximum = -std::numeric_limits<float>::infinity();
+                for (std::int64_t s = 0; s < length; ++s) {
+                    maximum = std::max(maximum, row[s]);
+                }
+                float sum = 0.0f;
+                for (std::int64_t s = 0; s < length; ++s) {
+                    row[s] = std::exp(row[s] - maximum);
+                    sum += row[s];
+                }
+                for (std::int64_t s = 0; s < length; ++s) {
+                    row[s] /= sum;
+                }
+            }
+            float* rowOut = outData + b * heads * headDim;
+            for (std::int64_t s = 0; s < length; ++s) {
+                for (std::int64_t kvHead = 0; kvHead < kvHeads; ++kvHead) {
+                    const float* value = valueReader.row(rowSlots[s], kvHead, buffer.data());
+                    for (std::int64_t g = 0; g < groups; ++g) {
+                        const std::int64_t h = kvHead * groups + g;
+                        const float p = scores[static_cast<std::size_t>(h * length + s)];
+                        if (p != 0.0f) {
+                            accumulate(rowOut + h * headDim, p, value, headDim);
+                        }
+                    }
+                }
+            }
+        }
+    });
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Paged cache
 
@@ -385,7 +569,7 @@ at::Tensor PagedKvCache::newSlots(std::int64_t tokens) const
     return slots;
 }
 
-std::pair<at::Tensor, at::Tensor> PagedKvCache::append(
+std::pair<at::Tensor, at::Tensor> PagedKvCache::store(
     std::int64_t layer, const at::Tensor& keys, const at::Tensor& values)
 {
     const std::int64_t batch = keys.size(0);
@@ -419,8 +603,29 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::append(
         pool_.write(layer, pendingSlots_.reshape({-1}).index_select(0, realRows), rowsOf(k), rowsOf(v), keyScales,
             valueScales);
     }
-    const at::Tensor all = slots_.defined() && length_ > 0 ? at::cat({slots_, pendingSlots_}, 1) : pendingSlots_;
-    return pool_.read(layer, all, keyScales, valueScales);
+    return {keyScales, valueScales};
+}
+
+at::Tensor PagedKvCache::allSlots() const
+{
+    return slots_.defined() && length_ > 0 ? at::cat({slots_, pendingSlots_}, 1) : pendingSlots_;
+}
+
+std::pair<at::Tensor, at::Tensor> PagedKvCache::append(
+    std::int64_t layer, const at::Tensor& keys, const at::Tensor& values)
+{
+    const auto [keyScales, valueScales] = store(layer, keys, values);
+    return pool_.read(layer, allSlots(), keyScales, valueScales);
+}
+
+at::Tensor PagedKvCache::appendAndAttend(
+    std::int64_t layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias)
+{
+    if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || q.size(2) != 1 || bias.scalar_type() != at::kFloat) {
+        return {};
+    }
+    const auto [keyScales, valueScales] = store(layer, keys, values);
+    return pool_.attend(layer, allSlots(), q, bias, keyScales, valueScales);
 }
 
 void PagedKvCache::advance(std::int64_t tokens)

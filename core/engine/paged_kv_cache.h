@@ -119,6 +119,14 @@ public:
     // Reads slots [B, S] of layer `layer` as float32 keys and values [B, kvHeads, S, headDim] (scales as write).
     std::pair<at::Tensor, at::Tensor> read(std::int64_t layer, const at::Tensor& slots,
         const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {}) const;
+    // Attention of one query position per row over the stored keys and values, read in place (no gathered or
+    // widened copy of the cache): q [B, H, 1, headDim] float32 on the CPU, slots [B, S], bias [B, 1, 1, S] float32
+    // (additive: 0 or -inf), scales as write. Returns [B, 1, H * headDim] float32: what Transformer::attention
+    // computes in float32 on read()'s keys and values (scores q.k in float32 times 1/sqrt(headDim), plus the bias,
+    // softmax, then the probabilities times the values), each dot product and sum in a fixed order of its own
+    // (8 lanes, then the lanes pairwise) instead of the BLAS library's.
+    at::Tensor attend(std::int64_t layer, const at::Tensor& slots, const at::Tensor& q, const at::Tensor& bias,
+        const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {}) const;
     // Bytes of the storage now held, every layer.
     std::uint64_t storageBytes() const;
     // Slots of the storage now held (for tests: storage grows with use, not with the budget).
@@ -160,6 +168,10 @@ public:
     // prompt + max new tokens); it throws ResourceError rather than touching another sequence's blocks.
     std::pair<at::Tensor, at::Tensor> append(
         std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override;
+    // Decoding steps (one new position per row, float32 on the CPU) attend in place (KvBlockPool::attend); other
+    // forwards (prefills, other devices) return undefined and take append() and Transformer::attention.
+    at::Tensor appendAndAttend(std::int64_t layer, const at::Tensor& q, const at::Tensor& keys,
+        const at::Tensor& values, const at::Tensor& bias) override;
     void advance(std::int64_t tokens) override;
 
     // Keeps only the listed rows (in this order) and releases the blocks of the others (finished sequences).
@@ -171,6 +183,9 @@ private:
         std::int64_t padding = 0;
     };
     at::Tensor newSlots(std::int64_t tokens) const; // [B, tokens] for positions length .. length + tokens - 1
+    // Rounds and writes the new keys and values; returns the layer's FP8 scales (undefined for other formats).
+    std::pair<at::Tensor, at::Tensor> store(std::int64_t layer, const at::Tensor& keys, const at::Tensor& values);
+    at::Tensor allSlots() const; // [B, length + T]: committed and pending positions
 
     KvBlockPool& pool_;
     KvQuantizer* quantizer_;

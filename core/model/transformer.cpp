@@ -449,10 +449,13 @@ at::Tensor Transformer::forward(const at::Tensor& ids, const at::Tensor& attenti
         q = applyRope(q.transpose(1, 2), rope); // [B, H, T, D]
         k = applyRope(k.transpose(1, 2), rope); // [B, KV, T, D]
         v = v.transpose(1, 2);
-        if (cache) {
-            std::tie(k, v) = cache->append(index, k, v);
+        at::Tensor attended = cache ? cache->appendAndAttend(index, q, k, v, bias) : at::Tensor();
+        if (!attended.defined()) {
+            if (cache) {
+                std::tie(k, v) = cache->append(index, k, v);
+            }
+            attended = attention(q, k, v, bias, accumulate);
         }
-        const at::Tensor attended = attention(q, k, v, bias, accumulate);
         x = x + linear(layer.oName, attended, layer.oWeight, layer.oBias);
 
         const at::Tensor normedMlp = rmsNorm(x, layer.postAttentionNorm, eps);

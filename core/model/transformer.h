@@ -96,6 +96,16 @@ public:
         = 0;
     // Called once per forward after every layer has appended: the T new positions now count in length().
     virtual void advance(std::int64_t tokens) = 0;
+    // A cache that can attend over its own storage (the engine's paged cache, where handing out the keys and values
+    // as tensors copies the whole cache every decoding step) stores keys and values as append() does and returns
+    // what Transformer::attention returns for q [B, H, T, D], the keys and values of all positions and the additive
+    // bias [B, 1, T, S]: [B, T, H * D]. An undefined tensor means it does not, for these arguments (nothing is
+    // stored then); forward calls append() and attention() instead.
+    virtual at::Tensor appendAndAttend(std::int64_t layer, const at::Tensor& q, const at::Tensor& keys,
+        const at::Tensor& values, const at::Tensor& bias)
+    {
+        return {};
+    }
 };
 
 // Contiguous per-layer tensors grown by concatenation: the reference cache.
