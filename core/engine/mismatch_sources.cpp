@@ -148,20 +148,37 @@ model::TransformerWeights addWeightNoise(const model::TransformerWeights& weight
             noisy.set(name, source);
             continue;
         }
-        const at::Tensor wide = source.to(at::kCPU).to(at::kDouble).contiguous();
-        const double rms = std::sqrt(wide.pow(2).mean().item<double>());
-        at::Tensor noise = at::empty_like(wide);
-        double* data = noise.data_ptr<double>();
-        const std::uint64_t tensorSeed = tensorNoiseSeed(seed, name);
-        const std::int64_t chunks = (wide.numel() + kNoiseChunk - 1) / kNoiseChunk;
-        at::parallel_for(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
-            for (std::int64_t chunk = begin; chunk < end; ++chunk) {
-                const std::int64_t first = chunk * kNoiseChunk;
-                fillGaussian(tensorSeed, chunk, data + first, std::min(kNoiseChunk, wide.numel() - first));
-            }
-        });
+        // A slice of rows at a time, in float64 (the whole tensor in float64 would be 4x a BF16 checkpoint's bytes,
+        // three times over: an embedding of 152k x 1024 would take 3.7 GB of temporaries). The noise of element i
+        // is the same whatever the slice (fillGaussian's chunks of kNoiseChunk elements, seeded by tensor and
+        // chunk), and each slice holds whole chunks.
+        const at::Tensor flat = source.to(at::kCPU).contiguous().reshape({-1});
+        const std::int64_t count = flat.numel();
+        constexpr std::int64_t kSlice = kNoiseChunk * 64; // 32 MiB of float64 noise
+        double squares = 0.0;
+        for (std::int64_t first = 0; first < count; first += kSlice) {
+            squares += flat.narrow(0, first, std::min(kSlice, count - first)).to(at::kDouble).pow(2).sum().item<double>();
+        }
+        const double rms = std::sqrt(squares / static_cast<double>(count));
+        const double factor = sigma * rms;
         const at::ScalarType dtype = dtypeOf ? dtypeOf(name, source) : source.scalar_type();
-        noisy.set(name, (wide + sigma * rms * noise).to(dtype).to(source.device()));
+        at::Tensor result = at::empty({count}, flat.options().dtype(dtype));
+        const std::uint64_t tensorSeed = tensorNoiseSeed(seed, name);
+        for (std::int64_t first = 0; first < count; first += kSlice) {
+            const std::int64_t size = std::min(kSlice, count - first);
+            at::Tensor noise = at::empty({size}, flat.options().dtype(at::kDouble));
+            double* data = noise.data_ptr<double>();
+            const std::int64_t chunks = (size + kNoiseChunk - 1) / kNoiseChunk;
+            at::parallel_for(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t chunk = begin; chunk < end; ++chunk) {
+                    const std::int64_t offset = chunk * kNoiseChunk;
+                    fillGaussian(tensorSeed, (first + offset) / kNoiseChunk, data + offset,
+                        std::min(kNoiseChunk, size - offset));
+                }
+            });
+            result.narrow(0, first, size).copy_((flat.narrow(0, first, size).to(at::kDouble) + factor * noise).to(dtype));
+        }
+        noisy.set(name, result.view(source.sizes()).to(source.device()));
     }
     return noisy;
 }

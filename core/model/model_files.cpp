@@ -2,10 +2,16 @@
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/vector_clones.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
 
 #include <filesystem>
 #include <set>
@@ -212,9 +218,56 @@ Tokenizer loadModelTokenizer(const std::string& directory, const ModelConfig& co
     return tokenizer;
 }
 
+namespace {
+
+// Whether every element's exponent field is below all ones (no NaN, no infinity), read from the bit patterns in
+// one pass over the stored bytes: at::isfinite would write a bool tensor of the weight's size and read it again.
+template <typename Bits>
+MISMATCH_VECTOR_CLONES bool exponentsFinite(const Bits* data, std::int64_t count, Bits exponentMask)
+{
+    Bits nonFinite = 0; // any non-zero lane: some element has an all-ones exponent
+    for (std::int64_t i = 0; i < count; ++i) {
+        nonFinite |= static_cast<Bits>((data[i] & exponentMask) == exponentMask);
+    }
+    return nonFinite == 0;
+}
+
+// True when the tensor (float32, bfloat16 or float16 on the CPU, contiguous) is finite; nullopt for other tensors.
+std::optional<bool> allFiniteByBits(const at::Tensor& tensor)
+{
+    if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+        return std::nullopt;
+    }
+    std::atomic<bool> finite {true};
+    const auto scan = [&](auto* data, auto mask) {
+        at::parallel_for(0, tensor.numel(), 1 << 20, [&](std::int64_t begin, std::int64_t end) {
+            if (!exponentsFinite(data + begin, end - begin, mask)) {
+                finite = false;
+            }
+        });
+    };
+    switch (tensor.scalar_type()) {
+    case at::kFloat:
+        scan(static_cast<const std::uint32_t*>(tensor.data_ptr()), std::uint32_t {0x7F800000u});
+        break;
+    case at::kBFloat16:
+        scan(static_cast<const std::uint16_t*>(tensor.data_ptr()), std::uint16_t {0x7F80u});
+        break;
+    case at::kHalf:
+        scan(static_cast<const std::uint16_t*>(tensor.data_ptr()), std::uint16_t {0x7C00u});
+        break;
+    default:
+        return std::nullopt;
+    }
+    return finite.load();
+}
+
+} // namespace
+
 std::string nonFiniteSummary(const at::Tensor& tensor)
 {
-    if (at::isfinite(tensor).all().item<bool>()) {
+    const std::optional<bool> finite = allFiniteByBits(tensor);
+    if (finite ? *finite : at::isfinite(tensor).all().item<bool>()) {
         return {};
     }
     const auto nans = at::isnan(tensor).sum().item<std::int64_t>();

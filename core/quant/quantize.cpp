@@ -438,6 +438,25 @@ at::Tensor fakeQuantizeKv(const at::Tensor& kv, KvFormat format, KvScales mode, 
 
 namespace {
 
+// E4M3 codes without the table: the code's 7 magnitude bits placed where a float32's exponent and mantissa start
+// give the code's value times 2^-120 exactly (exponent bias 127 against 7; the code's subnormals land on float32
+// subnormals, whose scaling by 2^120 is exact too), and the two NaN codes (S.1111.111) read as NaN. The value is
+// the table's, bit for bit (tested on all 256 codes), then the same float32 multiply by the scale; a loop of shifts
+// and masks vectorizes where the table lookup is a gather.
+MISMATCH_VECTOR_CLONES
+void scaleE4m3CodesImpl(const std::uint8_t* codes, float scale, float* out, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        const std::uint32_t code = codes[i];
+        const std::uint32_t bits = ((code & 0x80u) << 24) | ((code & 0x7Fu) << 20);
+        float magnitude;
+        std::memcpy(&magnitude, &bits, sizeof magnitude);
+        const float value = (code & 0x7Fu) == 0x7Fu ? std::numeric_limits<float>::quiet_NaN() : magnitude * 0x1p120f;
+        out[i] = value * scale;
+    }
+}
+
+
 // The element loops below are compiled for AVX2 and the baseline (common/vector_clones.h): the dequantization runs
 // once per matrix product on the engine's hot path. One float32 multiply per element either way.
 
@@ -487,6 +506,11 @@ void requireFinite16(const at::Tensor& values, std::uint16_t exponentMask)
 }
 
 } // namespace
+
+void scaleE4m3Codes(const std::uint8_t* codes, float scale, float* out, std::int64_t count)
+{
+    scaleE4m3CodesImpl(codes, scale, out, count);
+}
 
 QuantizedWeight QuantizedWeight::quantize(const at::Tensor& weight, WeightFormat format, Granularity granularity)
 {
@@ -578,7 +602,10 @@ void QuantizedWeight::dequantizeRows(std::int64_t begin, std::int64_t end, float
             for (std::int64_t block = 0; block < scaleColumns; ++block) {
                 const std::int64_t c0 = block * scaleColumnBlock_;
                 const std::int64_t count = std::min(columns, c0 + scaleColumnBlock_) - c0;
-                if (table) {
+                if (table && format_ != WeightFormat::Fp8E5m2) {
+                    scaleE4m3CodesImpl(codes_.data_ptr<std::uint8_t>() + r * columns + c0, rowScales[block], target + c0,
+                        count);
+                } else if (table) {
                     scaleCodes(codes_.data_ptr<std::uint8_t>() + r * columns + c0, table, rowScales[block],
                         target + c0, count);
                 } else {

@@ -40,6 +40,9 @@ float roundToBFloat16(float value);
 float roundToFloat16(float value);
 at::Tensor roundToBFloat16(const at::Tensor& values); // float32 result
 at::Tensor roundToFloat16(const at::Tensor& values); // float32 result
+// out[i] = decodeFp8(codes[i], E4M3) * scale for `count` codes: the dequantization of E4M3 weight codes, computed
+// from the codes' bits instead of the table (bit-identical values, NaN for the NaN codes).
+void scaleE4m3Codes(const std::uint8_t* codes, float scale, float* out, std::int64_t count);
 
 // Weights: `weight` of any floating dtype; tensor granularity accepts any shape, the others need [out, in].
 // Granularity None means the format's default (formats.h); bf16/fp16 ignore it. An unsupported pair or shape

@@ -331,6 +331,7 @@ private slots:
 
     void fp8DecodeMatchesDefinition_data();
     void fp8DecodeMatchesDefinition();
+    void e4m3CodesScaleWithoutTheTable();
     void fp8EncodeRoundTripsEveryFiniteCode_data();
     void fp8EncodeRoundTripsEveryFiniteCode();
     void fp8MidpointsRoundToEven_data();
@@ -392,6 +393,35 @@ void TestQuant::fp8DecodeMatchesDefinition_data()
     QTest::addColumn<double>("minSubnormal");
     QTest::newRow("e4m3") << Fp8Format::E4M3 << 2 << 0 << 448.0 << std::ldexp(1.0, -9);
     QTest::newRow("e5m2") << Fp8Format::E5M2 << 6 << 2 << 57344.0 << std::ldexp(1.0, -16);
+}
+
+void TestQuant::e4m3CodesScaleWithoutTheTable()
+{
+    // All 256 codes, each times several scales (one, a power of two, the amax/448 kind, a tiny one that makes
+    // subnormal products): the arithmetic decode must equal the table's value times the scale bit for bit, and
+    // the two NaN codes must be NaN.
+    std::vector<std::uint8_t> codes(256);
+    for (int c = 0; c < 256; ++c) {
+        codes[static_cast<std::size_t>(c)] = static_cast<std::uint8_t>(c);
+    }
+    const auto& table = fp8DecodeTable(Fp8Format::E4M3);
+    for (const float scale : {1.0f, 0.25f, 3.1f / 448.0f, 1.7e-38f, 1234.5f}) {
+        std::vector<float> out(256);
+        scaleE4m3Codes(codes.data(), scale, out.data(), 256);
+        for (int c = 0; c < 256; ++c) {
+            const float expected = table[static_cast<std::size_t>(c)] * scale;
+            const float got = out[static_cast<std::size_t>(c)];
+            if (std::isnan(expected)) {
+                QVERIFY2(std::isnan(got), qPrintable(QString("code %1").arg(c)));
+                continue;
+            }
+            std::uint32_t a = 0;
+            std::uint32_t b = 0;
+            std::memcpy(&a, &expected, 4);
+            std::memcpy(&b, &got, 4);
+            QVERIFY2(a == b, qPrintable(QString("code %1 scale %2: %3 vs table %4").arg(c).arg(scale).arg(got).arg(expected)));
+        }
+    }
 }
 
 void TestQuant::fp8DecodeMatchesDefinition()
