@@ -1,6 +1,7 @@
 #include "core/engine/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -226,6 +227,8 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     std::int64_t total, Progress* progress)
 {
     const std::int64_t vocab = model_->config().vocabSize;
+    const at::ScalarType keptLogitsType
+        = model_->precision() == EnginePrecision::Fp32 ? at::kFloat : at::kBFloat16;
     std::set<std::int64_t> stopIds(sampling.stopTokenIds.begin(), sampling.stopTokenIds.end());
     if (!sampling.ignoreEos) {
         stopIds.insert(model_->config().eosTokenIds.begin(), model_->config().eosTokenIds.end());
@@ -245,6 +248,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         std::size_t request;
         metrics::SplitMix64 generator;
         std::vector<std::vector<float>> distributions;
+        std::vector<at::Tensor> logits; // one [vocab] row per generated position, when keepLogits
         std::string text;
     };
     std::vector<Row> rows;
@@ -262,6 +266,10 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             }
             row.distributions.clear();
         }
+        if (sampling.keepLogits) {
+            result.logits = row.logits.empty() ? at::empty({0, vocab}, keptLogitsType) : at::stack(row.logits);
+            row.logits.clear();
+        }
         result.text = row.text;
         done += sampling.maxNewTokens - static_cast<std::int64_t>(result.tokens.size()); // the unused allowance
     };
@@ -273,14 +281,27 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     at::Tensor last = logits.select(1, logits.size(1) - 1);
     while (true) {
         const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
+        // The BF16 and recipe engines' logits are bf16 values (their lm_head rounds its output): kept as bf16, exact.
+        const at::Tensor keptLogits = sampling.keepLogits ? lastCpu.to(keptLogitsType) : at::Tensor();
         std::vector<std::int64_t> keep;
         std::vector<std::int64_t> nextTokens;
+        // Each row's distribution and draw (a full-vocabulary pass in float64) in parallel: a row reads only its
+        // own logits and advances only its own generator, so the tokens do not depend on the thread count.
+        std::vector<std::vector<double>> logMus(rows.size());
+        std::vector<SampledToken> sampled(rows.size());
+        at::parallel_for(0, static_cast<std::int64_t>(rows.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t r = begin; r < end; ++r) {
+                const auto index = static_cast<std::size_t>(r);
+                const float* rowLogits = lastCpu[r].data_ptr<float>();
+                logMus[index] = samplingLogProbs(rowLogits, vocab, sampling);
+                sampled[index] = sampleToken(rowLogits, logMus[index], sampling, rows[index].generator);
+            }
+        });
         for (std::size_t r = 0; r < rows.size(); ++r) {
             Row& row = rows[r];
             GenerationResult& result = results[row.request];
-            const float* rowLogits = lastCpu[static_cast<std::int64_t>(r)].data_ptr<float>();
-            const std::vector<double> logMu = samplingLogProbs(rowLogits, vocab, sampling);
-            SampledToken token = sampleToken(rowLogits, logMu, sampling, row.generator);
+            const std::vector<double>& logMu = logMus[r];
+            SampledToken& token = sampled[r];
             result.tokens.push_back(token.id);
             result.logProbs.push_back(token.logProb);
             if (sampling.topLogProbs > 0) {
@@ -288,6 +309,9 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             }
             if (sampling.fullDistributions) {
                 row.distributions.emplace_back(logMu.begin(), logMu.end());
+            }
+            if (sampling.keepLogits) {
+                row.logits.push_back(keptLogits[static_cast<std::int64_t>(r)].clone());
             }
             ++done;
             bool finished = false;

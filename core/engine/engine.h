@@ -47,6 +47,7 @@ struct GenerationResult {
     std::vector<double> logProbs; // per token: log mu(token), nats
     std::vector<std::vector<TokenLogProb>> topLogProbs; // per token, when SamplingOptions::topLogProbs > 0
     at::Tensor distributions; // [T, vocab] float32 log mu, when fullDistributions
+    at::Tensor logits; // [T, vocab] the logits sampled from (bf16 or float32), when keepLogits
     std::string text; // decoded tokens (cut before a stop string); needs a tokenizer
     FinishReason finishReason = FinishReason::Length;
     std::optional<ResourceError> error; // set when Rejected

@@ -11,25 +11,17 @@ namespace mismatch::engine {
 
 namespace {
 
-// One response's per-token KL, log mu(y) and log pi(y), in float64 (as metrics::tokenMismatch reads them).
-void appendTokenValues(metrics::SampledTokenValues& values, const metrics::TokenMismatch& mismatch,
-    const at::Tensor& engineLogProbs, const at::Tensor& trainerLogProbs, const std::vector<std::int64_t>& tokens)
+// One response's per-token KL, log mu(y), log pi(y) and the trainer's entropy, in float64 (tokenMismatch's values).
+void appendTokenValues(metrics::SampledTokenValues& values, const metrics::TokenMismatch& mismatch)
 {
-    if (tokens.empty()) {
-        return;
-    }
-    const at::Tensor index = at::tensor(tokens, at::kLong).unsqueeze(1);
-    const at::Tensor logPi = trainerLogProbs.to(at::kDouble).gather(1, index).squeeze(1).contiguous();
-    const at::Tensor logMu = engineLogProbs.to(at::kDouble).gather(1, index).squeeze(1).contiguous();
-    const at::Tensor kl = mismatch.kl.to(at::kDouble).contiguous();
-    const auto n = static_cast<std::size_t>(kl.numel());
-    values.kl.insert(values.kl.end(), kl.data_ptr<double>(), kl.data_ptr<double>() + n);
-    values.logMu.insert(values.logMu.end(), logMu.data_ptr<double>(), logMu.data_ptr<double>() + n);
-    values.logPi.insert(values.logPi.end(), logPi.data_ptr<double>(), logPi.data_ptr<double>() + n);
-    // The trainer's entropy at each prefix (its rows are full log_softmax rows: every probability > 0).
-    const at::Tensor rows = trainerLogProbs.to(at::kDouble);
-    const at::Tensor entropy = (-(rows.exp() * rows).sum(-1)).contiguous();
-    values.entropyPi.insert(values.entropyPi.end(), entropy.data_ptr<double>(), entropy.data_ptr<double>() + n);
+    const auto append = [](std::vector<double>& to, const at::Tensor& from) {
+        const at::Tensor column = from.to(at::kCPU).to(at::kDouble).contiguous();
+        to.insert(to.end(), column.data_ptr<double>(), column.data_ptr<double>() + column.numel());
+    };
+    append(values.kl, mismatch.kl);
+    append(values.logMu, mismatch.logMuY);
+    append(values.logPi, mismatch.logPiY);
+    append(values.entropyPi, mismatch.entropyPi);
 }
 
 } // namespace
@@ -46,7 +38,9 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
         throw InputError("mismatch", "batch size", "must be >= 1, got " + std::to_string(options.batchSize));
     }
     SamplingOptions sampling = options.sampling;
-    sampling.fullDistributions = true;
+    // The engine keeps the logits it sampled from (bf16 for the BF16 and recipe engines, half the bytes of float32
+    // log mu); log mu is computed again from them per prompt, in float64, as the engine computed it to sample.
+    sampling.keepLogits = true;
     ScoreOptions scoring;
     scoring.batchSize = options.batchSize;
     // The trainer's distribution at the rollout temperature (greedy rollouts compare at temperature 1).
@@ -55,14 +49,16 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
     MismatchMeasurement measurement;
     metrics::MismatchAccumulator total;
     // Prompts whose distributions fit `bytes` (at least one, at most batchSize).
-    const std::uint64_t promptBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(1, sampling.maxNewTokens))
-        * static_cast<std::uint64_t>(engine.model().config().vocabSize) * sizeof(float);
-    const auto fitting = [&](std::uint64_t bytes) {
-        return static_cast<std::size_t>(
-            std::clamp<std::uint64_t>(bytes / promptBytes, 1, static_cast<std::uint64_t>(options.batchSize)));
+    const std::uint64_t promptEntries = static_cast<std::uint64_t>(std::max<std::int64_t>(1, sampling.maxNewTokens))
+        * static_cast<std::uint64_t>(engine.model().config().vocabSize);
+    const std::uint64_t logitBytes = engine.model().precision() == EnginePrecision::Fp32 ? sizeof(float) : 2;
+    const auto fitting = [&](std::uint64_t bytes, std::uint64_t entryBytes) {
+        return static_cast<std::size_t>(std::clamp<std::uint64_t>(
+            bytes / (promptEntries * entryBytes), 1, static_cast<std::uint64_t>(options.batchSize)));
     };
-    const std::size_t chunk = fitting(options.distributionBytes);
-    const std::size_t scoringGroup = fitting(options.distributionBytes / 4);
+    const std::size_t chunk = fitting(options.distributionBytes, logitBytes);
+    // The trainer's float32 log pi of a group of prompts.
+    const std::size_t scoringGroup = fitting(options.distributionBytes / 4, sizeof(float));
     scoring.batchSize = static_cast<std::int64_t>(scoringGroup);
     for (std::size_t begin = 0; begin < requests.size(); begin += chunk) {
         if (progress) {
@@ -86,11 +82,12 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
             std::vector<at::Tensor> trainerLogProbs = scoreSequences(trainer, prompts, responses, scoring);
             for (std::size_t i = group; i < groupEnd; ++i) {
                 GenerationResult& generation = generations[i];
-                const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
-                    generation.distributions, trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong));
-                if (options.keepTokenValues) {
-                    appendTokenValues(measurement.tokenValues, mismatch, generation.distributions,
-                        trainerLogProbs[i - group], generation.tokens);
+                metrics::MismatchExtras extras;
+                extras.entropy = options.keepTokenValues;
+                const metrics::TokenMismatch mismatch = metrics::tokenMismatch(logMuRows(generation.logits, sampling),
+                    trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong), extras);
+                if (options.keepTokenValues && !generation.tokens.empty()) {
+                    appendTokenValues(measurement.tokenValues, mismatch);
                 }
                 trainerLogProbs[i - group] = at::Tensor();
                 metrics::MismatchAccumulator prompt;
@@ -100,7 +97,7 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
                 measurement.promptK1Sums.push_back(prompt.k1Sum);
                 measurement.promptK3Sums.push_back(prompt.k3Sum);
                 measurement.promptTokens.push_back(prompt.tokens);
-                generation.distributions = at::Tensor(); // [T, vocab] per prompt: not kept
+                generation.logits = at::Tensor(); // [T, vocab] per prompt: not kept
                 measurement.generations.push_back(std::move(generation));
             }
         }

@@ -19,12 +19,13 @@
 namespace mismatch::engine {
 
 struct MismatchOptions {
-    SamplingOptions sampling; // fullDistributions is forced on
+    SamplingOptions sampling; // keepLogits is forced on
     std::int64_t batchSize = 16; // prompts generated and scored per chunk (bounds the [T, vocab] memory)
-    // Memory for the [T, vocab] float32 distributions held between generating and scoring: a chunk has at most
-    // batchSize prompts and at most as many as fit this budget (at maxNewTokens tokens each, at least one), and
-    // the trainer scores a chunk in groups whose logits fit a quarter of it. With the demo pair's 258-token
-    // vocabulary this never binds; with a 152k vocabulary 64 tokens of one prompt take 39 MB.
+    // Memory for the [T, vocab] logits held between generating and scoring (bf16, or float32 for the FP32
+    // engine): a chunk has at most batchSize prompts and at most as many as fit this budget (at maxNewTokens tokens
+    // each, at least one), and the trainer scores a chunk in groups whose float32 log pi fit a quarter of it. With
+    // the demo pair's 258-token vocabulary this never binds; with a 152k vocabulary 64 tokens of one prompt take
+    // 19 MB in bf16.
     std::uint64_t distributionBytes = 512ull << 20;
     // Also keep every token's KL, log mu(y) and log pi(y) (MismatchMeasurement::tokenValues): 24 bytes a token,
     // for the sampled-token estimators side by side with the full KL (metrics/estimators.h).

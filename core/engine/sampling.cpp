@@ -2,6 +2,9 @@
 
 #include "core/common/error.h"
 
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -138,6 +141,23 @@ std::vector<double> samplingLogProbs(const float* logits, std::int64_t vocab, co
         result[static_cast<std::size_t>(v)] = logProbs[static_cast<std::size_t>(v)] - logKept;
     }
     return result;
+}
+
+at::Tensor logMuRows(const at::Tensor& logits, const SamplingOptions& options)
+{
+    const at::Tensor input = logits.to(at::kCPU).to(at::kFloat).contiguous();
+    const std::int64_t rows = input.size(0);
+    const std::int64_t vocab = input.size(1);
+    at::Tensor output = at::empty({rows, vocab}, at::TensorOptions().dtype(at::kDouble));
+    const float* in = input.data_ptr<float>();
+    double* out = output.data_ptr<double>();
+    at::parallel_for(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t t = begin; t < end; ++t) {
+            const std::vector<double> logMu = samplingLogProbs(in + t * vocab, vocab, options);
+            std::copy(logMu.begin(), logMu.end(), out + t * vocab);
+        }
+    });
+    return output;
 }
 
 SampledToken sampleToken(const float* logits, const std::vector<double>& logMu, const SamplingOptions& options,

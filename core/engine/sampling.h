@@ -17,6 +17,8 @@
 // share the batch.
 #include "core/metrics/bootstrap.h"
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +43,11 @@ struct SamplingOptions {
     std::int64_t topLogProbs = 0;
     // Per request, the full [T, vocab] float32 log mu of every generated position (for mismatch).
     bool fullDistributions = false;
+    // Per request, the [T, vocab] logits every generated position was sampled from (GenerationResult::logits), in
+    // bf16 when the engine's lm_head writes bf16 (the BF16 and recipe engines: exact, and half the bytes of log mu
+    // in float32), float32 otherwise (the FP32 engine). logMuRows turns them into log mu, in float64, exactly as
+    // the engine computed it for sampling.
+    bool keepLogits = false;
 };
 
 // Throws InputError("sampling options", field, ...) for a temperature < 0 or not finite, top-p outside
@@ -64,6 +71,9 @@ struct SampledToken {
 // log mu of one position (see above) from float32 logits of length `vocab`; entries outside the kept set are
 // -infinity. Throws mismatch::Error for NaN or +-infinite-only logits (nothing to sample from).
 std::vector<double> samplingLogProbs(const float* logits, std::int64_t vocab, const SamplingOptions& options);
+// samplingLogProbs of every row of `logits` [T, vocab] (any floating dtype whose values widen exactly to float32,
+// as GenerationResult::logits holds them): [T, vocab] float64, rows in parallel.
+at::Tensor logMuRows(const at::Tensor& logits, const SamplingOptions& options);
 // Samples a token from log mu (as returned by samplingLogProbs) with one draw from `generator`; greedy options
 // take argmax of `logits` instead (the draw is still consumed, so streams stay aligned).
 SampledToken sampleToken(const float* logits, const std::vector<double>& logMu, const SamplingOptions& options,

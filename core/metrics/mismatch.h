@@ -15,11 +15,20 @@ struct TokenMismatch {
     at::Tensor kl;  // [N] full-vocabulary KL(mu || pi) per position, float64
     at::Tensor k1;  // [N]
     at::Tensor k3;  // [N]
+    at::Tensor logMuY; // [N] log mu(y) of the sampled token, float64
+    at::Tensor logPiY; // [N] log pi(y)
+    at::Tensor entropyPi; // [N] the trainer's entropy -sum_v pi(v) log pi(v); only with MismatchExtras::entropy
+};
+
+struct MismatchExtras {
+    bool entropy = false; // also the trainer's entropy at each position (one more exp per vocabulary entry)
 };
 
 // engineLogProbs, trainerLogProbs: [N, V] log-probabilities (any float dtype; computed in float64);
-// sampled: [N] int64 token ids drawn from the engine. Positions are rows.
-TokenMismatch tokenMismatch(const at::Tensor& engineLogProbs, const at::Tensor& trainerLogProbs, const at::Tensor& sampled);
+// sampled: [N] int64 token ids drawn from the engine. Positions are rows. The rows are taken a block at a time, so
+// the float64 temporaries are a few rows' worth, not [N, V] (a 152k vocabulary's 64 positions would be 78 MB each).
+TokenMismatch tokenMismatch(const at::Tensor& engineLogProbs, const at::Tensor& trainerLogProbs, const at::Tensor& sampled,
+    MismatchExtras extras = {});
 
 // Same from logits (log_softmax taken here, in float64).
 TokenMismatch tokenMismatchFromLogits(const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled);

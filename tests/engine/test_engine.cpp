@@ -49,6 +49,10 @@ constexpr double kFp32LogProbTolerance = 1e-4;
 constexpr double kFp32MismatchBound = 1e-6; // nats per token
 // Paged cache vs dense cache on the same float32 forward: identical arithmetic on the attended positions.
 constexpr double kPagedVsDenseTolerance = 1e-5;
+// KvBlockPool::attend against float64 on the same stored keys and values: float32 dot products of D terms, a
+// float32 softmax and a float32 sum of S weighted values, each within a few float32 ulps per term; with scores of
+// order 10 and values of order 1 the output's error stays below 64 eps32 (S + D) (tests use S, D <= 32).
+constexpr double kAttendEps32 = 1.1920929e-07;
 // Cached decode vs full recomputation in a rounding engine: a float32 sum in another order can move a value
 // across a bf16 rounding boundary (one bf16 ulp, 2^-8 relative) somewhere in the network; log-probabilities
 // then move by a few 1e-3 at most on this model. A cache bug moves them by O(1).
@@ -228,6 +232,7 @@ private slots:
     void samplingFrequenciesFollowDistribution();
     void greedyAndTopKOne();
     void seedsDecideTokens();
+    void keptLogitsGiveTheSampledDistributions();
     void seedsIndependentOfBatchComposition();
     void stopsOnEosAndMaxTokens();
     void stopsOnStopString();
@@ -239,6 +244,7 @@ private slots:
     void engineSharesStoredBf16Weights();
     void memoryPlanCountsWhatTheEngineHolds();
     void compactKvStorageReadsBackExactly();
+    void pagedAttentionMatchesFloat64Reference();
     void bf16GemmProbeCatchesPartialRounding();
     void bf16KernelsAgreeWithFloat32Kernels();
 
@@ -819,6 +825,49 @@ void TestEngine::greedyAndTopKOne()
     }
 }
 
+void TestEngine::keptLogitsGiveTheSampledDistributions()
+{
+    // The logits a generation keeps (what a mismatch measurement stores between generating and scoring) give back
+    // log mu exactly as the engine sampled with it: bf16 for the BF16 and recipe engines (their lm_head writes
+    // bf16, so nothing is lost), float32 for the FP32 engine; at temperature 0.7 with top-p, where log mu is not a
+    // plain log_softmax. The float32 log mu the engine returns is the rounding of the float64 one.
+    const ModelConfig config = tinyConfig();
+    const std::vector<GenerationRequest> requests = randomRequests(3, 131, 2, 9);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 7;
+    sampling.ignoreEos = true;
+    sampling.temperature = 0.7;
+    sampling.topP = 0.9;
+    sampling.seed = 3;
+    sampling.fullDistributions = true;
+    sampling.keepLogits = true;
+    struct Case {
+        const char* name;
+        std::optional<quant::RecipePlan> plan;
+        EnginePrecision precision;
+        at::ScalarType logitType;
+    };
+    const std::vector<Case> cases = {{"bf16", std::nullopt, EnginePrecision::Bf16Reference, at::kBFloat16},
+        {"fp8", planFor(kFp8Recipe, config), EnginePrecision::Recipe, at::kBFloat16},
+        {"fp32", std::nullopt, EnginePrecision::Fp32, at::kFloat}};
+    for (const Case& c : cases) {
+        EngineOptions options;
+        options.precision = c.precision;
+        Engine engine(config, tinyWeights(config, 132), c.plan, options);
+        const std::vector<GenerationResult> results = engine.generate(requests, sampling);
+        for (const GenerationResult& result : results) {
+            QCOMPARE(result.logits.scalar_type(), c.logitType);
+            QCOMPARE(result.logits.size(0), static_cast<std::int64_t>(result.tokens.size()));
+            const at::Tensor logMu = logMuRows(result.logits, sampling);
+            QCOMPARE(logMu.scalar_type(), at::kDouble);
+            QVERIFY2(at::equal(logMu.to(at::kFloat), result.distributions), c.name);
+            for (std::size_t t = 0; t < result.tokens.size(); ++t) {
+                QCOMPARE(logMu[static_cast<std::int64_t>(t)][result.tokens[t]].item<double>(), result.logProbs[t]);
+            }
+        }
+    }
+}
+
 void TestEngine::seedsDecideTokens()
 {
     const ModelConfig config = tinyConfig();
@@ -1180,6 +1229,111 @@ void TestEngine::compactKvStorageReadsBackExactly()
     const std::uint64_t elements = slotsHeld * static_cast<std::uint64_t>(config.numKeyValueHeads * config.headDim);
     QCOMPARE(compact.storageBytes(), 2 * elements * 2 + 2 * elements * 1);
     QCOMPARE(wide.storageBytes(), 2 * 2 * elements * 4);
+}
+
+void TestEngine::pagedAttentionMatchesFloat64Reference()
+{
+    // One query per row attending over keys and values stored in each storage kind (float32, bf16 bits, fp8 codes
+    // with per-tensor and per-head scales), padding positions (0, masked) included: the in-place kernel against a
+    // float64 softmax attention over the values read() returns.
+    const ModelConfig config = tinyConfig(); // 4 heads over 2 KV heads
+    const quant::RecipePlan plan = planFor("version: 1\nkv_cache: {format: fp8_e4m3, scales: per_head}\n"
+                                           "rules:\n  - match: model.layers.0.self_attn\n"
+                                           "    kv_cache: {format: fp8_e4m3, scales: per_tensor}\n",
+        config);
+    const std::int64_t kvHeads = config.numKeyValueHeads;
+    const std::int64_t heads = config.numHeads;
+    const std::int64_t headDim = config.headDim;
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(4711);
+    struct Case {
+        std::vector<KvStorage> storage;
+        bool quantize;
+    };
+    const std::vector<Case> cases = {{{KvStorage::Float32, KvStorage::Float32}, false},
+        {{KvStorage::BFloat16, KvStorage::BFloat16}, false}, {{KvStorage::Fp8Codes, KvStorage::Fp8Codes}, true}};
+    for (const Case& c : cases) {
+        KvQuantizer quantizer(plan.kvPerLayer, kvHeads, true);
+        KvBlockPool pool(kvCacheLayout(config, &plan), 1 << 20, 4, c.storage);
+        const std::int64_t batch = 3;
+        const std::int64_t length = 13;
+        for (std::int64_t b = 0; b < batch; ++b) {
+            QVERIFY(pool.allocator().allocate(length).has_value());
+        }
+        // Row b's positions: its blocks in order; row 1 starts with two padding positions (slot 0).
+        at::Tensor positions = at::zeros({batch, length}, at::kLong);
+        for (std::int64_t b = 0; b < batch; ++b) {
+            const auto& table = pool.allocator().blockTable(b);
+            for (std::int64_t t = b == 1 ? 2 : 0; t < length; ++t) {
+                positions[b][t] = 1 + table[static_cast<std::size_t>(t / 4)] * 4 + t % 4;
+            }
+        }
+        const at::Tensor bias = at::where(positions.gt(0), at::zeros({batch, length}),
+            at::full({batch, length}, -std::numeric_limits<float>::infinity()))
+                                    .view({batch, 1, 1, length});
+        for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+            at::Tensor keys = 2.0 * at::randn({1, kvHeads, batch * length, headDim}, generator);
+            at::Tensor values = at::randn({1, kvHeads, batch * length, headDim}, generator);
+            at::Tensor keyScales;
+            at::Tensor valueScales;
+            if (c.quantize) {
+                std::tie(keys, values) = quantizer.quantize(layer, keys, values, at::ones({1, batch * length}, at::kBool));
+                keyScales = quantizer.scales().keys[static_cast<std::size_t>(layer)];
+                valueScales = quantizer.scales().values[static_cast<std::size_t>(layer)];
+            } else if (c.storage[0] == KvStorage::BFloat16) {
+                keys = roundBf16(keys);
+                values = roundBf16(values);
+            }
+            const at::Tensor real = positions.reshape({-1}).gt(0).nonzero().reshape({-1});
+            const auto rows = [&](const at::Tensor& kv) {
+                return kv[0].permute({1, 0, 2}).index_select(0, real).contiguous(); // [N, KV, D]
+            };
+            pool.write(layer, positions.reshape({-1}).index_select(0, real), rows(keys), rows(values), keyScales, valueScales);
+            const at::Tensor q = 3.0 * at::randn({batch, heads, 1, headDim}, generator);
+            const at::Tensor out = pool.attend(layer, positions, q, bias, keyScales, valueScales);
+            QCOMPARE(out.sizes(), (at::IntArrayRef {batch, 1, heads * headDim}));
+            // Float64 reference over what read() returns (exactly the stored values).
+            const auto [k, v] = pool.read(layer, positions, keyScales, valueScales); // [B, KV, S, D]
+            const at::Tensor kd = k.to(at::kDouble);
+            const at::Tensor vd = v.to(at::kDouble);
+            const at::Tensor qd = q.to(at::kDouble);
+            double worst = 0.0;
+            for (std::int64_t b = 0; b < batch; ++b) {
+                for (std::int64_t h = 0; h < heads; ++h) {
+                    const std::int64_t kvHead = h / (heads / kvHeads);
+                    std::vector<double> p(static_cast<std::size_t>(length));
+                    double maximum = -std::numeric_limits<double>::infinity();
+                    for (std::int64_t s = 0; s < length; ++s) {
+                        double dot = 0.0;
+                        for (std::int64_t d = 0; d < headDim; ++d) {
+                            dot += qd[b][h][0][d].item<double>() * kd[b][kvHead][s][d].item<double>();
+                        }
+                        p[static_cast<std::size_t>(s)] = positions[b][s].item<std::int64_t>() > 0
+                            ? dot / std::sqrt(static_cast<double>(headDim))
+                            : -std::numeric_limits<double>::infinity();
+                        maximum = std::max(maximum, p[static_cast<std::size_t>(s)]);
+                    }
+                    double sum = 0.0;
+                    for (double& value : p) {
+                        value = std::exp(value - maximum);
+                        sum += value;
+                    }
+                    for (std::int64_t d = 0; d < headDim; ++d) {
+                        double expected = 0.0;
+                        for (std::int64_t s = 0; s < length; ++s) {
+                            expected += p[static_cast<std::size_t>(s)] / sum * vd[b][kvHead][s][d].item<double>();
+                        }
+                        worst = std::max(worst, std::abs(out[b][0][h * headDim + d].item<double>() - expected));
+                    }
+                }
+            }
+            const double bound = 64.0 * kAttendEps32 * static_cast<double>(length + headDim);
+            QVERIFY2(worst < bound, qPrintable(QString("storage %1 layer %2: error %3 over the bound %4")
+                                                   .arg(static_cast<int>(c.storage[0]))
+                                                   .arg(layer)
+                                                   .arg(worst)
+                                                   .arg(bound)));
+        }
+    }
 }
 
 void TestEngine::bf16GemmProbeCatchesPartialRounding()
