@@ -222,14 +222,33 @@ namespace {
 
 // Whether every element's exponent field is below all ones (no NaN, no infinity), read from the bit patterns in
 // one pass over the stored bytes: at::isfinite would write a bool tensor of the weight's size and read it again.
-template <typename Bits>
-MISMATCH_VECTOR_CLONES bool exponentsFinite(const Bits* data, std::int64_t count, Bits exponentMask)
+// Two plain functions, not a template: clang's target_clones does not take function templates.
+MISMATCH_VECTOR_CLONES bool exponentsFinite32(const std::uint32_t* data, std::int64_t count, std::uint32_t exponentMask)
 {
-    Bits nonFinite = 0; // any non-zero lane: some element has an all-ones exponent
+    std::uint32_t nonFinite = 0; // non-zero: some element has an all-ones exponent
     for (std::int64_t i = 0; i < count; ++i) {
-        nonFinite |= static_cast<Bits>((data[i] & exponentMask) == exponentMask);
+        nonFinite |= static_cast<std::uint32_t>((data[i] & exponentMask) == exponentMask);
     }
     return nonFinite == 0;
+}
+
+MISMATCH_VECTOR_CLONES bool exponentsFinite16(const std::uint16_t* data, std::int64_t count, std::uint16_t exponentMask)
+{
+    std::uint16_t nonFinite = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+        nonFinite |= static_cast<std::uint16_t>((data[i] & exponentMask) == exponentMask);
+    }
+    return nonFinite == 0;
+}
+
+bool exponentsFinite(const std::uint32_t* data, std::int64_t count, std::uint32_t mask)
+{
+    return exponentsFinite32(data, count, mask);
+}
+
+bool exponentsFinite(const std::uint16_t* data, std::int64_t count, std::uint16_t mask)
+{
+    return exponentsFinite16(data, count, mask);
 }
 
 // True when the tensor (float32, bfloat16 or float16 on the CPU, contiguous) is finite; nullopt for other tensors.

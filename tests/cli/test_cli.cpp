@@ -3,6 +3,7 @@
 #include "tests/common/cli_runner.h"
 #include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
+#include "core/common/runtime.h"
 #include "core/common/version.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
