@@ -253,7 +253,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     };
     std::vector<Row> rows;
     for (std::size_t index : wave) {
-        rows.push_back({index, metrics::SplitMix64(requestGeneratorSeed(sampling.seed, requests[index].seed)), {}, {}});
+        rows.push_back({index, metrics::SplitMix64(requestGeneratorSeed(sampling.seed, requests[index].seed)), {}, {}, {}});
         results[index].wave = waveIndex;
     }
     const auto finishRow = [&](Row& row) {
