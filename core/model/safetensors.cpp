@@ -5,7 +5,6 @@
 #include "core/common/input_limits.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
@@ -394,11 +393,6 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const
     return tensors_[it->second];
 }
 
-namespace {
-constexpr std::uintptr_t kHugePageBytes = 2u << 20;
-constexpr std::int64_t kCopyGrainBytes = 8 << 20;
-} // namespace
-
 at::Tensor SafetensorsFile::load(const std::string& name) const
 {
     const TensorInfo& entry = info(name);
@@ -406,25 +400,10 @@ at::Tensor SafetensorsFile::load(const std::string& name) const
     const std::uint64_t bytes = entry.end - entry.begin;
     if (bytes > 0) {
         const char* source = static_cast<const char*>(mapping_) + dataOffset_ + entry.begin;
-        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-        auto* target = static_cast<char*>(tensor.data_ptr());
-        if (bytes >= kHugePageBytes) {
-            // Fresh memory is mapped a page at a time on first touch; asking for transparent huge pages (where the
-            // system allows them, "madvise" mode included) maps it 2 MiB at a time: on a virtual machine the
-            // per-fault cost was most of a 1.2 GB checkpoint's load. Only a hint: refused, nothing changes.
-            const auto begin = (reinterpret_cast<std::uintptr_t>(target) + kHugePageBytes - 1) / kHugePageBytes
-                * kHugePageBytes;
-            const auto end = (reinterpret_cast<std::uintptr_t>(target) + bytes) / kHugePageBytes * kHugePageBytes;
-            if (end > begin) {
-                ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-            }
-        }
-        // Copied in slices on every thread: the copy and its page faults run in parallel.
-        at::parallel_for(0, static_cast<std::int64_t>(bytes), kCopyGrainBytes, [&](std::int64_t begin, std::int64_t end) {
-            std::memcpy(target + begin, source + begin, static_cast<std::size_t>(end - begin));
-        });
+        std::memcpy(tensor.data_ptr(), source, bytes);
         // A checkpoint is read once: drop the whole pages just copied from this process's mapping (they stay in
         // the page cache), so that loading holds the tensors, not the tensors and the mapped file besides.
+        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
         const auto first = (reinterpret_cast<std::uintptr_t>(source) + page - 1) / page * page;
         const auto last = (reinterpret_cast<std::uintptr_t>(source) + bytes) / page * page;
         if (last > first) {
