@@ -29,7 +29,8 @@ namespace {
 // gave -19.7% on an Intel Sapphire Rapids VM, whose BF16 kernels round differently. On 64 held-out problems the
 // 95% interval of each run's change is about 0.2 nats/token wide, as wide as the change itself, so one seed on one
 // machine cannot show 20%: the assertion tested the noise. What every seed shows is that Q falls beyond it (every
-// interval below zero, the widest ending at -0.028), and that is the claim checked here (README "Training").
+// interval below zero, the widest ending at -0.028), and that is the claim checked here (README "Training, calibration
+// and time to quality").
 constexpr double kConfidence = 0.95;
 const std::string kResources = MISMATCH_SOURCE_DIR "/resources";
 
