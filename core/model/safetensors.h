@@ -37,7 +37,7 @@ public:
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
     bool contains(const std::string& name) const;
     const TensorInfo& info(const std::string& name) const;  // InputError when missing
-    // A tensor as a LibTorch tensor of its stored dtype; the bytes are copied out of the mapping.
+    // A tensor as a LibTorch tensor of its stored dtype; the bytes are read from the file into it.
     at::Tensor load(const std::string& name) const;
     // The tensor's stored bytes inside the mapping (info(name).end - info(name).begin of them).
     const unsigned char* data(const std::string& name) const;
@@ -45,6 +45,7 @@ public:
 private:
     SafetensorsFile() = default;
     std::string path_;
+    int fd_ = -1;
     void* mapping_ = nullptr;
     std::size_t mappingSize_ = 0;
     std::uint64_t dataOffset_ = 0;

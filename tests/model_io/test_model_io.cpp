@@ -287,6 +287,22 @@ private slots:
         QVERIFY(bitEqual(kept, tensors[0].second));
     }
 
+    // A file cut short after it was opened (validated against its size then): load() reads through the file
+    // descriptor and says so, naming the file and the tensor, instead of faulting on the mapping.
+    void fileCutShortAfterOpen()
+    {
+        const std::string file = path("cut_short.safetensors");
+        const at::Tensor first = at::randn({64, 64});
+        writeSafetensors(file, {{"first", first}, {"second", at::randn({64, 64})}});
+        const auto reader = SafetensorsFile::open(file);
+        QFile handle(QString::fromStdString(file));
+        QVERIFY(handle.resize(handle.size() - 100));
+        QVERIFY(bitEqual(reader->load("first"), first));
+        expectInputError([&] { reader->load("second"); }, file,
+            {"cannot read tensor second", "before the tensor's last byte", "cut short after it was opened"},
+            "second");
+    }
+
     void writerRefusesOtherDtypes()
     {
         const std::string file = path("int.safetensors");
