@@ -4,6 +4,7 @@
 
 #include "core/metrics/estimators.h"
 #include "core/report/analysis_data.h"
+#include "core/store/import_store.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
 
@@ -164,7 +165,8 @@ BreakdownView::BreakdownView(QWidget* parent)
         tr("Sampled-token estimators of each whole configuration (what trainers log) beside the full-vocabulary KL: "
            "token mean, and r / rho = Pearson / Spearman correlation with the per-token full KL. k1 = log mu(y) - log "
            "pi(y); k3 = r - 1 - log r; mult_prob_error = exp|log pi(y) - log mu(y)| (NeMo-RL's "
-           "token_mult_prob_error); prob_diff = |mu(y) - pi(y)|."));
+           "token_mult_prob_error); prob_diff = |mu(y) - pi(y)|. Imported runs (italic) show what their trainer "
+           "logged, as its mean over the steps: they have no full KL to compare with."));
 
     // Where each whole configuration's mismatch sits (ui/mismatch_profile.h; the Admission tab shows the same).
     profileWidget_ = new MismatchProfile(QStringLiteral("breakdown"), this);
@@ -446,6 +448,41 @@ void BreakdownView::rebuild()
             } catch (const std::exception&) {
                 // A record written without estimators: no row.
             }
+        }
+    }
+    // Imported runs on the same columns: the estimator their trainer logged (mean over its steps), no full KL.
+    if (store_) {
+        for (const store::ImportedEstimators& run : store::importedEstimators(*store_)) {
+            QList<QStandardItem*> items;
+            items << new QStandardItem(tr("imported: %1 (%2)").arg(QString::fromStdString(run.name),
+                         QString::fromStdString(run.source)))
+                  << new QStandardItem(tr("not measured"));
+            QStringList logged;
+            for (const char* estimator : {"k1", "k3", "mult_prob_error", "prob_diff"}) {
+                QString cell = QStringLiteral("-");
+                for (const store::ImportedEstimatorValue& value : run.values) {
+                    if (value.estimator == estimator) {
+                        const QString mean = QString::number(value.mean, 'g', 4);
+                        cell = value.steps == 1 ? tr("%1 (logged, 1 step)").arg(mean)
+                                                : tr("%1 (logged, %2 steps)").arg(mean).arg(value.steps);
+                        logged << QStringLiteral("%1 = %2").arg(QString::fromLatin1(estimator),
+                                      QString::fromStdString(value.key));
+                    }
+                }
+                items << new QStandardItem(cell);
+            }
+            const QString tip = tr("Imported from %1; logged per step: %2. Each value is the mean over the steps that "
+                                   "logged it. Imported runs have no full-vocabulary KL and no per-token values, so "
+                                   "no correlation with it.")
+                                    .arg(QString::fromStdString(run.source), logged.join(QStringLiteral(", ")));
+            for (QStandardItem* item : items) {
+                item->setToolTip(tip);
+                item->setForeground(QColor(90, 90, 90));
+                QFont font = item->font();
+                font.setItalic(true);
+                item->setFont(font);
+            }
+            estimatorModel_->appendRow(items);
         }
     }
     table_->resizeColumnsToContents();

@@ -4,7 +4,11 @@
 #include "core/common/version.h"
 #include "core/store/sqlite_util.h"
 
+#include <nlohmann/json.hpp>
+
 #include <sqlite3.h>
+
+#include <cmath>
 
 namespace mismatch::store {
 
@@ -83,6 +87,70 @@ std::optional<ExternalRunInfo> externalRun(const RunStore& store, std::int64_t r
         return std::nullopt;
     }
     return ExternalRunInfo{s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4)};
+}
+
+std::vector<ImportedEstimators> importedEstimators(const RunStore& store)
+{
+    // (estimator, measure as stored by the import): the local columns' order.
+    static const std::vector<std::pair<std::string, std::string>> kMeasures
+        = {{"k1", "k1"}, {"k3", "k3"}, {"mult_prob_error", "mult_prob_error"}, {"prob_diff", "prob_diff_mean"}};
+    std::vector<ImportedEstimators> result;
+    for (const RunInfo& run : store.listRuns()) {
+        const std::optional<ExternalRunInfo> external = externalRun(store, run.id);
+        if (!external) {
+            continue;
+        }
+        nlohmann::json record;
+        try {
+            record = nlohmann::json::parse(external->estimatorJson);
+        } catch (const nlohmann::json::exception&) {
+            continue;
+        }
+        if (!record.is_object()) {
+            continue;
+        }
+        const std::vector<StepMetrics> steps = store.stepsAfter(run.id);
+        ImportedEstimators entry;
+        entry.runId = run.id;
+        entry.name = run.name;
+        entry.source = external->source;
+        for (const auto& [estimator, measure] : kMeasures) {
+            const auto found = record.find(measure);
+            if (found == record.end() || !found->is_object()) {
+                continue;
+            }
+            double sum = 0.0;
+            std::int64_t count = 0;
+            for (const StepMetrics& step : steps) {
+                std::optional<double> value;
+                if (measure == "k1") {
+                    value = step.k1;
+                } else if (measure == "k3") {
+                    value = step.k3;
+                } else {
+                    try {
+                        const nlohmann::json extras = nlohmann::json::parse(step.extrasJson);
+                        if (const auto it = extras.find(measure); it != extras.end() && it->is_number()) {
+                            value = it->get<double>();
+                        }
+                    } catch (const nlohmann::json::exception&) {
+                    }
+                }
+                if (value && std::isfinite(*value)) {
+                    sum += *value;
+                    ++count;
+                }
+            }
+            if (count > 0) {
+                const std::string key = found->value("key", std::string());
+                entry.values.push_back({estimator, key, sum / static_cast<double>(count), count});
+            }
+        }
+        if (!entry.values.empty()) {
+            result.push_back(std::move(entry));
+        }
+    }
+    return result;
 }
 
 } // namespace mismatch::store

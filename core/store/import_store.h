@@ -55,4 +55,26 @@ struct ExternalRunInfo {
 // The external_runs row of a run, or nullopt for a local run.
 std::optional<ExternalRunInfo> externalRun(const RunStore& store, std::int64_t runId);
 
+// An imported run placed on the sampled-token estimators' axes (issue 21): what it logged under each estimator
+// that local measurements also report (metrics::EstimatorComparison: k1, k3, mult_prob_error, prob_diff), as the
+// mean over its steps of the logged per-step value. Imported runs have no full-vocabulary KL: only the estimator
+// their trainer logged. Measures map to estimators as the import records them (io/import_log.h): k1 -> k1,
+// k3 -> k3, mult_prob_error -> mult_prob_error, prob_diff_mean -> prob_diff; others (k2, chi2, ...) have no local
+// counterpart and are left out.
+struct ImportedEstimatorValue {
+    std::string estimator; // k1, k3, mult_prob_error, prob_diff
+    std::string key; // the logged key it was read from ("rollout_corr/kl")
+    double mean = 0.0; // mean over the steps that logged it
+    std::int64_t steps = 0;
+};
+struct ImportedEstimators {
+    std::int64_t runId = 0;
+    std::string name;
+    std::string source; // verl, tinker, tensorboard, csv
+    std::vector<ImportedEstimatorValue> values; // in the order k1, k3, mult_prob_error, prob_diff; only those logged
+};
+// Every imported run that logged at least one of the four, in run order. A run whose estimator record cannot be
+// read (hand-edited) is left out rather than guessed at.
+std::vector<ImportedEstimators> importedEstimators(const RunStore& store);
+
 } // namespace mismatch::store

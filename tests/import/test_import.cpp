@@ -39,6 +39,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 
 using namespace mismatch;
 using test::parseJson;
@@ -269,6 +270,7 @@ private slots:
     void cliFailuresLeaveWorkspaceUnchanged();
     void cliImportsAimetScan();
     void jobFileImportStoresWhatTheCommandStores();
+    void importedRunsOnTheEstimatorAxes();
 };
 
 void TestImport::verlMapsEachKeyOntoItsEstimator()
@@ -1192,3 +1194,45 @@ void TestImport::verlOffPolicyDiagnostics()
 
 QTEST_MAIN(TestImport)
 #include "test_import.moc"
+
+// Imported runs placed on the local estimator columns (store::importedEstimators): each logged estimator's mean
+// over the steps that logged it, the key it came from; a run that logged none of them, and local runs, are left
+// out. Expected means are worked out by hand from the lines below.
+void TestImport::importedRunsOnTheEstimatorAxes()
+{
+    QTemporaryDir dir;
+    const std::string workspace = dir.path().toStdString();
+    const std::string withEstimators = dir.filePath("verl.jsonl").toStdString();
+    std::ofstream(withEstimators)
+        << R"({"step": 1, "data": {"rollout_corr/kl": 0.010, "rollout_corr/k3_kl": 0.004, "training/rollout_probs_diff_mean": 0.05}})"
+        << "\n"
+        << R"({"step": 2, "data": {"rollout_corr/kl": 0.030, "training/rollout_probs_diff_mean": 0.07}})" << "\n"
+        << R"({"step": 3, "data": {"rollout_corr/k3_kl": 0.008, "actor/entropy": 0.8}})" << "\n";
+    const std::string entropyOnly = dir.filePath("entropy.jsonl").toStdString();
+    std::ofstream(entropyOnly) << R"({"step": 1, "data": {"actor/entropy": 0.8}})" << "\n";
+    QCOMPARE(runCli({"--workspace", workspace, "import", "verl", withEstimators, "--name", "logged"}).code, 0);
+    QCOMPARE(runCli({"--workspace", workspace, "import", "verl", entropyOnly, "--name", "entropy only"}).code, 0);
+
+    store::RunStore store = store::RunStore::open(workspace + "/workspace.db");
+    store::RunSpec local;
+    local.name = "local";
+    local.kind = "admit";
+    store.finishRun(store.beginRun(local), store::RunStatus::Finished);
+
+    const std::vector<store::ImportedEstimators> runs = store::importedEstimators(store);
+    QCOMPARE(runs.size(), std::size_t {1});
+    QCOMPARE(runs[0].name, std::string("logged"));
+    QCOMPARE(runs[0].source, std::string("verl"));
+    QCOMPARE(runs[0].values.size(), std::size_t {3});
+    const std::vector<std::tuple<std::string, std::string, double>> expected
+        = {{"k1", "rollout_corr/kl", 0.02}, {"k3", "rollout_corr/k3_kl", 0.006},
+            {"prob_diff", "training/rollout_probs_diff_mean", 0.06}};
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        const store::ImportedEstimatorValue& value = runs[0].values[i];
+        QCOMPARE(value.estimator, std::get<0>(expected[i]));
+        QCOMPARE(value.key, std::get<1>(expected[i]));
+        QCOMPARE(value.steps, std::int64_t {2});
+        // Two decimal values summed and halved in double: a few ulps from the decimal mean.
+        QVERIFY2(std::abs(value.mean - std::get<2>(expected[i])) < 1e-15, value.estimator.c_str());
+    }
+}

@@ -5,6 +5,7 @@
 // run with QT_SCALE_FACTOR=2 (test_breakdown_view_2x).
 #include "core/metrics/estimators.h"
 #include "core/store/breakdown_store.h"
+#include "core/store/import_store.h"
 #include "fixture_workspace.h"
 #include "ui/breakdown_dialog.h"
 #include "ui/breakdown_view.h"
@@ -126,6 +127,20 @@ private slots:
         runId_ = store_->beginRun({"breakdown", "breakdown", "{}", std::nullopt});
         store::addBreakdowns(*store_, records(runId_));
         store_->finishRun(runId_, store::RunStatus::Finished);
+        // An imported verl run that logged k1 on two steps (0.01, 0.03: mean 0.02) and k3 on one (0.004).
+        store::ExternalRunSpec imported;
+        imported.name = "verl fp8 run";
+        imported.source = "verl";
+        imported.file = "metrics.jsonl";
+        imported.estimatorJson = R"({"k1": {"key": "rollout_corr/kl"}, "k3": {"key": "rollout_corr/k3_kl"}})";
+        store::StepMetrics first;
+        first.step = 1;
+        first.k1 = 0.01;
+        first.k3 = 0.004;
+        store::StepMetrics second;
+        second.step = 2;
+        second.k1 = 0.03;
+        store::storeExternalRun(*store_, imported, {first, second});
     }
 
     void segmentsAreTheStoredParts()
@@ -220,10 +235,20 @@ private slots:
         // Rows: per candidate the total, the unit, and each source plus the interaction.
         QCOMPARE(view.table()->model()->rowCount(), (2 + 4) + (2 + 2) + 2 + (2 + 6));
         // Estimators: one row per candidate whose whole configuration was stored with them (not "everything").
-        QCOMPARE(view.estimatorTable()->model()->rowCount(), 3);
-        QVERIFY(view.estimatorTable()->model()->index(0, 2).data().toString().contains(QLatin1String("0.41")));
+        // and the imported run below them, on the estimators it logged (no full KL, no correlation).
+        const QAbstractItemModel* estimators = view.estimatorTable()->model();
+        QCOMPARE(estimators->rowCount(), 4);
+        QVERIFY(estimators->index(0, 2).data().toString().contains(QLatin1String("0.41")));
+        QCOMPARE(estimators->index(3, 0).data().toString(), QStringLiteral("imported: verl fp8 run (verl)"));
+        QCOMPARE(estimators->index(3, 1).data().toString(), QStringLiteral("not measured"));
+        QCOMPARE(estimators->index(3, 2).data().toString(), QStringLiteral("0.02 (logged, 2 steps)"));
+        QCOMPARE(estimators->index(3, 3).data().toString(), QStringLiteral("0.004 (logged, 1 step)"));
+        QCOMPARE(estimators->index(3, 4).data().toString(), QStringLiteral("-"));
+        QVERIFY(estimators->index(3, 0).data(Qt::ToolTipRole).toString().contains(QLatin1String("rollout_corr/kl")));
         const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_breakdown") : QStringLiteral("breakdown");
         fixture::saveScreenshot(view, prefix + QStringLiteral("_view.png"));
+        view.estimatorTable()->scrollToBottom(); // the imported run's row
+        fixture::saveScreenshot(view, prefix + QStringLiteral("_view_imported_estimators.png"));
         view.setMethod(ui::BreakdownView::AddOneIn);
         view.setBf16Units(true);
         fixture::saveScreenshot(view, prefix + QStringLiteral("_view_add_one_in_bf16.png"));
