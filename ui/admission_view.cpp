@@ -5,6 +5,10 @@
 #include "ui/breakdown_view.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
+#include "ui/token_drilldown.h"
+
+#include "core/model/tokenizer.h"
+#include "core/store/analysis_store.h"
 
 #include <qcustomplot.h>
 
@@ -13,6 +17,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QPushButton>
 #include <QItemSelectionModel>
 #include <QSplitter>
 #include <QStandardItemModel>
@@ -23,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -121,6 +127,14 @@ AdmissionView::AdmissionView(QWidget* parent)
     logScale_->setToolTip(tr("Candidates span orders of magnitude: on a linear axis the small ones sit on top of "
                              "each other"));
     top->addWidget(logScale_);
+    drillDown_ = new QPushButton(tr("Token &Drill-Down..."), this);
+    drillDown_->setObjectName("admissionDrillDown");
+    drillDown_->setToolTip(tr("The selected decision's candidate generations token by token (the first prompts, "
+                              "stored with `admit --store-generations`): each token coloured by its KL(mu || pi), mu "
+                              "and pi of the chosen token, entropies, top-5; the largest-KL tokens; repetition and "
+                              "undecodable output flagged. Double-click a row to open it too."));
+    drillDown_->setEnabled(false);
+    top->addWidget(drillDown_);
     layout->addLayout(top);
     readout_ = makeReadout(this, QStringLiteral("admissionReadout"),
         tr("Hover a candidate to read it; drag or wheel to zoom, double-click to reset."));
@@ -151,7 +165,18 @@ AdmissionView::AdmissionView(QWidget* parent)
 
     // Where each decision's mismatch sits (its stored estimator comparison's bins): the selected decisions, or all.
     profile_ = new MismatchProfile(QStringLiteral("admission"), this);
-    connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] { updateProfile(); });
+    connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+        updateProfile();
+        const int row = table_->currentIndex().isValid() ? table_->currentIndex().row() : -1;
+        drillDown_->setEnabled(store_ && row >= 0 && row < static_cast<int>(decisions_.size())
+            && !store::admissionGenerations(*store_, decisions_[static_cast<std::size_t>(row)].id).empty());
+    });
+    connect(drillDown_, &QPushButton::clicked, this, [this] {
+        if (table_->currentIndex().isValid()) {
+            openDrillDown(table_->currentIndex().row());
+        }
+    });
+    connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) { openDrillDown(index.row()); });
 
     auto* split = new QSplitter(Qt::Vertical, this);
     split->addWidget(plot_);
@@ -351,6 +376,59 @@ void AdmissionView::hoverAt(const QPoint& pixel)
         text += QStringLiteral(" \u26a0 ") + QString(notes).replace('\n', QStringLiteral("; "));
     }
     readout_->setText(text);
+}
+
+} // namespace mismatch::ui
+
+namespace mismatch::ui {
+
+TokenDrillDown* AdmissionView::openDrillDown(int row)
+{
+    if (!store_ || row < 0 || row >= static_cast<int>(decisions_.size())) {
+        return nullptr;
+    }
+    const AdmissionDecision& d = decisions_[static_cast<std::size_t>(row)];
+    std::vector<store::StoredGeneration> generations = store::admissionGenerations(*store_, d.id);
+    if (generations.empty()) {
+        return nullptr;
+    }
+    // The checkpoint's tokenizer shows the tokens as text (ids without it); the colour scale is the 99th percentile
+    // of the decision's stored per-token KL, so one outlier does not wash the rest out.
+    auto tokenizer = std::make_shared<std::optional<model::Tokenizer>>();
+    try {
+        tokenizer->emplace(
+            model::Tokenizer::fromFile((std::filesystem::path(d.checkpoint) / "tokenizer.json").string()));
+    } catch (const std::exception&) {
+    }
+    std::vector<double> all;
+    for (const store::StoredGeneration& g : generations) {
+        all.insert(all.end(), g.kl.begin(), g.kl.end());
+    }
+    std::sort(all.begin(), all.end());
+    const double scaleMax = all.empty() ? 1.0 : std::max(all[static_cast<std::size_t>(0.99 * (all.size() - 1))], 1e-12);
+    auto* dialog = new TokenDrillDown(*tokenizer ? &**tokenizer : nullptr, scaleMax, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    // The tokenizer lives as long as the dialog.
+    connect(dialog, &QObject::destroyed, this, [tokenizer] {});
+    std::vector<TokenDrillDown::Sequence> sequences;
+    for (store::StoredGeneration& g : generations) {
+        TokenDrillDown::Sequence sequence;
+        sequence.title = tr("prompt %1 (%2 tokens)").arg(QString::fromStdString(g.promptId)).arg(g.tokens.size());
+        sequence.tokens = std::move(g.tokens);
+        sequence.kl = std::move(g.kl);
+        sequence.details = std::move(g.details);
+        sequences.push_back(std::move(sequence));
+    }
+    dialog->setSequences(tr("Admission decision %1: <b>%2</b> at %3, %4 (mismatch %5 nats/token). The candidate's own "
+                            "generations; no paired BF16 generation was kept, so there is no first divergence.")
+                             .arg(d.id)
+                             .arg(QString::fromStdString(d.candidateName).toHtmlEscaped(),
+                                 QString::fromStdString(d.checkpoint).toHtmlEscaped(),
+                                 QString::fromStdString(d.decision))
+                             .arg(d.mismatch, 0, 'g', 3),
+        std::move(sequences));
+    dialog->show();
+    return dialog;
 }
 
 } // namespace mismatch::ui

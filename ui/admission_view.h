@@ -5,7 +5,8 @@
 // double-click to reset, the legend above the data and a read-out of the hovered candidate. The table below lists
 // every decision with its BF16 multiple, inputs and cost (CSV export); a decision measured under another protocol
 // than its calibration's, or against a flagged calibration, is marked (a warning sign in the plot's row label and
-// the Notes column).
+// the Notes column). A decision's stored generations open in the token drill-down (the button, or a double-click on
+// its row).
 #include "core/store/run_store.h"
 #include "ui/analysis_data.h"
 
@@ -15,6 +16,7 @@
 
 class QCheckBox;
 class QCustomPlot;
+class QPushButton;
 class QLabel;
 class QStandardItemModel;
 class QTableView;
@@ -22,6 +24,7 @@ class QTableView;
 namespace mismatch::ui {
 
 class MismatchProfile;
+class TokenDrillDown;
 
 class AdmissionView : public QWidget {
     Q_OBJECT
@@ -44,6 +47,10 @@ public:
     QString readoutText() const;
     // The read-out of the decision nearest to `pixel` (what hovering there shows).
     void hoverAt(const QPoint& pixel);
+    // The token drill-down of decision `row` (its candidate's generations stored token by token: `admit
+    // --store-generations`); null when the decision has none (stored before they were kept, or with 0).
+    TokenDrillDown* openDrillDown(int row);
+    QPushButton* drillDownButton() const { return drillDown_; }
     enum Column {
         Candidate,
         Checkpoint,
@@ -75,6 +82,7 @@ private:
     MismatchProfile* profile_ = nullptr;
     QStandardItemModel* model_ = nullptr;
     QTableView* table_ = nullptr;
+    QPushButton* drillDown_ = nullptr;
     int thresholdLines_ = 0;
 };
 

@@ -420,6 +420,9 @@ void checkOptions(const AdmissionOptions& options)
     if (options.candidates.empty()) {
         throw InputError("admit", "candidates", "no candidate configuration to screen");
     }
+    if (options.storedGenerations < 0) {
+        throw InputError("admit", "--store-generations", "must be >= 0, got " + std::to_string(options.storedGenerations));
+    }
     if (options.threshold.has_value() == options.calibrationId.has_value()) {
         throw InputError("admit", "threshold", "give either a calibration or an explicit threshold (exactly one)");
     }
@@ -730,10 +733,12 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 configuration.noiseSeed = candidate.noiseSeed;
                 configuration.noiseModules = candidate.noiseModules;
                 engine::MismatchMeasurement measured;
+                std::vector<store::StoredGeneration> generations;
                 {
                     Progress slice = progress.child(part / parts, (part + 1) / parts, candidate.name);
                     measured = measureConfiguration(trainer, inputs.weightsOf(engineWeights.directory), configuration,
-                        inputs.requests, inputs.sampling, options.settings, &slice);
+                        inputs.requests, inputs.sampling, options.settings, &slice,
+                        static_cast<std::size_t>(options.storedGenerations), &generations);
                     ++part;
                 }
                 AdmissionRow row
@@ -743,7 +748,9 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                     = candidate.recipePath.empty() ? std::string() : inputs.recipeTexts.at(candidate.recipePath);
                 const nlohmann::json decisionJson = decisionInputs(
                     row, candidate, recipeText, measured, settingsJson, flagsJson, protocol, options);
-                row.decisionId = store::addAdmissionDecision(store, storedDecision(row, decisionJson, result.runId, options));
+                store::AdmissionDecision decision = storedDecision(row, decisionJson, result.runId, options);
+                decision.generations = std::move(generations);
+                row.decisionId = store::addAdmissionDecision(store, decision);
                 result.rows.push_back(std::move(row));
             }
         }

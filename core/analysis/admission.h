@@ -102,6 +102,8 @@ struct AdmissionOptions {
     // Screen under a protocol that differs from the calibration's anyway (the decisions are labelled).
     bool allowProtocolMismatch = false;
     bool measureUnit = true; // also the BF16 unit per checkpoint (for BF16 multiples)
+    // Each candidate's generations on the first N prompts, stored token by token with its decision (token drill-down).
+    std::int64_t storedGenerations = 8;
     // Called once the check's run is recorded, with its id (front-ends print it).
     std::function<void(std::int64_t runId)> onRunStarted;
 };

@@ -87,44 +87,6 @@ at::Tensor gatherSampled(const at::Tensor& logProbs, const std::vector<std::int6
     return logProbs.to(at::kDouble).gather(1, at::tensor(tokens, at::kLong).unsqueeze(1)).squeeze(1);
 }
 
-// Per generated token of a stored pair: log mu(y), log pi(y), both entropies and both top-5 (the token drill-down).
-// logMu and logPi are [T, vocab] log-probabilities; a token mu gives probability 0 (outside top-k/top-p) adds
-// nothing to its entropy.
-std::vector<store::TokenDetail> tokenDetails(
-    const at::Tensor& logMu, const at::Tensor& logPi, const std::vector<std::int64_t>& tokens)
-{
-    constexpr std::int64_t kTop = 5;
-    std::vector<store::TokenDetail> details;
-    if (tokens.empty()) {
-        return details;
-    }
-    const at::Tensor mu = logMu.to(at::kDouble).contiguous();
-    const at::Tensor pi = logPi.to(at::kDouble).contiguous();
-    const auto entropy = [](const at::Tensor& logRows) {
-        const at::Tensor p = logRows.exp();
-        return -at::where(p > 0, p * logRows, at::zeros_like(p)).sum(-1);
-    };
-    const at::Tensor entropyMu = entropy(mu);
-    const at::Tensor entropyPi = entropy(pi);
-    const std::int64_t top = std::min<std::int64_t>(kTop, mu.size(1));
-    const auto [topMuValues, topMuIds] = at::topk(mu, top, -1);
-    const auto [topPiValues, topPiIds] = at::topk(pi, top, -1);
-    for (std::size_t t = 0; t < tokens.size(); ++t) {
-        const auto row = static_cast<std::int64_t>(t);
-        store::TokenDetail d;
-        d.logMu = mu[row][tokens[t]].item<double>();
-        d.logPi = pi[row][tokens[t]].item<double>();
-        d.entropyMu = entropyMu[row].item<double>();
-        d.entropyPi = entropyPi[row].item<double>();
-        for (std::int64_t k = 0; k < top; ++k) {
-            d.topMu.emplace_back(topMuIds[row][k].item<std::int64_t>(), std::exp(topMuValues[row][k].item<double>()));
-            d.topPi.emplace_back(topPiIds[row][k].item<std::int64_t>(), std::exp(topPiValues[row][k].item<double>()));
-        }
-        details.push_back(std::move(d));
-    }
-    return details;
-}
-
 } // namespace
 
 std::optional<std::int64_t> firstDivergence(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b)

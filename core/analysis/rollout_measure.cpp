@@ -219,7 +219,7 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
 engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,
     const model::TransformerWeights& engineWeights, const EngineConfiguration& configuration,
     const PromptRequests& requests, const engine::SamplingOptions& sampling, const MeasureSettings& settings,
-    Progress* progress)
+    Progress* progress, std::size_t keepGenerations, std::vector<store::StoredGeneration>* keptGenerations)
 {
     if (progress) {
         progress->checkCancelled();
@@ -229,8 +229,63 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
     options.batchSize = settings.batchSize;
     options.sampling = sampling;
     options.keepTokenValues = true; // for the sampled-token estimators beside the full KL (24 bytes a token)
+    if (keptGenerations && keepGenerations > 0) {
+        keptGenerations->clear();
+        options.onPrompt = [&](std::size_t index, const at::Tensor& logMu, const at::Tensor& logPi,
+                               const engine::GenerationResult& generation, const metrics::TokenMismatch& mismatch) {
+            if (index >= keepGenerations) {
+                return;
+            }
+            store::StoredGeneration kept;
+            kept.index = static_cast<std::int64_t>(index);
+            kept.promptId = index < requests.ids.size() ? requests.ids[index] : std::to_string(index);
+            kept.promptTokens = requests.requests[index].prompt;
+            kept.tokens = generation.tokens;
+            const at::Tensor kl = mismatch.kl.to(at::kCPU).to(at::kDouble).contiguous();
+            kept.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + kl.numel());
+            kept.details = tokenDetails(logMu.to(at::kCPU), logPi.to(at::kCPU), generation.tokens);
+            keptGenerations->push_back(std::move(kept));
+        };
+    }
     return engine::measureMismatch(trainer, *engine, requests.requests, options, progress);
 }
+
+std::vector<store::TokenDetail> tokenDetails(
+    const at::Tensor& logMu, const at::Tensor& logPi, const std::vector<std::int64_t>& tokens)
+{
+    constexpr std::int64_t kTop = 5;
+    std::vector<store::TokenDetail> details;
+    if (tokens.empty()) {
+        return details;
+    }
+    const at::Tensor mu = logMu.to(at::kDouble).contiguous();
+    const at::Tensor pi = logPi.to(at::kDouble).contiguous();
+    const auto entropy = [](const at::Tensor& logRows) {
+        const at::Tensor p = logRows.exp();
+        return -at::where(p > 0, p * logRows, at::zeros_like(p)).sum(-1);
+    };
+    const at::Tensor entropyMu = entropy(mu);
+    const at::Tensor entropyPi = entropy(pi);
+    const std::int64_t top = std::min<std::int64_t>(kTop, mu.size(1));
+    const auto [topMuValues, topMuIds] = at::topk(mu, top, -1);
+    const auto [topPiValues, topPiIds] = at::topk(pi, top, -1);
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+        const auto row = static_cast<std::int64_t>(t);
+        store::TokenDetail d;
+        d.logMu = mu[row][tokens[t]].item<double>();
+        d.logPi = pi[row][tokens[t]].item<double>();
+        d.entropyMu = entropyMu[row].item<double>();
+        d.entropyPi = entropyPi[row].item<double>();
+        for (std::int64_t k = 0; k < top; ++k) {
+            d.topMu.emplace_back(topMuIds[row][k].item<std::int64_t>(), std::exp(topMuValues[row][k].item<double>()));
+            d.topPi.emplace_back(topPiIds[row][k].item<std::int64_t>(), std::exp(topPiValues[row][k].item<double>()));
+        }
+        details.push_back(std::move(d));
+    }
+    return details;
+}
+
+
 
 metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, const metrics::BootstrapOptions& options)
 {

@@ -13,6 +13,7 @@
 #include "core/model/transformer.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+#include "core/store/analysis_store.h"
 
 #include <cstdint>
 #include <memory>
@@ -106,10 +107,19 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
 
 // measureMismatch of the configuration's engine (on `engineWeights`) against `trainer` on the requests, with
 // `sampling` (from samplingOptions()); the measurement keeps its per-token values (tokenValues) for the estimators.
+// With `keptGenerations`, the first `keepGenerations` prompts' generations are kept token by token (per-token KL and
+// tokenDetails) for the token drill-down.
 engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,
     const model::TransformerWeights& engineWeights, const EngineConfiguration& configuration,
     const PromptRequests& requests, const engine::SamplingOptions& sampling, const MeasureSettings& settings,
-    Progress* progress);
+    Progress* progress, std::size_t keepGenerations = 0,
+    std::vector<store::StoredGeneration>* keptGenerations = nullptr);
+
+// Per generated token: log mu(y), log pi(y), both entropies and both top-5 (the token drill-down). logMu and logPi
+// are [T, vocab] log-probabilities of one response; a token mu gives probability 0 (outside top-k/top-p) adds
+// nothing to its entropy.
+std::vector<store::TokenDetail> tokenDetails(
+    const at::Tensor& logMu, const at::Tensor& logPi, const std::vector<std::int64_t>& tokens);
 
 // Bootstrap interval of a measurement's token-mean KL, prompts resampled (metrics::bootstrapRatio).
 metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, const metrics::BootstrapOptions& options);

@@ -84,10 +84,14 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
                 GenerationResult& generation = generations[i];
                 metrics::MismatchExtras extras;
                 extras.entropy = options.keepTokenValues;
-                const metrics::TokenMismatch mismatch = metrics::tokenMismatch(logMuRows(generation.logits, sampling),
-                    trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong), extras);
+                const at::Tensor logMu = logMuRows(generation.logits, sampling);
+                const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
+                    logMu, trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong), extras);
                 if (options.keepTokenValues && !generation.tokens.empty()) {
                     appendTokenValues(measurement.tokenValues, mismatch);
+                }
+                if (options.onPrompt) {
+                    options.onPrompt(begin + i, logMu, trainerLogProbs[i - group], generation, mismatch);
                 }
                 trainerLogProbs[i - group] = at::Tensor();
                 metrics::MismatchAccumulator prompt;

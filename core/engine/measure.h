@@ -11,9 +11,11 @@
 #include "core/common/progress.h"
 #include "core/engine/engine.h"
 #include "core/metrics/estimators.h"
+#include "core/metrics/mismatch.h"
 #include "core/model/transformer.h"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace mismatch::engine {
@@ -30,6 +32,13 @@ struct MismatchOptions {
     // Also keep every token's KL, log mu(y) and log pi(y) (MismatchMeasurement::tokenValues): 24 bytes a token,
     // for the sampled-token estimators side by side with the full KL (metrics/estimators.h).
     bool keepTokenValues = false;
+    // Called for each prompt while its distributions are alive, in prompt order: the prompt's index in `requests`,
+    // log mu [T, vocab] (the distribution the engine sampled from), the trainer's log pi [T, vocab], the generation
+    // and its per-token values. Lets a caller keep token-level details of a few prompts (the token drill-down)
+    // without holding every distribution.
+    std::function<void(std::size_t, const at::Tensor&, const at::Tensor&, const GenerationResult&,
+        const metrics::TokenMismatch&)>
+        onPrompt;
 };
 
 struct MismatchMeasurement {

@@ -457,6 +457,7 @@ analysis::AdmissionOptions admissionOptions(const JobSpec& spec, const store::Ru
     options.count = spec.integer("count");
     options.settings = measureSettings(spec);
     options.measureUnit = !spec.flag("no_unit");
+    options.storedGenerations = spec.integer("store_generations");
     options.candidates = candidatesOf(spec);
     if (!spec.given("calibration")) {
         options.threshold = spec.number("threshold");
@@ -522,6 +523,12 @@ JobDefinition admitJob()
             threshold,
             param("no_unit", ParameterType::Flag, "--no-unit", "Skip the BF16 unit",
                 "Skip the BF16 unit per checkpoint (no BF16 multiples)", false),
+            ranged(param("store_generations", ParameterType::Integer, "--store-generations",
+                       "Generations stored token by token",
+                       "Each candidate's generations on the first N prompts stored token by token with per-token KL, "
+                       "mu(y), pi(y), entropies and top-5 (the token drill-down; about 400 bytes a token)",
+                       8),
+                0),
         });
     const auto shared = analysisParameters(true);
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());

@@ -59,13 +59,19 @@ template <typename T> std::string toJsonText(const std::vector<T>& values)
     return nlohmann::json(values).dump();
 }
 
+// `what`: the column, qualified by its table unless it is a prefix_shift_pairs column.
+std::string columnName(const char* what)
+{
+    const std::string name(what);
+    return name.find('.') == std::string::npos ? "prefix_shift_pairs." + name : name;
+}
+
 template <typename T> std::vector<T> fromJsonText(const RunStore& store, const std::string& text, const char* what)
 {
     try {
         return nlohmann::json::parse(text).get<std::vector<T>>();
     } catch (const std::exception& error) {
-        throw StoreError(
-            store.path(), std::string("prefix_shift_pairs.") + what + " is not a JSON list: " + error.what());
+        throw StoreError(store.path(), columnName(what) + " is not a JSON list: " + error.what());
     }
 }
 
@@ -103,8 +109,7 @@ std::vector<TokenDetail> detailsFromJsonText(const RunStore& store, const std::s
         }
         return details;
     } catch (const std::exception& error) {
-        throw StoreError(store.path(),
-            std::string("prefix_shift_pairs.") + what + " is not a list of token details: " + error.what());
+        throw StoreError(store.path(), columnName(what) + " is not a list of token details: " + error.what());
     }
 }
 
@@ -501,8 +506,51 @@ std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& deci
     insert.bind(11, decision.toolVersion.empty() ? std::string(kVersion) : decision.toolVersion);
     insert.run();
     const std::int64_t id = sqlite3_last_insert_rowid(db);
+    Statement generationInsert(db,
+        "INSERT INTO admission_generations (decision_id, generation_index, prompt_id, prompt_tokens_json, tokens_json, "
+        "kl_json, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?)");
+    for (const StoredGeneration& generation : decision.generations) {
+        if (generation.kl.size() != generation.tokens.size()
+            || (!generation.details.empty() && generation.details.size() != generation.tokens.size())) {
+            throw StoreError(store.path(),
+                what + ": generation " + std::to_string(generation.index) + " has " + std::to_string(generation.tokens.size())
+                    + " tokens but " + std::to_string(generation.kl.size()) + " KL values and "
+                    + std::to_string(generation.details.size()) + " details; nothing was written");
+        }
+        generationInsert.reset();
+        generationInsert.bind(1, id).bind(2, generation.index).bind(3, generation.promptId);
+        generationInsert.bind(4, toJsonText(generation.promptTokens)).bind(5, toJsonText(generation.tokens));
+        generationInsert.bind(6, toJsonText(generation.kl)).bind(7, detailsToJsonText(generation.details));
+        generationInsert.run();
+    }
     transaction.commit();
     return id;
+}
+
+std::vector<StoredGeneration> admissionGenerations(const RunStore& store, std::int64_t decisionId)
+{
+    Statement query(store.handle(),
+        "SELECT generation_index, prompt_id, prompt_tokens_json, tokens_json, kl_json, detail_json FROM "
+        "admission_generations WHERE decision_id = ? ORDER BY generation_index");
+    query.bind(1, decisionId);
+    std::vector<StoredGeneration> result;
+    while (query.step()) {
+        StoredGeneration generation;
+        generation.index = query.int64(0);
+        generation.promptId = query.text(1);
+        generation.promptTokens = fromJsonText<std::int64_t>(store, query.text(2), "admission_generations.prompt_tokens_json");
+        generation.tokens = fromJsonText<std::int64_t>(store, query.text(3), "admission_generations.tokens_json");
+        generation.kl = fromJsonText<double>(store, query.text(4), "admission_generations.kl_json");
+        generation.details = detailsFromJsonText(store, query.text(5), "admission_generations.detail_json");
+        if (generation.kl.size() != generation.tokens.size()
+            || (!generation.details.empty() && generation.details.size() != generation.tokens.size())) {
+            throw StoreError(store.path(),
+                "admission_generations row " + std::to_string(generation.index) + " of decision "
+                    + std::to_string(decisionId) + ": the tokens, KL values and details differ in length");
+        }
+        result.push_back(std::move(generation));
+    }
+    return result;
 }
 
 std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::optional<std::int64_t> runId)

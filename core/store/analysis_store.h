@@ -128,6 +128,30 @@ double admissionThreshold(const RunStore& store, std::int64_t calibrationId, std
 
 // ---- admission decisions ------------------------------------------------------------------------------------
 
+// One generated token of a stored pair, for the token drill-down: the chosen token's log-probability under the
+// engine (mu) and the trainer (pi), both distributions' entropies and their five most likely tokens (id,
+// probability), most likely first. Schema 5; pairs stored before have none.
+struct TokenDetail {
+    double logMu = 0.0;
+    double logPi = 0.0;
+    double entropyMu = 0.0;
+    double entropyPi = 0.0;
+    std::vector<std::pair<std::int64_t, double>> topMu;
+    std::vector<std::pair<std::int64_t, double>> topPi;
+};
+
+// One generation kept token by token for the token drill-down (schema 7: an admission decision's candidate on its
+// first prompts): the prompt, the response, per token KL(mu || pi) (nats) and the token details (mu: the
+// candidate engine on its own prefixes, pi: the trainer).
+struct StoredGeneration {
+    std::int64_t index = 0; // the prompt's position in the measured prompt list
+    std::string promptId;
+    std::vector<std::int64_t> promptTokens;
+    std::vector<std::int64_t> tokens;
+    std::vector<double> kl;
+    std::vector<TokenDetail> details;
+};
+
 struct AdmissionDecision {
     std::int64_t id = 0; // filled on read
     std::optional<std::int64_t> runId;
@@ -142,27 +166,21 @@ struct AdmissionDecision {
     double seconds = 0.0; // time taken
     std::string toolVersion; // empty: this build's version
     std::string createdAt; // filled on read
+    // Written with the decision (admission_generations); admissionDecisions() leaves it empty: read them with
+    // admissionGenerations(id).
+    std::vector<StoredGeneration> generations;
 };
 
 // StoreError (nothing written) for an unknown run or calibration, a decision word outside the three, values
-// that are not finite or an interval with low > high.
+// that are not finite, an interval with low > high, or a generation whose tokens, KL values and details differ in
+// length.
 std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& decision);
+// The generations stored with a decision, in prompt order (none for decisions stored before schema 7).
+std::vector<StoredGeneration> admissionGenerations(const RunStore& store, std::int64_t decisionId);
 // All decisions, or a run's, in insertion order.
 std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::optional<std::int64_t> runId = {});
 
 // ---- prefix shift -------------------------------------------------------------------------------------------
-
-// One generated token of a stored pair, for the token drill-down: the chosen token's log-probability under the
-// engine (mu) and the trainer (pi), both distributions' entropies and their five most likely tokens (id,
-// probability), most likely first. Schema 5; pairs stored before have none.
-struct TokenDetail {
-    double logMu = 0.0;
-    double logPi = 0.0;
-    double entropyMu = 0.0;
-    double entropyPi = 0.0;
-    std::vector<std::pair<std::int64_t, double>> topMu;
-    std::vector<std::pair<std::int64_t, double>> topPi;
-};
 
 // One paired generation: the candidate engine and the BF16 engine from the same prompt and seed.
 struct PrefixShiftPair {

@@ -267,9 +267,25 @@ const char* kSchemaV6 = R"sql(
 ALTER TABLE runs ADD COLUMN job_json TEXT;
 )sql";
 
+// Version 7: an admission decision's candidate generations on its first prompts, token by token (per-token KL and
+// store::TokenDetail as JSON), for the token drill-down from the admission table.
+const char* kSchemaV7 = R"sql(
+CREATE TABLE admission_generations (
+  decision_id INTEGER NOT NULL REFERENCES admission_decisions(id) ON DELETE CASCADE,
+  generation_index INTEGER NOT NULL,
+  prompt_id TEXT NOT NULL,
+  prompt_tokens_json TEXT NOT NULL,
+  tokens_json TEXT NOT NULL,
+  kl_json TEXT NOT NULL,
+  detail_json TEXT NOT NULL,
+  PRIMARY KEY (decision_id, generation_index)
+);
+)sql";
+
 const std::vector<const char*>& migrations()
 {
-    static const std::vector<const char*> all = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
+    static const std::vector<const char*> all
+        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7};
     return all;
 }
 

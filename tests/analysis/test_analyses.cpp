@@ -57,6 +57,7 @@ private slots:
     void decisionRule();
     void zeroNoiseIsAdmittedHugeNoiseRejected();
     void constructedBorderlineIsDetected();
+    void admissionStoresGenerationsForTheDrillDown();
     void stalenessIsCountedInOptimizerSteps();
     void admissionMeasuresUnderTheCalibrationsProtocol();
     void admissionRefusesAnotherProtocolUnlessAllowed();
@@ -210,6 +211,107 @@ void TestAnalyses::constructedBorderlineIsDetected()
     options.threshold = interval.low * 0.9999;
     Progress fourth;
     QCOMPARE(analysis::toString(analysis::runAdmission(store, options, fourth).rows[0].verdict), std::string("reject"));
+}
+
+// The first --store-generations prompts of a candidate are stored token by token with its decision, and what is
+// stored is checked against an independent float64 reference: the trainer and the noisy engine model (the same
+// noise) teacher-forced on the stored response in one unbatched forward each, KL(mu || pi) per position in a float64
+// loop over the vocabulary, mu(y), pi(y), both entropies and the top-5 of each. With every prompt stored, the
+// stored per-token KLs average to the decision's mismatch.
+void TestAnalyses::admissionStoresGenerationsForTheDrillDown()
+{
+    store::RunStore store = openStore("admit-generations");
+    analysis::AdmissionOptions options;
+    options.checkpoints = {model_};
+    options.probePath = probePath();
+    options.count = 6;
+    options.settings = smallSettings();
+    options.measureUnit = false;
+    analysis::Candidate noisy;
+    noisy.name = "noisy";
+    noisy.noise = 0.05;
+    noisy.noiseSeed = 2;
+    options.candidates = {noisy};
+    options.threshold = kGenerousThreshold;
+    options.storedGenerations = 3;
+    Progress progress;
+    const analysis::AdmissionResult result = analysis::runAdmission(store, options, progress);
+    const auto generations = store::admissionGenerations(store, result.rows[0].decisionId);
+    QCOMPARE(generations.size(), std::size_t(3));
+
+    const analysis::ModelDirectory model = analysis::loadModelDirectory(model_);
+    const model::Transformer trainer(model.config, model.weights);
+    engine::EngineModel engineModel(model.config, engine::addWeightNoise(model.weights, 0.05, 2), std::nullopt, {});
+    const analysis::PromptRequests requests = analysis::promptRequests(probePath(), *model.tokenizer, 6);
+    for (std::size_t g = 0; g < generations.size(); ++g) {
+        const store::StoredGeneration& stored = generations[g];
+        QCOMPARE(stored.index, static_cast<std::int64_t>(g));
+        QCOMPARE(stored.promptId, requests.ids[g]);
+        QCOMPARE(stored.promptTokens, requests.requests[g].prompt);
+        QVERIFY(!stored.tokens.empty());
+        QCOMPARE(stored.kl.size(), stored.tokens.size());
+        QCOMPARE(stored.details.size(), stored.tokens.size());
+        std::vector<std::int64_t> sequence = stored.promptTokens;
+        sequence.insert(sequence.end(), stored.tokens.begin(), stored.tokens.end());
+        const at::Tensor ids = at::tensor(sequence, at::kLong).unsqueeze(0);
+        const at::Tensor mask = at::ones_like(ids, ids.options().dtype(at::kBool));
+        const at::Tensor logPi = at::log_softmax(trainer.forward(ids, mask).to(at::kDouble), -1)[0];
+        const at::Tensor logMu = at::log_softmax(engineModel.forwardQuantized(ids, mask).to(at::kDouble), -1)[0];
+        const auto prompt = static_cast<std::int64_t>(stored.promptTokens.size());
+        for (std::size_t t = 0; t < stored.tokens.size(); ++t) {
+            const std::int64_t row = prompt - 1 + static_cast<std::int64_t>(t);
+            double kl = 0.0;
+            double entropyMu = 0.0;
+            double entropyPi = 0.0;
+            std::vector<std::pair<double, std::int64_t>> muRanked;
+            for (std::int64_t v = 0; v < model.config.vocabSize; ++v) {
+                const double lm = logMu[row][v].item<double>();
+                const double lp = logPi[row][v].item<double>();
+                kl += std::exp(lm) * (lm - lp);
+                entropyMu -= std::exp(lm) * lm;
+                entropyPi -= std::exp(lp) * lp;
+                muRanked.emplace_back(lm, v);
+            }
+            std::sort(muRanked.rbegin(), muRanked.rend());
+            const store::TokenDetail& d = stored.details[t];
+            const std::string where = stored.promptId + " t " + std::to_string(t);
+            QVERIFY2(std::abs(kl - stored.kl[t]) < kKlTolerance, (where + ": KL " + std::to_string(kl)).c_str());
+            const std::int64_t y = stored.tokens[t];
+            // Log-probabilities and entropies of one float32 forward against the batched one: the KL's tolerance.
+            QVERIFY2(std::abs(logMu[row][y].item<double>() - d.logMu) < kKlTolerance, where.c_str());
+            QVERIFY2(std::abs(logPi[row][y].item<double>() - d.logPi) < kKlTolerance, where.c_str());
+            QVERIFY2(std::abs(entropyMu - d.entropyMu) < kKlTolerance, where.c_str());
+            QVERIFY2(std::abs(entropyPi - d.entropyPi) < kKlTolerance, where.c_str());
+            QCOMPARE(d.topMu.size(), std::size_t(5));
+            QCOMPARE(d.topPi.size(), std::size_t(5));
+            // The most likely token agrees unless the first two are closer than the tolerance.
+            if (muRanked[0].first - muRanked[1].first > kKlTolerance) {
+                QCOMPARE(d.topMu[0].first, muRanked[0].second);
+            }
+            QVERIFY2(std::abs(d.topMu[0].second - std::exp(muRanked[0].first)) < kKlTolerance, where.c_str());
+        }
+    }
+
+    // Every prompt stored: the per-token KLs average to the decision's mismatch (the same values, summed in
+    // another order).
+    options.storedGenerations = 6;
+    Progress again;
+    const analysis::AdmissionResult all = analysis::runAdmission(store, options, again);
+    double sum = 0.0;
+    std::size_t tokens = 0;
+    for (const store::StoredGeneration& g : store::admissionGenerations(store, all.rows[0].decisionId)) {
+        for (const double value : g.kl) {
+            sum += value;
+            ++tokens;
+        }
+    }
+    QVERIFY(tokens > 0);
+    QVERIFY2(std::abs(sum / static_cast<double>(tokens) - all.rows[0].mismatch) < 1e-12 * all.rows[0].mismatch + 1e-15,
+        (std::to_string(sum / static_cast<double>(tokens)) + " vs " + std::to_string(all.rows[0].mismatch)).c_str());
+    // 0 stores none.
+    options.storedGenerations = 0;
+    Progress none;
+    QVERIFY(store::admissionGenerations(store, analysis::runAdmission(store, options, none).rows[0].decisionId).empty());
 }
 
 using test::checkpointAt;

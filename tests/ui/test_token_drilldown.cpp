@@ -1,9 +1,11 @@
 // The token drill-down (ui/token_drilldown.h) of a stored prefix-shift pair: repetition and UTF-8 flags on known
 // sequences, the detail panel (mu, pi, entropies, top-5) of a hovered token, the jumps to the first divergence and
-// to the largest-KL tokens, and that the Prefix Shift tab opens it. Screenshots at 1x, and at 2x when run with
+// to the largest-KL tokens, and that the Prefix Shift tab and the admission table open it. Screenshots at 1x, and at 2x when run with
 // QT_SCALE_FACTOR=2 (test_token_drilldown_2x).
+#include "core/common/error.h"
 #include "core/store/analysis_store.h"
 #include "fixture_workspace.h"
+#include "ui/admission_view.h"
 #include "ui/prefix_shift_view.h"
 #include "ui/token_drilldown.h"
 
@@ -13,6 +15,7 @@
 #include <QTemporaryDir>
 #include <QTextBrowser>
 #include <QtTest>
+#include <QTableView>
 
 #include <cmath>
 
@@ -165,6 +168,79 @@ private slots:
         plain->selectToken(0);
         QVERIFY(plain->detailText().contains(QLatin1String("without per-token details")));
         plain->close();
+    }
+
+    void drillDownFromTheAdmissionTable()
+    {
+        store::RunStore store = store::RunStore::open(directory_.filePath("admission.db").toStdString());
+        store::AdmissionDecision decision;
+        decision.candidateJson = R"({"name": "fp8-kv"})";
+        decision.checkpoint = kStudent; // its tokenizer shows the tokens as text
+        decision.mismatch = 0.011;
+        decision.ciLow = 0.009;
+        decision.ciHigh = 0.013;
+        decision.threshold = 0.05;
+        decision.decision = "admit";
+        decision.seconds = 12.0;
+        for (const char* response : {"7*3=21;21-1=20;20;20;20;A:20\n", "8+5=13;A:13\n"}) {
+            store::StoredGeneration generation;
+            generation.index = static_cast<std::int64_t>(decision.generations.size());
+            generation.promptId = "arith-probe-000" + std::to_string(generation.index + 1);
+            generation.promptTokens = tokenizer_->encode("Q:(13-6)*3-1\n");
+            generation.tokens = tokenizer_->encode(response);
+            for (std::size_t i = 0; i < generation.tokens.size(); ++i) {
+                generation.kl.push_back(i == 4 ? 0.19 : 0.002 + 0.001 * static_cast<double>(i % 3));
+                generation.details.push_back(
+                    tokenDetail(generation.tokens[i], 0.8, 0.6, 40 + static_cast<std::int64_t>(i)));
+            }
+            decision.generations.push_back(generation);
+        }
+        // A generation whose KL values do not match its tokens is refused, and nothing of the decision is written.
+        store::AdmissionDecision broken = decision;
+        broken.generations[1].kl.pop_back();
+        QVERIFY_THROWS_EXCEPTION(StoreError, store::addAdmissionDecision(store, broken));
+        QVERIFY(store::admissionDecisions(store).empty());
+        const std::int64_t id = store::addAdmissionDecision(store, decision);
+        store::AdmissionDecision without = decision; // as stored with --store-generations 0, or before schema 7
+        without.generations.clear();
+        store::addAdmissionDecision(store, without);
+        // The generations come back as written; admissionDecisions does not load them.
+        const auto back = store::admissionGenerations(store, id);
+        QCOMPARE(back.size(), std::size_t(2));
+        QCOMPARE(back[1].promptId, std::string("arith-probe-0002"));
+        QCOMPARE(back[0].tokens, decision.generations[0].tokens);
+        QCOMPARE(back[0].kl, decision.generations[0].kl);
+        QVERIFY(back[0].details[4].topMu == decision.generations[0].details[4].topMu);
+        QVERIFY(store::admissionDecisions(store)[0].generations.empty());
+
+        ui::AdmissionView view;
+        view.resize(1000, 600);
+        view.setStore(&store);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        QVERIFY(!view.drillDownButton()->isEnabled()); // nothing selected
+        view.table()->selectRow(1);
+        QVERIFY(!view.drillDownButton()->isEnabled()); // no generations stored with it
+        QVERIFY(view.openDrillDown(1) == nullptr);
+        view.table()->selectRow(0);
+        QVERIFY(view.drillDownButton()->isEnabled());
+        QPointer<ui::TokenDrillDown> dialog = view.openDrillDown(0);
+        QVERIFY(dialog);
+        QVERIFY(QTest::qWaitForWindowExposed(dialog));
+        QVERIFY2(dialog->flagsText().contains(QLatin1String("repetition: 3 token(s) from position 12 repeated 4 times")),
+            qPrintable(dialog->flagsText()));
+        QVERIFY(!dialog->jumpToFirstDivergence()); // no paired generation
+        dialog->jumpToNextLargest();
+        QCOMPARE(dialog->selectedToken(), 4);
+        const QString text = dialog->detailText();
+        QVERIFY2(text.contains(QLatin1String("mu(y) = 0.8")) && text.contains(QLatin1String("pi(y) = 0.6")), qPrintable(text));
+        const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_token_drilldown") : QStringLiteral("token_drilldown");
+        dialog->resize(1000, 560);
+        fixture::saveScreenshot(*dialog, prefix + QStringLiteral("_admission.png"));
+        dialog->showSequence(1);
+        QVERIFY2(dialog->flagsText().startsWith(QLatin1String("No repetition")), qPrintable(dialog->flagsText()));
+        dialog->close();
+        QTRY_VERIFY(dialog.isNull());
     }
 
 private:
