@@ -9,14 +9,16 @@
 //   3. the eager baseline (tests/bench/eager_baseline.py on Debian's python3-torch, BF16 and FP32, 2 threads, one
 //      process each; skipped with a message when no python3 with torch is found): the same workload;
 //   4. the admission check of six candidates (tests/bench/shape-candidates.yaml) at --admission-prompts probe
-//      prompts x --admission-tokens tokens, in a child process: wall time, peak RSS, the KV-cache storage it
-//      allocated, and RSS against the BF16 weight bytes.
+//      prompts x --admission-tokens tokens, each candidate's first --admission-store-generations generations stored
+//      for the token drill-down as `admit` does (default: its default), in a child process: wall time, peak RSS, the
+//      KV-cache storage it allocated, and RSS against the BF16 weight bytes.
 // Ratios: engine BF16 decode tokens/s over eager BF16 and over eager FP32 (on a CPU without fast BF16 kernels the
 // FP32 baseline is the faster one), FP8 W8A8 and FP8 KV time over BF16, fp8-kv peak RSS over bf16. Prints a table
 // and writes JSON.
 //
 //   bench_model_shape [--model DIR | --shape NAME] [--work DIR] [--json PATH] [--batch 8] [--prompt-tokens 32]
 //                     [--new-tokens 128] [--threads N] [--admission-prompts 32] [--admission-tokens 64]
+//                     [--admission-store-generations 8]
 //                     [--skip-admission] [--skip-baseline] [--baseline-seconds 90] [--python PATH]
 //
 // Without --model the checkpoint is written (once; about a minute) under --work (default: bench-shapes/ next to
@@ -72,6 +74,7 @@ struct Arguments {
     int threads = 0;
     std::int64_t admissionPrompts = 32;
     std::int64_t admissionTokens = 64;
+    std::int64_t admissionStoreGenerations = analysis::AdmissionOptions {}.storedGenerations; // `admit`'s default
     bool skipAdmission = false;
     bool skipBaseline = false;
     double baselineSeconds = 90.0; // decode time budget of each eager run
@@ -85,6 +88,7 @@ struct Arguments {
 {
     std::cerr << "usage: bench_model_shape [--model DIR | --shape NAME] [--work DIR] [--json PATH] [--batch N] "
                  "[--prompt-tokens N] [--new-tokens N] [--threads N] [--admission-prompts N] [--admission-tokens N] "
+                 "[--admission-store-generations N] "
                  "[--skip-admission] [--skip-baseline] [--baseline-seconds S] [--python PATH]\n";
     std::exit(code);
 }
@@ -138,6 +142,8 @@ Arguments parseArguments(int argc, char** argv)
             a.admissionPrompts = integer();
         } else if (flag == "--admission-tokens") {
             a.admissionTokens = integer();
+        } else if (flag == "--admission-store-generations") {
+            a.admissionStoreGenerations = integer();
         } else if (flag == "--baseline-seconds") {
             a.baselineSeconds = static_cast<double>(integer());
         } else if (flag == "--python") {
@@ -290,6 +296,7 @@ int admissionChild(const Arguments& a)
     options.probePath = resourceDirectory() + "/prompts/arith-probe.jsonl";
     options.count = a.admissionPrompts;
     options.settings.maxNewTokens = a.admissionTokens;
+    options.storedGenerations = a.admissionStoreGenerations;
     options.threshold = 0.05;
     const auto start = std::chrono::steady_clock::now();
     analysis::AdmissionResult result;
@@ -309,7 +316,7 @@ int admissionChild(const Arguments& a)
     writeJson(a.jsonPath,
         {{"seconds", seconds}, {"peak_rss_bytes", peakRssBytes()}, {"kv_storage_bytes", engine::peakKvStorageBytes()},
             {"candidates", options.candidates.size()}, {"prompts", a.admissionPrompts},
-            {"max_tokens", a.admissionTokens}, {"batch", options.settings.batchSize}, {"rows", rows}});
+            {"max_tokens", a.admissionTokens}, {"stored_generations", a.admissionStoreGenerations}, {"batch", options.settings.batchSize}, {"rows", rows}});
     return 0;
 }
 
@@ -473,6 +480,7 @@ int main(int argc, char** argv)
         fs::remove(json);
         const int status = run(shellQuote(self.string()) + " --child admission" + common + " --admission-prompts "
             + std::to_string(a.admissionPrompts) + " --admission-tokens " + std::to_string(a.admissionTokens)
+            + " --admission-store-generations " + std::to_string(a.admissionStoreGenerations)
             + " --json " + json);
         admission = status == 0 ? readJson(json) : nlohmann::json {{"error", "exit " + std::to_string(status)}};
         fs::remove(json);
