@@ -143,7 +143,12 @@ Arguments parseArguments(int argc, char** argv)
         } else if (flag == "--admission-tokens") {
             a.admissionTokens = integer();
         } else if (flag == "--admission-store-generations") {
-            a.admissionStoreGenerations = integer();
+            try {
+                a.admissionStoreGenerations = std::max<std::int64_t>(0, std::stoll(value)); // 0: none stored
+            } catch (const std::exception&) {
+                std::cerr << "bench_model_shape: " << flag << " expects a whole number, got '" << value << "'\n";
+                usage(2);
+            }
         } else if (flag == "--baseline-seconds") {
             a.baselineSeconds = static_cast<double>(integer());
         } else if (flag == "--python") {
