@@ -46,6 +46,38 @@ using test::probePath;
 using test::smallSettings;
 using test::writeText;
 
+// The independent reference of stored generations: `response` after `prompt` teacher-forced through the trainer
+// and the engine model in one unbatched forward each; float64 log-probability rows [response length, vocab], row t
+// the distribution of response token t.
+struct ForcedRows {
+    at::Tensor logMu;
+    at::Tensor logPi;
+};
+ForcedRows forcedRows(const model::Transformer& trainer, engine::EngineModel& engineModel,
+    const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& response)
+{
+    std::vector<std::int64_t> sequence = prompt;
+    sequence.insert(sequence.end(), response.begin(), response.end());
+    const at::Tensor ids = at::tensor(sequence, at::kLong).unsqueeze(0);
+    const at::Tensor mask = at::ones_like(ids, ids.options().dtype(at::kBool));
+    const auto first = static_cast<std::int64_t>(prompt.size()) - 1;
+    const auto rows = static_cast<std::int64_t>(response.size());
+    return {at::log_softmax(engineModel.forwardQuantized(ids, mask).to(at::kDouble), -1)[0].slice(0, first, first + rows),
+        at::log_softmax(trainer.forward(ids, mask).to(at::kDouble), -1)[0].slice(0, first, first + rows)};
+}
+
+// KL(mu || pi) of one row pair in a float64 loop over the vocabulary.
+double klLoop(const ForcedRows& rows, std::int64_t row)
+{
+    double kl = 0.0;
+    for (std::int64_t v = 0; v < rows.logMu.size(1); ++v) {
+        const double lm = rows.logMu[row][v].item<double>();
+        const double lp = rows.logPi[row][v].item<double>();
+        kl += std::exp(lm) * (lm - lp);
+    }
+    return kl;
+}
+
 } // namespace
 
 class TestAnalyses : public QObject {
@@ -251,23 +283,18 @@ void TestAnalyses::admissionStoresGenerationsForTheDrillDown()
         QVERIFY(!stored.tokens.empty());
         QCOMPARE(stored.kl.size(), stored.tokens.size());
         QCOMPARE(stored.details.size(), stored.tokens.size());
-        std::vector<std::int64_t> sequence = stored.promptTokens;
-        sequence.insert(sequence.end(), stored.tokens.begin(), stored.tokens.end());
-        const at::Tensor ids = at::tensor(sequence, at::kLong).unsqueeze(0);
-        const at::Tensor mask = at::ones_like(ids, ids.options().dtype(at::kBool));
-        const at::Tensor logPi = at::log_softmax(trainer.forward(ids, mask).to(at::kDouble), -1)[0];
-        const at::Tensor logMu = at::log_softmax(engineModel.forwardQuantized(ids, mask).to(at::kDouble), -1)[0];
-        const auto prompt = static_cast<std::int64_t>(stored.promptTokens.size());
+        const ForcedRows rows = forcedRows(trainer, engineModel, stored.promptTokens, stored.tokens);
+        const at::Tensor& logMu = rows.logMu;
+        const at::Tensor& logPi = rows.logPi;
         for (std::size_t t = 0; t < stored.tokens.size(); ++t) {
-            const std::int64_t row = prompt - 1 + static_cast<std::int64_t>(t);
-            double kl = 0.0;
+            const auto row = static_cast<std::int64_t>(t);
+            const double kl = klLoop(rows, row);
             double entropyMu = 0.0;
             double entropyPi = 0.0;
             std::vector<std::pair<double, std::int64_t>> muRanked;
             for (std::int64_t v = 0; v < model.config.vocabSize; ++v) {
                 const double lm = logMu[row][v].item<double>();
                 const double lp = logPi[row][v].item<double>();
-                kl += std::exp(lm) * (lm - lp);
                 entropyMu -= std::exp(lm) * lm;
                 entropyPi -= std::exp(lp) * lp;
                 muRanked.emplace_back(lm, v);
@@ -704,22 +731,10 @@ void TestAnalyses::prefixShiftPartsAgainstFloat64Reference()
         for (int side = 0; side < 2; ++side) {
             const std::vector<std::int64_t>& response = side == 0 ? pair.referenceTokens : pair.candidateTokens;
             const std::vector<double>& stored = side == 0 ? pair.referenceKl : pair.candidateKl;
-            std::vector<std::int64_t> sequence = pair.promptTokens;
-            sequence.insert(sequence.end(), response.begin(), response.end());
-            const at::Tensor ids = at::tensor(sequence, at::kLong).unsqueeze(0);
-            const at::Tensor mask = at::ones_like(ids, ids.options().dtype(at::kBool));
-            const at::Tensor logPi = at::log_softmax(trainer.forward(ids, mask).to(at::kDouble), -1)[0];
-            const at::Tensor logMu = at::log_softmax(noisy.forwardQuantized(ids, mask).to(at::kDouble), -1)[0];
-            const auto prompt = static_cast<std::int64_t>(pair.promptTokens.size());
+            const ForcedRows rows = forcedRows(trainer, noisy, pair.promptTokens, response);
             QCOMPARE(stored.size(), response.size());
             for (std::size_t t = 0; t < response.size(); ++t) {
-                const std::int64_t row = prompt - 1 + static_cast<std::int64_t>(t);
-                double kl = 0.0;
-                for (std::int64_t v = 0; v < model.config.vocabSize; ++v) {
-                    const double lm = logMu[row][v].item<double>();
-                    const double lp = logPi[row][v].item<double>();
-                    kl += std::exp(lm) * (lm - lp);
-                }
+                const double kl = klLoop(rows, static_cast<std::int64_t>(t));
                 QVERIFY2(std::abs(kl - stored[t]) < kKlTolerance,
                     (pair.promptId + " side " + std::to_string(side) + " t " + std::to_string(t) + ": "
                         + std::to_string(kl) + " vs " + std::to_string(stored[t]))
