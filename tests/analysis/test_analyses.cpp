@@ -108,6 +108,24 @@ private slots:
     void generateUsesTheAnalysesRequests();
 
 private:
+    // An admission check of one candidate, the BF16 engine with weight noise `noise` (seed `seed`), on the first
+    // `count` probe prompts of the test model, without the BF16 unit; the threshold is the caller's.
+    analysis::AdmissionOptions noisyCandidate(std::int64_t count, double noise, std::uint64_t seed) const
+    {
+        analysis::AdmissionOptions options;
+        options.checkpoints = {model_};
+        options.probePath = probePath();
+        options.count = count;
+        options.settings = smallSettings();
+        options.measureUnit = false;
+        analysis::Candidate noisy;
+        noisy.name = "noisy";
+        noisy.noise = noise;
+        noisy.noiseSeed = seed;
+        options.candidates = {noisy};
+        return options;
+    }
+
     store::RunStore openStore(const QString& name)
     {
         return store::RunStore::open((dir_.path() + "/" + name + ".db").toStdString());
@@ -213,17 +231,7 @@ void TestAnalyses::zeroNoiseIsAdmittedHugeNoiseRejected()
 void TestAnalyses::constructedBorderlineIsDetected()
 {
     store::RunStore store = openStore("admit-borderline");
-    analysis::AdmissionOptions options;
-    options.checkpoints = {model_};
-    options.probePath = probePath();
-    options.count = 16;
-    options.settings = smallSettings();
-    options.measureUnit = false;
-    analysis::Candidate noisy;
-    noisy.name = "noisy";
-    noisy.noise = 0.1;
-    noisy.noiseSeed = 11;
-    options.candidates = {noisy};
+    analysis::AdmissionOptions options = noisyCandidate(16, 0.1, 11);
     options.threshold = 1e3; // first pass: only to measure the interval
     Progress first;
     const analysis::AdmissionResult measured = analysis::runAdmission(store, options, first);
@@ -253,17 +261,7 @@ void TestAnalyses::constructedBorderlineIsDetected()
 void TestAnalyses::admissionStoresGenerationsForTheDrillDown()
 {
     store::RunStore store = openStore("admit-generations");
-    analysis::AdmissionOptions options;
-    options.checkpoints = {model_};
-    options.probePath = probePath();
-    options.count = 6;
-    options.settings = smallSettings();
-    options.measureUnit = false;
-    analysis::Candidate noisy;
-    noisy.name = "noisy";
-    noisy.noise = 0.05;
-    noisy.noiseSeed = 2;
-    options.candidates = {noisy};
+    analysis::AdmissionOptions options = noisyCandidate(6, 0.05, 2);
     options.threshold = kGenerousThreshold;
     options.storedGenerations = 3;
     Progress progress;
