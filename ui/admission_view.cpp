@@ -394,11 +394,17 @@ TokenDrillDown* AdmissionView::openDrillDown(int row)
     }
     // The checkpoint's tokenizer shows the tokens as text (ids without it); the colour scale is the 99th percentile
     // of the decision's stored per-token KL, so one outlier does not wash the rest out.
-    auto tokenizer = std::make_shared<std::optional<model::Tokenizer>>();
-    try {
-        tokenizer->emplace(
-            model::Tokenizer::fromFile((std::filesystem::path(d.checkpoint) / "tokenizer.json").string()));
-    } catch (const std::exception&) {
+    // Read once per checkpoint and kept by the view (the dialog's parent, so it outlives the dialog); null when the
+    // checkpoint has no readable tokenizer.json.
+    auto cached = tokenizers_.find(d.checkpoint);
+    if (cached == tokenizers_.end()) {
+        std::shared_ptr<const model::Tokenizer> read;
+        try {
+            read = std::make_shared<const model::Tokenizer>(
+                model::Tokenizer::fromFile((std::filesystem::path(d.checkpoint) / "tokenizer.json").string()));
+        } catch (const std::exception&) {
+        }
+        cached = tokenizers_.emplace(d.checkpoint, read).first;
     }
     std::vector<double> all;
     for (const store::StoredGeneration& g : generations) {
@@ -406,10 +412,8 @@ TokenDrillDown* AdmissionView::openDrillDown(int row)
     }
     std::sort(all.begin(), all.end());
     const double scaleMax = all.empty() ? 1.0 : std::max(all[static_cast<std::size_t>(0.99 * (all.size() - 1))], 1e-12);
-    auto* dialog = new TokenDrillDown(*tokenizer ? &**tokenizer : nullptr, scaleMax, this);
+    auto* dialog = new TokenDrillDown(cached->second.get(), scaleMax, this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
-    // The tokenizer lives as long as the dialog.
-    connect(dialog, &QObject::destroyed, this, [tokenizer] {});
     std::vector<TokenDrillDown::Sequence> sequences;
     for (store::StoredGeneration& g : generations) {
         TokenDrillDown::Sequence sequence;

@@ -12,7 +12,10 @@
 
 #include <QWidget>
 
+#include <map>
+#include <memory>
 #include <optional>
+#include <string>
 
 class QCheckBox;
 class QCustomPlot;
@@ -20,6 +23,10 @@ class QPushButton;
 class QLabel;
 class QStandardItemModel;
 class QTableView;
+
+namespace mismatch::model {
+class Tokenizer;
+}
 
 namespace mismatch::ui {
 
@@ -83,6 +90,7 @@ private:
     QStandardItemModel* model_ = nullptr;
     QTableView* table_ = nullptr;
     QPushButton* drillDown_ = nullptr;
+    std::map<std::string, std::shared_ptr<const model::Tokenizer>> tokenizers_; // per checkpoint, for the drill-down
     int thresholdLines_ = 0;
 };
 
