@@ -169,7 +169,7 @@ AdmissionView::AdmissionView(QWidget* parent)
         updateProfile();
         const int row = table_->currentIndex().isValid() ? table_->currentIndex().row() : -1;
         drillDown_->setEnabled(store_ && row >= 0 && row < static_cast<int>(decisions_.size())
-            && !store::admissionGenerations(*store_, decisions_[static_cast<std::size_t>(row)].id).empty());
+            && store::admissionGenerationCount(*store_, decisions_[static_cast<std::size_t>(row)].id) > 0);
     });
     connect(drillDown_, &QPushButton::clicked, this, [this] {
         if (table_->currentIndex().isValid()) {
@@ -378,10 +378,6 @@ void AdmissionView::hoverAt(const QPoint& pixel)
     readout_->setText(text);
 }
 
-} // namespace mismatch::ui
-
-namespace mismatch::ui {
-
 TokenDrillDown* AdmissionView::openDrillDown(int row)
 {
     if (!store_ || row < 0 || row >= static_cast<int>(decisions_.size())) {
@@ -392,10 +388,8 @@ TokenDrillDown* AdmissionView::openDrillDown(int row)
     if (generations.empty()) {
         return nullptr;
     }
-    // The checkpoint's tokenizer shows the tokens as text (ids without it); the colour scale is the 99th percentile
-    // of the decision's stored per-token KL, so one outlier does not wash the rest out.
-    // Read once per checkpoint and kept by the view (the dialog's parent, so it outlives the dialog); null when the
-    // checkpoint has no readable tokenizer.json.
+    // The checkpoint's tokenizer shows the tokens as text (ids without it): read once per checkpoint and kept by the
+    // view (the dialog's parent, so it outlives the dialog); null when the checkpoint has no readable tokenizer.json.
     auto cached = tokenizers_.find(d.checkpoint);
     if (cached == tokenizers_.end()) {
         std::shared_ptr<const model::Tokenizer> read;
@@ -410,9 +404,7 @@ TokenDrillDown* AdmissionView::openDrillDown(int row)
     for (const store::StoredGeneration& g : generations) {
         all.insert(all.end(), g.kl.begin(), g.kl.end());
     }
-    std::sort(all.begin(), all.end());
-    const double scaleMax = all.empty() ? 1.0 : std::max(all[static_cast<std::size_t>(0.99 * (all.size() - 1))], 1e-12);
-    auto* dialog = new TokenDrillDown(cached->second.get(), scaleMax, this);
+    auto* dialog = new TokenDrillDown(cached->second.get(), klColourScale(std::move(all)), this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     std::vector<TokenDrillDown::Sequence> sequences;
     for (store::StoredGeneration& g : generations) {

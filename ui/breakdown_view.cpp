@@ -458,14 +458,14 @@ void BreakdownView::rebuild()
                          QString::fromStdString(run.source)))
                   << new QStandardItem(tr("not measured"));
             QStringList logged;
-            for (const char* estimator : {"k1", "k3", "mult_prob_error", "prob_diff"}) {
+            for (const std::string& estimator : metrics::estimatorNames()) { // the local rows' columns
                 QString cell = QStringLiteral("-");
                 for (const store::ImportedEstimatorValue& value : run.values) {
                     if (value.estimator == estimator) {
                         const QString mean = QString::number(value.mean, 'g', 4);
                         cell = value.steps == 1 ? tr("%1 (logged, 1 step)").arg(mean)
                                                 : tr("%1 (logged, %2 steps)").arg(mean).arg(value.steps);
-                        logged << QStringLiteral("%1 = %2").arg(QString::fromLatin1(estimator),
+                        logged << QStringLiteral("%1 = %2").arg(QString::fromStdString(estimator),
                                       QString::fromStdString(value.key));
                     }
                 }

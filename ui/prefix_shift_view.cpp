@@ -310,8 +310,7 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         all.insert(all.end(), p.candidateKl.begin(), p.candidateKl.end());
         all.insert(all.end(), p.referenceKl.begin(), p.referenceKl.end());
     }
-    std::sort(all.begin(), all.end());
-    scaleMax_ = all.empty() ? 1.0 : std::max(all[static_cast<size_t>(0.99 * (all.size() - 1))], 1e-12);
+    scaleMax_ = klColourScale(std::move(all));
 
     // Mismatch by position over every analysed pair (the stored details); without them, over the stored pairs.
     if (details.is_object() && details.contains("by_position") && details.at("by_position").is_array()) {

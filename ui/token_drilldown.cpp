@@ -17,6 +17,15 @@
 
 namespace mismatch::ui {
 
+double klColourScale(std::vector<double> kl)
+{
+    if (kl.empty()) {
+        return 1.0;
+    }
+    std::sort(kl.begin(), kl.end());
+    return std::max(kl[static_cast<std::size_t>(0.99 * static_cast<double>(kl.size() - 1))], 1e-12);
+}
+
 QColor klColour(double kl, double scaleMax)
 {
     const double t = std::clamp(scaleMax > 0 ? kl / scaleMax : 0.0, 0.0, 1.0);

@@ -24,6 +24,9 @@ namespace mismatch::ui {
 
 // White (0 nats) to dark red (`scaleMax`): a token's KL as its background.
 QColor klColour(double kl, double scaleMax);
+// The colour scale's maximum for these per-token KLs: their 99th percentile, so one outlier does not wash out the
+// rest (1 when there are none; at least 1e-12).
+double klColourScale(std::vector<double> kl);
 // The token's bytes as text with a visible newline and space, HTML-escaped; "[id]" without a tokenizer.
 QString visibleTokenText(const model::Tokenizer* tokenizer, std::int64_t id);
 

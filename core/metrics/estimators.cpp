@@ -11,7 +11,6 @@ namespace mismatch::metrics {
 
 namespace {
 
-const char* const kNames[] = {"k1", "k3", "mult_prob_error", "prob_diff"};
 
 std::vector<double> ranks(const std::vector<double>& values)
 {
@@ -72,6 +71,12 @@ std::vector<MismatchBin> binMismatch(
     return bins;
 }
 
+const std::vector<std::string>& estimatorNames()
+{
+    static const std::vector<std::string> names = {"k1", "k3", "mult_prob_error", "prob_diff"};
+    return names;
+}
+
 std::vector<std::vector<double>> estimatorValues(const SampledTokenValues& values)
 {
     const std::size_t n = values.kl.size();
@@ -100,7 +105,7 @@ EstimatorComparison compareEstimators(const SampledTokenValues& values)
     comparison.kl = std::accumulate(values.kl.begin(), values.kl.end(), 0.0) / count;
     for (std::size_t e = 0; e < perToken.size(); ++e) {
         EstimatorSummary summary;
-        summary.name = kNames[e];
+        summary.name = estimatorNames()[e];
         summary.mean = std::accumulate(perToken[e].begin(), perToken[e].end(), 0.0) / count;
         summary.pearson = pearsonCorrelation(perToken[e], values.kl);
         summary.spearman = spearmanCorrelation(perToken[e], values.kl);

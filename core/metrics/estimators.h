@@ -66,6 +66,8 @@ std::vector<MismatchBin> binMismatch(
 
 // The four estimators per token (in the order above), computed in double precision.
 std::vector<std::vector<double>> estimatorValues(const SampledTokenValues& values);
+// Their names in that order: "k1", "k3", "mult_prob_error", "prob_diff" (EstimatorSummary::name).
+const std::vector<std::string>& estimatorNames();
 EstimatorComparison compareEstimators(const SampledTokenValues& values);
 
 // {"kl", "tokens", "estimators": [{"name", "mean", "pearson", "spearman"}]} (null for an absent correlation), and

@@ -59,19 +59,12 @@ template <typename T> std::string toJsonText(const std::vector<T>& values)
     return nlohmann::json(values).dump();
 }
 
-// `what`: the column, qualified by its table unless it is a prefix_shift_pairs column.
-std::string columnName(const char* what)
-{
-    const std::string name(what);
-    return name.find('.') == std::string::npos ? "prefix_shift_pairs." + name : name;
-}
-
 template <typename T> std::vector<T> fromJsonText(const RunStore& store, const std::string& text, const char* what)
 {
     try {
         return nlohmann::json::parse(text).get<std::vector<T>>();
     } catch (const std::exception& error) {
-        throw StoreError(store.path(), columnName(what) + " is not a JSON list: " + error.what());
+        throw StoreError(store.path(), std::string(what) + " is not a JSON list: " + error.what());
     }
 }
 
@@ -109,7 +102,7 @@ std::vector<TokenDetail> detailsFromJsonText(const RunStore& store, const std::s
         }
         return details;
     } catch (const std::exception& error) {
-        throw StoreError(store.path(), columnName(what) + " is not a list of token details: " + error.what());
+        throw StoreError(store.path(), std::string(what) + " is not a list of token details: " + error.what());
     }
 }
 
@@ -476,6 +469,17 @@ double admissionThreshold(const RunStore& store, std::int64_t calibrationId, std
 
 // ---- admission decisions ------------------------------------------------------------------------------------
 
+namespace {
+
+// A KL value per token, and a detail per token or none.
+bool lengthsAgree(const StoredGeneration& generation)
+{
+    return generation.kl.size() == generation.tokens.size()
+        && (generation.details.empty() || generation.details.size() == generation.tokens.size());
+}
+
+} // namespace
+
 std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& decision)
 {
     const std::string what = "admission decision for checkpoint '" + decision.checkpoint + "'";
@@ -510,8 +514,7 @@ std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& deci
         "INSERT INTO admission_generations (decision_id, generation_index, prompt_id, prompt_tokens_json, tokens_json, "
         "kl_json, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?)");
     for (const StoredGeneration& generation : decision.generations) {
-        if (generation.kl.size() != generation.tokens.size()
-            || (!generation.details.empty() && generation.details.size() != generation.tokens.size())) {
+        if (!lengthsAgree(generation)) {
             throw StoreError(store.path(),
                 what + ": generation " + std::to_string(generation.index) + " has " + std::to_string(generation.tokens.size())
                     + " tokens but " + std::to_string(generation.kl.size()) + " KL values and "
@@ -542,8 +545,7 @@ std::vector<StoredGeneration> admissionGenerations(const RunStore& store, std::i
         generation.tokens = fromJsonText<std::int64_t>(store, query.text(3), "admission_generations.tokens_json");
         generation.kl = fromJsonText<double>(store, query.text(4), "admission_generations.kl_json");
         generation.details = detailsFromJsonText(store, query.text(5), "admission_generations.detail_json");
-        if (generation.kl.size() != generation.tokens.size()
-            || (!generation.details.empty() && generation.details.size() != generation.tokens.size())) {
+        if (!lengthsAgree(generation)) {
             throw StoreError(store.path(),
                 "admission_generations row " + std::to_string(generation.index) + " of decision "
                     + std::to_string(decisionId) + ": the tokens, KL values and details differ in length");
@@ -551,6 +553,13 @@ std::vector<StoredGeneration> admissionGenerations(const RunStore& store, std::i
         result.push_back(std::move(generation));
     }
     return result;
+}
+
+std::int64_t admissionGenerationCount(const RunStore& store, std::int64_t decisionId)
+{
+    Statement query(store.handle(), "SELECT COUNT(*) FROM admission_generations WHERE decision_id = ?");
+    query.bind(1, decisionId);
+    return query.step() ? query.int64(0) : 0;
 }
 
 std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::optional<std::int64_t> runId)
@@ -700,17 +709,17 @@ std::vector<PrefixShiftPair> prefixShiftPairs(const RunStore& store, std::int64_
     while (query.step()) {
         PrefixShiftPair pair;
         pair.promptId = query.text(0);
-        pair.promptTokens = fromJsonText<std::int64_t>(store, query.text(1), "prompt_tokens_json");
+        pair.promptTokens = fromJsonText<std::int64_t>(store, query.text(1), "prefix_shift_pairs.prompt_tokens_json");
         pair.firstDivergence = query.optionalInt64(2);
-        pair.candidateTokens = fromJsonText<std::int64_t>(store, query.text(3), "candidate_tokens_json");
-        pair.candidateKl = fromJsonText<double>(store, query.text(4), "candidate_kl_json");
-        pair.referenceTokens = fromJsonText<std::int64_t>(store, query.text(5), "reference_tokens_json");
-        pair.referenceKl = fromJsonText<double>(store, query.text(6), "reference_kl_json");
+        pair.candidateTokens = fromJsonText<std::int64_t>(store, query.text(3), "prefix_shift_pairs.candidate_tokens_json");
+        pair.candidateKl = fromJsonText<double>(store, query.text(4), "prefix_shift_pairs.candidate_kl_json");
+        pair.referenceTokens = fromJsonText<std::int64_t>(store, query.text(5), "prefix_shift_pairs.reference_tokens_json");
+        pair.referenceKl = fromJsonText<double>(store, query.text(6), "prefix_shift_pairs.reference_kl_json");
         if (!query.isNull(7)) {
-            pair.candidateDetail = detailsFromJsonText(store, query.text(7), "candidate_detail_json");
+            pair.candidateDetail = detailsFromJsonText(store, query.text(7), "prefix_shift_pairs.candidate_detail_json");
         }
         if (!query.isNull(8)) {
-            pair.referenceDetail = detailsFromJsonText(store, query.text(8), "reference_detail_json");
+            pair.referenceDetail = detailsFromJsonText(store, query.text(8), "prefix_shift_pairs.reference_detail_json");
         }
         result.push_back(std::move(pair));
     }

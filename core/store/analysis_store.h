@@ -177,6 +177,8 @@ struct AdmissionDecision {
 std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& decision);
 // The generations stored with a decision, in prompt order (none for decisions stored before schema 7).
 std::vector<StoredGeneration> admissionGenerations(const RunStore& store, std::int64_t decisionId);
+// How many there are, without reading them.
+std::int64_t admissionGenerationCount(const RunStore& store, std::int64_t decisionId);
 // All decisions, or a run's, in insertion order.
 std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::optional<std::int64_t> runId = {});
 

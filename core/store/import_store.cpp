@@ -100,50 +100,43 @@ std::vector<ImportedEstimators> importedEstimators(const RunStore& store)
         if (!external) {
             continue;
         }
-        nlohmann::json record;
-        try {
-            record = nlohmann::json::parse(external->estimatorJson);
-        } catch (const nlohmann::json::exception&) {
+        const nlohmann::json record
+            = nlohmann::json::parse(external->estimatorJson, nullptr, /*allow_exceptions=*/false);
+        if (!record.is_object()) { // unreadable (discarded) or not a record
             continue;
         }
-        if (!record.is_object()) {
-            continue;
-        }
-        const std::vector<StepMetrics> steps = store.stepsAfter(run.id);
         ImportedEstimators entry;
         entry.runId = run.id;
         entry.name = run.name;
         entry.source = external->source;
-        for (const auto& [estimator, measure] : kMeasures) {
-            const auto found = record.find(measure);
-            if (found == record.end() || !found->is_object()) {
-                continue;
-            }
-            double sum = 0.0;
-            std::int64_t count = 0;
-            for (const StepMetrics& step : steps) {
+        // Sums and counts per measure over the steps that logged it; each step's extras are parsed once.
+        std::vector<double> sums(kMeasures.size(), 0.0);
+        std::vector<std::int64_t> counts(kMeasures.size(), 0);
+        for (const StepMetrics& step : store.stepsAfter(run.id)) {
+            nlohmann::json extras = nlohmann::json::parse(step.extrasJson, nullptr, /*allow_exceptions=*/false);
+            for (std::size_t m = 0; m < kMeasures.size(); ++m) {
+                const std::string& measure = kMeasures[m].second;
                 std::optional<double> value;
                 if (measure == "k1") {
                     value = step.k1;
                 } else if (measure == "k3") {
                     value = step.k3;
-                } else {
-                    try {
-                        const nlohmann::json extras = nlohmann::json::parse(step.extrasJson);
-                        if (const auto it = extras.find(measure); it != extras.end() && it->is_number()) {
-                            value = it->get<double>();
-                        }
-                    } catch (const nlohmann::json::exception&) {
+                } else if (extras.is_object()) {
+                    if (const auto it = extras.find(measure); it != extras.end() && it->is_number()) {
+                        value = it->get<double>();
                     }
                 }
                 if (value && std::isfinite(*value)) {
-                    sum += *value;
-                    ++count;
+                    sums[m] += *value;
+                    ++counts[m];
                 }
             }
-            if (count > 0) {
-                const std::string key = found->value("key", std::string());
-                entry.values.push_back({estimator, key, sum / static_cast<double>(count), count});
+        }
+        for (std::size_t m = 0; m < kMeasures.size(); ++m) {
+            const auto found = record.find(kMeasures[m].second);
+            if (counts[m] > 0 && found != record.end() && found->is_object()) {
+                entry.values.push_back({kMeasures[m].first, found->value("key", std::string()),
+                    sums[m] / static_cast<double>(counts[m]), counts[m]});
             }
         }
         if (!entry.values.empty()) {
