@@ -4,6 +4,7 @@
 #include "core/engine/module_names.h"
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
+#include "core/quant/fp8_cpu_gemm.h"
 #include "core/quant/quantize.h"
 
 #include <ATen/ATen.h>
@@ -99,6 +100,7 @@ at::Tensor scalesFromHeadAmax(const at::Tensor& headAmax, quant::KvScales mode)
 }
 
 std::atomic<std::int64_t> nativeFp8Calls {0};
+std::atomic<std::int64_t> bf16DotFp8Calls {0};
 
 // Whether the CPU has native BF16 dot products (where oneDNN's BF16 GEMM beats FP32).
 bool cpuHasNativeBf16()
@@ -230,6 +232,11 @@ bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
 std::int64_t nativeFp8LinearCalls()
 {
     return nativeFp8Calls.load();
+}
+
+std::int64_t bf16DotFp8LinearCalls()
+{
+    return bf16DotFp8Calls.load();
 }
 
 at::Tensor roundBf16(const at::Tensor& values)
@@ -604,6 +611,30 @@ std::uint64_t EngineModel::weightBytes() const
 
 at::Tensor EngineModel::moduleProduct(const ModuleState& state, const at::Tensor& x) const
 {
+    const quant::QuantizedWeight& stored = state.weight;
+    if (kernels_ == EngineKernels::BFloat16 && !state.deviceWeight.defined() && x.device().is_cpu()
+        && quant::fp8Bf16ProductAvailable() && quant::fp8Bf16ProductSupports(stored)
+        && !model::widenedWhole(stored.rows(), stored.columns())) {
+        // FP8 weights over 128 Ki elements on a CPU with BF16 dot products: the e4m3 codes times the activations'
+        // exact bf16 values (fp8 code values and their per-token scales, or bf16 activations), float32 accumulation
+        // per scale block (quant/fp8_cpu_gemm.h: within one bf16 ulp of the float32 emulation below). Smaller
+        // weights (the demo pair's) keep the float32 product, which is exactly the float32 weights' product.
+        std::vector<std::int64_t> shape = x.sizes().vec();
+        const at::Tensor rows = x.reshape({-1, x.size(-1)});
+        at::Tensor y;
+        if (state.activations.format == quant::ActivationFormat::Fp8E4m3) {
+            const quant::Fp8ActivationCodes codes = quant::fp8ActivationCodes(rows);
+            y = quant::fp8Bf16Product(codes.values, codes.scales, stored);
+        } else {
+            y = quant::fp8Bf16Product(roundBf16(rows).to(at::kBFloat16), at::Tensor(), stored);
+        }
+        if (state.bias.defined()) {
+            y.add_(state.bias);
+        }
+        ++bf16DotFp8Calls;
+        shape.back() = stored.rows();
+        return roundBf16(y.reshape(shape));
+    }
     const at::Tensor input = state.activations.format == quant::ActivationFormat::Bf16
         ? roundBf16(x)
         : quant::fakeQuantizeActivations(x, state.activations.format);

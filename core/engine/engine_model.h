@@ -20,8 +20,13 @@
 //                     and the kernel writes bf16(y). Only the sum's order and oneDNN's handling of subnormals
 //                     (flushed) differ from the Float32 kernels, so an output differs from theirs by at most one
 //                     bf16 ulp when the float32 sums fall on either side of a rounding boundary (tested against
-//                     the Float32 kernels with a tolerance in BF16 ulps and BF16 units). Other formats use the
-//                     Float32 kernels.
+//                     the Float32 kernels with a tolerance in BF16 ulps and BF16 units). FP8 e4m3 weights of
+//                     over 128 Ki elements (not model::widenedWhole) on a CPU with AVX512-BF16 go through
+//                     quant::fp8Bf16Product: the codes and the activations' exact bf16 values (fp8 activation
+//                     code values with their per-token scales, or bf16 activations) in BF16 dot products,
+//                     float32 sums per scale block, then scaled: within one bf16 ulp of the Float32 kernels'
+//                     output (quant/fp8_cpu_gemm.h; tested against a float64 computation of the definition).
+//                     Other formats, and smaller FP8 weights, use the Float32 kernels.
 //   EngineKernels::Auto picks BFloat16 where the CPU has native BF16 dot products (AVX512-BF16 or AMX), where
 //   LibTorch's BF16 GEMM is faster than FP32; elsewhere (AVX2) its BF16 GEMM is a slow fallback and Float32 is
 //   used. MISMATCH_ENGINE_KERNELS=float32|bfloat16 overrides the choice for a whole process.
@@ -221,6 +226,9 @@ KvScaleTable calibrateKvScales(
 // How many linear() calls, process-wide, ran as a native FP8 GEMM on CUDA (cuda::fp8Gemm) instead of the emulation:
 // fp8_e4m3 weights and activations with tensors on a CUDA device, in a build with MISMATCH_HAVE_CUDA.
 std::int64_t nativeFp8LinearCalls();
+// How many linear() calls, process-wide, ran through quant::fp8Bf16Product (FP8 weights in a decode-sized product
+// on a CPU with AVX512-BF16, BFloat16 kernels) instead of the float32 emulation.
+std::int64_t bf16DotFp8LinearCalls();
 
 // bf16 rounding (nearest even) of a float32 tensor, NaN kept: the engine's fast path (a vectorised loop on the
 // CPU, a cast to bfloat16 and back elsewhere), bit-identical to quant::roundToBFloat16 (tested).

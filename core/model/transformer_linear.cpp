@@ -258,6 +258,11 @@ void roundToBFloat16Grid(const float* in, float* out, std::int64_t count)
         [&](std::int64_t begin, std::int64_t end) { roundBlock(in + begin, out + begin, end - begin); });
 }
 
+bool widenedWhole(std::int64_t outFeatures, std::int64_t inFeatures)
+{
+    return outFeatures * inFeatures <= kSmallBlockElements;
+}
+
 at::Tensor blockwiseLinear(const at::Tensor& x, std::int64_t outFeatures, std::int64_t inFeatures,
     const WeightRows& rows, const at::Tensor& bias)
 {
@@ -265,8 +270,7 @@ at::Tensor blockwiseLinear(const at::Tensor& x, std::int64_t outFeatures, std::i
     const std::int64_t xRows = inFeatures == 0 ? 0 : x.numel() / inFeatures;
     std::vector<std::int64_t> shape = x.sizes().vec();
     shape.back() = outFeatures;
-    const std::int64_t weightElements = outFeatures * inFeatures;
-    if (xRows <= kFusedRows && weightElements > kSmallBlockElements && x.device().is_cpu()) {
+    if (xRows <= kFusedRows && !widenedWhole(outFeatures, inFeatures) && x.device().is_cpu()) {
         // Few rows, a weight larger than one cache-sized block: the fused product (above).
         const at::Tensor input = x.contiguous();
         at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));

@@ -21,6 +21,10 @@ namespace mismatch::model {
 // Writes rows [begin, end) of a weight as float32, row-major, into `out` ((end - begin) x in floats).
 using WeightRows = std::function<void(std::int64_t begin, std::int64_t end, float* out)>;
 
+// Whether blockwiseLinear widens the weight whole and multiplies it by one at::linear (at most 128 Ki elements, the
+// first case above): exactly the product with float32 weights.
+bool widenedWhole(std::int64_t outFeatures, std::int64_t inFeatures);
+
 // y = x W^T + bias for x [..., in] float32 (CPU), W [out, in] given by `rows`, bias [out] float32 or undefined.
 // Returns [..., out] float32.
 at::Tensor blockwiseLinear(const at::Tensor& x, std::int64_t outFeatures, std::int64_t inFeatures,

@@ -392,6 +392,34 @@ at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationForm
     return applyScaledFormat(input, layout, scales, scaled).to(activations.device());
 }
 
+Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations)
+{
+    const at::Tensor input = cpuFloat(activations, "activations");
+    if (input.dim() == 0) {
+        throw InputError("", "activations", "expected a [..., hidden] tensor, got a scalar");
+    }
+    ScaleLayout layout; // as fakeQuantizeActivations: one scale per token
+    layout.columns = input.size(-1);
+    layout.rows = layout.columns == 0 ? 0 : input.numel() / layout.columns;
+    layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
+    layout.columnBlock = std::max<std::int64_t>(1, layout.columns);
+    const ScaledFormat scaled = scaledFormat(Fp8Format::E4M3);
+    Fp8ActivationCodes result;
+    result.scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, false), scaled.qmax);
+    result.values = at::empty({layout.rows, layout.columns}, at::TensorOptions().dtype(at::kBFloat16));
+    auto* out = static_cast<std::uint16_t*>(result.values.data_ptr());
+    const Fp8Grid grid {Fp8Format::E4M3, fp8DecodeTable(Fp8Format::E4M3).data()};
+    forEachScaled(
+        input.data_ptr<float>(), layout, result.scales.data_ptr<float>(), [&](std::int64_t i, float y, float) {
+            std::uint32_t bits;
+            const float value = grid(y);
+            std::memcpy(&bits, &value, sizeof bits);
+            out[i] = static_cast<std::uint16_t>(bits >> 16); // exact: an e4m3 value has 4 significant bits
+        });
+    result.scales = result.scales.reshape({layout.scaleRows});
+    return result;
+}
+
 at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode)
 {
     if (!hasScales(format)) {

@@ -78,6 +78,10 @@ public:
     // Scaled formats: codes [out, in] (kByte for fp8, kChar for int) and float32 scales [scale rows, columns].
     const at::Tensor& codes() const { return codes_; }
     const at::Tensor& scales() const { return scales_; }
+    // Scaled formats: row r uses scale row r / scaleRowDivisor(); columns [b * scaleColumnBlock(), (b + 1) * ...)
+    // share scale column b.
+    std::int64_t scaleRowDivisor() const { return scaleRowDivisor_; }
+    std::int64_t scaleColumnBlock() const { return scaleColumnBlock_; }
     // Bytes of the tensors it holds (a shared bf16/fp16 tensor counted in full).
     std::uint64_t storageBytes() const;
 
@@ -103,6 +107,15 @@ private:
 // Activations [..., hidden]: fp8_e4m3 with a dynamic scale per token (per row of the last dimension,
 // scale = amax / 448), or bf16.
 at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format);
+// FP8 e4m3 activations as a GEMM takes them: per token (row of the last dimension) fakeQuantizeActivations'
+// scale, float32 [rows], and the code values decodeFp8(encodeFp8(x / scale)) as bf16 [rows, hidden] (every e4m3
+// value is a bf16 number, so this is exact): fakeQuantizeActivations(x, Fp8E4m3) == values * scale, element for
+// element, with the same float32 multiply. CPU float32 input of at least one dimension (InputError otherwise).
+struct Fp8ActivationCodes {
+    at::Tensor values;
+    at::Tensor scales;
+};
+Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations);
 
 // KV cache [batch, heads, tokens, head_dim]. fp8_e4m3 uses one scale per tensor or per head (dim 1; None
 // means per tensor): dynamic (computed from `kv` as amax / 448) when `scales` is empty, otherwise the given

@@ -2,8 +2,8 @@
 // cache and full recomputation, capacity accounting against hand computation, sampling semantics against float64
 // loops, seeds, waves, rejection, staleness, noise, and the mismatch invariants (FP32 engine = trainer, BF16 small,
 // FP8 larger, per-head KV scales beat per-tensor on an outlier head).
-#include "core/common/error.h"
 #include "core/common/byte_size.h"
+#include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/engine/engine_model.h"
 #include "core/engine/measure.h"
@@ -14,6 +14,7 @@
 #include "core/io/char_tokenizer_json.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
+#include "core/quant/fp8_cpu_gemm.h"
 #include "core/quant/quantize.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
@@ -215,6 +216,8 @@ private slots:
     void bf16FastRoundingEqualsReference();
     void moduleLinearMatchesFloat64Reference_data();
     void moduleLinearMatchesFloat64Reference();
+    void fp8ProductsThroughBf16Dots_data();
+    void fp8ProductsThroughBf16Dots();
     void weightsQuantizedOncePerSync();
     void fp32EngineReproducesTrainer();
 
@@ -316,6 +319,73 @@ void TestEngine::moduleLinearMatchesFloat64Reference()
     // And the engine really rounds: the plain FP32 module differs.
     const at::Tensor plain = at::linear(x, weight, bias);
     QVERIFY((out - plain).abs().max().item<double>() > 1e-4 * scale);
+}
+
+void TestEngine::fp8ProductsThroughBf16Dots_data()
+{
+    QTest::addColumn<QString>("recipe");
+    QTest::addColumn<bool>("fp8Activations");
+    QTest::newRow("fp8-block128-fp8-activations")
+        << QString("version: 1\nweights: {format: fp8_e4m3, granularity: block128}\nactivations: {format: fp8_e4m3}\n")
+        << true;
+    QTest::newRow("fp8-channel-fp8-activations") << QString(kFp8Recipe) << true;
+    QTest::newRow("fp8-tensor-bf16-activations")
+        << QString("version: 1\nweights: {format: fp8_e4m3, granularity: tensor}\n") << false;
+}
+
+// A product with FP8 weights of over 128 Ki elements (model::widenedWhole is false) and BFloat16 kernels runs
+// through quant::fp8Bf16Product where the CPU has AVX512-BF16, decode-sized or not: the definition's value (float64
+// of the fake-quantized operands) within one bf16 ulp of the output's scale, and each output within one bf16 ulp of
+// the Float32 kernels' (both round float32 sums of the same exact products, differently ordered and scaled).
+void TestEngine::fp8ProductsThroughBf16Dots()
+{
+    QFETCH(QString, recipe);
+    QFETCH(bool, fp8Activations);
+    if (!quant::fp8Bf16ProductAvailable()) {
+        QSKIP("no AVX512-BF16 on this CPU: FP8 products use the Float32 kernels (tested elsewhere)");
+    }
+    ModelConfig config = tinyConfig();
+    config.hiddenSize = 256;
+    config.intermediateSize = 640; // down_proj 256 x 640: 160 Ki elements, over widenedWhole's 128 Ki
+    config.headDim = 64;
+    const TransformerWeights weights = tinyWeights(config, 23);
+    const quant::RecipePlan plan = planFor(recipe.toStdString(), config);
+    EngineOptions bf16Kernels;
+    bf16Kernels.kernels = EngineKernels::BFloat16;
+    EngineOptions float32Kernels;
+    float32Kernels.kernels = EngineKernels::Float32;
+    const ExposedEngineModel viaDots(config, weights, plan, bf16Kernels);
+    const ExposedEngineModel viaFloat32(config, weights, plan, float32Kernels);
+    const std::string module = "model.layers.0.mlp.down_proj";
+    const at::Tensor weight = weights.get(module + ".weight");
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(24);
+    // A decode step's rows (5, odd: the kernel pairs rows) and a prefill's (3 x 13 = 39, over the 32 rows of the
+    // Float32 kernels' fused decode path); mixed magnitudes per row (2^-3 .. 2^3).
+    for (const std::int64_t length : {1, 13}) {
+        const std::int64_t batch = length == 1 ? 5 : 3;
+        const at::Tensor x = at::randn({batch, length, config.intermediateSize}, generator)
+            * at::pow(2.0, at::randint(-3, 4, {batch, length, 1}, generator).to(at::kFloat));
+
+        const std::int64_t before = bf16DotFp8LinearCalls();
+        const at::Tensor out = viaDots.callLinear(module, x, weight, at::Tensor());
+        QCOMPARE(bf16DotFp8LinearCalls(), before + 1);
+        const at::Tensor other = viaFloat32.callLinear(module, x, weight, at::Tensor());
+        QCOMPARE(bf16DotFp8LinearCalls(), before + 1); // Float32 kernels never take it
+
+        const quant::ModulePrecision& precision = plan.modules.at(module);
+        const at::Tensor xq = fp8Activations ? quant::fakeQuantizeActivations(x, quant::ActivationFormat::Fp8E4m3)
+                                             : quant::roundToBFloat16(x);
+        const at::Tensor wq
+            = quant::fakeQuantize(weight, precision.weights.format, precision.weights.granularity).to(at::kDouble);
+        const at::Tensor reference = at::matmul(xq.to(at::kDouble), wq.t());
+        // Per row: the rows' magnitudes differ by up to 2^6, so each is held to its own scale.
+        const at::Tensor rowScale = std::get<0>(reference.abs().max(-1, true));
+        const double worst = ((out.to(at::kDouble) - reference).abs() / rowScale).max().item<double>();
+        QVERIFY2(worst <= kBf16Ulp, qPrintable(QString("difference %1 of the row's scale").arg(worst)));
+        QVERIFY(at::equal(roundBf16(out), out)); // bf16 outputs, as every module writes
+        const at::Tensor ulp = at::pow(2.0, at::floor(at::log2(other.abs().clamp_min(1e-30))) - 7.0);
+        QVERIFY(((out - other).abs() <= ulp).all().item<bool>());
+    }
 }
 
 void TestEngine::weightsQuantizedOncePerSync()

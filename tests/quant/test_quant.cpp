@@ -5,13 +5,14 @@
 // Random inputs are fresh every run (seed from MISMATCH_TEST_SEED, else random; printed at start) and never
 // contain zeros.
 #include "app/cli/cli.h"
-#include "tests/common/cli_runner.h"
-#include "tests/common/golden_json.h"
 #include "core/common/error.h"
 #include "core/model/safetensors.h"
 #include "core/quant/formats.h"
 #include "core/quant/fp8.h"
+#include "core/quant/fp8_cpu_gemm.h"
 #include "core/quant/quantize.h"
+#include "tests/common/cli_runner.h"
+#include "tests/common/golden_json.h"
 
 #include <ATen/ATen.h>
 
@@ -352,6 +353,9 @@ private slots:
     void unsupportedGranularityAndShapeAreInputErrors();
 
     void activationsUseOneScalePerToken();
+    void fp8ActivationCodesTimesScalesAreTheActivations();
+    void fp8Bf16ProductMatchesFloat64Loops_data();
+    void fp8Bf16ProductMatchesFloat64Loops();
     void kvCacheScalesPerTensorAndPerHead();
     void kvPerHeadScalesBeatPerTensorWithAnOutlierHead();
     void kvGivenScalesAreValidated();
@@ -954,6 +958,119 @@ void TestQuant::activationsUseOneScalePerToken()
         QVERIFY(std::isnan(got[static_cast<std::size_t>(2 * hidden + c)]));
         QVERIFY(sameFloat(
             got[static_cast<std::size_t>(3 * hidden + c)], expected[static_cast<std::size_t>(3 * hidden + c)]));
+    }
+}
+
+// The GEMM's view of FP8 activations: e4m3 code values (bf16) and per-token scales whose float32 product is
+// fakeQuantizeActivations', element for element.
+void TestQuant::fp8ActivationCodesTimesScalesAreTheActivations()
+{
+    std::mt19937_64 rng = rngFor("fp8ActivationCodesTimesScalesAreTheActivations");
+    const std::int64_t hidden = 300;
+    const std::int64_t tokens = 7;
+    const std::vector<float> x = randomValues(tokens * hidden, rng, hidden); // token magnitudes 1e-3 .. 1e3
+    const Fp8ActivationCodes codes = fp8ActivationCodes(tensorOf(x, {tokens, hidden}));
+    QCOMPARE(codes.values.scalar_type(), at::kBFloat16);
+    QCOMPARE(codes.values.sizes().vec(), (std::vector<std::int64_t> {tokens, hidden}));
+    QCOMPARE(codes.scales.sizes().vec(), (std::vector<std::int64_t> {tokens}));
+    const std::vector<float> values = valuesOf(codes.values);
+    const std::vector<float> scales = valuesOf(codes.scales);
+    std::vector<float> product(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        QVERIFY(sameFloat(roundToFp8(values[i], Fp8Format::E4M3), values[i])); // an e4m3 value
+        product[i] = values[i] * scales[i / static_cast<std::size_t>(hidden)];
+    }
+    compareExactly(product,
+        referenceFakeQuantize(
+            x, [hidden](std::int64_t i) { return i / hidden; }, tokens, 448.0, fp8Grid(Fp8Format::E4M3)),
+        "codes * scales");
+    // Each token's largest magnitude lands on the grid's end, 448.
+    for (std::int64_t t = 0; t < tokens; ++t) {
+        float largest = 0.0f;
+        for (std::int64_t c = 0; c < hidden; ++c) {
+            largest = std::max(largest, std::fabs(values[static_cast<std::size_t>(t * hidden + c)]));
+        }
+        QCOMPARE(largest, 448.0f);
+    }
+}
+
+void TestQuant::fp8Bf16ProductMatchesFloat64Loops_data()
+{
+    QTest::addColumn<Granularity>("granularity");
+    QTest::addColumn<bool>("fp8Activations");
+    for (const Granularity granularity : {Granularity::Block128, Granularity::Channel, Granularity::Tensor}) {
+        for (const bool fp8 : {true, false}) {
+            const std::string name = toString(granularity) + (fp8 ? "-fp8-activations" : "-bf16-activations");
+            QTest::newRow(name.c_str()) << granularity << fp8;
+        }
+    }
+}
+
+// quant::fp8Bf16Product against the definition it emulates, in float64 loops: sum_k x_q[m, k] * W_q[n, k] with
+// x_q the fake-quantized activations (fp8 per token, or bf16) and W_q the dequantized weight. Tolerance: the
+// kernel's float32 arithmetic on exact products, i.e. at most `columns` roundings of partial sums within blocks,
+// the per-block scale products and their sum, the 16-lane sums and the row scale, plus the float32 roundings of x_q
+// and W_q the definition itself makes: (columns + 10) float32 unit roundoffs of sum_k |x_q W_q| (the standard
+// bound for a float32 dot product). A wrong scale, block or sign is off by the size of the terms.
+void TestQuant::fp8Bf16ProductMatchesFloat64Loops()
+{
+    QFETCH(Granularity, granularity);
+    QFETCH(bool, fp8Activations);
+    if (!fp8Bf16ProductAvailable()) {
+        QSKIP("no AVX512-BF16 on this CPU: the engine multiplies FP8 weights with the float32 emulation");
+    }
+    std::mt19937_64 rng = rngFor("fp8Bf16ProductMatchesFloat64Loops");
+    struct Shape {
+        std::int64_t rows, outputs, columns;
+    };
+    // Odd rows (the kernel pairs them), outputs not a multiple of 4 or of 128 (partial tiles and scale blocks),
+    // columns of one partial block (96), several blocks (384) and a real hidden size (1024).
+    for (const Shape shape : {Shape {1, 5, 128}, Shape {7, 130, 384}, Shape {8, 257, 1024}, Shape {3, 64, 96}}) {
+        const std::vector<float> w = randomValues(shape.outputs * shape.columns, rng, shape.columns);
+        const QuantizedWeight weight = QuantizedWeight::quantize(
+            tensorOf(w, {shape.outputs, shape.columns}), WeightFormat::Fp8E4m3, granularity);
+        QVERIFY(fp8Bf16ProductSupports(weight));
+        const at::Tensor x
+            = tensorOf(randomValues(shape.rows * shape.columns, rng, shape.columns), {shape.rows, shape.columns});
+        at::Tensor y;
+        at::Tensor xq;
+        if (fp8Activations) {
+            const Fp8ActivationCodes codes = fp8ActivationCodes(x);
+            y = fp8Bf16Product(codes.values, codes.scales, weight);
+            xq = fakeQuantizeActivations(x, ActivationFormat::Fp8E4m3);
+        } else {
+            const at::Tensor bf16 = x.to(at::kBFloat16);
+            y = fp8Bf16Product(bf16, at::Tensor(), weight);
+            xq = bf16.to(at::kFloat);
+        }
+        QCOMPARE(y.sizes().vec(), (std::vector<std::int64_t> {shape.rows, shape.outputs}));
+        const std::vector<float> got = valuesOf(y);
+        const std::vector<float> xs = valuesOf(xq);
+        const std::vector<float> ws = valuesOf(weight.dequantize());
+        for (std::int64_t m = 0; m < shape.rows; ++m) {
+            for (std::int64_t n = 0; n < shape.outputs; ++n) {
+                double exact = 0.0;
+                double magnitude = 0.0;
+                for (std::int64_t k = 0; k < shape.columns; ++k) {
+                    const double term = static_cast<double>(xs[static_cast<std::size_t>(m * shape.columns + k)])
+                        * static_cast<double>(ws[static_cast<std::size_t>(n * shape.columns + k)]);
+                    exact += term;
+                    magnitude += std::fabs(term);
+                }
+                const double bound = static_cast<double>(shape.columns + 10) * std::ldexp(1.0, -24) * magnitude;
+                const double value = got[static_cast<std::size_t>(m * shape.outputs + n)];
+                QVERIFY2(std::fabs(value - exact) <= bound,
+                    qPrintable(QString("[%1, %2] of %3x%4x%5: %6 vs %7 (bound %8)")
+                                   .arg(m)
+                                   .arg(n)
+                                   .arg(shape.rows)
+                                   .arg(shape.outputs)
+                                   .arg(shape.columns)
+                                   .arg(value, 0, 'g', 9)
+                                   .arg(exact, 0, 'g', 17)
+                                   .arg(bound)));
+            }
+        }
     }
 }
 
