@@ -262,10 +262,18 @@ AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store:
     form->addRow(QString(), otherProtocol_);
     connect(otherProtocol_, &QCheckBox::toggled, this, [this] { updateProtocolFields(); });
     connect(calibration_, &CalibrationPicker::changed, this, [this] { updateProtocolFields(); });
+    // The catalogue's parameter gives the default, range and tooltip, so the field says what --store-generations
+    // says.
+    const jobs::Parameter& stored = *jobs::findJob("admit")->parameter("store_generations");
+    storedGenerations_
+        = spinBox(this, static_cast<int>(stored.low.value_or(0)), 100000, stored.defaultValue.get<int>(), tr("none"));
+    storedGenerations_->setObjectName("admissionStoredGenerations");
+    storedGenerations_->setToolTip(QString::fromStdString(stored.help));
+    form->addRow(tr("%1:").arg(QString::fromStdString(stored.label)), storedGenerations_);
     watch(otherProtocol_);
     watch(history_);
     watch(calibration_);
-    for (QSpinBox* box : {count_, maxTokens_})
+    for (QSpinBox* box : {count_, maxTokens_, storedGenerations_})
         watch(box);
     finishLayout(QStringLiteral("admissionStatus"), QStringLiteral("admissionCli"),
         QStringLiteral("startAdmissionButton"));
@@ -311,6 +319,10 @@ void AdmissionDialog::updateProtocolFields()
 void AdmissionDialog::setOtherProtocol(bool other)
 {
     otherProtocol_->setChecked(other);
+}
+void AdmissionDialog::setStoredGenerations(int generations)
+{
+    storedGenerations_->setValue(generations);
 }
 
 void AdmissionDialog::setCheckpoints(const QString& directories)
@@ -465,6 +477,10 @@ std::optional<jobs::JobSpec> AdmissionDialog::spec() const
         if (calibration_->calibrationId() != 0) {
             spec.set("allow_protocol_mismatch", true);
         }
+    }
+    // Given only when changed: the command line then stays the plain one for the default.
+    if (storedGenerations_->value() != spec.definition().parameter("store_generations")->defaultValue.get<int>()) {
+        spec.set("store_generations", storedGenerations_->value());
     }
     return spec;
 }

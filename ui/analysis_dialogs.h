@@ -72,6 +72,9 @@ public:
     // With a calibration: screen with the probe set, count and tokens given here although the calibration's
     // protocol differs (the decisions are labelled "other protocol"); false (default): the calibration's protocol.
     void setOtherProtocol(bool other);
+    // How many of each candidate's generations are stored token by token for the drill-down (the catalogue's
+    // default, 8, unless changed; 0 stores none).
+    void setStoredGenerations(int generations);
     QString checkpoints() const;
     QString candidates() const;
     QString probeSet() const;
@@ -98,6 +101,7 @@ private:
     QSpinBox* count_ = nullptr;
     QSpinBox* maxTokens_ = nullptr;
     QCheckBox* otherProtocol_ = nullptr;
+    QSpinBox* storedGenerations_ = nullptr;
     // The chosen calibration's stored measurement protocol (nullopt: none chosen, or made before protocols).
     std::optional<analysis::MeasurementProtocol> calibrationProtocol() const;
     bool underCalibrationProtocol() const; // a calibration is chosen and its protocol is used

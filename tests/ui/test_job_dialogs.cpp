@@ -262,6 +262,9 @@ private slots:
         admit.setThreshold(0.05);
         admit.setCount(4);
         admit.setMaxTokens(8);
+        QVERIFY(!admit.cliCommand().contains("--store-generations")); // the default (8) is not spelled out
+        admit.setStoredGenerations(2);
+        QVERIFY2(admit.cliCommand().contains("--store-generations 2"), qPrintable(admit.cliCommand()));
         QVERIFY2(admit.valid(), qPrintable(admit.errorText()));
         admit.job()(progress);
         const QString admitFile = dir_.path() + "/admit.job.yaml";
@@ -281,6 +284,9 @@ private slots:
             QCOMPARE(f.ciHigh, g.ciHigh);
             QCOMPARE(f.threshold, g.threshold);
             QCOMPARE(f.decision, g.decision);
+            // The dialog's stored-generations field reached the job: 2 of the 4 probe prompts, from either front-end.
+            QCOMPARE(store::admissionGenerationCount(store, g.id), std::int64_t(2));
+            QCOMPARE(store::admissionGenerationCount(store, f.id), std::int64_t(2));
         }
     }
 
