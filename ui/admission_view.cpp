@@ -384,47 +384,15 @@ TokenDrillDown* AdmissionView::openDrillDown(int row)
         return nullptr;
     }
     const AdmissionDecision& d = decisions_[static_cast<std::size_t>(row)];
-    std::vector<store::StoredGeneration> generations = store::admissionGenerations(*store_, d.id);
-    if (generations.empty()) {
-        return nullptr;
-    }
-    // The checkpoint's tokenizer shows the tokens as text (ids without it): read once per checkpoint and kept by the
-    // view (the dialog's parent, so it outlives the dialog); null when the checkpoint has no readable tokenizer.json.
-    auto cached = tokenizers_.find(d.checkpoint);
-    if (cached == tokenizers_.end()) {
-        std::shared_ptr<const model::Tokenizer> read;
-        try {
-            read = std::make_shared<const model::Tokenizer>(
-                model::Tokenizer::fromFile((std::filesystem::path(d.checkpoint) / "tokenizer.json").string()));
-        } catch (const std::exception&) {
-        }
-        cached = tokenizers_.emplace(d.checkpoint, read).first;
-    }
-    std::vector<double> all;
-    for (const store::StoredGeneration& g : generations) {
-        all.insert(all.end(), g.kl.begin(), g.kl.end());
-    }
-    auto* dialog = new TokenDrillDown(cached->second.get(), klColourScale(std::move(all)), this);
-    dialog->setAttribute(Qt::WA_DeleteOnClose);
-    std::vector<TokenDrillDown::Sequence> sequences;
-    for (store::StoredGeneration& g : generations) {
-        TokenDrillDown::Sequence sequence;
-        sequence.title = tr("prompt %1 (%2 tokens)").arg(QString::fromStdString(g.promptId)).arg(g.tokens.size());
-        sequence.tokens = std::move(g.tokens);
-        sequence.kl = std::move(g.kl);
-        sequence.details = std::move(g.details);
-        sequences.push_back(std::move(sequence));
-    }
-    dialog->setSequences(tr("Admission decision %1: <b>%2</b> at %3, %4 (mismatch %5 nats/token). The candidate's own "
-                            "generations; no paired BF16 generation was kept, so there is no first divergence.")
-                             .arg(d.id)
-                             .arg(QString::fromStdString(d.candidateName).toHtmlEscaped(),
-                                 QString::fromStdString(d.checkpoint).toHtmlEscaped(),
-                                 QString::fromStdString(d.decision))
-                             .arg(d.mismatch, 0, 'g', 3),
-        std::move(sequences));
-    dialog->show();
-    return dialog;
+    // The checkpoint's tokenizer shows the tokens as text (ids without it).
+    return showStoredGenerations(tokenizers_.forModel(d.checkpoint),
+        tr("Admission decision %1: <b>%2</b> at %3, %4 (mismatch %5 nats/token). The candidate's own "
+           "generations; no paired BF16 generation was kept, so there is no first divergence.")
+            .arg(d.id)
+            .arg(QString::fromStdString(d.candidateName).toHtmlEscaped(), QString::fromStdString(d.checkpoint).toHtmlEscaped(),
+                QString::fromStdString(d.decision))
+            .arg(d.mismatch, 0, 'g', 3),
+        store::admissionGenerations(*store_, d.id), this);
 }
 
 } // namespace mismatch::ui

@@ -9,6 +9,7 @@
 // its row).
 #include "core/store/run_store.h"
 #include "ui/analysis_data.h"
+#include "ui/token_drilldown.h"
 
 #include <QWidget>
 
@@ -24,14 +25,9 @@ class QLabel;
 class QStandardItemModel;
 class QTableView;
 
-namespace mismatch::model {
-class Tokenizer;
-}
-
 namespace mismatch::ui {
 
 class MismatchProfile;
-class TokenDrillDown;
 
 class AdmissionView : public QWidget {
     Q_OBJECT
@@ -90,7 +86,7 @@ private:
     QStandardItemModel* model_ = nullptr;
     QTableView* table_ = nullptr;
     QPushButton* drillDown_ = nullptr;
-    std::map<std::string, std::shared_ptr<const model::Tokenizer>> tokenizers_; // per checkpoint, for the drill-down
+    TokenizerCache tokenizers_; // per checkpoint, for the drill-down
     int thresholdLines_ = 0;
 };
 

@@ -1,9 +1,11 @@
 #include "ui/run_plot.h"
 
+#include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "ui/plot_export.h"
 #include "ui/plot_tools.h"
 
+#include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
 #include <QCheckBox>
@@ -97,6 +99,21 @@ RunPlot::RunPlot(QWidget* parent)
     }
     smoothing_->setToolTip(tr("Centered moving average of the mismatch series; the measured points stay, faded"));
     top->addWidget(smoothing_);
+    rolloutStep_ = new QComboBox(this);
+    rolloutStep_->setObjectName("runPlotRolloutStep");
+    rolloutStep_->setToolTip(tr("Steps whose first rollouts the run kept token by token (step 1, its evaluation "
+                                "steps and the last step)"));
+    drillDown_ = new QPushButton(tr("Token &Drill-Down..."), this);
+    drillDown_->setObjectName("runPlotDrillDown");
+    drillDown_->setToolTip(tr("The chosen step's first rollouts token by token, coloured by KL(mu || pi) per token"));
+    top->addWidget(new QLabel(tr("Rollouts at step:"), this));
+    top->addWidget(rolloutStep_);
+    top->addWidget(drillDown_);
+    connect(drillDown_, &QPushButton::clicked, this, [this] {
+        if (rolloutStep_->currentIndex() >= 0) {
+            openDrillDown(rolloutStep_->currentData().toLongLong());
+        }
+    });
     layout->addLayout(top);
     readout_ = makeReadout(this, QStringLiteral("runPlotReadout"));
     layout->addWidget(readout_);
@@ -226,6 +243,8 @@ void RunPlot::showRun(std::int64_t runId, const QString& title)
         plot_->graph(i)->data()->clear();
     }
     crosshair_->hide();
+    rolloutStep_->clear();
+    updateRolloutSteps();
     title_->setText(runId ? tr("Run %1: %2 — per-step mismatch and quality").arg(runId).arg(title)
                           : tr("Select a run to plot its per-step mismatch."));
     tail();
@@ -280,9 +299,48 @@ void RunPlot::tail()
     }
     updateMessage();
     if (changed) {
+        updateRolloutSteps();
         updateSmoothing();
         scheduleReplot();
     }
+}
+
+void RunPlot::updateRolloutSteps()
+{
+    const std::vector<std::int64_t> steps
+        = store_ && runId_ != 0 ? store::stepsWithGenerations(*store_, runId_) : std::vector<std::int64_t> {};
+    if (static_cast<int>(steps.size()) != rolloutStep_->count()) {
+        const QVariant chosen = rolloutStep_->currentData();
+        rolloutStep_->clear();
+        for (const std::int64_t step : steps) {
+            rolloutStep_->addItem(QString::number(step), QVariant::fromValue<qlonglong>(step));
+        }
+        const int index = rolloutStep_->findData(chosen);
+        rolloutStep_->setCurrentIndex(index >= 0 ? index : rolloutStep_->count() - 1); // the newest by default
+    }
+    rolloutStep_->setEnabled(!steps.empty());
+    drillDown_->setEnabled(!steps.empty());
+}
+
+TokenDrillDown* RunPlot::openDrillDown(std::int64_t step)
+{
+    if (!store_ || runId_ == 0) {
+        return nullptr;
+    }
+    std::string student;
+    if (const auto run = store_->run(runId_)) {
+        const nlohmann::json config = nlohmann::json::parse(run->configJson, nullptr, false);
+        if (config.is_object() && config.contains("student") && config["student"].is_string()) {
+            student = config["student"].get<std::string>();
+        }
+    }
+    return showStoredGenerations(student.empty() ? nullptr : tokenizers_.forModel(student),
+        tr("Run %1, step %2: the step's first rollouts as the engine sampled them (mu), against the trainer "
+           "before the step's update (pi). A rollout has no paired BF16 generation, so there is no first "
+           "divergence.")
+            .arg(runId_)
+            .arg(step),
+        store::stepGenerations(*store_, runId_, step), this);
 }
 
 void RunPlot::updateMessage()

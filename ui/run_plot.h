@@ -5,10 +5,12 @@
 // both axes put zero at the same height) and carries the stored BF16 multiple. Bottom: quality Q (nats/token) and
 // accuracy (%) at the run's evaluation points, both axes from zero. The legend sits above the data (click an entry
 // to hide or show its series), a crosshair reads out the values under the mouse, drag/wheel zoom, double-click
-// resets; an optional moving average smooths the mismatch series (the raw points stay, faded). A run that stores no
+// resets; an optional moving average smooths the mismatch series (the raw points stay, faded). A training run's
+// rollouts kept token by token (step 1, its evaluation steps, the last) open in the token drill-down. A run that stores no
 // per-step measures (an admission check, a scan) shows where its results are instead of empty axes. Replots on a
 // throttled single-shot timer, never once per data point.
 #include "core/store/run_store.h"
+#include "ui/token_drilldown.h"
 
 #include <QTimer>
 #include <QVector>
@@ -28,6 +30,7 @@ class QStackedWidget;
 namespace mismatch::ui {
 
 class PlotCrosshair;
+class TokenDrillDown;
 
 class RunPlot : public QWidget {
     Q_OBJECT
@@ -60,6 +63,12 @@ public:
     QCPAxis* accuracyAxis() const;
     // The BF16 unit the right axis divides by (median of the run's KL / BF16 multiple), when the run has one.
     std::optional<double> axisUnit() const { return axisUnit_; }
+    // The steps whose rollouts the run kept token by token (step 1, its evaluation steps, the last), and the
+    // Token Drill-Down button that opens the chosen one's.
+    QComboBox* rolloutStepBox() const { return rolloutStep_; }
+    QPushButton* drillDownButton() const { return drillDown_; }
+    // Opens the drill-down of the run's kept rollouts at `step` (nullptr when it kept none there).
+    TokenDrillDown* openDrillDown(std::int64_t step);
     // True while the run has no per-step measures and the message replaces the plot.
     bool showingMessage() const;
     QString messageText() const;
@@ -76,6 +85,7 @@ private:
     void scheduleReplot();
     void updateSmoothing();
     void updateMessage();
+    void updateRolloutSteps();
 
     store::RunStore* store_ = nullptr;
     std::int64_t runId_ = 0;
@@ -94,6 +104,9 @@ private:
     QCheckBox* k1Box_ = nullptr;
     QCheckBox* k3Box_ = nullptr;
     QComboBox* smoothing_ = nullptr;
+    QComboBox* rolloutStep_ = nullptr;
+    QPushButton* drillDown_ = nullptr;
+    TokenizerCache tokenizers_; // the run's student's, for the drill-down
     PlotCrosshair* crosshair_ = nullptr;
     QTimer replotTimer_;
     int replots_ = 0;

@@ -13,9 +13,53 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 namespace mismatch::ui {
+
+const model::Tokenizer* TokenizerCache::forModel(const std::string& directory)
+{
+    auto cached = tokenizers_.find(directory);
+    if (cached == tokenizers_.end()) {
+        std::shared_ptr<const model::Tokenizer> read;
+        try {
+            read = std::make_shared<const model::Tokenizer>(
+                model::Tokenizer::fromFile((std::filesystem::path(directory) / "tokenizer.json").string()));
+        } catch (const std::exception&) {
+            // no readable tokenizer: the drill-down shows token ids
+        }
+        cached = tokenizers_.emplace(directory, read).first;
+    }
+    return cached->second.get();
+}
+
+TokenDrillDown* showStoredGenerations(const model::Tokenizer* tokenizer, const QString& heading,
+    std::vector<store::StoredGeneration> generations, QWidget* parent)
+{
+    if (generations.empty()) {
+        return nullptr;
+    }
+    std::vector<double> all;
+    for (const store::StoredGeneration& g : generations) {
+        all.insert(all.end(), g.kl.begin(), g.kl.end());
+    }
+    auto* dialog = new TokenDrillDown(tokenizer, klColourScale(std::move(all)), parent);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    std::vector<TokenDrillDown::Sequence> sequences;
+    for (store::StoredGeneration& g : generations) {
+        TokenDrillDown::Sequence sequence;
+        sequence.title
+            = QObject::tr("prompt %1 (%2 tokens)").arg(QString::fromStdString(g.promptId)).arg(g.tokens.size());
+        sequence.tokens = std::move(g.tokens);
+        sequence.kl = std::move(g.kl);
+        sequence.details = std::move(g.details);
+        sequences.push_back(std::move(sequence));
+    }
+    dialog->setSequences(heading, std::move(sequences));
+    dialog->show();
+    return dialog;
+}
 
 double klColourScale(std::vector<double> kl)
 {

@@ -4,7 +4,8 @@
 // position, text, KL, mu(y) and pi(y) of the chosen token, both distributions' entropies and their top-5; buttons jump
 // to the first divergence from the paired generation and through the tokens of largest KL; the generation is
 // flagged when it repeats itself (a run of one n-gram, n <= 4, repeated at least 3 times in a row) or does not decode
-// to valid UTF-8. Opened from the Prefix Shift tab (a stored pair's own and BF16 prefixes).
+// to valid UTF-8. Opened from the Prefix Shift tab (a stored pair's own and BF16 prefixes), the Admission tab (a
+// decision's candidate generations) and the Runs tab (a training run's rollouts at a kept step).
 #include "core/model/tokenizer.h"
 #include "core/store/analysis_store.h"
 
@@ -12,7 +13,10 @@
 #include <QDialog>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 class QComboBox;
@@ -41,6 +45,23 @@ std::optional<Repetition> findRepetition(const std::vector<std::int64_t>& tokens
 // Offset of the first byte of the decoded tokens that is not valid UTF-8 (npos: it decodes); nullopt without a
 // tokenizer or when an id has no token.
 std::optional<std::size_t> firstUndecodableByte(const model::Tokenizer* tokenizer, const std::vector<std::int64_t>& tokens);
+
+class TokenDrillDown;
+
+// Tokenizers of model directories, each read once (null when the directory has no readable tokenizer.json): a view
+// that opens drill-downs keeps one, so that the tokenizer outlives the dialogs (their parent is the view).
+class TokenizerCache {
+public:
+    const model::Tokenizer* forModel(const std::string& directory);
+
+private:
+    std::map<std::string, std::shared_ptr<const model::Tokenizer>> tokenizers_;
+};
+
+// A drill-down of stored generations, one sequence each titled by its prompt, on one colour scale over all of them
+// (no paired generation, so no first divergence): shown, deleted on close. nullptr when there are none.
+TokenDrillDown* showStoredGenerations(const model::Tokenizer* tokenizer, const QString& heading,
+    std::vector<store::StoredGeneration> generations, QWidget* parent);
 
 class TokenDrillDown : public QDialog {
     Q_OBJECT

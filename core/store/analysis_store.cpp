@@ -478,6 +478,48 @@ bool lengthsAgree(const StoredGeneration& generation)
         && (generation.details.empty() || generation.details.size() == generation.tokens.size());
 }
 
+// The generation tables' common columns (generation_index, prompt_id, prompt_tokens_json, tokens_json, kl_json,
+// detail_json) bound from `column` on, and the row inserted; StoreError naming `what` when the lengths disagree.
+void insertGeneration(
+    const RunStore& store, Statement& insert, int column, const StoredGeneration& generation, const std::string& what)
+{
+    if (!lengthsAgree(generation)) {
+        throw StoreError(store.path(),
+            what + ": generation " + std::to_string(generation.index) + " has " + std::to_string(generation.tokens.size())
+                + " tokens but " + std::to_string(generation.kl.size()) + " KL values and "
+                + std::to_string(generation.details.size()) + " details; nothing was written");
+    }
+    insert.bind(column, generation.index).bind(column + 1, generation.promptId);
+    insert.bind(column + 2, toJsonText(generation.promptTokens)).bind(column + 3, toJsonText(generation.tokens));
+    insert.bind(column + 4, toJsonText(generation.kl)).bind(column + 5, detailsToJsonText(generation.details));
+    insert.run();
+}
+
+// The common columns, selected in that order as the query's first six, of every row of `query`; `owner` names the
+// rows' owner ("decision 3") in errors.
+std::vector<StoredGeneration> readGenerations(
+    const RunStore& store, Statement& query, const std::string& table, const std::string& owner)
+{
+    const std::string prefix = table + ".";
+    std::vector<StoredGeneration> result;
+    while (query.step()) {
+        StoredGeneration generation;
+        generation.index = query.int64(0);
+        generation.promptId = query.text(1);
+        generation.promptTokens = fromJsonText<std::int64_t>(store, query.text(2), (prefix + "prompt_tokens_json").c_str());
+        generation.tokens = fromJsonText<std::int64_t>(store, query.text(3), (prefix + "tokens_json").c_str());
+        generation.kl = fromJsonText<double>(store, query.text(4), (prefix + "kl_json").c_str());
+        generation.details = detailsFromJsonText(store, query.text(5), (prefix + "detail_json").c_str());
+        if (!lengthsAgree(generation)) {
+            throw StoreError(store.path(),
+                table + " row " + std::to_string(generation.index) + " of " + owner
+                    + ": the tokens, KL values and details differ in length");
+        }
+        result.push_back(std::move(generation));
+    }
+    return result;
+}
+
 } // namespace
 
 std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& decision)
@@ -514,17 +556,9 @@ std::int64_t addAdmissionDecision(RunStore& store, const AdmissionDecision& deci
         "INSERT INTO admission_generations (decision_id, generation_index, prompt_id, prompt_tokens_json, tokens_json, "
         "kl_json, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?)");
     for (const StoredGeneration& generation : decision.generations) {
-        if (!lengthsAgree(generation)) {
-            throw StoreError(store.path(),
-                what + ": generation " + std::to_string(generation.index) + " has " + std::to_string(generation.tokens.size())
-                    + " tokens but " + std::to_string(generation.kl.size()) + " KL values and "
-                    + std::to_string(generation.details.size()) + " details; nothing was written");
-        }
         generationInsert.reset();
-        generationInsert.bind(1, id).bind(2, generation.index).bind(3, generation.promptId);
-        generationInsert.bind(4, toJsonText(generation.promptTokens)).bind(5, toJsonText(generation.tokens));
-        generationInsert.bind(6, toJsonText(generation.kl)).bind(7, detailsToJsonText(generation.details));
-        generationInsert.run();
+        generationInsert.bind(1, id);
+        insertGeneration(store, generationInsert, 2, generation, what);
     }
     transaction.commit();
     return id;
@@ -536,23 +570,7 @@ std::vector<StoredGeneration> admissionGenerations(const RunStore& store, std::i
         "SELECT generation_index, prompt_id, prompt_tokens_json, tokens_json, kl_json, detail_json FROM "
         "admission_generations WHERE decision_id = ? ORDER BY generation_index");
     query.bind(1, decisionId);
-    std::vector<StoredGeneration> result;
-    while (query.step()) {
-        StoredGeneration generation;
-        generation.index = query.int64(0);
-        generation.promptId = query.text(1);
-        generation.promptTokens = fromJsonText<std::int64_t>(store, query.text(2), "admission_generations.prompt_tokens_json");
-        generation.tokens = fromJsonText<std::int64_t>(store, query.text(3), "admission_generations.tokens_json");
-        generation.kl = fromJsonText<double>(store, query.text(4), "admission_generations.kl_json");
-        generation.details = detailsFromJsonText(store, query.text(5), "admission_generations.detail_json");
-        if (!lengthsAgree(generation)) {
-            throw StoreError(store.path(),
-                "admission_generations row " + std::to_string(generation.index) + " of decision "
-                    + std::to_string(decisionId) + ": the tokens, KL values and details differ in length");
-        }
-        result.push_back(std::move(generation));
-    }
-    return result;
+    return readGenerations(store, query, "admission_generations", "decision " + std::to_string(decisionId));
 }
 
 std::int64_t admissionGenerationCount(const RunStore& store, std::int64_t decisionId)
@@ -560,6 +578,45 @@ std::int64_t admissionGenerationCount(const RunStore& store, std::int64_t decisi
     Statement query(store.handle(), "SELECT COUNT(*) FROM admission_generations WHERE decision_id = ?");
     query.bind(1, decisionId);
     return query.step() ? query.int64(0) : 0;
+}
+
+void addStepGenerations(
+    RunStore& store, std::int64_t runId, std::int64_t step, const std::vector<StoredGeneration>& generations)
+{
+    const std::string what = "step " + std::to_string(step) + " of run " + std::to_string(runId);
+    sqlite3* db = store.handle();
+    Transaction transaction(db);
+    requireRun(store, runId);
+    Statement insert(db,
+        "INSERT INTO step_generations (run_id, step, generation_index, prompt_id, prompt_tokens_json, tokens_json, "
+        "kl_json, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const StoredGeneration& generation : generations) {
+        insert.reset();
+        insert.bind(1, runId).bind(2, step);
+        insertGeneration(store, insert, 3, generation, what);
+    }
+    transaction.commit();
+}
+
+std::vector<StoredGeneration> stepGenerations(const RunStore& store, std::int64_t runId, std::int64_t step)
+{
+    Statement query(store.handle(),
+        "SELECT generation_index, prompt_id, prompt_tokens_json, tokens_json, kl_json, detail_json FROM "
+        "step_generations WHERE run_id = ? AND step = ? ORDER BY generation_index");
+    query.bind(1, runId).bind(2, step);
+    return readGenerations(
+        store, query, "step_generations", "step " + std::to_string(step) + " of run " + std::to_string(runId));
+}
+
+std::vector<std::int64_t> stepsWithGenerations(const RunStore& store, std::int64_t runId)
+{
+    Statement query(store.handle(), "SELECT DISTINCT step FROM step_generations WHERE run_id = ? ORDER BY step");
+    query.bind(1, runId);
+    std::vector<std::int64_t> steps;
+    while (query.step()) {
+        steps.push_back(query.int64(0));
+    }
+    return steps;
 }
 
 std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::optional<std::int64_t> runId)

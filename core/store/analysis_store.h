@@ -182,6 +182,19 @@ std::int64_t admissionGenerationCount(const RunStore& store, std::int64_t decisi
 // All decisions, or a run's, in insertion order.
 std::vector<AdmissionDecision> admissionDecisions(const RunStore& store, std::optional<std::int64_t> runId = {});
 
+// ---- training rollouts kept token by token (schema 8) --------------------------------------------------------
+
+// Stores `generations` (index: the sequence's position in the step's batch; mu: the rollout engine, pi: the trainer
+// before the step's update) as step `step` of training run `runId`, in one transaction (the trainer's own, holding
+// the step's metrics). StoreError when there is no such run or a generation's lengths disagree; nothing written.
+// RunStore::reopenRun deletes a resumed run's rows after its checkpoint with its steps.
+void addStepGenerations(
+    RunStore& store, std::int64_t runId, std::int64_t step, const std::vector<StoredGeneration>& generations);
+// A step's stored generations in batch order (empty when none were kept).
+std::vector<StoredGeneration> stepGenerations(const RunStore& store, std::int64_t runId, std::int64_t step);
+// The run's steps that have stored generations, ascending.
+std::vector<std::int64_t> stepsWithGenerations(const RunStore& store, std::int64_t runId);
+
 // ---- prefix shift -------------------------------------------------------------------------------------------
 
 // One paired generation: the candidate engine and the BF16 engine from the same prompt and seed.

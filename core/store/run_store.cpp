@@ -529,6 +529,10 @@ std::int64_t RunStore::reopenRun(std::int64_t runId, std::int64_t keepThroughSte
     evaluations.bind(1, runId);
     evaluations.bind(2, keepThroughStep);
     evaluations.run();
+    Statement generations(db_, "DELETE FROM step_generations WHERE run_id = ? AND step > ?");
+    generations.bind(1, runId);
+    generations.bind(2, keepThroughStep);
+    generations.run();
     transaction.commit();
     return deleted;
 }

@@ -282,10 +282,26 @@ CREATE TABLE admission_generations (
 );
 )sql";
 
+// Version 8: a training run's rollouts at step 1, every evaluation step and the last step (its first sequences),
+// token by token as admission_generations, for the token drill-down from a run's step.
+const char* kSchemaV8 = R"sql(
+CREATE TABLE step_generations (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  generation_index INTEGER NOT NULL,
+  prompt_id TEXT NOT NULL,
+  prompt_tokens_json TEXT NOT NULL,
+  tokens_json TEXT NOT NULL,
+  kl_json TEXT NOT NULL,
+  detail_json TEXT NOT NULL,
+  PRIMARY KEY (run_id, step, generation_index)
+);
+)sql";
+
 const std::vector<const char*>& migrations()
 {
     static const std::vector<const char*> all
-        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7};
+        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8};
     return all;
 }
 

@@ -1,5 +1,6 @@
 #include "core/train/trainer.h"
 
+#include "core/analysis/rollout_measure.h"
 #include "core/common/byte_size.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
@@ -23,6 +24,7 @@
 #include "core/quant/recipe_plan.h"
 #include "core/train/adamw.h"
 #include "core/train/objectives.h"
+#include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
 #include "core/train/quality.h"
 
@@ -262,6 +264,10 @@ struct StepMismatch {
     double k3 = 0.0;
 };
 
+// How many of a step's sequences (the first in batch order) are stored token by token for the drill-down, at step 1,
+// every evaluation step and the last step.
+constexpr std::size_t kStoredRollouts = 4;
+
 // Everything a run needs, loaded and validated before anything is stored.
 class Session {
 public:
@@ -437,15 +443,18 @@ private:
     {
         return !plan_ && config_.rollout.noise.sigma == 0.0 && config_.rollout.staleness == 0;
     }
+    // `kept` (when given) receives the step's first kStoredRollouts sequences token by token.
     store::StepMetrics trainStep(const Rollout& rollout, AdamW& optimizer, const std::vector<at::Tensor>& parameters,
-        model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset, Clock::time_point start);
+        model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset, Clock::time_point start,
+        std::vector<store::StoredGeneration>* kept);
+    bool keepsRollouts(std::int64_t step) const;
     std::vector<double> rewards(const Rollout& rollout) const;
     ObjectiveResult objective(const at::Tensor& studentLogits, const Rollout& rollout, const PackedBatch& packed,
         const std::vector<double>& rewards) const;
     std::pair<double, double> update(std::int64_t step, const at::Tensor& loss, double lossValue, AdamW& optimizer,
         const std::vector<at::Tensor>& parameters);
-    StepMismatch stepMismatch(
-        std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits, const at::Tensor& sampled) const;
+    StepMismatch stepMismatch(std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits,
+        const at::Tensor& sampled, std::vector<store::StoredGeneration>* kept) const;
     bool measureBf16Unit(const Rollout& rollout, double stepKl, Bf16Unit& bf16Unit, double& seconds);
     void evaluate(store::RunStore& store, std::int64_t runId, std::int64_t step, const model::Transformer& student,
         Progress& progress, const TrainOptions& options, TrainResult& result);
@@ -679,8 +688,10 @@ std::pair<double, double> Session::update(
 
 // Mismatch of the step: the engine's mu against the trainer's pi_theta (before this update) at the rollout
 // temperature, on the engine's own prefixes.
-StepMismatch Session::stepMismatch(
-    std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits, const at::Tensor& sampled) const
+// With `kept`, the first kStoredRollouts sequences token by token: per-token KL and analysis::tokenDetails of the
+// same mu and pi rows.
+StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits,
+    const at::Tensor& sampled, std::vector<store::StoredGeneration>* kept) const
 {
     StepMismatch mismatch;
     {
@@ -694,6 +705,23 @@ StepMismatch Session::stepMismatch(
         mismatch.kl = m.kl.mean().item<double>();
         mismatch.k1 = m.k1.mean().item<double>();
         mismatch.k3 = m.k3.mean().item<double>();
+        // The packed rows are the sequences' response tokens in batch order (packBatch).
+        std::int64_t row = 0;
+        for (std::size_t b = 0; kept && b < rollout.generations.size() && b < kStoredRollouts; ++b) {
+            const engine::GenerationResult& generation = rollout.generations[b];
+            const auto length = static_cast<std::int64_t>(generation.tokens.size());
+            store::StoredGeneration stored;
+            stored.index = static_cast<std::int64_t>(b);
+            stored.promptId = trainSet_.prompts[rollout.promptIndex[b]].id;
+            stored.promptTokens = rollout.requests[b].prompt;
+            stored.tokens = generation.tokens;
+            const at::Tensor kl = m.kl.slice(0, row, row + length).to(at::kDouble).contiguous();
+            stored.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + length);
+            stored.details
+                = analysis::tokenDetails(generation.distributions, piLogProbs.slice(0, row, row + length), generation.tokens);
+            kept->push_back(std::move(stored));
+            row += length;
+        }
     }
     if (!std::isfinite(mismatch.kl) || !std::isfinite(mismatch.k1) || !std::isfinite(mismatch.k3)) {
         throw Error("step " + std::to_string(step) + ": the mismatch is not finite (KL " + std::to_string(mismatch.kl)
@@ -738,9 +766,14 @@ bool Session::measureBf16Unit(const Rollout& rollout, double stepKl, Bf16Unit& b
     return true;
 }
 
+bool Session::keepsRollouts(std::int64_t step) const
+{
+    return step == 1 || step == config_.steps || (config_.evaluation.every > 0 && step % config_.evaluation.every == 0);
+}
+
 store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     const std::vector<at::Tensor>& parameters, model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset,
-    Clock::time_point start)
+    Clock::time_point start, std::vector<store::StoredGeneration>* kept)
 {
     const std::int64_t step = rollout.step;
     const Clock::time_point trainStart = Clock::now();
@@ -755,7 +788,7 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
     const ObjectiveResult result = objective(studentLogits, rollout, packed, stepRewards);
     const double lossValue = result.loss.item<double>();
     const auto [learningRate, gradientNorm] = update(step, result.loss, lossValue, optimizer, parameters);
-    const StepMismatch mismatch = stepMismatch(step, rollout, studentLogits, packed.engineTokens.sampled);
+    const StepMismatch mismatch = stepMismatch(step, rollout, studentLogits, packed.engineTokens.sampled, kept);
     const double trainSeconds = secondsSince(trainStart);
     double unitSeconds = 0.0;
     const bool measureUnit = measureBf16Unit(rollout, mismatch.kl, bf16Unit, unitSeconds);
@@ -1009,11 +1042,20 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
                 const auto weights = versions_.snapshot();
                 rollout = produce(step, *rolloutEngine, syncedVersion, weights.at(rolloutVersion(step)));
             }
-            const store::StepMetrics metrics
-                = trainStep(rollout, optimizer, parameters, student, bf16Unit, wallOffset, start);
+            std::vector<store::StoredGeneration> kept;
+            const store::StepMetrics metrics = trainStep(
+                rollout, optimizer, parameters, student, bf16Unit, wallOffset, start, keepsRollouts(step) ? &kept : nullptr);
             versions_.publish(step, weights_.clone());
             versions_.prune(step - config_.rollout.staleness - 1);
-            store.appendSteps(runId, {metrics});
+            {
+                // The step and its kept rollouts together: a kill leaves both or neither.
+                store::Transaction transaction(store.handle());
+                store.appendSteps(runId, {metrics});
+                if (!kept.empty()) {
+                    store::addStepGenerations(store, runId, step, kept);
+                }
+                transaction.commit();
+            }
             ++result.stepsStored;
             if (options.onStep) {
                 options.onStep(metrics);

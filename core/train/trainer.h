@@ -16,7 +16,9 @@
 //      k1 and k3 on the sampled tokens (token means over the batch, pi_theta = the student before this step's
 //      update, at the rollout temperature), the multiple of the BF16 unit, loss, reward and accuracy of the
 //      rollouts (exact-match answers), student entropy, staleness of the batch, rollout and training tokens
-//      per second, wall time since the run started.
+//      per second, wall time since the run started. At step 1, every evaluation step (below) and the last step,
+//      the same transaction keeps the batch's first 4 sequences token by token (store::addStepGenerations:
+//      per-token KL(mu || pi_theta), mu(y), pi(y), both entropies and top-5) for the token drill-down.
 // The BF16 unit is the plain BF16 engine's mismatch (bf16 everywhere, the trainer's current weights, no noise,
 // no staleness) on the same step's prompts and seeds. A run whose rollouts are that engine is its own unit at
 // every step (the BF16 multiple is exactly 1); any other run measures it at step 1 and at every multiple of

@@ -314,6 +314,61 @@ void TestTrainer::storesEveryMeasureOfEveryStep()
         QVERIFY(e.quality > 0.0);
     }
     QCOMPARE(*result.finalQuality, evaluations.back().quality);
+
+    // Rollouts kept token by token at step 1, the evaluation steps (2, 4) and the last (4): the batch's first 4
+    // sequences, here the whole batch (4 prompts, 1 sample each), so their token-mean KL is the step's stored KL.
+    QCOMPARE(store::stepsWithGenerations(store, result.runId), (std::vector<std::int64_t> {1, 2, 4}));
+    QVERIFY(store::stepGenerations(store, result.runId, 3).empty());
+    const auto stepsStored = store.stepsAfter(result.runId, 0);
+    for (const std::int64_t step : {1, 2, 4}) {
+        const auto generations = store::stepGenerations(store, result.runId, step);
+        QCOMPARE(generations.size(), std::size_t(4));
+        double klSum = 0.0;
+        double k1Sum = 0.0;
+        std::size_t tokens = 0;
+        for (const auto& g : generations) {
+            QVERIFY(!g.tokens.empty() && !g.promptId.empty() && !g.promptTokens.empty());
+            QCOMPARE(g.kl.size(), g.tokens.size());
+            QCOMPARE(g.details.size(), g.tokens.size());
+            for (std::size_t t = 0; t < g.tokens.size(); ++t) {
+                klSum += g.kl[t];
+                k1Sum += g.details[t].logMu - g.details[t].logPi;
+                QVERIFY(g.kl[t] >= -1e-12);
+            }
+            tokens += g.tokens.size();
+        }
+        const auto& metrics = stepsStored[static_cast<std::size_t>(step - 1)];
+        QCOMPARE(metrics.step, step);
+        // Sums in another order than the step's token mean: float64 rounding only.
+        QVERIFY(std::abs(klSum / static_cast<double>(tokens) - *metrics.mismatchKl) <= 1e-12 * *metrics.mismatchKl);
+        QVERIFY(std::abs(k1Sum / static_cast<double>(tokens) - *metrics.k1) <= 1e-9 * std::max(1e-6, std::abs(*metrics.k1)));
+    }
+    // Step 1's pi is the student as loaded (no update yet): each kept token's log pi(y), entropy and top-5 against
+    // the student's forward in float64. Tolerance 1e-4 nats: the trainer's forward is float32 (logits of this tiny
+    // model are O(10), float32 roundings through 2 layers stay below 1e-5), its log-softmax float64.
+    const model::ModelConfig studentConfig = model::loadConfig(pair_.student + "/config.json");
+    const model::Transformer reference(
+        studentConfig, model::loadWeights(pair_.student, studentConfig).to(at::kDouble));
+    for (const auto& g : store::stepGenerations(store, result.runId, 1)) {
+        std::vector<std::int64_t> ids = g.promptTokens;
+        ids.insert(ids.end(), g.tokens.begin(), g.tokens.end());
+        const auto length = static_cast<std::int64_t>(ids.size());
+        const at::Tensor logits = reference.forward(at::tensor(ids, at::kLong).reshape({1, length}),
+            at::ones({1, length}, at::kLong))[0];
+        const at::Tensor logPi = at::log_softmax(logits, -1);
+        const auto prompt = static_cast<std::int64_t>(g.promptTokens.size());
+        for (std::size_t t = 0; t < g.tokens.size(); ++t) {
+            const at::Tensor row = logPi[prompt - 1 + static_cast<std::int64_t>(t)];
+            const auto& d = g.details[t];
+            QVERIFY2(std::abs(d.logPi - row[g.tokens[t]].item<double>()) < 1e-4,
+                qPrintable(QString("token %1: %2 vs %3").arg(t).arg(d.logPi).arg(row[g.tokens[t]].item<double>())));
+            const double entropy = -(row.exp() * row).sum().item<double>();
+            QVERIFY(std::abs(d.entropyPi - entropy) < 1e-4);
+            QCOMPARE(d.topPi.size(), std::size_t(5));
+            QVERIFY(std::abs(d.topPi[0].second - row.exp().max().item<double>()) < 1e-4);
+        }
+    }
+
     // Checkpoints at 2 and 4 are model directories.
     for (const char* step : {"step-00000002", "step-00000004"}) {
         const fs::path dir = fs::path(train::checkpointDirectory(workspace.path().toStdString(), result.runId)) / step;
@@ -399,6 +454,19 @@ void TestTrainer::resumeAfterStopIsExact()
     QCOMPARE(resumed.size(), std::size_t(8));
     QVERIFY(expected == resumed);
     QVERIFY(evaluationValues(store, whole.runId) == evaluationValues(store, first.runId));
+    // The rollouts kept at step 4 before the stop were deleted with the steps after the checkpoint and kept again:
+    // the same steps, tokens and per-token KL as the uninterrupted run's.
+    QCOMPARE(store::stepsWithGenerations(store, first.runId), (std::vector<std::int64_t> {1, 2, 4, 6, 8}));
+    QCOMPARE(store::stepsWithGenerations(store, whole.runId), store::stepsWithGenerations(store, first.runId));
+    for (const std::int64_t step : store::stepsWithGenerations(store, whole.runId)) {
+        const auto a = store::stepGenerations(store, whole.runId, step);
+        const auto b = store::stepGenerations(store, first.runId, step);
+        QCOMPARE(a.size(), b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            QCOMPARE(a[i].tokens, b[i].tokens);
+            QCOMPARE(a[i].kl, b[i].kl);
+        }
+    }
     QCOMPARE(store::queryInt64(store.handle(),
                  ("SELECT count(DISTINCT step) - count(*) FROM step_metrics WHERE run_id = " + std::to_string(first.runId))
                      .c_str()),

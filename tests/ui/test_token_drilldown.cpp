@@ -1,14 +1,17 @@
 // The token drill-down (ui/token_drilldown.h) of a stored prefix-shift pair: repetition and UTF-8 flags on known
 // sequences, the detail panel (mu, pi, entropies, top-5) of a hovered token, the jumps to the first divergence and
-// to the largest-KL tokens, and that the Prefix Shift tab and the admission table open it. Screenshots at 1x, and at 2x when run with
+// to the largest-KL tokens, and that the Prefix Shift tab, the admission table and a training run's kept step (Runs
+// tab) open it. Screenshots at 1x, and at 2x when run with
 // QT_SCALE_FACTOR=2 (test_token_drilldown_2x).
 #include "core/common/error.h"
 #include "core/store/analysis_store.h"
 #include "fixture_workspace.h"
 #include "ui/admission_view.h"
 #include "ui/prefix_shift_view.h"
+#include "ui/run_plot.h"
 #include "ui/token_drilldown.h"
 
+#include <QComboBox>
 #include <QLabel>
 #include <QListWidget>
 #include <QPushButton>
@@ -16,6 +19,8 @@
 #include <QTextBrowser>
 #include <QtTest>
 #include <QTableView>
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -35,6 +40,27 @@ store::TokenDetail tokenDetail(std::int64_t chosen, double mu, double pi, std::i
     d.topMu = {{chosen, mu}, {other, 1.0 - mu - 0.01}, {other + 1, 0.004}, {other + 2, 0.003}, {other + 3, 0.002}};
     d.topPi = {{other, 1.0 - pi - 0.01}, {chosen, pi}, {other + 1, 0.005}, {other + 2, 0.003}, {other + 3, 0.001}};
     return d;
+}
+
+// Stored generations of `responses` to one arithmetic prompt: a KL spike at token 4, details with mu(y) 0.8 and
+// pi(y) 0.6.
+std::vector<store::StoredGeneration> storedGenerations(
+    const model::Tokenizer& tokenizer, const std::vector<std::string>& responses, const std::string& idPrefix)
+{
+    std::vector<store::StoredGeneration> generations;
+    for (const std::string& response : responses) {
+        store::StoredGeneration generation;
+        generation.index = static_cast<std::int64_t>(generations.size());
+        generation.promptId = idPrefix + std::to_string(generation.index + 1);
+        generation.promptTokens = tokenizer.encode("Q:(13-6)*3-1\n");
+        generation.tokens = tokenizer.encode(response);
+        for (std::size_t i = 0; i < generation.tokens.size(); ++i) {
+            generation.kl.push_back(i == 4 ? 0.19 : 0.002 + 0.001 * static_cast<double>(i % 3));
+            generation.details.push_back(tokenDetail(generation.tokens[i], 0.8, 0.6, 40 + static_cast<std::int64_t>(i)));
+        }
+        generations.push_back(generation);
+    }
+    return generations;
 }
 
 } // namespace
@@ -182,19 +208,8 @@ private slots:
         decision.threshold = 0.05;
         decision.decision = "admit";
         decision.seconds = 12.0;
-        for (const char* response : {"7*3=21;21-1=20;20;20;20;A:20\n", "8+5=13;A:13\n"}) {
-            store::StoredGeneration generation;
-            generation.index = static_cast<std::int64_t>(decision.generations.size());
-            generation.promptId = "arith-probe-000" + std::to_string(generation.index + 1);
-            generation.promptTokens = tokenizer_->encode("Q:(13-6)*3-1\n");
-            generation.tokens = tokenizer_->encode(response);
-            for (std::size_t i = 0; i < generation.tokens.size(); ++i) {
-                generation.kl.push_back(i == 4 ? 0.19 : 0.002 + 0.001 * static_cast<double>(i % 3));
-                generation.details.push_back(
-                    tokenDetail(generation.tokens[i], 0.8, 0.6, 40 + static_cast<std::int64_t>(i)));
-            }
-            decision.generations.push_back(generation);
-        }
+        decision.generations
+            = storedGenerations(*tokenizer_, {"7*3=21;21-1=20;20;20;20;A:20\n", "8+5=13;A:13\n"}, "arith-probe-000");
         // A generation whose KL values do not match its tokens is refused, and nothing of the decision is written.
         store::AdmissionDecision broken = decision;
         broken.generations[1].kl.pop_back();
@@ -241,6 +256,66 @@ private slots:
         QVERIFY2(dialog->flagsText().startsWith(QLatin1String("No repetition")), qPrintable(dialog->flagsText()));
         dialog->close();
         QTRY_VERIFY(dialog.isNull());
+    }
+
+    // A training run's rollouts kept at steps 1 and 3 (store::addStepGenerations, in the step's transaction as the
+    // trainer writes them): the Runs tab's plot lists those steps, newest chosen, and opens the chosen step's
+    // rollouts with the run's student tokenizer.
+    void drillDownFromATrainingRunsStep()
+    {
+        store::RunStore store = store::RunStore::open(directory_.filePath("train.db").toStdString());
+        store::RunSpec spec;
+        spec.name = "opd fp8-kv";
+        spec.configJson = nlohmann::json {{"student", kStudent}}.dump();
+        const std::int64_t runId = store.beginRun(spec);
+        std::vector<store::StepMetrics> steps(3);
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            steps[i].step = static_cast<std::int64_t>(i + 1);
+            steps[i].mismatchKl = 0.01 + 0.002 * static_cast<double>(i);
+        }
+        store.appendSteps(runId, steps);
+        store::addStepGenerations(store, runId, 1, storedGenerations(*tokenizer_, {"8+5=13;A:13\n"}, "arith-train-"));
+        store::addStepGenerations(
+            store, runId, 3, storedGenerations(*tokenizer_, {"7*3=21;21-1=20;20;20;20;A:20\n", "8+5=13;A:13\n"}, "arith-train-"));
+        // A run that does not exist, or a generation whose lengths disagree: refused, nothing written.
+        QVERIFY_THROWS_EXCEPTION(StoreError,
+            store::addStepGenerations(store, runId + 1, 2, storedGenerations(*tokenizer_, {"1+1=2\n"}, "x")));
+        auto broken = storedGenerations(*tokenizer_, {"1+1=2\n", "2+2=4\n"}, "x");
+        broken[1].details.pop_back();
+        QVERIFY_THROWS_EXCEPTION(StoreError, store::addStepGenerations(store, runId, 2, broken));
+        QCOMPARE(store::stepsWithGenerations(store, runId), (std::vector<std::int64_t> {1, 3}));
+        QCOMPARE(store::stepGenerations(store, runId, 3)[1].promptId, std::string("arith-train-2"));
+
+        ui::RunPlot plot;
+        plot.resize(1000, 600);
+        plot.setStore(&store);
+        QVERIFY(!plot.drillDownButton()->isEnabled()); // no run shown
+        plot.showRun(runId, QStringLiteral("opd fp8-kv"));
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        QCOMPARE(plot.rolloutStepBox()->count(), 2);
+        QCOMPARE(plot.rolloutStepBox()->currentText(), QStringLiteral("3"));
+        QVERIFY(plot.drillDownButton()->isEnabled());
+        QVERIFY(plot.openDrillDown(2) == nullptr); // nothing kept at step 2
+        QPointer<ui::TokenDrillDown> dialog = plot.openDrillDown(3);
+        QVERIFY(dialog);
+        QVERIFY(QTest::qWaitForWindowExposed(dialog));
+        QVERIFY2(dialog->flagsText().contains(QLatin1String("repetition")), qPrintable(dialog->flagsText()));
+        dialog->jumpToNextLargest();
+        QCOMPARE(dialog->selectedToken(), 4);
+        // The first kept rollout's text (tokens are separated by zero-width spaces; the selected one is marked).
+        QString shown = dialog->tokenView()->toPlainText();
+        shown.remove(QChar(0x200B)).remove(QChar(0x25B8));
+        QVERIFY2(shown.contains(QLatin1String("7*3=21;21-1=20")), qPrintable(shown));
+        const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_token_drilldown") : QStringLiteral("token_drilldown");
+        dialog->resize(1000, 560);
+        fixture::saveScreenshot(*dialog, prefix + QStringLiteral("_run_step.png"));
+        fixture::saveScreenshot(plot, prefix + QStringLiteral("_run_plot.png"));
+        dialog->close();
+        QTRY_VERIFY(dialog.isNull());
+        plot.showRun(0, {});
+        QVERIFY(!plot.drillDownButton()->isEnabled());
+        QCOMPARE(plot.rolloutStepBox()->count(), 0);
     }
 
 private:
