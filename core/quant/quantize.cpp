@@ -373,6 +373,53 @@ at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granulari
     return applyScaledFormat(input, layout, scales, scaled).to(weight.device());
 }
 
+namespace {
+
+// out[i] = decodeFp8(encodeFp8(in[i] / scale, E4M3)), bit for bit (tested against the scalar codec), without the
+// table lookup or branches so that it vectorizes: the activation quantizer runs on every product of an FP8
+// engine. Normal results round the float32 mantissa to 3 bits, nearest even (a carry moves into the exponent);
+// below 2^-6 the result is a multiple of 2^-9, rounded to nearest even by the float32 add-and-subtract of 2^23
+// (exact there); magnitudes above 448 (inf included) saturate to 448; NaN gives the table's NaN. y = in[i] / scale
+// is the same float32 division as forEachScaled's.
+MISMATCH_VECTOR_CLONES
+void roundScaledToE4m3(const float* in, float scale, float* out, std::int64_t count, std::uint32_t nanBits)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        const float y = in[i] / scale;
+        std::uint32_t bits;
+        std::memcpy(&bits, &y, sizeof bits);
+        const std::uint32_t sign = bits & 0x80000000u;
+        const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+        const std::uint32_t nanMask = 0u - static_cast<std::uint32_t>(magnitude > 0x7F800000u);
+        const std::uint32_t a = magnitude < 0x43E00000u ? magnitude : 0x43E00000u; // 448 = 0x43E00000
+        const std::uint32_t normal = (a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u;
+        float small;
+        std::memcpy(&small, &a, sizeof small);
+        const float steps = (small * 512.0f + 0x1p23f) - 0x1p23f; // nearest even integer, small < 2^-6
+        const float subnormal = steps * 0x1p-9f;
+        std::uint32_t subnormalBits;
+        std::memcpy(&subnormalBits, &subnormal, sizeof subnormalBits);
+        const std::uint32_t subnormalMask = 0u - static_cast<std::uint32_t>(a < 0x3C800000u); // 2^-6
+        const std::uint32_t rounded = (subnormalBits & subnormalMask) | (normal & ~subnormalMask);
+        const std::uint32_t result = ((sign | rounded) & ~nanMask) | (nanBits & nanMask);
+        std::memcpy(out + i, &result, sizeof result);
+    }
+}
+
+// Per token (row of `columns`): its scale and the e4m3 values of x / scale (roundScaledToE4m3).
+void roundActivationRows(const float* in, std::int64_t rows, std::int64_t columns, const float* scales, float* out)
+{
+    std::uint32_t nanBits;
+    std::memcpy(&nanBits, &fp8DecodeTable(Fp8Format::E4M3)[0x7F], sizeof nanBits);
+    at::parallel_for(0, rows, rowGrain(columns), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+            roundScaledToE4m3(in + r * columns, scales[r], out + r * columns, columns, nanBits);
+        }
+    });
+}
+
+} // namespace
+
 at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format)
 {
     if (format == ActivationFormat::Bf16) {
@@ -389,7 +436,19 @@ at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationForm
     layout.columnBlock = std::max<std::int64_t>(1, layout.columns);
     const ScaledFormat scaled = scaledFormat(Fp8Format::E4M3);
     const at::Tensor scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, false), scaled.qmax);
-    return applyScaledFormat(input, layout, scales, scaled).to(activations.device());
+    // grid(x / scale) * scale as applyScaledFormat computes it, with the vectorized rounding.
+    at::Tensor output = at::empty_like(input);
+    float* out = output.data_ptr<float>();
+    const float* s = scales.data_ptr<float>();
+    roundActivationRows(input.data_ptr<float>(), layout.rows, layout.columns, s, out);
+    at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+            for (std::int64_t c = 0; c < layout.columns; ++c) {
+                out[r * layout.columns + c] *= s[r];
+            }
+        }
+    });
+    return output.to(activations.device());
 }
 
 Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations)
@@ -406,16 +465,12 @@ Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations)
     const ScaledFormat scaled = scaledFormat(Fp8Format::E4M3);
     Fp8ActivationCodes result;
     result.scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, false), scaled.qmax);
+    at::Tensor values = at::empty({layout.rows, layout.columns}, at::TensorOptions().dtype(at::kFloat));
+    roundActivationRows(
+        input.data_ptr<float>(), layout.rows, layout.columns, result.scales.data_ptr<float>(), values.data_ptr<float>());
+    // Exact: an e4m3 value has 4 significant bits, so its float32 is a bf16 with zero low half.
     result.values = at::empty({layout.rows, layout.columns}, at::TensorOptions().dtype(at::kBFloat16));
-    auto* out = static_cast<std::uint16_t*>(result.values.data_ptr());
-    const Fp8Grid grid {Fp8Format::E4M3, fp8DecodeTable(Fp8Format::E4M3).data()};
-    forEachScaled(
-        input.data_ptr<float>(), layout, result.scales.data_ptr<float>(), [&](std::int64_t i, float y, float) {
-            std::uint32_t bits;
-            const float value = grid(y);
-            std::memcpy(&bits, &value, sizeof bits);
-            out[i] = static_cast<std::uint16_t>(bits >> 16); // exact: an e4m3 value has 4 significant bits
-        });
+    model::narrowToBFloat16(values.data_ptr<float>(), static_cast<std::uint16_t*>(result.values.data_ptr()), values.numel());
     result.scales = result.scales.reshape({layout.scaleRows});
     return result;
 }

@@ -354,6 +354,7 @@ private slots:
 
     void activationsUseOneScalePerToken();
     void fp8ActivationCodesTimesScalesAreTheActivations();
+    void fp8ActivationRoundingMatchesTheCodecOnASweep();
     void fp8Bf16ProductMatchesFloat64Loops_data();
     void fp8Bf16ProductMatchesFloat64Loops();
     void kvCacheScalesPerTensorAndPerHead();
@@ -991,6 +992,46 @@ void TestQuant::fp8ActivationCodesTimesScalesAreTheActivations()
             largest = std::max(largest, std::fabs(values[static_cast<std::size_t>(t * hidden + c)]));
         }
         QCOMPARE(largest, 448.0f);
+    }
+}
+
+// The activation quantizer's vectorized rounding (no table, no branches) against the scalar codec, on a sweep of
+// float32 values: every 977th bit pattern up to 448 and every multiple of 2^-14 below 4 (all subnormal and normal
+// midpoints of the smallest binades), each sign. Each row holds 448 first, so its scale is 448 / 448 = 1 and the
+// quantizer rounds the values themselves; the same values at scale 2 (a row led by 896) round alike. NaN and inf
+// rows are covered by activationsUseOneScalePerToken.
+void TestQuant::fp8ActivationRoundingMatchesTheCodecOnASweep()
+{
+    std::vector<float> sweep;
+    for (std::uint32_t bits = 0; bits <= 0x43E00000u; bits += 977) {
+        float value;
+        std::memcpy(&value, &bits, sizeof value);
+        sweep.push_back(value);
+    }
+    for (int k = 0; k < (1 << 16); ++k) {
+        sweep.push_back(std::ldexp(static_cast<float>(k), -14));
+    }
+    const std::int64_t columns = 4096;
+    for (const float lead : {448.0f, 896.0f}) {
+        std::vector<float> x;
+        std::vector<float> expected;
+        for (std::size_t i = 0; i < sweep.size(); ++i) {
+            if (x.size() % columns == 0) {
+                x.push_back(lead);
+                expected.push_back(448.0f);
+            }
+            const float value = (i % 2 == 0 ? sweep[i] : -sweep[i]) * (lead / 448.0f); // exact: a power of two
+            x.push_back(value);
+            expected.push_back(roundToFp8(value / (lead / 448.0f), Fp8Format::E4M3));
+        }
+        while (x.size() % columns != 0) {
+            x.push_back(0.0f);
+            expected.push_back(0.0f);
+        }
+        const auto rows = static_cast<std::int64_t>(x.size()) / columns;
+        const Fp8ActivationCodes codes = fp8ActivationCodes(tensorOf(x, {rows, columns}));
+        QVERIFY(at::equal(codes.scales, at::full({rows}, lead / 448.0f)));
+        compareExactly(valuesOf(codes.values), expected, "e4m3 rounding of the sweep");
     }
 }
 
