@@ -375,34 +375,65 @@ at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granulari
 
 namespace {
 
-// out[i] = decodeFp8(encodeFp8(in[i] / scale, E4M3)), bit for bit (tested against the scalar codec), without the
-// table lookup or branches so that it vectorizes: the activation quantizer runs on every product of an FP8
-// engine. Normal results round the float32 mantissa to 3 bits, nearest even (a carry moves into the exponent);
-// below 2^-6 the result is a multiple of 2^-9, rounded to nearest even by the float32 add-and-subtract of 2^23
-// (exact there); magnitudes above 448 (inf included) saturate to 448; NaN gives the table's NaN. y = in[i] / scale
-// is the same float32 division as forEachScaled's.
+// decodeFp8(encodeFp8(y, E4M3)) and encodeFp8(y, E4M3) bit for bit (tested against the scalar codec) without the
+// table lookup or branches, so that the loops below vectorize: the activation quantizer runs on every product of
+// an FP8 engine, the weight quantizer on every weight of every FP8 engine built. Normal results round the float32
+// mantissa to 3 bits, nearest even (a carry moves into the exponent); below 2^-6 the result is a multiple of 2^-9,
+// rounded to nearest even by the float32 add-and-subtract of 2^23 (exact there); magnitudes above 448 (inf
+// included) saturate to 448; NaN is flagged (the table's NaN, code 0x7F).
+struct E4m3Rounding {
+    std::uint32_t sign; // bit 31 of y
+    std::uint32_t rounded; // float32 bits of the e4m3 magnitude
+    std::uint32_t steps; // the magnitude in units of 2^-9 (below 2^-6)
+    std::uint32_t nanMask; // all ones when y is NaN
+    std::uint32_t subnormalMask; // all ones when the magnitude is below 2^-6
+};
+
+__attribute__((always_inline)) inline E4m3Rounding roundE4m3(float y)
+{
+    std::uint32_t bits;
+    std::memcpy(&bits, &y, sizeof bits);
+    const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+    const std::uint32_t a = magnitude < 0x43E00000u ? magnitude : 0x43E00000u; // 448 = 0x43E00000
+    const std::uint32_t normal = (a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u;
+    float small;
+    std::memcpy(&small, &a, sizeof small);
+    const float steps = (small * 512.0f + 0x1p23f) - 0x1p23f; // nearest even integer, small < 2^-6
+    const float subnormal = steps * 0x1p-9f;
+    std::uint32_t subnormalBits;
+    std::memcpy(&subnormalBits, &subnormal, sizeof subnormalBits);
+    E4m3Rounding r;
+    r.sign = bits & 0x80000000u;
+    r.nanMask = 0u - static_cast<std::uint32_t>(magnitude > 0x7F800000u);
+    r.subnormalMask = 0u - static_cast<std::uint32_t>(a < 0x3C800000u); // 2^-6
+    r.rounded = (subnormalBits & r.subnormalMask) | (normal & ~r.subnormalMask);
+    r.steps = static_cast<std::uint32_t>(steps);
+    return r;
+}
+
+// out[i] = decodeFp8(encodeFp8(in[i] / scale, E4M3)); y = in[i] / scale is the same float32 division as
+// forEachScaled's.
 MISMATCH_VECTOR_CLONES
 void roundScaledToE4m3(const float* in, float scale, float* out, std::int64_t count, std::uint32_t nanBits)
 {
     for (std::int64_t i = 0; i < count; ++i) {
-        const float y = in[i] / scale;
-        std::uint32_t bits;
-        std::memcpy(&bits, &y, sizeof bits);
-        const std::uint32_t sign = bits & 0x80000000u;
-        const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
-        const std::uint32_t nanMask = 0u - static_cast<std::uint32_t>(magnitude > 0x7F800000u);
-        const std::uint32_t a = magnitude < 0x43E00000u ? magnitude : 0x43E00000u; // 448 = 0x43E00000
-        const std::uint32_t normal = (a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u;
-        float small;
-        std::memcpy(&small, &a, sizeof small);
-        const float steps = (small * 512.0f + 0x1p23f) - 0x1p23f; // nearest even integer, small < 2^-6
-        const float subnormal = steps * 0x1p-9f;
-        std::uint32_t subnormalBits;
-        std::memcpy(&subnormalBits, &subnormal, sizeof subnormalBits);
-        const std::uint32_t subnormalMask = 0u - static_cast<std::uint32_t>(a < 0x3C800000u); // 2^-6
-        const std::uint32_t rounded = (subnormalBits & subnormalMask) | (normal & ~subnormalMask);
-        const std::uint32_t result = ((sign | rounded) & ~nanMask) | (nanBits & nanMask);
+        const E4m3Rounding r = roundE4m3(in[i] / scale);
+        const std::uint32_t result = ((r.sign | r.rounded) & ~r.nanMask) | (nanBits & r.nanMask);
         std::memcpy(out + i, &result, sizeof result);
+    }
+}
+
+// out[i] = encodeFp8(in[i] / scale, E4M3): the code's magnitude is the steps below 2^-6 (8 is the smallest normal,
+// code 0x08), else the rounded float32's exponent and top 3 mantissa bits rebased from bias 127 to 7
+// ((127 - 7) << 3 = 960); NaN gives 0x7F.
+MISMATCH_VECTOR_CLONES
+void encodeScaledToE4m3(const float* in, float scale, std::uint8_t* out, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        const E4m3Rounding r = roundE4m3(in[i] / scale);
+        const std::uint32_t magnitude = (r.steps & r.subnormalMask) | (((r.rounded >> 20) - 960u) & ~r.subnormalMask);
+        const std::uint32_t code = (((r.sign >> 24) | magnitude) & ~r.nanMask) | (0x7Fu & r.nanMask);
+        out[i] = static_cast<std::uint8_t>(code);
     }
 }
 
@@ -642,7 +673,22 @@ QuantizedWeight QuantizedWeight::quantize(const at::Tensor& weight, WeightFormat
         result.codes_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kByte));
         auto* codes = result.codes_.data_ptr<std::uint8_t>();
         const Fp8Format fp8 = scaled.fp8Format;
-        forEachScaled(in, layout, s, [&](std::int64_t i, float y, float) { codes[i] = encodeFp8(y, fp8); });
+        if (fp8 == Fp8Format::E4M3) {
+            // forEachScaled's loop, each scale block encoded by the vectorized encoder.
+            const std::int64_t scaleColumns = layout.scaleColumns();
+            at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t r = begin; r < end; ++r) {
+                    const float* rowScales = s + layout.scaleRow(r) * scaleColumns;
+                    for (std::int64_t block = 0; block < scaleColumns; ++block) {
+                        const std::int64_t c0 = r * layout.columns + block * layout.columnBlock;
+                        const std::int64_t c1 = r * layout.columns + std::min(layout.columns, (block + 1) * layout.columnBlock);
+                        encodeScaledToE4m3(in + c0, rowScales[block], codes + c0, c1 - c0);
+                    }
+                }
+            });
+        } else {
+            forEachScaled(in, layout, s, [&](std::int64_t i, float y, float) { codes[i] = encodeFp8(y, fp8); });
+        }
     } else {
         result.codes_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kChar));
         auto* integers = result.codes_.data_ptr<std::int8_t>();

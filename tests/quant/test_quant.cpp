@@ -995,7 +995,8 @@ void TestQuant::fp8ActivationCodesTimesScalesAreTheActivations()
     }
 }
 
-// The activation quantizer's vectorized rounding (no table, no branches) against the scalar codec, on a sweep of
+// The activation quantizer's vectorized rounding and the weight quantizer's vectorized encoder (no table, no
+// branches) against the scalar codec, on a sweep of
 // float32 values: every 977th bit pattern up to 448 and every multiple of 2^-14 below 4 (all subnormal and normal
 // midpoints of the smallest binades), each sign. Each row holds 448 first, so its scale is 448 / 448 = 1 and the
 // quantizer rounds the values themselves; the same values at scale 2 (a row led by 896) round alike. NaN and inf
@@ -1032,6 +1033,17 @@ void TestQuant::fp8ActivationRoundingMatchesTheCodecOnASweep()
         const Fp8ActivationCodes codes = fp8ActivationCodes(tensorOf(x, {rows, columns}));
         QVERIFY(at::equal(codes.scales, at::full({rows}, lead / 448.0f)));
         compareExactly(valuesOf(codes.values), expected, "e4m3 rounding of the sweep");
+        // The weight quantizer's vectorized encoder (one scale for the tensor: lead / 448): the codes themselves.
+        const QuantizedWeight weight
+            = QuantizedWeight::quantize(tensorOf(x, {rows, columns}), WeightFormat::Fp8E4m3, Granularity::Tensor);
+        QVERIFY(at::equal(weight.scales(), at::full({1, 1}, lead / 448.0f)));
+        const std::uint8_t* got = weight.codes().data_ptr<std::uint8_t>();
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            const std::uint8_t want = encodeFp8(x[i] / (lead / 448.0f), Fp8Format::E4M3);
+            if (got[i] != want) {
+                QFAIL(qPrintable(QString("code of %1: %2, expected %3").arg(x[i], 0, 'g', 9).arg(got[i]).arg(want)));
+            }
+        }
     }
 }
 
