@@ -7,7 +7,6 @@
 #include "ui/plot_tools.h"
 #include "ui/token_drilldown.h"
 
-#include "core/model/tokenizer.h"
 #include "core/store/analysis_store.h"
 
 #include <qcustomplot.h>
@@ -28,7 +27,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <set>
 

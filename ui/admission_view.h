@@ -13,8 +13,6 @@
 
 #include <QWidget>
 
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 

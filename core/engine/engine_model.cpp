@@ -626,7 +626,7 @@ at::Tensor EngineModel::moduleProduct(const ModuleState& state, const at::Tensor
             const quant::Fp8ActivationCodes codes = quant::fp8ActivationCodes(rows);
             y = quant::fp8Bf16Product(codes.values, codes.scales, stored);
         } else {
-            y = quant::fp8Bf16Product(roundBf16(rows).to(at::kBFloat16), at::Tensor(), stored);
+            y = quant::fp8Bf16Product(rows.to(at::kBFloat16), at::Tensor(), stored); // the RNE cast: roundBf16's values
         }
         if (state.bias.defined()) {
             y.add_(state.bias);

@@ -174,22 +174,31 @@ at::Tensor scalesFromAmax(const at::Tensor& amax, float qmax)
     return scales;
 }
 
-// Calls emit(i, in[i] / scale, scale) for every element, with the scale of its group.
-template <typename Emit>
-void forEachScaled(const float* in, const ScaleLayout& layout, const float* scales, Emit emit)
+// Calls block(c0, c1, scale) for every run [c0, c1) of flat element indices that shares one scale (a row's part of
+// a scale block), rows split with at::parallel_for.
+template <typename Block>
+void forEachScaleBlock(const ScaleLayout& layout, const float* scales, Block block)
 {
     const std::int64_t scaleColumns = layout.scaleColumns();
     at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
             const float* rowScales = scales + layout.scaleRow(r) * scaleColumns;
-            for (std::int64_t block = 0; block < scaleColumns; ++block) {
-                const float scale = rowScales[block];
-                const std::int64_t c0 = r * layout.columns + block * layout.columnBlock;
-                const std::int64_t c1 = r * layout.columns + std::min(layout.columns, (block + 1) * layout.columnBlock);
-                for (std::int64_t i = c0; i < c1; ++i) {
-                    emit(i, in[i] / scale, scale);
-                }
+            for (std::int64_t b = 0; b < scaleColumns; ++b) {
+                const std::int64_t c0 = r * layout.columns + b * layout.columnBlock;
+                const std::int64_t c1 = r * layout.columns + std::min(layout.columns, (b + 1) * layout.columnBlock);
+                block(c0, c1, rowScales[b]);
             }
+        }
+    });
+}
+
+// Calls emit(i, in[i] / scale, scale) for every element, with the scale of its group.
+template <typename Emit>
+void forEachScaled(const float* in, const ScaleLayout& layout, const float* scales, Emit emit)
+{
+    forEachScaleBlock(layout, scales, [&](std::int64_t c0, std::int64_t c1, float scale) {
+        for (std::int64_t i = c0; i < c1; ++i) {
+            emit(i, in[i] / scale, scale);
         }
     });
 }
@@ -437,25 +446,17 @@ void encodeScaledToE4m3(const float* in, float scale, std::uint8_t* out, std::in
     }
 }
 
-// Per token (row of `columns`): its scale and the e4m3 values of x / scale (roundScaledToE4m3).
-void roundActivationRows(const float* in, std::int64_t rows, std::int64_t columns, const float* scales, float* out)
-{
-    std::uint32_t nanBits;
-    std::memcpy(&nanBits, &fp8DecodeTable(Fp8Format::E4M3)[0x7F], sizeof nanBits);
-    at::parallel_for(0, rows, rowGrain(columns), [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t r = begin; r < end; ++r) {
-            roundScaledToE4m3(in + r * columns, scales[r], out + r * columns, columns, nanBits);
-        }
-    });
-}
+// FP8 e4m3 activations with one dynamic scale per token (row of the last dimension): the float32 input, its
+// layout, the scales (amax / 448) and the e4m3 values of x / scale (roundScaledToE4m3), [rows, columns]; with
+// `rescaled`, those values times their token's scale (the fake-quantized activations: the same float32 multiply as
+// applyScaledFormat's). InputError for a scalar.
+struct PerTokenE4m3 {
+    at::Tensor scales; // float32 [scale rows]
+    at::Tensor values; // float32, the input's shape
+};
 
-} // namespace
-
-at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format)
+PerTokenE4m3 perTokenE4m3(const at::Tensor& activations, bool rescaled)
 {
-    if (format == ActivationFormat::Bf16) {
-        return roundToBFloat16(activations);
-    }
     const at::Tensor input = cpuFloat(activations, "activations");
     if (input.dim() == 0) {
         throw InputError("", "activations", "expected a [..., hidden] tensor, got a scalar");
@@ -465,44 +466,47 @@ at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationForm
     layout.rows = layout.columns == 0 ? 0 : input.numel() / layout.columns;
     layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
     layout.columnBlock = std::max<std::int64_t>(1, layout.columns);
-    const ScaledFormat scaled = scaledFormat(Fp8Format::E4M3);
-    const at::Tensor scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, false), scaled.qmax);
-    // grid(x / scale) * scale as applyScaledFormat computes it, with the vectorized rounding.
-    at::Tensor output = at::empty_like(input);
-    float* out = output.data_ptr<float>();
-    const float* s = scales.data_ptr<float>();
-    roundActivationRows(input.data_ptr<float>(), layout.rows, layout.columns, s, out);
-    at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t r = begin; r < end; ++r) {
-            for (std::int64_t c = 0; c < layout.columns; ++c) {
-                out[r * layout.columns + c] *= s[r];
+    PerTokenE4m3 result;
+    result.scales = scalesFromAmax(
+        groupAmax(input.data_ptr<float>(), layout, false), scaledFormat(Fp8Format::E4M3).qmax);
+    result.values = at::empty_like(input);
+    const float* in = input.data_ptr<float>();
+    float* out = result.values.data_ptr<float>();
+    std::uint32_t nanBits;
+    std::memcpy(&nanBits, &fp8DecodeTable(Fp8Format::E4M3)[0x7F], sizeof nanBits);
+    forEachScaleBlock(layout, result.scales.data_ptr<float>(), [&](std::int64_t c0, std::int64_t c1, float scale) {
+        roundScaledToE4m3(in + c0, scale, out + c0, c1 - c0, nanBits);
+        if (rescaled) {
+            for (std::int64_t i = c0; i < c1; ++i) {
+                out[i] *= scale;
             }
         }
     });
-    return output.to(activations.device());
+    result.scales = result.scales.reshape({layout.scaleRows});
+    return result;
+}
+
+} // namespace
+
+at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format)
+{
+    if (format == ActivationFormat::Bf16) {
+        return roundToBFloat16(activations);
+    }
+    return perTokenE4m3(activations, true).values.to(activations.device());
 }
 
 Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations)
 {
-    const at::Tensor input = cpuFloat(activations, "activations");
-    if (input.dim() == 0) {
-        throw InputError("", "activations", "expected a [..., hidden] tensor, got a scalar");
-    }
-    ScaleLayout layout; // as fakeQuantizeActivations: one scale per token
-    layout.columns = input.size(-1);
-    layout.rows = layout.columns == 0 ? 0 : input.numel() / layout.columns;
-    layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
-    layout.columnBlock = std::max<std::int64_t>(1, layout.columns);
-    const ScaledFormat scaled = scaledFormat(Fp8Format::E4M3);
+    PerTokenE4m3 rounded = perTokenE4m3(activations, false);
+    const std::int64_t columns = rounded.values.dim() == 0 ? 1 : rounded.values.size(-1);
+    const std::int64_t rows = columns == 0 ? 0 : rounded.values.numel() / columns;
     Fp8ActivationCodes result;
-    result.scales = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, false), scaled.qmax);
-    at::Tensor values = at::empty({layout.rows, layout.columns}, at::TensorOptions().dtype(at::kFloat));
-    roundActivationRows(
-        input.data_ptr<float>(), layout.rows, layout.columns, result.scales.data_ptr<float>(), values.data_ptr<float>());
+    result.scales = std::move(rounded.scales);
     // Exact: an e4m3 value has 4 significant bits, so its float32 is a bf16 with zero low half.
-    result.values = at::empty({layout.rows, layout.columns}, at::TensorOptions().dtype(at::kBFloat16));
-    model::narrowToBFloat16(values.data_ptr<float>(), static_cast<std::uint16_t*>(result.values.data_ptr()), values.numel());
-    result.scales = result.scales.reshape({layout.scaleRows});
+    result.values = at::empty({rows, columns}, at::TensorOptions().dtype(at::kBFloat16));
+    model::narrowToBFloat16(rounded.values.data_ptr<float>(), static_cast<std::uint16_t*>(result.values.data_ptr()),
+        rounded.values.numel());
     return result;
 }
 
@@ -674,17 +678,8 @@ QuantizedWeight QuantizedWeight::quantize(const at::Tensor& weight, WeightFormat
         auto* codes = result.codes_.data_ptr<std::uint8_t>();
         const Fp8Format fp8 = scaled.fp8Format;
         if (fp8 == Fp8Format::E4M3) {
-            // forEachScaled's loop, each scale block encoded by the vectorized encoder.
-            const std::int64_t scaleColumns = layout.scaleColumns();
-            at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
-                for (std::int64_t r = begin; r < end; ++r) {
-                    const float* rowScales = s + layout.scaleRow(r) * scaleColumns;
-                    for (std::int64_t block = 0; block < scaleColumns; ++block) {
-                        const std::int64_t c0 = r * layout.columns + block * layout.columnBlock;
-                        const std::int64_t c1 = r * layout.columns + std::min(layout.columns, (block + 1) * layout.columnBlock);
-                        encodeScaledToE4m3(in + c0, rowScales[block], codes + c0, c1 - c0);
-                    }
-                }
+            forEachScaleBlock(layout, s, [&](std::int64_t c0, std::int64_t c1, float scale) {
+                encodeScaledToE4m3(in + c0, scale, codes + c0, c1 - c0);
             });
         } else {
             forEachScaled(in, layout, s, [&](std::int64_t i, float y, float) { codes[i] = encodeFp8(y, fp8); });

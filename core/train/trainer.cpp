@@ -447,6 +447,7 @@ private:
     store::StepMetrics trainStep(const Rollout& rollout, AdamW& optimizer, const std::vector<at::Tensor>& parameters,
         model::Transformer& student, Bf16Unit& bf16Unit, double wallOffset, Clock::time_point start,
         std::vector<store::StoredGeneration>* kept);
+    bool evaluatesAt(std::int64_t step) const;
     bool keepsRollouts(std::int64_t step) const;
     std::vector<double> rewards(const Rollout& rollout) const;
     ObjectiveResult objective(const at::Tensor& studentLogits, const Rollout& rollout, const PackedBatch& packed,
@@ -766,9 +767,15 @@ bool Session::measureBf16Unit(const Rollout& rollout, double stepKl, Bf16Unit& b
     return true;
 }
 
+// Every evaluation.every steps and the last step (the evaluation before training, step 0, is separate).
+bool Session::evaluatesAt(std::int64_t step) const
+{
+    return step == config_.steps || (config_.evaluation.every > 0 && step % config_.evaluation.every == 0);
+}
+
 bool Session::keepsRollouts(std::int64_t step) const
 {
-    return step == 1 || step == config_.steps || (config_.evaluation.every > 0 && step % config_.evaluation.every == 0);
+    return step == 1 || evaluatesAt(step);
 }
 
 store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
@@ -1065,7 +1072,7 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
                 static_cast<long long>(config_.steps), metrics.loss.value_or(0.0), metrics.mismatchKl.value_or(0.0));
             progress.update(static_cast<double>(step) / static_cast<double>(config_.steps), stage);
             const bool lastStep = step == config_.steps;
-            if (lastStep || (config_.evaluation.every > 0 && step % config_.evaluation.every == 0)) {
+            if (evaluatesAt(step)) {
                 evaluate(store, runId, step, student, progress, options, result);
             }
             if (lastStep || (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0)) {
