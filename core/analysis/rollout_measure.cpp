@@ -9,6 +9,8 @@
 #include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/model/memory_check.h"
+
+#include <ATen/core/grad_mode.h>
 #include "core/quant/formats.h"
 
 #include <algorithm>

@@ -7,6 +7,7 @@
 #include "core/quant/recipe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>

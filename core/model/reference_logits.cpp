@@ -9,6 +9,7 @@
 #include "core/model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <nlohmann/json.hpp>
 

@@ -169,7 +169,7 @@ DType dtypeOf(const std::string& name, const at::Tensor& tensor)
     case at::kBFloat16:
         return DType::BF16;
     default:
-        throw Error("cannot write tensor " + name + " of dtype " + std::string(at::toString(tensor.scalar_type()))
+        throw Error("cannot write tensor " + name + " of dtype " + std::string(c10::toString(tensor.scalar_type()))
             + " to safetensors (supported: " + kSupportedDtypes + ")");
     }
 }

@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 

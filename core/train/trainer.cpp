@@ -29,6 +29,7 @@
 #include "core/train/quality.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 
 #include <nlohmann/json.hpp>
