@@ -107,6 +107,7 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
         watch(edit);
     watch(quick_);
     watch(margin_);
+    addDeviceField(true);
     finishLayout(QStringLiteral("calibrationStatus"), QStringLiteral("calibrationCli"),
         QStringLiteral("startCalibrationButton"));
 }
@@ -224,6 +225,7 @@ std::optional<jobs::JobSpec> CalibrationDialog::spec() const
     spec.set("rule_steps", parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {}));
     spec.set("margin", margin_->value());
     spec.set("replicates", replicates_->value());
+    setDevice(spec);
     return spec;
 }
 
@@ -275,6 +277,7 @@ AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store:
     watch(calibration_);
     for (QSpinBox* box : {count_, maxTokens_, storedGenerations_})
         watch(box);
+    addDeviceField();
     finishLayout(QStringLiteral("admissionStatus"), QStringLiteral("admissionCli"),
         QStringLiteral("startAdmissionButton"));
     updateProtocolFields();
@@ -482,6 +485,7 @@ std::optional<jobs::JobSpec> AdmissionDialog::spec() const
     if (storedGenerations_->value() != spec.definition().parameter("store_generations")->defaultValue.get<int>()) {
         spec.set("store_generations", storedGenerations_->value());
     }
+    setDevice(spec);
     return spec;
 }
 
@@ -526,6 +530,7 @@ PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget*
         watch(box);
     for (QSpinBox* box : {noiseSeed_, count_, maxTokens_, storedPairs_})
         watch(box);
+    addDeviceField();
     finishLayout(QStringLiteral("prefixStatus"), QStringLiteral("prefixCli"), QStringLiteral("startPrefixButton"));
 }
 
@@ -629,6 +634,7 @@ std::optional<jobs::JobSpec> PrefixShiftDialog::spec() const
     spec.set("store_pairs", storedPairs_->value());
     spec.set("count", count_->value());
     spec.set("max_tokens", maxTokens_->value());
+    setDevice(spec);
     return spec;
 }
 

@@ -53,6 +53,7 @@ BreakdownDialog::BreakdownDialog(const QString& workspaceDirectory, const store:
         watch(box);
     }
     watch(history_);
+    addDeviceField();
     finishLayout(
         QStringLiteral("breakdownStatus"), QStringLiteral("breakdownCli"), QStringLiteral("startBreakdownButton"));
 }
@@ -202,6 +203,7 @@ std::optional<jobs::JobSpec> BreakdownDialog::spec() const
     spec.set("count", count_->value());
     spec.set("max_tokens", maxTokens_->value());
     spec.set("shapley_max", shapleyMax_->value());
+    setDevice(spec);
     return spec;
 }
 

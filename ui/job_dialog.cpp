@@ -1,5 +1,6 @@
 #include "ui/job_dialog.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/jobs/job_file.h"
 #include "ui/training_dialog.h"
@@ -124,6 +125,35 @@ PathPicker* JobDialog::addPicker(PickKind kind, const QString& label, const QStr
     form_->addRow(label, picker);
     watch(picker);
     return picker;
+}
+
+QComboBox* JobDialog::addDeviceField(bool runFileDefault)
+{
+    device_ = new QComboBox(this);
+    device_->setObjectName(QStringLiteral("deviceField"));
+    if (runFileDefault) {
+        device_->addItem(tr("As the run file says"), QString());
+    }
+    const std::vector<std::string> names = availableDevices();
+    const std::vector<std::string> descriptions = deviceDescriptions();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        device_->addItem(QString::fromStdString(descriptions[i]), QString::fromStdString(names[i]));
+    }
+    device_->setToolTip(tr("Where the models compute: the CPU or a CUDA device that this build's LibTorch sees"));
+    form_->addRow(tr("Device"), device_);
+    watch(device_);
+    return device_;
+}
+
+void JobDialog::setDevice(jobs::JobSpec& spec) const
+{
+    if (!device_) {
+        return;
+    }
+    const QString name = device_->currentData().toString();
+    if (!name.isEmpty()) {
+        spec.set("device", name.toStdString());
+    }
 }
 
 JobWorker::Job JobDialog::fieldNamedJob() const

@@ -61,6 +61,12 @@ protected:
     // A picker row of `kind` (choices from the store and the resources), watched for changes.
     PathPicker* addPicker(PickKind kind, const QString& label, const QString& objectName);
     QFormLayout* form() const { return form_; }
+    // A "Device" row (object name "deviceField") listing the devices this build and machine compute on
+    // (common/device.h: "cpu", "cuda:0 (NVIDIA H200, sm_90, 141 GiB)", ...), watched. `runFileDefault`: a first
+    // entry that leaves the choice to the run file (train, calibrate), selected at first; else cpu is.
+    QComboBox* addDeviceField(bool runFileDefault = false);
+    // The chosen device as spec's "device" parameter (left unset for the run file's entry); nothing without the row.
+    void setDevice(jobs::JobSpec& spec) const;
     // Status line, command and buttons under the form (object names for tests and style); calls validate().
     void finishLayout(const QString& statusName, const QString& commandName, const QString& startName);
     // The first problem with the inputs (naming the field and what is expected), or an empty string.
@@ -89,6 +95,7 @@ protected:
 
 private:
     QFormLayout* form_ = nullptr;
+    QComboBox* device_ = nullptr;
     QLabel* status_ = nullptr;
     QLabel* command_ = nullptr;
     QPushButton* start_ = nullptr;

@@ -55,6 +55,7 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
         watch(box);
     for (QCheckBox* box : {kvCells_, embeddingCells_})
         watch(box);
+    addDeviceField();
     finishLayout(QStringLiteral("scanStatus"), QStringLiteral("scanCli"), QStringLiteral("startScanButton"));
 }
 
@@ -109,6 +110,7 @@ std::optional<jobs::JobSpec> SensitivityDialog::spec() const
     spec.set("max_tokens", maxTokens_->value());
     spec.set("no_kv", !kvCells_->isChecked());
     spec.set("no_embedding", !embeddingCells_->isChecked());
+    setDevice(spec);
     return spec;
 }
 

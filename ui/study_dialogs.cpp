@@ -148,6 +148,7 @@ RecipeBuildDialog::RecipeBuildDialog(const QString& workspaceDirectory, const st
     watch(count_);
     watch(maxTokens_);
     updateScanFields();
+    addDeviceField();
     finishLayout(QStringLiteral("recipeBuildStatus"), QStringLiteral("recipeBuildCli"),
         QStringLiteral("startRecipeBuildButton"));
 }
@@ -300,6 +301,7 @@ std::optional<jobs::JobSpec> RecipeBuildDialog::spec() const
     if (!name_->text().trimmed().isEmpty()) {
         spec.set("name", name_->text().trimmed().toStdString());
     }
+    setDevice(spec);
     return spec;
 }
 

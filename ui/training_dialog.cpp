@@ -1,5 +1,6 @@
 #include "ui/training_dialog.h"
 
+#include "core/common/device.h"
 #include "core/common/file_io.h"
 #include "core/common/shell_quote.h"
 #include "core/quant/recipe.h"
@@ -161,6 +162,15 @@ TrainingDialog::TrainingDialog(const QString& workspaceDirectory, QWidget* paren
     form->addRow(tr("Evaluation:"), evaluation);
     seed_ = spinBox(this, 0, 2147483647, 0);
     form->addRow(tr("Seed:"), seed_);
+    device_ = new QComboBox(this);
+    device_->setObjectName("runDevice");
+    const std::vector<std::string> devices = availableDevices();
+    const std::vector<std::string> descriptions = deviceDescriptions();
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        device_->addItem(QString::fromStdString(descriptions[i]), QString::fromStdString(devices[i]));
+    }
+    device_->setToolTip(tr("Where the student, teacher, rollout engine and optimizer compute"));
+    form->addRow(tr("Device:"), device_);
     layout->addLayout(form);
     for (PathPicker* picker : {student_, teacher_, prompts_, recipe_, evaluationPrompts_}) {
         picker->setChoices(pickChoices(picker == recipe_   ? PickKind::Recipe
@@ -196,6 +206,7 @@ TrainingDialog::TrainingDialog(const QString& workspaceDirectory, QWidget* paren
     connect(file_, &PathPicker::pathChanged, this, [this](const QString& path) { setRunFile(path); });
     connect(name_, &QLineEdit::textChanged, this, &TrainingDialog::validate);
     connect(objective_, &QComboBox::currentTextChanged, this, &TrainingDialog::validate);
+    connect(device_, &QComboBox::currentTextChanged, this, &TrainingDialog::validate);
     for (QSpinBox* box :
         {steps_, promptsPerStep_, samplesPerPrompt_, staleness_, evaluationEvery_, evaluationCount_, seed_}) {
         connect(box, qOverload<int>(&QSpinBox::valueChanged), this, &TrainingDialog::validate);
@@ -267,6 +278,14 @@ void TrainingDialog::loadIntoForm(const train::RunConfig& config)
     evaluationPrompts_->setPath(QString::fromStdString(config.evaluation.prompts));
     evaluationCount_->setValue(static_cast<int>(config.evaluation.count));
     seed_->setValue(static_cast<int>(std::min<std::uint64_t>(config.seed, 2147483647)));
+    int device = device_->findData(QString::fromStdString(config.device));
+    if (device < 0) {
+        // A run file written for another machine: shown as it is; starting it here is refused (formConfig).
+        device_->addItem(tr("%1 (not on this machine)").arg(QString::fromStdString(config.device)),
+            QString::fromStdString(config.device));
+        device = device_->count() - 1;
+    }
+    device_->setCurrentIndex(device);
     loading_ = false;
 }
 
@@ -296,8 +315,10 @@ train::RunConfig TrainingDialog::formConfig() const
     if (static_cast<std::uint64_t>(seed_->value()) != std::min<std::uint64_t>(config.seed, 2147483647)) {
         config.seed = static_cast<std::uint64_t>(seed_->value());
     }
+    config.device = device_->currentData().toString().toStdString();
     // Parsed by core as a file: every rule of a run file applies (paths, ranges, the cross-field rules).
     const QString file = workspace_ + "/runs/" + name_->text().trimmed() + ".json";
+    parseDevice(config.device, file.toStdString(), "device"); // a device this machine has
     return train::parseRunConfig(
         train::runConfigToJson(config), file.toStdString(), (workspace_ + "/runs").toStdString());
 }

@@ -90,6 +90,7 @@ private:
     PathPicker* evaluationPrompts_ = nullptr;
     QSpinBox* evaluationCount_ = nullptr;
     QSpinBox* seed_ = nullptr;
+    QComboBox* device_ = nullptr; // "runDevice": where the run computes (RunConfig::device)
     QLabel* summary_ = nullptr;
     QLabel* command_ = nullptr;
     QPushButton* start_ = nullptr;

@@ -1,6 +1,7 @@
 #include "core/analysis/admission.h"
 
 #include "core/analysis/job_resume.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/common/version.h"
@@ -469,12 +470,13 @@ struct ScreenInputs {
     std::map<std::string, quant::Recipe> recipes;
     std::map<std::string, std::string> recipeTexts; // recipeToJson, stored with each decision
     std::map<std::string, model::TransformerWeights> weights;
+    at::Device device = at::Device(at::kCPU);
 
     const model::TransformerWeights& weightsOf(const std::string& directory)
     {
         auto found = weights.find(directory);
         if (found == weights.end()) {
-            found = weights.emplace(directory, loadCheckpointWeights(directory, student.config)).first;
+            found = weights.emplace(directory, loadCheckpointWeights(directory, student.config, device)).first;
         }
         return found->second;
     }
@@ -484,7 +486,8 @@ ScreenInputs loadScreenInputs(const AdmissionOptions& options, Progress& progres
 {
     progress.update(0.0, "loading student and probe prompts");
     ScreenInputs inputs;
-    inputs.student = loadModelDirectory(options.checkpoints.front());
+    inputs.device = options.settings.device;
+    inputs.student = loadModelDirectory(options.checkpoints.front(), options.settings.device);
     const ModelDirectory& student = inputs.student;
     inputs.requests = promptRequests(options.probePath, *student.tokenizer, options.count);
     requirePromptsFit(inputs.requests, student.config, options.settings.maxNewTokens);
@@ -526,7 +529,8 @@ nlohmann::json runConfigJson(
     runConfig["allow_protocol_mismatch"] = options.allowProtocolMismatch;
     runConfig["protocol"] = protocolToJson(protocol.screen);
     runConfig["protocol_differs"] = protocol.differences;
-    runConfig["engine"] = {{"batch", options.settings.batchSize}, {"kv_cache_bytes", options.settings.kvCacheBytes}};
+    runConfig["engine"] = {{"batch", options.settings.batchSize}, {"kv_cache_bytes", options.settings.kvCacheBytes},
+        {"device", deviceName(options.settings.device)}};
     nlohmann::json candidateList = nlohmann::json::array();
     for (const Candidate& candidate : options.candidates) {
         candidateList.push_back({{"name", candidate.name}, {"recipe", candidate.recipePath},

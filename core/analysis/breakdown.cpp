@@ -1,6 +1,7 @@
 #include "core/analysis/breakdown.h"
 
 #include "core/analysis/protocol.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/metrics/estimators.h"
@@ -363,7 +364,7 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
     }
 
     progress.update(0.0, "loading model and prompts");
-    const ModelDirectory student = loadModelDirectory(options.modelDirectory);
+    const ModelDirectory student = loadModelDirectory(options.modelDirectory, options.settings.device);
     const PromptRequests requests = promptRequests(options.promptSetPath, *student.tokenizer, options.count);
     requirePromptsFit(requests, student.config, options.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(options.settings, student.config, *student.tokenizer);
@@ -379,6 +380,7 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
         {"top_p", options.settings.topP}, {"top_k", options.settings.topK},
         {"max_tokens", options.settings.maxNewTokens}, {"seed", options.settings.seed},
         {"batch", options.settings.batchSize}, {"kv_cache_bytes", options.settings.kvCacheBytes},
+        {"device", deviceName(options.settings.device)},
         {"resamples", options.settings.bootstrap.resamples}, {"confidence", options.settings.bootstrap.confidence},
         {"bootstrap_seed", options.settings.bootstrap.seed}};
     const nlohmann::json runConfig = {{"model", options.modelDirectory}, {"model_step", screened.step},
@@ -398,7 +400,7 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
         const auto weightsOf = [&](const std::string& directory) -> const model::TransformerWeights& {
             auto found = weights.find(directory);
             if (found == weights.end()) {
-                found = weights.emplace(directory, loadCheckpointWeights(directory, student.config)).first;
+                found = weights.emplace(directory, loadCheckpointWeights(directory, student.config, options.settings.device)).first;
             }
             return found->second;
         };

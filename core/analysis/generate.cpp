@@ -1,5 +1,6 @@
 #include "core/analysis/generate.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/engine/memory_plan.h"
@@ -68,7 +69,7 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
     progress.checkCancelled();
     // As stored (a BF16 checkpoint stays BF16): the engine keeps no float32 copy.
     const model::TransformerWeights weights
-        = model::loadWeights(result.weightSource, config, model::LoadPrecision::Stored);
+        = onDevice(model::loadWeights(result.weightSource, config, model::LoadPrecision::Stored), o.device);
     // After the memory checks and the weights (whose problems are the model's, reported first), as `generate` always
     // did: each prompt plus the new tokens must fit the model's positions.
     requirePromptsFit(result.requests, config, o.sampling.maxNewTokens);

@@ -28,6 +28,7 @@ struct GenerateOptions {
     std::uint64_t kvCacheBytes = 1ull << 30;
     std::int64_t blockSize = 16;
     std::int64_t maxBatch = 0; // 0: as many sequences per wave as the cache holds
+    at::Device device = at::Device(at::kCPU); // where the engine computes (common/device.h)
     // How messages name the inputs that have no file of their own (the CLI names its options).
     std::string kvMemorySource = "kv_memory";
     std::string noiseModulesSource = "noise_modules";

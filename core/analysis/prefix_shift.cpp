@@ -2,6 +2,7 @@
 
 #include "core/analysis/protocol.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/metrics/mismatch.h"
 #include "core/store/analysis_store.h"
@@ -138,6 +139,7 @@ nlohmann::json configurationJson(const PrefixShiftOptions& options, const Prompt
                                          : nlohmann::json()},
         {"noise", options.configuration.noise}, {"noise_seed", options.configuration.noiseSeed},
         {"noise_modules", options.configuration.noiseModules}, {"cap", options.cap},
+        {"device", deviceName(options.settings.device)},
         {"sampling",
             {{"temperature", options.settings.temperature}, {"top_p", options.settings.topP},
                 {"top_k", options.settings.topK}, {"max_tokens", options.settings.maxNewTokens},
@@ -399,7 +401,7 @@ PrefixShiftResult runPrefixShift(store::RunStore& store, const PrefixShiftOption
     checkOptions(options);
     checkMemory(options);
     progress.update(0.0, "loading model and prompts");
-    const ModelDirectory model = loadModelDirectory(options.modelDirectory);
+    const ModelDirectory model = loadModelDirectory(options.modelDirectory, options.settings.device);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
     requirePromptsFit(requests, model.config, options.settings.maxNewTokens);
     engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);

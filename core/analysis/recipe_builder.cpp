@@ -165,7 +165,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
     }
 
     checkAnalysisMemory("the recipe builder", {scanSettings.modelDirectory}, {nullptr}, scanSettings.settings);
-    const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory);
+    const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory, scanSettings.settings.device);
     const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
     requirePromptsFit(requests, model.config, scanSettings.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);

@@ -1,5 +1,6 @@
 #include "core/analysis/rollout_measure.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/hash.h"
 #include "core/common/input_limits.h"
@@ -47,7 +48,7 @@ std::string toString(KvScalePolicy policy)
     return policy == KvScalePolicy::FrozenFirstBatch ? "frozen_first_batch" : "fitted_per_measurement";
 }
 
-ModelDirectory loadModelDirectory(const std::string& directory)
+ModelDirectory loadModelDirectory(const std::string& directory, const at::Device& device)
 {
     if (pathKind(directory) != PathKind::Directory) {
         throw InputError(directory, "", "is not a model directory (expected config.json, weights, tokenizer.json)");
@@ -58,6 +59,9 @@ ModelDirectory loadModelDirectory(const std::string& directory)
     // The tokenizer first: it is checked against config.json, and it is cheaper than the weights.
     loaded.tokenizer = std::make_shared<model::Tokenizer>(model::loadModelTokenizer(directory, loaded.config));
     loaded.weights = model::loadWeights(directory, loaded.config, model::LoadPrecision::Stored);
+    if (!device.is_cpu()) {
+        loaded.weights = onDevice(loaded.weights, device);
+    }
     return loaded;
 }
 
@@ -69,14 +73,16 @@ void requirePromptsFit(const PromptRequests& requests, const model::ModelConfig&
     }
 }
 
-model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference)
+model::TransformerWeights loadCheckpointWeights(
+    const std::string& directory, const model::ModelConfig& reference, const at::Device& device)
 {
     const model::ModelConfig config = model::loadConfig(configPath(directory));
     if (config != reference) {
         throw InputError(configPath(directory), "",
             "is not a checkpoint of the same model: its architecture (config.json) differs from the student's");
     }
-    return model::loadWeights(directory, config, model::LoadPrecision::Stored);
+    model::TransformerWeights weights = model::loadWeights(directory, config, model::LoadPrecision::Stored);
+    return device.is_cpu() ? weights : onDevice(weights, device);
 }
 
 std::vector<std::vector<std::int64_t>> PromptRequests::prompts() const

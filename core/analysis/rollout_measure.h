@@ -32,10 +32,12 @@ struct ModelDirectory {
     model::TransformerWeights weights;
     std::shared_ptr<model::Tokenizer> tokenizer;
 };
-ModelDirectory loadModelDirectory(const std::string& directory);
+// The weights are placed on `device` (common/device.h): the engines and the trainer built on them run there.
+ModelDirectory loadModelDirectory(const std::string& directory, const at::Device& device = at::Device(at::kCPU));
 // Same config and tokenizer, other weights (another checkpoint of the same model): InputError naming the
 // config.json when the architecture differs from `reference`.
-model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference);
+model::TransformerWeights loadCheckpointWeights(const std::string& directory, const model::ModelConfig& reference,
+    const at::Device& device = at::Device(at::kCPU));
 
 // A prompt set as engine requests: each prompt rendered through the set's template and encoded with the special
 // tokens; the request seed is FNV-1a of the prompt id, so a prompt gets the same sample in every configuration
@@ -70,6 +72,9 @@ struct MeasureSettings {
     metrics::BootstrapOptions bootstrap; // intervals over prompts
     KvScalePolicy kvScales = KvScalePolicy::FittedPerMeasurement;
     std::int64_t kvFirstBatch = 32; // FrozenFirstBatch: prompts of the first batch (>= 1)
+    // Where the engines and the trainer compute (common/device.h); not part of the measurement protocol, but
+    // recorded with each analysis's settings.
+    at::Device device = at::Device(at::kCPU);
 };
 // The memory check of an engine-only analysis, made before anything is loaded (model::checkJobFits, parts as
 // engine/memory_plan.h): the weights of every directory in `checkpoints` as stored, `enginesAtOnce` times the

@@ -3,6 +3,7 @@
 #include "core/analysis/protocol.h"
 
 #include "core/analysis/job_resume.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/quant/formats.h"
 
@@ -92,7 +93,7 @@ std::string sensitivityConfigJson(const SensitivityOptions& options)
             {{"temperature", s.temperature}, {"top_p", s.topP}, {"top_k", s.topK}, {"max_tokens", s.maxNewTokens},
                 {"seed", s.seed}, {"kv_scale_fit", toString(s.kvScales)}, {"kv_first_batch", s.kvFirstBatch}}},
         {"protocol", protocolToJson(settingsProtocol(options.promptSetPath, options.count, s))},
-        {"engine", {{"batch", s.batchSize}, {"kv_cache_bytes", s.kvCacheBytes}}},
+        {"engine", {{"batch", s.batchSize}, {"kv_cache_bytes", s.kvCacheBytes}, {"device", deviceName(s.device)}}},
         {"bootstrap",
             {{"resamples", s.bootstrap.resamples}, {"confidence", s.bootstrap.confidence}, {"seed", s.bootstrap.seed}}}}
         .dump();
@@ -182,7 +183,7 @@ SensitivityResult measureScan(store::RunStore& store, const SensitivityOptions& 
     // Each cell quantizes one module: its engine holds about what the BF16 engine holds.
     checkAnalysisMemory("the sensitivity scan", {options.modelDirectory}, {nullptr}, options.settings);
     progress.update(0.0, "loading model and prompts");
-    const ModelDirectory model = loadModelDirectory(options.modelDirectory);
+    const ModelDirectory model = loadModelDirectory(options.modelDirectory, options.settings.device);
     const PromptRequests requests = promptRequests(options.promptSetPath, *model.tokenizer, options.count);
     requirePromptsFit(requests, model.config, options.settings.maxNewTokens);
     const engine::SamplingOptions sampling = samplingOptions(options.settings, model.config, *model.tokenizer);

@@ -5,6 +5,10 @@
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
 
+#if defined(MISMATCH_HAVE_CUDA)
+#include "cuda/fp8_ops.h"
+#endif
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -30,7 +34,20 @@ void recordStorage(std::uint64_t bytes)
     }
 }
 
+std::atomic<std::int64_t> deviceAttentionCount {0};
+std::atomic<std::int64_t> deviceAppendCount {0};
+
 } // namespace
+
+std::int64_t deviceKvAttentionCalls()
+{
+    return deviceAttentionCount.load();
+}
+
+std::int64_t deviceKvAppendCalls()
+{
+    return deviceAppendCount.load();
+}
 
 std::uint64_t peakKvStorageBytes()
 {
@@ -315,8 +332,56 @@ void KvBlockPool::write(std::int64_t layer, const at::Tensor& slots, const at::T
         storedValues = storedValues.to(keys.device());
     }
     const at::Tensor index = slots.to(keys.device());
+#if defined(MISMATCH_HAVE_CUDA)
+    if (kind == KvStorage::Fp8Codes && keys.is_cuda()) {
+        // The FP8 KV append kernel: code = encode(value / scale of its head), written at each slot (bit for bit the
+        // CPU codec's codes, tests/gpu).
+        const auto scalesOn = [&](const at::Tensor& scales) { return scales.to(keys.device()).to(at::kFloat).reshape({-1}); };
+        cuda::appendKvFp8(storedKeys, scalesOn(keyScales), keys.contiguous(), index);
+        cuda::appendKvFp8(storedValues, scalesOn(valueScales), values.contiguous(), index);
+        ++deviceAppendCount;
+        return;
+    }
+#endif
     storedKeys.index_copy_(0, index, toStorage(keys.to(at::kFloat), kind, keyScales));
     storedValues.index_copy_(0, index, toStorage(values.to(at::kFloat), kind, valueScales));
+}
+
+bool KvBlockPool::attendsOnDevice(std::int64_t layer) const
+{
+#if defined(MISMATCH_HAVE_CUDA)
+    const KvStorage kind = storage_[static_cast<std::size_t>(layer)];
+    return kind == KvStorage::Fp8Codes || kind == KvStorage::BFloat16;
+#else
+    (void)layer;
+    return false;
+#endif
+}
+
+at::Tensor KvBlockPool::attendOnDevice(std::int64_t layer, const at::Tensor& table, const at::Tensor& lengths,
+    const at::Tensor& q, const at::Tensor& keyScales, const at::Tensor& valueScales) const
+{
+#if defined(MISMATCH_HAVE_CUDA)
+    const KvStorage kind = storage_[static_cast<std::size_t>(layer)];
+    const at::Tensor& storedKeys = keys_[static_cast<std::size_t>(layer)];
+    const at::Tensor& storedValues = values_[static_cast<std::size_t>(layer)];
+    const at::Device device = storedKeys.device();
+    const auto view = [&](const at::Tensor& storage, const at::Tensor& scales) {
+        return cuda::KvCacheView {storage,
+            kind == KvStorage::Fp8Codes ? scales.to(device).to(at::kFloat).reshape({-1}) : at::Tensor()};
+    };
+    const std::int64_t batch = q.size(0);
+    const std::int64_t heads = q.size(1);
+    const std::int64_t headDim = q.size(3);
+    const at::Tensor out = cuda::decodeAttention(q.reshape({batch, heads, headDim}).contiguous(),
+        view(storedKeys, keyScales), view(storedValues, valueScales), table.to(device), lengths.to(device),
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(headDim))));
+    ++deviceAttentionCount;
+    return out.reshape({batch, 1, heads * headDim});
+#else
+    (void)layer, (void)table, (void)lengths, (void)q, (void)keyScales, (void)valueScales;
+    throw Error("this build has no CUDA kernels");
+#endif
 }
 
 std::pair<at::Tensor, at::Tensor> KvBlockPool::read(
@@ -621,6 +686,21 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::append(
 at::Tensor PagedKvCache::appendAndAttend(
     std::int64_t layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias)
 {
+    if (q.is_cuda() && q.scalar_type() == at::kFloat && q.size(2) == 1 && pool_.attendsOnDevice(layer)) {
+        const auto [keyScales, valueScales] = store(layer, keys, values);
+        // A decoding step's bias only hides each row's left padding (every later position is real), so the kernel
+        // attends over each row's positions from its padding on: their slots left-aligned, and how many.
+        const at::Tensor slots = allSlots().to(at::kCPU);
+        const std::int64_t total = slots.size(1);
+        at::Tensor table = at::zeros({rows(), total}, at::kLong);
+        at::Tensor lengths = at::empty({rows()}, at::kLong);
+        for (std::int64_t row = 0; row < rows(); ++row) {
+            const std::int64_t real = total - std::min(total, rows_[static_cast<std::size_t>(row)].padding);
+            table[row].narrow(0, 0, real).copy_(slots[row].narrow(0, total - real, real));
+            lengths[row] = real;
+        }
+        return pool_.attendOnDevice(layer, table, lengths, q, keyScales, valueScales);
+    }
     if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || q.size(2) != 1 || bias.scalar_type() != at::kFloat) {
         return {};
     }

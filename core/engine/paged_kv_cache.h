@@ -127,6 +127,14 @@ public:
     // (8 lanes, then the lanes pairwise) instead of the BLAS library's.
     at::Tensor attend(std::int64_t layer, const at::Tensor& slots, const at::Tensor& q, const at::Tensor& bias,
         const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {}) const;
+    // CUDA builds, storage on a CUDA device: whether layer `layer` is attended by the decode-attention kernel
+    // (Fp8Codes and BFloat16 storage; the FP32 engine's Float32 layers take Transformer::attention).
+    bool attendsOnDevice(std::int64_t layer) const;
+    // cuda::decodeAttention over the stored codes or bf16 values, read in place: q [B, H, 1, headDim] float32 on the
+    // device; `table` [B, S] int64 each row's real slots left-aligned, `lengths` [B] how many; scales as write.
+    // Returns [B, 1, H * headDim] float32 (the same function as attend(), summed in the kernel's order).
+    at::Tensor attendOnDevice(std::int64_t layer, const at::Tensor& table, const at::Tensor& lengths,
+        const at::Tensor& q, const at::Tensor& keyScales, const at::Tensor& valueScales) const;
     // Bytes of the storage now held, every layer.
     std::uint64_t storageBytes() const;
     // Slots of the storage now held (for tests: storage grows with use, not with the budget).
@@ -168,8 +176,9 @@ public:
     // prompt + max new tokens); it throws ResourceError rather than touching another sequence's blocks.
     std::pair<at::Tensor, at::Tensor> append(
         std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override;
-    // Decoding steps (one new position per row, float32 on the CPU) attend in place (KvBlockPool::attend); other
-    // forwards (prefills, other devices) return undefined and take append() and Transformer::attention.
+    // Decoding steps (one new position per row, float32) attend in place: on the CPU through KvBlockPool::attend,
+    // on a CUDA device (CUDA builds; FP8 and BF16 layers) through the decode-attention kernel; other forwards
+    // (prefills, the FP32 engine on a GPU) return undefined and take append() and Transformer::attention.
     at::Tensor appendAndAttend(std::int64_t layer, const at::Tensor& q, const at::Tensor& keys,
         const at::Tensor& values, const at::Tensor& bias) override;
     void advance(std::int64_t tokens) override;
@@ -194,6 +203,12 @@ private:
     at::Tensor pendingSlots_; // [B, T] positions being appended in the current forward
     std::int64_t length_ = 0;
 };
+
+// How many decoding steps, process-wide, attended through the CUDA decode-attention kernel (each layer counts),
+// and how many appends to an FP8 layer on a CUDA device went through the FP8 KV append kernel: tests show the
+// kernels were used.
+std::int64_t deviceKvAttentionCalls();
+std::int64_t deviceKvAppendCalls();
 
 // The largest storage (bytes of the tensors holding keys and values, every layer) any KvBlockPool of this process
 // has held so far: what the emulated caches really allocated (benchmarks report it beside peak RSS).

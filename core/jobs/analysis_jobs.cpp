@@ -76,6 +76,7 @@ std::vector<Parameter> analysisParameters(bool fromProtocol)
             0),
         param("kv_memory", ParameterType::Text, "--kv-memory", "KV-cache memory",
             "Memory of each engine's paged KV cache (256MiB, 1GiB, ...)", "256MiB"),
+        deviceParameter("cpu"),
     };
 }
 
@@ -124,6 +125,7 @@ analysis::MeasureSettings measureSettings(const JobSpec& spec, analysis::Measure
     s.bootstrap.confidence = spec.number("confidence");
     s.bootstrap.seed = static_cast<std::uint64_t>(spec.integer("bootstrap_seed"));
     s.kvCacheBytes = parseByteSize(spec.text("kv_memory"), "kv_memory"); // checked by checkByteSize
+    s.device = parseDevice(spec.text("device"), "device", ""); // one of the choices: available here
     return s;
 }
 

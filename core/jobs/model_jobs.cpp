@@ -80,6 +80,7 @@ analysis::GenerateOptions generateOptions(const JobSpec& spec)
     options.kvMemorySource = "kv_memory " + spec.text("kv_memory");
     options.blockSize = spec.integer("block_size");
     options.maxBatch = spec.integer("max_batch");
+    options.device = parseDevice(spec.text("device"), "device", ""); // one of the choices: available here
     return options;
 }
 
@@ -148,6 +149,7 @@ JobDefinition generateJob()
         ranged(param("max_batch", ParameterType::Integer, "--max-batch", "Sequences per wave",
                    "Sequences per wave (0: as many as the cache holds)", 0),
             0),
+        deviceParameter("cpu"),
     };
     job.check = [](const JobSpec& spec) {
         std::vector<ParameterError> errors;

@@ -1,6 +1,7 @@
 #pragma once
 // Building blocks of the catalogue's job definitions (core/jobs/*_job*.cpp): a parameter with its words, a range,
 // choices, required; a definition's head. Internal to core/jobs.
+#include "core/common/device.h"
 #include "core/jobs/job_spec.h"
 
 #include <optional>
@@ -44,6 +45,20 @@ inline Parameter required(Parameter p)
 {
     p.required = true;
     return p;
+}
+
+// Where the job computes (common/device.h): one of the devices this build and machine have ("cpu", "cuda:0", ...),
+// listed in the help text. `defaultValue` null: not given, which `unsetHelp` explains (train: the run file's).
+inline Parameter deviceParameter(nlohmann::json defaultValue, const std::string& unsetHelp = "")
+{
+    std::string have;
+    for (const std::string& line : deviceDescriptions()) {
+        have += (have.empty() ? "" : ", ") + line;
+    }
+    return choice(param("device", ParameterType::Choice, "--device", "Device",
+                      "Where the models compute: cpu or cuda:N (here: " + have + ")" + unsetHelp,
+                      std::move(defaultValue)),
+        availableDevices());
 }
 
 inline JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)

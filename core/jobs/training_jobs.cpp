@@ -41,6 +41,9 @@ analysis::CalibrationOptions calibrationOptions(const JobSpec& spec)
 {
     analysis::CalibrationOptions options;
     options.base = train::loadRunConfig(calibrationRunFile(spec));
+    if (spec.given("device")) {
+        options.base.device = spec.text("device"); // every run of the sweep computes there
+    }
     const bool quick = spec.flag("quick");
     options.name = spec.text("name").empty() ? options.base.name + "-calibration" + (quick ? "-quick" : "")
                                              : spec.text("name");
@@ -119,6 +122,7 @@ JobDefinition calibrateJob()
                    "Prompts of the screening protocol stored with the budget (from the run's training set)",
                    defaults.probeCount),
             1, false, 1000000),
+        deviceParameter(nullptr, "; not given: the base run file's device"),
     };
     // Across parameters: what core checks before it stores anything (the base run file's objective and
     // evaluation set, rule steps the run evaluates), named by parameter; a run file that cannot be read names it.
@@ -166,6 +170,7 @@ JobDefinition trainJob()
         ranged(param("stop_after", ParameterType::Integer, "--stop-after", "Stop after steps",
                    "Stop after this many steps of this invocation, leaving the run resumable (0: run to the end)", 0),
             0),
+        deviceParameter(nullptr, "; not given: the run file's device"),
     };
     // The run file's own checks (models, prompt sets, recipes and every field), named by the file and field.
     job.checkInputs = [](const JobSpec& spec) {
@@ -181,8 +186,11 @@ JobDefinition trainJob()
                   const std::function<void(std::int64_t)>&) {
         train::TrainOptions options;
         options.stopAfterSteps = spec.integer("stop_after");
-        return trainingResult(
-            store, train::runTraining(train::loadRunConfig(spec.text("run_file")), store, progress, options));
+        train::RunConfig config = train::loadRunConfig(spec.text("run_file"));
+        if (spec.given("device")) {
+            config.device = spec.text("device");
+        }
+        return trainingResult(store, train::runTraining(config, store, progress, options));
     };
     job.resultFields = {"run_id", "name", "status", "steps_stored", "resumed_from_step", "final_quality",
         "final_accuracy", "wall_seconds", "last_checkpoint", "workspace"};

@@ -393,9 +393,12 @@ at::Tensor Transformer::attention(const at::Tensor& q, const at::Tensor& k, cons
     return out.view({batch, heads, queries, headDim}).transpose(1, 2).reshape({batch, queries, heads * headDim});
 }
 
-at::Tensor Transformer::forward(const at::Tensor& ids, const at::Tensor& attentionMask, const at::Tensor& positions,
-    KvCache* cache, const ForwardOptions& options) const
+at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& attentionMask,
+    const at::Tensor& positions, KvCache* cache, const ForwardOptions& options) const
 {
+    // The forward runs where the weights are (common/device.h): ids, mask and positions from the host move there.
+    const at::Device device = embedWeight_.device();
+    const at::Tensor ids = tokenIds.device() == device ? tokenIds : tokenIds.to(device);
     TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong, "ids must be [B, T] int64, got ", ids.sizes(), " ",
         ids.scalar_type());
     const std::int64_t batch = ids.size(0);
@@ -407,7 +410,6 @@ at::Tensor Transformer::forward(const at::Tensor& ids, const at::Tensor& attenti
     const at::ScalarType compute = options.compute;
     TORCH_CHECK(at::isFloatingType(compute), "compute dtype must be floating, got ", compute);
     const at::ScalarType accumulate = accumulateType(compute);
-    const at::Device device = ids.device();
     const double eps = config_.rmsNormEps;
     const std::int64_t heads = config_.numHeads;
     const std::int64_t kvHeads = config_.numKeyValueHeads;

@@ -1,5 +1,6 @@
 #include "core/train/run_config.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/quant/recipe.h"
@@ -109,7 +110,7 @@ bool operator==(const RunConfig& a, const RunConfig& b)
             c.optimizer.learningRate, c.optimizer.warmupSteps, c.optimizer.weightDecay, c.optimizer.gradientClip,
             c.optimizer.beta1, c.optimizer.beta2, c.batch.promptsPerStep, c.batch.samplesPerPrompt, c.steps,
             c.evaluation.every, c.evaluation.prompts, c.evaluation.count, c.evaluation.maxTokens,
-            c.evaluation.bf16UnitEvery, c.checkpoint.every, c.seed, c.threads);
+            c.evaluation.bf16UnitEvery, c.checkpoint.every, c.seed, c.threads, c.device);
     };
     return tie(a) == tie(b);
 }
@@ -469,7 +470,7 @@ RunConfig Parser::parse(const YAML::Node& root)
     }
     const auto list = reader_.entries(root, top,
         {"name", "student", "teacher", "prompts", "objective", "correction", "rollout", "optimizer", "batch", "steps",
-            "evaluation", "checkpoint", "seed", "threads"});
+            "evaluation", "checkpoint", "seed", "threads", "device"});
     RunConfig config;
     config.sourceFile = file_;
     config.name = fs::path(file_).stem().string();
@@ -538,6 +539,16 @@ RunConfig Parser::parse(const YAML::Node& root)
             fail(e->valueLocation,
                 "must be 0 (one per core) to " + std::to_string(cores) + " (the cores of this machine), got "
                     + std::to_string(config.threads));
+        }
+    }
+
+    if (const Entry* e = Reader::find(list, "device")) {
+        // The spelling only: whether this machine has the device is checked when the run starts (Trainer).
+        const std::string text = reader_.stringValue(*e);
+        try {
+            config.device = canonicalDevice(text, file_, "device");
+        } catch (const InputError&) {
+            fail(e->valueLocation, "device '" + text + "': expected cpu, cuda or cuda:N");
         }
     }
 
@@ -637,6 +648,7 @@ std::string runConfigToJson(const RunConfig& c)
     j["checkpoint"] = {{"every", c.checkpoint.every}};
     j["seed"] = c.seed;
     j["threads"] = c.threads;
+    j["device"] = c.device;
     return j.dump(2);
 }
 

@@ -23,6 +23,8 @@
 //   checkpoint: {every: 100}
 //   seed: 1
 //   threads: 0                                # 0: one per core
+//   device: cpu                               # cpu | cuda | cuda:N: where the student, teacher, engine and
+//                                             # optimizer compute (common/device.h)
 //
 // Required: student and prompts; teacher for the OPD objectives. Everything else has the default written in
 // the structs below. REINFORCE and GRPO learn from a verifiable reward and do not use the teacher: a teacher
@@ -131,6 +133,7 @@ struct RunConfig {
     CheckpointConfig checkpoint;
     std::uint64_t seed = 0;
     std::int64_t threads = 0; // >= 0; 0: one per core
+    std::string device = "cpu"; // canonical: "cpu" or "cuda:N"; checked against this machine when a run starts
 
     std::string sourceFile; // where it was parsed from (not part of equality)
 };

@@ -1,6 +1,7 @@
 #include "core/train/trainer.h"
 
 #include "core/analysis/rollout_measure.h"
+#include "core/common/device.h"
 #include "core/common/byte_size.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
@@ -27,6 +28,10 @@
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
 #include "core/train/quality.h"
+
+#if defined(MISMATCH_HAVE_CUDA)
+#include "cuda/fp8_ops.h"
+#endif
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -199,7 +204,8 @@ struct PackedBatch {
     EngineTokens engineTokens;
 };
 
-PackedBatch packBatch(const Rollout& rollout)
+// `device`: where the student computes; the batch is built on the host and its tensors moved there once.
+PackedBatch packBatch(const Rollout& rollout, const at::Device& device)
 {
     PackedBatch packed;
     const auto batch = static_cast<std::int64_t>(rollout.requests.size());
@@ -240,6 +246,12 @@ PackedBatch packBatch(const Rollout& rollout)
     packed.rowIndex = at::tensor(rows, at::kLong);
     packed.engineTokens.sampled = at::tensor(sampled, at::kLong);
     packed.engineTokens.logProbs = at::tensor(engineLogProbs, at::kDouble);
+    if (!device.is_cpu()) {
+        for (at::Tensor* tensor : {&packed.ids, &packed.mask, &packed.rowIndex, &packed.engineTokens.sampled,
+                 &packed.engineTokens.logProbs}) {
+            *tensor = tensor->to(device);
+        }
+    }
     return packed;
 }
 
@@ -278,6 +290,7 @@ public:
         // Every check that needs no weights comes first (configurations, tokenizers, prompt lengths, the noise
         // pattern, the memory of one step), so that a meaningless setup is refused in seconds.
         const std::string runFile = config.sourceFile.empty() ? std::string("run configuration") : config.sourceFile;
+        device_ = parseDevice(config.device, runFile, "device"); // before anything is loaded
         const model::ModelFiles studentFiles = model::openModelDirectory(config.student);
         modelConfig_ = studentFiles.config;
         tokenizer_ = std::make_unique<model::Tokenizer>(model::loadModelTokenizer(config.student, modelConfig_));
@@ -339,10 +352,14 @@ public:
         requireStepFits(runFile, longestPrompt);
         requireJobFits(longestPrompt);
         weights_ = model::loadWeights(config.student, modelConfig_); // finite (model::requireFiniteWeights)
+        if (!device_.is_cpu()) {
+            // The master weights (and so AdamW's moments and the rollout engine's copies) live on the device.
+            weights_ = onDevice(weights_, device_);
+        }
         if (teacherConfig) {
             // The teacher never trains: its stored values (a BF16 checkpoint stays BF16), multiplied exactly in FP32.
-            model::TransformerWeights teacherWeights
-                = model::loadWeights(config.teacher, *teacherConfig, model::LoadPrecision::Stored);
+            model::TransformerWeights teacherWeights = onDevice(
+                model::loadWeights(config.teacher, *teacherConfig, model::LoadPrecision::Stored), device_);
             teacher_ = std::make_unique<model::Transformer>(*teacherConfig, std::move(teacherWeights));
         }
         sampling_.temperature = config.rollout.sampling.temperature;
@@ -470,6 +487,7 @@ private:
     model::ModelConfig modelConfig_;
     std::unique_ptr<model::Tokenizer> tokenizer_;
     model::TransformerWeights weights_; // the student's FP32 master weights
+    at::Device device_ = at::Device(at::kCPU); // where the run computes (RunConfig::device)
     std::int64_t parameterCount_ = 0;
     std::unique_ptr<model::Transformer> teacher_;
     io::PromptSet trainSet_;
@@ -616,8 +634,9 @@ std::vector<double> Session::rewards(const Rollout& rollout) const
 ObjectiveResult Session::objective(const at::Tensor& studentLogits, const Rollout& rollout, const PackedBatch& packed,
     const std::vector<double>& rewards) const
 {
-    const at::Tensor realTokens = at::ones({packed.tokens}, at::kBool);
-    const at::Tensor rewardTensor = at::tensor(rewards, at::kDouble);
+    const at::Tensor realTokens = at::ones({packed.tokens}, at::TensorOptions().dtype(at::kBool).device(device_));
+    const at::Tensor rewardTensor = at::tensor(rewards, at::kDouble).to(device_);
+    const at::Tensor sequenceOf = at::tensor(packed.sequenceOf, at::kLong).to(device_);
     const EngineTokens& engineTokens = packed.engineTokens;
     CorrectionOptions correction;
     correction.kind = config_.correction.kind == CorrectionKind::Tis
@@ -626,7 +645,7 @@ ObjectiveResult Session::objective(const at::Tensor& studentLogits, const Rollou
     correction.cap = config_.correction.cap;
     at::Tensor teacherLogProbs;
     if (usesTeacher(config_.objective.kind)) {
-        teacherLogProbs = at::cat(rollout.teacherLogProbs, 0);
+        teacherLogProbs = at::cat(rollout.teacherLogProbs, 0).to(device_); // scored rows come back to the host
     }
     ObjectiveResult result;
     switch (config_.objective.kind) {
@@ -643,13 +662,13 @@ ObjectiveResult Session::objective(const at::Tensor& studentLogits, const Rollou
         result = opdTopK(studentLogits, teacherLogProbs, realTokens, config_.objective.topK, engineTokens, correction);
         break;
     case Objective::Reinforce:
-        result = reinforce(studentLogits, realTokens, at::tensor(packed.sequenceOf, at::kLong), rewardTensor,
+        result = reinforce(studentLogits, realTokens, sequenceOf, rewardTensor,
             engineTokens, correction);
         break;
     case Objective::Grpo: {
         GrpoOptions grpoOptions;
         grpoOptions.groupSize = config_.batch.samplesPerPrompt;
-        result = grpo(studentLogits, realTokens, at::tensor(packed.sequenceOf, at::kLong), rewardTensor, engineTokens,
+        result = grpo(studentLogits, realTokens, sequenceOf, rewardTensor, engineTokens,
             grpoOptions);
         break;
     }
@@ -702,8 +721,26 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
         for (const auto& generation : rollout.generations) {
             mus.push_back(generation.distributions);
         }
-        const at::Tensor piLogProbs = at::log_softmax(studentLogits.detach().to(at::kDouble) / measureTemperature_, -1);
-        const metrics::TokenMismatch m = metrics::tokenMismatch(at::cat(mus, 0), piLogProbs, sampled);
+        // The engine's distributions come back to the host with its samples: the mismatch is taken where pi is.
+        const at::Tensor logMu = at::cat(mus, 0).to(studentLogits.device());
+        const at::Tensor scaled = studentLogits.detach() / measureTemperature_;
+        metrics::TokenMismatch m;
+        at::Tensor piLogProbs; // float64 log pi: every row on the CPU; on a GPU only the kept rollouts' rows
+#if defined(MISMATCH_HAVE_CUDA)
+        if (scaled.is_cuda()) {
+            // The fused kernel: one pass over mu's log-probabilities (their log-sum-exp is 0, so they serve as
+            // logits) and pi's logits per row, float32 running log-sum-exps (tests/gpu: within 1e-4 nats of the
+            // two-pass float64 definition), instead of a float64 log-softmax of the whole [N, vocab] batch.
+            const cuda::FusedMismatch fused = cuda::fusedMismatch(logMu.to(at::kFloat), scaled.to(at::kFloat), sampled);
+            m.kl = fused.kl.to(at::kDouble);
+            m.k1 = fused.k1.to(at::kDouble);
+            m.k3 = fused.k3.to(at::kDouble);
+        }
+#endif
+        if (!m.kl.defined()) {
+            piLogProbs = at::log_softmax(scaled.to(at::kDouble), -1);
+            m = metrics::tokenMismatch(logMu, piLogProbs, sampled);
+        }
         mismatch.kl = m.kl.mean().item<double>();
         mismatch.k1 = m.k1.mean().item<double>();
         mismatch.k3 = m.k3.mean().item<double>();
@@ -717,10 +754,12 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
             stored.promptId = trainSet_.prompts[rollout.promptIndex[b]].id;
             stored.promptTokens = rollout.requests[b].prompt;
             stored.tokens = generation.tokens;
-            const at::Tensor kl = m.kl.slice(0, row, row + length).to(at::kDouble).contiguous();
+            const at::Tensor kl = m.kl.slice(0, row, row + length).to(at::kCPU).to(at::kDouble).contiguous();
             stored.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + length);
-            stored.details
-                = analysis::tokenDetails(generation.distributions, piLogProbs.slice(0, row, row + length), generation.tokens);
+            const at::Tensor rowsPi = piLogProbs.defined()
+                ? piLogProbs.slice(0, row, row + length)
+                : at::log_softmax(scaled.slice(0, row, row + length).to(at::kDouble), -1);
+            stored.details = analysis::tokenDetails(generation.distributions, rowsPi.to(at::kCPU), generation.tokens);
             kept->push_back(std::move(stored));
             row += length;
         }
@@ -785,7 +824,7 @@ store::StepMetrics Session::trainStep(const Rollout& rollout, AdamW& optimizer,
 {
     const std::int64_t step = rollout.step;
     const Clock::time_point trainStart = Clock::now();
-    const PackedBatch packed = packBatch(rollout);
+    const PackedBatch packed = packBatch(rollout, device_);
     const std::int64_t batch = packed.batch;
     const std::int64_t tokens = packed.tokens;
     const std::vector<double> stepRewards = rewards(rollout);
@@ -956,7 +995,7 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
     }
     model::TransformerWeights restored = model::loadWeights(directory.string(), modelConfig_);
     for (const std::string& name : weights_.names()) {
-        weights_.set(name, restored.get(name).clone());
+        weights_.set(name, restored.get(name).to(device_).clone());
     }
     const auto optimizerFile = model::SafetensorsFile::open((directory / "optimizer.safetensors").string());
     optimizerState_.clear();
@@ -968,7 +1007,7 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
         for (const std::int64_t version : historyVersions) {
             model::TransformerWeights snapshot;
             for (const std::string& name : weights_.names()) {
-                snapshot.set(name, historyFile->load("v" + std::to_string(version) + "/" + name));
+                snapshot.set(name, historyFile->load("v" + std::to_string(version) + "/" + name).to(device_));
             }
             versions_.publish(version, std::move(snapshot));
         }

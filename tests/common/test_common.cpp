@@ -2,11 +2,15 @@
 // both ways); FNV-1a against the published test vectors and a naive loop; the atomic file writer (whole file or
 // nothing, the system's reason named); byte sizes as text.
 #include "core/common/byte_size.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/common/hash.h"
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
+#include "core/model/transformer.h"
+
+#include <ATen/ATen.h>
 
 #include <QDir>
 #include <QRandomGenerator>
@@ -35,6 +39,7 @@ private slots:
     void atomicWriterNamesTheSystemsReason();
     void byteSizesAsText();
     void genericOpenBlasCoresAreReplaced();
+    void devicesAreParsedAndChecked();
 };
 
 void TestCommon::childMapsFractionsIntoItsRange()
@@ -254,6 +259,46 @@ void TestCommon::genericOpenBlasCoresAreReplaced()
     QCOMPARE(openblasCoreChoice("", true, true), std::string());
 }
 
+
+void TestCommon::devicesAreParsedAndChecked()
+{
+    const std::vector<std::string> available = availableDevices();
+    QVERIFY(!available.empty());
+    QCOMPARE(available.front(), std::string("cpu"));
+    QCOMPARE(deviceDescriptions().size(), available.size());
+    QVERIFY(parseDevice("cpu", "run.yaml", "device").is_cpu());
+    QCOMPARE(deviceName(parseDevice("cpu", "run.yaml", "device")), std::string("cpu"));
+    QCOMPARE(canonicalDevice("cuda", "f", "device"), std::string("cuda:0"));
+    QCOMPARE(canonicalDevice("cuda:07", "f", "device"), std::string("cuda:7"));
+    for (const char* bad : {"gpu", "CPU", "cuda:", "cuda:-1", "cuda:1x", "cuda:0:1", ""}) {
+        try {
+            canonicalDevice(bad, "run.yaml", "device");
+            QFAIL(qPrintable(QString("accepted '%1'").arg(bad)));
+        } catch (const InputError& error) {
+            QCOMPARE(QString::fromStdString(error.file()), QString("run.yaml"));
+            QCOMPARE(QString::fromStdString(error.location()), QString("device"));
+            QCOMPARE(QString::fromStdString(error.detail()),
+                QString("device '%1': expected cpu, cuda or cuda:N").arg(bad));
+        }
+    }
+    // The first CUDA index this machine does not have: refused, naming what is available.
+    std::string have;
+    for (const std::string& name : available) {
+        have += (have.empty() ? "" : ", ") + name;
+    }
+    const std::string missing = "cuda:" + std::to_string(available.size() - 1);
+    try {
+        parseDevice(missing, "job", "device");
+        QFAIL("a missing CUDA device was accepted");
+    } catch (const InputError& error) {
+        QVERIFY2(error.detail().find("device '" + missing + "': ") == 0, error.detail().c_str());
+        QVERIFY2(error.detail().find("; available: " + have) != std::string::npos, error.detail().c_str());
+    }
+    // Weights already on the device are the same tensors, not copies.
+    model::TransformerWeights weights;
+    weights.set("w", at::ones({2, 2}));
+    QVERIFY(onDevice(weights, at::Device(at::kCPU)).get("w").is_same(weights.get("w")));
+}
 
 QTEST_GUILESS_MAIN(TestCommon)
 #include "test_common.moc"

@@ -71,9 +71,9 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH
   exit 1
 fi
 grep -E "Mismatch Lab|Qt 6 Test|-- Library |MISMATCH_ICU" "$build/configure.log" || true
-log "building mismatch, test_gpu_reference, test_gpu_kernels, bench_gpu"
+log "building mismatch, test_gpu_reference, test_gpu_kernels, test_gpu_parity, bench_gpu"
 # -k 0: on a failure the build goes on with everything else, so one run lists every file that does not compile.
-if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels bench_gpu -- -k 0 \
+if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu -- -k 0 \
     >"$build/build.log" 2>&1; then
   grep -E "error:|Error [0-9]" "$build/build.log" | sort -u | head -n 60
   log "build failed; log: $build/build.log"

@@ -187,6 +187,12 @@ void TestRunFile::errors_data()
     QTest::newRow("negative threads") << "threads: -1"
                                       << "line 4, column 10"
                                       << "must be at least 0, got -1";
+    QTest::newRow("misspelt device") << "device: gpu0"
+                                     << "line 4, column 9"
+                                     << "device 'gpu0': expected cpu, cuda or cuda:N";
+    QTest::newRow("device index not a number") << "device: \"cuda:x\""
+                                               << "line 4, column 9"
+                                               << "device 'cuda:x': expected cpu, cuda or cuda:N";
     QTest::newRow("empty name") << "name: \"\""
                                 << "line 4, column 7"
                                 << "expected a non-empty name";
@@ -372,6 +378,7 @@ void TestRunFile::defaults()
     QCOMPARE(c.checkpoint.every, std::int64_t(0));
     QCOMPARE(c.seed, std::uint64_t(0));
     QCOMPARE(c.threads, std::int64_t(0));
+    QCOMPARE(QString::fromStdString(c.device), QString("cpu"));
     // A config built in code with the same paths equals the parsed one: the struct defaults are the file's.
     train::RunConfig built;
     built.name = "minimal";
@@ -418,6 +425,9 @@ void TestRunFile::everySetting()
     QCOMPARE(c.checkpoint.every, std::int64_t(50));
     QCOMPARE(c.seed, std::uint64_t(424242));
     QCOMPARE(c.threads, std::int64_t(2));
+    // "cuda" is written out as its canonical name; whether this machine has it is the trainer's check, so the
+    // file parses on a machine without a GPU (a run file written for a GPU machine can be read and edited here).
+    QCOMPARE(QString::fromStdString(c.device), QString("cuda:0"));
 }
 
 void TestRunFile::teacherIsOptionalForRewardObjectives()
@@ -481,6 +491,9 @@ void TestRunFile::jsonRoundTrip()
     train::RunConfig a = train::loadRunConfig(kFixtureDir + "/full.yaml");
     train::RunConfig b = a;
     b.threads = 3;
+    QVERIFY(a != b);
+    b = a;
+    b.device = "cpu";
     QVERIFY(a != b);
     b = a;
     b.rollout.sampling.topP = 0.9;

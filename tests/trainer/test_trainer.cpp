@@ -2,6 +2,7 @@
 // differences (float64), the asynchronous loop against the synchronous one (k = 0 and k = 2, bit for bit),
 // resume after a stop and after SIGKILL (nothing lost or duplicated, the same results as an uninterrupted
 // run), cancellation, numerical faults, the stored measures, and time to quality.
+#include "core/common/device.h"
 #include "core/analysis/admission.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/compare_objectives.h"
@@ -193,6 +194,7 @@ private slots:
     void nanWeightsFailTheRunWithAClearMessage();
     void resumeErrors();
     void mismatchedVocabulariesAreRejectedBeforeARunIsStored();
+    void deviceOfTheRunFile();
     void rewardObjectivesRunOnTinyModels_data();
     void rewardObjectivesRunOnTinyModels();
     void timeToQualityReadsTheStoredRun();
@@ -688,6 +690,35 @@ void TestTrainer::mismatchedVocabulariesAreRejectedBeforeARunIsStored()
         QVERIFY2(std::string(error.what()).find(file) != std::string::npos, error.what());
     }
     QCOMPARE(store.listRuns().size(), std::size_t(0));
+}
+
+void TestTrainer::deviceOfTheRunFile()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    // `device: cpu` written out is the default: the same run, value for value.
+    const std::string body = runBody(pair_, "steps: 2\n" + baseRollout());
+    const auto plain = train::runTraining(train::loadRunConfig(writeRunFile(ws, "plain", body)), store, progress);
+    const auto onCpu
+        = train::runTraining(train::loadRunConfig(writeRunFile(ws, "cpu", body + "device: cpu\n")), store, progress);
+    QCOMPARE(stepValues(store, onCpu.runId).size(), std::size_t(2));
+    QVERIFY(stepValues(store, onCpu.runId) == stepValues(store, plain.runId));
+    // A CUDA device this machine (or this build's LibTorch) does not have: refused before a run is stored, naming
+    // the run file, the key and the devices there are.
+    const std::size_t runs = store.listRuns().size();
+    const std::string missing = "cuda:" + std::to_string(availableDevices().size() - 1);
+    const std::string file = writeRunFile(ws, "gpu", body + "device: " + missing + "\n");
+    try {
+        train::runTraining(train::loadRunConfig(file), store, progress);
+        QFAIL("trained on a device that is not there");
+    } catch (const InputError& error) {
+        QCOMPARE(QString::fromStdString(error.file()), QString::fromStdString(file));
+        QCOMPARE(QString::fromStdString(error.location()), QString("device"));
+        QVERIFY2(error.detail().find("available: cpu") != std::string::npos, error.what());
+    }
+    QCOMPARE(store.listRuns().size(), runs);
 }
 
 void TestTrainer::rewardObjectivesRunOnTinyModels_data()
