@@ -1,7 +1,8 @@
 // Fused full-vocabulary mismatch: KL(mu || pi), k1 and k3 per row from the engine's and the trainer's logits in
 // one pass over each row (online log-sum-exp, core/metrics/online_kl_state.h), without writing any
-// log-softmax. One block per row; thread i takes v = i, i + blockDim, ... (coalesced), then the block merges
-// the partials pairwise (warp shuffles, then shared memory). Memory traffic: both rows read once.
+// log-softmax. One block per row; each thread reads 16-byte vectors i, i + blockDim, ... of both rows (coalesced;
+// element by element when a row is not 16-byte aligned) into kStates independent partials, merged in the thread,
+// then across the block pairwise (warp shuffles, then shared memory). Memory traffic: both rows read once.
 #include "core/metrics/online_kl_state.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
@@ -9,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace mismatch::cuda::kernels {
 
@@ -32,6 +35,10 @@ __device__ __forceinline__ metrics::OnlineKlState shuffleDown(const metrics::Onl
     return o;
 }
 
+// Independent running states per thread: each element's update depends on its state's previous one (an expf
+// on the chain), so one state per thread serializes the row; kStates chains run side by side and merge at the end.
+constexpr int kStates = 4;
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fusedMismatchKernel(const T* engine, const T* trainer,
     std::int64_t vocab, const std::int64_t* sampled, float* kl, float* k1, float* k3)
@@ -40,19 +47,54 @@ __global__ void __launch_bounds__(kThreads) fusedMismatchKernel(const T* engine,
     const std::int64_t row = blockIdx.x;
     const T* a = engine + row * vocab;
     const T* b = trainer + row * vocab;
-    metrics::OnlineKlState state;
-    std::int64_t v = threadIdx.x;
-    // Two elements in flight per iteration: both loads are issued before the first update.
-    for (; v + kThreads < vocab; v += 2 * kThreads) {
-        const float a0 = toFloat(a[v]);
-        const float b0 = toFloat(b[v]);
-        const float a1 = toFloat(a[v + kThreads]);
-        const float b1 = toFloat(b[v + kThreads]);
-        metrics::onlineKlAdd(state, a0, b0);
-        metrics::onlineKlAdd(state, a1, b1);
+    metrics::OnlineKlState states[kStates];
+    // 16-byte loads (8 bf16/fp16 or 4 float32 values) when both rows start 16-byte aligned: thread i takes
+    // vectors i, i + blockDim, ... (coalesced), two vectors of each row in flight per iteration.
+    constexpr int kPerVector = 16 / static_cast<int>(sizeof(T));
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(a) % 16 == 0) && (reinterpret_cast<std::uintptr_t>(b) % 16 == 0);
+    std::int64_t scalarFrom = 0;
+    if (aligned) {
+        const std::int64_t vectors = vocab / kPerVector;
+        const uint4* a4 = reinterpret_cast<const uint4*>(a);
+        const uint4* b4 = reinterpret_cast<const uint4*>(b);
+        std::int64_t i = threadIdx.x;
+        for (; i + kThreads < vectors; i += 2 * kThreads) {
+            const uint4 ra0 = __ldg(a4 + i);
+            const uint4 rb0 = __ldg(b4 + i);
+            const uint4 ra1 = __ldg(a4 + i + kThreads);
+            const uint4 rb1 = __ldg(b4 + i + kThreads);
+            const T* ea0 = reinterpret_cast<const T*>(&ra0);
+            const T* eb0 = reinterpret_cast<const T*>(&rb0);
+            const T* ea1 = reinterpret_cast<const T*>(&ra1);
+            const T* eb1 = reinterpret_cast<const T*>(&rb1);
+#pragma unroll
+            for (int j = 0; j < kPerVector; ++j) {
+                metrics::onlineKlAdd(states[j % kStates], toFloat(ea0[j]), toFloat(eb0[j]));
+            }
+#pragma unroll
+            for (int j = 0; j < kPerVector; ++j) {
+                metrics::onlineKlAdd(states[(j + kPerVector / 2) % kStates], toFloat(ea1[j]), toFloat(eb1[j]));
+            }
+        }
+        if (i < vectors) {
+            const uint4 ra = __ldg(a4 + i);
+            const uint4 rb = __ldg(b4 + i);
+            const T* ea = reinterpret_cast<const T*>(&ra);
+            const T* eb = reinterpret_cast<const T*>(&rb);
+#pragma unroll
+            for (int j = 0; j < kPerVector; ++j) {
+                metrics::onlineKlAdd(states[j % kStates], toFloat(ea[j]), toFloat(eb[j]));
+            }
+        }
+        scalarFrom = vectors * kPerVector; // the row's last vocab % kPerVector elements
     }
-    if (v < vocab) {
-        metrics::onlineKlAdd(state, toFloat(a[v]), toFloat(b[v]));
+    for (std::int64_t v = scalarFrom + threadIdx.x; v < vocab; v += kThreads) {
+        metrics::onlineKlAdd(states[0], toFloat(a[v]), toFloat(b[v]));
+    }
+    metrics::OnlineKlState state = states[0];
+#pragma unroll
+    for (int k = 1; k < kStates; ++k) {
+        metrics::onlineKlMerge(state, states[k]);
     }
     for (int offset = 16; offset > 0; offset /= 2) {
         metrics::onlineKlMerge(state, shuffleDown(state, offset));

@@ -79,7 +79,7 @@ public:
 private:
     void record(at::Tensor& amax, const at::Tensor& kv) const
     {
-        const at::Tensor keep = real_.view({real_.size(0), 1, real_.size(1), 1});
+        const at::Tensor keep = real_.to(kv.device()).view({real_.size(0), 1, real_.size(1), 1});
         const at::Tensor headAmax = at::where(keep, kv.abs(), at::zeros_like(kv)).amax({0, 2, 3}).to(at::kCPU);
         amax = amax.defined() ? at::maximum(amax, headAmax) : headAmax;
     }

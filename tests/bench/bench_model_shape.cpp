@@ -20,11 +20,13 @@
 //                     [--new-tokens 128] [--threads N] [--admission-prompts 32] [--admission-tokens 64]
 //                     [--admission-store-generations 8]
 //                     [--skip-admission] [--skip-baseline] [--baseline-seconds 90] [--python PATH]
+//                     [--device cpu|cuda:N]   (engines, admission check and eager baseline on that device)
 //
 // Without --model the checkpoint is written (once; about a minute) under --work (default: bench-shapes/ next to
 // this executable). The machine is usually shared: load from other processes hits every part, so read the ratios,
 // which are measured in the same run, and note the load average printed with them.
 #include "core/analysis/admission.h"
+#include "core/common/device.h"
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
 #include "core/common/shell_quote.h"
@@ -83,6 +85,7 @@ struct Arguments {
     // Child modes (the parent runs itself once per measurement).
     std::string child; // "engine" or "admission"
     std::string recipe; // engine child: bf16, fp8-w8a8-block, fp8-kv, fp32
+    std::string device = "cpu"; // where the engines, the admission check and the eager baseline compute
 };
 
 [[noreturn]] void usage(int code)
@@ -90,7 +93,7 @@ struct Arguments {
     std::cerr << "usage: bench_model_shape [--model DIR | --shape NAME] [--work DIR] [--json PATH] [--batch N] "
                  "[--prompt-tokens N] [--new-tokens N] [--threads N] [--admission-prompts N] [--admission-tokens N] "
                  "[--admission-store-generations N] "
-                 "[--skip-admission] [--skip-baseline] [--baseline-seconds S] [--python PATH]\n";
+                 "[--skip-admission] [--skip-baseline] [--baseline-seconds S] [--python PATH] [--device cpu|cuda:N]\n";
     std::exit(code);
 }
 
@@ -158,6 +161,8 @@ Arguments parseArguments(int argc, char** argv)
             a.child = value;
         } else if (flag == "--recipe") {
             a.recipe = value;
+        } else if (flag == "--device") {
+            a.device = value;
         } else {
             std::cerr << "bench_model_shape: unknown option " << flag << "\n";
             usage(2);
@@ -236,7 +241,8 @@ int engineChild(const Arguments& a)
 {
     const model::ModelConfig config = model::loadConfig(a.modelDir + "/config.json");
     const auto loadStart = std::chrono::steady_clock::now();
-    model::TransformerWeights weights = model::loadWeights(a.modelDir, config, model::LoadPrecision::Stored);
+    model::TransformerWeights weights = onDevice(model::loadWeights(a.modelDir, config, model::LoadPrecision::Stored),
+        parseDevice(a.device, "bench_model_shape", "--device"));
     const double loadSeconds = secondsSince(loadStart);
 
     std::optional<quant::RecipePlan> plan;
@@ -304,6 +310,7 @@ int admissionChild(const Arguments& a)
     options.settings.maxNewTokens = a.admissionTokens;
     options.storedGenerations = a.admissionStoreGenerations;
     options.threshold = 0.05;
+    options.settings.device = parseDevice(a.device, "bench_model_shape", "--device");
     const auto start = std::chrono::steady_clock::now();
     analysis::AdmissionResult result;
     {
@@ -441,7 +448,8 @@ int main(int argc, char** argv)
     // 2. The engine, one process per recipe.
     const std::string common = " --model " + shellQuote(a.modelDir) + " --work " + shellQuote(a.workDir) + " --batch "
         + std::to_string(a.batch) + " --prompt-tokens " + std::to_string(a.promptTokens) + " --new-tokens "
-        + std::to_string(a.newTokens) + " --threads " + std::to_string(runtime.threads);
+        + std::to_string(a.newTokens) + " --threads " + std::to_string(runtime.threads) + " --device "
+        + shellQuote(a.device);
     const std::string temporary = (fs::path(a.workDir) / ("result-" + std::to_string(::getpid()))).string();
     nlohmann::json engines = nlohmann::json::object();
     for (const std::string recipe : {"bf16", "fp8-w8a8-block", "fp8-kv", "fp32"}) {
@@ -472,7 +480,8 @@ int main(int argc, char** argv)
                 + shellQuote(a.modelDir) + " --dtype " + dtype + " --batch " + std::to_string(a.batch)
                 + " --prompt-tokens " + std::to_string(a.promptTokens) + " --new-tokens "
                 + std::to_string(a.newTokens) + " --threads " + std::to_string(runtime.threads)
-                + " --max-decode-seconds " + std::to_string(a.baselineSeconds) + " --json " + json + " > /dev/null");
+                + " --max-decode-seconds " + std::to_string(a.baselineSeconds) + " --device " + shellQuote(a.device)
+                + " --json " + json + " > /dev/null");
             eager[dtype] = status == 0 ? readJson(json) : nlohmann::json {{"error", "exit " + std::to_string(status)}};
             fs::remove(json);
         }
@@ -567,6 +576,7 @@ int main(int argc, char** argv)
 
     const nlohmann::json report = {{"benchmark", "bench_model_shape"}, {"model", a.modelDir},
         {"parameters", config.parameterCount()}, {"bf16_weight_bytes", weightBytes}, {"threads", runtime.threads},
+        {"device", a.device},
         {"torch", runtime.torchVersion}, {"load_average", loadAverage()}, {"batch", a.batch},
         {"prompt_tokens", a.promptTokens}, {"new_tokens", a.newTokens},
         {"machine",

@@ -11,7 +11,7 @@ rate: on a CPU without fast BF16 kernels, Debian's BF16 matmul runs ~10x slower 
 many minutes).
 
     eager_baseline.py --model DIR --dtype bf16|fp32 [--batch 8] [--prompt-tokens 32] [--new-tokens 128]
-                      [--threads 2] [--max-decode-seconds 60] [--json PATH]
+                      [--threads 2] [--max-decode-seconds 60] [--device cpu|cuda:N] [--json PATH]
 """
 import argparse
 import json
@@ -53,8 +53,10 @@ def load_checkpoint(directory, dtype):
 
 
 class Model:
-    def __init__(self, config, weights, dtype):
+    def __init__(self, config, weights, dtype, device="cpu"):
         self.c = config
+        self.device = torch.device(device)
+        weights = {name: tensor.to(self.device) for name, tensor in weights.items()}
         self.w = weights
         self.dtype = dtype
         self.layers = config["num_hidden_layers"]
@@ -64,7 +66,7 @@ class Model:
         self.eps = config["rms_norm_eps"]
         self.qk_norm = config["architectures"][0] == "Qwen3ForCausalLM"
         self.lm_head = weights["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else weights["lm_head.weight"]
-        self.inv_freq = self.rope_inverse_frequencies()
+        self.inv_freq = self.rope_inverse_frequencies().to(self.device)
 
     def rope_inverse_frequencies(self):
         d = self.head_dim
@@ -99,7 +101,7 @@ class Model:
     def forward(self, ids, cache, start):
         batch, length = ids.shape
         x = torch.nn.functional.embedding(ids, self.w["model.embed_tokens.weight"])
-        positions = torch.arange(start, start + length, dtype=torch.float32)
+        positions = torch.arange(start, start + length, dtype=torch.float32, device=self.device)
         angles = torch.outer(positions, self.inv_freq)
         emb = torch.cat((angles, angles), dim=-1)
         cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
@@ -107,7 +109,7 @@ class Model:
         scale = 1.0 / math.sqrt(self.head_dim)
         causal = None
         if length > 1:
-            causal = torch.full((length, start + length), float("-inf")).triu(start + 1)
+            causal = torch.full((length, start + length), float("-inf"), device=self.device).triu(start + 1)
         for i in range(self.layers):
             p = "model.layers.%d." % i
             h = self.norm(x, self.w[p + "input_layernorm.weight"])
@@ -157,6 +159,7 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-decode-seconds", type=float, default=60.0)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N (the weights and every step there)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -166,25 +169,35 @@ def main():
     started = time.perf_counter()
     with open(os.path.join(args.model, "config.json")) as f:
         config = json.load(f)
-    model = Model(config, load_checkpoint(args.model, dtype), dtype)
+    model = Model(config, load_checkpoint(args.model, dtype), dtype, args.device)
+    cuda = model.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(model.device)
     load_seconds = time.perf_counter() - started
 
     generator = torch.Generator().manual_seed(7)
-    ids = torch.randint(0, 256, (args.batch, args.prompt_tokens), generator=generator)
+    ids = torch.randint(0, 256, (args.batch, args.prompt_tokens), generator=generator).to(model.device)
     cache = [None] * model.layers
     begin = time.perf_counter()
     logits = model.forward(ids, cache, 0)
+    if cuda:
+        torch.cuda.synchronize(model.device)
     prefill_seconds = time.perf_counter() - begin
     position = args.prompt_tokens
     steps = 0
     begin = time.perf_counter()
     while steps + 1 < args.new_tokens and time.perf_counter() - begin < args.max_decode_seconds:
         token = logits.argmax(-1, keepdim=True)
+        if cuda:
+            token.cpu()  # each step's tokens reach the host (stop checks), as the engine's sampling does
         logits = model.forward(token, cache, position)
         position += 1
         steps += 1
+    if cuda:
+        torch.cuda.synchronize(model.device)
     decode_seconds = time.perf_counter() - begin
     result = {
+        "device": str(model.device),
         "dtype": args.dtype,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -71,9 +71,9 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH
   exit 1
 fi
 grep -E "Mismatch Lab|Qt 6 Test|-- Library |MISMATCH_ICU" "$build/configure.log" || true
-log "building mismatch, test_gpu_reference, test_gpu_kernels, test_gpu_parity, bench_gpu"
+log "building mismatch, test_gpu_reference, test_gpu_kernels, test_gpu_parity, bench_gpu, bench_model_shape"
 # -k 0: on a failure the build goes on with everything else, so one run lists every file that does not compile.
-if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu -- -k 0 \
+if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu bench_model_shape -- -k 0 \
     >"$build/build.log" 2>&1; then
   grep -E "error:|Error [0-9]" "$build/build.log" | sort -u | head -n 60
   log "build failed; log: $build/build.log"
@@ -135,5 +135,21 @@ quick=()
 log "bench_gpu (gpu tests $gpu_tests)"
 "$build/tests/gpu/bench_gpu" --out "$out/gpu-bench.json" --time-to-quality "$ttq" "${quick[@]}"
 rc=$?
+
+# 7. The whole engine at a real model's shape on the GPU (Qwen3-0.6B, random weights written by `zoo shape`):
+#    BF16, FP8 W8A8 block-128, FP8 KV and FP32 engines against eager PyTorch on the same GPU, and the admission
+#    check of six candidates (tests/bench/bench_model_shape.cpp). Last, and bounded, so that it cannot cost the
+#    figures above; its table goes to the log and its JSON beside gpu-bench.json.
+shape_args=(--batch 32 --prompt-tokens 64 --new-tokens 128 --admission-prompts 32 --admission-tokens 64)
+[ "${MISMATCH_GPU_QUICK:-0}" = 1 ] && shape_args=(--batch 4 --prompt-tokens 16 --new-tokens 16 --admission-prompts 4 --admission-tokens 8)
+log "bench_model_shape on cuda:0 (Qwen3-0.6B shape)"
+if timeout "${MISMATCH_SHAPE_SECONDS:-150}" "$build/tests/bench/bench_model_shape" --shape qwen3-0.6b \
+    --work "$build/shapes" --device cuda:0 --threads "$(nproc)" --baseline-seconds 20 "${shape_args[@]}" \
+    --json "$out/model-shape.json" >"$build/model-shape.log" 2>&1; then
+  grep -v '^bench_model_shape:' "$build/model-shape.log" | tail -n 40
+else
+  tail -n 15 "$build/model-shape.log"
+  log "bench_model_shape failed or ran past its time (log: $build/model-shape.log)"
+fi
 log "done in $((SECONDS - started)) s; JSON: $out/gpu-bench.json"
 exit "$rc"

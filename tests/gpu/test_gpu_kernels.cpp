@@ -361,6 +361,7 @@ int main()
     });
     testing::run("fused mismatch", [] {
         testFusedMismatch(1000, at::kFloat);
+        testFusedMismatch(1001, at::kBFloat16); // rows not 16-byte aligned: the element-by-element path
         testFusedMismatch(152064, at::kFloat);
         testFusedMismatch(152064, at::kBFloat16);
     });
