@@ -129,18 +129,9 @@ PathPicker* JobDialog::addPicker(PickKind kind, const QString& label, const QStr
 
 QComboBox* JobDialog::addDeviceField(bool runFileDefault)
 {
-    device_ = new QComboBox(this);
-    device_->setObjectName(QStringLiteral("deviceField"));
-    if (runFileDefault) {
-        device_->addItem(tr("As the run file says"), QString());
-    }
-    const std::vector<std::string> names = availableDevices();
-    const std::vector<std::string> descriptions = deviceDescriptions();
-    for (std::size_t i = 0; i < names.size(); ++i) {
-        device_->addItem(QString::fromStdString(descriptions[i]), QString::fromStdString(names[i]));
-    }
+    device_ = deviceComboBox(this, QStringLiteral("deviceField"), runFileDefault);
     device_->setToolTip(tr("Where the models compute: the CPU or a CUDA device that this build's LibTorch sees"));
-    form_->addRow(tr("Device"), device_);
+    form_->addRow(tr("Device:"), device_);
     watch(device_);
     return device_;
 }
@@ -298,6 +289,21 @@ QString absolutePath(const QString& path)
 bool isModelDirectory(const QString& directory)
 {
     return !directory.isEmpty() && QFileInfo::exists(QDir(directory).filePath("config.json"));
+}
+
+QComboBox* deviceComboBox(QWidget* parent, const QString& objectName, bool runFileDefault)
+{
+    auto* box = new QComboBox(parent);
+    box->setObjectName(objectName);
+    if (runFileDefault) {
+        box->addItem(QObject::tr("As the run file says"), QString());
+    }
+    const std::vector<std::string> names = availableDevices();
+    const std::vector<std::string> descriptions = deviceDescriptions();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        box->addItem(QString::fromStdString(descriptions[i]), QString::fromStdString(names[i]));
+    }
+    return box;
 }
 
 QSpinBox* spinBox(QWidget* parent, int low, int high, int value, const QString& special)

@@ -118,6 +118,10 @@ QString specCommandLine(const QString& workspaceDirectory, const jobs::JobSpec& 
 JobWorker::Job specWorkerJob(const QString& workspaceDirectory, const jobs::JobSpec& spec);
 // A spin box over [low, high] at `value`; `special` is shown for `low` ("all", "never").
 QSpinBox* spinBox(QWidget* parent, int low, int high, int value, const QString& special = {});
+// A list of the devices this build and machine compute on (common/device.h): each item shows its description
+// ("cuda:0 (NVIDIA H200, sm_90, 141 GiB)") and holds its name ("cuda:0") as data; `runFileDefault` puts first an
+// item with empty data that leaves the choice to the run file.
+QComboBox* deviceComboBox(QWidget* parent, const QString& objectName, bool runFileDefault = false);
 // "0.05,0.1" and "20,40": lists in the form the CLI's comma-delimited options read.
 QString commaList(const std::vector<double>& values);
 QString commaList(const std::vector<std::int64_t>& values);

@@ -162,13 +162,7 @@ TrainingDialog::TrainingDialog(const QString& workspaceDirectory, QWidget* paren
     form->addRow(tr("Evaluation:"), evaluation);
     seed_ = spinBox(this, 0, 2147483647, 0);
     form->addRow(tr("Seed:"), seed_);
-    device_ = new QComboBox(this);
-    device_->setObjectName("runDevice");
-    const std::vector<std::string> devices = availableDevices();
-    const std::vector<std::string> descriptions = deviceDescriptions();
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-        device_->addItem(QString::fromStdString(descriptions[i]), QString::fromStdString(devices[i]));
-    }
+    device_ = deviceComboBox(this, QStringLiteral("runDevice"));
     device_->setToolTip(tr("Where the student, teacher, rollout engine and optimizer compute"));
     form->addRow(tr("Device:"), device_);
     layout->addLayout(form);
@@ -318,7 +312,9 @@ train::RunConfig TrainingDialog::formConfig() const
     config.device = device_->currentData().toString().toStdString();
     // Parsed by core as a file: every rule of a run file applies (paths, ranges, the cross-field rules).
     const QString file = workspace_ + "/runs/" + name_->text().trimmed() + ".json";
-    parseDevice(config.device, file.toStdString(), "device"); // a device this machine has
+    // A device this machine has; named by the run file it came from, else by the field.
+    const bool fromFile = loaded_ && loaded_->device == config.device;
+    parseDevice(config.device, fromFile ? runFile().toStdString() : std::string("Device field"), "device");
     return train::parseRunConfig(
         train::runConfigToJson(config), file.toStdString(), (workspace_ + "/runs").toStdString());
 }

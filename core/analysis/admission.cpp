@@ -802,6 +802,7 @@ AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Prog
     const auto engineSettings = storedOption<nlohmann::json>(c, "engine", source);
     options.settings.batchSize = storedOption<std::int64_t>(engineSettings, "batch", source);
     options.settings.kvCacheBytes = storedOption<std::uint64_t>(engineSettings, "kv_cache_bytes", source);
+    options.settings.device = resumeDevice(engineSettings.value("device", std::string("cpu")));
     const auto bootstrap = storedOption<nlohmann::json>(c, "bootstrap", source);
     options.settings.bootstrap.resamples = storedOption<int>(bootstrap, "resamples", source);
     options.settings.bootstrap.confidence = storedOption<double>(bootstrap, "confidence", source);

@@ -161,6 +161,7 @@ SensitivityOptions parseSensitivityConfig(const std::string& configJson, const s
         if (j.contains("engine")) { // scans stored before the engine settings were recorded used the defaults
             options.settings.batchSize = j.at("engine").at("batch").get<std::int64_t>();
             options.settings.kvCacheBytes = j.at("engine").at("kv_cache_bytes").get<std::uint64_t>();
+            options.settings.device = resumeDevice(j.at("engine").value("device", std::string("cpu")));
         }
         const nlohmann::json& b = j.at("bootstrap");
         options.settings.bootstrap.resamples = b.at("resamples").get<int>();

@@ -9,6 +9,7 @@
 #include "cuda/device.h"
 #endif
 
+#include <algorithm>
 #include <cctype>
 
 namespace mismatch {
@@ -107,6 +108,15 @@ at::Device parseDevice(const std::string& text, const std::string& source, const
         throw InputError(source, place, "device '" + text + "': " + why + "; available: " + have);
     }
     return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index));
+}
+
+at::Device resumeDevice(const std::string& stored)
+{
+    const std::vector<std::string> available = availableDevices();
+    if (std::find(available.begin(), available.end(), stored) == available.end() || stored == "cpu") {
+        return at::Device(at::kCPU);
+    }
+    return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(std::stoi(stored.substr(5))));
 }
 
 std::string deviceName(const at::Device& device)

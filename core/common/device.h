@@ -28,6 +28,9 @@ std::string canonicalDevice(const std::string& text, const std::string& source, 
 // canonicalDevice, and also an InputError for a CUDA device that this build, its LibTorch or this machine does not
 // have (naming the devices that are available): what a job checks before it loads anything.
 at::Device parseDevice(const std::string& text, const std::string& source, const std::string& place);
+// The device a stored analysis computed on (its settings' "device"), when this machine has it; else the CPU: a
+// resume continues where the run started when it can, and on another machine on its CPU.
+at::Device resumeDevice(const std::string& stored);
 // "cpu", "cuda:0": the canonical name (what run files, job files and the store record).
 std::string deviceName(const at::Device& device);
 

@@ -460,6 +460,15 @@ int main(int argc, char** argv)
             = run(shellQuote(self.string()) + " --child engine --recipe " + recipe + common + " --json " + json);
         engines[recipe] = status == 0 ? readJson(json) : nlohmann::json {{"error", "exit " + std::to_string(status)}};
         fs::remove(json);
+        // As each finishes, so that a run cut short (a device's time limit) still shows what was measured.
+        if (engines[recipe].contains("decode_tokens_per_second")) {
+            std::printf("engine %s on %s: load %.2f s, TTFT %.2f s, prefill %.1f tok/s, decode %.2f tok/s\n",
+                recipe.c_str(), a.device.c_str(), engines[recipe].value("load_seconds", 0.0),
+                engines[recipe].value("time_to_first_token_seconds", 0.0),
+                engines[recipe].value("prefill_tokens_per_second", 0.0),
+                engines[recipe].value("decode_tokens_per_second", 0.0));
+            std::fflush(stdout);
+        }
     }
 
     // 3. The eager baseline.
@@ -484,6 +493,13 @@ int main(int argc, char** argv)
                 + " --json " + json + " > /dev/null");
             eager[dtype] = status == 0 ? readJson(json) : nlohmann::json {{"error", "exit " + std::to_string(status)}};
             fs::remove(json);
+            if (eager[dtype].contains("decode_tokens_per_second")) {
+                std::printf("eager PyTorch %s on %s: TTFT %.2f s, prefill %.1f tok/s, decode %.2f tok/s\n",
+                    dtype.c_str(), a.device.c_str(), eager[dtype].value("time_to_first_token_seconds", 0.0),
+                    eager[dtype].value("prefill_tokens_per_second", 0.0),
+                    eager[dtype].value("decode_tokens_per_second", 0.0));
+                std::fflush(stdout);
+            }
         }
     }
 

@@ -294,6 +294,14 @@ void TestCommon::devicesAreParsedAndChecked()
         QVERIFY2(error.detail().find("device '" + missing + "': ") == 0, error.detail().c_str());
         QVERIFY2(error.detail().find("; available: " + have) != std::string::npos, error.detail().c_str());
     }
+    // A resume continues on the stored device when it is here, else on the CPU (never an error: the run's own
+    // settings name it).
+    QVERIFY(resumeDevice("cpu").is_cpu());
+    QVERIFY(resumeDevice(missing).is_cpu());
+    QVERIFY(resumeDevice("not a device").is_cpu());
+    if (available.size() > 1) {
+        QCOMPARE(deviceName(resumeDevice("cuda:0")), std::string("cuda:0"));
+    }
     // Weights already on the device are the same tensors, not copies.
     model::TransformerWeights weights;
     weights.set("w", at::ones({2, 2}));

@@ -64,7 +64,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   exit 1
 fi
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH_BUILD_GUI=OFF "$cuda_option" \
-    -DMISMATCH_TEST_DIRS=gpu -DMISMATCH_ICU="$icu" ${prefix_path:+"-DCMAKE_PREFIX_PATH=$prefix_path"} \
+    "-DMISMATCH_TEST_DIRS=gpu;bench" -DMISMATCH_ICU="$icu" ${prefix_path:+"-DCMAKE_PREFIX_PATH=$prefix_path"} \
     >"$build/configure.log" 2>&1; then
   tail -n 30 "$build/configure.log"
   log "configure failed (a missing dependency? tests/gpu/gather_device_deps.sh gathers them); log: $build/configure.log"
@@ -94,7 +94,16 @@ if grep -q "Skipped" "$build/ctest_gpu.log"; then
   log "no CUDA device, or a LibTorch without CUDA: built and CPU-tested; stopping before the GPU tests and the benchmark"
   exit 0
 fi
-grep -E "FAIL" "$build/ctest_gpu.log" || true
+grep -E "FAIL|SegFault|Exception" "$build/ctest_gpu.log" || true
+# A test that crashed (not a failed check): once more under cuda-gdb (the GPU image has no gdb) for a backtrace.
+for crashed in $(grep -oE "test_gpu_[a-z_]+ \.+\*\*\*Exception" "$build/ctest_gpu.log" | cut -d' ' -f1); do
+  if command -v cuda-gdb >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuda-gdb ]; then
+    log "$crashed crashed: backtrace under cuda-gdb (log: $out/$crashed-backtrace.log)"
+    PATH="$PATH:/usr/local/cuda/bin" timeout 240 cuda-gdb -q -batch -ex run -ex bt -ex "info threads" \
+      "$build/tests/gpu/$crashed" >"$out/$crashed-backtrace.log" 2>&1 || true
+    grep -E "^#[0-9]+ |signal|Thread" "$out/$crashed-backtrace.log" | head -n 25
+  fi
+done
 if [ "$ctest_rc" -ne 0 ]; then
   log "gpu tests FAILED (log: $build/ctest_gpu.log); benchmarking anyway"
   gpu_tests=failed

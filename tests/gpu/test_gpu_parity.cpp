@@ -206,6 +206,17 @@ void testTrainingStep()
         "worst " + fixed(worst, 3) + " over " + std::to_string(cpu.gradients.size()) + " tensors");
 }
 
+// The measurement settings both analyses use, on `device`.
+analysis::MeasureSettings settingsOn(const std::string& device, std::int64_t maxNewTokens, std::uint64_t seed)
+{
+    analysis::MeasureSettings settings;
+    settings.maxNewTokens = maxNewTokens;
+    settings.seed = seed;
+    settings.bootstrap.resamples = 2000;
+    settings.device = parseDevice(device, "test", "device");
+    return settings;
+}
+
 double halfWidth(const metrics::Interval& interval)
 {
     return 0.5 * (interval.high - interval.low);
@@ -225,10 +236,7 @@ void testAdmission(const std::filesystem::path& work)
         options.candidates = {bf16, fp8};
         options.probePath = resource("prompts/arith-probe.jsonl");
         options.count = 32;
-        options.settings.maxNewTokens = 32;
-        options.settings.seed = 5;
-        options.settings.bootstrap.resamples = 2000;
-        options.settings.device = parseDevice(device, "test", "device");
+        options.settings = settingsOn(device, 32, 5);
         options.threshold = threshold;
         options.storedGenerations = 0;
         Progress progress;
@@ -263,10 +271,7 @@ void testSensitivity(const std::filesystem::path& work)
         options.modelDirectory = resource("models/arith-student");
         options.promptSetPath = resource("prompts/arith-probe.jsonl");
         options.count = 16;
-        options.settings.maxNewTokens = 16;
-        options.settings.seed = 9;
-        options.settings.bootstrap.resamples = 2000;
-        options.settings.device = parseDevice(device, "test", "device");
+        options.settings = settingsOn(device, 16, 9);
         options.weights = analysis::parseWeightPrecision("fp8_e4m3", "test");
         options.kvCells = false;
         options.embeddingCells = false;

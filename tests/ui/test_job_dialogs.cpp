@@ -3,6 +3,7 @@
 // (the same inputs), and a job file exported from the dialog, run with `mismatch run`, stores exactly what the
 // dialog's job stored. The queue's Jobs tab exports the job file of a queued job too.
 #include "app/cli/job_options.h"
+#include "core/common/device.h"
 #include "core/jobs/job_file.h"
 #include "core/model/transformer.h"
 #include "core/store/analysis_store.h"
@@ -23,6 +24,7 @@
 #include "ui/study_dialogs.h"
 #include "core/jobs/experiment_jobs.h"
 
+#include <QComboBox>
 #include <QDialogButtonBox>
 #include <QProcess>
 #include <QPushButton>
@@ -90,6 +92,12 @@ private slots:
         QVERIFY(cliSpec(admit.cliCommand(), workspace) == *admit.spec());
         QCOMPARE(admit.spec()->strings("students").size(), std::size_t(2));
         QCOMPARE(admit.spec()->number("threshold"), 0.05);
+        // The Device row lists the devices this build and machine compute on (cpu first, selected).
+        auto* device = admit.findChild<QComboBox*>("deviceField");
+        QVERIFY(device);
+        QCOMPARE(device->count(), int(availableDevices().size()));
+        QCOMPARE(device->currentData().toString(), QString("cpu"));
+        QCOMPARE(admit.spec()->text("device"), std::string("cpu"));
 
         ui::RecipeBuildDialog build(workspace, &store);
         build.setScan(0);
@@ -135,6 +143,15 @@ private slots:
         QCOMPARE(calibration.spec()->numbers("noise"), (std::vector<double> {0.1, 0.3}));
         QCOMPARE(calibration.spec()->strings("recipes").size(), std::size_t(1));
         QCOMPARE(calibration.spec()->integer("replicates"), std::int64_t(3));
+        // Calibration's Device row starts at "As the run file says": no device given, the run file's is used.
+        auto* calibrationDevice = calibration.findChild<QComboBox*>("deviceField");
+        QVERIFY(calibrationDevice);
+        QCOMPARE(calibrationDevice->count(), int(availableDevices().size()) + 1);
+        QVERIFY(!calibration.spec()->given("device"));
+        calibrationDevice->setCurrentIndex(1);
+        QCOMPARE(calibration.spec()->text("device"), std::string("cpu"));
+        QVERIFY(cliSpec(calibration.cliCommand(), workspace) == *calibration.spec());
+        calibrationDevice->setCurrentIndex(0);
         // The options both front-ends run: the quick cut, the sweep and the rule as given.
         const analysis::CalibrationOptions options = jobs::calibrationOptions(*calibration.spec());
         QCOMPARE(options.base.steps, std::int64_t(40));

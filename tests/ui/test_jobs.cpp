@@ -2,6 +2,7 @@
 // and plot visible; cancelling one from the job panel leaves the store consistent (run cancelled, steps whole
 // and contiguous, database intact); and while another connection appends steps as fast as it can, the GUI
 // event loop stays responsive (latency measured with a QTimer probe, p99 under 100 ms, printed).
+#include "core/common/device.h"
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/run_store.h"
@@ -19,6 +20,7 @@
 #include "ui/training_dialog.h"
 #include <qcustomplot.h>
 
+#include <QComboBox>
 #include <QElapsedTimer>
 #include <QLabel>
 #include <QProgressBar>
@@ -79,6 +81,7 @@ class TestJobs : public QObject {
 private slots:
     void initTestCase();
     void trainingDialogRejectsBadRunFile();
+    void trainingDialogShowsTheRunFilesDevice();
     void trainingFromDialogShowsProgressAndResult();
     void sensitivityScanFromDialogFillsHeatmap();
     void cancelLeavesStoreConsistent();
@@ -109,6 +112,36 @@ void TestJobs::trainingDialogRejectsBadRunFile()
     dialog.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dialog));
     saveScreenshot(dialog, "training_dialog_error.png");
+}
+
+void TestJobs::trainingDialogShowsTheRunFilesDevice()
+{
+    QTemporaryDir dir;
+    const QString runFile = writeRunFile(dir.path(), "gpu-run", 2, 0);
+    // A run file written for a machine with more CUDA devices than this one.
+    const QString missing = QString("cuda:%1").arg(availableDevices().size() - 1);
+    {
+        QFile file(runFile);
+        QVERIFY(file.open(QIODevice::Append));
+        file.write(QString("device: %1\n").arg(missing).toUtf8());
+    }
+    ui::TrainingDialog dialog(dir.path());
+    dialog.setRunFile(runFile);
+    auto* device = dialog.findChild<QComboBox*>("runDevice");
+    QVERIFY(device);
+    QCOMPARE(device->currentData().toString(), missing);
+    QVERIFY(device->currentText().contains("not on this machine"));
+    QVERIFY(!dialog.runFileValid());
+    QVERIFY2(dialog.errorText().contains("device '" + missing + "'") && dialog.errorText().contains("available: cpu"),
+        qPrintable(dialog.errorText()));
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    saveScreenshot(dialog, "training_dialog_missing_device.png");
+    // Choosing the CPU makes it a valid run the form writes as a new run file.
+    device->setCurrentIndex(device->findData(QString("cpu")));
+    QVERIFY2(dialog.runFileValid(), qPrintable(dialog.errorText()));
+    QVERIFY(dialog.writesRunFile());
+    QCOMPARE(QString::fromStdString(dialog.config()->device), QString("cpu"));
 }
 
 void TestJobs::trainingFromDialogShowsProgressAndResult()
