@@ -113,6 +113,9 @@ std::string checkScalar(const Parameter& p, ParameterType type, const nlohmann::
                 return "";
             }
         }
+        if (p.whyNotAChoice) {
+            return p.whyNotAChoice(v.get<std::string>());
+        }
         std::string list;
         for (const std::string& choice : p.choices) {
             list += (list.empty() ? "" : ", ") + choice;

@@ -56,6 +56,9 @@ struct Parameter {
     bool lowExclusive = false;
     std::optional<double> high;
     std::vector<std::string> choices; // Choice: the values allowed
+    // Choice, optional: for a value that is not one of `choices`, what is wrong with it ("" accepts it after all:
+    // "cuda" for "cuda:0"); replaces the generic "expected one of ..." (the device: why a CUDA device is missing).
+    std::function<std::string(const std::string&)> whyNotAChoice;
     bool required = false;
     std::vector<std::string> excludes; // parameters that may not be given with this one
     std::vector<std::string> needs; // parameters this one needs

@@ -2,6 +2,7 @@
 // Building blocks of the catalogue's job definitions (core/jobs/*_job*.cpp): a parameter with its words, a range,
 // choices, required; a definition's head. Internal to core/jobs.
 #include "core/common/device.h"
+#include "core/common/error.h"
 #include "core/jobs/job_spec.h"
 
 #include <optional>
@@ -55,10 +56,19 @@ inline Parameter deviceParameter(nlohmann::json defaultValue, const std::string&
     for (const std::string& line : deviceDescriptions()) {
         have += (have.empty() ? "" : ", ") + line;
     }
-    return choice(param("device", ParameterType::Choice, "--device", "Device",
-                      "Where the models compute: cpu or cuda:N (here: " + have + ")" + unsetHelp,
-                      std::move(defaultValue)),
+    Parameter device = choice(param("device", ParameterType::Choice, "--device", "Device",
+                                  "Where the models compute: cpu or cuda:N (here: " + have + ")" + unsetHelp,
+                                  std::move(defaultValue)),
         availableDevices());
+    device.whyNotAChoice = [](const std::string& value) {
+        try {
+            parseDevice(value, "device", "");
+            return std::string(); // another spelling of one that is here ("cuda")
+        } catch (const InputError& error) {
+            return error.detail();
+        }
+    };
+    return device;
 }
 
 inline JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)

@@ -1,3 +1,4 @@
+#include "core/common/device.h"
 #include "core/jobs/training_jobs.h"
 
 #include "core/analysis/calibration_presets.h"
@@ -42,7 +43,7 @@ analysis::CalibrationOptions calibrationOptions(const JobSpec& spec)
     analysis::CalibrationOptions options;
     options.base = train::loadRunConfig(calibrationRunFile(spec));
     if (spec.given("device")) {
-        options.base.device = spec.text("device"); // every run of the sweep computes there
+        options.base.device = canonicalDevice(spec.text("device"), "device", ""); // every run of the sweep
     }
     const bool quick = spec.flag("quick");
     options.name = spec.text("name").empty() ? options.base.name + "-calibration" + (quick ? "-quick" : "")
@@ -188,7 +189,7 @@ JobDefinition trainJob()
         options.stopAfterSteps = spec.integer("stop_after");
         train::RunConfig config = train::loadRunConfig(spec.text("run_file"));
         if (spec.given("device")) {
-            config.device = spec.text("device");
+            config.device = canonicalDevice(spec.text("device"), "device", "");
         }
         return trainingResult(store, train::runTraining(config, store, progress, options));
     };

@@ -2,6 +2,7 @@
 // toArguments(s) back to s; validation names parameters (and the CLI its flags); job files name the file, line,
 // column and parameter of a mistake; a study's references are checked and resolved.
 #include "app/cli/job_options.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/jobs/job_file.h"
 #include "tests/common/cli_runner.h"
@@ -167,6 +168,19 @@ private slots:
         QCOMPARE(jobs::describeErrors(spec.validate(), flags),
             std::string("--activations: expected one of bf16, fp8_e4m3, got 'fp4'"));
         QVERIFY(jobs::describeErrors(spec.validate(), labels).rfind("... and its input activations to: ", 0) == 0);
+
+        // The device: a missing CUDA device says why and what there is; a misspelling what is expected.
+        const std::string missing = "cuda:" + std::to_string(availableDevices().size() - 1);
+        spec.set("activations", "bf16").set("device", missing);
+        errors = spec.validate();
+        QCOMPARE(errors.at(0).parameter, std::string("device"));
+        QVERIFY2(errors.at(0).message.rfind("device '" + missing + "': ", 0) == 0
+                && errors.at(0).message.find("; available: cpu") != std::string::npos,
+            errors.at(0).message.c_str());
+        spec.set("device", "gpu");
+        QCOMPARE(spec.validate().at(0).message, std::string("device 'gpu': expected cpu, cuda or cuda:N"));
+        spec.set("device", "cpu");
+        QVERIFY(spec.validate().empty());
 
         jobs::JobSpec admit("admit");
         admit.set("students", nlohmann::json::array({"/s"})).set("calibration", 1).set("threshold", 0.1);
