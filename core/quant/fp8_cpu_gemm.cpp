@@ -6,13 +6,22 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MISMATCH_HAVE_FP8_BF16_KERNEL 1
+#if defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define MISMATCH_HAVE_FP8_AMX_KERNEL 1
+#endif
 #endif
 
 namespace mismatch::quant {
@@ -100,23 +109,32 @@ struct Product {
     float* y = nullptr; // [rows, outputs]
 };
 
+// Widens weight rows [n, n + count) into rows 0 .. count - 1 of `widened` (`size` rows of p.columns bf16 values; the
+// rows past `count` zero) and sets each row's offset into the scale grid (the last weight row's for the zero rows).
+MISMATCH_AVX512_BF16 void widenTile(const Product& p, std::int64_t n, std::int64_t size, std::int64_t count,
+    std::uint16_t* widened, std::int64_t* scaleOffset)
+{
+    const MagnitudeTable& table = magnitudeTable();
+    const std::int64_t columns = p.columns;
+    for (std::int64_t j = 0; j < size; ++j) {
+        if (j < count) {
+            widenCodes(p.codes + (n + j) * columns, widened + j * columns, columns, table);
+        } else {
+            std::memset(widened + j * columns, 0, static_cast<std::size_t>(columns) * sizeof(std::uint16_t));
+        }
+        scaleOffset[j] = (std::min(n + j, p.outputs - 1) / p.scaleRowDivisor) * p.scaleColumns;
+    }
+}
+
 // Weight rows [begin, end) (begin a multiple of kTileColumns) against every row of x. `widened` holds
 // kTileColumns * columns bf16 values.
 MISMATCH_AVX512_BF16 void productRows(const Product& p, std::int64_t begin, std::int64_t end, std::uint16_t* widened)
 {
-    const MagnitudeTable& table = magnitudeTable();
     const std::int64_t columns = p.columns;
     for (std::int64_t n = begin; n < end; n += kTileColumns) {
         const std::int64_t count = std::min(kTileColumns, end - n);
         std::int64_t scaleOffset[kTileColumns];
-        for (std::int64_t j = 0; j < kTileColumns; ++j) {
-            if (j < count) {
-                widenCodes(p.codes + (n + j) * columns, widened + j * columns, columns, table);
-            } else {
-                std::memset(widened + j * columns, 0, static_cast<std::size_t>(columns) * sizeof(std::uint16_t));
-            }
-            scaleOffset[j] = (std::min(n + j, p.outputs - 1) / p.scaleRowDivisor) * p.scaleColumns;
-        }
+        widenTile(p, n, kTileColumns, count, widened, scaleOffset);
         for (std::int64_t m = 0; m < p.rows; m += kTileRows) {
             const std::uint16_t* x0 = p.x + m * columns;
             const std::uint16_t* x1 = m + 1 < p.rows ? x0 + columns : p.zeroRow;
@@ -162,9 +180,125 @@ MISMATCH_AVX512_BF16 void productRows(const Product& p, std::int64_t begin, std:
     }
 }
 
+#if defined(MISMATCH_HAVE_FP8_AMX_KERNEL)
+
+#define MISMATCH_AMX_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+// The AMX tile configuration (palette 1): tiles 0 and 1 hold the float32 sums of 16 weight rows x `columns` rows of
+// x each; 2 and 3 the two groups of 16 weight rows' bf16 values (32 per row); 4 the x values of one 32-wide step as
+// pairs (one 32-bit word per x row and pair).
+struct alignas(64) TileConfig {
+    std::uint8_t palette = 1;
+    std::uint8_t startRow = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t bytesPerRow[16] = {};
+    std::uint8_t rows[16] = {};
+};
+
+constexpr std::int64_t kAmxWeightRows = 32; // two tiles of 16 weight rows
+constexpr std::int64_t kAmxStep = 32; // bf16 values per tile row
+
+bool amxGranted()
+{
+    // Linux hands the AMX tile state to a process that asks for it (arch_prctl ARCH_REQ_XCOMP_PERM,
+    // XFEATURE_XTILEDATA); without it the first tile instruction faults.
+    constexpr long kRequestPermission = 0x1023;
+    constexpr long kTileData = 18;
+    return ::syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+}
+
+// Weight rows [begin, end) (multiples of kAmxWeightRows but the last) against every row of x, whose 32-bit words
+// (bf16 pairs) `pairs` holds transposed: pairs[k / 2][m] for m < paddedRows (rows past x's are zero).
+MISMATCH_AMX_BF16 void productRowsAmx(const Product& p, const std::uint32_t* pairs, std::int64_t paddedRows,
+    std::int64_t tileRows, std::int64_t begin, std::int64_t end, std::uint16_t* widened)
+{
+    const std::int64_t columns = p.columns;
+    TileConfig config;
+    for (int tile : {0, 1, 4}) {
+        config.rows[tile] = static_cast<std::uint8_t>(tile == 4 ? kAmxStep / 2 : 16);
+        config.bytesPerRow[tile] = static_cast<std::uint16_t>(tileRows * 4);
+    }
+    for (int tile : {2, 3}) {
+        config.rows[tile] = 16;
+        config.bytesPerRow[tile] = static_cast<std::uint16_t>(kAmxStep * 2);
+    }
+    _tile_loadconfig(&config);
+    alignas(64) float sums[2][16][16];
+    std::vector<float> totals(static_cast<std::size_t>(kAmxWeightRows * tileRows));
+    for (std::int64_t n = begin; n < end; n += kAmxWeightRows) {
+        const std::int64_t count = std::min(kAmxWeightRows, end - n);
+        std::int64_t scaleOffset[kAmxWeightRows];
+        widenTile(p, n, kAmxWeightRows, count, widened, scaleOffset);
+        for (std::int64_t m = 0; m < paddedRows; m += tileRows) {
+            std::fill(totals.begin(), totals.end(), 0.0f);
+            for (std::int64_t block = 0; block < p.scaleColumns; ++block) {
+                const std::int64_t k0 = block * p.scaleColumnBlock;
+                const std::int64_t k1 = std::min(columns, k0 + p.scaleColumnBlock);
+                _tile_zero(0);
+                _tile_zero(1);
+                for (std::int64_t k = k0; k < k1; k += kAmxStep) {
+                    _tile_loadd(4, pairs + (k / 2) * paddedRows + m, paddedRows * 4);
+                    _tile_loadd(2, widened + k, columns * 2);
+                    _tile_loadd(3, widened + 16 * columns + k, columns * 2);
+                    _tile_dpbf16ps(0, 2, 4);
+                    _tile_dpbf16ps(1, 3, 4);
+                }
+                _tile_stored(0, sums[0], 64);
+                _tile_stored(1, sums[1], 64);
+                for (std::int64_t j = 0; j < kAmxWeightRows; ++j) {
+                    const float scale = p.scales[scaleOffset[j] + block];
+                    const float* sum = sums[j / 16][j % 16];
+                    float* total = totals.data() + j * tileRows;
+                    for (std::int64_t i = 0; i < tileRows; ++i) {
+                        total[i] = std::fma(sum[i], scale, total[i]);
+                    }
+                }
+            }
+            for (std::int64_t i = 0; i < tileRows && m + i < p.rows; ++i) {
+                const float rowScale = p.rowScales ? p.rowScales[m + i] : 1.0f;
+                for (std::int64_t j = 0; j < count; ++j) {
+                    p.y[(m + i) * p.outputs + n + j] = totals[static_cast<std::size_t>(j * tileRows + i)] * rowScale;
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+#endif
+
+std::atomic<bool> amxAllowed {true};
+
 #endif
 
 } // namespace
+
+bool fp8Bf16ProductUsesAmx()
+{
+#if defined(MISMATCH_HAVE_FP8_AMX_KERNEL)
+    static const bool usable = [] {
+        __builtin_cpu_init();
+        // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (read directly: clang's __builtin_cpu_supports does
+        // not know these names).
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const bool tiles = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 22)) != 0
+            && (edx & (1u << 24)) != 0;
+        return fp8Bf16ProductAvailable() && tiles && amxGranted();
+    }();
+    return usable && amxAllowed.load();
+#else
+    return false;
+#endif
+}
+
+void allowFp8Bf16Amx(bool allowed)
+{
+#if defined(MISMATCH_HAVE_FP8_BF16_KERNEL)
+    amxAllowed = allowed;
+#else
+    (void)allowed;
+#endif
+}
 
 bool fp8Bf16ProductAvailable()
 {
@@ -215,6 +349,28 @@ at::Tensor fp8Bf16Product(const at::Tensor& x, const at::Tensor& rowScales, cons
     p.scaleRowDivisor = weight.scaleRowDivisor();
     p.scaleColumnBlock = std::min(weight.scaleColumnBlock(), weight.columns());
     p.y = y.data_ptr<float>();
+#if defined(MISMATCH_HAVE_FP8_AMX_KERNEL)
+    if (fp8Bf16ProductUsesAmx()) {
+        // x's bf16 pairs transposed for the tile product: pairs[k / 2][m], rows padded to whole tiles with zeros.
+        const std::int64_t tileRows = std::min<std::int64_t>(16, p.rows);
+        const std::int64_t paddedRows = (p.rows + tileRows - 1) / tileRows * tileRows;
+        const std::int64_t words = p.columns / 2;
+        std::vector<std::uint32_t> pairs(static_cast<std::size_t>(words * paddedRows), 0u);
+        const auto* rows = reinterpret_cast<const std::uint32_t*>(p.x);
+        for (std::int64_t m = 0; m < p.rows; ++m) {
+            for (std::int64_t w = 0; w < words; ++w) {
+                pairs[static_cast<std::size_t>(w * paddedRows + m)] = rows[m * words + w];
+            }
+        }
+        const std::int64_t groups = (p.outputs + kAmxWeightRows - 1) / kAmxWeightRows;
+        at::parallel_for(0, groups, 4, [&](std::int64_t begin, std::int64_t end) {
+            std::vector<std::uint16_t> widened(static_cast<std::size_t>(kAmxWeightRows * p.columns));
+            productRowsAmx(p, pairs.data(), paddedRows, tileRows, begin * kAmxWeightRows,
+                std::min(p.outputs, end * kAmxWeightRows), widened.data());
+        });
+        return y;
+    }
+#endif
     const std::int64_t tiles = (p.outputs + kTileColumns - 1) / kTileColumns;
     at::parallel_for(0, tiles, 16, [&](std::int64_t begin, std::int64_t end) {
         std::vector<std::uint16_t> widened(static_cast<std::size_t>(kTileColumns * p.columns));

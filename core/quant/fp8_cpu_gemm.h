@@ -16,7 +16,8 @@
 //
 // Why: the float32 emulation widens every weight to float32 and multiplies with FP32 FMAs (16 products per
 // instruction); a bf16 dot product instruction takes 32, reading the weight's one-byte codes. Used by the engine
-// for FP8 weights of over 128 Ki elements where the CPU has AVX512-BF16; elsewhere the float32 emulation runs.
+// for FP8 weights of over 128 Ki elements where the CPU has AVX512-BF16 (in AMX tiles where it also has AMX-BF16:
+// fp8Bf16ProductUsesAmx); elsewhere the float32 emulation runs.
 #include "core/quant/quantize.h"
 
 #include <ATen/core/Tensor.h>
@@ -34,5 +35,13 @@ bool fp8Bf16ProductSupports(const QuantizedWeight& weight);
 // y [rows, weight.rows()] float32 for x bf16 [rows, weight.columns()] (CPU) and rowScales float32 [rows] (undefined:
 // 1). Programmer error (assert) when the kernel is unavailable or the weight unsupported.
 at::Tensor fp8Bf16Product(const at::Tensor& x, const at::Tensor& rowScales, const QuantizedWeight& weight);
+
+// On CPUs with AMX (AMX-BF16 tiles, granted by the kernel to this process), fp8Bf16Product multiplies in tiles:
+// 16 weight rows of exact bf16 code values times the activations' bf16 values with tdpbf16ps (float32 sums, its
+// own order within each 32-element step; subnormal inputs flushed as vdpbf16ps does), each scale block's sums
+// stored, scaled and added in float32. The same definition as the dot-product loop, another summation order.
+// Whether that path is taken now; `allowed` false keeps the dot-product loop (tests compare both).
+bool fp8Bf16ProductUsesAmx();
+void allowFp8Bf16Amx(bool allowed);
 
 } // namespace mismatch::quant

@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <QTemporaryDir>
+#include <QScopeGuard>
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
@@ -1051,10 +1052,14 @@ void TestQuant::fp8Bf16ProductMatchesFloat64Loops_data()
 {
     QTest::addColumn<Granularity>("granularity");
     QTest::addColumn<bool>("fp8Activations");
+    QTest::addColumn<bool>("amx");
     for (const Granularity granularity : {Granularity::Block128, Granularity::Channel, Granularity::Tensor}) {
         for (const bool fp8 : {true, false}) {
-            const std::string name = toString(granularity) + (fp8 ? "-fp8-activations" : "-bf16-activations");
-            QTest::newRow(name.c_str()) << granularity << fp8;
+            for (const bool amx : {false, true}) {
+                const std::string name = toString(granularity) + (fp8 ? "-fp8-activations" : "-bf16-activations")
+                    + (amx ? "-amx-tiles" : "-dot-products");
+                QTest::newRow(name.c_str()) << granularity << fp8 << amx;
+            }
         }
     }
 }
@@ -1069,16 +1074,25 @@ void TestQuant::fp8Bf16ProductMatchesFloat64Loops()
 {
     QFETCH(Granularity, granularity);
     QFETCH(bool, fp8Activations);
+    QFETCH(bool, amx);
     if (!fp8Bf16ProductAvailable()) {
         QSKIP("no AVX512-BF16 on this CPU: the engine multiplies FP8 weights with the float32 emulation");
     }
+    allowFp8Bf16Amx(amx);
+    const auto restore = qScopeGuard([] { allowFp8Bf16Amx(true); });
+    if (amx && !fp8Bf16ProductUsesAmx()) {
+        QSKIP("no AMX-BF16 tiles on this CPU (or not granted to this process): the dot-product loop runs");
+    }
+    QCOMPARE(fp8Bf16ProductUsesAmx(), amx);
     std::mt19937_64 rng = rngFor("fp8Bf16ProductMatchesFloat64Loops");
     struct Shape {
         std::int64_t rows, outputs, columns;
     };
-    // Odd rows (the kernel pairs them), outputs not a multiple of 4 or of 128 (partial tiles and scale blocks),
-    // columns of one partial block (96), several blocks (384) and a real hidden size (1024).
-    for (const Shape shape : {Shape {1, 5, 128}, Shape {7, 130, 384}, Shape {8, 257, 1024}, Shape {3, 64, 96}}) {
+    // Odd rows (the dot-product loop pairs them), outputs not a multiple of 4, 32 or 128 (partial register tiles, AMX
+    // weight groups and scale blocks), columns of one partial block (96), several blocks (384) and a real hidden
+    // size (1024); 20 rows: one whole AMX tile of 16 rows and a zero-padded one.
+    for (const Shape shape :
+        {Shape {1, 5, 128}, Shape {7, 130, 384}, Shape {8, 257, 1024}, Shape {3, 64, 96}, Shape {20, 33, 256}}) {
         const std::vector<float> w = randomValues(shape.outputs * shape.columns, rng, shape.columns);
         const QuantizedWeight weight = QuantizedWeight::quantize(
             tensorOf(w, {shape.outputs, shape.columns}), WeightFormat::Fp8E4m3, granularity);
