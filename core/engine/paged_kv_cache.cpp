@@ -688,18 +688,28 @@ at::Tensor PagedKvCache::appendAndAttend(
 {
     if (q.is_cuda() && q.scalar_type() == at::kFloat && q.size(2) == 1 && pool_.attendsOnDevice(layer)) {
         const auto [keyScales, valueScales] = store(layer, keys, values);
-        // A decoding step's bias only hides each row's left padding (every later position is real), so the kernel
-        // attends over each row's positions from its padding on: their slots left-aligned, and how many.
-        const at::Tensor slots = allSlots().to(at::kCPU);
-        const std::int64_t total = slots.size(1);
-        at::Tensor table = at::zeros({rows(), total}, at::kLong);
-        at::Tensor lengths = at::empty({rows()}, at::kLong);
-        for (std::int64_t row = 0; row < rows(); ++row) {
-            const std::int64_t real = total - std::min(total, rows_[static_cast<std::size_t>(row)].padding);
-            table[row].narrow(0, 0, real).copy_(slots[row].narrow(0, total - real, real));
-            lengths[row] = real;
+        if (!deviceTable_.defined()) {
+            // A decoding step's bias only hides each row's left padding (every later position is real), so the
+            // kernel attends over each row's positions from its padding on: their slots left-aligned, and how many.
+            // The same for every layer of the step: built once, moved to the device once.
+            const at::Tensor slots = allSlots().to(at::kCPU).contiguous();
+            const std::int64_t total = slots.size(1);
+            at::Tensor table = at::zeros({rows(), total}, at::kLong);
+            at::Tensor lengths = at::empty({rows()}, at::kLong);
+            const auto from = slots.accessor<std::int64_t, 2>();
+            auto to = table.accessor<std::int64_t, 2>();
+            auto count = lengths.accessor<std::int64_t, 1>();
+            for (std::int64_t row = 0; row < rows(); ++row) {
+                const std::int64_t real = total - std::min(total, rows_[static_cast<std::size_t>(row)].padding);
+                for (std::int64_t t = 0; t < real; ++t) {
+                    to[row][t] = from[row][total - real + t];
+                }
+                count[row] = real;
+            }
+            deviceTable_ = table.to(q.device());
+            deviceLengths_ = lengths.to(q.device());
         }
-        return pool_.attendOnDevice(layer, table, lengths, q, keyScales, valueScales);
+        return pool_.attendOnDevice(layer, deviceTable_, deviceLengths_, q, keyScales, valueScales);
     }
     if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || q.size(2) != 1 || bias.scalar_type() != at::kFloat) {
         return {};
@@ -713,6 +723,8 @@ void PagedKvCache::advance(std::int64_t tokens)
     assert(pendingSlots_.defined() && pendingSlots_.size(1) == tokens);
     slots_ = slots_.defined() && length_ > 0 ? at::cat({slots_, pendingSlots_}, 1) : pendingSlots_;
     pendingSlots_ = at::Tensor();
+    deviceTable_ = at::Tensor();
+    deviceLengths_ = at::Tensor();
     length_ += tokens;
 }
 
@@ -731,6 +743,8 @@ void PagedKvCache::keepRows(const std::vector<std::int64_t>& keep)
         }
     }
     rows_ = std::move(rows);
+    deviceTable_ = at::Tensor();
+    deviceLengths_ = at::Tensor();
     if (slots_.defined()) {
         slots_ = slots_.index_select(0, at::tensor(keep, at::kLong));
     }

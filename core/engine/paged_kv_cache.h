@@ -201,6 +201,10 @@ private:
     std::vector<Row> rows_;
     at::Tensor slots_; // [B, length] committed positions
     at::Tensor pendingSlots_; // [B, T] positions being appended in the current forward
+    // The decode-attention kernel's slot table and lengths of the current decoding step (on the device), built by
+    // its first layer and read by the others; cleared by advance() and keepRows().
+    at::Tensor deviceTable_;
+    at::Tensor deviceLengths_;
     std::int64_t length_ = 0;
 };
 
