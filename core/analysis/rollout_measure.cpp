@@ -58,10 +58,7 @@ ModelDirectory loadModelDirectory(const std::string& directory, const at::Device
     loaded.config = model::loadConfig(configPath(directory));
     // The tokenizer first: it is checked against config.json, and it is cheaper than the weights.
     loaded.tokenizer = std::make_shared<model::Tokenizer>(model::loadModelTokenizer(directory, loaded.config));
-    loaded.weights = model::loadWeights(directory, loaded.config, model::LoadPrecision::Stored);
-    if (!device.is_cpu()) {
-        loaded.weights = onDevice(loaded.weights, device);
-    }
+    loaded.weights = onDevice(model::loadWeights(directory, loaded.config, model::LoadPrecision::Stored), device);
     return loaded;
 }
 
@@ -81,8 +78,7 @@ model::TransformerWeights loadCheckpointWeights(
         throw InputError(configPath(directory), "",
             "is not a checkpoint of the same model: its architecture (config.json) differs from the student's");
     }
-    model::TransformerWeights weights = model::loadWeights(directory, config, model::LoadPrecision::Stored);
-    return device.is_cpu() ? weights : onDevice(weights, device);
+    return onDevice(model::loadWeights(directory, config, model::LoadPrecision::Stored), device);
 }
 
 std::vector<std::vector<std::int64_t>> PromptRequests::prompts() const

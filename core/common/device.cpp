@@ -20,20 +20,25 @@ struct CudaDevice {
     std::string description;
 };
 
-std::vector<CudaDevice> cudaDevices()
+// Asked of the CUDA runtime once per process (the catalogue's --device parameters and every job's check read it).
+const std::vector<CudaDevice>& cudaDevices()
 {
-    std::vector<CudaDevice> found;
+    static const std::vector<CudaDevice> found = [] {
+        std::vector<CudaDevice> devices;
 #if defined(MISMATCH_HAVE_CUDA)
-    // LibTorch computes on a device only when it was built with CUDA itself (Debian's is CPU-only).
-    if (!at::hasCUDA()) {
-        return found;
-    }
-    for (const cuda::DeviceInfo& info : cuda::devices()) {
-        const double gib = static_cast<double>(info.totalMemoryBytes) / (1024.0 * 1024.0 * 1024.0);
-        found.push_back({info.name + ", sm_" + std::to_string(info.computeMajor) + std::to_string(info.computeMinor)
-            + ", " + std::to_string(static_cast<long long>(gib + 0.5)) + " GiB"});
-    }
+        // LibTorch computes on a device only when it was built with CUDA itself (Debian's is CPU-only).
+        if (!at::hasCUDA()) {
+            return devices;
+        }
+        for (const cuda::DeviceInfo& info : cuda::devices()) {
+            const double gib = static_cast<double>(info.totalMemoryBytes) / (1024.0 * 1024.0 * 1024.0);
+            devices.push_back({info.name + ", sm_" + std::to_string(info.computeMajor)
+                + std::to_string(info.computeMinor) + ", " + std::to_string(static_cast<long long>(gib + 0.5))
+                + " GiB"});
+        }
 #endif
+        return devices;
+    }();
     return found;
 }
 
@@ -65,7 +70,7 @@ std::vector<std::string> availableDevices()
 std::vector<std::string> deviceDescriptions()
 {
     std::vector<std::string> lines {"cpu"};
-    const std::vector<CudaDevice> devices = cudaDevices();
+    const std::vector<CudaDevice>& devices = cudaDevices();
     for (std::size_t i = 0; i < devices.size(); ++i) {
         lines.push_back("cuda:" + std::to_string(i) + " (" + devices[i].description + ")");
     }
@@ -113,10 +118,10 @@ at::Device parseDevice(const std::string& text, const std::string& source, const
 at::Device resumeDevice(const std::string& stored)
 {
     const std::vector<std::string> available = availableDevices();
-    if (std::find(available.begin(), available.end(), stored) == available.end() || stored == "cpu") {
+    if (std::find(available.begin(), available.end(), stored) == available.end()) {
         return at::Device(at::kCPU);
     }
-    return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(std::stoi(stored.substr(5))));
+    return parseDevice(stored, "stored settings", "device"); // one that is here: never throws
 }
 
 std::string deviceName(const at::Device& device)

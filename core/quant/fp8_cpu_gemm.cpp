@@ -277,7 +277,6 @@ bool fp8Bf16ProductUsesAmx()
 {
 #if defined(MISMATCH_HAVE_FP8_AMX_KERNEL)
     static const bool usable = [] {
-        __builtin_cpu_init();
         // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (read directly: clang's __builtin_cpu_supports does
         // not know these names).
         unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -335,10 +334,8 @@ at::Tensor fp8Bf16Product(const at::Tensor& x, const at::Tensor& rowScales, cons
     const at::Tensor input = x.contiguous();
     const at::Tensor inputScales = rowScales.defined() ? rowScales.contiguous() : rowScales;
     const at::Tensor scales = weight.scales().contiguous();
-    const std::vector<std::uint16_t> zeroRow(static_cast<std::size_t>(weight.columns()), 0);
     Product p;
     p.x = static_cast<const std::uint16_t*>(input.data_ptr());
-    p.zeroRow = zeroRow.data();
     p.rowScales = inputScales.defined() ? inputScales.data_ptr<float>() : nullptr;
     p.codes = weight.codes().data_ptr<std::uint8_t>();
     p.scales = scales.data_ptr<float>();
@@ -371,6 +368,8 @@ at::Tensor fp8Bf16Product(const at::Tensor& x, const at::Tensor& rowScales, cons
         return y;
     }
 #endif
+    const std::vector<std::uint16_t> zeroRow(static_cast<std::size_t>(p.columns), 0);
+    p.zeroRow = zeroRow.data();
     const std::int64_t tiles = (p.outputs + kTileColumns - 1) / kTileColumns;
     at::parallel_for(0, tiles, 16, [&](std::int64_t begin, std::int64_t end) {
         std::vector<std::uint16_t> widened(static_cast<std::size_t>(kTileColumns * p.columns));

@@ -547,8 +547,8 @@ RunConfig Parser::parse(const YAML::Node& root)
         const std::string text = reader_.stringValue(*e);
         try {
             config.device = canonicalDevice(text, file_, "device");
-        } catch (const InputError&) {
-            fail(e->valueLocation, "device '" + text + "': expected cpu, cuda or cuda:N");
+        } catch (const InputError& error) {
+            fail(e->valueLocation, error.detail());
         }
     }
 

@@ -246,11 +246,9 @@ PackedBatch packBatch(const Rollout& rollout, const at::Device& device)
     packed.rowIndex = at::tensor(rows, at::kLong);
     packed.engineTokens.sampled = at::tensor(sampled, at::kLong);
     packed.engineTokens.logProbs = at::tensor(engineLogProbs, at::kDouble);
-    if (!device.is_cpu()) {
-        for (at::Tensor* tensor : {&packed.ids, &packed.mask, &packed.rowIndex, &packed.engineTokens.sampled,
-                 &packed.engineTokens.logProbs}) {
-            *tensor = tensor->to(device);
-        }
+    for (at::Tensor* tensor : {&packed.ids, &packed.mask, &packed.rowIndex, &packed.engineTokens.sampled,
+             &packed.engineTokens.logProbs}) {
+        *tensor = tensor->to(device); // the same tensor when already there
     }
     return packed;
 }
@@ -351,11 +349,9 @@ public:
         }
         requireStepFits(runFile, longestPrompt);
         requireJobFits(longestPrompt);
-        weights_ = model::loadWeights(config.student, modelConfig_); // finite (model::requireFiniteWeights)
-        if (!device_.is_cpu()) {
-            // The master weights (and so AdamW's moments and the rollout engine's copies) live on the device.
-            weights_ = onDevice(weights_, device_);
-        }
+        // Finite (model::requireFiniteWeights). The master weights (and so AdamW's moments and the rollout engine's
+        // copies) live on the device.
+        weights_ = onDevice(model::loadWeights(config.student, modelConfig_), device_);
         if (teacherConfig) {
             // The teacher never trains: its stored values (a BF16 checkpoint stays BF16), multiplied exactly in FP32.
             model::TransformerWeights teacherWeights = onDevice(
