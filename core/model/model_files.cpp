@@ -241,16 +241,6 @@ MISMATCH_VECTOR_CLONES bool exponentsFinite16(const std::uint16_t* data, std::in
     return nonFinite == 0;
 }
 
-bool exponentsFinite(const std::uint32_t* data, std::int64_t count, std::uint32_t mask)
-{
-    return exponentsFinite32(data, count, mask);
-}
-
-bool exponentsFinite(const std::uint16_t* data, std::int64_t count, std::uint16_t mask)
-{
-    return exponentsFinite16(data, count, mask);
-}
-
 // True when the tensor (float32, bfloat16 or float16 on the CPU, contiguous) is finite; nullopt for other tensors.
 std::optional<bool> allFiniteByBits(const at::Tensor& tensor)
 {
@@ -282,6 +272,16 @@ std::optional<bool> allFiniteByBits(const at::Tensor& tensor)
 }
 
 } // namespace
+
+bool exponentsFinite(const std::uint32_t* data, std::int64_t count, std::uint32_t mask)
+{
+    return exponentsFinite32(data, count, mask);
+}
+
+bool exponentsFinite(const std::uint16_t* data, std::int64_t count, std::uint16_t mask)
+{
+    return exponentsFinite16(data, count, mask);
+}
 
 std::string nonFiniteSummary(const at::Tensor& tensor)
 {

@@ -52,6 +52,11 @@ class TransformerWeights;
 // vocabulary and added tokens) must have a row in the embedding (id < vocab_size). InputError naming the file.
 Tokenizer loadModelTokenizer(const std::string& directory, const ModelConfig& config);
 
+// Whether none of `count` floats (float32: mask 0x7F800000; bfloat16: 0x7F80, float16: 0x7C00) has an all-ones
+// exponent (NaN or infinity), read from the bit patterns in one vectorized pass.
+bool exponentsFinite(const std::uint32_t* data, std::int64_t count, std::uint32_t exponentMask);
+bool exponentsFinite(const std::uint16_t* data, std::int64_t count, std::uint16_t exponentMask);
+
 // "3 NaN and 1 infinite values (the first at [0, 5])" for a tensor with non-finite entries, empty when all are
 // finite.
 std::string nonFiniteSummary(const at::Tensor& tensor);

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/fresh_pages.h"
 #include "core/common/input_limits.h"
 
 #include <ATen/ATen.h>
@@ -399,12 +400,6 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const
 
 namespace {
 
-#ifdef MADV_POPULATE_WRITE
-constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
-#else
-constexpr int kPopulateWrite = 23; // Linux 5.14's value, for older C library headers
-#endif
-
 // Reads `bytes` bytes at `offset` of the file into `out`; returns what went wrong, empty when all was read.
 std::string readFully(int fd, char* out, std::uint64_t bytes, std::uint64_t offset)
 {
@@ -441,14 +436,8 @@ at::Tensor SafetensorsFile::load(const std::string& name) const
     char* out = static_cast<char*>(tensor.data_ptr());
     // The tensor's fresh pages are made present in one call before the read: faulting them in one at a time while
     // copying was most of the load (Qwen3-0.6B shape, 1.2 GB: 4.1-4.5 s copied out of the mapping, page faults and
-    // page clearing ~75% of it; 1.5-1.9 s so on a 2-core VM). Advice only: a kernel without MADV_POPULATE_WRITE
-    // (before 5.14) faults them in during the read as before.
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto first = (reinterpret_cast<std::uintptr_t>(out) + page - 1) / page * page;
-    const auto last = (reinterpret_cast<std::uintptr_t>(out) + bytes) / page * page;
-    if (last > first) {
-        ::madvise(reinterpret_cast<void*>(first), last - first, kPopulateWrite);
-    }
+    // page clearing ~75% of it; 1.5-1.9 s so on a 2-core VM).
+    makePagesPresent(out, bytes);
     if (const std::string problem = readFully(fd_, out, bytes, dataOffset_ + entry.begin); !problem.empty()) {
         throw InputError(path_, name, "cannot read tensor " + name + ": " + problem);
     }

@@ -1,7 +1,9 @@
 #include "core/quant/quantize.h"
 
 #include "core/common/error.h"
+#include "core/common/fresh_pages.h"
 #include "core/common/vector_clones.h"
+#include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
@@ -110,9 +112,79 @@ ScaledFormat scaledFormat(Fp8Format format)
     return {true, format, max, -max};
 }
 
+// The largest magnitude among `count` float32 values read as bits, NaN skipped, and in `top` the largest
+// magnitude bits with NaN counted (>= 0x7F800000: some value is not finite). For non-NaN floats the magnitude bits
+// order like the magnitudes, so an integer max finds the float max exactly: one plain max reduction (vectorized),
+// and a second pass that skips NaN only when the first met one.
+MISMATCH_VECTOR_CLONES
+std::uint32_t magnitudeMax32(const std::uint32_t* bits, std::int64_t count, std::uint32_t* top)
+{
+    std::uint32_t all = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+        all = std::max(all, bits[i] & 0x7FFFFFFFu);
+    }
+    *top = all;
+    if (all <= 0x7F800000u) {
+        return all;
+    }
+    std::uint32_t amax = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+        const std::uint32_t magnitude = bits[i] & 0x7FFFFFFFu;
+        amax = magnitude > 0x7F800000u ? amax : std::max(amax, magnitude);
+    }
+    return amax;
+}
+
+// The same over bfloat16 bits, returned as float32 bits (a bf16 value is the top half of its float32).
+MISMATCH_VECTOR_CLONES
+std::uint32_t magnitudeMax16(const std::uint16_t* bits, std::int64_t count, std::uint32_t* top)
+{
+    std::uint16_t all = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+        all = std::max(all, static_cast<std::uint16_t>(bits[i] & 0x7FFFu));
+    }
+    *top = static_cast<std::uint32_t>(all) << 16;
+    if (all <= 0x7F80u) {
+        return *top;
+    }
+    std::uint16_t amax = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+        const auto magnitude = static_cast<std::uint16_t>(bits[i] & 0x7FFFu);
+        amax = magnitude > 0x7F80u ? amax : std::max(amax, magnitude);
+    }
+    return static_cast<std::uint32_t>(amax) << 16;
+}
+
+// A quantizer's input, row-major: float32 values, or bfloat16 bits read as they are stored (every bf16 value is
+// a float32 value, so the results are those of the widened tensor, without holding a float32 copy of it).
+struct Elements {
+    const float* f32 = nullptr;
+    const std::uint16_t* bf16 = nullptr;
+
+    Elements(const float* values) : f32(values) {}
+    explicit Elements(const std::uint16_t* bits) : bf16(bits) {}
+
+    float at(std::int64_t i) const
+    {
+        if (f32) {
+            return f32[i];
+        }
+        const std::uint32_t bits = static_cast<std::uint32_t>(bf16[i]) << 16;
+        float value;
+        std::memcpy(&value, &bits, sizeof value);
+        return value;
+    }
+    // magnitudeMax over [offset, offset + count).
+    std::uint32_t magnitudeMax(std::int64_t offset, std::int64_t count, std::uint32_t* top) const
+    {
+        return f32 ? magnitudeMax32(reinterpret_cast<const std::uint32_t*>(f32 + offset), count, top)
+                   : magnitudeMax16(bf16 + offset, count, top);
+    }
+};
+
 // Per-group amax as a float32 [scaleRows, scaleColumns] tensor. With `requireFinite`, an inf or NaN element
 // throws InputError naming it; otherwise NaN is skipped and inf counts.
-at::Tensor groupAmax(const float* in, const ScaleLayout& layout, bool requireFinite)
+at::Tensor groupAmax(const Elements& in, const ScaleLayout& layout, bool requireFinite)
 {
     const std::int64_t scaleColumns = layout.scaleColumns();
     // Pass 1, parallel over rows: amax of every row's column blocks, and its first non-finite column.
@@ -120,28 +192,26 @@ at::Tensor groupAmax(const float* in, const ScaleLayout& layout, bool requireFin
     std::vector<std::int64_t> firstBad(static_cast<std::size_t>(layout.rows), -1);
     at::parallel_for(0, layout.rows, rowGrain(layout.columns), [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
-            const float* row = in + r * layout.columns;
+            const std::int64_t row = r * layout.columns;
+            std::int64_t& bad = firstBad[static_cast<std::size_t>(r)];
             for (std::int64_t block = 0; block < scaleColumns; ++block) {
                 const std::int64_t c0 = block * layout.columnBlock;
                 const std::int64_t c1 = std::min(layout.columns, c0 + layout.columnBlock);
-                float amax = 0.0f;
-                for (std::int64_t c = c0; c < c1; ++c) {
-                    const float magnitude = std::fabs(row[c]);
-                    if (magnitude > amax) { // false for NaN: skipped
-                        amax = magnitude;
-                    }
-                    if (requireFinite && !std::isfinite(row[c]) && firstBad[static_cast<std::size_t>(r)] < 0) {
-                        firstBad[static_cast<std::size_t>(r)] = c;
+                std::uint32_t top = 0;
+                const std::uint32_t amax = in.magnitudeMax(row + c0, c1 - c0, &top);
+                std::memcpy(&rowAmax[static_cast<std::size_t>(r * scaleColumns + block)], &amax, sizeof amax);
+                if (requireFinite && top >= 0x7F800000u && bad < 0) { // blocks run left to right: the row's first
+                    for (std::int64_t c = c0; c < c1 && bad < 0; ++c) {
+                        bad = std::isfinite(in.at(row + c)) ? -1 : c;
                     }
                 }
-                rowAmax[static_cast<std::size_t>(r * scaleColumns + block)] = amax;
             }
         }
     });
     if (requireFinite) {
         for (std::int64_t r = 0; r < layout.rows; ++r) {
             if (firstBad[static_cast<std::size_t>(r)] >= 0) {
-                const float value = in[r * layout.columns + firstBad[static_cast<std::size_t>(r)]];
+                const float value = in.at(r * layout.columns + firstBad[static_cast<std::size_t>(r)]);
                 throw InputError("",
                     "element [" + std::to_string(r) + ", " + std::to_string(firstBad[static_cast<std::size_t>(r)])
                         + "]",
@@ -605,11 +675,7 @@ void requireFinite16(const at::Tensor& values, std::uint16_t exponentMask)
     const std::int64_t columns = values.size(-1);
     std::atomic<std::int64_t> first {-1};
     at::parallel_for(0, values.numel(), kGrainElements, [&](std::int64_t begin, std::int64_t end) {
-        bool bad = false;
-        for (std::int64_t i = begin; i < end; ++i) {
-            bad |= (bits[i] & exponentMask) == exponentMask;
-        }
-        if (bad) {
+        if (!model::exponentsFinite(bits + begin, end - begin, exponentMask)) {
             for (std::int64_t i = begin; i < end; ++i) {
                 if ((bits[i] & exponentMask) == exponentMask) {
                     std::int64_t seen = first.load();
@@ -664,32 +730,62 @@ QuantizedWeight QuantizedWeight::quantize(const at::Tensor& weight, WeightFormat
         }
         return result;
     }
-    const at::Tensor input = cpuFloat(weight.detach(), "weight");
+    // A bf16 weight (what checkpoints store) is read as it is, a block at a time, instead of from a float32 copy
+    // of the whole weight: the same values, 2 bytes an element read instead of 4 written and read again.
+    const at::Tensor source = weight.detach();
+    const bool bf16Source = source.scalar_type() == at::kBFloat16 && source.device().is_cpu() && source.is_contiguous();
+    const at::Tensor input = bf16Source ? source : cpuFloat(source, "weight");
+    const Elements elements = bf16Source ? Elements(static_cast<const std::uint16_t*>(input.data_ptr()))
+                                         : Elements(input.data_ptr<float>());
     const ScaleLayout layout = weightLayout(input, format, granularity);
     const ScaledFormat scaled = scaledFormat(format);
     result.granularity_ = effectiveGranularity(format, granularity);
     result.scaleRowDivisor_ = layout.scaleRows == 1 ? std::max<std::int64_t>(1, layout.rows) : layout.rowDivisor;
     result.scaleColumnBlock_ = layout.columnBlock;
-    result.scales_ = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, true), scaled.qmax);
-    const float* in = input.data_ptr<float>();
-    const float* s = result.scales_.data_ptr<float>();
+    result.scales_ = scalesFromAmax(groupAmax(elements, layout, true), scaled.qmax);
+    // Calls encode(values, offset, count, scale) for every run of elements sharing a scale, values as float32:
+    // the input itself, or bf16 widened (exactly) a chunk at a time.
+    const auto forEachRun = [&](auto encode) {
+        forEachScaleBlock(layout, result.scales_.data_ptr<float>(), [&](std::int64_t c0, std::int64_t c1, float scale) {
+            if (elements.f32) {
+                encode(elements.f32 + c0, c0, c1 - c0, scale);
+                return;
+            }
+            constexpr std::int64_t kChunk = 512;
+            float chunk[kChunk];
+            for (std::int64_t offset = c0; offset < c1; offset += kChunk) {
+                const std::int64_t count = std::min(kChunk, c1 - offset);
+                model::widenBFloat16(elements.bf16 + offset, chunk, count);
+                encode(chunk, offset, count, scale);
+            }
+        });
+    };
     if (scaled.fp8) {
         result.codes_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kByte));
         auto* codes = result.codes_.data_ptr<std::uint8_t>();
+        makePagesPresent(codes, static_cast<std::uint64_t>(result.codes_.numel())); // written whole below
         const Fp8Format fp8 = scaled.fp8Format;
         if (fp8 == Fp8Format::E4M3) {
-            forEachScaleBlock(layout, s, [&](std::int64_t c0, std::int64_t c1, float scale) {
-                encodeScaledToE4m3(in + c0, scale, codes + c0, c1 - c0);
+            forEachRun([&](const float* values, std::int64_t offset, std::int64_t count, float scale) {
+                encodeScaledToE4m3(values, scale, codes + offset, count);
             });
         } else {
-            forEachScaled(in, layout, s, [&](std::int64_t i, float y, float) { codes[i] = encodeFp8(y, fp8); });
+            forEachRun([&](const float* values, std::int64_t offset, std::int64_t count, float scale) {
+                for (std::int64_t i = 0; i < count; ++i) {
+                    codes[offset + i] = encodeFp8(values[i] / scale, fp8);
+                }
+            });
         }
     } else {
         result.codes_ = at::empty(input.sizes(), at::TensorOptions().dtype(at::kChar));
         auto* integers = result.codes_.data_ptr<std::int8_t>();
+        makePagesPresent(integers, static_cast<std::uint64_t>(result.codes_.numel())); // written whole below
         const IntGrid grid {scaled.qmin, scaled.qmax};
-        forEachScaled(
-            in, layout, s, [&](std::int64_t i, float y, float) { integers[i] = static_cast<std::int8_t>(grid(y)); });
+        forEachRun([&](const float* values, std::int64_t offset, std::int64_t count, float scale) {
+            for (std::int64_t i = 0; i < count; ++i) {
+                integers[offset + i] = static_cast<std::int8_t>(grid(values[i] / scale));
+            }
+        });
     }
     return result;
 }

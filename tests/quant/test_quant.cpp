@@ -1338,6 +1338,10 @@ void TestQuant::quantizedWeightEqualsFakeQuantize()
     const std::uint64_t scales
         = hasScales(format) ? 4 * static_cast<std::uint64_t>(weightScaleCount(weight.sizes(), format, granularity)) : 0;
     QCOMPARE(stored.storageBytes(), (hasScales(format) ? elements : 2 * elements) + scales);
+    // A bf16 weight (what checkpoints store) is read as stored, without a float32 copy: bit for bit what the
+    // float32 path (fakeQuantize widens the input) gives for the same values.
+    const at::Tensor bf16 = weight.to(at::kBFloat16);
+    QVERIFY(same(QuantizedWeight::quantize(bf16, format, granularity).dequantize(), fakeQuantize(bf16, format, granularity)));
 }
 
 void TestQuant::quantizedWeightCoversEveryFp8Code()
@@ -1383,8 +1387,18 @@ void TestQuant::quantizedWeightSharesBf16AndRejectsNonFinite()
         }
         at::Tensor brokenFloat = bf16.to(at::kFloat);
         brokenFloat[3][1] = bad;
-        QVERIFY_EXCEPTION_THROWN(
-            QuantizedWeight::quantize(brokenFloat, WeightFormat::Fp8E4m3, Granularity::Block128), InputError);
+        brokenFloat[3][30] = bad; // the first of a row is named
+        // From float32 and from bf16 as stored (two readers of the elements), in a scaled format.
+        for (const at::Tensor& weight : {brokenFloat, brokenFloat.to(at::kBFloat16)}) {
+            try {
+                QuantizedWeight::quantize(weight, WeightFormat::Fp8E4m3, Granularity::Block128);
+                QFAIL("a non-finite weight was accepted for fp8");
+            } catch (const InputError& error) {
+                QCOMPARE(QString::fromStdString(error.location()), QString("element [3, 1]"));
+                QVERIFY2(QString::fromStdString(error.detail()).contains(std::isnan(bad) ? "nan" : "inf"),
+                    error.detail().c_str());
+            }
+        }
     }
     QVERIFY_EXCEPTION_THROWN(
         QuantizedWeight::quantize(at::ones({4}), WeightFormat::Bf16, Granularity::None), InputError);
