@@ -280,23 +280,41 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     at::Tensor logits = model_->forward(ids, mask, at::Tensor(), &cache, prefill);
     at::Tensor last = logits.select(1, logits.size(1) - 1);
     while (true) {
-        const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
         // The BF16 and recipe engines' logits are bf16 values (their lm_head rounds its output): kept as bf16, exact.
-        const at::Tensor keptLogits = sampling.keepLogits ? lastCpu.to(keptLogitsType) : at::Tensor();
+        const at::Tensor keptLogits = sampling.keepLogits ? last.to(keptLogitsType) : at::Tensor();
         std::vector<std::int64_t> keep;
         std::vector<std::int64_t> nextTokens;
-        // Each row's distribution and draw (a full-vocabulary pass in float64) in parallel: a row reads only its
-        // own logits and advances only its own generator, so the tokens do not depend on the thread count.
-        std::vector<std::vector<double>> logMus(rows.size());
+        std::vector<std::vector<double>> logMus(rows.size()); // the host path's; with fullDistributions
         std::vector<SampledToken> sampled(rows.size());
-        at::parallel_for(0, static_cast<std::int64_t>(rows.size()), 1, [&](std::int64_t begin, std::int64_t end) {
-            for (std::int64_t r = begin; r < end; ++r) {
-                const auto index = static_cast<std::size_t>(r);
-                const float* rowLogits = lastCpu[r].data_ptr<float>();
-                logMus[index] = samplingLogProbs(rowLogits, vocab, sampling);
-                sampled[index] = sampleToken(rowLogits, logMus[index], sampling, rows[index].generator);
+        if (usesTensorSampling(last)) {
+            // On a GPU: one draw per row from its generator here, the distributions and draws there; only the ids,
+            // their log mu and the top pairs come back.
+            std::vector<double> uniforms;
+            for (Row& row : rows) {
+                uniforms.push_back(row.generator.uniform());
             }
-        });
+            SampledRows drawn = sampleRows(last, uniforms, sampling);
+            sampled = std::move(drawn.tokens);
+            if (sampling.fullDistributions) {
+                const at::Tensor logMu = drawn.logMu.to(at::kCPU).contiguous();
+                for (std::size_t r = 0; r < rows.size(); ++r) {
+                    const double* row = logMu.data_ptr<double>() + static_cast<std::int64_t>(r) * vocab;
+                    logMus[r].assign(row, row + vocab);
+                }
+            }
+        } else {
+            const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
+            // Each row's distribution and draw (a full-vocabulary pass in float64) in parallel: a row reads only its
+            // own logits and advances only its own generator, so the tokens do not depend on the thread count.
+            at::parallel_for(0, static_cast<std::int64_t>(rows.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t r = begin; r < end; ++r) {
+                    const auto index = static_cast<std::size_t>(r);
+                    const float* rowLogits = lastCpu[r].data_ptr<float>();
+                    logMus[index] = samplingLogProbs(rowLogits, vocab, sampling);
+                    sampled[index] = sampleToken(rowLogits, logMus[index], sampling, rows[index].generator);
+                }
+            });
+        }
         for (std::size_t r = 0; r < rows.size(); ++r) {
             Row& row = rows[r];
             GenerationResult& result = results[row.request];

@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -13,6 +15,8 @@
 namespace mismatch::engine {
 
 namespace {
+
+std::atomic<bool> tensorSamplingOnCpu {false};
 
 constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
 
@@ -145,6 +149,9 @@ std::vector<double> samplingLogProbs(const float* logits, std::int64_t vocab, co
 
 at::Tensor logMuRows(const at::Tensor& logits, const SamplingOptions& options)
 {
+    if (usesTensorSampling(logits)) {
+        return samplingLogProbsRows(logits, options);
+    }
     const at::Tensor input = logits.to(at::kCPU).to(at::kFloat).contiguous();
     const std::int64_t rows = input.size(0);
     const std::int64_t vocab = input.size(1);
@@ -207,6 +214,105 @@ SampledToken sampleToken(const float* logits, const std::vector<double>& logMu, 
         }
     }
     return token;
+}
+
+bool usesTensorSampling(const at::Tensor& logits)
+{
+    return !logits.device().is_cpu() || tensorSamplingOnCpu.load();
+}
+
+void setTensorSamplingOnCpu(bool enabled)
+{
+    tensorSamplingOnCpu = enabled;
+}
+
+at::Tensor samplingLogProbsRows(const at::Tensor& logits, const SamplingOptions& options)
+{
+    const double temperature = isGreedy(options) ? 1.0 : options.temperature;
+    const at::Tensor z = logits.to(at::kDouble) / temperature;
+    const std::int64_t vocab = z.size(-1);
+    // samplingLogProbs' checks, in its order: a row whose largest non-NaN logit is not finite, then any NaN.
+    const at::Tensor nan = z.isnan();
+    const at::Tensor largest = z.masked_fill(nan, kNegativeInfinity).amax(-1);
+    const at::Tensor finite = largest.isfinite();
+    if (!finite.all().item<bool>()) {
+        const std::int64_t row = finite.logical_not().to(at::kInt).argmax().item<std::int64_t>();
+        throw Error("engine: non-finite logits (largest " + std::to_string(largest[row].item<double>())
+            + "); cannot sample");
+    }
+    if (nan.any().item<bool>()) {
+        const at::Tensor first = nan.nonzero().select(0, 0).to(at::kCPU);
+        throw Error("engine: NaN logit at token id " + std::to_string(first[1].item<std::int64_t>()) + "; cannot sample");
+    }
+    const at::Tensor logProbs = z - at::logsumexp(z, -1, true); // log_softmax(z / temperature)
+    const bool topK = options.topK > 0 && options.topK < vocab;
+    const bool topP = options.topP < 1.0;
+    if (!topK && !topP) {
+        return logProbs;
+    }
+    // More probable first, lower id on ties (a stable sort keeps ids in order among equal values).
+    const auto sorted = at::sort(logProbs, /*stable=*/true, -1, /*descending=*/true);
+    const std::int64_t head = topK ? options.topK : vocab;
+    const at::Tensor headValues = std::get<0>(sorted).narrow(-1, 0, head);
+    at::Tensor keptInHead = at::ones_like(headValues, headValues.options().dtype(at::kBool));
+    if (topP) {
+        // Position p of the head is kept while the renormalized mass before it is below top_p (the first always).
+        const at::Tensor cumulative = at::exp(headValues - at::logsumexp(headValues, -1, true)).cumsum(-1);
+        keptInHead.narrow(-1, 1, head - 1).copy_(cumulative.narrow(-1, 0, head - 1).lt(options.topP));
+    }
+    const at::Tensor kept = at::zeros_like(logProbs, logProbs.options().dtype(at::kBool))
+                                .scatter_(-1, std::get<1>(sorted).narrow(-1, 0, head), keptInHead);
+    const at::Tensor masked = logProbs.masked_fill(kept.logical_not(), kNegativeInfinity);
+    return masked - at::logsumexp(masked, -1, true);
+}
+
+SampledRows sampleRows(const at::Tensor& logits, const std::vector<double>& uniforms, const SamplingOptions& options)
+{
+    // Programmer error: one draw per row.
+    assert(static_cast<std::int64_t>(uniforms.size()) == logits.size(0));
+    SampledRows result;
+    result.logMu = samplingLogProbsRows(logits, options);
+    const std::int64_t rows = logits.size(0);
+    const std::int64_t vocab = logits.size(-1);
+    at::Tensor ids;
+    if (isGreedy(options)) {
+        ids = logits.argmax(-1); // the first of equal maxima, as the host's strict comparison keeps it
+    } else {
+        // Inverse CDF in id order over the kept tokens: the first id whose cumulative mass passes u (a token outside
+        // the kept set adds nothing, so the first such id is kept), else the last kept id.
+        const at::Tensor u = at::tensor(uniforms, at::kDouble).to(logits.device()).unsqueeze(1);
+        const at::Tensor above = result.logMu.exp().cumsum(-1).gt(u);
+        const at::Tensor positions = at::arange(vocab, logits.options().dtype(at::kLong)).expand({rows, vocab});
+        const at::Tensor firstAbove = above.to(at::kInt).argmax(-1);
+        const at::Tensor lastKept
+            = positions.masked_fill(result.logMu.eq(kNegativeInfinity), -1).amax(-1);
+        ids = at::where(above.any(-1), firstAbove, lastKept);
+    }
+    const at::Tensor logProbs = result.logMu.gather(-1, ids.unsqueeze(1)).squeeze(1).to(at::kCPU).contiguous();
+    const at::Tensor idsCpu = ids.to(at::kCPU).to(at::kLong).contiguous();
+    result.tokens.resize(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) {
+        SampledToken& token = result.tokens[static_cast<std::size_t>(r)];
+        token.id = idsCpu.data_ptr<std::int64_t>()[r];
+        token.logProb = logProbs.data_ptr<double>()[r];
+    }
+    if (options.topLogProbs > 0) {
+        const std::int64_t count = std::min(options.topLogProbs, vocab);
+        const auto sorted = at::sort(result.logMu, /*stable=*/true, -1, /*descending=*/true);
+        const at::Tensor values = std::get<0>(sorted).narrow(-1, 0, count).to(at::kCPU).contiguous();
+        const at::Tensor topIds = std::get<1>(sorted).narrow(-1, 0, count).to(at::kCPU).to(at::kLong).contiguous();
+        for (std::int64_t r = 0; r < rows; ++r) {
+            SampledToken& token = result.tokens[static_cast<std::size_t>(r)];
+            for (std::int64_t i = 0; i < count; ++i) {
+                const double value = values.data_ptr<double>()[r * count + i];
+                if (value == kNegativeInfinity) {
+                    break; // outside the kept set
+                }
+                token.top.push_back({topIds.data_ptr<std::int64_t>()[r * count + i], static_cast<float>(value)});
+            }
+        }
+    }
+    return result;
 }
 
 } // namespace mismatch::engine

@@ -79,4 +79,25 @@ at::Tensor logMuRows(const at::Tensor& logits, const SamplingOptions& options);
 SampledToken sampleToken(const float* logits, const std::vector<double>& logMu, const SamplingOptions& options,
     metrics::SplitMix64& generator);
 
+// The same distributions and draws as tensor operations over a whole batch, on the logits' device: what the engine
+// uses for logits on a GPU, so that no [rows, vocab] tensor leaves the device (only the chosen ids, their log mu
+// and the top-N pairs do). `logits` [rows, vocab] of any floating dtype, `uniforms` one draw per row taken from
+// the row's generator on the host exactly as sampleToken takes it. The function is samplingLogProbs' and
+// sampleToken's; the float64 sums run in another order (a reduction tree instead of a loop), so log mu agrees
+// with the host's to ~1e-15 relative and a token differs only where a draw falls within that distance of a
+// cumulative boundary (or a top-p sum of the boundary); ties break as on the host (lower id first). Throws
+// mismatch::Error as samplingLogProbs does.
+struct SampledRows {
+    at::Tensor logMu; // [rows, vocab] float64 on the logits' device
+    std::vector<SampledToken> tokens; // per row
+};
+at::Tensor samplingLogProbsRows(const at::Tensor& logits, const SamplingOptions& options);
+SampledRows sampleRows(const at::Tensor& logits, const std::vector<double>& uniforms, const SamplingOptions& options);
+
+// Whether the engine samples (and logMuRows computes log mu) with the tensor operations above for `logits`: on
+// every device but the CPU, where the per-row loops are the reference. Tests force the tensor path on the CPU too
+// (setTensorSamplingOnCpu) to compare the two on the same logits.
+bool usesTensorSampling(const at::Tensor& logits);
+void setTensorSamplingOnCpu(bool enabled);
+
 } // namespace mismatch::engine

@@ -58,6 +58,10 @@ constexpr double kAttendEps32 = 1.1920929e-07;
 // across a bf16 rounding boundary (one bf16 ulp, 2^-8 relative) somewhere in the network; log-probabilities
 // then move by a few 1e-3 at most on this model. A cache bug moves them by O(1).
 constexpr double kRoundedCacheTolerance = 5e-2;
+// The tensor sampler against the host loops on the same logits: both compute log mu in float64, the tensor form
+// with its sums in another order (a reduction tree); over V <= 1000 terms each sum differs by at most ~V eps64
+// relative (~1e-13), and log mu by that much.
+constexpr double kTensorSamplingTolerance = 1e-12;
 // Module output of the engine vs a float64 reference of the same formula: one bf16 ulp (2^-8 relative) for the
 // final rounding taken from a float32 vs a float64 sum.
 constexpr double kBf16Ulp = 1.0 / 256.0;
@@ -204,6 +208,27 @@ public:
     std::map<std::int64_t, at::Tensor> recordedValues;
 };
 
+// Whether two log mu rows have the same kept set (-infinity at the same ids) and finite values within `tolerance`.
+bool sameDistribution(const std::vector<double>& a, const double* b, double tolerance)
+{
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (std::isinf(a[i]) || std::isinf(b[i])) {
+            if (a[i] != b[i]) {
+                return false;
+            }
+        } else if (!(std::abs(a[i] - b[i]) <= tolerance)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Forces the tensor sampler on the CPU for the scope (it runs there only on other devices otherwise).
+struct TensorSamplingOnCpu {
+    TensorSamplingOnCpu() { setTensorSamplingOnCpu(true); }
+    ~TensorSamplingOnCpu() { setTensorSamplingOnCpu(false); }
+};
+
 } // namespace
 
 class TestEngine : public QObject {
@@ -236,6 +261,8 @@ private slots:
     void greedyAndTopKOne();
     void seedsDecideTokens();
     void keptLogitsGiveTheSampledDistributions();
+    void tensorSamplingMatchesTheHostLoops();
+    void tensorSamplingInTheEngine();
     void seedsIndependentOfBatchComposition();
     void stopsOnEosAndMaxTokens();
     void stopsOnStopString();
@@ -780,16 +807,7 @@ void TestEngine::samplingDistributionSemantics()
         return out;
     };
     const auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
-        for (std::size_t i = 0; i < a.size(); ++i) {
-            if (std::isinf(a[i]) || std::isinf(b[i])) {
-                if (a[i] != b[i]) {
-                    return false;
-                }
-            } else if (std::abs(a[i] - b[i]) > 1e-12) {
-                return false;
-            }
-        }
-        return true;
+        return sameDistribution(a, b.data(), 1e-12);
     };
     SamplingOptions options;
     QVERIFY(close(samplingLogProbs(logits.data(), 6, options), reference(1.0, {0, 1, 2, 3, 4, 5})));
@@ -935,6 +953,129 @@ void TestEngine::keptLogitsGiveTheSampledDistributions()
                 QCOMPARE(logMu[static_cast<std::int64_t>(t)][result.tokens[t]].item<double>(), result.logProbs[t]);
             }
         }
+    }
+}
+
+void TestEngine::tensorSamplingMatchesTheHostLoops()
+{
+    // The GPU's sampler (tensor operations over the batch) against the per-row float64 loops, on the CPU, on the
+    // same logits and the same draws: bf16-rounded random logits (ties among them), and rows with deliberate
+    // ties at the top-k boundary.
+    const std::int64_t rows = 6;
+    const std::int64_t vocab = 1000;
+    at::manual_seed(141);
+    at::Tensor logits = (at::randn({rows, vocab}) * 3.0).to(at::kBFloat16).to(at::kFloat);
+    logits[1].narrow(0, 0, 40).fill_(30.0); // 40 tied maxima (randn * 3 stays far below): top-k 10 keeps ids 0-9
+    logits[2].narrow(0, 500, 3).fill_(20.0); // nearly all the mass on three tied ids
+    const auto options = [](double temperature, double topP, std::int64_t topK, bool greedy) {
+        SamplingOptions o;
+        o.temperature = temperature;
+        o.topP = topP;
+        o.topK = topK;
+        o.greedy = greedy;
+        o.topLogProbs = 5;
+        return o;
+    };
+    const std::vector<SamplingOptions> cases = {options(1.0, 1.0, 0, false), options(0.7, 0.9, 0, false),
+        options(1.0, 1.0, 10, false), options(1.3, 0.8, 50, false), options(1.0, 0.95, 0, true),
+        options(0.0, 1.0, 0, false)};
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+        const SamplingOptions& sampling = cases[c];
+        std::vector<metrics::SplitMix64> generators;
+        std::vector<double> uniforms;
+        for (std::int64_t r = 0; r < rows; ++r) {
+            generators.emplace_back(1000 * c + static_cast<std::uint64_t>(r));
+            metrics::SplitMix64 copy = generators.back();
+            uniforms.push_back(copy.uniform());
+        }
+        const SampledRows tensor = sampleRows(logits, uniforms, sampling);
+        QCOMPARE(tensor.logMu.scalar_type(), at::kDouble);
+        const at::Tensor logMuRowsTensor = samplingLogProbsRows(logits.to(at::kBFloat16), sampling);
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::string where = "case " + std::to_string(c) + " row " + std::to_string(r);
+            const float* row = logits[r].data_ptr<float>();
+            const std::vector<double> logMu = samplingLogProbs(row, vocab, sampling);
+            const SampledToken host = sampleToken(row, logMu, sampling, generators[static_cast<std::size_t>(r)]);
+            QVERIFY2(sameDistribution(logMu, tensor.logMu[r].contiguous().data_ptr<double>(), kTensorSamplingTolerance),
+                where.c_str());
+            QVERIFY2(sameDistribution(logMu, logMuRowsTensor[r].contiguous().data_ptr<double>(),
+                         kTensorSamplingTolerance),
+                (where + " (bf16 logits)").c_str());
+            const SampledToken& device = tensor.tokens[static_cast<std::size_t>(r)];
+            QVERIFY2(device.id == host.id,
+                (where + ": token " + std::to_string(device.id) + " vs " + std::to_string(host.id)).c_str());
+            QVERIFY2(std::abs(device.logProb - host.logProb) <= kTensorSamplingTolerance, where.c_str());
+            QVERIFY2(device.top.size() == host.top.size(), where.c_str());
+            for (std::size_t i = 0; i < host.top.size(); ++i) {
+                QVERIFY2(device.top[i].id == host.top[i].id, where.c_str());
+                // float32 roundings of float64 values ~1e-13 apart: the same float or one ulp apart.
+                QVERIFY2(std::abs(device.top[i].logProb - host.top[i].logProb)
+                        <= std::abs(host.top[i].logProb) * 1.2e-7f + 1e-30f,
+                    where.c_str());
+            }
+        }
+    }
+    // The ties: top-k 10 on row 1 keeps ids 0-9 (lower ids first among the 40 equal maxima).
+    const at::Tensor kept = samplingLogProbsRows(logits, options(1.0, 1.0, 10, false))[1].isfinite();
+    QCOMPARE(kept.sum().item<std::int64_t>(), std::int64_t(10));
+    QVERIFY(kept.narrow(0, 0, 10).all().item<bool>());
+    // Non-finite logits: the host's errors.
+    at::Tensor broken = logits.clone();
+    broken[3][7] = std::numeric_limits<float>::quiet_NaN();
+    QVERIFY_EXCEPTION_THROWN(sampleRows(broken, std::vector<double>(rows, 0.5), SamplingOptions {}), Error);
+    try {
+        samplingLogProbsRows(broken, SamplingOptions {});
+        QFAIL("a NaN logit was sampled from");
+    } catch (const Error& error) {
+        QVERIFY2(std::string(error.what()).find("token id 7") != std::string::npos, error.what());
+    }
+    broken[3][7] = std::numeric_limits<float>::infinity();
+    QVERIFY_EXCEPTION_THROWN(samplingLogProbsRows(broken, SamplingOptions {}), Error);
+}
+
+void TestEngine::tensorSamplingInTheEngine()
+{
+    // A whole generation with the tensor sampler forced on the CPU against the host loops: the same tokens (one
+    // draw per row per step from the same generators), log mu within kTensorSamplingTolerance, and the kept logits
+    // giving back the distributions through logMuRows on either path.
+    const ModelConfig config = tinyConfig();
+    const std::vector<GenerationRequest> requests = randomRequests(4, 151, 2, 9);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 9;
+    sampling.ignoreEos = true;
+    sampling.temperature = 0.8;
+    sampling.topP = 0.9;
+    sampling.topK = 20;
+    sampling.topLogProbs = 3;
+    sampling.seed = 4;
+    sampling.fullDistributions = true;
+    sampling.keepLogits = true;
+    Engine engine(config, tinyWeights(config, 152));
+    const std::vector<GenerationResult> host = engine.generate(requests, sampling);
+    std::vector<GenerationResult> tensor;
+    at::Tensor tensorLogMu;
+    {
+        const TensorSamplingOnCpu forced;
+        tensor = engine.generate(requests, sampling);
+        tensorLogMu = logMuRows(tensor[0].logits, sampling);
+    }
+    QCOMPARE(tokensOf(tensor), tokensOf(host));
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        QVERIFY(at::equal(tensor[i].logits, host[i].logits));
+        for (std::size_t t = 0; t < host[i].tokens.size(); ++t) {
+            QVERIFY(std::abs(tensor[i].logProbs[t] - host[i].logProbs[t]) <= kTensorSamplingTolerance);
+        }
+        // The float32 distributions: roundings of float64 values ~1e-13 apart (one float ulp at most).
+        const at::Tensor finite = host[i].distributions.isfinite();
+        QVERIFY(at::equal(finite, tensor[i].distributions.isfinite()));
+        QVERIFY(at::allclose(tensor[i].distributions.masked_fill(finite.logical_not(), 0.0),
+            host[i].distributions.masked_fill(finite.logical_not(), 0.0), 1.2e-7, 1e-30));
+    }
+    const at::Tensor hostLogMu = logMuRows(host[0].logits, sampling);
+    for (std::int64_t t = 0; t < hostLogMu.size(0); ++t) {
+        const at::Tensor row = hostLogMu[t].contiguous();
+        const std::vector<double> expected(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+        QVERIFY(sameDistribution(expected, tensorLogMu[t].contiguous().data_ptr<double>(), kTensorSamplingTolerance));
     }
 }
 
