@@ -327,6 +327,7 @@ TimeToQualityDialog::TimeToQualityDialog(
     form->addRow(QString(), synchronous_);
     targetStep_ = spinBox(this, 0, 100000000, 0, tr("the last evaluated step"));
     form->addRow(tr("Target: the BF16 run's quality at step:"), targetStep_);
+    addDeviceField(/*runFileDefault=*/true);
     watch(staleness_);
     watch(synchronous_);
     watch(targetStep_);
@@ -397,6 +398,7 @@ std::optional<jobs::JobSpec> TimeToQualityDialog::spec() const
     if (targetStep_->value() > 0) {
         spec.set("target_step", targetStep_->value());
     }
+    setDevice(spec);
     return spec;
 }
 
@@ -443,6 +445,7 @@ CompareObjectivesDialog::CompareObjectivesDialog(
     collapse_->setRange(0.01, 0.99);
     collapse_->setValue(0.5);
     form->addRow(tr("RL breaks below (1 - collapse) x its BF16 reward; collapse:"), collapse_);
+    addDeviceField(/*runFileDefault=*/true);
     for (QLineEdit* edit : {noise_, recipes_})
         watch(edit);
     for (QSpinBox* box : {steps_, rlMaxTokens_, group_, window_})
@@ -544,6 +547,7 @@ std::optional<jobs::JobSpec> CompareObjectivesDialog::spec() const
         spec.set("window", window_->value());
     }
     spec.set("collapse", collapse_->value());
+    setDevice(spec);
     return spec;
 }
 

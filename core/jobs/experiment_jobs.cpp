@@ -1,5 +1,6 @@
 #include "core/jobs/experiment_jobs.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/jobs/parameter_builders.h"
@@ -25,6 +26,14 @@ Parameter runFileParameter()
         "Base run file (default: the demo pair's demo-opd-quick.yaml)");
 }
 
+// The device of every run a study trains: --device when given, else the base run file's.
+void applyDevice(const JobSpec& spec, train::RunConfig& base)
+{
+    if (spec.given("device")) {
+        base.device = canonicalDevice(spec.text("device"), "device", "");
+    }
+}
+
 // A run file that cannot be read is the run_file parameter's problem (the message names the file and field).
 std::vector<ParameterError> checkRunFile(const JobSpec& spec)
 {
@@ -42,6 +51,7 @@ analysis::TimeToQualityOptions timeToQualityOptions(const JobSpec& spec)
 {
     analysis::TimeToQualityOptions options;
     options.base = train::loadRunConfig(quickRunFile(spec));
+    applyDevice(spec, options.base);
     options.recipe = spec.text("recipe");
     options.staleness = spec.integer("staleness");
     options.asynchronous = !spec.flag("synchronous");
@@ -68,6 +78,7 @@ JobDefinition timeToQualityJob()
         ranged(param("target_step", ParameterType::Integer, "--target-step", "Target step",
                    "Evaluated step of the BF16 run whose Q is the target (default: the last)"),
             0, true),
+        deviceParameter(nullptr, "; not given: the base run file's device"),
     };
     // The run file, then what core refuses before it stores anything (a target step the run does not evaluate),
     // named by parameter.
@@ -100,6 +111,7 @@ analysis::CompareObjectivesOptions compareObjectivesOptions(const JobSpec& spec)
 {
     analysis::CompareObjectivesOptions options;
     options.base = train::loadRunConfig(quickRunFile(spec));
+    applyDevice(spec, options.base);
     if (spec.given("run_steps")) {
         options.base.steps = spec.integer("run_steps");
     }
@@ -149,6 +161,7 @@ JobDefinition compareObjectivesJob()
         ranged(param("collapse", ParameterType::Number, "--collapse", "Reward collapse",
                    "RL breaks below (1 - collapse) x its BF16 reward", defaults.collapse),
             0.01, false, 0.99),
+        deviceParameter(nullptr, "; not given: the base run file's device"),
     };
     job.checkInputs = checkRunFile;
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,

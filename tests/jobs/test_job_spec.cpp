@@ -4,7 +4,9 @@
 #include "app/cli/job_options.h"
 #include "core/common/device.h"
 #include "core/common/error.h"
+#include "core/jobs/experiment_jobs.h"
 #include "core/jobs/job_file.h"
+#include "core/common/runtime.h"
 #include "tests/common/cli_runner.h"
 
 #include <QTemporaryDir>
@@ -316,6 +318,38 @@ private slots:
         QVERIFY2(missing.rfind("/work/job.yaml:line 2, column 11: parameter 'run_file': ", 0) == 0
                 && missing.find("/work/missing.yaml") != std::string::npos,
             missing.c_str());
+    }
+
+    void studiesTrainOnTheGivenDevice()
+    {
+        // time_to_quality and compare_objectives train every run on --device when given, else on the base run
+        // file's device (a run file for another machine keeps its device; availability is checked when it runs).
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const std::string runFile = dir.filePath("elsewhere.yaml").toStdString();
+        {
+            const std::string r = resourceDirectory();
+            std::ofstream out(runFile);
+            out << "name: elsewhere\nstudent: " << r << "/models/arith-student\nteacher: " << r
+                << "/models/arith-teacher\nprompts: " << r << "/prompts/arith-train.jsonl\nobjective: opd_full_kl\n"
+                << "steps: 4\nevaluation: {every: 2, prompts: " << r << "/prompts/arith-heldout.jsonl, count: 4}\n"
+                << "device: cuda:7\n";
+        }
+        for (const std::string kind : {"time_to_quality", "compare_objectives"}) {
+            jobs::JobSpec spec(kind);
+            spec.set("run_file", runFile);
+            QVERIFY2(spec.validate().empty(), kind.c_str());
+            const auto device = [&] {
+                return kind == "time_to_quality" ? jobs::timeToQualityOptions(spec).base.device
+                                                 : jobs::compareObjectivesOptions(spec).base.device;
+            };
+            QCOMPARE(device(), std::string("cuda:7"));
+            spec.set("device", "cpu");
+            QVERIFY2(spec.validate().empty(), kind.c_str());
+            QCOMPARE(device(), std::string("cpu"));
+            spec.set("device", "gpu");
+            QCOMPARE(spec.validate().at(0).parameter, std::string("device"));
+        }
     }
 
     void studyReferencesResolve()

@@ -378,6 +378,17 @@ private slots:
         QCOMPARE(ttq.cliCommand(),
             QStringLiteral("mismatch --workspace %1 time-to-quality %2 --recipe %3")
                 .arg(dir.path(), runFile, kResources + "/recipes/fp8-kv.yaml"));
+        // The device: the run file's unless chosen; a choice goes into the command.
+        auto* device = ttq.findChild<QComboBox*>(QStringLiteral("deviceField"));
+        QVERIFY(device);
+        QCOMPARE(device->currentText(), QStringLiteral("As the run file says"));
+        device->setCurrentIndex(device->findData(QStringLiteral("cpu")));
+        QVERIFY2(ttq.valid(), qPrintable(ttq.errorText()));
+        QCOMPARE(ttq.cliCommand(),
+            QStringLiteral("mismatch --workspace %1 time-to-quality %2 --recipe %3 --device cpu")
+                .arg(dir.path(), runFile, kResources + "/recipes/fp8-kv.yaml"));
+        ttq.show();
+        saveScreenshot(ttq, QStringLiteral("time_to_quality_dialog.png"));
         QString error;
         QVERIFY2(startAndWait(*window.jobQueue(), ttq, &error), qPrintable(error));
         bool stored = false;
@@ -400,6 +411,10 @@ private slots:
         QCOMPARE(objectives.cliCommand(),
             QStringLiteral("mismatch --workspace %1 compare-objectives %2 --objectives opd_full_kl --noise 0.3")
                 .arg(dir.path(), runFile));
+        auto* objectivesDevice = objectives.findChild<QComboBox*>(QStringLiteral("deviceField"));
+        QVERIFY(objectivesDevice);
+        QCOMPARE(objectivesDevice->currentText(), QStringLiteral("As the run file says"));
+        QCOMPARE(objectivesDevice->findData(QStringLiteral("cpu")), 1);
         QVERIFY2(startAndWait(*window.jobQueue(), objectives, &error), qPrintable(error));
         stored = false;
         for (const store::RunInfo& run : store.listRuns()) {
