@@ -27,6 +27,24 @@ std::vector<DeviceInfo> devices()
     return result;
 }
 
+std::optional<std::size_t> freeMemoryBytes(int index)
+{
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(index) != cudaSuccess) {
+        cudaGetLastError();
+        return std::nullopt;
+    }
+    std::size_t free = 0;
+    std::size_t total = 0;
+    const cudaError_t status = cudaMemGetInfo(&free, &total);
+    cudaSetDevice(previous);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        return std::nullopt;
+    }
+    return free;
+}
+
 std::string runtimeVersion()
 {
     return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);

@@ -1,5 +1,7 @@
 #pragma once
 // Device discovery without LibTorch: works in builds against a CPU-only LibTorch too.
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,9 @@ struct DeviceInfo {
 
 // Usable CUDA devices; empty when there is no driver or no device (never throws for that case).
 std::vector<DeviceInfo> devices();
+// Free memory of device `index` now (cudaMemGetInfo: what no process, this one included, holds); none when
+// the device cannot be queried.
+std::optional<std::size_t> freeMemoryBytes(int index);
 // CUDA runtime version the kernels were built with, as "major.minor".
 std::string runtimeVersion();
 

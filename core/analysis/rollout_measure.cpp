@@ -132,7 +132,7 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
     model::DType stored = model::DType::BF16;
     for (const std::string& directory : checkpoints) {
         const engine::StoredWeights weights = engine::storedWeights(directory);
-        items.push_back({"weights of " + directory + " as stored", weights.bytes});
+        items.push_back({"weights of " + directory + " as stored", weights.bytes, /*stagedOnHost=*/true});
         if (model::byteSize(weights.dtype) > model::byteSize(stored)) {
             stored = weights.dtype;
         }
@@ -147,7 +147,7 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
     items.push_back({"distributions and logits",
         engine::measurementBytes(config.vocabSize, settings.maxNewTokens, settings.batchSize,
             engine::MismatchOptions {}.distributionBytes)});
-    model::checkJobFits(job, items);
+    model::checkJobFits(job, items, deviceName(settings.device));
 }
 
 engine::SamplingOptions samplingOptions(

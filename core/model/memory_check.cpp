@@ -3,6 +3,10 @@
 #include "core/common/byte_size.h"
 #include "core/common/error.h"
 
+#if defined(MISMATCH_HAVE_CUDA)
+#include "cuda/device.h"
+#endif
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -56,17 +60,27 @@ void consider(std::optional<AvailableMemory>& best, std::uint64_t bytes, const c
     }
 }
 
+// A limit set in the environment variable `name` (a whole number of bytes); none when unset.
+std::optional<AvailableMemory> limitFromEnvironment(const char* name)
+{
+    const char* text = std::getenv(name);
+    if (!text || !*text) {
+        return std::nullopt;
+    }
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    if (end && *end == '\0') {
+        return AvailableMemory {value, name};
+    }
+    throw InputError(name, "", "expected a whole number of bytes, got '" + std::string(text) + "'");
+}
+
 } // namespace
 
 std::optional<AvailableMemory> availableMemory()
 {
-    if (const char* text = std::getenv("MISMATCH_MEMORY_LIMIT_BYTES"); text && *text) {
-        char* end = nullptr;
-        const unsigned long long value = std::strtoull(text, &end, 10);
-        if (end && *end == '\0') {
-            return AvailableMemory {value, "MISMATCH_MEMORY_LIMIT_BYTES"};
-        }
-        throw InputError("MISMATCH_MEMORY_LIMIT_BYTES", "", "expected a whole number of bytes, got '" + std::string(text) + "'");
+    if (auto limit = limitFromEnvironment("MISMATCH_MEMORY_LIMIT_BYTES")) {
+        return limit;
     }
     std::optional<AvailableMemory> best;
     if (const auto available = procKilobytes("/proc/meminfo", "MemAvailable")) {
@@ -126,6 +140,53 @@ void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items)
     throw ResourceError(job + " needs about " + formatByteSize(needed) + " (" + parts + ") but only "
         + formatByteSize(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
         + available->source + "); nothing was loaded");
+}
+
+std::optional<AvailableMemory> availableDeviceMemory(const std::string& device)
+{
+    if (auto limit = limitFromEnvironment("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES")) {
+        return limit;
+    }
+#if defined(MISMATCH_HAVE_CUDA)
+    if (device.rfind("cuda:", 0) == 0) {
+        const int index = std::stoi(device.substr(5)); // a canonical name: checked by parseDevice
+        if (const auto free = cuda::freeMemoryBytes(index)) {
+            return AvailableMemory {static_cast<std::uint64_t>(*free), "cudaMemGetInfo"};
+        }
+    }
+#else
+    (void)device;
+#endif
+    return std::nullopt;
+}
+
+void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, const std::string& device)
+{
+    if (device.empty() || device == "cpu") {
+        checkJobFits(job, items);
+        return;
+    }
+    const std::uint64_t needed = totalBytes(items);
+    if (const auto available = availableDeviceMemory(device); available && needed > available->bytes) {
+        std::string parts;
+        for (const MemoryItem& item : items) {
+            if (item.bytes > 0) {
+                parts += (parts.empty() ? "" : " + ") + item.what + ": " + formatByteSize(item.bytes);
+            }
+        }
+        throw ResourceError(job + " needs about " + formatByteSize(needed) + " on " + device + " (" + parts
+            + ") but only " + formatByteSize(available->bytes) + " (" + std::to_string(available->bytes)
+            + " bytes) is free there (" + available->source + "); nothing was loaded");
+    }
+    const MemoryItem* staged = nullptr;
+    for (const MemoryItem& item : items) {
+        if (item.stagedOnHost && (!staged || item.bytes > staged->bytes)) {
+            staged = &item;
+        }
+    }
+    if (staged) {
+        checkJobFits(job + " (loading for " + device + ")", {{staged->what + ", read on the host first", staged->bytes}});
+    }
 }
 
 void checkRequestFits(const std::string& what, std::uint64_t bytesRequested)

@@ -36,12 +36,26 @@ void checkModelFits(const std::string& directory, std::int64_t parameters, std::
 struct MemoryItem {
     std::string what; // "weights of DIR as stored", "engine weights (largest candidate)", "KV cache", ...
     std::uint64_t bytes = 0;
+    // Read into host memory before it moves to the job's device (a checkpoint's weights): on a device job the
+    // host must hold the largest such item for a moment.
+    bool stagedOnHost = false;
 };
 std::uint64_t totalBytes(const std::vector<MemoryItem>& items);
 // The check a job makes before loading anything: ResourceError when the items' total exceeds the available
 // memory, naming every item:
 //   "JOB needs about X (what: x + what: y + ...) but only Y is available (SOURCE); nothing was loaded"
 void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items);
+// The same for a job on `device` ("cpu" or "cuda:N"): on the CPU as above; on a CUDA device every item is held
+// there, so the total is compared with the device's free memory (availableDeviceMemory), and the largest item
+// staged on the host with the host's available memory:
+//   "JOB needs about X on cuda:0 (what: x + ...) but only Y is free there (SOURCE); nothing was loaded"
+void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, const std::string& device);
+
+// Free memory of a CUDA device ("cuda:N") now: the environment variable MISMATCH_DEVICE_MEMORY_LIMIT_BYTES (a whole
+// number of bytes) when set (tests, or keeping headroom), else cudaMemGetInfo's free bytes in a build with the
+// CUDA kernels; none otherwise (then nothing is refused). Memory LibTorch's caching allocator holds for this
+// process counts as used: a long-lived session may be refused a job that a fresh process would fit.
+std::optional<AvailableMemory> availableDeviceMemory(const std::string& device);
 
 // InputError(what, "", "asks for X but only Y is available (SOURCE)") when a buffer sized by the user (the KV
 // cache's --kv-memory) exceeds the available memory: allocating it would fail late or drive the machine into swap.

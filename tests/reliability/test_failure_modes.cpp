@@ -87,6 +87,7 @@ private slots:
     void resumeRefusesFinishedForeignAndChangedRuns();
     void ctrlCLeavesScanAndCheckResumable();
     void modelThatCannotFitIsRefusedBeforeLoading();
+    void deviceJobIsCheckedAgainstTheDevicesMemory();
 
 private:
     // A workspace with content: an admission check and a sensitivity scan, both finished.
@@ -305,6 +306,58 @@ void TestFailureModes::modelThatCannotFitIsRefusedBeforeLoading()
     const CliResult usable = runCli(workspace.path(), inputs_.sensitivity());
     QVERIFY2(usable.code == 0, usable.err.c_str());
     QCOMPARE(QString::fromStdString(integrity(database)), QString("ok"));
+}
+
+void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
+{
+    // A job on a CUDA device holds everything there: the total against the device's free memory (here set by
+    // MISMATCH_DEVICE_MEMORY_LIMIT_BYTES, which replaces cudaMemGetInfo, so that this runs without a GPU), and the
+    // largest checkpoint read on the host first against the host's memory. On the CPU the host holds it all.
+    const std::vector<model::MemoryItem> items = {{"weights of /m as stored", 1000, true},
+        {"teacher weights as stored", 400, true}, {"engine weights", 500}, {"KV cache", 300}};
+    struct Limits {
+        const char* device;
+        const char* host;
+    };
+    const auto check = [&](const Limits& limits, const std::string& device) {
+        ::setenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES", limits.device, 1);
+        ::setenv("MISMATCH_MEMORY_LIMIT_BYTES", limits.host, 1);
+        std::string message;
+        try {
+            model::checkJobFits("admission check", items, device);
+        } catch (const ResourceError& error) {
+            message = error.what();
+        }
+        ::unsetenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES");
+        ::unsetenv("MISMATCH_MEMORY_LIMIT_BYTES");
+        return message;
+    };
+    // 2200 bytes on the device: 2199 free is refused, naming the device, every item and the source.
+    std::string message = check({"2199", "1000000"}, "cuda:0");
+    QVERIFY2(contains(message, "admission check needs about") && contains(message, " on cuda:0 (weights of /m as stored")
+            && contains(message, "KV cache") && contains(message, "(2199 bytes) is free there (MISMATCH_DEVICE_MEMORY_LIMIT_BYTES)")
+            && contains(message, "nothing was loaded"),
+        message.c_str());
+    QVERIFY(check({"2200", "1000000"}, "cuda:0").empty());
+    // The host needs only the largest staged checkpoint for a device job.
+    message = check({"1000000", "999"}, "cuda:1");
+    QVERIFY2(contains(message, "(loading for cuda:1)") && contains(message, "weights of /m as stored, read on the host first")
+            && contains(message, "(999 bytes) is available (MISMATCH_MEMORY_LIMIT_BYTES)"),
+        message.c_str());
+    QVERIFY(check({"1000000", "1000"}, "cuda:1").empty());
+    // On the CPU the device's limit plays no part and the host holds all 2200 bytes.
+    QVERIFY(contains(check({"1", "2199"}, "cpu"), "(2199 bytes) is available (MISMATCH_MEMORY_LIMIT_BYTES)"));
+    QVERIFY(check({"1", "2200"}, "cpu").empty());
+    // A malformed limit names the variable.
+    ::setenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES", "12 GB", 1);
+    try {
+        model::availableDeviceMemory("cuda:0");
+        ::unsetenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES");
+        QFAIL("a malformed device memory limit was accepted");
+    } catch (const InputError& error) {
+        ::unsetenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES");
+        QCOMPARE(QString::fromStdString(error.file()), QString("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES"));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestFailureModes)
