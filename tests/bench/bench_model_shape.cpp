@@ -18,9 +18,9 @@
 //
 //   bench_model_shape [--model DIR | --shape NAME] [--work DIR] [--json PATH] [--batch 8] [--prompt-tokens 32]
 //                     [--new-tokens 128] [--threads N] [--admission-prompts 32] [--admission-tokens 64]
-//                     [--admission-store-generations 8]
-//                     [--skip-admission] [--skip-baseline] [--baseline-seconds 90] [--python PATH]
-//                     [--device cpu|cuda:N]   (engines, admission check and eager baseline on that device)
+//                     [--admission-store-generations 8] [--admission-batch 16]
+//                     [--skip-admission] [--skip-baseline] [--skip-engines] [--baseline-seconds 90]
+//                     [--python PATH] [--device cpu|cuda:N]   (engines, admission check and eager baseline on that device)
 //
 // Without --model the checkpoint is written (once; about a minute) under --work (default: bench-shapes/ next to
 // this executable). The machine is usually shared: load from other processes hits every part, so read the ratios,
@@ -78,8 +78,10 @@ struct Arguments {
     std::int64_t admissionPrompts = 32;
     std::int64_t admissionTokens = 64;
     std::int64_t admissionStoreGenerations = analysis::AdmissionOptions {}.storedGenerations; // `admit`'s default
+    std::int64_t admissionBatch = analysis::MeasureSettings {}.batchSize; // `admit --batch`'s default
     bool skipAdmission = false;
     bool skipBaseline = false;
+    bool skipEngines = false; // the admission check alone (a 7-8B shape on a GPU, where the engines take long)
     double baselineSeconds = 90.0; // decode time budget of each eager run
     std::string python;
     // Child modes (the parent runs itself once per measurement).
@@ -92,8 +94,8 @@ struct Arguments {
 {
     std::cerr << "usage: bench_model_shape [--model DIR | --shape NAME] [--work DIR] [--json PATH] [--batch N] "
                  "[--prompt-tokens N] [--new-tokens N] [--threads N] [--admission-prompts N] [--admission-tokens N] "
-                 "[--admission-store-generations N] "
-                 "[--skip-admission] [--skip-baseline] [--baseline-seconds S] [--python PATH] [--device cpu|cuda:N]\n";
+                 "[--admission-store-generations N] [--admission-batch N] "
+                 "[--skip-admission] [--skip-baseline] [--skip-engines] [--baseline-seconds S] [--python PATH] [--device cpu|cuda:N]\n";
     std::exit(code);
 }
 
@@ -108,6 +110,10 @@ Arguments parseArguments(int argc, char** argv)
         }
         if (flag == "--skip-baseline") {
             a.skipBaseline = true;
+            continue;
+        }
+        if (flag == "--skip-engines") {
+            a.skipEngines = true;
             continue;
         }
         if (flag == "--help" || flag == "-h") {
@@ -146,6 +152,8 @@ Arguments parseArguments(int argc, char** argv)
             a.admissionPrompts = integer();
         } else if (flag == "--admission-tokens") {
             a.admissionTokens = integer();
+        } else if (flag == "--admission-batch") {
+            a.admissionBatch = integer();
         } else if (flag == "--admission-store-generations") {
             try {
                 a.admissionStoreGenerations = std::max<std::int64_t>(0, std::stoll(value)); // 0: none stored
@@ -309,6 +317,7 @@ int admissionChild(const Arguments& a)
     options.count = a.admissionPrompts;
     options.settings.maxNewTokens = a.admissionTokens;
     options.storedGenerations = a.admissionStoreGenerations;
+    options.settings.batchSize = a.admissionBatch;
     options.threshold = 0.05;
     options.settings.device = parseDevice(a.device, "bench_model_shape", "--device");
     const auto start = std::chrono::steady_clock::now();
@@ -452,7 +461,9 @@ int main(int argc, char** argv)
         + shellQuote(a.device);
     const std::string temporary = (fs::path(a.workDir) / ("result-" + std::to_string(::getpid()))).string();
     nlohmann::json engines = nlohmann::json::object();
-    for (const std::string recipe : {"bf16", "fp8-w8a8-block", "fp8-kv", "fp32"}) {
+    const std::vector<std::string> recipes = a.skipEngines ? std::vector<std::string> {}
+                                                           : std::vector<std::string> {"bf16", "fp8-w8a8-block", "fp8-kv", "fp32"};
+    for (const std::string& recipe : recipes) {
         std::cerr << "bench_model_shape: engine " << recipe << "\n";
         const std::string json = temporary + "-" + recipe + ".json";
         fs::remove(json);
@@ -512,6 +523,7 @@ int main(int argc, char** argv)
         const int status = run(shellQuote(self.string()) + " --child admission" + common + " --admission-prompts "
             + std::to_string(a.admissionPrompts) + " --admission-tokens " + std::to_string(a.admissionTokens)
             + " --admission-store-generations " + std::to_string(a.admissionStoreGenerations)
+            + " --admission-batch " + std::to_string(a.admissionBatch)
             + " --json " + json);
         admission = status == 0 ? readJson(json) : nlohmann::json {{"error", "exit " + std::to_string(status)}};
         fs::remove(json);
