@@ -223,6 +223,21 @@ bool sameDistribution(const std::vector<double>& a, const double* b, double tole
     return true;
 }
 
+// Sampling at a temperature with top-p that keeps what a mismatch measurement needs: every position's full log mu
+// and the logits it was drawn from; EOS ignored.
+SamplingOptions keepingDistributions(std::int64_t maxNewTokens, double temperature, double topP, std::uint64_t seed)
+{
+    SamplingOptions sampling;
+    sampling.maxNewTokens = maxNewTokens;
+    sampling.ignoreEos = true;
+    sampling.temperature = temperature;
+    sampling.topP = topP;
+    sampling.seed = seed;
+    sampling.fullDistributions = true;
+    sampling.keepLogits = true;
+    return sampling;
+}
+
 // Forces the tensor sampler on the CPU for the scope (it runs there only on other devices otherwise).
 struct TensorSamplingOnCpu {
     TensorSamplingOnCpu() { setTensorSamplingOnCpu(true); }
@@ -921,14 +936,7 @@ void TestEngine::keptLogitsGiveTheSampledDistributions()
     // plain log_softmax. The float32 log mu the engine returns is the rounding of the float64 one.
     const ModelConfig config = tinyConfig();
     const std::vector<GenerationRequest> requests = randomRequests(3, 131, 2, 9);
-    SamplingOptions sampling;
-    sampling.maxNewTokens = 7;
-    sampling.ignoreEos = true;
-    sampling.temperature = 0.7;
-    sampling.topP = 0.9;
-    sampling.seed = 3;
-    sampling.fullDistributions = true;
-    sampling.keepLogits = true;
+    const SamplingOptions sampling = keepingDistributions(7, 0.7, 0.9, 3);
     struct Case {
         const char* name;
         std::optional<quant::RecipePlan> plan;
@@ -1040,16 +1048,9 @@ void TestEngine::tensorSamplingInTheEngine()
     // giving back the distributions through logMuRows on either path.
     const ModelConfig config = tinyConfig();
     const std::vector<GenerationRequest> requests = randomRequests(4, 151, 2, 9);
-    SamplingOptions sampling;
-    sampling.maxNewTokens = 9;
-    sampling.ignoreEos = true;
-    sampling.temperature = 0.8;
-    sampling.topP = 0.9;
+    SamplingOptions sampling = keepingDistributions(9, 0.8, 0.9, 4);
     sampling.topK = 20;
     sampling.topLogProbs = 3;
-    sampling.seed = 4;
-    sampling.fullDistributions = true;
-    sampling.keepLogits = true;
     Engine engine(config, tinyWeights(config, 152));
     const std::vector<GenerationResult> host = engine.generate(requests, sampling);
     std::vector<GenerationResult> tensor;
