@@ -454,16 +454,42 @@ EngineModel::ModuleState EngineModel::moduleState(
     if (weight.device().is_cpu()) {
         state.weight = quant::QuantizedWeight::quantize(weight, precision.weights.format, precision.weights.granularity);
     } else {
-        state.deviceWeight
-            = quant::fakeQuantize(weight.detach(), precision.weights.format, precision.weights.granularity);
+        // On a GPU the rounding stays there where the device computes fakeQuantize's values bit for bit: bf16
+        // through the device's round-to-nearest-even conversion (roundBf16), e4m3 per tensor, channel or 128 x 128
+        // block through the FP8 kernels (tests/gpu: the same codes, scales and float32 values). Other formats,
+        // and a weight that is not finite (fakeQuantize names the element), go through the CPU codec: to the host
+        // and back once, when the engine is built.
+        const at::Tensor source = weight.detach();
+        const quant::WeightFormat format = precision.weights.format;
+        const bool finite = at::isfinite(source).all().item<bool>();
+        if (finite && format == quant::WeightFormat::Bf16) {
+            state.deviceWeight = roundBf16(source.to(at::kFloat));
+        }
+#if defined(MISMATCH_HAVE_CUDA)
+        const quant::Granularity granularity = quant::effectiveGranularity(format, precision.weights.granularity);
+        if (finite && source.is_cuda() && format == quant::WeightFormat::Fp8E4m3 && source.dim() == 2
+            && (granularity == quant::Granularity::Tensor || granularity == quant::Granularity::Channel
+                || granularity == quant::Granularity::Block128)) {
+            const cuda::Fp8Tensor quantized
+                = cuda::quantizeFp8(source, cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
+            state.deviceWeight = cuda::dequantizeFp8(quantized);
+            if (module != "embed_tokens") { // the native GEMM's operands (below)
+                state.fp8Codes = quantized.codes;
+                state.fp8Scales = quantized.scales;
+            }
+        }
+#endif
+        if (!state.deviceWeight.defined()) {
+            state.deviceWeight = quant::fakeQuantize(source, format, precision.weights.granularity);
+        }
     }
     if (bias.defined()) {
         state.bias = roundBf16(bias.detach().to(at::kFloat)); // engines keep biases in bf16
     }
 #if defined(MISMATCH_HAVE_CUDA)
     // The native GEMM's operands: the same codes and scales fakeQuantize rounded to (bit for bit, tests/gpu).
-    if (weight.is_cuda() && module != "embed_tokens" && precision.weights.format == quant::WeightFormat::Fp8E4m3
-        && weight.dim() == 2) {
+    if (!state.fp8Codes.defined() && weight.is_cuda() && module != "embed_tokens"
+        && precision.weights.format == quant::WeightFormat::Fp8E4m3 && weight.dim() == 2) {
         const cuda::Fp8Tensor quantized
             = cuda::quantizeFp8(weight.detach(), cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
         state.fp8Codes = quantized.codes;
