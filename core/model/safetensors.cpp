@@ -444,6 +444,21 @@ at::Tensor SafetensorsFile::load(const std::string& name) const
     return tensor;
 }
 
+void SafetensorsFile::adviseWillNeed() const
+{
+    ::posix_fadvise(fd_, static_cast<off_t>(dataOffset_), 0, POSIX_FADV_WILLNEED);
+}
+
+void Checkpoint::adviseWillNeed() const
+{
+    std::set<const SafetensorsFile*> advised;
+    for (const auto& [name, file] : owner_) {
+        if (advised.insert(file.get()).second) {
+            file->adviseWillNeed();
+        }
+    }
+}
+
 const unsigned char* SafetensorsFile::data(const std::string& name) const
 {
     return static_cast<const unsigned char*>(mapping_) + dataOffset_ + info(name).begin;

@@ -39,6 +39,9 @@ public:
     const TensorInfo& info(const std::string& name) const;  // InputError when missing
     // A tensor as a LibTorch tensor of its stored dtype; the bytes are read from the file into it.
     at::Tensor load(const std::string& name) const;
+    // Asks the kernel to start reading the whole data section into the page cache now (POSIX_FADV_WILLNEED;
+    // advice only): loads that follow find it read ahead instead of waiting on each tensor's pages in turn.
+    void adviseWillNeed() const;
     // The tensor's stored bytes inside the mapping (info(name).end - info(name).begin of them).
     const unsigned char* data(const std::string& name) const;
 
@@ -63,6 +66,8 @@ public:
     bool contains(const std::string& name) const;
     const TensorInfo& info(const std::string& name) const;
     at::Tensor load(const std::string& name) const;
+    // adviseWillNeed on every file of the checkpoint (before loading all of its tensors).
+    void adviseWillNeed() const;
     // Whether two tensors hold the same dtype, shape and bytes (compared in place, nothing is loaded).
     bool sameData(const std::string& a, const std::string& b) const;
     const std::string& directory() const { return directory_; }

@@ -203,6 +203,7 @@ TransformerWeights loadWeights(const std::string& modelDir, const ModelConfig& c
     } else {
         checkModelFits(modelDir, parameters, storedBytes, "in their stored dtypes");
     }
+    checkpoint.adviseWillNeed(); // the files read ahead while the first tensors' pages are prepared
     TransformerWeights weights;
     for (const auto& [name, shape] : expectedTensors(config)) {
         if (!checkpoint.contains(name)) {
