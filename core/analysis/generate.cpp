@@ -66,7 +66,7 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
         {{"weights of " + result.weightSource + " as stored", stored.bytes, /*stagedOnHost=*/true},
             {"engine weights", engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype)},
             {"noisy weights", o.noise > 0.0 ? stored.bytes : 0}, {"KV cache", o.kvCacheBytes}},
-        deviceName(o.device));
+        o.device);
     progress.checkCancelled();
     // As stored (a BF16 checkpoint stays BF16): the engine keeps no float32 copy.
     const model::TransformerWeights weights

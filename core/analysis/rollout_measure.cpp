@@ -147,7 +147,7 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
     items.push_back({"distributions and logits",
         engine::measurementBytes(config.vocabSize, settings.maxNewTokens, settings.batchSize,
             engine::MismatchOptions {}.distributionBytes)});
-    model::checkJobFits(job, items, deviceName(settings.device));
+    model::checkJobFits(job, items, settings.device);
 }
 
 engine::SamplingOptions samplingOptions(

@@ -466,14 +466,13 @@ EngineModel::ModuleState EngineModel::moduleState(
             state.deviceWeight = roundBf16(source.to(at::kFloat));
         }
 #if defined(MISMATCH_HAVE_CUDA)
-        const quant::Granularity granularity = quant::effectiveGranularity(format, precision.weights.granularity);
-        if (finite && source.is_cuda() && format == quant::WeightFormat::Fp8E4m3 && source.dim() == 2
-            && (granularity == quant::Granularity::Tensor || granularity == quant::Granularity::Channel
-                || granularity == quant::Granularity::Block128)) {
+        // e4m3 takes only these three granularities (quant::allowedGranularities), each a cudaScaling.
+        if (finite && source.is_cuda() && format == quant::WeightFormat::Fp8E4m3 && source.dim() == 2) {
             const cuda::Fp8Tensor quantized
                 = cuda::quantizeFp8(source, cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
             state.deviceWeight = cuda::dequantizeFp8(quantized);
-            if (module != "embed_tokens") { // the native GEMM's operands (below)
+            if (module != "embed_tokens") {
+                // The native GEMM's operands: the same codes and scales as the rounded weight (linear()).
                 state.fp8Codes = quantized.codes;
                 state.fp8Scales = quantized.scales;
             }
@@ -486,16 +485,6 @@ EngineModel::ModuleState EngineModel::moduleState(
     if (bias.defined()) {
         state.bias = roundBf16(bias.detach().to(at::kFloat)); // engines keep biases in bf16
     }
-#if defined(MISMATCH_HAVE_CUDA)
-    // The native GEMM's operands: the same codes and scales fakeQuantize rounded to (bit for bit, tests/gpu).
-    if (!state.fp8Codes.defined() && weight.is_cuda() && module != "embed_tokens"
-        && precision.weights.format == quant::WeightFormat::Fp8E4m3 && weight.dim() == 2) {
-        const cuda::Fp8Tensor quantized
-            = cuda::quantizeFp8(weight.detach(), cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
-        state.fp8Codes = quantized.codes;
-        state.fp8Scales = quantized.scales;
-    }
-#endif
     return state;
 }
 

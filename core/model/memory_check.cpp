@@ -1,6 +1,7 @@
 #include "core/model/memory_check.h"
 
 #include "core/common/byte_size.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 
 #if defined(MISMATCH_HAVE_CUDA)
@@ -75,6 +76,18 @@ std::optional<AvailableMemory> limitFromEnvironment(const char* name)
     throw InputError(name, "", "expected a whole number of bytes, got '" + std::string(text) + "'");
 }
 
+// "what: x + what: y + ..." of the items that hold anything (a refusal names every part).
+std::string itemsText(const std::vector<MemoryItem>& items)
+{
+    std::string parts;
+    for (const MemoryItem& item : items) {
+        if (item.bytes > 0) {
+            parts += (parts.empty() ? "" : " + ") + item.what + ": " + formatByteSize(item.bytes);
+        }
+    }
+    return parts;
+}
+
 } // namespace
 
 std::optional<AvailableMemory> availableMemory()
@@ -131,26 +144,19 @@ void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items)
     if (!available || needed <= available->bytes) {
         return;
     }
-    std::string parts;
-    for (const MemoryItem& item : items) {
-        if (item.bytes > 0) {
-            parts += (parts.empty() ? "" : " + ") + item.what + ": " + formatByteSize(item.bytes);
-        }
-    }
-    throw ResourceError(job + " needs about " + formatByteSize(needed) + " (" + parts + ") but only "
+    throw ResourceError(job + " needs about " + formatByteSize(needed) + " (" + itemsText(items) + ") but only "
         + formatByteSize(available->bytes) + " (" + std::to_string(available->bytes) + " bytes) is available ("
         + available->source + "); nothing was loaded");
 }
 
-std::optional<AvailableMemory> availableDeviceMemory(const std::string& device)
+std::optional<AvailableMemory> availableDeviceMemory(const at::Device& device)
 {
     if (auto limit = limitFromEnvironment("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES")) {
         return limit;
     }
 #if defined(MISMATCH_HAVE_CUDA)
-    if (device.rfind("cuda:", 0) == 0) {
-        const int index = std::stoi(device.substr(5)); // a canonical name: checked by parseDevice
-        if (const auto free = cuda::freeMemoryBytes(index)) {
+    if (device.is_cuda()) {
+        if (const auto free = cuda::freeMemoryBytes(device.has_index() ? device.index() : 0)) {
             return AvailableMemory {static_cast<std::uint64_t>(*free), "cudaMemGetInfo"};
         }
     }
@@ -160,23 +166,18 @@ std::optional<AvailableMemory> availableDeviceMemory(const std::string& device)
     return std::nullopt;
 }
 
-void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, const std::string& device)
+void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, const at::Device& device)
 {
-    if (device.empty() || device == "cpu") {
+    if (device.is_cpu()) {
         checkJobFits(job, items);
         return;
     }
     const std::uint64_t needed = totalBytes(items);
     if (const auto available = availableDeviceMemory(device); available && needed > available->bytes) {
-        std::string parts;
-        for (const MemoryItem& item : items) {
-            if (item.bytes > 0) {
-                parts += (parts.empty() ? "" : " + ") + item.what + ": " + formatByteSize(item.bytes);
-            }
-        }
-        throw ResourceError(job + " needs about " + formatByteSize(needed) + " on " + device + " (" + parts
-            + ") but only " + formatByteSize(available->bytes) + " (" + std::to_string(available->bytes)
-            + " bytes) is free there (" + available->source + "); nothing was loaded");
+        throw ResourceError(job + " needs about " + formatByteSize(needed) + " on " + deviceName(device) + " ("
+            + itemsText(items) + ") but only " + formatByteSize(available->bytes) + " ("
+            + std::to_string(available->bytes) + " bytes) is free there (" + available->source
+            + "); nothing was loaded");
     }
     const MemoryItem* staged = nullptr;
     for (const MemoryItem& item : items) {
@@ -185,7 +186,8 @@ void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, 
         }
     }
     if (staged) {
-        checkJobFits(job + " (loading for " + device + ")", {{staged->what + ", read on the host first", staged->bytes}});
+        checkJobFits(job + " (loading for " + deviceName(device) + ")",
+            {{staged->what + ", read on the host first", staged->bytes}});
     }
 }
 

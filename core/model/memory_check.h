@@ -11,6 +11,8 @@
 // came from, before any tensor is read; nothing else changes (the workspace stays usable). Jobs check first what
 // they will hold as a whole (checkJobFits: weights, engines, KV cache, trainer state, teacher), then each load
 // checks itself again against what is left.
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,17 +47,17 @@ std::uint64_t totalBytes(const std::vector<MemoryItem>& items);
 // memory, naming every item:
 //   "JOB needs about X (what: x + what: y + ...) but only Y is available (SOURCE); nothing was loaded"
 void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items);
-// The same for a job on `device` ("cpu" or "cuda:N"): on the CPU as above; on a CUDA device every item is held
+// The same for a job on `device`: on the CPU as above; on a CUDA device every item is held
 // there, so the total is compared with the device's free memory (availableDeviceMemory), and the largest item
 // staged on the host with the host's available memory:
 //   "JOB needs about X on cuda:0 (what: x + ...) but only Y is free there (SOURCE); nothing was loaded"
-void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, const std::string& device);
+void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, const at::Device& device);
 
-// Free memory of a CUDA device ("cuda:N") now: the environment variable MISMATCH_DEVICE_MEMORY_LIMIT_BYTES (a whole
+// Free memory of a CUDA device now: the environment variable MISMATCH_DEVICE_MEMORY_LIMIT_BYTES (a whole
 // number of bytes) when set (tests, or keeping headroom), else cudaMemGetInfo's free bytes in a build with the
 // CUDA kernels; none otherwise (then nothing is refused). Memory LibTorch's caching allocator holds for this
 // process counts as used: a long-lived session may be refused a job that a fresh process would fit.
-std::optional<AvailableMemory> availableDeviceMemory(const std::string& device);
+std::optional<AvailableMemory> availableDeviceMemory(const at::Device& device);
 
 // InputError(what, "", "asks for X but only Y is available (SOURCE)") when a buffer sized by the user (the KV
 // cache's --kv-memory) exceeds the available memory: allocating it would fail late or drive the machine into swap.

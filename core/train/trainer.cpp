@@ -412,9 +412,10 @@ private:
             items.push_back({"BF16 unit KV cache", engine::EngineOptions {}.kvCacheBytes});
         }
         if (!config_.teacher.empty()) {
-            items.push_back({"teacher weights as stored", engine::storedWeights(config_.teacher).bytes, true});
+            items.push_back({"teacher weights as stored", engine::storedWeights(config_.teacher).bytes,
+                /*stagedOnHost=*/true});
         }
-        model::checkJobFits("training run " + config_.name, items, deviceName(device_));
+        model::checkJobFits("training run " + config_.name, items, device_);
     }
 
     // InputError(run file, "batch.prompts_per_step", ...) when one step's per-token distributions (the engine's,

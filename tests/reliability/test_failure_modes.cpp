@@ -319,7 +319,7 @@ void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
         const char* device;
         const char* host;
     };
-    const auto check = [&](const Limits& limits, const std::string& device) {
+    const auto check = [&](const Limits& limits, const at::Device& device) {
         ::setenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES", limits.device, 1);
         ::setenv("MISMATCH_MEMORY_LIMIT_BYTES", limits.host, 1);
         std::string message;
@@ -333,25 +333,25 @@ void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
         return message;
     };
     // 2200 bytes on the device: 2199 free is refused, naming the device, every item and the source.
-    std::string message = check({"2199", "1000000"}, "cuda:0");
+    std::string message = check({"2199", "1000000"}, at::Device(at::kCUDA, 0));
     QVERIFY2(contains(message, "admission check needs about") && contains(message, " on cuda:0 (weights of /m as stored")
             && contains(message, "KV cache") && contains(message, "(2199 bytes) is free there (MISMATCH_DEVICE_MEMORY_LIMIT_BYTES)")
             && contains(message, "nothing was loaded"),
         message.c_str());
-    QVERIFY(check({"2200", "1000000"}, "cuda:0").empty());
+    QVERIFY(check({"2200", "1000000"}, at::Device(at::kCUDA, 0)).empty());
     // The host needs only the largest staged checkpoint for a device job.
-    message = check({"1000000", "999"}, "cuda:1");
+    message = check({"1000000", "999"}, at::Device(at::kCUDA, 1));
     QVERIFY2(contains(message, "(loading for cuda:1)") && contains(message, "weights of /m as stored, read on the host first")
             && contains(message, "(999 bytes) is available (MISMATCH_MEMORY_LIMIT_BYTES)"),
         message.c_str());
-    QVERIFY(check({"1000000", "1000"}, "cuda:1").empty());
+    QVERIFY(check({"1000000", "1000"}, at::Device(at::kCUDA, 1)).empty());
     // On the CPU the device's limit plays no part and the host holds all 2200 bytes.
-    QVERIFY(contains(check({"1", "2199"}, "cpu"), "(2199 bytes) is available (MISMATCH_MEMORY_LIMIT_BYTES)"));
-    QVERIFY(check({"1", "2200"}, "cpu").empty());
+    QVERIFY(contains(check({"1", "2199"}, at::Device(at::kCPU)), "(2199 bytes) is available (MISMATCH_MEMORY_LIMIT_BYTES)"));
+    QVERIFY(check({"1", "2200"}, at::Device(at::kCPU)).empty());
     // A malformed limit names the variable.
     ::setenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES", "12 GB", 1);
     try {
-        model::availableDeviceMemory("cuda:0");
+        model::availableDeviceMemory(at::Device(at::kCUDA, 0));
         ::unsetenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES");
         QFAIL("a malformed device memory limit was accepted");
     } catch (const InputError& error) {
