@@ -1,7 +1,12 @@
 #include "core/train/objectives.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#if defined(MISMATCH_HAVE_CUDA)
+#include "cuda/fp8_ops.h"
+#endif
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -25,12 +30,17 @@ void require(bool condition, const char* what)
 struct Prepared {
     at::Tensor real; // [N] bool: real response tokens
     at::Tensor padding; // [N] bool: !real
-    at::Tensor logProbs; // [N, V] log p_s, differentiable
+    at::Tensor logits; // [N, V] the student's logits, zero on padding rows, differentiable
+    at::Tensor logProbs; // [N, V] log p_s, differentiable; undefined when the objective needs no [N, V] log p_s
     at::Tensor sampled; // [N] int64 y_t (0 on padding); undefined when not needed
-    at::Tensor logProbSampled; // [N] log p_s(y_t), differentiable; undefined when not needed
+    at::Tensor logProbSampled; // [N] log p_s(y_t), differentiable when logProbs is defined (else detached);
+                               // undefined when not needed
 };
 
-Prepared prepare(const at::Tensor& studentLogits, const at::Tensor& mask, const EngineTokens& engine, bool needSampled)
+// `fullLogProbs`: whether the objective differentiates through log p_s of every token (all but the full KL,
+// whose per-token KL has its own backward, fullKlRows).
+Prepared prepare(const at::Tensor& studentLogits, const at::Tensor& mask, const EngineTokens& engine, bool needSampled,
+    bool fullLogProbs = true)
 {
     require(studentLogits.dim() == 2, "studentLogits must be [N, V]");
     require(studentLogits.is_floating_point(), "studentLogits must be floating point");
@@ -39,14 +49,95 @@ Prepared prepare(const at::Tensor& studentLogits, const at::Tensor& mask, const 
     Prepared p;
     p.real = mask.to(studentLogits.device()).to(at::kBool);
     p.padding = p.real.logical_not();
-    p.logProbs = at::log_softmax(studentLogits.masked_fill(p.padding.unsqueeze(1), 0.0), -1);
+    p.logits = studentLogits.masked_fill(p.padding.unsqueeze(1), 0.0);
+    if (fullLogProbs) {
+        p.logProbs = at::log_softmax(p.logits, -1);
+    }
     if (needSampled) {
         require(engine.sampled.defined() && engine.sampled.dim() == 1 && engine.sampled.size(0) == n,
             "engine.sampled must be [N] token ids");
         p.sampled = engine.sampled.to(studentLogits.device()).to(at::kLong).masked_fill(p.padding, 0);
-        p.logProbSampled = p.logProbs.gather(1, p.sampled.unsqueeze(1)).squeeze(1);
+        const at::Tensor index = p.sampled.unsqueeze(1);
+        if (fullLogProbs) {
+            p.logProbSampled = p.logProbs.gather(1, index).squeeze(1);
+        } else {
+            const at::Tensor z = p.logits.detach();
+            p.logProbSampled = z.gather(1, index).squeeze(1) - at::logsumexp(z, {-1});
+        }
     }
     return p;
+}
+
+// Rows of an [N, V] tensor a group at a time, each group at most kChunkEntries elements (at least one row): the
+// float64 statistics and the CPU forward of the full KL stay within a few such groups of memory instead of
+// several [N, V] temporaries.
+constexpr std::int64_t kChunkEntries = std::int64_t {1} << 22;
+
+template <typename Function> void forRowGroups(const at::Tensor& rows, Function&& function)
+{
+    const std::int64_t n = rows.size(0);
+    const std::int64_t group = std::max<std::int64_t>(1, kChunkEntries / std::max<std::int64_t>(1, rows.size(1)));
+    for (std::int64_t begin = 0; begin < n; begin += group) {
+        function(begin, std::min(n, begin + group));
+    }
+}
+
+// Whether the full KL's forward runs through the fused CUDA kernel (cuda::fusedMismatch) for these logits.
+bool fusedFullKl(const at::Tensor& logits)
+{
+#if defined(MISMATCH_HAVE_CUDA)
+    const at::ScalarType type = logits.scalar_type();
+    return logits.is_cuda() && (type == at::kFloat || type == at::kBFloat16 || type == at::kHalf);
+#else
+    (void)logits;
+    return false;
+#endif
+}
+
+// KL(softmax(z) || t) per row, z [N, V] logits, t [N, V] log-probabilities (detached), as an autograd function:
+//   forward  sum_v p(v) (log p(v) - t(v)),  p = softmax(z)
+//   backward dKL/dz_j = p(j) (log p(j) - t(j) - KL)   (d log p(v)/dz_j = [v = j] - p(j); sum_v p(v) (...) cancels)
+// so that autograd keeps only z and t for the backward instead of log p, p and log p - t, and on a CUDA device the
+// forward is one pass over each row (the fused kernel; float32 running log-sum-exps, tests/gpu: within 1e-4 nats of
+// the float64 definition; it normalizes t, whose log-sum-exp is 0 up to rounding). The backward recomputes log p.
+struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
+    static at::Tensor forward(torch::autograd::AutogradContext* context, at::Tensor logits, at::Tensor teacher)
+    {
+        context->save_for_backward({logits, teacher});
+#if defined(MISMATCH_HAVE_CUDA)
+        if (fusedFullKl(logits)) {
+            const at::Tensor noSample = at::zeros({logits.size(0)}, logits.options().dtype(at::kLong));
+            return cuda::fusedMismatch(logits.contiguous(), teacher.to(logits.scalar_type()).contiguous(), noSample)
+                .kl.to(logits.scalar_type());
+        }
+#endif
+        at::Tensor kl = at::empty({logits.size(0)}, logits.options());
+        forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
+            const at::Tensor logP = at::log_softmax(logits.slice(0, begin, end), -1);
+            const at::Tensor difference = logP - teacher.slice(0, begin, end);
+            kl.slice(0, begin, end).copy_((logP.exp_() * difference).sum(-1));
+        });
+        return kl;
+    }
+
+    static torch::autograd::variable_list backward(
+        torch::autograd::AutogradContext* context, torch::autograd::variable_list gradients)
+    {
+        const torch::autograd::variable_list saved = context->get_saved_variables();
+        const at::Tensor& logits = saved[0];
+        const at::Tensor& teacher = saved[1];
+        at::Tensor logP = at::log_softmax(logits, -1);
+        at::Tensor gradient = logP - teacher; // log p - t, then the gradient in place
+        const at::Tensor p = logP.exp_();
+        const at::Tensor kl = (p * gradient).sum(-1, /*keepdim=*/true);
+        gradient.sub_(kl).mul_(p).mul_(gradients[0].unsqueeze(1));
+        return {gradient, at::Tensor()};
+    }
+};
+
+at::Tensor fullKlRows(const at::Tensor& logits, const at::Tensor& teacherLogProbs)
+{
+    return FullKlFunction::apply(logits, teacherLogProbs);
 }
 
 // A [N] per-position input (engine or teacher log-probabilities) in `like`'s dtype, zero on padding, detached.
@@ -59,11 +150,11 @@ at::Tensor perPosition(const at::Tensor& values, const Prepared& p, const at::Te
 // Teacher log-probabilities [N, V] in the student's dtype, zero on padding rows, detached (the teacher is fixed).
 at::Tensor teacherRows(const at::Tensor& teacherLogProbs, const Prepared& p)
 {
-    require(teacherLogProbs.dim() == 2 && teacherLogProbs.sizes() == p.logProbs.sizes(),
+    require(teacherLogProbs.dim() == 2 && teacherLogProbs.sizes() == p.logits.sizes(),
         "teacherLogProbs must be [N, V] like studentLogits");
     return teacherLogProbs.detach()
-        .to(p.logProbs.device())
-        .to(p.logProbs.scalar_type())
+        .to(p.logits.device())
+        .to(p.logits.scalar_type())
         .masked_fill(p.padding.unsqueeze(1), 0.0);
 }
 
@@ -114,10 +205,14 @@ ObjectiveResult finish(const Prepared& p, const at::Tensor& perToken, const Corr
         const at::Tensor v = values.detach().to(at::kDouble);
         return at::where(p.real, v, at::zeros_like(v)).sum().item<double>() / tokens;
     };
-    const at::Tensor logProbs = p.logProbs.detach().to(at::kDouble);
-    const at::Tensor probs = logProbs.exp();
-    // H = -sum_v p log p, with 0 log 0 = 0.  nats
-    const at::Tensor entropy = -at::where(probs > 0, probs * logProbs, at::zeros_like(probs)).sum(-1);
+    // H = -sum_v p log p, with 0 log 0 = 0, in float64 from the logits, a group of rows at a time.  nats
+    const at::Tensor logits = p.logits.detach();
+    at::Tensor entropy = at::empty({logits.size(0)}, logits.options().dtype(at::kDouble));
+    forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
+        const at::Tensor logProbs = at::log_softmax(logits.slice(0, begin, end).to(at::kDouble), -1);
+        const at::Tensor probs = logProbs.exp();
+        entropy.slice(0, begin, end).copy_(-at::where(probs > 0, probs * logProbs, at::zeros_like(probs)).sum(-1));
+    });
     result.studentEntropy = realMean(entropy);
     result.meanKl = klPerToken.defined() ? realMean(klPerToken) : 0.0;
     result.meanWeight = realMean(correction.weight);
@@ -168,13 +263,18 @@ CorrectionWeights correctionWeights(
     throw std::invalid_argument("objectives: unknown correction kind");
 }
 
+bool opdFullKlUsesFusedKernel(const at::Tensor& studentLogits)
+{
+    return fusedFullKl(studentLogits);
+}
+
 ObjectiveResult opdFullKl(const at::Tensor& studentLogits, const at::Tensor& teacherLogProbs, const at::Tensor& mask,
     const EngineTokens& engine, CorrectionOptions correction)
 {
-    const Prepared p = prepare(studentLogits, mask, engine, correction.kind != CorrectionOptions::None);
+    const Prepared p = prepare(studentLogits, mask, engine, correction.kind != CorrectionOptions::None, false);
     const at::Tensor logT = teacherRows(teacherLogProbs, p);
     // KL(p_s || p_t) = sum_v p_s(v) (log p_s(v) - log p_t(v))  nats per token
-    const at::Tensor kl = (p.logProbs.exp() * (p.logProbs - logT)).sum(-1);
+    const at::Tensor kl = fullKlRows(p.logits, logT);
     return finish(p, kl, correctionFor(p, engine, correction), correction.kind == CorrectionOptions::Mis, kl.detach());
 }
 

@@ -76,8 +76,12 @@ CorrectionWeights correctionWeights(
 
 // OPD. studentLogits [N, V] (requires grad), teacherLogProbs [N, V] log-probabilities of the teacher's full
 // distribution (finite; detached here). `engine` is needed by opdK1/opdK3 (sampled) and by any correction.
+// opdFullKl's per-token KL has its own backward (p_s (log p_s - log p_t - KL), log p_s recomputed), so autograd
+// keeps the logits and the teacher's rows instead of three [N, V] intermediates; on a CUDA device its forward is the
+// fused one-pass kernel (cuda::fusedMismatch) when opdFullKlUsesFusedKernel says so (float32, bf16 or fp16 logits).
 ObjectiveResult opdFullKl(const at::Tensor& studentLogits, const at::Tensor& teacherLogProbs, const at::Tensor& mask,
     const EngineTokens& engine = {}, CorrectionOptions correction = {});
+bool opdFullKlUsesFusedKernel(const at::Tensor& studentLogits);
 // teacherLogProbs may also be [N]: the teacher's log-probability of the sampled token only.
 ObjectiveResult opdK1(const at::Tensor& studentLogits, const at::Tensor& teacherLogProbs, const at::Tensor& mask,
     const EngineTokens& engine, CorrectionOptions correction = {});

@@ -8,7 +8,8 @@
 //     (kDeviceShareOfOwnMismatch): the device may not change what a measurement reports by as much as the
 //     measurement itself. Tokens sampled on both are reported (the same seeded draws; they part where a flip
 //     moves a draw across a token boundary, after which the sequences differ).
-//   training step (FP32 student, OPD full-vocabulary KL): loss and every gradient tensor in float32 on both, so
+//   training step (FP32 student, OPD full-vocabulary KL; its forward on the GPU is the fused KL kernel, float32
+//     running log-sum-exps): loss and every gradient tensor in float32 on both, so
 //     relative differences of 1e-4 (loss) and 1e-3 (gradients, relative L2 per tensor) leave ~100x room over
 //     float32 accumulation-order differences (~1e-6 per product through 2 layers) and catch any wrong op (O(1)).
 //   admission check (BF16 and FP8 W8A8 candidates, a threshold between their CPU mismatches): the same verdicts,
@@ -168,6 +169,7 @@ void testTrainingStep()
     struct Step {
         double loss = 0.0;
         std::vector<at::Tensor> gradients;
+        bool fused = false; // the loss's forward went through the fused KL kernel
     };
     const auto step = [&](const at::Device& device) {
         model::TransformerWeights weights = onDevice(student.clone(), device);
@@ -185,6 +187,7 @@ void testTrainingStep()
         const train::ObjectiveResult result = train::opdFullKl(logits, teacherLogProbs, real);
         result.loss.backward();
         Step out;
+        out.fused = train::opdFullKlUsesFusedKernel(logits);
         out.loss = result.loss.item<double>();
         for (const at::Tensor& parameter : parameters) {
             out.gradients.push_back(parameter.grad().to(at::kCPU).to(at::kDouble));
@@ -193,6 +196,8 @@ void testTrainingStep()
     };
     const Step cpu = step(at::Device(at::kCPU));
     const Step gpu = step(kGpu);
+    check(gpu.fused && !cpu.fused, "training step: the GPU's OPD loss forward runs through the fused KL kernel",
+        std::string("GPU ") + (gpu.fused ? "fused" : "ATen") + ", CPU " + (cpu.fused ? "fused" : "ATen"));
     const double lossDifference = std::abs(gpu.loss - cpu.loss) / std::abs(cpu.loss);
     check(lossDifference <= kLossRelativeTolerance, "training step: OPD loss, GPU vs CPU (float32)",
         "CPU " + fixed(cpu.loss, 9) + ", GPU " + fixed(gpu.loss, 9) + ", relative " + fixed(lossDifference, 3));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -136,6 +137,7 @@ private slots:
     void opdFullKlMatchesNaiveLoop_data();
     void opdFullKlMatchesNaiveLoop();
     void opdFullKlGradientMatchesFiniteDifferences();
+    void opdFullKlAtAWideVocabularyMatchesTheDefinition();
     void k1ExpectedGradientIsFullKlGradient();
     void k3ExpectedGradientHasForwardKlBias();
     void topKMatchesNaiveLoopAndFullKlAtV();
@@ -225,6 +227,56 @@ void TestObjectives::opdFullKlGradientMatchesFiniteDifferences()
             qPrintable(QString("kind %1: max difference %2").arg(kind).arg(maxAbsDifference(analytic, numeric))));
         QVERIFY(analytic.abs().max().item<double>() > 1e-3); // a gradient worth comparing
     }
+}
+
+// opdFullKl's per-token KL has a backward of its own and computes its rows a group at a time (groups of at most
+// 2^22 entries). At V = 50,000 and 120 rows (two groups, the second partial), fresh random logits with garbage in
+// the padding rows, against autograd through the defining formula (log_softmax, exp, product, sum) in float64:
+// loss, gradient, KL and entropy within kValueTolerance-like rounding of the two summation orders, scaled by the
+// row length (each row sums 50,000 terms); and float32 logits against the float64 result within kFloat32Tolerance.
+void TestObjectives::opdFullKlAtAWideVocabularyMatchesTheDefinition()
+{
+    constexpr std::int64_t kVocabulary = 50000;
+    constexpr double kWideTolerance = 1e-10;
+    Batch b = makeBatch(97, 8, 15, kVocabulary, true);
+    QVERIFY2(b.logits.numel() > (std::int64_t {1} << 22), "the batch must span more than one row group");
+    const at::Tensor padding = b.mask.logical_not();
+    b.logits.index_put_({padding}, std::numeric_limits<double>::quiet_NaN());
+    b.teacher.index_put_({padding}, -std::numeric_limits<double>::infinity());
+
+    at::Tensor logits = leaf(b.logits);
+    const ObjectiveResult result = opdFullKl(logits, b.teacher, b.mask);
+    result.loss.backward();
+
+    at::Tensor reference = leaf(b.logits);
+    const at::Tensor real = b.mask.unsqueeze(1);
+    const at::Tensor logP = at::log_softmax(reference.masked_fill(real.logical_not(), 0.0), -1);
+    const at::Tensor logT = b.teacher.masked_fill(real.logical_not(), 0.0);
+    const at::Tensor kl = (logP.exp() * (logP - logT)).sum(-1);
+    const at::Tensor counted = b.mask.to(at::kDouble);
+    const at::Tensor loss = (kl * counted).sum() / counted.sum();
+    loss.backward();
+    const double tokens = counted.sum().item<double>();
+    const at::Tensor probs = logP.detach().exp();
+    const double entropy = (-(probs * logP.detach()).sum(-1) * counted).sum().item<double>() / tokens;
+
+    QVERIFY2(std::abs(result.loss.item<double>() - loss.item<double>()) < kWideTolerance,
+        qPrintable(QString::number(result.loss.item<double>() - loss.item<double>())));
+    QVERIFY(std::abs(result.meanKl - loss.item<double>()) < kWideTolerance);
+    QVERIFY(std::abs(result.studentEntropy - entropy) < kWideTolerance);
+    QVERIFY(logits.grad().isfinite().all().item<bool>());
+    QVERIFY2(maxAbsDifference(logits.grad(), reference.grad()) < kWideTolerance,
+        qPrintable(QString::number(maxAbsDifference(logits.grad(), reference.grad()))));
+    QVERIFY(logits.grad().index({padding}).abs().max().item<double>() == 0.0);
+    QVERIFY(reference.grad().abs().max().item<double>() > 1e-6); // a gradient worth comparing
+
+    at::Tensor narrow = leaf(b.logits.to(at::kFloat));
+    const ObjectiveResult single = opdFullKl(narrow, b.teacher.to(at::kFloat), b.mask);
+    single.loss.backward();
+    QCOMPARE(single.loss.scalar_type(), at::kFloat);
+    QVERIFY(std::abs(single.loss.item<double>() - loss.item<double>()) < kFloat32Tolerance);
+    QVERIFY(maxAbsDifference(narrow.grad(), reference.grad()) < kFloat32Tolerance);
+    QVERIFY(!opdFullKlUsesFusedKernel(narrow)); // CPU tensors: the ATen forward
 }
 
 void TestObjectives::k1ExpectedGradientIsFullKlGradient()
