@@ -1,6 +1,6 @@
 // Fused full-vocabulary mismatch: KL(mu || pi), k1 and k3 per row from the engine's and the trainer's logits in
-// one pass over each row (online log-sum-exp, core/metrics/online_kl_state.h), without writing any
-// log-softmax. One block per row; each thread reads 16-byte vectors i, i + blockDim, ... of both rows (coalesced;
+// one pass over each row (online log-sum-exp, core/metrics/online_kl_state.h: float64 running sums, float32
+// exps), without writing any log-softmax. One block per row; each thread reads 16-byte vectors i, i + blockDim, ... of both rows (coalesced;
 // element by element when a row is not 16-byte aligned) into kStates independent partials, merged in the thread,
 // then across the block pairwise (warp shuffles, then shared memory). Memory traffic: both rows read once.
 #include "core/metrics/online_kl_state.h"
@@ -35,9 +35,11 @@ __device__ __forceinline__ metrics::OnlineKlState shuffleDown(const metrics::Onl
     return o;
 }
 
-// Independent running states per thread: each element's update depends on its state's previous one (an expf
-// on the chain), so one state per thread serializes the row; kStates chains run side by side and merge at the end.
-constexpr int kStates = 4;
+// Independent running states per thread: each element's update depends on its state's previous one (the float64
+// sums), so one state per thread serializes the row; kStates chains run side by side and merge at the end. Two, not
+// four: a state is five float64 values, and four of them took the kernel to 72-77 registers (ptxas, sm_90), one
+// 512-thread block per SM; two keep it at 56-57 registers without spills, two blocks per SM as the float32 state had.
+constexpr int kStates = 2;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fusedMismatchKernel(const T* engine, const T* trainer,
@@ -111,16 +113,16 @@ __global__ void __launch_bounds__(kThreads) fusedMismatchKernel(const T* engine,
             metrics::onlineKlMerge(state, shuffleDown(state, offset));
         }
         if (lane == 0) {
-            kl[row] = metrics::onlineKl(state);
+            kl[row] = static_cast<float>(metrics::onlineKl(state));
             const std::int64_t token = sampled[row];
             if (token < 0 || token >= vocab) {
                 k1[row] = NAN;
                 k3[row] = NAN;
             } else {
-                const float logMu = toFloat(a[token]) - metrics::onlineLogSumExpA(state);
-                const float logPi = toFloat(b[token]) - metrics::onlineLogSumExpB(state);
-                k1[row] = logMu - logPi;
-                k3[row] = metrics::k3FromK1(logMu - logPi);
+                const double logMu = toFloat(a[token]) - metrics::onlineLogSumExpA(state);
+                const double logPi = toFloat(b[token]) - metrics::onlineLogSumExpB(state);
+                k1[row] = static_cast<float>(logMu - logPi);
+                k3[row] = static_cast<float>(metrics::k3FromK1(logMu - logPi));
             }
         }
     }

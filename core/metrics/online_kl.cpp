@@ -57,16 +57,16 @@ TokenMismatch onlineTokenMismatch(
                 }
             }
             const OnlineKlState& total = partial[0];
-            klData[r] = onlineKl(total);
+            klData[r] = static_cast<float>(onlineKl(total));
             const std::int64_t token = yData[r];
             if (token < 0 || token >= vocab) {
                 k1Data[r] = std::numeric_limits<float>::quiet_NaN();
                 k3Data[r] = std::numeric_limits<float>::quiet_NaN();
             } else {
-                const float logMu = rowA[token] - onlineLogSumExpA(total);
-                const float logPi = rowB[token] - onlineLogSumExpB(total);
-                k1Data[r] = logMu - logPi;
-                k3Data[r] = k3FromK1(k1Data[r]);
+                const double logMu = rowA[token] - onlineLogSumExpA(total);
+                const double logPi = rowB[token] - onlineLogSumExpB(total);
+                k1Data[r] = static_cast<float>(logMu - logPi);
+                k3Data[r] = static_cast<float>(k3FromK1(logMu - logPi));
             }
         }
     });

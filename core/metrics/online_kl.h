@@ -1,6 +1,6 @@
 #pragma once
 // The fused mismatch kernel's algorithm on the CPU: per row, one pass over both logit rows with running
-// log-sum-exps (core/metrics/online_kl_state.h), float32, the vocabulary split into `lanes` strided partials
+// log-sum-exps (core/metrics/online_kl_state.h; float64 sums of float32 exps), the vocabulary split into `lanes` strided partials
 // (lane i takes v = i, i + lanes, ..., as CUDA thread i does) merged in a pairwise tree; the kernel merges with
 // warp shuffles in another order, the same function up to float32 rounding. It is the CPU twin of
 // cuda::fusedMismatch, tested against a naive two-pass float64 loop (tests/gpu/test_gpu_reference).
