@@ -101,6 +101,25 @@ at::Tensor scalesFromHeadAmax(const at::Tensor& headAmax, quant::KvScales mode)
 
 std::atomic<std::int64_t> nativeFp8Calls {0};
 std::atomic<std::int64_t> bf16DotFp8Calls {0};
+std::atomic<std::int64_t> deviceFp8ActivationCalls {0};
+
+// The module's input rounded to its activation format. FP8 activations on a CUDA device are rounded there
+// (cuda::quantizeFp8 per row, then dequantizeFp8: the same codes, scales and float32 values as
+// quant::fakeQuantizeActivations, which tests/gpu checks bit for bit) instead of a round trip through the host.
+at::Tensor roundActivations(const at::Tensor& x, quant::ActivationFormat format)
+{
+    if (format == quant::ActivationFormat::Bf16) {
+        return roundBf16(x);
+    }
+#if defined(MISMATCH_HAVE_CUDA)
+    if (x.is_cuda()) {
+        const at::Tensor rows = x.reshape({-1, x.size(-1)});
+        ++deviceFp8ActivationCalls;
+        return cuda::dequantizeFp8(cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row)).reshape(x.sizes());
+    }
+#endif
+    return quant::fakeQuantizeActivations(x, format);
+}
 
 // Whether the CPU has native BF16 dot products (where oneDNN's BF16 GEMM beats FP32).
 bool cpuHasNativeBf16()
@@ -232,6 +251,11 @@ bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
 std::int64_t nativeFp8LinearCalls()
 {
     return nativeFp8Calls.load();
+}
+
+std::int64_t deviceFp8ActivationRoundings()
+{
+    return deviceFp8ActivationCalls.load();
 }
 
 std::int64_t bf16DotFp8LinearCalls()
@@ -650,9 +674,7 @@ at::Tensor EngineModel::moduleProduct(const ModuleState& state, const at::Tensor
         shape.back() = stored.rows();
         return roundBf16(y.reshape(shape));
     }
-    const at::Tensor input = state.activations.format == quant::ActivationFormat::Bf16
-        ? roundBf16(x)
-        : quant::fakeQuantizeActivations(x, state.activations.format);
+    const at::Tensor input = roundActivations(x, state.activations.format);
     if (state.deviceWeight.defined()) {
         return roundBf16(at::linear(input, state.deviceWeight, state.bias));
     }

@@ -95,7 +95,9 @@ void testEngine(const std::string& recipeFile)
     settings.seed = 11;
     analysis::EngineConfiguration configuration;
     if (!recipeFile.empty()) {
-        configuration.recipe = quant::loadRecipe(resource("recipes/" + recipeFile));
+        // A recipe of tests/gpu (this test's own) or of the built-in ones in resources/recipes.
+        const std::string own = std::string(MISMATCH_SOURCE_DIR) + "/tests/gpu/" + recipeFile;
+        configuration.recipe = quant::loadRecipe(std::filesystem::exists(own) ? own : resource("recipes/" + recipeFile));
     }
     const engine::SamplingOptions sampling = analysis::samplingOptions(settings, model.config, *model.tokenizer);
     auto cpuEngine = analysis::buildEngine(model.config, model.weights, configuration, requests.prompts(), settings);
@@ -104,6 +106,7 @@ void testEngine(const std::string& recipeFile)
     const auto cpuGenerated = cpuEngine->generate(requests.requests, sampling);
     const std::int64_t attentionBefore = engine::deviceKvAttentionCalls();
     const std::int64_t appendBefore = engine::deviceKvAppendCalls();
+    const std::int64_t activationsBefore = engine::deviceFp8ActivationRoundings();
     const auto gpuGenerated = gpuEngine->generate(requests.requests, sampling);
     const std::int64_t attended = engine::deviceKvAttentionCalls() - attentionBefore;
     const std::int64_t appended = engine::deviceKvAppendCalls() - appendBefore;
@@ -111,6 +114,11 @@ void testEngine(const std::string& recipeFile)
         std::to_string(attended) + " layer-steps; " + std::to_string(appended) + " FP8 KV appends through the kernel");
     if (recipeFile == "fp8-kv.yaml") {
         check(appended > 0, label + ": FP8 KV appends through the CUDA append kernel", std::to_string(appended));
+    }
+    if (recipeFile == "fp8-e5m2-w8a8.yaml") {
+        const std::int64_t rounded = engine::deviceFp8ActivationRoundings() - activationsBefore;
+        check(rounded > 0, label + ": emulated FP8 products round their activations on the device",
+            std::to_string(rounded) + " linear calls");
     }
 
     std::int64_t same = 0;
@@ -352,6 +360,7 @@ int main()
     testing::run("engine, BF16", [] { testEngine(""); });
     testing::run("engine, FP8 W8A8 block-128", [] { testEngine("fp8-w8a8-block.yaml"); });
     testing::run("engine, FP8 KV cache", [] { testEngine("fp8-kv.yaml"); });
+    testing::run("engine, FP8 e5m2 W8A8 (emulated product)", [] { testEngine("fp8-e5m2-w8a8.yaml"); });
     testing::run("training step", testTrainingStep);
     testing::run("admission", [&] { testAdmission(work); });
     testing::run("sensitivity", [&] { testSensitivity(work); });

@@ -5,7 +5,7 @@
 //     loop on random logits, vocabularies up to 152064, masked (-inf) entries included, and near-identical
 //     distributions (a BF16 engine against its trainer), within the error bounds of kl_bounds.h;
 //   - the block-128 scale layout of weights and the per-head KV scale convention, against naive loops;
-//   - the run files and recipe of run_on_device.sh's time-to-quality comparison parse and resolve.
+//   - the run files and recipes of run_on_device.sh's time-to-quality comparison and test_gpu_parity resolve.
 #include "core/common/error.h"
 #include "core/metrics/online_kl.h"
 #include "core/model/config.h"
@@ -276,6 +276,12 @@ void testTimeToQualityRunFiles()
     check(down.weights.format == quant::WeightFormat::Fp8E4m3 && down.activations.format == quant::ActivationFormat::Fp8E4m3
             && plan.modules.at("lm_head").weights.format == quant::WeightFormat::Bf16,
         "ttq-fp8.yaml resolves on the demo student: FP8 projections, BF16 lm_head");
+    const quant::RecipePlan e5m2 = quant::resolveRecipe(
+        quant::loadRecipe(directory + "fp8-e5m2-w8a8.yaml"), model::loadConfig(fp8.student + "/config.json"));
+    const quant::ModulePrecision emulated = e5m2.modules.at("model.layers.0.self_attn.q_proj");
+    check(emulated.weights.format == quant::WeightFormat::Fp8E5m2 && emulated.weights.granularity == quant::Granularity::Channel
+            && emulated.activations.format == quant::ActivationFormat::Fp8E4m3,
+        "fp8-e5m2-w8a8.yaml (test_gpu_parity's emulated FP8 product) resolves: e5m2 channel weights, FP8 activations");
 }
 
 } // namespace
