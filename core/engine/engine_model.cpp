@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -155,6 +156,35 @@ quant::KvScales effectiveScales(const quant::KvPrecision& precision)
     return precision.scales == quant::KvScales::None ? quant::KvScales::PerTensor : precision.scales;
 }
 
+std::atomic<std::int64_t> deviceKvRoundCount {0};
+
+#if defined(MISMATCH_HAVE_CUDA)
+// quant::fakeQuantizeKv(kv, fp8_e4m3, mode, scales) for keys or values [B, kvHeads, T, headDim] on a CUDA device,
+// computed there: rows of headDim in (b, h, t) order, each with its head's scale (per head: `scales` [kvHeads];
+// per tensor: [1]), through cuda::quantizeFp8 with given row scales and dequantizeFp8 - the same codes and float32
+// values as the host codec (tests/gpu). The scales live on the host (KvQuantizer keeps them there), so checking
+// them as fakeQuantizeKv does costs no device synchronization.
+at::Tensor roundKvOnDevice(const at::Tensor& kv, const at::Tensor& scales)
+{
+    const at::Tensor host = scales.to(at::kCPU).to(at::kFloat).contiguous();
+    for (std::int64_t i = 0; i < host.numel(); ++i) {
+        const float scale = host.data_ptr<float>()[i];
+        if (!(std::isfinite(scale) && scale > 0.0f)) {
+            throw InputError("", "kv scales[" + std::to_string(i) + "]",
+                "expected a finite scale > 0, got " + std::to_string(scale));
+        }
+    }
+    const at::Tensor rows = kv.to(at::kFloat).contiguous().reshape({-1, kv.size(3)});
+    const at::Tensor rowScales = host.to(kv.device())
+                                     .reshape({1, -1, 1})
+                                     .expand({kv.size(0), kv.size(1), kv.size(2)})
+                                     .reshape({-1, 1})
+                                     .contiguous();
+    const cuda::Fp8Tensor codes = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row, rowScales);
+    return cuda::dequantizeFp8(codes).reshape(kv.sizes());
+}
+#endif
+
 } // namespace
 
 std::string toString(EnginePrecision precision)
@@ -251,6 +281,11 @@ bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
 std::int64_t nativeFp8LinearCalls()
 {
     return nativeFp8Calls.load();
+}
+
+std::int64_t deviceKvRoundings()
+{
+    return deviceKvRoundCount.load();
 }
 
 std::int64_t deviceFp8ActivationRoundings()
@@ -371,6 +406,12 @@ std::pair<at::Tensor, at::Tensor> KvQuantizer::quantize(
         keyScales = quant::kvScales(at::where(keep, keys, at::zeros_like(keys)), quant::KvFormat::Fp8E4m3, mode);
         valueScales = quant::kvScales(at::where(keep, values, at::zeros_like(values)), quant::KvFormat::Fp8E4m3, mode);
     }
+#if defined(MISMATCH_HAVE_CUDA)
+    if (keys.is_cuda()) {
+        ++deviceKvRoundCount;
+        return {roundKvOnDevice(keys, keyScales), roundKvOnDevice(values, valueScales)};
+    }
+#endif
     return {quant::fakeQuantizeKv(keys, quant::KvFormat::Fp8E4m3, mode, keyScales),
         quant::fakeQuantizeKv(values, quant::KvFormat::Fp8E4m3, mode, valueScales)};
 }

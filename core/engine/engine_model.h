@@ -226,6 +226,9 @@ KvScaleTable calibrateKvScales(
 // How many linear() calls, process-wide, ran as a native FP8 GEMM on CUDA (cuda::fp8Gemm) instead of the emulation:
 // fp8_e4m3 weights and activations with tensors on a CUDA device, in a build with MISMATCH_HAVE_CUDA.
 std::int64_t nativeFp8LinearCalls();
+// How many KvQuantizer::quantize calls, process-wide, rounded FP8 keys and values on a CUDA device (the dense cache
+// of a full forward and the values a paged-cache prefill attends to) instead of through the host's codec.
+std::int64_t deviceKvRoundings();
 // How many linear() calls, process-wide, rounded FP8 activations on a CUDA device (emulated FP8 products on a GPU:
 // FP8 activations with weights the native GEMM does not take, such as group-128 or int8 weights).
 std::int64_t deviceFp8ActivationRoundings();

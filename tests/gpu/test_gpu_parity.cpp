@@ -17,6 +17,7 @@
 //     quantity on partly different samples).
 //   sensitivity scan (FP8 cells of every projection): each cell's mismatch within the two cells' bootstrap
 //     half-widths of each other.
+//   FP8 KV rounding (KvQuantizer, dense cache and prefill): bit for bit the host codec (same codes, same decode).
 //   a training run end to end on the device (2 steps, rollouts, AdamW, evaluation): completes with finite metrics.
 #include "core/analysis/admission.h"
 #include "core/analysis/rollout_measure.h"
@@ -159,6 +160,38 @@ void testEngine(const std::string& recipeFile)
         label + ": KL(CPU engine || GPU engine) <= " + fixed(kDeviceShareOfOwnMismatch) + " x KL(CPU engine || FP32)",
         "device " + fixed(device) + " nats/token, own mismatch " + fixed(own) + " (ratio " + fixed(device / own, 3)
             + ")");
+}
+
+// The FP8 KV rounding of a dense cache and of a prefill's own keys and values (KvQuantizer::quantize), on the GPU
+// against the host codec: bit for bit (the same codes and scales; the same float32 decode), per tensor and per
+// head, with scales measured by the first call (from the same real tokens on both) and then reused.
+void testKvRounding()
+{
+    const std::int64_t kvHeads = 4;
+    for (const quant::KvScales mode : {quant::KvScales::PerTensor, quant::KvScales::PerHead}) {
+        const quant::KvPrecision precision {quant::KvFormat::Fp8E4m3, mode, quant::KvCalibration::None};
+        engine::KvQuantizer cpu({precision, precision}, kvHeads, true);
+        engine::KvQuantizer gpu({precision, precision}, kvHeads, true);
+        const std::int64_t before = engine::deviceKvRoundings();
+        bool identical = true;
+        for (int call = 0; call < 2; ++call) {
+            at::Tensor keys = at::randn({3, kvHeads, 7, 64}) * (call == 0 ? 2.0 : 5.0); // the second call saturates
+            keys.select(1, 2).mul_(8.0); // one head spans a larger range
+            const at::Tensor values = at::randn({3, kvHeads, 7, 64});
+            at::Tensor real = at::ones({3, 7}, at::kBool);
+            real.narrow(1, 0, 2).select(0, 0).fill_(false); // left padding in row 0
+            for (std::int64_t layer = 0; layer < 2; ++layer) {
+                const auto [k, v] = cpu.quantize(layer, keys, values, real);
+                const auto [gk, gv] = gpu.quantize(layer, keys.to(kGpu), values.to(kGpu), real.to(kGpu));
+                identical = identical && gk.is_cuda() && at::equal(gk.to(at::kCPU), k) && at::equal(gv.to(at::kCPU), v)
+                    && at::equal(gpu.scales().keys[layer], cpu.scales().keys[layer]);
+            }
+        }
+        const std::string name = mode == quant::KvScales::PerHead ? "per head" : "per tensor";
+        check(identical, "FP8 KV rounding on the GPU = the host codec bit for bit, " + name,
+            std::to_string(engine::deviceKvRoundings() - before) + " device roundings");
+        check(engine::deviceKvRoundings() - before == 4, "FP8 KV rounding, " + name + ": every GPU call rounds on the device");
+    }
 }
 
 void testTrainingStep()
@@ -361,6 +394,7 @@ int main()
     testing::run("engine, FP8 W8A8 block-128", [] { testEngine("fp8-w8a8-block.yaml"); });
     testing::run("engine, FP8 KV cache", [] { testEngine("fp8-kv.yaml"); });
     testing::run("engine, FP8 e5m2 W8A8 (emulated product)", [] { testEngine("fp8-e5m2-w8a8.yaml"); });
+    testing::run("FP8 KV rounding", testKvRounding);
     testing::run("training step", testTrainingStep);
     testing::run("admission", [&] { testAdmission(work); });
     testing::run("sensitivity", [&] { testSensitivity(work); });
