@@ -101,7 +101,10 @@ std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t voc
             // Left padding right-aligns every row: response token t is predicted at column length - R + t.
             const at::Tensor rows
                 = logits[static_cast<std::int64_t>(i - begin)].narrow(0, length - responseLength, responseLength);
-            scores[i] = at::log_softmax(rows.to(at::kDouble) / options.temperature, -1).to(at::kFloat).to(at::kCPU);
+            scores[i] = at::log_softmax(rows.to(at::kDouble) / options.temperature, -1).to(at::kFloat);
+            if (options.onHost) {
+                scores[i] = scores[i].to(at::kCPU);
+            }
         }
     }
     if (progress) {

@@ -93,6 +93,9 @@ void throwIfRejected(const std::vector<GenerationResult>& results);
 struct ScoreOptions {
     double temperature = 1.0; // log_softmax(logits / temperature); must be > 0
     std::int64_t batchSize = 16; // sequences per forward
+    // Rows come back to the host; false: they stay on the model's device (a measurement that compares them there
+    // with the engine's log mu, see measureMismatch).
+    bool onHost = true;
 };
 
 // Teacher-forced scoring: for each i, the log-probability rows [responses[i].size(), vocab] (float32) that

@@ -43,6 +43,9 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
     sampling.keepLogits = true;
     ScoreOptions scoring;
     scoring.batchSize = options.batchSize;
+    // log pi stays where the trainer computed it: the engine's log mu stays on the engine's device (logMuRows), and
+    // the two meet there (the same device in every job; moved below when they are not).
+    scoring.onHost = false;
     // The trainer's distribution at the rollout temperature (greedy rollouts compare at temperature 1).
     scoring.temperature = sampling.greedy || sampling.temperature == 0.0 ? 1.0 : sampling.temperature;
 
@@ -85,6 +88,7 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
                 metrics::MismatchExtras extras;
                 extras.entropy = options.keepTokenValues;
                 const at::Tensor logMu = logMuRows(generation.logits, sampling);
+                trainerLogProbs[i - group] = trainerLogProbs[i - group].to(logMu.device());
                 const metrics::TokenMismatch mismatch = metrics::tokenMismatch(
                     logMu, trainerLogProbs[i - group], at::tensor(generation.tokens, at::kLong), extras);
                 if (options.keepTokenValues && !generation.tokens.empty()) {
