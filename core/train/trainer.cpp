@@ -609,6 +609,7 @@ Rollout Session::produceUnchecked(std::int64_t step, engine::Engine& rolloutEngi
         at::NoGradGuard noGrad;
         engine::ScoreOptions scoring;
         scoring.batchSize = 64;
+        scoring.onHost = false; // the objective reads them on the teacher's device, the student's
         rollout.teacherLogProbs = engine::scoreSequences(*teacher_, prompts, responses, scoring);
         rollout.teacherSeconds = secondsSince(teacherStart);
     }
@@ -642,7 +643,7 @@ ObjectiveResult Session::objective(const at::Tensor& studentLogits, const Rollou
     correction.cap = config_.correction.cap;
     at::Tensor teacherLogProbs;
     if (usesTeacher(config_.objective.kind)) {
-        teacherLogProbs = at::cat(rollout.teacherLogProbs, 0).to(device_); // scored rows come back to the host
+        teacherLogProbs = at::cat(rollout.teacherLogProbs, 0).to(device_); // scored where the teacher is
     }
     ObjectiveResult result;
     switch (config_.objective.kind) {
