@@ -47,7 +47,15 @@ std::size_t findStopString(const std::string& text, std::size_t previousLength, 
 using ForwardLogits
     = std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions)>;
 
-std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t vocab,
+// Where a model computes: the device of its weights.
+at::Device weightDevice(const model::Transformer& model)
+{
+    const model::TransformerWeights& weights = model.weights();
+    return weights.size() == 0 ? at::Device(at::kCPU) : weights.get(weights.names().front()).device();
+}
+
+// `device`: the model's, where rows stay when options.onHost is false (an empty response's [0, vocab] too).
+std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t vocab, const at::Device& device,
     const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<std::vector<std::int64_t>>& responses,
     const ScoreOptions& options, Progress* progress)
 {
@@ -95,7 +103,8 @@ std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t voc
         for (std::size_t i = begin; i < end; ++i) {
             const auto responseLength = static_cast<std::int64_t>(responses[i].size());
             if (responseLength == 0) {
-                scores[i] = at::empty({0, vocab}, at::kFloat);
+                const at::Device where = options.onHost ? at::Device(at::kCPU) : device;
+                scores[i] = at::empty({0, vocab}, at::TensorOptions().dtype(at::kFloat).device(where));
                 continue;
             }
             // Left padding right-aligns every row: response token t is predicted at column length - R + t.
@@ -270,7 +279,9 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             row.distributions.clear();
         }
         if (sampling.keepLogits) {
-            result.logits = row.logits.empty() ? at::empty({0, vocab}, keptLogitsType) : at::stack(row.logits);
+            result.logits = row.logits.empty()
+                ? at::empty({0, vocab}, at::TensorOptions().dtype(keptLogitsType).device(weightDevice(*model_)))
+                : at::stack(row.logits);
             row.logits.clear();
         }
         result.text = row.text;
@@ -395,7 +406,7 @@ std::vector<at::Tensor> scoreSequences(const model::Transformer& model,
         forwardOptions.lastPositions = lastPositions;
         return model.forward(ids, mask, forwardOptions);
     };
-    return scoreWith(forward, model.config().vocabSize, prompts, responses, options, progress);
+    return scoreWith(forward, model.config().vocabSize, weightDevice(model), prompts, responses, options, progress);
 }
 
 std::vector<at::Tensor> scoreSequences(EngineModel& model, const std::vector<std::vector<std::int64_t>>& prompts,
@@ -404,7 +415,7 @@ std::vector<at::Tensor> scoreSequences(EngineModel& model, const std::vector<std
     const ForwardLogits forward = [&model](const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions) {
         return model.forwardQuantized(ids, mask, /*logProbs=*/false, lastPositions);
     };
-    return scoreWith(forward, model.config().vocabSize, prompts, responses, options, progress);
+    return scoreWith(forward, model.config().vocabSize, weightDevice(model), prompts, responses, options, progress);
 }
 
 } // namespace mismatch::engine
