@@ -259,18 +259,23 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     struct Row {
         std::size_t request;
         metrics::SplitMix64 generator;
-        std::vector<std::vector<float>> distributions;
+        std::vector<std::vector<float>> distributions; // the host path's log mu rows, with fullDistributions
+        std::vector<at::Tensor> distributionRows; // the tensor path's (float32 [vocab] on the logits' device)
         std::vector<at::Tensor> logits; // one [vocab] row per generated position, when keepLogits
         std::string text;
     };
     std::vector<Row> rows;
     for (std::size_t index : wave) {
-        rows.push_back({index, metrics::SplitMix64(requestGeneratorSeed(sampling.seed, requests[index].seed)), {}, {}, {}});
+        rows.push_back(
+            {index, metrics::SplitMix64(requestGeneratorSeed(sampling.seed, requests[index].seed)), {}, {}, {}, {}});
         results[index].wave = waveIndex;
     }
     const auto finishRow = [&](Row& row) {
         GenerationResult& result = results[row.request];
-        if (sampling.fullDistributions) {
+        if (sampling.fullDistributions && !row.distributionRows.empty()) {
+            result.distributions = at::stack(row.distributionRows); // where the logits are
+            row.distributionRows.clear();
+        } else if (sampling.fullDistributions) {
             result.distributions = at::empty({static_cast<std::int64_t>(row.distributions.size()), vocab}, at::kFloat);
             for (std::size_t t = 0; t < row.distributions.size(); ++t) {
                 std::copy(row.distributions[t].begin(), row.distributions[t].end(),
@@ -299,10 +304,11 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         std::vector<std::int64_t> keep;
         std::vector<std::int64_t> nextTokens;
         std::vector<std::vector<double>> logMus(rows.size()); // the host path's; with fullDistributions
+        at::Tensor drawnLogMu; // the tensor path's, float32 [rows, vocab] on the logits' device; with fullDistributions
         std::vector<SampledToken> sampled(rows.size());
         if (usesTensorSampling(last)) {
             // On a GPU: one draw per row from its generator here, the distributions and draws there; only the ids,
-            // their log mu and the top pairs come back.
+            // their log mu and the top pairs come back (the full distributions a trainer asks for stay there).
             std::vector<double> uniforms;
             for (Row& row : rows) {
                 uniforms.push_back(row.generator.uniform());
@@ -310,11 +316,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             SampledRows drawn = sampleRows(last, uniforms, sampling);
             sampled = std::move(drawn.tokens);
             if (sampling.fullDistributions) {
-                const at::Tensor logMu = drawn.logMu.to(at::kCPU).contiguous();
-                for (std::size_t r = 0; r < rows.size(); ++r) {
-                    const double* row = logMu.data_ptr<double>() + static_cast<std::int64_t>(r) * vocab;
-                    logMus[r].assign(row, row + vocab);
-                }
+                drawnLogMu = drawn.logMu.to(at::kFloat); // the host path's float rounding of the float64 log mu
             }
         } else {
             const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
@@ -339,7 +341,9 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             if (sampling.topLogProbs > 0) {
                 result.topLogProbs.push_back(std::move(token.top));
             }
-            if (sampling.fullDistributions) {
+            if (sampling.fullDistributions && drawnLogMu.defined()) {
+                row.distributionRows.push_back(drawnLogMu[static_cast<std::int64_t>(r)]);
+            } else if (sampling.fullDistributions) {
                 row.distributions.emplace_back(logMu.begin(), logMu.end());
             }
             if (sampling.keepLogits) {

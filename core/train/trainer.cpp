@@ -719,7 +719,8 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
         for (const auto& generation : rollout.generations) {
             mus.push_back(generation.distributions);
         }
-        // The engine's distributions come back to the host with its samples: the mismatch is taken where pi is.
+        // The engine's distributions (on the engine's device; the host for the CPU's sampler): the mismatch is taken
+        // where pi is.
         const at::Tensor logMu = at::cat(mus, 0).to(studentLogits.device());
         const at::Tensor scaled = studentLogits.detach() / measureTemperature_;
         metrics::TokenMismatch m;
@@ -772,7 +773,8 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
             const at::Tensor kl = m.kl.slice(0, row, row + length).to(at::kCPU).to(at::kDouble).contiguous();
             stored.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + length);
             const at::Tensor rowsPi = at::log_softmax(scaled.slice(0, row, row + length).to(at::kDouble), -1);
-            stored.details = analysis::tokenDetails(generation.distributions, rowsPi.to(at::kCPU), generation.tokens);
+            stored.details
+                = analysis::tokenDetails(generation.distributions.to(at::kCPU), rowsPi.to(at::kCPU), generation.tokens);
             kept->push_back(std::move(stored));
             row += length;
         }
