@@ -116,7 +116,8 @@ at::Tensor roundActivations(const at::Tensor& x, quant::ActivationFormat format)
     if (x.is_cuda()) {
         const at::Tensor rows = x.reshape({-1, x.size(-1)});
         ++deviceFp8ActivationCalls;
-        return cuda::dequantizeFp8(cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row)).reshape(x.sizes());
+        const cuda::Fp8Tensor codes = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row);
+        return cuda::dequantizeFp8(codes).reshape(x.sizes());
     }
 #endif
     return quant::fakeQuantizeActivations(x, format);
@@ -167,13 +168,7 @@ std::atomic<std::int64_t> deviceKvRoundCount {0};
 at::Tensor roundKvOnDevice(const at::Tensor& kv, const at::Tensor& scales)
 {
     const at::Tensor host = scales.to(at::kCPU).to(at::kFloat).contiguous();
-    for (std::int64_t i = 0; i < host.numel(); ++i) {
-        const float scale = host.data_ptr<float>()[i];
-        if (!(std::isfinite(scale) && scale > 0.0f)) {
-            throw InputError("", "kv scales[" + std::to_string(i) + "]",
-                "expected a finite scale > 0, got " + std::to_string(scale));
-        }
-    }
+    quant::requireUsableKvScales(host);
     const at::Tensor rows = kv.to(at::kFloat).contiguous().reshape({-1, kv.size(3)});
     const at::Tensor rowScales = host.to(kv.device())
                                      .reshape({1, -1, 1})

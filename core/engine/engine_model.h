@@ -230,7 +230,7 @@ std::int64_t nativeFp8LinearCalls();
 // of a full forward and the values a paged-cache prefill attends to) instead of through the host's codec.
 std::int64_t deviceKvRoundings();
 // How many linear() calls, process-wide, rounded FP8 activations on a CUDA device (emulated FP8 products on a GPU:
-// FP8 activations with weights the native GEMM does not take, such as group-128 or int8 weights).
+// FP8 activations with weights the native GEMM does not take: e5m2, int8 or int4).
 std::int64_t deviceFp8ActivationRoundings();
 // How many linear() calls, process-wide, ran through quant::fp8Bf16Product (FP8 weights in a decode-sized product
 // on a CPU with AVX512-BF16, BFloat16 kernels) instead of the float32 emulation.

@@ -580,6 +580,17 @@ Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations)
     return result;
 }
 
+void requireUsableKvScales(const at::Tensor& hostScales)
+{
+    const float* s = hostScales.data_ptr<float>();
+    for (std::int64_t i = 0; i < hostScales.numel(); ++i) {
+        if (!(std::isfinite(s[i]) && s[i] > 0.0f)) {
+            throw InputError("", "kv scales[" + std::to_string(i) + "]",
+                "expected a finite scale > 0, got " + std::to_string(s[i]));
+        }
+    }
+}
+
 at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode)
 {
     if (!hasScales(format)) {
@@ -608,13 +619,7 @@ at::Tensor fakeQuantizeKv(const at::Tensor& kv, KvFormat format, KvScales mode, 
                     + std::to_string(scales->numel()) + " of " + c10::toString(scales->scalar_type()));
         }
         used = scales->to(at::kCPU).to(at::kFloat).contiguous().reshape({layout.layout.scaleRows, 1});
-        const float* s = used.data_ptr<float>();
-        for (std::int64_t i = 0; i < used.numel(); ++i) {
-            if (!(std::isfinite(s[i]) && s[i] > 0.0f)) {
-                throw InputError("", "kv scales[" + std::to_string(i) + "]",
-                    "expected a finite scale > 0, got " + std::to_string(s[i]));
-            }
-        }
+        requireUsableKvScales(used);
     } else {
         used = scalesFromAmax(groupAmax(input.data_ptr<float>(), layout.layout, false), scaled.qmax);
     }

@@ -123,6 +123,9 @@ Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations);
 // bf16 ignores mode and scales.
 at::Tensor fakeQuantizeKv(
     const at::Tensor& kv, KvFormat format, KvScales mode, const std::optional<at::Tensor>& scales = std::nullopt);
+// fakeQuantizeKv's check of given scales, for a float32 tensor on the host: InputError naming "kv scales[i]" for
+// the first one that is not finite and > 0.
+void requireUsableKvScales(const at::Tensor& hostScales);
 // The dynamic scales fakeQuantizeKv would compute: float32 [1] or [heads]. Undefined for bf16.
 at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode);
 

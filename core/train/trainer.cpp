@@ -747,8 +747,9 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
             std::vector<at::Tensor> k3 {kl.front()};
             for (std::int64_t begin = 0; begin < rows; begin += block) {
                 const std::int64_t count = std::min(block, rows - begin);
-                const metrics::TokenMismatch part = metrics::tokenMismatch(logMu.narrow(0, begin, count),
-                    at::log_softmax(scaled.narrow(0, begin, count).to(at::kDouble), -1), sampled.narrow(0, begin, count));
+                const at::Tensor piRows = at::log_softmax(scaled.narrow(0, begin, count).to(at::kDouble), -1);
+                const metrics::TokenMismatch part
+                    = metrics::tokenMismatch(logMu.narrow(0, begin, count), piRows, sampled.narrow(0, begin, count));
                 kl.push_back(part.kl);
                 k1.push_back(part.k1);
                 k3.push_back(part.k3);

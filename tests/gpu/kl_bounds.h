@@ -20,7 +20,8 @@ struct KlBounds {
     at::Tensor k3;
 };
 
-inline KlBounds onlineKlBounds(const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled)
+inline KlBounds onlineKlBounds(
+    const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled)
 {
     const double eta = std::ldexp(1.0, -22);
     const double output = std::ldexp(1.0, -24);

@@ -98,7 +98,8 @@ void testEngine(const std::string& recipeFile)
     if (!recipeFile.empty()) {
         // A recipe of tests/gpu (this test's own) or of the built-in ones in resources/recipes.
         const std::string own = std::string(MISMATCH_SOURCE_DIR) + "/tests/gpu/" + recipeFile;
-        configuration.recipe = quant::loadRecipe(std::filesystem::exists(own) ? own : resource("recipes/" + recipeFile));
+        const std::string path = std::filesystem::exists(own) ? own : resource("recipes/" + recipeFile);
+        configuration.recipe = quant::loadRecipe(path);
     }
     const engine::SamplingOptions sampling = analysis::samplingOptions(settings, model.config, *model.tokenizer);
     auto cpuEngine = analysis::buildEngine(model.config, model.weights, configuration, requests.prompts(), settings);

@@ -279,7 +279,8 @@ void testTimeToQualityRunFiles()
     const quant::RecipePlan e5m2 = quant::resolveRecipe(
         quant::loadRecipe(directory + "fp8-e5m2-w8a8.yaml"), model::loadConfig(fp8.student + "/config.json"));
     const quant::ModulePrecision emulated = e5m2.modules.at("model.layers.0.self_attn.q_proj");
-    check(emulated.weights.format == quant::WeightFormat::Fp8E5m2 && emulated.weights.granularity == quant::Granularity::Channel
+    check(emulated.weights.format == quant::WeightFormat::Fp8E5m2
+            && emulated.weights.granularity == quant::Granularity::Channel
             && emulated.activations.format == quant::ActivationFormat::Fp8E4m3,
         "fp8-e5m2-w8a8.yaml (test_gpu_parity's emulated FP8 product) resolves: e5m2 channel weights, FP8 activations");
 }
