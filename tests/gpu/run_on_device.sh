@@ -95,19 +95,8 @@ if grep -q "Skipped" "$build/ctest_gpu.log"; then
   exit 0
 fi
 grep -E "FAIL|SegFault|Exception" "$build/ctest_gpu.log" || true
-# A test that crashed (not a failed check): once more under cuda-gdb (the GPU image has no gdb) for a backtrace.
-for crashed in $(grep -oE "test_gpu_[a-z_]+ \.+\*\*\*Exception" "$build/ctest_gpu.log" | cut -d' ' -f1); do
-  if command -v cuda-gdb >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuda-gdb ]; then
-    log "$crashed crashed: backtrace under cuda-gdb (log: $out/$crashed-backtrace.log)"
-    PATH="$PATH:/usr/local/cuda/bin" timeout 240 cuda-gdb -q -batch -ex run -ex bt -ex "info threads" \
-      "$build/tests/gpu/$crashed" >"$out/$crashed-backtrace.log" 2>&1 || true
-    grep -E "^#[0-9]+ |signal|Thread" "$out/$crashed-backtrace.log" | head -n 25
-  fi
-  # `mismatch train` on cuda:0 exits cleanly; the one difference in how it runs is the environment it re-executes
-  # itself with (core/common/runtime.cpp: OMP_WAIT_POLICY=PASSIVE, so no OpenMP thread spins at exit). Once more so.
-  OMP_WAIT_POLICY=PASSIVE timeout 240 "$build/tests/gpu/$crashed" >"$out/$crashed-passive.log" 2>&1
-  log "$crashed with OMP_WAIT_POLICY=PASSIVE: exit status $? (log: $out/$crashed-passive.log)"
-done
+# Tests that crashed (not a failed check) are diagnosed last (step 9), after every figure below.
+crashed_tests=$(grep -oE "test_gpu_[a-z_]+ \.+\*\*\*Exception" "$build/ctest_gpu.log" | cut -d' ' -f1)
 if [ "$ctest_rc" -ne 0 ]; then
   log "gpu tests FAILED (log: $build/ctest_gpu.log); benchmarking anyway"
   gpu_tests=failed
@@ -179,5 +168,18 @@ if [ "${MISMATCH_8B_SECONDS:-300}" -gt 0 ]; then
     log "the 7-8B admission check failed or ran past its time (log: $build/model-shape-8b.log)"
   fi
 fi
+# 9. A gpu test that crashed: once more with OMP_WAIT_POLICY=PASSIVE (`mismatch train` on cuda:0 exits cleanly, and
+#    the one difference in how it runs is the environment it re-executes itself with, core/common/runtime.cpp: no
+#    OpenMP thread spins at exit), then under cuda-gdb (the GPU image has no gdb) for a backtrace.
+for crashed in $crashed_tests; do
+  OMP_WAIT_POLICY=PASSIVE timeout 240 "$build/tests/gpu/$crashed" >"$out/$crashed-passive.log" 2>&1
+  log "$crashed with OMP_WAIT_POLICY=PASSIVE: exit status $? (log: $out/$crashed-passive.log)"
+  if command -v cuda-gdb >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuda-gdb ]; then
+    log "$crashed crashed: backtrace under cuda-gdb (log: $out/$crashed-backtrace.log)"
+    PATH="$PATH:/usr/local/cuda/bin" timeout 240 cuda-gdb -q -batch -ex run -ex bt -ex "info threads" \
+      "$build/tests/gpu/$crashed" >"$out/$crashed-backtrace.log" 2>&1 || true
+    grep -E "^#[0-9]+ |signal|Thread" "$out/$crashed-backtrace.log" | head -n 25
+  fi
+done
 log "done in $((SECONDS - started)) s; JSON: $out/gpu-bench.json"
 exit "$rc"
