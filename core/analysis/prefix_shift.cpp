@@ -27,7 +27,7 @@ double secondsSince(std::chrono::steady_clock::time_point start)
 
 std::vector<double> toVector(const at::Tensor& values)
 {
-    const at::Tensor contiguous = values.to(at::kDouble).contiguous();
+    const at::Tensor contiguous = values.to(at::kCPU).to(at::kDouble).contiguous();
     const double* data = contiguous.data_ptr<double>();
     return std::vector<double>(data, data + contiguous.numel());
 }
@@ -42,7 +42,8 @@ at::Tensor samplingRows(const at::Tensor& rows, const engine::SamplingOptions& s
     engine::SamplingOptions atTemperatureOne = sampling;
     atTemperatureOne.temperature = 1.0;
     atTemperatureOne.greedy = false;
-    const at::Tensor input = rows.to(at::kFloat).contiguous();
+    // The host's per-row sampler: the rows come to the host (the analysis scores on the host, ScoreOptions::onHost).
+    const at::Tensor input = rows.to(at::kCPU).to(at::kFloat).contiguous();
     at::Tensor output = at::empty(input.sizes(), input.options().dtype(at::kDouble));
     const std::int64_t vocab = input.size(1);
     for (std::int64_t t = 0; t < input.size(0); ++t) {
@@ -85,7 +86,8 @@ at::Tensor gatherSampled(const at::Tensor& logProbs, const std::vector<std::int6
     if (tokens.empty()) {
         return at::empty({0}, logProbs.options().dtype(at::kDouble));
     }
-    return logProbs.to(at::kDouble).gather(1, at::tensor(tokens, at::kLong).unsqueeze(1)).squeeze(1);
+    const at::Tensor index = at::tensor(tokens, at::kLong).to(logProbs.device()).unsqueeze(1);
+    return logProbs.to(at::kDouble).gather(1, index).squeeze(1);
 }
 
 } // namespace
