@@ -1,8 +1,9 @@
 // Fused full-vocabulary mismatch: KL(mu || pi), k1 and k3 per row from the engine's and the trainer's logits in
-// one pass over each row (online log-sum-exp, core/metrics/online_kl_state.h: float64 running sums, float32
-// exps), without writing any log-softmax. One block per row; each thread reads 16-byte vectors i, i + blockDim, ... of both rows (coalesced;
-// element by element when a row is not 16-byte aligned) into kStates independent partials, merged in the thread,
-// then across the block pairwise (warp shuffles, then shared memory). Memory traffic: both rows read once.
+// one pass over each row (online log-sum-exp, core/metrics/online_kl_state.h: a group's exps against fixed maxima,
+// float32 partial sums, a float64 running state), without writing any log-softmax. One block per row; each thread
+// reads 16-byte vectors i, i + blockDim, ... of both rows (coalesced; element by element when a row is not 16-byte
+// aligned), each vector one group, into kStates independent partials, merged in the thread, then across the block
+// pairwise (warp shuffles, then shared memory). Memory traffic: both rows read once.
 #include "core/metrics/online_kl_state.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
@@ -35,11 +36,24 @@ __device__ __forceinline__ metrics::OnlineKlState shuffleDown(const metrics::Onl
     return o;
 }
 
-// Independent running states per thread: each element's update depends on its state's previous one (the float64
-// sums), so one state per thread serializes the row; kStates chains run side by side and merge at the end. Two, not
-// four: a state is five float64 values, and four of them took the kernel to 72-77 registers (ptxas, sm_90), one
-// 512-thread block per SM; two keep it at 56-57 registers without spills, two blocks per SM as the float32 state had.
+// Independent running states per thread: each vector's update depends on its state's previous one (the float64
+// sums), so one state per thread serializes the row; the two vectors loaded per iteration go to two states that
+// merge at the end.
 constexpr int kStates = 2;
+
+// One 16-byte vector of each row as one group of the online state (fixed maxima within it, float32 partial sums).
+template <typename T, int N>
+__device__ __forceinline__ void addVector(metrics::OnlineKlState& state, const T* a, const T* b)
+{
+    float fa[N];
+    float fb[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        fa[j] = toFloat(a[j]);
+        fb[j] = toFloat(b[j]);
+    }
+    metrics::onlineKlAddGroup<N>(state, fa, fb);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fusedMismatchKernel(const T* engine, const T* trainer,
@@ -65,28 +79,17 @@ __global__ void __launch_bounds__(kThreads) fusedMismatchKernel(const T* engine,
             const uint4 rb0 = __ldg(b4 + i);
             const uint4 ra1 = __ldg(a4 + i + kThreads);
             const uint4 rb1 = __ldg(b4 + i + kThreads);
-            const T* ea0 = reinterpret_cast<const T*>(&ra0);
+            const T* ea0 = reinterpret_cast<const T*>(&ra0); // vectors i and i + kThreads: two states
             const T* eb0 = reinterpret_cast<const T*>(&rb0);
             const T* ea1 = reinterpret_cast<const T*>(&ra1);
             const T* eb1 = reinterpret_cast<const T*>(&rb1);
-#pragma unroll
-            for (int j = 0; j < kPerVector; ++j) {
-                metrics::onlineKlAdd(states[j % kStates], toFloat(ea0[j]), toFloat(eb0[j]));
-            }
-#pragma unroll
-            for (int j = 0; j < kPerVector; ++j) {
-                metrics::onlineKlAdd(states[(j + kPerVector / 2) % kStates], toFloat(ea1[j]), toFloat(eb1[j]));
-            }
+            addVector<T, kPerVector>(states[0], ea0, eb0);
+            addVector<T, kPerVector>(states[1 % kStates], ea1, eb1);
         }
         if (i < vectors) {
             const uint4 ra = __ldg(a4 + i);
             const uint4 rb = __ldg(b4 + i);
-            const T* ea = reinterpret_cast<const T*>(&ra);
-            const T* eb = reinterpret_cast<const T*>(&rb);
-#pragma unroll
-            for (int j = 0; j < kPerVector; ++j) {
-                metrics::onlineKlAdd(states[j % kStates], toFloat(ea[j]), toFloat(eb[j]));
-            }
+            addVector<T, kPerVector>(states[0], reinterpret_cast<const T*>(&ra), reinterpret_cast<const T*>(&rb));
         }
         scalarFrom = vectors * kPerVector; // the row's last vocab % kPerVector elements
     }

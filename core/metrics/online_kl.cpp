@@ -11,6 +11,12 @@
 
 namespace mismatch::metrics {
 
+namespace {
+
+constexpr int kGroup = 8;
+
+} // namespace
+
 TokenMismatch onlineTokenMismatch(
     const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled, std::int64_t lanes)
 {
@@ -43,9 +49,15 @@ TokenMismatch onlineTokenMismatch(
         for (std::int64_t r = begin; r < end; ++r) {
             const float* rowA = aData + r * vocab;
             const float* rowB = bData + r * vocab;
+            // As the kernel on bf16 rows: groups of 8 (a 16-byte vector), lane i taking groups i, i + lanes, ...,
+            // then the last vocab % 8 elements one at a time, lane i taking element i of them, i + lanes, ...
+            const std::int64_t groups = vocab / kGroup;
             for (std::int64_t lane = 0; lane < lanes; ++lane) {
                 OnlineKlState state;
-                for (std::int64_t v = lane; v < vocab; v += lanes) {
+                for (std::int64_t g = lane; g < groups; g += lanes) {
+                    onlineKlAddGroup<kGroup>(state, rowA + g * kGroup, rowB + g * kGroup);
+                }
+                for (std::int64_t v = groups * kGroup + lane; v < vocab; v += lanes) {
                     onlineKlAdd(state, rowA[v], rowB[v]);
                 }
                 partial[static_cast<std::size_t>(lane)] = state;

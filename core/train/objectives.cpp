@@ -98,9 +98,8 @@ bool fusedFullKl(const at::Tensor& logits)
 //   forward  sum_v p(v) (log p(v) - t(v)),  p = softmax(z)
 //   backward dKL/dz_j = p(j) (log p(j) - t(j) - KL)   (d log p(v)/dz_j = [v = j] - p(j); sum_v p(v) (...) cancels)
 // so that autograd keeps only z and t for the backward instead of log p, p and log p - t, and on a CUDA device the
-// forward is one pass over each row (the fused kernel; float64 running sums of float32 exps, within the bounds of
-// tests/gpu/kl_bounds.h of the float64 definition; it normalizes t, whose log-sum-exp is 0 up to rounding). The
-// backward recomputes log p.
+// forward is one pass over each row (the fused kernel, within the bounds of tests/gpu/kl_bounds.h of the float64
+// definition; it normalizes t, whose log-sum-exp is 0 up to rounding). The backward recomputes log p.
 struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
     static at::Tensor forward(torch::autograd::AutogradContext* context, at::Tensor logits, at::Tensor teacher)
     {

@@ -727,9 +727,9 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
 #if defined(MISMATCH_HAVE_CUDA)
         if (scaled.is_cuda()) {
             // The fused kernel: one pass over mu's log-probabilities (their log-sum-exp is 0, so they serve as
-            // logits) and pi's logits per row, float64 running sums of float32 exps (within ~2^-21 nats of the
-            // two-pass float64 definition, tests/gpu/kl_bounds.h), instead of a float64 log-softmax of the whole
-            // [N, vocab] batch.
+            // logits) and pi's logits per row (core/metrics/online_kl_state.h; tests/gpu/kl_bounds.h holds it to the
+            // two-pass float64 definition: ~1e-8 nats per row between a BF16 engine and its trainer), instead of a
+            // float64 log-softmax of the whole [N, vocab] batch.
             const cuda::FusedMismatch fused = cuda::fusedMismatch(logMu.to(at::kFloat), scaled.to(at::kFloat), sampled);
             m.kl = fused.kl.to(at::kDouble);
             m.k1 = fused.k1.to(at::kDouble);

@@ -8,8 +8,8 @@
 //     (kDeviceShareOfOwnMismatch): the device may not change what a measurement reports by as much as the
 //     measurement itself. Tokens sampled on both are reported (the same seeded draws; they part where a flip
 //     moves a draw across a token boundary, after which the sequences differ).
-//   training step (FP32 student, OPD full-vocabulary KL; its forward on the GPU is the fused KL kernel, float64
-//     running sums of float32 exps): loss and every gradient tensor in float32 on both, so
+//   training step (FP32 student, OPD full-vocabulary KL; its forward on the GPU is the fused KL kernel): loss and
+//     every gradient tensor in float32 on both, so
 //     relative differences of 1e-4 (loss) and 1e-3 (gradients, relative L2 per tensor) leave ~100x room over
 //     float32 accumulation-order differences (~1e-6 per product through 2 layers) and catch any wrong op (O(1)).
 //   admission check (BF16 and FP8 W8A8 candidates, a threshold between their CPU mismatches): the same verdicts,

@@ -143,7 +143,7 @@ NaiveMismatch naiveMismatch(const float* a, const float* b, std::int64_t vocab, 
 // is what remains of log-sum-exps of ~30 nats (float32 running sums missed it by up to 3e-5 per row).
 void testOnlineKl(std::int64_t vocab, std::int64_t lanes, bool masked, bool nearIdentical = false)
 {
-    const std::int64_t rows = vocab > 10000 ? 4 : 16;
+    const std::int64_t rows = nearIdentical ? 32 : (vocab > 10000 ? 4 : 16);
     at::Tensor engine = at::randn({rows, vocab}) * 3.0;
     at::Tensor trainer = engine + at::randn({rows, vocab}) * 0.7;
     if (nearIdentical) {
@@ -164,9 +164,13 @@ void testOnlineKl(std::int64_t vocab, std::int64_t lanes, bool masked, bool near
     const testing::KlBounds bounds = testing::onlineKlBounds(a, trainer, sampled);
     int bad = 0;
     double worst = 0.0; // the largest error as a fraction of its bound
+    double klSum = 0.0;
+    double klErrorSum = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
         const NaiveMismatch expected = naiveMismatch(a[r].data_ptr<float>(), trainer[r].contiguous().data_ptr<float>(),
             vocab, sampled[r].item<std::int64_t>());
+        klSum += expected.kl;
+        klErrorSum += std::fabs(online.kl[r].item<double>() - expected.kl);
         const double errors[] = {std::fabs(online.kl[r].item<double>() - expected.kl),
             std::fabs(online.k1[r].item<double>() - expected.k1), std::fabs(online.k3[r].item<double>() - expected.k3)};
         const double allowed[] = {bounds.kl[r].item<double>(), bounds.k1[r].item<double>(), bounds.k3[r].item<double>()};
@@ -181,6 +185,11 @@ void testOnlineKl(std::int64_t vocab, std::int64_t lanes, bool masked, bool near
         "online KL/k1/k3 = naive float64 within the bounds of kl_bounds.h, V=" + std::to_string(vocab)
             + " lanes=" + std::to_string(lanes) + (masked ? " masked" : "") + (nearIdentical ? " near-identical" : ""),
         std::to_string(bad) + " rows off, worst error " + std::to_string(worst) + " of its bound");
+    if (nearIdentical) {
+        check(klErrorSum <= testing::kNearIdenticalMeanShare * klSum,
+            "online KL of near-identical rows: mean |error| <= 0.1% of the mean KL, lanes=" + std::to_string(lanes),
+            testing::meanErrorText(klErrorSum / static_cast<double>(rows), klSum / static_cast<double>(rows)));
+    }
 }
 
 void testBlock128Layout()
