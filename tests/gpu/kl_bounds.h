@@ -14,8 +14,11 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace mismatch::testing {
 
@@ -31,6 +34,16 @@ inline std::string meanErrorText(double meanError, double meanKl)
     char text[96];
     std::snprintf(text, sizeof text, "mean |error| %.3g, mean KL %.3g", meanError, meanKl);
     return text;
+}
+
+// Rows as close as a BF16 engine and its FP32 trainer: the engine's log-probabilities of bf16-rounded logits against
+// the trainer's logits offset by 20 nats (KL ~1e-4 out of log-sum-exps of ~30 nats), float32 [rows, vocab] each.
+inline std::pair<at::Tensor, at::Tensor> nearIdenticalRows(std::int64_t rows, std::int64_t vocab)
+{
+    const at::Tensor logits = at::randn({rows, vocab}) * 2.5;
+    logits.select(1, 0).add_(12.0); // a likely token
+    const at::Tensor engine = at::log_softmax(logits.to(at::kBFloat16).to(at::kDouble), -1).to(at::kFloat);
+    return {engine, logits + 20.0};
 }
 
 struct KlBounds {
