@@ -420,10 +420,12 @@ private:
 
     // InputError(run file, "batch.prompts_per_step", ...) when one step's per-token distributions (the engine's,
     // the student's with its gradient, the teacher's: four float32 [tokens, vocabulary] arrays per sequence)
-    // cannot fit the available memory (model/memory_check.h): a huge batch would otherwise grind in swap.
+    // cannot fit the available memory (model/memory_check.h): a huge batch would otherwise grind in swap. On a
+    // cuda:N run they live on the device (the engine's distributions, the student's logits, the teacher's rows), so
+    // the device's free memory is the one compared.
     void requireStepFits(const std::string& runFile, std::int64_t longestPrompt) const
     {
-        const auto available = model::availableMemory();
+        const auto available = device_.is_cuda() ? model::availableDeviceMemory(device_) : model::availableMemory();
         if (!available) {
             return;
         }
@@ -438,8 +440,8 @@ private:
                 + std::to_string(config_.batch.samplesPerPrompt) + " samples, each up to "
                 + std::to_string(longestPrompt + config_.rollout.sampling.maxTokens) + " tokens over a vocabulary of "
                 + std::to_string(modelConfig_.vocabSize) + ", needs about " + needed
-                + " for its per-token distributions but only " + formatByteSize(available->bytes)
-                + " is available (" + available->source
+                + " for its per-token distributions but only " + formatByteSize(available->bytes) + " is available"
+                + (device_.is_cuda() ? " on " + device_.str() : std::string()) + " (" + available->source
                 + "); lower batch.prompts_per_step, batch.samples_per_prompt or rollout.sampling.max_tokens");
     }
 
