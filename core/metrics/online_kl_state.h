@@ -11,7 +11,7 @@
 // Elements come in groups (a 16-byte vector of the kernel: 8 bf16 or 4 float32; the CPU twin's groups of 8):
 // the group's maxima raise the running ones first (rare after the first groups: sA and w are rescaled by
 // exp(old mA - new mA), sB likewise, and w moves by ((new mB - old mB) - (new mA - old mA)) sA since every d_v
-// does), so the group's exps use fixed maxima: one multiply and one exp2f each, no branch per element. No
+// does), so the group's exps use fixed maxima: a subtract, a multiply and exp2f each, no branch per element. No
 // log-softmax is materialized. Logits of -inf (masked tokens) contribute nothing to their side; a token with
 // mu > 0 and pi = 0 gives KL = +inf, as it should. Partials over disjoint ranges merge by raising both to common
 // maxima, so any split of the vocabulary (threads, warps, blocks) gives the same function.
@@ -27,8 +27,9 @@
 //   which moves the KL by sum_v mu_v alpha_v (L_v - KL - 1) + sum_v pi_v beta_v;
 //   d_v rounded in float32 and summed in groups of 8: at most 2^-20 E_mu(|a - mA| + |b - mB|);
 //   float64 sums and the float32 output.
-// tests/gpu/kl_bounds.h computes that bound per row and holds the CPU twin and the kernel to it; measured errors are
-// two orders of magnitude inside it.
+// tests/gpu/kl_bounds.h computes that bound per row and holds the CPU twin and the kernel to it (measured errors: 1-9%
+// of it), and, on rows as close as a BF16 engine and its trainer, a mean error under 0.1% of their mean KL (the twin:
+// ~1e-8 nats against ~7e-5).
 #include <cmath>
 
 #if defined(__CUDACC__)
