@@ -35,6 +35,8 @@ struct Prepared {
     at::Tensor sampled; // [N] int64 y_t (0 on padding); undefined when not needed
     at::Tensor logProbSampled; // [N] log p_s(y_t), differentiable when logProbs is defined (else detached);
                                // undefined when not needed
+    bool anyPadding = false; // whether masking changes anything (the trainer's batches have no padding rows)
+    at::Tensor entropy; // [N] float64 H(p_s), when the objective computed it on its way (else finish does)
 };
 
 // `fullLogProbs`: whether the objective differentiates through log p_s of every token (all but the full KL,
@@ -49,7 +51,8 @@ Prepared prepare(const at::Tensor& studentLogits, const at::Tensor& mask, const 
     Prepared p;
     p.real = mask.to(studentLogits.device()).to(at::kBool);
     p.padding = p.real.logical_not();
-    p.logits = studentLogits.masked_fill(p.padding.unsqueeze(1), 0.0);
+    p.anyPadding = p.padding.any().item<bool>();
+    p.logits = p.anyPadding ? studentLogits.masked_fill(p.padding.unsqueeze(1), 0.0) : studentLogits;
     if (fullLogProbs) {
         p.logProbs = at::log_softmax(p.logits, -1);
     }
@@ -82,6 +85,23 @@ template <typename Function> void forRowGroups(const at::Tensor& rows, Function&
     }
 }
 
+// H(p) = -sum_v p log p per row (0 log 0 = 0), summed in float64, from one group's log-probabilities.  nats
+at::Tensor rowEntropy(const at::Tensor& logP, const at::Tensor& p)
+{
+    return -at::where(p > 0, p * logP, at::zeros_like(p)).to(at::kDouble).sum(-1);
+}
+
+// The entropy of softmax(logits) per row, float64 [N], a row group at a time.
+at::Tensor entropyRows(const at::Tensor& logits)
+{
+    at::Tensor entropy = at::empty({logits.size(0)}, logits.options().dtype(at::kDouble));
+    forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
+        const at::Tensor logP = at::log_softmax(logits.slice(0, begin, end), -1);
+        entropy.slice(0, begin, end).copy_(rowEntropy(logP, logP.exp()));
+    });
+    return entropy;
+}
+
 // Whether the full KL's forward runs through the fused CUDA kernel (cuda::fusedMismatch) for these logits.
 bool fusedFullKl(const at::Tensor& logits)
 {
@@ -99,25 +119,35 @@ bool fusedFullKl(const at::Tensor& logits)
 //   backward dKL/dz_j = p(j) (log p(j) - t(j) - KL)   (d log p(v)/dz_j = [v = j] - p(j); sum_v p(v) (...) cancels)
 // so that autograd keeps only z and t for the backward instead of log p, p and log p - t, and on a CUDA device the
 // forward is one pass over each row (the fused kernel, within the bounds of tests/gpu/kl_bounds.h of the float64
-// definition; it normalizes t, whose log-sum-exp is 0 up to rounding). The backward recomputes log p.
+// definition; it normalizes t, whose log-sum-exp is 0 up to rounding). The backward recomputes log p. Its second
+// output is the student's entropy per row (float64, not differentiable), on the CPU from the same row groups' log p.
 struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
-    static at::Tensor forward(torch::autograd::AutogradContext* context, at::Tensor logits, at::Tensor teacher)
+    static torch::autograd::variable_list forward(
+        torch::autograd::AutogradContext* context, at::Tensor logits, at::Tensor teacher)
     {
         context->save_for_backward({logits, teacher});
+        at::Tensor kl;
+        at::Tensor entropy;
 #if defined(MISMATCH_HAVE_CUDA)
         if (fusedFullKl(logits)) {
             const at::Tensor noSample = at::zeros({logits.size(0)}, logits.options().dtype(at::kLong));
-            return cuda::fusedMismatch(logits.contiguous(), teacher.to(logits.scalar_type()).contiguous(), noSample)
-                .kl.to(logits.scalar_type());
+            kl = cuda::fusedMismatch(logits.contiguous(), teacher.to(logits.scalar_type()).contiguous(), noSample)
+                     .kl.to(logits.scalar_type());
+            entropy = entropyRows(logits);
         }
 #endif
-        at::Tensor kl = at::empty({logits.size(0)}, logits.options());
-        forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
-            const at::Tensor logP = at::log_softmax(logits.slice(0, begin, end), -1);
-            const at::Tensor difference = logP - teacher.slice(0, begin, end);
-            kl.slice(0, begin, end).copy_((logP.exp_() * difference).sum(-1));
-        });
-        return kl;
+        if (!kl.defined()) {
+            kl = at::empty({logits.size(0)}, logits.options());
+            entropy = at::empty({logits.size(0)}, logits.options().dtype(at::kDouble));
+            forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
+                const at::Tensor logP = at::log_softmax(logits.slice(0, begin, end), -1);
+                const at::Tensor p = logP.exp();
+                kl.slice(0, begin, end).copy_((p * (logP - teacher.slice(0, begin, end))).sum(-1));
+                entropy.slice(0, begin, end).copy_(rowEntropy(logP, p));
+            });
+        }
+        context->mark_non_differentiable({entropy});
+        return {kl, entropy};
     }
 
     static torch::autograd::variable_list backward(
@@ -135,7 +165,8 @@ struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
     }
 };
 
-at::Tensor fullKlRows(const at::Tensor& logits, const at::Tensor& teacherLogProbs)
+// {KL per row (differentiable), entropy per row (float64, detached)}.
+torch::autograd::variable_list fullKlRows(const at::Tensor& logits, const at::Tensor& teacherLogProbs)
 {
     return FullKlFunction::apply(logits, teacherLogProbs);
 }
@@ -152,10 +183,8 @@ at::Tensor teacherRows(const at::Tensor& teacherLogProbs, const Prepared& p)
 {
     require(teacherLogProbs.dim() == 2 && teacherLogProbs.sizes() == p.logits.sizes(),
         "teacherLogProbs must be [N, V] like studentLogits");
-    return teacherLogProbs.detach()
-        .to(p.logits.device())
-        .to(p.logits.scalar_type())
-        .masked_fill(p.padding.unsqueeze(1), 0.0);
+    const at::Tensor rows = teacherLogProbs.detach().to(p.logits.device()).to(p.logits.scalar_type());
+    return p.anyPadding ? rows.masked_fill(p.padding.unsqueeze(1), 0.0) : rows;
 }
 
 // log p_t(y_t) from either the teacher's full rows [N, V] or its sampled-token log-probabilities [N].
@@ -205,15 +234,8 @@ ObjectiveResult finish(const Prepared& p, const at::Tensor& perToken, const Corr
         const at::Tensor v = values.detach().to(at::kDouble);
         return at::where(p.real, v, at::zeros_like(v)).sum().item<double>() / tokens;
     };
-    // H = -sum_v p log p, with 0 log 0 = 0, in float64 from the logits, a group of rows at a time.  nats
-    const at::Tensor logits = p.logits.detach();
-    at::Tensor entropy = at::empty({logits.size(0)}, logits.options().dtype(at::kDouble));
-    forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
-        const at::Tensor logProbs = at::log_softmax(logits.slice(0, begin, end).to(at::kDouble), -1);
-        const at::Tensor probs = logProbs.exp();
-        entropy.slice(0, begin, end).copy_(-at::where(probs > 0, probs * logProbs, at::zeros_like(probs)).sum(-1));
-    });
-    result.studentEntropy = realMean(entropy);
+    // H = -sum_v p log p, with 0 log 0 = 0, summed in float64 a group of rows at a time.  nats
+    result.studentEntropy = realMean(p.entropy.defined() ? p.entropy : entropyRows(p.logits.detach()));
     result.meanKl = klPerToken.defined() ? realMean(klPerToken) : 0.0;
     result.meanWeight = realMean(correction.weight);
     result.clippedFraction = realMean(correction.affected);
@@ -271,10 +293,12 @@ bool opdFullKlUsesFusedKernel(const at::Tensor& studentLogits)
 ObjectiveResult opdFullKl(const at::Tensor& studentLogits, const at::Tensor& teacherLogProbs, const at::Tensor& mask,
     const EngineTokens& engine, CorrectionOptions correction)
 {
-    const Prepared p = prepare(studentLogits, mask, engine, correction.kind != CorrectionOptions::None, false);
+    Prepared p = prepare(studentLogits, mask, engine, correction.kind != CorrectionOptions::None, false);
     const at::Tensor logT = teacherRows(teacherLogProbs, p);
     // KL(p_s || p_t) = sum_v p_s(v) (log p_s(v) - log p_t(v))  nats per token
-    const at::Tensor kl = fullKlRows(p.logits, logT);
+    const torch::autograd::variable_list rows = fullKlRows(p.logits, logT);
+    const at::Tensor& kl = rows[0];
+    p.entropy = rows[1];
     return finish(p, kl, correctionFor(p, engine, correction), correction.kind == CorrectionOptions::Mis, kl.detach());
 }
 

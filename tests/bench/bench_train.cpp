@@ -4,15 +4,22 @@
 // synchronous loop at the same staleness (the same arithmetic without the overlap, so the ratio isolates the
 // overlap). Every configuration runs the same number of steps in a fresh workspace; the configurations
 // alternate --repeats times and medians are reported, so that load from other processes hits all alike.
-// The ratio is against the synchronous k = 0 loop measured in the same run. Prints a table and writes JSON.
+// The ratio is against the synchronous k = 0 loop measured in the same run.
+// Second, the OPD full-KL loss at a real vocabulary (Qwen3's 151,936 tokens, --loss-tokens positions, float32):
+// forward and backward of train::opdFullKl (its own backward, row groups, the statistics included) against autograd
+// through the definition (log_softmax, exp, product, sum; no statistics) measured in the same run, each in a child
+// process of its own for its wall time and its peak RSS above the inputs. Prints tables and writes JSON.
 //
-//   bench_train [--json PATH] [--steps N] [--prompts N] [--repeats N] [--threads N]
+//   bench_train [--json PATH] [--steps N] [--prompts N] [--repeats N] [--threads N] [--loss-tokens N]
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
+#include "core/common/shell_quote.h"
+#include "core/train/objectives.h"
 #include "core/store/run_store.h"
 #include "core/train/run_config.h"
 #include "core/train/trainer.h"
 
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -25,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace mismatch;
@@ -38,6 +47,8 @@ struct Arguments {
     int prompts = 16;
     int repeats = 2;
     int threads = 0;
+    int lossTokens = 512;
+    std::string lossChild; // internal: "fused" or "definition", run one loss measurement and print its JSON
 };
 
 int positive(const char* flag, const char* value)
@@ -71,9 +82,13 @@ Arguments parseArguments(int argc, char** argv)
             a.repeats = std::max(1, positive("--repeats", value));
         } else if (flag == "--threads") {
             a.threads = positive("--threads", value);
+        } else if (flag == "--loss-tokens") {
+            a.lossTokens = positive("--loss-tokens", value);
+        } else if (flag == "--loss-child") {
+            a.lossChild = value;
         } else {
             std::cerr << "bench_train: unknown option " << flag
-                      << " (expected --json, --steps, --prompts, --repeats, --threads)\n";
+                      << " (expected --json, --steps, --prompts, --repeats, --threads, --loss-tokens)\n";
             std::exit(2);
         }
     }
@@ -87,6 +102,70 @@ struct Loop {
     std::vector<double> seconds;
 };
 
+// Resident set now (VmRSS), bytes.
+std::uint64_t residentBytes()
+{
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) {
+            return std::stoull(line.substr(6)) * 1024;
+        }
+    }
+    return 0;
+}
+
+// One loss measurement (a child process): forward and backward at `tokens` x 151,936, printing one JSON line.
+int lossChild(const std::string& variant, int tokens)
+{
+    constexpr std::int64_t kVocabulary = 151936;
+    at::manual_seed(5);
+    const at::Tensor logits = (at::randn({tokens, kVocabulary}) * 2.0).requires_grad_(true);
+    const at::Tensor teacher = at::log_softmax(at::randn({tokens, kVocabulary}) * 2.0, -1);
+    const at::Tensor real = at::ones({tokens}, at::kBool);
+    const std::uint64_t inputs = residentBytes();
+    const auto start = std::chrono::steady_clock::now();
+    double loss = 0.0;
+    if (variant == "fused") {
+        const train::ObjectiveResult result = train::opdFullKl(logits, teacher, real);
+        result.loss.backward();
+        loss = result.loss.item<double>();
+    } else {
+        const at::Tensor logP = at::log_softmax(logits, -1);
+        const at::Tensor value = (logP.exp() * (logP - teacher)).sum(-1).mean();
+        value.backward();
+        loss = value.item<double>();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    struct rusage usage {};
+    ::getrusage(RUSAGE_SELF, &usage);
+    const auto peak = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+    std::cout << nlohmann::json {{"variant", variant}, {"seconds", seconds}, {"loss", loss},
+                     {"peak_above_inputs_bytes", peak > inputs ? peak - inputs : 0}, {"inputs_rss_bytes", inputs}}
+                     .dump()
+              << std::endl;
+    return 0;
+}
+
+// Runs this program as a loss child and reads its JSON line (an object with "error" when it failed).
+nlohmann::json runLossChild(const std::string& variant, const Arguments& a)
+{
+    const std::string command = shellQuote(fs::canonical("/proc/self/exe").string()) + " --loss-child " + variant
+        + " --loss-tokens " + std::to_string(a.lossTokens) + " --threads " + std::to_string(a.threads);
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    std::string output;
+    char buffer[4096];
+    while (pipe && std::fgets(buffer, sizeof buffer, pipe)) {
+        output += buffer;
+    }
+    const int status = pipe ? ::pclose(pipe) : -1;
+    const std::size_t line = output.rfind('{');
+    if (status != 0 || line == std::string::npos) {
+        return {{"variant", variant}, {"error", "the child exited with status " + std::to_string(status)}};
+    }
+    return nlohmann::json::parse(output.substr(line));
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -94,6 +173,9 @@ int main(int argc, char** argv)
     prepareProcessEnvironment(argv);
     const Arguments a = parseArguments(argc, argv);
     initializeRuntime(a.threads);
+    if (!a.lossChild.empty()) {
+        return lossChild(a.lossChild, a.lossTokens);
+    }
     const fs::path resources(resourceDirectory());
     if (!fs::exists(resources / "models/arith-student/config.json")) {
         std::cerr << "bench_train: the demo pair is missing under " << resources << "\n";
@@ -137,10 +219,34 @@ int main(int argc, char** argv)
         results.push_back({{"loop", loop.label}, {"staleness", loop.staleness}, {"asynchronous", loop.asynchronous},
             {"steps_per_second", rate}, {"ratio_to_sync", rate / baseline}, {"seconds", loop.seconds}});
     }
+
+    // The OPD loss at a real vocabulary, each variant in its own process.
+    const nlohmann::json fused = runLossChild("fused", a);
+    const nlohmann::json definition = runLossChild("definition", a);
+    nlohmann::json loss = {{"tokens", a.lossTokens}, {"vocabulary", 151936}, {"fused", fused}, {"definition", definition}};
+    std::printf("\nOPD full-KL loss, forward + backward, %d tokens x 151,936, float32\n", a.lossTokens);
+    std::printf("%-34s %10s %22s\n", "variant", "seconds", "peak above inputs GB");
+    const auto row = [](const char* label, const nlohmann::json& r) {
+        if (r.contains("error")) {
+            std::printf("%-34s %s\n", label, r["error"].get<std::string>().c_str());
+            return;
+        }
+        std::printf("%-34s %10.2f %22.2f\n", label, r["seconds"].get<double>(),
+            static_cast<double>(r["peak_above_inputs_bytes"].get<std::uint64_t>()) / 1e9);
+    };
+    row("train::opdFullKl (own backward)", fused);
+    row("autograd through the definition", definition);
+    if (!fused.contains("error") && !definition.contains("error")) {
+        loss["time_ratio"] = fused["seconds"].get<double>() / definition["seconds"].get<double>();
+        loss["memory_ratio"] = static_cast<double>(fused["peak_above_inputs_bytes"].get<std::uint64_t>())
+            / static_cast<double>(std::max<std::uint64_t>(1, definition["peak_above_inputs_bytes"].get<std::uint64_t>()));
+        std::printf("ratios against the definition: time %.2fx, memory above the inputs %.2fx\n",
+            loss["time_ratio"].get<double>(), loss["memory_ratio"].get<double>());
+    }
     const nlohmann::json out = {{"benchmark", "bench_train"}, {"model", "arith-student <- arith-teacher"},
         {"steps", a.steps}, {"prompts_per_step", a.prompts}, {"repeats", a.repeats}, {"threads", runtimeInfo().threads},
         {"note", "each run includes loading the models and the step-0 setup, the same for every loop"},
-        {"loops", results}};
+        {"loops", results}, {"opd_loss_real_vocabulary", loss}};
     std::ofstream(a.jsonPath) << out.dump(2) << "\n";
     return 0;
 }
