@@ -40,7 +40,7 @@ struct Prepared {
 };
 
 // `fullLogProbs`: whether the objective differentiates through log p_s of every token (all but the full KL,
-// whose per-token KL has its own backward, fullKlRows).
+// whose per-token KL has its own backward, FullKlFunction).
 Prepared prepare(const at::Tensor& studentLogits, const at::Tensor& mask, const EngineTokens& engine, bool needSampled,
     bool fullLogProbs = true)
 {
@@ -91,28 +91,33 @@ at::Tensor rowEntropy(const at::Tensor& logP, const at::Tensor& p)
     return -at::where(p > 0, p * logP, at::zeros_like(p)).to(at::kDouble).sum(-1);
 }
 
-// The entropy of softmax(logits) per row, float64 [N], a row group at a time.
-at::Tensor entropyRows(const at::Tensor& logits)
+// The entropy per row, float64 [N], a row group at a time, of softmax(rows), or of the distributions whose
+// log-probabilities `rows` already are (`logProbs`).
+at::Tensor entropyRows(const at::Tensor& rows, bool logProbs)
 {
-    at::Tensor entropy = at::empty({logits.size(0)}, logits.options().dtype(at::kDouble));
-    forRowGroups(logits, [&](std::int64_t begin, std::int64_t end) {
-        const at::Tensor logP = at::log_softmax(logits.slice(0, begin, end), -1);
+    at::Tensor entropy = at::empty({rows.size(0)}, rows.options().dtype(at::kDouble));
+    forRowGroups(rows, [&](std::int64_t begin, std::int64_t end) {
+        const at::Tensor group = rows.slice(0, begin, end);
+        const at::Tensor logP = logProbs ? group : at::log_softmax(group, -1);
         entropy.slice(0, begin, end).copy_(rowEntropy(logP, logP.exp()));
     });
     return entropy;
 }
 
-// Whether the full KL's forward runs through the fused CUDA kernel (cuda::fusedMismatch) for these logits.
-bool fusedFullKl(const at::Tensor& logits)
+} // namespace
+
+bool opdFullKlUsesFusedKernel(const at::Tensor& studentLogits)
 {
 #if defined(MISMATCH_HAVE_CUDA)
-    const at::ScalarType type = logits.scalar_type();
-    return logits.is_cuda() && (type == at::kFloat || type == at::kBFloat16 || type == at::kHalf);
+    const at::ScalarType type = studentLogits.scalar_type();
+    return studentLogits.is_cuda() && (type == at::kFloat || type == at::kBFloat16 || type == at::kHalf);
 #else
-    (void)logits;
+    (void)studentLogits;
     return false;
 #endif
 }
+
+namespace {
 
 // KL(softmax(z) || t) per row, z [N, V] logits, t [N, V] log-probabilities (detached), as an autograd function:
 //   forward  sum_v p(v) (log p(v) - t(v)),  p = softmax(z)
@@ -129,11 +134,11 @@ struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
         at::Tensor kl;
         at::Tensor entropy;
 #if defined(MISMATCH_HAVE_CUDA)
-        if (fusedFullKl(logits)) {
+        if (opdFullKlUsesFusedKernel(logits)) {
             const at::Tensor noSample = at::zeros({logits.size(0)}, logits.options().dtype(at::kLong));
             kl = cuda::fusedMismatch(logits.contiguous(), teacher.to(logits.scalar_type()).contiguous(), noSample)
                      .kl.to(logits.scalar_type());
-            entropy = entropyRows(logits);
+            entropy = entropyRows(logits, /*logProbs=*/false);
         }
 #endif
         if (!kl.defined()) {
@@ -164,12 +169,6 @@ struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
         return {gradient, at::Tensor()};
     }
 };
-
-// {KL per row (differentiable), entropy per row (float64, detached)}.
-torch::autograd::variable_list fullKlRows(const at::Tensor& logits, const at::Tensor& teacherLogProbs)
-{
-    return FullKlFunction::apply(logits, teacherLogProbs);
-}
 
 // A [N] per-position input (engine or teacher log-probabilities) in `like`'s dtype, zero on padding, detached.
 at::Tensor perPosition(const at::Tensor& values, const Prepared& p, const at::Tensor& like, const char* what)
@@ -235,7 +234,10 @@ ObjectiveResult finish(const Prepared& p, const at::Tensor& perToken, const Corr
         return at::where(p.real, v, at::zeros_like(v)).sum().item<double>() / tokens;
     };
     // H = -sum_v p log p, with 0 log 0 = 0, summed in float64 a group of rows at a time.  nats
-    result.studentEntropy = realMean(p.entropy.defined() ? p.entropy : entropyRows(p.logits.detach()));
+    const at::Tensor entropy = p.entropy.defined() ? p.entropy
+        : p.logProbs.defined()                        ? entropyRows(p.logProbs.detach(), /*logProbs=*/true)
+                                                      : entropyRows(p.logits.detach(), /*logProbs=*/false);
+    result.studentEntropy = realMean(entropy);
     result.meanKl = klPerToken.defined() ? realMean(klPerToken) : 0.0;
     result.meanWeight = realMean(correction.weight);
     result.clippedFraction = realMean(correction.affected);
@@ -285,18 +287,13 @@ CorrectionWeights correctionWeights(
     throw std::invalid_argument("objectives: unknown correction kind");
 }
 
-bool opdFullKlUsesFusedKernel(const at::Tensor& studentLogits)
-{
-    return fusedFullKl(studentLogits);
-}
-
 ObjectiveResult opdFullKl(const at::Tensor& studentLogits, const at::Tensor& teacherLogProbs, const at::Tensor& mask,
     const EngineTokens& engine, CorrectionOptions correction)
 {
     Prepared p = prepare(studentLogits, mask, engine, correction.kind != CorrectionOptions::None, false);
     const at::Tensor logT = teacherRows(teacherLogProbs, p);
     // KL(p_s || p_t) = sum_v p_s(v) (log p_s(v) - log p_t(v))  nats per token
-    const torch::autograd::variable_list rows = fullKlRows(p.logits, logT);
+    const torch::autograd::variable_list rows = FullKlFunction::apply(p.logits, logT);
     const at::Tensor& kl = rows[0];
     p.entropy = rows[1];
     return finish(p, kl, correctionFor(p, engine, correction), correction.kind == CorrectionOptions::Mis, kl.detach());
