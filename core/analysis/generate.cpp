@@ -64,7 +64,9 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
     const engine::StoredWeights stored = engine::storedWeights(result.weightSource);
     model::checkJobFits("generate",
         {{"weights of " + result.weightSource + " as stored", stored.bytes, /*stagedOnHost=*/true},
-            {"engine weights", engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype)},
+            // The FP32 engine multiplies the weights as given.
+            {"engine weights",
+                fp32 ? 0 : engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype, o.device)},
             {"noisy weights", o.noise > 0.0 ? stored.bytes : 0}, {"KV cache", o.kvCacheBytes}},
         o.device);
     progress.checkCancelled();

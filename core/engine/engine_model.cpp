@@ -502,7 +502,7 @@ quant::ModulePrecision EngineModel::modulePrecision(const std::string& module) c
 }
 
 EngineModel::ModuleState EngineModel::moduleState(
-    const std::string& module, const at::Tensor& weight, const at::Tensor& bias) const
+    const std::string& module, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& deviceBf16) const
 {
     const at::NoGradGuard noGrad;
     const quant::ModulePrecision precision = modulePrecision(module);
@@ -518,11 +518,16 @@ EngineModel::ModuleState EngineModel::moduleState(
         // through the device's round-to-nearest-even conversion (roundBf16), e4m3 per tensor, channel or 128 x 128
         // block through the FP8 kernels (tests/gpu: the same codes, scales and float32 values). Other formats,
         // and a weight that is not finite (fakeQuantize names the element), go through the CPU codec: to the host
-        // and back once, when the engine is built.
+        // and back once, when the engine is built. What stays on the device (engine/memory_plan.h counts it): a
+        // module the native FP8 GEMM multiplies keeps only its codes and scales (1 byte an element), every other
+        // module its float32 rounded weight (4 bytes), once for a tied bf16 tensor.
         const at::Tensor source = weight.detach();
         const quant::WeightFormat format = precision.weights.format;
-        const bool finite = at::isfinite(source).all().item<bool>();
-        if (finite && format == quant::WeightFormat::Bf16) {
+        if (deviceBf16.defined() && format == quant::WeightFormat::Bf16) {
+            state.deviceWeight = deviceBf16; // rounding is idempotent: the other module's values are these
+        }
+        const bool finite = state.deviceWeight.defined() || at::isfinite(source).all().item<bool>();
+        if (finite && format == quant::WeightFormat::Bf16 && !state.deviceWeight.defined()) {
             state.deviceWeight = roundBf16(source.to(at::kFloat));
         }
 #if defined(MISMATCH_HAVE_CUDA)
@@ -530,15 +535,18 @@ EngineModel::ModuleState EngineModel::moduleState(
         if (finite && source.is_cuda() && format == quant::WeightFormat::Fp8E4m3 && source.dim() == 2) {
             const cuda::Fp8Tensor quantized
                 = cuda::quantizeFp8(source, cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
-            state.deviceWeight = cuda::dequantizeFp8(quantized);
-            if (module != "embed_tokens") {
-                // The native GEMM's operands: the same codes and scales as the rounded weight (linear()).
+            if (module != "embed_tokens" && precision.activations.format == quant::ActivationFormat::Fp8E4m3) {
+                // The native GEMM's operands (linear()): the same codes and scales as the rounded weight.
                 state.fp8Codes = quantized.codes;
                 state.fp8Scales = quantized.scales;
+            } else {
+                // The embedding's lookup, or the emulated product of bf16 activations (cuBLASLt has no mixed
+                // BF16 x FP8 GEMM).
+                state.deviceWeight = cuda::dequantizeFp8(quantized);
             }
         }
 #endif
-        if (!state.deviceWeight.defined()) {
+        if (!state.deviceWeight.defined() && !state.fp8Codes.defined()) {
             state.deviceWeight = quant::fakeQuantize(source, format, precision.weights.granularity);
         }
     }
@@ -557,6 +565,7 @@ void EngineModel::prepareModules()
     const model::TransformerWeights& stored = weights();
     // The BF16 view of each module weight: a bf16 module's own stored values, else the weight rounded to bf16.
     std::map<std::string, at::Tensor> bf16View;
+    std::map<std::string, at::Tensor> deviceBf16; // the same on a device: the float32 bf16-rounded weight
     std::set<std::string> moduleTensors;
     for (const std::string& module : model::moduleNames(config())) {
         const std::string tensorName = weightTensorName(config(), module);
@@ -569,10 +578,15 @@ void EngineModel::prepareModules()
         const auto viewed = bf16View.find(tensorName);
         const bool shareView
             = viewed != bf16View.end() && modulePrecision(module).weights.format == quant::WeightFormat::Bf16;
-        ModuleState state = moduleState(module, shareView ? viewed->second : weight, bias);
+        const auto onDevice = deviceBf16.find(tensorName);
+        ModuleState state = moduleState(module, shareView ? viewed->second : weight, bias,
+            onDevice != deviceBf16.end() ? onDevice->second : at::Tensor());
         const at::Tensor& values = state.weight.values();
         if (values.defined() && values.scalar_type() == at::kBFloat16) {
             bf16View.emplace(tensorName, values);
+        }
+        if (state.deviceWeight.defined() && state.weights.format == quant::WeightFormat::Bf16) {
+            deviceBf16.emplace(tensorName, state.deviceWeight);
         }
         modules_.emplace(module, std::move(state));
     }
@@ -652,7 +666,19 @@ at::Tensor EngineModel::engineWeight(const std::string& module) const
         return weights().get(weightTensorName(config(), module)).to(at::kFloat);
     }
     const ModuleState& state = modules_.at(module);
-    return state.deviceWeight.defined() ? state.deviceWeight : state.weight.dequantize();
+    return state.deviceWeight.defined() || state.fp8Codes.defined() ? deviceFloatWeight(state)
+                                                                    : state.weight.dequantize();
+}
+
+at::Tensor EngineModel::deviceFloatWeight(const ModuleState& state) const
+{
+#if defined(MISMATCH_HAVE_CUDA)
+    if (!state.deviceWeight.defined() && state.fp8Codes.defined()) {
+        return cuda::dequantizeFp8(
+            cuda::Fp8Tensor {state.fp8Codes, state.fp8Scales, cuda::Fp8Kind::E4M3, cudaScaling(state.weights)});
+    }
+#endif
+    return state.deviceWeight;
 }
 
 const quant::QuantizedWeight& EngineModel::storedWeight(const std::string& module) const
@@ -677,7 +703,7 @@ std::uint64_t EngineModel::weightBytes() const
     }
     for (const auto& [module, state] : modules_) {
         for (const at::Tensor* tensor : {&state.weight.values(), &state.weight.codes(), &state.weight.scales(),
-                 &state.deviceWeight, &state.bias}) {
+                 &state.deviceWeight, &state.fp8Codes, &state.fp8Scales, &state.bias}) {
             count(*tensor);
         }
     }
@@ -711,8 +737,9 @@ at::Tensor EngineModel::moduleProduct(const ModuleState& state, const at::Tensor
         return roundBf16(y.reshape(shape));
     }
     const at::Tensor input = roundActivations(x, state.activations.format);
-    if (state.deviceWeight.defined()) {
-        return roundBf16(at::linear(input, state.deviceWeight, state.bias));
+    if (state.deviceWeight.defined() || state.fp8Codes.defined()) {
+        // On a device (a native FP8 module reaches here only if linear() did not take the FP8 GEMM).
+        return roundBf16(at::linear(input, deviceFloatWeight(state), state.bias));
     }
     const quant::QuantizedWeight& weight = state.weight;
     const bool bf16Operands = state.activations.format == quant::ActivationFormat::Bf16

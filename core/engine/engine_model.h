@@ -191,17 +191,25 @@ private:
         at::Tensor sourceWeight; // the stored tensor it was computed from (staleness check)
         at::Tensor sourceBias;
         quant::QuantizedWeight weight; // the fake-quantized weight, on the CPU
-        at::Tensor deviceWeight; // weights on another device (CUDA): the float32 fake-quantized weight there
+        // Weights on another device (CUDA): the float32 fake-quantized weight there, shared by the two modules of
+        // a tied bf16 tensor; undefined for a module the native FP8 GEMM multiplies (fp8Codes below).
+        at::Tensor deviceWeight;
         at::Tensor bias; // float32, bf16-rounded; undefined when absent
         quant::WeightPrecision weights;
         quant::ActivationPrecision activations;
-        // CUDA builds, fp8_e4m3 weights on a CUDA device: the e4m3 codes and float32 scale grid of `weight`
-        // (bit-identical to it once dequantized), the operands of the cuBLASLt FP8 GEMM. Undefined otherwise.
+        // CUDA builds, a module with fp8_e4m3 weights and activations on a CUDA device (not the embedding): the
+        // e4m3 codes and float32 scale grid of its rounded weight (bit-identical to it once dequantized), the
+        // operands of the cuBLASLt FP8 GEMM, kept instead of the float32 weight. Undefined otherwise.
         at::Tensor fp8Codes;
         at::Tensor fp8Scales;
     };
     void prepareModules();
-    ModuleState moduleState(const std::string& module, const at::Tensor& weight, const at::Tensor& bias) const;
+    // `deviceBf16`: the float32 bf16-rounded device weight another module already made of the same (tied) tensor,
+    // used instead of a second copy when this module's weights are bf16.
+    ModuleState moduleState(const std::string& module, const at::Tensor& weight, const at::Tensor& bias,
+        const at::Tensor& deviceBf16 = at::Tensor()) const;
+    // The float32 weight a device module multiplies with: deviceWeight, or the native module's codes dequantized.
+    at::Tensor deviceFloatWeight(const ModuleState& state) const;
     at::Tensor moduleProduct(const ModuleState& state, const at::Tensor& x) const;
     quant::ModulePrecision modulePrecision(const std::string& module) const;
 

@@ -29,7 +29,8 @@ StoredWeights storedWeights(const std::string& modelDir)
     return stored;
 }
 
-std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored)
+std::uint64_t engineExtraBytes(
+    const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored, const at::Device& device)
 {
     std::map<std::string, std::vector<std::int64_t>> shapes;
     for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
@@ -41,11 +42,28 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
         const std::string tensor = weightTensorName(config, module);
         const std::vector<std::int64_t>& shape = shapes.at(tensor);
         const std::uint64_t elements = static_cast<std::uint64_t>(shape[0] * shape[1]);
+        const quant::ModulePrecision precision
+            = plan ? plan->modules.at(planModuleName(module)) : quant::ModulePrecision {};
+        const quant::WeightPrecision& weights = precision.weights;
+        if (!device.is_cpu()) {
+            // The weights stay as given there (no BF16 view); each module keeps what moduleState makes on a device.
+#if defined(MISMATCH_HAVE_CUDA)
+            const bool nativeFp8 = device.is_cuda() && weights.format == quant::WeightFormat::Fp8E4m3
+                && precision.activations.format == quant::ActivationFormat::Fp8E4m3 && module != "embed_tokens";
+#else
+            const bool nativeFp8 = false; // no kernels in this build: every module is emulated in float32
+#endif
+            if (nativeFp8) {
+                bytes += elements
+                    + 4 * static_cast<std::uint64_t>(quant::weightScaleCount(shape, weights.format, weights.granularity));
+            } else if (weights.format != quant::WeightFormat::Bf16 || viewed.insert(tensor).second) {
+                bytes += 4 * elements;
+            }
+            continue;
+        }
         if (stored != model::DType::BF16 && viewed.insert(tensor).second) {
             bytes += 2 * elements;
         }
-        const quant::WeightPrecision weights
-            = plan ? plan->modules.at(planModuleName(module)).weights : quant::WeightPrecision {};
         if (weights.format == quant::WeightFormat::Bf16) {
             continue; // the view itself
         }

@@ -6,10 +6,14 @@
 //                            (model::LoadPrecision::Stored)
 //   trainer                  training: FP32 master weights, their gradients and AdamW's two moments (16 bytes a
 //                            parameter), plus k + 1 FP32 weight snapshots for staleness k
-//   engine weights           what an engine holds beyond the weights it shares: the BF16 view of weights not
-//                            stored in BF16 (2 bytes an element of the module weights) plus each quantized
-//                            module's codes (1 byte an element; int4 too, the emulation does not pack it) and
-//                            float32 scales (EngineModel, quant::QuantizedWeight)
+//   engine weights           what an engine holds beyond the weights it shares. On the CPU: the BF16 view of
+//                            weights not stored in BF16 (2 bytes an element of the module weights) plus each
+//                            quantized module's codes (1 byte an element; int4 too, the emulation does not pack
+//                            it) and float32 scales (EngineModel, quant::QuantizedWeight). On a CUDA device
+//                            (EngineModel::moduleState): a module the native FP8 GEMM multiplies (e4m3 weights and
+//                            activations, not the embedding; builds with the cuda/ kernels) its e4m3 codes and
+//                            float32 scales, every other module its float32 rounded weight (4 bytes an element),
+//                            once for a tensor two bf16 modules share (a tied embedding)
 //   KV cache                 the paged cache's budget (its storage grows with use up to it: bf16 2 bytes, fp8 1,
 //                            the FP32 engine 4 an element, as the budget counts them)
 //   distributions, logits    the [T, vocab] float32 rows a mismatch measurement holds between generating and
@@ -34,8 +38,10 @@ struct StoredWeights {
 };
 StoredWeights storedWeights(const std::string& modelDir);
 
-// Bytes an engine on weights stored as `stored` holds beyond them, for `plan` (nullptr: the BF16 engine).
-std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored);
+// Bytes an engine on weights stored as `stored` holds beyond them, for `plan` (nullptr: the BF16 engine), on
+// `device`.
+std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
+    const at::Device& device = at::Device(at::kCPU));
 
 // Bytes a mismatch measurement holds in distributions and logits: the chunk's [T, vocab] float32 rows (at most
 // `distributionBytes`, at most `batch` prompts of `maxNewTokens`) plus the trainer's scoring logits (a quarter of

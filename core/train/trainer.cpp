@@ -400,7 +400,7 @@ private:
         std::vector<model::MemoryItem> items {
             {"student master weights, gradients, AdamW moments and weight snapshots",
                 engine::trainerBytes(stored.parameters, config_.rollout.staleness)},
-            {"rollout engine weights", engine::engineExtraBytes(modelConfig_, plan, model::DType::F32)},
+            {"rollout engine weights", engine::engineExtraBytes(modelConfig_, plan, model::DType::F32, device_)},
             {"KV cache", engine::EngineOptions {}.kvCacheBytes},
             {"distributions and log-probabilities of a step",
                 static_cast<std::uint64_t>(stepDistributionBytes(longestPrompt))},
@@ -408,7 +408,8 @@ private:
         if (!rolloutIsBf16Engine()) {
             // The BF16 unit's engine (a plain BF16 engine at the weights before the step) lives beside the
             // rollout engine while it measures, with its own KV cache.
-            items.push_back({"BF16 unit engine weights", engine::engineExtraBytes(modelConfig_, nullptr, model::DType::F32)});
+            items.push_back({"BF16 unit engine weights",
+                engine::engineExtraBytes(modelConfig_, nullptr, model::DType::F32, device_)});
             items.push_back({"BF16 unit KV cache", engine::EngineOptions {}.kvCacheBytes});
         }
         if (!config_.teacher.empty()) {

@@ -288,6 +288,7 @@ private slots:
     // ---- mismatch ----
     void engineSharesStoredBf16Weights();
     void memoryPlanCountsWhatTheEngineHolds();
+    void memoryPlanCountsTheDeviceLayout();
     void compactKvStorageReadsBackExactly();
     void pagedAttentionMatchesFloat64Reference();
     void bf16GemmProbeCatchesPartialRounding();
@@ -1355,6 +1356,56 @@ void TestEngine::memoryPlanCountsWhatTheEngineHolds()
     // k + 1 FP32 snapshots for staleness k.
     QCOMPARE(engine::trainerBytes(1000, 0), std::uint64_t(16000 + 4000));
     QCOMPARE(engine::trainerBytes(1000, 2), std::uint64_t(16000 + 12000));
+}
+
+// On a CUDA device an engine keeps, per module, either its float32 rounded weight (4 bytes an element; one copy for
+// a tied tensor whose two modules are bf16) or, for the native FP8 GEMM (e4m3 weights and activations, not the
+// embedding), its e4m3 codes (1 byte) and float32 scales. The plan is shape arithmetic, so it is checked here on the
+// tiny model's shapes counted by hand; tests/gpu/test_gpu_parity checks it against engines built on a device.
+void TestEngine::memoryPlanCountsTheDeviceLayout()
+{
+    ModelConfig config = tinyConfig();
+    // Elements: embedding (and an untied lm_head) 258 x 32 = 8256. Per layer q 32x32, k 16x32, v 16x32, o 32x32,
+    // gate 64x32, up 64x32, down 32x64: 9216 elements in 256 rows of 7 matrices, each within one 128 x 128 block;
+    // two layers 18432 elements, 512 rows, 14 blocks.
+    constexpr std::uint64_t embedding = 8256;
+    constexpr std::uint64_t layers = 18432;
+    constexpr std::uint64_t rows = 512;
+    constexpr std::uint64_t blocks = 14;
+    const at::Device gpu(at::kCUDA, 0);
+    const char* w8a8Block = "version: 1\nweights: {format: fp8_e4m3, granularity: block128}\n"
+                            "activations: {format: fp8_e4m3}\n";
+    const char* w8Bf16Activations = "version: 1\nweights: {format: fp8_e4m3, granularity: tensor}\n";
+    const char* int4 = "version: 1\nweights: {format: int4, granularity: group128}\n";
+#if defined(MISMATCH_HAVE_CUDA)
+    const bool kernels = true;
+#else
+    const bool kernels = false; // every module emulated in float32
+#endif
+    for (const bool tied : {true, false}) {
+        config.tieWordEmbeddings = tied;
+        // The embedding and lm_head stay bf16 in every recipe here (the recipes' default): float32 on the device,
+        // once when tied.
+        const std::uint64_t edges = 4 * embedding * (tied ? 1 : 2);
+        const std::uint64_t everyModuleFloat32 = edges + 4 * layers;
+        for (const model::DType stored : {model::DType::BF16, model::DType::F32}) {
+            const QString where = QStringLiteral("tied %1, stored %2").arg(tied).arg(stored == model::DType::BF16);
+            QVERIFY2(engine::engineExtraBytes(config, nullptr, stored, gpu) == everyModuleFloat32, qPrintable(where));
+            const quant::RecipePlan channel = planFor(kFp8Recipe, config);
+            QVERIFY2(engine::engineExtraBytes(config, &channel, stored, gpu)
+                    == (kernels ? edges + layers + 4 * rows : everyModuleFloat32),
+                qPrintable(where));
+            const quant::RecipePlan block = planFor(w8a8Block, config);
+            QVERIFY2(engine::engineExtraBytes(config, &block, stored, gpu)
+                    == (kernels ? edges + layers + 4 * blocks : everyModuleFloat32),
+                qPrintable(where));
+            // FP8 weights with bf16 activations are emulated (no mixed GEMM), as are int4 weights.
+            const quant::RecipePlan weightsOnly = planFor(w8Bf16Activations, config);
+            QVERIFY2(engine::engineExtraBytes(config, &weightsOnly, stored, gpu) == everyModuleFloat32, qPrintable(where));
+            const quant::RecipePlan int4Plan = planFor(int4, config);
+            QVERIFY2(engine::engineExtraBytes(config, &int4Plan, stored, gpu) == everyModuleFloat32, qPrintable(where));
+        }
+    }
 }
 
 void TestEngine::engineSharesStoredBf16Weights()
