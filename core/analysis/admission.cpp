@@ -441,7 +441,8 @@ void checkOptions(const AdmissionOptions& options)
 }
 
 // What the check will hold, before anything is loaded: every checkpoint (screened and history) and one engine at
-// a time (the BF16 unit's, then each candidate's), sized for the largest.
+// a time (the BF16 unit's, then each candidate's), sized for the largest, on a noised copy of the weights when a
+// candidate adds noise.
 void checkMemory(const AdmissionOptions& options)
 {
     const model::ModelConfig config = model::loadConfig((fs::path(options.checkpoints.front()) / "config.json").string());
@@ -457,7 +458,9 @@ void checkMemory(const AdmissionOptions& options)
     }
     std::vector<std::string> directories = options.history;
     directories.insert(directories.end(), options.checkpoints.begin(), options.checkpoints.end());
-    checkAnalysisMemory("the admission check", directories, planPointers, options.settings);
+    const bool noisy = std::any_of(options.candidates.begin(), options.candidates.end(),
+        [](const Candidate& candidate) { return candidate.noise > 0.0; });
+    checkAnalysisMemory("the admission check", directories, planPointers, options.settings, 1, noisy);
 }
 
 // What every measurement of the check uses: the student (its tokenizer and first checkpoint's weights), the

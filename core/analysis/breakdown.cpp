@@ -281,7 +281,9 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
         }
         std::vector<std::string> directories = options.history;
         directories.push_back(options.modelDirectory);
-        checkAnalysisMemory("the breakdown", directories, planPointers, options.settings);
+        const bool noisy = std::any_of(options.candidates.begin(), options.candidates.end(),
+            [](const auto& candidate) { return candidate.noise > 0.0; });
+        checkAnalysisMemory("the breakdown", directories, planPointers, options.settings, 1, noisy);
     }
 
     // The configurations: per candidate the subsets of its sources to measure, equal ones shared.

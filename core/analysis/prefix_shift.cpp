@@ -127,7 +127,7 @@ void checkMemory(const PrefixShiftOptions& options)
             model::loadConfig((std::filesystem::path(options.modelDirectory) / "config.json").string()));
     }
     checkAnalysisMemory("the prefix-shift analysis", {options.modelDirectory}, {plan ? &*plan : nullptr},
-        options.settings, /*enginesAtOnce=*/2);
+        options.settings, /*enginesAtOnce=*/2, /*noisyWeights=*/options.configuration.noise > 0.0);
 }
 
 // The run's config_json and the record's configuration.

@@ -122,7 +122,8 @@ PromptRequests promptRequests(const std::string& promptSetPath, const model::Tok
 }
 
 void checkAnalysisMemory(const std::string& job, const std::vector<std::string>& checkpoints,
-    const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce)
+    const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce,
+    bool noisyWeights)
 {
     if (checkpoints.empty()) {
         return;
@@ -130,16 +131,22 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
     const model::ModelConfig config = model::loadConfig(configPath(checkpoints.front()));
     std::vector<model::MemoryItem> items;
     model::DType stored = model::DType::BF16;
+    std::uint64_t largest = 0;
     for (const std::string& directory : checkpoints) {
         const engine::StoredWeights weights = engine::storedWeights(directory);
         items.push_back({"weights of " + directory + " as stored", weights.bytes, /*stagedOnHost=*/true});
         if (model::byteSize(weights.dtype) > model::byteSize(stored)) {
             stored = weights.dtype;
         }
+        largest = std::max(largest, weights.bytes);
+    }
+    if (noisyWeights) {
+        // engine::addWeightNoise's copy (at most the checkpoint's bytes: bf16 or as stored), beside the original.
+        items.push_back({"noisy weight copy", largest});
     }
     std::uint64_t engine = 0;
     for (const quant::RecipePlan* plan : plans) {
-        engine = std::max(engine, engine::engineExtraBytes(config, plan, stored));
+        engine = std::max(engine, engine::engineExtraBytes(config, plan, stored, settings.device));
     }
     const auto engines = static_cast<std::uint64_t>(std::max<std::int64_t>(1, enginesAtOnce));
     items.push_back({"engine weights", engines * engine});

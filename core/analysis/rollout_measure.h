@@ -79,10 +79,12 @@ struct MeasureSettings {
 // The memory check of an engine-only analysis, made before anything is loaded (model::checkJobFits, parts as
 // engine/memory_plan.h): the weights of every directory in `checkpoints` as stored, `enginesAtOnce` times the
 // largest extra engine weights among `plans` (nullptr: the BF16 engine) and a KV cache of settings.kvCacheBytes
-// each, and one measurement's distributions and logits (settings.batchSize prompts of settings.maxNewTokens).
-// ResourceError naming `job`, every part and what is available.
+// each, and one measurement's distributions and logits (settings.batchSize prompts of settings.maxNewTokens); with
+// `noisyWeights` (a configuration with weight noise), the noised copy of the largest checkpoint its engine is built
+// on. ResourceError naming `job`, every part and what is available.
 void checkAnalysisMemory(const std::string& job, const std::vector<std::string>& checkpoints,
-    const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce = 1);
+    const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce = 1,
+    bool noisyWeights = false);
 
 // The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
 engine::SamplingOptions samplingOptions(

@@ -14,7 +14,10 @@
 //     estimate and what is available, and the workspace stays usable.
 #include "reliability_support.h"
 
+#include "core/analysis/rollout_measure.h"
+#include "core/common/byte_size.h"
 #include "core/common/error.h"
+#include "core/engine/memory_plan.h"
 #include "core/model/memory_check.h"
 #include "core/model/model_files.h"
 #include "core/model/transformer.h"
@@ -87,6 +90,7 @@ private slots:
     void resumeRefusesFinishedForeignAndChangedRuns();
     void ctrlCLeavesScanAndCheckResumable();
     void modelThatCannotFitIsRefusedBeforeLoading();
+    void noisyConfigurationCountsItsWeightCopy();
     void deviceJobIsCheckedAgainstTheDevicesMemory();
 
 private:
@@ -361,4 +365,27 @@ void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
 }
 
 QTEST_GUILESS_MAIN(TestFailureModes)
+// An analysis whose configuration adds weight noise builds its engine on a noised copy of the weights
+// (engine::addWeightNoise), held beside the original: its memory check counts that copy, the size of the checkpoint.
+void TestFailureModes::noisyConfigurationCountsItsWeightCopy()
+{
+    const std::uint64_t stored = engine::storedWeights(inputs_.student).bytes;
+    const auto refusal = [this](bool noisy) {
+        ::setenv("MISMATCH_MEMORY_LIMIT_BYTES", "1000", 1);
+        std::string message;
+        try {
+            analysis::checkAnalysisMemory("the admission check", {inputs_.student}, {nullptr},
+                analysis::MeasureSettings {}, 1, noisy);
+        } catch (const ResourceError& error) {
+            message = error.what();
+        }
+        ::unsetenv("MISMATCH_MEMORY_LIMIT_BYTES");
+        return message;
+    };
+    const std::string plain = refusal(false);
+    const std::string noisy = refusal(true);
+    QVERIFY2(contains(plain, "needs about") && !contains(plain, "noisy weight copy"), plain.c_str());
+    QVERIFY2(contains(noisy, "noisy weight copy: " + formatByteSize(stored)), noisy.c_str());
+}
+
 #include "test_failure_modes.moc"
