@@ -156,8 +156,11 @@ std::optional<AvailableMemory> availableDeviceMemory(const at::Device& device)
     }
 #if defined(MISMATCH_HAVE_CUDA)
     if (device.is_cuda()) {
+        // What this process's caching allocator keeps for freed tensors is free for the job: given back first.
+        const bool released = cuda::releaseCachedMemory();
         if (const auto free = cuda::freeMemoryBytes(device.has_index() ? device.index() : 0)) {
-            return AvailableMemory {static_cast<std::uint64_t>(*free), "cudaMemGetInfo"};
+            return AvailableMemory {static_cast<std::uint64_t>(*free),
+                released ? "cudaMemGetInfo, after LibTorch's cached blocks were released" : "cudaMemGetInfo"};
         }
     }
 #else

@@ -55,8 +55,9 @@ void checkJobFits(const std::string& job, const std::vector<MemoryItem>& items, 
 
 // Free memory of a CUDA device now: the environment variable MISMATCH_DEVICE_MEMORY_LIMIT_BYTES (a whole
 // number of bytes) when set (tests, or keeping headroom), else cudaMemGetInfo's free bytes in a build with the
-// CUDA kernels; none otherwise (then nothing is refused). Memory LibTorch's caching allocator holds for this
-// process counts as used: a long-lived session may be refused a job that a fresh process would fit.
+// CUDA kernels, after this process's LibTorch caching allocator has given back the blocks of freed tensors
+// (cuda::releaseCachedMemory, in builds against a LibTorch with CUDA; elsewhere they count as used); none
+// otherwise (then nothing is refused).
 std::optional<AvailableMemory> availableDeviceMemory(const at::Device& device);
 
 // InputError(what, "", "asks for X but only Y is available (SOURCE)") when a buffer sized by the user (the KV

@@ -25,7 +25,9 @@
 #include "core/common/device.h"
 #include "core/common/runtime.h"
 #include "core/engine/engine.h"
+#include "core/engine/memory_plan.h"
 #include "core/engine/paged_kv_cache.h"
+#include "core/model/memory_check.h"
 #include "core/model/transformer.h"
 #include "core/quant/recipe.h"
 #include "core/store/run_store.h"
@@ -42,6 +44,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +89,38 @@ double meanKl(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& q
     return rows ? sum / static_cast<double>(rows) : 0.0;
 }
 
+// What an engine on the device holds beyond the weights it was given (its storage not shared with them) against
+// the memory plan's count for that device (engine/memory_plan.h), plus the float32 bias copies the plan leaves out:
+// equal to the byte, as on the CPU (test_engine).
+void checkDeviceMemoryPlan(const std::string& label, const model::ModelConfig& config,
+    const model::TransformerWeights& given, const analysis::EngineConfiguration& configuration,
+    const engine::EngineModel& engineModel)
+{
+    std::set<const void*> givenStorage;
+    std::uint64_t biasBytes = 0;
+    model::DType stored = model::DType::BF16;
+    for (const auto& [name, tensor] : given.named()) {
+        givenStorage.insert(tensor.storage().data());
+        biasBytes += name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? 4 * tensor.numel() : 0;
+        stored = tensor.scalar_type() == at::kFloat ? model::DType::F32 : stored;
+    }
+    std::uint64_t shared = 0;
+    std::set<const void*> seen;
+    for (const auto& [name, tensor] : engineModel.weights().named()) {
+        if (givenStorage.count(tensor.storage().data()) && seen.insert(tensor.storage().data()).second) {
+            shared += tensor.storage().nbytes();
+        }
+    }
+    const std::uint64_t held = engineModel.weightBytes() - shared;
+    std::optional<quant::RecipePlan> plan;
+    if (configuration.recipe) {
+        plan = quant::resolveRecipe(*configuration.recipe, config);
+    }
+    const std::uint64_t planned = engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored, kGpu) + biasBytes;
+    check(held == planned, label + ": the engine holds on the device what the memory plan counts",
+        std::to_string(held) + " bytes held, " + std::to_string(planned) + " planned");
+}
+
 void testEngine(const std::string& recipeFile)
 {
     const std::string label = recipeFile.empty() ? std::string("BF16 engine") : "recipe " + recipeFile;
@@ -103,8 +139,9 @@ void testEngine(const std::string& recipeFile)
     }
     const engine::SamplingOptions sampling = analysis::samplingOptions(settings, model.config, *model.tokenizer);
     auto cpuEngine = analysis::buildEngine(model.config, model.weights, configuration, requests.prompts(), settings);
-    auto gpuEngine = analysis::buildEngine(
-        model.config, onDevice(model.weights, kGpu), configuration, requests.prompts(), settings);
+    const model::TransformerWeights gpuWeights = onDevice(model.weights, kGpu);
+    auto gpuEngine = analysis::buildEngine(model.config, gpuWeights, configuration, requests.prompts(), settings);
+    checkDeviceMemoryPlan(label, model.config, gpuWeights, configuration, gpuEngine->model());
     const auto cpuGenerated = cpuEngine->generate(requests.requests, sampling);
     const std::int64_t attentionBefore = engine::deviceKvAttentionCalls();
     const std::int64_t appendBefore = engine::deviceKvAppendCalls();
@@ -376,6 +413,32 @@ void testTrainingRun(const std::filesystem::path& work)
             + fixed(seconds, 3) + " s");
 }
 
+// Memory LibTorch's caching allocator keeps for a freed tensor counts as used by cudaMemGetInfo until it is
+// released; the device memory check releases it first (model::availableDeviceMemory).
+void testCachedMemoryRelease()
+{
+    constexpr std::int64_t kElements = std::int64_t(1) << 28; // 1 GiB of float32
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    cuda::releaseCachedMemory();
+    const std::optional<std::size_t> before = cuda::freeMemoryBytes(0);
+    {
+        at::Tensor block = at::empty({kElements}, at::TensorOptions().dtype(at::kFloat).device(kGpu));
+        block.fill_(1.0F);
+    }
+    const std::optional<std::size_t> cached = cuda::freeMemoryBytes(0);
+    const bool released = cuda::releaseCachedMemory();
+    const std::optional<std::size_t> after = cuda::freeMemoryBytes(0);
+    const auto gib = [&](const std::optional<std::size_t>& a, const std::optional<std::size_t>& b) {
+        return a && b ? (static_cast<double>(*a) - static_cast<double>(*b)) / kGiB : NAN;
+    };
+    const std::optional<model::AvailableMemory> available = model::availableDeviceMemory(kGpu);
+    check(released && gib(before, cached) >= 0.9 && gib(after, cached) >= 0.9 && available
+            && available->source.find("released") != std::string::npos,
+        "a freed tensor's cached block is given back before a device memory check",
+        "free before " + fixed(gib(before, cached), 3) + " GiB above the cached state, after release "
+            + fixed(gib(after, cached), 3) + " GiB; the check's source: " + (available ? available->source : "none"));
+}
+
 } // namespace
 
 int main()
@@ -400,6 +463,7 @@ int main()
     testing::run("admission", [&] { testAdmission(work); });
     testing::run("sensitivity", [&] { testSensitivity(work); });
     testing::run("training run", [&] { testTrainingRun(work); });
+    testing::run("cached memory release", testCachedMemoryRelease);
     std::filesystem::remove_all(work);
     return testing::failures();
 }
