@@ -70,7 +70,7 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH
   log "configure failed (a missing dependency? tests/gpu/gather_device_deps.sh gathers them); log: $build/configure.log"
   exit 1
 fi
-grep -E "Mismatch Lab|Qt 6 Test|-- Library |MISMATCH_ICU" "$build/configure.log" || true
+grep -E "Mismatch Lab|CUDA runtime|Qt 6 Test|-- Library |MISMATCH_ICU" "$build/configure.log" || true
 log "building mismatch, test_gpu_reference, test_gpu_kernels, test_gpu_parity, bench_gpu, bench_model_shape"
 # -k 0: on a failure the build goes on with everything else, so one run lists every file that does not compile.
 if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu bench_model_shape -- -k 0 \
@@ -80,6 +80,21 @@ if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference te
   exit 1
 fi
 log "build done"
+# The programs must start. Against a LibTorch with CUDA they link the shared CUDA runtime that LibTorch links (one
+# runtime per process, CMakeLists.txt); should the loader refuse that pairing (say, a toolkit runtime older than
+# LibTorch's), the build goes back to the static runtime rather than losing the run.
+if ! "$build/app/mismatch" --version >"$build/start.log" 2>&1; then
+  cat "$build/start.log"
+  log "mismatch does not start with the shared CUDA runtime: rebuilding with -DMISMATCH_CUDA_RUNTIME=Static"
+  if ! cmake "$build" -DMISMATCH_CUDA_RUNTIME=Static >>"$build/configure.log" 2>&1 \
+      || ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu bench_model_shape \
+        >>"$build/build.log" 2>&1 || ! "$build/app/mismatch" --version >"$build/start.log" 2>&1; then
+    cat "$build/start.log"
+    log "mismatch does not start with the static CUDA runtime either; logs in $build"
+    exit 1
+  fi
+fi
+head -n 3 "$build/start.log"
 
 # 4. The always-running CPU reference tests, then the gpu tests (CTest reports exit code 77 as skipped: no
 #    device, so stop before the GPU parts).
