@@ -1,5 +1,6 @@
 #include "core/engine/engine_model.h"
 
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/engine/module_names.h"
 #include "core/model/transformer_linear.h"
@@ -18,8 +19,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <utility>
 
 #if defined(MISMATCH_HAVE_CUDA)
 #include "cuda/fp8_ops.h"
@@ -208,23 +212,72 @@ std::string toString(EngineKernels kernels)
     return "auto";
 }
 
+namespace {
+
+// MISMATCH_ENGINE_KERNELS when set.
+std::optional<EngineKernels> kernelsFromEnvironment()
+{
+    const char* text = std::getenv("MISMATCH_ENGINE_KERNELS");
+    if (!text || !*text) {
+        return std::nullopt;
+    }
+    const std::string value = text;
+    if (value == "float32") {
+        return EngineKernels::Float32;
+    }
+    if (value == "bfloat16") {
+        return EngineKernels::BFloat16;
+    }
+    throw InputError("MISMATCH_ENGINE_KERNELS", "", "expected float32 or bfloat16, got '" + value + "'");
+}
+
+// Where the weights live (the first tensor's device; the CPU for none).
+at::Device weightsDevice(const model::TransformerWeights& weights)
+{
+    for (const auto& named : weights.named()) {
+        return named.second.device();
+    }
+    return at::Device(at::kCPU);
+}
+
+} // namespace
+
 EngineKernels resolveKernels(EngineKernels kernels)
 {
     if (kernels != EngineKernels::Auto) {
         return kernels;
     }
-    if (const char* text = std::getenv("MISMATCH_ENGINE_KERNELS"); text && *text) {
-        const std::string value = text;
-        if (value == "float32") {
-            return EngineKernels::Float32;
-        }
-        if (value == "bfloat16") {
-            return EngineKernels::BFloat16;
-        }
-        throw InputError("MISMATCH_ENGINE_KERNELS", "", "expected float32 or bfloat16, got '" + value + "'");
+    if (const auto chosen = kernelsFromEnvironment()) {
+        return *chosen;
     }
     static const bool nativeBf16 = cpuHasNativeBf16();
     return nativeBf16 ? EngineKernels::BFloat16 : EngineKernels::Float32;
+}
+
+EngineKernels engineKernels(EngineKernels requested, const at::Device& device, const model::ModelConfig& config)
+{
+    const std::vector<std::int64_t> widths {config.hiddenSize, config.intermediateSize, config.qSize()};
+    if (device.is_cpu()) {
+        const EngineKernels kernels = resolveKernels(requested);
+        // Auto's BFloat16 only where this LibTorch's BF16 GEMM computes the engine's function at these widths.
+        return requested == EngineKernels::Auto && kernels == EngineKernels::BFloat16 && !bf16KernelsRoundOnce(widths)
+            ? EngineKernels::Float32
+            : kernels;
+    }
+    if (requested != EngineKernels::Auto) {
+        return requested;
+    }
+    if (const auto chosen = kernelsFromEnvironment()) {
+        return *chosen;
+    }
+#if defined(MISMATCH_TORCH_BF16_REDUCTION_SETTING)
+    // cuBLAS may sum split-K partial products of a BF16 GEMM in bf16 unless told not to; the engine's function sums
+    // in float32. Set for the whole process (other BF16 GEMMs only gain precision), then the GEMM is checked.
+    at::globalContext().setAllowBF16ReductionCuBLAS(false);
+    return deviceBf16KernelsRoundOnce(device, widths) ? EngineKernels::BFloat16 : EngineKernels::Float32;
+#else
+    return EngineKernels::Float32; // this LibTorch cannot keep cuBLAS's BF16 reductions in float32
+#endif
 }
 
 bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures)
@@ -256,6 +309,32 @@ bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& i
         }
     }
     return true;
+}
+
+bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std::int64_t>& inFeatures)
+{
+    if (device.is_cpu()) {
+        return bf16KernelsRoundOnce(inFeatures);
+    }
+    const std::vector<std::string> usable = availableDevices();
+    if (std::find(usable.begin(), usable.end(), deviceName(device)) == usable.end()) {
+        return false;
+    }
+    static std::mutex mutex;
+    static std::map<std::pair<std::string, std::vector<std::int64_t>>, bool> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_pair(deviceName(device), inFeatures);
+    const auto found = known.find(key);
+    if (found != known.end()) {
+        return found->second;
+    }
+    const bool roundsOnce = bf16GemmRoundsOnce(
+        [&device](const at::Tensor& x, const at::Tensor& w) {
+            return at::linear(x.to(device), w.to(device)).to(at::kCPU);
+        },
+        inFeatures);
+    known.emplace(key, roundsOnce);
+    return roundsOnce;
 }
 
 bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
@@ -477,11 +556,10 @@ EngineModel::EngineModel(model::ModelConfig config, model::TransformerWeights we
             "resolved for " + std::to_string(plan_->numLayers) + " layers, the model has "
                 + std::to_string(this->config().numLayers));
     }
-    kernels_ = resolveKernels(options.kernels);
-    if (options.kernels == EngineKernels::Auto && kernels_ == EngineKernels::BFloat16 && precision_ != EnginePrecision::Fp32
-        && !bf16KernelsRoundOnce({this->config().hiddenSize, this->config().intermediateSize, this->config().qSize()})) {
-        kernels_ = EngineKernels::Float32; // this LibTorch's BF16 GEMM does not compute the engine's function here
-    }
+    // The FP32 engine multiplies nothing in bf16: no GEMM check for it.
+    kernels_ = precision_ == EnginePrecision::Fp32
+        ? resolveKernels(options.kernels)
+        : engineKernels(options.kernels, weightsDevice(this->weights()), this->config());
     options_.precision = precision_;
     options_.kernels = kernels_;
     kvPrecisions_ = plan_ ? plan_->kvPerLayer
@@ -523,12 +601,18 @@ EngineModel::ModuleState EngineModel::moduleState(
         // module its float32 rounded weight (4 bytes), once for a tied bf16 tensor.
         const at::Tensor source = weight.detach();
         const quant::WeightFormat format = precision.weights.format;
-        if (deviceBf16.defined() && format == quant::WeightFormat::Bf16) {
+        // BFloat16 kernels keep a bf16 module with bf16 activations in bf16 (the given tensor when it is bf16: the
+        // device's round-to-nearest-even conversion is roundBf16's rounding), for cuBLAS's BF16 GEMM.
+        const at::ScalarType bf16Dtype = kernels_ == EngineKernels::BFloat16
+                && precision.activations.format == quant::ActivationFormat::Bf16
+            ? at::kBFloat16
+            : at::kFloat;
+        if (deviceBf16.defined() && format == quant::WeightFormat::Bf16 && deviceBf16.scalar_type() == bf16Dtype) {
             state.deviceWeight = deviceBf16; // rounding is idempotent: the other module's values are these
         }
         const bool finite = state.deviceWeight.defined() || at::isfinite(source).all().item<bool>();
         if (finite && format == quant::WeightFormat::Bf16 && !state.deviceWeight.defined()) {
-            state.deviceWeight = roundBf16(source.to(at::kFloat));
+            state.deviceWeight = bf16Dtype == at::kBFloat16 ? source.to(at::kBFloat16) : roundBf16(source.to(at::kFloat));
         }
 #if defined(MISMATCH_HAVE_CUDA)
         // e4m3 takes only these three granularities (quant::allowedGranularities), each a cudaScaling.
@@ -678,7 +762,7 @@ at::Tensor EngineModel::deviceFloatWeight(const ModuleState& state) const
             cuda::Fp8Tensor {state.fp8Codes, state.fp8Scales, cuda::Fp8Kind::E4M3, cudaScaling(state.weights)});
     }
 #endif
-    return state.deviceWeight;
+    return state.deviceWeight.defined() ? state.deviceWeight.to(at::kFloat) : state.deviceWeight;
 }
 
 const quant::QuantizedWeight& EngineModel::storedWeight(const std::string& module) const
@@ -737,6 +821,12 @@ at::Tensor EngineModel::moduleProduct(const ModuleState& state, const at::Tensor
         return roundBf16(y.reshape(shape));
     }
     const at::Tensor input = roundActivations(x, state.activations.format);
+    if (state.deviceWeight.defined() && state.deviceWeight.scalar_type() == at::kBFloat16) {
+        // BFloat16 kernels on a device: exact bf16 operands, float32 accumulation (split-K reductions included:
+        // engineKernels), bf16(y) written by cuBLAS, as the CPU's BF16 GEMM below.
+        const at::Tensor bias = state.bias.defined() ? state.bias.to(at::kBFloat16) : at::Tensor();
+        return at::linear(input.to(at::kBFloat16), state.deviceWeight, bias).to(at::kFloat);
+    }
     if (state.deviceWeight.defined() || state.fp8Codes.defined()) {
         // On a device (a native FP8 module reaches here only if linear() did not take the FP8 GEMM).
         return roundBf16(at::linear(input, deviceFloatWeight(state), state.bias));
@@ -802,7 +892,7 @@ at::Tensor EngineModel::embed(const std::string& module, const at::Tensor& weigh
     const auto found = modules_.find(module);
     assert(found != modules_.end());
     const auto lookup = [&ids](const ModuleState& state) {
-        return state.deviceWeight.defined() ? at::embedding(state.deviceWeight, ids)
+        return state.deviceWeight.defined() ? at::embedding(state.deviceWeight, ids).to(at::kFloat)
                                             : state.weight.embed(ids).to(ids.device());
     };
     if (!weight.is_same(found->second.sourceWeight)) {

@@ -30,6 +30,14 @@
 //   EngineKernels::Auto picks BFloat16 where the CPU has native BF16 dot products (AVX512-BF16 or AMX), where
 //   LibTorch's BF16 GEMM is faster than FP32; elsewhere (AVX2) its BF16 GEMM is a slow fallback and Float32 is
 //   used. MISMATCH_ENGINE_KERNELS=float32|bfloat16 overrides the choice for a whole process.
+// On a CUDA device (engineKernels) the same two ways: BFloat16 kernels multiply the modules with bf16 weights and
+//   bf16 activations through cuBLAS's BF16 GEMM on bf16 weights (the given tensor itself when it is bf16: the
+//   BF16 engine then holds no weight memory of its own there either), float32 accumulation, with cuBLAS told to
+//   keep split-K reductions in float32 (LibTorch's allowBF16ReductionCuBLAS off, for the whole process); Float32
+//   kernels keep a float32 copy of each rounded weight (4 bytes an element) and multiply in float32. Auto picks
+//   BFloat16 where that setting exists in this LibTorch and bf16GemmRoundsOnce holds for the device's GEMM.
+//   FP8 e4m3 weights with e4m3 activations use the native FP8 GEMM (cuda/) either way, other formats the float32
+//   product of their rounded weights.
 // The embedding lookup returns rows of the table rounded to the embedding's weight format. Norms, RoPE,
 // softmax and the residual sums stay float32 (the reference's own arithmetic). Keys and values are rounded
 // to each layer's KV-cache format when they enter the cache (KvQuantizer, used by the paged cache), so a
@@ -85,6 +93,13 @@ using Bf16Gemm = std::function<at::Tensor(const at::Tensor& x, const at::Tensor&
 bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures);
 // bf16GemmRoundsOnce for LibTorch's at::linear on bf16 tensors, cached per set of widths.
 bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures);
+// The same for at::linear on `device` (the operands moved there, the product brought back), cached per device and
+// widths; false for a device this process cannot use.
+bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std::int64_t>& inFeatures);
+// The kernels an engine of `config` whose weights live on `device` uses for `requested`: on the CPU
+// resolveKernels, with Auto's BFloat16 also requiring bf16KernelsRoundOnce for the model's widths; on another
+// device an explicit choice (or MISMATCH_ENGINE_KERNELS) as given, and Auto as the header says.
+EngineKernels engineKernels(EngineKernels requested, const at::Device& device, const model::ModelConfig& config);
 
 struct EngineOptions {
     // Ignored when a recipe plan is given (the plan means Recipe). Recipe without a plan is a programmer error.
@@ -191,8 +206,9 @@ private:
         at::Tensor sourceWeight; // the stored tensor it was computed from (staleness check)
         at::Tensor sourceBias;
         quant::QuantizedWeight weight; // the fake-quantized weight, on the CPU
-        // Weights on another device (CUDA): the float32 fake-quantized weight there, shared by the two modules of
-        // a tied bf16 tensor; undefined for a module the native FP8 GEMM multiplies (fp8Codes below).
+        // Weights on another device (CUDA): the fake-quantized weight there, float32, or bf16 for a bf16 module
+        // with bf16 activations under BFloat16 kernels (the given tensor itself when it is bf16); shared by the two
+        // modules of a tied bf16 tensor; undefined for a module the native FP8 GEMM multiplies (fp8Codes below).
         at::Tensor deviceWeight;
         at::Tensor bias; // float32, bf16-rounded; undefined when absent
         quant::WeightPrecision weights;
@@ -204,8 +220,8 @@ private:
         at::Tensor fp8Scales;
     };
     void prepareModules();
-    // `deviceBf16`: the float32 bf16-rounded device weight another module already made of the same (tied) tensor,
-    // used instead of a second copy when this module's weights are bf16.
+    // `deviceBf16`: the bf16-rounded device weight another module already made of the same (tied) tensor, used
+    // instead of a second copy when this module's weights are bf16 and would be kept in the same dtype.
     ModuleState moduleState(const std::string& module, const at::Tensor& weight, const at::Tensor& bias,
         const at::Tensor& deviceBf16 = at::Tensor()) const;
     // The float32 weight a device module multiplies with: deviceWeight, or the native module's codes dequantized.

@@ -29,9 +29,11 @@ StoredWeights storedWeights(const std::string& modelDir)
     return stored;
 }
 
-std::uint64_t engineExtraBytes(
-    const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored, const at::Device& device)
+std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
+    const at::Device& device, EngineKernels kernels)
 {
+    const EngineKernels deviceKernels
+        = device.is_cpu() ? EngineKernels::Float32 : engineKernels(kernels, device, config); // unused on the CPU
     std::map<std::string, std::vector<std::int64_t>> shapes;
     for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
         shapes[tensor.name] = tensor.shape;
@@ -53,10 +55,17 @@ std::uint64_t engineExtraBytes(
 #else
             const bool nativeFp8 = false; // no kernels in this build: every module is emulated in float32
 #endif
+            const bool bf16Kept = deviceKernels == EngineKernels::BFloat16 && weights.format == quant::WeightFormat::Bf16
+                && precision.activations.format == quant::ActivationFormat::Bf16;
             if (nativeFp8) {
                 bytes += elements
                     + 4 * static_cast<std::uint64_t>(quant::weightScaleCount(shape, weights.format, weights.granularity));
-            } else if (weights.format != quant::WeightFormat::Bf16 || viewed.insert(tensor).second) {
+            } else if (bf16Kept) {
+                // The given tensor itself when stored in bf16, else one bf16 copy (shared by a tied module).
+                if (stored != model::DType::BF16 && viewed.insert(tensor + " bf16").second) {
+                    bytes += 2 * elements;
+                }
+            } else if (weights.format != quant::WeightFormat::Bf16 || viewed.insert(tensor + " float32").second) {
                 bytes += 4 * elements;
             }
             continue;

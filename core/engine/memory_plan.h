@@ -12,13 +12,16 @@
 //                            it) and float32 scales (EngineModel, quant::QuantizedWeight). On a CUDA device
 //                            (EngineModel::moduleState): a module the native FP8 GEMM multiplies (e4m3 weights and
 //                            activations, not the embedding; builds with the cuda/ kernels) its e4m3 codes and
-//                            float32 scales, every other module its float32 rounded weight (4 bytes an element),
-//                            once for a tensor two bf16 modules share (a tied embedding)
+//                            float32 scales; under BFloat16 kernels a bf16 module with bf16 activations nothing
+//                            when stored in bf16 (the given tensor), else a bf16 copy (2 bytes an element); every
+//                            other module its float32 rounded weight (4 bytes an element); a copy once for a
+//                            tensor two bf16 modules share (a tied embedding)
 //   KV cache                 the paged cache's budget (its storage grows with use up to it: bf16 2 bytes, fp8 1,
 //                            the FP32 engine 4 an element, as the budget counts them)
 //   distributions, logits    the [T, vocab] float32 rows a mismatch measurement holds between generating and
 //                            scoring (engine::MismatchOptions::distributionBytes) and the scoring logits
 //   teacher                  its weights as stored
+#include "core/engine/engine_model.h"
 #include "core/model/config.h"
 #include "core/model/memory_check.h"
 #include "core/model/safetensors.h"
@@ -39,9 +42,9 @@ struct StoredWeights {
 StoredWeights storedWeights(const std::string& modelDir);
 
 // Bytes an engine on weights stored as `stored` holds beyond them, for `plan` (nullptr: the BF16 engine), on
-// `device`.
+// `device`, with the engine's `kernels` option (on a device, resolved as the engine resolves it: engineKernels).
 std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
-    const at::Device& device = at::Device(at::kCPU));
+    const at::Device& device = at::Device(at::kCPU), EngineKernels kernels = EngineKernels::Auto);
 
 // Bytes a mismatch measurement holds in distributions and logits: the chunk's [T, vocab] float32 rows (at most
 // `distributionBytes`, at most `batch` prompts of `maxNewTokens`) plus the trainer's scoring logits (a quarter of

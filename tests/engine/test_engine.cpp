@@ -1358,16 +1358,18 @@ void TestEngine::memoryPlanCountsWhatTheEngineHolds()
     QCOMPARE(engine::trainerBytes(1000, 2), std::uint64_t(16000 + 12000));
 }
 
-// On a CUDA device an engine keeps, per module, either its float32 rounded weight (4 bytes an element; one copy for
-// a tied tensor whose two modules are bf16) or, for the native FP8 GEMM (e4m3 weights and activations, not the
-// embedding), its e4m3 codes (1 byte) and float32 scales. The plan is shape arithmetic, so it is checked here on the
-// tiny model's shapes counted by hand; tests/gpu/test_gpu_parity checks it against engines built on a device.
+// On a CUDA device an engine keeps, per module: for the native FP8 GEMM (e4m3 weights and activations, not the
+// embedding) its e4m3 codes (1 byte) and float32 scales; under BFloat16 kernels, for a bf16 module with bf16
+// activations, the given tensor when it is bf16, else a bf16 copy (2 bytes); otherwise its float32 rounded weight
+// (4 bytes); a copy once for a tied tensor. The plan is shape arithmetic, so it is checked here on the tiny model's
+// shapes counted by hand; tests/gpu/test_gpu_parity checks it against engines built on a device.
 void TestEngine::memoryPlanCountsTheDeviceLayout()
 {
     ModelConfig config = tinyConfig();
     // Elements: embedding (and an untied lm_head) 258 x 32 = 8256. Per layer q 32x32, k 16x32, v 16x32, o 32x32,
     // gate 64x32, up 64x32, down 32x64: 9216 elements in 256 rows of 7 matrices, each within one 128 x 128 block;
-    // two layers 18432 elements, 512 rows, 14 blocks.
+    // two layers 18432 elements, 512 rows, 14 blocks. The recipes leave the embedding and lm_head bf16 with bf16
+    // activations (their default).
     constexpr std::uint64_t embedding = 8256;
     constexpr std::uint64_t layers = 18432;
     constexpr std::uint64_t rows = 512;
@@ -1384,27 +1386,39 @@ void TestEngine::memoryPlanCountsTheDeviceLayout()
 #endif
     for (const bool tied : {true, false}) {
         config.tieWordEmbeddings = tied;
-        // The embedding and lm_head stay bf16 in every recipe here (the recipes' default): float32 on the device,
-        // once when tied.
-        const std::uint64_t edges = 4 * embedding * (tied ? 1 : 2);
-        const std::uint64_t everyModuleFloat32 = edges + 4 * layers;
+        const quant::RecipePlan channel = planFor(kFp8Recipe, config);
+        const quant::RecipePlan block = planFor(w8a8Block, config);
+        const quant::RecipePlan weightsOnly = planFor(w8Bf16Activations, config);
+        const quant::RecipePlan int4Plan = planFor(int4, config);
+        const std::uint64_t edgeElements = embedding * (tied ? 1 : 2);
         for (const model::DType stored : {model::DType::BF16, model::DType::F32}) {
-            const QString where = QStringLiteral("tied %1, stored %2").arg(tied).arg(stored == model::DType::BF16);
-            QVERIFY2(engine::engineExtraBytes(config, nullptr, stored, gpu) == everyModuleFloat32, qPrintable(where));
-            const quant::RecipePlan channel = planFor(kFp8Recipe, config);
-            QVERIFY2(engine::engineExtraBytes(config, &channel, stored, gpu)
-                    == (kernels ? edges + layers + 4 * rows : everyModuleFloat32),
-                qPrintable(where));
-            const quant::RecipePlan block = planFor(w8a8Block, config);
-            QVERIFY2(engine::engineExtraBytes(config, &block, stored, gpu)
-                    == (kernels ? edges + layers + 4 * blocks : everyModuleFloat32),
-                qPrintable(where));
-            // FP8 weights with bf16 activations are emulated (no mixed GEMM), as are int4 weights.
-            const quant::RecipePlan weightsOnly = planFor(w8Bf16Activations, config);
-            QVERIFY2(engine::engineExtraBytes(config, &weightsOnly, stored, gpu) == everyModuleFloat32, qPrintable(where));
-            const quant::RecipePlan int4Plan = planFor(int4, config);
-            QVERIFY2(engine::engineExtraBytes(config, &int4Plan, stored, gpu) == everyModuleFloat32, qPrintable(where));
+            for (const engine::EngineKernels chosen : {engine::EngineKernels::Float32, engine::EngineKernels::BFloat16}) {
+                const bool bf16 = chosen == engine::EngineKernels::BFloat16;
+                const QString where = QStringLiteral("tied %1, stored bf16 %2, %3")
+                                          .arg(tied)
+                                          .arg(stored == model::DType::BF16)
+                                          .arg(QString::fromStdString(engine::toString(chosen)));
+                // A bf16 module: float32 copy, or under BFloat16 kernels the stored bf16 tensor or a bf16 copy.
+                const std::uint64_t perBf16Element = bf16 ? (stored == model::DType::BF16 ? 0 : 2) : 4;
+                const std::uint64_t edges = perBf16Element * edgeElements;
+                const auto bytes = [&](const quant::RecipePlan* plan) {
+                    return engine::engineExtraBytes(config, plan, stored, gpu, chosen);
+                };
+                QVERIFY2(bytes(nullptr) == edges + perBf16Element * layers, qPrintable(where));
+                // FP8 W8A8: native where the build has the kernels, else emulated in float32.
+                QVERIFY2(bytes(&channel) == edges + (kernels ? layers + 4 * rows : 4 * layers), qPrintable(where));
+                QVERIFY2(bytes(&block) == edges + (kernels ? layers + 4 * blocks : 4 * layers), qPrintable(where));
+                // FP8 weights with bf16 activations are emulated (no mixed GEMM), as are int4 weights.
+                QVERIFY2(bytes(&weightsOnly) == edges + 4 * layers, qPrintable(where));
+                QVERIFY2(bytes(&int4Plan) == edges + 4 * layers, qPrintable(where));
+            }
         }
+    }
+    // Auto on a device this machine does not have: the float32 layout (the BF16 GEMM cannot be checked there).
+    if (!std::getenv("MISMATCH_ENGINE_KERNELS")) {
+        QVERIFY(engine::engineKernels(engine::EngineKernels::Auto, gpu, config) == engine::EngineKernels::Float32);
+        QCOMPARE(engine::engineExtraBytes(config, nullptr, model::DType::BF16, gpu),
+            engine::engineExtraBytes(config, nullptr, model::DType::BF16, gpu, engine::EngineKernels::Float32));
     }
 }
 

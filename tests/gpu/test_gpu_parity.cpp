@@ -118,7 +118,8 @@ void checkDeviceMemoryPlan(const std::string& label, const model::ModelConfig& c
     }
     const std::uint64_t planned = engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored, kGpu) + biasBytes;
     check(held == planned, label + ": the engine holds on the device what the memory plan counts",
-        std::to_string(held) + " bytes held, " + std::to_string(planned) + " planned");
+        std::to_string(held) + " bytes held, " + std::to_string(planned) + " planned; "
+            + engine::toString(engineModel.kernels()) + " kernels");
 }
 
 void testEngine(const std::string& recipeFile)
