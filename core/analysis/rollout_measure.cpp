@@ -150,6 +150,15 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
     }
     const auto engines = static_cast<std::uint64_t>(std::max<std::int64_t>(1, enginesAtOnce));
     items.push_back({"engine weights", engines * engine});
+    // Fitting FP8 KV scales builds a BF16 engine beside the candidate's (engine::calibrateKvScales). On the CPU it
+    // shares the candidate's BF16 view; on a device it holds what a BF16 engine holds there.
+    const bool fp8Kv = std::any_of(plans.begin(), plans.end(), [](const quant::RecipePlan* plan) {
+        return plan && std::any_of(plan->kvPerLayer.begin(), plan->kvPerLayer.end(),
+                   [](const quant::KvPrecision& kv) { return kv.format == quant::KvFormat::Fp8E4m3; });
+    });
+    if (fp8Kv && !settings.device.is_cpu()) {
+        items.push_back({"KV-scale calibration engine", engine::engineExtraBytes(config, nullptr, stored, settings.device)});
+    }
     items.push_back({"KV cache", engines * settings.kvCacheBytes});
     items.push_back({"distributions and logits",
         engine::measurementBytes(config.vocabSize, settings.maxNewTokens, settings.batchSize,

@@ -254,6 +254,24 @@ EngineKernels resolveKernels(EngineKernels kernels)
     return nativeBf16 ? EngineKernels::BFloat16 : EngineKernels::Float32;
 }
 
+namespace {
+
+// cuBLAS may sum the split-K partial products of a BF16 GEMM in bf16 unless told not to; the engine's function
+// sums in float32. Set once for the whole process, before a device engine's first BF16 GEMM (other BF16 GEMMs of
+// the process only gain precision). False where this LibTorch has no such setting.
+bool keepCublasBf16ReductionsInFloat32()
+{
+#if defined(MISMATCH_TORCH_BF16_REDUCTION_SETTING)
+    static std::once_flag once;
+    std::call_once(once, [] { at::globalContext().setAllowBF16ReductionCuBLAS(false); });
+    return true;
+#else
+    return false;
+#endif
+}
+
+} // namespace
+
 EngineKernels engineKernels(EngineKernels requested, const at::Device& device, const model::ModelConfig& config)
 {
     const std::vector<std::int64_t> widths {config.hiddenSize, config.intermediateSize, config.qSize()};
@@ -265,19 +283,19 @@ EngineKernels engineKernels(EngineKernels requested, const at::Device& device, c
             : kernels;
     }
     if (requested != EngineKernels::Auto) {
+        // An explicit choice (a caller's, such as a test's) as given.
+        if (requested == EngineKernels::BFloat16) {
+            keepCublasBf16ReductionsInFloat32();
+        }
         return requested;
     }
-    if (const auto chosen = kernelsFromEnvironment()) {
-        return *chosen;
+    // Auto, or MISMATCH_ENGINE_KERNELS: BFloat16 only where the reductions can be kept in float32 and the device's
+    // GEMM then passes the rounding check (as MISMATCH_ENGINE_KERNELS=bfloat16 on the CPU is).
+    if (kernelsFromEnvironment().value_or(EngineKernels::BFloat16) == EngineKernels::Float32
+        || !keepCublasBf16ReductionsInFloat32()) {
+        return EngineKernels::Float32;
     }
-#if defined(MISMATCH_TORCH_BF16_REDUCTION_SETTING)
-    // cuBLAS may sum split-K partial products of a BF16 GEMM in bf16 unless told not to; the engine's function sums
-    // in float32. Set for the whole process (other BF16 GEMMs only gain precision), then the GEMM is checked.
-    at::globalContext().setAllowBF16ReductionCuBLAS(false);
     return deviceBf16KernelsRoundOnce(device, widths) ? EngineKernels::BFloat16 : EngineKernels::Float32;
-#else
-    return EngineKernels::Float32; // this LibTorch cannot keep cuBLAS's BF16 reductions in float32
-#endif
 }
 
 bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures)
@@ -328,11 +346,19 @@ bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std:
     if (found != known.end()) {
         return found->second;
     }
+    // With and without a bias: LibTorch takes another cuBLAS path for a product with a bias (addmm's fused bias
+    // epilogue), and the engine's modules with biases go there.
     const bool roundsOnce = bf16GemmRoundsOnce(
-        [&device](const at::Tensor& x, const at::Tensor& w) {
-            return at::linear(x.to(device), w.to(device)).to(at::kCPU);
-        },
-        inFeatures);
+                                [&device](const at::Tensor& x, const at::Tensor& w) {
+                                    return at::linear(x.to(device), w.to(device)).to(at::kCPU);
+                                },
+                                inFeatures)
+        && bf16GemmRoundsOnce(
+            [&device](const at::Tensor& x, const at::Tensor& w) {
+                const at::Tensor bias = at::zeros({w.size(0)}, w.options().device(device));
+                return at::linear(x.to(device), w.to(device), bias).to(at::kCPU);
+            },
+            inFeatures);
     known.emplace(key, roundsOnce);
     return roundsOnce;
 }

@@ -93,12 +93,13 @@ using Bf16Gemm = std::function<at::Tensor(const at::Tensor& x, const at::Tensor&
 bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures);
 // bf16GemmRoundsOnce for LibTorch's at::linear on bf16 tensors, cached per set of widths.
 bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures);
-// The same for at::linear on `device` (the operands moved there, the product brought back), cached per device and
-// widths; false for a device this process cannot use.
+// The same for at::linear on `device` (the operands moved there, the product brought back), with and without a
+// bias, cached per device and widths; false for a device this process cannot use.
 bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std::int64_t>& inFeatures);
 // The kernels an engine of `config` whose weights live on `device` uses for `requested`: on the CPU
-// resolveKernels, with Auto's BFloat16 also requiring bf16KernelsRoundOnce for the model's widths; on another
-// device an explicit choice (or MISMATCH_ENGINE_KERNELS) as given, and Auto as the header says.
+// resolveKernels, with Auto's BFloat16 (MISMATCH_ENGINE_KERNELS=bfloat16 included) also requiring
+// bf16KernelsRoundOnce for the model's widths; on another device an explicit choice as given (BFloat16 with
+// cuBLAS's reductions kept in float32 where this LibTorch allows), and Auto as the header says.
 EngineKernels engineKernels(EngineKernels requested, const at::Device& device, const model::ModelConfig& config);
 
 struct EngineOptions {

@@ -64,6 +64,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   exit 1
 fi
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH_BUILD_GUI=OFF "$cuda_option" \
+    -DMISMATCH_CUDA_RUNTIME=AUTO \
     "-DMISMATCH_TEST_DIRS=gpu;bench" -DMISMATCH_ICU="$icu" ${prefix_path:+"-DCMAKE_PREFIX_PATH=$prefix_path"} \
     >"$build/configure.log" 2>&1; then
   tail -n 30 "$build/configure.log"
@@ -71,6 +72,7 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMISMATCH
   exit 1
 fi
 grep -E "Mismatch Lab|CUDA runtime|Qt 6 Test|-- Library |MISMATCH_ICU" "$build/configure.log" || true
+grep -A4 "CMake Warning" "$build/configure.log" || true
 log "building mismatch, test_gpu_reference, test_gpu_kernels, test_gpu_parity, bench_gpu, bench_model_shape"
 # -k 0: on a failure the build goes on with everything else, so one run lists every file that does not compile.
 if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu bench_model_shape -- -k 0 \
@@ -80,18 +82,22 @@ if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference te
   exit 1
 fi
 log "build done"
-# The programs must start. Against a LibTorch with CUDA they link the shared CUDA runtime that LibTorch links (one
-# runtime per process, CMakeLists.txt); should the loader refuse that pairing (say, a toolkit runtime older than
-# LibTorch's), the build goes back to the static runtime rather than losing the run.
+# The programs must start (`--version` loads every library; it needs no device, so this catches the loader, not
+# the GPU). Against a LibTorch with CUDA they link the shared CUDA runtime that LibTorch links (one runtime per
+# process, CMakeLists.txt); should the loader refuse the toolkit's runtime there (say, one older than LibTorch's),
+# the build goes back to the static runtime, with which LibTorch's own libcudart is the one loaded.
 if ! "$build/app/mismatch" --version >"$build/start.log" 2>&1; then
   cat "$build/start.log"
   log "mismatch does not start with the shared CUDA runtime: rebuilding with -DMISMATCH_CUDA_RUNTIME=Static"
-  if ! cmake "$build" -DMISMATCH_CUDA_RUNTIME=Static >>"$build/configure.log" 2>&1 \
-      || ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu bench_model_shape \
-        >>"$build/build.log" 2>&1 || ! "$build/app/mismatch" --version >"$build/start.log" 2>&1; then
-    cat "$build/start.log"
-    log "mismatch does not start with the static CUDA runtime either; logs in $build"
-    exit 1
+  if ! cmake "$build" -DMISMATCH_CUDA_RUNTIME=Static >>"$build/configure.log" 2>&1; then
+    tail -n 20 "$build/configure.log"; log "reconfiguring failed"; exit 1
+  fi
+  if ! cmake --build "$build" -j"$(nproc)" --target mismatch test_gpu_reference test_gpu_kernels test_gpu_parity bench_gpu bench_model_shape \
+      >>"$build/build.log" 2>&1; then
+    grep -E "error:|Error [0-9]" "$build/build.log" | sort -u | head -n 30; log "rebuilding failed"; exit 1
+  fi
+  if ! "$build/app/mismatch" --version >"$build/start.log" 2>&1; then
+    cat "$build/start.log"; log "mismatch does not start with the static CUDA runtime either"; exit 1
   fi
 fi
 head -n 3 "$build/start.log"

@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -94,7 +95,7 @@ double meanKl(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& q
 // equal to the byte, as on the CPU (test_engine).
 void checkDeviceMemoryPlan(const std::string& label, const model::ModelConfig& config,
     const model::TransformerWeights& given, const analysis::EngineConfiguration& configuration,
-    const engine::EngineModel& engineModel)
+    const engine::EngineModel& engineModel, engine::EngineKernels kernels = engine::EngineKernels::Auto)
 {
     std::set<const void*> givenStorage;
     std::uint64_t biasBytes = 0;
@@ -116,10 +117,29 @@ void checkDeviceMemoryPlan(const std::string& label, const model::ModelConfig& c
     if (configuration.recipe) {
         plan = quant::resolveRecipe(*configuration.recipe, config);
     }
-    const std::uint64_t planned = engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored, kGpu) + biasBytes;
+    const std::uint64_t planned
+        = engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored, kGpu, kernels) + biasBytes;
     check(held == planned, label + ": the engine holds on the device what the memory plan counts",
         std::to_string(held) + " bytes held, " + std::to_string(planned) + " planned; "
             + engine::toString(engineModel.kernels()) + " kernels");
+}
+
+// The same for both device layouts, each engine built with its kernels chosen explicitly.
+void checkDeviceMemoryPlans(const std::string& label, const model::ModelConfig& config,
+    const model::TransformerWeights& given, const analysis::EngineConfiguration& configuration)
+{
+    std::optional<quant::RecipePlan> plan;
+    if (configuration.recipe) {
+        plan = quant::resolveRecipe(*configuration.recipe, config);
+    }
+    for (const engine::EngineKernels kernels : {engine::EngineKernels::Float32, engine::EngineKernels::BFloat16}) {
+        engine::EngineOptions options;
+        options.precision = engine::EnginePrecision::Bf16Reference;
+        options.kernels = kernels;
+        const engine::EngineModel engineModel(config, given, plan, options);
+        checkDeviceMemoryPlan(label + ", " + engine::toString(kernels) + " kernels", config, given, configuration,
+            engineModel, kernels);
+    }
 }
 
 void testEngine(const std::string& recipeFile)
@@ -143,6 +163,7 @@ void testEngine(const std::string& recipeFile)
     const model::TransformerWeights gpuWeights = onDevice(model.weights, kGpu);
     auto gpuEngine = analysis::buildEngine(model.config, gpuWeights, configuration, requests.prompts(), settings);
     checkDeviceMemoryPlan(label, model.config, gpuWeights, configuration, gpuEngine->model());
+    checkDeviceMemoryPlans(label, model.config, gpuWeights, configuration);
     const auto cpuGenerated = cpuEngine->generate(requests.requests, sampling);
     const std::int64_t attentionBefore = engine::deviceKvAttentionCalls();
     const std::int64_t appendBefore = engine::deviceKvAppendCalls();
@@ -418,6 +439,12 @@ void testTrainingRun(const std::filesystem::path& work)
 // released; the device memory check releases it first (model::availableDeviceMemory).
 void testCachedMemoryRelease()
 {
+    if (std::getenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES") || std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING")) {
+        // A set limit replaces the device query; without caching there is nothing to release.
+        std::printf("cached memory release: not checked (MISMATCH_DEVICE_MEMORY_LIMIT_BYTES or "
+                    "PYTORCH_NO_CUDA_MEMORY_CACHING is set)\n");
+        return;
+    }
     constexpr std::int64_t kElements = std::int64_t(1) << 28; // 1 GiB of float32
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     cuda::releaseCachedMemory();

@@ -18,6 +18,8 @@
 #include "core/common/byte_size.h"
 #include "core/common/error.h"
 #include "core/engine/memory_plan.h"
+#include "core/quant/recipe.h"
+#include "core/quant/recipe_plan.h"
 #include "core/model/memory_check.h"
 #include "core/model/model_files.h"
 #include "core/model/transformer.h"
@@ -365,8 +367,8 @@ void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
 }
 
 QTEST_GUILESS_MAIN(TestFailureModes)
-// An analysis whose configuration adds weight noise builds its engine on a noised copy of the weights
-// (engine::addWeightNoise), held beside the original: its memory check counts that copy, the size of the checkpoint.
+// What an analysis builds beside its engines is in its memory check: a configuration with weight noise builds its
+// engine on a noised copy of the weights (engine::addWeightNoise), held beside the original, the checkpoint's size.
 void TestFailureModes::noisyConfigurationCountsItsWeightCopy()
 {
     const std::uint64_t stored = engine::storedWeights(inputs_.student).bytes;
@@ -386,6 +388,32 @@ void TestFailureModes::noisyConfigurationCountsItsWeightCopy()
     const std::string noisy = refusal(true);
     QVERIFY2(contains(plain, "needs about") && !contains(plain, "noisy weight copy"), plain.c_str());
     QVERIFY2(contains(noisy, "noisy weight copy: " + formatByteSize(stored)), noisy.c_str());
+
+    // Fitting FP8 KV scales builds a BF16 engine beside the candidate's: on a device it holds its own weights
+    // there (counted), on the CPU it shares the candidate's BF16 view (not counted). The device check runs against
+    // MISMATCH_DEVICE_MEMORY_LIMIT_BYTES, so no GPU is needed.
+    const model::ModelConfig config = model::loadConfig(inputs_.student + "/config.json");
+    const quant::RecipePlan fp8Kv
+        = quant::resolveRecipe(quant::loadRecipe(std::string(MISMATCH_RESOURCE_DIR) + "/recipes/fp8-kv.yaml"), config);
+    const auto withKvPlan = [&](const at::Device& device) {
+        ::setenv("MISMATCH_MEMORY_LIMIT_BYTES", "1000", 1);
+        ::setenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES", "1000", 1);
+        analysis::MeasureSettings settings;
+        settings.device = device;
+        std::string message;
+        try {
+            analysis::checkAnalysisMemory("the admission check", {inputs_.student}, {nullptr, &fp8Kv}, settings);
+        } catch (const ResourceError& error) {
+            message = error.what();
+        }
+        ::unsetenv("MISMATCH_MEMORY_LIMIT_BYTES");
+        ::unsetenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES");
+        return message;
+    };
+    const std::string onCpu = withKvPlan(at::Device(at::kCPU));
+    const std::string onGpu = withKvPlan(at::Device(at::kCUDA, 0));
+    QVERIFY2(contains(onCpu, "needs about") && !contains(onCpu, "KV-scale calibration engine"), onCpu.c_str());
+    QVERIFY2(contains(onGpu, "on cuda:0") && contains(onGpu, "KV-scale calibration engine: "), onGpu.c_str());
 }
 
 #include "test_failure_modes.moc"
