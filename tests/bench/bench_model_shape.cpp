@@ -11,7 +11,8 @@
 //   4. the admission check of six candidates (tests/bench/shape-candidates.yaml) at --admission-prompts probe
 //      prompts x --admission-tokens tokens, each candidate's first --admission-store-generations generations stored
 //      for the token drill-down as `admit` does (default: its default), in a child process: wall time, peak RSS, the
-//      KV-cache storage it allocated, and RSS against the BF16 weight bytes.
+//      KV-cache storage it allocated, and RSS against the BF16 weight bytes; on a CUDA device also the device memory
+//      each child reserved (free memory at its start minus at its end).
 // Ratios: engine BF16 decode tokens/s over eager BF16 and over eager FP32 (on a CPU without fast BF16 kernels the
 // FP32 baseline is the faster one), FP8 W8A8 and FP8 KV time over BF16, fp8-kv peak RSS over bf16. Prints a table
 // and writes JSON.
@@ -39,6 +40,9 @@
 #include "core/quant/recipe_plan.h"
 #include "core/store/run_store.h"
 #include "core/train/zoo_shape.h"
+#if defined(MISMATCH_HAVE_CUDA)
+#include "cuda/device.h"
+#endif
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -55,6 +59,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -191,6 +196,42 @@ std::uint64_t peakRssBytes()
     return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
 }
 
+// Device memory a child's job reserved on a CUDA device: free memory at its start minus free memory at its end.
+// LibTorch's caching allocator keeps the blocks it reserved until they are released (the child releases nothing),
+// so at the end this is about the job's peak reservation: what the memory plan's device check is about. -1 off a
+// CUDA device or in a build without the cuda/ kernels.
+class DeviceMemoryProbe {
+public:
+    explicit DeviceMemoryProbe(const std::string& device)
+    {
+#if defined(MISMATCH_HAVE_CUDA)
+        const at::Device parsed = parseDevice(device, "bench_model_shape", "--device");
+        if (parsed.is_cuda()) {
+            index_ = parsed.has_index() ? parsed.index() : 0;
+            cuda::releaseCachedMemory();
+            start_ = cuda::freeMemoryBytes(index_);
+        }
+#else
+        (void)device;
+#endif
+    }
+    double reservedBytes() const
+    {
+#if defined(MISMATCH_HAVE_CUDA)
+        if (start_) {
+            if (const auto now = cuda::freeMemoryBytes(index_)) {
+                return static_cast<double>(*start_) - static_cast<double>(*now);
+            }
+        }
+#endif
+        return -1.0;
+    }
+
+private:
+    int index_ = 0;
+    std::optional<std::size_t> start_;
+};
+
 std::string loadAverage()
 {
     std::ifstream in("/proc/loadavg");
@@ -247,6 +288,7 @@ std::vector<engine::GenerationRequest> benchRequests(std::int64_t batch, std::in
 
 int engineChild(const Arguments& a)
 {
+    const DeviceMemoryProbe deviceMemory(a.device);
     const model::ModelConfig config = model::loadConfig(a.modelDir + "/config.json");
     const auto loadStart = std::chrono::steady_clock::now();
     model::TransformerWeights weights = onDevice(model::loadWeights(a.modelDir, config, model::LoadPrecision::Stored),
@@ -300,7 +342,7 @@ int engineChild(const Arguments& a)
             {"decode_seconds", decodeSeconds}, {"decode_tokens_per_second", decodeTokens / decodeSeconds},
             {"generate_seconds", std::chrono::duration<double>(end - generateStart).count()},
             {"generated_tokens", tokens}, {"peak_rss_bytes", peakRssBytes()},
-            {"kv_storage_bytes", engine::peakKvStorageBytes()}});
+            {"kv_storage_bytes", engine::peakKvStorageBytes()}, {"device_reserved_bytes", deviceMemory.reservedBytes()}});
     return 0;
 }
 
@@ -320,6 +362,7 @@ int admissionChild(const Arguments& a)
     options.settings.batchSize = a.admissionBatch;
     options.threshold = 0.05;
     options.settings.device = parseDevice(a.device, "bench_model_shape", "--device");
+    const DeviceMemoryProbe deviceMemory(a.device);
     const auto start = std::chrono::steady_clock::now();
     analysis::AdmissionResult result;
     {
@@ -337,7 +380,7 @@ int admissionChild(const Arguments& a)
     fs::remove_all(scratch);
     writeJson(a.jsonPath,
         {{"seconds", seconds}, {"peak_rss_bytes", peakRssBytes()}, {"kv_storage_bytes", engine::peakKvStorageBytes()},
-            {"candidates", options.candidates.size()}, {"prompts", a.admissionPrompts},
+            {"device_reserved_bytes", deviceMemory.reservedBytes()}, {"candidates", options.candidates.size()}, {"prompts", a.admissionPrompts},
             {"max_tokens", a.admissionTokens}, {"stored_generations", a.admissionStoreGenerations}, {"batch", options.settings.batchSize}, {"rows", rows}});
     return 0;
 }
@@ -545,9 +588,13 @@ int main(int argc, char** argv)
             std::printf("%-22s %s\n", name.c_str(), r.is_object() ? r["error"].get<std::string>().c_str() : "missing");
             return;
         }
-        std::printf("%-22s %9.2f %9.2f %12.1f %12.2f %10.2f %11s\n", name.c_str(), number(r, "load_seconds"),
+        std::printf("%-22s %9.2f %9.2f %12.1f %12.2f %10.2f %11s", name.c_str(), number(r, "load_seconds"),
             number(r, "time_to_first_token_seconds"), number(r, "prefill_tokens_per_second"),
             number(r, "decode_tokens_per_second"), number(r, "decode_seconds"), gib(number(r, "peak_rss_bytes")).c_str());
+        if (number(r, "device_reserved_bytes") > 0) {
+            std::printf("  (device %s)", gib(number(r, "device_reserved_bytes")).c_str());
+        }
+        std::printf("\n");
     };
     for (const auto& [name, r] : engines.items()) {
         row("engine " + name, r);
@@ -592,6 +639,11 @@ int main(int argc, char** argv)
             admission["rows"].size(), static_cast<long long>(a.admissionPrompts),
             static_cast<long long>(a.admissionTokens), number(admission, "seconds"), gib(rss).c_str(),
             rss / weightBytes, (rss - kv) / weightBytes, gib(kv).c_str());
+        if (number(admission, "device_reserved_bytes") > 0) {
+            std::printf("admission: device memory reserved %s (%.2fx the BF16 weights)\n",
+                gib(number(admission, "device_reserved_bytes")).c_str(),
+                number(admission, "device_reserved_bytes") / weightBytes);
+        }
         for (const auto& r : admission["rows"]) {
             std::printf("  %-18s mismatch %.3g [%.3g, %.3g]  %.0fx BF16  %s  %.1f s\n",
                 r["candidate"].get<std::string>().c_str(), number(r, "mismatch"), number(r, "low"),
