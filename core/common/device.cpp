@@ -141,4 +141,9 @@ model::TransformerWeights onDevice(const model::TransformerWeights& weights, con
     return moved;
 }
 
+at::Device deviceOf(const model::TransformerWeights& weights)
+{
+    return weights.size() == 0 ? at::Device(at::kCPU) : weights.get(weights.names().front()).device();
+}
+
 } // namespace mismatch

@@ -36,5 +36,7 @@ std::string deviceName(const at::Device& device);
 
 // Every tensor moved to `device` (the same tensors when already there).
 model::TransformerWeights onDevice(const model::TransformerWeights& weights, const at::Device& device);
+// Where the weights live, so where a model on them computes: the first tensor's device; the CPU for none.
+at::Device deviceOf(const model::TransformerWeights& weights);
 
 } // namespace mismatch

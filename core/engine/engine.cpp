@@ -1,5 +1,7 @@
 #include "core/engine/engine.h"
 
+#include "core/common/device.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -46,13 +48,6 @@ std::size_t findStopString(const std::string& text, std::size_t previousLength, 
 // Logits of the last `lastPositions` positions of a left-padded batch.
 using ForwardLogits
     = std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions)>;
-
-// Where a model computes: the device of its weights.
-at::Device weightDevice(const model::Transformer& model)
-{
-    const model::TransformerWeights& weights = model.weights();
-    return weights.size() == 0 ? at::Device(at::kCPU) : weights.get(weights.names().front()).device();
-}
 
 // `device`: the model's, where rows stay when options.onHost is false (an empty response's [0, vocab] too).
 std::vector<at::Tensor> scoreWith(const ForwardLogits& forward, std::int64_t vocab, const at::Device& device,
@@ -285,7 +280,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         }
         if (sampling.keepLogits) {
             result.logits = row.logits.empty()
-                ? at::empty({0, vocab}, at::TensorOptions().dtype(keptLogitsType).device(weightDevice(*model_)))
+                ? at::empty({0, vocab}, at::TensorOptions().dtype(keptLogitsType).device(deviceOf(model_->weights())))
                 : at::stack(row.logits);
             row.logits.clear();
         }
@@ -410,7 +405,7 @@ std::vector<at::Tensor> scoreSequences(const model::Transformer& model,
         forwardOptions.lastPositions = lastPositions;
         return model.forward(ids, mask, forwardOptions);
     };
-    return scoreWith(forward, model.config().vocabSize, weightDevice(model), prompts, responses, options, progress);
+    return scoreWith(forward, model.config().vocabSize, deviceOf(model.weights()), prompts, responses, options, progress);
 }
 
 std::vector<at::Tensor> scoreSequences(EngineModel& model, const std::vector<std::vector<std::int64_t>>& prompts,
@@ -419,7 +414,7 @@ std::vector<at::Tensor> scoreSequences(EngineModel& model, const std::vector<std
     const ForwardLogits forward = [&model](const at::Tensor& ids, const at::Tensor& mask, std::int64_t lastPositions) {
         return model.forwardQuantized(ids, mask, /*logProbs=*/false, lastPositions);
     };
-    return scoreWith(forward, model.config().vocabSize, weightDevice(model), prompts, responses, options, progress);
+    return scoreWith(forward, model.config().vocabSize, deviceOf(model.weights()), prompts, responses, options, progress);
 }
 
 } // namespace mismatch::engine

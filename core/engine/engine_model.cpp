@@ -231,15 +231,6 @@ std::optional<EngineKernels> kernelsFromEnvironment()
     throw InputError("MISMATCH_ENGINE_KERNELS", "", "expected float32 or bfloat16, got '" + value + "'");
 }
 
-// Where the weights live (the first tensor's device; the CPU for none).
-at::Device weightsDevice(const model::TransformerWeights& weights)
-{
-    for (const auto& named : weights.named()) {
-        return named.second.device();
-    }
-    return at::Device(at::kCPU);
-}
-
 } // namespace
 
 EngineKernels resolveKernels(EngineKernels kernels)
@@ -298,6 +289,24 @@ EngineKernels engineKernels(EngineKernels requested, const at::Device& device, c
     return deviceBf16KernelsRoundOnce(device, widths) ? EngineKernels::BFloat16 : EngineKernels::Float32;
 }
 
+DeviceWeightLayout deviceWeightLayout(
+    const std::string& module, const quant::ModulePrecision& precision, EngineKernels kernels)
+{
+#if defined(MISMATCH_HAVE_CUDA)
+    if (precision.weights.format == quant::WeightFormat::Fp8E4m3
+        && precision.activations.format == quant::ActivationFormat::Fp8E4m3 && module != "embed_tokens") {
+        return DeviceWeightLayout::Fp8Codes;
+    }
+#else
+    (void)module; // no kernels in this build: FP8 modules are emulated in float32
+#endif
+    if (precision.weights.format == quant::WeightFormat::Bf16
+        && precision.activations.format == quant::ActivationFormat::Bf16 && kernels == EngineKernels::BFloat16) {
+        return DeviceWeightLayout::Bf16;
+    }
+    return DeviceWeightLayout::Float32;
+}
+
 bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures)
 {
     const at::NoGradGuard noGrad;
@@ -331,12 +340,11 @@ bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& i
 
 bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std::int64_t>& inFeatures)
 {
-    if (device.is_cpu()) {
-        return bf16KernelsRoundOnce(inFeatures);
-    }
-    const std::vector<std::string> usable = availableDevices();
-    if (std::find(usable.begin(), usable.end(), deviceName(device)) == usable.end()) {
-        return false;
+    if (!device.is_cpu()) {
+        const std::vector<std::string> usable = availableDevices();
+        if (std::find(usable.begin(), usable.end(), deviceName(device)) == usable.end()) {
+            return false;
+        }
     }
     static std::mutex mutex;
     static std::map<std::pair<std::string, std::vector<std::int64_t>>, bool> known;
@@ -346,36 +354,24 @@ bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std:
     if (found != known.end()) {
         return found->second;
     }
-    // With and without a bias: LibTorch takes another cuBLAS path for a product with a bias (addmm's fused bias
-    // epilogue), and the engine's modules with biases go there.
-    const bool roundsOnce = bf16GemmRoundsOnce(
-                                [&device](const at::Tensor& x, const at::Tensor& w) {
-                                    return at::linear(x.to(device), w.to(device)).to(at::kCPU);
-                                },
-                                inFeatures)
-        && bf16GemmRoundsOnce(
-            [&device](const at::Tensor& x, const at::Tensor& w) {
-                const at::Tensor bias = at::zeros({w.size(0)}, w.options().device(device));
-                return at::linear(x.to(device), w.to(device), bias).to(at::kCPU);
-            },
-            inFeatures);
+    const auto product = [&device](const at::Tensor& x, const at::Tensor& w) {
+        return at::linear(x.to(device), w.to(device)).to(at::kCPU);
+    };
+    // On a device also with a bias: LibTorch takes another cuBLAS path for a product with a bias (addmm's fused
+    // bias epilogue), and the engine's modules with biases go there.
+    const auto productWithBias = [&device](const at::Tensor& x, const at::Tensor& w) {
+        const at::Tensor bias = at::zeros({w.size(0)}, w.options().device(device));
+        return at::linear(x.to(device), w.to(device), bias).to(at::kCPU);
+    };
+    const bool roundsOnce = bf16GemmRoundsOnce(product, inFeatures)
+        && (device.is_cpu() || bf16GemmRoundsOnce(productWithBias, inFeatures));
     known.emplace(key, roundsOnce);
     return roundsOnce;
 }
 
 bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
 {
-    static std::mutex mutex;
-    static std::map<std::vector<std::int64_t>, bool> known;
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto found = known.find(inFeatures);
-    if (found != known.end()) {
-        return found->second;
-    }
-    const bool roundsOnce
-        = bf16GemmRoundsOnce([](const at::Tensor& x, const at::Tensor& w) { return at::linear(x, w); }, inFeatures);
-    known.emplace(inFeatures, roundsOnce);
-    return roundsOnce;
+    return deviceBf16KernelsRoundOnce(at::Device(at::kCPU), inFeatures);
 }
 
 std::int64_t nativeFp8LinearCalls()
@@ -585,7 +581,7 @@ EngineModel::EngineModel(model::ModelConfig config, model::TransformerWeights we
     // The FP32 engine multiplies nothing in bf16: no GEMM check for it.
     kernels_ = precision_ == EnginePrecision::Fp32
         ? resolveKernels(options.kernels)
-        : engineKernels(options.kernels, weightsDevice(this->weights()), this->config());
+        : engineKernels(options.kernels, deviceOf(this->weights()), this->config());
     options_.precision = precision_;
     options_.kernels = kernels_;
     kvPrecisions_ = plan_ ? plan_->kvPerLayer
@@ -622,17 +618,14 @@ EngineModel::ModuleState EngineModel::moduleState(
         // through the device's round-to-nearest-even conversion (roundBf16), e4m3 per tensor, channel or 128 x 128
         // block through the FP8 kernels (tests/gpu: the same codes, scales and float32 values). Other formats,
         // and a weight that is not finite (fakeQuantize names the element), go through the CPU codec: to the host
-        // and back once, when the engine is built. What stays on the device (engine/memory_plan.h counts it): a
-        // module the native FP8 GEMM multiplies keeps only its codes and scales (1 byte an element), every other
-        // module its float32 rounded weight (4 bytes), once for a tied bf16 tensor.
+        // and back once, when the engine is built. What stays on the device is the module's deviceWeightLayout
+        // (engine/memory_plan.h counts it), a bf16 copy once for a tied tensor.
         const at::Tensor source = weight.detach();
         const quant::WeightFormat format = precision.weights.format;
-        // BFloat16 kernels keep a bf16 module with bf16 activations in bf16 (the given tensor when it is bf16: the
-        // device's round-to-nearest-even conversion is roundBf16's rounding), for cuBLAS's BF16 GEMM.
-        const at::ScalarType bf16Dtype = kernels_ == EngineKernels::BFloat16
-                && precision.activations.format == quant::ActivationFormat::Bf16
-            ? at::kBFloat16
-            : at::kFloat;
+        const DeviceWeightLayout layout = deviceWeightLayout(module, precision, kernels_);
+        // A bf16 module keeps its weight in bf16 for cuBLAS's BF16 GEMM (the given tensor when it is bf16: the
+        // device's round-to-nearest-even conversion is roundBf16's rounding), else in float32.
+        const at::ScalarType bf16Dtype = layout == DeviceWeightLayout::Bf16 ? at::kBFloat16 : at::kFloat;
         if (deviceBf16.defined() && format == quant::WeightFormat::Bf16 && deviceBf16.scalar_type() == bf16Dtype) {
             state.deviceWeight = deviceBf16; // rounding is idempotent: the other module's values are these
         }
@@ -645,7 +638,7 @@ EngineModel::ModuleState EngineModel::moduleState(
         if (finite && source.is_cuda() && format == quant::WeightFormat::Fp8E4m3 && source.dim() == 2) {
             const cuda::Fp8Tensor quantized
                 = cuda::quantizeFp8(source, cuda::Fp8Kind::E4M3, cudaScaling(precision.weights));
-            if (module != "embed_tokens" && precision.activations.format == quant::ActivationFormat::Fp8E4m3) {
+            if (layout == DeviceWeightLayout::Fp8Codes) {
                 // The native GEMM's operands (linear()): the same codes and scales as the rounded weight.
                 state.fp8Codes = quantized.codes;
                 state.fp8Scales = quantized.scales;
@@ -675,7 +668,7 @@ void EngineModel::prepareModules()
     const model::TransformerWeights& stored = weights();
     // The BF16 view of each module weight: a bf16 module's own stored values, else the weight rounded to bf16.
     std::map<std::string, at::Tensor> bf16View;
-    std::map<std::string, at::Tensor> deviceBf16; // the same on a device: the float32 bf16-rounded weight
+    std::map<std::string, at::Tensor> deviceBf16; // the same on a device: the bf16-rounded weight (bf16 or float32)
     std::set<std::string> moduleTensors;
     for (const std::string& module : model::moduleNames(config())) {
         const std::string tensorName = weightTensorName(config(), module);

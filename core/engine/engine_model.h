@@ -96,6 +96,16 @@ bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures);
 // The same for at::linear on `device` (the operands moved there, the product brought back), with and without a
 // bias, cached per device and widths; false for a device this process cannot use.
 bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std::int64_t>& inFeatures);
+// How an engine whose weights live on a CUDA device keeps a module's weight there (EngineModel::moduleState;
+// engine/memory_plan.h counts it), for the module's precision and the engine's resolved kernels:
+//   Fp8Codes  the e4m3 codes and float32 scales the native FP8 GEMM multiplies (fp8_e4m3 weights and activations,
+//             not the embedding; builds with the cuda/ kernels)
+//   Bf16      the bf16 weight (the given tensor when it is bf16) cuBLAS's BF16 GEMM multiplies (bf16 weights and
+//             activations under BFloat16 kernels)
+//   Float32   the float32 rounded weight, multiplied in float32 (every other module)
+enum class DeviceWeightLayout { Fp8Codes, Bf16, Float32 };
+DeviceWeightLayout deviceWeightLayout(
+    const std::string& module, const quant::ModulePrecision& precision, EngineKernels kernels);
 // The kernels an engine of `config` whose weights live on `device` uses for `requested`: on the CPU
 // resolveKernels, with Auto's BFloat16 (MISMATCH_ENGINE_KERNELS=bfloat16 included) also requiring
 // bf16KernelsRoundOnce for the model's widths; on another device an explicit choice as given (BFloat16 with

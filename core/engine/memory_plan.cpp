@@ -48,19 +48,12 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
             = plan ? plan->modules.at(planModuleName(module)) : quant::ModulePrecision {};
         const quant::WeightPrecision& weights = precision.weights;
         if (!device.is_cpu()) {
-            // The weights stay as given there (no BF16 view); each module keeps what moduleState makes on a device.
-#if defined(MISMATCH_HAVE_CUDA)
-            const bool nativeFp8 = device.is_cuda() && weights.format == quant::WeightFormat::Fp8E4m3
-                && precision.activations.format == quant::ActivationFormat::Fp8E4m3 && module != "embed_tokens";
-#else
-            const bool nativeFp8 = false; // no kernels in this build: every module is emulated in float32
-#endif
-            const bool bf16Kept = deviceKernels == EngineKernels::BFloat16 && weights.format == quant::WeightFormat::Bf16
-                && precision.activations.format == quant::ActivationFormat::Bf16;
-            if (nativeFp8) {
+            // The weights stay as given there (no BF16 view); each module keeps its deviceWeightLayout.
+            const DeviceWeightLayout layout = deviceWeightLayout(module, precision, deviceKernels);
+            if (layout == DeviceWeightLayout::Fp8Codes) {
                 bytes += elements
                     + 4 * static_cast<std::uint64_t>(quant::weightScaleCount(shape, weights.format, weights.granularity));
-            } else if (bf16Kept) {
+            } else if (layout == DeviceWeightLayout::Bf16) {
                 // The given tensor itself when stored in bf16, else one bf16 copy (shared by a tied module).
                 if (stored != model::DType::BF16 && viewed.insert(tensor + " bf16").second) {
                     bytes += 2 * elements;
