@@ -23,12 +23,20 @@ TokenMismatch tokenMismatch(
     if (extras.entropy) {
         result.entropyPi = at::empty({rows}, options);
     }
+    const at::Tensor index = sampled.to(at::kLong).to(engineLogProbs.device()).unsqueeze(1);
+    if (extras.trainerLogits) {
+        result.logPiY = at::empty({rows}, options); // gathered from each block's log pi
+    }
     // Rows a block at a time: each block's float64 temporaries stay near 8 MiB whatever N is.
     const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t {1} << 20) / std::max<std::int64_t>(1, vocab));
     for (std::int64_t begin = 0; begin < rows; begin += block) {
         const std::int64_t count = std::min(block, rows - begin);
         const at::Tensor logMu = engineLogProbs.narrow(0, begin, count).to(at::kDouble);
-        const at::Tensor logPi = trainerLogProbs.narrow(0, begin, count).to(at::kDouble);
+        const at::Tensor trainerRows = trainerLogProbs.narrow(0, begin, count).to(at::kDouble);
+        const at::Tensor logPi = extras.trainerLogits ? at::log_softmax(trainerRows, -1) : trainerRows;
+        if (extras.trainerLogits) {
+            result.logPiY.narrow(0, begin, count).copy_(logPi.gather(1, index.narrow(0, begin, count)).squeeze(1));
+        }
         const at::Tensor mu = logMu.exp();
         // mu * (log mu - log pi), with 0 * anything = 0 where mu underflows to zero (e.g. masked by top-p).
         const at::Tensor terms = at::where(mu > 0, mu * (logMu - logPi), at::zeros_like(mu));
@@ -38,9 +46,10 @@ TokenMismatch tokenMismatch(
             result.entropyPi.narrow(0, begin, count).copy_(-(logPi.exp() * logPi).sum(-1));
         }
     }
-    const at::Tensor index = sampled.to(at::kLong).to(engineLogProbs.device()).unsqueeze(1);
     result.logMuY = engineLogProbs.gather(1, index).squeeze(1).to(at::kDouble);
-    result.logPiY = trainerLogProbs.gather(1, index).squeeze(1).to(at::kDouble);
+    if (!extras.trainerLogits) {
+        result.logPiY = trainerLogProbs.gather(1, index).squeeze(1).to(at::kDouble);
+    }
     result.k1 = result.logMuY - result.logPiY;
     const at::Tensor logR = result.logPiY - result.logMuY;
     result.k3 = logR.exp() - 1.0 - logR;

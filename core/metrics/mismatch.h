@@ -22,6 +22,9 @@ struct TokenMismatch {
 
 struct MismatchExtras {
     bool entropy = false; // also the trainer's entropy at each position (one more exp per vocabulary entry)
+    // The trainer's side is given as logits: log pi is their float64 log_softmax, taken a block of rows at a time
+    // like everything else here (the rows' values are the whole batch's log_softmax, bit for bit).
+    bool trainerLogits = false;
 };
 
 // engineLogProbs, trainerLogProbs: [N, V] log-probabilities (any float dtype; computed in float64);

@@ -740,26 +740,11 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
         }
 #endif
         if (!m.kl.defined()) {
-            // The float64 log pi a block of rows at a time (at most 2^22 entries), never the whole [N, vocab] batch
+            // The float64 log pi a block of rows at a time inside tokenMismatch, never the whole [N, vocab] batch
             // (1.2 GB at 1,024 tokens of a 151,936-token vocabulary).
-            const std::int64_t rows = scaled.size(0);
-            const std::int64_t block
-                = std::max<std::int64_t>(1, (std::int64_t {1} << 22) / std::max<std::int64_t>(1, scaled.size(1)));
-            std::vector<at::Tensor> kl {at::empty({0}, scaled.options().dtype(at::kDouble))};
-            std::vector<at::Tensor> k1 {kl.front()};
-            std::vector<at::Tensor> k3 {kl.front()};
-            for (std::int64_t begin = 0; begin < rows; begin += block) {
-                const std::int64_t count = std::min(block, rows - begin);
-                const at::Tensor piRows = at::log_softmax(scaled.narrow(0, begin, count).to(at::kDouble), -1);
-                const metrics::TokenMismatch part
-                    = metrics::tokenMismatch(logMu.narrow(0, begin, count), piRows, sampled.narrow(0, begin, count));
-                kl.push_back(part.kl);
-                k1.push_back(part.k1);
-                k3.push_back(part.k3);
-            }
-            m.kl = at::cat(kl);
-            m.k1 = at::cat(k1);
-            m.k3 = at::cat(k3);
+            metrics::MismatchExtras fromLogits;
+            fromLogits.trainerLogits = true;
+            m = metrics::tokenMismatch(logMu, scaled, sampled, fromLogits);
         }
         mismatch.kl = m.kl.mean().item<double>();
         mismatch.k1 = m.k1.mean().item<double>();

@@ -62,6 +62,7 @@ class TestMetrics : public QObject {
 private slots:
     void mismatchMatchesNaiveLoops_data();
     void mismatchMatchesNaiveLoops();
+    void trainerLogitsEqualTheirLogSoftmax();
     void identicalDistributionsHaveZeroMismatch();
     void accumulatorIsTokenMean();
     void bootstrapIsSeededAndCoversTheMean();
@@ -116,6 +117,44 @@ void TestMetrics::mismatchMatchesNaiveLoops()
         QVERIFY(expected.kl[static_cast<size_t>(t)] > 0);
         QVERIFY(got.k3[t].item<double>() >= 0);
     }
+    // The trainer's side given as logits (MismatchExtras::trainerLogits): the same reference.
+    MismatchExtras fromLogits;
+    fromLogits.trainerLogits = true;
+    const TokenMismatch viaLogits
+        = tokenMismatch(at::log_softmax(toTensor(engine).to(at::kDouble), -1), toTensor(trainer), ids, fromLogits);
+    for (int t = 0; t < positions; ++t) {
+        const auto i = static_cast<size_t>(t);
+        QVERIFY(std::abs(viaLogits.kl[t].item<double>() - expected.kl[i]) <= kKlTolerance * (1 + expected.kl[i]));
+        QVERIFY(std::abs(viaLogits.k1[t].item<double>() - expected.k1[i]) <= kKlTolerance * (1 + std::abs(expected.k1[i])));
+        QVERIFY(std::abs(viaLogits.k3[t].item<double>() - expected.k3[i]) <= kKlTolerance * (1 + expected.k3[i]));
+    }
+}
+
+// With the trainer's logits, log pi is taken a block of rows at a time inside tokenMismatch; a row's log_softmax
+// does not depend on the rows beside it (the same per-row computation), so every value equals the whole batch's
+// float64 log_softmax passed as log-probabilities, bit for bit, across several blocks (2^20 entries each).
+void TestMetrics::trainerLogitsEqualTheirLogSoftmax()
+{
+    at::manual_seed(11);
+    const std::int64_t rows = 23;
+    const std::int64_t vocab = 100000; // 10 rows a block: three blocks
+    const at::Tensor engineLogits = at::randn({rows, vocab}) * 3;
+    const at::Tensor trainerLogits = (engineLogits + 0.2 * at::randn({rows, vocab})).to(at::kFloat);
+    const at::Tensor logMu = at::log_softmax(engineLogits.to(at::kDouble), -1);
+    const at::Tensor ids = at::randint(0, vocab, {rows}, at::kLong);
+    MismatchExtras fromLogits;
+    fromLogits.trainerLogits = true;
+    fromLogits.entropy = true;
+    MismatchExtras fromLogProbs;
+    fromLogProbs.entropy = true;
+    const TokenMismatch a = tokenMismatch(logMu, trainerLogits, ids, fromLogits);
+    const TokenMismatch b = tokenMismatch(logMu, at::log_softmax(trainerLogits.to(at::kDouble), -1), ids, fromLogProbs);
+    QVERIFY(at::equal(a.kl, b.kl));
+    QVERIFY(at::equal(a.k1, b.k1));
+    QVERIFY(at::equal(a.k3, b.k3));
+    QVERIFY(at::equal(a.logPiY, b.logPiY));
+    QVERIFY(at::equal(a.entropyPi, b.entropyPi));
+    QVERIFY(a.kl.min().item<double>() > 0.0);
 }
 
 void TestMetrics::identicalDistributionsHaveZeroMismatch()
