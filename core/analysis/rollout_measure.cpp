@@ -278,17 +278,13 @@ std::vector<store::TokenDetail> tokenDetails(
     // several such tensors, so a whole 64-token response at once would hold ~0.4 GB.
     constexpr std::int64_t kRows = 8;
     std::vector<store::TokenDetail> details;
-    const auto entropy = [](const at::Tensor& logRows) {
-        const at::Tensor p = logRows.exp();
-        return -at::where(p > 0, p * logRows, at::zeros_like(p)).sum(-1);
-    };
     const auto count = static_cast<std::int64_t>(tokens.size());
     for (std::int64_t begin = 0; begin < count; begin += kRows) {
         const std::int64_t end = std::min(count, begin + kRows);
         const at::Tensor mu = logMu.slice(0, begin, end).to(at::kDouble).contiguous();
         const at::Tensor pi = logPi.slice(0, begin, end).to(at::kDouble).contiguous();
-        const at::Tensor entropyMu = entropy(mu);
-        const at::Tensor entropyPi = entropy(pi);
+        const at::Tensor entropyMu = metrics::rowEntropy(mu, mu.exp());
+        const at::Tensor entropyPi = metrics::rowEntropy(pi, pi.exp());
         const std::int64_t top = std::min<std::int64_t>(kTop, mu.size(1));
         const auto [topMuValues, topMuIds] = at::topk(mu, top, -1);
         const auto [topPiValues, topPiIds] = at::topk(pi, top, -1);

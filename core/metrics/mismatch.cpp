@@ -56,6 +56,11 @@ TokenMismatch tokenMismatch(
     return result;
 }
 
+at::Tensor rowEntropy(const at::Tensor& logP, const at::Tensor& p)
+{
+    return -at::where(p > 0, p * logP, at::zeros_like(p)).to(at::kDouble).sum(-1);
+}
+
 TokenMismatch tokenMismatchFromLogits(const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled)
 {
     return tokenMismatch(at::log_softmax(engineLogits.to(at::kDouble), -1),

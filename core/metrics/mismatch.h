@@ -33,6 +33,10 @@ struct MismatchExtras {
 TokenMismatch tokenMismatch(const at::Tensor& engineLogProbs, const at::Tensor& trainerLogProbs, const at::Tensor& sampled,
     MismatchExtras extras = {});
 
+// H = -sum_v p(v) log p(v) per row of log-probabilities logP [N, V], p = exp(logP) given by the caller (who often
+// has it), 0 log 0 = 0 (rows masked by top-k/top-p), summed in float64: [N] nats.
+at::Tensor rowEntropy(const at::Tensor& logP, const at::Tensor& p);
+
 // Same from logits (log_softmax taken here, in float64).
 TokenMismatch tokenMismatchFromLogits(const at::Tensor& engineLogits, const at::Tensor& trainerLogits, const at::Tensor& sampled);
 

@@ -1,5 +1,7 @@
 #include "core/train/objectives.h"
 
+#include "core/metrics/mismatch.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 #if defined(MISMATCH_HAVE_CUDA)
@@ -85,12 +87,6 @@ template <typename Function> void forRowGroups(const at::Tensor& rows, Function&
     }
 }
 
-// H(p) = -sum_v p log p per row (0 log 0 = 0), summed in float64, from one group's log-probabilities.  nats
-at::Tensor rowEntropy(const at::Tensor& logP, const at::Tensor& p)
-{
-    return -at::where(p > 0, p * logP, at::zeros_like(p)).to(at::kDouble).sum(-1);
-}
-
 // The entropy per row, float64 [N], a row group at a time, of softmax(rows), or of the distributions whose
 // log-probabilities `rows` already are (`logProbs`).
 at::Tensor entropyRows(const at::Tensor& rows, bool logProbs)
@@ -99,7 +95,7 @@ at::Tensor entropyRows(const at::Tensor& rows, bool logProbs)
     forRowGroups(rows, [&](std::int64_t begin, std::int64_t end) {
         const at::Tensor group = rows.slice(0, begin, end);
         const at::Tensor logP = logProbs ? group : at::log_softmax(group, -1);
-        entropy.slice(0, begin, end).copy_(rowEntropy(logP, logP.exp()));
+        entropy.slice(0, begin, end).copy_(metrics::rowEntropy(logP, logP.exp()));
     });
     return entropy;
 }
@@ -148,7 +144,7 @@ struct FullKlFunction : public torch::autograd::Function<FullKlFunction> {
                 const at::Tensor logP = at::log_softmax(logits.slice(0, begin, end), -1);
                 const at::Tensor p = logP.exp();
                 kl.slice(0, begin, end).copy_((p * (logP - teacher.slice(0, begin, end))).sum(-1));
-                entropy.slice(0, begin, end).copy_(rowEntropy(logP, p));
+                entropy.slice(0, begin, end).copy_(metrics::rowEntropy(logP, p));
             });
         }
         context->mark_non_differentiable({entropy});
