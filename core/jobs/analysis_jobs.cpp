@@ -16,6 +16,7 @@
 #include "core/store/analysis_store.h"
 
 #include <filesystem>
+#include <sstream>
 
 namespace mismatch::jobs {
 
@@ -407,9 +408,22 @@ std::vector<analysis::Candidate> candidatesOf(const JobSpec& spec)
     candidate.noise = spec.number("noise");
     candidate.noiseSeed = static_cast<std::uint64_t>(spec.integer("noise_seed"));
     candidate.noiseModules = spec.text("noise_modules");
-    candidate.name = spec.given("name") ? spec.text("name")
-        : candidate.recipePath.empty()  ? std::string("bf16")
-                                        : std::filesystem::path(candidate.recipePath).stem().string();
+    if (spec.given("name")) {
+        candidate.name = spec.text("name");
+    } else {
+        // Named after everything that makes it differ from the BF16 engine, as the shipped candidates are
+        // ("bf16+noise-0.05"), so that a stored decision does not call a noisy or stale engine "bf16".
+        candidate.name
+            = candidate.recipePath.empty() ? "bf16" : std::filesystem::path(candidate.recipePath).stem().string();
+        if (candidate.staleness > 0) {
+            candidate.name += "+stale-" + std::to_string(candidate.staleness);
+        }
+        if (candidate.noise > 0.0) {
+            std::ostringstream sigma;
+            sigma << candidate.noise; // shortest form at 6 significant digits: 0.05, 1e-05
+            candidate.name += "+noise-" + sigma.str();
+        }
+    }
     return {candidate};
 }
 
@@ -438,7 +452,7 @@ std::vector<Parameter> candidateParameters()
         parameters.push_back(oneCandidate(noise));
     }
     parameters.push_back(oneCandidate(param("name", ParameterType::Text, "--name", "Candidate name",
-        "One candidate's name (default from the recipe)")));
+        "One candidate's name (default: the recipe file's name, or bf16, then +stale-K and +noise-SIGMA where given)")));
     return parameters;
 }
 

@@ -1,5 +1,6 @@
 // The analysis commands end to end in-process: sensitivity, recipe build, admit and prefix-shift with --json and
 // their human tables, exit codes for bad input (1) and bad arguments (2), and what they leave in the workspace.
+#include "analysis_fixture.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
@@ -29,6 +30,7 @@ private slots:
     void admitWithCandidatesFileAndThreshold();
     void admitWithStoredCalibration();
     void admitErrors();
+    void admitNamesOneCandidateAfterWhatItChanges();
     void prefixShift();
 
 private:
@@ -196,6 +198,38 @@ void TestAnalysisCli::admitErrors()
     QCOMPARE(runCli(common({"admit", model_, "--threshold", "0.1", "--calibration", "1"})).code, 2);
     // --candidates with a single-candidate option.
     QCOMPARE(runCli(common({"admit", model_, "--candidates", bad, "--noise", "0.1", "--threshold", "0.1"})).code, 2);
+}
+
+void TestAnalysisCli::admitNamesOneCandidateAfterWhatItChanges()
+{
+    // A candidate given by options (no --name) is stored under a name that says what makes it differ from the BF16
+    // engine: a noisy BF16 engine is not "bf16".
+    const std::string recipe = (dir_.path() + "/int8-named.yaml").toStdString();
+    std::ofstream(recipe) << "version: 1\nweights: {format: int8}\n";
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{}, "bf16"},
+        {{"--noise", "0.05", "--noise-seed", "3"}, "bf16+noise-0.05"},
+        {{"--recipe", recipe}, "int8-named"},
+        {{"--recipe", recipe, "--noise", "1e-05"}, "int8-named+noise-1e-05"},
+        {{"--noise", "0.05", "--name", "mine"}, "mine"},
+        {{"--staleness", "1", "--history", test::checkpointAt(dir_, model_, "named-step-1", 1), "--noise", "0.01"},
+            "bf16+stale-1+noise-0.01"},
+    };
+    const std::string screened = test::checkpointAt(dir_, model_, "named-step-2", 2);
+    for (const auto& [options, expected] : cases) {
+        std::vector<std::string> arguments = {"--json", "admit", screened, "--no-unit", "--threshold", "0.05"};
+        arguments.insert(arguments.end(), options.begin(), options.end());
+        const auto result = runCli(common(arguments));
+        QVERIFY2(result.code == 0, result.err.c_str());
+        const nlohmann::json json = parseJson(result.out);
+        QCOMPARE(json["decisions"][0]["candidate"].get<std::string>(), expected);
+        const store::RunStore store
+            = store::RunStore::open(store::databasePath(workspace_), store::OpenMode::ReadOnly);
+        const std::vector<store::AdmissionDecision> stored
+            = store::admissionDecisions(store, json["run_id"].get<std::int64_t>());
+        QCOMPARE(stored.size(), std::size_t(1));
+        QCOMPARE(nlohmann::json::parse(stored[0].candidateJson).at("name").get<std::string>(), expected);
+    }
 }
 
 void TestAnalysisCli::prefixShift()
