@@ -14,6 +14,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <dlfcn.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <set>
 #include <filesystem>
 #include <thread>
@@ -47,8 +50,21 @@ std::string openblasCoreChoice(const std::string& detectedCore, bool avx512, boo
     return avx2Fma ? "Haswell" : std::string();
 }
 
+bool limitAllocatorRetention()
+{
+#ifdef __GLIBC__
+    if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr) {
+        return false;
+    }
+    return ::mallopt(M_MMAP_THRESHOLD, kAllocatorMmapThreshold) == 1;
+#else
+    return false;
+#endif
+}
+
 void prepareProcessEnvironment(char** argv)
 {
+    limitAllocatorRetention();
     if (std::getenv("MISMATCH_NO_REEXEC") != nullptr || argv == nullptr) {
         return;
     }

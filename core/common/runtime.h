@@ -26,8 +26,27 @@ struct RuntimeInfo {
 //     (openblasCoreChoice below): OpenBLAS 0.3.21 names an unknown Intel model (a virtual machine's generic "Intel
 //     Xeon Processor", Sapphire Rapids) "Prescott" and multiplies with SSE3 kernels, 4x slower than its AVX-512
 //     ones there (FP32 GEMM 36 against 151 GFLOP/s at 512 x 1024 x 3072, 2 threads, measured).
-// Does nothing when MISMATCH_NO_REEXEC is set; if the re-execution fails the program simply continues.
+// Does nothing of that when MISMATCH_NO_REEXEC is set; if the re-execution fails the program simply continues.
+// It also calls limitAllocatorRetention (below), which needs no re-execution.
 void prepareProcessEnvironment(char** argv);
+
+// glibc's allocator: fixes the size from which a block is mapped on its own (mmap, unmapped when freed) instead of
+// carved from a heap at kAllocatorMmapThreshold (16 MiB), unless MALLOC_MMAP_THRESHOLD_ is set, which then rules.
+// glibc's default threshold starts at 128 KiB and rises to the size of the largest mapped block freed, up to 32
+// MiB: after the first freed 32 MiB block (a weight-noise slice, a batch's float64 logits), every tensor below 32
+// MiB comes from the heaps, and freed heap blocks the next tensor does not fit stay resident. Measured on the
+// Qwen3-0.6B shape, 2-core Xeon, 2026-12-05, the admission check of 32 prompts x 64 tokens (the same decisions
+// and mismatches bit for bit; glibc's choice of threshold changes where memory comes from, not what is computed):
+//   threshold          bf16+noise-0.05 alone (`admit --no-unit`)   six candidates + unit (tests/bench)
+//   glibc's default    3.79, 4.40, 4.40, 4.90 GiB; 79-107 s         4.09 GiB, 411.7 s
+//   fixed at 4 MiB     3.32, 3.46 GiB; 82-102 s                    3.44 GiB, 508.4 s (a batch's logits, ~10 MB,
+//                                                                  mapped and faulted in anew at every step)
+//   fixed at 16 MiB    3.59, 3.59 GiB; 77-84 s                     3.55 GiB, 416.0 s
+//   fixed at 32 MiB    4.28 GiB
+//   one arena          3.78, 3.78 GiB; 86-92 s
+// Returns whether the threshold was set here (false: glibc is not the allocator, or the environment rules).
+inline constexpr int kAllocatorMmapThreshold = 16 << 20;
+bool limitAllocatorRetention();
 
 // The OPENBLAS_CORETYPE to ask for: empty when the BLAS is not OpenBLAS, or OpenBLAS already runs kernels of the
 // CPU's vector width; "SkylakeX" when OpenBLAS chose a generic SSE core on a CPU with AVX-512 (F, BW, VL, DQ),

@@ -1,6 +1,7 @@
 // core/common: Progress::child (fractions mapped into the parent's range, stage labels, one cancel flag shared
 // both ways); FNV-1a against the published test vectors and a naive loop; the atomic file writer (whole file or
-// nothing, the system's reason named); byte sizes as text.
+// nothing, the system's reason named); byte sizes as text; glibc's allocator mapping blocks from the fixed threshold
+// that limitAllocatorRetention sets.
 #include "core/common/byte_size.h"
 #include "core/common/device.h"
 #include "core/common/error.h"
@@ -20,6 +21,11 @@
 #include <sys/resource.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -39,6 +45,7 @@ private slots:
     void atomicWriterNamesTheSystemsReason();
     void byteSizesAsText();
     void genericOpenBlasCoresAreReplaced();
+    void allocatorMapsBlocksFromItsFixedThreshold();
     void devicesAreParsedAndChecked();
 };
 
@@ -259,6 +266,57 @@ void TestCommon::genericOpenBlasCoresAreReplaced()
     QCOMPARE(openblasCoreChoice("", true, true), std::string());
 }
 
+
+namespace {
+
+// Bytes glibc holds in blocks mapped on their own (mallinfo2's hblkhd).
+std::size_t mappedBlockBytes()
+{
+#ifdef __GLIBC__
+    return ::mallinfo2().hblkhd;
+#else
+    return 0;
+#endif
+}
+
+// malloc'd and touched, so that the compiler cannot drop the allocation.
+void* touchedBlock(std::size_t bytes)
+{
+    void* block = std::malloc(bytes);
+    std::memset(block, 1, bytes);
+    volatile unsigned char sink = static_cast<volatile unsigned char*>(block)[bytes - 1];
+    (void)sink;
+    return block;
+}
+
+} // namespace
+
+void TestCommon::allocatorMapsBlocksFromItsFixedThreshold()
+{
+#ifndef __GLIBC__
+    QSKIP("glibc's allocator only");
+#else
+    if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr) {
+        QVERIFY(!limitAllocatorRetention()); // the environment rules
+        QSKIP("MALLOC_MMAP_THRESHOLD_ is set");
+    }
+    QVERIFY(limitAllocatorRetention());
+    // A freed 30 MiB mapped block would raise glibc's dynamic threshold to 30 MiB, and a 20 MiB block would then
+    // come from the heap (hblkhd unchanged), to stay resident when freed. With the threshold fixed at 16 MiB it is
+    // mapped on its own and unmapped when freed.
+    std::free(touchedBlock(30u << 20));
+    const std::size_t before = mappedBlockBytes();
+    void* large = touchedBlock(20u << 20);
+    QVERIFY2(mappedBlockBytes() >= before + (20u << 20),
+        (std::to_string(before) + " -> " + std::to_string(mappedBlockBytes())).c_str());
+    std::free(large);
+    QCOMPARE(mappedBlockBytes(), before);
+    // Below the threshold (6 MiB), a heap block as before.
+    void* small = touchedBlock(6u << 20);
+    QCOMPARE(mappedBlockBytes(), before);
+    std::free(small);
+#endif
+}
 
 void TestCommon::devicesAreParsedAndChecked()
 {
