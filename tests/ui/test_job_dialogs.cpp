@@ -175,7 +175,7 @@ private slots:
         QVERIFY(cliSpec(breakdown.cliCommand(), workspace) == *breakdown.spec());
         const analysis::BreakdownOptions parts = jobs::breakdownOptions(*breakdown.spec());
         QCOMPARE(parts.candidates.size(), std::size_t(1));
-        QCOMPARE(parts.candidates[0].name, std::string("fp8-kv"));
+        QCOMPARE(parts.candidates[0].name, std::string("fp8-kv+stale-1+noise-0.02")); // named after what it changes
         QCOMPARE(parts.candidates[0].staleness, std::int64_t(1));
         QCOMPARE(parts.candidates[0].noiseSeed, std::uint64_t(4));
         QCOMPARE(parts.settings.maxNewTokens, std::int64_t(5));
