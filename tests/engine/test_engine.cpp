@@ -19,6 +19,7 @@
 #include "core/quant/quantize.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+#include "tests/common/engine_held_bytes.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -1316,33 +1317,17 @@ void TestEngine::memoryPlanCountsWhatTheEngineHolds()
             const engine::StoredWeights stored = engine::storedWeights(dir.path().toStdString());
             const TransformerWeights loaded
                 = model::loadWeights(dir.path().toStdString(), config, model::LoadPrecision::Stored);
-            std::uint64_t loadedBytes = 0;
-            std::uint64_t biasBytes = 0;
-            std::int64_t parameters = 0;
-            std::set<const void*> loadedStorage;
-            for (const auto& [name, tensor] : loaded.named()) {
-                loadedBytes += tensor.nbytes();
-                parameters += tensor.numel();
-                loadedStorage.insert(tensor.storage().data());
-                biasBytes += name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? 4 * tensor.numel() : 0;
-            }
+            const test::GivenWeights given = test::givenWeights(loaded);
             QVERIFY(stored.dtype == dtype);
-            QCOMPARE(stored.bytes, loadedBytes);
-            QCOMPARE(stored.parameters, parameters);
+            QCOMPARE(stored.bytes, given.bytes);
+            QCOMPARE(stored.parameters, given.parameters);
             for (const char* recipe : recipes) {
                 const std::optional<quant::RecipePlan> plan
                     = recipe ? std::optional<quant::RecipePlan>(planFor(recipe, config)) : std::nullopt;
                 EngineModel engine(config, loaded, plan);
-                std::uint64_t shared = 0;
-                std::set<const void*> seen;
-                for (const auto& [name, tensor] : engine.weights().named()) {
-                    if (loadedStorage.count(tensor.storage().data()) && seen.insert(tensor.storage().data()).second) {
-                        shared += tensor.storage().nbytes();
-                    }
-                }
-                const std::uint64_t held = loadedBytes + engine.weightBytes() - shared;
-                const std::uint64_t estimate
-                    = stored.bytes + engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype) + biasBytes;
+                const std::uint64_t held = given.bytes + test::heldBeyondGiven(given, engine);
+                const std::uint64_t estimate = stored.bytes
+                    + engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype) + given.floatBiasBytes;
                 QVERIFY2(held == estimate,
                     qPrintable(QStringLiteral("tied %1, stored %2, recipe %3: held %4 bytes, estimated %5")
                                    .arg(tied)

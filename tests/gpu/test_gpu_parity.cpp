@@ -35,6 +35,7 @@
 #include "core/train/run_config.h"
 #include "core/train/trainer.h"
 #include "cuda/device.h"
+#include "tests/common/engine_held_bytes.h"
 #include "tests/gpu/check.h"
 
 #include <ATen/ATen.h>
@@ -97,28 +98,18 @@ void checkDeviceMemoryPlan(const std::string& label, const model::ModelConfig& c
     const model::TransformerWeights& given, const analysis::EngineConfiguration& configuration,
     const engine::EngineModel& engineModel, engine::EngineKernels kernels = engine::EngineKernels::Auto)
 {
-    std::set<const void*> givenStorage;
-    std::uint64_t biasBytes = 0;
+    const test::GivenWeights givenFacts = test::givenWeights(given);
     model::DType stored = model::DType::BF16;
     for (const auto& [name, tensor] : given.named()) {
-        givenStorage.insert(tensor.storage().data());
-        biasBytes += name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? 4 * tensor.numel() : 0;
         stored = tensor.scalar_type() == at::kFloat ? model::DType::F32 : stored;
     }
-    std::uint64_t shared = 0;
-    std::set<const void*> seen;
-    for (const auto& [name, tensor] : engineModel.weights().named()) {
-        if (givenStorage.count(tensor.storage().data()) && seen.insert(tensor.storage().data()).second) {
-            shared += tensor.storage().nbytes();
-        }
-    }
-    const std::uint64_t held = engineModel.weightBytes() - shared;
+    const std::uint64_t held = test::heldBeyondGiven(givenFacts, engineModel);
     std::optional<quant::RecipePlan> plan;
     if (configuration.recipe) {
         plan = quant::resolveRecipe(*configuration.recipe, config);
     }
     const std::uint64_t planned
-        = engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored, kGpu, kernels) + biasBytes;
+        = engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored, kGpu, kernels) + givenFacts.floatBiasBytes;
     check(held == planned, label + ": the engine holds on the device what the memory plan counts",
         std::to_string(held) + " bytes held, " + std::to_string(planned) + " planned; "
             + engine::toString(engineModel.kernels()) + " kernels");
