@@ -133,6 +133,8 @@ std::string toString(Fp8GemmPath path)
         return "cublaslt_fp8_unit_scales_epilogue";
     case Fp8GemmPath::DequantizedBf16:
         return "dequantized_bf16";
+    case Fp8GemmPath::Declined:
+        return "declined";
     }
     return "unknown";
 }
@@ -324,11 +326,17 @@ at::Tensor dequantizeToBf16(const Fp8Tensor& quantized)
     throw CudaError(std::string("cuBLASLt: ") + status.what + " (status " + std::to_string(status.status) + ")");
 }
 
-Fp8GemmResult dequantizedGemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& bias, std::string note)
+Fp8GemmResult dequantizedGemm(
+    const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& bias, std::string note, Fp8Fallback fallback)
 {
     Fp8GemmResult result;
+    if (fallback == Fp8Fallback::Decline) {
+        result.path = Fp8GemmPath::Declined;
+        result.note = std::move(note);
+        return result;
+    }
     result.path = Fp8GemmPath::DequantizedBf16;
-    result.note = std::move(note);
+    result.note = std::move(note) + "; operands dequantized to bf16";
     const at::Tensor left = dequantizeToBf16(a);
     const at::Tensor right = dequantizeToBf16(b);
     try {
@@ -366,7 +374,7 @@ at::Tensor bf16Gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
     return out;
 }
 
-Fp8GemmResult fp8Gemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& bias)
+Fp8GemmResult fp8Gemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& bias, Fp8Fallback fallback)
 {
     requireCuda(a.codes, "a");
     requireCuda(b.codes, "b");
@@ -390,11 +398,13 @@ Fp8GemmResult fp8Gemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& 
     if (b.scaling == Fp8Scaling::Block128) {
         return dequantizedGemm(a, b, bias,
             "block-128 weight scales: cuBLASLt's VEC128/BLK128x128 scale modes are not used (their scale layout is "
-            "unverified here), operands dequantized to bf16");
+            "unverified here)",
+            fallback);
     }
     if (k % 16 != 0 || n % 16 != 0) {
-        return dequantizedGemm(a, b, bias, "FP8 cuBLASLt needs K and N multiples of 16, got K=" + std::to_string(k)
-                + ", N=" + std::to_string(n) + "; operands dequantized to bf16");
+        return dequantizedGemm(a, b, bias,
+            "FP8 cuBLASLt needs K and N multiples of 16, got K=" + std::to_string(k) + ", N=" + std::to_string(n),
+            fallback);
     }
     const at::Tensor left = a.codes.contiguous();
     const at::Tensor right = b.codes.contiguous();
@@ -434,7 +444,7 @@ Fp8GemmResult fp8Gemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& 
     at::Tensor accumulator = at::empty({m, n}, left.options().dtype(at::kFloat));
     const kernels::LtStatus status = kernels::fp8GemmLtFloatOut(leftCodes, rightCodes, m, n, k, accumulator.data_ptr<float>());
     if (!status.ok) {
-        return dequantizedGemm(a, b, bias, why + "; unit-scale FP8 refused too (" + status.what + "); operands dequantized to bf16");
+        return dequantizedGemm(a, b, bias, why + "; unit-scale FP8 refused too (" + status.what + ")", fallback);
     }
     const at::Tensor biasFloat = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
     kernels::scaleEpilogue(accumulator.data_ptr<float>(), m, n, floatPointer(leftScales), leftScales.numel(),

@@ -75,6 +75,7 @@ enum class Fp8GemmPath {
     CublasLtOuterVectorScales, // FP8 tensor cores, per-row scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F)
     CublasLtUnitScalesEpilogue, // FP8 tensor cores without scales, float32 out, scales and bias in our epilogue
     DequantizedBf16, // no FP8 GEMM: operands dequantized to bf16, BF16 cuBLASLt GEMM (block scales, odd shapes)
+    Declined, // no FP8 GEMM, and Fp8Fallback::Decline: no product computed (output undefined)
 };
 std::string toString(Fp8GemmPath path);
 
@@ -83,11 +84,21 @@ struct Fp8GemmResult {
     Fp8GemmPath path = Fp8GemmPath::CublasLtScalarScales;
     std::string note; // why this path (empty for the native scalar one)
 };
+// What fp8Gemm does where the FP8 tensor cores do not apply (block-128 weights, K or N not a multiple of 16, a
+// cuBLASLt refusal):
+//   DequantizeToBf16  dequantizes both operands to bf16 and multiplies them in BF16. Not the product of the exact
+//                     operands: decode(code) x scale has up to 28 significant bits, bf16 keeps 8, so each operand
+//                     takes one more rounding (relative 2^-9) than the FP8 definition has.
+//   Decline           computes nothing and says why (path Declined, output undefined), for a caller that has its
+//                     own exact product (the engine multiplies the float32 dequantized operands).
+enum class Fp8Fallback { DequantizeToBf16, Decline };
 // out = bf16(dequant(a) dequant(b)^T + bias), a the activations [M, K] (Tensor or Row scaling), b the weights
 // [N, K] (Tensor, Row or Block128), both e4m3; bias float/bf16 [N] or undefined. FP32 accumulation.
-// Block-128 weights are dequantized to BF16: their cuBLASLt block scale modes (VEC128 / BLK128x128) need a
-// scale-tensor layout this code has not been verified against on a GPU. FP8 GEMM needs K and N multiples of 16.
-Fp8GemmResult fp8Gemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& bias = at::Tensor());
+// Block-128 weights never take the FP8 tensor cores here: their cuBLASLt block scale modes (VEC128 / BLK128x128)
+// need a scale-tensor layout this code has not been verified against on a GPU. FP8 GEMM needs K and N multiples
+// of 16.
+Fp8GemmResult fp8Gemm(const Fp8Tensor& a, const Fp8Tensor& b, const at::Tensor& bias = at::Tensor(),
+    Fp8Fallback fallback = Fp8Fallback::DequantizeToBf16);
 // The BF16 baseline: bf16(a b^T + bias) with a [M, K], b [N, K] bfloat16 through cuBLASLt.
 at::Tensor bf16Gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = at::Tensor());
 

@@ -105,6 +105,7 @@ at::Tensor scalesFromHeadAmax(const at::Tensor& headAmax, quant::KvScales mode)
 }
 
 std::atomic<std::int64_t> nativeFp8Calls {0};
+std::atomic<std::int64_t> deviceDequantizedFp8Calls {0};
 std::atomic<std::int64_t> bf16DotFp8Calls {0};
 std::atomic<std::int64_t> deviceFp8ActivationCalls {0};
 
@@ -377,6 +378,11 @@ bool bf16KernelsRoundOnce(const std::vector<std::int64_t>& inFeatures)
 std::int64_t nativeFp8LinearCalls()
 {
     return nativeFp8Calls.load();
+}
+
+std::int64_t deviceDequantizedFp8LinearCalls()
+{
+    return deviceDequantizedFp8Calls.load();
 }
 
 std::int64_t deviceKvRoundings()
@@ -886,18 +892,28 @@ at::Tensor EngineModel::linear(
 #if defined(MISMATCH_HAVE_CUDA)
     // Native FP8 on the GPU: per-token e4m3 activations (the emulation's codes and scales, bit for bit) times the
     // e4m3 weight codes through cuBLASLt, FP32 accumulation, BF16 out. Same function as the emulation below up
-    // to the accumulation order (tests/gpu compares them). FP8 weights with BF16 activations stay emulated:
-    // cuBLASLt has no mixed BF16 x FP8 GEMM.
-    if (state->fp8Codes.defined() && x.is_cuda()
-        && state->activations.format == quant::ActivationFormat::Fp8E4m3) {
-        std::vector<std::int64_t> shape = x.sizes().vec();
-        const at::Tensor rows = x.reshape({-1, x.size(-1)});
-        const cuda::Fp8Tensor input = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row);
-        const cuda::Fp8Tensor weights {state->fp8Codes, state->fp8Scales, cuda::Fp8Kind::E4M3, cudaScaling(state->weights)};
-        const cuda::Fp8GemmResult product = cuda::fp8Gemm(input, weights, state->bias);
-        ++nativeFp8Calls;
-        shape.back() = state->fp8Codes.size(0);
-        return product.output.to(at::kFloat).reshape(shape);
+    // to the accumulation order (tests/gpu compares them). Where the FP8 tensor cores do not apply (block-128
+    // weights; K or N not a multiple of 16, or a cuBLASLt refusal: fp8Gemm declines), the product below: the
+    // exact dequantized operands (codes x scales in float32, dequantized per call from the codes) multiplied in
+    // float32, as on the CPU; fp8Gemm's own fallback would round both operands to bf16 first. FP8 weights with
+    // BF16 activations stay emulated: cuBLASLt has no mixed BF16 x FP8 GEMM.
+    if (state->fp8Codes.defined() && x.is_cuda()) {
+        if (state->activations.format == quant::ActivationFormat::Fp8E4m3
+            && cudaScaling(state->weights) != cuda::Fp8Scaling::Block128) {
+            std::vector<std::int64_t> shape = x.sizes().vec();
+            const at::Tensor rows = x.reshape({-1, x.size(-1)});
+            const cuda::Fp8Tensor input = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row);
+            const cuda::Fp8Tensor weights {
+                state->fp8Codes, state->fp8Scales, cuda::Fp8Kind::E4M3, cudaScaling(state->weights)};
+            const cuda::Fp8GemmResult product
+                = cuda::fp8Gemm(input, weights, state->bias, cuda::Fp8Fallback::Decline);
+            if (product.output.defined()) {
+                ++nativeFp8Calls;
+                shape.back() = state->fp8Codes.size(0);
+                return product.output.to(at::kFloat).reshape(shape);
+            }
+        }
+        ++deviceDequantizedFp8Calls;
     }
 #endif
     return moduleProduct(*state, x);

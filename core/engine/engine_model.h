@@ -226,7 +226,8 @@ private:
         quant::ActivationPrecision activations;
         // CUDA builds, a module with fp8_e4m3 weights and activations on a CUDA device (not the embedding): the
         // e4m3 codes and float32 scale grid of its rounded weight (bit-identical to it once dequantized), the
-        // operands of the cuBLASLt FP8 GEMM, kept instead of the float32 weight. Undefined otherwise.
+        // operands of the cuBLASLt FP8 GEMM, kept instead of the float32 weight (for block-128 weights, which that
+        // GEMM does not take, the float32 weight is dequantized from them at each call). Undefined otherwise.
         at::Tensor fp8Codes;
         at::Tensor fp8Scales;
     };
@@ -261,6 +262,10 @@ KvScaleTable calibrateKvScales(
 // How many linear() calls, process-wide, ran as a native FP8 GEMM on CUDA (cuda::fp8Gemm) instead of the emulation:
 // fp8_e4m3 weights and activations with tensors on a CUDA device, in a build with MISMATCH_HAVE_CUDA.
 std::int64_t nativeFp8LinearCalls();
+// How many linear() calls, process-wide, multiplied e4m3 weights kept as codes on a CUDA device without the FP8
+// tensor cores (block-128 weights, shapes or scales cuBLASLt does not take): the float32
+// weight dequantized from the codes times the float32 rounded activations, in float32, as on the CPU.
+std::int64_t deviceDequantizedFp8LinearCalls();
 // How many KvQuantizer::quantize calls, process-wide, rounded FP8 keys and values on a CUDA device (the dense cache
 // of a full forward and the values a paged-cache prefill attends to) instead of through the host's codec.
 std::int64_t deviceKvRoundings();

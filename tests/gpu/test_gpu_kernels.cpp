@@ -297,6 +297,15 @@ void testFp8Gemm(cuda::Fp8Scaling activationScaling, cuda::Fp8Scaling weightScal
     std::printf("      %s%s%s\n", label.c_str(), result.note.empty() ? "" : ": ", result.note.c_str());
     check(result.output.scalar_type() == at::kBFloat16 && result.output.size(0) == m && result.output.size(1) == n,
         label + ": bf16 [M, N]");
+    // Declining instead of the bf16 fallback: no product, the path and the reason said.
+    const cuda::Fp8GemmResult declined
+        = cuda::fp8Gemm(a, b, withBias ? bias.to(at::kCUDA) : at::Tensor(), cuda::Fp8Fallback::Decline);
+    if (dequantizedPath) {
+        check(!declined.output.defined() && declined.path == cuda::Fp8GemmPath::Declined && !declined.note.empty(),
+            label + ": declined when asked to, with its reason");
+    } else {
+        check(declined.output.defined() && declined.path == result.path, label + ": FP8 tensor cores either way");
+    }
     checkGemm(result.output, cuda::dequantizeFp8(a), cuda::dequantizeFp8(b), bias,
         dequantizedPath ? kGemmBf16Operands : kGemmFp8Accumulation, label + " = float64 reference");
     if (weightScaling == cuda::Fp8Scaling::Block128 || n % 16 != 0) {
@@ -332,12 +341,17 @@ void testEngine()
     const at::Tensor ids = at::randint(0, 256, {3, 24}, at::kLong);
     const at::Tensor mask = at::ones({3, 24}, at::kLong);
     const std::int64_t before = engine::nativeFp8LinearCalls();
+    const std::int64_t dequantizedBefore = engine::deviceDequantizedFp8LinearCalls();
     const at::Tensor cpuLogits = cpu.forwardQuantized(ids, mask);
     const at::Tensor gpuLogits = gpu.forwardQuantized(ids.to(at::kCUDA), mask.to(at::kCUDA)).to(at::kCPU);
     const std::int64_t nativeCalls = engine::nativeFp8LinearCalls() - before;
-    // 7 projections per layer; lm_head (N = 258, not a multiple of 16) also goes through fp8Gemm's fallback.
+    const std::int64_t dequantizedCalls = engine::deviceDequantizedFp8LinearCalls() - dequantizedBefore;
+    // 7 projections per layer through the FP8 tensor cores; lm_head (N = 258, not a multiple of 16), which fp8Gemm
+    // declines, multiplies the exact dequantized operands in float32 instead.
     check(nativeCalls >= 7 * config.numLayers, "engine linear() on CUDA runs the native FP8 GEMM",
         std::to_string(nativeCalls) + " native calls");
+    check(dequantizedCalls >= 1, "engine linear() on CUDA: a shape the FP8 GEMM declines takes the exact product",
+        std::to_string(dequantizedCalls) + " calls");
     const double relative = ((gpuLogits - cpuLogits).norm() / cpuLogits.norm()).item<double>();
     const model::Transformer unquantized(config, weights);
     const at::Tensor fp32Logits = unquantized.forward(ids, mask);

@@ -159,6 +159,8 @@ void testEngine(const std::string& recipeFile)
     const std::int64_t attentionBefore = engine::deviceKvAttentionCalls();
     const std::int64_t appendBefore = engine::deviceKvAppendCalls();
     const std::int64_t activationsBefore = engine::deviceFp8ActivationRoundings();
+    const std::int64_t nativeBefore = engine::nativeFp8LinearCalls();
+    const std::int64_t dequantizedBefore = engine::deviceDequantizedFp8LinearCalls();
     const auto gpuGenerated = gpuEngine->generate(requests.requests, sampling);
     const std::int64_t attended = engine::deviceKvAttentionCalls() - attentionBefore;
     const std::int64_t appended = engine::deviceKvAppendCalls() - appendBefore;
@@ -166,6 +168,14 @@ void testEngine(const std::string& recipeFile)
         std::to_string(attended) + " layer-steps; " + std::to_string(appended) + " FP8 KV appends through the kernel");
     if (recipeFile == "fp8-kv.yaml") {
         check(appended > 0, label + ": FP8 KV appends through the CUDA append kernel", std::to_string(appended));
+    }
+    if (recipeFile == "fp8-w8a8-block.yaml") {
+        // Block-128 weights never take the FP8 tensor cores: the exact dequantized operands, in float32.
+        const std::int64_t native = engine::nativeFp8LinearCalls() - nativeBefore;
+        const std::int64_t dequantized = engine::deviceDequantizedFp8LinearCalls() - dequantizedBefore;
+        check(native == 0 && dequantized > 0,
+            label + ": block-128 products multiply the exact dequantized operands on the device",
+            std::to_string(dequantized) + " dequantized, " + std::to_string(native) + " native calls");
     }
     if (recipeFile == "fp8-e5m2-w8a8.yaml") {
         const std::int64_t rounded = engine::deviceFp8ActivationRoundings() - activationsBefore;
