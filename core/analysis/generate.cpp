@@ -67,6 +67,8 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
             // The FP32 engine multiplies the weights as given.
             {"engine weights",
                 fp32 ? 0 : engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype, o.device)},
+            {"FP8 weight dequantized for one product",
+                fp32 ? 0 : engine::engineProductTemporaryBytes(config, plan ? &*plan : nullptr, o.device)},
             {"noisy weights", o.noise > 0.0 ? stored.bytes : 0}, {"KV cache", o.kvCacheBytes}},
         o.device);
     progress.checkCancelled();

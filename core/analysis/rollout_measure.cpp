@@ -145,11 +145,14 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
         items.push_back({"noisy weight copy", largest});
     }
     std::uint64_t engine = 0;
+    std::uint64_t productTemporary = 0; // one product at a time, whichever engine makes it
     for (const quant::RecipePlan* plan : plans) {
         engine = std::max(engine, engine::engineExtraBytes(config, plan, stored, settings.device));
+        productTemporary = std::max(productTemporary, engine::engineProductTemporaryBytes(config, plan, settings.device));
     }
     const auto engines = static_cast<std::uint64_t>(std::max<std::int64_t>(1, enginesAtOnce));
     items.push_back({"engine weights", engines * engine});
+    items.push_back({"FP8 weight dequantized for one product", productTemporary});
     // Fitting FP8 KV scales builds a BF16 engine beside the candidate's (engine::calibrateKvScales). On the CPU it
     // shares the candidate's BF16 view; on a device it holds what a BF16 engine holds there.
     const bool fp8Kv = std::any_of(plans.begin(), plans.end(), [](const quant::RecipePlan* plan) {

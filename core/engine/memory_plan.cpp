@@ -79,6 +79,33 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
     return bytes;
 }
 
+std::uint64_t engineProductTemporaryBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
+    const at::Device& device, EngineKernels kernels)
+{
+    if (device.is_cpu() || plan == nullptr) {
+        return 0;
+    }
+    const EngineKernels deviceKernels = engineKernels(kernels, device, config);
+    std::map<std::string, std::vector<std::int64_t>> shapes;
+    for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
+        shapes[tensor.name] = tensor.shape;
+    }
+    std::uint64_t largest = 0;
+    for (const std::string& module : model::moduleNames(config)) {
+        const quant::ModulePrecision& precision = plan->modules.at(planModuleName(module));
+        if (deviceWeightLayout(module, precision, deviceKernels) != DeviceWeightLayout::Fp8Codes) {
+            continue;
+        }
+        const std::vector<std::int64_t>& shape = shapes.at(weightTensorName(config, module));
+        const bool block128 = quant::effectiveGranularity(precision.weights.format, precision.weights.granularity)
+            == quant::Granularity::Block128;
+        if (block128 || shape[0] % 16 != 0 || shape[1] % 16 != 0) {
+            largest = std::max(largest, 4 * static_cast<std::uint64_t>(shape[0] * shape[1]));
+        }
+    }
+    return largest;
+}
+
 std::uint64_t measurementBytes(
     std::int64_t vocab, std::int64_t maxNewTokens, std::int64_t batch, std::uint64_t distributionBytes)
 {

@@ -16,6 +16,8 @@
 //                            when stored in bf16 (the given tensor), else a bf16 copy (2 bytes an element); every
 //                            other module its float32 rounded weight (4 bytes an element); a copy once for a
 //                            tensor two bf16 modules share (a tied embedding)
+//   product temporary        on a CUDA device, the float32 weight a module kept as e4m3 codes is dequantized into
+//                            for a product the FP8 tensor cores do not take (engineProductTemporaryBytes)
 //   KV cache                 the paged cache's budget (its storage grows with use up to it: bf16 2 bytes, fp8 1,
 //                            the FP32 engine 4 an element, as the budget counts them)
 //   distributions, logits    the [T, vocab] float32 rows a mismatch measurement holds between generating and
@@ -44,6 +46,14 @@ StoredWeights storedWeights(const std::string& modelDir);
 // Bytes an engine on weights stored as `stored` holds beyond them, for `plan` (nullptr: the BF16 engine), on
 // `device`, with the engine's `kernels` option (on a device, resolved as the engine resolves it: engineKernels).
 std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
+    const at::Device& device = at::Device(at::kCPU), EngineKernels kernels = EngineKernels::Auto);
+
+// Bytes an engine on `device` allocates during one product beyond what it keeps (engineExtraBytes): on a CUDA device
+// a module kept as e4m3 codes whose product the FP8 tensor cores do not take (block-128 weights, or in or out
+// features not a multiple of 16) is dequantized into a float32 weight at each call (EngineModel::linear), 4 bytes an
+// element of the largest such module. 0 on the CPU (the emulation dequantizes a block of rows at a time) and without
+// such modules. Products run one at a time, so a job counts it once, for the engine with the largest.
+std::uint64_t engineProductTemporaryBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
     const at::Device& device = at::Device(at::kCPU), EngineKernels kernels = EngineKernels::Auto);
 
 // Bytes a mismatch measurement holds in distributions and logits: the chunk's [T, vocab] float32 rows (at most

@@ -401,6 +401,7 @@ private:
             {"student master weights, gradients, AdamW moments and weight snapshots",
                 engine::trainerBytes(stored.parameters, config_.rollout.staleness)},
             {"rollout engine weights", engine::engineExtraBytes(modelConfig_, plan, model::DType::F32, device_)},
+            {"FP8 weight dequantized for one product", engine::engineProductTemporaryBytes(modelConfig_, plan, device_)},
             {"KV cache", engine::EngineOptions {}.kvCacheBytes},
             {"distributions and log-probabilities of a step",
                 static_cast<std::uint64_t>(stepDistributionBytes(longestPrompt))},

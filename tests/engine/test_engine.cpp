@@ -1397,6 +1397,17 @@ void TestEngine::memoryPlanCountsTheDeviceLayout()
                 // FP8 weights with bf16 activations are emulated (no mixed GEMM), as are int4 weights.
                 QVERIFY2(bytes(&weightsOnly) == edges + 4 * layers, qPrintable(where));
                 QVERIFY2(bytes(&int4Plan) == edges + 4 * layers, qPrintable(where));
+                // During one product: the block-128 codes' float32 weight, dequantized per call, of the largest
+                // module (gate, up or down: 64 x 32 = 2048 elements); the channel recipe's shapes (multiples of
+                // 16) take the FP8 tensor cores and need none; nothing kept as codes elsewhere, nor on the CPU.
+                const auto temporary = [&](const quant::RecipePlan* plan, const at::Device& device) {
+                    return engine::engineProductTemporaryBytes(config, plan, device, chosen);
+                };
+                QVERIFY2(temporary(&block, gpu) == (kernels ? 4u * 2048u : 0u), qPrintable(where));
+                QVERIFY2(temporary(&channel, gpu) == 0, qPrintable(where));
+                QVERIFY2(temporary(&weightsOnly, gpu) == 0 && temporary(&int4Plan, gpu) == 0, qPrintable(where));
+                QVERIFY2(temporary(nullptr, gpu) == 0, qPrintable(where));
+                QVERIFY2(temporary(&block, at::Device(at::kCPU)) == 0, qPrintable(where));
             }
         }
     }
