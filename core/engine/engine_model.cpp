@@ -308,6 +308,12 @@ DeviceWeightLayout deviceWeightLayout(
     return DeviceWeightLayout::Float32;
 }
 
+bool fp8TensorCoresTake(const quant::WeightPrecision& weights, std::int64_t outFeatures, std::int64_t inFeatures)
+{
+    return quant::effectiveGranularity(weights.format, weights.granularity) != quant::Granularity::Block128
+        && outFeatures % 16 == 0 && inFeatures % 16 == 0;
+}
+
 bool bf16GemmRoundsOnce(const Bf16Gemm& gemm, const std::vector<std::int64_t>& inFeatures)
 {
     const at::NoGradGuard noGrad;
@@ -892,14 +898,14 @@ at::Tensor EngineModel::linear(
 #if defined(MISMATCH_HAVE_CUDA)
     // Native FP8 on the GPU: per-token e4m3 activations (the emulation's codes and scales, bit for bit) times the
     // e4m3 weight codes through cuBLASLt, FP32 accumulation, BF16 out. Same function as the emulation below up
-    // to the accumulation order (tests/gpu compares them). Where the FP8 tensor cores do not apply (block-128
-    // weights; K or N not a multiple of 16, or a cuBLASLt refusal: fp8Gemm declines), the product below: the
-    // exact dequantized operands (codes x scales in float32, dequantized per call from the codes) multiplied in
-    // float32, as on the CPU; fp8Gemm's own fallback would round both operands to bf16 first. FP8 weights with
-    // BF16 activations stay emulated: cuBLASLt has no mixed BF16 x FP8 GEMM.
+    // to the accumulation order (tests/gpu compares them). Where the FP8 tensor cores do not apply (not
+    // fp8TensorCoresTake, or a cuBLASLt refusal at run time: fp8Gemm declines), the product below: the exact
+    // dequantized operands (codes x scales in float32, dequantized per call from the codes) multiplied in float32,
+    // as on the CPU; fp8Gemm's own fallback would round both operands to bf16 first. Modules kept as codes have
+    // FP8 activations (deviceWeightLayout); FP8 weights with BF16 activations stay emulated: cuBLASLt has no mixed
+    // BF16 x FP8 GEMM.
     if (state->fp8Codes.defined() && x.is_cuda()) {
-        if (state->activations.format == quant::ActivationFormat::Fp8E4m3
-            && cudaScaling(state->weights) != cuda::Fp8Scaling::Block128) {
+        if (fp8TensorCoresTake(state->weights, state->fp8Codes.size(0), state->fp8Codes.size(1))) {
             std::vector<std::int64_t> shape = x.sizes().vec();
             const at::Tensor rows = x.reshape({-1, x.size(-1)});
             const cuda::Fp8Tensor input = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row);

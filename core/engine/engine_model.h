@@ -106,6 +106,11 @@ bool deviceBf16KernelsRoundOnce(const at::Device& device, const std::vector<std:
 enum class DeviceWeightLayout { Fp8Codes, Bf16, Float32 };
 DeviceWeightLayout deviceWeightLayout(
     const std::string& module, const quant::ModulePrecision& precision, EngineKernels kernels);
+// Whether cuBLASLt's FP8 GEMM (cuda::fp8Gemm's tensor-core paths) takes a module kept as Fp8Codes: per-tensor or
+// per-channel weight scales (not block-128) and in and out features multiples of 16. Otherwise the engine
+// multiplies the float32 weight dequantized from the codes at each call (EngineModel::linear; the memory plan counts
+// that temporary: engineProductTemporaryBytes).
+bool fp8TensorCoresTake(const quant::WeightPrecision& weights, std::int64_t outFeatures, std::int64_t inFeatures);
 // The kernels an engine of `config` whose weights live on `device` uses for `requested`: on the CPU
 // resolveKernels, with Auto's BFloat16 (MISMATCH_ENGINE_KERNELS=bfloat16 included) also requiring
 // bf16KernelsRoundOnce for the model's widths; on another device an explicit choice as given (BFloat16 with
@@ -263,7 +268,7 @@ KvScaleTable calibrateKvScales(
 // fp8_e4m3 weights and activations with tensors on a CUDA device, in a build with MISMATCH_HAVE_CUDA.
 std::int64_t nativeFp8LinearCalls();
 // How many linear() calls, process-wide, multiplied e4m3 weights kept as codes on a CUDA device without the FP8
-// tensor cores (block-128 weights, shapes or scales cuBLASLt does not take): the float32
+// tensor cores (not fp8TensorCoresTake, or cuBLASLt refused at run time): the float32
 // weight dequantized from the codes times the float32 rounded activations, in float32, as on the CPU.
 std::int64_t deviceDequantizedFp8LinearCalls();
 // How many KvQuantizer::quantize calls, process-wide, rounded FP8 keys and values on a CUDA device (the dense cache

@@ -29,23 +29,38 @@ StoredWeights storedWeights(const std::string& modelDir)
     return stored;
 }
 
+namespace {
+
+// Calls visit(module, weight tensor name, [out, in] shape, precision) for every module of `config`, with the plan's
+// precision (nullptr: the BF16 engine's defaults).
+template <typename Visit>
+void forEachModuleWeight(const model::ModelConfig& config, const quant::RecipePlan* plan, Visit&& visit)
+{
+    std::map<std::string, std::vector<std::int64_t>> shapes;
+    for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
+        shapes[tensor.name] = tensor.shape;
+    }
+    for (const std::string& module : model::moduleNames(config)) {
+        const std::string tensor = weightTensorName(config, module);
+        const quant::ModulePrecision precision
+            = plan ? plan->modules.at(planModuleName(module)) : quant::ModulePrecision {};
+        visit(module, tensor, shapes.at(tensor), precision);
+    }
+}
+
+} // namespace
+
 std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
     const at::Device& device, EngineKernels kernels)
 {
     const EngineKernels deviceKernels
         = device.is_cpu() ? EngineKernels::Float32 : engineKernels(kernels, device, config); // unused on the CPU
-    std::map<std::string, std::vector<std::int64_t>> shapes;
-    for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
-        shapes[tensor.name] = tensor.shape;
-    }
     std::uint64_t bytes = 0;
     std::set<std::string> viewed; // a tied embedding serving the embedding and lm_head has one BF16 view
-    for (const std::string& module : model::moduleNames(config)) {
-        const std::string tensor = weightTensorName(config, module);
-        const std::vector<std::int64_t>& shape = shapes.at(tensor);
+    forEachModuleWeight(config, plan, [&](const std::string& module, const std::string& tensor,
+                                          const std::vector<std::int64_t>& shape,
+                                          const quant::ModulePrecision& precision) {
         const std::uint64_t elements = static_cast<std::uint64_t>(shape[0] * shape[1]);
-        const quant::ModulePrecision precision
-            = plan ? plan->modules.at(planModuleName(module)) : quant::ModulePrecision {};
         const quant::WeightPrecision& weights = precision.weights;
         if (!device.is_cpu()) {
             // The weights stay as given there (no BF16 view); each module keeps its deviceWeightLayout.
@@ -61,21 +76,21 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
             } else if (weights.format != quant::WeightFormat::Bf16 || viewed.insert(tensor + " float32").second) {
                 bytes += 4 * elements;
             }
-            continue;
+            return;
         }
         if (stored != model::DType::BF16 && viewed.insert(tensor).second) {
             bytes += 2 * elements;
         }
         if (weights.format == quant::WeightFormat::Bf16) {
-            continue; // the view itself
+            return; // the view itself
         }
         if (!quant::hasScales(weights.format)) {
             bytes += 2 * elements; // fp16 values
-            continue;
+            return;
         }
         bytes += elements // codes or integers, one a byte
             + 4 * static_cast<std::uint64_t>(quant::weightScaleCount(shape, weights.format, weights.granularity));
-    }
+    });
     return bytes;
 }
 
@@ -86,23 +101,15 @@ std::uint64_t engineProductTemporaryBytes(const model::ModelConfig& config, cons
         return 0;
     }
     const EngineKernels deviceKernels = engineKernels(kernels, device, config);
-    std::map<std::string, std::vector<std::int64_t>> shapes;
-    for (const model::ExpectedTensor& tensor : model::expectedTensors(config)) {
-        shapes[tensor.name] = tensor.shape;
-    }
     std::uint64_t largest = 0;
-    for (const std::string& module : model::moduleNames(config)) {
-        const quant::ModulePrecision& precision = plan->modules.at(planModuleName(module));
-        if (deviceWeightLayout(module, precision, deviceKernels) != DeviceWeightLayout::Fp8Codes) {
-            continue;
-        }
-        const std::vector<std::int64_t>& shape = shapes.at(weightTensorName(config, module));
-        const bool block128 = quant::effectiveGranularity(precision.weights.format, precision.weights.granularity)
-            == quant::Granularity::Block128;
-        if (block128 || shape[0] % 16 != 0 || shape[1] % 16 != 0) {
+    forEachModuleWeight(config, plan, [&](const std::string& module, const std::string& /*tensor*/,
+                                          const std::vector<std::int64_t>& shape,
+                                          const quant::ModulePrecision& precision) {
+        if (deviceWeightLayout(module, precision, deviceKernels) == DeviceWeightLayout::Fp8Codes
+            && !fp8TensorCoresTake(precision.weights, shape[0], shape[1])) {
             largest = std::max(largest, 4 * static_cast<std::uint64_t>(shape[0] * shape[1]));
         }
-    }
+    });
     return largest;
 }
 
