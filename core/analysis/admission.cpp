@@ -446,20 +446,26 @@ void checkOptions(const AdmissionOptions& options)
 void checkMemory(const AdmissionOptions& options)
 {
     const model::ModelConfig config = model::loadConfig((fs::path(options.checkpoints.front()) / "config.json").string());
-    std::vector<quant::RecipePlan> plans;
+    std::vector<std::optional<quant::RecipePlan>> plans; // per candidate
     for (const Candidate& candidate : options.candidates) {
+        plans.emplace_back();
         if (!candidate.recipePath.empty()) {
-            plans.push_back(quant::resolveRecipe(quant::loadRecipe(candidate.recipePath), config));
+            plans.back() = quant::resolveRecipe(quant::loadRecipe(candidate.recipePath), config);
         }
     }
     std::vector<const quant::RecipePlan*> planPointers {nullptr};
-    for (const quant::RecipePlan& plan : plans) {
-        planPointers.push_back(&plan);
+    std::vector<NoisyEngine> noisy;
+    for (std::size_t c = 0; c < options.candidates.size(); ++c) {
+        const quant::RecipePlan* plan = plans[c] ? &*plans[c] : nullptr;
+        if (plan) {
+            planPointers.push_back(plan);
+        }
+        if (options.candidates[c].noise > 0.0) {
+            noisy.push_back({plan, options.candidates[c].noiseModules});
+        }
     }
     std::vector<std::string> directories = options.history;
     directories.insert(directories.end(), options.checkpoints.begin(), options.checkpoints.end());
-    const bool noisy = std::any_of(options.candidates.begin(), options.candidates.end(),
-        [](const Candidate& candidate) { return candidate.noise > 0.0; });
     checkAnalysisMemory("the admission check", directories, planPointers, options.settings, 1, noisy);
 }
 

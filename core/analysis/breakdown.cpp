@@ -281,8 +281,16 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
         }
         std::vector<std::string> directories = options.history;
         directories.push_back(options.modelDirectory);
-        const bool noisy = std::any_of(options.candidates.begin(), options.candidates.end(),
-            [](const auto& candidate) { return candidate.noise > 0.0; });
+        // A candidate's noise is measured alone (the BF16 engine) and with its other sources (its recipe's engine).
+        std::vector<NoisyEngine> noisy;
+        for (std::size_t c = 0; c < options.candidates.size(); ++c) {
+            if (options.candidates[c].noise > 0.0) {
+                noisy.push_back({nullptr, options.candidates[c].noiseModules});
+                if (plans[c]) {
+                    noisy.push_back({&*plans[c], options.candidates[c].noiseModules});
+                }
+            }
+        }
         checkAnalysisMemory("the breakdown", directories, planPointers, options.settings, 1, noisy);
     }
 
@@ -407,7 +415,6 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
             return found->second;
         };
         std::vector<Measurement> measured(configurations.size());
-        const auto probes = requests.prompts();
         for (std::size_t i = 0; i < configurations.size(); ++i) {
             progress.checkCancelled();
             const double begin = 0.95 * static_cast<double>(i) / static_cast<double>(configurations.size());
@@ -415,14 +422,9 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
             Progress slice = progress.child(begin, end,
                 "configuration " + std::to_string(i + 1) + " of " + std::to_string(configurations.size()));
             const Configuration& configuration = configurations[i];
-            auto engine = buildEngine(student.config, weightsOf(configuration.weightsDirectory), configuration.engine,
-                probes, options.settings);
-            engine::MismatchOptions measureOptions;
-            measureOptions.batchSize = options.settings.batchSize;
-            measureOptions.sampling = sampling;
-            measureOptions.keepTokenValues = true;
-            const engine::MismatchMeasurement m
-                = engine::measureMismatch(trainer, *engine, requests.requests, measureOptions, &slice);
+            const engine::MismatchMeasurement m = measureConfiguration(trainer,
+                weightsOf(configuration.weightsDirectory), configuration.engine, requests, sampling, options.settings,
+                &slice);
             Measurement& out = measured[i];
             out.sums = m.promptKlSums;
             out.tokens.assign(m.promptTokens.begin(), m.promptTokens.end());

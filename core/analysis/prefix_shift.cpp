@@ -127,7 +127,10 @@ void checkMemory(const PrefixShiftOptions& options)
             model::loadConfig((std::filesystem::path(options.modelDirectory) / "config.json").string()));
     }
     checkAnalysisMemory("the prefix-shift analysis", {options.modelDirectory}, {plan ? &*plan : nullptr},
-        options.settings, /*enginesAtOnce=*/2, /*noisyWeights=*/options.configuration.noise > 0.0);
+        options.settings, /*enginesAtOnce=*/2,
+        options.configuration.noise > 0.0
+            ? std::vector<NoisyEngine> {{plan ? &*plan : nullptr, options.configuration.noiseModules, false}}
+            : std::vector<NoisyEngine> {});
 }
 
 // The run's config_json and the record's configuration.

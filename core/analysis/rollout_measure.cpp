@@ -4,6 +4,7 @@
 #include "core/common/error.h"
 #include "core/common/hash.h"
 #include "core/common/input_limits.h"
+#include "core/common/spill_file.h"
 #include "core/model/model_files.h"
 #include "core/common/random.h"
 #include "core/engine/engine_model.h"
@@ -123,7 +124,7 @@ PromptRequests promptRequests(const std::string& promptSetPath, const model::Tok
 
 void checkAnalysisMemory(const std::string& job, const std::vector<std::string>& checkpoints,
     const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce,
-    bool noisyWeights)
+    const std::vector<NoisyEngine>& noisy)
 {
     if (checkpoints.empty()) {
         return;
@@ -140,9 +141,26 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
         }
         largest = std::max(largest, weights.bytes);
     }
-    if (noisyWeights) {
-        // engine::addWeightNoise's copy (at most the checkpoint's bytes: bf16 or as stored), beside the original.
-        items.push_back({"noisy weight copy", largest});
+    if (!noisy.empty()) {
+        // On the CPU the noise goes into the weights in place (measureConfiguration, engine::InPlaceWeightNoise) when
+        // the spill directory has room for two copies; the tensors the engine reads in another dtype than stored
+        // still get noisy copies (a BF16 engine's norms and biases in float32, the modules a recipe quantizes).
+        const std::string spill = spillDirectory();
+        const bool inPlace = settings.device.is_cpu() && spillFits(spill, 2 * largest);
+        std::uint64_t copies = 0;
+        bool largestInPlace = false; // the largest copies are those of a configuration noised partly in place
+        for (const NoisyEngine& engine : noisy) {
+            const bool partly = inPlace && engine.measuredInTurns;
+            const std::uint64_t bytes
+                = engine::noisyCopyBytes(config, engine.plan, engine.modules, model::scalarType(stored), partly);
+            if (bytes > copies || (bytes == copies && partly)) {
+                copies = bytes;
+                largestInPlace = partly;
+            }
+        }
+        items.push_back({largestInPlace ? "noisy weight copies (the rest noised in place, spilled to " + spill + ")"
+                                        : "noisy weight copies",
+            copies});
     }
     std::uint64_t engine = 0;
     std::uint64_t productTemporary = 0; // one product at a time, whichever engine makes it
@@ -239,6 +257,20 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
     return result;
 }
 
+std::unique_ptr<engine::InPlaceWeightNoise> inPlaceNoise(
+    const model::ModelConfig& config, const model::TransformerWeights& weights, const EngineConfiguration& configuration)
+{
+    if (!(configuration.noise > 0.0)) {
+        return nullptr;
+    }
+    std::optional<quant::RecipePlan> plan;
+    if (configuration.recipe) {
+        plan = quant::resolveRecipe(*configuration.recipe, config);
+    }
+    return engine::InPlaceWeightNoise::create(weights, configuration.noise, configuration.noiseSeed,
+        configuration.noiseModules, engine::engineNoiseDtype(config, plan ? &*plan : nullptr), spillDirectory());
+}
+
 engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,
     const model::TransformerWeights& engineWeights, const EngineConfiguration& configuration,
     const PromptRequests& requests, const engine::SamplingOptions& sampling, const MeasureSettings& settings,
@@ -247,8 +279,22 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
     if (progress) {
         progress->checkCancelled();
     }
-    auto engine = buildEngine(trainer.config(), engineWeights, configuration, requests.prompts(), settings);
+    // Weight noise goes into the weights' own storage where it can (engine::InPlaceWeightNoise: a BF16 engine on the
+    // CPU over weights stored in bf16, with room to spill them): the engine generates on the noisy values and the
+    // trainer scores on the clean ones, in turns, instead of holding a noisy copy beside the clean weights.
+    std::unique_ptr<engine::InPlaceWeightNoise> inPlace = inPlaceNoise(trainer.config(), engineWeights, configuration);
+    EngineConfiguration built = configuration;
+    if (inPlace) {
+        inPlace->noisy(); // before the engine is built: it fits its FP8 KV scales on the noisy weights
+        built.noise = 0.0;
+    }
+    auto engine = buildEngine(
+        trainer.config(), inPlace ? inPlace->engineWeights() : engineWeights, built, requests.prompts(), settings);
     engine::MismatchOptions options;
+    if (inPlace) {
+        options.beforeGenerating = [&inPlace] { inPlace->noisy(); };
+        options.beforeScoring = [&inPlace] { inPlace->clean(); };
+    }
     options.batchSize = settings.batchSize;
     options.sampling = sampling;
     options.keepTokenValues = true; // for the sampled-token estimators beside the full KL (24 bytes a token)
@@ -270,7 +316,12 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
             keptGenerations->push_back(std::move(kept));
         };
     }
-    return engine::measureMismatch(trainer, *engine, requests.requests, options, progress);
+    engine::MismatchMeasurement measurement
+        = engine::measureMismatch(trainer, *engine, requests.requests, options, progress);
+    if (inPlace) {
+        inPlace->clean(); // here, not in the destructor, so that a failure to restore is reported
+    }
+    return measurement;
 }
 
 std::vector<store::TokenDetail> tokenDetails(

@@ -6,6 +6,7 @@
 #include "core/common/progress.h"
 #include "core/engine/engine.h"
 #include "core/engine/measure.h"
+#include "core/engine/mismatch_sources.h"
 #include "core/io/prompt_set.h"
 #include "core/metrics/bootstrap.h"
 #include "core/model/config.h"
@@ -76,15 +77,24 @@ struct MeasureSettings {
     // recorded with each analysis's settings.
     at::Device device = at::Device(at::kCPU);
 };
+// A configuration with weight noise, for the memory check: its engine's recipe plan (nullptr: the BF16 engine), the
+// modules its noise reaches, and whether it is measured by measureConfiguration (which noises in place where it
+// can) rather than on buildEngine's copy alone.
+struct NoisyEngine {
+    const quant::RecipePlan* plan = nullptr;
+    std::string modules = "*";
+    bool measuredInTurns = true;
+};
+
 // The memory check of an engine-only analysis, made before anything is loaded (model::checkJobFits, parts as
 // engine/memory_plan.h): the weights of every directory in `checkpoints` as stored, `enginesAtOnce` times the
 // largest extra engine weights among `plans` (nullptr: the BF16 engine) and a KV cache of settings.kvCacheBytes
 // each, and one measurement's distributions and logits (settings.batchSize prompts of settings.maxNewTokens); with
-// `noisyWeights` (a configuration with weight noise), the noised copy of the largest checkpoint its engine is built
-// on. ResourceError naming `job`, every part and what is available.
+// `noisy` configurations, the largest of their noisy copies (engine::noisyCopyBytes: on the CPU with room to spill,
+// only what is not noised in place). ResourceError naming `job`, every part and what is available.
 void checkAnalysisMemory(const std::string& job, const std::vector<std::string>& checkpoints,
     const std::vector<const quant::RecipePlan*>& plans, const MeasureSettings& settings, std::int64_t enginesAtOnce = 1,
-    bool noisyWeights = false);
+    const std::vector<NoisyEngine>& noisy = {});
 
 // The engine's sampling options: the settings above, stopping at the model's EOS ids (or the tokenizer's).
 engine::SamplingOptions samplingOptions(
@@ -112,8 +122,16 @@ std::unique_ptr<engine::Engine> buildEngine(const model::ModelConfig& config, co
     const EngineConfiguration& configuration, const std::vector<std::vector<std::int64_t>>& probePrompts,
     const engine::EngineOptions& options, KvScalePolicy kvScales, std::int64_t kvFirstBatch = 32);
 
+// The configuration's weight noise written into `weights` in place (engine::InPlaceWeightNoise, spilling to
+// mismatch::spillDirectory()), or nullptr when it has no noise or the noise cannot go in place there (then
+// buildEngine's noisy copy is the way). For the analyses' BF16 engine.
+std::unique_ptr<engine::InPlaceWeightNoise> inPlaceNoise(
+    const model::ModelConfig& config, const model::TransformerWeights& weights, const EngineConfiguration& configuration);
+
 // measureMismatch of the configuration's engine (on `engineWeights`) against `trainer` on the requests, with
 // `sampling` (from samplingOptions()); the measurement keeps its per-token values (tokenValues) for the estimators.
+// Weight noise goes in place where inPlaceNoise() can (`engineWeights` hold the noisy values while the engine
+// generates and the clean ones while the trainer scores, and the clean ones again on return), else in a copy.
 // With `keptGenerations`, the first `keepGenerations` prompts' generations are kept token by token (per-token KL and
 // tokenDetails) for the token drill-down.
 engine::MismatchMeasurement measureConfiguration(const model::Transformer& trainer,

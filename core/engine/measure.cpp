@@ -71,8 +71,14 @@ MismatchMeasurement measureMismatch(const model::Transformer& trainer, Engine& e
         const std::size_t end = std::min(requests.size(), begin + chunk);
         const std::vector<GenerationRequest> part(
             requests.begin() + static_cast<std::ptrdiff_t>(begin), requests.begin() + static_cast<std::ptrdiff_t>(end));
+        if (options.beforeGenerating) {
+            options.beforeGenerating();
+        }
         std::vector<GenerationResult> generations = engine.generate(part, sampling);
         throwIfRejected(generations);
+        if (options.beforeScoring) {
+            options.beforeScoring();
+        }
         // The trainer scores the chunk a group at a time; each group's distributions are dropped once used.
         for (std::size_t group = 0; group < part.size(); group += scoringGroup) {
             const std::size_t groupEnd = std::min(part.size(), group + scoringGroup);

@@ -39,6 +39,11 @@ struct MismatchOptions {
     std::function<void(std::size_t, const at::Tensor&, const at::Tensor&, const GenerationResult&,
         const metrics::TokenMismatch&)>
         onPrompt;
+    // Called before the engine generates each chunk and before the trainer scores it: lets an engine and a trainer
+    // that share weights take turns on them (analysis::measureConfiguration's weight noise in place,
+    // engine::InPlaceWeightNoise). Either may be empty.
+    std::function<void()> beforeGenerating;
+    std::function<void()> beforeScoring;
 };
 
 struct MismatchMeasurement {

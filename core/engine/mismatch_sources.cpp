@@ -2,8 +2,10 @@
 
 #include "core/common/error.h"
 #include "core/common/hash.h"
+#include "core/common/spill_file.h"
 #include "core/engine/module_names.h"
 #include "core/metrics/bootstrap.h"
+#include "core/model/model_files.h"
 #include "core/quant/recipe.h"
 
 #include <ATen/ATen.h>
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -118,8 +121,12 @@ std::uint64_t tensorNoiseSeed(std::uint64_t seed, const std::string& tensorName)
     return mixer.next();
 }
 
-model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
-    const std::string& modulePattern, const NoiseDtype& dtypeOf)
+namespace {
+
+// The names of the tensors of `weights` that noise of `sigma` on `modulePattern` changes (none when sigma = 0).
+// InputError for sigma < 0 or not finite, or a malformed pattern or one that matches no tensor.
+std::vector<std::string> noiseTargets(
+    const model::TransformerWeights& weights, double sigma, const std::string& modulePattern)
 {
     if (!std::isfinite(sigma) || sigma < 0.0) {
         throw InputError(
@@ -141,47 +148,235 @@ model::TransformerWeights addWeightNoise(const model::TransformerWeights& weight
         throw InputError("rollout configuration", "noise module pattern \"" + modulePattern + "\"",
             "matches no module of the model (nearest: " + quant::nearestNamesText(modulePattern, modules) + ")");
     }
+    std::vector<std::string> targets;
+    for (const std::string& name : weights.names()) {
+        if (sigma > 0.0 && pattern.matches(moduleOf(name)) && weights.get(name).numel() > 0) {
+            targets.push_back(name);
+        }
+    }
+    return targets;
+}
+
+// Writes w + sigma * rms(w) * n (the tensor `name`'s noise stream, seeded by `seed`) into `result`, flat like
+// `source` and of the same size; `result` may be `source` itself (noise in place): rms(w) is taken over the whole
+// source first, and each slice is read whole before it is written.
+void writeNoisy(const at::Tensor& source, at::Tensor& result, double sigma, std::uint64_t seed, const std::string& name)
+{
+    // A slice of rows at a time, in float64 (the whole tensor in float64 would be 4x a BF16 checkpoint's bytes,
+    // three times over: an embedding of 152k x 1024 would take 3.7 GB of temporaries). The noise of element i
+    // is the same whatever the slice (fillGaussian's chunks of kNoiseChunk elements, seeded by tensor and
+    // chunk), and each slice holds whole chunks.
+    const std::int64_t count = source.numel();
+    constexpr std::int64_t kSlice = kNoiseChunk * 64; // 32 MiB of float64 noise
+    double squares = 0.0;
+    for (std::int64_t first = 0; first < count; first += kSlice) {
+        squares += source.narrow(0, first, std::min(kSlice, count - first)).to(at::kDouble).pow(2).sum().item<double>();
+    }
+    const double rms = std::sqrt(squares / static_cast<double>(count));
+    const double factor = sigma * rms;
+    const std::uint64_t tensorSeed = tensorNoiseSeed(seed, name);
+    for (std::int64_t first = 0; first < count; first += kSlice) {
+        const std::int64_t size = std::min(kSlice, count - first);
+        at::Tensor noise = at::empty({size}, source.options().dtype(at::kDouble));
+        double* data = noise.data_ptr<double>();
+        const std::int64_t chunks = (size + kNoiseChunk - 1) / kNoiseChunk;
+        at::parallel_for(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t chunk = begin; chunk < end; ++chunk) {
+                const std::int64_t offset = chunk * kNoiseChunk;
+                fillGaussian(tensorSeed, (first + offset) / kNoiseChunk, data + offset,
+                    std::min(kNoiseChunk, size - offset));
+            }
+        });
+        const at::Tensor sum = (source.narrow(0, first, size).to(at::kDouble) + factor * noise).to(result.scalar_type());
+        result.narrow(0, first, size).copy_(sum);
+    }
+}
+
+std::uint64_t tensorBytes(const at::Tensor& tensor)
+{
+    return static_cast<std::uint64_t>(tensor.numel()) * static_cast<std::uint64_t>(tensor.element_size());
+}
+
+} // namespace
+
+model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
+    const std::string& modulePattern, const NoiseDtype& dtypeOf)
+{
+    const std::vector<std::string> targets = noiseTargets(weights, sigma, modulePattern);
+    const std::set<std::string> noisyNames(targets.begin(), targets.end());
     const at::NoGradGuard noGrad;
     model::TransformerWeights noisy;
     for (const auto& [name, tensor] : weights.named()) {
         const at::Tensor source = tensor.detach();
-        if (sigma == 0.0 || !pattern.matches(moduleOf(name)) || source.numel() == 0) {
+        if (!noisyNames.count(name)) {
             noisy.set(name, source);
             continue;
         }
-        // A slice of rows at a time, in float64 (the whole tensor in float64 would be 4x a BF16 checkpoint's bytes,
-        // three times over: an embedding of 152k x 1024 would take 3.7 GB of temporaries). The noise of element i
-        // is the same whatever the slice (fillGaussian's chunks of kNoiseChunk elements, seeded by tensor and
-        // chunk), and each slice holds whole chunks.
         const at::Tensor flat = source.to(at::kCPU).contiguous().reshape({-1});
-        const std::int64_t count = flat.numel();
-        constexpr std::int64_t kSlice = kNoiseChunk * 64; // 32 MiB of float64 noise
-        double squares = 0.0;
-        for (std::int64_t first = 0; first < count; first += kSlice) {
-            squares += flat.narrow(0, first, std::min(kSlice, count - first)).to(at::kDouble).pow(2).sum().item<double>();
-        }
-        const double rms = std::sqrt(squares / static_cast<double>(count));
-        const double factor = sigma * rms;
         const at::ScalarType dtype = dtypeOf ? dtypeOf(name, source) : source.scalar_type();
-        at::Tensor result = at::empty({count}, flat.options().dtype(dtype));
-        const std::uint64_t tensorSeed = tensorNoiseSeed(seed, name);
-        for (std::int64_t first = 0; first < count; first += kSlice) {
-            const std::int64_t size = std::min(kSlice, count - first);
-            at::Tensor noise = at::empty({size}, flat.options().dtype(at::kDouble));
-            double* data = noise.data_ptr<double>();
-            const std::int64_t chunks = (size + kNoiseChunk - 1) / kNoiseChunk;
-            at::parallel_for(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
-                for (std::int64_t chunk = begin; chunk < end; ++chunk) {
-                    const std::int64_t offset = chunk * kNoiseChunk;
-                    fillGaussian(tensorSeed, (first + offset) / kNoiseChunk, data + offset,
-                        std::min(kNoiseChunk, size - offset));
-                }
-            });
-            result.narrow(0, first, size).copy_((flat.narrow(0, first, size).to(at::kDouble) + factor * noise).to(dtype));
-        }
+        at::Tensor result = at::empty({flat.numel()}, flat.options().dtype(dtype));
+        writeNoisy(flat, result, sigma, seed, name);
         noisy.set(name, result.view(source.sizes()).to(source.device()));
     }
     return noisy;
+}
+
+std::unique_ptr<InPlaceWeightNoise> InPlaceWeightNoise::create(const model::TransformerWeights& weights,
+    double sigma, std::uint64_t seed, const std::string& modulePattern, const NoiseDtype& dtypeOf,
+    const std::string& spillDirectory, std::string* why)
+{
+    const auto refuse = [why](const std::string& reason) {
+        if (why) {
+            *why = reason;
+        }
+        return std::unique_ptr<InPlaceWeightNoise>();
+    };
+    const std::vector<std::string> targets = noiseTargets(weights, sigma, modulePattern);
+    std::vector<std::string> inPlace;
+    std::set<std::string> copied;
+    std::vector<at::Tensor> tensors;
+    std::uint64_t bytes = 0;
+    for (const std::string& name : targets) {
+        const at::Tensor& tensor = weights.get(name);
+        if (!tensor.device().is_cpu()) {
+            return refuse(name + " is on " + tensor.device().str() + ", not the CPU");
+        }
+        const at::ScalarType wanted = dtypeOf ? dtypeOf(name, tensor) : tensor.scalar_type();
+        if (wanted != tensor.scalar_type() || !tensor.is_contiguous() || tensor.requires_grad()) {
+            copied.insert(name);
+            continue;
+        }
+        inPlace.push_back(name);
+        tensors.push_back(tensor);
+        bytes += tensorBytes(tensor);
+    }
+    if (inPlace.empty()) {
+        return refuse("no tensor noise reaches is stored in the dtype the engine reads it in");
+    }
+    std::string reason;
+    if (!spillFits(spillDirectory, 2 * bytes, &reason)) {
+        return refuse(reason);
+    }
+    // The engine's weights: the tensors noised in place themselves, noisy copies of the others (as addWeightNoise
+    // makes them, from the clean values: nothing is noised yet), the rest shared.
+    model::TransformerWeights engineWeights;
+    const at::NoGradGuard noGrad;
+    for (const auto& [name, tensor] : weights.named()) {
+        if (!copied.count(name)) {
+            engineWeights.set(name, tensor);
+            continue;
+        }
+        const at::Tensor flat = tensor.detach().contiguous().reshape({-1});
+        const at::ScalarType dtype = dtypeOf ? dtypeOf(name, tensor) : tensor.scalar_type();
+        at::Tensor result = at::empty({flat.numel()}, flat.options().dtype(dtype));
+        writeNoisy(flat, result, sigma, seed, name);
+        engineWeights.set(name, result.view(tensor.sizes()));
+    }
+    return std::unique_ptr<InPlaceWeightNoise>(new InPlaceWeightNoise(
+        std::move(inPlace), std::move(tensors), bytes, std::move(engineWeights), sigma, seed, spillDirectory));
+}
+
+InPlaceWeightNoise::InPlaceWeightNoise(std::vector<std::string> names, std::vector<at::Tensor> tensors,
+    std::uint64_t bytes, model::TransformerWeights engineWeights, double sigma, std::uint64_t seed,
+    const std::string& spillDirectory)
+    : names_(std::move(names))
+    , tensors_(std::move(tensors))
+    , bytes_(bytes)
+    , engineWeights_(std::move(engineWeights))
+    , sigma_(sigma)
+    , seed_(seed)
+    , spill_(spillDirectory, "weight noise in place (clean and noisy weights put aside)")
+{
+}
+
+InPlaceWeightNoise::~InPlaceWeightNoise()
+{
+    try {
+        clean();
+    } catch (...) {
+        // The clean values could not be read back: the shared storage holds noisy or partly restored weights that
+        // nothing may read as the clean ones. NaN everywhere makes any later use fail loudly instead.
+        const at::NoGradGuard noGrad;
+        for (at::Tensor& tensor : tensors_) {
+            tensor.fill_(std::numeric_limits<double>::quiet_NaN());
+        }
+    }
+}
+
+void InPlaceWeightNoise::transfer(std::uint64_t base, bool toFile)
+{
+    std::uint64_t offset = base;
+    for (at::Tensor& tensor : tensors_) {
+        const std::uint64_t size = tensorBytes(tensor);
+        if (toFile) {
+            spill_.write(offset, tensor.data_ptr(), size);
+        } else {
+            spill_.read(offset, tensor.data_ptr(), size);
+        }
+        offset += size;
+    }
+}
+
+void InPlaceWeightNoise::noisy()
+{
+    if (state_ == State::Noisy) {
+        return;
+    }
+    if (!noisyStored_) {
+        // First time: the clean values go aside, the noise is computed in place, and its result goes aside too.
+        transfer(0, /*toFile=*/true);
+        state_ = State::Mixed; // until every tensor holds its noisy values
+        const at::NoGradGuard noGrad;
+        for (std::size_t i = 0; i < tensors_.size(); ++i) {
+            at::Tensor flat = tensors_[i].view({-1});
+            writeNoisy(flat, flat, sigma_, seed_, names_[i]);
+        }
+        state_ = State::Noisy;
+        transfer(bytes_, /*toFile=*/true);
+        noisyStored_ = true;
+        return;
+    }
+    state_ = State::Mixed; // until the read completes
+    transfer(bytes_, /*toFile=*/false);
+    state_ = State::Noisy;
+}
+
+void InPlaceWeightNoise::clean()
+{
+    if (state_ == State::Clean) {
+        return;
+    }
+    state_ = State::Mixed;
+    transfer(0, /*toFile=*/false);
+    state_ = State::Clean;
+}
+
+std::uint64_t noisyCopyBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
+    const std::string& modulePattern, at::ScalarType stored, bool inPlace)
+{
+    quant::ModulePattern pattern = quant::ModulePattern::compile("*");
+    try {
+        pattern = quant::ModulePattern::compile(modulePattern);
+    } catch (const std::invalid_argument& error) {
+        throw InputError("rollout configuration", "noise module pattern '" + modulePattern + "'", error.what());
+    }
+    const NoiseDtype dtypeOf = engineNoiseDtype(config, plan);
+    std::uint64_t bytes = 0;
+    for (const model::ExpectedTensor& expected : model::expectedTensors(config)) {
+        if (!pattern.matches(moduleOf(expected.name))) {
+            continue;
+        }
+        const at::ScalarType dtype = dtypeOf(expected.name, at::Tensor());
+        if (inPlace && dtype == stored) {
+            continue;
+        }
+        std::uint64_t count = 1;
+        for (const std::int64_t size : expected.shape) {
+            count *= static_cast<std::uint64_t>(size);
+        }
+        bytes += count * c10::elementSize(dtype);
+    }
+    return bytes;
 }
 
 NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::RecipePlan* plan, bool fp32Engine)

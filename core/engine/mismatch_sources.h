@@ -1,13 +1,16 @@
 #pragma once
 // Mismatch sources of a rollout configuration besides precision: weight staleness (asynchronous rollouts use
 // weights from k syncs ago) and injected Gaussian weight noise.
+#include "core/common/spill_file.h"
 #include "core/model/transformer.h"
 #include "core/quant/recipe_plan.h"
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace mismatch::engine {
 
@@ -49,11 +52,66 @@ using NoiseDtype = std::function<at::ScalarType(const std::string& tensorName, c
 model::TransformerWeights addWeightNoise(const model::TransformerWeights& weights, double sigma, std::uint64_t seed,
     const std::string& modulePattern = "*", const NoiseDtype& dtypeOf = {});
 
+// addWeightNoise's values written into the weights' own storage instead of a copy beside them, for a measurement
+// whose engine and trainer share that storage and take turns (engine::measureMismatch's chunks: noisy() before the
+// engine generates, clean() before the trainer scores). It saves the copy's memory (the bytes of the tensors noised
+// in place: nearly the whole model with "*") for disk traffic: the first noisy() writes the clean values, then the
+// noisy ones, to an unlinked temporary file in `spillDirectory` (twice those bytes on disk for the object's life);
+// every later switch reads one set back over the other. The values are bit for bit addWeightNoise's, and clean()
+// gives back the original bytes. Everything that holds these tensors sees the switch: it is for a job that owns its
+// weights and runs one thing at a time on them. The destructor restores the clean values; if that read fails the
+// tensors are filled with NaN, so nothing can go on reading noisy weights as clean ones.
+class InPlaceWeightNoise {
+public:
+    // The in-place noise of `weights` (arguments as addWeightNoise's, whose InputErrors it throws too), or nullptr
+    // with the reason in `why` (when given) if a tensor noise reaches is not on the CPU, none is stored in the dtype
+    // `dtypeOf` asks for, or the spill directory keeps its files in memory or lacks room (mismatch::spillFits).
+    // Tensors noise reaches that are stored in another dtype than `dtypeOf` asks for (a BF16 engine's norms, which it
+    // reads in float32; modules a recipe quantizes from float32 noisy values), not contiguous, or requiring
+    // gradients get a noisy copy in engineWeights(), made here, as addWeightNoise makes it. Starts clean.
+    static std::unique_ptr<InPlaceWeightNoise> create(const model::TransformerWeights& weights, double sigma,
+        std::uint64_t seed, const std::string& modulePattern, const NoiseDtype& dtypeOf,
+        const std::string& spillDirectory, std::string* why = nullptr);
+    ~InPlaceWeightNoise();
+    InPlaceWeightNoise(const InPlaceWeightNoise&) = delete;
+    InPlaceWeightNoise& operator=(const InPlaceWeightNoise&) = delete;
+
+    void noisy(); // the tensors noised in place hold w + sigma * rms(w) * n
+    void clean(); // they hold w
+    // What the engine is built on (after noisy()): `weights` with the noisy copies in place of their tensors; the
+    // same values as addWeightNoise(weights, ...) while noisy.
+    const model::TransformerWeights& engineWeights() const { return engineWeights_; }
+    std::uint64_t bytes() const { return bytes_; } // of the tensors noised in place (the copy it saves)
+
+private:
+    enum class State { Clean, Noisy, Mixed };
+    InPlaceWeightNoise(std::vector<std::string> names, std::vector<at::Tensor> tensors, std::uint64_t bytes,
+        model::TransformerWeights engineWeights, double sigma, std::uint64_t seed, const std::string& spillDirectory);
+    void transfer(std::uint64_t base, bool toFile);
+
+    std::vector<std::string> names_;
+    std::vector<at::Tensor> tensors_;
+    std::uint64_t bytes_;
+    model::TransformerWeights engineWeights_;
+    double sigma_;
+    std::uint64_t seed_;
+    SpillFile spill_;
+    State state_ = State::Clean;
+    bool noisyStored_ = false;
+};
+
 // The dtypes an engine wants its noisy weights in: bf16 for a tensor that only bf16-format modules of `plan` (all
 // modules without a plan) multiply with, since the engine rounds it to bf16 anyway (same values, half the memory);
 // float32 for the others (norms and biases, which the engine reads unrounded, and weights of modules in another
 // format, which are quantized from the exact noisy values) and for everything when `fp32Engine`.
 NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::RecipePlan* plan, bool fp32Engine = false);
+
+// Bytes of the noisy copies an analysis holds for noise on `modulePattern` with an engine of `plan` (nullptr: the
+// BF16 engine) over weights stored as `stored`: every tensor noise reaches, in the dtype engineNoiseDtype gives it,
+// except, with `inPlace` (the CPU with room to spill: analysis::inPlaceNoise), those stored in that dtype, which are
+// noised in place (InPlaceWeightNoise). InputError for a malformed pattern.
+std::uint64_t noisyCopyBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
+    const std::string& modulePattern, at::ScalarType stored, bool inPlace);
 
 // The module names noise can address in a model of `config`: every tensor name without ".weight"/".bias".
 std::vector<std::string> noiseModuleNames(const model::ModelConfig& config);

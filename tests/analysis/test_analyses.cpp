@@ -106,6 +106,7 @@ private slots:
     void badCandidatesFiles_data();
     void badCandidatesFiles();
     void generateUsesTheAnalysesRequests();
+    void noisyConfigurationIsMeasuredInPlaceAsWithACopy();
 
 private:
     // An admission check of one candidate, the BF16 engine with weight noise `noise` (seed `seed`), on the first
@@ -974,6 +975,50 @@ void TestAnalyses::generateUsesTheAnalysesRequests()
     Progress cancelled;
     cancelled.cancel();
     QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::generate(options, cancelled));
+}
+
+void TestAnalyses::noisyConfigurationIsMeasuredInPlaceAsWithACopy()
+{
+    // measureConfiguration (admit, breakdown, sensitivity, recipe builder) noises the weights in place where it can:
+    // the weights as a BF16 checkpoint loads them (bf16), on the CPU, spilling to the test's directory.
+    const QByteArray savedTmpdir = qgetenv("TMPDIR");
+    const bool hadTmpdir = qEnvironmentVariableIsSet("TMPDIR");
+    qputenv("TMPDIR", dir_.path().toUtf8());
+    const analysis::ModelDirectory model = analysis::loadModelDirectory(model_);
+    const model::TransformerWeights weights = model.weights.to(at::kBFloat16);
+    const model::TransformerWeights original = weights.clone();
+    const model::Transformer trainer(model.config, weights);
+    const analysis::PromptRequests requests = analysis::promptRequests(probePath(), *model.tokenizer, 6);
+    analysis::MeasureSettings settings = smallSettings();
+    settings.batchSize = 2; // three chunks
+    const auto sampling = analysis::samplingOptions(settings, model.config, *model.tokenizer);
+    analysis::EngineConfiguration configuration;
+    configuration.noise = 0.3;
+    configuration.noiseSeed = 4;
+    QVERIFY(analysis::inPlaceNoise(model.config, weights, configuration)); // the path measured below
+    const engine::MismatchMeasurement inPlace
+        = analysis::measureConfiguration(trainer, weights, configuration, requests, sampling, settings, nullptr);
+    // The weights are clean again, bit for bit.
+    for (const std::string& name : weights.names()) {
+        QVERIFY2(at::equal(weights.get(name), original.get(name)), name.c_str());
+    }
+    // The copy: buildEngine adds the noise to a copy of the weights (engine::addWeightNoise).
+    auto engine = analysis::buildEngine(model.config, weights, configuration, requests.prompts(), settings);
+    engine::MismatchOptions options;
+    options.batchSize = settings.batchSize;
+    options.sampling = sampling;
+    options.keepTokenValues = true;
+    const engine::MismatchMeasurement copy
+        = engine::measureMismatch(trainer, *engine, requests.requests, options, nullptr);
+    QCOMPARE(inPlace.promptKlSums, copy.promptKlSums);
+    QCOMPARE(inPlace.tokenValues.logMu, copy.tokenValues.logMu);
+    QCOMPARE(inPlace.tokens, copy.tokens);
+    QVERIFY(inPlace.kl > 0.0);
+    if (hadTmpdir) {
+        qputenv("TMPDIR", savedTmpdir);
+    } else {
+        qunsetenv("TMPDIR");
+    }
 }
 
 QTEST_MAIN(TestAnalyses)

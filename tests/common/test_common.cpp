@@ -9,6 +9,7 @@
 #include "core/common/hash.h"
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
+#include "core/common/spill_file.h"
 #include "core/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -19,6 +20,7 @@
 #include <QtTest>
 
 #include <sys/resource.h>
+#include <sys/statfs.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -47,6 +49,8 @@ private slots:
     void genericOpenBlasCoresAreReplaced();
     void allocatorMapsBlocksFromItsFixedThreshold();
     void devicesAreParsedAndChecked();
+    void spillFileGivesBackWhatWasPutAside();
+    void spillRefusesMemoryAndFullDirectories();
 };
 
 void TestCommon::childMapsFractionsIntoItsRange()
@@ -373,6 +377,90 @@ void TestCommon::devicesAreParsedAndChecked()
     model::TransformerWeights weights;
     weights.set("w", at::ones({2, 2}));
     QVERIFY(onDevice(weights, at::Device(at::kCPU)).get("w").is_same(weights.get("w")));
+}
+
+void TestCommon::spillFileGivesBackWhatWasPutAside()
+{
+    QTemporaryDir directory;
+    QVERIFY(directory.isValid());
+    const std::string path = directory.path().toStdString();
+    std::vector<std::uint64_t> first(1 << 16);
+    std::vector<std::uint64_t> second(3);
+    std::mt19937_64 random(QRandomGenerator::global()->generate64());
+    for (std::uint64_t& value : first) {
+        value = random();
+    }
+    for (std::uint64_t& value : second) {
+        value = random();
+    }
+    {
+        SpillFile spill(path, "the test's bytes");
+        // Unlinked at once: nothing in the directory by name.
+        QCOMPARE(QDir(directory.path()).entryList(QDir::Files | QDir::Hidden).size(), 0);
+        const std::uint64_t firstBytes = first.size() * sizeof(std::uint64_t);
+        spill.write(0, first.data(), firstBytes);
+        spill.write(firstBytes, second.data(), sizeof(std::uint64_t) * second.size());
+        // Overwriting a part leaves the rest.
+        const std::uint64_t replaced = ~first[5];
+        spill.write(5 * sizeof(std::uint64_t), &replaced, sizeof replaced);
+        first[5] = replaced;
+        std::vector<std::uint64_t> back(first.size());
+        spill.read(0, back.data(), firstBytes);
+        QVERIFY(back == first);
+        std::vector<std::uint64_t> backSecond(second.size());
+        spill.read(firstBytes, backSecond.data(), sizeof(std::uint64_t) * second.size());
+        QVERIFY(backSecond == second);
+        // Reading past the end says what and where.
+        std::uint64_t beyond = 0;
+        try {
+            spill.read(firstBytes + 2 * sizeof(std::uint64_t), &beyond, 2 * sizeof(std::uint64_t));
+            QFAIL("a read past the end of the spill file succeeded");
+        } catch (const Error& error) {
+            const std::string what = error.what();
+            QVERIFY2(what.find("the test's bytes") != std::string::npos, what.c_str());
+            QVERIFY2(what.find("ends before them") != std::string::npos, what.c_str());
+        }
+    }
+    QCOMPARE(QDir(directory.path()).entryList(QDir::Files | QDir::Hidden).size(), 0);
+    try {
+        SpillFile missing(path + "/no-such-directory", "the test's bytes");
+        QFAIL("a spill file was created in a directory that does not exist");
+    } catch (const Error& error) {
+        const std::string what = error.what();
+        QVERIFY2(what.find("no-such-directory") != std::string::npos, what.c_str());
+    }
+}
+
+void TestCommon::spillRefusesMemoryAndFullDirectories()
+{
+    QTemporaryDir directory;
+    QVERIFY(directory.isValid());
+    const std::string path = directory.path().toStdString();
+    std::string why;
+    struct statfs system {};
+    QVERIFY(::statfs(path.c_str(), &system) == 0);
+    if (system.f_type != 0x01021994) { // the test's own directory is on a disk
+        QVERIFY2(spillFits(path, 1 << 20, &why), why.c_str());
+    }
+    QVERIFY(!spillFits(path, std::uint64_t {1} << 62, &why));
+    QVERIFY2(why.find("free") != std::string::npos, why.c_str());
+    QVERIFY(!spillFits(path + "/no-such-directory", 1, &why));
+    QVERIFY2(why.find("no-such-directory") != std::string::npos, why.c_str());
+    // /dev/shm is a tmpfs on Linux systems that have it: spilling there would keep the bytes in memory.
+    if (::statfs("/dev/shm", &system) == 0 && system.f_type == 0x01021994) {
+        QVERIFY(!spillFits("/dev/shm", 1, &why));
+        QVERIFY2(why.find("memory") != std::string::npos, why.c_str());
+    }
+    // $TMPDIR rules; else /var/tmp.
+    const char* saved = std::getenv("TMPDIR");
+    const std::string savedValue = saved ? saved : "";
+    ::setenv("TMPDIR", path.c_str(), 1);
+    QCOMPARE(spillDirectory(), path);
+    ::unsetenv("TMPDIR");
+    QCOMPARE(spillDirectory(), std::string("/var/tmp"));
+    if (saved) {
+        ::setenv("TMPDIR", savedValue.c_str(), 1);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestCommon)

@@ -28,6 +28,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <sys/statfs.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -301,6 +303,9 @@ private slots:
     void perHeadKvScalesBeatPerTensorOnOutlierHead();
     void stalenessPicksSnapshot();
     void noiseSeededAndScalesWithSigma();
+    void noiseInPlaceIsTheCopysNoiseAndGivesTheWeightsBack();
+    void measurementWithNoiseInPlaceIsTheCopys();
+    void noisyCopyBytesCountWhatIsNotNoisedInPlace();
     void byteSizes();
 };
 
@@ -1821,6 +1826,153 @@ void TestEngine::noiseSeededAndScalesWithSigma()
     QVERIFY(at::equal(zero.get(name), weights.get(name)));
     QVERIFY_EXCEPTION_THROWN(addWeightNoise(weights, -0.1, 7), InputError);
     QVERIFY_EXCEPTION_THROWN(addWeightNoise(weights, 0.1, 7, "model.layers.{3-1}.*"), InputError);
+}
+
+namespace {
+
+bool sameWeights(const TransformerWeights& a, const TransformerWeights& b)
+{
+    for (const std::string& name : a.names()) {
+        if (!b.contains(name) || a.get(name).scalar_type() != b.get(name).scalar_type()
+            || !at::equal(a.get(name), b.get(name))) {
+            return false;
+        }
+    }
+    return a.size() == b.size();
+}
+
+} // namespace
+
+void TestEngine::noiseInPlaceIsTheCopysNoiseAndGivesTheWeightsBack()
+{
+    const ModelConfig config = tinyConfig();
+    // Stored in bf16, as a BF16 checkpoint is loaded for the analyses: the BF16 engine reads its linear weights and
+    // embedding as stored (noise in place) and its norms and biases in float32 (noisy copies).
+    const TransformerWeights weights = tinyWeights(config, 411).to(at::kBFloat16);
+    const TransformerWeights original = weights.clone();
+    const NoiseDtype dtypes = engineNoiseDtype(config, nullptr);
+    const TransformerWeights copy = addWeightNoise(weights, 0.1, 9, "*", dtypes);
+    QTemporaryDir directory;
+    QVERIFY(directory.isValid());
+    std::string why;
+    auto inPlace = InPlaceWeightNoise::create(weights, 0.1, 9, "*", dtypes, directory.path().toStdString(), &why);
+    QVERIFY2(inPlace, why.c_str());
+    std::uint64_t inPlaceBytes = 0;
+    std::set<std::string> inPlaceNames;
+    for (const auto& [name, tensor] : weights.named()) {
+        if (dtypes(name, tensor) == at::kBFloat16) {
+            inPlaceBytes += static_cast<std::uint64_t>(tensor.numel()) * 2;
+            inPlaceNames.insert(name);
+        }
+    }
+    QVERIFY(inPlaceNames.count("model.embed_tokens.weight") && inPlaceNames.count("model.layers.1.mlp.down_proj.weight"));
+    QVERIFY(!inPlaceNames.count("model.norm.weight") && !inPlaceNames.count("model.layers.0.self_attn.q_proj.bias"));
+    QCOMPARE(inPlace->bytes(), inPlaceBytes);
+    QVERIFY(sameWeights(weights, original)); // starts clean
+    for (int round = 0; round < 3; ++round) { // the first noisy() computes; the later ones read the spill back
+        inPlace->noisy();
+        inPlace->noisy(); // a no-op when noisy
+        QVERIFY(sameWeights(inPlace->engineWeights(), copy));
+        for (const std::string& name : inPlaceNames) {
+            QVERIFY(at::equal(weights.get(name), copy.get(name))); // the shared storage itself
+            QCOMPARE(weights.get(name).data_ptr(), inPlace->engineWeights().get(name).data_ptr());
+        }
+        inPlace->clean();
+        QVERIFY(sameWeights(weights, original));
+    }
+    inPlace->noisy();
+    inPlace.reset(); // destroyed while noisy: the clean values come back
+    QVERIFY(sameWeights(weights, original));
+
+    // Nothing in place when the engine reads every tensor in another dtype than stored (the FP32 engine), or where
+    // the spill would stay in memory; bad sigma and patterns are refused as addWeightNoise refuses them.
+    QVERIFY(!InPlaceWeightNoise::create(
+        weights, 0.1, 9, "*", engineNoiseDtype(config, nullptr, true), directory.path().toStdString(), &why));
+    QVERIFY2(why.find("dtype") != std::string::npos, why.c_str());
+    struct statfs system {};
+    if (::statfs("/dev/shm", &system) == 0 && system.f_type == 0x01021994) {
+        QVERIFY(!InPlaceWeightNoise::create(weights, 0.1, 9, "*", dtypes, "/dev/shm", &why));
+        QVERIFY2(why.find("memory") != std::string::npos, why.c_str());
+    }
+    QVERIFY_EXCEPTION_THROWN(
+        InPlaceWeightNoise::create(weights, -0.1, 9, "*", dtypes, directory.path().toStdString()), InputError);
+    QVERIFY_EXCEPTION_THROWN(InPlaceWeightNoise::create(weights, 0.1, 9, "model.layers.{3-1}.*", dtypes,
+                                 directory.path().toStdString()),
+        InputError);
+    QVERIFY(sameWeights(weights, original));
+}
+
+void TestEngine::measurementWithNoiseInPlaceIsTheCopys()
+{
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 421).to(at::kBFloat16);
+    const TransformerWeights original = weights.clone();
+    const model::Transformer trainer(config, weights);
+    const std::vector<GenerationRequest> requests = randomRequests(6, 422);
+    MismatchOptions options;
+    options.sampling.maxNewTokens = 12;
+    options.sampling.ignoreEos = true;
+    options.batchSize = 2; // three chunks: the weights switch six times
+    options.keepTokenValues = true;
+    const NoiseDtype dtypes = engineNoiseDtype(config, nullptr);
+    Engine copyEngine(config, addWeightNoise(weights, 0.2, 5, "*", dtypes));
+    const MismatchMeasurement expected = measureMismatch(trainer, copyEngine, requests, options);
+
+    QTemporaryDir directory;
+    QVERIFY(directory.isValid());
+    auto inPlace = InPlaceWeightNoise::create(weights, 0.2, 5, "*", dtypes, directory.path().toStdString());
+    QVERIFY(inPlace);
+    inPlace->noisy();
+    Engine inPlaceEngine(config, inPlace->engineWeights());
+    int switches = 0;
+    options.beforeGenerating = [&] {
+        inPlace->noisy();
+        ++switches;
+    };
+    options.beforeScoring = [&] {
+        inPlace->clean();
+        ++switches;
+    };
+    const MismatchMeasurement got = measureMismatch(trainer, inPlaceEngine, requests, options);
+    inPlace->clean();
+    QCOMPARE(switches, 6);
+    // The same path on the same values: bit for bit (the trainer scored the clean weights, the engine generated on
+    // the noisy ones; a switch missed either way would change the KL).
+    QCOMPARE(got.promptKlSums, expected.promptKlSums);
+    QCOMPARE(got.tokenValues.kl, expected.tokenValues.kl);
+    QCOMPARE(got.tokens, expected.tokens);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        QCOMPARE(got.generations[i].tokens, expected.generations[i].tokens);
+    }
+    QVERIFY(got.kl > 0.0);
+    QVERIFY(sameWeights(weights, original));
+}
+
+void TestEngine::noisyCopyBytesCountWhatIsNotNoisedInPlace()
+{
+    // Counted by hand for tinyConfig (hidden 32, intermediate 64, 2 layers, 4 heads and 2 KV heads of 8, vocabulary
+    // 258, attention biases, tied embeddings). Per layer: q 32x32, k 16x32, v 16x32, o 32x32, gate and up 64x32,
+    // down 32x64 = 9216 weights the BF16 engine reads in bf16; biases 32 + 16 + 16 and two norms of 32 it reads in
+    // float32. Embedding 258 x 32 = 8256 (bf16), final norm 32 (float32).
+    const ModelConfig config = tinyConfig();
+    const std::uint64_t bf16Elements = 8256 + 2 * 9216; // 26688
+    const std::uint64_t floatElements = 2 * (64 + 64) + 32; // 288
+    QCOMPARE(noisyCopyBytes(config, nullptr, "*", at::kBFloat16, false), 2 * bf16Elements + 4 * floatElements);
+    QCOMPARE(noisyCopyBytes(config, nullptr, "*", at::kBFloat16, true), 4 * floatElements);
+    // A float32 checkpoint: the bf16 noisy values cannot go in place, the float32 ones can.
+    QCOMPARE(noisyCopyBytes(config, nullptr, "*", at::kFloat, true), 2 * bf16Elements);
+    // Layer 0's MLP only: gate, up and down, 6144 weights.
+    QCOMPARE(noisyCopyBytes(config, nullptr, "model.layers.{0}.mlp.*", at::kBFloat16, false), std::uint64_t(2 * 6144));
+    QCOMPARE(noisyCopyBytes(config, nullptr, "model.layers.{0}.mlp.*", at::kBFloat16, true), std::uint64_t(0));
+    // A recipe quantizing every projection to FP8 wants their noisy values in float32: copies, in place or not; the
+    // embedding (tied lm_head) too when the recipe quantizes either of its modules.
+    const quant::RecipePlan plan = planFor(kFp8Recipe, config);
+    QVERIFY(plan.modules.at("model.layers.1.mlp.down_proj").weights.format == quant::WeightFormat::Fp8E4m3);
+    const bool embeddingBf16 = plan.modules.at(quant::kEmbedName).weights.format == quant::WeightFormat::Bf16
+        && plan.modules.at("lm_head").weights.format == quant::WeightFormat::Bf16;
+    const std::uint64_t embedding = embeddingBf16 ? 0 : 4 * 8256;
+    QCOMPARE(noisyCopyBytes(config, &plan, "*", at::kBFloat16, true), 4 * (2 * 9216) + embedding + 4 * floatElements);
+    QVERIFY_EXCEPTION_THROWN(noisyCopyBytes(config, nullptr, "model.layers.{3-1}.*", at::kBFloat16, true), InputError);
 }
 
 void TestEngine::byteSizes()

@@ -18,6 +18,7 @@
 #include "core/common/byte_size.h"
 #include "core/common/error.h"
 #include "core/engine/memory_plan.h"
+#include "core/engine/mismatch_sources.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 #include "core/model/memory_check.h"
@@ -25,9 +26,11 @@
 #include "core/model/transformer.h"
 
 #include <QElapsedTimer>
+#include <QTemporaryDir>
 #include <QThread>
 
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -367,27 +370,58 @@ void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
 }
 
 QTEST_GUILESS_MAIN(TestFailureModes)
-// What an analysis builds beside its engines is in its memory check: a configuration with weight noise builds its
-// engine on a noised copy of the weights (engine::addWeightNoise), held beside the original, the checkpoint's size.
+// What an analysis builds beside its engines is in its memory check: a configuration with weight noise holds noisy
+// copies of the tensors it cannot noise in place (engine::noisyCopyBytes, counted by hand in test_engine): on the CPU
+// with a spill directory on disk only those its engine reads in another dtype than stored; on a device, or with the
+// spill directory in memory, every tensor noise reaches.
 void TestFailureModes::noisyConfigurationCountsItsWeightCopy()
 {
-    const std::uint64_t stored = engine::storedWeights(inputs_.student).bytes;
-    const auto refusal = [this](bool noisy) {
+    const model::ModelConfig studentConfig = model::loadConfig(inputs_.student + "/config.json");
+    const at::ScalarType stored = model::scalarType(engine::storedWeights(inputs_.student).dtype);
+    const auto refusal = [this](const std::vector<analysis::NoisyEngine>& noisy, const at::Device& device) {
         ::setenv("MISMATCH_MEMORY_LIMIT_BYTES", "1000", 1);
+        ::setenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES", "1000", 1);
+        analysis::MeasureSettings settings;
+        settings.device = device;
         std::string message;
         try {
-            analysis::checkAnalysisMemory("the admission check", {inputs_.student}, {nullptr},
-                analysis::MeasureSettings {}, 1, noisy);
+            analysis::checkAnalysisMemory("the admission check", {inputs_.student}, {nullptr}, settings, 1, noisy);
         } catch (const ResourceError& error) {
             message = error.what();
         }
         ::unsetenv("MISMATCH_MEMORY_LIMIT_BYTES");
+        ::unsetenv("MISMATCH_DEVICE_MEMORY_LIMIT_BYTES");
         return message;
     };
-    const std::string plain = refusal(false);
-    const std::string noisy = refusal(true);
-    QVERIFY2(contains(plain, "needs about") && !contains(plain, "noisy weight copy"), plain.c_str());
-    QVERIFY2(contains(noisy, "noisy weight copy: " + formatByteSize(stored)), noisy.c_str());
+    const QByteArray savedTmpdir = qgetenv("TMPDIR");
+    const bool hadTmpdir = qEnvironmentVariableIsSet("TMPDIR");
+    QTemporaryDir spill;
+    QVERIFY(spill.isValid());
+    qputenv("TMPDIR", spill.path().toUtf8());
+    const std::string plain = refusal({}, at::Device(at::kCPU));
+    const std::string inPlace = refusal({{nullptr, "*", true}}, at::Device(at::kCPU));
+    const std::string apart = refusal({{nullptr, "*", false}}, at::Device(at::kCPU)); // a prefix-shift engine
+    const std::string noisyOnGpu = refusal({{nullptr, "*", true}}, at::Device(at::kCUDA, 0));
+    QVERIFY2(contains(plain, "needs about") && !contains(plain, "noisy weight copies"), plain.c_str());
+    QVERIFY2(contains(inPlace,
+                 "noisy weight copies (the rest noised in place, spilled to " + spill.path().toStdString() + "): "
+                     + formatByteSize(engine::noisyCopyBytes(studentConfig, nullptr, "*", stored, true))),
+        inPlace.c_str());
+    const std::string whole
+        = "noisy weight copies: " + formatByteSize(engine::noisyCopyBytes(studentConfig, nullptr, "*", stored, false));
+    QVERIFY2(contains(apart, whole), apart.c_str());
+    QVERIFY2(contains(noisyOnGpu, whole), noisyOnGpu.c_str());
+    struct statfs system {};
+    if (::statfs("/dev/shm", &system) == 0 && system.f_type == 0x01021994) {
+        qputenv("TMPDIR", "/dev/shm");
+        const std::string inMemory = refusal({{nullptr, "*", true}}, at::Device(at::kCPU));
+        QVERIFY2(contains(inMemory, whole), inMemory.c_str());
+    }
+    if (hadTmpdir) {
+        qputenv("TMPDIR", savedTmpdir);
+    } else {
+        qunsetenv("TMPDIR");
+    }
 
     // Fitting FP8 KV scales builds a BF16 engine beside the candidate's: on a device it holds its own weights
     // there (counted), on the CPU it shares the candidate's BF16 view (not counted). The device check runs against
