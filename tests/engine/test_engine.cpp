@@ -970,6 +970,22 @@ void TestEngine::keptLogitsGiveTheSampledDistributions()
             }
         }
     }
+    // Rows that stop early keep their own rows only: one that stops within the first half of its allowance gives
+    // the rest of its [maxNewTokens, vocab] buffer back (its logits hold exactly its rows).
+    Engine engine(config, tinyWeights(config, 132));
+    SamplingOptions free = keepingDistributions(12, 0.7, 0.9, 5);
+    const std::vector<GenerationResult> unstopped = engine.generate(requests, free);
+    SamplingOptions stopping = free;
+    stopping.ignoreEos = false;
+    stopping.stopTokenIds = {unstopped[0].tokens[1]};
+    const std::vector<GenerationResult> stopped = engine.generate(requests, stopping);
+    QVERIFY(stopped[0].tokens.size() <= 2);
+    for (const GenerationResult& result : stopped) {
+        QCOMPARE(result.logits.size(0), static_cast<std::int64_t>(result.tokens.size()));
+        QVERIFY(at::equal(logMuRows(result.logits, stopping).to(at::kFloat), result.distributions));
+    }
+    const at::Tensor& early = stopped[0].logits;
+    QCOMPARE(static_cast<std::int64_t>(early.storage().nbytes()), early.numel() * 2);
 }
 
 void TestEngine::tensorSamplingMatchesTheHostLoops()
