@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <QDir>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -980,10 +981,12 @@ void TestAnalyses::generateUsesTheAnalysesRequests()
 void TestAnalyses::noisyConfigurationIsMeasuredInPlaceAsWithACopy()
 {
     // measureConfiguration (admit, breakdown, sensitivity, recipe builder) noises the weights in place where it can:
-    // the weights as a BF16 checkpoint loads them (bf16), on the CPU, spilling to the test's directory.
+    // the weights as a BF16 checkpoint loads them (bf16), on the CPU, spilling to a directory of the test's.
     const QByteArray savedTmpdir = qgetenv("TMPDIR");
     const bool hadTmpdir = qEnvironmentVariableIsSet("TMPDIR");
-    qputenv("TMPDIR", dir_.path().toUtf8());
+    QTemporaryDir spill(QDir::currentPath() + "/spill-XXXXXX"); // the build tree, on a disk (not a tmpfs /tmp)
+    QVERIFY(spill.isValid());
+    qputenv("TMPDIR", spill.path().toUtf8());
     const analysis::ModelDirectory model = analysis::loadModelDirectory(model_);
     const model::TransformerWeights weights = model.weights.to(at::kBFloat16);
     const model::TransformerWeights original = weights.clone();

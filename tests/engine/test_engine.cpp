@@ -25,6 +25,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include <QDir>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -1868,7 +1869,8 @@ void TestEngine::noiseInPlaceIsTheCopysNoiseAndGivesTheWeightsBack()
     const TransformerWeights original = weights.clone();
     const NoiseDtype dtypes = engineNoiseDtype(config, nullptr);
     const TransformerWeights copy = addWeightNoise(weights, 0.1, 9, "*", dtypes);
-    QTemporaryDir directory;
+    // The spill goes to the build tree, on a disk (the system's temporary directory may be a tmpfs, which is refused).
+    QTemporaryDir directory(QDir::currentPath() + "/spill-XXXXXX");
     QVERIFY(directory.isValid());
     std::string why;
     auto inPlace = InPlaceWeightNoise::create(weights, 0.1, 9, "*", dtypes, directory.path().toStdString(), &why);
@@ -1934,7 +1936,7 @@ void TestEngine::measurementWithNoiseInPlaceIsTheCopys()
     Engine copyEngine(config, addWeightNoise(weights, 0.2, 5, "*", dtypes));
     const MismatchMeasurement expected = measureMismatch(trainer, copyEngine, requests, options);
 
-    QTemporaryDir directory;
+    QTemporaryDir directory(QDir::currentPath() + "/spill-XXXXXX"); // on a disk, as above
     QVERIFY(directory.isValid());
     auto inPlace = InPlaceWeightNoise::create(weights, 0.2, 5, "*", dtypes, directory.path().toStdString());
     QVERIFY(inPlace);

@@ -25,6 +25,7 @@
 #include "core/model/model_files.h"
 #include "core/model/transformer.h"
 
+#include <QDir>
 #include <QElapsedTimer>
 #include <QTemporaryDir>
 #include <QThread>
@@ -395,7 +396,7 @@ void TestFailureModes::noisyConfigurationCountsItsWeightCopy()
     };
     const QByteArray savedTmpdir = qgetenv("TMPDIR");
     const bool hadTmpdir = qEnvironmentVariableIsSet("TMPDIR");
-    QTemporaryDir spill;
+    QTemporaryDir spill(QDir::currentPath() + "/spill-XXXXXX"); // the build tree, on a disk (not a tmpfs /tmp)
     QVERIFY(spill.isValid());
     qputenv("TMPDIR", spill.path().toUtf8());
     const std::string plain = refusal({}, at::Device(at::kCPU));
