@@ -235,6 +235,7 @@ std::unique_ptr<InPlaceWeightNoise> InPlaceWeightNoise::create(const model::Tran
     std::vector<std::string> inPlace;
     std::set<std::string> copied;
     std::vector<at::Tensor> tensors;
+    std::set<const void*> storages; // of the tensors noised in place
     std::uint64_t bytes = 0;
     for (const std::string& name : targets) {
         const at::Tensor& tensor = weights.get(name);
@@ -242,7 +243,10 @@ std::unique_ptr<InPlaceWeightNoise> InPlaceWeightNoise::create(const model::Tran
             return refuse(name + " is on " + tensor.device().str() + ", not the CPU");
         }
         const at::ScalarType wanted = dtypeOf ? dtypeOf(name, tensor) : tensor.scalar_type();
-        if (wanted != tensor.scalar_type() || !tensor.is_contiguous() || tensor.requires_grad()) {
+        // A tensor sharing its storage with one already noised in place gets a copy: its noise (seeded by its own
+        // name) differs, and one storage can hold only one of them.
+        if (wanted != tensor.scalar_type() || !tensor.is_contiguous() || tensor.requires_grad()
+            || !storages.insert(tensor.storage().data()).second) {
             copied.insert(name);
             continue;
         }

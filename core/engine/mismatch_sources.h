@@ -67,8 +67,9 @@ public:
     // with the reason in `why` (when given) if a tensor noise reaches is not on the CPU, none is stored in the dtype
     // `dtypeOf` asks for, or the spill directory keeps its files in memory or lacks room (mismatch::spillFits).
     // Tensors noise reaches that are stored in another dtype than `dtypeOf` asks for (a BF16 engine's norms, which it
-    // reads in float32; modules a recipe quantizes from float32 noisy values), not contiguous, or requiring
-    // gradients get a noisy copy in engineWeights(), made here, as addWeightNoise makes it. Starts clean.
+    // reads in float32; modules a recipe quantizes from float32 noisy values), not contiguous, requiring
+    // gradients, or sharing storage with a tensor noised in place get a noisy copy in engineWeights(), made here, as
+    // addWeightNoise makes it. Starts clean.
     static std::unique_ptr<InPlaceWeightNoise> create(const model::TransformerWeights& weights, double sigma,
         std::uint64_t seed, const std::string& modulePattern, const NoiseDtype& dtypeOf,
         const std::string& spillDirectory, std::string* why = nullptr);

@@ -1902,6 +1902,30 @@ void TestEngine::noiseInPlaceIsTheCopysNoiseAndGivesTheWeightsBack()
     inPlace.reset(); // destroyed while noisy: the clean values come back
     QVERIFY(sameWeights(weights, original));
 
+    // Two names sharing one storage (a checkpoint's tied lm_head kept beside the embedding): each gets its own noise
+    // as addWeightNoise gives it, so only the first is noised in place and the other is a copy.
+    TransformerWeights aliased = weights;
+    aliased.set("lm_head.weight", weights.get("model.embed_tokens.weight").view({-1}).view(
+                                       weights.get("model.embed_tokens.weight").sizes()));
+    // (Noise in the stored dtype everywhere, so that only the sharing keeps lm_head from going in place.)
+    const NoiseDtype asStored;
+    const TransformerWeights aliasedCopy = addWeightNoise(aliased, 0.1, 9, "*", asStored);
+    {
+        auto sharing
+            = InPlaceWeightNoise::create(aliased, 0.1, 9, "*", asStored, directory.path().toStdString(), &why);
+        QVERIFY2(sharing, why.c_str());
+        std::uint64_t allBytes = 0;
+        for (const auto& [name, tensor] : weights.named()) {
+            allBytes += static_cast<std::uint64_t>(tensor.numel()) * 2;
+        }
+        QCOMPARE(sharing->bytes(), allBytes); // every tensor but lm_head
+        sharing->noisy();
+        QVERIFY(sameWeights(sharing->engineWeights(), aliasedCopy));
+        QVERIFY(!at::equal(sharing->engineWeights().get("lm_head.weight"),
+            sharing->engineWeights().get("model.embed_tokens.weight")));
+    }
+    QVERIFY(sameWeights(weights, original));
+
     // Nothing in place when the engine reads every tensor in another dtype than stored (the FP32 engine), or where
     // the spill would stay in memory; bad sigma and patterns are refused as addWeightNoise refuses them.
     QVERIFY(!InPlaceWeightNoise::create(
