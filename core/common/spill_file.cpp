@@ -56,42 +56,44 @@ SpillFile::~SpillFile()
     }
 }
 
+namespace {
+
+// `bytes` at `offset` through `call` (pread or pwrite on the spill file's descriptor, with the buffer at `done`
+// bytes in), retried after interruptions and short transfers; Error naming `purpose`, `verb`, the directory and the
+// reason (`empty` when a call moves nothing).
+template <typename Call>
+void transferWhole(std::uint64_t offset, std::uint64_t bytes, const std::string& purpose, const char* verb,
+    const std::string& directory, const char* empty, Call call)
+{
+    std::uint64_t done = 0;
+    while (done < bytes) {
+        const ssize_t moved = call(done, bytes - done, static_cast<off_t>(offset + done));
+        if (moved < 0 && errno == EINTR) {
+            continue;
+        }
+        if (moved <= 0) {
+            throw Error(purpose + ": " + verb + " " + std::to_string(bytes - done) + " bytes at offset "
+                + std::to_string(offset + done) + " of a temporary file in " + directory + " failed: "
+                + (moved < 0 ? systemReason() : std::string(empty)));
+        }
+        done += static_cast<std::uint64_t>(moved);
+    }
+}
+
+} // namespace
+
 void SpillFile::write(std::uint64_t offset, const void* data, std::uint64_t bytes)
 {
     const char* from = static_cast<const char*>(data);
-    while (bytes > 0) {
-        const ssize_t written = ::pwrite(fd_, from, bytes, static_cast<off_t>(offset));
-        if (written < 0 && errno == EINTR) {
-            continue;
-        }
-        if (written <= 0) {
-            throw Error(purpose_ + ": writing " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset)
-                + " of a temporary file in " + directory_ + " failed: "
-                + (written < 0 ? systemReason() : std::string("nothing written")));
-        }
-        from += written;
-        offset += static_cast<std::uint64_t>(written);
-        bytes -= static_cast<std::uint64_t>(written);
-    }
+    transferWhole(offset, bytes, purpose_, "writing", directory_, "nothing written",
+        [&](std::uint64_t done, std::uint64_t count, off_t at) { return ::pwrite(fd_, from + done, count, at); });
 }
 
 void SpillFile::read(std::uint64_t offset, void* data, std::uint64_t bytes) const
 {
     char* to = static_cast<char*>(data);
-    while (bytes > 0) {
-        const ssize_t got = ::pread(fd_, to, bytes, static_cast<off_t>(offset));
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            throw Error(purpose_ + ": reading " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset)
-                + " of a temporary file in " + directory_ + " failed: "
-                + (got < 0 ? systemReason() : std::string("the file ends before them")));
-        }
-        to += got;
-        offset += static_cast<std::uint64_t>(got);
-        bytes -= static_cast<std::uint64_t>(got);
-    }
+    transferWhole(offset, bytes, purpose_, "reading", directory_, "the file ends before them",
+        [&](std::uint64_t done, std::uint64_t count, off_t at) { return ::pread(fd_, to + done, count, at); });
 }
 
 std::string spillDirectory()
