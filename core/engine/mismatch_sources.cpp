@@ -192,6 +192,19 @@ void writeNoisy(const at::Tensor& source, at::Tensor& result, double sigma, std:
     }
 }
 
+// A noisy copy of `tensor` (the tensor `name` of the weights), in `dtypeOf`'s dtype for it (default: its own), on its
+// device: addWeightNoise's values for it.
+at::Tensor noisyCopy(const at::Tensor& tensor, const std::string& name, double sigma, std::uint64_t seed,
+    const NoiseDtype& dtypeOf)
+{
+    const at::Tensor source = tensor.detach();
+    const at::Tensor flat = source.to(at::kCPU).contiguous().reshape({-1});
+    const at::ScalarType dtype = dtypeOf ? dtypeOf(name, source) : source.scalar_type();
+    at::Tensor result = at::empty({flat.numel()}, flat.options().dtype(dtype));
+    writeNoisy(flat, result, sigma, seed, name);
+    return result.view(source.sizes()).to(source.device());
+}
+
 std::uint64_t tensorBytes(const at::Tensor& tensor)
 {
     return static_cast<std::uint64_t>(tensor.numel()) * static_cast<std::uint64_t>(tensor.element_size());
@@ -207,16 +220,7 @@ model::TransformerWeights addWeightNoise(const model::TransformerWeights& weight
     const at::NoGradGuard noGrad;
     model::TransformerWeights noisy;
     for (const auto& [name, tensor] : weights.named()) {
-        const at::Tensor source = tensor.detach();
-        if (!noisyNames.count(name)) {
-            noisy.set(name, source);
-            continue;
-        }
-        const at::Tensor flat = source.to(at::kCPU).contiguous().reshape({-1});
-        const at::ScalarType dtype = dtypeOf ? dtypeOf(name, source) : source.scalar_type();
-        at::Tensor result = at::empty({flat.numel()}, flat.options().dtype(dtype));
-        writeNoisy(flat, result, sigma, seed, name);
-        noisy.set(name, result.view(source.sizes()).to(source.device()));
+        noisy.set(name, noisyNames.count(name) ? noisyCopy(tensor, name, sigma, seed, dtypeOf) : tensor.detach());
     }
     return noisy;
 }
@@ -266,15 +270,7 @@ std::unique_ptr<InPlaceWeightNoise> InPlaceWeightNoise::create(const model::Tran
     model::TransformerWeights engineWeights;
     const at::NoGradGuard noGrad;
     for (const auto& [name, tensor] : weights.named()) {
-        if (!copied.count(name)) {
-            engineWeights.set(name, tensor);
-            continue;
-        }
-        const at::Tensor flat = tensor.detach().contiguous().reshape({-1});
-        const at::ScalarType dtype = dtypeOf ? dtypeOf(name, tensor) : tensor.scalar_type();
-        at::Tensor result = at::empty({flat.numel()}, flat.options().dtype(dtype));
-        writeNoisy(flat, result, sigma, seed, name);
-        engineWeights.set(name, result.view(tensor.sizes()));
+        engineWeights.set(name, copied.count(name) ? noisyCopy(tensor, name, sigma, seed, dtypeOf) : tensor);
     }
     return std::unique_ptr<InPlaceWeightNoise>(new InPlaceWeightNoise(
         std::move(inPlace), std::move(tensors), bytes, std::move(engineWeights), sigma, seed, spillDirectory));
