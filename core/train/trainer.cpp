@@ -413,6 +413,12 @@ private:
                 engine::engineExtraBytes(modelConfig_, nullptr, model::DType::F32, device_)});
             items.push_back({"BF16 unit KV cache", engine::EngineOptions {}.kvCacheBytes});
         }
+        if (config_.rollout.noise.sigma > 0.0) {
+            // Each sync draws the version's noisy weights (engine::addWeightNoise) while the engine still holds
+            // its view of the last version; after the sync the noisy bf16 modules are that view.
+            items.push_back({"noisy weight version drawn at a rollout sync",
+                engine::noisyCopyBytes(modelConfig_, plan, config_.rollout.noise.modules, at::kFloat, false)});
+        }
         if (!config_.teacher.empty()) {
             items.push_back({"teacher weights as stored", engine::storedWeights(config_.teacher).bytes,
                 /*stagedOnHost=*/true});
@@ -453,7 +459,8 @@ private:
         const model::TransformerWeights& versionWeights);
     Rollout produceUnchecked(std::int64_t step, engine::Engine& engine, std::int64_t& syncedVersion,
         const model::TransformerWeights& versionWeights);
-    std::unique_ptr<engine::Engine> makeRolloutEngine() const;
+    // The rollout engine on `published` (a weight version: never written to, so the engine shares its tensors).
+    std::unique_ptr<engine::Engine> makeRolloutEngine(const model::TransformerWeights& published) const;
     std::int64_t rolloutVersion(std::int64_t step) const
     {
         return std::max<std::int64_t>(0, step - 1 - config_.rollout.staleness);
@@ -553,11 +560,11 @@ std::vector<engine::GenerationRequest> Session::batchRequests(std::int64_t step,
     return requests;
 }
 
-std::unique_ptr<engine::Engine> Session::makeRolloutEngine() const
+std::unique_ptr<engine::Engine> Session::makeRolloutEngine(const model::TransformerWeights& published) const
 {
     engine::EngineOptions options;
     options.precision = engine::EnginePrecision::Bf16Reference;
-    auto rolloutEngine = std::make_unique<engine::Engine>(modelConfig_, weights_.clone(), plan_, options);
+    auto rolloutEngine = std::make_unique<engine::Engine>(modelConfig_, published, plan_, options);
     rolloutEngine->setTokenizer(tokenizer_.get());
     return rolloutEngine;
 }
@@ -584,12 +591,15 @@ Rollout Session::produceUnchecked(std::int64_t step, engine::Engine& rolloutEngi
     const Clock::time_point start = Clock::now();
     if (syncedVersion != rollout.version) {
         // A weight sync. The noise is drawn afresh for every version (seeded by the run's noise seed and the
-        // version), as an engine whose error is not a fixed offset.
+        // version), as an engine whose error is not a fixed offset, in the dtype the engine reads each tensor in
+        // (bf16 for the modules it rounds to bf16: w + noise rounded once, as the analyses' noisy engines).
+        // Without noise the engine shares the version's tensors, which nothing writes to once published.
         const auto& noise = config_.rollout.noise;
         rolloutEngine.syncWeights(noise.sigma > 0.0
                 ? engine::addWeightNoise(versionWeights, noise.sigma,
-                    mixSeed(noise.seed, 0x6e6f697365ull, static_cast<std::uint64_t>(rollout.version)), noise.modules)
-                : versionWeights.clone());
+                    mixSeed(noise.seed, 0x6e6f697365ull, static_cast<std::uint64_t>(rollout.version)), noise.modules,
+                    engine::engineNoiseDtype(modelConfig_, plan_ ? &*plan_ : nullptr))
+                : versionWeights);
         syncedVersion = rollout.version;
     }
     rollout.requests = batchRequests(step, rollout.promptIndex);
@@ -1050,7 +1060,7 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
     std::atomic<bool> stop{false};
     std::unique_ptr<RolloutQueue> queue;
     std::thread producer;
-    std::unique_ptr<engine::Engine> rolloutEngine = makeRolloutEngine();
+    std::unique_ptr<engine::Engine> rolloutEngine = makeRolloutEngine(versions_.snapshot().at(resumedFrom));
     std::int64_t syncedVersion = -1;
     const std::int64_t first = resumedFrom + 1;
     const std::int64_t last = options.stopAfterSteps > 0
@@ -1097,8 +1107,11 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
             std::vector<store::StoredGeneration> kept;
             const store::StepMetrics metrics = trainStep(
                 rollout, optimizer, parameters, student, bf16Unit, wallOffset, start, keepsRollouts(step) ? &kept : nullptr);
+            // The steps after this one roll out with versions step + 1 - 1 - k on and measure the BF16 unit at
+            // version step: the k + 1 versions step - k .. step are all that is kept (engine::trainerBytes counts
+            // them), the oldest forgotten before the newest is made.
+            versions_.prune(step - config_.rollout.staleness);
             versions_.publish(step, weights_.clone());
-            versions_.prune(step - config_.rollout.staleness - 1);
             {
                 // The step and its kept rollouts together: a kill leaves both or neither.
                 store::Transaction transaction(store.handle());

@@ -2,6 +2,7 @@
 // differences (float64), the asynchronous loop against the synchronous one (k = 0 and k = 2, bit for bit),
 // resume after a stop and after SIGKILL (nothing lost or duplicated, the same results as an uninterrupted
 // run), cancellation, numerical faults, the stored measures, and time to quality.
+#include "core/common/byte_size.h"
 #include "core/common/device.h"
 #include "core/analysis/admission.h"
 #include "core/analysis/calibrate.h"
@@ -11,6 +12,7 @@
 #include "core/common/progress.h"
 #include "core/common/random.h"
 #include "core/engine/engine.h"
+#include "core/engine/mismatch_sources.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
 #include "core/model/transformer.h"
@@ -195,6 +197,7 @@ private slots:
     void resumeErrors();
     void mismatchedVocabulariesAreRejectedBeforeARunIsStored();
     void deviceOfTheRunFile();
+    void memoryCheckListsWhatTheRunHolds();
     void rewardObjectivesRunOnTinyModels_data();
     void rewardObjectivesRunOnTinyModels();
     void timeToQualityReadsTheStoredRun();
@@ -719,6 +722,48 @@ void TestTrainer::deviceOfTheRunFile()
         QVERIFY2(error.detail().find("available: cpu") != std::string::npos, error.what());
     }
     QCOMPARE(store.listRuns().size(), runs);
+}
+
+// A run's memory check (before anything is loaded or stored) names what the run will hold: the trainer's
+// 16 bytes a parameter plus k + 1 float32 weight versions (the steps after step s roll out with versions from
+// s - k and measure the BF16 unit at s), and with rollout noise the noisy version a sync draws next to the
+// engine's view of the last one (in the dtypes engine::noisyCopyBytes counts by hand in test_engine).
+void TestTrainer::memoryCheckListsWhatTheRunHolds()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    const model::ModelConfig config = model::loadConfig(pair_.student + "/config.json");
+    const std::int64_t parameters = model::loadWeights(pair_.student, config).numel();
+    const auto contains = [](const std::string& text, const std::string& part) {
+        return text.find(part) != std::string::npos;
+    };
+    const auto refusal = [&](const std::string& name, const std::string& rollout) {
+        // 64 MiB: one step's distributions fit (a few MB at this vocabulary), the 256 MiB KV cache does not.
+        ::setenv("MISMATCH_MEMORY_LIMIT_BYTES", std::to_string(64ull << 20).c_str(), 1);
+        std::string message;
+        try {
+            train::runTraining(
+                train::loadRunConfig(writeRunFile(ws, name, runBody(pair_, "steps: 2\n" + baseRollout(rollout)))),
+                store, progress);
+        } catch (const ResourceError& error) {
+            message = error.what();
+        }
+        ::unsetenv("MISMATCH_MEMORY_LIMIT_BYTES");
+        return message;
+    };
+    const std::string plain = refusal("plain", "");
+    const std::string noisy = refusal("noisy", "  staleness: 2\n  noise: {sigma: 0.02, seed: 1, modules: \"*mlp*\"}\n");
+    QVERIFY2(contains(plain, "nothing was loaded"), plain.c_str());
+    QVERIFY2(contains(plain, "weight snapshots: " + formatByteSize(std::uint64_t(parameters) * (16 + 4))), plain.c_str());
+    QVERIFY2(!contains(plain, "noisy"), plain.c_str());
+    QVERIFY2(contains(noisy, "weight snapshots: " + formatByteSize(std::uint64_t(parameters) * (16 + 4 * 3))),
+        noisy.c_str());
+    const std::uint64_t noised = engine::noisyCopyBytes(config, nullptr, "*mlp*", at::kFloat, false);
+    QVERIFY(noised > 0 && noised < engine::noisyCopyBytes(config, nullptr, "*", at::kFloat, false));
+    QVERIFY2(contains(noisy, "noisy weight version drawn at a rollout sync: " + formatByteSize(noised)), noisy.c_str());
+    QVERIFY(store.listRuns().empty()); // refused before a run was stored
 }
 
 void TestTrainer::rewardObjectivesRunOnTinyModels_data()
