@@ -17,20 +17,6 @@ namespace mismatch::engine {
 
 namespace {
 
-// Bytes of one generated token for the result text: special tokens (EOS, chat markers) are left out, as
-// engines do by default; an id the tokenizer does not know (models pad their vocabulary) adds nothing.
-std::string tokenText(const model::Tokenizer& tokenizer, std::int64_t id)
-{
-    if (id >= tokenizer.vocabSize() || tokenizer.isSpecial(id)) {
-        return {};
-    }
-    try {
-        return tokenizer.tokenBytes(id);
-    } catch (const InputError&) {
-        return {}; // a gap in the vocabulary
-    }
-}
-
 // Earliest occurrence of any stop string that ends in the text appended since `searchFrom`; npos if none.
 std::size_t findStopString(const std::string& text, std::size_t previousLength, const std::vector<std::string>& stops)
 {
@@ -376,7 +362,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             bool finished = false;
             if (tokenizer_) {
                 const std::size_t previous = row.text.size();
-                row.text += tokenText(*tokenizer_, token.id);
+                row.text += tokenizer_->generatedBytes(token.id); // specials and ids with no token add nothing
                 const std::size_t stop = findStopString(row.text, previous, sampling.stopStrings);
                 if (stop != std::string::npos) {
                     row.text.resize(stop);

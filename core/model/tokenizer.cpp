@@ -131,6 +131,25 @@ std::string Tokenizer::decode(const std::vector<std::int64_t>& ids, bool skipSpe
     return out;
 }
 
+std::string Tokenizer::generatedBytes(std::int64_t id) const
+{
+    const Impl& d = *impl_;
+    if (id < 0 || id >= static_cast<std::int64_t>(d.present.size()) || !d.present[static_cast<size_t>(id)]
+        || d.special[static_cast<size_t>(id)]) {
+        return {};
+    }
+    return d.bytes[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::generatedText(const std::vector<std::int64_t>& ids) const
+{
+    std::string out;
+    for (const std::int64_t id : ids) {
+        out += generatedBytes(id);
+    }
+    return out;
+}
+
 std::string Tokenizer::piece(std::int64_t id) const
 {
     impl_->checkId(id);

@@ -32,6 +32,11 @@ public:
     // tokens decodes to its first bytes, so that concatenating decoded pieces reproduces the text byte for
     // byte. Throws InputError for an id outside the vocabulary.
     std::string decode(const std::vector<std::int64_t>& ids, bool skipSpecialTokens = false) const;
+    // The text of generated ids, as engines give it: special tokens left out, and an id with no token (a model's
+    // vocabulary padded beyond its tokenizer's, or a gap) adds nothing instead of failing, since a sampler over
+    // the model's whole vocabulary can draw one. The bytes of one id the same way: generatedBytes.
+    std::string generatedText(const std::vector<std::int64_t>& ids) const;
+    std::string generatedBytes(std::int64_t id) const;
 
     // The token's string as written in tokenizer.json (byte-level symbols, e.g. "Ġworld" for " world").
     std::string piece(std::int64_t id) const;

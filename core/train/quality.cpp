@@ -92,7 +92,7 @@ QualityResult evaluateQuality(const model::Transformer& student, const model::Tr
                 throw Error("quality of problem '" + prompt.id + "' is not finite (the student or the teacher "
                     "produced NaN or infinite log-probabilities)");
             }
-            const std::string text = tokenizer.decode(generations[j].tokens, true);
+            const std::string text = tokenizer.generatedText(generations[j].tokens);
             problem.correct = !prompt.answer.empty() && io::verifyAnswer(text, prompt.answer);
             qualitySum += problem.quality;
             correct += problem.correct ? 1 : 0;

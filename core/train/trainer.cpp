@@ -636,7 +636,7 @@ std::vector<double> Session::rewards(const Rollout& rollout) const
     std::vector<double> rewards;
     for (std::size_t b = 0; b < rollout.requests.size(); ++b) {
         const io::Prompt& prompt = trainSet_.prompts[rollout.promptIndex[b]];
-        const std::string text = tokenizer_->decode(rollout.generations[b].tokens, true);
+        const std::string text = tokenizer_->generatedText(rollout.generations[b].tokens);
         rewards.push_back(!prompt.answer.empty() && io::verifyAnswer(text, prompt.answer) ? 1.0 : 0.0);
     }
     return rewards;

@@ -533,6 +533,18 @@ void TestTokenizer::rejectsInvalidUtf8AndUnknownIds()
     QVERIFY_THROWS_EXCEPTION(InputError, tokenizer.decode({-1}));
     QVERIFY_THROWS_EXCEPTION(InputError, tokenizer.piece(299)); // a gap between extra and added ids
     QCOMPARE(tokenizer.vocabSize(), 302);
+    // Generated ids: a sampler over a model's (padded) vocabulary can draw ids with no token; they and the special
+    // tokens add nothing, the rest are the tokens' bytes.
+    const Ids text = tokenizer.encode(" the \xE4\xB8\xAD");
+    Ids generated;
+    for (const std::int64_t id : text) {
+        generated.insert(generated.end(), {id, 299, 300, 302, 100000, -1});
+    }
+    QCOMPARE(tokenizer.generatedText(generated), std::string(" the \xE4\xB8\xAD"));
+    QCOMPARE(tokenizer.generatedBytes(262), std::string("\xE4\xB8\xAD"));
+    for (const std::int64_t none : {299, 300, 301, 302, -1}) {
+        QCOMPARE(tokenizer.generatedBytes(none), std::string());
+    }
 }
 
 void TestTokenizer::malformedFilesNameFileAndKey_data()

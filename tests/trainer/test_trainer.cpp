@@ -34,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -198,6 +199,7 @@ private slots:
     void mismatchedVocabulariesAreRejectedBeforeARunIsStored();
     void deviceOfTheRunFile();
     void memoryCheckListsWhatTheRunHolds();
+    void idsBeyondTheTokenizerAreDrawnAndTrainedOn();
     void rewardObjectivesRunOnTinyModels_data();
     void rewardObjectivesRunOnTinyModels();
     void timeToQualityReadsTheStoredRun();
@@ -764,6 +766,46 @@ void TestTrainer::memoryCheckListsWhatTheRunHolds()
     QVERIFY(noised > 0 && noised < engine::noisyCopyBytes(config, nullptr, "*", at::kFloat, false));
     QVERIFY2(contains(noisy, "noisy weight version drawn at a rollout sync: " + formatByteSize(noised)), noisy.c_str());
     QVERIFY(store.listRuns().empty()); // refused before a run was stored
+}
+
+// Real checkpoints pad their vocabulary beyond the tokenizer's ids (Qwen3: 151,936 rows, 151,669 tokens), and a
+// sampler over the whole vocabulary can draw a padding id. A run must go on (the id adds no text to the answer a
+// reward or an evaluation checks) instead of failing on the tokenizer. Here the padding rows of a tied embedding
+// are made long, so that the rollouts and the evaluations draw them often; the kept rollouts show that they did.
+void TestTrainer::idsBeyondTheTokenizerAreDrawnAndTrainedOn()
+{
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    const auto write = [&](const std::string& name, std::int64_t hidden, std::uint64_t seed) {
+        model::ModelConfig config = train::demoModelConfig(hidden, 1, 2, 1, 2 * hidden);
+        const std::int64_t tokenizerIds = config.vocabSize;
+        config.vocabSize += 8; // no token for ids tokenizerIds .. tokenizerIds + 7
+        model::TransformerWeights weights = model::randomWeights(config, seed, 0.05);
+        weights.get("model.embed_tokens.weight").narrow(0, tokenizerIds, 8).mul_(200.0);
+        train::writeDemoModelDirectory(root + "/" + name, config, weights);
+        return tokenizerIds;
+    };
+    const std::int64_t tokenizerIds = write("student", 32, 21);
+    write("teacher", 32, 22);
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    const std::string body = "student: " + root + "/student\nteacher: " + root + "/teacher\nprompts: "
+        + std::string(kResources) + "/prompts/arith-train.jsonl\nsteps: 2\nseed: 3\nobjective: reinforce\n"
+        + "batch: {prompts_per_step: 4}\n" + baseRollout() + evaluation(2);
+    const train::TrainResult result
+        = train::runTraining(train::loadRunConfig(writeRunFile(ws, "padded", body)), store, progress);
+    QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
+    std::int64_t padding = 0;
+    for (const auto& generation : store::stepGenerations(store, result.runId, 1)) {
+        padding += std::count_if(generation.tokens.begin(), generation.tokens.end(),
+            [&](std::int64_t id) { return id >= tokenizerIds; });
+    }
+    QVERIFY2(padding > 0, "no padding id was drawn: the test does not exercise what it is for");
+    for (const auto& m : store.stepsAfter(result.runId, 0)) {
+        QVERIFY(m.reward.has_value() && std::isfinite(*m.loss));
+    }
 }
 
 void TestTrainer::rewardObjectivesRunOnTinyModels_data()
