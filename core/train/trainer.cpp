@@ -964,7 +964,7 @@ void Session::writeCheckpoint(const fs::path& staging, const fs::path& target, s
         fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
             fs::copy_options::overwrite_existing, e);
     });
-    model::saveWeights(staging.string(), weights_.clone(), model::DType::F32);
+    model::saveWeights(staging.string(), weights_, model::DType::F32); // read as they are: nothing writes them meanwhile
     model::writeSafetensors((staging / "optimizer.safetensors").string(), optimizer.state());
     // The versions the next steps' rollouts use: max(0, step - k) .. step - 1 (step itself is the model).
     std::vector<std::pair<std::string, at::Tensor>> history;
