@@ -66,6 +66,43 @@ void TestTrain::adamwMatchesFloat64Reference()
         QVERIFY(std::abs(p.view({-1})[i].item<double>() - ref[static_cast<size_t>(i)]) < kAdamTolerance);
     }
     QCOMPARE(optimizer.stepCount(), 5);
+
+    // A tensor larger than the update's block (2^22 elements, made a block at a time): the float64 reference again,
+    // and bit for bit the same update made on the whole tensor at once (elementwise IEEE operations in the same
+    // order do not depend on where a block starts).
+    const std::int64_t large = (std::int64_t(1) << 22) + 37;
+    at::Tensor q = at::randn({large}).requires_grad_(true);
+    at::Tensor whole = q.detach().clone();
+    at::Tensor wholeM = at::zeros_like(whole);
+    at::Tensor wholeV = at::zeros_like(whole);
+    std::vector<double> qRef(q.data_ptr<float>(), q.data_ptr<float>() + large);
+    std::vector<double> qm(static_cast<size_t>(large), 0.0), qv(static_cast<size_t>(large), 0.0);
+    train::AdamW blocks({q}, o);
+    for (int step = 1; step <= 3; ++step) {
+        const at::Tensor g = at::randn({large});
+        q.mutable_grad() = g.clone();
+        blocks.step();
+        const double c1 = 1 - std::pow(o.beta1, step);
+        const double c2 = 1 - std::pow(o.beta2, step);
+        wholeM.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+        wholeV.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+        whole.mul_(1.0 - o.learningRate * o.weightDecay);
+        whole.addcdiv_(wholeM, (wholeV / c2).sqrt_().add_(o.epsilon), -o.learningRate / c1);
+        const float* gi = g.data_ptr<float>();
+        for (size_t k = 0; k < qRef.size(); ++k) {
+            qm[k] = o.beta1 * qm[k] + (1 - o.beta1) * gi[k];
+            qv[k] = o.beta2 * qv[k] + (1 - o.beta2) * gi[k] * gi[k];
+            qRef[k] = qRef[k] * (1 - o.learningRate * o.weightDecay)
+                - o.learningRate * (qm[k] / c1) / (std::sqrt(qv[k] / c2) + o.epsilon);
+        }
+    }
+    QVERIFY(at::equal(q.detach(), whole));
+    const float* qi = q.data_ptr<float>();
+    double worst = 0.0;
+    for (size_t k = 0; k < qRef.size(); ++k) {
+        worst = std::max(worst, std::abs(qi[k] - qRef[k]));
+    }
+    QVERIFY2(worst < kAdamTolerance, qPrintable(QString::number(worst)));
 }
 
 void TestTrain::clippingScalesToMaxNorm()
