@@ -7,7 +7,8 @@
 //   trainer                  training: FP32 master weights, their gradients and AdamW's two moments (16 bytes a
 //                            parameter), plus k + 1 FP32 weight snapshots for staleness k (the rollout engine
 //                            shares the one it is synced to); with rollout noise, the noisy version a sync draws
-//                            (engine::noisyCopyBytes) beside the engine's view of the last one
+//                            (engine::noisyCopyBytes) beside the engine's view of the last one, and the
+//                            backward's [vocab, hidden] gradients before they are added (two when tied)
 //   engine weights           what an engine holds beyond the weights it shares. On the CPU: the BF16 view of
 //                            weights not stored in BF16 (2 bytes an element of the module weights) plus each
 //                            quantized module's codes (1 byte an element; int4 too, the emulation does not pack

@@ -391,6 +391,16 @@ private:
         return sequences * tokens * static_cast<long double>(modelConfig_.vocabSize) * 4.0L * 4.0L;
     }
 
+    // The backward's float32 gradients of the embedding and the lm_head (a full [vocabulary, hidden] matrix each)
+    // exist before autograd adds them to the parameters' gradients: the lm_head's is added (and freed) before the
+    // embedding's is made, but a tied embedding's two are summed first, so both exist at once. At the Qwen3-0.6B
+    // shape (tied) 1.16 GiB: what a training run's peak RSS exceeded the plan by, libraries aside.
+    std::uint64_t backwardGradientBytes() const
+    {
+        return (modelConfig_.tieWordEmbeddings ? 2u : 1u) * static_cast<std::uint64_t>(modelConfig_.vocabSize)
+            * static_cast<std::uint64_t>(modelConfig_.hiddenSize) * sizeof(float);
+    }
+
     // What the run will hold as a whole (engine/memory_plan.h), checked before any weights are loaded, after
     // requireStepFits has refused a step that cannot fit on its own: ResourceError naming every part.
     void requireJobFits(std::int64_t longestPrompt) const
@@ -405,6 +415,8 @@ private:
             {"KV cache", engine::EngineOptions {}.kvCacheBytes},
             {"distributions and log-probabilities of a step",
                 static_cast<std::uint64_t>(stepDistributionBytes(longestPrompt))},
+            {"[vocabulary, hidden] gradients of the backward before they are added to the gradients",
+                backwardGradientBytes()},
         };
         if (!rolloutIsBf16Engine()) {
             // The BF16 unit's engine (a plain BF16 engine at the weights before the step) lives beside the

@@ -729,7 +729,8 @@ void TestTrainer::deviceOfTheRunFile()
 // A run's memory check (before anything is loaded or stored) names what the run will hold: the trainer's
 // 16 bytes a parameter plus k + 1 float32 weight versions (the steps after step s roll out with versions from
 // s - k and measure the BF16 unit at s), and with rollout noise the noisy version a sync draws next to the
-// engine's view of the last one (in the dtypes engine::noisyCopyBytes counts by hand in test_engine).
+// engine's view of the last one (in the dtypes engine::noisyCopyBytes counts by hand in test_engine), and the
+// backward's [vocabulary, hidden] gradients before autograd adds them.
 void TestTrainer::memoryCheckListsWhatTheRunHolds()
 {
     QTemporaryDir workspace;
@@ -760,6 +761,11 @@ void TestTrainer::memoryCheckListsWhatTheRunHolds()
     QVERIFY2(contains(plain, "nothing was loaded"), plain.c_str());
     QVERIFY2(contains(plain, "weight snapshots: " + formatByteSize(std::uint64_t(parameters) * (16 + 4))), plain.c_str());
     QVERIFY2(!contains(plain, "noisy"), plain.c_str());
+    // The tied embedding's two [vocabulary, hidden] float32 gradients in the backward.
+    QVERIFY(config.tieWordEmbeddings);
+    QVERIFY2(contains(plain, "before they are added to the gradients: "
+                 + formatByteSize(2 * std::uint64_t(config.vocabSize) * std::uint64_t(config.hiddenSize) * 4)),
+        plain.c_str());
     QVERIFY2(contains(noisy, "weight snapshots: " + formatByteSize(std::uint64_t(parameters) * (16 + 4 * 3))),
         noisy.c_str());
     const std::uint64_t noised = engine::noisyCopyBytes(config, nullptr, "*mlp*", at::kFloat, false);
