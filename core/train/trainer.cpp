@@ -976,7 +976,7 @@ void Session::writeCheckpoint(const fs::path& staging, const fs::path& target, s
         fs::copy_file(fs::path(config_.student) / "tokenizer.json", staging / "tokenizer.json",
             fs::copy_options::overwrite_existing, e);
     });
-    model::saveWeights(staging.string(), weights_, model::DType::F32); // read as they are: nothing writes them meanwhile
+    model::saveWeights(staging.string(), weights_, model::DType::F32); // as they are: nothing writes them meanwhile
     model::writeSafetensors((staging / "optimizer.safetensors").string(), optimizer.state());
     // The versions the next steps' rollouts use: max(0, step - k) .. step - 1 (step itself is the model).
     std::vector<std::pair<std::string, at::Tensor>> history;
@@ -1119,9 +1119,9 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
             std::vector<store::StoredGeneration> kept;
             const store::StepMetrics metrics = trainStep(
                 rollout, optimizer, parameters, student, bf16Unit, wallOffset, start, keepsRollouts(step) ? &kept : nullptr);
-            // The steps after this one roll out with versions step + 1 - 1 - k on and measure the BF16 unit at
-            // version step: the k + 1 versions step - k .. step are all that is kept (engine::trainerBytes counts
-            // them), the oldest forgotten before the newest is made.
+            // The later steps roll out with versions from step - k on (step s with s - 1 - k) and measure the BF16
+            // unit at version step: the k + 1 versions step - k .. step are all that is kept (engine::trainerBytes
+            // counts them), the oldest forgotten before the newest is made.
             versions_.prune(step - config_.rollout.staleness);
             versions_.publish(step, weights_.clone());
             {

@@ -759,7 +759,8 @@ void TestTrainer::memoryCheckListsWhatTheRunHolds()
     const std::string plain = refusal("plain", "");
     const std::string noisy = refusal("noisy", "  staleness: 2\n  noise: {sigma: 0.02, seed: 1, modules: \"*mlp*\"}\n");
     QVERIFY2(contains(plain, "nothing was loaded"), plain.c_str());
-    QVERIFY2(contains(plain, "weight snapshots: " + formatByteSize(std::uint64_t(parameters) * (16 + 4))), plain.c_str());
+    QVERIFY2(
+        contains(plain, "weight snapshots: " + formatByteSize(std::uint64_t(parameters) * (16 + 4))), plain.c_str());
     QVERIFY2(!contains(plain, "noisy"), plain.c_str());
     // The tied embedding's two [vocabulary, hidden] float32 gradients in the backward.
     QVERIFY(config.tieWordEmbeddings);
