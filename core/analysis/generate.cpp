@@ -62,14 +62,25 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
     // The KV cache the user sized is checked on its own first (an error naming it), then the whole job.
     model::checkRequestFits(o.kvMemorySource, o.kvCacheBytes);
     const engine::StoredWeights stored = engine::storedWeights(result.weightSource);
+    const quant::RecipePlan* planPointer = plan ? &*plan : nullptr;
+    const bool noisy = o.noise > 0.0;
     model::checkJobFits("generate",
         {{"weights of " + result.weightSource + " as stored", stored.bytes, /*stagedOnHost=*/true},
-            // The FP32 engine multiplies the weights as given.
+            // The FP32 engine multiplies the weights as given; the others make their BF16 view of what they are
+            // not given in bf16 (noisy copies come in the dtype the engine reads each tensor in).
             {"engine weights",
-                fp32 ? 0 : engine::engineExtraBytes(config, plan ? &*plan : nullptr, stored.dtype, o.device)},
+                fp32 ? 0
+                     : engine::engineExtraBytes(config, planPointer, stored.dtype, o.device, engine::EngineKernels::Auto,
+                         noisy ? engine::noisyTensorDtypes(config, planPointer, o.noiseModules)
+                               : std::map<std::string, at::ScalarType>())},
             {"FP8 weight dequantized for one product",
-                fp32 ? 0 : engine::engineProductTemporaryBytes(config, plan ? &*plan : nullptr, o.device)},
-            {"noisy weights", o.noise > 0.0 ? stored.bytes : 0}, {"KV cache", o.kvCacheBytes}},
+                fp32 ? 0 : engine::engineProductTemporaryBytes(config, planPointer, o.device)},
+            // buildEngine's copies, in the dtype the engine reads each tensor in.
+            {"noisy weights",
+                noisy ? engine::noisyCopyBytes(config, planPointer, o.noiseModules,
+                            model::scalarType(stored.dtype), /*inPlace=*/false, fp32 && !plan)
+                      : 0},
+            {"KV cache", o.kvCacheBytes}},
         o.device);
     progress.checkCancelled();
     // As stored (a BF16 checkpoint stays BF16): the engine keeps no float32 copy.

@@ -168,6 +168,13 @@ void checkAnalysisMemory(const std::string& job, const std::vector<std::string>&
         engine = std::max(engine, engine::engineExtraBytes(config, plan, stored, settings.device));
         productTemporary = std::max(productTemporary, engine::engineProductTemporaryBytes(config, plan, settings.device));
     }
+    for (const NoisyEngine& noisyEngine : noisy) {
+        // Given noisy copies in the dtype it reads each in: the BF16 view of the float32 ones (the modules a recipe
+        // quantizes) it makes itself.
+        engine = std::max(engine,
+            engine::engineExtraBytes(config, noisyEngine.plan, stored, settings.device, engine::EngineKernels::Auto,
+                engine::noisyTensorDtypes(config, noisyEngine.plan, noisyEngine.modules)));
+    }
     const auto engines = static_cast<std::uint64_t>(std::max<std::int64_t>(1, enginesAtOnce));
     items.push_back({"engine weights", engines * engine});
     items.push_back({"FP8 weight dequantized for one product", productTemporary});

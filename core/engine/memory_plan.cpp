@@ -51,7 +51,7 @@ void forEachModuleWeight(const model::ModelConfig& config, const quant::RecipePl
 } // namespace
 
 std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
-    const at::Device& device, EngineKernels kernels)
+    const at::Device& device, EngineKernels kernels, const std::map<std::string, at::ScalarType>& givenAs)
 {
     const EngineKernels deviceKernels
         = device.is_cpu() ? EngineKernels::Float32 : engineKernels(kernels, device, config); // unused on the CPU
@@ -62,6 +62,8 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
                                           const quant::ModulePrecision& precision) {
         const std::uint64_t elements = static_cast<std::uint64_t>(shape[0] * shape[1]);
         const quant::WeightPrecision& weights = precision.weights;
+        const auto given = givenAs.find(tensor);
+        const bool givenBf16 = given != givenAs.end() ? given->second == at::kBFloat16 : stored == model::DType::BF16;
         if (!device.is_cpu()) {
             // The weights stay as given there (no BF16 view); each module keeps its deviceWeightLayout.
             const DeviceWeightLayout layout = deviceWeightLayout(module, precision, deviceKernels);
@@ -70,7 +72,7 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
                     + 4 * static_cast<std::uint64_t>(quant::weightScaleCount(shape, weights.format, weights.granularity));
             } else if (layout == DeviceWeightLayout::Bf16) {
                 // The given tensor itself when stored in bf16, else one bf16 copy (shared by a tied module).
-                if (stored != model::DType::BF16 && viewed.insert(tensor + " bf16").second) {
+                if (!givenBf16 && viewed.insert(tensor + " bf16").second) {
                     bytes += 2 * elements;
                 }
             } else if (weights.format != quant::WeightFormat::Bf16 || viewed.insert(tensor + " float32").second) {
@@ -78,7 +80,7 @@ std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::Re
             }
             return;
         }
-        if (stored != model::DType::BF16 && viewed.insert(tensor).second) {
+        if (!givenBf16 && viewed.insert(tensor).second) {
             bytes += 2 * elements;
         }
         if (weights.format == quant::WeightFormat::Bf16) {

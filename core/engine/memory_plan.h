@@ -33,6 +33,7 @@
 #include "core/quant/recipe_plan.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace mismatch::engine {
@@ -48,8 +49,11 @@ StoredWeights storedWeights(const std::string& modelDir);
 
 // Bytes an engine on weights stored as `stored` holds beyond them, for `plan` (nullptr: the BF16 engine), on
 // `device`, with the engine's `kernels` option (on a device, resolved as the engine resolves it: engineKernels).
+// `givenAs`: weight tensors the engine is given in another dtype than `stored` (noisy copies, in the dtype the
+// engine reads each in: engine::noisyTensorDtypes); a BF16 view is made of those not given in bf16.
 std::uint64_t engineExtraBytes(const model::ModelConfig& config, const quant::RecipePlan* plan, model::DType stored,
-    const at::Device& device = at::Device(at::kCPU), EngineKernels kernels = EngineKernels::Auto);
+    const at::Device& device = at::Device(at::kCPU), EngineKernels kernels = EngineKernels::Auto,
+    const std::map<std::string, at::ScalarType>& givenAs = {});
 
 // Bytes an engine on `device` allocates during one product beyond what it keeps (engineExtraBytes): on a CUDA device
 // a module kept as e4m3 codes whose product the FP8 tensor cores do not take (block-128 weights, or in or out

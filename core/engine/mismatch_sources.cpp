@@ -38,6 +38,16 @@ std::string moduleOf(const std::string& tensorName)
     return tensorName;
 }
 
+// The compiled noise module pattern; InputError (as located for a rollout configuration) when malformed.
+quant::ModulePattern noisePattern(const std::string& modulePattern)
+{
+    try {
+        return quant::ModulePattern::compile(modulePattern);
+    } catch (const std::invalid_argument& error) {
+        throw InputError("rollout configuration", "noise module pattern '" + modulePattern + "'", error.what());
+    }
+}
+
 // n ~ N(0, 1) in float64 for elements [begin, end) of a tensor's noise stream (Box-Muller, both outputs used).
 void fillGaussian(std::uint64_t tensorSeed, std::int64_t chunk, double* out, std::int64_t count)
 {
@@ -132,12 +142,7 @@ std::vector<std::string> noiseTargets(
         throw InputError(
             "rollout configuration", "noise sigma", "must be finite and >= 0, got " + std::to_string(sigma));
     }
-    quant::ModulePattern pattern = quant::ModulePattern::compile("*");
-    try {
-        pattern = quant::ModulePattern::compile(modulePattern);
-    } catch (const std::invalid_argument& error) {
-        throw InputError("rollout configuration", "noise module pattern '" + modulePattern + "'", error.what());
-    }
+    const quant::ModulePattern pattern = noisePattern(modulePattern);
     const bool anyMatch = std::any_of(weights.names().begin(), weights.names().end(),
         [&pattern](const std::string& name) { return pattern.matches(moduleOf(name)); });
     if (!anyMatch) {
@@ -351,16 +356,26 @@ void InPlaceWeightNoise::clean()
     state_ = State::Clean;
 }
 
-std::uint64_t noisyCopyBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
-    const std::string& modulePattern, at::ScalarType stored, bool inPlace)
+std::map<std::string, at::ScalarType> noisyTensorDtypes(
+    const model::ModelConfig& config, const quant::RecipePlan* plan, const std::string& modulePattern)
 {
-    quant::ModulePattern pattern = quant::ModulePattern::compile("*");
-    try {
-        pattern = quant::ModulePattern::compile(modulePattern);
-    } catch (const std::invalid_argument& error) {
-        throw InputError("rollout configuration", "noise module pattern '" + modulePattern + "'", error.what());
-    }
+    const quant::ModulePattern pattern = noisePattern(modulePattern);
     const NoiseDtype dtypeOf = engineNoiseDtype(config, plan);
+    std::map<std::string, at::ScalarType> dtypes;
+    for (const std::string& module : model::moduleNames(config)) {
+        const std::string tensor = weightTensorName(config, module);
+        if (pattern.matches(moduleOf(tensor))) {
+            dtypes.emplace(tensor, dtypeOf(tensor, at::Tensor()));
+        }
+    }
+    return dtypes;
+}
+
+std::uint64_t noisyCopyBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
+    const std::string& modulePattern, at::ScalarType stored, bool inPlace, bool fp32Engine)
+{
+    const quant::ModulePattern pattern = noisePattern(modulePattern);
+    const NoiseDtype dtypeOf = engineNoiseDtype(config, plan, fp32Engine);
     std::uint64_t bytes = 0;
     for (const model::ExpectedTensor& expected : model::expectedTensors(config)) {
         if (!pattern.matches(moduleOf(expected.name))) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,8 +112,14 @@ NoiseDtype engineNoiseDtype(const model::ModelConfig& config, const quant::Recip
 // BF16 engine) over weights stored as `stored`: every tensor noise reaches, in the dtype engineNoiseDtype gives it,
 // except, with `inPlace` (the CPU with room to spill: analysis::inPlaceNoise), those stored in that dtype, which are
 // noised in place (InPlaceWeightNoise). InputError for a malformed pattern.
+// `fp32Engine`: for the FP32 engine, which reads every tensor in float32 (engineNoiseDtype's fp32Engine).
 std::uint64_t noisyCopyBytes(const model::ModelConfig& config, const quant::RecipePlan* plan,
-    const std::string& modulePattern, at::ScalarType stored, bool inPlace);
+    const std::string& modulePattern, at::ScalarType stored, bool inPlace, bool fp32Engine = false);
+// The dtypes an engine of `plan` is given the module weight tensors that noise on `modulePattern` reaches in
+// (engineNoiseDtype's: bf16 for those only bf16 modules read, float32 for the modules a recipe quantizes, which are
+// quantized from the exact noisy values), for engineExtraBytes' givenAs. InputError for a malformed pattern.
+std::map<std::string, at::ScalarType> noisyTensorDtypes(
+    const model::ModelConfig& config, const quant::RecipePlan* plan, const std::string& modulePattern);
 
 // The module names noise can address in a model of `config`: every tensor name without ".weight"/".bias".
 std::vector<std::string> noiseModuleNames(const model::ModelConfig& config);

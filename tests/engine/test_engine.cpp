@@ -1357,6 +1357,28 @@ void TestEngine::memoryPlanCountsWhatTheEngineHolds()
                                    .arg(recipe ? recipe : "bf16 engine")
                                    .arg(held)
                                    .arg(estimate)));
+                // With weight noise the engine is given noisy copies in the dtype it reads each tensor in
+                // (buildEngine): bf16 for bf16 modules (their view), float32 for the modules a recipe quantizes,
+                // whose BF16 view it then makes itself.
+                for (const char* pattern : {"*", "model.layers.0.*"}) {
+                    const TransformerWeights noisy = engine::addWeightNoise(
+                        loaded, 0.1, 7, pattern, engine::engineNoiseDtype(config, plan ? &*plan : nullptr));
+                    const test::GivenWeights noisyGiven = test::givenWeights(noisy);
+                    EngineModel noisyEngine(config, noisy, plan);
+                    const std::uint64_t beyond = test::heldBeyondGiven(noisyGiven, noisyEngine);
+                    const std::uint64_t planned = engine::engineExtraBytes(config, plan ? &*plan : nullptr,
+                                                      stored.dtype, at::Device(at::kCPU), engine::EngineKernels::Auto,
+                                                      engine::noisyTensorDtypes(config, plan ? &*plan : nullptr, pattern))
+                        + noisyGiven.floatBiasBytes;
+                    QVERIFY2(beyond == planned,
+                        qPrintable(QStringLiteral("noise on %1, tied %2, stored %3, recipe %4: held %5, planned %6")
+                                       .arg(pattern)
+                                       .arg(tied)
+                                       .arg(dtype == model::DType::F32 ? "f32" : "bf16")
+                                       .arg(recipe ? recipe : "bf16 engine")
+                                       .arg(beyond)
+                                       .arg(planned)));
+                }
             }
         }
     }
