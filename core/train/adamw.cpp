@@ -13,7 +13,8 @@ namespace mismatch::train {
 
 namespace {
 
-// The update's one temporary, the denominator, is made for a block of at most this many elements at a time: every
+// The update's one temporary, the denominator, is made for a block of at most this many elements at a time (and a
+// gradient's norm summed so, gradientNorm): every
 // op is elementwise (IEEE sqrt, division, multiply-add in the same order), so the values are those of the whole
 // tensor at once, without a second copy of the largest tensor (a 152k-token embedding: 0.6 GB at hidden 1024,
 // 2.5 GB at 4096). A multiple of every SIMD width, so blocks start where the whole tensor's vector loop would.
@@ -106,16 +107,27 @@ void AdamW::loadState(const std::vector<std::pair<std::string, at::Tensor>>& sta
     }
 }
 
-double clipGradientNorm(const std::vector<at::Tensor>& parameters, double maxNorm)
+double gradientNorm(const std::vector<at::Tensor>& parameters)
 {
     at::NoGradGuard noGrad;
     double squared = 0.0;
     for (const at::Tensor& p : parameters) {
-        if (p.grad().defined()) {
-            squared += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+        if (!p.grad().defined()) {
+            continue;
+        }
+        const at::Tensor flat = p.grad().reshape({-1});
+        for (std::int64_t first = 0; first < flat.numel(); first += kUpdateBlock) {
+            const std::int64_t size = std::min(kUpdateBlock, flat.numel() - first);
+            squared += flat.narrow(0, first, size).to(at::kDouble).pow(2).sum().item<double>();
         }
     }
-    const double norm = std::sqrt(squared);
+    return std::sqrt(squared);
+}
+
+double clipGradientNorm(const std::vector<at::Tensor>& parameters, double maxNorm)
+{
+    at::NoGradGuard noGrad;
+    const double norm = gradientNorm(parameters);
     if (maxNorm > 0 && norm > maxNorm) {
         const double scale = maxNorm / (norm + 1e-6);
         for (const at::Tensor& p : parameters) {

@@ -45,6 +45,9 @@ private:
     std::int64_t step_ = 0;
 };
 
+// The global L2 norm of the parameters' gradients (those defined), summed in float64 a block of 2^22 elements at a
+// time: no float64 copy of a whole gradient (the embedding's, twice: 2 x 1.2 GB at the Qwen3-0.6B shape).
+double gradientNorm(const std::vector<at::Tensor>& parameters);
 // Scales gradients so that their global L2 norm is at most maxNorm; returns the norm before clipping.
 double clipGradientNorm(const std::vector<at::Tensor>& parameters, double maxNorm);
 

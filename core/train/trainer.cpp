@@ -256,16 +256,7 @@ PackedBatch packBatch(const Rollout& rollout, const at::Device& device)
 // The L2 norm of all gradients, clipped to `clip` first when it is > 0.
 double gradientL2Norm(const std::vector<at::Tensor>& parameters, double clip)
 {
-    if (clip > 0.0) {
-        return clipGradientNorm(parameters, clip);
-    }
-    double squares = 0.0;
-    for (const at::Tensor& parameter : parameters) {
-        if (parameter.grad().defined()) {
-            squares += parameter.grad().to(at::kDouble).pow(2).sum().item<double>();
-        }
-    }
-    return std::sqrt(squares);
+    return clip > 0.0 ? clipGradientNorm(parameters, clip) : gradientNorm(parameters);
 }
 
 // A step's mismatch, token means.
