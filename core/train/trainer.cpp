@@ -384,8 +384,8 @@ private:
 
     // The backward's float32 gradients of the embedding and the lm_head (a full [vocabulary, hidden] matrix each)
     // exist before autograd adds them to the parameters' gradients: the lm_head's is added (and freed) before the
-    // embedding's is made, but a tied embedding's two are summed first, so both exist at once. At the Qwen3-0.6B
-    // shape (tied) 1.16 GiB: what a training run's peak RSS exceeded the plan by, libraries aside.
+    // embedding's is made, but a tied embedding's two are summed first, so both exist at once: 1.16 GiB at the
+    // Qwen3-0.6B shape (tied).
     std::uint64_t backwardGradientBytes() const
     {
         return (modelConfig_.tieWordEmbeddings ? 2u : 1u) * static_cast<std::uint64_t>(modelConfig_.vocabSize)
