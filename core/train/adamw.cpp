@@ -14,10 +14,10 @@ namespace mismatch::train {
 namespace {
 
 // The update's one temporary, the denominator, is made for a block of at most this many elements at a time (and a
-// gradient's norm summed so, gradientNorm): every
-// op is elementwise (IEEE sqrt, division, multiply-add in the same order), so the values are those of the whole
-// tensor at once, without a second copy of the largest tensor (a 152k-token embedding: 0.6 GB at hidden 1024,
-// 2.5 GB at 4096). A multiple of every SIMD width, so blocks start where the whole tensor's vector loop would.
+// gradient's norm is summed so: gradientNorm): every op is elementwise (IEEE sqrt, division, multiply-add in the
+// same order), so the values are those of the whole tensor at once, without a second copy of the largest tensor (a
+// 152k-token embedding: 0.6 GB at hidden 1024, 2.5 GB at 4096). A multiple of every SIMD width, so blocks start
+// where the whole tensor's vector loop would.
 constexpr std::int64_t kUpdateBlock = std::int64_t(1) << 22;
 
 } // namespace
