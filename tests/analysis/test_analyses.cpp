@@ -19,6 +19,7 @@
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
 #include "core/train/zoo.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -1024,5 +1025,5 @@ void TestAnalyses::noisyConfigurationIsMeasuredInPlaceAsWithACopy()
     }
 }
 
-QTEST_MAIN(TestAnalyses)
+MISMATCH_TEST_MAIN(TestAnalyses)
 #include "test_analyses.moc"

@@ -2,6 +2,7 @@
 // their human tables, exit codes for bad input (1) and bad arguments (2), and what they leave in the workspace.
 #include "analysis_fixture.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
 
@@ -252,5 +253,5 @@ void TestAnalysisCli::prefixShift()
     QVERIFY(human.out.find("tis C=2") != std::string::npos);
 }
 
-QTEST_MAIN(TestAnalysisCli)
+MISMATCH_TEST_MAIN(TestAnalysisCli)
 #include "test_analysis_cli.moc"

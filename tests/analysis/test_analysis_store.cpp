@@ -5,6 +5,7 @@
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/sqlite_util.h"
+#include "tests/common/test_main.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -412,5 +413,5 @@ void TestAnalysisStore::compareRunsPairsByProblemId()
     QVERIFY2(noRun.find("has no run with id 999") != std::string::npos, noRun.c_str());
 }
 
-QTEST_MAIN(TestAnalysisStore)
+MISMATCH_TEST_MAIN(TestAnalysisStore)
 #include "test_analysis_store.moc"

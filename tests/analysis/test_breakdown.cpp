@@ -14,6 +14,7 @@
 #include "core/model/transformer.h"
 #include "core/store/breakdown_store.h"
 #include "core/train/zoo.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 
@@ -437,5 +438,5 @@ void TestBreakdown::prefixShiftStoresTokenDetails()
     }
 }
 
-QTEST_GUILESS_MAIN(TestBreakdown)
+MISMATCH_TEST_GUILESS_MAIN(TestBreakdown)
 #include "test_breakdown.moc"

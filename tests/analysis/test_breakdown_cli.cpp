@@ -2,6 +2,7 @@
 // what the workspace holds), the human table, bad input (exit 1) and bad arguments (exit 2), and `mismatch report`
 // of the breakdown run (its section, plots and tables). A QApplication (offscreen) for the report's views.
 #include "tests/common/cli_runner.h"
+#include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 
 #include "core/model/transformer.h"
@@ -125,11 +126,13 @@ private:
     std::int64_t runId_ = 0;
 };
 
-int main(int argc, char** argv)
+namespace {
+// `mismatch report` renders plots: a widget application on the offscreen platform, with or without a display.
+void offscreenPlatform()
 {
     qputenv("QT_QPA_PLATFORM", "offscreen");
-    QApplication application(argc, argv);
-    TestBreakdownCli test;
-    return QTest::qExec(&test, argc, argv);
 }
+} // namespace
+
+MISMATCH_TEST_MAIN_WITH(TestBreakdownCli, offscreenPlatform, nullptr)
 #include "test_breakdown_cli.moc"

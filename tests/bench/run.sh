@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Runs every benchmark (tests/bench/bench_*.cpp, built as build targets of the same name), prints each one's
-# table and writes one JSON file holding all results. Speeds are ratios against a baseline measured in the
+# Builds and runs every benchmark (tests/bench/bench_*.cpp, build targets of the same name under the target
+# `benchmarks`, which the default build leaves out), prints each one's table and writes one JSON file holding all
+# results. Speeds are ratios against a baseline measured in the
 # same run (see each benchmark's header comment).
 # usage: tests/bench/run.sh [BUILD_DIR (default build/release)] [OUT_JSON (default BUILD_DIR/bench-results.json)]
 set -euo pipefail
 build="${1:-build/release}"
 out="${2:-$build/bench-results.json}"
+if [ -f "$build/CMakeCache.txt" ]; then
+  cmake --build "$build" --target benchmarks
+fi
 benches=$(find "$build/tests/bench" -maxdepth 1 -type f -name 'bench_*' -perm -u+x | sort)
 if [ -z "$benches" ]; then
   echo "run.sh: no benchmarks in $build/tests/bench (build the project first)" >&2

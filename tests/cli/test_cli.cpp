@@ -1,6 +1,7 @@
 // The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
 #include "core/common/runtime.h"
@@ -457,5 +458,5 @@ void TestCli::ctrlCCancelsGenerateAndLogits()
     }
 }
 
-QTEST_GUILESS_MAIN(TestCli)
+MISMATCH_TEST_GUILESS_MAIN(TestCli)
 #include "test_cli.moc"

@@ -6,6 +6,7 @@
 // comments here); measured mismatch, qualities, timings, ids and temporary paths are placeholders.
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 
 #include "core/store/run_store.h"
@@ -318,5 +319,5 @@ void TestJsonOutputs::storeInfoAndRuns()
     CHECK_FIXTURE(runs, "store-runs", inWorkspace({"store", "runs"}));
 }
 
-QTEST_GUILESS_MAIN(TestJsonOutputs)
+MISMATCH_TEST_GUILESS_MAIN(TestJsonOutputs)
 #include "test_json_outputs.moc"

@@ -8,6 +8,7 @@
 #include "core/train/zoo_shape.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/test_main.h"
 
 #include <QFile>
 #include <QTemporaryDir>
@@ -81,5 +82,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestZooCli)
+MISMATCH_TEST_GUILESS_MAIN(TestZooCli)
 #include "test_zoo_cli.moc"

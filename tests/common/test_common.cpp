@@ -11,6 +11,7 @@
 #include "core/common/runtime.h"
 #include "core/common/spill_file.h"
 #include "core/model/transformer.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 
@@ -463,5 +464,5 @@ void TestCommon::spillRefusesMemoryAndFullDirectories()
     }
 }
 
-QTEST_GUILESS_MAIN(TestCommon)
+MISMATCH_TEST_GUILESS_MAIN(TestCommon)
 #include "test_common.moc"

@@ -6,6 +6,7 @@
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
 #include "core/train/zoo.h"
+#include "tests/common/test_main.h"
 #include "ui/main_window.h"
 #include "ui/run_table_model.h"
 
@@ -111,5 +112,5 @@ void TestConcurrency::guiAndTwoWritersShareOneWorkspace()
     QVERIFY(lastSeenSteps > 0);
 }
 
-QTEST_MAIN(TestConcurrency)
+MISMATCH_TEST_MAIN(TestConcurrency)
 #include "test_concurrency.moc"

@@ -20,6 +20,7 @@
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 #include "tests/common/engine_held_bytes.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -2055,5 +2056,5 @@ void TestEngine::byteSizes()
     QCOMPARE(formatByteSize(1536), std::string("1.50 KiB"));
 }
 
-QTEST_MAIN(TestEngine)
+MISMATCH_TEST_MAIN(TestEngine)
 #include "test_engine.moc"

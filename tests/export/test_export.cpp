@@ -43,6 +43,7 @@
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+#include "tests/common/test_main.h"
 
 #include <QDir>
 #include <QFile>
@@ -1022,5 +1023,5 @@ void TestExport::atomicWriteLeavesNoTemporary()
     QVERIFY(!QFile::exists(QString::fromStdString(missing)));
 }
 
-QTEST_GUILESS_MAIN(TestExport)
+MISMATCH_TEST_GUILESS_MAIN(TestExport)
 #include "test_export.moc"

@@ -20,6 +20,7 @@
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+#include "tests/common/test_main.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -430,5 +431,5 @@ void TestRecipeImport::cli()
     QVERIFY2(regex.err.find(other + ":quantization_config.ignore[0]:") != std::string::npos, regex.err.c_str());
 }
 
-QTEST_GUILESS_MAIN(TestRecipeImport)
+MISMATCH_TEST_GUILESS_MAIN(TestRecipeImport)
 #include "test_recipe_import.moc"

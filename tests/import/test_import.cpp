@@ -25,6 +25,7 @@
 #include "core/jobs/job_file.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/test_main.h"
 
 #include <QDir>
 #include <QTemporaryDir>
@@ -1192,7 +1193,7 @@ void TestImport::verlOffPolicyDiagnostics()
     }
 }
 
-QTEST_MAIN(TestImport)
+MISMATCH_TEST_MAIN(TestImport)
 #include "test_import.moc"
 
 // Imported runs placed on the local estimator columns (store::importedEstimators): each logged estimator's mean

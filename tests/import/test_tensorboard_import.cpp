@@ -13,6 +13,7 @@
 #include "core/io/tensorboard_events.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/tensorboard_writer.h"
+#include "tests/common/test_main.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -152,5 +153,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestTensorBoardImport)
+MISMATCH_TEST_GUILESS_MAIN(TestTensorBoardImport)
 #include "test_tensorboard_import.moc"

@@ -7,6 +7,7 @@
 #include "core/io/prompt_set.h"
 #include "core/io/yaml_mapping.h"
 #include "core/io/yaml_scalar.h"
+#include "tests/common/test_main.h"
 
 #include <QFile>
 #include <QRandomGenerator>
@@ -941,5 +942,5 @@ void TestIo::yamlReaderPlacesUnknownKeyAtKeyOrMapping()
     QCOMPARE(failure.where.keyPath, std::string("nmae"));
 }
 
-QTEST_MAIN(TestIo)
+MISMATCH_TEST_MAIN(TestIo)
 #include "test_io.moc"

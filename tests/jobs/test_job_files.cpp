@@ -9,6 +9,7 @@
 #include "core/store/run_store.h"
 #include "core/train/zoo.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 
 #include <QFile>
@@ -271,5 +272,5 @@ private:
     std::string probe_;
 };
 
-QTEST_GUILESS_MAIN(TestJobFiles)
+MISMATCH_TEST_GUILESS_MAIN(TestJobFiles)
 #include "test_job_files.moc"

@@ -8,6 +8,7 @@
 #include "core/jobs/job_file.h"
 #include "core/common/runtime.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/test_main.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -385,5 +386,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestJobSpec)
+MISMATCH_TEST_GUILESS_MAIN(TestJobSpec)
 #include "test_job_spec.moc"

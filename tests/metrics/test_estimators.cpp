@@ -4,6 +4,7 @@
 #include "core/analysis/rollout_measure.h"
 #include "core/metrics/bootstrap.h"
 #include "core/metrics/estimators.h"
+#include "tests/common/test_main.h"
 
 #include <nlohmann/json.hpp>
 
@@ -328,5 +329,5 @@ void TestEstimators::ratioCombinationIsThePairedDifference()
     QVERIFY(three.low <= three.estimate && three.estimate <= three.high);
 }
 
-QTEST_GUILESS_MAIN(TestEstimators)
+MISMATCH_TEST_GUILESS_MAIN(TestEstimators)
 #include "test_estimators.moc"

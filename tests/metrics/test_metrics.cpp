@@ -1,6 +1,7 @@
 // Mismatch measures against float64 naive loops; bootstrap intervals and the failure rule.
 #include "core/metrics/bootstrap.h"
 #include "core/metrics/mismatch.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>
@@ -359,5 +360,5 @@ void TestMetrics::replicateFailureRuleUsesReplicateMeans()
     QVERIFY(consistent.failed);
 }
 
-QTEST_GUILESS_MAIN(TestMetrics)
+MISMATCH_TEST_GUILESS_MAIN(TestMetrics)
 #include "test_metrics.moc"

@@ -8,6 +8,7 @@
 #include "core/model/transformer.h"
 #include "core/train/zoo.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -92,5 +93,5 @@ void TestReferenceLogits::missingModelIsAnError()
     QVERIFY(!QFile::exists(dir.path() + "/x.safetensors"));
 }
 
-QTEST_GUILESS_MAIN(TestReferenceLogits)
+MISMATCH_TEST_GUILESS_MAIN(TestReferenceLogits)
 #include "test_reference_logits.moc"

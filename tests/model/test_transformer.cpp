@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 #include "core/model/transformer.h"
 #include "core/model/transformer_linear.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -851,5 +852,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestTransformer)
+MISMATCH_TEST_GUILESS_MAIN(TestTransformer)
 #include "test_transformer.moc"

@@ -5,6 +5,7 @@
 #include "core/model/config.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -875,5 +876,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestModelIo)
+MISMATCH_TEST_MAIN(TestModelIo)
 #include "test_model_io.moc"

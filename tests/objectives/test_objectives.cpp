@@ -2,6 +2,7 @@
 // estimators against exact enumeration of the sampled token; GRPO normalisation and clipping; REINFORCE's
 // sign; TIS and MIS corrections; padding positions that must not matter.
 #include "core/train/objectives.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>
@@ -652,5 +653,5 @@ void TestObjectives::float32LogitsMatchFloat64()
     }
 }
 
-QTEST_GUILESS_MAIN(TestObjectives)
+MISMATCH_TEST_GUILESS_MAIN(TestObjectives)
 #include "test_objectives.moc"

@@ -1,6 +1,8 @@
 // The Debian package, checked from the outside by packaging/test_package.sh: cpack -G DEB on this build
 // directory, the .deb unpacked into a temporary root, the unpacked `mismatch` run on its own resources, and
 // the desktop entry, metainfo, icon, man page and completions looked for (and validated where the tools are).
+#include "tests/common/test_main.h"
+
 #include <QProcess>
 #include <QStandardPaths>
 #include <QtTest>
@@ -41,5 +43,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestPackaging)
+MISMATCH_TEST_MAIN(TestPackaging)
 #include "test_packaging.moc"

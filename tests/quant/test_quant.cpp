@@ -13,6 +13,7 @@
 #include "core/quant/quantize.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 
@@ -1550,5 +1551,5 @@ void TestQuant::cliRejectsBadArguments()
     QVERIFY(!QFile::exists(QString::fromStdString(output)));
 }
 
-QTEST_MAIN(TestQuant)
+MISMATCH_TEST_MAIN(TestQuant)
 #include "test_quant.moc"

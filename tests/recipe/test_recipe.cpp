@@ -9,6 +9,7 @@
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+#include "tests/common/test_main.h"
 
 #include <QDir>
 #include <QFile>
@@ -910,5 +911,5 @@ void TestRecipe::cliCheck()
     QVERIFY2(error.err.find("the model has 4 layers") != std::string::npos, error.err.c_str());
 }
 
-QTEST_MAIN(TestRecipe)
+MISMATCH_TEST_MAIN(TestRecipe)
 #include "test_recipe.moc"

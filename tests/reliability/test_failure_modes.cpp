@@ -13,6 +13,7 @@
 //   - memory: a model that cannot fit (MISMATCH_MEMORY_LIMIT_BYTES set low) is refused before loading with the
 //     estimate and what is available, and the workspace stays usable.
 #include "reliability_support.h"
+#include "tests/common/test_main.h"
 
 #include "core/analysis/rollout_measure.h"
 #include "core/common/byte_size.h"
@@ -370,7 +371,7 @@ void TestFailureModes::deviceJobIsCheckedAgainstTheDevicesMemory()
     }
 }
 
-QTEST_GUILESS_MAIN(TestFailureModes)
+MISMATCH_TEST_GUILESS_MAIN(TestFailureModes)
 // What an analysis builds beside its engines is in its memory check: a configuration with weight noise holds noisy
 // copies of the tensors it cannot noise in place (engine::noisyCopyBytes, counted by hand in test_engine): on the CPU
 // with a spill directory on disk only those its engine reads in another dtype than stored; on a device, or with the

@@ -22,6 +22,7 @@
 //   MISMATCH_FAULT_KILLS  kills per job (default 5: 20 in all, about 40 s on two cores)
 //   MISMATCH_FAULT_SEED   seed of the kill moments (default 20261129)
 #include "reliability_support.h"
+#include "tests/common/test_main.h"
 
 #include "core/common/random.h"
 
@@ -257,5 +258,5 @@ void TestFaultInjection::cleanupTestCase()
     qInfo("fault injection: %d kills in all", kills);
 }
 
-QTEST_GUILESS_MAIN(TestFaultInjection)
+MISMATCH_TEST_GUILESS_MAIN(TestFaultInjection)
 #include "test_fault_injection.moc"

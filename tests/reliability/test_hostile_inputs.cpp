@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "reliability_support.h"
+#include "tests/common/test_main.h"
 
 #include "app/cli/cli.h"
 #include "core/io/yaml_scalar.h"
@@ -628,5 +629,5 @@ void TestHostileInputs::resumeWhileTheWriterLivesIsRefused()
     QVERIFY2(resumed.code == 0, resumed.err.c_str());
 }
 
-QTEST_GUILESS_MAIN(TestHostileInputs)
+MISMATCH_TEST_GUILESS_MAIN(TestHostileInputs)
 #include "test_hostile_inputs.moc"

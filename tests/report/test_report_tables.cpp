@@ -11,6 +11,7 @@
 #include "core/report/report.h"
 #include "core/store/run_store.h"
 #include "tests/common/analysis_fixture.h"
+#include "tests/common/test_main.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -261,5 +262,5 @@ private:
     fixture::Ids ids_;
 };
 
-QTEST_GUILESS_MAIN(TestReportTables)
+MISMATCH_TEST_GUILESS_MAIN(TestReportTables)
 #include "test_report_tables.moc"

@@ -8,6 +8,7 @@
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
 #include "core/train/run_config.h"
+#include "tests/common/test_main.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -807,5 +808,5 @@ void TestRunFile::compareErrors()
     QVERIFY(!fs::exists(workspace + "/nowhere"));
 }
 
-QTEST_GUILESS_MAIN(TestRunFile)
+MISMATCH_TEST_GUILESS_MAIN(TestRunFile)
 #include "test_runfile.moc"

@@ -5,6 +5,7 @@
 #include "core/store/schema.h"
 #include "core/store/sqlite_util.h"
 #include "tests/common/posix_locks.h"
+#include "tests/common/test_main.h"
 
 #include <QCryptographicHash>
 #include <QFile>
@@ -504,5 +505,5 @@ void TestStore::findRunByIdOrOneName()
     QVERIFY2(refused("").find("has no run named ''") != std::string::npos, refused("").c_str());
 }
 
-QTEST_GUILESS_MAIN(TestStore)
+MISMATCH_TEST_GUILESS_MAIN(TestStore)
 #include "test_store.moc"

@@ -5,6 +5,7 @@
 #include "app/cli/cli.h"
 #include "core/common/error.h"
 #include "core/model/tokenizer.h"
+#include "tests/common/test_main.h"
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -872,5 +873,5 @@ void TestTokenizer::digestIsTheTokenizersMeaning()
     }
 }
 
-QTEST_MAIN(TestTokenizer)
+MISMATCH_TEST_MAIN(TestTokenizer)
 #include "test_tokenizer.moc"

@@ -13,6 +13,7 @@
 #include "core/model/transformer.h"
 #include "core/train/zoo.h"
 #include "core/train/zoo_shape.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -301,5 +302,5 @@ void TestTrain::zooShapeWritesALoadableShardedBf16Checkpoint()
     QVERIFY(QFileInfo::exists(QString::fromStdString(foreign + "/notes.txt")));
 }
 
-QTEST_GUILESS_MAIN(TestTrain)
+MISMATCH_TEST_GUILESS_MAIN(TestTrain)
 #include "test_train.moc"

@@ -25,6 +25,7 @@
 #include "core/train/run_config.h"
 #include "core/train/trainer.h"
 #include "core/train/zoo.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -1264,5 +1265,5 @@ void TestTrainer::cancelledCompareObjectivesStoresNoVerdicts()
     verifyWholeSteps(store, runs[3].id);
 }
 
-QTEST_GUILESS_MAIN(TestTrainer)
+MISMATCH_TEST_GUILESS_MAIN(TestTrainer)
 #include "test_trainer.moc"

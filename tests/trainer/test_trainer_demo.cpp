@@ -8,6 +8,7 @@
 #include "core/store/run_store.h"
 #include "core/train/run_config.h"
 #include "core/train/trainer.h"
+#include "tests/common/test_main.h"
 
 #include <ATen/Parallel.h>
 #include <QTemporaryDir>
@@ -132,5 +133,5 @@ void TestTrainerDemo::reinforceAndGrpoRunStably()
     QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
 }
 
-QTEST_GUILESS_MAIN(TestTrainerDemo)
+MISMATCH_TEST_GUILESS_MAIN(TestTrainerDemo)
 #include "test_trainer_demo.moc"

@@ -6,6 +6,7 @@
 #include "core/store/analysis_store.h"
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_dialogs.h"
 #include "ui/budget_view.h"
@@ -282,5 +283,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestAnalysisDialogs)
+MISMATCH_TEST_MAIN(TestAnalysisDialogs)
 #include "test_analysis_dialogs.moc"

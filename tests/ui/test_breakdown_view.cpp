@@ -7,6 +7,7 @@
 #include "core/store/breakdown_store.h"
 #include "core/store/import_store.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/breakdown_dialog.h"
 #include "ui/breakdown_view.h"
 
@@ -297,5 +298,5 @@ private:
     double scale_ = 1.0;
 };
 
-QTEST_MAIN(TestBreakdownView)
+MISMATCH_TEST_MAIN(TestBreakdownView)
 #include "test_breakdown_view.moc"

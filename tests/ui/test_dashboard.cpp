@@ -7,6 +7,7 @@
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
 #include "tests/common/cli_runner.h"
+#include "tests/common/test_main.h"
 #include "ui/admission_view.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
@@ -692,5 +693,5 @@ void TestDashboard::everyTabOnTheFixture()
     fixture::saveEveryTab(*window, ids_, "tab");
 }
 
-QTEST_MAIN(TestDashboard)
+MISMATCH_TEST_MAIN(TestDashboard)
 #include "test_dashboard.moc"

@@ -5,6 +5,7 @@
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
+#include "tests/common/test_main.h"
 #include "ui/budget_view.h"
 #include "ui/main_window.h"
 #include "ui/plot_export.h"
@@ -91,19 +92,24 @@ private:
     fixture::Ids ids_;
 };
 
-int main(int argc, char** argv)
+namespace {
+// Before the application exists: Qt reads the scale factor once, at start-up.
+void scaleFactorTwo()
 {
-    // Before the application exists: Qt reads the scale factor once, at start-up.
     qputenv("QT_SCALE_FACTOR", "2");
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
         qputenv("QT_QPA_PLATFORM", "offscreen");
     }
-    QApplication application(argc, argv);
-    Q_INIT_RESOURCE(resources);
+}
+
+void testSettings()
+{
+    initMismatchResources();
     QCoreApplication::setOrganizationName("Mismatch Lab Tests");
     QStandardPaths::setTestModeEnabled(true);
-    TestHighDpi test;
-    return QTest::qExec(&test, argc, argv);
 }
+} // namespace
+
+MISMATCH_TEST_MAIN_WITH(TestHighDpi, scaleFactorTwo, testSettings)
 
 #include "test_high_dpi.moc"

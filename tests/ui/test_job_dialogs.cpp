@@ -12,6 +12,7 @@
 #include "tests/common/cli_runner.h"
 #include "tests/common/shell_words.h"
 #include "tests/common/tensorboard_writer.h"
+#include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/analysis_jobs.h"
@@ -516,5 +517,5 @@ private:
     QString probe_;
 };
 
-QTEST_MAIN(TestJobDialogs)
+MISMATCH_TEST_MAIN(TestJobDialogs)
 #include "test_job_dialogs.moc"

@@ -8,6 +8,7 @@
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/analysis_data.h"
 #include "ui/compare_plot.h"
 #include "ui/job_queue.h"
@@ -376,5 +377,5 @@ void TestJobs::eventLoopStaysResponsiveWhileRunAppends()
     saveScreenshot(window, "live_fast_writer.png");
 }
 
-QTEST_MAIN(TestJobs)
+MISMATCH_TEST_MAIN(TestJobs)
 #include "test_jobs.moc"

@@ -5,6 +5,7 @@
 // at.
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
+#include "tests/common/test_main.h"
 #include "ui/about_dialog.h"
 #include "ui/admission_view.h"
 #include "ui/analysis_data.h"
@@ -335,5 +336,5 @@ void TestMainWindow::screenshotOfTheOverview()
     QFile::copy(shot, screenshotDirectory() + "/cli_screenshot.png");
 }
 
-QTEST_MAIN(TestMainWindow)
+MISMATCH_TEST_MAIN(TestMainWindow)
 #include "test_main_window.moc"

@@ -8,6 +8,7 @@
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/analysis_dialogs.h"
 #include "ui/job_queue.h"
 #include "ui/main_window.h"
@@ -165,5 +166,5 @@ private:
     fixture::Ids ids_;
 };
 
-QTEST_MAIN(TestOverview)
+MISMATCH_TEST_MAIN(TestOverview)
 #include "test_overview.moc"

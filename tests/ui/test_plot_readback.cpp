@@ -8,6 +8,7 @@
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/admission_view.h"
 #include "ui/budget_view.h"
 #include "ui/compare_plot.h"
@@ -327,5 +328,5 @@ private:
     fixture::Ids ids_;
 };
 
-QTEST_MAIN(TestPlotReadback)
+MISMATCH_TEST_MAIN(TestPlotReadback)
 #include "test_plot_readback.moc"

@@ -9,6 +9,7 @@
 #include "core/report/report.h"
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/budget_view.h"
 #include "ui/report_plots.h"
 #include "ui/sensitivity_view.h"
@@ -262,5 +263,5 @@ private:
     ui::ReportPlotRenderer renderer_; // the GUI's views
 };
 
-QTEST_MAIN(TestReport)
+MISMATCH_TEST_MAIN(TestReport)
 #include "test_report.moc"

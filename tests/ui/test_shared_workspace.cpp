@@ -12,6 +12,7 @@
 #include "core/store/sqlite_util.h"
 #include "fixture_workspace.h"
 #include "tests/common/posix_locks.h"
+#include "tests/common/test_main.h"
 #include "ui/analysis_dialogs.h"
 #include "ui/job_queue.h"
 #include "ui/main_window.h"
@@ -315,5 +316,5 @@ void TestSharedWorkspace::guiAndHeadlessJobsShareOneWorkspace()
     QVERIFY(liveUpdates >= 3);
 }
 
-QTEST_MAIN(TestSharedWorkspace)
+MISMATCH_TEST_MAIN(TestSharedWorkspace)
 #include "test_shared_workspace.moc"

@@ -14,6 +14,7 @@
 #include "core/store/evaluation_store.h"
 #include "core/train/run_config.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/analysis_dialogs.h"
 #include "ui/job_queue.h"
 #include "ui/main_window.h"
@@ -447,5 +448,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestStudyDialogs)
+MISMATCH_TEST_MAIN(TestStudyDialogs)
 #include "test_study_dialogs.moc"

@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/store/analysis_store.h"
 #include "fixture_workspace.h"
+#include "tests/common/test_main.h"
 #include "ui/admission_view.h"
 #include "ui/prefix_shift_view.h"
 #include "ui/run_plot.h"
@@ -324,5 +325,5 @@ private:
     double scale_ = 1.0;
 };
 
-QTEST_MAIN(TestTokenDrillDown)
+MISMATCH_TEST_MAIN(TestTokenDrillDown)
 #include "test_token_drilldown.moc"
