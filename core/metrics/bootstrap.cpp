@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <utility>
 #include <stdexcept>
 
 namespace mismatch::metrics {
@@ -141,107 +143,263 @@ Interval pairedBootstrapDifference(const std::vector<double>& run, const std::ve
     return bootstrapMean(differences, options);
 }
 
-Interval replicateBootstrapDifference(const std::vector<std::vector<double>>& run,
-    const std::vector<std::vector<double>>& base, const BootstrapOptions& options)
+namespace {
+
+// Continued fraction of the regularized incomplete beta function I_x(a, b) (modified Lentz's method), valid for
+// x < (a + 1) / (a + b + 2); betaRegularized uses the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) for the rest.
+double betaContinuedFraction(double a, double b, double x)
 {
-    if (run.empty() || base.empty()) {
-        throw std::invalid_argument("replicateBootstrapDifference: a group has no replicates");
-    }
-    const size_t n = run.front().size();
-    for (const auto* group : {&run, &base}) {
-        for (const auto& replicate : *group) {
-            if (replicate.size() != n) {
-                throw std::invalid_argument(
-                    "replicateBootstrapDifference: the replicates were evaluated on different problem counts");
-            }
+    constexpr double kTiny = 1e-300;
+    constexpr int kMaxTerms = 500;
+    const auto guard = [](double v) { return std::abs(v) < kTiny ? kTiny : v; };
+    double c = 1.0;
+    double d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0));
+    double h = d;
+    for (int m = 1; m <= kMaxTerms; ++m) {
+        const double m2 = 2.0 * m;
+        double term = m * (b - m) * x / ((a + m2 - 1.0) * (a + m2));
+        d = 1.0 / guard(1.0 + term * d);
+        c = guard(1.0 + term / c);
+        h *= d * c;
+        term = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0));
+        d = 1.0 / guard(1.0 + term * d);
+        c = guard(1.0 + term / c);
+        const double delta = d * c;
+        h *= delta;
+        if (std::abs(delta - 1.0) < 1e-15) {
+            break;
         }
     }
-    if (n == 0) {
-        throw std::invalid_argument("bootstrap of an empty sample");
-    }
-    if (options.resamples < 1 || !(options.confidence > 0.0 && options.confidence < 1.0)) {
-        throw std::invalid_argument("bootstrap needs resamples >= 1 and confidence in (0, 1)");
-    }
-    // mean over replicates of the mean over problems; the estimate uses every replicate once.
-    const auto groupMean = [n](const std::vector<std::vector<double>>& group) {
-        double sum = 0.0;
-        for (const auto& replicate : group) {
-            sum += std::accumulate(replicate.begin(), replicate.end(), 0.0);
-        }
-        return sum / static_cast<double>(n * group.size());
-    };
-    SplitMix64 rng(options.seed);
-    std::vector<size_t> problems(n);
-    std::vector<double> runSums(run.size());
-    std::vector<double> baseSums(base.size());
-    // Sum over the drawn problems of each replicate's values, then the mean of the drawn replicates' sums.
-    const auto drawnMean = [&rng, n](const std::vector<std::vector<double>>& group, std::vector<double>& sums,
-                               const std::vector<size_t>& drawn) {
-        for (size_t r = 0; r < group.size(); ++r) {
-            double sum = 0.0;
-            for (const size_t i : drawn) {
-                sum += group[r][i];
-            }
-            sums[r] = sum;
-        }
-        if (group.size() == 1) {
-            return sums[0] / static_cast<double>(n);
-        }
-        double total = 0.0;
-        for (size_t k = 0; k < group.size(); ++k) {
-            total += sums[static_cast<size_t>(rng.below(group.size()))];
-        }
-        return total / static_cast<double>(n * group.size());
-    };
-    std::vector<double> statistics(static_cast<size_t>(options.resamples));
-    for (double& statistic : statistics) {
-        for (size_t& index : problems) {
-            index = static_cast<size_t>(rng.below(n));
-        }
-        const double runMean = drawnMean(run, runSums, problems);
-        statistic = runMean - drawnMean(base, baseSums, problems);
-    }
-    std::sort(statistics.begin(), statistics.end());
-    const double alpha = 1.0 - options.confidence;
-    Interval interval;
-    interval.estimate = groupMean(run) - groupMean(base);
-    interval.low = quantile(statistics, alpha / 2.0);
-    interval.high = quantile(statistics, 1.0 - alpha / 2.0);
-    interval.confidence = options.confidence;
-    interval.resamples = options.resamples;
-    return interval;
+    return h;
 }
+
+double betaRegularized(double a, double b, double x)
+{
+    if (x <= 0.0) {
+        return 0.0;
+    }
+    if (x >= 1.0) {
+        return 1.0;
+    }
+    const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x)
+        + b * std::log1p(-x));
+    if (x < (a + 1.0) / (a + b + 2.0)) {
+        return front * betaContinuedFraction(a, b, x) / a;
+    }
+    return 1.0 - front * betaContinuedFraction(b, a, 1.0 - x) / b;
+}
+
+// P(T <= t) for T ~ t(nu): I_{nu / (nu + t^2)}(nu / 2, 1 / 2) / 2 is the tail beyond |t|.
+double studentTDistribution(double t, double nu)
+{
+    const double tail = 0.5 * betaRegularized(nu / 2.0, 0.5, nu / (nu + t * t));
+    return t > 0.0 ? 1.0 - tail : tail;
+}
+
+double sampleVariance(const std::vector<double>& values)
+{
+    const double m = mean(values);
+    double sum = 0.0;
+    for (const double v : values) {
+        sum += (v - m) * (v - m);
+    }
+    return sum / static_cast<double>(values.size() - 1);
+}
+
+void checkFailureRuleOptions(const FailureRuleOptions& options)
+{
+    if (options.bootstrap.resamples < 2 || !(options.bootstrap.confidence > 0.0 && options.bootstrap.confidence < 1.0)) {
+        throw std::invalid_argument("the failure rule needs resamples >= 2 and confidence in (0, 1)");
+    }
+}
+
+Verdict verdictOf(const Interval& change, double line)
+{
+    if (change.low >= line) {
+        return Verdict::Fail;
+    }
+    if (change.high < line) {
+        return Verdict::Pass;
+    }
+    return Verdict::Undecided;
+}
+
+} // namespace
+
+double studentTQuantile(double p, double degreesOfFreedom)
+{
+    if (!(p > 0.0 && p < 1.0) || !(degreesOfFreedom > 0.0)) {
+        throw std::invalid_argument("studentTQuantile needs p in (0, 1) and degrees of freedom > 0");
+    }
+    const auto distribution = [degreesOfFreedom](double t) {
+        return std::isinf(degreesOfFreedom) ? 0.5 * std::erfc(-t / std::sqrt(2.0))
+                                            : studentTDistribution(t, degreesOfFreedom);
+    };
+    // Bisection on the increasing distribution function, in a bracket doubled until it holds p (a tiny p with few
+    // degrees of freedom lies far out: t(0.001, 1) = -318.3).
+    double low = -1.0;
+    double high = 1.0;
+    while (distribution(low) > p) {
+        low *= 2.0;
+    }
+    while (distribution(high) < p) {
+        high *= 2.0;
+    }
+    for (int i = 0; i < 200 && high - low > 1e-13 * std::max(1.0, std::abs(low)); ++i) {
+        const double middle = 0.5 * (low + high);
+        (distribution(middle) < p ? low : high) = middle;
+    }
+    return 0.5 * (low + high);
+}
+
+const char* verdictName(Verdict verdict)
+{
+    switch (verdict) {
+    case Verdict::Pass:
+        return "pass";
+    case Verdict::Fail:
+        return "fail";
+    case Verdict::Undecided:
+        return "undecided";
+    }
+    return "undecided";
+}
+
+std::optional<Verdict> parseVerdict(const std::string& word)
+{
+    for (const Verdict verdict : {Verdict::Pass, Verdict::Fail, Verdict::Undecided}) {
+        if (word == verdictName(verdict)) {
+            return verdict;
+        }
+    }
+    return std::nullopt;
+}
+
+const char* const kFailureIntervalMethod
+    = "relative quality change d = (Q_run - Q_base) / Q_base; one seed per group: paired percentile bootstrap over "
+      "problems; two or more: d +- t(nu) * sqrt(V_problems + V_seeds), V_problems the variance of d over the paired "
+      "problem bootstrap of the replicate-mean q, V_seeds each group's sample variance of its replicates' Q over "
+      "the replicate count (delta method through the ratio), nu Welch-Satterthwaite's degrees of freedom; fail "
+      "when the interval lies at or above the line, pass when below, undecided when it contains the line";
 
 FailureVerdict applyFailureRule(const std::vector<std::vector<double>>& qRun,
     const std::vector<std::vector<double>>& qBase, const FailureRuleOptions& options)
 {
+    if (qRun.empty() || qBase.empty()) {
+        throw std::invalid_argument("the failure rule: a group has no replicates");
+    }
+    const size_t n = qRun.front().size();
+    for (const auto* group : {&qRun, &qBase}) {
+        for (const auto& replicate : *group) {
+            if (replicate.size() != n) {
+                throw std::invalid_argument("the failure rule: the replicates were evaluated on different problem counts");
+            }
+        }
+    }
+    if (n == 0) {
+        throw std::invalid_argument("the failure rule: no problems");
+    }
+    checkFailureRuleOptions(options);
+    // Per problem, the replicate mean of each group; per replicate, its Q.
+    const auto replicateMeans = [n](const std::vector<std::vector<double>>& group) {
+        std::vector<double> means(n, 0.0);
+        for (const auto& replicate : group) {
+            for (size_t i = 0; i < n; ++i) {
+                means[i] += replicate[i];
+            }
+        }
+        for (double& m : means) {
+            m /= static_cast<double>(group.size());
+        }
+        return means;
+    };
+    const std::vector<double> run = replicateMeans(qRun);
+    const std::vector<double> base = replicateMeans(qBase);
     FailureVerdict verdict;
-    verdict.difference = replicateBootstrapDifference(qRun, qBase, options.bootstrap);
-    double runSum = 0.0;
-    for (const auto& replicate : qRun) {
-        runSum += mean(replicate);
+    verdict.qualityRun = mean(run);
+    verdict.qualityBase = mean(base);
+    if (!(verdict.qualityBase > 0.0)) {
+        throw std::invalid_argument("the failure rule: the baseline's quality is not positive");
     }
-    double baseSum = 0.0;
-    for (const auto& replicate : qBase) {
-        baseSum += mean(replicate);
+    verdict.relativeChange = verdict.qualityRun / verdict.qualityBase - 1.0;
+
+    // The paired problem bootstrap of d and of the mean difference, one draw of the problems for both.
+    const BootstrapOptions& b = options.bootstrap;
+    SplitMix64 rng(b.seed);
+    std::vector<double> changes(static_cast<size_t>(b.resamples));
+    std::vector<double> differences(static_cast<size_t>(b.resamples));
+    for (size_t r = 0; r < changes.size(); ++r) {
+        double runSum = 0.0;
+        double baseSum = 0.0;
+        for (size_t k = 0; k < n; ++k) {
+            const auto i = static_cast<size_t>(rng.below(n));
+            runSum += run[i];
+            baseSum += base[i];
+        }
+        changes[r] = baseSum > 0.0 ? runSum / baseSum - 1.0 : 0.0;
+        differences[r] = (runSum - baseSum) / static_cast<double>(n);
     }
-    verdict.qualityRun = runSum / static_cast<double>(qRun.size());
-    verdict.qualityBase = baseSum / static_cast<double>(qBase.size());
-    verdict.relativeChange = (verdict.qualityRun - verdict.qualityBase) / verdict.qualityBase;
-    verdict.failed = verdict.relativeChange >= options.relativeThreshold && verdict.difference.low > 0.0;
+    const double alpha = 1.0 - b.confidence;
+    verdict.change.estimate = verdict.relativeChange;
+    verdict.difference.estimate = verdict.qualityRun - verdict.qualityBase;
+    for (Interval* interval : {&verdict.change, &verdict.difference}) {
+        interval->confidence = b.confidence;
+        interval->resamples = b.resamples;
+    }
+    const size_t seededGroups = (qRun.size() > 1 ? 1 : 0) + (qBase.size() > 1 ? 1 : 0);
+    if (seededGroups == 0) {
+        verdict.degreesOfFreedom = std::numeric_limits<double>::infinity();
+        for (auto [interval, draws] : {std::pair{&verdict.change, &changes}, std::pair{&verdict.difference, &differences}}) {
+            std::sort(draws->begin(), draws->end());
+            interval->low = quantile(*draws, alpha / 2.0);
+            interval->high = quantile(*draws, 1.0 - alpha / 2.0);
+        }
+    } else {
+        // Seed terms: each group's replicate Q's sample variance over its count (none for a single replicate).
+        const auto seedTerm = [n](const std::vector<std::vector<double>>& group) {
+            if (group.size() < 2) {
+                return 0.0;
+            }
+            std::vector<double> qualities;
+            for (const auto& replicate : group) {
+                qualities.push_back(std::accumulate(replicate.begin(), replicate.end(), 0.0) / static_cast<double>(n));
+            }
+            return sampleVariance(qualities) / static_cast<double>(group.size());
+        };
+        const double seedRun = seedTerm(qRun);
+        const double seedBase = seedTerm(qBase);
+        const double qb = verdict.qualityBase;
+        const double qr = verdict.qualityRun;
+        const auto welch = [&](double termRun, double termBase, double problems, Interval& interval) {
+            const double total = termRun + termBase + problems;
+            double denominator = 0.0;
+            if (qRun.size() > 1) {
+                denominator += termRun * termRun / static_cast<double>(qRun.size() - 1);
+            }
+            if (qBase.size() > 1) {
+                denominator += termBase * termBase / static_cast<double>(qBase.size() - 1);
+            }
+            const double nu = denominator > 0.0 ? total * total / denominator : std::numeric_limits<double>::infinity();
+            const double half = studentTQuantile(1.0 - alpha / 2.0, nu) * std::sqrt(total);
+            interval.low = interval.estimate - half;
+            interval.high = interval.estimate + half;
+            return nu;
+        };
+        verdict.degreesOfFreedom = welch(seedRun / (qb * qb), seedBase * (qr * qr) / (qb * qb * qb * qb),
+            sampleVariance(changes), verdict.change);
+        welch(seedRun, seedBase, sampleVariance(differences), verdict.difference);
+    }
+    verdict.verdict = verdictOf(verdict.change, options.relativeThreshold);
     return verdict;
 }
 
 FailureVerdict applyFailureRule(const std::vector<double>& qRun, const std::vector<double>& qBase,
     const FailureRuleOptions& options)
 {
-    FailureVerdict verdict;
-    verdict.qualityRun = mean(qRun);
-    verdict.qualityBase = mean(qBase);
-    verdict.relativeChange = (verdict.qualityRun - verdict.qualityBase) / verdict.qualityBase;
-    verdict.difference = pairedBootstrapDifference(qRun, qBase, options.bootstrap);
-    verdict.failed = verdict.relativeChange >= options.relativeThreshold && verdict.difference.low > 0.0;
-    return verdict;
+    if (qRun.size() != qBase.size()) {
+        throw std::invalid_argument("the failure rule: the two runs were evaluated on different problem counts");
+    }
+    return applyFailureRule(std::vector<std::vector<double>> {qRun}, std::vector<std::vector<double>> {qBase}, options);
 }
 
 }  // namespace mismatch::metrics

@@ -4,6 +4,8 @@
 #include "core/common/random.h"
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace mismatch::metrics {
@@ -42,36 +44,58 @@ Interval bootstrapRatioCombination(const std::vector<std::vector<double>>& numer
 Interval pairedBootstrapDifference(const std::vector<double>& run, const std::vector<double>& base,
     const BootstrapOptions& options = {});
 
-// Seed replicates: run[r][i] is replicate r's value of problem i (every replicate of both groups evaluated on the
-// same problems, in the same order). Two-level percentile bootstrap of
-//     D = mean_i ( mean_r run[r][i] - mean_r base[r][i] ):
-// each resample draws the problems with replacement (one draw for both groups: problems are paired) and then,
-// independently for each group, as many replicates as it has, with replacement (seeds are not paired across
-// configurations: runs with one seed and different engines diverge as they train). The interval so covers both
-// problem and training-seed variance. A group with one replicate draws no seeds, so with one replicate in each group
-// the draws are exactly those of pairedBootstrapDifference (the interval agrees with it up to summation order).
-Interval replicateBootstrapDifference(const std::vector<std::vector<double>>& run,
-    const std::vector<std::vector<double>>& base, const BootstrapOptions& options = {});
+// Quantile of Student's t distribution with `degreesOfFreedom` (> 0, not necessarily whole; infinity gives the
+// standard normal's): the t with P(T <= t) = p, p in (0, 1). From the regularized incomplete beta function
+// (continued fraction) inverted by bisection; checked against printed tables in test_metrics.
+double studentTQuantile(double p, double degreesOfFreedom);
 
-// The spec's failure rule: a run fails against the baseline at the same step when
-// (Q_run - Q_base) / Q_base >= threshold AND the paired interval of mean(q_run - q_base) lies above zero.
+// The spec's failure rule (spec "Failure rule"): the relative quality change d = (Q_run - Q_base) / Q_base and its
+// interval decide, never the point estimate alone:
+//   fail       the whole interval of d lies at or above the failure line (low >= line),
+//   pass       it lies entirely below (high < line),
+//   undecided  it contains the line.
+enum class Verdict { Pass, Fail, Undecided };
+// "pass", "fail", "undecided": the word every output uses.
+const char* verdictName(Verdict verdict);
+// The word back; nullopt for anything else.
+std::optional<Verdict> parseVerdict(const std::string& word);
+
 struct FailureRuleOptions {
-    double relativeThreshold = 0.20;
+    double relativeThreshold = 0.20; // the failure line for d
     BootstrapOptions bootstrap;
 };
 
 struct FailureVerdict {
-    bool failed = false;
+    Verdict verdict = Verdict::Pass;
     double qualityRun = 0.0;
     double qualityBase = 0.0;
-    double relativeChange = 0.0;  // (Q_run - Q_base) / Q_base
-    Interval difference;          // paired interval of mean(q_run - q_base), nats per token
+    double relativeChange = 0.0;     // d = (Q_run - Q_base) / Q_base
+    Interval change;                 // interval of d: decides the verdict
+    Interval difference;             // interval of mean(q_run - q_base), nats per token, by the same method
+    // Degrees of freedom of the t quantile both intervals use; infinity when neither group has two seeds (the
+    // interval is then the problems' percentile bootstrap).
+    double degreesOfFreedom = 0.0;
+    bool failed() const { return verdict == Verdict::Fail; }
 };
 
+// How the intervals are computed, in words (stored with every calibration and printed with it).
+extern const char* const kFailureIntervalMethod;
+
+// The rule on one evaluation per group (no seed replicates): the paired percentile bootstrap over problems of d and
+// of mean(q_run - q_base) (`resamples` draws of the problems, one draw for both runs).
 FailureVerdict applyFailureRule(const std::vector<double>& qRun, const std::vector<double>& qBase,
     const FailureRuleOptions& options = {});
-// The rule on seed replicates: Q_run and Q_base are the replicate means of Q, the interval is
-// replicateBootstrapDifference's (problems and seeds).
+// The rule on seed replicates: run[r][i] is replicate r's q of problem i (every replicate of both groups evaluated on
+// the same problems, in the same order); Q_run and Q_base are the replicate means. With one replicate in each group
+// this is the overload above. With two or more in either group the interval is
+//     estimate +- t(nu, (1 + confidence) / 2) * sqrt(V_problems + V_seeds)
+// V_problems: the variance of the statistic over the paired problem bootstrap of the replicate-mean q's;
+// V_seeds: each group's seed variance (the sample variance of its replicates' Q, n - 1 in the denominator) over
+// its replicate count, carried through d = Q_run / Q_base - 1 by the delta method (1 / Q_base^2 for the run's,
+// (Q_run / Q_base^2)^2 for the base's); nu: Welch-Satterthwaite's degrees of freedom of the seed terms (n - 1 each;
+// the problem term, from hundreds of problems, counts as exact). Resampling seeds with replacement instead, as
+// before, gave 2 seeds the seed term (a - b)^2 / 8 instead of (a - b)^2 / 4 and a percentile from 3 values: the
+// seed variance halved. test_metrics measures the coverage against simulations with known seed variance.
 FailureVerdict applyFailureRule(const std::vector<std::vector<double>>& qRun,
     const std::vector<std::vector<double>>& qBase, const FailureRuleOptions& options = {});
 

@@ -7,6 +7,9 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
 #include <numeric>
 #include <random>
 
@@ -71,9 +74,11 @@ private slots:
     void splitMixBelowIsUniform();
     void failureRule_data();
     void failureRule();
-    void replicateBootstrapWithOneSeedIsThePairedBootstrap();
-    void replicateBootstrapReachesEverySeedCombination();
-    void replicateBootstrapWidensWithSeedVariance();
+    void studentTQuantileMatchesTables();
+    void oneSeedIsThePairedProblemBootstrap();
+    void twoSeedsGiveTheFullSeedVariance();
+    void seedIntervalCoversAtTheNominalRate_data();
+    void seedIntervalCoversAtTheNominalRate();
     void replicateFailureRuleUsesReplicateMeans();
 };
 
@@ -230,11 +235,14 @@ void TestMetrics::failureRule_data()
     QTest::addColumn<double>("shift");
     QTest::addColumn<double>("noise");
     QTest::addColumn<int>("problems");
-    QTest::addColumn<bool>("failed");
-    QTest::newRow("same quality") << 0.0 << 0.05 << 300 << false;
-    QTest::newRow("clear 30% rise") << 0.3 << 0.05 << 300 << true;
-    QTest::newRow("10% rise, significant but small") << 0.1 << 0.01 << 300 << false;
-    QTest::newRow("30% rise, too noisy") << 0.3 << 2.0 << 12 << false;
+    QTest::addColumn<QString>("verdict");
+    QTest::newRow("same quality") << 0.0 << 0.05 << 300 << "pass";
+    QTest::newRow("clear 30% rise") << 0.3 << 0.05 << 300 << "fail";
+    QTest::newRow("10% rise, significant but small") << 0.1 << 0.01 << 300 << "pass";
+    // A rise at the line: the interval of d contains 0.20 whatever the noise.
+    QTest::newRow("20% rise") << 0.2 << 0.05 << 300 << "undecided";
+    // 30% on average over 12 problems with +-2x swings: far too wide to say.
+    QTest::newRow("30% rise, too noisy") << 0.3 << 2.0 << 12 << "undecided";
 }
 
 void TestMetrics::failureRule()
@@ -242,7 +250,7 @@ void TestMetrics::failureRule()
     QFETCH(double, shift);
     QFETCH(double, noise);
     QFETCH(int, problems);
-    QFETCH(bool, failed);
+    QFETCH(QString, verdict);
     std::mt19937_64 rng(99);
     std::uniform_real_distribution<double> base(0.5, 1.5);
     std::normal_distribution<double> normal(0.0, 1.0);
@@ -254,22 +262,52 @@ void TestMetrics::failureRule()
         qRun[i] = qBase[i] * (1.0 + shift) + e;
     }
     const FailureVerdict v = applyFailureRule(qRun, qBase);
-    QCOMPARE(v.failed, failed);
-    if (noise > 1.0) {
-        // The relative rise alone would fail it: the interval clause is what passes it.
-        QVERIFY2(v.relativeChange >= 0.2, qPrintable(QString::number(v.relativeChange)));
-        QVERIFY(v.difference.low <= 0.0);
+    QCOMPARE(QString(verdictName(v.verdict)), verdict);
+    QCOMPARE(parseVerdict(verdict.toStdString()), std::optional<Verdict>(v.verdict));
+    QCOMPARE(v.change.resamples, 10000);
+    QVERIFY(std::isinf(v.degreesOfFreedom));
+    // The verdict is the interval of d against the line, never the point estimate.
+    QVERIFY(v.change.low <= v.relativeChange && v.relativeChange <= v.change.high);
+    switch (v.verdict) {
+    case Verdict::Fail:
+        QVERIFY(v.change.low >= 0.2);
+        break;
+    case Verdict::Pass:
+        QVERIFY(v.change.high < 0.2);
+        break;
+    case Verdict::Undecided:
+        QVERIFY(v.change.low < 0.2 && v.change.high >= 0.2);
+        break;
     }
-    QCOMPARE(v.difference.resamples, 10000);
-    if (failed) {
-        QVERIFY(v.relativeChange >= 0.2 && v.difference.low > 0);
-    }
+    QVERIFY(!parseVerdict("failed"));
 }
 
-void TestMetrics::replicateBootstrapWithOneSeedIsThePairedBootstrap()
+void TestMetrics::studentTQuantileMatchesTables()
 {
-    // One replicate per group draws only problems, with the same generator sequence as the paired bootstrap; the
-    // statistics differ by summation order only (sum of differences vs difference of sums).
+    // Two-sided 95% (p = 0.975) and other points of Student's t, as printed to three decimals in standard tables.
+    constexpr double kTableRounding = 5e-4;
+    const std::vector<std::tuple<double, double, double>> table = {{0.975, 1, 12.706}, {0.975, 2, 4.303},
+        {0.975, 3, 3.182}, {0.975, 5, 2.571}, {0.975, 10, 2.228}, {0.975, 30, 2.042}, {0.95, 1, 6.314},
+        {0.95, 4, 2.132}, {0.995, 4, 4.604}, {0.995, 20, 2.845}, {0.9, 7, 1.415}};
+    for (const auto& [p, nu, t] : table) {
+        const double computed = studentTQuantile(p, nu);
+        QVERIFY2(std::abs(computed - t) < kTableRounding,
+            qPrintable(QString("t(%1, %2) = %3, table %4").arg(p).arg(nu).arg(computed).arg(t)));
+        QVERIFY(std::abs(studentTQuantile(1.0 - p, nu) + computed) < 1e-9); // symmetric
+    }
+    QVERIFY(std::abs(studentTQuantile(0.975, std::numeric_limits<double>::infinity()) - 1.959964) < 1e-6);
+    // Whole degrees of freedom are not required (Welch-Satterthwaite's are not): between its neighbours.
+    const double between = studentTQuantile(0.975, 1.5);
+    QVERIFY(between < 12.706 && between > 4.303);
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, studentTQuantile(1.0, 3.0));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, studentTQuantile(0.5, 0.0));
+}
+
+void TestMetrics::oneSeedIsThePairedProblemBootstrap()
+{
+    // One replicate per group: the interval of d is the percentile interval of the paired problem bootstrap of
+    // sum(run) / sum(base) (bootstrapRatio draws the problems with the same generator sequence) minus one, and the
+    // difference's that of pairedBootstrapDifference; they differ by summation order and the -1 only.
     constexpr double kSummationTolerance = 1e-12;
     std::mt19937_64 rng(std::random_device {}());
     std::uniform_real_distribution<double> uniform(0.2, 2.0);
@@ -278,61 +316,99 @@ void TestMetrics::replicateBootstrapWithOneSeedIsThePairedBootstrap()
         base[i] = uniform(rng);
         run[i] = base[i] * uniform(rng);
     }
-    const BootstrapOptions options {3000, 0.9, rng()};
-    const Interval paired = pairedBootstrapDifference(run, base, options);
-    const Interval replicated = replicateBootstrapDifference({run}, {base}, options);
-    QVERIFY(std::abs(paired.estimate - replicated.estimate) < kSummationTolerance);
-    QVERIFY(std::abs(paired.low - replicated.low) < kSummationTolerance);
-    QVERIFY(std::abs(paired.high - replicated.high) < kSummationTolerance);
+    FailureRuleOptions options;
+    options.bootstrap = {3000, 0.9, rng()};
+    const FailureVerdict v = applyFailureRule(run, base, options);
+    const Interval ratio = bootstrapRatio(run, base, options.bootstrap);
+    QVERIFY(std::abs(v.change.low - (ratio.low - 1.0)) < kSummationTolerance);
+    QVERIFY(std::abs(v.change.high - (ratio.high - 1.0)) < kSummationTolerance);
+    QVERIFY(std::abs(v.relativeChange - (ratio.estimate - 1.0)) < kSummationTolerance);
+    const Interval paired = pairedBootstrapDifference(run, base, options.bootstrap);
+    QVERIFY(std::abs(v.difference.low - paired.low) < kSummationTolerance);
+    QVERIFY(std::abs(v.difference.high - paired.high) < kSummationTolerance);
+    QCOMPARE(v.change.confidence, 0.9);
 }
 
-void TestMetrics::replicateBootstrapReachesEverySeedCombination()
+void TestMetrics::twoSeedsGiveTheFullSeedVariance()
 {
-    // One problem, two seeds per group: a group's resampled mean is a1, (a1 + a2) / 2 or a2 with probabilities
-    // 1/4, 1/2, 1/4, so every one of the nine differences has probability >= 1/16. The 2.5% and 97.5% quantiles of
-    // 10,000 resamples are then the extreme combinations (min run - max base, max run - min base): 625 expected
-    // draws of each against the 250 the quantile needs (a shortfall below 250 has probability < 1e-60).
-    std::mt19937_64 rng(std::random_device {}());
-    std::uniform_real_distribution<double> uniform(0.0, 1.0);
-    const std::vector<std::vector<double>> run = {{uniform(rng)}, {uniform(rng)}};
-    const std::vector<std::vector<double>> base = {{uniform(rng)}, {uniform(rng)}};
-    const Interval interval = replicateBootstrapDifference(run, base, {10000, 0.95, rng()});
-    const double runLow = std::min(run[0][0], run[1][0]);
-    const double runHigh = std::max(run[0][0], run[1][0]);
-    const double baseLow = std::min(base[0][0], base[1][0]);
-    const double baseHigh = std::max(base[0][0], base[1][0]);
-    QCOMPARE(interval.low, runLow - baseHigh);
-    QCOMPARE(interval.high, runHigh - baseLow);
-    const double estimate = (run[0][0] + run[1][0]) / 2.0 - (base[0][0] + base[1][0]) / 2.0;
-    QVERIFY(std::abs(interval.estimate - estimate) < 1e-15);
+    // Every problem of a replicate the same value: the problem bootstrap has no variance and the interval is the
+    // seed term alone. Two seeds a1, a2 (run) and b1, b2 (base) with |a1 - a2| = |b1 - b2| = g: each group's seed
+    // variance of its mean is (g^2 / 2) / 2 = g^2 / 4 (resampling two seeds with replacement gave g^2 / 8), the
+    // Welch-Satterthwaite degrees of freedom (2v)^2 / (v^2 + v^2) = 2, t(0.975, 2) = 4.303 (tables), so the mean
+    // difference's interval is D +- 4.303 * sqrt(g^2 / 2).
+    constexpr double kTableRounding = 5e-4;
+    const double a1 = 1.10, a2 = 1.30, b1 = 1.00, b2 = 0.80, g = 0.2;
+    const std::vector<std::vector<double>> run = {std::vector<double>(50, a1), std::vector<double>(50, a2)};
+    const std::vector<std::vector<double>> base = {std::vector<double>(50, b1), std::vector<double>(50, b2)};
+    const FailureVerdict v = applyFailureRule(run, base);
+    // The relative change's seed terms are scaled differently (1 / Q_base^2 for the run's, Q_run^2 / Q_base^4 for
+    // the base's), so its degrees of freedom are (tr + tb)^2 / (tr^2 + tb^2) with tr = (g^2 / 4) / 0.81 and
+    // tb = (g^2 / 4) * 1.44 / 0.6561 (Q_run = 1.2, Q_base = 0.9).
+    const double tr = g * g / 4.0 / 0.81;
+    const double tb = g * g / 4.0 * 1.44 / 0.6561;
+    QVERIFY(std::abs(v.degreesOfFreedom - (tr + tb) * (tr + tb) / (tr * tr + tb * tb)) < 1e-9);
+    const double d = (a1 + a2) / 2.0 - (b1 + b2) / 2.0;
+    const double half = 4.303 * std::sqrt(g * g / 2.0);
+    QVERIFY2(std::abs(v.difference.low - (d - half)) < kTableRounding * std::sqrt(g * g / 2.0) + 1e-12,
+        qPrintable(QString("%1 vs %2").arg(v.difference.low).arg(d - half)));
+    QVERIFY(std::abs(v.difference.high - (d + half)) < kTableRounding * std::sqrt(g * g / 2.0) + 1e-12);
+    // d = 1.2 / 0.9 - 1 = +33%, but two seeds that disagree by 0.2 cannot decide it.
+    QVERIFY(std::abs(v.relativeChange - (1.2 / 0.9 - 1.0)) < 1e-12);
+    QCOMPARE(v.verdict, Verdict::Undecided);
 }
 
-void TestMetrics::replicateBootstrapWidensWithSeedVariance()
+void TestMetrics::seedIntervalCoversAtTheNominalRate_data()
 {
-    // The same problems; three seeds whose whole quality is offset by +-0.3 (seed variance) against three that
-    // agree. The problem-only interval of one seed pair is narrow; the two-level one covers the seed spread.
+    QTest::addColumn<int>("seeds");
+    QTest::newRow("2 seeds") << 2;
+    QTest::newRow("3 seeds") << 3;
+    QTest::newRow("5 seeds") << 5;
+}
+
+void TestMetrics::seedIntervalCoversAtTheNominalRate()
+{
+    // Simulated calibration points with a known truth: per dataset, 60 problems drawn from a population
+    // (difficulty ~ N(0.5, 0.2), floored at 0.05), the run's q = difficulty * (1 + d) + N(0, 0.05) per problem, so
+    // that E[Q_run] / E[Q_base] - 1 = d = 0.2 exactly; every replicate (seed) shifts its whole Q by N(0, 0.05)
+    // (10% of Q: seed variance dominating, the case two seeds understated) and each q by N(0, 0.05). The share of
+    // datasets whose 95% interval of d contains 0.2 must be within 3 points of 95%: with 2000 datasets the
+    // binomial standard error is 0.5 points, so a method off by 3 points fails and a correct one passes with
+    // probability > 0.9999. Resamples are fewer than the default to keep the test short; they only estimate the
+    // problem term's variance. Each run draws fresh data.
+    QFETCH(int, seeds);
+    constexpr int kDatasets = 2000;
+    constexpr int kProblems = 60;
+    constexpr double kTrueChange = 0.2;
+    constexpr double kCoverageTolerance = 0.03;
     std::mt19937_64 rng(std::random_device {}());
-    std::uniform_real_distribution<double> uniform(0.5, 1.5);
-    std::normal_distribution<double> normal(0.0, 0.02);
-    std::vector<double> problem(300);
-    for (double& q : problem) q = uniform(rng);
-    std::vector<std::vector<double>> agreeing(3, problem), disagreeing(3, problem);
-    const double offsets[3] = {-0.3, 0.0, 0.3};
-    for (size_t r = 0; r < 3; ++r) {
-        for (size_t i = 0; i < problem.size(); ++i) {
-            agreeing[r][i] += normal(rng);
-            disagreeing[r][i] += offsets[r] + normal(rng);
+    std::normal_distribution<double> difficulty(0.5, 0.2), seedShift(0.0, 0.05), noise(0.0, 0.05);
+    FailureRuleOptions options;
+    options.bootstrap.resamples = 200;
+    int covered = 0;
+    for (int dataset = 0; dataset < kDatasets; ++dataset) {
+        std::vector<double> mu(kProblems), eta(kProblems);
+        for (int i = 0; i < kProblems; ++i) {
+            mu[static_cast<size_t>(i)] = std::max(0.05, difficulty(rng));
+            eta[static_cast<size_t>(i)] = noise(rng);
+        }
+        std::vector<std::vector<double>> run(static_cast<size_t>(seeds)), base(static_cast<size_t>(seeds));
+        for (size_t r = 0; r < run.size(); ++r) {
+            const double shiftRun = seedShift(rng);
+            const double shiftBase = seedShift(rng);
+            for (size_t i = 0; i < mu.size(); ++i) {
+                base[r].push_back(mu[i] + shiftBase + noise(rng));
+                run[r].push_back(mu[i] * (1.0 + kTrueChange) + eta[i] + shiftRun + noise(rng));
+            }
+        }
+        options.bootstrap.seed = rng();
+        const FailureVerdict v = applyFailureRule(run, base, options);
+        if (v.change.low <= kTrueChange && kTrueChange <= v.change.high) {
+            ++covered;
         }
     }
-    const BootstrapOptions options {4000, 0.95, rng()};
-    const Interval problemsOnly = pairedBootstrapDifference(disagreeing[2], agreeing[2], options);
-    const Interval twoLevel = replicateBootstrapDifference(disagreeing, agreeing, options);
-    // Problem-only: a tight interval around +0.3, excluding zero.
-    QVERIFY(problemsOnly.low > 0.25);
-    // Two-level: resampling three seeds spans means from -0.3 to +0.3; the 95% interval must include zero and
-    // reach well past +-0.1 on both sides (P(mean of 3 draws = 0 exactly) = 7/27, extremes 1/27 each).
-    QVERIFY2(twoLevel.low < -0.1 && twoLevel.high > 0.1,
-        qPrintable(QString("[%1, %2]").arg(twoLevel.low).arg(twoLevel.high)));
+    const double coverage = static_cast<double>(covered) / kDatasets;
+    qInfo("%d seeds: %d of %d intervals (%.1f%%) contain the true change", seeds, covered, kDatasets, 100.0 * coverage);
+    QVERIFY2(std::abs(coverage - 0.95) <= kCoverageTolerance, qPrintable(QString::number(coverage)));
 }
 
 void TestMetrics::replicateFailureRuleUsesReplicateMeans()
@@ -347,17 +423,18 @@ void TestMetrics::replicateFailureRuleUsesReplicateMeans()
         better[i] *= 0.9;
     }
     const double qBase = std::accumulate(base.begin(), base.end(), 0.0) / 200.0;
-    // Replicate means: run (1.5 + 0.9) / 2 = 1.2 x base -> +20%; the interval includes the 0.9x seed, so a
-    // two-level draw of {better, better} gives a negative mean difference: not failed despite +20%.
+    // Replicate means: run (1.5 + 0.9) / 2 = 1.2 x base -> +20%, on the line: whatever the seed spread, undecided.
     const FailureVerdict split = applyFailureRule({worse, better}, {base, base});
     QVERIFY(std::abs(split.qualityBase - qBase) < 1e-12);
     QVERIFY(std::abs(split.relativeChange - 0.2) < 1e-12);
-    QVERIFY(split.difference.low < 0.0);
-    QVERIFY(!split.failed);
+    QVERIFY(split.change.low < 0.2 && split.change.high > 0.2);
+    QCOMPARE(split.verdict, Verdict::Undecided);
+    // Two seeds that agree, q_run = 1.5 q_base on every problem: no seed and no problem variance, d = +50% exactly.
     const FailureVerdict consistent = applyFailureRule({worse, worse}, {base, base});
     QVERIFY(std::abs(consistent.relativeChange - 0.5) < 1e-12);
+    QVERIFY(std::abs(consistent.change.low - 0.5) < 1e-12);
     QVERIFY(consistent.difference.low > 0.0);
-    QVERIFY(consistent.failed);
+    QCOMPARE(consistent.verdict, Verdict::Fail);
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestMetrics)
