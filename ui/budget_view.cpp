@@ -22,9 +22,15 @@
 namespace mismatch::ui {
 
 namespace {
-enum Graph { Passed, Failed };
+enum Graph { Passed, Failed, Undecided };
 const QColor kPassColor(0x2e, 0x7d, 0x32);
 const QColor kFailColor(0xc6, 0x28, 0x28);
+const QColor kUndecidedColor(0xef, 0x8a, 0x17);
+
+QColor colorOf(const mismatch::report::CalibrationPoint& p)
+{
+    return p.failed() ? kFailColor : p.undecided() ? kUndecidedColor : kPassColor;
+}
 // The failure rule's relative quality threshold when a calibration stored none (spec: fail at a rise of 20%).
 constexpr double kDefaultFailRise = 0.20;
 } // namespace
@@ -108,6 +114,12 @@ BudgetView::BudgetView(QWidget* parent)
     failed->setName(tr("failed"));
     failed->setLineStyle(QCPGraph::lsNone);
     failed->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, QPen(kFailColor, 3), QBrush(), 11));
+    // Undecided (the interval of the change contains the failure line): a third shape, not a colour alone.
+    QCPGraph* undecided = plot_->addGraph();
+    undecided->setName(tr("undecided"));
+    undecided->setLineStyle(QCPGraph::lsNone);
+    undecided->setScatterStyle(
+        QCPScatterStyle(QCPScatterStyle::ssTriangle, QPen(kUndecidedColor, 2), QBrush(Qt::white), 11));
     placeLegendAbove(plot_);
     enableZoomAndReset(plot_, [this] { fitView(); });
     plot_->setMouseTracking(true);
@@ -194,6 +206,11 @@ int BudgetView::failCount() const
     return plot_->graph(Failed)->dataCount();
 }
 
+int BudgetView::undecidedCount() const
+{
+    return plot_->graph(Undecided)->dataCount();
+}
+
 void BudgetView::showCalibration()
 {
     points_.clear();
@@ -232,11 +249,11 @@ void BudgetView::showCalibration()
         step = stepBox_->currentData().toLongLong();
     }
 
-    QVector<double> passX, passY, failX, failY;
+    QVector<double> passX, passY, failX, failY, undecidedX, undecidedY;
     double xMinPositive = 0.0; // smallest positive mismatch shown (the log axis starts below it)
     pointModel_->clear();
     pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"),
-        tr("x BF16 (own unit)"), tr("Quality Q"), tr("Change vs BF16"), tr("95% interval of mean q diff"),
+        tr("x BF16 (own unit)"), tr("Quality Q"), tr("Change vs BF16"), tr("95% interval of change"),
         tr("Result")});
     pointModel_->horizontalHeaderItem(3)->setToolTip(
         tr("Mismatch over the BF16 unit of the point's own runs (the plain BF16 engine at their weights, on the same "
@@ -268,8 +285,8 @@ void BudgetView::showCalibration()
             continue;
         }
         const double change = p.relativeChange.value_or(0.0) * 100.0;
-        (p.failed ? failX : passX).append(p.mismatch);
-        (p.failed ? failY : passY).append(change);
+        (p.failed() ? failX : p.undecided() ? undecidedX : passX).append(p.mismatch);
+        (p.failed() ? failY : p.undecided() ? undecidedY : passY).append(change);
         xMax = std::max(xMax, p.mismatch);
         if (p.mismatch > 0 && (xMinPositive == 0.0 || p.mismatch < xMinPositive)) {
             xMinPositive = p.mismatch;
@@ -282,11 +299,11 @@ void BudgetView::showCalibration()
             << new QStandardItem(p.bf16Multiple() ? QStringLiteral("%1x").arg(*p.bf16Multiple(), 0, 'f', 1) : tr("-"))
             << new QStandardItem(QString::number(p.quality, 'g', 4))
             << new QStandardItem(p.relativeChange ? QString::asprintf("%+.1f%%", change) : tr("-"))
-            << new QStandardItem(p.ciLow && p.ciHigh
-                       ? QStringLiteral("[%1, %2]").arg(*p.ciLow, 0, 'g', 3).arg(*p.ciHigh, 0, 'g', 3)
+            << new QStandardItem(p.changeLow && p.changeHigh
+                       ? QString::asprintf("[%+.1f%%, %+.1f%%]", 100.0 * *p.changeLow, 100.0 * *p.changeHigh)
                        : tr("-"))
-            << new QStandardItem(p.failed ? tr("failed") : tr("passed"));
-        row.back()->setForeground(p.failed ? kFailColor : kPassColor);
+            << new QStandardItem(p.failed() ? tr("failed") : p.undecided() ? tr("undecided") : tr("passed"));
+        row.back()->setForeground(colorOf(p));
         pointModel_->appendRow(row);
     }
     table_->resizeColumnsToContents();
@@ -321,12 +338,13 @@ void BudgetView::showCalibration()
         label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
         label->setPadding(QMargins(6, 0, 0, 4));
         label->setFont(QFont(font().family(), 8));
-        label->setColor(p.failed ? kFailColor : kPassColor);
+        label->setColor(colorOf(p));
         label->setText(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName.substr(cut)));
         pointLabels_.push_back(label);
     }
     plot_->graph(Passed)->setData(passX, passY);
     plot_->graph(Failed)->setData(failX, failY);
+    plot_->graph(Undecided)->setData(undecidedX, undecidedY);
 
     for (const CalibrationBracket& b : brackets_) {
         if (step && b.step == *step) {
@@ -465,12 +483,16 @@ void BudgetView::hoverAt(const QPoint& pixel)
     if (nearest->relativeChange) {
         text += tr(", quality change %1").arg(QString::asprintf("%+.1f%%", *nearest->relativeChange * 100.0));
     }
-    if (nearest->ciLow && nearest->ciHigh) {
+    if (nearest->changeLow && nearest->changeHigh) {
+        text += tr(", interval of the change [%1, %2]")
+                    .arg(QString::asprintf("%+.1f%%", 100.0 * *nearest->changeLow))
+                    .arg(QString::asprintf("%+.1f%%", 100.0 * *nearest->changeHigh));
+    } else if (nearest->ciLow && nearest->ciHigh) {
         text += tr(", interval of mean q diff [%1, %2]")
                     .arg(*nearest->ciLow, 0, 'g', 3)
                     .arg(*nearest->ciHigh, 0, 'g', 3);
     }
-    text += nearest->failed ? tr(": failed") : tr(": passed");
+    text += nearest->failed() ? tr(": failed") : nearest->undecided() ? tr(": undecided") : tr(": passed");
     readout_->setText(text);
 }
 

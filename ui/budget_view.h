@@ -38,6 +38,7 @@ public:
     QCPItemRect* bracketItem() const { return bracket_; }
     int passCount() const;
     int failCount() const;
+    int undecidedCount() const;
     std::optional<CalibrationBracket> shownBracket() const { return shownBracket_; }
     // The failure rule's relative rise drawn (a fraction) and its label.
     double failureRise() const { return failureRise_; }

@@ -305,8 +305,11 @@ void OverviewView::refresh()
                         .arg(QString::fromStdString(c.name).toHtmlEscaped(), QString::fromStdString(c.createdAt))));
                 section.budget = makeTable(box,
                     {tr("Step"), tr("Largest passing"), tr("Smallest failing"), tr("Threshold"), tr("Threshold x BF16"),
-                        tr("Flags")},
+                        tr("Flags"), tr("Undecided")},
                     "overviewBudget");
+                section.budget->horizontalHeaderItem(6)->setToolTip(
+                    tr("Points whose interval of the quality change contains the failure line: neither pass nor "
+                       "fail, so no bracket end rests on them."));
                 section.budget->horizontalHeaderItem(4)->setToolTip(
                     tr("The threshold over the baseline's BF16 unit at that step (the plain BF16 engine at the "
                        "baseline runs' weights of that step)."));
@@ -339,6 +342,20 @@ void OverviewView::refresh()
                         flagItem->setToolTip(flags.join(QLatin1Char('\n')));
                     }
                     section.budget->setItem(row, 5, flagItem);
+                    QStringList undecided;
+                    for (const CalibrationPoint& p : points) {
+                        if (p.step == b.step && p.undecided()) {
+                            undecided << QStringLiteral("%1 (%2)").arg(
+                                QString::fromStdString(p.label.empty() ? p.runName : p.label),
+                                QString::number(p.mismatch, 'g', 3));
+                        }
+                    }
+                    auto* undecidedItem = cell(undecided.isEmpty() ? tr("none")
+                                                                   : QStringLiteral("? ") + undecided.join(QStringLiteral("; ")));
+                    if (!undecided.isEmpty()) {
+                        undecidedItem->setForeground(QColor(0xef, 0x8a, 0x17));
+                    }
+                    section.budget->setItem(row, 6, undecidedItem);
                 }
                 fitRows(section.budget);
                 boxLayout->addWidget(section.budget);

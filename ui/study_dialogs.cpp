@@ -927,12 +927,16 @@ void CompareRunsDialog::compare()
         options.bootstrap.confidence = confidence_->value();
         options.bootstrap.resamples = resamples_->value();
         const metrics::FailureVerdict v = analysis::compareEvaluations(*run, *base, options);
-        verdict_ = v.failed ? QStringLiteral("fail") : QStringLiteral("pass");
+        verdict_ = QString::fromLatin1(metrics::verdictName(v.verdict));
+        const bool undecided = v.verdict == metrics::Verdict::Undecided;
         result_->setText(tr("<p><b style=\"color:%1\">%2</b> at step %3 (%4 paired problems)</p>"
-                            "<p>Q_run %5, Q_base %6 nats/token: relative change %7 (fails at %8)<br>"
+                            "<p>Q_run %5, Q_base %6 nats/token: relative change %7 [%14, %15] against the line %8 "
+                            "(fail: the interval at or above it; pass: below; undecided: it contains it)<br>"
                             "paired interval of mean(q_run - q_base): %9 [%10, %11], %12% confidence (%13)</p>")
-                             .arg(v.failed ? QStringLiteral("#c62828") : QStringLiteral("#2e7d32"),
-                                 v.failed ? tr("FAIL") : tr("pass"))
+                             .arg(v.failed() ? QStringLiteral("#c62828")
+                                     : undecided ? QStringLiteral("#ef8a17")
+                                                 : QStringLiteral("#2e7d32"),
+                                 v.failed() ? tr("FAIL") : undecided ? tr("UNDECIDED") : tr("pass"))
                              .arg(step)
                              .arg(run->problems.size())
                              .arg(v.qualityRun, 0, 'g', 6)
@@ -943,7 +947,9 @@ void CompareRunsDialog::compare()
                              .arg(v.difference.low, 0, 'g', 4)
                              .arg(v.difference.high, 0, 'g', 4)
                              .arg(confidence_->value() * 100.0, 0, 'g', 3)
-                             .arg(v.difference.low > 0.0 ? tr("above zero") : tr("not above zero")));
+                             .arg(v.difference.low > 0.0 ? tr("above zero") : tr("not above zero"))
+                             .arg(QString::asprintf("%+.2f%%", 100.0 * v.change.low))
+                             .arg(QString::asprintf("%+.2f%%", 100.0 * v.change.high)));
     } catch (const std::exception& error) {
         result_->setText(
             tr("<span style=\"color:#c62828\">%1</span>").arg(QString::fromUtf8(error.what()).toHtmlEscaped()));

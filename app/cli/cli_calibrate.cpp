@@ -58,8 +58,8 @@ void printCalibration(const Context& context, const nlohmann::json& command, con
         << "mismatch = mean step KL(mu||pi) up to the step, nats/token (replicate mean); x BF16 = over the BF16 unit "
            "of the configuration's own runs over the same steps\n";
     if (result.flags.empty()) {
-        out << "not flagged: the null comparison passes, the noise floor is under half the threshold and the sweep "
-               "is monotone at every step\n";
+        out << "not flagged: the null comparison does not fail, the noise floor is within its share of the line, "
+               "the sweep is monotone and no undecided point lies inside a bracket at any step\n";
     } else {
         out << "FLAGGED (do not use this budget without reading why):\n";
         for (const auto& flag : result.flags) {
@@ -74,20 +74,26 @@ void printCalibration(const Context& context, const nlohmann::json& command, con
             x ? formatNumber(*x, 3) + "x" : "-", formatNumber(p.quality),
             p.accuracy ? formatNumber(100.0 * *p.accuracy, 3) + "%" : "-",
             p.relativeChange ? formatNumber(100.0 * *p.relativeChange, 3) + "%" : "-",
-            p.ciLow ? "[" + formatNumber(*p.ciLow, 3) + ", " + formatNumber(*p.ciHigh, 3) + "]" : "-",
-            p.label == "baseline" ? "baseline" : (p.failed ? "FAIL" : "pass")});
+            p.changeLow ? "[" + formatNumber(100.0 * *p.changeLow, 3) + "%, " + formatNumber(100.0 * *p.changeHigh, 3) + "%]"
+                        : "-",
+            p.label == "baseline" ? "baseline" : (p.failed() ? "FAIL" : p.undecided() ? "UNDECIDED" : "pass")});
     }
     out << formatTable({"step", "configuration", "mismatch", "x BF16", "Q", "accuracy", "dQ/Q",
-                           "interval of mean dq (problems+seeds)", "verdict"},
+                           "interval of dQ/Q (problems+seeds)", "verdict"},
         rows);
+    out << "verdict: FAIL when the whole interval of dQ/Q is at or above the "
+        << formatNumber(100.0 * options.rule.relativeThreshold, 3)
+        << "% line, pass when below it, UNDECIDED when it contains the line (no bracket rests on it)\n";
     rows.clear();
     for (const auto& n : result.nullComparisons) {
         rows.push_back({std::to_string(n.step), formatNumber(100.0 * n.relativeChange, 3) + "%",
-            "[" + formatNumber(n.difference.low, 3) + ", " + formatNumber(n.difference.high, 3) + "]",
-            n.failed ? "FAIL" : "pass", formatNumber(100.0 * n.noiseFloor, 3) + "%"});
+            "[" + formatNumber(100.0 * n.change.low, 3) + "%, " + formatNumber(100.0 * n.change.high, 3) + "%]",
+            n.verdict == metrics::Verdict::Fail ? "FAIL" : n.verdict == metrics::Verdict::Undecided ? "UNDECIDED" : "pass",
+            "+-" + formatNumber(100.0 * n.noiseFloor, 3) + "%"});
     }
-    out << "\nnull comparison (the BF16 baseline against itself with " << result.replicates << " other seed(s)):\n"
-        << formatTable({"step", "dQ/Q", "interval of mean dq", "verdict", "noise floor"}, rows);
+    out << "\nnull comparison (the BF16 baseline against itself with " << result.replicates << " other seed(s)); "
+        << "noise floor: half the width of its interval:\n"
+        << formatTable({"step", "dQ/Q", "interval of dQ/Q", "verdict", "noise floor"}, rows);
     rows.clear();
     for (const auto& b : result.brackets) {
         rows.push_back({std::to_string(b.step), optionalNumber(b.largestPassing), optionalNumber(b.smallestFailing),

@@ -52,10 +52,10 @@ std::string accuracyText(double fraction)
 // The rule stated in words, with this comparison's settings.
 std::string ruleText(const CompareArguments& a)
 {
-    return "the run fails when (Q_run - Q_base) / Q_base >= " + plainPercent(a.threshold) + " and the "
-        + plainPercent(a.confidence) + " paired bootstrap interval of mean_i (q_i_run - q_i_base) (problems "
-        + "resampled, " + std::to_string(a.resamples) + " resamples, seed " + std::to_string(a.seed)
-        + ") lies above zero";
+    return "the " + plainPercent(a.confidence) + " paired bootstrap interval of (Q_run - Q_base) / Q_base (problems "
+        + "resampled, " + std::to_string(a.resamples) + " resamples, seed " + std::to_string(a.seed) + "): fail when it "
+        + "lies at or above " + plainPercent(a.threshold) + ", pass when below, undecided when it contains "
+        + plainPercent(a.threshold);
 }
 
 void compare(const Context& context, const CompareArguments& a)
@@ -72,41 +72,47 @@ void compare(const Context& context, const CompareArguments& a)
     const store::Evaluation& runEvaluation = c.runEvaluation;
     const store::Evaluation& baseEvaluation = c.baseEvaluation;
     const metrics::FailureVerdict& verdict = c.verdict;
-    const bool riseMet = c.relativeChangeMet;
-    const bool intervalMet = c.intervalAboveZero;
     const std::size_t problems = c.problems;
+    const std::string verdictWord = metrics::verdictName(verdict.verdict);
 
     if (context.json) {
         auto side = [&](const store::RunInfo& info, const store::Evaluation& evaluation, double quality) {
             return nlohmann::json {{"id", info.id}, {"name", info.name}, {"evaluation_id", evaluation.summary.id},
                 {"quality", quality}, {"accuracy", evaluation.summary.accuracy}};
         };
-        context.printJson({{"verdict", verdict.failed ? "fail" : "pass"}, {"failed", verdict.failed}, {"step", a.step},
+        const auto interval = [&](const metrics::Interval& i) {
+            return nlohmann::json {{"estimate", i.estimate}, {"low", i.low}, {"high", i.high},
+                {"confidence", i.confidence}, {"resamples", i.resamples}, {"seed", a.seed}};
+        };
+        context.printJson({{"verdict", verdictWord}, {"failed", verdict.failed()}, {"step", a.step},
             {"problems", problems}, {"run", side(run, runEvaluation, verdict.qualityRun)},
             {"baseline", side(baseline, baseEvaluation, verdict.qualityBase)},
-            {"relative_change", verdict.relativeChange},
-            {"difference",
-                {{"estimate", verdict.difference.estimate}, {"low", verdict.difference.low},
-                    {"high", verdict.difference.high}, {"confidence", verdict.difference.confidence},
-                    {"resamples", verdict.difference.resamples}, {"seed", a.seed}}},
-            {"rule",
-                {{"threshold", a.threshold}, {"relative_change_met", riseMet}, {"interval_above_zero", intervalMet},
-                    {"text", ruleText(a)}}}});
+            {"relative_change", verdict.relativeChange}, {"change", interval(verdict.change)},
+            {"difference", interval(verdict.difference)},
+            {"rule", {{"threshold", a.threshold}, {"text", ruleText(a)}}}});
         return;
     }
     std::ostream& out = *context.out;
-    out << "verdict          " << (verdict.failed ? "FAIL" : "pass") << "\n"
+    out << "verdict          "
+        << (verdict.verdict == metrics::Verdict::Fail          ? "FAIL"
+               : verdict.verdict == metrics::Verdict::Undecided ? "UNDECIDED"
+                                                                 : "pass")
+        << "\n"
         << "step             " << a.step << " (" << problems << " paired problems)\n"
         << "Q_run            " << formatNumber(verdict.qualityRun, 6) << " nats/token  " << analysis::runLabel(run)
         << ", accuracy " << accuracyText(runEvaluation.summary.accuracy) << "\n"
         << "Q_base           " << formatNumber(verdict.qualityBase, 6) << " nats/token  " << analysis::runLabel(baseline)
         << ", accuracy " << accuracyText(baseEvaluation.summary.accuracy) << "\n"
-        << "relative change  " << percent(verdict.relativeChange, 2) << "  (threshold " << plainPercent(a.threshold)
-        << ": " << (riseMet ? "reached" : "not reached") << ")\n"
-        << "paired interval  mean(q_run - q_base) = " << formatNumber(verdict.difference.estimate, 6) << " ["
-        << formatNumber(verdict.difference.low, 6) << ", " << formatNumber(verdict.difference.high, 6)
-        << "] nats/token, " << plainPercent(a.confidence) << " (" << (intervalMet ? "above zero" : "not above zero")
+        << "relative change  " << percent(verdict.relativeChange, 2) << " [" << percent(verdict.change.low, 2) << ", "
+        << percent(verdict.change.high, 2) << "], " << plainPercent(a.confidence) << " (line "
+        << plainPercent(a.threshold) << ": "
+        << (verdict.verdict == metrics::Verdict::Fail          ? "the interval is at or above it"
+               : verdict.verdict == metrics::Verdict::Undecided ? "the interval contains it"
+                                                                 : "the interval is below it")
         << ")\n"
+        << "mean difference  mean(q_run - q_base) = " << formatNumber(verdict.difference.estimate, 6) << " ["
+        << formatNumber(verdict.difference.low, 6) << ", " << formatNumber(verdict.difference.high, 6)
+        << "] nats/token\n"
         << "rule             " << ruleText(a) << "\n";
 }
 

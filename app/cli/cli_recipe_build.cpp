@@ -81,6 +81,9 @@ void registerRecipeBuildCommand(CLI::App& app, Context& context)
         if (options.protocol) {
             out << "measured under the budget's protocol (" << budgetSource << ")\n";
         }
+        if (!r.budgetNote.empty()) {
+            out << "note: " << r.budgetNote << "\n";
+        }
         if (!r.scanProtocolDifferences.empty()) {
             out << "note: the ordering scan was measured under another protocol (it only orders the cells):\n";
             for (const std::string& difference : r.scanProtocolDifferences) {

@@ -34,10 +34,7 @@ std::string numberText(double value)
 
 } // namespace
 
-const char* const kCalibrationIntervalMethod
-    = "two-level percentile bootstrap of mean_i(mean_r q_run[r][i] - mean_r q_base[r][i]): each resample draws the "
-      "held-out problems with replacement (the same draw for both configurations) and, independently for each "
-      "configuration, its seed replicates with replacement";
+const char* const kCalibrationIntervalMethod = metrics::kFailureIntervalMethod;
 
 namespace {
 
@@ -89,6 +86,9 @@ void checkCalibrationOptions(const CalibrationOptions& o)
     }
     if (!(o.margin >= 0.0 && o.margin < 1.0)) {
         throw InputError(source, "margin", "must be in [0, 1), got " + numberText(o.margin));
+    }
+    if (!(o.noiseFloorFraction > 0.0 && o.noiseFloorFraction <= 1.0)) {
+        throw InputError(source, "noise_floor_fraction", "must be in (0, 1], got " + numberText(o.noiseFloorFraction));
     }
     if (o.replicates < 1) {
         throw InputError(source, "replicates", "must be >= 1, got " + std::to_string(o.replicates));
@@ -307,31 +307,32 @@ std::string nats(double value)
 } // namespace
 
 std::vector<CalibrationFlag> calibrationFlags(const std::vector<store::CalibrationPoint>& points,
-    const std::vector<NullComparison>& nullComparisons, double relativeThreshold)
+    const std::vector<NullComparison>& nullComparisons, const std::vector<store::CalibrationBracket>& brackets,
+    double relativeThreshold, double noiseFloorFraction)
 {
     std::vector<CalibrationFlag> flags;
     for (const NullComparison& null : nullComparisons) {
-        if (null.failed) {
+        if (null.verdict == metrics::Verdict::Fail) {
             flags.push_back({"null-failed", null.step,
                 "the BF16 baseline against itself with other seeds changes Q by " + percent(null.relativeChange)
-                    + " with its interval of mean dq [" + nats(null.difference.low) + ", "
-                    + nats(null.difference.high) + "] above zero: seed variance alone fails the rule"});
+                    + " with its interval [" + percent(null.change.low) + ", " + percent(null.change.high)
+                    + "] at or above the " + percent(relativeThreshold) + " line: seed variance alone fails the rule"});
         }
-        if (null.noiseFloor > relativeThreshold / 2.0) {
+        if (null.noiseFloor > noiseFloorFraction * relativeThreshold) {
             flags.push_back({"noise-dominated", null.step,
-                "noise floor " + percent(null.noiseFloor) + " (two identical configurations) is more than half the "
-                    + percent(relativeThreshold) + " threshold"});
+                "noise floor +-" + percent(null.noiseFloor) + " (the interval of two identical configurations) is "
+                    + "more than " + nats(noiseFloorFraction) + " of the " + percent(relativeThreshold) + " line"});
         }
         const store::CalibrationPoint* lowestFailure = nullptr;
         for (const auto& point : points) {
-            if (point.step == null.step && point.failed
+            if (point.step == null.step && point.failed()
                 && (!lowestFailure || point.mismatch < lowestFailure->mismatch)) {
                 lowestFailure = &point;
             }
         }
         const store::CalibrationPoint* highestPass = nullptr;
         for (const auto& point : points) {
-            if (lowestFailure && point.step == null.step && !point.failed && point.mismatch > lowestFailure->mismatch
+            if (lowestFailure && point.step == null.step && point.passed() && point.mismatch > lowestFailure->mismatch
                 && (!highestPass || point.mismatch > highestPass->mismatch)) {
                 highestPass = &point;
             }
@@ -340,6 +341,22 @@ std::vector<CalibrationFlag> calibrationFlags(const std::vector<store::Calibrati
             flags.push_back({"non-monotone", null.step,
                 "'" + lowestFailure->label + "' failed at " + nats(lowestFailure->mismatch) + " nats/token while '"
                     + highestPass->label + "' passed at a larger " + nats(highestPass->mismatch)});
+        }
+        // An undecided point between the bracket's ends: the budget could lie on either side of it.
+        const auto bracket = std::find_if(brackets.begin(), brackets.end(),
+            [&](const store::CalibrationBracket& b) { return b.step == null.step; });
+        for (const auto& point : points) {
+            if (point.step != null.step || !point.undecided() || bracket == brackets.end()
+                || (bracket->largestPassing && point.mismatch <= *bracket->largestPassing)
+                || (bracket->smallestFailing && point.mismatch >= *bracket->smallestFailing)) {
+                continue;
+            }
+            flags.push_back({"undecided", null.step,
+                "'" + point.label + "' at " + nats(point.mismatch) + " nats/token, between the bracket's ends, is "
+                    + "undecided: the interval of its quality change ["
+                    + (point.changeLow ? percent(*point.changeLow) : std::string("?")) + ", "
+                    + (point.changeHigh ? percent(*point.changeHigh) : std::string("?")) + "] contains the "
+                    + percent(relativeThreshold) + " line"});
         }
     }
     return flags;
@@ -369,6 +386,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
             {"steps", options.steps}, {"relative_threshold", options.rule.relativeThreshold},
             {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
             {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin},
+            {"noise_floor_fraction", options.noiseFloorFraction},
             {"replicates", options.replicates}, {"unit_every", options.unitEvery},
             {"probe_count", options.probeCount}, {"protocol", protocolToJson(result.protocol)},
             {"inputs", fileDigests(inputFiles(options))}, {"sweep_runs", nlohmann::json::array()}};
@@ -409,7 +427,13 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                     null.difference = {n.at("mean_difference").get<double>(), n.at("ci_low").get<double>(),
                         n.at("ci_high").get<double>(), options.rule.bootstrap.confidence,
                         options.rule.bootstrap.resamples};
-                    null.failed = n.at("failed").get<bool>();
+                    null.change = {null.relativeChange, n.value("change_low", null.relativeChange),
+                        n.value("change_high", null.relativeChange), options.rule.bootstrap.confidence,
+                        options.rule.bootstrap.resamples};
+                    // Calibrations made before three verdicts stored "failed".
+                    null.verdict = n.contains("verdict")
+                        ? metrics::parseVerdict(n.at("verdict").get<std::string>()).value_or(metrics::Verdict::Undecided)
+                        : (n.at("failed").get<bool>() ? metrics::Verdict::Fail : metrics::Verdict::Pass);
                     null.noiseFloor = n.at("noise_floor").get<double>();
                     result.nullComparisons.push_back(null);
                 }
@@ -477,14 +501,16 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 point.accuracy = meanOf(replicates, &ReplicatePoint::accuracy);
                 if (entry.label == "baseline") {
                     point.relativeChange = 0.0;
-                    point.failed = false;
+                    point.verdict = metrics::verdictName(metrics::Verdict::Pass);
                 } else {
                     const metrics::FailureVerdict verdict
                         = metrics::applyFailureRule(figures.qualities.at(entry.label), baseQualities, options.rule);
                     point.relativeChange = verdict.relativeChange;
                     point.ciLow = verdict.difference.low;
                     point.ciHigh = verdict.difference.high;
-                    point.failed = verdict.failed;
+                    point.changeLow = verdict.change.low;
+                    point.changeHigh = verdict.change.high;
+                    point.verdict = metrics::verdictName(verdict.verdict);
                 }
                 result.points.push_back(point);
             }
@@ -496,13 +522,15 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
             NullComparison null;
             null.step = step;
             null.relativeChange = nullVerdict.relativeChange;
+            null.change = nullVerdict.change;
             null.difference = nullVerdict.difference;
-            null.failed = nullVerdict.failed;
-            null.noiseFloor = std::abs(nullVerdict.relativeChange);
+            null.verdict = nullVerdict.verdict;
+            null.noiseFloor = (nullVerdict.change.high - nullVerdict.change.low) / 2.0;
             result.nullComparisons.push_back(null);
             result.brackets.push_back(store::bracketFromPoints(result.points, step, options.margin));
         }
-        result.flags = calibrationFlags(result.points, result.nullComparisons, options.rule.relativeThreshold);
+        result.flags = calibrationFlags(result.points, result.nullComparisons, result.brackets,
+            options.rule.relativeThreshold, options.noiseFloorFraction);
         // The calibration's configuration: the run's (with its sweep runs linked), the runs, the replicates'
         // figures, the null comparisons and the flags.
         nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
@@ -523,7 +551,9 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         for (const auto& n : result.nullComparisons) {
             nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
                 {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low},
-                {"ci_high", n.difference.high}, {"failed", n.failed}, {"noise_floor", n.noiseFloor}});
+                {"ci_high", n.difference.high}, {"change_low", n.change.low}, {"change_high", n.change.high},
+                {"verdict", metrics::verdictName(n.verdict)}, {"failed", n.verdict == metrics::Verdict::Fail},
+                {"noise_floor", n.noiseFloor}});
         }
         config["null_comparisons"] = nulls;
         config["flags"] = flagsToJson(result.flags);
@@ -621,6 +651,8 @@ CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::i
     options.rule.bootstrap.resamples = storedOption<int>(c, "resamples", source);
     options.rule.bootstrap.seed = storedOption<std::uint64_t>(c, "bootstrap_seed", source);
     options.margin = storedOption<double>(c, "margin", source);
+    // Calibrations started before the setting existed flagged at half the line.
+    options.noiseFloorFraction = c.value("noise_floor_fraction", 0.5);
     options.replicates = storedOption<std::int64_t>(c, "replicates", source);
     options.unitEvery = storedOption<std::int64_t>(c, "unit_every", source);
     options.probeCount = storedOption<std::int64_t>(c, "probe_count", source);

@@ -16,16 +16,19 @@
 // problem across every run. At step S a configuration's point is the replicate mean of its mismatch (mean step
 // KL(mu||pi) over steps 1..S, the spec's run mismatch up to S), of its BF16 unit (the mean over steps 1..S of the
 // unit measured at those steps on the run's own weights: every step, see unitEvery) and of its Q and accuracy.
-// The failure rule compares the replicate-mean Q with the baseline's, with the two-level bootstrap interval of
-// metrics::replicateBootstrapDifference (problems resampled once for both groups, each group's seeds resampled
-// independently), so the interval covers problem and training-seed variance.
+// The failure rule compares the replicate-mean Q with the baseline's through the interval of the relative change
+// d = (Q_run - Q_base) / Q_base (metrics::applyFailureRule: the paired problem bootstrap plus each group's seed
+// variance with Student's t, so that two seeds are not understated), and gives one of three verdicts: fail (the
+// interval at or above the line), pass (below), undecided (it contains the line).
 //
 // Null comparison and flags. The baseline is also trained with R further seeds (r = R..2R-1) and compared with
-// the baseline by the same rule at every step: the quality change of two identical configurations. Its
-// |relative change| is the noise floor. A step is flagged
+// the baseline by the same rule at every step: the quality change of two identical configurations. The noise floor
+// is the half-width of its interval of d (what the comparison of two identical configurations cannot tell from
+// zero), not its point estimate. A step is flagged
 //   "null-failed"      the null comparison fails the rule (seed variance alone looks like damage),
-//   "noise-dominated"  the noise floor is more than half the relative threshold,
+//   "noise-dominated"  the noise floor is more than noiseFloorFraction of the failure line,
 //   "non-monotone"     a configuration failed at a smaller mismatch than one that passed,
+//   "undecided"        an undecided point lies between the bracket's ends (brackets use decided points only),
 // each with its reason; a flagged calibration is reported as such wherever it is shown and by every admission
 // check against it.
 //
@@ -69,6 +72,10 @@ struct CalibrationOptions {
     std::vector<std::int64_t> steps; // where the failure rule is applied; each must be an evaluated step
     metrics::FailureRuleOptions rule;
     double margin = 0.0; // admission threshold = largest passing * (1 - margin)
+    // "noise-dominated" when the noise floor exceeds this fraction of the failure line (0, 1]. At 0.5 a point must
+    // change Q by less than half the line to pass or by more than 1.5 times it to fail: only points at least half
+    // the line away from it can be decided, and a budget from such a calibration is mostly undecided points.
+    double noiseFloorFraction = 0.5;
     std::int64_t replicates = 2; // seeds per configuration (>= 1); the null comparison trains as many more
     // BF16 unit of the non-BF16 runs: measured at step 1 and every this many steps (>= 1; the baseline is its own
     // unit at every step). Overrides the base's evaluation.bf16_unit_every.
@@ -109,13 +116,14 @@ struct ReplicatePoint {
 struct NullComparison {
     std::int64_t step = 0;
     double relativeChange = 0.0; // (Q_null - Q_base) / Q_base
-    metrics::Interval difference; // two-level interval of mean(q_null - q_base)
-    bool failed = false;
-    double noiseFloor = 0.0; // |relativeChange|
+    metrics::Interval change; // the rule's interval of the relative change
+    metrics::Interval difference; // the rule's interval of mean(q_null - q_base), nats per token
+    metrics::Verdict verdict = metrics::Verdict::Pass;
+    double noiseFloor = 0.0; // half the width of `change`
 };
 
 struct CalibrationFlag {
-    std::string kind; // "null-failed", "noise-dominated", "non-monotone"
+    std::string kind; // "null-failed", "noise-dominated", "non-monotone", "undecided"
     std::optional<std::int64_t> step;
     std::string reason;
 };
@@ -134,9 +142,11 @@ struct CalibrationResult {
     double wallSeconds = 0.0;
 };
 
-// The flags of a calibration (see above), per step in the order of `nullComparisons`.
+// The flags of a calibration (see above), per step in the order of `nullComparisons`; `brackets` are the steps'
+// brackets (store::bracketFromPoints).
 std::vector<CalibrationFlag> calibrationFlags(const std::vector<store::CalibrationPoint>& points,
-    const std::vector<NullComparison>& nullComparisons, double relativeThreshold);
+    const std::vector<NullComparison>& nullComparisons, const std::vector<store::CalibrationBracket>& brackets,
+    double relativeThreshold, double noiseFloorFraction);
 
 nlohmann::json flagsToJson(const std::vector<CalibrationFlag>& flags);
 // The flags stored with calibration `configJson` (its "flags"; none when absent).
@@ -150,7 +160,7 @@ std::optional<MeasurementProtocol> storedProtocol(const std::string& configJson,
 std::vector<double> defaultNoiseSigmas();
 
 // The checks runCalibration makes before it stores anything: InputError("calibrate", parameter, ...) naming the
-// catalogue parameter (core/jobs/training_jobs.h: "noise", "staleness", "rule_steps", "margin", "replicates",
+// catalogue parameter (core/jobs/training_jobs.h: "noise", "staleness", "rule_steps", "margin", "noise_floor_fraction", "replicates",
 // "unit_every", "probe_count"; "sweep" when nothing is swept), or the base run file and its field.
 void checkCalibrationOptions(const CalibrationOptions& options);
 

@@ -215,7 +215,9 @@ CompareObjectivesResult runCompareObjectives(
                     } else {
                         const metrics::FailureVerdict verdict = compareEvaluations(*evaluation, *base, o.rule);
                         row.relativeChange = verdict.relativeChange;
-                        row.verdict = verdict.failed ? ObjectiveVerdict::Breaks : ObjectiveVerdict::Holds;
+                        row.verdict = verdict.verdict == metrics::Verdict::Fail ? ObjectiveVerdict::Breaks
+                            : verdict.verdict == metrics::Verdict::Pass         ? ObjectiveVerdict::Holds
+                                                                                : ObjectiveVerdict::Undecided;
                     }
                 }
                 result.rows.push_back(row);

@@ -65,8 +65,6 @@ RunComparison compareRuns(const store::RunStore& store, std::int64_t runId, std:
     c.baseEvaluation = requireEvaluation(store, c.baseline, step);
     c.verdict = compareEvaluations(c.runEvaluation, c.baseEvaluation, options);
     c.problems = c.baseEvaluation.problems.size();
-    c.relativeChangeMet = c.verdict.relativeChange >= options.relativeThreshold;
-    c.intervalAboveZero = c.verdict.difference.low > 0.0;
     return c;
 }
 

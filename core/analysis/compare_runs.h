@@ -25,8 +25,6 @@ struct RunComparison {
     store::Evaluation baseEvaluation;
     metrics::FailureVerdict verdict;
     std::size_t problems = 0;         // paired problems
-    bool relativeChangeMet = false;   // (Q_run - Q_base) / Q_base >= threshold
-    bool intervalAboveZero = false;   // the paired interval's low end > 0
 };
 
 // compareEvaluations on two stored runs' evaluations at `step`. StoreError for an unknown run, or a run without an

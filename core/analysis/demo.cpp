@@ -93,7 +93,11 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
             point.relativeChange = optionalNumber(p.at("relative_change"));
             point.ciLow = optionalNumber(p.at("ci_low"));
             point.ciHigh = optionalNumber(p.at("ci_high"));
-            point.failed = p.at("failed").get<bool>();
+            point.changeLow = p.contains("change_low") ? optionalNumber(p.at("change_low")) : std::nullopt;
+            point.changeHigh = p.contains("change_high") ? optionalNumber(p.at("change_high")) : std::nullopt;
+            // A calibration written before three verdicts holds "failed" alone.
+            point.verdict = p.contains("verdict") ? p.at("verdict").get<std::string>()
+                                                  : (p.at("failed").get<bool>() ? "fail" : "pass");
             points.push_back(point);
         }
         std::vector<store::CalibrationBracket> brackets;

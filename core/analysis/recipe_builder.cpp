@@ -7,6 +7,7 @@
 #include "core/quant/formats.h"
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
+#include "core/train/trainer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -98,6 +99,46 @@ quant::Recipe recipeForCells(const std::vector<SensitivityCellSpec>& cells, cons
     return recipe;
 }
 
+BudgetChoice budgetForModel(const store::RunStore& store, std::int64_t calibrationId,
+    std::optional<std::int64_t> step, const std::string& modelDirectory)
+{
+    const auto calibration = store::calibration(store, calibrationId);
+    if (!calibration) {
+        throw StoreError(store.path(), "has no calibration with id " + std::to_string(calibrationId));
+    }
+    BudgetChoice choice;
+    choice.modelStep = train::checkpointOptimizerSteps(modelDirectory);
+    if (step) {
+        choice.step = *step;
+        if (choice.step != choice.modelStep) {
+            choice.note = "the bracket of step " + std::to_string(choice.step) + " was chosen explicitly for a model at "
+                + "optimizer step " + std::to_string(choice.modelStep);
+        }
+    } else {
+        std::optional<std::int64_t> chosen;
+        std::string steps;
+        for (const auto& bracket : calibration->brackets) {
+            steps += (steps.empty() ? "" : ", ") + std::to_string(bracket.step);
+            if (bracket.step <= choice.modelStep && (!chosen || bracket.step > *chosen)) {
+                chosen = bracket.step;
+            }
+        }
+        if (!chosen) {
+            throw InputError("recipe_build", "model",
+                modelDirectory + " is at optimizer step " + std::to_string(choice.modelStep)
+                    + ", before every bracket of calibration " + std::to_string(calibrationId) + " (steps " + steps
+                    + "): build for a checkpoint of a calibrated step, or choose a bracket explicitly (--step)");
+        }
+        choice.step = *chosen;
+        if (choice.step != choice.modelStep) {
+            choice.note = "no bracket at step " + std::to_string(choice.modelStep) + ": the nearest earlier one (step "
+                + std::to_string(choice.step) + ") is used";
+        }
+    }
+    choice.budget = store::admissionThreshold(store, calibrationId, choice.step);
+    return choice;
+}
+
 RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress)
 {
     const auto started = std::chrono::steady_clock::now();
@@ -118,6 +159,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
 
     RecipeBuildResult result;
     result.budget = options.budget;
+    result.budgetNote = options.budgetNote;
     result.target = options.budget * options.targetFraction;
     result.kvMemoryBytes = options.kvMemoryBytes;
     result.outPath = options.outPath;
@@ -211,7 +253,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         {"model", scanSettings.modelDirectory}, {"prompts", scanSettings.promptSetPath},
         {"protocol", protocolToJson(result.protocol)},
         {"protocol_source", options.protocol ? "the budget's calibration" : "the scan's settings"},
-        {"scan_protocol_differs", result.scanProtocolDifferences}};
+        {"scan_protocol_differs", result.scanProtocolDifferences}, {"budget_note", options.budgetNote}};
     result.runId = store.beginRun({"recipe build " + name, "recipe_build", config.dump(), std::nullopt});
 
     store::recordRunOutcome(store, result.runId, [&] {

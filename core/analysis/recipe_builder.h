@@ -36,7 +36,23 @@ struct RecipeBuildOptions {
     // The budget's measurement protocol (a calibration's): the builder measures its recipes under it (probe
     // prompts, count, sampling, KV-scale fit), so that they compare with the budget. Unset: the scan's settings.
     std::optional<MeasurementProtocol> protocol;
+    // Why the budget's bracket is not the model's own optimizer step (budgetForModel's note); printed and stored.
+    std::string budgetNote;
 };
+
+// A calibration's budget for a model (`recipe build --calibration ID [--step S]`), chosen as the admission check
+// chooses a bracket for a checkpoint: the bracket of step `step` when given (noted when the model is at another
+// optimizer step), else the bracket of the model's own optimizer step (train::checkpointOptimizerSteps: state.json,
+// 0 without one), else the nearest earlier one (noted). InputError("recipe_build", "model") when the model is
+// before every bracket; StoreError for an unknown calibration or step.
+struct BudgetChoice {
+    double budget = 0.0; // the bracket's admission threshold
+    std::int64_t step = 0; // the bracket's step
+    std::int64_t modelStep = 0; // the model's optimizer step
+    std::string note; // empty when step == modelStep
+};
+BudgetChoice budgetForModel(const store::RunStore& store, std::int64_t calibrationId,
+    std::optional<std::int64_t> step, const std::string& modelDirectory);
 
 struct RecipeBuildStep {
     std::string keptCell; // the cell moved to BF16 at this step ("" at step 0)
@@ -69,6 +85,7 @@ struct RecipeBuildResult {
     MeasurementProtocol protocol; // what the builder measured under
     MeasurementProtocol scanProtocol; // what the ordering scan was measured under
     std::vector<std::string> scanProtocolDifferences; // the scan's protocol against the budget's (ordering only)
+    std::string budgetNote; // RecipeBuildOptions::budgetNote
 };
 
 RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress);

@@ -74,7 +74,8 @@ nlohmann::json toJson(const RecipeBuildResult& r, const RecipeBuildOptions& o, c
             {"interval", toJson(r.steps[i].interval)}});
     }
     return {{"recipe_file", r.outPath}, {"recipe_id", r.recipeId}, {"run_id", r.runId}, {"scan_id", r.scanId},
-        {"format", r.format}, {"budget", r.budget}, {"budget_source", budgetSource}, {"target", r.target},
+        {"format", r.format}, {"budget", r.budget}, {"budget_source", budgetSource},
+        {"budget_note", r.budgetNote}, {"target", r.target},
         {"target_fraction", o.targetFraction}, {"bf16_unit", r.bf16Unit}, {"mismatch", toJson(r.interval)},
         {"bf16_cells", r.bf16Cells}, {"quantized_cells", r.quantizedCells}, {"steps", steps},
         {"weight_bytes", r.weightBytes}, {"bf16_weight_bytes", r.bf16WeightBytes},
@@ -142,9 +143,9 @@ nlohmann::json toJson(const BreakdownResult& r)
 
 std::string calibrationRuleText(const metrics::FailureRuleOptions& rule, std::int64_t replicates)
 {
-    return "fail when (Q_run - Q_base) / Q_base >= " + number(rule.relativeThreshold) + " and the "
-        + number(100 * rule.bootstrap.confidence)
-        + "% interval of mean_i (q_i_run - q_i_base) lies above zero; Q and q_i are means over "
+    return "fail when the " + number(100 * rule.bootstrap.confidence)
+        + "% interval of (Q_run - Q_base) / Q_base lies at or above " + number(rule.relativeThreshold)
+        + ", pass when it lies below, undecided when it contains it; Q and q_i are means over "
         + std::to_string(replicates) + " seed replicate(s)";
 }
 
@@ -159,7 +160,8 @@ nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions&
             {"mismatch", p.mismatch}, {"bf16_unit", optionalJson(p.bf16Unit)}, {"bf16_multiple", multiple(p)},
             {"quality", p.quality}, {"accuracy", optionalJson(p.accuracy)},
             {"relative_change", optionalJson(p.relativeChange)}, {"ci_low", optionalJson(p.ciLow)},
-            {"ci_high", optionalJson(p.ciHigh)}, {"failed", p.failed}});
+            {"ci_high", optionalJson(p.ciHigh)}, {"change_low", optionalJson(p.changeLow)},
+            {"change_high", optionalJson(p.changeHigh)}, {"verdict", p.verdict}, {"failed", p.failed()}});
     }
     nlohmann::json replicatePoints = nlohmann::json::array();
     for (const auto& p : result.replicatePoints) {
@@ -171,7 +173,9 @@ nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions&
     for (const auto& n : result.nullComparisons) {
         nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
             {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low}, {"ci_high", n.difference.high},
-            {"failed", n.failed}, {"noise_floor", n.noiseFloor}});
+            {"change_low", n.change.low}, {"change_high", n.change.high},
+            {"verdict", metrics::verdictName(n.verdict)}, {"failed", n.verdict == metrics::Verdict::Fail},
+            {"noise_floor", n.noiseFloor}});
     }
     nlohmann::json brackets = nlohmann::json::array();
     for (const auto& b : result.brackets) {

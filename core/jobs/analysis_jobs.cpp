@@ -313,7 +313,20 @@ analysis::RecipeBuildOptions recipeBuildOptions(const JobSpec& spec, const store
         const std::int64_t id = spec.integer("calibration");
         const std::optional<std::int64_t> step
             = spec.given("step") ? std::optional<std::int64_t>(spec.integer("step")) : std::nullopt;
-        options.budget = store::admissionThreshold(store, id, step);
+        // The bracket of the model's optimizer step, as `admit` chooses one for a checkpoint.
+        std::string modelDirectory = options.scan.modelDirectory;
+        if (options.scanId) {
+            const auto scan = store::sensitivityScan(store, *options.scanId);
+            if (!scan) {
+                throw StoreError(store.path(), "has no sensitivity scan with id " + std::to_string(*options.scanId));
+            }
+            modelDirectory = analysis::parseSensitivityConfig(scan->info.configJson,
+                store.path() + " (sensitivity scan " + std::to_string(*options.scanId) + " config_json)")
+                                 .modelDirectory;
+        }
+        const analysis::BudgetChoice choice = analysis::budgetForModel(store, id, step, modelDirectory);
+        options.budget = choice.budget;
+        options.budgetNote = choice.note;
         // The recipes are measured under the budget's protocol, so that they compare with its threshold.
         const auto stored = store::calibration(store, id);
         options.protocol = stored ? analysis::storedProtocol(stored->info.configJson, store.path()) : std::nullopt;

@@ -66,6 +66,7 @@ analysis::CalibrationOptions calibrationOptions(const JobSpec& spec)
     options.rule.bootstrap.resamples = static_cast<int>(spec.integer("resamples"));
     options.rule.bootstrap.seed = static_cast<std::uint64_t>(spec.integer("bootstrap_seed"));
     options.margin = spec.number("margin");
+    options.noiseFloorFraction = spec.number("noise_floor_fraction");
     options.replicates = spec.integer("replicates");
     options.probeCount = spec.integer("probe_count");
     return options;
@@ -115,6 +116,11 @@ JobDefinition calibrateJob()
         ranged(param("margin", ParameterType::Number, "--margin", "Threshold margin",
                    "Admission threshold = largest passing x (1 - margin)", defaults.margin),
             0, false, 0.99),
+        ranged(param("noise_floor_fraction", ParameterType::Number, "--noise-floor-fraction", "Noise floor flag",
+                   "Flag the calibration when the null comparison's interval half-width exceeds this fraction of "
+                   "the failure line",
+                   defaults.noiseFloorFraction),
+            0, true, 1.0),
         ranged(param("replicates", ParameterType::Integer, "--replicates", "Seeds per configuration",
                    "Seeds per configuration; the null comparison trains the baseline with as many more",
                    defaults.replicates),

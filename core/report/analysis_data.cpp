@@ -262,7 +262,9 @@ std::vector<CalibrationPoint> AnalysisData::calibrationPoints(std::int64_t calib
         point.relativeChange = stored.relativeChange;
         point.ciLow = stored.ciLow;
         point.ciHigh = stored.ciHigh;
-        point.failed = stored.failed;
+        point.verdict = stored.verdict;
+        point.changeLow = stored.changeLow;
+        point.changeHigh = stored.changeHigh;
         point.label = stored.label;
         point.bf16Unit = stored.bf16Unit;
         points.push_back(std::move(point));

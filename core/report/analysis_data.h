@@ -33,7 +33,7 @@ struct SensitivityCell {
 };
 
 // A problem a calibration's protocol found with its own budget (config_json "flags"): "noise-dominated",
-// "non-monotone" or "null-failed", at one step or the whole calibration, with a sentence saying why.
+// "non-monotone", "null-failed" or "undecided", at one step or the whole calibration, with a sentence saying why.
 struct CalibrationFlag {
     std::string kind;
     std::optional<std::int64_t> step; // nullopt: the whole calibration
@@ -65,9 +65,13 @@ struct CalibrationPoint {
     double mismatch = 0.0;
     double quality = 0.0;
     std::optional<double> relativeChange; // (Q_run - Q_base) / Q_base
-    std::optional<double> ciLow; // paired bootstrap interval of mean_i (q_i_run - q_i_base)
+    std::optional<double> ciLow; // interval of mean_i (q_i_run - q_i_base)
     std::optional<double> ciHigh;
-    bool failed = false;
+    std::string verdict = "pass"; // "pass", "fail" or "undecided" (store::CalibrationPoint)
+    bool failed() const { return verdict == "fail"; }
+    bool undecided() const { return verdict == "undecided"; }
+    std::optional<double> changeLow; // interval of the relative change that decided the verdict
+    std::optional<double> changeHigh;
     std::string label; // the configuration ("baseline", "noise 0.1", ...); empty in calibrations stored before
     // The BF16 unit of this point's own runs over steps 1..step (the plain BF16 engine at their weights), nats per
     // token; absent in calibrations stored before it was measured per step.

@@ -114,7 +114,7 @@ h3{font-size:1.05em;margin-top:1.4em}table{border-collapse:collapse;margin:.6em 
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f3f3f3}
 td.num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%;border:1px solid #ddd}
 .pass,.admit{color:#2e7d32;font-weight:bold}.fail,.reject{color:#c62828;font-weight:bold}
-.borderline{color:#ef8a17;font-weight:bold}
+.borderline,.undecided{color:#ef8a17;font-weight:bold}
 .flag{background:#fff3cd;border:1px solid #e0b84c;padding:.3em .8em;margin:.6em 0}.note{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}
 )";
 
@@ -487,10 +487,10 @@ private:
             const std::string shown = p.replicates > 1 && !p.label.empty()
                 ? calibration->info.name + "/" + p.label + " (mean of " + std::to_string(p.replicates) + " seeds)"
                 : name;
-            points.cellClass[{points.rows.size(), 7}] = p.failed ? "fail" : "pass";
+            points.cellClass[{points.rows.size(), 7}] = p.verdict; // "pass", "fail" or "undecided"
             points.rows.push_back({shown, std::to_string(p.step), number(p.mismatch),
                 bf16Multiple(p.mismatch, p.bf16Unit), number(p.quality), percent(p.relativeChange),
-                interval(p.ciLow, p.ciHigh), p.failed ? "failed" : "passed"});
+                interval(p.ciLow, p.ciHigh), p.failed() ? "failed" : p.undecided() ? "undecided" : "passed"});
             if (std::none_of(curves.begin(), curves.end(), [&](const auto& c) { return c.first == p.runId; })) {
                 curves.emplace_back(p.runId, name);
             }

@@ -239,7 +239,7 @@ CalibrationBracket bracketFromPoints(const std::vector<CalibrationPoint>& points
     CalibrationBracket bracket;
     bracket.step = step;
     for (const CalibrationPoint& point : points) {
-        if (point.step == step && point.failed) {
+        if (point.step == step && point.failed()) {
             bracket.smallestFailing
                 = bracket.smallestFailing ? std::min(*bracket.smallestFailing, point.mismatch) : point.mismatch;
         }
@@ -247,7 +247,7 @@ CalibrationBracket bracketFromPoints(const std::vector<CalibrationPoint>& points
     // Passing points above the smallest failing one (a non-monotone sweep) do not widen the budget: the lower end
     // is the largest mismatch that passed below every failure.
     for (const CalibrationPoint& point : points) {
-        if (point.step != step || point.failed
+        if (point.step != step || !point.passed()
             || (bracket.smallestFailing && point.mismatch >= *bracket.smallestFailing)) {
             continue;
         }
@@ -266,7 +266,8 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
     sqlite3* db = store.handle();
     Statement insert(db,
         "INSERT INTO calibration_points (calibration_id, run_id, step, mismatch, quality, relative_change, ci_low, "
-        "ci_high, failed, label, replicates, bf16_unit, accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "ci_high, failed, label, replicates, bf16_unit, accuracy, verdict, change_low, change_high) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const CalibrationPoint& point : points) {
         const std::string what
             = "calibration point (run " + std::to_string(point.runId) + ", step " + std::to_string(point.step) + ")";
@@ -277,6 +278,12 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         requireFinite(store, what + " interval", point.ciHigh);
         requireFinite(store, what + " BF16 unit", point.bf16Unit);
         requireFinite(store, what + " accuracy", point.accuracy);
+        requireFinite(store, what + " interval of the relative change", point.changeLow);
+        requireFinite(store, what + " interval of the relative change", point.changeHigh);
+        if (point.verdict != "pass" && point.verdict != "fail" && point.verdict != "undecided") {
+            throw StoreError(store.path(), what + " has the verdict '" + point.verdict
+                + "' (pass, fail or undecided); nothing was written");
+        }
         if (point.replicates < 1) {
             throw StoreError(store.path(), what + " has " + std::to_string(point.replicates)
                 + " replicates (at least 1); nothing was written");
@@ -293,8 +300,9 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         insert.reset();
         insert.bind(1, calibrationId).bind(2, point.runId).bind(3, point.step).bind(4, point.mismatch);
         insert.bind(5, point.quality).bind(6, point.relativeChange).bind(7, point.ciLow).bind(8, point.ciHigh);
-        insert.bind(9, point.failed ? 1 : 0).bind(10, point.label).bind(11, point.replicates);
-        insert.bind(12, point.bf16Unit).bind(13, point.accuracy);
+        insert.bind(9, point.failed() ? 1 : 0).bind(10, point.label).bind(11, point.replicates);
+        insert.bind(12, point.bf16Unit).bind(13, point.accuracy).bind(14, point.verdict);
+        insert.bind(15, point.changeLow).bind(16, point.changeHigh);
         insert.run();
     }
 }
@@ -400,7 +408,8 @@ std::optional<Calibration> calibration(const RunStore& store, std::int64_t calib
     result.info = readCalibration(query);
     Statement points(store.handle(),
         "SELECT run_id, step, mismatch, quality, relative_change, ci_low, ci_high, failed, label, replicates, "
-        "bf16_unit, accuracy FROM calibration_points WHERE calibration_id = ? ORDER BY step, mismatch, run_id");
+        "bf16_unit, accuracy, verdict, change_low, change_high FROM calibration_points WHERE calibration_id = ? "
+        "ORDER BY step, mismatch, run_id");
     points.bind(1, calibrationId);
     while (points.step()) {
         CalibrationPoint point;
@@ -411,7 +420,10 @@ std::optional<Calibration> calibration(const RunStore& store, std::int64_t calib
         point.relativeChange = points.optionalReal(4);
         point.ciLow = points.optionalReal(5);
         point.ciHigh = points.optionalReal(6);
-        point.failed = points.int64(7) != 0;
+        // NULL (stored before schema 9): the old rule's pass or fail.
+        point.verdict = points.isNull(12) ? (points.int64(7) != 0 ? "fail" : "pass") : points.text(12);
+        point.changeLow = points.optionalReal(13);
+        point.changeHigh = points.optionalReal(14);
         point.label = points.text(8); // NULL (stored before schema 4) reads as ""
         point.replicates = points.optionalInt64(9).value_or(1);
         point.bf16Unit = points.optionalReal(10);

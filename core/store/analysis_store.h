@@ -69,14 +69,22 @@ struct CalibrationPoint {
     double mismatch = 0.0; // the run's mismatch, nats per token
     double quality = 0.0; // Q of the run at the step
     std::optional<double> relativeChange; // (Q_run - Q_base) / Q_base
-    std::optional<double> ciLow; // paired interval of mean(q_run - q_base)
+    std::optional<double> ciLow; // interval of mean(q_run - q_base), nats per token
     std::optional<double> ciHigh;
-    bool failed = false;
+    // The failure rule's verdict (metrics::verdictName): "pass", "fail" or "undecided" (the interval of the relative
+    // change contains the failure line). Points stored before schema 9 read as "pass" or "fail".
+    std::string verdict = "pass";
+    bool failed() const { return verdict == "fail"; }
+    bool passed() const { return verdict == "pass"; }
+    bool undecided() const { return verdict == "undecided"; }
     // Schema 4 (absent in calibrations stored before):
     std::string label; // the configuration: "baseline", "noise 0.1", "recipe fp8-kv", "staleness 2"
     std::int64_t replicates = 1; // seeds averaged into mismatch, quality, accuracy and the unit
     std::optional<double> bf16Unit; // the BF16 unit of this point's own runs over steps 1..step, nats per token
     std::optional<double> accuracy; // held-out exact-match accuracy at the step
+    // Schema 9: the interval of the relative change (Q_run - Q_base) / Q_base that decided the verdict.
+    std::optional<double> changeLow;
+    std::optional<double> changeHigh;
 };
 
 // The budget at one step: [largest passing mismatch, smallest failing mismatch]; `threshold` is the admission
@@ -103,10 +111,11 @@ struct Calibration {
     std::vector<CalibrationBracket> brackets; // by step
 };
 
-// The bracket of the points at `step`: the smallest mismatch of a failing point, and the largest mismatch of a
-// passing point below it (a run that passed at a larger mismatch than one that failed does not widen the budget:
-// the sweep is not monotone there, and the conservative end is kept); threshold = largest passing * (1 - margin)
-// (margin in [0, 1)), unset when nothing passed below the smallest failure.
+// The bracket of the points at `step`, from decided points only: the smallest mismatch of a failing point, and the
+// largest mismatch of a passing point below it (a run that passed at a larger mismatch than one that failed does
+// not widen the budget: the sweep is not monotone there, and the conservative end is kept); threshold = largest
+// passing * (1 - margin) (margin in [0, 1)), unset when nothing passed below the smallest failure. Undecided points
+// never set an end (the calibration flags one that lies between the ends, analysis/calibrate.h).
 CalibrationBracket bracketFromPoints(
     const std::vector<CalibrationPoint>& points, std::int64_t step, double margin = 0.0);
 

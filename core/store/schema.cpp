@@ -298,10 +298,19 @@ CREATE TABLE step_generations (
 );
 )sql";
 
+// Version 9: three verdicts per calibration point (spec "Failure rule"): "pass", "fail" or "undecided", decided by
+// the interval of the relative quality change d (change_low, change_high), no longer by d's point estimate. Points
+// stored before keep `failed` and read as "fail" / "pass" with no interval of d.
+const char* kSchemaV9 = R"sql(
+ALTER TABLE calibration_points ADD COLUMN verdict TEXT;
+ALTER TABLE calibration_points ADD COLUMN change_low REAL;
+ALTER TABLE calibration_points ADD COLUMN change_high REAL;
+)sql";
+
 const std::vector<const char*>& migrations()
 {
     static const std::vector<const char*> all
-        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8};
+        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8, kSchemaV9};
     return all;
 }
 

@@ -96,6 +96,7 @@ private slots:
     void admissionMeasuresUnderTheCalibrationsProtocol();
     void admissionRefusesAnotherProtocolUnlessAllowed();
     void admissionScreensAgainstTheBracketOfTheCheckpointsStep();
+    void recipeBudgetIsTheBracketOfTheModelsStep();
     void bf16SensitivityAddsNothing();
     void sensitivityCellMatchesHandWrittenRecipe();
     void recipeBuilderReachesTheTargetAndWritesACheckedRecipe();
@@ -543,6 +544,38 @@ void TestAnalyses::admissionScreensAgainstTheBracketOfTheCheckpointsStep()
     const analysis::AdmissionResult chosen = analysis::runAdmission(store, options, third);
     QCOMPARE(chosen.rows[0].bracketStep, std::optional<std::int64_t>(30));
     QVERIFY2(chosen.rows[0].note.find("chosen explicitly") != std::string::npos, chosen.rows[0].note.c_str());
+}
+
+void TestAnalyses::recipeBudgetIsTheBracketOfTheModelsStep()
+{
+    // `recipe build --calibration` chooses its bracket from the model's optimizer step as `admit` does for a
+    // checkpoint (issue 40, item 7): the same three cases as admissionScreensAgainstTheBracketOfTheCheckpointsStep.
+    store::RunStore store = openStore("recipe-brackets");
+    const std::int64_t calibration = storeCalibration(store, {10, 30}, fixtureProtocol());
+    const analysis::BudgetChoice at20 = analysis::budgetForModel(store, calibration, std::nullopt,
+        checkpointAt(dir_, model_, "recipe-ckpt-20", 20));
+    QCOMPARE(at20.modelStep, std::int64_t(20));
+    QCOMPARE(at20.step, std::int64_t(10));
+    QCOMPARE(at20.budget, store::admissionThreshold(store, calibration, 10));
+    QVERIFY2(at20.note.find("nearest earlier one (step 10)") != std::string::npos, at20.note.c_str());
+    const analysis::BudgetChoice at30 = analysis::budgetForModel(store, calibration, std::nullopt,
+        checkpointAt(dir_, model_, "recipe-ckpt-30", 30));
+    QCOMPARE(at30.step, std::int64_t(30));
+    QVERIFY(at30.note.empty());
+    // The student before training (no state.json: step 0) is before every bracket: refused, naming them.
+    try {
+        analysis::budgetForModel(store, calibration, std::nullopt, model_);
+        QFAIL("built for a model before every bracket");
+    } catch (const InputError& error) {
+        QVERIFY2(std::string(error.what()).find("optimizer step 0, before every bracket") != std::string::npos
+                && std::string(error.what()).find("steps 10, 30") != std::string::npos,
+            error.what());
+    }
+    // Chosen explicitly: used, and said.
+    const analysis::BudgetChoice chosen = analysis::budgetForModel(store, calibration, 30, model_);
+    QCOMPARE(chosen.step, std::int64_t(30));
+    QVERIFY2(chosen.note.find("chosen explicitly for a model at optimizer step 0") != std::string::npos,
+        chosen.note.c_str());
 }
 
 void TestAnalyses::bf16SensitivityAddsNothing()

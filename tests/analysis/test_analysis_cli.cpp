@@ -151,7 +151,7 @@ void TestAnalysisCli::admitWithStoredCalibration()
         store::CalibrationInfo info;
         info.name = "hand-made";
         info.student = model_;
-        calibrationId = store::addCalibration(store, info, {{run, 100, 0.02, 0.5, 0.0, {}, {}, false}},
+        calibrationId = store::addCalibration(store, info, {{run, 100, 0.02, 0.5, 0.0, {}, {}, "pass"}},
             {{100, 0.02, 0.4, std::nullopt}, {200, 0.03, 0.4, 0.025}});
     }
     // A calibration made before protocols were recorded: its mismatch scale is unknown, so a screen against it is

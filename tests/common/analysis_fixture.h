@@ -154,7 +154,7 @@ inline Ids build(store::RunStore& store)
         point.relativeChange = p.change;
         point.ciLow = p.change * 0.05;
         point.ciHigh = p.change * 0.07;
-        point.failed = p.failed;
+        point.verdict = p.failed ? "fail" : "pass";
         point.label = p.label;
         point.bf16Unit = p.unit;
         stored.push_back(point);

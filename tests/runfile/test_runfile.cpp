@@ -643,10 +643,11 @@ void TestRunFile::compareFailsAndPasses()
     // FAIL: q_i = 1.3 base_i + 0.001 ((i mod 3) - 1): Q = 0.13 (offsets cancel in every group of three), a +30%
     // rise, every paired difference in [0.023, 0.037], so the interval is far above zero.
     std::vector<double> tight;
-    // pass (interval): q_i = base_i + 0.025 +- 0.09 alternating: Q = 0.125, +25%, but the differences spread so
-    // widely (sd 0.09 over 30 problems) that the interval of their mean straddles zero.
+    // undecided: q_i = base_i + 0.025 +- 0.09 alternating: Q = 0.125, +25%, but the differences spread so widely
+    // (sd 0.09 over 30 problems) that the interval of the change contains the 20% line (and that of the mean
+    // difference, zero).
     std::vector<double> spread;
-    // pass (rise): q_i = 1.05 base_i: every difference positive (the interval is above zero) but only +5%.
+    // pass: q_i = 1.05 base_i: every difference positive, but every drawn ratio is 1.05: +5%, below the line.
     std::vector<double> small;
     for (int i = 0; i < kProblems; ++i) {
         tight.push_back(1.3 * base[i] + 0.001 * ((i % 3) - 1));
@@ -695,20 +696,21 @@ void TestRunFile::compareFailsAndPasses()
     QVERIFY(f.at("difference").at("high").get<double>() < 0.037);
     QCOMPARE(f.at("difference").at("resamples").get<int>(), 10000);
     QCOMPARE(f.at("difference").at("confidence").get<double>(), 0.95);
-    QCOMPARE(f.at("rule").at("relative_change_met").get<bool>(), true);
-    QCOMPARE(f.at("rule").at("interval_above_zero").get<bool>(), true);
+    // The interval of the change: every paired ratio within [1.3 - 0.001 / min base, 1.3 + ...], far above 20%.
+    QVERIFY(f.at("change").at("low").get<double>() > 0.2);
+    QVERIFY(std::abs(f.at("change").at("estimate").get<double>() - 0.3) < 1e-10);
+    QCOMPARE(f.at("change").at("resamples").get<int>(), 10000);
     QCOMPARE(f.at("run").at("id").get<std::int64_t>(), tightId);
     QCOMPARE(QString::fromStdString(f.at("baseline").at("name").get<std::string>()), QString("bf16-baseline"));
 
     const CliResult spreadResult = compare(spreadId);
     QVERIFY2(spreadResult.code == 0, spreadResult.err.c_str());
     const nlohmann::json p = parseJson(spreadResult.out);
-    QCOMPARE(QString::fromStdString(p.at("verdict").get<std::string>()), QString("pass"));
+    QCOMPARE(QString::fromStdString(p.at("verdict").get<std::string>()), QString("undecided"));
     QCOMPARE(p.at("failed").get<bool>(), false);
-    // (0.125 - 0.10) / 0.10 = 0.25: over the threshold, yet the interval includes zero.
+    // (0.125 - 0.10) / 0.10 = 0.25: over the line, yet its interval contains it: neither pass nor fail.
     QVERIFY(std::abs(p.at("relative_change").get<double>() - 0.25) < 1e-10);
-    QCOMPARE(p.at("rule").at("relative_change_met").get<bool>(), true);
-    QCOMPARE(p.at("rule").at("interval_above_zero").get<bool>(), false);
+    QVERIFY(p.at("change").at("low").get<double>() < 0.2 && p.at("change").at("high").get<double>() >= 0.2);
     QVERIFY(p.at("difference").at("low").get<double>() < 0.0);
     QVERIFY(p.at("difference").at("high").get<double>() > 0.0);
 
@@ -716,8 +718,8 @@ void TestRunFile::compareFailsAndPasses()
     const nlohmann::json sm = parseJson(smallResult.out);
     QCOMPARE(QString::fromStdString(sm.at("verdict").get<std::string>()), QString("pass"));
     QVERIFY(std::abs(sm.at("relative_change").get<double>() - 0.05) < 1e-10);
-    QCOMPARE(sm.at("rule").at("relative_change_met").get<bool>(), false);
-    QCOMPARE(sm.at("rule").at("interval_above_zero").get<bool>(), true);
+    QVERIFY(sm.at("change").at("high").get<double>() < 0.2);
+    QVERIFY(sm.at("difference").at("low").get<double>() > 0.0);
     // ... and with the threshold lowered to 4%, the same +5% fails.
     const nlohmann::json lowered = parseJson(compare(smallId, {"--threshold", "0.04"}).out);
     QCOMPARE(lowered.at("failed").get<bool>(), true);
@@ -742,10 +744,16 @@ void TestRunFile::compareFailsAndPasses()
     QVERIFY2(text.contains("Q_run            0.13 nats/token"), human.out.c_str());
     QVERIFY2(text.contains("Q_base           0.1 nats/token"), human.out.c_str());
     QVERIFY2(text.contains("+30.00%"), human.out.c_str());
-    QVERIFY2(text.contains("the run fails when (Q_run - Q_base) / Q_base >= 20%"), human.out.c_str());
-    QVERIFY2(text.contains("95% paired bootstrap interval"), human.out.c_str());
-    const CliResult humanPass = runCli(
+    QVERIFY2(text.contains("(line 20%: the interval is at or above it)"), human.out.c_str());
+    QVERIFY2(text.contains("95% paired bootstrap interval of (Q_run - Q_base) / Q_base"), human.out.c_str());
+    QVERIFY2(text.contains("fail when it lies at or above 20%, pass when below, undecided when it contains 20%"),
+        human.out.c_str());
+    const CliResult humanUndecided = runCli(
         {"--workspace", workspace, "compare", std::to_string(spreadId), std::to_string(baseId), "--step", "100"});
+    QVERIFY2(QString::fromStdString(humanUndecided.out).startsWith("verdict          UNDECIDED"),
+        humanUndecided.out.c_str());
+    const CliResult humanPass = runCli(
+        {"--workspace", workspace, "compare", std::to_string(smallId), std::to_string(baseId), "--step", "100"});
     QVERIFY2(QString::fromStdString(humanPass.out).startsWith("verdict          pass"), humanPass.out.c_str());
 }
 

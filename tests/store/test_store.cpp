@@ -1,5 +1,6 @@
 // Tests of the workspace run store: schema migrations, batches, live readers, crashes and bad files.
 #include "core/common/error.h"
+#include "core/store/analysis_store.h"
 #include "core/store/find_run.h"
 #include "core/store/run_store.h"
 #include "core/store/schema.h"
@@ -52,6 +53,13 @@ void createDatabaseAtVersion(const std::string& path, int version)
         execute(db, "INSERT INTO runs (name, kind, status, tool_version) VALUES ('old-run', 'train', 'finished', '0.0')");
         execute(db, "INSERT INTO step_metrics (run_id, step, mismatch_kl, k1, k3) VALUES (1, 0, 0.25, 0.1, 0.2), "
                     "(1, 1, 0.125, 0.05, 0.1)");
+    }
+    if (version >= 2) {
+        // A calibration decided by the old rule (pass or fail, no interval of the relative change).
+        execute(db, "INSERT INTO calibrations (run_id, name, student) VALUES (1, 'old-calibration', '/models/old')");
+        execute(db, "INSERT INTO calibration_points (calibration_id, run_id, step, mismatch, quality, relative_change, "
+                    "ci_low, ci_high, failed) VALUES (1, 1, 10, 0.1, 0.5, 0.05, -0.01, 0.02, 0), "
+                    "(1, 1, 20, 0.4, 0.7, 0.4, 0.1, 0.3, 1)");
     }
     sqlite3_close(db);
 }
@@ -183,6 +191,15 @@ void TestStore::migratesFromEveryEarlierVersion()
         QCOMPARE(steps.size(), size_t(2));
         QCOMPARE(*steps[0].mismatchKl, 0.25);
         QCOMPARE(store.listModels().at(0).parameterCount, 1234);
+    }
+    if (version >= 2) {
+        // Schema 9: points stored before read as the old rule's pass and fail, with no interval of the change.
+        const auto calibration = mismatch::store::calibration(store, 1);
+        QVERIFY(calibration);
+        QCOMPARE(calibration->points.size(), size_t(2));
+        QCOMPARE(calibration->points[0].verdict, std::string("pass"));
+        QCOMPARE(calibration->points[1].verdict, std::string("fail"));
+        QVERIFY(!calibration->points[1].changeLow && !calibration->points[1].changeHigh);
     }
     // Every table of the current schema is usable after the migration.
     const auto runId = store.beginRun({"new", "admit", "{}", std::nullopt});

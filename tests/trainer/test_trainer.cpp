@@ -967,29 +967,41 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     };
     QVERIFY(at("noise 3", 4).mismatch > at("noise 0.2", 4).mismatch);
     QVERIFY(at("noise 0.2", 4).mismatch > at("baseline", 4).mismatch);
-    QVERIFY(!at("baseline", 4).failed);
-    // Brackets from the points, computed here from their definition (a passing point above a failing one does not
-    // widen the budget).
+    QCOMPARE(at("baseline", 4).verdict, std::string("pass"));
+    // Every other point's verdict is its interval of the relative change against the line (spec "Failure rule").
+    for (const auto& point : result.points) {
+        if (point.label == "baseline") {
+            continue;
+        }
+        QVERIFY(point.changeLow && point.changeHigh);
+        const std::string expected = *point.changeLow >= options.rule.relativeThreshold ? "fail"
+            : *point.changeHigh < options.rule.relativeThreshold                       ? "pass"
+                                                                                        : "undecided";
+        QCOMPARE(point.verdict, expected);
+    }
+    // Brackets from the decided points, computed here from their definition (a passing point above a failing one
+    // does not widen the budget; an undecided point sets no end).
     for (const auto& bracket : result.brackets) {
         std::optional<double> failing;
         for (const auto& point : result.points) {
-            if (point.step == bracket.step && point.failed) {
+            if (point.step == bracket.step && point.verdict == "fail") {
                 failing = failing ? std::min(*failing, point.mismatch) : point.mismatch;
             }
         }
         std::optional<double> passing;
         for (const auto& point : result.points) {
-            if (point.step == bracket.step && !point.failed && (!failing || point.mismatch < *failing)) {
+            if (point.step == bracket.step && point.verdict == "pass" && (!failing || point.mismatch < *failing)) {
                 passing = passing ? std::max(*passing, point.mismatch) : point.mismatch;
             }
         }
         QCOMPARE(bracket.largestPassing, passing);
         QCOMPARE(bracket.smallestFailing, failing);
     }
-    // One null comparison per step, its noise floor the size of its relative change.
+    // One null comparison per step, its noise floor the half-width of its interval of the relative change.
     QCOMPARE(result.nullComparisons.size(), std::size_t(2));
     for (const auto& null : result.nullComparisons) {
-        QCOMPARE(null.noiseFloor, std::abs(null.relativeChange));
+        QCOMPARE(null.noiseFloor, (null.change.high - null.change.low) / 2.0);
+        QVERIFY(null.change.low <= null.relativeChange && null.relativeChange <= null.change.high);
     }
     const auto stored = store::calibration(store, result.calibrationId);
     QVERIFY(stored);
@@ -1062,39 +1074,64 @@ void TestTrainer::calibrationWhoseSeedsDisagreeIsFlagged()
 void TestTrainer::calibrationFlagsFollowTheirDefinitions()
 {
     // Points at one step: baseline, a failure at 0.1 and a pass at 0.3 (non-monotone); a null comparison that fails
-    // with a 25% change (null-failed, and a noise floor above half the 20% threshold).
-    const auto point = [](const char* label, double mismatch, bool failed) {
+    // (its interval [22%, 28%] at or above the 20% line: null-failed); a noise floor of 12% (above half the line).
+    const auto point = [](const char* label, double mismatch, const char* verdict) {
         store::CalibrationPoint p;
         p.label = label;
         p.step = 10;
         p.mismatch = mismatch;
-        p.failed = failed;
+        p.verdict = verdict;
         return p;
+    };
+    const auto flagsOf = [](const std::vector<store::CalibrationPoint>& points, const analysis::NullComparison& null,
+                             double fraction) {
+        return analysis::calibrationFlags(
+            points, {null}, {store::bracketFromPoints(points, 10, 0.0)}, 0.2, fraction);
+    };
+    const auto kindsOf = [](const std::vector<analysis::CalibrationFlag>& flags) {
+        std::set<std::string> kinds;
+        for (const auto& flag : flags) {
+            kinds.insert(flag.kind);
+            if (flag.step != std::optional<std::int64_t>(10)) {
+                kinds.insert("wrong step");
+            }
+        }
+        return kinds;
     };
     analysis::NullComparison null;
     null.step = 10;
     null.relativeChange = 0.25;
-    null.noiseFloor = 0.25;
+    null.change = {0.25, 0.22, 0.28, 0.95, 1000};
+    null.noiseFloor = 0.12;
     null.difference = {0.1, 0.05, 0.15, 0.95, 1000};
-    null.failed = true;
-    const auto flags = analysis::calibrationFlags(
-        {point("baseline", 1e-4, false), point("noise 0.1", 0.1, true), point("noise 0.2", 0.3, false)}, {null}, 0.2);
-    std::set<std::string> kinds;
-    for (const auto& flag : flags) {
-        kinds.insert(flag.kind);
-        QCOMPARE(flag.step, std::optional<std::int64_t>(10));
-    }
-    QCOMPARE(kinds, (std::set<std::string> {"non-monotone", "noise-dominated", "null-failed"}));
-    // A monotone sweep with a quiet null comparison (floor 5% of a 20% threshold) is not flagged.
+    null.verdict = metrics::Verdict::Fail;
+    QCOMPARE(kindsOf(flagsOf({point("baseline", 1e-4, "pass"), point("noise 0.1", 0.1, "fail"),
+                                 point("noise 0.2", 0.3, "pass")},
+                 null, 0.5)),
+        (std::set<std::string> {"non-monotone", "noise-dominated", "null-failed"}));
+    // A monotone sweep with a quiet null comparison (floor 5% of a 20% line) is not flagged; neither is an
+    // undecided point outside the bracket (above its smallest failure).
     null.relativeChange = -0.05;
+    null.change = {-0.05, -0.10, 0.0, 0.95, 1000};
     null.noiseFloor = 0.05;
-    null.failed = false;
-    QVERIFY(analysis::calibrationFlags(
-        {point("baseline", 1e-4, false), point("noise 0.1", 0.1, false), point("noise 0.2", 0.3, true)}, {null}, 0.2)
+    null.verdict = metrics::Verdict::Pass;
+    QVERIFY(flagsOf({point("baseline", 1e-4, "pass"), point("noise 0.1", 0.1, "pass"), point("noise 0.2", 0.3, "fail"),
+                        point("noise 0.3", 0.5, "undecided")},
+        null, 0.5)
                 .empty());
-    // Exactly half the threshold is not "more than half".
+    // An undecided point between the bracket's ends is flagged: the budget may lie on either side of it.
+    QCOMPARE(kindsOf(flagsOf({point("baseline", 1e-4, "pass"), point("noise 0.1", 0.1, "pass"),
+                                 point("noise 0.15", 0.2, "undecided"), point("noise 0.2", 0.3, "fail")},
+                 null, 0.5)),
+        (std::set<std::string> {"undecided"}));
+    // An undecided null comparison is not a failure.
+    null.verdict = metrics::Verdict::Undecided;
+    QVERIFY(flagsOf({point("baseline", 1e-4, "pass")}, null, 0.5).empty());
+    // The noise-floor flag follows its setting: a 5% floor is more than a fifth of the 20% line, and exactly half
+    // the line is not "more than half".
+    QCOMPARE(kindsOf(flagsOf({point("baseline", 1e-4, "pass")}, null, 0.2)), (std::set<std::string> {"noise-dominated"}));
     null.noiseFloor = 0.1;
-    QVERIFY(analysis::calibrationFlags({point("baseline", 1e-4, false)}, {null}, 0.2).empty());
+    QVERIFY(flagsOf({point("baseline", 1e-4, "pass")}, null, 0.5).empty());
 }
 
 void TestTrainer::calibrationOptionErrors()

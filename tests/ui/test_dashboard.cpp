@@ -34,6 +34,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QTableWidget>
 #include <QSignalSpy>
 #include <QStandardItemModel>
 #include <QTabWidget>
@@ -88,6 +89,7 @@ private slots:
     void modelAndPromptSetLibraries();
     void sensitivityHeatmapHoverAndClick();
     void budgetPlotShadesBracket();
+    void budgetShowsUndecidedPointsApart();
     void admissionDecisionsAgainstThreshold();
     void prefixShiftViewerMarksDivergence();
     void exportsPlotsAndTables();
@@ -255,6 +257,72 @@ void TestDashboard::budgetPlotShadesBracket()
     QCOMPARE(view->failCount(), 0);
     QVERIFY(!view->bracketItem()->visible());
     QCOMPARE(view->pointModel()->item(0, 3)->text(), QStringLiteral("381.0x"));
+}
+
+void TestDashboard::budgetShowsUndecidedPointsApart()
+{
+    // Three verdicts (spec "Failure rule"): a point whose interval of the change contains the line is drawn with a
+    // third marker, named in the table and the Overview, and sets no end of the bracket.
+    QTemporaryDir directory;
+    {
+        store::RunStore store = store::RunStore::open(directory.filePath("workspace.db").toStdString());
+        const std::int64_t run = store.beginRun({"sweep", "train", "{}", std::nullopt});
+        const auto point = [run](double mismatch, double change, double low, double high, const char* verdict,
+                               const char* label) {
+            store::CalibrationPoint p;
+            p.runId = run;
+            p.step = 50;
+            p.mismatch = mismatch;
+            p.quality = 0.1 * (1.0 + change);
+            p.relativeChange = change;
+            p.changeLow = low;
+            p.changeHigh = high;
+            p.verdict = verdict;
+            p.label = label;
+            return p;
+        };
+        // Distinct runs per point: a point is keyed by (calibration, run, step).
+        std::vector<store::CalibrationPoint> points = {point(0.01, 0.02, -0.03, 0.07, "pass", "noise 0.1"),
+            point(0.05, 0.21, 0.12, 0.30, "undecided", "noise 0.2"), point(0.2, 0.45, 0.33, 0.57, "fail", "noise 0.3")};
+        points[1].runId = store.beginRun({"sweep 2", "train", "{}", std::nullopt});
+        points[2].runId = store.beginRun({"sweep 3", "train", "{}", std::nullopt});
+        store::CalibrationInfo info;
+        info.name = "three verdicts";
+        info.student = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
+        info.configJson = nlohmann::json({{"relative_threshold", 0.2}}).dump();
+        const store::CalibrationBracket bracket = store::bracketFromPoints(points, 50, 0.0);
+        // The undecided point at 0.05 sets neither end.
+        QCOMPARE(bracket.largestPassing, std::optional<double>(0.01));
+        QCOMPARE(bracket.smallestFailing, std::optional<double>(0.2));
+        store::addCalibration(store, info, points, {bracket});
+    }
+    ui::MainWindow window(directory.path());
+    window.resize(1280, 820);
+    window.tabs()->setCurrentIndex(ui::MainWindow::BudgetTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    ui::BudgetView* view = window.budgetView();
+    QTRY_COMPARE(view->passCount() + view->failCount() + view->undecidedCount(), 3);
+    QCOMPARE(view->passCount(), 1);
+    QCOMPARE(view->failCount(), 1);
+    QCOMPARE(view->undecidedCount(), 1);
+    QCOMPARE(view->plot()->graph(2)->name(), QStringLiteral("undecided"));
+    QVERIFY(view->plot()->graph(2)->scatterStyle().shape() != view->plot()->graph(0)->scatterStyle().shape()
+        && view->plot()->graph(2)->scatterStyle().shape() != view->plot()->graph(1)->scatterStyle().shape());
+    QStringList results;
+    for (int row = 0; row < view->pointModel()->rowCount(); ++row) {
+        results << view->pointModel()->item(row, 7)->text();
+    }
+    QCOMPARE(results, QStringList({"passed", "undecided", "failed"}));
+    QCOMPARE(view->pointModel()->item(1, 6)->text(), QStringLiteral("[+12.0%, +30.0%]"));
+    saveScreenshot(window, "dashboard_budget_undecided.png");
+    // The Overview names the undecided point beside the bracket.
+    window.tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
+    QTRY_VERIFY(window.findChild<QTableWidget*>("overviewBudget"));
+    auto* budget = window.findChild<QTableWidget*>("overviewBudget");
+    QCOMPARE(budget->horizontalHeaderItem(6)->text(), QStringLiteral("Undecided"));
+    QVERIFY2(budget->item(0, 6)->text().contains("noise 0.2"), qPrintable(budget->item(0, 6)->text()));
+    saveScreenshot(window, "overview_budget_undecided.png");
 }
 
 void TestDashboard::admissionDecisionsAgainstThreshold()

@@ -209,7 +209,7 @@ private slots:
                 bool matched = false;
                 for (const store::CalibrationPoint& p : calibration->points) {
                     matched = matched
-                        || (p.step == 120 && p.failed == (g == 1) && close(mismatch, p.mismatch)
+                        || (p.step == 120 && p.failed() == (g == 1) && close(mismatch, p.mismatch)
                             && close(change, *p.relativeChange * 100.0));
                 }
                 QVERIFY2(

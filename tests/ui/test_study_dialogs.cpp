@@ -83,7 +83,7 @@ std::int64_t addTwoStepCalibration(store::RunStore& store)
     protocol.maxTokens = 24;
     info.configJson = nlohmann::json {{"protocol", analysis::protocolToJson(protocol)}}.dump();
     std::vector<store::CalibrationPoint> points
-        = {{run, 20, 0.3, 1.0, 0.3, 0.01, 0.02, true}, {run, 40, 0.01, 1.0, 0.01, -0.01, 0.01, false}};
+        = {{run, 20, 0.3, 1.0, 0.3, 0.01, 0.02, "fail"}, {run, 40, 0.01, 1.0, 0.01, -0.01, 0.01, "pass"}};
     return store::addCalibration(
         store, info, points, {{20, std::nullopt, 0.3, std::nullopt}, {40, 0.01, std::nullopt, 0.01}});
 }
