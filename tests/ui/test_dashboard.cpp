@@ -100,7 +100,8 @@ private slots:
     void everyTabOnTheFixture();
 
 private:
-    std::unique_ptr<ui::MainWindow> openWindow(int tab);
+    // The main window on `directory` (the fixture workspace by default) at `tab`, shown and exposed.
+    std::unique_ptr<ui::MainWindow> openWindow(int tab, const QString& directory = {});
 
     QTemporaryDir workspace_;
     fixture::Ids ids_;
@@ -117,9 +118,9 @@ void TestDashboard::initTestCase()
     ids_ = fixture::build(store);
 }
 
-std::unique_ptr<ui::MainWindow> TestDashboard::openWindow(int tab)
+std::unique_ptr<ui::MainWindow> TestDashboard::openWindow(int tab, const QString& directory)
 {
-    auto window = std::make_unique<ui::MainWindow>(workspace_.path());
+    auto window = std::make_unique<ui::MainWindow>(directory.isEmpty() ? workspace_.path() : directory);
     window->resize(1280, 820);
     window->tabs()->setCurrentIndex(tab);
     window->show();
@@ -296,12 +297,8 @@ void TestDashboard::budgetShowsUndecidedPointsApart()
         QCOMPARE(bracket.smallestFailing, std::optional<double>(0.2));
         store::addCalibration(store, info, points, {bracket});
     }
-    ui::MainWindow window(directory.path());
-    window.resize(1280, 820);
-    window.tabs()->setCurrentIndex(ui::MainWindow::BudgetTab);
-    window.show();
-    QVERIFY(QTest::qWaitForWindowExposed(&window));
-    ui::BudgetView* view = window.budgetView();
+    const auto window = openWindow(ui::MainWindow::BudgetTab, directory.path());
+    ui::BudgetView* view = window->budgetView();
     QTRY_COMPARE(view->passCount() + view->failCount() + view->undecidedCount(), 3);
     QCOMPARE(view->passCount(), 1);
     QCOMPARE(view->failCount(), 1);
@@ -315,14 +312,14 @@ void TestDashboard::budgetShowsUndecidedPointsApart()
     }
     QCOMPARE(results, QStringList({"passed", "undecided", "failed"}));
     QCOMPARE(view->pointModel()->item(1, 6)->text(), QStringLiteral("[+12.0%, +30.0%]"));
-    saveScreenshot(window, "dashboard_budget_undecided.png");
+    saveScreenshot(*window, "dashboard_budget_undecided.png");
     // The Overview names the undecided point beside the bracket.
-    window.tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
-    QTRY_VERIFY(window.findChild<QTableWidget*>("overviewBudget"));
-    auto* budget = window.findChild<QTableWidget*>("overviewBudget");
+    window->tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
+    QTRY_VERIFY(window->findChild<QTableWidget*>("overviewBudget"));
+    auto* budget = window->findChild<QTableWidget*>("overviewBudget");
     QCOMPARE(budget->horizontalHeaderItem(6)->text(), QStringLiteral("Undecided"));
     QVERIFY2(budget->item(0, 6)->text().contains("noise 0.2"), qPrintable(budget->item(0, 6)->text()));
-    saveScreenshot(window, "overview_budget_undecided.png");
+    saveScreenshot(*window, "overview_budget_undecided.png");
 }
 
 void TestDashboard::admissionDecisionsAgainstThreshold()
@@ -683,11 +680,8 @@ void TestDashboard::heatmapCellsBecomeRecipeRules()
     embedding.mismatch = 0.009 + fixture::kFixtureUnit;
     store::addSensitivityCell(store, tied, embedding);
 
-    ui::MainWindow window(own.path());
-    window.resize(1280, 820);
-    window.tabs()->setCurrentIndex(ui::MainWindow::SensitivityTab);
-    window.show();
-    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    const auto owned = openWindow(ui::MainWindow::SensitivityTab, own.path());
+    ui::MainWindow& window = *owned;
     ui::SensitivityView* view = window.sensitivityView();
     QVERIFY(view->selectScan(tied));
     QTest::qWait(80);
