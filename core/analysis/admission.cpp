@@ -271,31 +271,17 @@ std::vector<ThresholdChoice> chooseThresholds(
             continue;
         }
         const std::int64_t step = screened[c].step;
-        if (!options.steps.empty()) {
-            choice.bracketStep = options.steps.size() == 1 ? options.steps[0] : options.steps[c];
-            if (*choice.bracketStep != step) {
-                choice.note = "the bracket of step " + std::to_string(*choice.bracketStep)
-                    + " was chosen explicitly for a checkpoint at step " + std::to_string(step);
-            }
-        } else {
-            std::string steps;
-            for (const auto& bracket : calibration->brackets) {
-                steps += (steps.empty() ? "" : ", ") + std::to_string(bracket.step);
-                if (bracket.step <= step && (!choice.bracketStep || bracket.step > *choice.bracketStep)) {
-                    choice.bracketStep = bracket.step;
-                }
-            }
-            if (!choice.bracketStep) {
-                throw InputError("admit", screened[c].directory,
-                    "is at optimizer step " + std::to_string(step) + ", before every bracket of calibration "
-                        + std::to_string(*options.calibrationId) + " (steps " + steps
-                        + "): screen a checkpoint of a calibrated step, or choose a bracket explicitly (--step)");
-            }
-            if (*choice.bracketStep != step) {
-                choice.note = "no bracket at step " + std::to_string(step) + ": the nearest earlier one (step "
-                    + std::to_string(*choice.bracketStep) + ") is used";
-            }
+        const std::optional<std::int64_t> explicitStep = options.steps.empty() ? std::nullopt
+            : std::optional<std::int64_t>(options.steps.size() == 1 ? options.steps[0] : options.steps[c]);
+        const store::BracketChoice bracket = store::chooseBracket(*calibration, step, explicitStep, "a checkpoint at step");
+        if (!bracket.step) {
+            throw InputError("admit", screened[c].directory,
+                "is at optimizer step " + std::to_string(step) + ", before every bracket of calibration "
+                    + std::to_string(*options.calibrationId) + " (steps " + bracket.steps
+                    + "): screen a checkpoint of a calibrated step, or choose a bracket explicitly (--step)");
         }
+        choice.bracketStep = bracket.step;
+        choice.note = bracket.note;
         choice.threshold = store::admissionThreshold(store, *options.calibrationId, choice.bracketStep);
         choices.push_back(choice);
     }

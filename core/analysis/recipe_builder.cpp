@@ -108,33 +108,16 @@ BudgetChoice budgetForModel(const store::RunStore& store, std::int64_t calibrati
     }
     BudgetChoice choice;
     choice.modelStep = train::checkpointOptimizerSteps(modelDirectory);
-    if (step) {
-        choice.step = *step;
-        if (choice.step != choice.modelStep) {
-            choice.note = "the bracket of step " + std::to_string(choice.step) + " was chosen explicitly for a model at "
-                + "optimizer step " + std::to_string(choice.modelStep);
-        }
-    } else {
-        std::optional<std::int64_t> chosen;
-        std::string steps;
-        for (const auto& bracket : calibration->brackets) {
-            steps += (steps.empty() ? "" : ", ") + std::to_string(bracket.step);
-            if (bracket.step <= choice.modelStep && (!chosen || bracket.step > *chosen)) {
-                chosen = bracket.step;
-            }
-        }
-        if (!chosen) {
-            throw InputError("recipe_build", "model",
-                modelDirectory + " is at optimizer step " + std::to_string(choice.modelStep)
-                    + ", before every bracket of calibration " + std::to_string(calibrationId) + " (steps " + steps
-                    + "): build for a checkpoint of a calibrated step, or choose a bracket explicitly (--step)");
-        }
-        choice.step = *chosen;
-        if (choice.step != choice.modelStep) {
-            choice.note = "no bracket at step " + std::to_string(choice.modelStep) + ": the nearest earlier one (step "
-                + std::to_string(choice.step) + ") is used";
-        }
+    const store::BracketChoice bracket
+        = store::chooseBracket(*calibration, choice.modelStep, step, "a model at optimizer step");
+    if (!bracket.step) {
+        throw InputError("recipe_build", "model",
+            modelDirectory + " is at optimizer step " + std::to_string(choice.modelStep)
+                + ", before every bracket of calibration " + std::to_string(calibrationId) + " (steps " + bracket.steps
+                + "): build for a checkpoint of a calibrated step, or choose a bracket explicitly (--step)");
     }
+    choice.step = *bracket.step;
+    choice.note = bracket.note;
     choice.budget = store::admissionThreshold(store, calibrationId, choice.step);
     return choice;
 }

@@ -346,8 +346,7 @@ FailureVerdict applyFailureRule(const std::vector<std::vector<double>>& qRun,
         interval->confidence = b.confidence;
         interval->resamples = b.resamples;
     }
-    const size_t seededGroups = (qRun.size() > 1 ? 1 : 0) + (qBase.size() > 1 ? 1 : 0);
-    if (seededGroups == 0) {
+    if (qRun.size() == 1 && qBase.size() == 1) {
         verdict.degreesOfFreedom = std::numeric_limits<double>::infinity();
         for (auto [interval, draws] : {std::pair{&verdict.change, &changes}, std::pair{&verdict.difference, &differences}}) {
             std::sort(draws->begin(), draws->end());

@@ -231,6 +231,31 @@ std::optional<SensitivityScan> sensitivityScan(const RunStore& store, std::int64
 
 // ---- calibrations -------------------------------------------------------------------------------------------
 
+BracketChoice chooseBracket(const Calibration& calibration, std::int64_t step,
+    std::optional<std::int64_t> explicitStep, const std::string& subject)
+{
+    BracketChoice choice;
+    if (explicitStep) {
+        choice.step = explicitStep;
+        if (*explicitStep != step) {
+            choice.note = "the bracket of step " + std::to_string(*explicitStep) + " was chosen explicitly for "
+                + subject + " " + std::to_string(step);
+        }
+        return choice;
+    }
+    for (const auto& bracket : calibration.brackets) {
+        choice.steps += (choice.steps.empty() ? "" : ", ") + std::to_string(bracket.step);
+        if (bracket.step <= step && (!choice.step || bracket.step > *choice.step)) {
+            choice.step = bracket.step;
+        }
+    }
+    if (choice.step && *choice.step != step) {
+        choice.note = "no bracket at step " + std::to_string(step) + ": the nearest earlier one (step "
+            + std::to_string(*choice.step) + ") is used";
+    }
+    return choice;
+}
+
 CalibrationBracket bracketFromPoints(const std::vector<CalibrationPoint>& points, std::int64_t step, double margin)
 {
     if (!(margin >= 0.0 && margin < 1.0)) {

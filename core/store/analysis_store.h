@@ -116,6 +116,19 @@ struct Calibration {
 // not widen the budget: the sweep is not monotone there, and the conservative end is kept); threshold = largest
 // passing * (1 - margin) (margin in [0, 1)), unset when nothing passed below the smallest failure. Undecided points
 // never set an end (the calibration flags one that lies between the ends, analysis/calibrate.h).
+// The bracket of `calibration` that something at optimizer step `step` (a screened checkpoint, a model a recipe
+// is built for) is compared with: `explicitStep` when given, else the bracket at `step`, else the nearest earlier
+// one. `note` says why the bracket's step is not `step` ("the bracket of step B was chosen explicitly for
+// SUBJECT S", "no bracket at step S: the nearest earlier one (step B) is used"); `step` of the result is unset when
+// `step` is before every bracket, and `steps` then lists them ("10, 30") for the caller's error.
+struct BracketChoice {
+    std::optional<std::int64_t> step;
+    std::string note;
+    std::string steps;
+};
+BracketChoice chooseBracket(const Calibration& calibration, std::int64_t step,
+    std::optional<std::int64_t> explicitStep, const std::string& subject);
+
 CalibrationBracket bracketFromPoints(
     const std::vector<CalibrationPoint>& points, std::int64_t step, double margin = 0.0);
 
