@@ -33,6 +33,11 @@ void printAdmission(std::ostream& out, const analysis::AdmissionResult& result)
         if (!row.note.empty()) {
             notes.insert(std::filesystem::path(row.checkpoint).filename().string() + ": " + row.note);
         }
+        if (row.engineWeights != row.checkpoint) {
+            notes.insert("'" + row.candidate + "' at " + row.checkpoint + ": the engine's weights are "
+                + row.engineWeights + " (optimizer step " + std::to_string(row.engineStep) + "), not the screened "
+                + "checkpoint's");
+        }
     }
     out << formatTable({"candidate", "checkpoint", "mismatch [95%] nats/token", "x BF16", "threshold (bracket)",
                            "decision", "time"},

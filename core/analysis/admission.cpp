@@ -7,6 +7,7 @@
 #include "core/common/version.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/io/yaml_mapping.h"
+#include "core/model/safetensors.h"
 #include "core/io/yaml_scalar.h"
 #include "core/store/analysis_store.h"
 #include "core/train/trainer.h"
@@ -194,53 +195,181 @@ std::string timelineText(const std::vector<TimelineEntry>& timeline)
 {
     std::string text;
     for (const TimelineEntry& entry : timeline) {
-        text += (text.empty() ? "" : ", ") + entry.directory + " (step " + std::to_string(entry.step) + ")";
+        text += (text.empty() ? "" : ", ") + weightsName(entry) + " (step " + std::to_string(entry.step) + ")";
     }
     return text;
 }
 
+TimelineEntry timelineEntry(const std::string& directory)
+{
+    TimelineEntry entry;
+    entry.directory = directory;
+    entry.step = train::checkpointOptimizerSteps(directory);
+    const fs::path stateFile = fs::path(directory) / "state.json";
+    std::error_code error;
+    entry.hasState = fs::exists(stateFile, error);
+    if (entry.hasState) {
+        // checkpointOptimizerSteps has read and checked the file; its run id is optional (copies made by hand).
+        const nlohmann::json state = nlohmann::json::parse(
+            readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
+        if (state.contains("run_id") && state.at("run_id").is_number_integer()) {
+            entry.runId = state.at("run_id").get<std::int64_t>();
+        }
+    }
+    return entry;
+}
+
+// The versions of `directory`'s history.safetensors (state.json "history_versions"; none without them).
+std::vector<std::int64_t> historyVersions(const std::string& directory)
+{
+    const fs::path stateFile = fs::path(directory) / "state.json";
+    std::error_code error;
+    if (!fs::exists(stateFile, error)) {
+        return {};
+    }
+    const nlohmann::json state = nlohmann::json::parse(
+        readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
+    if (!state.is_object() || !state.contains("history_versions") || !state.at("history_versions").is_array()) {
+        return {};
+    }
+    std::vector<std::int64_t> versions;
+    for (const auto& version : state.at("history_versions")) {
+        if (!version.is_number_integer()) {
+            throw InputError(stateFile.string(), "history_versions", "expected a list of integer optimizer steps");
+        }
+        versions.push_back(version.get<std::int64_t>());
+    }
+    return versions;
+}
+
+// The other step-N checkpoints of `screened`'s run directory (as the trainer writes them: step-%08d).
+std::vector<TimelineEntry> runDirectoryCheckpoints(const TimelineEntry& screened)
+{
+    std::vector<TimelineEntry> found;
+    const fs::path parent = fs::path(screened.directory).parent_path();
+    std::error_code error;
+    if (!screened.hasState || !fs::is_directory(parent, error)) {
+        return found;
+    }
+    std::vector<std::string> names;
+    for (const auto& item : fs::directory_iterator(parent, error)) {
+        const std::string name = item.path().filename().string();
+        if (name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos
+            && fs::exists(item.path() / "state.json", error) && item.path().string() != screened.directory) {
+            names.push_back(item.path().string());
+        }
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+        found.push_back(timelineEntry(name));
+    }
+    return found;
+}
+
 } // namespace
 
-// History (oldest first) then the screened checkpoints, with their steps (0 for a model directory without a
-// training state.json). The steps must increase when a candidate has staleness, since the engine's weights are
-// then found by step; without staleness every checkpoint is screened on its own weights and order is free.
 std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options)
 {
     std::vector<TimelineEntry> timeline;
     for (const auto* list : {&options.history, &options.checkpoints}) {
         for (const std::string& directory : *list) {
-            timeline.push_back({directory, train::checkpointOptimizerSteps(directory)});
-        }
-    }
-    const bool stale = std::any_of(options.candidates.begin(), options.candidates.end(),
-        [](const Candidate& candidate) { return candidate.staleness > 0; });
-    for (std::size_t i = 1; stale && i < timeline.size(); ++i) {
-        if (timeline[i].step <= timeline[i - 1].step) {
-            throw InputError("admit", "checkpoints",
-                "with staleness, the checkpoints (history first, then the screened ones) must be in training order "
-                "with increasing optimizer steps (each checkpoint's state.json; 0 without one): "
-                    + timelineText(timeline));
+            timeline.push_back(timelineEntry(directory));
         }
     }
     return timeline;
 }
 
-// The checkpoint whose weights `candidate`'s engine uses at screened checkpoint `screened`: k optimizer steps older.
-const TimelineEntry& engineCheckpoint(
+bool sameRunHistory(const TimelineEntry& screened, const TimelineEntry& entry)
+{
+    if (!entry.hasState || !screened.hasState) {
+        return true; // a model directory no training run wrote: the student every run starts from
+    }
+    if (fs::path(entry.directory).parent_path() != fs::path(screened.directory).parent_path()) {
+        return false;
+    }
+    return !entry.runId || !screened.runId || *entry.runId == *screened.runId;
+}
+
+TimelineEntry engineCheckpoint(
     const std::vector<TimelineEntry>& timeline, const TimelineEntry& screened, const Candidate& candidate)
 {
+    if (candidate.staleness == 0) {
+        return screened;
+    }
     const std::int64_t wanted = screened.step - candidate.staleness;
+    const std::vector<std::int64_t> versions = historyVersions(screened.directory);
+    if (std::find(versions.begin(), versions.end(), wanted) != versions.end()) {
+        TimelineEntry entry = screened;
+        entry.step = wanted;
+        entry.historyVersion = wanted;
+        return entry;
+    }
+    std::vector<TimelineEntry> others;
     for (const TimelineEntry& entry : timeline) {
+        if (entry.directory == screened.directory) {
+            continue;
+        }
+        if (!sameRunHistory(screened, entry)) {
+            others.push_back(entry);
+            continue;
+        }
         if (entry.step == wanted) {
             return entry;
         }
     }
+    const std::vector<TimelineEntry> siblings = runDirectoryCheckpoints(screened);
+    for (const TimelineEntry& entry : siblings) {
+        if (sameRunHistory(screened, entry) && entry.step == wanted) {
+            return entry;
+        }
+    }
+    std::string searched = "its history.safetensors ("
+        + (versions.empty() ? std::string("none") : "steps " + std::to_string(versions.front()) + ".." + std::to_string(versions.back()))
+        + "), the checkpoints given: " + timelineText(timeline);
+    if (!siblings.empty()) {
+        searched += "; its run directory: " + timelineText(siblings);
+    }
+    if (!others.empty()) {
+        searched += "; not used, another run's: " + timelineText(others);
+    }
     throw InputError(candidate.source.empty() ? std::string("admit") : candidate.source,
         "candidate '" + candidate.name + "'",
         "staleness " + std::to_string(candidate.staleness) + " at " + screened.directory + " (step "
-            + std::to_string(screened.step) + ") needs the checkpoint of optimizer step " + std::to_string(wanted)
-            + ", which the timeline does not have: " + timelineText(timeline)
-            + " (give it with --history DIR, oldest first)");
+            + std::to_string(screened.step) + ") needs the weights of optimizer step " + std::to_string(wanted)
+            + " of the same training run, which it does not have: searched " + searched
+            + " (give that run's checkpoint with --history DIR)");
+}
+
+std::string weightsName(const TimelineEntry& entry)
+{
+    return entry.historyVersion
+        ? (fs::path(entry.directory) / "history.safetensors").string() + " (step " + std::to_string(*entry.historyVersion) + ")"
+        : entry.directory;
+}
+
+model::TransformerWeights loadTimelineWeights(
+    const TimelineEntry& entry, const model::ModelConfig& config, const at::Device& device)
+{
+    model::TransformerWeights weights = loadCheckpointWeights(entry.directory, config, device);
+    if (!entry.historyVersion) {
+        return weights;
+    }
+    const std::string path = (fs::path(entry.directory) / "history.safetensors").string();
+    const auto history = model::SafetensorsFile::open(path);
+    const std::string prefix = "v" + std::to_string(*entry.historyVersion) + "/";
+    for (const std::string& name : weights.names()) {
+        if (!history->contains(prefix + name)) {
+            throw InputError(path, prefix + name,
+                "missing: the checkpoint's state.json lists version " + std::to_string(*entry.historyVersion)
+                    + " in history_versions, but its history does not hold every weight of it");
+        }
+        at::Tensor tensor = history->load(prefix + name);
+        if (!tensor.sizes().equals(weights.get(name).sizes())) {
+            throw InputError(path, prefix + name, "has another shape than the model's weight of that name");
+        }
+        weights.set(name, tensor.to(weights.get(name).scalar_type()).to(device));
+    }
+    return weights;
 }
 
 namespace {
@@ -467,11 +596,12 @@ struct ScreenInputs {
     std::map<std::string, model::TransformerWeights> weights;
     at::Device device = at::Device(at::kCPU);
 
-    const model::TransformerWeights& weightsOf(const std::string& directory)
+    const model::TransformerWeights& weightsOf(const TimelineEntry& entry)
     {
-        auto found = weights.find(directory);
+        const std::string name = weightsName(entry);
+        auto found = weights.find(name);
         if (found == weights.end()) {
-            found = weights.emplace(directory, loadCheckpointWeights(directory, student.config, device)).first;
+            found = weights.emplace(name, loadTimelineWeights(entry, student.config, device)).first;
         }
         return found->second;
     }
@@ -586,7 +716,7 @@ AdmissionRow decisionRow(const Candidate& candidate, const TimelineEntry& checkp
     row.candidate = candidate.name;
     row.checkpoint = checkpoint.directory;
     row.checkpointStep = checkpoint.step;
-    row.engineWeights = engineWeights.directory;
+    row.engineWeights = weightsName(engineWeights);
     row.engineStep = engineWeights.step;
     row.bracketStep = threshold.bracketStep;
     row.note = threshold.note;
@@ -703,12 +833,12 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 part += perCheckpoint;
                 continue;
             }
-            const model::Transformer trainer(inputs.student.config, inputs.weightsOf(checkpoint.directory));
+            const model::Transformer trainer(inputs.student.config, inputs.weightsOf(checkpoint));
             std::optional<double> unit;
             if (options.measureUnit) {
                 Progress slice
                     = progress.child(part / parts, (part + 1) / parts, "BF16 unit of " + checkpoint.directory);
-                unit = measureConfiguration(trainer, inputs.weightsOf(checkpoint.directory), EngineConfiguration {},
+                unit = measureConfiguration(trainer, inputs.weightsOf(checkpoint), EngineConfiguration {},
                     inputs.requests, inputs.sampling, options.settings, &slice)
                            .kl;
                 ++part;
@@ -723,7 +853,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 const Candidate& candidate = options.candidates[k];
                 progress.checkCancelled();
                 const auto candidateStarted = std::chrono::steady_clock::now();
-                const TimelineEntry& engineWeights = engineCheckpoint(timeline, checkpoint, candidate);
+                const TimelineEntry engineWeights = engineCheckpoint(timeline, checkpoint, candidate);
                 EngineConfiguration configuration;
                 if (!candidate.recipePath.empty()) {
                     configuration.recipe = inputs.recipes.at(candidate.recipePath);
@@ -735,7 +865,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 std::vector<store::StoredGeneration> generations;
                 {
                     Progress slice = progress.child(part / parts, (part + 1) / parts, candidate.name);
-                    measured = measureConfiguration(trainer, inputs.weightsOf(engineWeights.directory), configuration,
+                    measured = measureConfiguration(trainer, inputs.weightsOf(engineWeights), configuration,
                         inputs.requests, inputs.sampling, options.settings, &slice,
                         static_cast<std::size_t>(options.storedGenerations), &generations);
                     ++part;

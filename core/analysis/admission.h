@@ -10,12 +10,14 @@
 //
 // Steps. Every checkpoint has an optimizer step: state.json's "optimizer_steps" for a trainer checkpoint, 0 for
 // a model directory without state.json (a student before training; train::checkpointOptimizerSteps). Staleness
-// k is counted in optimizer steps (spec "Staleness"): the screened checkpoints and the optional older `history`
-// checkpoints form one timeline in training order (history first, oldest first, then the screened checkpoints),
-// whose steps must increase; for a screened checkpoint at step s the engine's weights are those of the timeline's
-// checkpoint at step s - k. When no checkpoint has that step, the timeline cannot express k there: an InputError
-// naming the candidate, the screened checkpoint and every checkpoint of the timeline with its step (no silent
-// clamping: a stale engine with fresher weights would under-state its mismatch).
+// k is counted in optimizer steps (spec "Staleness"). For a screened checkpoint at step s the engine's weights are
+// the checkpoint itself when k = 0, and otherwise those of step s - k of the screened checkpoint's own training
+// run: the version of its history.safetensors (what the run's stale rollouts used), a checkpoint of the same run
+// given with `history` or screened beside it, or another step-N checkpoint of its run directory. Another run's
+// checkpoint of the same step is never used, so two runs' checkpoints of one step can be screened together. When
+// the run has no weights of that step: an InputError naming the candidate, the screened checkpoint and what was
+// searched (no silent clamping: a stale engine with fresher weights would under-state its mismatch). The human
+// table notes every row whose engine weights are not the screened checkpoint's.
 //
 // Thresholds. With a calibration and no explicit steps, a checkpoint at step s is screened against the bracket of
 // step s, else against the nearest earlier bracket (the row says which); a checkpoint earlier than every bracket
@@ -140,18 +142,39 @@ struct AdmissionResult {
     std::vector<CalibrationFlag> calibrationFlags; // the calibration's flags (empty: not flagged)
 };
 
-// A checkpoint of the staleness timeline with its optimizer step.
+// A checkpoint of the staleness timeline with its optimizer step and the training run that wrote it.
 struct TimelineEntry {
     std::string directory;
     std::int64_t step = 0;
+    // state.json's "run_id" (a trainer checkpoint); none for a model directory without state.json or one whose
+    // state.json does not record it.
+    std::optional<std::int64_t> runId;
+    bool hasState = false; // the directory has a state.json
+    // The weights are not the directory's own but version `historyVersion` of its history.safetensors (the
+    // older weights a stale rollout of that run used; written with each checkpoint of a run with staleness).
+    std::optional<std::int64_t> historyVersion;
 };
-// options.history (oldest first) then options.checkpoints, with their steps (0 for a model directory without a
-// training state.json). InputError when a candidate has staleness and the steps do not increase.
+// options.history then options.checkpoints, with their steps (0 for a model directory without a training
+// state.json) and runs.
 std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options);
-// The checkpoint whose weights `candidate`'s engine uses at `screened`: the one of step screened.step - staleness.
-// InputError naming the candidate (its source) and every checkpoint of the timeline when there is none.
-const TimelineEntry& engineCheckpoint(
+// Whether `entry` belongs to the training history of screened checkpoint `screened` (spec "Staleness": the
+// engine's weights come from the screened checkpoint's own run): a model directory without state.json (the student
+// before training, the common start of every run) does; a trainer checkpoint does when it is in the same run
+// directory and records the same run (or neither records one).
+bool sameRunHistory(const TimelineEntry& screened, const TimelineEntry& entry);
+// The weights `candidate`'s engine uses at `screened`: with staleness 0 the screened checkpoint itself; with
+// staleness k those of optimizer step screened.step - k of the screened checkpoint's own run, found in order in
+// its history.safetensors, among the timeline's checkpoints of the same run (sameRunHistory), then among the
+// other step-N checkpoints of its run directory. Never another run's checkpoint of that step. InputError naming
+// the candidate (its source), the step and what was searched when there is none.
+TimelineEntry engineCheckpoint(
     const std::vector<TimelineEntry>& timeline, const TimelineEntry& screened, const Candidate& candidate);
+// "DIR" for a checkpoint's own weights, "DIR/history.safetensors (step N)" for a version of its history.
+std::string weightsName(const TimelineEntry& entry);
+// The weights of `entry` (a checkpoint's own, or a version of its history), checked to be the student's
+// architecture `config`.
+model::TransformerWeights loadTimelineWeights(
+    const TimelineEntry& entry, const model::ModelConfig& config, const at::Device& device);
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress);
 

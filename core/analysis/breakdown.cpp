@@ -254,13 +254,16 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
     const TimelineEntry& screened = timeline.back();
     const model::ModelConfig config = model::loadConfig((fs::path(options.modelDirectory) / "config.json").string());
     std::vector<std::optional<quant::RecipePlan>> plans;
-    std::vector<std::string> engineDirectories;
+    std::vector<std::string> engineDirectories; // weightsName of each candidate's stale engine weights
+    std::map<std::string, TimelineEntry> engineEntries;
     for (const Candidate& candidate : options.candidates) {
         Candidate located = candidate; // errors about a command-line candidate name the job
         if (located.source.empty()) {
             located.source = "breakdown";
         }
-        engineDirectories.push_back(engineCheckpoint(timeline, screened, located).directory);
+        const TimelineEntry engineEntry = engineCheckpoint(timeline, screened, located);
+        engineDirectories.push_back(weightsName(engineEntry));
+        engineEntries.emplace(engineDirectories.back(), engineEntry);
         if (candidate.recipePath.empty()) {
             plans.emplace_back();
         } else {
@@ -410,7 +413,13 @@ BreakdownResult runBreakdown(store::RunStore& store, const BreakdownOptions& giv
         const auto weightsOf = [&](const std::string& directory) -> const model::TransformerWeights& {
             auto found = weights.find(directory);
             if (found == weights.end()) {
-                found = weights.emplace(directory, loadCheckpointWeights(directory, student.config, options.settings.device)).first;
+                const auto entry = engineEntries.find(directory);
+                found = weights
+                            .emplace(directory,
+                                entry != engineEntries.end()
+                                    ? loadTimelineWeights(entry->second, student.config, options.settings.device)
+                                    : loadCheckpointWeights(directory, student.config, options.settings.device))
+                            .first;
             }
             return found->second;
         };

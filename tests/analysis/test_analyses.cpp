@@ -15,6 +15,7 @@
 #include "core/engine/mismatch_sources.h"
 #include "core/metrics/bootstrap.h"
 #include "core/model/model_files.h"
+#include "core/model/safetensors.h"
 #include "core/model/transformer.h"
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
@@ -93,6 +94,7 @@ private slots:
     void constructedBorderlineIsDetected();
     void admissionStoresGenerationsForTheDrillDown();
     void stalenessIsCountedInOptimizerSteps();
+    void engineWeightsComeFromTheScreenedRun();
     void admissionMeasuresUnderTheCalibrationsProtocol();
     void admissionRefusesAnotherProtocolUnlessAllowed();
     void admissionScreensAgainstTheBracketOfTheCheckpointsStep();
@@ -390,8 +392,8 @@ void TestAnalyses::stalenessIsCountedInOptimizerSteps()
         }
     }
     QCOMPARE(store.listRuns().size(), before);
-    // With staleness, a timeline whose steps do not increase is refused too (the engine's weights are found by
-    // step); without staleness each checkpoint is screened on its own weights and the order does not matter.
+    // The engine's weights are found by step in the screened checkpoint's own run, so the order the checkpoints
+    // are given in does not matter: older (step 10) screened with k = 2 needs step 8, which nothing holds.
     options.candidates[1].staleness = 2;
     options.history = {screened};
     options.checkpoints = {older};
@@ -400,7 +402,7 @@ void TestAnalyses::stalenessIsCountedInOptimizerSteps()
         analysis::runAdmission(store, options, third);
         QFAIL("expected an InputError");
     } catch (const InputError& error) {
-        QVERIFY2(std::string(error.what()).find("increasing optimizer steps") != std::string::npos, error.what());
+        QVERIFY2(std::string(error.what()).find("optimizer step 8") != std::string::npos, error.what());
     }
     options.candidates = {fresh};
     options.history = {};
@@ -409,6 +411,101 @@ void TestAnalyses::stalenessIsCountedInOptimizerSteps()
     const analysis::AdmissionResult unordered = analysis::runAdmission(store, options, fourth);
     QCOMPARE(unordered.rows.size(), std::size_t(2));
     QCOMPARE(unordered.rows[1].checkpointStep, std::int64_t(10));
+}
+
+namespace {
+
+// A copy of `model` as checkpoint step-%08d of training run `runId` in `runDirectory` (state.json as training
+// writes it: run id, optimizer steps and, when given, the versions of its history.safetensors).
+std::string runCheckpoint(const std::string& runDirectory, const std::string& model, std::int64_t runId, int step,
+    const std::vector<std::int64_t>& historyVersions = {})
+{
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%08d", step);
+    const std::string target = runDirectory + "/" + name;
+    std::filesystem::create_directories(target);
+    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        std::filesystem::copy_file(model + "/" + file, target + "/" + file, std::filesystem::copy_options::overwrite_existing);
+    }
+    test::writeText(target + "/state.json",
+        nlohmann::json({{"run_id", runId}, {"step", step}, {"optimizer_steps", step}, {"history_versions", historyVersions}})
+            .dump());
+    return target;
+}
+
+} // namespace
+
+// Spec "Staleness": the engine's weights for staleness k come from the screened checkpoint's own run, never from
+// another run's checkpoint of the same step, and k = 0 is the screened checkpoint itself. Two runs' checkpoints of
+// one step screened together used to share the first one's weights (its engine at 448x its own unit).
+void TestAnalyses::engineWeightsComeFromTheScreenedRun()
+{
+    store::RunStore store = openStore("admit-two-runs");
+    const std::string runA = dir_.path().toStdString() + "/two-runs/checkpoints/run-3";
+    const std::string runB = dir_.path().toStdString() + "/two-runs/checkpoints/run-4";
+    // Run A: olderModel_ at step 10, model_ at step 12; run B the other way round.
+    const std::string a10 = runCheckpoint(runA, olderModel_, 3, 10);
+    const std::string a12 = runCheckpoint(runA, model_, 3, 12);
+    const std::string b10 = runCheckpoint(runB, model_, 4, 10);
+    const std::string b12 = runCheckpoint(runB, olderModel_, 4, 12);
+    analysis::AdmissionOptions options;
+    options.checkpoints = {a12, b12};
+    options.probePath = probePath();
+    options.count = 8;
+    options.settings = smallSettings();
+    analysis::Candidate fresh;
+    fresh.name = "fresh";
+    analysis::Candidate stale;
+    stale.name = "stale";
+    stale.staleness = 2;
+    options.candidates = {fresh, stale};
+    options.threshold = 0.05;
+    Progress progress;
+    const analysis::AdmissionResult result = analysis::runAdmission(store, options, progress);
+    QCOMPARE(result.rows.size(), std::size_t(4));
+    // k = 0: each checkpoint's own weights, so the plain BF16 engine measures exactly its checkpoint's unit.
+    QCOMPARE(result.rows[0].engineWeights, a12);
+    QCOMPARE(result.rows[2].engineWeights, b12);
+    for (const std::size_t i : {std::size_t(0), std::size_t(2)}) {
+        QVERIFY(result.rows[i].bf16Unit);
+        QCOMPARE(result.rows[i].mismatch, *result.rows[i].bf16Unit);
+    }
+    // k = 2: step 10 of the same run, found in the run's directory (no --history given).
+    QCOMPARE(result.rows[1].engineWeights, a10);
+    QCOMPARE(result.rows[3].engineWeights, b10);
+    QCOMPARE(result.rows[3].engineStep, std::int64_t(10));
+    QVERIFY(result.rows[3].mismatch > 10.0 * result.rows[2].mismatch);
+
+    // Another run's checkpoint of the wanted step is not used: B's step 12 with only A's step 10 beside it (B's
+    // own step 10 gone) is refused, naming the other run's checkpoint as not used.
+    std::filesystem::remove_all(b10);
+    options.checkpoints = {b12};
+    options.history = {a10};
+    Progress refused;
+    try {
+        analysis::runAdmission(store, options, refused);
+        QFAIL("expected an InputError");
+    } catch (const InputError& error) {
+        const std::string message = error.what();
+        QVERIFY2(message.find("another run's: " + a10) != std::string::npos, error.what());
+        QVERIFY2(message.find("optimizer step 10 of the same training run") != std::string::npos, error.what());
+    }
+
+    // A run with staleness keeps the weights its stale rollouts used in each checkpoint's history.safetensors: B's
+    // step 12 holding model_'s weights as version 10 gives the same measurement as B's step-10 checkpoint did.
+    const model::TransformerWeights older = model::loadWeights(model_, config_, model::LoadPrecision::Stored);
+    std::vector<std::pair<std::string, at::Tensor>> history;
+    for (const auto& [name, tensor] : older.named()) {
+        history.emplace_back("v10/" + name, tensor);
+    }
+    model::writeSafetensors(b12 + "/history.safetensors", history);
+    runCheckpoint(runB, olderModel_, 4, 12, {10, 11});
+    options.history = {};
+    Progress fromHistory;
+    const analysis::AdmissionResult stored = analysis::runAdmission(store, options, fromHistory);
+    QCOMPARE(stored.rows[1].engineWeights, b12 + "/history.safetensors (step 10)");
+    QCOMPARE(stored.rows[1].engineStep, std::int64_t(10));
+    QCOMPARE(stored.rows[1].mismatch, result.rows[3].mismatch);
 }
 
 namespace {
