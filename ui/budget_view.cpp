@@ -27,6 +27,22 @@ const QColor kPassColor(0x2e, 0x7d, 0x32);
 const QColor kFailColor(0xc6, 0x28, 0x28);
 const QColor kUndecidedColor(0xef, 0x8a, 0x17);
 
+// The point's mismatch, with the training mean beside it in the tooltip (schema 10; before, the mismatch was that
+// training mean).
+QStandardItem* mismatchItem(const mismatch::report::CalibrationPoint& p)
+{
+    auto* item = new QStandardItem(QString::number(p.mismatch, 'g', 4));
+    item->setToolTip(p.trainingMismatch
+            ? QObject::tr("Measured as admit screens it: each seed's checkpoint at step %1 under the calibration's "
+                          "protocol. Mean training-step mismatch over steps 1..%1: %2")
+                  .arg(p.step)
+                  .arg(*p.trainingMismatch, 0, 'g', 4)
+            : QObject::tr("The mean training-step mismatch over steps 1..%1 (a calibration made before points were "
+                          "measured on their checkpoints)")
+                  .arg(p.step));
+    return item;
+}
+
 QColor colorOf(const mismatch::report::CalibrationPoint& p)
 {
     return p.failed() ? kFailColor : p.undecided() ? kUndecidedColor : kPassColor;
@@ -255,9 +271,12 @@ void BudgetView::showCalibration()
     pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"),
         tr("x BF16 (own unit)"), tr("Quality Q"), tr("Change vs BF16"), tr("95% interval of change"),
         tr("Result")});
+    pointModel_->horizontalHeaderItem(2)->setToolTip(
+        tr("The screen statistic: admit's measurement of the configuration on each seed's checkpoint at the step, "
+           "under the calibration's protocol (seed mean). The training-step mean is in each cell's tooltip."));
     pointModel_->horizontalHeaderItem(3)->setToolTip(
-        tr("Mismatch over the BF16 unit of the point's own runs (the plain BF16 engine at their weights, on the same "
-           "prompts and seeds), averaged over steps 1 to the point's step: the baseline is 1x at every step."));
+        tr("Mismatch over the BF16 unit of the same checkpoints under the same protocol (the plain BF16 engine at "
+           "their weights, same prompts and seeds): the baseline is 1x at every step."));
     // The failure rule this calibration was measured with.
     failureRise_ = info && info->relativeThreshold ? *info->relativeThreshold : kDefaultFailRise;
     failLine_->point1->setCoords(0, failureRise_ * 100);
@@ -295,7 +314,7 @@ void BudgetView::showCalibration()
         yMax = std::max(yMax, change);
         QList<QStandardItem*> row;
         row << new QStandardItem(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName))
-            << new QStandardItem(QString::number(p.step)) << new QStandardItem(QString::number(p.mismatch, 'g', 4))
+            << new QStandardItem(QString::number(p.step)) << mismatchItem(p)
             << new QStandardItem(p.bf16Multiple() ? QStringLiteral("%1x").arg(*p.bf16Multiple(), 0, 'f', 1) : tr("-"))
             << new QStandardItem(QString::number(p.quality, 'g', 4))
             << new QStandardItem(p.relativeChange ? QString::asprintf("%+.1f%%", change) : tr("-"))
@@ -477,6 +496,9 @@ void BudgetView::hoverAt(const QPoint& pixel)
                            nearest->runName.empty() ? "#" + std::to_string(nearest->runId) : nearest->runName))
                        .arg(nearest->step)
                        .arg(nearest->mismatch, 0, 'g', 4);
+    if (nearest->trainingMismatch) {
+        text += tr(" (as admit screens it; training mean %1)").arg(*nearest->trainingMismatch, 0, 'g', 4);
+    }
     if (const auto multiple = nearest->bf16Multiple()) {
         text += tr(" (%1x its own BF16 unit at step %2)").arg(*multiple, 0, 'f', 1).arg(nearest->step);
     }

@@ -47,16 +47,22 @@ std::string protocolText(const analysis::MeasurementProtocol& p)
 void printCalibration(const Context& context, const nlohmann::json& command, const analysis::CalibrationOptions& options,
     const analysis::CalibrationResult& result)
 {
-    const std::string rule = analysis::calibrationRuleText(options.rule, result.replicates);
+    const std::string rule = analysis::calibrationRuleText(options.rule, result.replicates, result.maxReplicates);
     if (context.json) {
         context.printJson(analysis::toJson(result, options, command));
         return;
     }
     std::ostream& out = *context.out;
     out << "calibration " << result.calibrationId << " (" << options.name << ") of " << options.base.student << ", "
-        << result.replicates << " seed(s) per configuration\n"
-        << "mismatch = mean step KL(mu||pi) up to the step, nats/token (replicate mean); x BF16 = over the BF16 unit "
-           "of the configuration's own runs over the same steps\n";
+        << result.replicates << " seed(s) per configuration"
+        << (result.maxReplicates > result.replicates
+                   ? " to start, up to " + std::to_string(result.maxReplicates) + " for undecided points"
+                   : std::string())
+        << "\n"
+        << "mismatch = the screen statistic: admit's measurement of the configuration on each seed's checkpoint at the "
+           "step, under the protocol below (seed mean), nats/token; training mean = the mean step KL(mu||pi) of the "
+           "training run over steps 1..step, beside it; x BF16 = mismatch over the BF16 unit of the same checkpoints "
+           "under the same protocol\n";
     if (result.flags.empty()) {
         out << "not flagged: the null comparison does not fail, the noise floor is within its share of the line, "
                "the sweep is monotone and no undecided point lies inside a bracket at any step\n";
@@ -70,15 +76,15 @@ void printCalibration(const Context& context, const nlohmann::json& command, con
     std::vector<std::vector<std::string>> rows;
     for (const auto& p : result.points) {
         const auto x = multiple(p);
-        rows.push_back({std::to_string(p.step), p.label, formatNumber(p.mismatch),
-            x ? formatNumber(*x, 3) + "x" : "-", formatNumber(p.quality),
+        rows.push_back({std::to_string(p.step), p.label, std::to_string(p.replicates), formatNumber(p.mismatch),
+            optionalNumber(p.trainingMismatch), x ? formatNumber(*x, 3) + "x" : "-", formatNumber(p.quality),
             p.accuracy ? formatNumber(100.0 * *p.accuracy, 3) + "%" : "-",
             p.relativeChange ? formatNumber(100.0 * *p.relativeChange, 3) + "%" : "-",
             p.changeLow ? "[" + formatNumber(100.0 * *p.changeLow, 3) + "%, " + formatNumber(100.0 * *p.changeHigh, 3) + "%]"
                         : "-",
             p.label == "baseline" ? "baseline" : (p.failed() ? "FAIL" : p.undecided() ? "UNDECIDED" : "pass")});
     }
-    out << formatTable({"step", "configuration", "mismatch", "x BF16", "Q", "accuracy", "dQ/Q",
+    out << formatTable({"step", "configuration", "seeds", "mismatch", "training mean", "x BF16", "Q", "accuracy", "dQ/Q",
                            "interval of dQ/Q (problems+seeds)", "verdict"},
         rows);
     out << "verdict: FAIL when the whole interval of dQ/Q is at or above the "
@@ -91,7 +97,11 @@ void printCalibration(const Context& context, const nlohmann::json& command, con
             n.verdict == metrics::Verdict::Fail ? "FAIL" : n.verdict == metrics::Verdict::Undecided ? "UNDECIDED" : "pass",
             "+-" + formatNumber(100.0 * n.noiseFloor, 3) + "%"});
     }
-    out << "\nnull comparison (the BF16 baseline against itself with " << result.replicates << " other seed(s)); "
+    std::int64_t nullSeeds = 0;
+    for (const auto& run : result.runs) {
+        nullSeeds += run.label == "null" ? 1 : 0;
+    }
+    out << "\nnull comparison (the BF16 baseline against itself with " << nullSeeds << " other seed(s)); "
         << "noise floor: half the width of its interval:\n"
         << formatTable({"step", "dQ/Q", "interval of dQ/Q", "verdict", "noise floor"}, rows);
     rows.clear();

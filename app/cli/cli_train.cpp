@@ -99,6 +99,9 @@ void showRun(const Context& context, const std::string& runText, bool problems, 
     const store::RunInfo run = *store.run(runId);
     const std::vector<store::StepMetrics> steps = store.stepsAfter(runId, 0);
     const std::vector<store::EvaluationSummary> evaluations = store::evaluations(store, runId);
+    // Runs begun before schema 10 record none.
+    const nlohmann::json provenance
+        = run.provenanceJson.empty() ? nlohmann::json::array() : nlohmann::json::parse(run.provenanceJson);
     if (context.json) {
         nlohmann::json stepList = nlohmann::json::array();
         for (const auto& m : steps) {
@@ -127,13 +130,25 @@ void showRun(const Context& context, const std::string& runText, bool problems, 
         }
         context.printJson({{"run_id", run.id}, {"name", run.name}, {"kind", run.kind},
             {"status", store::toString(run.status)}, {"started_at", run.startedAt}, {"finished_at", run.finishedAt},
-            {"error", run.error}, {"tool_version", run.toolVersion}, {"config", config}, {"steps", stepList},
+            {"error", run.error}, {"tool_version", run.toolVersion}, {"provenance", provenance},
+            {"command", jobs::storedCommand(store, runId)}, {"config", config}, {"steps", stepList},
             {"evaluations", evaluationList}});
         return;
     }
     *context.out << "run " << run.id << " (" << run.name << "), " << run.kind << ", " << store::toString(run.status)
                  << ", started " << run.startedAt << (run.finishedAt.empty() ? "" : ", finished " + run.finishedAt)
                  << "\n";
+    for (const auto& record : provenance) {
+        const nlohmann::json& path = record.at("compute_path");
+        *context.out << record.at("event").get<std::string>() << " " << record.at("utc").get<std::string>()
+                     << " by Mismatch Lab " << record.at("tool_version").get<std::string>() << " (commit "
+                     << record.at("commit").get<std::string>() << ") on " << path.at("key").get<std::string>() << " ("
+                     << path.at("cpu").get<std::string>() << ")\n";
+    }
+    const nlohmann::json command = jobs::storedCommand(store, runId);
+    if (command.is_string()) {
+        *context.out << "re-made by: " << command.get<std::string>() << "\n";
+    }
     if (!run.error.empty()) {
         *context.out << "error: " << run.error << "\n";
     }

@@ -635,6 +635,19 @@ ScreenInputs loadScreenInputs(const AdmissionOptions& options, Progress& progres
     return inputs;
 }
 
+// The engine `candidate` describes (its recipe as loaded, its weight noise).
+EngineConfiguration engineConfiguration(const Candidate& candidate, const ScreenInputs& inputs)
+{
+    EngineConfiguration configuration;
+    if (!candidate.recipePath.empty()) {
+        configuration.recipe = inputs.recipes.at(candidate.recipePath);
+    }
+    configuration.noise = candidate.noise;
+    configuration.noiseSeed = candidate.noiseSeed;
+    configuration.noiseModules = candidate.noiseModules;
+    return configuration;
+}
+
 // The run's config_json: what a resume reads back (see resumeAdmission), without the input digests.
 nlohmann::json runConfigJson(
     const AdmissionOptions& options, const nlohmann::json& settingsJson, const ProtocolCheck& protocol)
@@ -854,13 +867,7 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
                 progress.checkCancelled();
                 const auto candidateStarted = std::chrono::steady_clock::now();
                 const TimelineEntry engineWeights = engineCheckpoint(timeline, checkpoint, candidate);
-                EngineConfiguration configuration;
-                if (!candidate.recipePath.empty()) {
-                    configuration.recipe = inputs.recipes.at(candidate.recipePath);
-                }
-                configuration.noise = candidate.noise;
-                configuration.noiseSeed = candidate.noiseSeed;
-                configuration.noiseModules = candidate.noiseModules;
+                const EngineConfiguration configuration = engineConfiguration(candidate, inputs);
                 engine::MismatchMeasurement measured;
                 std::vector<store::StoredGeneration> generations;
                 {
@@ -949,6 +956,38 @@ AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Prog
         options.candidates.push_back(std::move(candidate));
     }
     return admit(store, options, progress, runId, onRunStarted);
+}
+
+ScreenMeasurement measureScreen(const std::string& checkpoint, const Candidate& candidate,
+    const MeasurementProtocol& protocol, const MeasureSettings& given, Progress& progress)
+{
+    AdmissionOptions options;
+    options.checkpoints = {fs::absolute(checkpoint).string()};
+    options.candidates = {candidate};
+    if (!candidate.recipePath.empty()) {
+        options.candidates[0].recipePath = fs::absolute(candidate.recipePath).string();
+    }
+    options.probePath = protocol.prompts;
+    options.count = protocol.count;
+    options.settings = applyProtocol(protocol, given);
+    const std::vector<TimelineEntry> timeline = checkpointTimeline(options);
+    const TimelineEntry& screened = timeline.back();
+    ScreenMeasurement result;
+    result.engineWeights = engineCheckpoint(timeline, screened, options.candidates[0]);
+    ScreenInputs inputs = loadScreenInputs(options, progress);
+    const model::Transformer trainer(inputs.student.config, inputs.weightsOf(screened));
+    {
+        Progress slice = progress.child(0.0, 0.5, "BF16 unit of " + screened.directory);
+        result.bf16Unit = measureConfiguration(trainer, inputs.weightsOf(screened), EngineConfiguration {},
+            inputs.requests, inputs.sampling, options.settings, &slice)
+                              .kl;
+    }
+    Progress slice = progress.child(0.5, 1.0, candidate.name);
+    const engine::MismatchMeasurement measured = measureConfiguration(trainer, inputs.weightsOf(result.engineWeights),
+        engineConfiguration(options.candidates[0], inputs), inputs.requests, inputs.sampling, options.settings, &slice);
+    result.mismatch = measured.kl;
+    result.interval = klInterval(measured, options.settings.bootstrap);
+    return result;
 }
 
 std::optional<double> bf16Multiple(const AdmissionRow& row)

@@ -178,6 +178,19 @@ model::TransformerWeights loadTimelineWeights(
 
 AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& options, Progress& progress);
 
+// One screen measurement made exactly as runAdmission makes a decision's (the same prompts, settings, engine weights,
+// engine and functions), stored nowhere: `candidate` at `checkpoint` under `protocol` (its prompts, count, sampling,
+// seed and KV-scale policy over `settings`), with the checkpoint's BF16 unit. Calibration measures its points with
+// it (spec "Same statistic on both axes").
+struct ScreenMeasurement {
+    double mismatch = 0.0;
+    metrics::Interval interval;
+    double bf16Unit = 0.0;
+    TimelineEntry engineWeights;
+};
+ScreenMeasurement measureScreen(const std::string& checkpoint, const Candidate& candidate,
+    const MeasurementProtocol& protocol, const MeasureSettings& settings, Progress& progress);
+
 // A row's mismatch as a multiple of its checkpoint's BF16 unit; none without a (positive) unit.
 std::optional<double> bf16Multiple(const AdmissionRow& row);
 // The one JSON of an admission check, printed by `mismatch admit --json` and under "admission" by `mismatch demo

@@ -1,6 +1,8 @@
 #include "core/analysis/calibrate.h"
 
+#include "core/analysis/admission.h"
 #include "core/analysis/job_resume.h"
+#include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/random.h"
 #include "core/store/evaluation_store.h"
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -35,6 +38,14 @@ std::string numberText(double value)
 } // namespace
 
 const char* const kCalibrationIntervalMethod = metrics::kFailureIntervalMethod;
+const char* const kCalibrationMismatchStatistic
+    = "mismatch: the screen statistic, admit's measurement of the configuration on each seed's checkpoint at the step "
+      "under the calibration's protocol (seed mean); training_mismatch: the mean training-step mismatch over steps "
+      "1..step beside it";
+const char* const kCalibrationStoppingRule
+    = "after each round, every configuration with an undecided point at some rule step gets one more seed, and the "
+      "baseline and the null group one more each, up to max_replicates seeds; the null group also when the null "
+      "comparison is undecided; stop when nothing is undecided or every undecided configuration has max_replicates";
 
 namespace {
 
@@ -93,6 +104,10 @@ void checkCalibrationOptions(const CalibrationOptions& o)
     if (o.replicates < 1) {
         throw InputError(source, "replicates", "must be >= 1, got " + std::to_string(o.replicates));
     }
+    if (o.maxReplicates < o.replicates) {
+        throw InputError(source, "max_replicates", "must be >= replicates (" + std::to_string(o.replicates)
+            + "), got " + std::to_string(o.maxReplicates));
+    }
     if (o.unitEvery < 1) {
         throw InputError(source, "unit_every", "must be >= 1, got " + std::to_string(o.unitEvery));
     }
@@ -148,23 +163,26 @@ std::string runName(const std::string& calibration, const std::string& label, st
     return calibration + "/" + suffix + "/r" + std::to_string(replicate);
 }
 
-// Replicate 0 of every configuration, then replicate 1, ...; then the null group.
-std::vector<SweepJob> jobs(const CalibrationOptions& o, const std::vector<SweepEntry>& entries)
+SweepJob sweepJob(const CalibrationOptions& o, const std::string& label, std::int64_t replicate, train::RunConfig config)
 {
-    const auto job = [&o](const std::string& label, std::int64_t replicate, train::RunConfig config) {
-        config.seed = replicateSeed(o.base.seed, replicate);
-        config.rollout.noise.seed = replicateSeed(o.base.rollout.noise.seed, replicate);
-        config.name = runName(o.name, label, replicate);
-        return SweepJob {label, replicate, std::move(config)};
-    };
+    config.seed = replicateSeed(o.base.seed, replicate);
+    config.rollout.noise.seed = replicateSeed(o.base.rollout.noise.seed, replicate);
+    config.name = runName(o.name, label, replicate);
+    return SweepJob {label, replicate, std::move(config)};
+}
+
+// The first round: replicate 0 of every configuration, then replicate 1, ...; then the null group (replicates
+// maxReplicates.., so that no configuration's added seed is one of them).
+std::vector<SweepJob> firstRound(const CalibrationOptions& o, const std::vector<SweepEntry>& entries)
+{
     std::vector<SweepJob> result;
     for (std::int64_t r = 0; r < o.replicates; ++r) {
         for (const SweepEntry& entry : entries) {
-            result.push_back(job(entry.label, r, entry.config));
+            result.push_back(sweepJob(o, entry.label, r, entry.config));
         }
     }
-    for (std::int64_t r = o.replicates; r < 2 * o.replicates; ++r) {
-        result.push_back(job(kNullLabel, r, entries.front().config));
+    for (std::int64_t r = 0; r < o.replicates; ++r) {
+        result.push_back(sweepJob(o, kNullLabel, o.maxReplicates + r, entries.front().config));
     }
     return result;
 }
@@ -271,8 +289,8 @@ StepFigures stepFigures(const store::RunStore& store, const std::vector<Calibrat
         point.replicate = run.replicate;
         point.runId = run.runId;
         point.step = step;
-        point.mismatch = mismatch;
-        point.bf16Unit = unit;
+        point.trainingMismatch = mismatch;
+        point.trainingBf16Unit = unit;
         point.quality = evaluation->summary.quality;
         point.accuracy = evaluation->summary.accuracy;
         figures.points[run.label].push_back(point);
@@ -288,6 +306,83 @@ double meanOf(const std::vector<ReplicatePoint>& points, double ReplicatePoint::
         sum += point.*field;
     }
     return sum / static_cast<double>(points.size());
+}
+
+double meanOf(const std::vector<ReplicatePoint>& points, std::optional<double> ReplicatePoint::*field)
+{
+    double sum = 0.0;
+    for (const ReplicatePoint& point : points) {
+        sum += (point.*field).value();
+    }
+    return sum / static_cast<double>(points.size());
+}
+
+// The stopping rule of the seeds (calibrate.h, "Seeds until decided"): the runs of the next round, none when the
+// calibration is done. `runs` are the finished runs so far, `entries` the configurations (baseline first).
+std::vector<SweepJob> nextRound(const store::RunStore& store, const CalibrationOptions& o,
+    const std::vector<SweepEntry>& entries, const std::vector<CalibrationSweepRun>& runs)
+{
+    std::map<std::string, std::int64_t> seeds;
+    for (const CalibrationSweepRun& run : runs) {
+        ++seeds[run.label];
+    }
+    std::set<std::string> undecided;
+    bool nullUndecided = false;
+    for (const std::int64_t step : o.steps) {
+        const StepFigures figures = stepFigures(store, runs, step);
+        const auto& base = figures.qualities.at("baseline");
+        for (const SweepEntry& entry : entries) {
+            if (entry.label != "baseline"
+                && metrics::applyFailureRule(figures.qualities.at(entry.label), base, o.rule).verdict
+                    == metrics::Verdict::Undecided) {
+                undecided.insert(entry.label);
+            }
+        }
+        nullUndecided = nullUndecided
+            || metrics::applyFailureRule(figures.qualities.at(kNullLabel), base, o.rule).verdict
+                == metrics::Verdict::Undecided;
+    }
+    std::vector<SweepJob> round;
+    bool grows = false;
+    for (const SweepEntry& entry : entries) {
+        if (undecided.count(entry.label) && seeds[entry.label] < o.maxReplicates) {
+            grows = true;
+        }
+    }
+    for (const SweepEntry& entry : entries) {
+        const bool add = entry.label == "baseline" ? grows : undecided.count(entry.label) > 0;
+        if (add && seeds[entry.label] < o.maxReplicates) {
+            round.push_back(sweepJob(o, entry.label, seeds[entry.label], entry.config));
+        }
+    }
+    if ((grows || nullUndecided) && seeds[kNullLabel] < o.maxReplicates) {
+        round.push_back(sweepJob(o, kNullLabel, o.maxReplicates + seeds[kNullLabel], entries.front().config));
+    }
+    return round;
+}
+
+// The configuration of a sweep run as an admission candidate (calibrate.h, "One statistic on both axes").
+Candidate sweepCandidate(const SweepJob& job)
+{
+    Candidate candidate;
+    candidate.name = job.label;
+    candidate.recipePath = job.config.rollout.recipe;
+    candidate.staleness = job.config.rollout.staleness;
+    candidate.noise = job.config.rollout.noise.sigma;
+    candidate.noiseSeed = job.config.rollout.noise.seed;
+    candidate.noiseModules = job.config.rollout.noise.modules;
+    return candidate;
+}
+
+// A screen as the calibration stores it; the engine's weights relative to the workspace directory (they are the
+// run's own checkpoint or a version of its history), so that the same calibration stores the same text anywhere.
+nlohmann::json screenToJson(
+    std::int64_t runId, std::int64_t step, const ScreenMeasurement& screen, const std::string& workspaceDirectory)
+{
+    return {{"run_id", runId}, {"step", step}, {"mismatch", screen.mismatch}, {"ci_low", screen.interval.low},
+        {"ci_high", screen.interval.high}, {"bf16_unit", screen.bf16Unit},
+        {"engine_weights",
+            fs::path(weightsName(screen.engineWeights)).lexically_relative(workspaceDirectory).generic_string()}};
 }
 
 std::string percent(double fraction)
@@ -371,11 +466,16 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
     checkCalibrationOptions(options);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<SweepEntry> entries = sweep(options);
-    const std::vector<SweepJob> sweepJobs = jobs(options, entries);
-    const std::int64_t totalSteps = static_cast<std::int64_t>(sweepJobs.size()) * options.base.steps;
+    std::vector<SweepJob> sweepJobs = firstRound(options, entries);
+    // Progress over the most runs the calibration can train (every configuration and the null group at
+    // maxReplicates), then its screens; it ends early when fewer seeds decide every point.
+    const std::int64_t mostRuns = static_cast<std::int64_t>(entries.size() + 1) * options.maxReplicates;
+    const double trainingShare = 0.9;
+    const std::int64_t totalSteps = mostRuns * options.base.steps;
 
     CalibrationResult result;
     result.replicates = options.replicates;
+    result.maxReplicates = options.maxReplicates;
     result.protocol = calibrationProtocol(options.base, options.probeCount);
     if (resumeRunId) {
         result.runId = *resumeRunId;
@@ -387,7 +487,8 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
             {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
             {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin},
             {"noise_floor_fraction", options.noiseFloorFraction},
-            {"replicates", options.replicates}, {"unit_every", options.unitEvery},
+            {"replicates", options.replicates}, {"max_replicates", options.maxReplicates},
+            {"unit_every", options.unitEvery},
             {"probe_count", options.probeCount}, {"protocol", protocolToJson(result.protocol)},
             {"inputs", fileDigests(inputFiles(options))}, {"sweep_runs", nlohmann::json::array()}};
         store::RunSpec spec;
@@ -415,10 +516,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                         run.at("wall_seconds").get<double>()});
                 }
                 for (const auto& p : config.at("replicate_points")) {
-                    result.replicatePoints.push_back({p.at("label").get<std::string>(),
-                        p.at("replicate").get<std::int64_t>(), p.at("run_id").get<std::int64_t>(),
-                        p.at("step").get<std::int64_t>(), p.at("mismatch").get<double>(),
-                        p.at("bf16_unit").get<double>(), p.at("quality").get<double>(), p.at("accuracy").get<double>()});
+                    result.replicatePoints.push_back(replicatePointFromJson(p));
                 }
                 for (const auto& n : config.at("null_comparisons")) {
                     NullComparison null;
@@ -444,13 +542,9 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         const std::vector<std::int64_t> linked = nlohmann::json::parse(store.run(result.runId)->configJson)
                                                      .value("sweep_runs", nlohmann::json::array())
                                                      .get<std::vector<std::int64_t>>();
-        if (linked.size() > sweepJobs.size()) {
-            throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + " links "
-                + std::to_string(linked.size()) + " sweep runs, more than its " + std::to_string(sweepJobs.size())
-                + " runs (configurations x replicates + the null group)");
-        }
         train::TrainOptions trainOptions;
         trainOptions.workspaceDirectory = options.workspaceDirectory;
+        trainOptions.checkpointSteps = options.steps; // the screens measure each run's checkpoint at the rule steps
         for (std::size_t i = 0; i < sweepJobs.size(); ++i) {
             const SweepJob& job = sweepJobs[i];
             const std::string what = job.label + " (seed " + std::to_string(job.replicate + 1) + ")";
@@ -471,22 +565,95 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 if (info->status == store::RunStatus::Finished) {
                     result.runs.push_back({job.label, job.replicate, job.config.seed, sweepRunId,
                         storedWallSeconds(store, sweepRunId)});
-                    continue;
                 }
             } else {
                 sweepRunId = train::recordTrainingRun(job.config, store,
                     [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
             }
-            // The run's own progress feeds the calibration's (its steps are this run's share of the sweep's), and
-            // they share one cancel flag.
-            Progress runProgress = progress.child(static_cast<double>(done) / static_cast<double>(totalSteps),
-                static_cast<double>(done + options.base.steps) / static_cast<double>(totalSteps), what);
-            const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
-            result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
+            if (result.runs.size() == i) {
+                // The run's own progress feeds the calibration's (its steps are this run's share of the sweep's),
+                // and they share one cancel flag.
+                Progress runProgress = progress.child(trainingShare * static_cast<double>(done) / static_cast<double>(totalSteps),
+                    trainingShare * static_cast<double>(done + options.base.steps) / static_cast<double>(totalSteps), what);
+                const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
+                result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
+            }
+            if (i + 1 == sweepJobs.size()) {
+                // The round is trained: the stopping rule decides the next one from the stored runs.
+                const std::vector<SweepJob> round = nextRound(store, options, entries, result.runs);
+                sweepJobs.insert(sweepJobs.end(), round.begin(), round.end());
+            }
+        }
+        if (linked.size() > sweepJobs.size()) {
+            throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + " links "
+                + std::to_string(linked.size()) + " sweep runs, more than the " + std::to_string(sweepJobs.size())
+                + " its stopping rule trains");
+        }
+
+        // The screens: every configuration's runs measured at their checkpoints of the rule steps as `admit` would
+        // (the null group is no point). Each is stored in the run's config_json as it is made, so a resume keeps it.
+        std::map<std::pair<std::int64_t, std::int64_t>, nlohmann::json> screens;
+        for (const auto& stored : nlohmann::json::parse(store.run(result.runId)->configJson)
+                                      .value("screens", nlohmann::json::array())) {
+            screens[{stored.at("run_id").get<std::int64_t>(), stored.at("step").get<std::int64_t>()}] = stored;
+        }
+        {
+            MeasureSettings settings;
+            settings.device = parseDevice(options.base.device, options.base.sourceFile, "device");
+            std::size_t measured = 0;
+            const std::size_t toMeasure = options.steps.size() * result.runs.size();
+            for (const std::int64_t step : options.steps) {
+                for (std::size_t i = 0; i < result.runs.size(); ++i) {
+                    const CalibrationSweepRun& run = result.runs[i];
+                    ++measured;
+                    if (run.label == kNullLabel || screens.count({run.runId, step})) {
+                        continue;
+                    }
+                    progress.checkCancelled();
+                    const std::string checkpoint
+                        = train::stepCheckpoint(store, options.workspaceDirectory, run.runId, step);
+                    std::error_code missing;
+                    if (!fs::exists(fs::path(checkpoint) / "state.json", missing)) {
+                        throw StoreError(store.path(), "calibration run " + std::to_string(result.runId)
+                            + ": sweep run " + std::to_string(run.runId) + " has no checkpoint at step "
+                            + std::to_string(step) + " (" + checkpoint + ") to measure its point on");
+                    }
+                    Progress slice = progress.child(
+                        trainingShare + (1.0 - trainingShare) * static_cast<double>(measured - 1) / static_cast<double>(toMeasure),
+                        trainingShare + (1.0 - trainingShare) * static_cast<double>(measured) / static_cast<double>(toMeasure),
+                        "screen of " + run.label + " (seed " + std::to_string(run.replicate + 1) + ") at step "
+                            + std::to_string(step));
+                    const ScreenMeasurement screen
+                        = measureScreen(checkpoint, sweepCandidate(sweepJobs[i]), result.protocol, settings, slice);
+                    screens[{run.runId, step}] = screenToJson(run.runId, step, screen,
+                        fs::path(train::stepCheckpoint(store, options.workspaceDirectory, run.runId, step))
+                            .parent_path()
+                            .parent_path()
+                            .parent_path()
+                            .string());
+                    nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
+                    config["screens"].push_back(screens[{run.runId, step}]);
+                    store.setRunConfig(result.runId, config.dump());
+                }
+            }
         }
 
         for (const std::int64_t step : options.steps) {
-            const StepFigures figures = stepFigures(store, result.runs, step);
+            StepFigures figures = stepFigures(store, result.runs, step);
+            for (auto& [label, replicates] : figures.points) {
+                for (ReplicatePoint& replicate : replicates) {
+                    const auto screen = screens.find({replicate.runId, step});
+                    if (screen == screens.end()) {
+                        continue; // the null group
+                    }
+                    replicate.mismatch = screen->second.at("mismatch").get<double>();
+                    replicate.mismatchInterval = metrics::Interval {*replicate.mismatch,
+                        screen->second.at("ci_low").get<double>(), screen->second.at("ci_high").get<double>(),
+                        MeasureSettings {}.bootstrap.confidence, MeasureSettings {}.bootstrap.resamples};
+                    replicate.bf16Unit = screen->second.at("bf16_unit").get<double>();
+                    replicate.engineWeights = screen->second.at("engine_weights").get<std::string>();
+                }
+            }
             const auto& baseQualities = figures.qualities.at("baseline");
             for (const SweepEntry& entry : entries) {
                 const std::vector<ReplicatePoint>& replicates = figures.points.at(entry.label);
@@ -497,6 +664,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                 point.replicates = static_cast<std::int64_t>(replicates.size());
                 point.mismatch = meanOf(replicates, &ReplicatePoint::mismatch);
                 point.bf16Unit = meanOf(replicates, &ReplicatePoint::bf16Unit);
+                point.trainingMismatch = meanOf(replicates, &ReplicatePoint::trainingMismatch);
                 point.quality = meanOf(replicates, &ReplicatePoint::quality);
                 point.accuracy = meanOf(replicates, &ReplicatePoint::accuracy);
                 if (entry.label == "baseline") {
@@ -542,9 +710,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         config["runs"] = runs;
         nlohmann::json replicatePoints = nlohmann::json::array();
         for (const auto& p : result.replicatePoints) {
-            replicatePoints.push_back({{"label", p.label}, {"replicate", p.replicate}, {"run_id", p.runId},
-                {"step", p.step}, {"mismatch", p.mismatch}, {"bf16_unit", p.bf16Unit}, {"quality", p.quality},
-                {"accuracy", p.accuracy}});
+            replicatePoints.push_back(toJson(p));
         }
         config["replicate_points"] = replicatePoints;
         nlohmann::json nulls = nlohmann::json::array();
@@ -558,6 +724,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         config["null_comparisons"] = nulls;
         config["flags"] = flagsToJson(result.flags);
         config["interval_method"] = kCalibrationIntervalMethod;
+        config["stopping_rule"] = kCalibrationStoppingRule;
         store::CalibrationInfo info;
         info.runId = result.runId;
         info.name = options.name;
@@ -570,11 +737,54 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         transaction.commit();
     });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.provenanceJson = store.run(result.runId)->provenanceJson;
     progress.update(1.0, "calibrated");
     return result;
 }
 
 } // namespace
+
+nlohmann::json toJson(const ReplicatePoint& p)
+{
+    const auto optional = [](const std::optional<double>& value) {
+        return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+    };
+    return {{"label", p.label}, {"replicate", p.replicate}, {"run_id", p.runId}, {"step", p.step},
+        {"mismatch", optional(p.mismatch)},
+        {"ci_low", p.mismatchInterval ? nlohmann::json(p.mismatchInterval->low) : nlohmann::json(nullptr)},
+        {"ci_high", p.mismatchInterval ? nlohmann::json(p.mismatchInterval->high) : nlohmann::json(nullptr)},
+        {"bf16_unit", optional(p.bf16Unit)}, {"engine_weights", p.engineWeights},
+        {"training_mismatch", p.trainingMismatch}, {"training_bf16_unit", p.trainingBf16Unit},
+        {"quality", p.quality}, {"accuracy", p.accuracy}};
+}
+
+ReplicatePoint replicatePointFromJson(const nlohmann::json& p)
+{
+    ReplicatePoint point;
+    point.label = p.at("label").get<std::string>();
+    point.replicate = p.at("replicate").get<std::int64_t>();
+    point.runId = p.at("run_id").get<std::int64_t>();
+    point.step = p.at("step").get<std::int64_t>();
+    point.quality = p.at("quality").get<double>();
+    point.accuracy = p.at("accuracy").get<double>();
+    if (!p.contains("training_mismatch")) {
+        // Stored before the screen statistic (schema 10): "mismatch" and "bf16_unit" were the training means.
+        point.trainingMismatch = p.at("mismatch").get<double>();
+        point.trainingBf16Unit = p.at("bf16_unit").get<double>();
+        return point;
+    }
+    point.trainingMismatch = p.at("training_mismatch").get<double>();
+    point.trainingBf16Unit = p.at("training_bf16_unit").get<double>();
+    if (!p.at("mismatch").is_null()) {
+        const metrics::BootstrapOptions bootstrap;
+        point.mismatch = p.at("mismatch").get<double>();
+        point.mismatchInterval = metrics::Interval {*point.mismatch, p.at("ci_low").get<double>(),
+            p.at("ci_high").get<double>(), bootstrap.confidence, bootstrap.resamples};
+        point.bf16Unit = p.at("bf16_unit").get<double>();
+    }
+    point.engineWeights = p.value("engine_weights", std::string());
+    return point;
+}
 
 std::uint64_t replicateSeed(std::uint64_t seed, std::int64_t replicate)
 {
@@ -654,6 +864,9 @@ CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::i
     // Calibrations started before the setting existed flagged at half the line.
     options.noiseFloorFraction = c.value("noise_floor_fraction", 0.5);
     options.replicates = storedOption<std::int64_t>(c, "replicates", source);
+    // Calibrations started before seeds were added to undecided points kept their seed count.
+    options.maxReplicates = c.contains("max_replicates") ? storedOption<std::int64_t>(c, "max_replicates", source)
+                                                         : options.replicates;
     options.unitEvery = storedOption<std::int64_t>(c, "unit_every", source);
     options.probeCount = storedOption<std::int64_t>(c, "probe_count", source);
     return options;

@@ -10,18 +10,36 @@
 //   staleness k     rollout.staleness = k (synchronous loop; the asynchronous loop gives the same numbers)
 // and the baseline is the base with the plain BF16 engine (no recipe, no noise, staleness 0).
 //
-// Replicates. Replicate r (0..R-1) of every configuration runs with seed replicateSeed(base.seed, r) (r = 0 is the
-// base seed itself) and noise seed replicateSeed(noise.seed, r): a different prompt order, different rollout and
-// evaluation draws and a different noise draw. All runs evaluate the same held-out problems, so q_i pair up by
-// problem across every run. At step S a configuration's point is the replicate mean of its mismatch (mean step
-// KL(mu||pi) over steps 1..S, the spec's run mismatch up to S), of its BF16 unit (the mean over steps 1..S of the
-// unit measured at those steps on the run's own weights: every step, see unitEvery) and of its Q and accuracy.
-// The failure rule compares the replicate-mean Q with the baseline's through the interval of the relative change
-// d = (Q_run - Q_base) / Q_base (metrics::applyFailureRule: the paired problem bootstrap plus each group's seed
-// variance with Student's t, so that two seeds are not understated), and gives one of three verdicts: fail (the
-// interval at or above the line), pass (below), undecided (it contains the line).
+// Replicates. Replicate r (0, 1, ...) of every configuration runs with seed replicateSeed(base.seed, r) (r = 0 is
+// the base seed itself) and noise seed replicateSeed(noise.seed, r): a different prompt order, different rollout
+// and evaluation draws and a different noise draw. All runs evaluate the same held-out problems, so q_i pair up by
+// problem across every run. The failure rule compares a configuration's replicate-mean Q with the baseline's
+// through the interval of the relative change d = (Q_run - Q_base) / Q_base (metrics::applyFailureRule: the paired
+// problem bootstrap plus each group's seed variance with Student's t, so that two seeds are not understated), and
+// gives one of three verdicts: fail (the interval at or above the line), pass (below), undecided (it contains the
+// line).
 //
-// Null comparison and flags. The baseline is also trained with R further seeds (r = R..2R-1) and compared with
+// Seeds until decided (spec "Seed replicates and noise floor"). Every configuration starts with `replicates`
+// seeds, the null group too. The stopping rule, fixed before any run: after every round, the verdicts are
+// computed at every rule step from all runs so far; each configuration with an undecided point at some step and
+// fewer than `maxReplicates` seeds gets one more seed, and in that round the baseline and the null group get one
+// more each too (their seed term is in every interval and in the noise floor); so does the null group alone when
+// the null comparison is undecided. It stops when no point is undecided, or when every undecided configuration has
+// maxReplicates seeds. Nothing else (no point estimate, no interval width) decides when to stop, and the final
+// verdicts are computed once from all runs. A point may gain or lose decidedness as the baseline gains seeds; the
+// rule keeps adding seeds to whatever is undecided.
+//
+// One statistic on both axes (spec "Same statistic on both axes"). At rule step S a point's mismatch is measured
+// the way `admit` measures a screen (measureScreen: admission.h): each replicate's checkpoint at step S, the
+// configuration as a candidate (its noise sigma with the run's noise seed and modules, its recipe, its staleness,
+// whose engine weights are the run's own from S - k, kept in the checkpoint's history), on the calibration's
+// protocol, replicate mean; the BF16 unit likewise at the checkpoint. So a configuration that set the threshold is
+// screened at the threshold it set. The mean training-step mismatch over steps 1..S (fresh random prompts, noise
+// redrawn every step) is kept beside it as the point's trainingMismatch, labelled. Sweep runs save a checkpoint at
+// every rule step for this.
+//
+// Null comparison and flags. The baseline is also trained with further seeds (the null group: r = maxReplicates,
+// maxReplicates + 1, ..., disjoint from every configuration's) and compared with
 // the baseline by the same rule at every step: the quality change of two identical configurations. The noise floor
 // is the half-width of its interval of d (what the comparison of two identical configurations cannot tell from
 // zero), not its point estimate. A step is flagged
@@ -42,12 +60,14 @@
 //
 // Resume (resumeCalibration, `mismatch calibrate --resume RUN`): the calibration run's config_json holds every
 // option (recipe paths made absolute), digests of its input files (job_resume.h; a changed file is an InputError
-// naming it) and "sweep_runs", the ids of its runs in the order they are trained (replicate 0 of every
-// configuration, then replicate 1, ..., then the null group), each linked in the transaction that records it. A
-// resume keeps the finished runs, continues the interrupted one from its newest checkpoint
-// (train::resumeTraining; from step 1 when it has none), runs the rest, and then stores the points and brackets
-// once, in the transaction that marks the run finished. Every draw is a function of the seeds, so a resumed
-// calibration stores what an uninterrupted one would (wall times aside).
+// naming it), "sweep_runs", the ids of its runs in the order they are trained (replicate 0 of every
+// configuration, then replicate 1, ..., then the null group; then each added round: the baseline, the undecided
+// configurations, the null group), each linked in the transaction that records it, and "screens", each
+// checkpoint's screen measurement as it is made. A resume keeps the finished runs and the screens made, continues
+// the interrupted run from its newest checkpoint (train::resumeTraining; from step 1 when it has none), decides
+// the added rounds again from the stored runs (the same stopping rule on the same figures), runs the rest, and
+// then stores the points and brackets once, in the transaction that marks the run finished. Every draw is a
+// function of the seeds, so a resumed calibration stores what an uninterrupted one would (wall times aside).
 #include "core/analysis/protocol.h"
 #include "core/common/progress.h"
 #include "core/metrics/bootstrap.h"
@@ -76,7 +96,12 @@ struct CalibrationOptions {
     // change Q by less than half the line to pass or by more than 1.5 times it to fail: only points at least half
     // the line away from it can be decided, and a budget from such a calibration is mostly undecided points.
     double noiseFloorFraction = 0.5;
-    std::int64_t replicates = 2; // seeds per configuration (>= 1); the null comparison trains as many more
+    std::int64_t replicates = 2; // seeds per configuration at the start (>= 1); the null group starts with as many
+    // Seeds an undecided configuration may grow to (>= replicates; equal: no seeds are added). At 4 a calibration
+    // trains at most twice the runs of 2 seeds; when the seed term dominates, an interval's half-width goes as
+    // t(2n - 2) / sqrt(n) for n seeds a group: 3.04, 1.60, 1.22, 1.03 for n = 2..5, so the 3rd and 4th seeds narrow
+    // it by 47% and 24%, a 5th by 15% for another run per configuration.
+    std::int64_t maxReplicates = 4;
     // BF16 unit of the non-BF16 runs: measured at step 1 and every this many steps (>= 1; the baseline is its own
     // unit at every step). Overrides the base's evaluation.bf16_unit_every.
     std::int64_t unitEvery = 1;
@@ -88,6 +113,9 @@ struct CalibrationOptions {
 
 // How the calibration's intervals are computed, in words (stored with every calibration, printed with it).
 extern const char* const kCalibrationIntervalMethod;
+// What a point's mismatch is, in words (printed with it), and the stopping rule of the seeds.
+extern const char* const kCalibrationMismatchStatistic;
+extern const char* const kCalibrationStoppingRule;
 
 // Seed of replicate r: r = 0 keeps `seed`, others mix it with r.
 std::uint64_t replicateSeed(std::uint64_t seed, std::int64_t replicate);
@@ -106,11 +134,26 @@ struct ReplicatePoint {
     std::int64_t replicate = 0;
     std::int64_t runId = 0;
     std::int64_t step = 0;
-    double mismatch = 0.0; // mean step KL over steps 1..step
-    double bf16Unit = 0.0; // mean of the units measured at steps 1..step
+    // The screen statistic (measureScreen on this run's checkpoint at the step under the calibration's protocol)
+    // and the checkpoint's BF16 unit under it; none for the null group (not a point) and for calibrations stored
+    // before schema 10.
+    std::optional<double> mismatch;
+    std::optional<metrics::Interval> mismatchInterval;
+    std::optional<double> bf16Unit;
+    std::string engineWeights; // the screen engine's weights relative to the workspace directory (the run's checkpoint,
+                               // or with staleness a version of its history.safetensors)
+    double trainingMismatch = 0.0; // mean step KL over steps 1..step
+    double trainingBf16Unit = 0.0; // mean of the units measured at steps 1..step
     double quality = 0.0;
     double accuracy = 0.0;
 };
+
+// A replicate point as the calibration's config_json and its --json store it ({"label", "replicate", "run_id",
+// "step", "mismatch", "ci_low", "ci_high", "bf16_unit", "engine_weights", "training_mismatch",
+// "training_bf16_unit", "quality", "accuracy"}; the screen's fields null for the null group), and read back (one
+// stored before schema 10 has the training means as "mismatch" and "bf16_unit").
+nlohmann::json toJson(const ReplicatePoint& point);
+ReplicatePoint replicatePointFromJson(const nlohmann::json& json);
 
 // The baseline against itself with other seeds, at one step.
 struct NullComparison {
@@ -131,8 +174,9 @@ struct CalibrationFlag {
 struct CalibrationResult {
     std::int64_t calibrationId = 0;
     std::int64_t runId = 0; // the "calibrate" run
-    std::int64_t replicates = 1;
-    std::vector<CalibrationSweepRun> runs; // in training order
+    std::int64_t replicates = 1; // seeds each configuration started with
+    std::int64_t maxReplicates = 1; // what an undecided one could grow to
+    std::vector<CalibrationSweepRun> runs; // in training order (added seeds after the first round's)
     std::vector<store::CalibrationPoint> points; // every configuration (baseline included) at every step
     std::vector<ReplicatePoint> replicatePoints; // every run (null group included) at every step
     std::vector<NullComparison> nullComparisons; // per step
@@ -140,6 +184,9 @@ struct CalibrationResult {
     std::vector<CalibrationFlag> flags; // empty: not flagged
     MeasurementProtocol protocol;
     double wallSeconds = 0.0;
+    // The calibrate run's provenance records (store::RunInfo::provenanceJson): commit and compute path when it began
+    // and at each resume.
+    std::string provenanceJson;
 };
 
 // The flags of a calibration (see above), per step in the order of `nullComparisons`; `brackets` are the steps'
@@ -161,7 +208,7 @@ std::vector<double> defaultNoiseSigmas();
 
 // The checks runCalibration makes before it stores anything: InputError("calibrate", parameter, ...) naming the
 // catalogue parameter (core/jobs/training_jobs.h: "noise", "staleness", "rule_steps", "margin", "noise_floor_fraction", "replicates",
-// "unit_every", "probe_count"; "sweep" when nothing is swept), or the base run file and its field.
+// "max_replicates", "unit_every", "probe_count"; "sweep" when nothing is swept), or the base run file and its field.
 void checkCalibrationOptions(const CalibrationOptions& options);
 
 // Checks the options (checkCalibrationOptions): positive sigmas, staleness >= 1,

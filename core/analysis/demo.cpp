@@ -95,6 +95,9 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
             point.ciHigh = optionalNumber(p.at("ci_high"));
             point.changeLow = p.contains("change_low") ? optionalNumber(p.at("change_low")) : std::nullopt;
             point.changeHigh = p.contains("change_high") ? optionalNumber(p.at("change_high")) : std::nullopt;
+            // Written before the screen statistic: its mismatch is the training mean, with none beside it.
+            point.trainingMismatch
+                = p.contains("training_mismatch") ? optionalNumber(p.at("training_mismatch")) : std::nullopt;
             // A calibration written before three verdicts holds "failed" alone.
             point.verdict = p.contains("verdict") ? p.at("verdict").get<std::string>()
                                                   : (p.at("failed").get<bool>() ? "fail" : "pass");

@@ -141,12 +141,16 @@ nlohmann::json toJson(const BreakdownResult& r)
     return {{"run_id", r.runId}, {"measurements", r.measurements}, {"seconds", r.seconds}, {"candidates", list}};
 }
 
-std::string calibrationRuleText(const metrics::FailureRuleOptions& rule, std::int64_t replicates)
+std::string calibrationRuleText(
+    const metrics::FailureRuleOptions& rule, std::int64_t replicates, std::int64_t maxReplicates)
 {
     return "fail when the " + number(100 * rule.bootstrap.confidence)
         + "% interval of (Q_run - Q_base) / Q_base lies at or above " + number(rule.relativeThreshold)
-        + ", pass when it lies below, undecided when it contains it; Q and q_i are means over "
-        + std::to_string(replicates) + " seed replicate(s)";
+        + ", pass when it lies below, undecided when it contains it; Q and q_i are means over each configuration's "
+        + "seed replicates (" + std::to_string(replicates)
+        + (maxReplicates > replicates ? " to start, up to " + std::to_string(maxReplicates) + " while undecided"
+                                      : std::string(" each"))
+        + ")";
 }
 
 nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions& options, const nlohmann::json& command)
@@ -157,7 +161,8 @@ nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions&
     nlohmann::json points = nlohmann::json::array();
     for (const auto& p : result.points) {
         points.push_back({{"run_id", p.runId}, {"label", p.label}, {"step", p.step}, {"replicates", p.replicates},
-            {"mismatch", p.mismatch}, {"bf16_unit", optionalJson(p.bf16Unit)}, {"bf16_multiple", multiple(p)},
+            {"mismatch", p.mismatch}, {"training_mismatch", optionalJson(p.trainingMismatch)},
+            {"bf16_unit", optionalJson(p.bf16Unit)}, {"bf16_multiple", multiple(p)},
             {"quality", p.quality}, {"accuracy", optionalJson(p.accuracy)},
             {"relative_change", optionalJson(p.relativeChange)}, {"ci_low", optionalJson(p.ciLow)},
             {"ci_high", optionalJson(p.ciHigh)}, {"change_low", optionalJson(p.changeLow)},
@@ -165,9 +170,7 @@ nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions&
     }
     nlohmann::json replicatePoints = nlohmann::json::array();
     for (const auto& p : result.replicatePoints) {
-        replicatePoints.push_back({{"label", p.label}, {"replicate", p.replicate}, {"run_id", p.runId},
-            {"step", p.step}, {"mismatch", p.mismatch}, {"bf16_unit", p.bf16Unit}, {"quality", p.quality},
-            {"accuracy", p.accuracy}});
+        replicatePoints.push_back(toJson(p));
     }
     nlohmann::json nulls = nlohmann::json::array();
     for (const auto& n : result.nullComparisons) {
@@ -196,15 +199,19 @@ nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions&
     return {{"calibration_id", result.calibrationId}, {"run_id", result.runId}, {"name", options.name},
         {"student", options.base.student}, {"student_in_resources", inResources(options.base.student)},
         {"prompts_in_resources", inResources(result.protocol.prompts)}, {"command", command},
+        {"provenance",
+            result.provenanceJson.empty() ? nlohmann::json::array() : nlohmann::json::parse(result.provenanceJson)},
         {"base", nlohmann::json::parse(train::runConfigToJson(options.base))}, {"replicates", result.replicates},
         {"relative_threshold", options.rule.relativeThreshold}, {"confidence", options.rule.bootstrap.confidence},
-        {"resamples", options.rule.bootstrap.resamples}, {"protocol", protocolToJson(result.protocol)},
+        {"resamples", options.rule.bootstrap.resamples}, {"max_replicates", result.maxReplicates},
+        {"protocol", protocolToJson(result.protocol)},
         {"flags", flagsToJson(result.flags)}, {"runs", runs}, {"points", points}, {"replicate_points", replicatePoints},
         {"null_comparisons", nulls}, {"brackets", brackets}, {"wall_seconds", result.wallSeconds},
-        {"rule", calibrationRuleText(options.rule, result.replicates)},
-        {"bf16_multiple", "mismatch / the BF16 unit of the configuration's own runs over the same steps (the plain "
-                          "BF16 engine at their weights, measured at every step)"},
-        {"interval_method", kCalibrationIntervalMethod}};
+        {"rule", calibrationRuleText(options.rule, result.replicates, result.maxReplicates)},
+        {"mismatch_statistic", kCalibrationMismatchStatistic},
+        {"bf16_multiple", "mismatch / the BF16 unit of the same checkpoints under the same protocol (the plain BF16 "
+                          "engine at their weights, same prompts and seeds), as admit's x BF16"},
+        {"interval_method", kCalibrationIntervalMethod}, {"stopping_rule", kCalibrationStoppingRule}};
 }
 
 nlohmann::json toJson(const train::TrainResult& result, const std::optional<store::RunInfo>& run,

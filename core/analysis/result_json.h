@@ -40,7 +40,8 @@ nlohmann::json toJson(const store::BreakdownRecord& record);
 // `command`: the reproducing command line (null when not known, e.g. a resumed calibration's).
 nlohmann::json toJson(const CalibrationResult& result, const CalibrationOptions& options, const nlohmann::json& command);
 // The calibration's failure rule in words (its JSON's "rule", the CLI's text).
-std::string calibrationRuleText(const metrics::FailureRuleOptions& rule, std::int64_t replicates);
+std::string calibrationRuleText(
+    const metrics::FailureRuleOptions& rule, std::int64_t replicates, std::int64_t maxReplicates);
 
 // A training run: status, steps stored, final quality and accuracy, last checkpoint; `run` is the stored run (its
 // name and status; nullopt reads as "unknown"), `workspace` the workspace directory.

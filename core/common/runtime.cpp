@@ -106,7 +106,7 @@ RuntimeInfo runtimeInfo()
 {
     RuntimeInfo info;
     info.version = kVersion;
-    info.gitRevision = kGitRevision;
+    info.gitRevision = gitRevision();
     info.torchVersion = TORCH_VERSION;
 #ifdef MISMATCH_HAVE_CUDA
     info.cudaBuilt = true;

@@ -68,6 +68,9 @@ analysis::CalibrationOptions calibrationOptions(const JobSpec& spec)
     options.margin = spec.number("margin");
     options.noiseFloorFraction = spec.number("noise_floor_fraction");
     options.replicates = spec.integer("replicates");
+    // Not given: the default, or the starting seeds when more are asked for than it.
+    options.maxReplicates = spec.given("max_replicates") ? spec.integer("max_replicates")
+                                                         : std::max(options.maxReplicates, options.replicates);
     options.probeCount = spec.integer("probe_count");
     return options;
 }
@@ -122,8 +125,14 @@ JobDefinition calibrateJob()
                    defaults.noiseFloorFraction),
             0, true, 1.0),
         ranged(param("replicates", ParameterType::Integer, "--replicates", "Seeds per configuration",
-                   "Seeds per configuration; the null comparison trains the baseline with as many more",
+                   "Seeds each configuration starts with; the null comparison trains the baseline with as many more",
                    defaults.replicates),
+            1, false, 16),
+        ranged(param("max_replicates", ParameterType::Integer, "--max-replicates", "Most seeds per configuration",
+                   "Seeds an undecided configuration may grow to: after each round, every configuration with an "
+                   "undecided point gets one more seed (the baseline and the null group too) until none is "
+                   "undecided or they have this many; equal to --replicates: no seeds are added",
+                   defaults.maxReplicates),
             1, false, 16),
         ranged(param("probe_count", ParameterType::Integer, "--probe-count", "Screening prompts",
                    "Prompts of the screening protocol stored with the budget (from the run's training set)",
@@ -155,9 +164,10 @@ JobDefinition calibrateJob()
         return analysis::toJson(
             analysis::runCalibration(store, options, progress), options, commandLine(spec.toArguments()));
     };
-    job.resultFields = {"calibration_id", "run_id", "name", "student", "command", "base", "replicates",
-        "relative_threshold", "confidence", "resamples", "protocol", "flags", "runs", "points", "replicate_points",
-        "null_comparisons", "brackets", "wall_seconds", "rule"};
+    job.resultFields = {"calibration_id", "run_id", "name", "student", "command", "provenance", "base", "replicates",
+        "relative_threshold", "confidence", "resamples", "max_replicates", "protocol", "flags", "runs", "points",
+        "replicate_points", "null_comparisons", "brackets", "wall_seconds", "rule", "mismatch_statistic",
+        "stopping_rule"};
     job.runKind = "calibrate";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {

@@ -267,6 +267,7 @@ std::vector<CalibrationPoint> AnalysisData::calibrationPoints(std::int64_t calib
         point.changeHigh = stored.changeHigh;
         point.label = stored.label;
         point.bf16Unit = stored.bf16Unit;
+        point.trainingMismatch = stored.trainingMismatch;
         points.push_back(std::move(point));
     }
     return points;

@@ -76,6 +76,9 @@ struct CalibrationPoint {
     // The BF16 unit of this point's own runs over steps 1..step (the plain BF16 engine at their weights), nats per
     // token; absent in calibrations stored before it was measured per step.
     std::optional<double> bf16Unit;
+    // The mean training-step mismatch over steps 1..step beside `mismatch`, the screen statistic (schema 10); absent
+    // in calibrations stored before, whose `mismatch` is that training mean.
+    std::optional<double> trainingMismatch;
     // mismatch / bf16Unit: the point's multiple of its own unit (absent without a positive unit).
     std::optional<double> bf16Multiple() const;
 };

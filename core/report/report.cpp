@@ -477,7 +477,9 @@ private:
         paragraph("x BF16: the mismatch over the BF16 unit of the point's own runs (the plain BF16 engine at their "
                   "weights on the same prompts and seeds) averaged over steps 1 to the point's step, so the baseline "
                   "is 1x at every step.");
-        Table points {{"Run", "Step", "Mismatch", "x BF16", "Quality Q", "Change vs BF16",
+        // Mismatch: the screen statistic (each seed's checkpoint at the step, measured as admit does); the training
+        // mean beside it ("-" in calibrations stored before, whose mismatch is that training mean).
+        Table points {{"Run", "Step", "Mismatch", "Training mean", "x BF16", "Quality Q", "Change vs BF16",
                           "95% interval of mean q diff", "Result"},
             {}, {}};
         std::vector<std::pair<std::int64_t, std::string>> curves;
@@ -487,9 +489,9 @@ private:
             const std::string shown = p.replicates > 1 && !p.label.empty()
                 ? calibration->info.name + "/" + p.label + " (mean of " + std::to_string(p.replicates) + " seeds)"
                 : name;
-            points.cellClass[{points.rows.size(), 7}] = p.verdict; // "pass", "fail" or "undecided"
+            points.cellClass[{points.rows.size(), 8}] = p.verdict; // "pass", "fail" or "undecided"
             points.rows.push_back({shown, std::to_string(p.step), number(p.mismatch),
-                bf16Multiple(p.mismatch, p.bf16Unit), number(p.quality), percent(p.relativeChange),
+                p.trainingMismatch ? number(*p.trainingMismatch) : std::string("-"), bf16Multiple(p.mismatch, p.bf16Unit), number(p.quality), percent(p.relativeChange),
                 interval(p.ciLow, p.ciHigh), p.failed() ? "failed" : p.undecided() ? "undecided" : "passed"});
             if (std::none_of(curves.begin(), curves.end(), [&](const auto& c) { return c.first == p.runId; })) {
                 curves.emplace_back(p.runId, name);

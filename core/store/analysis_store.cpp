@@ -291,8 +291,8 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
     sqlite3* db = store.handle();
     Statement insert(db,
         "INSERT INTO calibration_points (calibration_id, run_id, step, mismatch, quality, relative_change, ci_low, "
-        "ci_high, failed, label, replicates, bf16_unit, accuracy, verdict, change_low, change_high) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "ci_high, failed, label, replicates, bf16_unit, accuracy, verdict, change_low, change_high, training_mismatch) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const CalibrationPoint& point : points) {
         const std::string what
             = "calibration point (run " + std::to_string(point.runId) + ", step " + std::to_string(point.step) + ")";
@@ -305,6 +305,7 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         requireFinite(store, what + " accuracy", point.accuracy);
         requireFinite(store, what + " interval of the relative change", point.changeLow);
         requireFinite(store, what + " interval of the relative change", point.changeHigh);
+        requireFinite(store, what + " training mismatch", point.trainingMismatch);
         if (point.verdict != "pass" && point.verdict != "fail" && point.verdict != "undecided") {
             throw StoreError(store.path(), what + " has the verdict '" + point.verdict
                 + "' (pass, fail or undecided); nothing was written");
@@ -327,7 +328,7 @@ void insertPoints(RunStore& store, std::int64_t calibrationId, const std::vector
         insert.bind(5, point.quality).bind(6, point.relativeChange).bind(7, point.ciLow).bind(8, point.ciHigh);
         insert.bind(9, point.failed() ? 1 : 0).bind(10, point.label).bind(11, point.replicates);
         insert.bind(12, point.bf16Unit).bind(13, point.accuracy).bind(14, point.verdict);
-        insert.bind(15, point.changeLow).bind(16, point.changeHigh);
+        insert.bind(15, point.changeLow).bind(16, point.changeHigh).bind(17, point.trainingMismatch);
         insert.run();
     }
 }
@@ -433,7 +434,8 @@ std::optional<Calibration> calibration(const RunStore& store, std::int64_t calib
     result.info = readCalibration(query);
     Statement points(store.handle(),
         "SELECT run_id, step, mismatch, quality, relative_change, ci_low, ci_high, failed, label, replicates, "
-        "bf16_unit, accuracy, verdict, change_low, change_high FROM calibration_points WHERE calibration_id = ? "
+        "bf16_unit, accuracy, verdict, change_low, change_high, training_mismatch FROM calibration_points "
+        "WHERE calibration_id = ? "
         "ORDER BY step, mismatch, run_id");
     points.bind(1, calibrationId);
     while (points.step()) {
@@ -449,6 +451,7 @@ std::optional<Calibration> calibration(const RunStore& store, std::int64_t calib
         point.verdict = points.isNull(12) ? (points.int64(7) != 0 ? "fail" : "pass") : points.text(12);
         point.changeLow = points.optionalReal(13);
         point.changeHigh = points.optionalReal(14);
+        point.trainingMismatch = points.optionalReal(15); // NULL before schema 10
         point.label = points.text(8); // NULL (stored before schema 4) reads as ""
         point.replicates = points.optionalInt64(9).value_or(1);
         point.bf16Unit = points.optionalReal(10);

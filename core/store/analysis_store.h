@@ -85,6 +85,11 @@ struct CalibrationPoint {
     // Schema 9: the interval of the relative change (Q_run - Q_base) / Q_base that decided the verdict.
     std::optional<double> changeLow;
     std::optional<double> changeHigh;
+    // Schema 10: `mismatch` is the screen statistic (admission's measurement on the point's runs' checkpoints at the
+    // step, under the calibration's protocol, replicate mean) and this the mean training-step mismatch over steps
+    // 1..step beside it. None: a point stored before, whose `mismatch` is that training mean.
+    std::optional<double> trainingMismatch;
+    bool screenStatistic() const { return trainingMismatch.has_value(); }
 };
 
 // The budget at one step: [largest passing mismatch, smallest failing mismatch]; `threshold` is the admission

@@ -1,6 +1,7 @@
 #include "core/store/run_store.h"
 
 #include "core/common/error.h"
+#include "core/common/provenance.h"
 #include "core/common/version.h"
 #include "core/store/schema.h"
 #include "core/store/sqlite_util.h"
@@ -255,6 +256,7 @@ RunInfo readRun(const Statement& s)
     info.lastStep = s.optionalInt64(10);
     info.lastMismatch = s.optionalReal(11);
     info.jobJson = s.text(12);
+    info.provenanceJson = s.text(13);
     return info;
 }
 
@@ -264,7 +266,7 @@ constexpr const char* kRunSelect =
     "(SELECT count(*) FROM step_metrics m WHERE m.run_id = r.id), "
     "(SELECT max(step) FROM step_metrics m WHERE m.run_id = r.id), "
     "(SELECT mismatch_kl FROM step_metrics m WHERE m.run_id = r.id ORDER BY step DESC LIMIT 1), "
-    "coalesce(r.job_json, '') "
+    "coalesce(r.job_json, ''), coalesce(r.provenance_json, '') "
     "FROM runs r ";
 
 }  // namespace
@@ -400,9 +402,10 @@ std::int64_t RunStore::beginRun(const RunSpec& spec)
 {
     Transaction transaction(db_);
     const bool jobRun = !expectedJobKind_.empty() && spec.kind == expectedJobKind_;
-    Statement insert(db_, "INSERT INTO runs (name, kind, status, config_json, model_id, tool_version, job_json) "
-                          "VALUES (?, ?, 'running', ?, ?, ?, ?)");
+    Statement insert(db_, "INSERT INTO runs (name, kind, status, config_json, model_id, tool_version, job_json, "
+                          "provenance_json) VALUES (?, ?, 'running', ?, ?, ?, ?, json_array(json(?)))");
     insert.bind(1, spec.name).bind(2, spec.kind).bind(3, spec.configJson).bind(4, spec.modelId).bind(5, kVersion);
+    insert.bind(7, provenanceRecord("started"));
     if (jobRun) {
         insert.bind(6, expectedJobJson_);
     } else {
@@ -514,8 +517,9 @@ std::int64_t RunStore::reopenRun(std::int64_t runId, std::int64_t keepThroughSte
         locks_[runId] = RunLock::acquire(path_, runId);
     }
     Transaction transaction(db_);
-    Statement update(db_, "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL WHERE id = ?");
-    update.bind(1, runId);
+    Statement update(db_, "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL, provenance_json = "
+                          "json_insert(coalesce(provenance_json, '[]'), '$[#]', json(?)) WHERE id = ?");
+    update.bind(1, provenanceRecord("resumed")).bind(2, runId);
     update.run();
     if (sqlite3_changes(db_) != 1) {
         throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");

@@ -51,6 +51,9 @@ struct RunInfo {
     std::optional<std::int64_t> lastStep;
     std::optional<double> lastMismatch;  // nats per token
     std::string jobJson;  // the catalogue job that started the run (JobSpec::toJson); empty for other runs
+    // Schema 10: a JSON list of provenance records (common/provenance.h), one when the run began and one per
+    // resume; empty for runs begun before.
+    std::string provenanceJson;
 };
 
 // One training step's measures. All KL values are in nats per token (token mean over the step's batch).

@@ -307,10 +307,22 @@ ALTER TABLE calibration_points ADD COLUMN change_low REAL;
 ALTER TABLE calibration_points ADD COLUMN change_high REAL;
 )sql";
 
+// Version 10: provenance (spec "Reproducibility"): every run records the tool's version, commit and compute path
+// when it begins and each time it is resumed (provenance_json, a JSON list of common/provenance.h records; NULL for
+// runs begun before). And one statistic on both axes (spec "Same statistic on both axes"): a calibration point's mismatch is
+// measured as a screen measures it, on its runs' checkpoints at the step under the calibration's protocol; the mean
+// training-step mismatch over steps 1..step is kept beside it (training_mismatch). NULL: a point stored before,
+// whose mismatch is that training mean.
+const char* kSchemaV10 = R"sql(
+ALTER TABLE calibration_points ADD COLUMN training_mismatch REAL;
+ALTER TABLE runs ADD COLUMN provenance_json TEXT;
+)sql";
+
 const std::vector<const char*>& migrations()
 {
     static const std::vector<const char*> all
-        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8, kSchemaV9};
+        = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8, kSchemaV9,
+            kSchemaV10};
     return all;
 }
 

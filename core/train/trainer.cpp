@@ -1136,7 +1136,9 @@ TrainResult Session::run(store::RunStore& store, std::int64_t runId, Progress& p
             if (evaluatesAt(step)) {
                 evaluate(store, runId, step, student, progress, options, result);
             }
-            if (lastStep || (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0)) {
+            if (lastStep || (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0)
+                || std::find(options.checkpointSteps.begin(), options.checkpointSteps.end(), step)
+                    != options.checkpointSteps.end()) {
                 saveCheckpoint(runId, step, optimizer, bf16Unit, metrics.wallTimeSeconds.value_or(0.0), result);
             }
         }
@@ -1218,6 +1220,14 @@ std::int64_t checkpointOptimizerSteps(const std::string& directory)
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId)
 {
     return (fs::path(workspaceDirectory) / "checkpoints" / ("run-" + std::to_string(runId))).string();
+}
+
+std::string stepCheckpoint(
+    const store::RunStore& store, const std::string& workspaceDirectory, std::int64_t runId, std::int64_t step)
+{
+    TrainOptions options;
+    options.workspaceDirectory = workspaceDirectory;
+    return (fs::path(checkpointDirectory(workspaceOf(store, options), runId)) / stepDirectoryName(step)).string();
 }
 
 std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,

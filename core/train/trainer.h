@@ -63,6 +63,9 @@ struct TrainOptions {
     // Stop after this many steps of this invocation have been stored, leaving the run "running" and
     // resumable (tests and benchmarks); 0: run to the end.
     std::int64_t stopAfterSteps = 0;
+    // Also save a checkpoint at these steps (besides checkpoint.every and the last step): a calibration's rule
+    // steps, whose checkpoints its points are measured on.
+    std::vector<std::int64_t> checkpointSteps;
 };
 
 struct TrainResult {
@@ -102,5 +105,9 @@ std::int64_t checkpointOptimizerSteps(const std::string& directory);
 
 // Where run `runId`'s checkpoints live.
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId);
+// The checkpoint of run `runId` at `step` (checkpointDirectory/step-%08d); `workspaceDirectory` empty: the store's
+// directory, as training uses it.
+std::string stepCheckpoint(
+    const store::RunStore& store, const std::string& workspaceDirectory, std::int64_t runId, std::int64_t step);
 
 } // namespace mismatch::train

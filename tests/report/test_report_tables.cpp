@@ -103,7 +103,7 @@ private slots:
         QVERIFY(contains(html, "<tr><td class=\"num\">120</td><td class=\"num\">0.06</td><td class=\"num\">0.15</td>"
                                "<td class=\"num\">0.06</td></tr>"));
         QVERIFY(contains(html, "<td>opd-noise-0.05</td><td class=\"num\">120</td><td class=\"num\">0.15</td>"
-                               "<td class=\"num\">714x</td>"));
+                               "<td class=\"num\">0.18</td><td class=\"num\">714x</td>"));
         QVERIFY(contains(html, "<td class=\"num\">+27.0%</td><td class=\"num\">[0.0135, 0.0189]</td>"
                                "<td class=\"fail\">failed</td>"));
         QVERIFY(contains(html, "<td>fp8-w8a8-block</td><td>step-100</td><td class=\"num\">0.052</td>"

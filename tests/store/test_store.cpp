@@ -200,6 +200,8 @@ void TestStore::migratesFromEveryEarlierVersion()
         QCOMPARE(calibration->points[0].verdict, std::string("pass"));
         QCOMPARE(calibration->points[1].verdict, std::string("fail"));
         QVERIFY(!calibration->points[1].changeLow && !calibration->points[1].changeHigh);
+        // Schema 10: their mismatch is the training mean, with no screen statistic beside it.
+        QVERIFY(!calibration->points[0].trainingMismatch && !calibration->points[0].screenStatistic());
     }
     // Every table of the current schema is usable after the migration.
     const auto runId = store.beginRun({"new", "admit", "{}", std::nullopt});

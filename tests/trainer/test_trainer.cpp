@@ -206,6 +206,8 @@ private slots:
     void timeToQualityReadsTheStoredRun();
     void calibrationSweepStoresPointsAndBrackets();
     void calibrationWhoseSeedsDisagreeIsFlagged();
+    void calibrationAddsSeedsUntilDecided();
+    void thresholdSetterIsNeverRejectedAtItsStep();
     void calibrationFlagsFollowTheirDefinitions();
     void calibrationOptionErrors();
     void cancelledCalibrationStoresNoCalibration();
@@ -892,6 +894,8 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     options.staleness = {1};
     options.steps = {2, 4};
     options.replicates = 2;
+    options.maxReplicates = 2; // no seeds added (calibrationAddsSeedsUntilDecided tests that)
+    options.probeCount = 16; // prompts of each screen
     options.rule.bootstrap.resamples = 2000;
     Progress progress;
     const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
@@ -911,10 +915,16 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     }
     QCOMPARE(baselineSeeds.size(), std::size_t(4)); // the null comparison uses other seeds
     QCOMPARE(result.points.size(), std::size_t(8));
+    // The protocol screens measure under (spec "Same statistic on both axes").
+    const analysis::MeasurementProtocol protocol = analysis::protocolFromJson(
+        nlohmann::json::parse(store::calibration(store, result.calibrationId)->info.configJson).at("protocol"),
+        "stored");
     // Each point is the replicate mean of its runs' figures, recomputed here from the stored steps and evaluations:
-    // mismatch = mean step KL up to the step; unit = mean of the units measured up to the step.
+    // training mismatch = mean step KL up to the step; training unit = mean of the units measured up to the step;
+    // and mismatch = the mean of what `admit` measures on the runs' checkpoints at the step, under the protocol,
+    // with the configuration as its candidate (admitted separately here, each run's own checkpoint).
     for (const auto& point : result.points) {
-        double mismatch = 0.0, unit = 0.0, quality = 0.0;
+        double mismatch = 0.0, unit = 0.0, quality = 0.0, screened = 0.0, screenedUnit = 0.0;
         int replicates = 0;
         for (const auto& run : result.runs) {
             if (run.label != point.label) {
@@ -939,21 +949,48 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
             unit += unitSum / unitCount;
             quality += store::evaluationAt(store, run.runId, point.step)->summary.quality;
             ++replicates;
+            const train::RunConfig config = train::parseRunConfig(store.run(run.runId)->configJson, "stored", ws);
+            analysis::Candidate candidate;
+            candidate.name = point.label;
+            candidate.noise = config.rollout.noise.sigma;
+            candidate.noiseSeed = config.rollout.noise.seed;
+            candidate.staleness = config.rollout.staleness;
+            analysis::AdmissionOptions admit;
+            admit.checkpoints = {train::stepCheckpoint(store, ws, run.runId, point.step)};
+            admit.candidates = {candidate};
+            admit.calibrationId = result.calibrationId; // its protocol, its bracket
+            admit.steps = {point.step};
+            Progress screening;
+            const analysis::AdmissionResult admitted = analysis::runAdmission(store, admit, screening);
+            screened += admitted.rows.at(0).mismatch;
+            screenedUnit += *admitted.rows.at(0).bf16Unit;
+            QCOMPARE(admitted.protocol, protocol);
         }
         QCOMPARE(replicates, 2);
         QCOMPARE(point.replicates, std::int64_t(2));
-        QVERIFY(std::abs(point.mismatch - mismatch / 2) <= 1e-12 * std::max(1e-12, point.mismatch));
-        QVERIFY(std::abs(*point.bf16Unit - unit / 2) <= 1e-12 * std::max(1e-12, unit));
+        QVERIFY(point.trainingMismatch);
+        QVERIFY(std::abs(*point.trainingMismatch - mismatch / 2) <= 1e-12 * std::max(1e-12, mismatch));
+        // The same measurement made the same way: equal but for the order of the two-term mean.
+        QVERIFY2(std::abs(point.mismatch - screened / 2) <= 1e-12 * std::max(1e-12, point.mismatch),
+            (point.label + ": " + std::to_string(point.mismatch) + " vs " + std::to_string(screened / 2)).c_str());
+        QVERIFY(std::abs(*point.bf16Unit - screenedUnit / 2) <= 1e-12 * std::max(1e-12, screenedUnit));
         QVERIFY(std::abs(point.quality - quality / 2) <= 1e-12 * quality);
         if (point.label == "baseline") {
-            // The baseline's rollouts are the BF16 engine at the trainer's weights: its own unit at every step, so
-            // it is 1x BF16 at every step by construction, exactly.
+            // The baseline is the plain BF16 engine at the checkpoint: the unit measurement itself, exactly.
             QCOMPARE(*point.bf16Unit, point.mismatch);
         }
     }
     for (const auto& replicate : result.replicatePoints) {
-        if (replicate.label == "baseline" || replicate.label == "null") {
-            QCOMPARE(replicate.bf16Unit, replicate.mismatch);
+        // The null group is no point: it has no screen; every configuration's seed has one.
+        QCOMPARE(replicate.label == "null", !replicate.mismatch.has_value());
+        QCOMPARE(replicate.label == "null", !replicate.bf16Unit.has_value());
+        if (replicate.label == "baseline") {
+            QCOMPARE(*replicate.bf16Unit, *replicate.mismatch);
+        }
+        if (replicate.label == "staleness 1") {
+            // Its engine ran on the run's own weights one optimizer step older, kept in the checkpoint's history.
+            QVERIFY2(replicate.engineWeights.find("history.safetensors (step " + std::to_string(replicate.step - 1) + ")")
+                    != std::string::npos, replicate.engineWeights.c_str());
         }
     }
     // The noisier the engine, the larger the mismatch (sigma 3 against sigma 0.2 against none).
@@ -1009,6 +1046,7 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     QCOMPARE(stored->brackets.size(), std::size_t(2));
     for (const auto& point : stored->points) {
         QVERIFY(point.bf16Unit.has_value());
+        QVERIFY(point.trainingMismatch.has_value()); // schema 10: the training mean kept beside the screen statistic
         QVERIFY(point.accuracy.has_value());
         QVERIFY(!point.label.empty());
     }
@@ -1017,13 +1055,226 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     QCOMPARE(config.at("null_comparisons").size(), std::size_t(2));
     QCOMPARE(config.at("replicate_points").size(), std::size_t(20)); // 10 runs x 2 steps
     // The protocol screens against it: the base run's prompts, rollout sampling, KV frozen from the first batch.
-    const analysis::MeasurementProtocol protocol = analysis::protocolFromJson(config.at("protocol"), "stored");
     QCOMPARE(protocol.prompts, fs::absolute(options.base.prompts).lexically_normal().string());
     QCOMPARE(protocol.maxTokens, options.base.rollout.sampling.maxTokens);
     QVERIFY(protocol.kvScales == analysis::KvScalePolicy::FrozenFirstBatch);
     QCOMPARE(protocol.kvFirstBatch, options.base.batch.promptsPerStep);
     QVERIFY(store.run(result.runId)->status == store::RunStatus::Finished);
     QCOMPARE(QString::fromStdString(store.run(result.runId)->kind), QString("calibrate"));
+}
+
+namespace {
+
+// The runs of `label` in a calibration, in replicate order.
+std::vector<analysis::CalibrationSweepRun> runsOf(const analysis::CalibrationResult& result, const std::string& label)
+{
+    std::vector<analysis::CalibrationSweepRun> runs;
+    for (const auto& run : result.runs) {
+        if (run.label == label) {
+            runs.push_back(run);
+        }
+    }
+    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.replicate < b.replicate; });
+    return runs;
+}
+
+} // namespace
+
+// Spec "Seed replicates and noise floor": undecided points get more seeds, up to a maximum, under a stopping rule
+// fixed in advance (calibrate.h). The rounds are replayed here from the stored evaluations by the rule as stated:
+// after each round, every configuration with an undecided point at some step gets a seed, the baseline and the null
+// group one each in that round; the null group also when its own comparison is undecided; until nothing is
+// undecided or the undecided configurations have the maximum.
+void TestTrainer::calibrationAddsSeedsUntilDecided()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CalibrationOptions options;
+    options.name = "adaptive";
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
+    options.noiseSigmas = {0.5, 3.0};
+    options.steps = {4};
+    options.replicates = 1;
+    options.maxReplicates = 1;
+    options.probeCount = 8;
+    options.rule.bootstrap.resamples = 1000;
+    // The first round alone (no seeds added), to put the failure line inside noise 3's interval: the same seeds
+    // give the same first round below, where that point is then undecided and must get seeds.
+    {
+        QTemporaryDir firstWorkspace;
+        store::RunStore firstStore
+            = store::RunStore::open(store::databasePath(firstWorkspace.path().toStdString()));
+        Progress firstProgress;
+        analysis::CalibrationOptions firstOptions = options;
+        firstOptions.workspaceDirectory = firstWorkspace.path().toStdString();
+        for (const auto& point : analysis::runCalibration(firstStore, firstOptions, firstProgress).points) {
+            if (point.label == "noise 3") {
+                options.rule.relativeThreshold = (*point.changeLow + *point.changeHigh) / 2;
+            }
+        }
+    }
+    options.maxReplicates = 3;
+    Progress progress;
+    const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
+
+    const std::vector<std::string> labels = {"baseline", "noise 0.5", "noise 3"};
+    std::map<std::string, std::vector<std::vector<double>>> qualities; // label -> replicate -> q_i
+    const auto base = store::evaluationAt(store, runsOf(result, "baseline").at(0).runId, 4);
+    for (const std::string& label : {"baseline", "noise 0.5", "noise 3", "null"}) {
+        for (const auto& run : runsOf(result, label)) {
+            qualities[label].push_back(store::qualitiesInOrderOf(*store::evaluationAt(store, run.runId, 4), *base));
+        }
+    }
+    const auto first = [&](const std::string& label, std::size_t n) {
+        return std::vector<std::vector<double>>(qualities[label].begin(), qualities[label].begin() + static_cast<long>(n));
+    };
+    std::map<std::string, std::size_t> seeds = {{"baseline", 1}, {"noise 0.5", 1}, {"noise 3", 1}, {"null", 1}};
+    int rounds = 0;
+    while (true) {
+        std::set<std::string> undecided;
+        for (const std::string& label : {"noise 0.5", "noise 3"}) {
+            if (metrics::applyFailureRule(first(label, seeds[label]), first("baseline", seeds["baseline"]), options.rule)
+                    .verdict == metrics::Verdict::Undecided) {
+                undecided.insert(label);
+            }
+        }
+        const bool nullUndecided
+            = metrics::applyFailureRule(first("null", seeds["null"]), first("baseline", seeds["baseline"]), options.rule)
+                  .verdict == metrics::Verdict::Undecided;
+        bool grows = false;
+        for (const std::string& label : undecided) {
+            grows = grows || seeds[label] < 3;
+        }
+        std::map<std::string, std::size_t> next = seeds;
+        for (const std::string& label : labels) {
+            if ((label == "baseline" ? grows : undecided.count(label) > 0) && seeds[label] < 3) {
+                ++next[label];
+            }
+        }
+        if ((grows || nullUndecided) && seeds["null"] < 3) {
+            ++next["null"];
+        }
+        if (next == seeds) {
+            break;
+        }
+        seeds = next;
+        ++rounds;
+    }
+    qDebug("replayed %d added round(s): seeds baseline %zu, noise 0.5 %zu, noise 3 %zu, null %zu", rounds,
+        seeds["baseline"], seeds["noise 0.5"], seeds["noise 3"], seeds["null"]);
+    for (const auto& [label, n] : seeds) {
+        QCOMPARE(runsOf(result, label).size(), n);
+    }
+    // The replay above is the rule; this calibration must also have exercised it (a round added).
+    QVERIFY2(rounds >= 1, "no seeds were added: this calibration does not exercise the stopping rule");
+    // Replicates r = 0.. for configurations, maxReplicates.. for the null group: no seed is used twice.
+    std::set<std::uint64_t> baselineSeeds;
+    for (const auto& run : result.runs) {
+        if (run.label == "baseline" || run.label == "null") {
+            QVERIFY(baselineSeeds.insert(run.seed).second);
+        }
+        if (run.label == "null") {
+            QVERIFY(run.replicate >= options.maxReplicates);
+        }
+    }
+    // Each point is decided from all its seeds, and says how many.
+    for (const auto& point : result.points) {
+        QCOMPARE(point.replicates, static_cast<std::int64_t>(seeds[point.label]));
+        if (point.label != "baseline") {
+            const auto verdict = metrics::applyFailureRule(qualities[point.label], qualities["baseline"], options.rule);
+            QCOMPARE(point.verdict, metrics::verdictName(verdict.verdict));
+        }
+    }
+    const nlohmann::json stored = nlohmann::json::parse(store::calibration(store, result.calibrationId)->info.configJson);
+    QCOMPARE(stored.at("max_replicates").get<std::int64_t>(), std::int64_t(3));
+    QCOMPARE(stored.at("stopping_rule").get<std::string>(), std::string(analysis::kCalibrationStoppingRule));
+
+    // Interrupted in an added round's run, then in a screen, and resumed each time: the resume decides the same
+    // rounds from the stored runs, keeps the screens made, and stores what the uninterrupted calibration did.
+    QTemporaryDir otherWorkspace;
+    const std::string other = otherWorkspace.path().toStdString();
+    store::RunStore interrupted = store::RunStore::open(store::databasePath(other));
+    options.workspaceDirectory = other;
+    CancelAt inRound("noise 3 (seed 3): step 2/");
+    QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(interrupted, options, inRound.progress), CancelledError);
+    const std::int64_t runId = interrupted.listRuns().at(0).id;
+    CancelAt inScreens("screen of noise 3 (seed 2)");
+    QVERIFY_EXCEPTION_THROWN(analysis::resumeCalibration(interrupted, runId, inScreens.progress, other), CancelledError);
+    QVERIFY(nlohmann::json::parse(interrupted.run(runId)->configJson).at("screens").size() >= 1);
+    Progress rest;
+    const analysis::CalibrationResult resumed = analysis::resumeCalibration(interrupted, runId, rest, other);
+    QCOMPARE(resumed.runs.size(), result.runs.size());
+    QCOMPARE(resumed.points.size(), result.points.size());
+    for (std::size_t i = 0; i < result.points.size(); ++i) {
+        QCOMPARE(resumed.points[i].label, result.points[i].label);
+        QCOMPARE(resumed.points[i].replicates, result.points[i].replicates);
+        QCOMPARE(resumed.points[i].mismatch, result.points[i].mismatch);
+        QCOMPARE(resumed.points[i].quality, result.points[i].quality);
+        QCOMPARE(resumed.points[i].verdict, result.points[i].verdict);
+    }
+}
+
+// Spec "Same statistic on both axes": the configuration that sets a step's threshold by passing, screened by
+// `admit` at that step on its own checkpoints under the calibration's protocol, is admitted or borderline, never
+// rejected (its point is the mean of exactly those measurements).
+void TestTrainer::thresholdSetterIsNeverRejectedAtItsStep()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    analysis::CalibrationOptions options;
+    options.name = "threshold";
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
+    options.noiseSigmas = {0.05, 0.1};
+    options.steps = {4};
+    options.replicates = 2;
+    options.maxReplicates = 2;
+    options.probeCount = 16;
+    options.rule.bootstrap.resamples = 1000;
+    options.rule.relativeThreshold = 5.0; // a line no 4-step run reaches: every point passes, the largest sets it
+    Progress progress;
+    const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
+    QCOMPARE(result.brackets.size(), std::size_t(1));
+    const store::CalibrationBracket& bracket = result.brackets[0];
+    QVERIFY(bracket.threshold && bracket.largestPassing);
+    const store::CalibrationPoint* setter = nullptr;
+    for (const auto& point : result.points) {
+        if (point.passed() && point.mismatch == *bracket.largestPassing) {
+            setter = &point;
+        }
+    }
+    QVERIFY(setter);
+    QCOMPARE(setter->label, std::string("noise 0.1"));
+    // The training-step mean the budget used before differs from the screen figure (fresh prompts and noise every
+    // step against the step-4 checkpoint on the probe prompts).
+    QVERIFY(setter->trainingMismatch && *setter->trainingMismatch != setter->mismatch);
+    std::vector<analysis::AdmissionRow> screens;
+    for (const auto& run : runsOf(result, setter->label)) {
+        const train::RunConfig config = train::parseRunConfig(store.run(run.runId)->configJson, "stored", ws);
+        analysis::Candidate candidate;
+        candidate.name = setter->label;
+        candidate.noise = config.rollout.noise.sigma;
+        candidate.noiseSeed = config.rollout.noise.seed;
+        analysis::AdmissionOptions admit;
+        admit.checkpoints = {train::stepCheckpoint(store, ws, run.runId, 4)};
+        admit.candidates = {candidate};
+        admit.calibrationId = result.calibrationId;
+        Progress screening;
+        const analysis::AdmissionResult admitted = analysis::runAdmission(store, admit, screening);
+        const analysis::AdmissionRow& row = admitted.rows.at(0);
+        qDebug("seed %lld: %.6g [%.6g, %.6g] against the threshold %.6g: %s", static_cast<long long>(run.replicate),
+            row.mismatch, row.interval.low, row.interval.high, row.threshold, analysis::toString(row.verdict).c_str());
+        QCOMPARE(row.threshold, *bracket.threshold);
+        screens.push_back(row);
+    }
+    // The point is the mean of these two screens, so the lower one is at or below the threshold it set: its interval
+    // cannot lie above it. (The other seed's screen may, by the seed-to-seed spread of the mismatch: printed above.)
+    QCOMPARE(screens.size(), std::size_t(2));
+    QVERIFY(std::abs((screens[0].mismatch + screens[1].mismatch) / 2 - setter->mismatch) <= 1e-12 * setter->mismatch);
+    const analysis::AdmissionRow& lower = screens[0].mismatch <= screens[1].mismatch ? screens[0] : screens[1];
+    QVERIFY(lower.mismatch <= *bracket.threshold);
+    QVERIFY(lower.verdict != analysis::AdmissionVerdict::Reject);
 }
 
 void TestTrainer::calibrationWhoseSeedsDisagreeIsFlagged()

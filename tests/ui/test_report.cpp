@@ -118,9 +118,10 @@ private slots:
         QVERIFY(html.find("<tr><td class=\"num\">120</td><td class=\"num\">0.06</td><td class=\"num\">0.15</td>"
                           "<td class=\"num\">0.06</td></tr>")
             != std::string::npos); // bracket at step 120 and its threshold
-        // x BF16 over the point's own unit: 0.15 / 0.00021 = 714x.
+        // The training mean beside the screen statistic (1.2 x 0.15); x BF16 over the point's own unit: 0.15 /
+        // 0.00021 = 714x.
         QVERIFY(html.find("<td>opd-noise-0.05</td><td class=\"num\">120</td><td class=\"num\">0.15</td>"
-                          "<td class=\"num\">714x</td>")
+                          "<td class=\"num\">0.18</td><td class=\"num\">714x</td>")
             != std::string::npos);
         QVERIFY(html.find("<td class=\"num\">+27.0%</td><td class=\"num\">[0.0135, 0.0189]</td>"
                           "<td class=\"fail\">failed</td>")
