@@ -3,6 +3,7 @@
 // paired bootstrap interval of the change lies below zero); the relative drop is printed. REINFORCE and GRPO must run
 // stably (finite losses, rewards in [0, 1]) and their accuracy curves are printed for the issue note.
 #include "core/common/progress.h"
+#include "core/common/provenance.h"
 #include "core/metrics/bootstrap.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/run_store.h"
@@ -11,12 +12,14 @@
 #include "tests/common/test_main.h"
 
 #include <ATen/Parallel.h>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 using namespace mismatch;
@@ -57,6 +60,7 @@ private slots:
     void sixtyStepsOfOpdLowerHeldOutQuality();
     void reinforceAndGrpoRunStably_data();
     void reinforceAndGrpoRunStably();
+    void shortenedCalibrationIsReproducible();
 };
 
 void TestTrainerDemo::sixtyStepsOfOpdLowerHeldOutQuality()
@@ -135,3 +139,44 @@ void TestTrainerDemo::reinforceAndGrpoRunStably()
 
 MISMATCH_TEST_GUILESS_MAIN(TestTrainerDemo)
 #include "test_trainer_demo.moc"
+
+// Spec "Reproducibility": resources/calibrations/remake.sh re-makes the shipped calibration; its --short form is
+// re-made here with this build and compared figure for figure with the one it wrote into the repository
+// (resources/calibrations/arith-student-short.json), on the same compute path only: BF16 kernels round differently
+// across CPUs and LibTorch versions, and the file records the path that made it (its provenance).
+void TestTrainerDemo::shortenedCalibrationIsReproducible()
+{
+    const nlohmann::json stored
+        = nlohmann::json::parse(std::ifstream(kResources + "/calibrations/arith-student-short.json"));
+    const std::string storedPath = stored.at("provenance").at(0).at("compute_path").at("key").get<std::string>();
+    const std::string here = computePath().key();
+    if (storedPath != here) {
+        QSKIP(qPrintable(QString::fromStdString("the stored short calibration was made on '" + storedPath
+            + "', this machine computes on '" + here + "': figures are compared on the same path only")));
+    }
+    QTemporaryDir out;
+    QTemporaryDir workspace;
+    QProcess remake;
+    remake.start(QStringLiteral("bash"),
+        {QString::fromStdString(kResources + "/calibrations/remake.sh"), "--short", "--out", out.path(), "--workspace",
+            workspace.path() + "/ws", "--mismatch", QStringLiteral(MISMATCH_CLI_PATH)});
+    QVERIFY(remake.waitForFinished(900000));
+    QVERIFY2(remake.exitCode() == 0, remake.readAllStandardError().constData());
+    const nlohmann::json made
+        = nlohmann::json::parse(std::ifstream(out.path().toStdString() + "/calibrations/arith-student-short.json"));
+    // (Its command and paths name the checkout it ran in; the figures are what must agree.)
+    QCOMPARE(made.at("points").size(), stored.at("points").size());
+    for (std::size_t i = 0; i < stored.at("points").size(); ++i) {
+        const nlohmann::json& a = made.at("points").at(i);
+        const nlohmann::json& b = stored.at("points").at(i);
+        for (const char* key : {"label", "step", "replicates", "mismatch", "training_mismatch", "bf16_unit", "quality",
+                 "accuracy", "relative_change", "change_low", "change_high", "verdict"}) {
+            QVERIFY2(a.at(key) == b.at(key),
+                qPrintable(QString::fromStdString(b.at("label").get<std::string>() + " step "
+                    + std::to_string(b.at("step").get<int>()) + " " + key + ": " + a.at(key).dump() + " re-made, "
+                    + b.at(key).dump() + " stored")));
+        }
+    }
+    QCOMPARE(made.at("brackets"), stored.at("brackets"));
+    QCOMPARE(made.at("null_comparisons"), stored.at("null_comparisons"));
+}
