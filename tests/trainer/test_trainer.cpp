@@ -217,6 +217,8 @@ private slots:
     void cancelledCompareObjectivesStoresNoVerdicts();
 
 private:
+    analysis::CalibrationOptions fourStepCalibration(const std::string& ws, const std::string& name,
+        const std::vector<double>& sigmas, std::int64_t replicates, std::int64_t maxReplicates) const;
     TinyPair pair_;
 };
 
@@ -1063,6 +1065,21 @@ void TestTrainer::calibrationSweepStoresPointsAndBrackets()
     QCOMPARE(QString::fromStdString(store.run(result.runId)->kind), QString("calibrate"));
 }
 
+// A calibration of the tiny pair's 4-step run (evaluated at step 4) over noise `sigmas`, the rule at step 4.
+analysis::CalibrationOptions TestTrainer::fourStepCalibration(const std::string& ws, const std::string& name,
+    const std::vector<double>& sigmas, std::int64_t replicates, std::int64_t maxReplicates) const
+{
+    analysis::CalibrationOptions options;
+    options.name = name;
+    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
+    options.noiseSigmas = sigmas;
+    options.steps = {4};
+    options.replicates = replicates;
+    options.maxReplicates = maxReplicates;
+    options.rule.bootstrap.resamples = 1000;
+    return options;
+}
+
 namespace {
 
 // The runs of `label` in a calibration, in replicate order.
@@ -1090,15 +1107,8 @@ void TestTrainer::calibrationAddsSeedsUntilDecided()
     QTemporaryDir workspace;
     const std::string ws = workspace.path().toStdString();
     store::RunStore store = store::RunStore::open(store::databasePath(ws));
-    analysis::CalibrationOptions options;
-    options.name = "adaptive";
-    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
-    options.noiseSigmas = {0.5, 3.0};
-    options.steps = {4};
-    options.replicates = 1;
-    options.maxReplicates = 1;
+    analysis::CalibrationOptions options = fourStepCalibration(ws, "adaptive", {0.5, 3.0}, 1, 1);
     options.probeCount = 8;
-    options.rule.bootstrap.resamples = 1000;
     // The first round alone (no seeds added), to put the failure line inside noise 3's interval: the same seeds
     // give the same first round below, where that point is then undecided and must get seeds.
     {
@@ -1223,15 +1233,8 @@ void TestTrainer::thresholdSetterIsNeverRejectedAtItsStep()
     QTemporaryDir workspace;
     const std::string ws = workspace.path().toStdString();
     store::RunStore store = store::RunStore::open(store::databasePath(ws));
-    analysis::CalibrationOptions options;
-    options.name = "threshold";
-    options.base = train::loadRunConfig(writeRunFile(ws, "base", runBody(pair_, "steps: 4\n" + baseRollout() + evaluation(4))));
-    options.noiseSigmas = {0.05, 0.1};
-    options.steps = {4};
-    options.replicates = 2;
-    options.maxReplicates = 2;
+    analysis::CalibrationOptions options = fourStepCalibration(ws, "threshold", {0.05, 0.1}, 2, 2);
     options.probeCount = 16;
-    options.rule.bootstrap.resamples = 1000;
     options.rule.relativeThreshold = 5.0; // a line no 4-step run reaches: every point passes, the largest sets it
     Progress progress;
     const analysis::CalibrationResult result = analysis::runCalibration(store, options, progress);
