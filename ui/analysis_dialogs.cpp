@@ -103,6 +103,19 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
                                "many more, and the failure rule's interval covers seed variance"));
     form->addRow(tr("Seeds per configuration:"), replicates_);
     watch(replicates_);
+    maxReplicates_ = new QSpinBox(this);
+    maxReplicates_->setObjectName("calibrationMaxReplicates");
+    maxReplicates_->setRange(1, 16);
+    maxReplicates_->setValue(static_cast<int>(analysis::CalibrationOptions {}.maxReplicates));
+    maxReplicates_->setToolTip(tr("after each round, every configuration with an undecided point gets one more seed "
+                                  "(the baseline and the null group too) until none is undecided or they have this "
+                                  "many; equal to the seeds per configuration: no seeds are added"));
+    form->addRow(tr("Most seeds for undecided points:"), maxReplicates_);
+    watch(maxReplicates_);
+    // The maximum is never below the starting seeds.
+    connect(replicates_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int seeds) {
+        maxReplicates_->setMinimum(seeds);
+    });
     for (QLineEdit* edit : {name_, noise_, recipes_, staleness_, steps_})
         watch(edit);
     watch(quick_);
@@ -143,6 +156,10 @@ void CalibrationDialog::setMargin(double margin)
 void CalibrationDialog::setReplicates(int seeds)
 {
     replicates_->setValue(seeds);
+}
+void CalibrationDialog::setMaxReplicates(int seeds)
+{
+    maxReplicates_->setValue(seeds);
 }
 void CalibrationDialog::setName(const QString& name)
 {
@@ -188,12 +205,17 @@ QString CalibrationDialog::readyText() const
         + parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {}).size());
     const int configurations = 1 + (entries == 0 ? static_cast<int>(analysis::defaultNoiseSigmas().size()) : entries);
     const int seeds = replicates_->value();
+    const int most = maxReplicates_->value();
     return tr("Ready: %1 training runs one after the other (the BF16-engine baseline and %2 sweep configuration(s), "
-              "%3 seed(s) each, and %3 more of the baseline for the null comparison); runs appear in the Runs tab as "
+              "%3 seed(s) each, and %3 more of the baseline for the null comparison)%4; runs appear in the Runs tab as "
               "they train and the budget in the Budget tab at the end.")
         .arg((configurations + 1) * seeds)
         .arg(configurations - 1)
-        .arg(seeds);
+        .arg(seeds)
+        .arg(most > seeds ? tr(", then more seeds for undecided points, up to %1 each (%2 runs at most)")
+                                .arg(most)
+                                .arg((configurations + 1) * most)
+                          : QString());
 }
 
 QString CalibrationDialog::jobName() const
@@ -225,6 +247,11 @@ std::optional<jobs::JobSpec> CalibrationDialog::spec() const
     spec.set("rule_steps", parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {}));
     spec.set("margin", margin_->value());
     spec.set("replicates", replicates_->value());
+    // Given only when it is not what the command would choose anyway (the default, or the starting seeds above it).
+    if (maxReplicates_->value()
+        != std::max(replicates_->value(), static_cast<int>(analysis::CalibrationOptions {}.maxReplicates))) {
+        spec.set("max_replicates", maxReplicates_->value());
+    }
     setDevice(spec);
     return spec;
 }

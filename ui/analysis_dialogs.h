@@ -29,6 +29,7 @@ public:
     void setMargin(double margin);
     void setName(const QString& name);
     void setReplicates(int seeds);
+    void setMaxReplicates(int seeds);
     QString runFile() const;
     QString cliCommand() const override;
     QString jobName() const override;
@@ -50,6 +51,7 @@ private:
     QLineEdit* steps_ = nullptr;
     QDoubleSpinBox* margin_ = nullptr;
     QSpinBox* replicates_ = nullptr;
+    QSpinBox* maxReplicates_ = nullptr; // seeds an undecided configuration may grow to
 };
 
 class AdmissionDialog : public JobDialog {

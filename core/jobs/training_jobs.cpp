@@ -131,8 +131,8 @@ JobDefinition calibrateJob()
         ranged(param("max_replicates", ParameterType::Integer, "--max-replicates", "Most seeds per configuration",
                    "Seeds an undecided configuration may grow to: after each round, every configuration with an "
                    "undecided point gets one more seed (the baseline and the null group too) until none is "
-                   "undecided or they have this many; equal to --replicates: no seeds are added",
-                   defaults.maxReplicates),
+                   "undecided or they have this many; equal to --replicates: no seeds are added (default: "
+                       + std::to_string(defaults.maxReplicates) + ", or --replicates when that is larger)"),
             1, false, 16),
         ranged(param("probe_count", ParameterType::Integer, "--probe-count", "Screening prompts",
                    "Prompts of the screening protocol stored with the budget (from the run's training set)",

@@ -258,12 +258,13 @@ private slots:
         dialog->setRunFile(runFile);
         dialog->setQuick(true);
         dialog->setName("dialog-calibration");
-        dialog->setReplicates(1); // one seed each (and one null run) keeps the test short
+        dialog->setReplicates(1); // one seed each (and one null run), none added, keeps the test short
+        dialog->setMaxReplicates(1);
         QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
         const QString command = dialog->cliCommand();
         QCOMPARE(command,
             QStringLiteral("mismatch --workspace %1 calibrate %2 --name dialog-calibration --quick --noise 0.3 "
-                           "--replicates 1")
+                           "--replicates 1 --max-replicates 1")
                 .arg(dir.path(), runFile));
         QVERIFY(QTest::qWaitForWindowExposed(dialog));
         saveScreenshot(*dialog, "calibration_dialog.png");

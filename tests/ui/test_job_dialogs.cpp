@@ -144,6 +144,13 @@ private slots:
         QCOMPARE(calibration.spec()->numbers("noise"), (std::vector<double> {0.1, 0.3}));
         QCOMPARE(calibration.spec()->strings("recipes").size(), std::size_t(1));
         QCOMPARE(calibration.spec()->integer("replicates"), std::int64_t(3));
+        // The default maximum of seeds is not written out; another one is, and both front-ends run it.
+        QVERIFY(!calibration.spec()->given("max_replicates"));
+        QCOMPARE(jobs::calibrationOptions(*calibration.spec()).maxReplicates, std::int64_t(4));
+        calibration.setMaxReplicates(6);
+        QCOMPARE(calibration.spec()->integer("max_replicates"), std::int64_t(6));
+        QVERIFY(cliSpec(calibration.cliCommand(), workspace) == *calibration.spec());
+        QCOMPARE(jobs::calibrationOptions(*calibration.spec()).maxReplicates, std::int64_t(6));
         // Calibration's Device row starts at "As the run file says": no device given, the run file's is used.
         auto* calibrationDevice = calibration.findChild<QComboBox*>("deviceField");
         QVERIFY(calibrationDevice);
