@@ -2,7 +2,7 @@
 # with MISMATCH_TEST_MAIN (tests/common/test_main.h) and CTest runs `EXECUTABLE CLASS`, one class per process, under
 # the class's own test name, labels, timeout and environment. Linking an executable against LibTorch and Qt, running
 # AUTOMOC for it and compiling its moc file cost more than a small test file, so a class per executable (54 of
-# them) made the build ~10% slower (README "Building and testing").
+# them) made the build ~10% slower (docs/building-and-testing.md).
 #
 # Every test executable is built the same way (the same libraries, definitions and flags) so that all of them reuse
 # one precompiled header, tests/common/test_pch.h (LibTorch's headers, Qt Test and Qt Widgets: about 4-6 s of every

@@ -1,6 +1,6 @@
 #pragma once
 // Limits on outside input, so that no file, however large, deep or self-referential, makes a command work
-// without bound (README "Limits on input" lists them). Every reader of a file goes through readInputFile (or
+// without bound (docs/architecture.md "Limits on input" lists them). Every reader of a file goes through readInputFile (or
 // requireRegularFile for files it maps or streams): only regular files are read (a FIFO or device would block
 // or never end), the size is checked before anything is parsed, and every file-system error is an InputError
 // naming the path.

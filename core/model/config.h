@@ -27,7 +27,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    // parseConfig refuses more layers (README "Limits on input").
+    // parseConfig refuses more layers (docs/architecture.md "Limits on input").
     static constexpr std::int64_t kMaxLayers = 10000;
 
     Architecture architecture = Architecture::Qwen2;

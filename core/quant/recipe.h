@@ -139,7 +139,7 @@ public:
     std::vector<std::vector<std::array<bool, 2>>> itemsUsed(const std::vector<std::string>& names) const;
 
     // Longest pattern accepted, in characters: long enough for a list of every layer of the largest models
-    // (`{0,1,...,127}`), short enough that checking a recipe stays fast (README "Limits on input").
+    // (`{0,1,...,127}`), short enough that checking a recipe stays fast (docs/architecture.md "Limits on input").
     static constexpr std::size_t kMaxLength = 1024;
 
 private:
@@ -195,7 +195,7 @@ struct RecipeRule {
 
 struct Recipe {
     static constexpr int kCurrentVersion = 1;
-    // At most this many rules (README "Limits on input"): one per module of a 500-layer model, while checking
+    // At most this many rules (docs/architecture.md "Limits on input"): one per module of a 500-layer model, while checking
     // every rule against every module of a large model stays a matter of seconds.
     static constexpr std::size_t kMaxRules = 4096;
 

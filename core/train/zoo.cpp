@@ -210,7 +210,7 @@ ZooOptions defaultZooOptions(const std::string& resourceDirectory)
     student.config = demoModelConfig(128, 2, 4, 2, 256);
     // 500 steps leave the student clearly below the teacher but far from hopeless (about a quarter of the held-out
     // problems right, greedy), so that on-policy distillation has much to teach it within the standard run
-    // (resources/runs/demo-opd.yaml) and RL objectives earn rewards at temperature 1 (README "The demo pair").
+    // (resources/runs/demo-opd.yaml) and RL objectives earn rewards at temperature 1 (docs/training-and-calibration.md).
     student.steps = 500;
     student.batchSize = 64;
     student.learningRate = 3e-3;

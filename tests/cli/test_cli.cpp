@@ -54,6 +54,7 @@ private slots:
     void kvCapacityOfA7bShapedConfig();
     void generateIsSeededAndWritesLogProbs();
     void ctrlCCancelsGenerateAndLogits();
+    void readmeTourRuns();
 };
 
 void TestCli::versionAndHelp()
@@ -456,6 +457,41 @@ void TestCli::ctrlCCancelsGenerateAndLogits()
         // Nothing else either (no temporary file beside it).
         QCOMPARE(QDir(root).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden), before);
     }
+}
+
+// README.md's five-minute tour runs as written (its one `sh` block after "## A five-minute tour"), with this build's
+// binary and a temporary directory in place of build/release/app/mismatch and /tmp/tour: every step exits 0, and the
+// steps leave what the tour says they do.
+void TestCli::readmeTourRuns()
+{
+    std::ifstream readme(MISMATCH_SOURCE_DIR "/README.md");
+    std::stringstream text;
+    text << readme.rdbuf();
+    const std::string all = text.str();
+    const auto tour = all.find("## A five-minute tour");
+    QVERIFY(tour != std::string::npos);
+    const auto begin = all.find("```sh\n", tour);
+    QVERIFY(begin != std::string::npos);
+    const auto end = all.find("```", begin + 6);
+    QVERIFY(end != std::string::npos);
+    QString script = QString::fromStdString(all.substr(begin + 6, end - begin - 6));
+    QTemporaryDir dir;
+    QVERIFY(script.contains("build/release/app/mismatch") && script.contains("/tmp/tour"));
+    script.replace("build/release/app/mismatch", QStringLiteral(MISMATCH_CLI_PATH));
+    script.replace("/tmp/tour", dir.path() + "/tour");
+    QProcess shell;
+    shell.setWorkingDirectory(QStringLiteral(MISMATCH_SOURCE_DIR));
+    shell.start("bash", {"-e", "-c", script});
+    QVERIFY(shell.waitForFinished(600000));
+    const QByteArray out = shell.readAllStandardOutput();
+    QVERIFY2(shell.exitCode() == 0, (out + shell.readAllStandardError()).constData());
+    QVERIFY(QFile::exists(dir.path() + "/tour/recipe.yaml"));
+    QVERIFY(QFile::exists(dir.path() + "/tour/vllm/vllm_serve.sh"));
+    // The screen of the built recipe is a decision against the shipped budget.
+    QVERIFY2(QRegularExpression("recipe +arith-student-step100 \\(step 100\\).*(admit|borderline|reject)")
+                 .match(QString::fromUtf8(out))
+                 .hasMatch(),
+        out.constData());
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestCli)

@@ -591,9 +591,10 @@ void TestImport::unusableValuesAreReported()
 
 void TestImport::readmeMappingTableMatchesCode()
 {
-    // README.md's import table lists one logged key per row: "| verl `KEY` | `MEASURE` ... | ... |". The rows
-    // must be exactly the built-in table (knownKeys), so that the README never names a key the code does not read.
-    std::ifstream readme(std::string(MISMATCH_SOURCE_DIR) + "/README.md");
+    // docs/exporting-and-importing.md's import table lists one logged key per row: "| verl `KEY` | `MEASURE` ... |
+    // ... |". The rows must be exactly the built-in table (knownKeys), so that the page never names a key the code
+    // does not read.
+    std::ifstream readme(std::string(MISMATCH_SOURCE_DIR) + "/docs/exporting-and-importing.md");
     QVERIFY(readme.good());
     std::set<std::string> documented;
     std::string line;
@@ -619,15 +620,15 @@ void TestImport::readmeMappingTableMatchesCode()
     for (const auto& [source, name] : {std::pair{io::LogSource::Verl, "verl"}, std::pair{io::LogSource::Tinker, "Tinker"},
              std::pair{io::LogSource::TensorBoard, "NeMo-RL"}}) {
         for (const auto& known : io::knownKeys(source)) {
-            // An event file's table holds verl's keys too (verl's tensorboard logger); the README lists them once.
+            // An event file's table holds verl's keys too (verl's tensorboard logger); the page lists them once.
             if (known.source == source) {
                 code.insert(std::string(name) + " " + known.key + " -> " + known.measure);
             }
         }
     }
     QVERIFY(!documented.empty());
-    for (const auto& row : documented) QVERIFY2(code.count(row), ("README row not in the code: " + row).c_str());
-    for (const auto& row : code) QVERIFY2(documented.count(row), ("mapping missing from the README: " + row).c_str());
+    for (const auto& row : documented) QVERIFY2(code.count(row), ("docs row not in the code: " + row).c_str());
+    for (const auto& row : code) QVERIFY2(documented.count(row), ("mapping missing from docs/exporting-and-importing.md: " + row).c_str());
 }
 
 void TestImport::csvReadsMappedColumns()

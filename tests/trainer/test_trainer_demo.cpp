@@ -33,8 +33,8 @@ namespace {
 // gave -19.7% on an Intel Sapphire Rapids VM, whose BF16 kernels round differently. On 64 held-out problems the
 // 95% interval of each run's change is about 0.2 nats/token wide, as wide as the change itself, so one seed on one
 // machine cannot show 20%: the assertion tested the noise. What every seed shows is that Q falls beyond it (every
-// interval below zero, the widest ending at -0.028), and that is the claim checked here (README "Training, calibration
-// and time to quality").
+// interval below zero, the widest ending at -0.028), and that is the claim checked here
+// (docs/training-and-calibration.md).
 constexpr double kConfidence = 0.95;
 const std::string kResources = MISMATCH_SOURCE_DIR "/resources";
 
@@ -66,7 +66,7 @@ private slots:
 void TestTrainerDemo::sixtyStepsOfOpdLowerHeldOutQuality()
 {
     // The shipped quick run file itself (60 steps of 64 prompts, evaluation every 20 steps on 64 held-out
-    // problems), so that what the README promises for it is what this test checks.
+    // problems), so that what docs/training-and-calibration.md promises for it is what this test checks.
     QTemporaryDir dir;
     store::RunStore store = store::RunStore::open(store::databasePath(dir.path().toStdString()));
     train::RunConfig config = train::loadRunConfig(kResources + "/runs/demo-opd-quick.yaml");
