@@ -1,10 +1,10 @@
 // Fused full-vocabulary mismatch: KL(mu || pi), k1 and k3 per row from the engine's and the trainer's logits in
-// one pass over each row (online log-sum-exp, core/metrics/online_kl_state.h: a group's exps against fixed maxima,
+// one pass over each row (online log-sum-exp, cuda/online_kl_state.h: a group's exps against fixed maxima,
 // float32 partial sums, a float64 running state), without writing any log-softmax. One block per row; each thread
 // reads 16-byte vectors i, i + blockDim, ... of both rows (coalesced; element by element when a row is not 16-byte
 // aligned), each vector one group, into kStates independent partials, merged in the thread, then across the block
 // pairwise (warp shuffles, then shared memory). Memory traffic: both rows read once.
-#include "core/metrics/online_kl_state.h"
+#include "cuda/online_kl_state.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 

@@ -1,6 +1,6 @@
 // mismatch logits --model DIR --prompts P.jsonl --out FILE.safetensors [--with-answer] [--bf16]
 // The options are the catalogue job "logits"'s parameters (core/jobs/model_jobs.h); the work is
-// model::writeReferenceLogits. Ctrl-C cancels (exit 130) and writes no output.
+// analysis::writeReferenceLogits. Ctrl-C cancels (exit 130) and writes no output.
 #include "app/cli/context.h"
 #include "app/cli/job_options.h"
 #include "app/cli/terminal_progress.h"
@@ -21,7 +21,7 @@ void registerLogitsCommand(CLI::App& app, Context& context)
     command->callback([&context, job] {
         const jobs::JobSpec spec = job->checkedSpec();
         TerminalProgress bar(*context.err);
-        const model::ReferenceLogitsFile r = model::writeReferenceLogits(
+        const analysis::ReferenceLogitsFile r = analysis::writeReferenceLogits(
             spec.text("model"), spec.text("prompts"), spec.text("out"), jobs::logitsOptions(spec), bar.progress());
         bar.finish();
         if (context.json) {

@@ -6,9 +6,9 @@
 #include "core/common/input_limits.h"
 #include "core/common/version.h"
 #include "core/engine/mismatch_sources.h"
-#include "core/io/yaml_mapping.h"
+#include "core/common/yaml_mapping.h"
 #include "core/model/safetensors.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_scalar.h"
 #include "core/store/analysis_store.h"
 #include "core/train/trainer.h"
 

@@ -1,6 +1,7 @@
 #include "core/analysis/prefix_shift.h"
 
 #include "core/analysis/protocol.h"
+#include "core/engine/token_details.h"
 
 #include "core/common/device.h"
 #include "core/common/error.h"
@@ -290,8 +291,8 @@ void tallyPair(const PairedChunk& chunk, std::size_t i, const std::string& promp
         pair.candidateKl = ownValues;
         pair.referenceTokens = ref;
         pair.referenceKl = forcedValues;
-        pair.candidateDetail = tokenDetails(muOwn, piOnCandidate, own);
-        pair.referenceDetail = tokenDetails(muForced, piOnReference, ref);
+        pair.candidateDetail = engine::tokenDetails(muOwn, piOnCandidate, own);
+        pair.referenceDetail = engine::tokenDetails(muForced, piOnReference, ref);
         tally.stored.push_back(std::move(pair));
     }
 }

@@ -4,6 +4,7 @@
 #include "core/common/error.h"
 #include "core/common/hash.h"
 #include "core/common/input_limits.h"
+#include "core/engine/token_details.h"
 #include "core/common/spill_file.h"
 #include "core/model/model_files.h"
 #include "core/common/random.h"
@@ -319,7 +320,7 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
             kept.tokens = generation.tokens;
             const at::Tensor kl = mismatch.kl.to(at::kCPU).to(at::kDouble).contiguous();
             kept.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + kl.numel());
-            kept.details = tokenDetails(logMu.to(at::kCPU), logPi.to(at::kCPU), generation.tokens);
+            kept.details = engine::tokenDetails(logMu.to(at::kCPU), logPi.to(at::kCPU), generation.tokens);
             keptGenerations->push_back(std::move(kept));
         };
     }
@@ -329,41 +330,6 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
         inPlace->clean(); // here, not in the destructor, so that a failure to restore is reported
     }
     return measurement;
-}
-
-std::vector<store::TokenDetail> tokenDetails(
-    const at::Tensor& logMu, const at::Tensor& logPi, const std::vector<std::int64_t>& tokens)
-{
-    constexpr std::int64_t kTop = 5;
-    // Rows a block at a time: with a 152k vocabulary one row is 1.2 MB in float64, and the entropy's temporaries are
-    // several such tensors, so a whole 64-token response at once would hold ~0.4 GB.
-    constexpr std::int64_t kRows = 8;
-    std::vector<store::TokenDetail> details;
-    const auto count = static_cast<std::int64_t>(tokens.size());
-    for (std::int64_t begin = 0; begin < count; begin += kRows) {
-        const std::int64_t end = std::min(count, begin + kRows);
-        const at::Tensor mu = logMu.slice(0, begin, end).to(at::kDouble).contiguous();
-        const at::Tensor pi = logPi.slice(0, begin, end).to(at::kDouble).contiguous();
-        const at::Tensor entropyMu = metrics::rowEntropy(mu, mu.exp());
-        const at::Tensor entropyPi = metrics::rowEntropy(pi, pi.exp());
-        const std::int64_t top = std::min<std::int64_t>(kTop, mu.size(1));
-        const auto [topMuValues, topMuIds] = at::topk(mu, top, -1);
-        const auto [topPiValues, topPiIds] = at::topk(pi, top, -1);
-        for (std::int64_t row = 0; row < end - begin; ++row) {
-            const std::int64_t token = tokens[static_cast<std::size_t>(begin + row)];
-            store::TokenDetail d;
-            d.logMu = mu[row][token].item<double>();
-            d.logPi = pi[row][token].item<double>();
-            d.entropyMu = entropyMu[row].item<double>();
-            d.entropyPi = entropyPi[row].item<double>();
-            for (std::int64_t k = 0; k < top; ++k) {
-                d.topMu.emplace_back(topMuIds[row][k].item<std::int64_t>(), std::exp(topMuValues[row][k].item<double>()));
-                d.topPi.emplace_back(topPiIds[row][k].item<std::int64_t>(), std::exp(topPiValues[row][k].item<double>()));
-            }
-            details.push_back(std::move(d));
-        }
-    }
-    return details;
 }
 
 metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, const metrics::BootstrapOptions& options)

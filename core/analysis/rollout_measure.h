@@ -140,12 +140,6 @@ engine::MismatchMeasurement measureConfiguration(const model::Transformer& train
     Progress* progress, std::size_t keepGenerations = 0,
     std::vector<store::StoredGeneration>* keptGenerations = nullptr);
 
-// Per generated token: log mu(y), log pi(y), both entropies and both top-5 (the token drill-down). logMu and logPi
-// are [T, vocab] log-probabilities of one response; a token mu gives probability 0 (outside top-k/top-p) adds
-// nothing to its entropy.
-std::vector<store::TokenDetail> tokenDetails(
-    const at::Tensor& logMu, const at::Tensor& logPi, const std::vector<std::int64_t>& tokens);
-
 // Bootstrap interval of a measurement's token-mean KL, prompts resampled (metrics::bootstrapRatio).
 metrics::Interval klInterval(const engine::MismatchMeasurement& measurement, const metrics::BootstrapOptions& options);
 // Paired percentile bootstrap of ratio(a) - ratio(b), ratio(x) = sum(x sums) / sum(x tokens), resampling the

@@ -1,7 +1,6 @@
 #include "core/common/device.h"
 
 #include "core/common/error.h"
-#include "core/model/transformer.h"
 
 #include <ATen/Context.h>
 
@@ -130,20 +129,6 @@ std::string deviceName(const at::Device& device)
         return "cpu";
     }
     return "cuda:" + std::to_string(device.has_index() ? device.index() : 0);
-}
-
-model::TransformerWeights onDevice(const model::TransformerWeights& weights, const at::Device& device)
-{
-    model::TransformerWeights moved;
-    for (const auto& [name, tensor] : weights.named()) {
-        moved.set(name, tensor.device() == device ? tensor : tensor.to(device));
-    }
-    return moved;
-}
-
-at::Device deviceOf(const model::TransformerWeights& weights)
-{
-    return weights.size() == 0 ? at::Device(at::kCPU) : weights.get(weights.names().front()).device();
 }
 
 } // namespace mismatch

@@ -12,10 +12,6 @@
 
 namespace mismatch {
 
-namespace model {
-class TransformerWeights;
-}
-
 // Devices LibTorch can compute on here: "cpu" first, then "cuda:0", "cuda:1", ... (only in a build with CUDA,
 // against a LibTorch with CUDA, with a device present).
 std::vector<std::string> availableDevices();
@@ -33,10 +29,5 @@ at::Device parseDevice(const std::string& text, const std::string& source, const
 at::Device resumeDevice(const std::string& stored);
 // "cpu", "cuda:0": the canonical name (what run files, job files and the store record).
 std::string deviceName(const at::Device& device);
-
-// Every tensor moved to `device` (the same tensors when already there).
-model::TransformerWeights onDevice(const model::TransformerWeights& weights, const at::Device& device);
-// Where the weights live, so where a model on them computes: the first tensor's device; the CPU for none.
-at::Device deviceOf(const model::TransformerWeights& weights);
 
 } // namespace mismatch

@@ -3,7 +3,7 @@
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/common/utf8.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_scalar.h"
 #include "core/quant/recipe_plan.h"
 
 #include <nlohmann/json.hpp>

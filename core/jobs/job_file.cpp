@@ -6,8 +6,8 @@
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/io/recipe_export.h"
-#include "core/io/yaml_mapping.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_mapping.h"
+#include "core/common/yaml_scalar.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -86,7 +86,7 @@ nlohmann::json scalarValue(const Parameter& p, const YAML::Node& node, const std
 
 const std::set<std::string> kStepKeys = {"job", "id"};
 
-// The located-YAML reader (core/io/yaml_mapping.h) with its problems as the job file's InputErrors.
+// The located-YAML reader (core/common/yaml_mapping.h) with its problems as the job file's InputErrors.
 io::YamlMappingReader yamlReader(const std::string& file)
 {
     return io::YamlMappingReader([file](const io::SourceLocation& where, const std::string& detail) {

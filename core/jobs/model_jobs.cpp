@@ -175,15 +175,15 @@ JobDefinition generateJob()
 
 // --------------------------------------------------------------------------------------------------------- logits
 
-model::ReferenceLogitsOptions logitsOptions(const JobSpec& spec)
+analysis::ReferenceLogitsOptions logitsOptions(const JobSpec& spec)
 {
-    model::ReferenceLogitsOptions options;
+    analysis::ReferenceLogitsOptions options;
     options.includeAnswer = spec.flag("with_answer");
     options.bf16 = spec.flag("bf16");
     return options;
 }
 
-nlohmann::json logitsResultJson(const model::ReferenceLogitsFile& r)
+nlohmann::json logitsResultJson(const analysis::ReferenceLogitsFile& r)
 {
     return {
         {"out", r.out}, {"prompts", r.prompts}, {"positions", r.positions}, {"precision", r.bf16 ? "bf16" : "fp32"}};
@@ -205,7 +205,7 @@ JobDefinition logitsJob()
         param("bf16", ParameterType::Flag, "--bf16", "BF16 forward", "Run the forward in BF16 instead of FP32", false),
     };
     job.run = [](store::RunStore&, const JobSpec& spec, Progress& progress, const std::function<void(std::int64_t)>&) {
-        return logitsResultJson(model::writeReferenceLogits(
+        return logitsResultJson(analysis::writeReferenceLogits(
             spec.text("model"), spec.text("prompts"), spec.text("out"), logitsOptions(spec), progress));
     };
     job.resultFields = {"out", "prompts", "positions", "precision"};

@@ -15,7 +15,7 @@
 #include "core/io/import_aimet.h"
 #include "core/io/import_log.h"
 #include "core/jobs/job_spec.h"
-#include "core/model/reference_logits.h"
+#include "core/analysis/reference_logits.h"
 #include "core/quant/quantize.h"
 #include "core/train/zoo.h"
 #include "core/store/import_store.h"
@@ -35,9 +35,9 @@ analysis::GenerateOptions generateOptions(const JobSpec& spec);
 nlohmann::json generateResultJson(const analysis::GenerateFileResult& result);
 
 // The options of a valid "logits" spec (model, prompts and out are its parameters of those names).
-model::ReferenceLogitsOptions logitsOptions(const JobSpec& spec);
+analysis::ReferenceLogitsOptions logitsOptions(const JobSpec& spec);
 // {"out", "prompts", "positions", "precision"}: `mismatch logits --json` and the job's result.
-nlohmann::json logitsResultJson(const model::ReferenceLogitsFile& result);
+nlohmann::json logitsResultJson(const analysis::ReferenceLogitsFile& result);
 
 // What a "quantize" job wrote: the file, each tensor's result and the totals.
 struct QuantizeReport {

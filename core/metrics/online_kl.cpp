@@ -1,7 +1,7 @@
 #include "core/metrics/online_kl.h"
 
 #include "core/common/error.h"
-#include "core/metrics/online_kl_state.h"
+#include "cuda/online_kl_state.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -1,6 +1,6 @@
 #pragma once
 // The fused mismatch kernel's algorithm on the CPU: per row, one pass over both logit rows with running
-// log-sum-exps (core/metrics/online_kl_state.h), the vocabulary split into `lanes` strided partials (lane i takes
+// log-sum-exps (cuda/online_kl_state.h), the vocabulary split into `lanes` strided partials (lane i takes
 // the groups of 8 elements i, i + lanes, ..., as CUDA thread i takes 16-byte vectors of bf16 rows, then the last
 // vocab % 8 elements one at a time) merged in a pairwise tree; the kernel merges with warp shuffles in another
 // order and groups float32 rows by 4, the same function up to rounding. It is the CPU twin of

@@ -157,6 +157,20 @@ void validateWeights(const ModelConfig& config, const TransformerWeights& weight
     }
 }
 
+TransformerWeights onDevice(const TransformerWeights& weights, const at::Device& device)
+{
+    TransformerWeights moved;
+    for (const auto& [name, tensor] : weights.named()) {
+        moved.set(name, tensor.device() == device ? tensor : tensor.to(device));
+    }
+    return moved;
+}
+
+at::Device deviceOf(const TransformerWeights& weights)
+{
+    return weights.size() == 0 ? at::Device(at::kCPU) : weights.get(weights.names().front()).device();
+}
+
 TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, double stddev)
 {
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -62,6 +62,11 @@ void validateWeights(const ModelConfig& config, const TransformerWeights& weight
 
 // FP32 weights drawn from N(0, stddev^2) (projections, embeddings, biases); norm weights 1 + N(0, 0.1^2)
 // so that tests notice a missing or misplaced norm. Deterministic in seed.
+// Every tensor moved to `device` (the same tensors when already there).
+TransformerWeights onDevice(const TransformerWeights& weights, const at::Device& device);
+// Where the weights live, so where a model on them computes: the first tensor's device; the CPU for none.
+at::Device deviceOf(const TransformerWeights& weights);
+
 TransformerWeights randomWeights(const ModelConfig& config, std::uint64_t seed, double stddev = 0.02);
 // How loadWeights keeps the tensors it reads.
 enum class LoadPrecision {

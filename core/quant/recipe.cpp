@@ -1,8 +1,8 @@
 #include "core/quant/recipe.h"
 
 #include "core/common/utf8.h"
-#include "core/io/yaml_mapping.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_mapping.h"
+#include "core/common/yaml_scalar.h"
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"

@@ -64,7 +64,7 @@
 //                 at least one linear module (embed_tokens is a lookup and has no input activations)
 //               - no module ends with int4 weights and fp8 activations (W4A8: the engine has no such kernel)
 //               - with tie_word_embeddings, embed_tokens and lm_head (one tensor) get the same weight format
-#include "core/io/source_location.h"
+#include "core/common/source_location.h"
 #include "core/quant/formats.h"
 
 #include <array>

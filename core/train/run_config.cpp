@@ -6,8 +6,8 @@
 #include "core/quant/recipe.h"
 
 #include <nlohmann/json.hpp>
-#include "core/io/yaml_mapping.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_mapping.h"
+#include "core/common/yaml_scalar.h"
 
 #include <yaml-cpp/yaml.h>
 

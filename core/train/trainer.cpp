@@ -1,6 +1,6 @@
 #include "core/train/trainer.h"
 
-#include "core/analysis/rollout_measure.h"
+#include "core/engine/token_details.h"
 #include "core/common/device.h"
 #include "core/common/byte_size.h"
 #include "core/common/error.h"
@@ -724,7 +724,7 @@ std::pair<double, double> Session::update(
 
 // Mismatch of the step: the engine's mu against the trainer's pi_theta (before this update) at the rollout
 // temperature, on the engine's own prefixes.
-// With `kept`, the first kStoredRollouts sequences token by token: per-token KL and analysis::tokenDetails of the
+// With `kept`, the first kStoredRollouts sequences token by token: per-token KL and engine::tokenDetails of the
 // same mu and pi rows.
 StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, const at::Tensor& studentLogits,
     const at::Tensor& sampled, std::vector<store::StoredGeneration>* kept) const
@@ -744,7 +744,7 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
 #if defined(MISMATCH_HAVE_CUDA)
         if (scaled.is_cuda()) {
             // The fused kernel: one pass over mu's log-probabilities (their log-sum-exp is 0, so they serve as
-            // logits) and pi's logits per row (core/metrics/online_kl_state.h; tests/gpu/kl_bounds.h holds it to the
+            // logits) and pi's logits per row (cuda/online_kl_state.h; tests/gpu/kl_bounds.h holds it to the
             // two-pass float64 definition: ~1e-8 nats per row between a BF16 engine and its trainer), instead of a
             // float64 log-softmax of the whole [N, vocab] batch.
             const cuda::FusedMismatch fused = cuda::fusedMismatch(logMu.to(at::kFloat), scaled.to(at::kFloat), sampled);
@@ -777,7 +777,7 @@ StepMismatch Session::stepMismatch(std::int64_t step, const Rollout& rollout, co
             stored.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + length);
             const at::Tensor rowsPi = at::log_softmax(scaled.slice(0, row, row + length).to(at::kDouble), -1);
             stored.details
-                = analysis::tokenDetails(generation.distributions.to(at::kCPU), rowsPi.to(at::kCPU), generation.tokens);
+                = engine::tokenDetails(generation.distributions.to(at::kCPU), rowsPi.to(at::kCPU), generation.tokens);
             kept->push_back(std::move(stored));
             row += length;
         }

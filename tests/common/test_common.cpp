@@ -29,7 +29,10 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -52,6 +55,7 @@ private slots:
     void devicesAreParsedAndChecked();
     void spillFileGivesBackWhatWasPutAside();
     void spillRefusesMemoryAndFullDirectories();
+    void includesFollowTheLayers();
 };
 
 void TestCommon::childMapsFractionsIntoItsRange()
@@ -462,6 +466,101 @@ void TestCommon::spillRefusesMemoryAndFullDirectories()
     if (saved) {
         ::setenv("TMPDIR", savedValue.c_str(), 1);
     }
+}
+
+namespace {
+
+// The layer order a file states on its line "Layers, lowest first: a < b, c < ...": module -> layer index.
+std::map<std::string, int> statedLayers(const std::string& path, std::string* line)
+{
+    std::ifstream in(path);
+    std::string text;
+    const std::string marker = "Layers, lowest first: ";
+    while (std::getline(in, text)) {
+        const auto at = text.find(marker);
+        if (at == std::string::npos) {
+            continue;
+        }
+        *line = text.substr(at + marker.size());
+        std::map<std::string, int> layers;
+        int layer = 0;
+        std::stringstream groups(*line);
+        std::string group;
+        while (std::getline(groups, group, '<')) {
+            std::stringstream names(group);
+            std::string name;
+            while (std::getline(names, name, ',')) {
+                name.erase(0, name.find_first_not_of(" `"));
+                name.erase(name.find_last_not_of(" `.") + 1);
+                layers[name] = layer;
+            }
+            ++layer;
+        }
+        return layers;
+    }
+    return {};
+}
+
+} // namespace
+
+// docs/architecture.md and core/CMakeLists.txt state one layer order; every #include of the project's own headers
+// in core/, cuda/, ui/ and app/ goes to the file's own module or to a lower layer. A violation is named by file and
+// line. (Tests may include anything.)
+void TestCommon::includesFollowTheLayers()
+{
+    namespace fs = std::filesystem;
+    const std::string root = MISMATCH_SOURCE_DIR;
+    std::string documented;
+    std::string built;
+    const std::map<std::string, int> layers = statedLayers(root + "/docs/architecture.md", &documented);
+    QVERIFY2(!layers.empty(), "docs/architecture.md states no \"Layers, lowest first:\" line");
+    statedLayers(root + "/core/CMakeLists.txt", &built);
+    QCOMPARE(QString::fromStdString(built), QString::fromStdString(documented));
+    // Every core module is placed.
+    for (const auto& entry : fs::directory_iterator(root + "/core")) {
+        if (entry.is_directory()) {
+            QVERIFY2(layers.count(entry.path().filename().string()),
+                ("core/" + entry.path().filename().string() + " is in no layer of the stated order").c_str());
+        }
+    }
+    const std::regex include(R"(^\s*#\s*include\s+"(core/([a-z_]+)|cuda|ui|app)/)");
+    std::vector<std::string> violations;
+    std::size_t checked = 0;
+    for (const std::string top : {"core", "cuda", "ui", "app"}) {
+        for (const auto& entry : fs::recursive_directory_iterator(root + "/" + top)) {
+            const std::string extension = entry.path().extension().string();
+            if (!entry.is_regular_file() || (extension != ".h" && extension != ".cpp" && extension != ".cu")) {
+                continue;
+            }
+            const std::string relative = fs::relative(entry.path(), root).string();
+            const std::string module = top == "core" ? relative.substr(5, relative.find('/', 5) - 5) : top;
+            std::ifstream in(entry.path());
+            std::string line;
+            int number = 0;
+            while (std::getline(in, line)) {
+                ++number;
+                std::smatch match;
+                if (!std::regex_search(line, match, include)) {
+                    continue;
+                }
+                ++checked;
+                const std::string target = match[2].matched ? match[2].str() : match[1].str();
+                if (target == module) {
+                    continue;
+                }
+                if (!layers.count(target) || layers.at(target) >= layers.at(module)) {
+                    violations.push_back(relative + ":" + std::to_string(number) + ": " + module + " includes "
+                        + target + (layers.count(target) ? " (not below it)" : " (in no layer)"));
+                }
+            }
+        }
+    }
+    QVERIFY(checked > 500); // the walk found the sources
+    std::string list;
+    for (const std::string& violation : violations) {
+        list += violation + "\n";
+    }
+    QVERIFY2(violations.empty(), ("includes against the layer order " + documented + ":\n" + list).c_str());
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestCommon)

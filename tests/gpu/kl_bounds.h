@@ -1,5 +1,5 @@
 #pragma once
-// Per-row error bounds of the one-pass online KL (core/metrics/online_kl_state.h: groups with fixed maxima, float32
+// Per-row error bounds of the one-pass online KL (cuda/online_kl_state.h: groups with fixed maxima, float32
 // exps and partial sums, a float64 running state) against the two-pass float64 definition on the same logits, for
 // tests/gpu's CPU twin and CUDA kernel. With L = log mu - log pi, mA, mB the rows' maxima and eta = 2^-22 (first
 // order, derived in online_kl_state.h):

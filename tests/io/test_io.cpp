@@ -5,8 +5,8 @@
 #include "core/io/arith_task.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
-#include "core/io/yaml_mapping.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_mapping.h"
+#include "core/common/yaml_scalar.h"
 #include "tests/common/test_main.h"
 
 #include <QFile>

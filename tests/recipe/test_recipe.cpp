@@ -5,7 +5,7 @@
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/common/error.h"
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_scalar.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"

@@ -1,6 +1,6 @@
-#include "core/io/yaml_mapping.h"
+#include "core/common/yaml_mapping.h"
 
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_scalar.h"
 
 #include <algorithm>
 #include <stdexcept>

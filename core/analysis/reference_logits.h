@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace mismatch::model {
+namespace mismatch::analysis {
 
 struct ReferenceLogitsOptions {
     bool includeAnswer = false;  // score prompt + answer instead of the prompt alone
@@ -43,4 +43,4 @@ struct ReferenceLogitsFile {
 ReferenceLogitsFile writeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
     const std::string& out, const ReferenceLogitsOptions& options, Progress& progress);
 
-}  // namespace mismatch::model
+}  // namespace mismatch::analysis

@@ -3,7 +3,7 @@
 // files): a mapping's entries with where each key and value was written, keys outside the allowed set and repeated
 // keys refused, required keys looked up, every message placed at "line L, column C" with its key path. How a
 // place and a detail become an error (the InputError's location and prefix) stays with each file format.
-#include "core/io/source_location.h"
+#include "core/common/source_location.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -1,4 +1,4 @@
-#include "core/model/reference_logits.h"
+#include "core/analysis/reference_logits.h"
 
 #include "core/common/error.h"
 #include "core/io/prompt_set.h"
@@ -15,7 +15,10 @@
 
 #include <filesystem>
 
-namespace mismatch::model {
+namespace mismatch::analysis {
+
+// The model layer's readers and forward, by their own names (this was model/ code before it moved up here).
+using namespace mismatch::model;
 
 ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
     const ReferenceLogitsOptions& options, Progress& progress)
@@ -105,4 +108,4 @@ ReferenceLogitsFile writeReferenceLogits(const std::string& modelDirectory, cons
     return file;
 }
 
-}  // namespace mismatch::model
+}  // namespace mismatch::analysis

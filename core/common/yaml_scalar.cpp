@@ -1,4 +1,4 @@
-#include "core/io/yaml_scalar.h"
+#include "core/common/yaml_scalar.h"
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
