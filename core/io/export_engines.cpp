@@ -1,0 +1,447 @@
+#include "core/io/export_internal.h"
+
+#include "core/common/error.h"
+#include "core/common/file_io.h"
+#include "core/common/shell_quote.h"
+
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <system_error>
+
+// Export: vLLM, verl and SGLang: engines that quantize a BF16 checkpoint themselves (or load an FP8 one).
+// The shared view and checks: export_internal.h, export_view.cpp.
+
+namespace mismatch::io::exporting {
+
+// A vLLM release as (major, minor); nullopt for the current release.
+std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text)
+{
+    if (text.empty() || text == "current") {
+        return std::nullopt;
+    }
+    std::string digits = text;
+    if (digits.front() == 'v') {
+        digits.erase(0, 1);
+    }
+    int major = -1;
+    int minor = -1;
+    size_t position = 0;
+    auto number = [&](int& out) {
+        const size_t start = position;
+        while (position < digits.size() && position - start < 6 && digits[position] >= '0'
+            && digits[position] <= '9') {
+            ++position;
+        }
+        if (position == start) {
+            return false;
+        }
+        out = std::stoi(digits.substr(start, position - start));
+        return true;
+    };
+    bool ok = number(major) && position < digits.size() && digits[position] == '.';
+    if (ok) {
+        ++position;
+        ok = number(minor);
+    }
+    // An optional patch level and local suffix (0.22.1, 0.22.1rc1) do not change the keys.
+    if (ok && position < digits.size() && digits[position] != '.') {
+        ok = false;
+    }
+    if (!ok) {
+        throw InputError("--target-version", "",
+            "expected a vLLM release such as 0.21 or 0.22.1 (or current), got '" + text + "'");
+    }
+    return std::make_pair(major, minor);
+}
+
+// Whether the export is for a vLLM with the online quantization frontend (the current release does).
+bool hasOnlineFrontend(const ExportOptions& options)
+{
+    const auto version = parseVllmVersion(options.targetVersion);
+    return !version || *version >= std::make_pair(0, 22);
+}
+
+// The vLLM-side checks and settings that the vllm, verl and sglang exports share.
+struct EngineSettings {
+    std::optional<Scheme> scheme;
+    UniformKv kv;
+};
+
+// How a target quantizes a BF16 (or FP8) checkpoint: what it accepts.
+struct EngineRules {
+    std::string name; // for messages: "vLLM's online fp8", ...
+    bool ignoreList = true; // takes a list of modules to leave in BF16
+    std::string noIgnoreReason;
+    bool tensor = true; // fp8 weights with one scale per tensor
+    bool channel = false; // one scale per output channel
+    bool block = true; // 128x128 blocks
+    std::string granularityReason;
+    bool kvExceptions = true; // BF16 KV cache on some layers
+    std::string kvExceptionReason;
+};
+
+EngineSettings engineSettings(const ExportView& view, const EngineRules& rules)
+{
+    checkCommon(view);
+    EngineSettings settings;
+    checkLmHeadUnquantized(view, rules.name + " quantizes the decoder layers' linear modules, not lm_head");
+    if (!rules.ignoreList && view.anythingQuantized()) {
+        for (const std::string& name : view.ignored) {
+            if (name != quant::kLmHeadName) {
+                view.fail(view.weightsWhere(name), "bf16 weights on " + name + " while other modules are quantized",
+                    rules.noIgnoreReason);
+            }
+        }
+    }
+    settings.scheme = singleScheme(view,
+        rules.name + " applies one scheme to every quantized layer (export --to compressed-tensors or --to modelopt "
+                     "for several)");
+    if (settings.scheme) {
+        const Scheme& scheme = *settings.scheme;
+        const std::string& example = view.schemes.at(scheme).front();
+        if (scheme.weights.format == WeightFormat::Int8 || scheme.weights.format == WeightFormat::Int4) {
+            view.fail(view.weightsWhere(example), quant::describe(scheme.weights) + " weights on " + example,
+                rules.name + " quantizes weights to fp8_e4m3 only (export --to compressed-tensors for integer "
+                             "weights)");
+        }
+        if (scheme.activations != ActivationFormat::Fp8E4m3) {
+            view.fail(view.activationsWhere(example), "weight-only fp8 (" + describe(scheme) + ") on " + example,
+                rules.name + " quantizes the activations of every quantized layer (dynamic); bf16 activations "
+                             "need --to compressed-tensors (naive-quantized)");
+        }
+        const Granularity granularity = scheme.weights.granularity;
+        if ((granularity == Granularity::Tensor && !rules.tensor) || (granularity == Granularity::Channel && !rules.channel)
+            || (granularity == Granularity::Block128 && !rules.block)) {
+            view.fail(view.weightsWhere(example),
+                quant::toString(granularity) + " granularity of fp8 weights on " + example, rules.granularityReason);
+        }
+    }
+    settings.kv = uniformKv(view, rules.kvExceptions, rules.kvExceptionReason, false,
+        rules.name + "'s kv_cache_dtype has per-tensor scales only (per-head scales need a checkpoint calibrated by "
+                     "llm-compressor: export --to llm-compressor)");
+    return settings;
+}
+
+// What an FP8 KV cache in an engine runs with: the checkpoint's k/v scales, else 1.0.
+void warnKvScales(const ExportView& view, const EngineSettings& settings, const std::string& engine, bool checkpoint)
+{
+    if (!settings.kv.fp8) {
+        return;
+    }
+    view.warn(engine + "'s FP8 KV cache takes its k/v scales from the checkpoint and uses 1.0 where it has none ("
+        + (checkpoint ? std::string("this FP8 checkpoint must carry the recipe's calibrated per-tensor scales")
+                      : std::string("a BF16 checkpoint has none, so the recipe's calibrated per-tensor scales are "
+                                    "not used"))
+        + "; vLLM docs/features/quantization/quantized_kvcache.md). Calibrate them into the checkpoint with --to "
+          "llm-compressor to run what the recipe measured");
+}
+
+void warnActivationGroups(const ExportView& view, const Scheme& scheme, const std::string& engine)
+{
+    if (scheme.weights.granularity == Granularity::Block128) {
+        view.warn(engine + " quantizes the activations of 128x128-block FP8 weights per token in groups of 128 "
+                           "channels (1x128), where the recipe has one scale per token");
+    }
+}
+
+// vLLM's engine arguments for the KV cache: kv_cache_dtype and kv_cache_dtype_skip_layers (strings).
+void kvEngineArgs(const UniformKv& kv, Json& args)
+{
+    args["kv_cache_dtype"] = kv.fp8 ? "fp8_e4m3" : "auto";
+    // No calculate_kv_scales: current vLLM removed it (vllm-project/vllm PR #49389, after the deprecation in PR
+    // #37201); FP8 KV scales now come from the checkpoint when it has them, else 1.0
+    // (docs/features/quantization/quantized_kvcache.md, vllm/config/cache.py CacheConfig).
+    if (kv.fp8 && !kv.bf16Layers.empty()) {
+        // kv_cache_dtype_skip_layers is a list of strings: layer indices ('0', '2') or attention types
+        // ('sliding_window') (vllm/config/cache.py CacheConfig, docs/features/quantization/quantized_kvcache.md).
+        Json layers = Json::array();
+        for (const std::int64_t layer : kv.bf16Layers) {
+            layers.push_back(std::to_string(layer));
+        }
+        args["kv_cache_dtype_skip_layers"] = layers;
+    }
+}
+
+// vLLM's online shorthand for a scheme (vllm/config/quantization.py _ONLINE_SHORTHANDS).
+std::string vllmOnlineScheme(const Scheme& scheme)
+{
+    switch (scheme.weights.granularity) {
+    case Granularity::Tensor:
+        return "fp8_per_tensor";
+    case Granularity::Channel:
+        return "fp8_per_channel";
+    default:
+        return "fp8_per_block";
+    }
+}
+
+VllmExport vllmExport(const ExportView& view)
+{
+    const ExportOptions& options = view.options;
+    const bool online = options.vllmForm == VllmForm::Online;
+    const bool frontend = hasOnlineFrontend(options);
+    EngineRules rules;
+    if (!online) {
+        rules.name = "vLLM's fp8 checkpoint config";
+        rules.channel = false;
+        rules.granularityReason = "vLLM's fp8 config has per-tensor or 128x128-block weight scales only (export "
+                                  "--to compressed-tensors for per-channel scales)";
+    } else if (frontend) {
+        rules.name = "vLLM's online quantization";
+        rules.channel = true;
+    } else {
+        rules.name = "vLLM's online fp8 (before " + std::string(kVllmOnlineFrontendRelease) + ")";
+        rules.ignoreList = false;
+        rules.noIgnoreReason = "online fp8 quantization before vLLM " + std::string(kVllmOnlineFrontendRelease)
+            + " has no list of layers to leave unquantized (--target-version current has quantization_config.ignore)";
+        rules.block = false;
+        rules.granularityReason = "online fp8 quantization before vLLM " + std::string(kVllmOnlineFrontendRelease)
+            + " has per-tensor weight scales only (fp8_per_block arrived with the online frontend)";
+    }
+    const EngineSettings settings = engineSettings(view, rules);
+    VllmExport out;
+    out.engineArgs = Json::object();
+    out.checkpointConfig = nullptr;
+    if (settings.scheme) {
+        const Scheme& scheme = *settings.scheme;
+        if (online && frontend) {
+            // docs/features/quantization/online.md: --quantization with a scheme shorthand, and
+            // quantization_config.ignore with the unfused shard names.
+            out.engineArgs["quantization"] = vllmOnlineScheme(scheme);
+            out.engineArgs["quantization_config"] = {{"ignore", view.ignored}};
+            if (scheme.weights.granularity == Granularity::Tensor) {
+                view.warn("vLLM's fp8_per_tensor scales activations per tensor except on GPUs where it uses one "
+                          "scale per token (Ada, Hopper; docs/features/quantization/online.md); the recipe has one "
+                          "scale per token");
+            }
+        } else {
+            out.engineArgs["quantization"] = "fp8";
+        }
+        if (!online) {
+            Json config = Json::object();
+            config["quant_method"] = "fp8";
+            config["activation_scheme"] = "dynamic";
+            if (scheme.weights.granularity == Granularity::Block128) {
+                config["weight_block_size"] = {128, 128};
+            }
+            config["ignored_layers"] = view.ignored;
+            out.checkpointConfig = config;
+        }
+        warnActivationGroups(view, scheme, "vLLM");
+    }
+    kvEngineArgs(settings.kv, out.engineArgs);
+    warnKvScales(view, settings, "vLLM", !online);
+    return out;
+}
+
+std::string vllmFormText(const ExportOptions& options)
+{
+    if (options.vllmForm == VllmForm::Checkpoint) {
+        return "checkpoint: describes a checkpoint whose weights are already stored in FP8 with their scales "
+               "(quantization_config belongs in that checkpoint's config.json); it does not apply to a BF16 model";
+    }
+    return hasOnlineFrontend(options)
+        ? "online: vLLM quantizes the BF16 checkpoint's weights to FP8 at load time "
+          "(docs/features/quantization/online.md)"
+        : "online (vLLM before " + std::string(kVllmOnlineFrontendRelease)
+            + "): quantization fp8 quantizes the BF16 checkpoint's weights to FP8 at load time";
+}
+
+std::string exportVllm(const ExportView& view)
+{
+    const VllmExport settings = vllmExport(view);
+    Json out = Json::object();
+    out["form"] = vllmFormText(view.options);
+    out["vllm_version"] = view.options.targetVersion.empty() ? std::string("current") : view.options.targetVersion;
+    if (view.options.vllmForm == VllmForm::Checkpoint) {
+        out["quantization_config"] = settings.checkpointConfig;
+    }
+    out["engine_args"] = settings.engineArgs;
+    return out.dump(2) + "\n";
+}
+
+std::string yamlScalar(const Json& value)
+{
+    if (value.is_null()) {
+        return "null";
+    }
+    if (value.is_boolean()) {
+        return value.get<bool>() ? "true" : "false";
+    }
+    if (value.is_number()) {
+        return value.dump();
+    }
+    if (value.is_string()) {
+        const std::string text = value.get<std::string>();
+        // Quote what YAML would read as something other than this string.
+        const bool plain = !text.empty() && text.find_first_of(":#{}[],&*!|>'\"%@`") == std::string::npos
+            && text != "null" && text != "true" && text != "false"
+            && text.find_first_not_of("0123456789.-") != std::string::npos;
+        return plain ? text : value.dump();
+    }
+    // A flow sequence or mapping of scalars.
+    std::string text;
+    if (value.is_array()) {
+        text = "[";
+        for (size_t i = 0; i < value.size(); ++i) {
+            text += (i ? ", " : "") + yamlScalar(value[i]);
+        }
+        return text + "]";
+    }
+    text = "{";
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+        text += (first ? "" : ", ") + key + ": " + yamlScalar(item);
+        first = false;
+    }
+    return text + "}";
+}
+
+// A value as Hydra's override grammar reads it: JSON strings stay quoted inside lists ("0" is a string).
+std::string hydraValue(const Json& value)
+{
+    if (value.is_array()) {
+        std::string text = "[";
+        for (size_t i = 0; i < value.size(); ++i) {
+            text += (i ? "," : "") + value[i].dump();
+        }
+        return text + "]";
+    }
+    if (value.is_string()) {
+        return value.get<std::string>();
+    }
+    return value.dump();
+}
+
+// SGLang's comma-separated SGLANG_FP8_IGNORED_LAYERS.
+std::string sglangIgnored(const std::vector<std::string>& modules)
+{
+    std::string text;
+    for (const std::string& name : modules) {
+        text += (text.empty() ? "" : ",") + name;
+    }
+    return text;
+}
+
+VerlExport verlExport(const ExportView& view)
+{
+    const ExportOptions& options = view.options;
+    if (options.staleness < 0) {
+        throw InputError(
+            view.recipe->sourceFile, "", "--staleness must be 0 or more, got " + std::to_string(options.staleness));
+    }
+    if (options.staleness > 0) {
+        view.fail(quant::SourceLocation {}, "weight staleness k = " + std::to_string(options.staleness),
+            "verl's asynchronous trainer bounds staleness with async_training.staleness_threshold, a fraction of "
+            "stale samples, and trigger_parameter_sync_step; neither is confirmed to mean \"weights exactly k "
+            "optimizer steps old\", so no key is written (export with --staleness 0 and set them by hand)");
+    }
+    const bool sglang = options.verlRollout == VerlRollout::Sglang;
+    EngineRules rules;
+    rules.name = sglang ? "verl's fp8 rollout (SGLang)" : "verl's fp8 rollout (vLLM)";
+    rules.tensor = false;
+    rules.granularityReason = "verl's fp8 rollout quantizes weights in 128x128 blocks only";
+    if (!sglang) {
+        rules.ignoreList = false;
+        rules.noIgnoreReason = "verl's vLLM rollout quantization has no list of layers to leave unquantized (the "
+                               "SGLang rollout has: --rollout sglang)";
+    } else {
+        rules.kvExceptions = false;
+        rules.kvExceptionReason = "SGLang's kv_cache_dtype applies to every layer; it has no per-layer exceptions";
+    }
+    const EngineSettings settings = engineSettings(view, rules);
+    VerlExport out;
+    out.rollout = sglang ? "sglang" : "vllm";
+    out.quantization = settings.scheme ? Json("fp8") : Json(nullptr);
+    out.engineKwargs = Json::object();
+    kvEngineArgs(settings.kv, out.engineKwargs);
+    if (sglang && settings.scheme && !view.ignored.empty()) {
+        out.ignoredLayers = sglangIgnored(view.ignored);
+    }
+    if (settings.scheme) {
+        warnActivationGroups(view, *settings.scheme, "verl's fp8 rollout");
+    }
+    warnKvScales(view, settings, sglang ? "SGLang" : "vLLM", false);
+    return out;
+}
+
+std::string exportVerl(const ExportView& view)
+{
+    const VerlExport settings = verlExport(view);
+    std::ostringstream out;
+    out << "# verl rollout configuration for precision recipe " << view.recipeName() << " (" << settings.rollout
+        << " rollout).\n"
+        << "# Merge into the trainer config, or pass verl_overrides.txt's lines on the command line.\n";
+    if (!settings.ignoredLayers.empty()) {
+        out << "# The SGLang rollout leaves these modules in BF16 when its workers start with\n"
+            << "# SGLANG_FP8_IGNORED_LAYERS=" << settings.ignoredLayers << "\n";
+    }
+    out << "actor_rollout_ref:\n"
+        << "  rollout:\n"
+        << "    name: " << settings.rollout << "\n"
+        << "    quantization: " << yamlScalar(settings.quantization) << "\n"
+        << "    engine_kwargs:\n"
+        << "      " << settings.rollout << ":\n";
+    for (const auto& [key, value] : settings.engineKwargs.items()) {
+        out << "        " << key << ": " << yamlScalar(value) << "\n";
+    }
+    return out.str();
+}
+
+// verl's Hydra command-line overrides: `++` where the key may or may not be in verl's defaults (quantization),
+// `+` under engine_kwargs.<engine>, whose default is {} (verl/trainer/config rollout engine_kwargs).
+std::vector<std::string> verlOverrideLines(const VerlExport& settings)
+{
+    const std::string prefix = "actor_rollout_ref.rollout.";
+    std::vector<std::string> lines;
+    lines.push_back(prefix + "name=" + settings.rollout);
+    lines.push_back("++" + prefix + "quantization=" + hydraValue(settings.quantization));
+    for (const auto& [key, value] : settings.engineKwargs.items()) {
+        lines.push_back(
+            shellQuote("+" + prefix + "engine_kwargs." + settings.rollout + "." + key + "=" + hydraValue(value)));
+    }
+    return lines;
+}
+
+SglangExport sglangExport(const ExportView& view)
+{
+    EngineRules rules;
+    rules.name = "SGLang's online fp8";
+    rules.block = false;
+    rules.granularityReason = "SGLang's --quantization fp8 quantizes a BF16 checkpoint with one scale per weight "
+                              "tensor (128x128 blocks need an FP8 checkpoint, or verl's rollout: --to verl --rollout "
+                              "sglang)";
+    rules.kvExceptions = false;
+    rules.kvExceptionReason = "SGLang's kv_cache_dtype applies to every layer; it has no per-layer exceptions";
+    const EngineSettings settings = engineSettings(view, rules);
+    SglangExport out;
+    out.serverArgs = Json::object();
+    if (settings.scheme) {
+        out.serverArgs["quantization"] = "fp8";
+        if (!view.ignored.empty()) {
+            out.ignoredLayers = sglangIgnored(view.ignored);
+        }
+    }
+    out.serverArgs["kv_cache_dtype"] = settings.kv.fp8 ? "fp8_e4m3" : "auto";
+    warnKvScales(view, settings, "SGLang", false);
+    return out;
+}
+
+std::string exportSglang(const ExportView& view)
+{
+    const SglangExport settings = sglangExport(view);
+    Json out = Json::object();
+    out["form"] = "online: SGLang quantizes the BF16 checkpoint's weights to FP8 at load time "
+                  "(docs/backend/quantization.md, Online Quantization)";
+    Json env = Json::object();
+    if (!settings.ignoredLayers.empty()) {
+        env["SGLANG_FP8_IGNORED_LAYERS"] = settings.ignoredLayers;
+    }
+    out["env"] = env;
+    out["server_args"] = settings.serverArgs;
+    return out.dump(2) + "\n";
+}
+
+} // namespace mismatch::io::exporting

@@ -1,0 +1,167 @@
+#pragma once
+// The exporters' shared view of a recipe and the functions one target's file uses from another's
+// (core/io/recipe_export.cpp is the public entry; each target is in its own file: export_engines.cpp for vLLM, verl
+// and SGLang, export_compressed.cpp for llm-compressor and compressed-tensors, export_modelopt.cpp, and
+// export_files.cpp for the ready-to-run files). Internal to core/io.
+#include "core/io/recipe_export.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace mismatch::io::exporting {
+
+using quant::ActivationFormat;
+using quant::Granularity;
+using quant::KvFormat;
+using quant::KvScales;
+using quant::WeightFormat;
+using Json = nlohmann::ordered_json;
+
+// What one quantized linear module asks of the engine: its weight format with scale granularity and whether its
+// inputs are FP8. Modules with bf16 weights and bf16 activations are "ignored" by every target.
+struct Scheme {
+    quant::WeightPrecision weights;
+    ActivationFormat activations = ActivationFormat::Bf16;
+
+    bool operator<(const Scheme& other) const
+    {
+        return std::make_tuple(weights.format, weights.granularity, activations)
+            < std::make_tuple(other.weights.format, other.weights.granularity, other.activations);
+    }
+    bool operator==(const Scheme& other) const { return !(*this < other) && !(other < *this); }
+};
+
+// The recipe as the exporters see it: linear modules in model order (layer by layer, projections in table order,
+// then lm_head), grouped by scheme; the BF16 ones; the KV cache per layer.
+struct ExportView {
+    const quant::Recipe* recipe = nullptr;
+    const quant::RecipePlan* plan = nullptr;
+    ExportTarget target = ExportTarget::Vllm;
+    ExportOptions options;
+    std::vector<std::string>* warnings = nullptr; // what the export says beside its text
+    std::vector<std::string> linearModules; // model order
+    std::map<Scheme, std::vector<std::string>> schemes; // quantized modules by scheme, model order within each
+    std::vector<Scheme> schemeOrder; // schemes in order of first appearance
+    std::vector<std::string> ignored; // bf16 linear modules, model order
+
+    const quant::ModulePrecision& module(const std::string& name) const { return plan->modules.at(name); }
+
+    // Where a module's weights (or activations) were decided: the rule's section or the recipe's top-level one.
+    const quant::SourceLocation& weightsWhere(const std::string& name) const
+    {
+        const int rule = module(name).weightsRule;
+        return rule == quant::kNoRule ? recipe->weightsLocation
+                                      : recipe->rules[static_cast<size_t>(rule)].weightsLocation;
+    }
+    const quant::SourceLocation& activationsWhere(const std::string& name) const
+    {
+        const int rule = module(name).activationsRule;
+        return rule == quant::kNoRule ? recipe->activationsLocation
+                                      : recipe->rules[static_cast<size_t>(rule)].activationsLocation;
+    }
+    const quant::SourceLocation& kvWhere(size_t layer) const
+    {
+        const int rule = plan->kvRulePerLayer[layer];
+        return rule == quant::kNoRule ? recipe->kvCacheLocation
+                                      : recipe->rules[static_cast<size_t>(rule)].kvCacheLocation;
+    }
+
+    [[noreturn]] void fail(
+        const quant::SourceLocation& where, const std::string& feature, const std::string& reason) const
+    {
+        quant::throwRecipeError(
+            *recipe, where, feature + " cannot be exported --to " + toString(target) + ": " + reason);
+    }
+
+    void warn(const std::string& text) const { warnings->push_back(text); }
+    std::string recipeName() const { return recipe->name.empty() ? std::string("(unnamed)") : recipe->name; }
+
+    bool anythingQuantized() const { return !schemes.empty(); }
+    bool kvQuantized() const
+    {
+        for (const quant::KvPrecision& kv : plan->kvPerLayer) {
+            if (kv.format != KvFormat::Bf16) {
+                return true;
+            }
+        }
+        return false;
+    }
+};
+
+// The KV cache of a target with one setting for the whole model.
+struct UniformKv {
+    bool fp8 = false;
+    KvScales scales = KvScales::None;
+    std::vector<std::int64_t> bf16Layers; // bf16 layers when others are fp8
+};
+
+struct VllmExport {
+    Json engineArgs; // what `vllm serve` and LLM(...) take
+    Json checkpointConfig; // checkpoint form: the config.json quantization_config; else null
+};
+
+struct VerlExport {
+    std::string rollout; // "vllm" or "sglang"
+    Json quantization; // "fp8" or null
+    Json engineKwargs; // under engine_kwargs.<rollout>
+    std::string ignoredLayers; // SGLang rollout: SGLANG_FP8_IGNORED_LAYERS, "" when none
+};
+
+struct SglangExport {
+    Json serverArgs;
+    std::string ignoredLayers;
+};
+
+struct CompressedGroup {
+    Scheme scheme;
+    std::vector<std::string> targets;
+    std::string format;
+};
+
+struct CompressedSettings {
+    std::vector<CompressedGroup> groups;
+    std::string format; // the checkpoint's format: one group format, or mixed-precision
+    Json kvScheme; // null: bf16 KV cache
+};
+
+struct ModelOptExport {
+    Json quantization; // hf_quant_config.json's "quantization"
+    Json configFragment; // config.json's quantization_config
+};
+
+std::string describe(const Scheme& scheme);
+ExportView makeView(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options,
+    std::vector<std::string>& warnings);
+void checkFusedShards(const ExportView& view);
+void checkCommon(const ExportView& view);
+UniformKv uniformKv(const ExportView& view, bool perLayerExceptions, const std::string& perLayerReason, bool perHead,
+    const std::string& perHeadReason);
+std::optional<Scheme> singleScheme(const ExportView& view, const std::string& reason);
+void checkLmHeadUnquantized(const ExportView& view, const std::string& reason);
+std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text);
+void warnActivationGroups(const ExportView& view, const Scheme& scheme, const std::string& engine);
+VllmExport vllmExport(const ExportView& view);
+std::string vllmFormText(const ExportOptions& options);
+std::string exportVllm(const ExportView& view);
+std::string yamlScalar(const Json& value);
+VerlExport verlExport(const ExportView& view);
+std::string exportVerl(const ExportView& view);
+std::vector<std::string> verlOverrideLines(const VerlExport& settings);
+SglangExport sglangExport(const ExportView& view);
+std::string exportSglang(const ExportView& view);
+CompressedSettings compressedSettings(const ExportView& view);
+std::string exportCompressedTensors(const ExportView& view);
+std::string exportLlmCompressor(const ExportView& view);
+ModelOptExport modelOptExport(const ExportView& view);
+std::string exportModelOpt(const ExportView& view);
+void addFiles(const ExportView& view, ExportResult& result);
+std::string configFileName(ExportTarget target);
+
+} // namespace mismatch::io::exporting

@@ -1,0 +1,135 @@
+#include "core/io/export_internal.h"
+
+#include "core/common/error.h"
+#include "core/common/file_io.h"
+#include "core/common/shell_quote.h"
+
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <system_error>
+
+// Export: ModelOpt.
+// The shared view and checks: export_internal.h, export_view.cpp.
+
+namespace mismatch::io::exporting {
+
+// The quant_algo of one scheme, with its per-layer extras (group_size); warnings for what vLLM runs differently.
+Json modelOptAlgo(const ExportView& view, const Scheme& scheme)
+{
+    const std::string& example = view.schemes.at(scheme).front();
+    const WeightFormat format = scheme.weights.format;
+    const Granularity granularity = scheme.weights.granularity;
+    const bool fp8Inputs = scheme.activations == ActivationFormat::Fp8E4m3;
+    Json algo = Json::object();
+    if (format == WeightFormat::Fp8E4m3 && granularity == Granularity::Channel && fp8Inputs) {
+        algo["quant_algo"] = "FP8_PER_CHANNEL_PER_TOKEN";
+    } else if (format == WeightFormat::Fp8E4m3 && granularity == Granularity::Block128) {
+        // vllm/model_executor/layers/quantization/modelopt.py ModelOptFp8PbWoLinearMethod: block FP8 weights run
+        // as an FP8 GEMM with dynamic activations in 1x128 groups, whatever "WO" says.
+        algo["quant_algo"] = "FP8_PB_WO";
+        if (!fp8Inputs) {
+            view.warn("FP8_PB_WO on " + example + " and the modules sharing its scheme: vLLM runs FP8_PB_WO with FP8 "
+                "activations (dynamic, per token in groups of 128; vllm/model_executor/layers/quantization/modelopt.py) "
+                "where the recipe keeps them in bf16, so vLLM's mismatch is not the recipe's");
+        } else {
+            warnActivationGroups(view, scheme, "vLLM's FP8_PB_WO");
+        }
+    } else if (format == WeightFormat::Int4 && granularity == Granularity::Group128 && !fp8Inputs) {
+        algo["quant_algo"] = "W4A16_AWQ";
+        algo["group_size"] = 128;
+        view.warn("W4A16_AWQ (on " + example + " and the modules sharing its scheme) is TensorRT-LLM's quant_algo; "
+                  "vLLM's ModelOpt loader does not list it (vllm/model_executor/layers/quantization/modelopt.py "
+                  "QUANT_ALGOS), so this checkpoint runs in TensorRT-LLM, not vLLM");
+    } else if (format == WeightFormat::Fp8E4m3 && granularity == Granularity::Tensor && fp8Inputs) {
+        view.fail(view.activationsWhere(example), describe(scheme) + " on " + example,
+            "ModelOpt's FP8 quant_algo uses static per-tensor activation scales, not the recipe's dynamic per-token "
+            "ones (per-channel weights export as FP8_PER_CHANNEL_PER_TOKEN)");
+    } else {
+        view.fail(view.weightsWhere(example), describe(scheme) + " on " + example,
+            "no ModelOpt quant_algo has this combination (FP8_PER_CHANNEL_PER_TOKEN: fp8 channel weights with fp8 "
+            "activations; FP8_PB_WO: fp8 block128 weights; W4A16_AWQ: int4 group128 weights with bf16 activations)");
+    }
+    return algo;
+}
+
+ModelOptExport modelOptExport(const ExportView& view)
+{
+    checkCommon(view);
+    if (!view.anythingQuantized() && !view.kvQuantized()) {
+        view.fail(view.recipe->weightsLocation, "an all-bf16 recipe",
+            "hf_quant_config.json describes a quantized checkpoint and this recipe quantizes nothing");
+    }
+    std::map<Scheme, Json> algos;
+    for (const Scheme& scheme : view.schemeOrder) {
+        algos[scheme] = modelOptAlgo(view, scheme);
+    }
+    const UniformKv kv = uniformKv(view, false,
+        "kv_cache_quant_algo applies to every attention layer; hf_quant_config.json has no per-layer KV-cache "
+        "setting",
+        false, "ModelOpt's FP8 KV cache has per-tensor scales only");
+    Json quantization = Json::object();
+    Json quantizedLayers = nullptr;
+    if (view.schemeOrder.empty()) {
+        quantization["quant_algo"] = nullptr;
+    } else if (view.schemeOrder.size() == 1) {
+        const Json& algo = algos.at(view.schemeOrder.front());
+        quantization["quant_algo"] = algo["quant_algo"];
+    } else {
+        // Several schemes: MIXED_PRECISION with each quantized module's own quant_algo
+        // (vllm/model_executor/layers/quantization/modelopt.py ModelOptMixedPrecisionConfig, quantized_layers).
+        quantization["quant_algo"] = "MIXED_PRECISION";
+        quantizedLayers = Json::object();
+        for (const std::string& name : view.linearModules) {
+            const quant::ModulePrecision& precision = view.module(name);
+            const Scheme scheme {precision.weights, precision.activations.format};
+            const auto found = algos.find(scheme);
+            if (found != algos.end()) {
+                quantizedLayers[name] = found->second;
+            }
+        }
+    }
+    quantization["kv_cache_quant_algo"] = kv.fp8 ? Json("FP8") : Json(nullptr);
+    const bool awqOnly = view.schemeOrder.size() == 1 && algos.at(view.schemeOrder.front()).contains("group_size");
+    if (awqOnly) {
+        // The recipe's INT4 is symmetric with 128-element groups and no AWQ pre-quantization scale.
+        quantization["group_size"] = 128;
+        quantization["has_zero_point"] = false;
+        quantization["pre_quant_scale"] = false;
+    }
+    quantization["exclude_modules"] = view.ignored;
+    if (!quantizedLayers.is_null()) {
+        quantization["quantized_layers"] = quantizedLayers;
+    }
+    ModelOptExport out;
+    out.quantization = quantization;
+    // config.json's form, which vLLM reads when hf_quant_config.json is absent: the same keys flat beside
+    // quant_method modelopt, with `ignore` for exclude_modules (modelopt.py ModelOptQuantConfigBase.from_config).
+    Json fragment = Json::object();
+    fragment["quant_method"] = "modelopt";
+    fragment["producer"] = {{"name", "modelopt"}, {"version", "mismatch-lab-export"}};
+    fragment["quant_algo"] = quantization["quant_algo"];
+    fragment["kv_cache_quant_algo"] = quantization["kv_cache_quant_algo"];
+    if (awqOnly) {
+        fragment["group_size"] = 128;
+    }
+    fragment["ignore"] = view.ignored;
+    if (!quantizedLayers.is_null()) {
+        fragment["quantized_layers"] = quantizedLayers;
+    }
+    out.configFragment = Json::object({{"quantization_config", fragment}});
+    return out;
+}
+
+std::string exportModelOpt(const ExportView& view)
+{
+    const ModelOptExport settings = modelOptExport(view);
+    Json out = Json::object();
+    // Consumers (vLLM, TensorRT-LLM) recognize the file by this producer name; the version says who wrote it.
+    out["producer"] = {{"name", "modelopt"}, {"version", "mismatch-lab-export"}};
+    out["quantization"] = settings.quantization;
+    return out.dump(2) + "\n";
+}
+
+} // namespace mismatch::io::exporting
