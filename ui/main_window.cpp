@@ -402,6 +402,9 @@ void MainWindow::createMenus()
     });
     file->addSeparator();
     QAction* newRecipe = file->addAction(tr("&New Recipe"), this, [this] {
+        if (!mayReplaceRecipe(tr("New Recipe"))) {
+            return;
+        }
         quant::Recipe recipe;
         recipe.name = "untitled";
         recipeEditor_->setRecipe(recipe);
@@ -415,14 +418,7 @@ void MainWindow::createMenus()
             openPaths({path});
     });
     openRecipe->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
-    QAction* saveRecipe = file->addAction(tr("&Save Recipe"), this, [this] {
-        QString path = recipeEditor_->filePath();
-        if (path.isEmpty()) {
-            path = QFileDialog::getSaveFileName(this, tr("Save recipe"), {}, tr("YAML (*.yaml);;JSON (*.json)"));
-        }
-        if (!path.isEmpty() && !recipeEditor_->saveFile(path))
-            showError(tr("Recipe not saved"), recipeEditor_->lastError());
-    });
+    QAction* saveRecipe = file->addAction(tr("&Save Recipe"), this, [this] { this->saveRecipe(); });
     saveRecipe->setShortcut(QKeySequence::Save);
     QAction* saveRecipeAs = file->addAction(tr("Save Recipe &As..."), this, [this] {
         const QString path = QFileDialog::getSaveFileName(
@@ -1054,7 +1050,14 @@ void MainWindow::showRecipeBuildDialog(std::int64_t scanId)
                     return;
                 }
                 disconnect(*connection);
-                if (ok && recipeEditor_->openFile(path)) {
+                if (!ok) {
+                    return;
+                }
+                if (!mayReplaceRecipe(tr("Opening the built recipe"))) {
+                    statusBar()->showMessage(tr("The built recipe is in %1").arg(path));
+                    return;
+                }
+                if (recipeEditor_->openFile(path)) {
                     tabs_->setCurrentIndex(RecipeTab);
                 }
             });
@@ -1303,6 +1306,9 @@ void MainWindow::openPaths(const QStringList& paths)
             break;
         case FileKind::Recipe:
             tabs_->setCurrentIndex(RecipeTab);
+            if (!mayReplaceRecipe(tr("opening %1").arg(QFileInfo(path).fileName()))) {
+                break;
+            }
             if (!recipeEditor_->openFile(path)) {
                 showError(tr("Cannot open recipe"), recipeEditor_->lastError());
             }
@@ -1388,8 +1394,50 @@ void MainWindow::rebuildRecentMenu()
     recentMenu_->setEnabled(!recent.isEmpty());
 }
 
+bool MainWindow::saveRecipe()
+{
+    QString path = recipeEditor_->filePath();
+    if (path.isEmpty()) {
+        path = QFileDialog::getSaveFileName(this, tr("Save recipe"), {}, tr("YAML (*.yaml);;JSON (*.json)"));
+    }
+    if (path.isEmpty()) {
+        return false;
+    }
+    if (!recipeEditor_->saveFile(path)) {
+        showError(tr("Recipe not saved"), recipeEditor_->lastError());
+        return false;
+    }
+    return true;
+}
+
+bool MainWindow::mayReplaceRecipe(const QString& action)
+{
+    if (recipeEditor_->undoStack()->isClean()) {
+        return true;
+    }
+    const QString name = recipeEditor_->filePath().isEmpty() ? QString::fromStdString(recipeEditor_->recipe().name)
+                                                              : QFileInfo(recipeEditor_->filePath()).fileName();
+    QMessageBox question(QMessageBox::Warning, tr("Unsaved recipe"),
+        tr("The recipe '%1' has unsaved changes, which %2 would lose.").arg(name, action),
+        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, this);
+    question.setObjectName("unsavedRecipeQuestion");
+    question.setDefaultButton(QMessageBox::Save);
+    switch (question.exec()) {
+    case QMessageBox::Save:
+        return saveRecipe();
+    case QMessageBox::Discard:
+        return true;
+    default:
+        return false;
+    }
+}
+
 void MainWindow::closeEvent(QCloseEvent* event)
 {
+    if (!mayReplaceRecipe(tr("quitting"))) {
+        event->ignore();
+        return;
+    }
     QSettings settings;
     settings.setValue("mainWindow/geometry", saveGeometry());
     settings.setValue("mainWindow/state", saveState());

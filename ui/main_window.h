@@ -157,6 +157,12 @@ private:
     void refreshAnalyses(bool force);
     void updateRecipeModels();
     void updateRecipeTitle();
+    // Whether the open recipe may be replaced or closed by `action` ("New Recipe", ...): yes when it has no unsaved
+    // edits; otherwise a question (objectName "unsavedRecipeQuestion") offers Save, Discard and Cancel, and the
+    // answer is yes after a successful save or Discard, no after Cancel or a failed save.
+    bool mayReplaceRecipe(const QString& action);
+    // Saves the open recipe to its file, or to one the user chooses; false when not saved (the reason shown).
+    bool saveRecipe();
     void showStatus(const QString& message, int milliseconds = 6000);
     void onStoreError(const QString& message);
     void onOverviewAction(int action, qint64 id, const QString& argument);

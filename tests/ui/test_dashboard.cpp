@@ -30,6 +30,7 @@
 #include <QDir>
 #include <QItemSelectionModel>
 #include <QLabel>
+#include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -41,6 +42,7 @@
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest>
 
 #include <cmath>
@@ -95,6 +97,7 @@ private slots:
     void exportsPlotsAndTables();
     void recipeEditedInTableSavesCheckableFile();
     void recipeEditorShowsErrors();
+    void unsavedRecipeEditsAreAskedFor();
     void dropOpensModelsRecipesAndRememberedLayout();
     void heatmapCellsBecomeRecipeRules();
     void everyTabOnTheFixture();
@@ -567,6 +570,73 @@ void TestDashboard::recipeEditedInTableSavesCheckableFile()
     // JSON too.
     QVERIFY(editor->saveFile(out.filePath("fp8-edges-gui.json")));
     QVERIFY(quant::loadRecipe(out.filePath("fp8-edges-gui.json").toStdString()) == editor->recipe());
+}
+
+namespace {
+
+// Answers the next unsaved-recipe question with `button` (once it is shown, from the question's own event loop);
+// `asked` says whether one was shown. A screenshot of it is saved when `screenshot` is given.
+void answerUnsavedRecipeQuestion(QMessageBox::StandardButton button, bool* asked, const QString& screenshot = {})
+{
+    *asked = false;
+    QTimer::singleShot(0, [button, asked, screenshot] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box || box->objectName() != "unsavedRecipeQuestion") {
+            return;
+        }
+        *asked = true;
+        if (!screenshot.isEmpty()) {
+            QVERIFY(box->grab().save(fixture::screenshotPath(screenshot)));
+        }
+        box->button(button)->click();
+    });
+}
+
+} // namespace
+
+// A recipe with unsaved edits (the tab's "*") is not replaced by New Recipe, Open Recipe, a built recipe or quitting
+// without a question: Cancel keeps it (and the window open), Discard goes on; with no edits nothing is asked.
+void TestDashboard::unsavedRecipeEditsAreAskedFor()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    QAction* newRecipe = nullptr;
+    for (QAction* action : window->findChildren<QAction*>()) {
+        if (action->text() == "&New Recipe") {
+            newRecipe = action;
+        }
+    }
+    QVERIFY(newRecipe);
+    editor->setName("kept-edits");
+    QVERIFY(!editor->undoStack()->isClean());
+    QVERIFY(window->tabs()->tabText(ui::MainWindow::RecipeTab).endsWith("*"));
+    bool asked = false;
+    answerUnsavedRecipeQuestion(QMessageBox::Cancel, &asked, "unsaved_recipe_question.png");
+    newRecipe->trigger();
+    QVERIFY(asked);
+    QCOMPARE(editor->recipe().name, std::string("kept-edits"));
+    QVERIFY(!editor->undoStack()->isClean());
+
+    answerUnsavedRecipeQuestion(QMessageBox::Discard, &asked);
+    newRecipe->trigger();
+    QVERIFY(asked);
+    QCOMPARE(editor->recipe().name, std::string("untitled"));
+    QVERIFY(editor->undoStack()->isClean());
+    // Nothing to lose: no question.
+    answerUnsavedRecipeQuestion(QMessageBox::Cancel, &asked);
+    newRecipe->trigger();
+    QVERIFY(!asked);
+    QTest::qWait(10); // the pending answer finds no question and does nothing
+
+    // Quitting with edits: Cancel keeps the window open, Discard closes it.
+    editor->setName("quitting");
+    answerUnsavedRecipeQuestion(QMessageBox::Cancel, &asked);
+    QVERIFY(!window->close());
+    QVERIFY(asked);
+    QVERIFY(window->isVisible());
+    answerUnsavedRecipeQuestion(QMessageBox::Discard, &asked);
+    QVERIFY(window->close());
+    QVERIFY(asked);
 }
 
 void TestDashboard::recipeEditorShowsErrors()
