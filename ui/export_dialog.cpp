@@ -53,6 +53,14 @@ ExportDialog::ExportDialog(const quant::Recipe& recipe, const quant::RecipePlan&
     error_->setWordWrap(true);
     error_->setStyleSheet(QStringLiteral("color: #c62828"));
     layout->addWidget(error_);
+    // The refusal a recipe built from a default scan meets (vLLM and llm-compressor quantize linear layers only),
+    // with its fix one click away instead of a dead end.
+    keepEmbedding_ = new QPushButton(tr("Keep the Embedding and lm_head in BF16"), this);
+    keepEmbedding_->setObjectName(QStringLiteral("exportKeepEmbeddingButton"));
+    keepEmbedding_->setToolTip(tr("Adds a BF16 rule for model.embed_tokens and lm_head to the open recipe (undo with "
+                                  "Ctrl+Z) and exports it again"));
+    connect(keepEmbedding_, &QPushButton::clicked, this, &ExportDialog::keepEmbeddingInBf16Requested);
+    layout->addWidget(keepEmbedding_, 0, Qt::AlignLeft);
     warnings_ = new QLabel(this);
     warnings_->setObjectName(QStringLiteral("exportWarnings"));
     warnings_->setWordWrap(true);
@@ -196,7 +204,22 @@ void ExportDialog::refresh()
     copy_->setEnabled(!files_.empty());
     save_->setEnabled(!files_.empty());
     error_->setVisible(!error_->text().isEmpty());
+    keepEmbedding_->setVisible(offersEmbeddingFix());
     warnings_->setVisible(!warnings_->text().isEmpty());
+}
+
+bool ExportDialog::offersEmbeddingFix() const
+{
+    const QString error = error_->text();
+    return !error.isEmpty()
+        && (error.contains(QString::fromStdString(quant::kEmbedName)) || error.contains(QString::fromStdString(quant::kLmHeadName)));
+}
+
+void ExportDialog::setRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan)
+{
+    recipe_ = recipe;
+    plan_ = plan;
+    refresh();
 }
 
 } // namespace mismatch::ui

@@ -41,6 +41,16 @@ public:
     QString currentText() const;
     // Writes every file into `directory`; false with `error` set when it cannot.
     bool saveTo(const QString& directory, QString* error = nullptr) const;
+    // The recipe changed (the fix below applied to the open recipe): shows the target's files for it.
+    void setRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan);
+    // Whether the target refuses the recipe for its quantized embedding or lm_head (the button that keeps them in
+    // BF16 is shown).
+    bool offersEmbeddingFix() const;
+
+signals:
+    // "Keep the Embedding and lm_head in BF16" was pressed: the window adds that rule to the open recipe (undoable)
+    // and calls setRecipe.
+    void keepEmbeddingInBf16Requested();
 
 private:
     void refresh();
@@ -54,6 +64,7 @@ private:
     QComboBox* vllmForm_ = nullptr;
     QComboBox* verlRollout_ = nullptr;
     QLabel* error_ = nullptr;
+    QPushButton* keepEmbedding_ = nullptr;
     QLabel* warnings_ = nullptr;
     QLabel* command_ = nullptr;
     QTabWidget* tabs_ = nullptr;

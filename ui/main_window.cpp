@@ -1102,6 +1102,14 @@ void MainWindow::showExportDialog(const QString& target)
     auto* dialog = new ExportDialog(recipeEditor_->recipe(), *recipeEditor_->plan(), recipeEditor_->filePath(),
         recipeEditor_->modelDirectory(), this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &ExportDialog::keepEmbeddingInBf16Requested, this, [this, dialog] {
+        if (!recipeEditor_->keepInBf16({{-1, "embed_lm_head"}}) || !recipeEditor_->plan()) {
+            showError(tr("Cannot add the rule"), recipeEditor_->lastError());
+            return;
+        }
+        dialog->setRecipe(recipeEditor_->recipe(), *recipeEditor_->plan());
+        showStatus(tr("The embedding and lm_head are kept in BF16 in the open recipe (undo with Ctrl+Z)"));
+    });
     dialog->setTarget(target);
     dialog->open();
 }

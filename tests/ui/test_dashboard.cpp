@@ -98,6 +98,7 @@ private slots:
     void recipeEditedInTableSavesCheckableFile();
     void recipeEditorShowsErrors();
     void unsavedRecipeEditsAreAskedFor();
+    void exportOffersToKeepTheEmbeddingInBf16();
     void dropOpensModelsRecipesAndRememberedLayout();
     void heatmapCellsBecomeRecipeRules();
     void everyTabOnTheFixture();
@@ -637,6 +638,52 @@ void TestDashboard::unsavedRecipeEditsAreAskedFor()
     answerUnsavedRecipeQuestion(QMessageBox::Discard, &asked);
     QVERIFY(window->close());
     QVERIFY(asked);
+}
+
+// Scan -> Build Recipe -> Export used to dead-end: a recipe that quantizes the embedding and lm_head (what the
+// builder makes from a default scan) is refused by vLLM, which quantizes linear layers only. The export dialog now
+// offers the fix: one button adds the BF16 rule to the open recipe (undoable) and the same dialog exports it.
+void TestDashboard::exportOffersToKeepTheEmbeddingInBf16()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    QVERIFY(editor->selectModel("arith-teacher"));
+    editor->setDefaults("fp8_e4m3/block128", "fp8_e4m3", "bf16");
+    ui::RecipeTableModel* table = editor->tableModel();
+    QVERIFY(table->setData(table->index(table->rowCount() - 1, 0), "fp8_e4m3/channel", Qt::EditRole)); // lm_head
+    QVERIFY2(editor->resolves(), qPrintable(editor->validationMessage()));
+    QAction* vllm = nullptr;
+    for (QAction* action : window->findChildren<QAction*>()) {
+        if (action->text() == "vllm...") {
+            vllm = action;
+        }
+    }
+    QVERIFY(vllm);
+    vllm->trigger();
+    auto* dialog = window->findChild<ui::ExportDialog*>();
+    QVERIFY(dialog);
+    QVERIFY(dialog->files().empty());
+    QVERIFY2(dialog->errorText().contains("linear layers only"), qPrintable(dialog->errorText()));
+    QVERIFY(dialog->offersEmbeddingFix());
+    auto* keep = dialog->findChild<QPushButton*>("exportKeepEmbeddingButton");
+    QVERIFY(keep && keep->isVisible());
+    saveScreenshot(*dialog, "export_dialog_embedding_fix.png");
+    const int undoBefore = editor->undoStack()->count();
+    QTest::mouseClick(keep, Qt::LeftButton);
+    // Exported now, the same files `mismatch export` writes for the fixed recipe; the button is gone.
+    QVERIFY2(!dialog->files().empty(), qPrintable(dialog->errorText()));
+    QVERIFY(!dialog->offersEmbeddingFix());
+    QVERIFY(!keep->isVisible());
+    QCOMPARE(editor->undoStack()->count(), undoBefore + 1);
+    QVERIFY(editor->plan()->modules.at(quant::kLmHeadName).weights.format == quant::WeightFormat::Bf16);
+    QTemporaryDir out;
+    const QString recipe = out.filePath("fixed.yaml");
+    QVERIFY2(editor->saveFile(recipe), qPrintable(editor->lastError()));
+    const test::CliResult cli = test::runCli({"export", recipe.toStdString(), "--to", "vllm", "--model",
+        (MISMATCH_SOURCE_DIR "/resources/models/arith-teacher")});
+    QVERIFY2(cli.code == 0, cli.err.c_str());
+    QCOMPARE(QString::fromStdString(dialog->files().front().text).trimmed(), QString::fromStdString(cli.out).trimmed());
+    dialog->close();
 }
 
 void TestDashboard::recipeEditorShowsErrors()
