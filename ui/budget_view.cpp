@@ -450,14 +450,13 @@ void BudgetView::fitView()
 
 QString BudgetView::failureRuleText() const
 {
-    QString text = tr("failure rule: %1% quality loss").arg(QString::asprintf("%+g", failureRise_ * 100.0));
+    // Spec "Failure rule": the interval of the change decides (fail: at or above the line; undecided: contains it).
+    QString text = tr("failure line %1% quality loss").arg(QString::asprintf("%+g", failureRise_ * 100.0));
     const QVariant id = calibrationBox_->currentData();
     for (const CalibrationInfo& c : calibrations_) {
         if (id.isValid() && c.id == id.toLongLong() && c.confidence) {
-            text += tr(", %1% interval above zero").arg(*c.confidence * 100.0, 0, 'g', 3);
-            if (c.resamples) {
-                text += tr(" (%1 resamples)").arg(*c.resamples);
-            }
+            text += tr(": fail when the %1% interval of the change is at or above it, undecided when it contains it")
+                        .arg(*c.confidence * 100.0, 0, 'g', 3);
         }
     }
     return text;
