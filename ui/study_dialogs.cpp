@@ -127,6 +127,11 @@ RecipeBuildDialog::RecipeBuildDialog(const QString& workspaceDirectory, const st
     form->addRow(tr("Target (fraction of the budget):"), target_);
     kvCache_ = new QCheckBox(tr("also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16"), this);
     form->addRow(QString(), kvCache_);
+    keepEmbedding_ = new QCheckBox(tr("leave the embedding and lm_head in BF16 (for an export to vLLM or "
+                                      "llm-compressor, which quantize linear layers only)"),
+        this);
+    keepEmbedding_->setObjectName("recipeBuildKeepEmbedding");
+    form->addRow(QString(), keepEmbedding_);
     output_ = new QLineEdit(this);
     output_->setObjectName("recipeBuildOutput");
     form->addRow(tr("Recipe file to write:"), output_);
@@ -143,6 +148,7 @@ RecipeBuildDialog::RecipeBuildDialog(const QString& workspaceDirectory, const st
     watch(budget_);
     watch(target_);
     watch(kvCache_);
+    watch(keepEmbedding_);
     watch(output_);
     watch(name_);
     watch(count_);
@@ -297,6 +303,7 @@ std::optional<jobs::JobSpec> RecipeBuildDialog::spec() const
     }
     spec.set("target_fraction", target_->value());
     spec.set("kv_cache", kvCache_->isChecked());
+    spec.set("no_embedding", keepEmbedding_->isChecked());
     spec.set("out", outputPath().toStdString());
     if (!name_->text().trimmed().isEmpty()) {
         spec.set("name", name_->text().trimmed().toStdString());

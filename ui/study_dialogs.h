@@ -58,6 +58,7 @@ private:
     CalibrationPicker* budget_ = nullptr;
     QDoubleSpinBox* target_ = nullptr;
     QCheckBox* kvCache_ = nullptr;
+    QCheckBox* keepEmbedding_ = nullptr; // leave the embedding and lm_head in BF16 (no_embedding)
     QLineEdit* output_ = nullptr;
     QLineEdit* name_ = nullptr;
     bool outputEdited_ = false;

@@ -206,7 +206,8 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
         }
         for (const auto& spec : sensitivityCells(model.config, true, true)) {
             const auto found = addedByCell.find({spec.layer, spec.group});
-            if (spec.group == "kv" && !options.quantizeKv) {
+            if ((spec.group == "kv" && !options.quantizeKv)
+                || (spec.layer == store::kNoLayer && options.keepEmbeddingBf16)) {
                 continue;
             }
             if (found == addedByCell.end()) {

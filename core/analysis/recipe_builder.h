@@ -28,6 +28,9 @@ struct RecipeBuildOptions {
     SensitivityOptions scan; // model, prompts, settings and the format; used to run a scan when scanId is unset
     std::optional<std::int64_t> scanId; // a stored scan to order the cells by (its format and settings are used)
     bool quantizeKv = false; // start with scan.kv on every layer (kv cells then join the greedy order)
+    // Leave the embedding and lm_head in BF16 whatever the scan measured (a stored scan's embedding cells are not
+    // used): vLLM and llm-compressor quantize linear layers only, so their exports refuse a quantized embedding.
+    bool keepEmbeddingBf16 = false;
     double budget = 0.0; // nats per token (> 0)
     double targetFraction = 0.5; // (0, 1]
     std::string outPath; // the recipe file (.yaml, .yml or .json)

@@ -305,6 +305,7 @@ analysis::RecipeBuildOptions recipeBuildOptions(const JobSpec& spec, const store
     }
     options.scan.kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
     options.quantizeKv = spec.flag("kv_cache");
+    options.keepEmbeddingBf16 = spec.flag("no_embedding");
     options.targetFraction = spec.number("target_fraction");
     options.outPath = spec.text("out");
     options.name = spec.text("name");
@@ -367,7 +368,9 @@ JobDefinition recipeBuildJob()
         param("kv_cache", ParameterType::Flag, "--kv-cache", "Quantize the KV cache",
             "Also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16", false),
         param("no_embedding", ParameterType::Flag, "--no-embedding", "Leave the embedding / lm_head in BF16",
-            "Leave the embedding and lm_head in BF16 (when scanning now)", false),
+            "Leave the embedding and lm_head in BF16 (a stored scan's embedding cells are not used either): vLLM and "
+            "llm-compressor exports quantize linear layers only",
+            false),
         required(param("out", ParameterType::Path, "--out,-o", "Recipe file", "Recipe file to write (.yaml, .yml or .json)")),
         param("name", ParameterType::Text, "--name", "Recipe name", "Recipe name (default built-<format>)"),
         param("capacity_memory", ParameterType::Text, "--capacity-memory", "Capacity memory",

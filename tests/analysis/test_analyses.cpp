@@ -802,6 +802,23 @@ void TestAnalyses::recipeBuilderReachesTheTargetAndWritesACheckedRecipe()
     const auto steps = store.stepsAfter(built.runId);
     QCOMPARE(steps.size(), built.steps.size());
     QCOMPARE(store::toString(store.run(built.runId)->status), std::string("finished"));
+
+    // The scan measured the embedding and lm_head (the default), so "everything quantized" quantized them; with
+    // keepEmbeddingBf16 (`--no-embedding`, the Build Recipe dialog's box) the same stored scan builds a recipe that
+    // leaves them in BF16, which the vLLM export accepts (it quantizes linear layers only).
+    QVERIFY(std::any_of(scan.cells.begin(), scan.cells.end(),
+        [](const store::SensitivityCell& cell) { return cell.layer == store::kNoLayer; }));
+    const quant::RecipePlan everythingPlan = quant::resolveRecipe(quant::loadRecipe((dir_.path() + "/everything.yaml").toStdString()), config_);
+    QVERIFY(everythingPlan.modules.at(quant::kLmHeadName).weights.format != quant::WeightFormat::Bf16);
+    options.budget = 1e6;
+    options.keepEmbeddingBf16 = true;
+    options.outPath = (dir_.path() + "/linear-only.yaml").toStdString();
+    Progress linearProgress;
+    analysis::buildRecipe(store, options, linearProgress);
+    const quant::Recipe linearOnly = quant::loadRecipe(options.outPath);
+    const quant::RecipePlan linearPlan = quant::resolveRecipe(linearOnly, config_);
+    QVERIFY(linearPlan.modules.at(quant::kLmHeadName).weights.format == quant::WeightFormat::Bf16);
+    QVERIFY(linearPlan.modules.at("model.layers.0.mlp.down_proj").weights.format != quant::WeightFormat::Bf16);
 }
 
 void TestAnalyses::recipeBuilderRefusesAnImpossibleTarget()

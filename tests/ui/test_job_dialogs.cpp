@@ -115,6 +115,16 @@ private slots:
         build.setTargetFraction(0.5);
         QVERIFY(cliSpec(build.cliCommand(), workspace) == *build.spec());
         QVERIFY(!build.spec()->toJson()["parameters"].contains("target_fraction"));
+        // Leaving the embedding and lm_head in BF16 (for vLLM / llm-compressor exports) is the command's --no-embedding.
+        QVERIFY(!build.spec()->flag("no_embedding"));
+        auto* keepEmbedding = build.findChild<QCheckBox*>("recipeBuildKeepEmbedding");
+        QVERIFY(keepEmbedding);
+        keepEmbedding->setChecked(true);
+        QVERIFY(build.spec()->flag("no_embedding"));
+        QVERIFY(build.cliCommand().contains("--no-embedding"));
+        QVERIFY(cliSpec(build.cliCommand(), workspace) == *build.spec());
+        QVERIFY(jobs::recipeBuildOptions(*build.spec(), store).keepEmbeddingBf16);
+        keepEmbedding->setChecked(false);
 
         ui::PrefixShiftDialog shift(workspace, nullptr, &store);
         shift.setModelDirectory(model_);
