@@ -708,8 +708,9 @@ bool MainWindow::requestCancel(int jobId)
     const int row = jobQueue_->rowOf(jobId);
     const QString name = jobQueue_->model()->item(row, JobQueue::Name)->text();
     cancelQuestion_ = new QMessageBox(QMessageBox::Question, tr("Cancel the running job?"),
-        tr("Cancel \"%1\"? It stops at its next step; what it stored so far is kept (a training run can be "
-           "resumed with mismatch train --resume).")
+        tr("Cancel \"%1\"? It stops at its next step; what it stored so far is kept. A training run can be "
+           "resumed (Jobs > Resume Selected Run, or mismatch train --resume): it continues from its newest "
+           "checkpoint and records the steps stored after that checkpoint again.")
             .arg(name),
         QMessageBox::NoButton, this);
     cancelQuestion_->setObjectName("cancelQuestion");
@@ -840,6 +841,11 @@ int MainWindow::resumeSelectedRun()
     const std::int64_t runId = run.id;
     const QString command = QString::fromStdString(jobs::commandLine(
         {"--workspace", workspaceDirectory_.toStdString(), "run", "--resume", std::to_string(runId)}));
+    if (spec.kind() == "train") {
+        showStatus(tr("Resuming run %1 from its newest checkpoint: the steps it stored after that checkpoint are "
+                      "recorded again")
+                       .arg(runId));
+    }
     lastQueuedJob_ = jobQueue_->enqueue(tr("Resume %1 run %2").arg(QString::fromStdString(spec.kind())).arg(runId),
         command, [workspace = workspaceDirectory_.toStdString(), spec, runId](Progress& progress) {
             store::RunStore store

@@ -235,6 +235,7 @@ void RunPlot::showRun(std::int64_t runId, const QString& title)
 {
     runId_ = runId;
     cursor_ = 0;
+    resumes_ = -1;
     kind_.clear();
     status_.clear();
     defaultsChosen_ = false;
@@ -260,6 +261,21 @@ void RunPlot::tail()
     if (const auto run = store_->run(runId_)) {
         kind_ = QString::fromStdString(run->kind);
         status_ = QString::fromStdString(store::toString(run->status));
+        // A resume (store::RunStore::reopenRun) deletes the steps after the checkpoint it continues from and records
+        // them again, possibly under the same row ids, so the cursor would not see them: every resume adds a
+        // provenance record, and a new one means reading the run's steps again from the first.
+        int resumes = 0;
+        for (std::size_t at = run->provenanceJson.find("\"resumed\""); at != std::string::npos;
+             at = run->provenanceJson.find("\"resumed\"", at + 1)) {
+            ++resumes;
+        }
+        if (resumes_ >= 0 && resumes != resumes_) {
+            cursor_ = 0;
+            for (const int series : {FullKl, K1, K3, Bf16Multiple}) {
+                plot_->graph(series)->data()->clear();
+            }
+        }
+        resumes_ = resumes;
     }
     const auto steps = store_->stepsAfter(runId_, cursor_);
     for (const auto& s : steps) {

@@ -90,6 +90,7 @@ private:
     store::RunStore* store_ = nullptr;
     std::int64_t runId_ = 0;
     std::int64_t cursor_ = 0;
+    int resumes_ = -1; // the run's resumes when its steps were read (-1: none read yet)
     QString kind_;
     QString status_;
     bool defaultsChosen_ = false; // k1/k3 shown by default only for runs without a full-vocabulary KL

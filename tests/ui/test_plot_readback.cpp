@@ -155,6 +155,41 @@ private slots:
         QCOMPARE(view.qualityAxis()->coordToPixel(0.0), view.accuracyAxis()->coordToPixel(0.0));
     }
 
+    // A resumed training run records again the steps after its newest checkpoint (the store deletes them first):
+    // the live plot shows the new values, not the pre-cancel ones beside them (issue 42: step 35 read 0.008291
+    // while the store held 0.005946, until another run was selected).
+    void runPlotShowsTheStepsAResumeRecordsAgain()
+    {
+        const std::int64_t run = store_->beginRun({"resumed", "train", "{}", std::nullopt});
+        const auto steps = [](int from, int to, double scale) {
+            std::vector<store::StepMetrics> list;
+            for (int step = from; step <= to; ++step) {
+                store::StepMetrics m;
+                m.step = step;
+                m.mismatchKl = scale * step;
+                m.extrasJson = "{}";
+                list.push_back(m);
+            }
+            return list;
+        };
+        store_->appendSteps(run, steps(1, 6, 0.1));
+        store_->finishRun(run, store::RunStatus::Cancelled);
+        ui::RunPlot view;
+        view.setStore(store_.get());
+        view.showRun(run, "resumed");
+        QCOMPARE(view.pointCount(), 6);
+        store_->reopenRun(run, 3); // resumed from its checkpoint at step 3: steps 4-6 go
+        store_->appendSteps(run, steps(4, 6, 0.5));
+        view.tail();
+        QCustomPlot* plot = view.plot();
+        auto data = plot->graph(ui::RunPlot::FullKl)->data();
+        QCOMPARE(data->size(), 6);
+        for (auto point = data->constBegin(); point != data->constEnd(); ++point) {
+            QCOMPARE(point->value, (point->key <= 3 ? 0.1 : 0.5) * point->key);
+        }
+        store_->finishRun(run, store::RunStatus::Finished);
+    }
+
     void overlay()
     {
         ui::ComparePlot view;
