@@ -3,7 +3,9 @@
 #include "core/common/device.h"
 #include "core/common/file_io.h"
 #include "core/common/shell_quote.h"
+#include "core/model/config.h"
 #include "core/quant/recipe.h"
+#include "core/quant/recipe_plan.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "ui/job_dialog.h"
@@ -350,6 +352,8 @@ void TrainingDialog::validate()
         problem = tr("Training prompts: expected a JSON Lines prompt set (got '%1')").arg(prompts_->path());
     } else if (!recipe_->path().isEmpty() && !QFileInfo(recipe_->path()).isFile()) {
         problem = tr("Rollout recipe: no such file '%1' (leave it empty for the BF16 engine)").arg(recipe_->path());
+    } else if (const QString failure = recipeProblem(); !failure.isEmpty()) {
+        problem = failure;
     } else if (evaluationEvery_->value() > 0 && !QFileInfo(evaluationPrompts_->path()).isFile()) {
         problem = tr("Evaluation: evaluating every %1 steps needs a held-out prompt set (got '%2')")
                       .arg(evaluationEvery_->value())
@@ -476,6 +480,22 @@ void TrainingDialog::setBatch(int promptsPerStep, int samplesPerPrompt)
     promptsPerStep_->setValue(promptsPerStep);
     samplesPerPrompt_->setValue(samplesPerPrompt);
 }
+QString TrainingDialog::recipeProblem() const
+{
+    if (recipe_->path().isEmpty()) {
+        return {};
+    }
+    // The recipe must fit the student before Start is enabled (a recipe written for another model, such as the
+    // 4-layer fp8-keep-edges on a 2-layer student, would otherwise fail after Start).
+    try {
+        const quant::Recipe recipe = quant::loadRecipe(recipe_->path().toStdString());
+        quant::resolveRecipe(recipe, model::loadConfig((QDir(student_->path()).filePath("config.json")).toStdString()));
+    } catch (const std::exception& error) {
+        return tr("Rollout recipe: %1").arg(QString::fromUtf8(error.what()));
+    }
+    return {};
+}
+
 void TrainingDialog::setRecipe(const QString& path)
 {
     recipe_->setPath(path);

@@ -65,6 +65,8 @@ public:
     void setEvaluation(int every, const QString& prompts, int count);
 
 private:
+    // Why the rollout recipe does not fit the student ("" when it does, or when there is none).
+    QString recipeProblem() const;
     void validate();
     void loadIntoForm(const train::RunConfig& config);
     // The run the form describes, parsed by core as a file would be (InputError with the field's key path).

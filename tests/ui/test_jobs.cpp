@@ -2,6 +2,7 @@
 // and plot visible; cancelling one from the job panel leaves the store consistent (run cancelled, steps whole
 // and contiguous, database intact); and while another connection appends steps as fast as it can, the GUI
 // event loop stays responsive (latency measured with a QTimer probe, p99 under 100 ms, printed).
+#include "core/model/config.h"
 #include "core/common/device.h"
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
@@ -82,6 +83,7 @@ class TestJobs : public QObject {
 private slots:
     void initTestCase();
     void trainingDialogRejectsBadRunFile();
+    void trainingDialogChecksTheRecipeAgainstTheStudent();
     void trainingDialogShowsTheRunFilesDevice();
     void trainingFromDialogShowsProgressAndResult();
     void sensitivityScanFromDialogFillsHeatmap();
@@ -113,6 +115,33 @@ void TestJobs::trainingDialogRejectsBadRunFile()
     dialog.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dialog));
     saveScreenshot(dialog, "training_dialog_error.png");
+}
+
+// A rollout recipe written for another model (the shipped fp8-keep-edges names layers 0-3; the demo student has 2)
+// keeps Start disabled with the recipe's own error, instead of failing after Start (issue 42 item 4).
+void TestJobs::trainingDialogChecksTheRecipeAgainstTheStudent()
+{
+    QTemporaryDir dir;
+    const QString runFile = writeRunFile(dir.path(), "recipe-run", 2, 0);
+    ui::TrainingDialog dialog(dir.path());
+    dialog.setRunFile(runFile);
+    QVERIFY2(dialog.runFileValid(), qPrintable(dialog.errorText()));
+    const QString edges = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-keep-edges.yaml");
+    const model::ModelConfig student
+        = model::loadConfig(dialog.config()->student + "/config.json");
+    QVERIFY(student.numLayers < 4); // the premise: the recipe names layers the student does not have
+    dialog.setRecipe(edges);
+    QVERIFY(!dialog.runFileValid());
+    QVERIFY(!dialog.startButton()->isEnabled());
+    QVERIFY2(dialog.errorText().startsWith("Rollout recipe:") && dialog.errorText().contains("fp8-keep-edges.yaml"),
+        qPrintable(dialog.errorText()));
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    saveScreenshot(dialog, "training_dialog_recipe_misfit.png");
+    // A recipe that fits: Start is enabled again.
+    dialog.setRecipe(QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-kv.yaml"));
+    QVERIFY2(dialog.runFileValid(), qPrintable(dialog.errorText()));
+    QVERIFY(dialog.startButton()->isEnabled());
 }
 
 void TestJobs::trainingDialogShowsTheRunFilesDevice()
