@@ -89,7 +89,8 @@ BudgetView::BudgetView(QWidget* parent)
     plot_->setObjectName("budgetPlot");
     plot_->setMinimumHeight(240);
     plot_->xAxis->setLabel(tr("mismatch (nats/token)"));
-    plot_->yAxis->setLabel(tr("quality change against the BF16 baseline (%)"));
+    // Q is the held-out teacher KL: higher is worse, so the failure line is above zero.
+    plot_->yAxis->setLabel(tr("quality change against the BF16 baseline (%, up = worse)"));
     plot_->legend->setFont(QFont(font().family(), 8));
 
     bracket_ = new QCPItemRect(plot_);

@@ -308,6 +308,8 @@ void TestDashboard::budgetShowsUndecidedPointsApart()
     QCOMPARE(view->failCount(), 1);
     QCOMPARE(view->undecidedCount(), 1);
     QCOMPARE(view->plot()->graph(2)->name(), QStringLiteral("undecided"));
+    // Q is a loss (the held-out teacher KL): the axis says which way is worse.
+    QVERIFY(view->plot()->yAxis->label().contains("up = worse"));
     QVERIFY(view->plot()->graph(2)->scatterStyle().shape() != view->plot()->graph(0)->scatterStyle().shape()
         && view->plot()->graph(2)->scatterStyle().shape() != view->plot()->graph(1)->scatterStyle().shape());
     QStringList results;
