@@ -4,6 +4,9 @@
 #include "core/store/analysis_store.h"
 
 #include "core/common/error.h"
+#include "core/common/hash.h"
+
+#include <cstdio>
 #include "core/io/prompt_set.h"
 #include "core/model/model_files.h"
 
@@ -55,21 +58,36 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
                 "missing: a shipped calibration must come from `mismatch calibrate --json` of this version, which "
                 "stores the measurement protocol its budget is screened under");
         }
-        const std::string name = file.at("name").get<std::string>() + " (shipped)";
+        // The protocol's prompt set is a built-in one: its path on this machine.
+        file.at("protocol")["prompts"]
+            = (fs::path(resourceDirectory) / file.at("prompts_in_resources").get<std::string>()).lexically_normal().string();
+        protocolFromJson(file.at("protocol"), path);
+        const std::string configJson = file.dump();
+        // Stored once per content: a workspace that holds an earlier shipped calibration (a tool update re-made the
+        // file) gets the new one beside it, named with its content's digest, instead of screening against the old
+        // budget under the same name.
+        std::string name = file.at("name").get<std::string>() + " (shipped)";
+        bool nameTaken = false;
         for (const auto& existing : store::calibrations(store)) {
-            if (existing.name == name) {
+            if (existing.name.rfind(name.substr(0, name.size() - 1), 0) != 0) {
+                continue;
+            }
+            const auto stored = store::calibration(store, existing.id);
+            if (stored && stored->info.configJson == configJson) {
                 return existing.id;
             }
+            nameTaken = nameTaken || existing.name == name;
+        }
+        if (nameTaken) {
+            char digest[17];
+            std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(fnv1a(configJson)));
+            name = file.at("name").get<std::string>() + " (shipped " + std::string(digest, 8) + ")";
         }
         store::CalibrationInfo info;
         info.name = name;
         info.student
             = (fs::path(resourceDirectory) / file.at("student_in_resources").get<std::string>()).lexically_normal().string();
-        // The protocol's prompt set is a built-in one: its path on this machine.
-        file.at("protocol")["prompts"]
-            = (fs::path(resourceDirectory) / file.at("prompts_in_resources").get<std::string>()).lexically_normal().string();
-        protocolFromJson(file.at("protocol"), path);
-        info.configJson = file.dump();
+        info.configJson = configJson;
         std::map<std::int64_t, std::int64_t> runIds; // id in the file -> record run here
         for (const auto& run : file.at("runs")) {
             const std::int64_t id = store.beginRun({file.at("name").get<std::string>() + "/" + run.at("label").get<std::string>()

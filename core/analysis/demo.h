@@ -49,7 +49,9 @@ nlohmann::json toJson(const DemoReport& report, const std::string& databasePath)
 // and "prompts_in_resources" are relative to `resourceDirectory`: the student and the protocol's prompt set are
 // taken from there) as the calibration "<name> (shipped)": one finished record run per sweep run (its step data
 // stays with whoever ran the calibration), the points and brackets, and in config_json the file itself (protocol,
-// flags, replicates, null comparisons). Idempotent: a calibration of that name already in the store is reused.
+// flags, replicates, null comparisons). Idempotent by content: a shipped calibration with the same content already in
+// the store is reused; one re-made since (the file changed) is stored beside the old one as "<name> (shipped
+// <digest>)", so that a workspace made with an earlier release never screens against the old budget unawares.
 // InputError naming the file for a malformed one. Returns the calibration id.
 std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& path, const std::string& resourceDirectory);
 

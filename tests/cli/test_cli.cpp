@@ -4,12 +4,14 @@
 #include "tests/common/test_main.h"
 #include "tests/common/tiny_student.h"
 #include "tests/common/golden_json.h"
+#include "core/analysis/demo.h"
 #include "core/common/runtime.h"
 #include "core/common/version.h"
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
 #include "core/model/transformer.h"
 #include "core/train/zoo.h"
+#include "core/store/analysis_store.h"
 #include "core/store/run_store.h"
 
 #include <QDir>
@@ -243,6 +245,21 @@ void TestCli::demoRegistersResources()
     QCOMPARE(s.summary().runs, 1 + sweepRuns + 1 + 2);
     QCOMPARE(s.summary().calibrations, std::int64_t(1));
     QCOMPARE(parseJson(second.out).at("calibration_id"), report.at("calibration_id"));
+    {
+        // A re-made shipped file (another content under the same name, as after a tool update) is stored beside the
+        // old one, named by its digest, and used; storing it again reuses it.
+        nlohmann::json remade = nlohmann::json::parse(
+            std::ifstream(MISMATCH_SOURCE_DIR "/resources/calibrations/arith-student.json"));
+        remade["brackets"][0]["threshold"] = 0.123;
+        const std::string path = dir.path().toStdString() + "/remade.json";
+        std::ofstream(path) << remade.dump();
+        store::RunStore writer = store::RunStore::open(store::databasePath(ws));
+        const std::int64_t first = analysis::storeShippedCalibration(writer, path, MISMATCH_SOURCE_DIR "/resources");
+        QVERIFY(first != report.at("calibration_id").get<std::int64_t>());
+        QVERIFY(QString::fromStdString(store::calibration(writer, first)->info.name).startsWith("demo-opd-calibration (shipped "));
+        QCOMPARE(analysis::storeShippedCalibration(writer, path, MISMATCH_SOURCE_DIR "/resources"), first);
+        QCOMPARE(store::calibration(writer, first)->brackets[0].threshold, std::optional<double>(0.123));
+    }
 
     const CliResult human = runCli({"-w", ws, "demo", "--count", "4"});
     QCOMPARE(human.code, 0);
