@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/input_limits.h"
 #include "core/io/recipe_export.h"
 #include "ui/kv_capacity_summary.h"
 #include "ui/library_io.h"
@@ -637,6 +638,8 @@ QString RecipeEditor::modelDirectory() const
 void RecipeEditor::setRecipe(const Recipe& recipe, const QString& filePath)
 {
     undoStack_->clear();
+    sourceText_.clear();
+    sourceRecipe_.reset();
     filePath_ = filePath;
     applyRecipe(recipe);
     undoStack_->setClean();
@@ -659,11 +662,20 @@ void RecipeEditor::push(const Recipe& after, const QString& text)
     undoStack_->push(new RecipeCommand(this, recipe_, after, text));
 }
 
+std::string RecipeEditor::currentText() const
+{
+    return sourceRecipe_ && *sourceRecipe_ == recipe_ ? sourceText_ : quant::recipeToYaml(recipe_);
+}
+
 bool RecipeEditor::openFile(const QString& path)
 {
     try {
         const Recipe recipe = quant::loadRecipe(path.toStdString());
+        const std::string text = readInputFile(path.toStdString(), limits::kConfigFile, "recipe");
         setRecipe(recipe, path);
+        sourceText_ = text;
+        sourceRecipe_ = recipe;
+        applyRecipe(recipe); // shown and checked as the file's own text
         lastError_.clear();
         return true;
     } catch (const std::exception& error) {
@@ -682,7 +694,12 @@ bool RecipeEditor::saveFile(const QString& path)
         return false;
     }
     const bool json = QFileInfo(path).suffix().toLower() == QLatin1String("json");
-    const std::string text = json ? quant::recipeToJson(recipe_) : quant::recipeToYaml(recipe_);
+    // The recipe's own text (comments kept) when it is unedited and of the file's kind, else written out again.
+    const bool sourceIsJson = !sourceText_.empty() && sourceText_.find_first_not_of(" \t\r\n") != std::string::npos
+        && sourceText_[sourceText_.find_first_not_of(" \t\r\n")] == '{';
+    const std::string text = sourceRecipe_ && *sourceRecipe_ == recipe_ && json == sourceIsJson
+        ? sourceText_
+        : (json ? quant::recipeToJson(recipe_) : quant::recipeToYaml(recipe_));
     // What is written must read back as this recipe (the file is what a headless machine runs).
     try {
         if (quant::parseRecipe(text, path.toStdString()) != recipe_) {
@@ -986,6 +1003,8 @@ bool RecipeEditor::applyText(const QString& text)
         Recipe parsed
             = quant::parseRecipe(text.toStdString(), filePath_.isEmpty() ? "recipe.yaml" : filePath_.toStdString());
         const bool unchanged = parsed == recipe_ && parsed.name == recipe_.name;
+        sourceText_ = text.toStdString();
+        sourceRecipe_ = parsed;
         push(parsed, tr("Edit text"));
         if (unchanged) {
             refreshViews(); // nothing to undo, but the error of an earlier attempt must go
@@ -1007,8 +1026,7 @@ void RecipeEditor::revalidate()
     // Syntax: what a file with this recipe would say (patterns, contradicting rules, ...).
     Recipe checked;
     try {
-        checked = quant::parseRecipe(
-            quant::recipeToYaml(recipe_), filePath_.isEmpty() ? "recipe.yaml" : filePath_.toStdString());
+        checked = quant::parseRecipe(currentText(), filePath_.isEmpty() ? "recipe.yaml" : filePath_.toStdString());
     } catch (const std::exception& error) {
         syntaxError_ = QString::fromUtf8(error.what());
         return;
@@ -1061,7 +1079,7 @@ void RecipeEditor::refreshViews()
     }
     ruleTable_->resizeColumnsToContents();
     ruleTable_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
-    textEdit_->setPlainText(QString::fromStdString(quant::recipeToYaml(recipe_)));
+    textEdit_->setPlainText(QString::fromStdString(currentText()));
     tabs_->setTabText(1, tr("Rules (%1)").arg(recipe_.rules.size()));
 
     const QString message = validationMessage();

@@ -156,6 +156,12 @@ private:
 
     quant::Recipe recipe_;
     QString filePath_;
+    // The text the recipe came from (the opened file's, or what was applied in the YAML tab) and the recipe it
+    // reads as. While the recipe is that one, the YAML tab shows this text, errors carry its own lines and saving
+    // writes it (its comments kept); after an edit elsewhere the text is the recipe written out again.
+    std::string sourceText_;
+    std::optional<quant::Recipe> sourceRecipe_;
+    std::string currentText() const;
     QString lastError_;
     QString syntaxError_;
     QString modelError_;

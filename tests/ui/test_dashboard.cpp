@@ -99,6 +99,7 @@ private slots:
     void recipeEditorShowsErrors();
     void unsavedRecipeEditsAreAskedFor();
     void exportOffersToKeepTheEmbeddingInBf16();
+    void recipeEditorKeepsTheFilesTextAndLines();
     void dropOpensModelsRecipesAndRememberedLayout();
     void heatmapCellsBecomeRecipeRules();
     void everyTabOnTheFixture();
@@ -686,6 +687,43 @@ void TestDashboard::exportOffersToKeepTheEmbeddingInBf16()
     QVERIFY2(cli.code == 0, cli.err.c_str());
     QCOMPARE(QString::fromStdString(dialog->files().front().text).trimmed(), QString::fromStdString(cli.out).trimmed());
     dialog->close();
+}
+
+// An opened recipe is shown, checked and saved as the file's own text: its comments stay and errors name the file's
+// own lines (issue 42: the editor reported "line 10" for an error on line 14, numbering its comment-free
+// re-serialisation, and saving over a commented recipe dropped the comments). An edit elsewhere writes the recipe
+// out again.
+void TestDashboard::recipeEditorKeepsTheFilesTextAndLines()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    const QString edges = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-keep-edges.yaml");
+    const QString original = readFile(edges);
+    QVERIFY(editor->openFile(edges));
+    QVERIFY(editor->selectModel("arith-student")); // 2 layers: the recipe's layer-3 rule matches nothing
+    // The file's line of the rule that names layer 3 (the error's place).
+    const QStringList lines = original.split('\n');
+    int ruleLine = 0;
+    for (int i = 0; i < lines.size(); ++i) {
+        if (lines[i].contains("model.layers.3.mlp.down_proj")) {
+            ruleLine = i + 1;
+        }
+    }
+    QVERIFY(ruleLine > 0);
+    QVERIFY2(editor->validationMessage().contains(QStringLiteral("line %1,").arg(ruleLine)),
+        qPrintable(editor->validationMessage()));
+    QPlainTextEdit* text = editor->textEdit();
+    QVERIFY(text);
+    QCOMPARE(text->toPlainText(), original);
+    QTemporaryDir out;
+    QVERIFY2(editor->saveFile(out.filePath("kept.yaml")), qPrintable(editor->lastError()));
+    QCOMPARE(readFile(out.filePath("kept.yaml")), original); // comments and layout kept
+    // An edit in the form: the recipe is written out again (its comments cannot follow a structural edit).
+    editor->setName("renamed");
+    QVERIFY(!text->toPlainText().contains('#'));
+    QVERIFY(text->toPlainText().contains("renamed"));
+    editor->undoStack()->undo(); // back to the file's recipe: its text again
+    QCOMPARE(text->toPlainText(), original);
 }
 
 void TestDashboard::recipeEditorShowsErrors()
