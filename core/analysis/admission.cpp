@@ -208,38 +208,25 @@ TimelineEntry timelineEntry(const std::string& directory)
     const fs::path stateFile = fs::path(directory) / "state.json";
     std::error_code error;
     entry.hasState = fs::exists(stateFile, error);
-    if (entry.hasState) {
-        // checkpointOptimizerSteps has read and checked the file; its run id is optional (copies made by hand).
-        const nlohmann::json state = nlohmann::json::parse(
-            readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
-        if (state.contains("run_id") && state.at("run_id").is_number_integer()) {
-            entry.runId = state.at("run_id").get<std::int64_t>();
+    if (!entry.hasState) {
+        return entry;
+    }
+    // checkpointOptimizerSteps has read and checked the file; its run id and history are optional (copies made by
+    // hand, runs without staleness).
+    const nlohmann::json state = nlohmann::json::parse(
+        readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
+    if (state.contains("run_id") && state.at("run_id").is_number_integer()) {
+        entry.runId = state.at("run_id").get<std::int64_t>();
+    }
+    if (state.contains("history_versions") && state.at("history_versions").is_array()) {
+        for (const auto& version : state.at("history_versions")) {
+            if (!version.is_number_integer()) {
+                throw InputError(stateFile.string(), "history_versions", "expected a list of integer optimizer steps");
+            }
+            entry.historyVersions.push_back(version.get<std::int64_t>());
         }
     }
     return entry;
-}
-
-// The versions of `directory`'s history.safetensors (state.json "history_versions"; none without them).
-std::vector<std::int64_t> historyVersions(const std::string& directory)
-{
-    const fs::path stateFile = fs::path(directory) / "state.json";
-    std::error_code error;
-    if (!fs::exists(stateFile, error)) {
-        return {};
-    }
-    const nlohmann::json state = nlohmann::json::parse(
-        readInputFile(stateFile.string(), limits::kConfigFile, "checkpoint state"), nullptr, false);
-    if (!state.is_object() || !state.contains("history_versions") || !state.at("history_versions").is_array()) {
-        return {};
-    }
-    std::vector<std::int64_t> versions;
-    for (const auto& version : state.at("history_versions")) {
-        if (!version.is_number_integer()) {
-            throw InputError(stateFile.string(), "history_versions", "expected a list of integer optimizer steps");
-        }
-        versions.push_back(version.get<std::int64_t>());
-    }
-    return versions;
 }
 
 // The other step-N checkpoints of `screened`'s run directory (as the trainer writes them: step-%08d).
@@ -297,7 +284,7 @@ TimelineEntry engineCheckpoint(
         return screened;
     }
     const std::int64_t wanted = screened.step - candidate.staleness;
-    const std::vector<std::int64_t> versions = historyVersions(screened.directory);
+    const std::vector<std::int64_t>& versions = screened.historyVersions;
     if (std::find(versions.begin(), versions.end(), wanted) != versions.end()) {
         TimelineEntry entry = screened;
         entry.step = wanted;

@@ -150,6 +150,8 @@ struct TimelineEntry {
     // state.json does not record it.
     std::optional<std::int64_t> runId;
     bool hasState = false; // the directory has a state.json
+    // The versions its history.safetensors holds (state.json "history_versions"; none without them).
+    std::vector<std::int64_t> historyVersions;
     // The weights are not the directory's own but version `historyVersion` of its history.safetensors (the
     // older weights a stale rollout of that run used; written with each checkpoint of a run with staleness).
     std::optional<std::int64_t> historyVersion;
