@@ -374,6 +374,18 @@ Candidate sweepCandidate(const SweepJob& job)
     return candidate;
 }
 
+// A screen's figures (as screenToJson stores them, and a replicate point's JSON repeats them) into `point`: the
+// interval at the measurement's default bootstrap (measureScreen's settings).
+void readScreen(const nlohmann::json& screen, ReplicatePoint& point)
+{
+    const metrics::BootstrapOptions bootstrap = MeasureSettings {}.bootstrap;
+    point.mismatch = screen.at("mismatch").get<double>();
+    point.mismatchInterval = metrics::Interval {*point.mismatch, screen.at("ci_low").get<double>(),
+        screen.at("ci_high").get<double>(), bootstrap.confidence, bootstrap.resamples};
+    point.bf16Unit = screen.at("bf16_unit").get<double>();
+    point.engineWeights = screen.at("engine_weights").get<std::string>();
+}
+
 // A screen as the calibration stores it; the engine's weights relative to the workspace directory (they are the
 // run's own checkpoint or a version of its history), so that the same calibration stores the same text anywhere.
 nlohmann::json screenToJson(
@@ -600,6 +612,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         {
             MeasureSettings settings;
             settings.device = parseDevice(options.base.device, options.base.sourceFile, "device");
+            const std::string workspace = train::workspaceDirectoryOf(store, options.workspaceDirectory);
             std::size_t measured = 0;
             const std::size_t toMeasure = options.steps.size() * result.runs.size();
             for (const std::int64_t step : options.steps) {
@@ -610,8 +623,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                         continue;
                     }
                     progress.checkCancelled();
-                    const std::string checkpoint
-                        = train::stepCheckpoint(store, options.workspaceDirectory, run.runId, step);
+                    const std::string checkpoint = train::stepCheckpoint(store, workspace, run.runId, step);
                     std::error_code missing;
                     if (!fs::exists(fs::path(checkpoint) / "state.json", missing)) {
                         throw StoreError(store.path(), "calibration run " + std::to_string(result.runId)
@@ -625,12 +637,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                             + std::to_string(step));
                     const ScreenMeasurement screen
                         = measureScreen(checkpoint, sweepCandidate(sweepJobs[i]), result.protocol, settings, slice);
-                    screens[{run.runId, step}] = screenToJson(run.runId, step, screen,
-                        fs::path(train::stepCheckpoint(store, options.workspaceDirectory, run.runId, step))
-                            .parent_path()
-                            .parent_path()
-                            .parent_path()
-                            .string());
+                    screens[{run.runId, step}] = screenToJson(run.runId, step, screen, workspace);
                     nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
                     config["screens"].push_back(screens[{run.runId, step}]);
                     store.setRunConfig(result.runId, config.dump());
@@ -646,12 +653,7 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
                     if (screen == screens.end()) {
                         continue; // the null group
                     }
-                    replicate.mismatch = screen->second.at("mismatch").get<double>();
-                    replicate.mismatchInterval = metrics::Interval {*replicate.mismatch,
-                        screen->second.at("ci_low").get<double>(), screen->second.at("ci_high").get<double>(),
-                        MeasureSettings {}.bootstrap.confidence, MeasureSettings {}.bootstrap.resamples};
-                    replicate.bf16Unit = screen->second.at("bf16_unit").get<double>();
-                    replicate.engineWeights = screen->second.at("engine_weights").get<std::string>();
+                    readScreen(screen->second, replicate);
                 }
             }
             const auto& baseQualities = figures.qualities.at("baseline");
@@ -776,13 +778,8 @@ ReplicatePoint replicatePointFromJson(const nlohmann::json& p)
     point.trainingMismatch = p.at("training_mismatch").get<double>();
     point.trainingBf16Unit = p.at("training_bf16_unit").get<double>();
     if (!p.at("mismatch").is_null()) {
-        const metrics::BootstrapOptions bootstrap;
-        point.mismatch = p.at("mismatch").get<double>();
-        point.mismatchInterval = metrics::Interval {*point.mismatch, p.at("ci_low").get<double>(),
-            p.at("ci_high").get<double>(), bootstrap.confidence, bootstrap.resamples};
-        point.bf16Unit = p.at("bf16_unit").get<double>();
+        readScreen(p, point);
     }
-    point.engineWeights = p.value("engine_weights", std::string());
     return point;
 }
 

@@ -1170,10 +1170,7 @@ TrainResult runSession(Session& session, store::RunStore& store, std::int64_t ru
 
 std::string workspaceOf(const store::RunStore& store, const TrainOptions& options)
 {
-    if (!options.workspaceDirectory.empty()) {
-        return options.workspaceDirectory;
-    }
-    return fs::absolute(fs::path(store.path())).parent_path().string();
+    return workspaceDirectoryOf(store, options.workspaceDirectory);
 }
 
 // The newest complete checkpoint of a run (a step-N directory with state.json), or nullopt.
@@ -1217,6 +1214,11 @@ std::int64_t checkpointOptimizerSteps(const std::string& directory)
     return state.at("optimizer_steps").get<std::int64_t>();
 }
 
+std::string workspaceDirectoryOf(const store::RunStore& store, const std::string& workspaceDirectory)
+{
+    return workspaceDirectory.empty() ? fs::absolute(fs::path(store.path())).parent_path().string() : workspaceDirectory;
+}
+
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId)
 {
     return (fs::path(workspaceDirectory) / "checkpoints" / ("run-" + std::to_string(runId))).string();
@@ -1225,9 +1227,9 @@ std::string checkpointDirectory(const std::string& workspaceDirectory, std::int6
 std::string stepCheckpoint(
     const store::RunStore& store, const std::string& workspaceDirectory, std::int64_t runId, std::int64_t step)
 {
-    TrainOptions options;
-    options.workspaceDirectory = workspaceDirectory;
-    return (fs::path(checkpointDirectory(workspaceOf(store, options), runId)) / stepDirectoryName(step)).string();
+    return (fs::path(checkpointDirectory(workspaceDirectoryOf(store, workspaceDirectory), runId))
+        / stepDirectoryName(step))
+        .string();
 }
 
 std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,

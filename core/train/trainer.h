@@ -105,8 +105,11 @@ std::int64_t checkpointOptimizerSteps(const std::string& directory);
 
 // Where run `runId`'s checkpoints live.
 std::string checkpointDirectory(const std::string& workspaceDirectory, std::int64_t runId);
-// The checkpoint of run `runId` at `step` (checkpointDirectory/step-%08d); `workspaceDirectory` empty: the store's
-// directory, as training uses it.
+// The directory that holds checkpoints/: `workspaceDirectory`, or the store's directory when it is empty (as
+// training uses it; TrainOptions::workspaceDirectory).
+std::string workspaceDirectoryOf(const store::RunStore& store, const std::string& workspaceDirectory);
+// The checkpoint of run `runId` at `step` (checkpointDirectory/step-%08d) in workspaceDirectoryOf(store,
+// workspaceDirectory).
 std::string stepCheckpoint(
     const store::RunStore& store, const std::string& workspaceDirectory, std::int64_t runId, std::int64_t step);
 
