@@ -72,8 +72,7 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
             if (existing.name.rfind(name.substr(0, name.size() - 1), 0) != 0) {
                 continue;
             }
-            const auto stored = store::calibration(store, existing.id);
-            if (stored && stored->info.configJson == configJson) {
+            if (existing.configJson == configJson) {
                 return existing.id;
             }
             nameTaken = nameTaken || existing.name == name;
