@@ -423,8 +423,8 @@ void MainWindow::createMenus()
     QAction* saveRecipeAs = file->addAction(tr("Save Recipe &As..."), this, [this] {
         const QString path = QFileDialog::getSaveFileName(
             this, tr("Save recipe as"), recipeEditor_->filePath(), tr("YAML (*.yaml);;JSON (*.json)"));
-        if (!path.isEmpty() && !recipeEditor_->saveFile(path))
-            showError(tr("Recipe not saved"), recipeEditor_->lastError());
+        if (!path.isEmpty())
+            saveRecipeTo(path);
     });
     saveRecipeAs->setShortcut(QKeySequence::SaveAs);
     QMenu* exportRecipe = file->addMenu(tr("E&xport Recipe For"));
@@ -1414,9 +1414,11 @@ bool MainWindow::saveRecipe()
     if (path.isEmpty()) {
         path = QFileDialog::getSaveFileName(this, tr("Save recipe"), {}, tr("YAML (*.yaml);;JSON (*.json)"));
     }
-    if (path.isEmpty()) {
-        return false;
-    }
+    return !path.isEmpty() && saveRecipeTo(path);
+}
+
+bool MainWindow::saveRecipeTo(const QString& path)
+{
     if (!recipeEditor_->saveFile(path)) {
         showError(tr("Recipe not saved"), recipeEditor_->lastError());
         return false;

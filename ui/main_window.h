@@ -163,6 +163,8 @@ private:
     bool mayReplaceRecipe(const QString& action);
     // Saves the open recipe to its file, or to one the user chooses; false when not saved (the reason shown).
     bool saveRecipe();
+    // Saves the open recipe to `path`; false, with the reason shown, when it cannot.
+    bool saveRecipeTo(const QString& path);
     void showStatus(const QString& message, int milliseconds = 6000);
     void onStoreError(const QString& message);
     void onOverviewAction(int action, qint64 id, const QString& argument);
