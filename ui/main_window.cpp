@@ -9,30 +9,30 @@
 #include "core/jobs/job_file.h"
 #include "core/model/config.h"
 #include "core/store/analysis_store.h"
-#include "ui/about_dialog.h"
-#include "ui/admission_view.h"
-#include "ui/analysis_data.h"
-#include "ui/analysis_dialogs.h"
-#include "ui/breakdown_dialog.h"
-#include "ui/breakdown_view.h"
-#include "ui/budget_view.h"
-#include "ui/compare_plot.h"
-#include "ui/job_queue.h"
-#include "ui/job_runner.h"
-#include "ui/library_panels.h"
-#include "ui/overview_view.h"
-#include "ui/pickers.h"
-#include "ui/plot_export.h"
-#include "ui/prefix_shift_view.h"
-#include "ui/recipe_editor.h"
-#include "ui/run_plot.h"
-#include "ui/run_table_model.h"
-#include "ui/sensitivity_dialog.h"
-#include "ui/sensitivity_view.h"
-#include "ui/export_dialog.h"
-#include "ui/spec_job_dialog.h"
-#include "ui/study_dialogs.h"
-#include "ui/training_dialog.h"
+#include "ui/dialogs/about_dialog.h"
+#include "ui/views/admission_view.h"
+#include "ui/views/analysis_data.h"
+#include "ui/dialogs/analysis_dialogs.h"
+#include "ui/dialogs/breakdown_dialog.h"
+#include "ui/views/breakdown_view.h"
+#include "ui/views/budget_view.h"
+#include "ui/plots/compare_plot.h"
+#include "ui/jobs/job_queue.h"
+#include "ui/jobs/job_runner.h"
+#include "ui/views/library_panels.h"
+#include "ui/views/overview_view.h"
+#include "ui/dialogs/pickers.h"
+#include "ui/plots/plot_export.h"
+#include "ui/views/prefix_shift_view.h"
+#include "ui/views/recipe_editor.h"
+#include "ui/plots/run_plot.h"
+#include "ui/views/run_table_model.h"
+#include "ui/dialogs/sensitivity_dialog.h"
+#include "ui/views/sensitivity_view.h"
+#include "ui/dialogs/export_dialog.h"
+#include "ui/dialogs/spec_job_dialog.h"
+#include "ui/dialogs/study_dialogs.h"
+#include "ui/dialogs/training_dialog.h"
 
 #include <qcustomplot.h>
 
@@ -430,7 +430,7 @@ void MainWindow::createMenus()
     QMenu* exportRecipe = file->addMenu(tr("E&xport Recipe For"));
     for (const std::string& name : io::exportTargetChoices()) {
         const char* target = name.c_str();
-        // The export dialog (ui/export_dialog.h): the config file and the ready-to-run files for the target, to copy
+        // The export dialog (ui/dialogs/export_dialog.h): the config file and the ready-to-run files for the target, to copy
         // or save.
         exportRecipe->addAction(QString::fromLatin1(target) + QStringLiteral("..."), this,
             [this, target = QString::fromLatin1(target)] { showExportDialog(target); });
@@ -485,7 +485,7 @@ void MainWindow::createMenus()
     QAction* import = jobs->addAction(tr("&Import Training Log..."), this, &MainWindow::showImportLogDialog);
     import->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_I));
     jobs->addAction(tr("Compare Two &Runs (Failure Rule)..."), this, &MainWindow::showCompareRunsDialog);
-    // The catalogue's other jobs, each in a dialog built from its parameters (ui/spec_job_dialog.h).
+    // The catalogue's other jobs, each in a dialog built from its parameters (ui/dialogs/spec_job_dialog.h).
     QMenu* more = jobs->addMenu(tr("&More Jobs"));
     more->setObjectName(QStringLiteral("moreJobsMenu"));
     for (const std::string& kind : specDialogJobs()) {

@@ -8,7 +8,7 @@
 #include "core/jobs/report_job.h"
 
 #ifdef MISMATCH_REPORT_WITH_GUI
-#include "ui/report_plots.h"
+#include "ui/plots/report_plots.h"
 #endif
 
 #include <memory>

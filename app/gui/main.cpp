@@ -2,7 +2,7 @@
 #include "core/common/runtime.h"
 #include "core/store/run_store.h"
 #include "ui/main_window.h"
-#include "ui/report_plots.h"
+#include "ui/plots/report_plots.h"
 
 #include <QApplication>
 #include <QCommandLineParser>

@@ -1,6 +1,6 @@
 #pragma once
 // The plots of `mismatch report` (core/report/report.h). Core writes the report's tables and HTML; a plot is drawn
-// by a PlotRenderer, which the GUI library implements with the dashboard's own QCustomPlot views (ui/report_plots.h),
+// by a PlotRenderer, which the GUI library implements with the dashboard's own QCustomPlot views (ui/plots/report_plots.h),
 // so a report shows exactly what the dashboard shows. A build without the GUI has no renderer: its reports have
 // every table and number and say that the plots are missing.
 //

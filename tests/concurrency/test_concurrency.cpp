@@ -8,7 +8,7 @@
 #include "core/train/zoo.h"
 #include "tests/common/test_main.h"
 #include "ui/main_window.h"
-#include "ui/run_table_model.h"
+#include "ui/views/run_table_model.h"
 
 #include <QElapsedTimer>
 #include <QProcess>

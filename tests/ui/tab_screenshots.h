@@ -3,10 +3,10 @@
 // bracket step, the built-in student in the recipe editor), as PREFIX_NN_TAB.png under MISMATCH_TEST_OUTPUT, for a
 // person to look at; test_dashboard does it at 1x and test_high_dpi at QT_SCALE_FACTOR=2.
 #include "fixture_workspace.h"
-#include "ui/budget_view.h"
+#include "ui/views/budget_view.h"
 #include "ui/main_window.h"
-#include "ui/recipe_editor.h"
-#include "ui/run_table_model.h"
+#include "ui/views/recipe_editor.h"
+#include "ui/views/run_table_model.h"
 
 #include <QTabWidget>
 #include <QTableView>

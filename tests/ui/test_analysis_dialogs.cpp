@@ -1,4 +1,4 @@
-// The analysis dialogs (ui/analysis_dialogs.h), offscreen: each one rejects bad input with a message naming the
+// The analysis dialogs (ui/dialogs/analysis_dialogs.h), offscreen: each one rejects bad input with a message naming the
 // field (Start disabled), shows the exact headless command, and a job started from it finishes with its result
 // stored and visible in its tab. Then the dialog's "Copy CLI Command" text is run with the real `mismatch` binary
 // on the same workspace, and what it stores must equal what the GUI's job stored (every number, exactly): the
@@ -7,13 +7,13 @@
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/admission_view.h"
-#include "ui/analysis_dialogs.h"
-#include "ui/budget_view.h"
-#include "ui/job_queue.h"
+#include "ui/views/admission_view.h"
+#include "ui/dialogs/analysis_dialogs.h"
+#include "ui/views/budget_view.h"
+#include "ui/jobs/job_queue.h"
 #include "ui/main_window.h"
-#include "ui/mismatch_profile.h"
-#include "ui/prefix_shift_view.h"
+#include "ui/plots/mismatch_profile.h"
+#include "ui/views/prefix_shift_view.h"
 
 #include <qcustomplot.h>
 

@@ -1,4 +1,4 @@
-// The Breakdown tab (ui/breakdown_view.h) on hand-made breakdowns: the stacked segments are the stored parts (per
+// The Breakdown tab (ui/views/breakdown_view.h) on hand-made breakdowns: the stacked segments are the stored parts (per
 // method and unit; a candidate without Shapley parts falls back to add-one-in), a negative interaction is drawn
 // below zero, the bars read back through the value axis, hovering reads a candidate's parts, the estimator table
 // has a row per whole configuration, and the dialog's command names the job. Screenshots at 1x, and at 2x when
@@ -8,8 +8,8 @@
 #include "core/store/import_store.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/breakdown_dialog.h"
-#include "ui/breakdown_view.h"
+#include "ui/dialogs/breakdown_dialog.h"
+#include "ui/views/breakdown_view.h"
 
 #include <qcustomplot.h>
 

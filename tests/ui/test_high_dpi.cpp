@@ -6,10 +6,10 @@
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
 #include "tests/common/test_main.h"
-#include "ui/budget_view.h"
+#include "ui/views/budget_view.h"
 #include "ui/main_window.h"
-#include "ui/plot_export.h"
-#include "ui/sensitivity_view.h"
+#include "ui/plots/plot_export.h"
+#include "ui/views/sensitivity_view.h"
 
 #include <qcustomplot.h>
 

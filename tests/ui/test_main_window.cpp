@@ -6,15 +6,15 @@
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
 #include "tests/common/test_main.h"
-#include "ui/about_dialog.h"
-#include "ui/admission_view.h"
-#include "ui/analysis_data.h"
-#include "ui/budget_view.h"
-#include "ui/job_runner.h"
+#include "ui/dialogs/about_dialog.h"
+#include "ui/views/admission_view.h"
+#include "ui/views/analysis_data.h"
+#include "ui/views/budget_view.h"
+#include "ui/jobs/job_runner.h"
 #include "ui/main_window.h"
-#include "ui/overview_view.h"
-#include "ui/run_plot.h"
-#include "ui/run_table_model.h"
+#include "ui/views/overview_view.h"
+#include "ui/plots/run_plot.h"
+#include "ui/views/run_table_model.h"
 
 #include <QDir>
 #include <QImage>

@@ -9,12 +9,12 @@
 #include "core/quant/recipe_plan.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/analysis_dialogs.h"
-#include "ui/job_queue.h"
+#include "ui/dialogs/analysis_dialogs.h"
+#include "ui/jobs/job_queue.h"
 #include "ui/main_window.h"
-#include "ui/overview_view.h"
-#include "ui/run_table_model.h"
-#include "ui/training_dialog.h"
+#include "ui/views/overview_view.h"
+#include "ui/views/run_table_model.h"
+#include "ui/dialogs/training_dialog.h"
 
 #include <QLabel>
 #include <QPushButton>

@@ -9,12 +9,12 @@
 #include "core/store/evaluation_store.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/admission_view.h"
-#include "ui/budget_view.h"
-#include "ui/compare_plot.h"
-#include "ui/prefix_shift_view.h"
-#include "ui/run_plot.h"
-#include "ui/sensitivity_view.h"
+#include "ui/views/admission_view.h"
+#include "ui/views/budget_view.h"
+#include "ui/plots/compare_plot.h"
+#include "ui/views/prefix_shift_view.h"
+#include "ui/plots/run_plot.h"
+#include "ui/views/sensitivity_view.h"
 
 #include <qcustomplot.h>
 

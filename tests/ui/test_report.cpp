@@ -1,4 +1,4 @@
-// `mismatch report` (core/report/report.h) with the GUI's plots (ui/report_plots.h) on the fixture workspace,
+// `mismatch report` (core/report/report.h) with the GUI's plots (ui/plots/report_plots.h) on the fixture workspace,
 // offscreen: the page names every analysis, its plots are real renderings of the GUI's views (PNG files that load,
 // at the report's size, not blank), its tables carry the stored numbers with their intervals (the fixture's values,
 // written independently of the report), studies resolve by id and by name with clear errors otherwise, a cancelled
@@ -10,9 +10,9 @@
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/budget_view.h"
-#include "ui/report_plots.h"
-#include "ui/sensitivity_view.h"
+#include "ui/views/budget_view.h"
+#include "ui/plots/report_plots.h"
+#include "ui/views/sensitivity_view.h"
 
 #include <qcustomplot.h>
 

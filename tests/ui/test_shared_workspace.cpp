@@ -13,11 +13,11 @@
 #include "fixture_workspace.h"
 #include "tests/common/posix_locks.h"
 #include "tests/common/test_main.h"
-#include "ui/analysis_dialogs.h"
-#include "ui/job_queue.h"
+#include "ui/dialogs/analysis_dialogs.h"
+#include "ui/jobs/job_queue.h"
 #include "ui/main_window.h"
-#include "ui/run_plot.h"
-#include "ui/run_table_model.h"
+#include "ui/plots/run_plot.h"
+#include "ui/views/run_table_model.h"
 
 #include <QElapsedTimer>
 #include <QFile>

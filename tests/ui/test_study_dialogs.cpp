@@ -15,12 +15,12 @@
 #include "core/train/run_config.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/analysis_dialogs.h"
-#include "ui/job_queue.h"
+#include "ui/dialogs/analysis_dialogs.h"
+#include "ui/jobs/job_queue.h"
 #include "ui/main_window.h"
-#include "ui/pickers.h"
-#include "ui/study_dialogs.h"
-#include "ui/training_dialog.h"
+#include "ui/dialogs/pickers.h"
+#include "ui/dialogs/study_dialogs.h"
+#include "ui/dialogs/training_dialog.h"
 
 #include <QComboBox>
 #include <QFile>

@@ -1,4 +1,4 @@
-// The token drill-down (ui/token_drilldown.h) of a stored prefix-shift pair: repetition and UTF-8 flags on known
+// The token drill-down (ui/views/token_drilldown.h) of a stored prefix-shift pair: repetition and UTF-8 flags on known
 // sequences, the detail panel (mu, pi, entropies, top-5) of a hovered token, the jumps to the first divergence and
 // to the largest-KL tokens, and that the Prefix Shift tab, the admission table and a training run's kept step (Runs
 // tab) open it. Screenshots at 1x, and at 2x when run with
@@ -7,10 +7,10 @@
 #include "core/store/analysis_store.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
-#include "ui/admission_view.h"
-#include "ui/prefix_shift_view.h"
-#include "ui/run_plot.h"
-#include "ui/token_drilldown.h"
+#include "ui/views/admission_view.h"
+#include "ui/views/prefix_shift_view.h"
+#include "ui/plots/run_plot.h"
+#include "ui/views/token_drilldown.h"
 
 #include <QComboBox>
 #include <QLabel>

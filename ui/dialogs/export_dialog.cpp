@@ -1,0 +1,225 @@
+#include "ui/dialogs/export_dialog.h"
+
+#include "core/jobs/job_spec.h"
+
+#include <QClipboard>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QFileDialog>
+#include <QFontDatabase>
+#include <QFormLayout>
+#include <QGuiApplication>
+#include <QLabel>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+namespace mismatch::ui {
+
+ExportDialog::ExportDialog(const quant::Recipe& recipe, const quant::RecipePlan& plan, const QString& recipeFile,
+    const QString& modelDirectory, QWidget* parent)
+    : QDialog(parent)
+    , recipe_(recipe)
+    , plan_(plan)
+    , recipeFile_(recipeFile)
+    , modelDirectory_(modelDirectory)
+{
+    setWindowTitle(tr("Export Recipe"));
+    setObjectName(QStringLiteral("exportDialog"));
+    resize(900, 640);
+    auto* layout = new QVBoxLayout(this);
+    auto* form = new QFormLayout;
+    target_ = new QComboBox(this);
+    target_->setObjectName(QStringLiteral("exportTarget"));
+    for (const std::string& name : io::exportTargetChoices()) {
+        target_->addItem(QString::fromStdString(name), QString::fromStdString(name));
+    }
+    form->addRow(tr("Target:"), target_);
+    vllmForm_ = new QComboBox(this);
+    vllmForm_->setObjectName(QStringLiteral("exportVllmForm"));
+    vllmForm_->addItem(tr("online: vLLM quantizes the BF16 checkpoint at load time"), QStringLiteral("online"));
+    vllmForm_->addItem(tr("checkpoint: the quantization_config of a checkpoint stored in FP8"), QStringLiteral("checkpoint"));
+    form->addRow(tr("vLLM form:"), vllmForm_);
+    verlRollout_ = new QComboBox(this);
+    verlRollout_->setObjectName(QStringLiteral("exportVerlRollout"));
+    verlRollout_->addItem(tr("vLLM rollout"), QStringLiteral("vllm"));
+    verlRollout_->addItem(tr("SGLang rollout (can leave modules in BF16)"), QStringLiteral("sglang"));
+    form->addRow(tr("verl rollout:"), verlRollout_);
+    layout->addLayout(form);
+    error_ = new QLabel(this);
+    error_->setObjectName(QStringLiteral("exportError"));
+    error_->setWordWrap(true);
+    error_->setStyleSheet(QStringLiteral("color: #c62828"));
+    layout->addWidget(error_);
+    // The refusal a recipe built from a default scan meets (vLLM and llm-compressor quantize linear layers only),
+    // with its fix one click away instead of a dead end.
+    keepEmbedding_ = new QPushButton(tr("Keep the Embedding and lm_head in BF16"), this);
+    keepEmbedding_->setObjectName(QStringLiteral("exportKeepEmbeddingButton"));
+    keepEmbedding_->setToolTip(tr("Adds a BF16 rule for model.embed_tokens and lm_head to the open recipe (undo with "
+                                  "Ctrl+Z) and exports it again"));
+    connect(keepEmbedding_, &QPushButton::clicked, this, &ExportDialog::keepEmbeddingInBf16Requested);
+    layout->addWidget(keepEmbedding_, 0, Qt::AlignLeft);
+    warnings_ = new QLabel(this);
+    warnings_->setObjectName(QStringLiteral("exportWarnings"));
+    warnings_->setWordWrap(true);
+    warnings_->setStyleSheet(QStringLiteral("color: #8a5a00"));
+    layout->addWidget(warnings_);
+    tabs_ = new QTabWidget(this);
+    tabs_->setObjectName(QStringLiteral("exportFiles"));
+    layout->addWidget(tabs_, 1);
+    layout->addWidget(new QLabel(tr("Headless equivalent:"), this));
+    command_ = new QLabel(this);
+    command_->setObjectName(QStringLiteral("exportCli"));
+    command_->setWordWrap(true);
+    command_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    command_->setStyleSheet(QStringLiteral("font-family: monospace; background: #f4f4f4; padding: 4px"));
+    layout->addWidget(command_);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);
+    copy_ = buttons->addButton(tr("Copy"), QDialogButtonBox::ActionRole);
+    copy_->setObjectName(QStringLiteral("exportCopy"));
+    copy_->setToolTip(tr("Copy the file shown to the clipboard"));
+    save_ = buttons->addButton(tr("Save to Folder..."), QDialogButtonBox::ActionRole);
+    save_->setObjectName(QStringLiteral("exportSave"));
+    layout->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    connect(copy_, &QPushButton::clicked, this, [this] { QGuiApplication::clipboard()->setText(currentText()); });
+    connect(save_, &QPushButton::clicked, this, [this] {
+        const QString directory = QFileDialog::getExistingDirectory(this, tr("Save the export to a folder"));
+        QString error;
+        if (!directory.isEmpty() && !saveTo(directory, &error)) {
+            QMessageBox::warning(this, tr("Export Recipe"), error);
+        }
+    });
+    for (QComboBox* box : {target_, vllmForm_, verlRollout_}) {
+        connect(box, &QComboBox::currentIndexChanged, this, &ExportDialog::refresh);
+    }
+    refresh();
+}
+
+void ExportDialog::setTarget(const QString& target)
+{
+    target_->setCurrentIndex(std::max(0, target_->findData(target)));
+}
+
+void ExportDialog::setVllmForm(const QString& form)
+{
+    vllmForm_->setCurrentIndex(std::max(0, vllmForm_->findData(form)));
+}
+
+void ExportDialog::setVerlRollout(const QString& rollout)
+{
+    verlRollout_->setCurrentIndex(std::max(0, verlRollout_->findData(rollout)));
+}
+
+QString ExportDialog::errorText() const
+{
+    return error_->text();
+}
+
+QString ExportDialog::warningsText() const
+{
+    return warnings_->text();
+}
+
+QString ExportDialog::commandText() const
+{
+    return command_->text();
+}
+
+QString ExportDialog::currentText() const
+{
+    const int index = tabs_->currentIndex();
+    return index >= 0 && index < static_cast<int>(files_.size())
+        ? QString::fromStdString(files_[static_cast<std::size_t>(index)].text)
+        : QString();
+}
+
+bool ExportDialog::saveTo(const QString& directory, QString* error) const
+{
+    try {
+        if (files_.empty()) {
+            throw std::runtime_error(errorText().toStdString());
+        }
+        io::ExportResult result;
+        result.files = files_;
+        io::writeExportDirectory(directory.toStdString(), result);
+    } catch (const std::exception& failure) {
+        if (error) {
+            *error = QString::fromUtf8(failure.what());
+        }
+        return false;
+    }
+    return true;
+}
+
+void ExportDialog::refresh()
+{
+    const QString target = target_->currentData().toString();
+    vllmForm_->setEnabled(target == QLatin1String("vllm"));
+    verlRollout_->setEnabled(target == QLatin1String("verl"));
+    io::ExportOptions options;
+    options.target = *io::parseExportTarget(target.toStdString()); // the list holds only the targets it names
+    options.vllmForm = *io::parseVllmForm(vllmForm_->currentData().toString().toStdString());
+    options.verlRollout = *io::parseVerlRollout(verlRollout_->currentData().toString().toStdString());
+    options.modelPath = modelDirectory_.toStdString();
+    // The same export from the command line.
+    // (RECIPE, MODEL and DIR stand for what is not known here; jobs::commandLine leaves such words unquoted.)
+    std::vector<std::string> words = {"export",
+        recipeFile_.isEmpty() ? std::string("RECIPE") : recipeFile_.toStdString(), "--to", target.toStdString(),
+        "--model", modelDirectory_.isEmpty() ? std::string("MODEL") : modelDirectory_.toStdString()};
+    if (target == QLatin1String("vllm") && options.vllmForm != io::VllmForm::Online) {
+        words.insert(words.end(), {"--vllm-form", io::toString(options.vllmForm)});
+    }
+    if (target == QLatin1String("verl") && options.verlRollout != io::VerlRollout::Vllm) {
+        words.insert(words.end(), {"--rollout", io::toString(options.verlRollout)});
+    }
+    words.insert(words.end(), {"--out", "DIR"});
+    command_->setText(QString::fromStdString(jobs::commandLine(words)));
+
+    tabs_->clear();
+    files_.clear();
+    try {
+        const io::ExportResult result = io::exportBundle(recipe_, plan_, options);
+        files_ = result.files;
+        error_->clear();
+        QStringList warnings;
+        for (const std::string& warning : result.warnings) {
+            warnings.push_back(tr("Warning: %1").arg(QString::fromStdString(warning)));
+        }
+        warnings_->setText(warnings.join(QLatin1Char('\n')));
+    } catch (const std::exception& failure) {
+        error_->setText(tr("Not exportable to %1: %2").arg(target, QString::fromUtf8(failure.what())));
+        warnings_->clear();
+    }
+    const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+    for (const io::ExportFile& file : files_) {
+        auto* view = new QPlainTextEdit(QString::fromStdString(file.text), tabs_);
+        view->setReadOnly(true);
+        view->setFont(mono);
+        view->setLineWrapMode(QPlainTextEdit::NoWrap);
+        tabs_->addTab(view, QString::fromStdString(file.name));
+    }
+    copy_->setEnabled(!files_.empty());
+    save_->setEnabled(!files_.empty());
+    error_->setVisible(!error_->text().isEmpty());
+    keepEmbedding_->setVisible(offersEmbeddingFix());
+    warnings_->setVisible(!warnings_->text().isEmpty());
+}
+
+bool ExportDialog::offersEmbeddingFix() const
+{
+    const QString error = error_->text();
+    return !error.isEmpty()
+        && (error.contains(QString::fromStdString(quant::kEmbedName)) || error.contains(QString::fromStdString(quant::kLmHeadName)));
+}
+
+void ExportDialog::setRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan)
+{
+    recipe_ = recipe;
+    plan_ = plan;
+    refresh();
+}
+
+} // namespace mismatch::ui

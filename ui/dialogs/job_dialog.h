@@ -1,0 +1,143 @@
+#pragma once
+// The frame every "Start ..." job dialog shares: a form for the job's inputs; a status line saying what is wrong
+// (in red; Start disabled) or what the job will do; the equivalent headless command (shown, and copied by "Copy
+// CLI Command", so that a headless machine reproduces the job exactly); Start and Cancel. A subclass builds its
+// form rows in form(), watches its fields, implements check(), cliCommand(), jobName() and job(), and calls
+// finishLayout() at the end of its constructor.
+#include "core/jobs/job_spec.h"
+#include "core/store/run_store.h"
+#include "ui/jobs/job_runner.h"
+#include "ui/dialogs/pickers.h"
+
+#include <QDialog>
+#include <QStringList>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QFormLayout;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace mismatch::ui {
+
+class JobDialog : public QDialog {
+    Q_OBJECT
+
+public:
+    bool valid() const { return error_.isEmpty(); }
+    QString errorText() const { return error_; }
+    QPushButton* startButton() const { return start_; }
+    QString statusText() const;
+    // The headless command that runs the same job (an absolute path for every file).
+    virtual QString cliCommand() const = 0;
+    virtual QString jobName() const = 0;
+    // The job for the job queue (runs off the GUI thread; opens the workspace itself).
+    virtual JobWorker::Job job() const = 0;
+    // job(), with any error it ends with that names a command-line flag rewritten to name this dialog's field
+    // (fieldNames()): the GUI shows "Calibration step", never "--step".
+    JobWorker::Job fieldNamedJob() const;
+    // The command-line flags (as core's messages write them, longest first where one contains another) and the
+    // field of this dialog each one is.
+    virtual std::vector<std::pair<std::string, std::string>> fieldNames() const { return {}; }
+    // The dialog's job as a catalogue spec (core/jobs/job_spec.h), for the dialogs whose job is in the catalogue:
+    // their command is spec().toArguments(), their job spec().run(), and they offer "Export Job File..." (a job
+    // file `mismatch run` runs). nullopt for the others.
+    virtual std::optional<jobs::JobSpec> spec() const { return std::nullopt; }
+    // Writes spec() as a job file (temporary file + rename); false with `error` set when it cannot.
+    bool exportJobFile(const QString& path, QString* error = nullptr) const;
+
+protected:
+    JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName,
+        QWidget* parent = nullptr, const store::RunStore* store = nullptr);
+    // A picker row of `kind` (choices from the store and the resources), watched for changes.
+    PathPicker* addPicker(PickKind kind, const QString& label, const QString& objectName);
+    QFormLayout* form() const { return form_; }
+    // A "Device" row (object name "deviceField") listing the devices this build and machine compute on
+    // (common/device.h: "cpu", "cuda:0 (NVIDIA H200, sm_90, 141 GiB)", ...), watched. `runFileDefault`: a first
+    // entry that leaves the choice to the run file (train, calibrate), selected at first; else cpu is.
+    QComboBox* addDeviceField(bool runFileDefault = false);
+    // The chosen device as spec's "device" parameter (left unset for the run file's entry); nothing without the row.
+    void setDevice(jobs::JobSpec& spec) const;
+    // Status line, command and buttons under the form (object names for tests and style); calls validate().
+    void finishLayout(const QString& statusName, const QString& commandName, const QString& startName);
+    // The first problem with the inputs (naming the field and what is expected), or an empty string.
+    virtual QString check() const = 0;
+    // What the job will do, shown when check() finds nothing.
+    virtual QString readyText() const = 0;
+    // Re-validates whenever the field changes.
+    void watch(QLineEdit* edit);
+    void watch(QComboBox* box);
+    void watch(QSpinBox* box);
+    void watch(QDoubleSpinBox* box);
+    void watch(QCheckBox* box);
+    void watch(PathPicker* picker);
+    void watch(CalibrationPicker* picker);
+    void validate();
+    // For a dialog with spec(): the command `mismatch --workspace W` + spec.toArguments(), shell-quoted.
+    QString specCommand(const jobs::JobSpec& spec) const;
+    // For a dialog with spec(): the job that runs spec on the workspace (JobSpec::run).
+    JobWorker::Job specJob(const jobs::JobSpec& spec) const;
+    // The first problem spec.validate() finds, named with the field label of its parameter (never a CLI flag);
+    // empty when there is none.
+    QString specError(const jobs::JobSpec& spec) const;
+
+    QString workspace_;
+    const store::RunStore* store_ = nullptr; // the GUI's connection, for the pickers (may be null)
+
+private:
+    QFormLayout* form_ = nullptr;
+    QComboBox* device_ = nullptr;
+    QLabel* status_ = nullptr;
+    QLabel* command_ = nullptr;
+    QPushButton* start_ = nullptr;
+    QString error_;
+};
+
+// "0.05, 0.1 0.2" -> {0.05, 0.1, 0.2}; nullopt (with `error` naming the item) for anything that is not a list of
+// numbers. Empty text is an empty list.
+std::optional<std::vector<double>> parseNumberList(const QString& text, QString* error);
+std::optional<std::vector<std::int64_t>> parseIntegerList(const QString& text, QString* error);
+// Items separated by ';' (paths may hold commas), trimmed, empty ones dropped.
+QStringList splitPaths(const QString& text);
+// The absolute form of a typed path ("" for an empty one).
+QString absolutePath(const QString& path);
+// A folder holding config.json (a model checkpoint).
+bool isModelDirectory(const QString& directory);
+// `mismatch --workspace W` + spec.toArguments(), shell-quoted (jobs::commandLine): the command a dialog shows.
+QString specCommandLine(const QString& workspaceDirectory, const jobs::JobSpec& spec);
+// The job that runs `spec` on the workspace (JobSpec::run) with its own store connection.
+JobWorker::Job specWorkerJob(const QString& workspaceDirectory, const jobs::JobSpec& spec);
+// A spin box over [low, high] at `value`; `special` is shown for `low` ("all", "never").
+QSpinBox* spinBox(QWidget* parent, int low, int high, int value, const QString& special = {});
+// A list of the devices this build and machine compute on (common/device.h): each item shows its description
+// ("cuda:0 (NVIDIA H200, sm_90, 141 GiB)") and holds its name ("cuda:0") as data; `runFileDefault` puts first an
+// item with empty data that leaves the choice to the run file.
+QComboBox* deviceComboBox(QWidget* parent, const QString& objectName, bool runFileDefault = false);
+// "0.05,0.1" and "20,40": lists in the form the CLI's comma-delimited options read.
+QString commaList(const std::vector<double>& values);
+QString commaList(const std::vector<std::int64_t>& values);
+// The first problem loading something (`load` throws; an InputError names the file, line and column), prefixed by
+// the field's name; empty when it loads.
+template <typename Load> QString loadError(const QString& field, Load&& load)
+{
+    try {
+        load();
+    } catch (const std::exception& error) {
+        return field + QStringLiteral(": ") + QString::fromUtf8(error.what());
+    }
+    return {};
+}
+
+// `message` with each flag of `names` replaced by its field name ("admit:--step: ..." -> "Calibration step: ...").
+std::string nameFields(std::string message, const std::vector<std::pair<std::string, std::string>>& names);
+
+} // namespace mismatch::ui

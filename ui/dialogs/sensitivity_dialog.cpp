@@ -1,0 +1,140 @@
+#include "ui/dialogs/sensitivity_dialog.h"
+
+#include "core/analysis/sensitivity.h"
+#include "core/store/run_store.h"
+#include "ui/views/recipe_editor.h"
+#include "ui/dialogs/training_dialog.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QLineEdit>
+#include <QSpinBox>
+
+namespace mismatch::ui {
+
+SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
+    : JobDialog(workspaceDirectory, tr("Start Sensitivity Scan"), QStringLiteral("sensitivityDialog"), parent, store)
+{
+    resize(680, 380);
+    QFormLayout* form = this->form();
+    model_ = addPicker(PickKind::ModelDirectory, tr("Model directory:"), QStringLiteral("scanModelEdit"));
+    prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("scanPromptsEdit"));
+    format_ = new QComboBox(this);
+    format_->setObjectName("scanFormatBox");
+    for (const std::string& choice : weightChoices()) {
+        if (choice != "bf16")
+            format_->addItem(QString::fromStdString(choice));
+    }
+    format_->setCurrentText(QStringLiteral("fp8_e4m3/block128"));
+    form->addRow(tr("Quantize each cell's weights to:"), format_);
+    activations_ = new QComboBox(this);
+    for (const std::string& choice : activationChoices())
+        activations_->addItem(QString::fromStdString(choice));
+    form->addRow(tr("... and its input activations to:"), activations_);
+    count_ = new QSpinBox(this);
+    count_->setRange(0, 1000000);
+    count_->setValue(64);
+    count_->setSpecialValueText(tr("all"));
+    form->addRow(tr("Prompts (first N):"), count_);
+    maxTokens_ = new QSpinBox(this);
+    maxTokens_->setRange(1, 100000);
+    maxTokens_->setValue(16);
+    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
+    kvCells_ = new QCheckBox(tr("also each layer's KV cache (fp8_e4m3, per tensor)"), this);
+    kvCells_->setChecked(true);
+    form->addRow(QString(), kvCells_);
+    embeddingCells_ = new QCheckBox(tr("also the embedding / lm_head"), this);
+    embeddingCells_->setChecked(true);
+    form->addRow(QString(), embeddingCells_);
+    for (QComboBox* box : {format_, activations_})
+        watch(box);
+    for (QSpinBox* box : {count_, maxTokens_})
+        watch(box);
+    for (QCheckBox* box : {kvCells_, embeddingCells_})
+        watch(box);
+    addDeviceField();
+    finishLayout(QStringLiteral("scanStatus"), QStringLiteral("scanCli"), QStringLiteral("startScanButton"));
+}
+
+void SensitivityDialog::setModelDirectory(const QString& directory)
+{
+    model_->setPath(directory);
+}
+void SensitivityDialog::setPromptSet(const QString& path)
+{
+    prompts_->setPath(path);
+}
+void SensitivityDialog::setFormat(const QString& weightChoice)
+{
+    format_->setCurrentText(weightChoice);
+}
+QString SensitivityDialog::modelDirectory() const
+{
+    return model_->path();
+}
+QString SensitivityDialog::promptSet() const
+{
+    return prompts_->path();
+}
+void SensitivityDialog::setCount(int prompts)
+{
+    count_->setValue(prompts);
+}
+void SensitivityDialog::setMaxTokens(int tokens)
+{
+    maxTokens_->setValue(tokens);
+}
+
+QString SensitivityDialog::jobName() const
+{
+    return tr("Sensitivity %1 (%2)").arg(QFileInfo(modelDirectory()).fileName(), format_->currentText());
+}
+
+QString SensitivityDialog::cliCommand() const
+{
+    return specCommand(*spec());
+}
+
+std::optional<jobs::JobSpec> SensitivityDialog::spec() const
+{
+    jobs::JobSpec spec("sensitivity");
+    spec.set("model", absolutePath(modelDirectory()).toStdString());
+    // The CLI and job files write a granularity after a colon: fp8_e4m3:block128.
+    spec.set("format", format_->currentText().replace(QLatin1Char('/'), QLatin1Char(':')).toStdString());
+    spec.set("prompts", absolutePath(promptSet()).toStdString());
+    spec.set("activations", activations_->currentText().toStdString());
+    spec.set("count", count_->value());
+    spec.set("max_tokens", maxTokens_->value());
+    spec.set("no_kv", !kvCells_->isChecked());
+    spec.set("no_embedding", !embeddingCells_->isChecked());
+    setDevice(spec);
+    return spec;
+}
+
+QString SensitivityDialog::check() const
+{
+    const QString model = modelDirectory();
+    const QString prompts = promptSet();
+    if (model.isEmpty() || !QFileInfo::exists(QDir(model).filePath("config.json"))) {
+        return tr("Model directory: expected a folder holding config.json and the checkpoint (got '%1')").arg(model);
+    }
+    if (prompts.isEmpty() || !QFileInfo(prompts).isFile()) {
+        return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(prompts);
+    }
+    return specError(*spec());
+}
+
+QString SensitivityDialog::readyText() const
+{
+    return tr("Ready: the BF16 unit first, then one cell at a time; cells are stored as they are measured.");
+}
+
+JobWorker::Job SensitivityDialog::job() const
+{
+    return specJob(*spec());
+}
+
+} // namespace mismatch::ui

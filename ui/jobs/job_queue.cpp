@@ -1,0 +1,257 @@
+#include "ui/jobs/job_queue.h"
+
+#include "core/common/file_io.h"
+#include "core/io/recipe_export.h"
+#include "ui/plots/plot_export.h"
+
+#include <QClipboard>
+#include <QDir>
+#include <QFileDialog>
+#include <QMessageBox>
+#include <QGuiApplication>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QStandardItemModel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+namespace mismatch::ui {
+
+namespace {
+constexpr int kIdRole = Qt::UserRole;
+constexpr int kCliRole = Qt::UserRole + 1;
+constexpr int kJobFileRole = Qt::UserRole + 2;
+
+QColor stateColor(const QString& state)
+{
+    if (state == QLatin1String("running"))
+        return QColor(0x1f, 0x6f, 0xd1);
+    if (state == QLatin1String("finished"))
+        return QColor(0x2e, 0x7d, 0x32);
+    if (state == QLatin1String("failed"))
+        return QColor(0xc6, 0x28, 0x28);
+    return QColor(0x75, 0x75, 0x75);
+}
+} // namespace
+
+JobQueue::JobQueue(JobRunner* runner, QObject* parent)
+    : QObject(parent)
+    , runner_(runner)
+{
+    model_ = new QStandardItemModel(this);
+    model_->setHorizontalHeaderLabels({tr("Job"), tr("State"), tr("Progress"), tr("ETA"), tr("Detail")});
+    connect(runner_, &JobRunner::progressChanged, this, [this](double fraction, const QString& stage, double eta) {
+        const int row = rowOf(running_);
+        if (row < 0)
+            return;
+        model_->item(row, ProgressColumn)->setText(QStringLiteral("%1%").arg(fraction * 100.0, 0, 'f', 0));
+        model_->item(row, Eta)->setText(eta >= 0 ? tr("%1 s").arg(eta, 0, 'f', 0) : tr("-"));
+        model_->item(row, Detail)->setText(stage);
+    });
+    connect(runner_, &JobRunner::finished, this,
+        [this](const QString& name, bool ok, bool cancelled, const QString& error) {
+            const int id = running_;
+            running_ = 0;
+            if (id != 0) {
+                setRow(id, ok ? tr("finished") : cancelled ? tr("cancelled") : tr("failed"), ok ? QString() : error);
+                if (ok)
+                    model_->item(rowOf(id), ProgressColumn)->setText(QStringLiteral("100%"));
+                model_->item(rowOf(id), Eta)->setText(QString());
+                emit jobFinished(id, name, ok, cancelled, error);
+            }
+            startNext();
+        });
+}
+
+int JobQueue::enqueue(const QString& name, const QString& cliCommand, JobWorker::Job job)
+{
+    const int id = nextId_++;
+    QList<QStandardItem*> row;
+    row << new QStandardItem(name) << new QStandardItem(tr("queued")) << new QStandardItem(QStringLiteral("0%"))
+        << new QStandardItem(tr("-")) << new QStandardItem(QString());
+    row.front()->setData(id, kIdRole);
+    row.front()->setData(cliCommand, kCliRole);
+    row.front()->setToolTip(cliCommand);
+    row[ProgressColumn]->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    model_->appendRow(row);
+    pending_.push_back({id, name, std::move(job)});
+    startNext();
+    return id;
+}
+
+void JobQueue::startNext()
+{
+    if (running_ != 0 || runner_->running() || pending_.empty()) {
+        return;
+    }
+    Pending next = std::move(pending_.front());
+    pending_.pop_front();
+    if (!runner_->start(next.name, std::move(next.job))) {
+        setRow(next.id, tr("failed"), tr("the job runner is busy"));
+        return;
+    }
+    running_ = next.id;
+    setRow(next.id, tr("running"));
+    emit jobStarted(next.id, next.name);
+}
+
+bool JobQueue::cancel(int id)
+{
+    if (id != 0 && id == running_) {
+        runner_->cancel();
+        model_->item(rowOf(id), Detail)->setText(tr("cancelling at the next step..."));
+        return true;
+    }
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if (it->id == id) {
+            pending_.erase(it);
+            setRow(id, tr("cancelled"), tr("removed from the queue"));
+            return true;
+        }
+    }
+    return false;
+}
+
+QString JobQueue::cliCommand(int id) const
+{
+    const int row = rowOf(id);
+    return row < 0 ? QString() : model_->item(row, Name)->data(kCliRole).toString();
+}
+
+void JobQueue::setJobFile(int id, const QString& text)
+{
+    if (const int row = rowOf(id); row >= 0) {
+        model_->item(row, Name)->setData(text, kJobFileRole);
+    }
+}
+
+QString JobQueue::jobFile(int id) const
+{
+    const int row = rowOf(id);
+    return row < 0 ? QString() : model_->item(row, Name)->data(kJobFileRole).toString();
+}
+
+bool JobQueue::exportJobFile(int id, const QString& path, QString* error) const
+{
+    const QString text = jobFile(id);
+    try {
+        if (text.isEmpty()) {
+            throw std::runtime_error("this job has no job file (only jobs of the catalogue have one)");
+        }
+        writeFileAtomically(path.toStdString(), text.toStdString());
+    } catch (const std::exception& failure) {
+        if (error) {
+            *error = QString::fromUtf8(failure.what());
+        }
+        return false;
+    }
+    return true;
+}
+
+QString JobQueue::state(int id) const
+{
+    const int row = rowOf(id);
+    return row < 0 ? QString() : model_->item(row, State)->text();
+}
+
+int JobQueue::rowOf(int id) const
+{
+    for (int row = 0; row < model_->rowCount(); ++row) {
+        if (model_->item(row, Name)->data(kIdRole).toInt() == id) {
+            return row;
+        }
+    }
+    return -1;
+}
+
+int JobQueue::idAtRow(int row) const
+{
+    return row >= 0 && row < model_->rowCount() ? model_->item(row, Name)->data(kIdRole).toInt() : 0;
+}
+
+void JobQueue::setRow(int id, const QString& state, const QString& detail)
+{
+    const int row = rowOf(id);
+    if (row < 0)
+        return;
+    model_->item(row, State)->setText(state);
+    model_->item(row, State)->setForeground(stateColor(state));
+    model_->item(row, Detail)->setText(detail);
+    model_->item(row, Detail)->setToolTip(detail);
+}
+
+JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
+    : QWidget(parent)
+    , queue_(queue)
+{
+    auto* layout = new QVBoxLayout(this);
+    auto* buttons = new QHBoxLayout;
+    auto* cancel = new QPushButton(tr("Cancel Job"), this);
+    cancel->setObjectName("cancelJobButton");
+    auto* copy = new QPushButton(tr("Copy CLI Command"), this);
+    copy->setObjectName("copyJobCliButton");
+    auto* exportFile = new QPushButton(tr("Export Job File..."), this);
+    exportFile->setObjectName("exportJobFileButton");
+    exportFile->setToolTip(tr("Write the selected job as a job file that `mismatch run FILE` runs headless"));
+    buttons->addWidget(cancel);
+    buttons->addWidget(copy);
+    buttons->addWidget(exportFile);
+    buttons->addWidget(new QLabel(tr("Jobs run one at a time, off the window's thread; partial results stay in the "
+                                     "workspace when a job is cancelled or fails."),
+                           this),
+        1);
+    layout->addLayout(buttons);
+    table_ = new QTableView(this);
+    table_->setObjectName("jobTable");
+    table_->setModel(queue_->model());
+    table_->verticalHeader()->hide();
+    table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+    table_->setSelectionMode(QAbstractItemView::SingleSelection);
+    table_->horizontalHeader()->setStretchLastSection(true);
+    table_->setWordWrap(false);
+    table_->setColumnWidth(JobQueue::Name, 300);
+    table_->setColumnWidth(JobQueue::State, 90);
+    table_->setColumnWidth(JobQueue::ProgressColumn, 80);
+    table_->setColumnWidth(JobQueue::Eta, 80);
+    addTableExportMenu(table_);
+    layout->addWidget(table_, 1);
+    connect(cancel, &QPushButton::clicked, this, [this] {
+        if (selectedJob() != 0) {
+            emit cancelRequested(selectedJob());
+        }
+    });
+    connect(copy, &QPushButton::clicked, this, [this] {
+        const QString command = queue_->cliCommand(selectedJob());
+        if (!command.isEmpty())
+            QGuiApplication::clipboard()->setText(command);
+    });
+    connect(exportFile, &QPushButton::clicked, this, [this] {
+        const int id = selectedJob();
+        if (id == 0) {
+            return;
+        }
+        if (queue_->jobFile(id).isEmpty()) {
+            QMessageBox::information(this, tr("Export Job File"),
+                tr("This job has no job file: only jobs of the catalogue (`mismatch run --help` lists them) run from "
+                   "one. Copy its CLI command instead."));
+            return;
+        }
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export Job File"),
+            QDir::home().filePath(QStringLiteral("job.yaml")), tr("Job files (*.yaml *.yml)"));
+        QString error;
+        if (!path.isEmpty() && !queue_->exportJobFile(id, path, &error)) {
+            QMessageBox::warning(this, tr("Export Job File"), error);
+        }
+    });
+}
+
+int JobQueuePanel::selectedJob() const
+{
+    const QModelIndexList rows = table_->selectionModel()->selectedRows();
+    return rows.isEmpty() ? 0 : queue_->idAtRow(rows.front().row());
+}
+
+} // namespace mismatch::ui

@@ -1,0 +1,81 @@
+#pragma once
+// A queue of jobs run one after another through a JobRunner (one worker thread at a time, so two jobs never
+// compete for the machine's cores). The model lists every job of the session: queued, running (with progress
+// and ETA), finished, failed (with the error) or cancelled; the panel shows it with cancel and "copy CLI
+// command" (the headless command that reproduces the job).
+#include "ui/jobs/job_runner.h"
+
+#include <QWidget>
+
+#include <deque>
+
+class QStandardItemModel;
+class QTableView;
+
+namespace mismatch::ui {
+
+class JobQueue : public QObject {
+    Q_OBJECT
+public:
+    enum Column { Name, State, ProgressColumn, Eta, Detail, ColumnCount };
+
+    JobQueue(JobRunner* runner, QObject* parent = nullptr);
+
+    // Queues `job`; starts it now when nothing runs. Returns the job's id.
+    int enqueue(const QString& name, const QString& cliCommand, JobWorker::Job job);
+    // Cancels a running job (it stops at its next boundary) or drops a queued one. False for an unknown or
+    // finished job.
+    bool cancel(int id);
+    int runningJob() const { return running_; }
+    int queuedCount() const { return static_cast<int>(pending_.size()); }
+    QString cliCommand(int id) const;
+    // The job file of a job whose dialog has a catalogue spec (core/jobs/job_file.h; empty for the others), set
+    // after enqueue(); "Export Job File..." writes it.
+    void setJobFile(int id, const QString& text);
+    QString jobFile(int id) const;
+    // Writes job `id`'s job file to `path` (temporary file + rename); false with `error` set when it has none or
+    // the file cannot be written.
+    bool exportJobFile(int id, const QString& path, QString* error = nullptr) const;
+    QString state(int id) const;
+    QStandardItemModel* model() const { return model_; }
+    int rowOf(int id) const;
+    int idAtRow(int row) const;
+
+signals:
+    void jobStarted(int id, const QString& name);
+    void jobFinished(int id, const QString& name, bool ok, bool cancelled, const QString& error);
+
+private:
+    struct Pending {
+        int id;
+        QString name;
+        JobWorker::Job job;
+    };
+    void startNext();
+    void setRow(int id, const QString& state, const QString& detail = {});
+
+    JobRunner* runner_;
+    QStandardItemModel* model_;
+    std::deque<Pending> pending_;
+    int nextId_ = 1;
+    int running_ = 0;
+};
+
+class JobQueuePanel : public QWidget {
+    Q_OBJECT
+public:
+    JobQueuePanel(JobQueue* queue, QWidget* parent = nullptr);
+    QTableView* table() const { return table_; }
+    // The selected job's id, 0 when none.
+    int selectedJob() const;
+
+signals:
+    // "Cancel Job" for the selected job: the window asks before cancelling a running one.
+    void cancelRequested(int id);
+
+private:
+    JobQueue* queue_;
+    QTableView* table_;
+};
+
+} // namespace mismatch::ui
