@@ -1,0 +1,231 @@
+// Log import: CSV files (Weights & Biases exports and other tables with a header row and a step column).
+#include "core/io/import_log_internal.h"
+
+#include "core/common/error.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace mismatch::io::importing {
+
+namespace {
+
+// Splits one CSV record (RFC 4180 quoting; a record does not span lines). Returns false with `problem` set on an
+// unterminated or misplaced quote.
+bool splitCsv(const std::string& line, std::vector<std::string>& fields, std::string& problem)
+{
+    fields.clear();
+    std::string field;
+    size_t i = 0;
+    while (true) {
+        field.clear();
+        if (i < line.size() && line[i] == '"') {
+            ++i;
+            bool closed = false;
+            while (i < line.size()) {
+                if (line[i] == '"') {
+                    if (i + 1 < line.size() && line[i + 1] == '"') {
+                        field += '"';
+                        i += 2;
+                        continue;
+                    }
+                    closed = true;
+                    ++i;
+                    break;
+                }
+                field += line[i++];
+            }
+            if (!closed) {
+                problem = "unterminated quoted field (column " + std::to_string(fields.size() + 1) + ")";
+                return false;
+            }
+            if (i < line.size() && line[i] != ',') {
+                problem = "text after a closing quote in column " + std::to_string(fields.size() + 1);
+                return false;
+            }
+        } else {
+            while (i < line.size() && line[i] != ',') {
+                field += line[i++];
+            }
+        }
+        fields.push_back(field);
+        if (i >= line.size()) {
+            return true;
+        }
+        ++i; // the comma
+    }
+}
+
+Value csvValue(const std::string& raw)
+{
+    Value v;
+    const std::string text = trim(raw);
+    if (text.empty()) {
+        return v;
+    }
+    errno = 0;
+    char* end = nullptr;
+    const double number = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size()) {
+        v.kind = Value::NotNumber;
+        v.text = "\"" + text + "\"";
+        return v;
+    }
+    if (!std::isfinite(number)) {
+        v.kind = Value::NonFinite;
+        v.text = text;
+        return v;
+    }
+    v.kind = Value::Number;
+    v.number = number;
+    return v;
+}
+
+} // namespace
+
+ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
+{
+    LogReader reader(LogSource::Csv, path);
+    const auto entries = parseMapEntries(options);
+    const auto lines = splitLines(readWholeFile(path));
+    size_t headerIndex = 0;
+    while (headerIndex < lines.size() && trim(lines[headerIndex]).empty()) {
+        ++headerIndex;
+    }
+    if (headerIndex == lines.size()) {
+        throw InputError(path, "", "is empty; expected a header row naming the columns (one of them `step`)");
+    }
+    std::vector<std::string> header;
+    std::string problem;
+    if (!splitCsv(lines[headerIndex], header, problem)) {
+        throw InputError(path, "line " + std::to_string(headerIndex + 1), "bad header row: " + problem);
+    }
+    for (auto& name : header) {
+        name = trim(name);
+    }
+    std::map<std::string, size_t> columnOf;
+    for (size_t c = 0; c < header.size(); ++c) {
+        if (header[c].empty()) {
+            throw InputError(path, "line " + std::to_string(headerIndex + 1),
+                "column " + std::to_string(c + 1) + " of the header has no name");
+        }
+        if (!columnOf.emplace(header[c], c).second) {
+            throw InputError(path, "line " + std::to_string(headerIndex + 1), "the column " + header[c] + " appears twice");
+        }
+    }
+    std::string headerList;
+    for (const auto& name : header) {
+        headerList += (headerList.empty() ? "" : ", ") + name;
+    }
+
+    // The step column: --map COLUMN=step, else `step`, `_step` or `Step` (Weights & Biases exports).
+    std::optional<size_t> stepColumn;
+    std::vector<Mapping> mappings(header.size());
+    std::vector<bool> mapped(header.size(), false);
+    std::set<std::string> userMeasures;
+    for (const auto& entry : entries) {
+        const auto found = columnOf.find(entry.key);
+        if (found == columnOf.end()) {
+            throw InputError(path, "line " + std::to_string(headerIndex + 1),
+                "--map names the column " + entry.key + ", which the header does not have (columns: " + headerList + ")");
+        }
+        userMeasures.insert(entry.measure);
+        if (entry.measure == "step") {
+            stepColumn = found->second;
+            continue;
+        }
+        mappings[found->second] = makeMapping(entry.key, entry.measure, "", true);
+        mapped[found->second] = true;
+    }
+    if (!stepColumn) {
+        for (const char* name : {"step", "_step", "Step"}) {
+            if (const auto found = columnOf.find(name); found != columnOf.end() && !mapped[found->second]) {
+                stepColumn = found->second;
+                break;
+            }
+        }
+    }
+    if (!stepColumn) {
+        throw InputError(path, "line " + std::to_string(headerIndex + 1),
+            "no step column (expected a column named step, or --map COLUMN=step; columns: " + headerList + ")");
+    }
+    // Other columns: a verl or Tinker key, or a measure's own name, unless --map took that measure.
+    std::map<std::string, std::string> autoMeasureColumn;
+    std::vector<KnownKey> known = knownKeys(LogSource::Verl);
+    const auto tinker = knownKeys(LogSource::Tinker);
+    known.insert(known.end(), tinker.begin(), tinker.end());
+    for (size_t c = 0; c < header.size(); ++c) {
+        if (c == *stepColumn || mapped[c]) {
+            continue;
+        }
+        std::optional<Mapping> candidate;
+        for (const auto& k : known) {
+            if (k.key == header[c]) {
+                candidate = makeMapping(header[c], k.measure, k.estimator + " (" + toString(k.source) + " key)", false);
+                break;
+            }
+        }
+        if (!candidate) {
+            const ImportMeasure* measure = findImportMeasure(header[c]);
+            if (measure && measure->name != "step") {
+                candidate = makeMapping(header[c], measure->name, measure->defaultEstimator + " (by column name)", false);
+            }
+        }
+        if (!candidate || userMeasures.count(candidate->measureName())) {
+            continue;
+        }
+        const std::string measure = candidate->measureName();
+        if (const auto previous = autoMeasureColumn.find(measure); previous != autoMeasureColumn.end()) {
+            throw InputError(path, "line " + std::to_string(headerIndex + 1),
+                "the columns " + previous->second + " and " + header[c] + " both map to " + measure
+                    + "; choose with --map (e.g. --map '" + header[c] + "=extra:" + header[c] + "')");
+        }
+        autoMeasureColumn.emplace(measure, header[c]);
+        mappings[c] = std::move(*candidate);
+        mapped[c] = true;
+    }
+    std::vector<Mapping> used;
+    for (size_t c = 0; c < header.size(); ++c) {
+        if (mapped[c]) {
+            used.push_back(mappings[c]);
+        }
+    }
+    reader.setMappings(used);
+
+    std::vector<std::string> fields;
+    for (size_t index = headerIndex + 1; index < lines.size(); ++index) {
+        const auto lineNumber = static_cast<std::int64_t>(index + 1);
+        if (trim(lines[index]).empty()) {
+            continue;
+        }
+        ++reader.result().linesRead;
+        if (!splitCsv(lines[index], fields, problem)) {
+            reader.skip(lineNumber, problem);
+            continue;
+        }
+        if (fields.size() != header.size()) {
+            reader.skip(lineNumber, std::to_string(fields.size()) + " fields, expected " + std::to_string(header.size())
+                    + " (the header's columns)");
+            continue;
+        }
+        std::vector<std::pair<std::string, Value>> values;
+        for (size_t c = 0; c < header.size(); ++c) {
+            if (c != *stepColumn) {
+                values.emplace_back(header[c], csvValue(fields[c]));
+            }
+        }
+        Value step = csvValue(fields[*stepColumn]);
+        if (step.kind == Value::Missing) {
+            reader.skip(lineNumber, "the step column " + header[*stepColumn] + " is empty");
+            continue;
+        }
+        reader.record(lineNumber, step, values);
+    }
+    return reader.finish();
+}
+
+} // namespace mismatch::io::importing

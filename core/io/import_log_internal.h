@@ -1,0 +1,120 @@
+#pragma once
+// What the log importers share (core/io/import_log.cpp is the public entry: the measures and known-key tables, the
+// --map mappings and the dispatch). Each source reads its file in its own file: import_log_jsonl.cpp (verl's file
+// logger and Tinker's metrics.jsonl), import_log_tinker.cpp (Tinker's config.json), import_log_csv.cpp (W&B and other
+// CSV exports), import_log_tensorboard.cpp (event files); import_log_reader.cpp merges every source's records into
+// steps. Internal to core/io.
+#include "core/io/import_log.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace mismatch::io::importing {
+
+using nlohmann::json;
+
+std::string trim(const std::string& text);
+
+// Where a value read from a line lands.
+struct Mapping {
+    std::string key;
+    const ImportMeasure* measure = nullptr; // nullptr: extra:NAME
+    std::string extraName; // the extrasJson key when the measure is not a column
+    std::string estimator;
+    bool userMapped = false;
+    std::int64_t steps = 0;
+
+    std::string measureName() const { return measure ? measure->name : "extra:" + extraName; }
+};
+
+struct MapEntry {
+    std::string key;
+    std::string measure;
+};
+
+Mapping makeMapping(const std::string& key, const std::string& measureName, const std::string& estimator, bool user);
+
+// The value of one key on one line.
+struct Value {
+    enum Kind { Missing, Null, Number, NonFinite, NotNumber } kind = Missing; // Missing: an empty CSV field
+    double number = 0.0;
+    std::string text; // NonFinite: the literal; NotNumber: what it is
+};
+
+void setMeasure(store::StepMetrics& m, json& extras, const Mapping& mapping, double value);
+
+// Collects one log's records into steps (import_log_reader.cpp), whatever their source.
+class LogReader {
+public:
+    LogReader(LogSource source, std::string path) : source_(source), path_(std::move(path))
+    {
+        result_.file = path_;
+        result_.source = source;
+    }
+
+    ImportedLog& result() { return result_; }
+    const std::string& path() const { return path_; }
+
+    // Mappings for key-value sources (verl, Tinker): the built-in table, where --map replaces the built-in source
+    // of a measure and adds its own keys.
+    void setMappings(std::vector<Mapping> mappings)
+    {
+        mappings_ = std::move(mappings);
+        byKey_.clear();
+        for (size_t i = 0; i < mappings_.size(); ++i) {
+            byKey_[mappings_[i].key] = i;
+        }
+    }
+    std::vector<Mapping>& mappings() { return mappings_; }
+
+    void skip(std::int64_t line, std::string reason) { result_.skipped.push_back({line, std::move(reason)}); }
+
+    // Reads one record (its step value and key -> value pairs) into its step, merging it with earlier lines of
+    // the same step, or reports why it cannot be used.
+    void record(std::int64_t line, const Value& stepRaw, const std::vector<std::pair<std::string, Value>>& values);
+
+    ImportedLog finish();
+
+private:
+    // One step's values so far: mapping index -> (value, line it came from).
+    struct PendingStep {
+        std::int64_t step = 0;
+        std::map<size_t, std::pair<double, std::int64_t>> values;
+    };
+
+    LogSource source_;
+    std::string path_;
+    ImportedLog result_;
+    std::vector<Mapping> mappings_;
+    std::unordered_map<std::string, size_t> byKey_;
+    std::vector<PendingStep> steps_; // in order of first appearance
+    std::map<std::int64_t, size_t> stepIndex_;
+    std::set<std::string> unmapped_;
+};
+
+// The log's text, without a UTF-8 byte order mark (bounded by limits::kImportFile).
+std::string readWholeFile(const std::string& path);
+std::vector<std::string> splitLines(const std::string& content);
+
+// The --map entries, checked: InputError for a malformed entry, a column mapped twice or a measure taken twice.
+std::vector<MapEntry> parseMapEntries(const LogImportOptions& options);
+// Built-in mappings of a key-value source with the --map entries applied.
+std::vector<Mapping> keyValueMappings(LogSource source, const std::vector<MapEntry>& entries);
+
+// Tinker's config.json beside `logPath` (import_log_tinker.cpp).
+std::optional<TinkerRunConfig> readTinkerConfig(const std::string& logPath, std::string& problem);
+
+// One reader per source (importLog dispatches).
+ImportedLog importJsonLines(LogSource source, const std::string& path, const LogImportOptions& options); // verl, Tinker
+ImportedLog importCsv(const std::string& path, const LogImportOptions& options);
+ImportedLog importTensorBoard(const std::string& path, const LogImportOptions& options);
+
+} // namespace mismatch::io::importing
