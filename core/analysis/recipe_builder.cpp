@@ -122,9 +122,11 @@ BudgetChoice budgetForModel(const store::RunStore& store, std::int64_t calibrati
     return choice;
 }
 
-RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress)
+namespace {
+
+// Refuses options the builder cannot use; returns whether the recipe file is JSON (else YAML).
+bool checkBuildOptions(const RecipeBuildOptions& options)
 {
-    const auto started = std::chrono::steady_clock::now();
     if (!(options.budget > 0.0) || !std::isfinite(options.budget)) {
         throw InputError("recipe build", "budget", "must be a positive number of nats per token");
     }
@@ -139,28 +141,36 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
     if (!json && extension != ".yaml" && extension != ".yml") {
         throw InputError(options.outPath, "", "the recipe file must end in .yaml, .yml or .json");
     }
+    return json;
+}
 
-    RecipeBuildResult result;
-    result.budget = options.budget;
-    result.budgetNote = options.budgetNote;
-    result.target = options.budget * options.targetFraction;
-    result.kvMemoryBytes = options.kvMemoryBytes;
-    result.outPath = options.outPath;
-
-    // The sensitivity order: a stored scan, or a scan measured now (stored too). With a budget's protocol, a new
-    // scan and every measurement of the builder use it; a stored scan's own protocol only orders the cells.
-    SensitivityOptions scanSettings = options.scan;
-    const auto applyBudgetProtocol = [&options](SensitivityOptions& settings) {
-        if (options.protocol) {
-            settings.promptSetPath = options.protocol->prompts;
-            settings.count = options.protocol->count;
-            settings.settings = applyProtocol(*options.protocol, settings.settings);
-        }
-    };
-    if (!options.scanId) {
-        applyBudgetProtocol(scanSettings);
+void applyBudgetProtocol(const RecipeBuildOptions& options, SensitivityOptions& settings)
+{
+    if (options.protocol) {
+        settings.promptSetPath = options.protocol->prompts;
+        settings.count = options.protocol->count;
+        settings.settings = applyProtocol(*options.protocol, settings.settings);
     }
-    std::vector<store::SensitivityCell> scanCells;
+}
+
+// The sensitivity scan the builder orders its cells by, and the settings every measurement of the builder uses.
+struct ScanInputs {
+    SensitivityOptions settings;
+    std::vector<store::SensitivityCell> cells;
+};
+
+// The sensitivity order: a stored scan, or a scan measured now (stored too). With a budget's protocol, a new
+// scan and every measurement of the builder use it; a stored scan's own protocol only orders the cells.
+// Fills the result's scan id, format and protocols.
+ScanInputs sensitivityOrder(
+    store::RunStore& store, const RecipeBuildOptions& options, Progress& progress, RecipeBuildResult& result)
+{
+    ScanInputs scanInputs;
+    SensitivityOptions& scanSettings = scanInputs.settings;
+    scanSettings = options.scan;
+    if (!options.scanId) {
+        applyBudgetProtocol(options, scanSettings);
+    }
     if (options.scanId) {
         const auto scan = store::sensitivityScan(store, *options.scanId);
         if (!scan) {
@@ -172,39 +182,44 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
                     + " (not finished): run `mismatch sensitivity` again");
         }
         scanSettings = scanOptions(scan->info, store.path());
-        scanCells = scan->cells;
+        scanInputs.cells = scan->cells;
         result.scanId = scan->info.id;
         progress.update(0.0, "loading scan");
     } else {
         Progress slice = progress.child(0.0, 0.5, "sensitivity scan");
         const SensitivityResult scan = runSensitivity(store, scanSettings, slice);
-        scanCells = scan.cells;
+        scanInputs.cells = scan.cells;
         result.scanId = scan.scanId;
     }
     result.format = scanFormat(scanSettings.weights, scanSettings.activations);
     result.scanProtocol = settingsProtocol(scanSettings.promptSetPath, scanSettings.count, scanSettings.settings);
-    applyBudgetProtocol(scanSettings);
+    applyBudgetProtocol(options, scanSettings);
     result.protocol = settingsProtocol(scanSettings.promptSetPath, scanSettings.count, scanSettings.settings);
     if (options.protocol) {
         result.scanProtocolDifferences = protocolDifferences(result.scanProtocol, *options.protocol, "budget");
     }
+    return scanInputs;
+}
 
-    checkAnalysisMemory("the recipe builder", {scanSettings.modelDirectory}, {nullptr}, scanSettings.settings);
-    const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory, scanSettings.settings.device);
-    const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
-    requirePromptsFit(requests, model.config, scanSettings.settings.maxNewTokens);
-    const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);
-    const model::Transformer trainer(model.config, model.weights);
-
-    // The cells of the recipe: the scanned ones, KV cells only when the KV cache starts quantized.
+// The cells of the recipe and the order in which they are kept in BF16 (most added mismatch first).
+struct RecipeCells {
     std::vector<SensitivityCellSpec> cells;
+    std::vector<std::size_t> order;
+};
+
+// The cells of the recipe: the scanned ones, KV cells only when the KV cache starts quantized.
+RecipeCells recipeCells(const model::ModelConfig& config, const std::vector<store::SensitivityCell>& scanCells,
+    const RecipeBuildOptions& options, const std::string& storePath, std::int64_t scanId)
+{
+    RecipeCells result;
+    std::vector<SensitivityCellSpec>& cells = result.cells;
     std::vector<double> added;
     {
         std::map<std::pair<std::int64_t, std::string>, double> addedByCell;
         for (const auto& cell : scanCells) {
             addedByCell[{cell.layer, cell.moduleGroup}] = cell.addedMismatch;
         }
-        for (const auto& spec : sensitivityCells(model.config, true, true)) {
+        for (const auto& spec : sensitivityCells(config, true, true)) {
             const auto found = addedByCell.find({spec.layer, spec.group});
             if ((spec.group == "kv" && !options.quantizeKv)
                 || (spec.layer == store::kNoLayer && options.keepEmbeddingBf16)) {
@@ -212,8 +227,8 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             }
             if (found == addedByCell.end()) {
                 if (spec.layer != store::kNoLayer) {
-                    throw StoreError(store.path(),
-                        "sensitivity scan " + std::to_string(result.scanId) + " has no cell for "
+                    throw StoreError(storePath,
+                        "sensitivity scan " + std::to_string(scanId) + " has no cell for "
                             + cellLabel(spec.layer, spec.group)
                             + (spec.group == "kv" ? " (scan again with KV cells to build a recipe with an FP8 KV cache)"
                                                   : " (is it a scan of this model?)"));
@@ -224,9 +239,114 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             added.push_back(found->second);
         }
     }
-    std::vector<std::size_t> order(cells.size());
+    std::vector<std::size_t>& order = result.order;
+    order.resize(cells.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return added[a] > added[b]; });
+    return result;
+}
+
+// What every measurement of the builder shares: the FP32 trainer, the engine weights, the prompts and settings.
+struct MeasurementInputs {
+    const model::Transformer& trainer;
+    const model::TransformerWeights& weights;
+    const PromptRequests& requests;
+    const engine::SamplingOptions& sampling;
+    const MeasureSettings& settings;
+};
+
+// The mismatch of the engine for `written` with `kept` cells in BF16, over [begin, end] of `progress`.
+engine::MismatchMeasurement measureRecipe(const MeasurementInputs& inputs, const quant::Recipe& written,
+    std::size_t kept, double begin, double end, Progress& progress)
+{
+    EngineConfiguration configuration;
+    configuration.recipe = written;
+    engine::MismatchMeasurement measured;
+    {
+        Progress slice = progress.child(begin, end,
+            kept == 0 ? std::string("everything quantized")
+                      : "kept " + std::to_string(kept) + " cell" + (kept == 1 ? "" : "s") + " in BF16");
+        measured = measureConfiguration(inputs.trainer, inputs.weights, configuration, inputs.requests,
+            inputs.sampling, inputs.settings, &slice);
+    }
+    return measured;
+}
+
+// The step with `kept` cells in BF16: into the result and the run's step metrics.
+void recordStep(store::RunStore& store, RecipeBuildResult& result, std::size_t kept,
+    const engine::MismatchMeasurement& measured, const metrics::BootstrapOptions& bootstrap,
+    std::chrono::steady_clock::time_point started)
+{
+    RecipeBuildStep step;
+    step.keptCell = kept == 0 ? std::string() : result.bf16Cells.back();
+    step.mismatch = measured.kl;
+    step.interval = klInterval(measured, bootstrap);
+    result.steps.push_back(step);
+    store::StepMetrics metrics;
+    metrics.step = static_cast<std::int64_t>(kept);
+    metrics.mismatchKl = measured.kl;
+    metrics.k1 = measured.k1;
+    metrics.k3 = measured.k3;
+    if (result.bf16Unit > 0.0) {
+        metrics.bf16Multiple = measured.kl / result.bf16Unit;
+    }
+    metrics.wallTimeSeconds = secondsSince(started);
+    metrics.extrasJson = nlohmann::json {{"kept_cell", step.keptCell}, {"ci_low", step.interval.low},
+        {"ci_high", step.interval.high},
+        {"target",
+            result.target}}.dump();
+    store.appendSteps(result.runId, {metrics});
+    result.mismatch = measured.kl;
+    result.interval = step.interval;
+}
+
+// The built recipe's quantized cells, weight bytes and KV capacity (within `kvMemoryBytes`), into the result.
+void describeBuiltRecipe(RecipeBuildResult& result, const RecipeCells& recipeCells, const std::vector<bool>& quantized,
+    const quant::Recipe& written, const model::ModelConfig& config, std::uint64_t kvMemoryBytes)
+{
+    const std::vector<SensitivityCellSpec>& cells = recipeCells.cells;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+        if (quantized[c]) {
+            result.quantizedCells.push_back(cellLabel(cells[c].layer, cells[c].group));
+        }
+    }
+    const quant::RecipePlan plan = quant::resolveRecipe(written, config);
+    result.weightBytes = plan.weightBytes;
+    result.bf16WeightBytes = plan.bf16WeightBytes;
+    const engine::KvCapacity capacity = engine::kvCapacity(config, &plan, kvMemoryBytes);
+    result.kvTokens = capacity.tokens;
+    result.bf16KvTokens = capacity.bf16Tokens;
+    result.kvCapacityRatio = capacity.ratioToBf16;
+}
+
+} // namespace
+
+RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& options, Progress& progress)
+{
+    const auto started = std::chrono::steady_clock::now();
+    const bool json = checkBuildOptions(options);
+
+    RecipeBuildResult result;
+    result.budget = options.budget;
+    result.budgetNote = options.budgetNote;
+    result.target = options.budget * options.targetFraction;
+    result.kvMemoryBytes = options.kvMemoryBytes;
+    result.outPath = options.outPath;
+
+    const ScanInputs scan = sensitivityOrder(store, options, progress, result);
+    const SensitivityOptions& scanSettings = scan.settings;
+
+    checkAnalysisMemory("the recipe builder", {scanSettings.modelDirectory}, {nullptr}, scanSettings.settings);
+    const ModelDirectory model = loadModelDirectory(scanSettings.modelDirectory, scanSettings.settings.device);
+    const PromptRequests requests = promptRequests(scanSettings.promptSetPath, *model.tokenizer, scanSettings.count);
+    requirePromptsFit(requests, model.config, scanSettings.settings.maxNewTokens);
+    const engine::SamplingOptions sampling = samplingOptions(scanSettings.settings, model.config, *model.tokenizer);
+    const model::Transformer trainer(model.config, model.weights);
+    const MeasurementInputs inputs {trainer, model.weights, requests, sampling, scanSettings.settings};
+
+    const RecipeCells recipeCellsInOrder = recipeCells(model.config, scan.cells, options, store.path(), result.scanId);
+    const std::vector<SensitivityCellSpec>& cells = recipeCellsInOrder.cells;
+    const std::vector<std::size_t>& order = recipeCellsInOrder.order;
 
     const std::string name
         = options.name.empty() ? "built-" + quant::toString(scanSettings.weights.format) : options.name;
@@ -262,40 +382,11 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             // Measure exactly what the file will hold: the text parsed back.
             text = json ? quant::recipeToJson(recipe) : quant::recipeToYaml(recipe);
             written = quant::parseRecipe(text, options.outPath);
-            EngineConfiguration configuration;
-            configuration.recipe = written;
             const double begin
                 = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 1) / (stepsTotal + 1.0);
             const double end = progressBase + (1.0 - progressBase) * static_cast<double>(kept + 2) / (stepsTotal + 1.0);
-            engine::MismatchMeasurement measured;
-            {
-                Progress slice = progress.child(begin, end,
-                    kept == 0 ? std::string("everything quantized")
-                              : "kept " + std::to_string(kept) + " cell" + (kept == 1 ? "" : "s") + " in BF16");
-                measured = measureConfiguration(
-                    trainer, model.weights, configuration, requests, sampling, scanSettings.settings, &slice);
-            }
-            RecipeBuildStep step;
-            step.keptCell = kept == 0 ? std::string() : result.bf16Cells.back();
-            step.mismatch = measured.kl;
-            step.interval = klInterval(measured, scanSettings.settings.bootstrap);
-            result.steps.push_back(step);
-            store::StepMetrics metrics;
-            metrics.step = static_cast<std::int64_t>(kept);
-            metrics.mismatchKl = measured.kl;
-            metrics.k1 = measured.k1;
-            metrics.k3 = measured.k3;
-            if (result.bf16Unit > 0.0) {
-                metrics.bf16Multiple = measured.kl / result.bf16Unit;
-            }
-            metrics.wallTimeSeconds = secondsSince(started);
-            metrics.extrasJson = nlohmann::json {{"kept_cell", step.keptCell}, {"ci_low", step.interval.low},
-                {"ci_high", step.interval.high},
-                {"target",
-                    result.target}}.dump();
-            store.appendSteps(result.runId, {metrics});
-            result.mismatch = measured.kl;
-            result.interval = step.interval;
+            const engine::MismatchMeasurement measured = measureRecipe(inputs, written, kept, begin, end, progress);
+            recordStep(store, result, kept, measured, scanSettings.settings.bootstrap, started);
             if (measured.kl <= result.target) {
                 break;
             }
@@ -310,18 +401,7 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
             result.bf16Cells.push_back(cellLabel(cells[next].layer, cells[next].group));
             ++kept;
         }
-        for (std::size_t c = 0; c < cells.size(); ++c) {
-            if (quantized[c]) {
-                result.quantizedCells.push_back(cellLabel(cells[c].layer, cells[c].group));
-            }
-        }
-        const quant::RecipePlan plan = quant::resolveRecipe(written, model.config);
-        result.weightBytes = plan.weightBytes;
-        result.bf16WeightBytes = plan.bf16WeightBytes;
-        const engine::KvCapacity capacity = engine::kvCapacity(model.config, &plan, options.kvMemoryBytes);
-        result.kvTokens = capacity.tokens;
-        result.bf16KvTokens = capacity.bf16Tokens;
-        result.kvCapacityRatio = capacity.ratioToBf16;
+        describeBuiltRecipe(result, recipeCellsInOrder, quantized, written, model.config, options.kvMemoryBytes);
         result.recipeText = text;
         writeFileAtomically(options.outPath, text);
         addRecipeRow(store, name, fs::absolute(options.outPath).string(), text, result.recipeId);

@@ -229,17 +229,186 @@ std::vector<GenerationResult> Engine::generate(
     return results;
 }
 
+namespace {
+
+// A request of a wave while it generates.
+struct WaveRow {
+    std::size_t request;
+    metrics::SplitMix64 generator;
+    std::vector<std::vector<float>> distributions; // the host path's log mu rows, with fullDistributions
+    std::vector<at::Tensor> distributionRows; // the tensor path's (float32 [vocab] on the logits' device)
+    // When keepLogits: [maxNewTokens, vocab], one row written per generated position (allocated at the first;
+    // its pages become resident as they are written), `kept` rows so far. Written in place rather than kept as
+    // separate rows and stacked at the end: the stack held every row twice for a moment (0.31 GB more for 16
+    // prompts of 64 tokens at a 152k vocabulary), and the freed rows stayed in the allocator's heaps.
+    at::Tensor logits;
+    std::int64_t kept = 0;
+    std::string text;
+};
+
+// What every row of a wave is generated with.
+struct WaveSettings {
+    const SamplingOptions& sampling;
+    const EngineModel& engineModel;
+    const model::Tokenizer* tokenizer; // null: no text and no stop strings
+    std::int64_t vocab;
+    at::ScalarType keptLogitsType;
+    std::set<std::int64_t> stopIds;
+};
+
+// A finished row's distributions, kept logits and text into its result; its unused allowance counts as done.
+void finishRow(WaveRow& row, GenerationResult& result, const WaveSettings& wave, std::int64_t& done)
+{
+    const SamplingOptions& sampling = wave.sampling;
+    const std::int64_t vocab = wave.vocab;
+    if (sampling.fullDistributions && !row.distributionRows.empty()) {
+        result.distributions = at::stack(row.distributionRows); // where the logits are
+        row.distributionRows.clear();
+    } else if (sampling.fullDistributions) {
+        result.distributions = at::empty({static_cast<std::int64_t>(row.distributions.size()), vocab}, at::kFloat);
+        for (std::size_t t = 0; t < row.distributions.size(); ++t) {
+            std::copy(row.distributions[t].begin(), row.distributions[t].end(),
+                result.distributions[static_cast<std::int64_t>(t)].data_ptr<float>());
+        }
+        row.distributions.clear();
+    }
+    if (sampling.keepLogits) {
+        if (row.kept == 0) {
+            result.logits = at::empty({0, vocab},
+                at::TensorOptions().dtype(wave.keptLogitsType).device(deviceOf(wave.engineModel.weights())));
+        } else if (2 * row.kept < row.logits.size(0)) {
+            result.logits = row.logits.narrow(0, 0, row.kept).clone(); // stopped early: the rest is given back
+        } else {
+            result.logits = row.logits.narrow(0, 0, row.kept);
+        }
+        row.logits = at::Tensor();
+    }
+    result.text = row.text;
+    done += sampling.maxNewTokens - static_cast<std::int64_t>(result.tokens.size()); // the unused allowance
+}
+
+// One position's draws for every row: log mu on the host path or on the tensor path (with fullDistributions) and
+// the sampled tokens.
+struct PositionDraws {
+    std::vector<std::vector<double>> logMus; // the host path's; with fullDistributions
+    at::Tensor drawnLogMu; // the tensor path's, float32 [rows, vocab] on the logits' device; with fullDistributions
+    std::vector<SampledToken> sampled;
+};
+
+PositionDraws drawTokens(std::vector<WaveRow>& rows, const at::Tensor& last, const WaveSettings& wave)
+{
+    const SamplingOptions& sampling = wave.sampling;
+    const std::int64_t vocab = wave.vocab;
+    PositionDraws draws;
+    draws.logMus.resize(rows.size());
+    draws.sampled.resize(rows.size());
+    std::vector<std::vector<double>>& logMus = draws.logMus;
+    std::vector<SampledToken>& sampled = draws.sampled;
+    if (usesTensorSampling(last)) {
+        // On a GPU: one draw per row from its generator here, the distributions and draws there; only the ids,
+        // their log mu and the top pairs come back (the full distributions a trainer asks for stay there).
+        std::vector<double> uniforms;
+        for (WaveRow& row : rows) {
+            uniforms.push_back(row.generator.uniform());
+        }
+        SampledRows drawn = sampleRows(last, uniforms, sampling);
+        sampled = std::move(drawn.tokens);
+        if (sampling.fullDistributions) {
+            draws.drawnLogMu = drawn.logMu.to(at::kFloat); // the host path's float rounding of the float64 log mu
+        }
+    } else {
+        const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
+        // Each row's distribution and draw (a full-vocabulary pass in float64) in parallel: a row reads only its
+        // own logits and advances only its own generator, so the tokens do not depend on the thread count.
+        at::parallel_for(0, static_cast<std::int64_t>(rows.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t r = begin; r < end; ++r) {
+                const auto index = static_cast<std::size_t>(r);
+                const float* rowLogits = lastCpu[r].data_ptr<float>();
+                logMus[index] = samplingLogProbs(rowLogits, vocab, sampling);
+                sampled[index] = sampleToken(rowLogits, logMus[index], sampling, rows[index].generator);
+            }
+        });
+    }
+    return draws;
+}
+
+// Row `r`'s drawn token into its result, with its distribution and logits when kept.
+void recordToken(WaveRow& row, GenerationResult& result, PositionDraws& draws, std::size_t r,
+    const at::Tensor& keptLogits, const WaveSettings& wave)
+{
+    const SamplingOptions& sampling = wave.sampling;
+    const std::vector<double>& logMu = draws.logMus[r];
+    SampledToken& token = draws.sampled[r];
+    result.tokens.push_back(token.id);
+    result.logProbs.push_back(token.logProb);
+    if (sampling.topLogProbs > 0) {
+        result.topLogProbs.push_back(std::move(token.top));
+    }
+    if (sampling.fullDistributions && draws.drawnLogMu.defined()) {
+        row.distributionRows.push_back(draws.drawnLogMu[static_cast<std::int64_t>(r)]);
+    } else if (sampling.fullDistributions) {
+        row.distributions.emplace_back(logMu.begin(), logMu.end());
+    }
+    if (sampling.keepLogits) {
+        if (!row.logits.defined()) {
+            row.logits
+                = at::empty({std::max<std::int64_t>(1, sampling.maxNewTokens), wave.vocab}, keptLogits.options());
+        }
+        row.logits[row.kept++].copy_(keptLogits[static_cast<std::int64_t>(r)]);
+    }
+}
+
+// Whether the row stops after `tokenId` (a stop string in its text, a stop id, or its length), with the reason in
+// `result`; the text is cut at a stop string.
+bool rowFinishes(WaveRow& row, GenerationResult& result, std::int64_t tokenId, const WaveSettings& wave)
+{
+    bool finished = false;
+    if (wave.tokenizer) {
+        const std::size_t previous = row.text.size();
+        row.text += wave.tokenizer->generatedBytes(tokenId); // specials and ids with no token add nothing
+        const std::size_t stop = findStopString(row.text, previous, wave.sampling.stopStrings);
+        if (stop != std::string::npos) {
+            row.text.resize(stop);
+            result.finishReason = FinishReason::StopString;
+            finished = true;
+        }
+    }
+    if (!finished && wave.stopIds.count(tokenId)) {
+        result.finishReason = FinishReason::Eos;
+        finished = true;
+    }
+    if (!finished && static_cast<std::int64_t>(result.tokens.size()) >= wave.sampling.maxNewTokens) {
+        result.finishReason = FinishReason::Length;
+        finished = true;
+    }
+    return finished;
+}
+
+// Finished rows leave the batch and free their blocks now: only the rows `keep` stay.
+void dropFinishedRows(
+    std::vector<WaveRow>& rows, const std::vector<std::int64_t>& keep, PagedKvCache& cache, at::Tensor& mask)
+{
+    cache.keepRows(keep);
+    std::vector<WaveRow> remaining;
+    for (std::int64_t r : keep) {
+        remaining.push_back(std::move(rows[static_cast<std::size_t>(r)]));
+    }
+    rows = std::move(remaining);
+    mask = mask.index_select(0, at::tensor(keep, at::kLong));
+}
+
+} // namespace
+
 void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveIndex,
     const std::vector<GenerationRequest>& requests, const SamplingOptions& sampling, KvBlockPool& pool,
     const std::vector<SequenceId>& sequences, std::vector<GenerationResult>& results, std::int64_t& done,
     std::int64_t total, Progress* progress)
 {
-    const std::int64_t vocab = model_->config().vocabSize;
-    const at::ScalarType keptLogitsType
-        = model_->precision() == EnginePrecision::Fp32 ? at::kFloat : at::kBFloat16;
-    std::set<std::int64_t> stopIds(sampling.stopTokenIds.begin(), sampling.stopTokenIds.end());
+    WaveSettings settings {sampling, *model_, tokenizer_, model_->config().vocabSize,
+        model_->precision() == EnginePrecision::Fp32 ? at::kFloat : at::kBFloat16,
+        std::set<std::int64_t>(sampling.stopTokenIds.begin(), sampling.stopTokenIds.end())};
     if (!sampling.ignoreEos) {
-        stopIds.insert(model_->config().eosTokenIds.begin(), model_->config().eosTokenIds.end());
+        settings.stopIds.insert(model_->config().eosTokenIds.begin(), model_->config().eosTokenIds.end());
     }
 
     std::vector<std::vector<std::int64_t>> prompts;
@@ -252,52 +421,12 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         cache.addRow(sequences[row], ids.size(1) - static_cast<std::int64_t>(prompts[row].size()));
     }
 
-    struct Row {
-        std::size_t request;
-        metrics::SplitMix64 generator;
-        std::vector<std::vector<float>> distributions; // the host path's log mu rows, with fullDistributions
-        std::vector<at::Tensor> distributionRows; // the tensor path's (float32 [vocab] on the logits' device)
-        // When keepLogits: [maxNewTokens, vocab], one row written per generated position (allocated at the first;
-        // its pages become resident as they are written), `kept` rows so far. Written in place rather than kept as
-        // separate rows and stacked at the end: the stack held every row twice for a moment (0.31 GB more for 16
-        // prompts of 64 tokens at a 152k vocabulary), and the freed rows stayed in the allocator's heaps.
-        at::Tensor logits;
-        std::int64_t kept = 0;
-        std::string text;
-    };
-    std::vector<Row> rows;
+    std::vector<WaveRow> rows;
     for (std::size_t index : wave) {
         rows.push_back({index, metrics::SplitMix64(requestGeneratorSeed(sampling.seed, requests[index].seed)), {}, {},
             {}, 0, {}});
         results[index].wave = waveIndex;
     }
-    const auto finishRow = [&](Row& row) {
-        GenerationResult& result = results[row.request];
-        if (sampling.fullDistributions && !row.distributionRows.empty()) {
-            result.distributions = at::stack(row.distributionRows); // where the logits are
-            row.distributionRows.clear();
-        } else if (sampling.fullDistributions) {
-            result.distributions = at::empty({static_cast<std::int64_t>(row.distributions.size()), vocab}, at::kFloat);
-            for (std::size_t t = 0; t < row.distributions.size(); ++t) {
-                std::copy(row.distributions[t].begin(), row.distributions[t].end(),
-                    result.distributions[static_cast<std::int64_t>(t)].data_ptr<float>());
-            }
-            row.distributions.clear();
-        }
-        if (sampling.keepLogits) {
-            if (row.kept == 0) {
-                result.logits
-                    = at::empty({0, vocab}, at::TensorOptions().dtype(keptLogitsType).device(deviceOf(model_->weights())));
-            } else if (2 * row.kept < row.logits.size(0)) {
-                result.logits = row.logits.narrow(0, 0, row.kept).clone(); // stopped early: the rest is given back
-            } else {
-                result.logits = row.logits.narrow(0, 0, row.kept);
-            }
-            row.logits = at::Tensor();
-        }
-        result.text = row.text;
-        done += sampling.maxNewTokens - static_cast<std::int64_t>(result.tokens.size()); // the unused allowance
-    };
 
     const std::string stage = "generating (wave " + std::to_string(waveIndex + 1) + ")";
     model::ForwardOptions prefill;
@@ -306,83 +435,21 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
     at::Tensor last = logits.select(1, logits.size(1) - 1);
     while (true) {
         // The BF16 and recipe engines' logits are bf16 values (their lm_head rounds its output): kept as bf16, exact.
-        const at::Tensor keptLogits = sampling.keepLogits ? last.to(keptLogitsType) : at::Tensor();
+        const at::Tensor keptLogits = sampling.keepLogits ? last.to(settings.keptLogitsType) : at::Tensor();
         std::vector<std::int64_t> keep;
         std::vector<std::int64_t> nextTokens;
-        std::vector<std::vector<double>> logMus(rows.size()); // the host path's; with fullDistributions
-        at::Tensor drawnLogMu; // the tensor path's, float32 [rows, vocab] on the logits' device; with fullDistributions
-        std::vector<SampledToken> sampled(rows.size());
-        if (usesTensorSampling(last)) {
-            // On a GPU: one draw per row from its generator here, the distributions and draws there; only the ids,
-            // their log mu and the top pairs come back (the full distributions a trainer asks for stay there).
-            std::vector<double> uniforms;
-            for (Row& row : rows) {
-                uniforms.push_back(row.generator.uniform());
-            }
-            SampledRows drawn = sampleRows(last, uniforms, sampling);
-            sampled = std::move(drawn.tokens);
-            if (sampling.fullDistributions) {
-                drawnLogMu = drawn.logMu.to(at::kFloat); // the host path's float rounding of the float64 log mu
-            }
-        } else {
-            const at::Tensor lastCpu = last.to(at::kCPU).to(at::kFloat).contiguous();
-            // Each row's distribution and draw (a full-vocabulary pass in float64) in parallel: a row reads only its
-            // own logits and advances only its own generator, so the tokens do not depend on the thread count.
-            at::parallel_for(0, static_cast<std::int64_t>(rows.size()), 1, [&](std::int64_t begin, std::int64_t end) {
-                for (std::int64_t r = begin; r < end; ++r) {
-                    const auto index = static_cast<std::size_t>(r);
-                    const float* rowLogits = lastCpu[r].data_ptr<float>();
-                    logMus[index] = samplingLogProbs(rowLogits, vocab, sampling);
-                    sampled[index] = sampleToken(rowLogits, logMus[index], sampling, rows[index].generator);
-                }
-            });
-        }
+        PositionDraws draws = drawTokens(rows, last, settings);
         for (std::size_t r = 0; r < rows.size(); ++r) {
-            Row& row = rows[r];
+            WaveRow& row = rows[r];
             GenerationResult& result = results[row.request];
-            const std::vector<double>& logMu = logMus[r];
-            SampledToken& token = sampled[r];
-            result.tokens.push_back(token.id);
-            result.logProbs.push_back(token.logProb);
-            if (sampling.topLogProbs > 0) {
-                result.topLogProbs.push_back(std::move(token.top));
-            }
-            if (sampling.fullDistributions && drawnLogMu.defined()) {
-                row.distributionRows.push_back(drawnLogMu[static_cast<std::int64_t>(r)]);
-            } else if (sampling.fullDistributions) {
-                row.distributions.emplace_back(logMu.begin(), logMu.end());
-            }
-            if (sampling.keepLogits) {
-                if (!row.logits.defined()) {
-                    row.logits = at::empty({std::max<std::int64_t>(1, sampling.maxNewTokens), vocab}, keptLogits.options());
-                }
-                row.logits[row.kept++].copy_(keptLogits[static_cast<std::int64_t>(r)]);
-            }
+            const std::int64_t tokenId = draws.sampled[r].id;
+            recordToken(row, result, draws, r, keptLogits, settings);
             ++done;
-            bool finished = false;
-            if (tokenizer_) {
-                const std::size_t previous = row.text.size();
-                row.text += tokenizer_->generatedBytes(token.id); // specials and ids with no token add nothing
-                const std::size_t stop = findStopString(row.text, previous, sampling.stopStrings);
-                if (stop != std::string::npos) {
-                    row.text.resize(stop);
-                    result.finishReason = FinishReason::StopString;
-                    finished = true;
-                }
-            }
-            if (!finished && stopIds.count(token.id)) {
-                result.finishReason = FinishReason::Eos;
-                finished = true;
-            }
-            if (!finished && static_cast<std::int64_t>(result.tokens.size()) >= sampling.maxNewTokens) {
-                result.finishReason = FinishReason::Length;
-                finished = true;
-            }
-            if (finished) {
-                finishRow(row);
+            if (rowFinishes(row, result, tokenId, settings)) {
+                finishRow(row, result, settings, done);
             } else {
                 keep.push_back(static_cast<std::int64_t>(r));
-                nextTokens.push_back(token.id);
+                nextTokens.push_back(tokenId);
             }
         }
         if (progress) {
@@ -393,14 +460,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
             break;
         }
         if (keep.size() < rows.size()) {
-            // Finished rows leave the batch and free their blocks now.
-            cache.keepRows(keep);
-            std::vector<Row> remaining;
-            for (std::int64_t r : keep) {
-                remaining.push_back(std::move(rows[static_cast<std::size_t>(r)]));
-            }
-            rows = std::move(remaining);
-            mask = mask.index_select(0, at::tensor(keep, at::kLong));
+            dropFinishedRows(rows, keep, cache, mask);
         }
         const auto batch = static_cast<std::int64_t>(rows.size());
         mask = at::cat({mask, at::ones({batch, 1}, at::kLong)}, 1);

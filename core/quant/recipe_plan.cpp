@@ -202,14 +202,11 @@ void checkNamesExist(const Recipe& recipe, const RecipeRule& rule, const ModuleP
     }
 }
 
-} // namespace
-
-RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
+// Every module at the recipe's defaults (projections) or bf16 (the embedding and lm_head), every layer's KV cache at
+// the recipe's kv_cache; no rule has decided anything yet.
+void applyDefaults(RecipePlan& plan, const Recipe& recipe, const std::vector<Target>& targets,
+    const model::ModelConfig& config)
 {
-    RecipePlan plan;
-    plan.numLayers = config.numLayers;
-    const std::vector<Target> targets = targetsOf(config);
-
     const WeightPrecision defaultWeights = recipe.weights.value_or(WeightPrecision {});
     const ActivationPrecision defaultActivations = recipe.activations.value_or(ActivationPrecision {});
     for (const Target& target : targets) {
@@ -222,75 +219,92 @@ RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
     plan.kvPerLayer.assign(
         static_cast<std::size_t>(std::max<std::int64_t>(config.numLayers, 0)), recipe.kvCache.value_or(KvPrecision {}));
     plan.kvRulePerLayer.assign(plan.kvPerLayer.size(), kNoRule);
+}
 
-    for (std::size_t index = 0; index < recipe.rules.size(); ++index) {
-        const RecipeRule& rule = recipe.rules[index];
-        const int ruleIndex = static_cast<int>(index);
-        ModulePattern pattern;
-        try {
-            pattern = ModulePattern::compile(rule.match);
-        } catch (const std::invalid_argument& problem) {
-            throwRecipeError(recipe, rule.matchLocation, problem.what());
-        }
-        checkNamesExist(recipe, rule, pattern, targets, config);
+// Each precision a rule gives must reach a target that takes it.
+void checkRuleKinds(const Recipe& recipe, const RecipeRule& rule, const std::vector<const Target*>& matched)
+{
+    auto matchesKind = [&matched](bool (*accepts)(TargetKind)) {
+        return std::any_of(matched.begin(), matched.end(), [&](const Target* t) { return accepts(t->kind); });
+    };
+    if (rule.weights && !matchesKind(takesWeights)) {
+        throwRecipeError(recipe, rule.weightsLocation,
+            "weights given, but match \"" + rule.match
+                + "\" names only attention blocks, which hold no weights of their own (name the projections, "
+                  "e.g. model.layers.{i}.self_attn.*_proj)");
+    }
+    if (rule.activations && !matchesKind(takesActivations)) {
+        throwRecipeError(recipe, rule.activationsLocation,
+            "activations given, but match \"" + rule.match
+                + "\" names no linear module (the embedding is a table lookup and attention blocks take "
+                  "kv_cache)");
+    }
+    if (rule.kvCache && !matchesKind([](TargetKind kind) { return kind == TargetKind::Attention; })) {
+        throwRecipeError(recipe, rule.kvCacheLocation,
+            "kv_cache given, but match \"" + rule.match
+                + "\" names only weight modules; the KV cache belongs to a layer's attention block "
+                  "(model.layers.{i}.self_attn)");
+    }
+}
 
-        std::vector<const Target*> matched;
-        for (const Target& target : targets) {
-            if (matchesTarget(pattern, target)) {
-                matched.push_back(&target);
-            }
-        }
-        auto matchesKind = [&matched](bool (*accepts)(TargetKind)) {
-            return std::any_of(matched.begin(), matched.end(), [&](const Target* t) { return accepts(t->kind); });
-        };
-        if (rule.weights && !matchesKind(takesWeights)) {
-            throwRecipeError(recipe, rule.weightsLocation,
-                "weights given, but match \"" + rule.match
-                    + "\" names only attention blocks, which hold no weights of their own (name the projections, "
-                      "e.g. model.layers.{i}.self_attn.*_proj)");
-        }
-        if (rule.activations && !matchesKind(takesActivations)) {
-            throwRecipeError(recipe, rule.activationsLocation,
-                "activations given, but match \"" + rule.match
-                    + "\" names no linear module (the embedding is a table lookup and attention blocks take "
-                      "kv_cache)");
-        }
-        if (rule.kvCache && !matchesKind([](TargetKind kind) { return kind == TargetKind::Attention; })) {
-            throwRecipeError(recipe, rule.kvCacheLocation,
-                "kv_cache given, but match \"" + rule.match
-                    + "\" names only weight modules; the KV cache belongs to a layer's attention block "
-                      "(model.layers.{i}.self_attn)");
-        }
+// Rule `index` over what the earlier rules decided: it overrides every target it matches.
+void applyRule(RecipePlan& plan, const Recipe& recipe, std::size_t index, const std::vector<Target>& targets,
+    const model::ModelConfig& config)
+{
+    const RecipeRule& rule = recipe.rules[index];
+    const int ruleIndex = static_cast<int>(index);
+    ModulePattern pattern;
+    try {
+        pattern = ModulePattern::compile(rule.match);
+    } catch (const std::invalid_argument& problem) {
+        throwRecipeError(recipe, rule.matchLocation, problem.what());
+    }
+    checkNamesExist(recipe, rule, pattern, targets, config);
 
-        for (const Target* target : matched) {
-            if (target->kind == TargetKind::Attention) {
-                if (rule.kvCache) {
-                    plan.kvPerLayer[static_cast<std::size_t>(target->layer)] = *rule.kvCache;
-                    plan.kvRulePerLayer[static_cast<std::size_t>(target->layer)] = ruleIndex;
-                }
-                continue;
-            }
-            ModulePrecision& module = plan.modules[target->name];
-            if (rule.weights) {
-                module.weights = *rule.weights;
-                module.weightsRule = ruleIndex;
-            }
-            if (rule.activations && takesActivations(target->kind)) {
-                module.activations = *rule.activations;
-                module.activationsRule = ruleIndex;
-            }
+    std::vector<const Target*> matched;
+    for (const Target& target : targets) {
+        if (matchesTarget(pattern, target)) {
+            matched.push_back(&target);
         }
     }
+    checkRuleKinds(recipe, rule, matched);
 
-    auto weightsOrigin = [&recipe](int rule) {
-        return rule == kNoRule ? recipe.weightsLocation : recipe.rules[static_cast<std::size_t>(rule)].weightsLocation;
-    };
-    auto activationsOrigin = [&recipe](int rule) {
-        return rule == kNoRule ? recipe.activationsLocation
-                               : recipe.rules[static_cast<std::size_t>(rule)].activationsLocation;
-    };
+    for (const Target* target : matched) {
+        if (target->kind == TargetKind::Attention) {
+            if (rule.kvCache) {
+                plan.kvPerLayer[static_cast<std::size_t>(target->layer)] = *rule.kvCache;
+                plan.kvRulePerLayer[static_cast<std::size_t>(target->layer)] = ruleIndex;
+            }
+            continue;
+        }
+        ModulePrecision& module = plan.modules[target->name];
+        if (rule.weights) {
+            module.weights = *rule.weights;
+            module.weightsRule = ruleIndex;
+        }
+        if (rule.activations && takesActivations(target->kind)) {
+            module.activations = *rule.activations;
+            module.activationsRule = ruleIndex;
+        }
+    }
+}
 
-    // W4A8: the engine has int4 kernels only with bf16 inputs. Reported at whichever decision came later.
+// Where the weight format decided by `rule` (kNoRule: the recipe's default) was written.
+SourceLocation weightsOrigin(const Recipe& recipe, int rule)
+{
+    return rule == kNoRule ? recipe.weightsLocation : recipe.rules[static_cast<std::size_t>(rule)].weightsLocation;
+}
+
+// Where the activation format decided by `rule` (kNoRule: the recipe's default) was written.
+SourceLocation activationsOrigin(const Recipe& recipe, int rule)
+{
+    return rule == kNoRule ? recipe.activationsLocation
+                           : recipe.rules[static_cast<std::size_t>(rule)].activationsLocation;
+}
+
+// W4A8: the engine has int4 kernels only with bf16 inputs. Reported at whichever decision came later.
+void checkNoW4A8(RecipePlan& plan, const Recipe& recipe, const std::vector<Target>& targets)
+{
     for (const Target& target : targets) {
         if (target.kind == TargetKind::Attention) {
             continue;
@@ -299,29 +313,35 @@ RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
         if (module.weights.format != WeightFormat::Int4 || module.activations.format != ActivationFormat::Fp8E4m3) {
             continue;
         }
-        const SourceLocation weightsAt = weightsOrigin(module.weightsRule);
-        const SourceLocation activationsAt = activationsOrigin(module.activationsRule);
+        const SourceLocation weightsAt = weightsOrigin(recipe, module.weightsRule);
+        const SourceLocation activationsAt = activationsOrigin(recipe, module.activationsRule);
         const bool weightsLater = module.weightsRule > module.activationsRule;
         throwRecipeError(recipe, weightsLater ? weightsAt : activationsAt,
             target.name + " gets int4 weights (" + describeLocation(weightsAt) + ") with fp8_e4m3 activations ("
                 + describeLocation(activationsAt)
                 + "): W4A8 is not supported by the engine (keep bf16 activations for int4 modules)");
     }
+}
 
-    // A tied embedding is one tensor; it cannot be stored in two formats.
+// A tied embedding is one tensor; it cannot be stored in two formats.
+void checkTiedEmbedding(RecipePlan& plan, const Recipe& recipe, const model::ModelConfig& config)
+{
     const ModulePrecision& embed = plan.modules[kEmbedName];
     ModulePrecision& lmHead = plan.modules[kLmHeadName];
     if (config.tieWordEmbeddings && embed.weights != lmHead.weights) {
         const bool lmHeadLater = lmHead.weightsRule > embed.weightsRule;
-        const SourceLocation later = weightsOrigin(lmHeadLater ? lmHead.weightsRule : embed.weightsRule);
-        const SourceLocation earlier = weightsOrigin(lmHeadLater ? embed.weightsRule : lmHead.weightsRule);
+        const SourceLocation later = weightsOrigin(recipe, lmHeadLater ? lmHead.weightsRule : embed.weightsRule);
+        const SourceLocation earlier = weightsOrigin(recipe, lmHeadLater ? embed.weightsRule : lmHead.weightsRule);
         throwRecipeError(recipe, later,
             "the model ties lm_head to model.embed_tokens (one tensor), but they get different weight formats: "
                 + describe(embed.weights) + " for the embedding and " + describe(lmHead.weights) + " for lm_head"
                 + (earlier.line > 0 ? " (the other set at " + describeLocation(earlier) + ")" : std::string()));
     }
+}
 
-    // Weight memory.
+// Weight memory: every matrix in its planned format, norms in bf16, then the totals.
+void addWeightMemory(RecipePlan& plan, const model::ModelConfig& config)
+{
     const std::int64_t hidden = config.hiddenSize;
     auto addNorm = [&plan](const std::string& name, std::int64_t size) {
         plan.memory[name] = weightMemory(size, 1, WeightPrecision {});
@@ -359,8 +379,11 @@ RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
         plan.weightBytes += entry.second.bytes();
         plan.bf16WeightBytes += entry.second.bf16Bytes;
     }
+}
 
-    // KV cache: K and V, each kv heads * head dim elements per token and layer.
+// KV cache: K and V, each kv heads * head dim elements per token and layer.
+void addKvMemory(RecipePlan& plan, const model::ModelConfig& config)
+{
     const std::int64_t kvElementsPerToken = 2 * config.numKeyValueHeads * config.headDim;
     for (const KvPrecision& kv : plan.kvPerLayer) {
         plan.kvBytesPerToken += kvElementsPerToken * static_cast<std::int64_t>(bytesPerElement(kv.format));
@@ -371,6 +394,23 @@ RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
             plan.kvScaleBytes += 2 * config.numKeyValueHeads * static_cast<std::int64_t>(kScaleBytes);
         }
     }
+}
+
+} // namespace
+
+RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
+{
+    RecipePlan plan;
+    plan.numLayers = config.numLayers;
+    const std::vector<Target> targets = targetsOf(config);
+    applyDefaults(plan, recipe, targets, config);
+    for (std::size_t index = 0; index < recipe.rules.size(); ++index) {
+        applyRule(plan, recipe, index, targets, config);
+    }
+    checkNoW4A8(plan, recipe, targets);
+    checkTiedEmbedding(plan, recipe, config);
+    addWeightMemory(plan, config);
+    addKvMemory(plan, config);
     return plan;
 }
 
