@@ -270,6 +270,15 @@ std::vector<std::pair<QString, double>> BreakdownView::segments(int index) const
                                                                       : std::vector<std::pair<QString, double>> {};
 }
 
+// The plotted values per candidate, in the shown unit.
+struct BreakdownView::Stacks {
+    std::map<QString, QVector<double>> values; // per series, one value per candidate
+    QVector<double> keys, totals, totalLow, totalHigh;
+    QSharedPointer<QCPAxisTickerText> ticker = QSharedPointer<QCPAxisTickerText>::create();
+    double low = 0.0, high = 0.0;
+    int fallbacks = 0; // candidates shown by add-one-in for want of Shapley parts
+};
+
 void BreakdownView::rebuild()
 {
     records_.clear();
@@ -283,26 +292,63 @@ void BreakdownView::rebuild()
     }
     const auto method = static_cast<Method>(methodBox_->currentIndex());
     const auto unit = static_cast<Unit>(unitBox_->currentIndex());
+    const int fallbacks = plotStacks(method, unit);
+
+    fillPartTables(method);
+    // Imported runs on the same columns: the estimator their trainer logged (mean over its steps), no full KL.
+    if (store_) {
+        appendImportedEstimators();
+    }
+    table_->resizeColumnsToContents();
+    estimatorTable_->resizeColumnsToContents();
+
+    showSummary(fallbacks);
+    plot_->replot();
+    rebuildProfile();
+}
+
+int BreakdownView::plotStacks(Method method, Unit unit)
+{
     plot_->clearPlottables();
     plot_->clearItems();
     segments_.assign(records_.size(), {});
 
+    const Stacks stacks = stackValues(method, unit);
+    drawStacks(stacks);
+    if (!records_.empty()) {
+        drawTotals(stacks);
+    }
+    plot_->xAxis->setTicker(stacks.ticker);
+    plot_->xAxis->setTickLabelRotation(records_.size() > 5 ? 25 : 0);
+    plot_->yAxis->setLabel(unit == Bf16Multiples ? tr("mismatch (x the candidate's BF16 unit)")
+            : unit == ShareOfTotal              ? tr("share of the candidate's total mismatch (%)")
+                                                : tr("mismatch (nats/token)"));
+    const double span = std::max(stacks.high - stacks.low, 1e-12);
+    fitY_[0] = stacks.low < 0.0 ? stacks.low - 0.08 * span : 0.0;
+    fitY_[1] = stacks.high + 0.08 * span;
+    if (records_.empty()) { // nothing drawn: a plain 0..1 axis rather than one scaled to rounding noise
+        fitY_[0] = 0.0;
+        fitY_[1] = 1.0;
+    }
+    fitView();
+    return stacks.fallbacks;
+}
+
+BreakdownView::Stacks BreakdownView::stackValues(Method method, Unit unit)
+{
     // Values per series and candidate, in the shown unit.
-    std::map<QString, QVector<double>> values;
-    QVector<double> keys, totals, totalLow, totalHigh;
-    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-    double low = 0.0, high = 0.0;
-    int fallbacks = 0;
+    Stacks stacks;
     for (std::size_t i = 0; i < records_.size(); ++i) {
         const store::BreakdownRecord& r = records_[i];
         const double scale = unit == Bf16Multiples ? (r.bf16Unit > 0.0 ? 1.0 / r.bf16Unit : 0.0)
             : unit == ShareOfTotal                 ? (r.total > 0.0 ? 100.0 / r.total : 0.0)
                                                    : 1.0;
         const double key = static_cast<double>(i);
-        keys << key;
+        stacks.keys << key;
         const bool fallback = method == Shapley && !r.shapley && !r.sources.empty();
-        fallbacks += fallback ? 1 : 0;
-        ticker->addTick(key, QString::fromStdString(r.candidate) + (fallback ? QStringLiteral(" *") : QString()));
+        stacks.fallbacks += fallback ? 1 : 0;
+        stacks.ticker->addTick(
+            key, QString::fromStdString(r.candidate) + (fallback ? QStringLiteral(" *") : QString()));
         std::map<QString, double> shown = {{QString::fromLatin1(kUnitSeries), r.bf16Unit * scale}};
         for (const store::BreakdownPart& part : shownParts(r, method)) {
             shown[QString::fromStdString(part.source)] = part.value * scale;
@@ -311,23 +357,28 @@ void BreakdownView::rebuild()
         for (const QString& series : seriesOrder()) {
             const auto found = shown.find(series);
             const double value = found == shown.end() ? 0.0 : found->second;
-            values[series].resize(static_cast<int>(records_.size()));
-            values[series][static_cast<int>(i)] = value;
+            stacks.values[series].resize(static_cast<int>(records_.size()));
+            stacks.values[series][static_cast<int>(i)] = value;
             if (found != shown.end()) {
                 segments_[i].push_back({series, value});
                 (value >= 0.0 ? positive : negative) += value;
             }
         }
-        totals << r.total * scale;
-        totalLow << (r.totalCiLow ? (r.total - *r.totalCiLow) * scale : 0.0);
-        totalHigh << (r.totalCiHigh ? (*r.totalCiHigh - r.total) * scale : 0.0);
-        low = std::min({low, negative, r.totalCiLow.value_or(r.total) * scale});
-        high = std::max({high, positive, r.totalCiHigh.value_or(r.total) * scale});
+        stacks.totals << r.total * scale;
+        stacks.totalLow << (r.totalCiLow ? (r.total - *r.totalCiLow) * scale : 0.0);
+        stacks.totalHigh << (r.totalCiHigh ? (*r.totalCiHigh - r.total) * scale : 0.0);
+        stacks.low = std::min({stacks.low, negative, r.totalCiLow.value_or(r.total) * scale});
+        stacks.high = std::max({stacks.high, positive, r.totalCiHigh.value_or(r.total) * scale});
     }
+    return stacks;
+}
+
+void BreakdownView::drawStacks(const Stacks& stacks)
+{
     QCPBars* below = nullptr;
     for (const QString& series : seriesOrder()) {
-        const auto found = values.find(series);
-        if (found == values.end()) {
+        const auto found = stacks.values.find(series);
+        if (found == stacks.values.end()) {
             continue;
         }
         bool any = false;
@@ -347,48 +398,40 @@ void BreakdownView::rebuild()
         QColor fill = color;
         fill.setAlpha(series == QLatin1String(kUnitSeries) ? 140 : 210);
         bars->setBrush(series == QLatin1String("interaction") ? QBrush(fill, Qt::BDiagPattern) : QBrush(fill));
-        bars->setData(keys, found->second, true);
+        bars->setData(stacks.keys, found->second, true);
         if (below) {
             bars->moveAbove(below);
         }
         below = bars;
     }
-    if (!records_.empty()) {
-        QCPGraph* total = plot_->addGraph(plot_->xAxis, plot_->yAxis);
-        total->setName(tr("total [95%]"));
-        total->setLineStyle(QCPGraph::lsNone);
-        total->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(Qt::black, 1.5), QBrush(Qt::white), 10));
-        QVector<double> markerKeys;
-        for (double key : keys) {
-            markerKeys << key + 0.36;
-        }
-        total->setData(markerKeys, totals, true);
-        auto* bars = new QCPErrorBars(plot_->xAxis, plot_->yAxis);
-        bars->removeFromLegend();
-        bars->setDataPlottable(total);
-        bars->setErrorType(QCPErrorBars::etValueError);
-        bars->setPen(QPen(Qt::black, 1.5));
-        bars->setWhiskerWidth(6);
-        bars->setData(totalLow, totalHigh);
-        auto* zero = new QCPItemStraightLine(plot_);
-        zero->setPen(QPen(QColor(0x60, 0x60, 0x60), 1));
-        zero->point1->setCoords(0, 0);
-        zero->point2->setCoords(1, 0);
-    }
-    plot_->xAxis->setTicker(ticker);
-    plot_->xAxis->setTickLabelRotation(records_.size() > 5 ? 25 : 0);
-    plot_->yAxis->setLabel(unit == Bf16Multiples ? tr("mismatch (x the candidate's BF16 unit)")
-            : unit == ShareOfTotal              ? tr("share of the candidate's total mismatch (%)")
-                                                : tr("mismatch (nats/token)"));
-    const double span = std::max(high - low, 1e-12);
-    fitY_[0] = low < 0.0 ? low - 0.08 * span : 0.0;
-    fitY_[1] = high + 0.08 * span;
-    if (records_.empty()) { // nothing drawn: a plain 0..1 axis rather than one scaled to rounding noise
-        fitY_[0] = 0.0;
-        fitY_[1] = 1.0;
-    }
-    fitView();
+}
 
+void BreakdownView::drawTotals(const Stacks& stacks)
+{
+    QCPGraph* total = plot_->addGraph(plot_->xAxis, plot_->yAxis);
+    total->setName(tr("total [95%]"));
+    total->setLineStyle(QCPGraph::lsNone);
+    total->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(Qt::black, 1.5), QBrush(Qt::white), 10));
+    QVector<double> markerKeys;
+    for (double key : stacks.keys) {
+        markerKeys << key + 0.36;
+    }
+    total->setData(markerKeys, stacks.totals, true);
+    auto* bars = new QCPErrorBars(plot_->xAxis, plot_->yAxis);
+    bars->removeFromLegend();
+    bars->setDataPlottable(total);
+    bars->setErrorType(QCPErrorBars::etValueError);
+    bars->setPen(QPen(Qt::black, 1.5));
+    bars->setWhiskerWidth(6);
+    bars->setData(stacks.totalLow, stacks.totalHigh);
+    auto* zero = new QCPItemStraightLine(plot_);
+    zero->setPen(QPen(QColor(0x60, 0x60, 0x60), 1));
+    zero->point1->setCoords(0, 0);
+    zero->point2->setCoords(1, 0);
+}
+
+void BreakdownView::fillPartTables(Method method)
+{
     model_->clear();
     model_->setHorizontalHeaderLabels({tr("Candidate"), tr("Source"), tr("Add-one-in [95%]"),
         tr("Leave-one-out [95%]"), tr("Shapley [95%]"), tr("Shown part (x BF16)")});
@@ -450,44 +493,46 @@ void BreakdownView::rebuild()
             }
         }
     }
-    // Imported runs on the same columns: the estimator their trainer logged (mean over its steps), no full KL.
-    if (store_) {
-        for (const store::ImportedEstimators& run : store::importedEstimators(*store_)) {
-            QList<QStandardItem*> items;
-            items << new QStandardItem(tr("imported: %1 (%2)").arg(QString::fromStdString(run.name),
-                         QString::fromStdString(run.source)))
-                  << new QStandardItem(tr("not measured"));
-            QStringList logged;
-            for (const std::string& estimator : metrics::estimatorNames()) { // the local rows' columns
-                QString cell = QStringLiteral("-");
-                for (const store::ImportedEstimatorValue& value : run.values) {
-                    if (value.estimator == estimator) {
-                        const QString mean = QString::number(value.mean, 'g', 4);
-                        cell = value.steps == 1 ? tr("%1 (logged, 1 step)").arg(mean)
-                                                : tr("%1 (logged, %2 steps)").arg(mean).arg(value.steps);
-                        logged << QStringLiteral("%1 = %2").arg(QString::fromStdString(estimator),
-                                      QString::fromStdString(value.key));
-                    }
-                }
-                items << new QStandardItem(cell);
-            }
-            const QString tip = tr("Imported from %1; logged per step: %2. Each value is the mean over the steps that "
-                                   "logged it. Imported runs have no full-vocabulary KL and no per-token values, so "
-                                   "no correlation with it.")
-                                    .arg(QString::fromStdString(run.source), logged.join(QStringLiteral(", ")));
-            for (QStandardItem* item : items) {
-                item->setToolTip(tip);
-                item->setForeground(QColor(90, 90, 90));
-                QFont font = item->font();
-                font.setItalic(true);
-                item->setFont(font);
-            }
-            estimatorModel_->appendRow(items);
-        }
-    }
-    table_->resizeColumnsToContents();
-    estimatorTable_->resizeColumnsToContents();
+}
 
+void BreakdownView::appendImportedEstimators()
+{
+    for (const store::ImportedEstimators& run : store::importedEstimators(*store_)) {
+        QList<QStandardItem*> items;
+        items << new QStandardItem(
+            tr("imported: %1 (%2)").arg(QString::fromStdString(run.name), QString::fromStdString(run.source)))
+              << new QStandardItem(tr("not measured"));
+        QStringList logged;
+        for (const std::string& estimator : metrics::estimatorNames()) { // the local rows' columns
+            QString cell = QStringLiteral("-");
+            for (const store::ImportedEstimatorValue& value : run.values) {
+                if (value.estimator == estimator) {
+                    const QString mean = QString::number(value.mean, 'g', 4);
+                    cell = value.steps == 1 ? tr("%1 (logged, 1 step)").arg(mean)
+                                            : tr("%1 (logged, %2 steps)").arg(mean).arg(value.steps);
+                    logged << QStringLiteral("%1 = %2").arg(
+                        QString::fromStdString(estimator), QString::fromStdString(value.key));
+                }
+            }
+            items << new QStandardItem(cell);
+        }
+        const QString tip = tr("Imported from %1; logged per step: %2. Each value is the mean over the steps that "
+                               "logged it. Imported runs have no full-vocabulary KL and no per-token values, so "
+                               "no correlation with it.")
+                                .arg(QString::fromStdString(run.source), logged.join(QStringLiteral(", ")));
+        for (QStandardItem* item : items) {
+            item->setToolTip(tip);
+            item->setForeground(QColor(90, 90, 90));
+            QFont font = item->font();
+            font.setItalic(true);
+            item->setFont(font);
+        }
+        estimatorModel_->appendRow(items);
+    }
+}
+
+void BreakdownView::showSummary(int fallbacks)
+{
     QString summary;
     if (records_.empty()) {
         summary = tr("No mismatch breakdowns in this workspace yet (Jobs > Start Mismatch Breakdown, or `mismatch "
@@ -502,8 +547,6 @@ void BreakdownView::rebuild()
         }
     }
     summary_->setText(summary);
-    plot_->replot();
-    rebuildProfile();
 }
 
 void BreakdownView::fitView()

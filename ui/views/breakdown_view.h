@@ -71,6 +71,16 @@ public:
 
 private:
     void rebuild();
+    // The pieces of rebuild(): the stacked bars (returns how many candidates fall back to add-one-in), the tables
+    // below them and the summary line.
+    struct Stacks;
+    int plotStacks(Method method, Unit unit);
+    Stacks stackValues(Method method, Unit unit);
+    void drawStacks(const Stacks& stacks);
+    void drawTotals(const Stacks& stacks);
+    void fillPartTables(Method method);
+    void appendImportedEstimators();
+    void showSummary(int fallbacks);
     void rebuildProfile();
     void fitView();
 

@@ -230,6 +230,40 @@ int BudgetView::undecidedCount() const
 
 void BudgetView::showCalibration()
 {
+    const std::optional<CalibrationInfo> info = loadCalibration();
+    const std::optional<std::int64_t> step = fillStepBox();
+
+    resetPointTable();
+    showFailureRule(info);
+    showFlags(info, step);
+    PointExtent extent = plotPoints(step);
+
+    for (const CalibrationBracket& b : brackets_) {
+        if (step && b.step == *step) {
+            shownBracket_ = b;
+        }
+    }
+    // A logarithmic mismatch axis needs positive values; KL is never negative, a zero (an exact engine) falls back.
+    bool logAxis = logScale_->isChecked() && extent.xMinPositive > 0.0;
+    for (const CalibrationPoint& p : points_) {
+        if ((!step || p.step == *step) && p.mismatch <= 0.0) {
+            logAxis = false;
+        }
+    }
+    setLogScale(plot_->xAxis, logAxis);
+    plot_->xAxis->setLabel(logAxis ? tr("mismatch (nats/token, log scale)") : tr("mismatch (nats/token)"));
+    const bool haveBracket = drawBracket(logAxis, extent);
+    drawThreshold();
+    failLabel_->setVisible(!points_.empty());
+    failLine_->setVisible(!points_.empty());
+    fitRanges(logAxis, extent);
+
+    showSummary(haveBracket);
+    plot_->replot();
+}
+
+std::optional<CalibrationInfo> BudgetView::loadCalibration()
+{
     points_.clear();
     brackets_.clear();
     shownBracket_.reset();
@@ -245,6 +279,11 @@ void BudgetView::showCalibration()
             }
         }
     }
+    return info;
+}
+
+std::optional<std::int64_t> BudgetView::fillStepBox()
+{
     // Steps: the student checkpoints the calibration measured; the budget is per step.
     std::set<std::int64_t> steps;
     for (const CalibrationPoint& p : points_)
@@ -265,9 +304,11 @@ void BudgetView::showCalibration()
     if (stepBox_->currentIndex() >= 0) {
         step = stepBox_->currentData().toLongLong();
     }
+    return step;
+}
 
-    QVector<double> passX, passY, failX, failY, undecidedX, undecidedY;
-    double xMinPositive = 0.0; // smallest positive mismatch shown (the log axis starts below it)
+void BudgetView::resetPointTable()
+{
     pointModel_->clear();
     pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"),
         tr("x BF16 (own unit)"), tr("Quality Q"), tr("Change vs BF16"), tr("95% interval of change"),
@@ -278,12 +319,20 @@ void BudgetView::showCalibration()
     pointModel_->horizontalHeaderItem(3)->setToolTip(
         tr("Mismatch over the BF16 unit of the same checkpoints under the same protocol (the plain BF16 engine at "
            "their weights, same prompts and seeds): the baseline is 1x at every step."));
+}
+
+void BudgetView::showFailureRule(const std::optional<CalibrationInfo>& info)
+{
     // The failure rule this calibration was measured with.
     failureRise_ = info && info->relativeThreshold ? *info->relativeThreshold : kDefaultFailRise;
     failLine_->point1->setCoords(0, failureRise_ * 100);
     failLine_->point2->setCoords(1, failureRise_ * 100);
     failLabel_->position->setCoords(0.01, failureRise_ * 100);
     failLabel_->setText(failureRuleText());
+}
+
+void BudgetView::showFlags(const std::optional<CalibrationInfo>& info, std::optional<std::int64_t> step)
+{
     // Flags of the calibration's protocol at this step (and of the whole calibration).
     QStringList flagLines;
     if (info) {
@@ -297,9 +346,13 @@ void BudgetView::showCalibration()
                  "care:<br>%1")
                   .arg(flagLines.join(QStringLiteral("<br>"))));
     banner_->setVisible(!flagLines.isEmpty());
-    double xMax = 0.0;
-    double yMin = 0.0;
-    double yMax = failureRise_ * 100;
+}
+
+BudgetView::PointExtent BudgetView::plotPoints(std::optional<std::int64_t> step)
+{
+    QVector<double> passX, passY, failX, failY, undecidedX, undecidedY;
+    PointExtent extent;
+    extent.yMax = failureRise_ * 100;
     for (const CalibrationPoint& p : points_) {
         if (step && p.step != *step) {
             continue;
@@ -307,12 +360,12 @@ void BudgetView::showCalibration()
         const double change = p.relativeChange.value_or(0.0) * 100.0;
         (p.failed() ? failX : p.undecided() ? undecidedX : passX).append(p.mismatch);
         (p.failed() ? failY : p.undecided() ? undecidedY : passY).append(change);
-        xMax = std::max(xMax, p.mismatch);
-        if (p.mismatch > 0 && (xMinPositive == 0.0 || p.mismatch < xMinPositive)) {
-            xMinPositive = p.mismatch;
+        extent.xMax = std::max(extent.xMax, p.mismatch);
+        if (p.mismatch > 0 && (extent.xMinPositive == 0.0 || p.mismatch < extent.xMinPositive)) {
+            extent.xMinPositive = p.mismatch;
         }
-        yMin = std::min(yMin, change);
-        yMax = std::max(yMax, change);
+        extent.yMin = std::min(extent.yMin, change);
+        extent.yMax = std::max(extent.yMax, change);
         QList<QStandardItem*> row;
         row << new QStandardItem(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName))
             << new QStandardItem(QString::number(p.step)) << mismatchItem(p)
@@ -327,6 +380,15 @@ void BudgetView::showCalibration()
         pointModel_->appendRow(row);
     }
     table_->resizeColumnsToContents();
+    labelPoints(step);
+    plot_->graph(Passed)->setData(passX, passY);
+    plot_->graph(Failed)->setData(failX, failY);
+    plot_->graph(Undecided)->setData(undecidedX, undecidedY);
+    return extent;
+}
+
+void BudgetView::labelPoints(std::optional<std::int64_t> step)
+{
     for (QCPItemText* label : pointLabels_) {
         plot_->removeItem(label);
     }
@@ -362,33 +424,19 @@ void BudgetView::showCalibration()
         label->setText(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName.substr(cut)));
         pointLabels_.push_back(label);
     }
-    plot_->graph(Passed)->setData(passX, passY);
-    plot_->graph(Failed)->setData(failX, failY);
-    plot_->graph(Undecided)->setData(undecidedX, undecidedY);
+}
 
-    for (const CalibrationBracket& b : brackets_) {
-        if (step && b.step == *step) {
-            shownBracket_ = b;
-        }
-    }
-    // A logarithmic mismatch axis needs positive values; KL is never negative, a zero (an exact engine) falls back.
-    bool logAxis = logScale_->isChecked() && xMinPositive > 0.0;
-    for (const CalibrationPoint& p : points_) {
-        if ((!step || p.step == *step) && p.mismatch <= 0.0) {
-            logAxis = false;
-        }
-    }
-    setLogScale(plot_->xAxis, logAxis);
-    plot_->xAxis->setLabel(logAxis ? tr("mismatch (nats/token, log scale)") : tr("mismatch (nats/token)"));
+bool BudgetView::drawBracket(bool logAxis, PointExtent& extent)
+{
     const bool haveBracket = shownBracket_ && (shownBracket_->largestPassing || shownBracket_->smallestFailing);
     bracket_->setVisible(haveBracket);
     bracketLabel_->setVisible(haveBracket);
     if (haveBracket) {
         // With nothing passing the bracket starts at the axis' left end (zero, or below every point on a log axis).
-        const double low = shownBracket_->largestPassing.value_or(logAxis ? xMinPositive / 10.0 : 0.0);
+        const double low = shownBracket_->largestPassing.value_or(logAxis ? extent.xMinPositive / 10.0 : 0.0);
         // With no failing run yet the bracket is open to the right: shade to beyond the axis end.
         const bool open = !shownBracket_->smallestFailing.has_value();
-        const double high = open ? std::max(xMax, low) * 10.0 : *shownBracket_->smallestFailing;
+        const double high = open ? std::max(extent.xMax, low) * 10.0 : *shownBracket_->smallestFailing;
         bracket_->topLeft->setCoords(low, 0.0);
         bracket_->bottomRight->setCoords(high, 1.0);
         // Left-aligned just inside the bracket, clear of the threshold's label left of its line.
@@ -396,11 +444,16 @@ void BudgetView::showCalibration()
         bracketLabel_->setText(open ? tr("budget bracket\n[%1, no failing run yet)").arg(low, 0, 'g', 3)
                                     : tr("budget bracket\n[%1, %2]").arg(low, 0, 'g', 3).arg(high, 0, 'g', 3));
         // Room right of the passing end for the open bracket and the labels of the points near it.
-        xMax = open ? std::max(xMax, low) * (logAxis ? 6.0 : 1.5) : std::max(xMax, high);
+        extent.xMax = open ? std::max(extent.xMax, low) * (logAxis ? 6.0 : 1.5) : std::max(extent.xMax, high);
         if (logAxis && shownBracket_->largestPassing) {
-            xMinPositive = std::min(xMinPositive, *shownBracket_->largestPassing);
+            extent.xMinPositive = std::min(extent.xMinPositive, *shownBracket_->largestPassing);
         }
     }
+    return haveBracket;
+}
+
+void BudgetView::drawThreshold()
+{
     const bool haveThreshold = shownBracket_ && shownBracket_->threshold;
     thresholdLine_->setVisible(haveThreshold);
     if (haveThreshold) {
@@ -409,24 +462,29 @@ void BudgetView::showCalibration()
         thresholdLabel_->position->setCoords(*shownBracket_->threshold, 0.02);
     }
     thresholdLabel_->setVisible(haveThreshold);
-    failLabel_->setVisible(!points_.empty());
-    failLine_->setVisible(!points_.empty());
+}
+
+void BudgetView::fitRanges(bool logAxis, const PointExtent& extent)
+{
     if (logAxis) {
         // Labels sit right of their points: room on the right in proportion to the decades shown.
-        const double lower = xMinPositive / 1.8;
-        const double decades = std::log10(xMax) - std::log10(lower);
+        const double lower = extent.xMinPositive / 1.8;
+        const double decades = std::log10(extent.xMax) - std::log10(lower);
         fitX_[0] = lower;
-        fitX_[1] = xMax * std::pow(10.0, std::max(0.35, 0.2 * decades));
+        fitX_[1] = extent.xMax * std::pow(10.0, std::max(0.35, 0.2 * decades));
     } else {
-        fitX_[0] = xMax > 0 ? -xMax * 0.02 : 0.0;
-        fitX_[1] = xMax > 0 ? xMax * 1.2 : 1.0;
+        fitX_[0] = extent.xMax > 0 ? -extent.xMax * 0.02 : 0.0;
+        fitX_[1] = extent.xMax > 0 ? extent.xMax * 1.2 : 1.0;
     }
-    const double pad = (yMax - yMin) * 0.1 + 1.0;
-    fitY_[0] = yMin - pad;
-    fitY_[1] = yMax + pad;
+    const double pad = (extent.yMax - extent.yMin) * 0.1 + 1.0;
+    fitY_[0] = extent.yMin - pad;
+    fitY_[1] = extent.yMax + pad;
     plot_->xAxis->setRange(fitX_[0], fitX_[1]);
     plot_->yAxis->setRange(fitY_[0], fitY_[1]);
+}
 
+void BudgetView::showSummary(bool haveBracket)
+{
     if (calibrations_.empty()) {
         summary_->setText(tr("No calibrations in this workspace yet."));
     } else if (haveBracket) {
@@ -439,7 +497,6 @@ void BudgetView::showCalibration()
     } else {
         summary_->setText(tr("No bracket stored for this step."));
     }
-    plot_->replot();
 }
 
 void BudgetView::fitView()

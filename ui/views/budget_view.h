@@ -51,6 +51,28 @@ public:
 
 private:
     void showCalibration();
+    // The extent of the points shown, for the axes' ranges.
+    struct PointExtent {
+        double xMinPositive = 0.0; // smallest positive mismatch shown (the log axis starts below it)
+        double xMax = 0.0;
+        double yMin = 0.0;
+        double yMax = 0.0;
+    };
+    // The pieces of showCalibration(), in order: read the chosen calibration (returns its info), list its steps
+    // (returns the chosen one), then the table, the failure line, the flag banner, the points and their labels,
+    // the bracket, the threshold, the axes' ranges and the summary.
+    std::optional<CalibrationInfo> loadCalibration();
+    std::optional<std::int64_t> fillStepBox();
+    void resetPointTable();
+    void showFailureRule(const std::optional<CalibrationInfo>& info);
+    void showFlags(const std::optional<CalibrationInfo>& info, std::optional<std::int64_t> step);
+    PointExtent plotPoints(std::optional<std::int64_t> step);
+    void labelPoints(std::optional<std::int64_t> step);
+    // Shades the shown step's bracket (false when it has no end) and widens `extent` to hold it.
+    bool drawBracket(bool logAxis, PointExtent& extent);
+    void drawThreshold();
+    void fitRanges(bool logAxis, const PointExtent& extent);
+    void showSummary(bool haveBracket);
     void fitView();
 
     const store::RunStore* store_ = nullptr;

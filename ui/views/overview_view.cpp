@@ -197,22 +197,17 @@ void OverviewView::refresh()
     auto* layout = new QVBoxLayout(page_);
     layout->setSpacing(8);
 
-    std::vector<store::RunInfo> runs;
-    std::vector<store::ModelRecord> models;
-    std::vector<CalibrationInfo> calibrations;
-    std::vector<AdmissionDecision> decisions;
-    std::vector<SensitivityScanInfo> scans;
-    std::size_t prefixShifts = 0;
+    Workspace workspace;
     QString readError;
     if (store_) {
         try {
             const AnalysisData data(*store_);
-            runs = store_->listRuns();
-            models = store_->listModels();
-            calibrations = data.calibrations();
-            decisions = data.admissionDecisions();
-            scans = data.sensitivityScans();
-            prefixShifts = store::prefixShifts(*store_).size();
+            workspace.runs = store_->listRuns();
+            workspace.models = store_->listModels();
+            workspace.calibrations = data.calibrations();
+            workspace.decisions = data.admissionDecisions();
+            workspace.scans = data.sensitivityScans();
+            workspace.prefixShifts = store::prefixShifts(*store_).size();
         } catch (const std::exception& error) {
             readError = QString::fromUtf8(error.what());
         }
@@ -224,283 +219,26 @@ void OverviewView::refresh()
                 .arg(readError.toHtmlEscaped())));
     }
     layout->addWidget(note(page_,
-        tr("%n run(s), ", nullptr, static_cast<int>(runs.size()))
-            + tr("%n registered model(s), ", nullptr, static_cast<int>(models.size()))
-            + tr("%n calibration(s), ", nullptr, static_cast<int>(calibrations.size()))
-            + tr("%n admission decision(s), ", nullptr, static_cast<int>(decisions.size()))
-            + tr("%n sensitivity scan(s) and ", nullptr, static_cast<int>(scans.size()))
-            + tr("%n prefix-shift analysis(es).", nullptr, static_cast<int>(prefixShifts))));
+        tr("%n run(s), ", nullptr, static_cast<int>(workspace.runs.size()))
+            + tr("%n registered model(s), ", nullptr, static_cast<int>(workspace.models.size()))
+            + tr("%n calibration(s), ", nullptr, static_cast<int>(workspace.calibrations.size()))
+            + tr("%n admission decision(s), ", nullptr, static_cast<int>(workspace.decisions.size()))
+            + tr("%n sensitivity scan(s) and ", nullptr, static_cast<int>(workspace.scans.size()))
+            + tr("%n prefix-shift analysis(es).", nullptr, static_cast<int>(workspace.prefixShifts))));
 
     // ---- an empty workspace: where to start ------------------------------------------------------------------
-    if (store_ && readError.isEmpty() && runs.empty() && calibrations.empty() && decisions.empty()) {
-        auto* start = new QFrame(page_);
-        start->setObjectName("overviewStart");
-        start->setFrameShape(QFrame::StyledPanel);
-        auto* startLayout = new QVBoxLayout(start);
-        startLayout->addWidget(heading(start, tr("Start here"), 3));
-        startLayout->addWidget(note(start,
-            tr("This workspace holds no runs yet. The built-in demo registers an arithmetic teacher/student pair and "
-               "its prompt sets, stores the student's mismatch budget and screens seven rollout configurations "
-               "against it (a few seconds). Or add your own model folder, or train a run. Headless "
-               "<code>mismatch</code> commands on the same workspace appear here live.")));
-        auto* row = new QHBoxLayout;
-        addAction(start, row, tr("Run the Demo"), RunDemo);
-        addAction(start, row, tr("Add a Model Directory..."), AddModel);
-        addAction(start, row, tr("Start a Training Run..."), StartTraining);
-        row->addStretch(1);
-        startLayout->addLayout(row);
-        layout->addWidget(start);
+    if (store_ && readError.isEmpty() && workspace.runs.empty() && workspace.calibrations.empty()
+        && workspace.decisions.empty()) {
+        addStartPanel(layout);
     }
 
     // A store that fails half-way (a damaged or vanished database) leaves what was built and says why.
     try {
         // ---- per student --------------------------------------------------------------------------------------
-        // Students: the calibrations' students, newest calibration last; decisions join their calibration's student.
-        std::map<QString, const CalibrationInfo*> newest;
-        std::vector<QString> order;
-        for (const CalibrationInfo& c : calibrations) {
-            const QString key = studentKey(c.student);
-            if (!newest.count(key)) {
-                order.push_back(key);
-            }
-            newest[key] = &c; // ids increase: the last one is the newest
-        }
-        std::map<std::int64_t, QString> studentOfCalibration;
-        for (const CalibrationInfo& c : calibrations) {
-            studentOfCalibration[c.id] = studentKey(c.student);
-        }
-        std::map<QString, std::vector<const AdmissionDecision*>> decisionsOf;
-        for (const AdmissionDecision& d : decisions) {
-            QString key = d.calibrationId && studentOfCalibration.count(*d.calibrationId)
-                ? studentOfCalibration[*d.calibrationId]
-                : studentKey(d.checkpoint);
-            if (!newest.count(key) && std::find(order.begin(), order.end(), key) == order.end()) {
-                order.push_back(key);
-            }
-            decisionsOf[key].push_back(&d);
-        }
-        for (const QString& student : order) {
-            StudentSection section;
-            section.directory = student;
-            auto* box = new QFrame(page_);
-            box->setFrameShape(QFrame::StyledPanel);
-            auto* boxLayout = new QVBoxLayout(box);
-            boxLayout->addWidget(heading(box, tr("Student %1").arg(QFileInfo(student).fileName().toHtmlEscaped()), 3));
-            boxLayout->addWidget(note(box, QStringLiteral("<code>%1</code>").arg(student.toHtmlEscaped())));
-            // The student's architecture, for the memory and KV capacity of each candidate's recipe.
-            std::optional<model::ModelConfig> config;
-            try {
-                config = model::loadConfig((student + "/config.json").toStdString());
-            } catch (const std::exception&) {
-                config.reset(); // not a model directory here (a moved or shipped calibration): memory unknown
-            }
-
-            // Budget per step.
-            const auto calibration = newest.find(student);
-            if (calibration != newest.end()) {
-                const CalibrationInfo& c = *calibration->second;
-                boxLayout->addWidget(note(box,
-                    tr("<b>Budget</b> from calibration #%1 %2 (%3)")
-                        .arg(c.id)
-                        .arg(QString::fromStdString(c.name).toHtmlEscaped(), QString::fromStdString(c.createdAt))));
-                section.budget = makeTable(box,
-                    {tr("Step"), tr("Largest passing"), tr("Smallest failing"), tr("Threshold"), tr("Threshold x BF16"),
-                        tr("Flags"), tr("Undecided")},
-                    "overviewBudget");
-                section.budget->horizontalHeaderItem(6)->setToolTip(
-                    tr("Points whose interval of the quality change contains the failure line: neither pass nor "
-                       "fail, so no bracket end rests on them."));
-                section.budget->horizontalHeaderItem(4)->setToolTip(
-                    tr("The threshold over the baseline's BF16 unit at that step (the plain BF16 engine at the "
-                       "baseline runs' weights of that step)."));
-                const auto brackets = AnalysisData(*store_).calibrationBrackets(c.id);
-                const auto points = AnalysisData(*store_).calibrationPoints(c.id);
-                for (const CalibrationBracket& b : brackets) {
-                    const int row = section.budget->rowCount();
-                    section.budget->insertRow(row);
-                    auto show = [](const std::optional<double>& v) {
-                        return v ? QString::number(*v, 'g', 4) : QObject::tr("none");
-                    };
-                    section.budget->setItem(row, 0, number(QString::number(b.step)));
-                    section.budget->setItem(row, 1, number(show(b.largestPassing)));
-                    section.budget->setItem(row, 2, number(show(b.smallestFailing)));
-                    section.budget->setItem(row, 3, number(show(b.threshold)));
-                    // The threshold read against the baseline's own BF16 unit at this step (the unit of the
-                    // calibration's BF16-engine runs at that step's weights), not a unit of another step.
-                    const auto unit = baselineUnitAt(points, b.step);
-                    section.budget->setItem(row, 4,
-                        number(b.threshold && unit ? QStringLiteral("%1x").arg(*b.threshold / *unit, 0, 'f', 0)
-                                                   : tr("-")));
-                    QStringList flags;
-                    for (const CalibrationFlag& flag : flagsAtStep(c, b.step)) {
-                        flags << QString::fromStdString(describeFlag(flag));
-                    }
-                    auto* flagItem = cell(
-                        flags.isEmpty() ? tr("none") : QStringLiteral("\u26a0 ") + flags.join(QStringLiteral("; ")));
-                    if (!flags.isEmpty()) {
-                        flagItem->setForeground(QColor(0x8d, 0x5a, 0x00));
-                        flagItem->setToolTip(flags.join(QLatin1Char('\n')));
-                    }
-                    section.budget->setItem(row, 5, flagItem);
-                    QStringList undecided;
-                    for (const CalibrationPoint& p : points) {
-                        if (p.step == b.step && p.undecided()) {
-                            undecided << QStringLiteral("%1 (%2)").arg(
-                                QString::fromStdString(p.label.empty() ? p.runName : p.label),
-                                QString::number(p.mismatch, 'g', 3));
-                        }
-                    }
-                    auto* undecidedItem = cell(undecided.isEmpty() ? tr("none")
-                                                                   : QStringLiteral("? ") + undecided.join(QStringLiteral("; ")));
-                    if (!undecided.isEmpty()) {
-                        undecidedItem->setForeground(QColor(0xef, 0x8a, 0x17));
-                    }
-                    section.budget->setItem(row, 6, undecidedItem);
-                }
-                fitRows(section.budget);
-                boxLayout->addWidget(section.budget);
-                if (!c.flags.empty()) {
-                    boxLayout->addWidget(note(box,
-                        tr("\u26a0 The budget is flagged: a new calibration with more "
-                           "held-out problems or another sweep may settle it.")));
-                }
-                auto* row = new QHBoxLayout;
-                addAction(box, row, tr("Show in the Budget Tab"), ShowBudget, c.id);
-                if (!c.flags.empty()) {
-                    addAction(box, row, tr("Start a New Calibration..."), StartCalibration, 0, student);
-                }
-                row->addStretch(1);
-                boxLayout->addLayout(row);
-            } else {
-                auto* row = new QHBoxLayout;
-                row->addWidget(note(box,
-                    tr("No budget yet for this student: a calibration trains it under increasing "
-                       "mismatch and finds where its quality breaks.")));
-                addAction(box, row, tr("Start Calibration..."), StartCalibration, 0, student);
-                row->addStretch(1);
-                boxLayout->addLayout(row);
-            }
-
-            // Best admitted candidates: the cheapest in weight memory first (their mismatch fits the budget).
-            const auto& screened = decisionsOf[student];
-            for (const AdmissionDecision* d : screened) {
-                if (d->decision != "admit") {
-                    continue;
-                }
-                Candidate candidate;
-                candidate.decisionId = d->id;
-                candidate.name = QString::fromStdString(d->candidateName);
-                candidate.checkpoint = QFileInfo(QString::fromStdString(d->checkpoint)).fileName();
-                candidate.mismatch = d->mismatch;
-                candidate.ciLow = d->ciLow;
-                candidate.ciHigh = d->ciHigh;
-                candidate.bf16Multiple = bf16Multiple(*d);
-                candidate.notes = decisionNotes(*d);
-                if (!config) {
-                    candidate.memoryUnknown = tr("the student's config.json cannot be read here");
-                } else {
-                    try {
-                        const quant::Recipe recipe = d->recipeJson.empty()
-                            ? quant::Recipe {}
-                            : quant::parseRecipe(d->recipeJson, "candidate.json");
-                        const quant::RecipePlan plan = quant::resolveRecipe(recipe, *config);
-                        candidate.weightBytes = plan.weightBytes;
-                        candidate.bf16WeightBytes = plan.bf16WeightBytes;
-                        candidate.kvCapacityRatio = plan.kvCapacityRatio();
-                    } catch (const std::exception& error) {
-                        // A recipe that does not resolve for this architecture (written for another layer count):
-                        // memory and capacity unknown, and the cell says why.
-                        candidate.memoryUnknown
-                            = tr("its recipe does not resolve for this student: %1").arg(QString::fromUtf8(error.what()));
-                    }
-                }
-                section.best.push_back(candidate);
-            }
-            std::stable_sort(section.best.begin(), section.best.end(), [](const Candidate& a, const Candidate& b) {
-                const std::int64_t wa = a.weightBytes.value_or(std::numeric_limits<std::int64_t>::max());
-                const std::int64_t wb = b.weightBytes.value_or(std::numeric_limits<std::int64_t>::max());
-                return wa != wb ? wa < wb : a.mismatch < b.mismatch;
-            });
-            if (section.best.size() > static_cast<size_t>(kBestCandidates)) {
-                section.best.resize(kBestCandidates);
-            }
-            if (!section.best.empty()) {
-                const auto admitted = std::count_if(screened.begin(), screened.end(),
-                    [](const AdmissionDecision* d) { return d->decision == "admit"; });
-                const QString shown = admitted > static_cast<long>(section.best.size())
-                    ? tr("the %1 with the least weight memory").arg(section.best.size())
-                    : tr("least weight memory first");
-                boxLayout->addWidget(note(box,
-                    tr("<b>Best admitted candidates</b> (%1 of %2 screened decisions admitted; %3)")
-                        .arg(admitted)
-                        .arg(screened.size())
-                        .arg(shown)));
-                section.candidates = makeTable(box,
-                    {tr("Candidate"), tr("Checkpoint"), tr("Mismatch [95%]"), tr("x BF16"), tr("Weight memory"),
-                        tr("KV capacity"), tr("Notes")},
-                    "overviewCandidates");
-                for (const Candidate& c : section.best) {
-                    const int row = section.candidates->rowCount();
-                    section.candidates->insertRow(row);
-                    section.candidates->setItem(row, 0, cell(c.name));
-                    section.candidates->setItem(row, 1, cell(c.checkpoint));
-                    section.candidates->setItem(row, 2,
-                        number(QStringLiteral("%1 [%2, %3]")
-                                   .arg(c.mismatch, 0, 'g', 3)
-                                   .arg(c.ciLow, 0, 'g', 3)
-                                   .arg(c.ciHigh, 0, 'g', 3)));
-                    section.candidates->setItem(row, 3,
-                        number(c.bf16Multiple ? QStringLiteral("%1x").arg(*c.bf16Multiple, 0, 'g', 3) : tr("-")));
-                    auto* memory = number(c.weightBytes && c.bf16WeightBytes && *c.bf16WeightBytes > 0
-                            ? tr("%1 (%2x BF16)")
-                                  .arg(mebibytes(*c.weightBytes))
-                                  .arg(static_cast<double>(*c.weightBytes) / static_cast<double>(*c.bf16WeightBytes), 0,
-                                      'f', 2)
-                            : tr("unknown"));
-                    auto* capacity
-                        = number(c.kvCapacityRatio ? tr("%1x BF16").arg(*c.kvCapacityRatio, 0, 'f', 2) : tr("unknown"));
-                    if (!c.memoryUnknown.isEmpty()) {
-                        for (QTableWidgetItem* item : {memory, capacity}) {
-                            item->setForeground(QColor(0x75, 0x75, 0x75));
-                            item->setToolTip(tr("Unknown: %1").arg(c.memoryUnknown));
-                        }
-                    }
-                    section.candidates->setItem(row, 4, memory);
-                    section.candidates->setItem(row, 5, capacity);
-                    auto* notes = cell(c.notes.isEmpty()
-                            ? QString()
-                            : QStringLiteral("\u26a0 ") + QString(c.notes).replace('\n', QStringLiteral("; ")));
-                    notes->setForeground(QColor(0x8d, 0x5a, 0x00));
-                    notes->setToolTip(c.notes);
-                    section.candidates->setItem(row, 6, notes);
-                }
-                fitRows(section.candidates);
-                boxLayout->addWidget(section.candidates);
-                auto* row = new QHBoxLayout;
-                addAction(box, row, tr("Show in the Admission Tab"), ShowAdmission);
-                row->addStretch(1);
-                boxLayout->addLayout(row);
-            } else {
-                auto* row = new QHBoxLayout;
-                row->addWidget(note(box,
-                    screened.empty() ? tr("No candidate rollout configuration screened against this budget yet.")
-                                     : tr("None of the %n screened decision(s) was admitted.", nullptr,
-                                         static_cast<int>(screened.size()))));
-                auto* admit = addAction(box, row, tr("Start Admission Check..."), StartAdmission,
-                    calibration != newest.end() ? calibration->second->id : 0);
-                admit->setEnabled(calibration != newest.end());
-                if (calibration == newest.end()) {
-                    admit->setToolTip(tr("An admission check needs a budget: calibrate the student first"));
-                }
-                row->addStretch(1);
-                boxLayout->addLayout(row);
-            }
-            layout->addWidget(box);
-            sections_.push_back(std::move(section));
-        }
+        addStudentSections(layout, workspace);
 
         // ---- latest runs --------------------------------------------------------------------------------------
-        if (!runs.empty()) {
+        if (!workspace.runs.empty()) {
             buildLatestRuns(layout, page_);
         }
     } catch (const std::exception& error) {
@@ -511,56 +249,9 @@ void OverviewView::refresh()
     }
 
     // ---- what to do next ----------------------------------------------------------------------------------
-    if (store_ && readError.isEmpty() && !(runs.empty() && calibrations.empty() && decisions.empty())) {
-        auto* next = new QFrame(page_);
-        next->setObjectName("overviewNext");
-        next->setFrameShape(QFrame::StyledPanel);
-        auto* nextLayout = new QVBoxLayout(next);
-        nextLayout->addWidget(heading(next, tr("Next steps"), 3));
-        int suggestions = 0;
-        auto suggest = [&](const QString& text, const QString& button, Action action, qint64 id = 0,
-                           const QString& argument = {}) {
-            auto* row = new QHBoxLayout;
-            row->addWidget(note(next, text), 1);
-            addAction(next, row, button, action, id, argument);
-            nextLayout->addLayout(row);
-            ++suggestions;
-        };
-        if (models.empty()) {
-            suggest(tr("No model is registered: add a model folder (config.json, safetensors, tokenizer.json) so the "
-                       "dialogs can offer it, or run the demo, which registers the built-in pair."),
-                tr("Add a Model Directory..."), AddModel);
-        }
-        if (calibrations.empty()) {
-            suggest(tr("No mismatch budget yet: calibrate the student to learn how much mismatch it tolerates "
-                       "before its quality breaks."),
-                tr("Start Calibration..."), StartCalibration);
-        } else if (decisions.empty()) {
-            suggest(tr("A budget exists but no rollout configuration was screened against it: the admission check "
-                       "measures each candidate's mismatch in minutes."),
-                tr("Start Admission Check..."), StartAdmission, calibrations.back().id);
-        }
-        if (scans.empty()) {
-            suggest(tr("No layer sensitivity scan: it shows which layers and modules to keep in BF16, and builds a "
-                       "recipe from that."),
-                tr("Start Sensitivity Scan..."), StartSensitivity, 0,
-                models.empty() ? QString() : QString::fromStdString(models.front().path));
-        }
-        if (prefixShifts == 0) {
-            suggest(tr("No prefix-shift analysis: it splits a configuration's mismatch into the per-token part and "
-                       "the part that comes from reaching different prefixes."),
-                tr("Start Prefix-Shift Analysis..."), StartPrefixShift);
-        }
-        if (suggestions == 0) {
-            nextLayout->addWidget(note(next,
-                tr("Every kind of analysis has results here. Train with an admitted "
-                   "configuration, or re-check it at later checkpoints.")));
-            auto* row = new QHBoxLayout;
-            addAction(next, row, tr("Start a Training Run..."), StartTraining);
-            row->addStretch(1);
-            nextLayout->addLayout(row);
-        }
-        layout->addWidget(next);
+    if (store_ && readError.isEmpty()
+        && !(workspace.runs.empty() && workspace.calibrations.empty() && workspace.decisions.empty())) {
+        addNextSteps(layout, workspace);
     }
     layout->addStretch(1);
     // The previous page goes later: a refresh can run inside a signal of one of its buttons.
@@ -570,6 +261,357 @@ void OverviewView::refresh()
     }
     scroll_->setWidget(page_);
     scroll_->verticalScrollBar()->setValue(scrolled);
+}
+
+void OverviewView::addStartPanel(QVBoxLayout* layout)
+{
+    auto* start = new QFrame(page_);
+    start->setObjectName("overviewStart");
+    start->setFrameShape(QFrame::StyledPanel);
+    auto* startLayout = new QVBoxLayout(start);
+    startLayout->addWidget(heading(start, tr("Start here"), 3));
+    startLayout->addWidget(note(start,
+        tr("This workspace holds no runs yet. The built-in demo registers an arithmetic teacher/student pair and "
+           "its prompt sets, stores the student's mismatch budget and screens seven rollout configurations "
+           "against it (a few seconds). Or add your own model folder, or train a run. Headless "
+           "<code>mismatch</code> commands on the same workspace appear here live.")));
+    auto* row = new QHBoxLayout;
+    addAction(start, row, tr("Run the Demo"), RunDemo);
+    addAction(start, row, tr("Add a Model Directory..."), AddModel);
+    addAction(start, row, tr("Start a Training Run..."), StartTraining);
+    row->addStretch(1);
+    startLayout->addLayout(row);
+    layout->addWidget(start);
+}
+
+void OverviewView::addStudentSections(QVBoxLayout* layout, const Workspace& workspace)
+{
+    // Students: the calibrations' students, newest calibration last; decisions join their calibration's student.
+    std::map<QString, const CalibrationInfo*> newest;
+    std::vector<QString> order;
+    for (const CalibrationInfo& c : workspace.calibrations) {
+        const QString key = studentKey(c.student);
+        if (!newest.count(key)) {
+            order.push_back(key);
+        }
+        newest[key] = &c; // ids increase: the last one is the newest
+    }
+    std::map<std::int64_t, QString> studentOfCalibration;
+    for (const CalibrationInfo& c : workspace.calibrations) {
+        studentOfCalibration[c.id] = studentKey(c.student);
+    }
+    std::map<QString, std::vector<const AdmissionDecision*>> decisionsOf;
+    for (const AdmissionDecision& d : workspace.decisions) {
+        QString key = d.calibrationId && studentOfCalibration.count(*d.calibrationId)
+            ? studentOfCalibration[*d.calibrationId]
+            : studentKey(d.checkpoint);
+        if (!newest.count(key) && std::find(order.begin(), order.end(), key) == order.end()) {
+            order.push_back(key);
+        }
+        decisionsOf[key].push_back(&d);
+    }
+    for (const QString& student : order) {
+        const auto calibration = newest.find(student);
+        addStudentSection(
+            layout, student, calibration != newest.end() ? calibration->second : nullptr, decisionsOf[student]);
+    }
+}
+
+void OverviewView::addStudentSection(QVBoxLayout* layout, const QString& student, const CalibrationInfo* calibration,
+    const std::vector<const AdmissionDecision*>& screened)
+{
+    StudentSection section;
+    section.directory = student;
+    auto* box = new QFrame(page_);
+    box->setFrameShape(QFrame::StyledPanel);
+    auto* boxLayout = new QVBoxLayout(box);
+    boxLayout->addWidget(heading(box, tr("Student %1").arg(QFileInfo(student).fileName().toHtmlEscaped()), 3));
+    boxLayout->addWidget(note(box, QStringLiteral("<code>%1</code>").arg(student.toHtmlEscaped())));
+    // The student's architecture, for the memory and KV capacity of each candidate's recipe.
+    std::optional<model::ModelConfig> config;
+    try {
+        config = model::loadConfig((student + "/config.json").toStdString());
+    } catch (const std::exception&) {
+        config.reset(); // not a model directory here (a moved or shipped calibration): memory unknown
+    }
+
+    addBudget(box, boxLayout, section, student, calibration);
+
+    // Best admitted candidates: the cheapest in weight memory first (their mismatch fits the budget).
+    section.best = admittedCandidates(screened, config);
+    addCandidates(box, boxLayout, section, screened, calibration);
+    layout->addWidget(box);
+    sections_.push_back(std::move(section));
+}
+
+void OverviewView::addBudget(QWidget* box, QVBoxLayout* boxLayout, StudentSection& section, const QString& student,
+    const CalibrationInfo* calibration)
+{
+    // Budget per step.
+    if (calibration) {
+        const CalibrationInfo& c = *calibration;
+        boxLayout->addWidget(note(box,
+            tr("<b>Budget</b> from calibration #%1 %2 (%3)")
+                .arg(c.id)
+                .arg(QString::fromStdString(c.name).toHtmlEscaped(), QString::fromStdString(c.createdAt))));
+        section.budget = makeTable(box,
+            {tr("Step"), tr("Largest passing"), tr("Smallest failing"), tr("Threshold"), tr("Threshold x BF16"),
+                tr("Flags"), tr("Undecided")},
+            "overviewBudget");
+        section.budget->horizontalHeaderItem(6)->setToolTip(
+            tr("Points whose interval of the quality change contains the failure line: neither pass nor "
+               "fail, so no bracket end rests on them."));
+        section.budget->horizontalHeaderItem(4)->setToolTip(
+            tr("The threshold over the baseline's BF16 unit at that step (the plain BF16 engine at the "
+               "baseline runs' weights of that step)."));
+        fillBudgetTable(section.budget, c);
+        fitRows(section.budget);
+        boxLayout->addWidget(section.budget);
+        if (!c.flags.empty()) {
+            boxLayout->addWidget(note(box,
+                tr("\u26a0 The budget is flagged: a new calibration with more "
+                   "held-out problems or another sweep may settle it.")));
+        }
+        auto* row = new QHBoxLayout;
+        addAction(box, row, tr("Show in the Budget Tab"), ShowBudget, c.id);
+        if (!c.flags.empty()) {
+            addAction(box, row, tr("Start a New Calibration..."), StartCalibration, 0, student);
+        }
+        row->addStretch(1);
+        boxLayout->addLayout(row);
+    } else {
+        auto* row = new QHBoxLayout;
+        row->addWidget(note(box,
+            tr("No budget yet for this student: a calibration trains it under increasing "
+               "mismatch and finds where its quality breaks.")));
+        addAction(box, row, tr("Start Calibration..."), StartCalibration, 0, student);
+        row->addStretch(1);
+        boxLayout->addLayout(row);
+    }
+}
+
+void OverviewView::fillBudgetTable(QTableWidget* table, const CalibrationInfo& c)
+{
+    const auto brackets = AnalysisData(*store_).calibrationBrackets(c.id);
+    const auto points = AnalysisData(*store_).calibrationPoints(c.id);
+    for (const CalibrationBracket& b : brackets) {
+        const int row = table->rowCount();
+        table->insertRow(row);
+        auto show
+            = [](const std::optional<double>& v) { return v ? QString::number(*v, 'g', 4) : QObject::tr("none"); };
+        table->setItem(row, 0, number(QString::number(b.step)));
+        table->setItem(row, 1, number(show(b.largestPassing)));
+        table->setItem(row, 2, number(show(b.smallestFailing)));
+        table->setItem(row, 3, number(show(b.threshold)));
+        // The threshold read against the baseline's own BF16 unit at this step (the unit of the
+        // calibration's BF16-engine runs at that step's weights), not a unit of another step.
+        const auto unit = baselineUnitAt(points, b.step);
+        table->setItem(
+            row, 4, number(b.threshold && unit ? QStringLiteral("%1x").arg(*b.threshold / *unit, 0, 'f', 0) : tr("-")));
+        QStringList flags;
+        for (const CalibrationFlag& flag : flagsAtStep(c, b.step)) {
+            flags << QString::fromStdString(describeFlag(flag));
+        }
+        auto* flagItem
+            = cell(flags.isEmpty() ? tr("none") : QStringLiteral("\u26a0 ") + flags.join(QStringLiteral("; ")));
+        if (!flags.isEmpty()) {
+            flagItem->setForeground(QColor(0x8d, 0x5a, 0x00));
+            flagItem->setToolTip(flags.join(QLatin1Char('\n')));
+        }
+        table->setItem(row, 5, flagItem);
+        QStringList undecided;
+        for (const CalibrationPoint& p : points) {
+            if (p.step == b.step && p.undecided()) {
+                undecided << QStringLiteral("%1 (%2)").arg(
+                    QString::fromStdString(p.label.empty() ? p.runName : p.label), QString::number(p.mismatch, 'g', 3));
+            }
+        }
+        auto* undecidedItem
+            = cell(undecided.isEmpty() ? tr("none") : QStringLiteral("? ") + undecided.join(QStringLiteral("; ")));
+        if (!undecided.isEmpty()) {
+            undecidedItem->setForeground(QColor(0xef, 0x8a, 0x17));
+        }
+        table->setItem(row, 6, undecidedItem);
+    }
+}
+
+std::vector<OverviewView::Candidate> OverviewView::admittedCandidates(
+    const std::vector<const AdmissionDecision*>& screened, const std::optional<model::ModelConfig>& config)
+{
+    std::vector<Candidate> best;
+    for (const AdmissionDecision* d : screened) {
+        if (d->decision != "admit") {
+            continue;
+        }
+        Candidate candidate;
+        candidate.decisionId = d->id;
+        candidate.name = QString::fromStdString(d->candidateName);
+        candidate.checkpoint = QFileInfo(QString::fromStdString(d->checkpoint)).fileName();
+        candidate.mismatch = d->mismatch;
+        candidate.ciLow = d->ciLow;
+        candidate.ciHigh = d->ciHigh;
+        candidate.bf16Multiple = bf16Multiple(*d);
+        candidate.notes = decisionNotes(*d);
+        if (!config) {
+            candidate.memoryUnknown = tr("the student's config.json cannot be read here");
+        } else {
+            try {
+                const quant::Recipe recipe
+                    = d->recipeJson.empty() ? quant::Recipe {} : quant::parseRecipe(d->recipeJson, "candidate.json");
+                const quant::RecipePlan plan = quant::resolveRecipe(recipe, *config);
+                candidate.weightBytes = plan.weightBytes;
+                candidate.bf16WeightBytes = plan.bf16WeightBytes;
+                candidate.kvCapacityRatio = plan.kvCapacityRatio();
+            } catch (const std::exception& error) {
+                // A recipe that does not resolve for this architecture (written for another layer count):
+                // memory and capacity unknown, and the cell says why.
+                candidate.memoryUnknown
+                    = tr("its recipe does not resolve for this student: %1").arg(QString::fromUtf8(error.what()));
+            }
+        }
+        best.push_back(candidate);
+    }
+    std::stable_sort(best.begin(), best.end(), [](const Candidate& a, const Candidate& b) {
+        const std::int64_t wa = a.weightBytes.value_or(std::numeric_limits<std::int64_t>::max());
+        const std::int64_t wb = b.weightBytes.value_or(std::numeric_limits<std::int64_t>::max());
+        return wa != wb ? wa < wb : a.mismatch < b.mismatch;
+    });
+    if (best.size() > static_cast<size_t>(kBestCandidates)) {
+        best.resize(kBestCandidates);
+    }
+    return best;
+}
+
+void OverviewView::addCandidates(QWidget* box, QVBoxLayout* boxLayout, StudentSection& section,
+    const std::vector<const AdmissionDecision*>& screened, const CalibrationInfo* calibration)
+{
+    if (!section.best.empty()) {
+        const auto admitted = std::count_if(
+            screened.begin(), screened.end(), [](const AdmissionDecision* d) { return d->decision == "admit"; });
+        const QString shown = admitted > static_cast<long>(section.best.size())
+            ? tr("the %1 with the least weight memory").arg(section.best.size())
+            : tr("least weight memory first");
+        boxLayout->addWidget(note(box,
+            tr("<b>Best admitted candidates</b> (%1 of %2 screened decisions admitted; %3)")
+                .arg(admitted)
+                .arg(screened.size())
+                .arg(shown)));
+        section.candidates = makeTable(box,
+            {tr("Candidate"), tr("Checkpoint"), tr("Mismatch [95%]"), tr("x BF16"), tr("Weight memory"),
+                tr("KV capacity"), tr("Notes")},
+            "overviewCandidates");
+        fillCandidateTable(section.candidates, section.best);
+        fitRows(section.candidates);
+        boxLayout->addWidget(section.candidates);
+        auto* row = new QHBoxLayout;
+        addAction(box, row, tr("Show in the Admission Tab"), ShowAdmission);
+        row->addStretch(1);
+        boxLayout->addLayout(row);
+    } else {
+        auto* row = new QHBoxLayout;
+        row->addWidget(note(box,
+            screened.empty()
+                ? tr("No candidate rollout configuration screened against this budget yet.")
+                : tr("None of the %n screened decision(s) was admitted.", nullptr, static_cast<int>(screened.size()))));
+        auto* admit
+            = addAction(box, row, tr("Start Admission Check..."), StartAdmission, calibration ? calibration->id : 0);
+        admit->setEnabled(calibration != nullptr);
+        if (!calibration) {
+            admit->setToolTip(tr("An admission check needs a budget: calibrate the student first"));
+        }
+        row->addStretch(1);
+        boxLayout->addLayout(row);
+    }
+}
+
+void OverviewView::fillCandidateTable(QTableWidget* table, const std::vector<Candidate>& candidates)
+{
+    for (const Candidate& c : candidates) {
+        const int row = table->rowCount();
+        table->insertRow(row);
+        table->setItem(row, 0, cell(c.name));
+        table->setItem(row, 1, cell(c.checkpoint));
+        table->setItem(row, 2,
+            number(QStringLiteral("%1 [%2, %3]")
+                       .arg(c.mismatch, 0, 'g', 3)
+                       .arg(c.ciLow, 0, 'g', 3)
+                       .arg(c.ciHigh, 0, 'g', 3)));
+        table->setItem(
+            row, 3, number(c.bf16Multiple ? QStringLiteral("%1x").arg(*c.bf16Multiple, 0, 'g', 3) : tr("-")));
+        auto* memory = number(c.weightBytes && c.bf16WeightBytes && *c.bf16WeightBytes > 0
+                ? tr("%1 (%2x BF16)")
+                      .arg(mebibytes(*c.weightBytes))
+                      .arg(static_cast<double>(*c.weightBytes) / static_cast<double>(*c.bf16WeightBytes), 0, 'f', 2)
+                : tr("unknown"));
+        auto* capacity = number(c.kvCapacityRatio ? tr("%1x BF16").arg(*c.kvCapacityRatio, 0, 'f', 2) : tr("unknown"));
+        if (!c.memoryUnknown.isEmpty()) {
+            for (QTableWidgetItem* item : {memory, capacity}) {
+                item->setForeground(QColor(0x75, 0x75, 0x75));
+                item->setToolTip(tr("Unknown: %1").arg(c.memoryUnknown));
+            }
+        }
+        table->setItem(row, 4, memory);
+        table->setItem(row, 5, capacity);
+        auto* notes = cell(c.notes.isEmpty()
+                ? QString()
+                : QStringLiteral("\u26a0 ") + QString(c.notes).replace('\n', QStringLiteral("; ")));
+        notes->setForeground(QColor(0x8d, 0x5a, 0x00));
+        notes->setToolTip(c.notes);
+        table->setItem(row, 6, notes);
+    }
+}
+
+void OverviewView::addNextSteps(QVBoxLayout* layout, const Workspace& workspace)
+{
+    auto* next = new QFrame(page_);
+    next->setObjectName("overviewNext");
+    next->setFrameShape(QFrame::StyledPanel);
+    auto* nextLayout = new QVBoxLayout(next);
+    nextLayout->addWidget(heading(next, tr("Next steps"), 3));
+    int suggestions = 0;
+    auto suggest
+        = [&](const QString& text, const QString& button, Action action, qint64 id = 0, const QString& argument = {}) {
+              auto* row = new QHBoxLayout;
+              row->addWidget(note(next, text), 1);
+              addAction(next, row, button, action, id, argument);
+              nextLayout->addLayout(row);
+              ++suggestions;
+          };
+    if (workspace.models.empty()) {
+        suggest(tr("No model is registered: add a model folder (config.json, safetensors, tokenizer.json) so the "
+                   "dialogs can offer it, or run the demo, which registers the built-in pair."),
+            tr("Add a Model Directory..."), AddModel);
+    }
+    if (workspace.calibrations.empty()) {
+        suggest(tr("No mismatch budget yet: calibrate the student to learn how much mismatch it tolerates "
+                   "before its quality breaks."),
+            tr("Start Calibration..."), StartCalibration);
+    } else if (workspace.decisions.empty()) {
+        suggest(tr("A budget exists but no rollout configuration was screened against it: the admission check "
+                   "measures each candidate's mismatch in minutes."),
+            tr("Start Admission Check..."), StartAdmission, workspace.calibrations.back().id);
+    }
+    if (workspace.scans.empty()) {
+        suggest(tr("No layer sensitivity scan: it shows which layers and modules to keep in BF16, and builds a "
+                   "recipe from that."),
+            tr("Start Sensitivity Scan..."), StartSensitivity, 0,
+            workspace.models.empty() ? QString() : QString::fromStdString(workspace.models.front().path));
+    }
+    if (workspace.prefixShifts == 0) {
+        suggest(tr("No prefix-shift analysis: it splits a configuration's mismatch into the per-token part and "
+                   "the part that comes from reaching different prefixes."),
+            tr("Start Prefix-Shift Analysis..."), StartPrefixShift);
+    }
+    if (suggestions == 0) {
+        nextLayout->addWidget(note(next,
+            tr("Every kind of analysis has results here. Train with an admitted "
+               "configuration, or re-check it at later checkpoints.")));
+        auto* row = new QHBoxLayout;
+        addAction(next, row, tr("Start a Training Run..."), StartTraining);
+        row->addStretch(1);
+        nextLayout->addLayout(row);
+    }
+    layout->addWidget(next);
 }
 
 void OverviewView::buildLatestRuns(QVBoxLayout* layout, QWidget* page)

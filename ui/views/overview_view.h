@@ -8,7 +8,9 @@
 //   - next steps for what is missing (no model or run yet, no budget, no admission check, no sensitivity scan, a
 //     flagged budget), each with a button that opens the right dialog (actionRequested()).
 // Everything is read from the store through AnalysisData and RunStore; nothing here writes.
+#include "core/model/config.h"
 #include "core/store/run_store.h"
+#include "ui/views/analysis_data.h"
 
 #include <QWidget>
 
@@ -85,6 +87,32 @@ private:
     QPushButton* addAction(QWidget* parent, QLayout* layout, const QString& text, Action action, qint64 id = 0,
         const QString& argument = {});
     void buildLatestRuns(QVBoxLayout* layout, QWidget* page);
+
+    // What refresh() reads from the store.
+    struct Workspace {
+        std::vector<store::RunInfo> runs;
+        std::vector<store::ModelRecord> models;
+        std::vector<CalibrationInfo> calibrations;
+        std::vector<AdmissionDecision> decisions;
+        std::vector<SensitivityScanInfo> scans;
+        std::size_t prefixShifts = 0;
+    };
+    // The pieces of the page, top to bottom.
+    void addStartPanel(QVBoxLayout* layout);
+    void addStudentSections(QVBoxLayout* layout, const Workspace& workspace);
+    // One student's box: its budget (`calibration`: its newest, nullptr when none) and its best candidates.
+    void addStudentSection(QVBoxLayout* layout, const QString& student, const CalibrationInfo* calibration,
+        const std::vector<const AdmissionDecision*>& screened);
+    void addBudget(QWidget* box, QVBoxLayout* boxLayout, StudentSection& section, const QString& student,
+        const CalibrationInfo* calibration);
+    void fillBudgetTable(QTableWidget* table, const CalibrationInfo& c);
+    // The admitted decisions as candidates, least weight memory first, at most kBestCandidates.
+    static std::vector<Candidate> admittedCandidates(
+        const std::vector<const AdmissionDecision*>& screened, const std::optional<model::ModelConfig>& config);
+    void addCandidates(QWidget* box, QVBoxLayout* boxLayout, StudentSection& section,
+        const std::vector<const AdmissionDecision*>& screened, const CalibrationInfo* calibration);
+    void fillCandidateTable(QTableWidget* table, const std::vector<Candidate>& candidates);
+    void addNextSteps(QVBoxLayout* layout, const Workspace& workspace);
 
     const store::RunStore* store_ = nullptr;
     QScrollArea* scroll_ = nullptr;

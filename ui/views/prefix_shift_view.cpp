@@ -236,22 +236,7 @@ QString PrefixShiftView::tokenHtml() const
 
 void PrefixShiftView::showAnalysis(int comboIndex)
 {
-    data_->pairs.clear();
-    data_->tokenizer.reset();
-    analysisId_ = 0;
-    fromAllPairs_ = false;
-    for (int g = 0; g < plot_->graphCount(); ++g)
-        plot_->graph(g)->data()->clear();
-    for (QCPAbstractItem* item : data_->marks)
-        plot_->removeItem(item);
-    data_->marks.clear();
-    crosshair_->hide();
-    auto* bars = qobject_cast<QCPBars*>(histogram_->plottable(0));
-    bars->data()->clear();
-    histogram_->clearItems();
-    corrections_->clear();
-    corrections_->setHorizontalHeaderLabels({tr("Correction"), tr("Cap"), tr("Total"), tr("Per-token"),
-        tr("Prefix shift"), tr("Tokens weighted (own)"), tr("Tokens weighted (BF16 prefixes)")});
+    clearAnalysis();
     const QSignalBlocker block(pairList_);
     pairList_->clear();
     tokens_->clear();
@@ -271,6 +256,45 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         data_->tokenizer.reset(); // tokens are then shown as ids
     }
     const nlohmann::json details = nlohmann::json::parse(r.detailsJson, nullptr, false);
+    showSummary(r, details);
+
+    // Colour scale: the 99th percentile of every stored token KL, so one outlier does not wash out the rest.
+    std::vector<double> all;
+    for (const auto& p : data_->pairs) {
+        all.insert(all.end(), p.candidateKl.begin(), p.candidateKl.end());
+        all.insert(all.end(), p.referenceKl.begin(), p.referenceKl.end());
+    }
+    scaleMax_ = klColourScale(std::move(all));
+
+    plotPositions(r, details);
+    plotDivergences(r, details);
+    fillCorrections(details);
+    // Called with pairList_'s signals blocked (above).
+    listPairs();
+}
+
+void PrefixShiftView::clearAnalysis()
+{
+    data_->pairs.clear();
+    data_->tokenizer.reset();
+    analysisId_ = 0;
+    fromAllPairs_ = false;
+    for (int g = 0; g < plot_->graphCount(); ++g)
+        plot_->graph(g)->data()->clear();
+    for (QCPAbstractItem* item : data_->marks)
+        plot_->removeItem(item);
+    data_->marks.clear();
+    crosshair_->hide();
+    auto* bars = qobject_cast<QCPBars*>(histogram_->plottable(0));
+    bars->data()->clear();
+    histogram_->clearItems();
+    corrections_->clear();
+    corrections_->setHorizontalHeaderLabels({tr("Correction"), tr("Cap"), tr("Total"), tr("Per-token"),
+        tr("Prefix shift"), tr("Tokens weighted (own)"), tr("Tokens weighted (BF16 prefixes)")});
+}
+
+void PrefixShiftView::showSummary(const store::PrefixShiftRecord& r, const nlohmann::json& details)
+{
     auto interval = [](const std::optional<double>& low, const std::optional<double>& high) {
         return low && high ? QObject::tr(" [%1, %2]").arg(*low, 0, 'g', 3).arg(*high, 0, 'g', 3) : QString();
     };
@@ -303,15 +327,10 @@ void PrefixShiftView::showAnalysis(int comboIndex)
     }
     profile_->setSeries({{tr("candidate, own prefixes"), comparison}});
     summary_->setText(summary);
+}
 
-    // Colour scale: the 99th percentile of every stored token KL, so one outlier does not wash out the rest.
-    std::vector<double> all;
-    for (const auto& p : data_->pairs) {
-        all.insert(all.end(), p.candidateKl.begin(), p.candidateKl.end());
-        all.insert(all.end(), p.referenceKl.begin(), p.referenceKl.end());
-    }
-    scaleMax_ = klColourScale(std::move(all));
-
+void PrefixShiftView::plotPositions(const store::PrefixShiftRecord& r, const nlohmann::json& details)
+{
     // Mismatch by position over every analysed pair (the stored details); without them, over the stored pairs.
     if (details.is_object() && details.contains("by_position") && details.at("by_position").is_array()) {
         fromAllPairs_ = true;
@@ -363,7 +382,11 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         ->setName(fromAllPairs_ ? tr("per-token: BF16 prefixes (all %1 pairs)").arg(r.pairs)
                                 : tr("per-token: BF16 prefixes (the %1 stored pairs)").arg(data_->pairs.size()));
     plot_->graph(Bf16UnitByPosition)->setVisible(plot_->graph(Bf16UnitByPosition)->dataCount() > 0);
+}
 
+void PrefixShiftView::plotDivergences(const store::PrefixShiftRecord& r, const nlohmann::json& details)
+{
+    auto* bars = qobject_cast<QCPBars*>(histogram_->plottable(0));
     // First divergences: one bar per response position (the last bin holds every divergence at or after it).
     if (details.is_object() && details.contains("divergence_histogram")
         && details.at("divergence_histogram").is_array()) {
@@ -398,7 +421,10 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         label->setText(tr(" median %1").arg(*median, 0, 'g', 4));
     }
     fitHistogram();
+}
 
+void PrefixShiftView::fillCorrections(const nlohmann::json& details)
+{
     // TIS / MIS: the importance-weighted mismatch of each part.
     if (details.is_object() && details.contains("corrections") && details.at("corrections").is_array()) {
         for (const auto& c : details.at("corrections")) {
@@ -425,7 +451,10 @@ void PrefixShiftView::showAnalysis(int comboIndex)
         }
     }
     correctionTable_->resizeColumnsToContents();
+}
 
+void PrefixShiftView::listPairs()
+{
     for (const auto& p : data_->pairs) {
         const QString label = p.firstDivergence
             ? tr("%1 — diverges at %2").arg(QString::fromStdString(p.promptId)).arg(*p.firstDivergence)

@@ -10,6 +10,8 @@
 
 #include <QWidget>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,6 +27,9 @@ class QTextBrowser;
 
 namespace mismatch::model {
 class Tokenizer;
+}
+namespace mismatch::store {
+struct PrefixShiftRecord;
 }
 
 namespace mismatch::ui {
@@ -69,6 +74,16 @@ public:
 
 private:
     void showAnalysis(int comboIndex);
+    // The pieces of showAnalysis(): empty the plots and the corrections, then fill the summary, the by-position
+    // plot, the first-divergence histogram, the corrections and the pair list from the analysis `r` and its
+    // stored `details`.
+    void clearAnalysis();
+    void showSummary(const store::PrefixShiftRecord& r, const nlohmann::json& details);
+    void plotPositions(const store::PrefixShiftRecord& r, const nlohmann::json& details);
+    void plotDivergences(const store::PrefixShiftRecord& r, const nlohmann::json& details);
+    void fillCorrections(const nlohmann::json& details);
+    // Lists the stored pairs and selects the first diverging one; pairList_'s signals are blocked by the caller.
+    void listPairs();
     void fitPositions();
     void fitHistogram();
     QString tokenText(std::int64_t id) const;

@@ -409,6 +409,36 @@ RecipeEditor::RecipeEditor(QWidget* parent)
     recipe_.name = "untitled";
 
     auto* layout = new QVBoxLayout(this);
+    EditorButtons buttons;
+    buildModelRow(layout);
+    buildDefaultsRow(layout, buttons);
+
+    tabs_ = new QTabWidget(this);
+    tabs_->setObjectName("recipeTabs");
+    tabs_->addTab(buildModulesPage(), tr("Modules"));
+    tabs_->addTab(buildRulesPage(buttons), tr("Rules"));
+    tabs_->addTab(buildTextPage(buttons), tr("YAML"));
+    layout->addWidget(tabs_, 1);
+
+    validation_ = new QLabel(this);
+    validation_->setObjectName("recipeValidation");
+    validation_->setWordWrap(true);
+    validation_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(validation_);
+    summary_ = new QLabel(this);
+    summary_->setObjectName("recipeSummary");
+    summary_->setWordWrap(true);
+    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(summary_);
+
+    connectEdits(buttons);
+
+    revalidate();
+    refreshViews();
+}
+
+void RecipeEditor::buildModelRow(QVBoxLayout* layout)
+{
     auto* form = new QHBoxLayout;
     form->addWidget(new QLabel(tr("Name:"), this));
     nameEdit_ = new QLineEdit(this);
@@ -432,7 +462,10 @@ RecipeEditor::RecipeEditor(QWidget* parent)
     form->addWidget(memoryBox_);
     form->addStretch();
     layout->addLayout(form);
+}
 
+void RecipeEditor::buildDefaultsRow(QVBoxLayout* layout, EditorButtons& buttons)
+{
     auto* defaults = new QHBoxLayout;
     defaults->addWidget(new QLabel(tr("Defaults — weights:"), this));
     defaultWeights_ = new QComboBox(this);
@@ -455,14 +488,15 @@ RecipeEditor::RecipeEditor(QWidget* parent)
     setSelection_->setObjectName("setSelectionBox");
     setSelection_->addItems(toQStringList(weightChoices()));
     defaults->addWidget(setSelection_);
-    auto* applySelection = new QPushButton(tr("Apply"), this);
-    applySelection->setObjectName("applySelectionButton");
-    defaults->addWidget(applySelection);
+    buttons.applySelection = new QPushButton(tr("Apply"), this);
+    buttons.applySelection->setObjectName("applySelectionButton");
+    defaults->addWidget(buttons.applySelection);
     defaults->addStretch();
     layout->addLayout(defaults);
+}
 
-    tabs_ = new QTabWidget(this);
-    tabs_->setObjectName("recipeTabs");
+QWidget* RecipeEditor::buildModulesPage()
+{
     tableModel_ = new RecipeTableModel(this);
     moduleTable_ = new QTableView(this);
     moduleTable_->setObjectName("recipeModuleTable");
@@ -483,8 +517,11 @@ RecipeEditor::RecipeEditor(QWidget* parent)
     hint->setWordWrap(true);
     modulesLayout->addWidget(hint);
     modulesLayout->addWidget(moduleTable_, 1);
-    tabs_->addTab(modulesPage, tr("Modules"));
+    return modulesPage;
+}
 
+QWidget* RecipeEditor::buildRulesPage(EditorButtons& buttons)
+{
     auto* rulesPage = new QWidget(this);
     auto* rulesLayout = new QVBoxLayout(rulesPage);
     rulesLayout->setContentsMargins(0, 0, 0, 0);
@@ -497,18 +534,21 @@ RecipeEditor::RecipeEditor(QWidget* parent)
                               "Patterns: * any characters, {0-3,7} number ranges, {q,k}_proj alternatives."));
     rulesLayout->addWidget(ruleTable_, 1);
     auto* ruleButtons = new QHBoxLayout;
-    auto* addRuleButton = new QPushButton(tr("Add Rule"), rulesPage);
-    addRuleButton->setObjectName("addRuleButton");
-    auto* removeRuleButton = new QPushButton(tr("Remove Rule"), rulesPage);
-    removeRuleButton->setObjectName("removeRuleButton");
-    auto* upButton = new QPushButton(tr("Move Up"), rulesPage);
-    auto* downButton = new QPushButton(tr("Move Down"), rulesPage);
-    for (QPushButton* b : {addRuleButton, removeRuleButton, upButton, downButton})
+    buttons.addRule = new QPushButton(tr("Add Rule"), rulesPage);
+    buttons.addRule->setObjectName("addRuleButton");
+    buttons.removeRule = new QPushButton(tr("Remove Rule"), rulesPage);
+    buttons.removeRule->setObjectName("removeRuleButton");
+    buttons.moveUp = new QPushButton(tr("Move Up"), rulesPage);
+    buttons.moveDown = new QPushButton(tr("Move Down"), rulesPage);
+    for (QPushButton* b : {buttons.addRule, buttons.removeRule, buttons.moveUp, buttons.moveDown})
         ruleButtons->addWidget(b);
     ruleButtons->addStretch();
     rulesLayout->addLayout(ruleButtons);
-    tabs_->addTab(rulesPage, tr("Rules"));
+    return rulesPage;
+}
 
+QWidget* RecipeEditor::buildTextPage(EditorButtons& buttons)
+{
     auto* textPage = new QWidget(this);
     auto* textLayout = new QVBoxLayout(textPage);
     textLayout->setContentsMargins(0, 0, 0, 0);
@@ -516,23 +556,14 @@ RecipeEditor::RecipeEditor(QWidget* parent)
     textEdit_->setObjectName("recipeText");
     textEdit_->setFont(QFont(QStringLiteral("monospace")));
     textLayout->addWidget(textEdit_, 1);
-    auto* applyText = new QPushButton(tr("Apply Text"), textPage);
-    applyText->setObjectName("applyTextButton");
-    textLayout->addWidget(applyText, 0, Qt::AlignLeft);
-    tabs_->addTab(textPage, tr("YAML"));
-    layout->addWidget(tabs_, 1);
+    buttons.applyText = new QPushButton(tr("Apply Text"), textPage);
+    buttons.applyText->setObjectName("applyTextButton");
+    textLayout->addWidget(buttons.applyText, 0, Qt::AlignLeft);
+    return textPage;
+}
 
-    validation_ = new QLabel(this);
-    validation_->setObjectName("recipeValidation");
-    validation_->setWordWrap(true);
-    validation_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    layout->addWidget(validation_);
-    summary_ = new QLabel(this);
-    summary_->setObjectName("recipeSummary");
-    summary_->setWordWrap(true);
-    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    layout->addWidget(summary_);
-
+void RecipeEditor::connectEdits(const EditorButtons& buttons)
+{
     connect(modelBox_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int index) {
         modelIndex_ = index;
         revalidate();
@@ -559,7 +590,7 @@ RecipeEditor::RecipeEditor(QWidget* parent)
                                                                                      : weightChoices()));
             setSelection_->setCurrentIndex(std::max(0, setSelection_->findText(keep)));
         });
-    connect(applySelection, &QPushButton::clicked, this, [this] {
+    connect(buttons.applySelection, &QPushButton::clicked, this, [this] {
         std::vector<std::pair<int, int>> cells;
         for (const QModelIndex& index : moduleTable_->selectionModel()->selectedIndexes()) {
             cells.emplace_back(index.row(), index.column());
@@ -571,23 +602,20 @@ RecipeEditor::RecipeEditor(QWidget* parent)
             setRuleField(item->row(), item->column(), item->text().trimmed());
         }
     });
-    connect(addRuleButton, &QPushButton::clicked, this, [this] { addRule(QStringLiteral("model.layers.*.mlp.*")); });
-    connect(removeRuleButton, &QPushButton::clicked, this, [this] {
+    connect(buttons.addRule, &QPushButton::clicked, this, [this] { addRule(QStringLiteral("model.layers.*.mlp.*")); });
+    connect(buttons.removeRule, &QPushButton::clicked, this, [this] {
         if (ruleTable_->currentRow() >= 0)
             removeRule(ruleTable_->currentRow());
     });
-    connect(upButton, &QPushButton::clicked, this, [this] {
+    connect(buttons.moveUp, &QPushButton::clicked, this, [this] {
         if (ruleTable_->currentRow() >= 0)
             moveRule(ruleTable_->currentRow(), -1);
     });
-    connect(downButton, &QPushButton::clicked, this, [this] {
+    connect(buttons.moveDown, &QPushButton::clicked, this, [this] {
         if (ruleTable_->currentRow() >= 0)
             moveRule(ruleTable_->currentRow(), +1);
     });
-    connect(applyText, &QPushButton::clicked, this, [this] { this->applyText(textEdit_->toPlainText()); });
-
-    revalidate();
-    refreshViews();
+    connect(buttons.applyText, &QPushButton::clicked, this, [this] { applyText(textEdit_->toPlainText()); });
 }
 
 void RecipeEditor::setModels(const std::vector<RecipeModel>& models)

@@ -22,10 +22,12 @@ class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
+class QPushButton;
 class QTableView;
 class QTableWidget;
 class QTabWidget;
 class QUndoStack;
+class QVBoxLayout;
 
 namespace mismatch::ui {
 
@@ -149,6 +151,24 @@ signals:
     void fileChanged(const QString& path);
 
 private:
+    // The buttons the constructor builds and then connects.
+    struct EditorButtons {
+        QPushButton* applySelection = nullptr;
+        QPushButton* addRule = nullptr;
+        QPushButton* removeRule = nullptr;
+        QPushButton* moveUp = nullptr;
+        QPushButton* moveDown = nullptr;
+        QPushButton* applyText = nullptr;
+    };
+    // The pieces of the constructor, top to bottom: the name/model/KV-memory row, the defaults row, the three tabs'
+    // pages, then the connections of every control.
+    void buildModelRow(QVBoxLayout* layout);
+    void buildDefaultsRow(QVBoxLayout* layout, EditorButtons& buttons);
+    QWidget* buildModulesPage();
+    QWidget* buildRulesPage(EditorButtons& buttons);
+    QWidget* buildTextPage(EditorButtons& buttons);
+    void connectEdits(const EditorButtons& buttons);
+
     void push(const quant::Recipe& after, const QString& text);
     void revalidate();
     void refreshViews();
