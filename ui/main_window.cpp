@@ -1,15 +1,16 @@
+// The main window: its construction, the workspace and its store, the status bar and job progress, the open
+// recipe (save, open, the unsaved-recipe question), the job dialogs and opening dropped files. Its menus are in
+// main_window_menus.cpp, its tabs in main_window_tabs.cpp.
 #include "ui/main_window.h"
-
-#include "core/io/recipe_export.h"
 
 #include "core/common/input_limits.h"
 #include "core/analysis/demo.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/jobs/job_file.h"
+#include "core/jobs/stored_specs.h"
 #include "core/model/config.h"
 #include "core/store/analysis_store.h"
-#include "ui/dialogs/about_dialog.h"
 #include "ui/views/admission_view.h"
 #include "ui/views/analysis_data.h"
 #include "ui/dialogs/analysis_dialogs.h"
@@ -22,7 +23,6 @@
 #include "ui/views/library_panels.h"
 #include "ui/views/overview_view.h"
 #include "ui/dialogs/pickers.h"
-#include "ui/plots/plot_export.h"
 #include "ui/views/prefix_shift_view.h"
 #include "ui/views/recipe_editor.h"
 #include "ui/plots/run_plot.h"
@@ -34,21 +34,15 @@
 #include "ui/dialogs/study_dialogs.h"
 #include "ui/dialogs/training_dialog.h"
 
-#include <qcustomplot.h>
-
-#include <QAction>
 #include <QApplication>
-#include <QClipboard>
 #include <QCloseEvent>
 #include <QDir>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFile>
 #include <QFileDialog>
-#include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
-#include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPainter>
@@ -57,13 +51,12 @@
 #include <QRegularExpression>
 #include <QSettings>
 #include <QSplitter>
-#include <QStackedWidget>
+#include <QStandardItemModel>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTimer>
 #include <QUndoStack>
-#include <QVBoxLayout>
 
 #include <cmath>
 #include <fstream>
@@ -138,90 +131,37 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     jobRunner_ = new JobRunner(this);
     jobQueue_ = new JobQueue(jobRunner_, this);
 
-    // Empty state: what to do when the workspace holds no runs yet.
-    emptyState_ = new QWidget(this);
-    emptyState_->setObjectName("emptyState");
-    auto* emptyLayout = new QVBoxLayout(emptyState_);
-    emptyLayout->addStretch();
-    auto* emptyText = new QLabel(
-        tr("<h2>No runs in this workspace yet</h2>"
-           "<p>Start with the built-in demo: the arithmetic teacher/student pair and its prompt sets.<br>"
-           "Click <b>Run the demo</b>, or run <code>mismatch demo</code> in a terminal on the same workspace:<br>"
-           "its runs appear here live. Drop model folders, recipes and run files on this window to open them.</p>"),
-        emptyState_);
-    emptyText->setAlignment(Qt::AlignCenter);
-    emptyText->setTextFormat(Qt::RichText);
-    emptyLayout->addWidget(emptyText);
-    auto* demoButton = new QPushButton(tr("Run the demo"), emptyState_);
-    demoButton->setObjectName("runDemoButton");
-    demoButton->setMaximumWidth(220);
-    connect(demoButton, &QPushButton::clicked, this, &MainWindow::runDemo);
-    emptyLayout->addWidget(demoButton, 0, Qt::AlignHCenter);
-    emptyLayout->addStretch();
+    // In this order: each step wires signals to the widgets of the steps before it.
+    QSplitter* browser = createTabs();
+    createStatusBar();
+    connectJobProgress();
+    connectTabs();
 
-    runTable_ = new QTableView(this);
-    runTable_->setObjectName("runTable");
-    runTable_->setModel(runModel_);
-    runTable_->setSelectionBehavior(QAbstractItemView::SelectRows);
-    runTable_->setSelectionMode(QAbstractItemView::ExtendedSelection); // several rows: overlay them
-    runTable_->setAlternatingRowColors(true);
-    runTable_->verticalHeader()->hide();
-    runTable_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    runTable_->horizontalHeader()->setSectionResizeMode(RunTableModel::Name, QHeaderView::Stretch);
-    addTableExportMenu(runTable_);
-    connect(runTable_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &MainWindow::onSelectionChanged);
+    createMenus();
+    QSettings settings;
+    restoreGeometry(settings.value("mainWindow/geometry").toByteArray());
+    restoreState(settings.value("mainWindow/state").toByteArray());
+    browser->restoreState(settings.value("mainWindow/browserSplitter").toByteArray());
+    tabs_->setCurrentIndex(OverviewTab); // where a researcher starts, whatever tab was open last time
+    openWorkspace(workspaceDirectory);
+    runModel_->setLivePolling(kPollIntervalMs);
+}
 
-    runPlot_ = new RunPlot(this);
-    comparePlot_ = new ComparePlot(this);
-    plotTabs_ = new QTabWidget(this);
-    plotTabs_->setObjectName("plotTabs");
-    plotTabs_->addTab(runPlot_, tr("Selected run"));
-    plotTabs_->addTab(comparePlot_, tr("Overlay of selected runs"));
+MainWindow::~MainWindow()
+{
+    // The recipe editor (a child, destroyed after this body) emits fileChanged/cleanChanged while its undo stack
+    // is torn down; by then this is no longer a MainWindow, so no slot of it may run.
+    disconnect(recipeEditor_, nullptr, this, nullptr);
+    disconnect(recipeEditor_->undoStack(), nullptr, this, nullptr);
+    // The views hold raw pointers to the store: detach them before it closes.
+    runModel_->setLivePolling(0);
+    runModel_->setStore(nullptr);
+    runPlot_->setStore(nullptr);
+    comparePlot_->setStore(nullptr);
+}
 
-    auto* browser = new QSplitter(Qt::Vertical, this);
-    browser->setObjectName("browserSplitter");
-    browser->addWidget(runTable_);
-    browser->addWidget(plotTabs_);
-    browser->setStretchFactor(0, 1);
-    browser->setStretchFactor(1, 2);
-
-    stack_ = new QStackedWidget(this);
-    stack_->addWidget(emptyState_);
-    stack_->addWidget(browser);
-
-    modelPanel_ = new ModelLibraryPanel(this);
-    promptSetPanel_ = new PromptSetPanel(this);
-    recipeEditor_ = new RecipeEditor(this);
-    sensitivityView_ = new SensitivityView(this);
-    budgetView_ = new BudgetView(this);
-    admissionView_ = new AdmissionView(this);
-    prefixShiftView_ = new PrefixShiftView(this);
-    breakdownView_ = new BreakdownView(this);
-    jobPanel_ = new JobQueuePanel(jobQueue_, this);
-    overview_ = new OverviewView(this);
-
-    tabs_ = new QTabWidget(this);
-    tabs_->setObjectName("mainTabs");
-    tabs_->setDocumentMode(true);
-    tabs_->addTab(overview_, tr("&Overview"));
-    tabs_->addTab(stack_, tr("&Runs"));
-    tabs_->addTab(modelPanel_, tr("&Models"));
-    tabs_->addTab(promptSetPanel_, tr("&Prompt Sets"));
-    tabs_->addTab(recipeEditor_, tr("R&ecipe"));
-    tabs_->addTab(sensitivityView_, tr("&Sensitivity"));
-    tabs_->addTab(budgetView_, tr("&Budget"));
-    tabs_->addTab(admissionView_, tr("&Admission"));
-    tabs_->addTab(prefixShiftView_, tr("Prefix Shif&t"));
-    tabs_->addTab(breakdownView_, tr("Brea&kdown"));
-    tabs_->addTab(jobPanel_, tr("&Jobs"));
-    setCentralWidget(tabs_);
-    connect(tabs_, &QTabWidget::currentChanged, this, [this](int tab) {
-        refreshAnalyses(false);
-        if (tab == OverviewTab && store_) {
-            overview_->refresh();
-        }
-    });
-
+void MainWindow::createStatusBar()
+{
     workspaceLabel_ = new ElidedLabel(this); // a long path is elided, whole in the tooltip
     workspaceLabel_->setMaximumWidth(420);
     statusMessage_ = new ElidedLabel(this);
@@ -231,16 +171,6 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     connect(statusTimer_, &QTimer::timeout, this, [this] {
         statusMessage_->clear();
         statusMessage_->setToolTip({});
-    });
-    overviewTimer_ = new QTimer(this);
-    overviewTimer_->setSingleShot(true);
-    overviewTimer_->setInterval(2000);
-    connect(overviewTimer_, &QTimer::timeout, this, [this] {
-        try {
-            overview_->refresh();
-        } catch (const std::exception& error) {
-            onStoreError(QString::fromUtf8(error.what()));
-        }
     });
     storeProblem_ = new QLabel(this);
     storeProblem_->setObjectName("storeProblem");
@@ -262,7 +192,10 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     statusBar()->addPermanentWidget(runCountLabel_);
     statusBar()->addPermanentWidget(jobProgress_);
     statusBar()->addPermanentWidget(cancelButton_);
+}
 
+void MainWindow::connectJobProgress()
+{
     connect(jobRunner_, &JobRunner::progressChanged, this, [this](double fraction, const QString& stage, double eta) {
         // The bar shows the job and the numbers; the stage text (which can be long) goes to its tooltip and to
         // the job table.
@@ -296,219 +229,6 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
                 showError(tr("%1 failed").arg(name), error);
             }
         });
-    connect(runModel_, &RunTableModel::refreshed, this, [this] {
-        updateView();
-        runPlot_->tail();
-        comparePlot_->tail();
-        refreshAnalyses(false);
-        followNewRuns();
-        // The Overview rebuilds its page: while a run streams steps, at most every two seconds.
-        if (tabs_->currentIndex() == OverviewTab && !overviewTimer_->isActive()) {
-            overviewTimer_->start();
-        }
-    });
-    connect(runModel_, &RunTableModel::storeError, this, &MainWindow::onStoreError);
-    connect(runModel_, &RunTableModel::storeRecovered, this, [this] {
-        storeProblem_->clear();
-        storeProblem_->setVisible(false);
-        showStatus(tr("The workspace reads again."));
-    });
-    connect(overview_, &OverviewView::actionRequested, this, &MainWindow::onOverviewAction);
-    connect(runPlot_, &RunPlot::openResults, this, [this](const QString& kind, std::int64_t runId) {
-        if (kind == QLatin1String("admit")) {
-            tabs_->setCurrentIndex(AdmissionTab);
-        } else if (kind == QLatin1String("sensitivity")) {
-            tabs_->setCurrentIndex(SensitivityTab);
-            for (const SensitivityScanInfo& scan : AnalysisData(*store_).sensitivityScans()) {
-                if (scan.runId == runId) {
-                    sensitivityView_->selectScan(scan.id);
-                }
-            }
-        } else if (kind == QLatin1String("calibrate")) {
-            tabs_->setCurrentIndex(BudgetTab);
-            for (const CalibrationInfo& calibration : AnalysisData(*store_).calibrations()) {
-                if (calibration.runId == runId) {
-                    budgetView_->selectCalibration(calibration.id);
-                }
-            }
-        } else if (kind == QLatin1String("prefix_shift")) {
-            tabs_->setCurrentIndex(PrefixShiftTab);
-            for (const auto& record : store::prefixShifts(*store_)) {
-                if (record.runId == runId) {
-                    prefixShiftView_->selectAnalysis(record.id);
-                }
-            }
-        } else if (kind == QLatin1String("breakdown")) {
-            tabs_->setCurrentIndex(BreakdownTab);
-            breakdownView_->selectRun(runId);
-        } else {
-            tabs_->setCurrentIndex(OverviewTab);
-        }
-    });
-    connect(sensitivityView_, &SensitivityView::keepInBf16Requested, this, &MainWindow::keepInBf16);
-    connect(sensitivityView_, &SensitivityView::buildRecipeRequested, this,
-        [this](std::int64_t scanId) { showRecipeBuildDialog(scanId); });
-    connect(jobPanel_, &JobQueuePanel::cancelRequested, this, [this](int id) { requestCancel(id); });
-    connect(modelPanel_, &ModelLibraryPanel::modelsChanged, this, &MainWindow::updateRecipeModels);
-    connect(recipeEditor_, &RecipeEditor::fileChanged, this, &MainWindow::updateRecipeTitle);
-    connect(recipeEditor_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateRecipeTitle);
-
-    createMenus();
-    QSettings settings;
-    restoreGeometry(settings.value("mainWindow/geometry").toByteArray());
-    restoreState(settings.value("mainWindow/state").toByteArray());
-    browser->restoreState(settings.value("mainWindow/browserSplitter").toByteArray());
-    tabs_->setCurrentIndex(OverviewTab); // where a researcher starts, whatever tab was open last time
-    openWorkspace(workspaceDirectory);
-    runModel_->setLivePolling(kPollIntervalMs);
-}
-
-MainWindow::~MainWindow()
-{
-    // The recipe editor (a child, destroyed after this body) emits fileChanged/cleanChanged while its undo stack
-    // is torn down; by then this is no longer a MainWindow, so no slot of it may run.
-    disconnect(recipeEditor_, nullptr, this, nullptr);
-    disconnect(recipeEditor_->undoStack(), nullptr, this, nullptr);
-    // The views hold raw pointers to the store: detach them before it closes.
-    runModel_->setLivePolling(0);
-    runModel_->setStore(nullptr);
-    runPlot_->setStore(nullptr);
-    comparePlot_->setStore(nullptr);
-}
-
-void MainWindow::createMenus()
-{
-    QMenu* file = menuBar()->addMenu(tr("&File"));
-    QAction* open = file->addAction(tr("&Open or Create Workspace..."), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Workspace directory"), workspaceDirectory_);
-        if (!dir.isEmpty()) {
-            openWorkspace(dir);
-        }
-    });
-    open->setShortcut(QKeySequence::Open);
-    recentMenu_ = file->addMenu(tr("Recent Workspaces"));
-    rebuildRecentMenu();
-    file->addSeparator();
-    QAction* addModel = file->addAction(tr("Add &Model Directory..."), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Model directory"));
-        if (!dir.isEmpty())
-            openPaths({dir});
-    });
-    addModel->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_M));
-    file->addAction(tr("Add &Prompt Set..."), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Prompt set"), {}, tr("JSON Lines (*.jsonl)"));
-        if (!path.isEmpty())
-            openPaths({path});
-    });
-    file->addSeparator();
-    QAction* newRecipe = file->addAction(tr("&New Recipe"), this, [this] {
-        if (!mayReplaceRecipe(tr("New Recipe"))) {
-            return;
-        }
-        quant::Recipe recipe;
-        recipe.name = "untitled";
-        recipeEditor_->setRecipe(recipe);
-        tabs_->setCurrentIndex(RecipeTab);
-    });
-    newRecipe->setShortcut(QKeySequence::New);
-    QAction* openRecipe = file->addAction(tr("Open &Recipe..."), this, [this] {
-        const QString path
-            = QFileDialog::getOpenFileName(this, tr("Open recipe"), {}, tr("Recipes (*.yaml *.yml *.json)"));
-        if (!path.isEmpty())
-            openPaths({path});
-    });
-    openRecipe->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
-    QAction* saveRecipe = file->addAction(tr("&Save Recipe"), this, [this] { this->saveRecipe(); });
-    saveRecipe->setShortcut(QKeySequence::Save);
-    QAction* saveRecipeAs = file->addAction(tr("Save Recipe &As..."), this, [this] {
-        const QString path = QFileDialog::getSaveFileName(
-            this, tr("Save recipe as"), recipeEditor_->filePath(), tr("YAML (*.yaml);;JSON (*.json)"));
-        if (!path.isEmpty())
-            saveRecipeTo(path);
-    });
-    saveRecipeAs->setShortcut(QKeySequence::SaveAs);
-    QMenu* exportRecipe = file->addMenu(tr("E&xport Recipe For"));
-    for (const std::string& name : io::exportTargetChoices()) {
-        const char* target = name.c_str();
-        // The export dialog (ui/dialogs/export_dialog.h): the config file and the ready-to-run files for the target, to copy
-        // or save.
-        exportRecipe->addAction(QString::fromLatin1(target) + QStringLiteral("..."), this,
-            [this, target = QString::fromLatin1(target)] { showExportDialog(target); });
-    }
-    file->addSeparator();
-    QAction* exportPlot = file->addAction(tr("&Export Plot..."), this, &MainWindow::exportCurrentPlot);
-    exportPlot->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
-    QAction* exportTable = file->addAction(tr("Export &Table as CSV..."), this, &MainWindow::exportCurrentTable);
-    exportTable->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E));
-    file->addSeparator();
-    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
-    quit->setShortcut(QKeySequence::Quit);
-
-    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
-    QAction* undo = recipeEditor_->undoStack()->createUndoAction(this, tr("&Undo"));
-    undo->setShortcut(QKeySequence::Undo);
-    QAction* redo = recipeEditor_->undoStack()->createRedoAction(this, tr("&Redo"));
-    redo->setShortcut(QKeySequence::Redo);
-    edit->addAction(undo);
-    edit->addAction(redo);
-    edit->addSeparator();
-    QAction* copyCli = edit->addAction(tr("Copy &CLI Command"), this, &MainWindow::copyCliCommand);
-    copyCli->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
-
-    QMenu* view = menuBar()->addMenu(tr("&View"));
-    QAction* refreshAction = view->addAction(tr("&Refresh"), this, &MainWindow::refresh);
-    refreshAction->setShortcut(QKeySequence::Refresh);
-    view->addSeparator();
-    for (int i = 0; i < tabs_->count(); ++i) {
-        QString name = tabs_->tabText(i);
-        name.remove(QLatin1Char('&'));
-        QAction* show = view->addAction(name, this, [this, i] { tabs_->setCurrentIndex(i); });
-        show->setShortcut(QKeySequence(Qt::CTRL | (Qt::Key_1 + i)));
-    }
-
-    QMenu* jobs = menuBar()->addMenu(tr("&Jobs"));
-    QAction* train = jobs->addAction(tr("Start &Training Run..."), this, &MainWindow::showTrainingDialog);
-    train->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
-    QAction* scan = jobs->addAction(tr("Start &Sensitivity Scan..."), this, &MainWindow::showSensitivityDialog);
-    scan->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_L));
-    QAction* calibrate = jobs->addAction(tr("Start &Calibration..."), this, &MainWindow::showCalibrationDialog);
-    calibrate->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_B));
-    QAction* admit = jobs->addAction(tr("Start &Admission Check..."), this, &MainWindow::showAdmissionDialog);
-    admit->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
-    QAction* prefix = jobs->addAction(tr("Start &Prefix-Shift Analysis..."), this, &MainWindow::showPrefixShiftDialog);
-    prefix->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
-    jobs->addAction(tr("Start Mismatch Brea&kdown..."), this, &MainWindow::showBreakdownDialog);
-    QAction* build = jobs->addAction(tr("&Build Recipe from a Scan..."), this, [this] { showRecipeBuildDialog(); });
-    build->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
-    jobs->addAction(tr("&Time to Quality..."), this, &MainWindow::showTimeToQualityDialog);
-    jobs->addAction(tr("Compare &Objectives..."), this, &MainWindow::showCompareObjectivesDialog);
-    QAction* import = jobs->addAction(tr("&Import Training Log..."), this, &MainWindow::showImportLogDialog);
-    import->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_I));
-    jobs->addAction(tr("Compare Two &Runs (Failure Rule)..."), this, &MainWindow::showCompareRunsDialog);
-    // The catalogue's other jobs, each in a dialog built from its parameters (ui/dialogs/spec_job_dialog.h).
-    QMenu* more = jobs->addMenu(tr("&More Jobs"));
-    more->setObjectName(QStringLiteral("moreJobsMenu"));
-    for (const std::string& kind : specDialogJobs()) {
-        const mismatch::jobs::JobDefinition& job = *mismatch::jobs::findJob(kind);
-        QAction* action
-            = more->addAction(commandTitle(job) + QStringLiteral("..."), this, [this, kind] { showSpecJobDialog(kind); });
-        action->setToolTip(QString::fromStdString(job.summary));
-    }
-    more->setToolTipsVisible(true);
-    jobs->addSeparator();
-    jobs->addAction(tr("R&esume Selected Run"), this, &MainWindow::resumeSelectedRun);
-    jobs->addAction(tr("Export Selected Run's &Job File..."), this, &MainWindow::exportSelectedRunJobFile);
-    jobs->addSeparator();
-    QAction* demo = jobs->addAction(tr("Run the &Demo"), this, &MainWindow::runDemo);
-    demo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
-    // Esc asks before cancelling: a stray key press must not throw away a long job.
-    QAction* cancel
-        = jobs->addAction(tr("&Cancel Running Job..."), this, [this] { requestCancel(jobQueue_->runningJob()); });
-    cancel->setShortcut(QKeySequence(Qt::Key_Escape));
-
-    QMenu* help = menuBar()->addMenu(tr("&Help"));
-    help->addAction(tr("&About Mismatch Lab"), this, &MainWindow::showAbout);
-    help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
 }
 
 bool MainWindow::openWorkspace(const QString& directory)
@@ -590,18 +310,6 @@ void MainWindow::updateRecipeTitle()
     tabs_->setTabText(RecipeTab, title);
 }
 
-bool MainWindow::showingEmptyState() const
-{
-    return stack_->currentWidget() == emptyState_;
-}
-
-void MainWindow::updateView()
-{
-    const int runs = runModel_->rowCount();
-    stack_->setCurrentIndex(runs == 0 ? 0 : 1);
-    runCountLabel_->setText(tr("%n run(s)", nullptr, runs));
-}
-
 void MainWindow::refresh()
 {
     try {
@@ -653,45 +361,6 @@ void MainWindow::updateProgressText()
     jobProgress_->setFormat(name + numbers);
 }
 
-void MainWindow::followNewRuns()
-{
-    // A run that appears (a job from here or a headless one) is selected and scrolled to, unless the user is looking
-    // at another run: then the selection stays.
-    std::int64_t newest = 0;
-    int newestRow = -1;
-    for (int row = 0; row < runModel_->rowCount(); ++row) {
-        if (runModel_->runAt(row)->id > newest) {
-            newest = runModel_->runAt(row)->id;
-            newestRow = row;
-        }
-    }
-    if (newest <= newestRunSeen_ || newestRow < 0) {
-        return;
-    }
-    const QModelIndexList selected = runTable_->selectionModel()->selectedRows();
-    const bool following = selected.isEmpty()
-        || (selected.size() == 1 && runModel_->runAt(selected.front().row())
-            && runModel_->runAt(selected.front().row())->id == newestRunSeen_);
-    newestRunSeen_ = newest;
-    if (following) {
-        runTable_->selectRow(newestRow);
-        runTable_->scrollTo(runModel_->index(newestRow, 0));
-    }
-}
-
-bool MainWindow::showRunInTable(std::int64_t runId)
-{
-    for (int row = 0; row < runModel_->rowCount(); ++row) {
-        if (runModel_->runAt(row)->id == runId) {
-            tabs_->setCurrentIndex(RunsTab);
-            runTable_->selectRow(row);
-            runTable_->scrollTo(runModel_->index(row, 0));
-            return true;
-        }
-    }
-    return false;
-}
-
 bool MainWindow::requestCancel(int jobId)
 {
     const QString state = jobQueue_->state(jobId);
@@ -732,49 +401,6 @@ bool MainWindow::requestCancel(int jobId)
     return true;
 }
 
-void MainWindow::refreshAnalyses(bool force)
-{
-    if (!store_) {
-        return;
-    }
-    try {
-        const QString fingerprint = QString::fromStdString(AnalysisData(*store_).fingerprint());
-        if (!force && fingerprint == analysisFingerprint_) {
-            return;
-        }
-        analysisFingerprint_ = fingerprint;
-        sensitivityView_->refresh();
-        budgetView_->refresh();
-        admissionView_->refresh();
-        prefixShiftView_->refresh();
-        breakdownView_->refresh();
-        overview_->refresh();
-    } catch (const std::exception& error) {
-        onStoreError(QString::fromUtf8(error.what()));
-    }
-}
-
-void MainWindow::onSelectionChanged()
-{
-    const QModelIndexList rows = runTable_->selectionModel()->selectedRows();
-    std::vector<std::pair<std::int64_t, QString>> selected;
-    for (const QModelIndex& index : rows) {
-        if (const store::RunInfo* run = runModel_->runAt(index.row())) {
-            selected.emplace_back(run->id, QString::fromStdString(run->name));
-        }
-    }
-    std::sort(selected.begin(), selected.end());
-    if (selected.size() == 1) {
-        runPlot_->showRun(selected.front().first, selected.front().second);
-        plotTabs_->setCurrentIndex(0);
-    } else if (selected.empty()) {
-        runPlot_->showRun(0, {});
-    } else {
-        plotTabs_->setCurrentIndex(1);
-    }
-    comparePlot_->setRuns(selected);
-}
-
 void MainWindow::runDemo()
 {
     const std::string databasePath = store_ ? store_->path() : std::string();
@@ -791,9 +417,10 @@ void MainWindow::runDemo()
 
 namespace {
 
-// The one run selected in the Runs tab and the catalogue job it stored; `problem` says why there is none.
+// The one run selected in the Runs tab and the catalogue job it stored (for a run stored before runs kept their job,
+// the one its record gives: jobs::migratedSpec; a resume stores it); `problem` says why there is none.
 std::optional<std::pair<store::RunInfo, jobs::JobSpec>> selectedRunJob(
-    const QTableView* table, const RunTableModel* model, QString* problem)
+    const QTableView* table, const RunTableModel* model, const store::RunStore* store, QString* problem)
 {
     const QModelIndexList rows = table->selectionModel()->selectedRows();
     const store::RunInfo* run = rows.size() == 1 ? model->runAt(rows.front().row()) : nullptr;
@@ -805,14 +432,14 @@ std::optional<std::pair<store::RunInfo, jobs::JobSpec>> selectedRunJob(
         if (const std::optional<jobs::JobSpec> spec = jobs::JobSpec::ofRun(*run)) {
             return std::make_pair(*run, *spec);
         }
+        if (store) {
+            return std::make_pair(*run, jobs::migratedSpec(*store, *run));
+        }
     } catch (const std::exception& error) {
         *problem = QString::fromStdString(error.what());
         return std::nullopt;
     }
-    *problem = QObject::tr("Run %1 (%2) was not started by a job of the catalogue, or by a version before runs kept "
-                           "their job, so it has no stored job.")
-                   .arg(run->id)
-                   .arg(QString::fromStdString(run->kind));
+    *problem = QObject::tr("Run %1 (%2) has no stored job.").arg(run->id).arg(QString::fromStdString(run->kind));
     return std::nullopt;
 }
 
@@ -821,7 +448,7 @@ std::optional<std::pair<store::RunInfo, jobs::JobSpec>> selectedRunJob(
 int MainWindow::resumeSelectedRun()
 {
     QString problem;
-    const auto selected = selectedRunJob(runTable_, runModel_, &problem);
+    const auto selected = selectedRunJob(runTable_, runModel_, store_.get(), &problem);
     if (!selected) {
         showError(tr("Cannot resume the run"), problem);
         return 0;
@@ -847,10 +474,10 @@ int MainWindow::resumeSelectedRun()
                        .arg(runId));
     }
     lastQueuedJob_ = jobQueue_->enqueue(tr("Resume %1 run %2").arg(QString::fromStdString(spec.kind())).arg(runId),
-        command, [workspace = workspaceDirectory_.toStdString(), spec, runId](Progress& progress) {
+        command, [workspace = workspaceDirectory_.toStdString(), runId](Progress& progress) {
             store::RunStore store
                 = store::RunStore::open(store::databasePath(workspace), store::OpenMode::OpenExisting);
-            spec.definition().resume(store, runId, progress, {});
+            jobs::resumeRun(store, runId, progress);
         });
     return lastQueuedJob_;
 }
@@ -858,7 +485,7 @@ int MainWindow::resumeSelectedRun()
 void MainWindow::exportSelectedRunJobFile()
 {
     QString problem;
-    const auto selected = selectedRunJob(runTable_, runModel_, &problem);
+    const auto selected = selectedRunJob(runTable_, runModel_, store_.get(), &problem);
     if (!selected) {
         showError(tr("Cannot export the job file"), problem);
         return;
@@ -1138,170 +765,6 @@ void MainWindow::showCompareRunsDialog()
     dialog->open();
 }
 
-void MainWindow::keepInBf16(const std::vector<std::pair<std::int64_t, std::string>>& cells)
-{
-    if (cells.empty()) {
-        return;
-    }
-    // Resolve the rules against the scan's model when it is registered, so that the table shows them.
-    const QString model = sensitivityView_->scanModelName();
-    if (!model.isEmpty()) {
-        recipeEditor_->selectModel(model);
-    }
-    const int before = static_cast<int>(recipeEditor_->recipe().rules.size());
-    if (!recipeEditor_->keepInBf16(cells)) {
-        showError(tr("Cannot add the rules"), recipeEditor_->lastError());
-        return;
-    }
-    tabs_->setCurrentIndex(RecipeTab);
-    showStatus(tr("%n rule(s) keep the selected cells in BF16 (undo with Ctrl+Z)", nullptr,
-        static_cast<int>(recipeEditor_->recipe().rules.size()) - before));
-}
-
-void MainWindow::onOverviewAction(int action, qint64 id, const QString& argument)
-{
-    switch (static_cast<OverviewView::Action>(action)) {
-    case OverviewView::RunDemo:
-        runDemo();
-        break;
-    case OverviewView::AddModel: {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Model directory"));
-        if (!dir.isEmpty()) {
-            openPaths({dir});
-        }
-        break;
-    }
-    case OverviewView::StartTraining:
-        showTrainingDialog();
-        break;
-    case OverviewView::StartCalibration:
-        showCalibrationDialog();
-        break;
-    case OverviewView::StartAdmission:
-        showAdmissionDialog();
-        if (auto* dialog = findChild<AdmissionDialog*>(); dialog && id != 0) {
-            dialog->setCalibration(id);
-        }
-        break;
-    case OverviewView::StartSensitivity:
-        showSensitivityDialog();
-        if (auto* dialog = findChild<SensitivityDialog*>();
-            dialog && !argument.isEmpty() && dialog->modelDirectory().isEmpty()) {
-            dialog->setModelDirectory(argument);
-        }
-        break;
-    case OverviewView::StartPrefixShift:
-        showPrefixShiftDialog();
-        break;
-    case OverviewView::ShowRun:
-        showRunInTable(id);
-        break;
-    case OverviewView::ShowBudget:
-        tabs_->setCurrentIndex(BudgetTab);
-        budgetView_->selectCalibration(id);
-        break;
-    case OverviewView::ShowAdmission:
-        tabs_->setCurrentIndex(AdmissionTab);
-        break;
-    }
-}
-
-void MainWindow::copyCliCommand()
-{
-    QString command;
-    if (tabs_->currentIndex() == RecipeTab) {
-        command = recipeEditor_->cliCommand();
-    } else if (tabs_->currentIndex() == JobsTab && jobPanel_->selectedJob() != 0) {
-        command = jobQueue_->cliCommand(jobPanel_->selectedJob());
-    } else if (const int row = jobQueue_->model()->rowCount() - 1; row >= 0) {
-        command = jobQueue_->cliCommand(jobQueue_->idAtRow(row)); // the latest job
-    }
-    if (command.isEmpty()) {
-        showStatus(tr("No job or recipe to copy a command for"), 4000);
-        return;
-    }
-    QGuiApplication::clipboard()->setText(command);
-    showStatus(tr("Copied: %1").arg(command), 6000);
-}
-
-void MainWindow::exportCurrentPlot()
-{
-    QCustomPlot* plot = nullptr;
-    switch (tabs_->currentIndex()) {
-    case RunsTab:
-        plot = plotTabs_->currentIndex() == 0 ? runPlot_->plot() : comparePlot_->plot();
-        break;
-    case SensitivityTab:
-        plot = sensitivityView_->plot();
-        break;
-    case BudgetTab:
-        plot = budgetView_->plot();
-        break;
-    case AdmissionTab:
-        plot = admissionView_->plot();
-        break;
-    case PrefixShiftTab:
-        plot = prefixShiftView_->plot();
-        break;
-    case BreakdownTab:
-        plot = breakdownView_->plot();
-        break;
-    default:
-        break;
-    }
-    if (!plot) {
-        showStatus(tr("This tab has no plot to export"), 4000);
-        return;
-    }
-    const QString path
-        = QFileDialog::getSaveFileName(this, tr("Export plot"), {}, tr("PNG image (*.png);;PDF (*.pdf);;SVG (*.svg)"));
-    if (path.isEmpty())
-        return;
-    const QString error = exportPlot(plot, path);
-    if (!error.isEmpty())
-        showError(tr("Export failed"), error);
-}
-
-void MainWindow::exportCurrentTable()
-{
-    QTableView* table = nullptr;
-    switch (tabs_->currentIndex()) {
-    case RunsTab:
-        table = runTable_;
-        break;
-    case ModelsTab:
-        table = modelPanel_->table();
-        break;
-    case PromptSetsTab:
-        table = promptSetPanel_->table();
-        break;
-    case BudgetTab:
-        table = budgetView_->table();
-        break;
-    case AdmissionTab:
-        table = admissionView_->table();
-        break;
-    case BreakdownTab:
-        table = breakdownView_->table();
-        break;
-    case JobsTab:
-        table = jobPanel_->table();
-        break;
-    default:
-        break;
-    }
-    if (!table) {
-        showStatus(tr("This tab has no table to export"), 4000);
-        return;
-    }
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export table"), {}, tr("CSV (*.csv)"));
-    if (path.isEmpty())
-        return;
-    const QString error = exportCsv(*table->model(), path);
-    if (!error.isEmpty())
-        showError(tr("Export failed"), error);
-}
-
 void MainWindow::openPaths(const QStringList& paths)
 {
     for (const QString& path : paths) {
@@ -1365,12 +828,6 @@ void MainWindow::dropEvent(QDropEvent* event)
     openPaths(paths);
 }
 
-void MainWindow::showAbout()
-{
-    AboutDialog dialog(this);
-    dialog.exec();
-}
-
 void MainWindow::showError(const QString& title, const QString& message)
 {
     lastError_ = message;
@@ -1393,19 +850,6 @@ void MainWindow::rememberWorkspace(const QString& directory)
     }
     settings.setValue("recentWorkspaces", recent);
     rebuildRecentMenu();
-}
-
-void MainWindow::rebuildRecentMenu()
-{
-    if (!recentMenu_) {
-        return;
-    }
-    recentMenu_->clear();
-    const QStringList recent = QSettings().value("recentWorkspaces").toStringList();
-    for (const QString& dir : recent) {
-        recentMenu_->addAction(dir, this, [this, dir] { openWorkspace(dir); });
-    }
-    recentMenu_->setEnabled(!recent.isEmpty());
 }
 
 bool MainWindow::saveRecipe()

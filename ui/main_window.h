@@ -4,7 +4,8 @@
 // layer sensitivity, budget (calibrations), admission, prefix shift, jobs. Everything shown comes from the
 // workspace's store, polled for commits by any process (the CLI included); jobs run off the GUI thread. A store
 // error while polling or refreshing is shown in the status bar (and the window keeps running); cancelling a running
-// job asks first.
+// job asks first. Its menus are built in main_window_menus.cpp, its tabs in main_window_tabs.cpp, the rest in
+// main_window.cpp.
 #include "core/store/run_store.h"
 
 #include <QMainWindow>
@@ -20,6 +21,7 @@ class QMenu;
 class QMessageBox;
 class QProgressBar;
 class QPushButton;
+class QSplitter;
 class QStackedWidget;
 class QTimer;
 class QTabWidget;
@@ -145,7 +147,23 @@ protected:
     void dropEvent(QDropEvent* event) override;
 
 private:
+    // The menu bar, one menu a function, in menu order (main_window_menus.cpp).
     void createMenus();
+    void createFileMenu();
+    void createEditMenu();
+    void createViewMenu();
+    void createJobsMenu();
+    void createHelpMenu();
+    // The tabs and their views (main_window_tabs.cpp); returns the Runs tab's splitter, whose state is restored with
+    // the window's.
+    QSplitter* createTabs();
+    QSplitter* createRunsTab();
+    // Wires the views to the store's polling, the run selection and each other (main_window_tabs.cpp).
+    void connectTabs();
+    // The status bar: workspace, messages, store problem, run count, job progress and its Cancel button.
+    void createStatusBar();
+    // The job runner's progress and the queue's started/finished to the status bar.
+    void connectJobProgress();
     // Queues the job of an accepted dialog (or shows why it cannot start), remembers its inputs through
     // `remember` and shows `tab`, where the job's results appear.
     void openJobDialog(JobDialog* dialog, int tab, std::function<void()> remember);
