@@ -1,6 +1,6 @@
 // mismatch admit STUDENT... (--candidates FILE | [--recipe R] [--staleness K] [--noise SIGMA])
 //                (--calibration ID [--step S]... | --threshold X --prompts PROBE) [--history DIR...]
-// mismatch admit --resume RUN: continue a killed, cancelled or failed check (its stored options).
+// mismatch admit --resume RUN: continue a killed, cancelled or failed check (its stored job spec).
 // The admission check: each candidate rollout configuration at each student checkpoint, mismatch with a bootstrap
 // interval over the probe prompts against the threshold: admit, reject or borderline. Decisions are results, not
 // errors: every verdict exits 0 (read `decision` from --json to gate a script).
@@ -12,6 +12,7 @@
 #include "core/analysis/admission.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
+#include "core/jobs/stored_specs.h"
 
 #include <filesystem>
 #include <memory>
@@ -33,7 +34,7 @@ void registerAdmitCommand(CLI::App& app, Context& context)
     auto* resumeOption = command
                        ->add_option("--resume", *resume,
                            "Continue admit run RUN (the run id printed when it started) after a kill, Ctrl-C or "
-                           "failure: its stored options and inputs, only the decisions not stored yet are made")
+                           "failure: its stored job spec and inputs, only the decisions not stored yet are made")
                        ->type_name("RUN");
     for (const char* name : {"students", "prompts", "candidates", "recipe", "calibration", "threshold"}) {
         job->option(name)->excludes(resumeOption);
@@ -62,7 +63,9 @@ void registerAdmitCommand(CLI::App& app, Context& context)
         };
         analysis::AdmissionResult result;
         if (resuming) {
-            result = analysis::resumeAdmission(store, *resume, bar.progress(), started);
+            analysis::AdmissionOptions stored = jobs::admissionOptions(jobs::storedSpec(store, *resume, "admit"), store);
+            stored.onRunStarted = started;
+            result = analysis::resumeAdmission(store, *resume, stored, bar.progress());
         } else {
             options.onRunStarted = started;
             result = analysis::runAdmission(store, options, bar.progress());

@@ -8,6 +8,7 @@
 #include "core/analysis/result_json.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/jobs/stored_specs.h"
 #include "core/jobs/training_jobs.h"
 #include "core/train/run_config.h"
 
@@ -146,10 +147,13 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
         };
         if (resumeOption->count() > 0) {
             store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
-            const analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, *resume);
+            analysis::CalibrationOptions options
+                = jobs::calibrationOptions(jobs::storedSpec(store, *resume, "calibrate"));
+            options.name = store.run(*resume)->name;
             TerminalProgress bar(*context.err);
+            options.onRunStarted = started(bar);
             const analysis::CalibrationResult result = analysis::resumeCalibration(
-                store, *resume, bar.progress(), context.workspaceDirectory(), started(bar));
+                store, *resume, options, bar.progress(), context.workspaceDirectory());
             bar.finish();
             printCalibration(context, jobs::storedCommand(store, *resume), options, result);
             return;

@@ -7,6 +7,7 @@
 #include "app/cli/terminal_progress.h"
 #include "core/common/error.h"
 #include "core/jobs/job_file.h"
+#include "core/jobs/stored_specs.h"
 
 #include <memory>
 #include <ostream>
@@ -25,31 +26,20 @@ struct RunArguments {
 void resumeRun(Context& context, std::int64_t runId)
 {
     store::RunStore store = context.openStore(store::OpenMode::OpenExisting);
-    const std::optional<store::RunInfo> info = store.run(runId);
     const std::string where = "run " + std::to_string(runId);
-    if (!info) {
-        throw InputError(store.path(), where, "the workspace has no such run");
-    }
-    const std::optional<jobs::JobSpec> spec = jobs::JobSpec::ofRun(*info);
-    if (!spec) {
-        throw InputError(store.path(), where,
-            "the " + info->kind + " run '" + info->name + "' was not started by a job of the catalogue (or by a "
-                "version before runs kept their job), so there is no stored job to resume");
-    }
-    const std::string command = jobs::commandLine(spec->toArguments());
-    if (!spec->definition().resume) {
-        throw InputError(store.path(), where,
-            "a " + spec->kind() + " job cannot be resumed; run it again: " + command);
-    }
+    const jobs::JobSpec spec = jobs::storedSpec(store, runId); // migrated from its record for an older run
+    const std::string command = jobs::commandLine(spec.toArguments());
     TerminalProgress bar(*context.err);
-    bar.note("resuming " + where + ": " + command);
-    const jobs::JobResult result = spec->definition().resume(store, runId, bar.progress(), {});
+    if (spec.definition().resume) { // else resumeRun says why not
+        bar.note("resuming " + where + ": " + command);
+    }
+    const jobs::JobResult result = jobs::resumeRun(store, runId, bar.progress());
     bar.finish();
     if (context.json) {
-        context.printJson({{"run_id", runId}, {"job", spec->toJson()}, {"result", result}});
+        context.printJson({{"run_id", runId}, {"job", spec.toJson()}, {"result", result}});
         return;
     }
-    *context.out << spec->kind() << " (" << where << "): " << result.dump() << "\n";
+    *context.out << spec.kind() << " (" << where << "): " << result.dump() << "\n";
 }
 
 std::string catalogueHelp()

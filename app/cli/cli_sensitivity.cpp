@@ -1,6 +1,6 @@
 // mismatch sensitivity MODEL --format F --prompts SET [--activations A] [--kv-scales S] [--no-kv] [--no-embedding]
 //                   [--count N --max-tokens T --seed S ...]
-// mismatch sensitivity --resume RUN: continue a killed, cancelled or failed scan (its stored options).
+// mismatch sensitivity --resume RUN: continue a killed, cancelled or failed scan (its stored job spec).
 // Layer sensitivity: the mismatch added over the BF16 unit when only one cell (layer x module group, the KV cache
 // of one layer, the embedding / lm_head) is quantized; stored as a scan in the workspace.
 #include "app/cli/analysis_options.h"
@@ -11,6 +11,7 @@
 #include "core/analysis/sensitivity.h"
 #include "core/common/error.h"
 #include "core/jobs/analysis_jobs.h"
+#include "core/jobs/stored_specs.h"
 #include "core/quant/formats.h"
 
 #include <map>
@@ -79,7 +80,7 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
     auto* resumeOption = command
                        ->add_option("--resume", *resume,
                            "Continue scan run RUN (the run id printed when it started) after a kill, Ctrl-C or "
-                           "failure: its stored options and inputs, only the cells not stored yet are measured")
+                           "failure: its stored job spec and inputs, only the cells not stored yet are measured")
                        ->type_name("RUN");
     for (const char* name : {"model", "format", "prompts"}) {
         job->option(name)->excludes(resumeOption);
@@ -97,8 +98,9 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
         analysis::SensitivityOptions options;
         analysis::SensitivityResult result;
         if (resuming) {
-            result = analysis::resumeSensitivity(store, *resume, bar.progress(), started);
-            options = analysis::parseSensitivityConfig(store.run(result.runId)->configJson, store.path());
+            options = jobs::sensitivityOptions(jobs::storedSpec(store, *resume, "sensitivity"));
+            options.onRunStarted = started;
+            result = analysis::resumeSensitivity(store, *resume, options, bar.progress());
         } else {
             options = jobs::sensitivityOptions(*spec);
             options.onRunStarted = started;

@@ -807,6 +807,8 @@ AdmissionResult admit(store::RunStore& store, const AdmissionOptions& given, Pro
     std::vector<store::AdmissionDecision> done;
     if (resumeRunId) {
         result.runId = *resumeRunId;
+        checkRecordUnchanged(nlohmann::json::parse(store.run(result.runId)->configJson), runConfig, {"inputs"},
+            result.runId, "admit");
         done = store::admissionDecisions(store, result.runId);
         store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
     } else {
@@ -891,58 +893,12 @@ AdmissionResult runAdmission(store::RunStore& store, const AdmissionOptions& opt
     return admit(store, options, progress, std::nullopt, options.onRunStarted);
 }
 
-AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Progress& progress,
-    const std::function<void(std::int64_t runId)>& onRunStarted)
+AdmissionResult resumeAdmission(
+    store::RunStore& store, std::int64_t runId, const AdmissionOptions& options, Progress& progress)
 {
     const ResumableRun run = resumableRun(store, runId, "admit");
-    const std::string source = store.path() + " (admit run " + std::to_string(runId) + " config_json)";
-    const nlohmann::json& c = run.config;
-    checkInputsUnchanged(c.contains("inputs") ? c.at("inputs") : nlohmann::json(), runId, "admit");
-    AdmissionOptions options;
-    options.checkpoints = storedOption<std::vector<std::string>>(c, "checkpoints", source);
-    options.history = storedOption<std::vector<std::string>>(c, "history", source);
-    options.probePath = storedOption<std::string>(c, "probe", source);
-    options.count = storedOption<std::int64_t>(c, "count", source);
-    options.measureUnit = storedOption<bool>(c, "measure_unit", source);
-    options.steps = storedOption<std::vector<std::int64_t>>(c, "steps", source);
-    options.settings.temperature = storedOption<double>(c, "temperature", source);
-    options.settings.topP = storedOption<double>(c, "top_p", source);
-    options.settings.topK = storedOption<std::int64_t>(c, "top_k", source);
-    options.settings.maxNewTokens = storedOption<std::int64_t>(c, "max_tokens", source);
-    options.settings.seed = storedOption<std::uint64_t>(c, "seed", source);
-    const std::string kvScales = storedOption<std::string>(c, "kv_scales", source);
-    options.settings.kvScales = kvScales == toString(KvScalePolicy::FrozenFirstBatch)
-        ? KvScalePolicy::FrozenFirstBatch
-        : KvScalePolicy::FittedPerMeasurement;
-    options.settings.kvFirstBatch = storedOption<std::int64_t>(c, "kv_first_batch", source);
-    // The stored settings are the ones measured under (the calibration's protocol already applied).
-    options.protocolFromCalibration = false;
-    options.allowProtocolMismatch = storedOption<bool>(c, "allow_protocol_mismatch", source);
-    const auto engineSettings = storedOption<nlohmann::json>(c, "engine", source);
-    options.settings.batchSize = storedOption<std::int64_t>(engineSettings, "batch", source);
-    options.settings.kvCacheBytes = storedOption<std::uint64_t>(engineSettings, "kv_cache_bytes", source);
-    options.settings.device = resumeDevice(engineSettings.value("device", std::string("cpu")));
-    const auto bootstrap = storedOption<nlohmann::json>(c, "bootstrap", source);
-    options.settings.bootstrap.resamples = storedOption<int>(bootstrap, "resamples", source);
-    options.settings.bootstrap.confidence = storedOption<double>(bootstrap, "confidence", source);
-    options.settings.bootstrap.seed = storedOption<std::uint64_t>(bootstrap, "seed", source);
-    if (c.contains("calibration_id")) {
-        options.calibrationId = storedOption<std::int64_t>(c, "calibration_id", source);
-    } else {
-        options.threshold = storedOption<double>(c, "threshold", source);
-    }
-    for (const auto& item : storedOption<nlohmann::json>(c, "candidate_list", source)) {
-        Candidate candidate;
-        candidate.name = storedOption<std::string>(item, "name", source);
-        candidate.recipePath = storedOption<std::string>(item, "recipe", source);
-        candidate.staleness = storedOption<std::int64_t>(item, "staleness", source);
-        candidate.noise = storedOption<double>(item, "noise", source);
-        candidate.noiseSeed = storedOption<std::uint64_t>(item, "noise_seed", source);
-        candidate.noiseModules = storedOption<std::string>(item, "noise_modules", source);
-        candidate.source = storedOption<std::string>(item, "source", source);
-        options.candidates.push_back(std::move(candidate));
-    }
-    return admit(store, options, progress, runId, onRunStarted);
+    checkInputsUnchanged(run.config.contains("inputs") ? run.config.at("inputs") : nlohmann::json(), runId, "admit");
+    return admit(store, options, progress, runId, options.onRunStarted);
 }
 
 ScreenMeasurement measureScreen(const std::string& checkpoint, const Candidate& candidate,

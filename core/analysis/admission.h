@@ -41,8 +41,9 @@
 // whole decisions and the run marked cancelled.
 //
 // Paths (checkpoints, history, probe set, recipes) are made absolute before anything is stored. The run's
-// config_json holds every option and digests of the input files (job_resume.h), so that a killed, cancelled or
-// failed check continues (resumeAdmission, `mismatch admit --resume RUN`): the decisions already stored are kept
+// config_json records every option and digests of the input files (job_resume.h), so that a killed, cancelled or
+// failed check continues (resumeAdmission, `mismatch admit --resume RUN`, with the options of the job spec the run
+// stored; the record they make must equal the stored one): the decisions already stored are kept
 // (checked to be the first ones of the checkpoint-major order), a partly screened checkpoint's BF16 unit is
 // measured again (it must equal the stored one exactly), and only the missing decisions are made, so the run ends
 // with each decision once and the numbers of an uninterrupted check (their `seconds` are wall-clock).
@@ -201,9 +202,10 @@ std::optional<double> bf16Multiple(const AdmissionRow& row);
 // "bf16_multiple", "seconds", "decision_id"}, ...], "protocol", "protocol_differs", "calibration_flags", "seconds",
 // "rule", "bf16_multiple"}.
 nlohmann::json toJson(const AdmissionResult& result);
-// Continues admit run `runId` (see above). InputError when the run does not exist, is not an admission check, has
-// finished or one of its inputs changed (naming the file).
-AdmissionResult resumeAdmission(store::RunStore& store, std::int64_t runId, Progress& progress,
-    const std::function<void(std::int64_t runId)>& onRunStarted = {});
+// Continues admit run `runId` (see above) with `options`, the options of the spec it was started with. InputError
+// when the run does not exist, is not an admission check, has finished, one of its inputs changed (naming the file)
+// or the options no longer make the run's record (a candidates file changed).
+AdmissionResult resumeAdmission(
+    store::RunStore& store, std::int64_t runId, const AdmissionOptions& options, Progress& progress);
 
 } // namespace mismatch::analysis

@@ -264,6 +264,20 @@ std::vector<std::string> inputFiles(const CalibrationOptions& o)
     return files;
 }
 
+// The calibration's record of what it was asked (its run's config_json, to which the run adds "inputs",
+// "sweep_runs" and "screens"); a resume checks that its options make the same one.
+nlohmann::json calibrationRecord(const CalibrationOptions& options, const MeasurementProtocol& protocol)
+{
+    return {{"base", nlohmann::json::parse(train::runConfigToJson(options.base))},
+        {"noise_sigmas", options.noiseSigmas}, {"recipes", options.recipes}, {"staleness", options.staleness},
+        {"steps", options.steps}, {"relative_threshold", options.rule.relativeThreshold},
+        {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
+        {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin},
+        {"noise_floor_fraction", options.noiseFloorFraction}, {"replicates", options.replicates},
+        {"max_replicates", options.maxReplicates}, {"unit_every", options.unitEvery},
+        {"probe_count", options.probeCount}, {"protocol", protocolToJson(protocol)}};
+}
+
 // The figures of every run at `step`, grouped by label in the order of `labels`.
 struct StepFigures {
     std::map<std::string, std::vector<ReplicatePoint>> points; // label -> replicates in order
@@ -491,18 +505,13 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
     result.protocol = calibrationProtocol(options.base, options.probeCount);
     if (resumeRunId) {
         result.runId = *resumeRunId;
+        checkRecordUnchanged(nlohmann::json::parse(store.run(result.runId)->configJson),
+            calibrationRecord(options, result.protocol), {}, result.runId, "calibrate");
         store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
     } else {
-        nlohmann::json config = {{"base", nlohmann::json::parse(train::runConfigToJson(options.base))},
-            {"noise_sigmas", options.noiseSigmas}, {"recipes", options.recipes}, {"staleness", options.staleness},
-            {"steps", options.steps}, {"relative_threshold", options.rule.relativeThreshold},
-            {"confidence", options.rule.bootstrap.confidence}, {"resamples", options.rule.bootstrap.resamples},
-            {"bootstrap_seed", options.rule.bootstrap.seed}, {"margin", options.margin},
-            {"noise_floor_fraction", options.noiseFloorFraction},
-            {"replicates", options.replicates}, {"max_replicates", options.maxReplicates},
-            {"unit_every", options.unitEvery},
-            {"probe_count", options.probeCount}, {"protocol", protocolToJson(result.protocol)},
-            {"inputs", fileDigests(inputFiles(options))}, {"sweep_runs", nlohmann::json::array()}};
+        nlohmann::json config = calibrationRecord(options, result.protocol);
+        config["inputs"] = fileDigests(inputFiles(options));
+        config["sweep_runs"] = nlohmann::json::array();
         store::RunSpec spec;
         spec.name = options.name;
         spec.kind = "calibrate";
@@ -840,43 +849,14 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
     return calibrate(store, options, progress, std::nullopt, options.onRunStarted);
 }
 
-CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::int64_t runId)
+CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, CalibrationOptions options,
+    Progress& progress, const std::string& workspaceDirectory)
 {
     const ResumableRun run = resumableRun(store, runId, "calibrate");
-    const std::string source = store.path() + " (calibrate run " + std::to_string(runId) + " config_json)";
-    const nlohmann::json& c = run.config;
-    CalibrationOptions options;
+    checkInputsUnchanged(run.config.contains("inputs") ? run.config.at("inputs") : nlohmann::json(), runId, "calibrate");
     options.name = run.info.name;
-    options.base = train::parseRunConfig(storedOption<nlohmann::json>(c, "base", source).dump(), source,
-        fs::path(store.path()).parent_path().string());
-    options.noiseSigmas = storedOption<std::vector<double>>(c, "noise_sigmas", source);
-    options.recipes = storedOption<std::vector<std::string>>(c, "recipes", source);
-    options.staleness = storedOption<std::vector<std::int64_t>>(c, "staleness", source);
-    options.steps = storedOption<std::vector<std::int64_t>>(c, "steps", source);
-    options.rule.relativeThreshold = storedOption<double>(c, "relative_threshold", source);
-    options.rule.bootstrap.confidence = storedOption<double>(c, "confidence", source);
-    options.rule.bootstrap.resamples = storedOption<int>(c, "resamples", source);
-    options.rule.bootstrap.seed = storedOption<std::uint64_t>(c, "bootstrap_seed", source);
-    options.margin = storedOption<double>(c, "margin", source);
-    // Calibrations started before the setting existed flagged at half the line.
-    options.noiseFloorFraction = c.value("noise_floor_fraction", 0.5);
-    options.replicates = storedOption<std::int64_t>(c, "replicates", source);
-    // Calibrations started before seeds were added to undecided points kept their seed count.
-    options.maxReplicates = c.contains("max_replicates") ? storedOption<std::int64_t>(c, "max_replicates", source)
-                                                         : options.replicates;
-    options.unitEvery = storedOption<std::int64_t>(c, "unit_every", source);
-    options.probeCount = storedOption<std::int64_t>(c, "probe_count", source);
-    return options;
-}
-
-CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, Progress& progress,
-    const std::string& workspaceDirectory, const std::function<void(std::int64_t runId)>& onRunStarted)
-{
-    CalibrationOptions options = storedCalibrationOptions(store, runId);
-    const nlohmann::json config = nlohmann::json::parse(store.run(runId)->configJson);
-    checkInputsUnchanged(config.contains("inputs") ? config.at("inputs") : nlohmann::json(), runId, "calibrate");
     options.workspaceDirectory = workspaceDirectory;
-    return calibrate(store, options, progress, runId, onRunStarted);
+    return calibrate(store, options, progress, runId, options.onRunStarted);
 }
 
 } // namespace mismatch::analysis

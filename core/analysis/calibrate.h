@@ -58,8 +58,9 @@
 // (core/store/analysis_store.h); the replicates' own figures, the null comparisons, the flags and the protocol are
 // in the calibration's config_json.
 //
-// Resume (resumeCalibration, `mismatch calibrate --resume RUN`): the calibration run's config_json holds every
-// option (recipe paths made absolute), digests of its input files (job_resume.h; a changed file is an InputError
+// Resume (resumeCalibration, `mismatch calibrate --resume RUN`, with the options of the job spec its run stored):
+// the calibration run's config_json records every option (recipe paths made absolute; a resume's options must make
+// the same record), digests of its input files (job_resume.h; a changed file is an InputError
 // naming it), "sweep_runs", the ids of its runs in the order they are trained (replicate 0 of every
 // configuration, then replicate 1, ..., then the null group; then each added round: the baseline, the undecided
 // configurations, the null group), each linked in the transaction that records it, and "screens", each
@@ -217,11 +218,11 @@ void checkCalibrationOptions(const CalibrationOptions& options);
 // cancellable (the calibration is then stored with nothing; the runs done stay in the store as cancelled or
 // finished training runs).
 CalibrationResult runCalibration(store::RunStore& store, const CalibrationOptions& options, Progress& progress);
-// The options calibrate run `runId` was started with (its config_json); InputError as resumeCalibration.
-CalibrationOptions storedCalibrationOptions(const store::RunStore& store, std::int64_t runId);
-// Continues calibrate run `runId` (see above), checkpoints under `workspaceDirectory` (empty: the store's
-// directory). InputError when the run does not exist, is not a calibration, has finished or an input changed.
-CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, Progress& progress,
-    const std::string& workspaceDirectory = {}, const std::function<void(std::int64_t runId)>& onRunStarted = {});
+// Continues calibrate run `runId` (see above) with `options`, the options of the job spec it was started with (its
+// name is the run's), checkpoints under `workspaceDirectory` (empty: the store's directory). InputError when the
+// run does not exist, is not a calibration, has finished, an input changed or the options no longer make the run's
+// record (the base run file changed).
+CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, CalibrationOptions options,
+    Progress& progress, const std::string& workspaceDirectory = {});
 
 } // namespace mismatch::analysis

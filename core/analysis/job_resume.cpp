@@ -113,6 +113,29 @@ void checkInputsUnchanged(const nlohmann::json& stored, std::int64_t runId, cons
     }
 }
 
+void checkRecordUnchanged(const nlohmann::json& stored, const nlohmann::json& fresh, const std::vector<std::string>& ignore,
+    std::int64_t runId, const std::string& job)
+{
+    if (!stored.is_object() || !fresh.is_object()) {
+        return;
+    }
+    for (const auto& [key, value] : fresh.items()) {
+        if (std::find(ignore.begin(), ignore.end(), key) != ignore.end() || !stored.contains(key)) {
+            continue;
+        }
+        if (stored.at(key) != value) {
+            const auto shortText = [](const nlohmann::json& v) {
+                const std::string text = v.dump();
+                return text.size() > 160 ? text.substr(0, 157) + "..." : text;
+            };
+            throw InputError(job, "run " + std::to_string(runId),
+                "its job spec no longer gives what the run started with at '" + key + "' (stored " + shortText(stored.at(key))
+                    + ", now " + shortText(value)
+                    + "): a file it names changed since; a resume would mix two configurations: start a new job");
+        }
+    }
+}
+
 ResumableRun resumableRun(const store::RunStore& store, std::int64_t runId, const std::string& kind)
 {
     const std::string where = "run " + std::to_string(runId);

@@ -31,6 +31,15 @@ std::vector<std::string> modelFiles(const std::string& directory);
 // from what run `runId` started with.
 void checkInputsUnchanged(const nlohmann::json& stored, std::int64_t runId, const std::string& job);
 
+// A resume's options come from the job spec the run stored (core/jobs: jobs::storedSpec); InputError naming the
+// first key whose value in `fresh`, the record those options make (what a new run would store as its config_json),
+// differs from the run's stored record `stored`: a file the spec names but no digest covers (a run file, a
+// candidates file) changed since, and continuing would mix two configurations. Keys in `ignore` (progress the run
+// added: "inputs", "sweep_runs", ...) and keys only one of the two has (records written by other versions) are
+// not compared.
+void checkRecordUnchanged(const nlohmann::json& stored, const nlohmann::json& fresh, const std::vector<std::string>& ignore,
+    std::int64_t runId, const std::string& job);
+
 // The run `runId` a `--resume` continues: InputError (file: the database, location: "run N") when there is no such
 // run, it is not of `kind` or it has finished. Returns the run and its parsed config_json.
 struct ResumableRun {

@@ -314,15 +314,15 @@ SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOption
     return measureScan(store, options, progress, std::nullopt, "", options.onRunStarted);
 }
 
-SensitivityResult resumeSensitivity(store::RunStore& store, std::int64_t runId, Progress& progress,
-    const std::function<void(std::int64_t runId)>& onRunStarted)
+SensitivityResult resumeSensitivity(
+    store::RunStore& store, std::int64_t runId, const SensitivityOptions& options, Progress& progress)
 {
     const ResumableRun run = resumableRun(store, runId, "sensitivity");
-    const SensitivityOptions options = parseSensitivityConfig(
-        run.info.configJson, store.path() + " (sensitivity run " + std::to_string(runId) + " config_json)");
     checkInputsUnchanged(run.config.contains("inputs") ? run.config.at("inputs") : nlohmann::json(), runId,
         "sensitivity");
-    return measureScan(store, options, progress, runId, run.info.configJson, onRunStarted);
+    checkRecordUnchanged(run.config, nlohmann::json::parse(sensitivityConfigJson(options)), {"inputs"}, runId,
+        "sensitivity");
+    return measureScan(store, options, progress, runId, run.info.configJson, options.onRunStarted);
 }
 
 } // namespace mismatch::analysis

@@ -20,8 +20,8 @@
 // scan leaves only whole cells and its run marked cancelled / failed.
 //
 // Resume (resumeSensitivity, `mismatch sensitivity --resume RUN`): a scan killed, cancelled or failed continues
-// with the options stored in its run's config_json (which also holds digests of the model's files and the prompt
-// set, checked first: a changed input is an InputError naming the file). The BF16 unit is measured again (every
+// with the options of the job spec its run stored (core/jobs: jobs::storedSpec); its run's config_json holds digests
+// of the model's files and the prompt set, checked first: a changed input is an InputError naming the file. The BF16 unit is measured again (every
 // draw is a function of the seeds, so it must equal the stored unit exactly; the cells' paired intervals need its
 // per-prompt values), the cells already stored are kept and only the others are measured, so the scan ends with
 // every cell once and the same numbers as an uninterrupted scan (the cells' `seconds` are wall-clock).
@@ -82,15 +82,17 @@ struct SensitivityResult {
 // after marking the run cancelled.
 SensitivityResult runSensitivity(store::RunStore& store, const SensitivityOptions& options, Progress& progress);
 
-// Continues sensitivity run `runId` (see above). InputError when the run does not exist, is not a sensitivity
-// scan, has finished or an input changed; Error when the re-measured BF16 unit differs from the stored one.
-SensitivityResult resumeSensitivity(store::RunStore& store, std::int64_t runId, Progress& progress,
-    const std::function<void(std::int64_t runId)>& onRunStarted = {});
+// Continues sensitivity run `runId` (see above) with `options`, the options of the spec it was started with.
+// InputError when the run does not exist, is not a sensitivity scan, has finished or an input changed; Error when
+// the re-measured BF16 unit differs from the stored one.
+SensitivityResult resumeSensitivity(
+    store::RunStore& store, std::int64_t runId, const SensitivityOptions& options, Progress& progress);
 
-// The options as stored in the scan's config_json (read back by the recipe builder and by a resume); the job adds
-// "inputs", the digests of the model's files and the prompt set (job_resume.h).
+// The record of what a scan measured, stored as its config_json (read by the recipe builder, the report and the
+// migration of runs stored without a job spec); the job adds "inputs", the digests of the model's files and the
+// prompt set (job_resume.h).
 std::string sensitivityConfigJson(const SensitivityOptions& options);
-// The options of a stored config_json; InputError naming `source` when a key is missing or malformed.
+// The options of a stored config_json (the inverse); InputError naming `source` when a key is missing or malformed.
 SensitivityOptions parseSensitivityConfig(const std::string& configJson, const std::string& source);
 
 } // namespace mismatch::analysis

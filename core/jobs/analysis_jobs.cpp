@@ -5,6 +5,7 @@
 #include "core/jobs/training_jobs.h"
 #include "core/jobs/parameter_builders.h"
 #include "core/jobs/report_job.h"
+#include "core/jobs/stored_specs.h"
 
 #include "core/analysis/calibrate.h"
 #include "core/analysis/result_json.h"
@@ -79,13 +80,6 @@ std::vector<Parameter> analysisParameters(bool fromProtocol)
             "Memory of each engine's paged KV cache (256MiB, 1GiB, ...)", "256MiB"),
         deviceParameter("cpu"),
     };
-}
-
-// A resumed scan's result (its options are the ones it stored; run and resume return the same JSON, which the CLI's
-// --json prints too: core/analysis/result_json.h).
-JobResult resumedSensitivityResult(store::RunStore& store, const analysis::SensitivityResult& r)
-{
-    return analysis::toJson(r, analysis::parseSensitivityConfig(store.run(r.runId)->configJson, store.path()));
 }
 
 const char* const kProtocolParameters[]
@@ -276,7 +270,9 @@ JobDefinition sensitivityJob()
     job.runKind = "sensitivity";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        return resumedSensitivityResult(store, analysis::resumeSensitivity(store, runId, progress, onRunStarted));
+        analysis::SensitivityOptions options = sensitivityOptions(storedSpec(store, runId, "sensitivity"));
+        options.onRunStarted = onRunStarted;
+        return analysis::toJson(analysis::resumeSensitivity(store, runId, options, progress), options);
     };
     return job;
 }
@@ -585,7 +581,9 @@ JobDefinition admitJob()
     job.runKind = "admit";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        return analysis::toJson(analysis::resumeAdmission(store, runId, progress, onRunStarted));
+        analysis::AdmissionOptions options = admissionOptions(storedSpec(store, runId, "admit"), store);
+        options.onRunStarted = onRunStarted;
+        return analysis::toJson(analysis::resumeAdmission(store, runId, options, progress));
     };
     return job;
 }

@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/jobs/parameter_builders.h"
+#include "core/jobs/stored_specs.h"
 #include "core/metrics/bootstrap.h"
 #include "core/train/run_config.h"
 #include "core/train/trainer.h"
@@ -171,8 +172,10 @@ JobDefinition calibrateJob()
     job.runKind = "calibrate";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        const analysis::CalibrationOptions options = analysis::storedCalibrationOptions(store, runId);
-        return analysis::toJson(analysis::resumeCalibration(store, runId, progress, {}, onRunStarted), options,
+        analysis::CalibrationOptions options = calibrationOptions(storedSpec(store, runId, "calibrate"));
+        options.onRunStarted = onRunStarted;
+        options.name = store.run(runId)->name;
+        return analysis::toJson(analysis::resumeCalibration(store, runId, options, progress), options,
             storedCommand(store, runId));
     };
     return job;

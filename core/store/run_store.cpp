@@ -495,6 +495,17 @@ void RunStore::setRunConfig(std::int64_t runId, const std::string& configJson)
     }
 }
 
+void RunStore::setRunJob(std::int64_t runId, const std::string& jobJson)
+{
+    Statement update(db_, "UPDATE runs SET job_json = ? WHERE id = ? AND coalesce(job_json, '') = ''");
+    update.bind(1, jobJson);
+    update.bind(2, runId);
+    update.run();
+    if (sqlite3_changes(db_) != 1) {
+        throw StoreError(path_, "run " + std::to_string(runId) + " does not exist or has a job spec already");
+    }
+}
+
 void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const std::string& error) noexcept
 {
     try {

@@ -138,6 +138,9 @@ public:
     // Replaces a run's config_json (a job that records its results or resolved inputs there). StoreError for an
     // unknown run.
     void setRunConfig(std::int64_t runId, const std::string& configJson);
+    // Writes the job spec of a run stored before runs kept theirs (RunInfo::jobJson; jobs::storedSpec migrates
+    // it from the run's config_json). StoreError for an unknown run or one that has a job spec already.
+    void setRunJob(std::int64_t runId, const std::string& jobJson);
     // Resuming a run: in one transaction, deletes its steps and evaluations after `keepThroughStep` (they
     // will be computed again) and marks it running (no finish time, no error). Returns the number of step
     // rows deleted. StoreError for an unknown run.

@@ -3,7 +3,11 @@
 // build from that scan -> admission check of the built recipe) runs end to end, each step using the result of
 // the one before.
 #include "core/common/error.h"
+#include "core/analysis/calibrate.h"
+#include "core/jobs/analysis_jobs.h"
 #include "core/jobs/job_file.h"
+#include "core/jobs/stored_specs.h"
+#include "core/jobs/training_jobs.h"
 #include "core/model/transformer.h"
 #include "core/store/analysis_store.h"
 #include "core/store/run_store.h"
@@ -144,6 +148,112 @@ private slots:
         // FILE or --resume, not both and not neither.
         QCOMPARE(runCli({"--workspace", workspace, "run"}).code, 2);
         QCOMPARE(runCli({"--workspace", workspace, "run", "--check", "--resume", std::to_string(cut)}).code, 2);
+    }
+
+    // Runs stored before runs kept their job (schema < 6: a core function called without a spec leaves none) are
+    // resumed through a spec migrated from their record (core/jobs/stored_specs.h), stored with the run at the first
+    // resume; the resumed scan equals an uninterrupted one, a resumed admission check makes its missing decisions,
+    // and a calibration's migrated spec gives options whose record equals the stored one (a changed base run file
+    // is refused, naming the key).
+    void olderRunsResumeFromAMigratedSpec()
+    {
+        const std::string workspace = (dir_.path() + "/migrate").toStdString();
+        const jobs::JobSpec scanSpec = tinyScan();
+        jobs::JobSpec admitSpec("admit");
+        admitSpec.set("students", std::vector<std::string> {model_, model_}).set("threshold", 1000.0);
+        admitSpec.set("prompts", probe_).set("count", 4).set("max_tokens", 8).set("resamples", 300);
+        // A progress that cancels its job once it passes `share`.
+        std::vector<std::shared_ptr<Progress>> progresses;
+        const auto cancelAfter = [&progresses](double share) -> Progress& {
+            auto self = std::make_shared<Progress*>(nullptr);
+            auto progress = std::make_shared<Progress>([self, share](double fraction, const std::string&) {
+                if (fraction > share) {
+                    (*self)->cancel();
+                }
+            });
+            *self = progress.get();
+            progresses.push_back(progress);
+            return *progress;
+        };
+        std::int64_t whole = 0;
+        std::int64_t cutScan = 0;
+        std::int64_t cutCheck = 0;
+        {
+            store::RunStore store = store::RunStore::open(store::databasePath(workspace));
+            Progress progress;
+            whole = analysis::runSensitivity(store, jobs::sensitivityOptions(scanSpec), progress).runId;
+            analysis::SensitivityOptions scan = jobs::sensitivityOptions(scanSpec);
+            scan.onRunStarted = [&cutScan](std::int64_t id) { cutScan = id; };
+            QVERIFY_EXCEPTION_THROWN(analysis::runSensitivity(store, scan, cancelAfter(0.3)), CancelledError);
+            analysis::AdmissionOptions check = jobs::admissionOptions(admitSpec, store);
+            check.onRunStarted = [&cutCheck](std::int64_t id) { cutCheck = id; };
+            QVERIFY_EXCEPTION_THROWN(analysis::runAdmission(store, check, cancelAfter(0.5)), CancelledError);
+            QVERIFY(!jobs::JobSpec::ofRun(*store.run(cutScan)) && !jobs::JobSpec::ofRun(*store.run(cutCheck)));
+        }
+        for (const std::int64_t cut : {cutScan, cutCheck}) {
+            const auto resumed = runCli({"--workspace", workspace, "--json", "run", "--resume", std::to_string(cut)});
+            QVERIFY2(resumed.code == 0, resumed.err.c_str());
+        }
+        const store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+        // The migrated specs were stored and ask for what the runs measured.
+        const std::optional<jobs::JobSpec> scanStored = jobs::JobSpec::ofRun(*store.run(cutScan));
+        QVERIFY(scanStored);
+        QCOMPARE(analysis::sensitivityConfigJson(jobs::sensitivityOptions(*scanStored)),
+            analysis::sensitivityConfigJson(jobs::sensitivityOptions(scanSpec)));
+        QVERIFY(jobs::JobSpec::ofRun(*store.run(cutCheck)));
+        std::optional<store::SensitivityScan> a;
+        std::optional<store::SensitivityScan> b;
+        for (const auto& scan : store::sensitivityScans(store)) {
+            if (scan.runId == whole) a = store::sensitivityScan(store, scan.id);
+            if (scan.runId == cutScan) b = store::sensitivityScan(store, scan.id);
+        }
+        QVERIFY(a && b);
+        QCOMPARE(b->cells.size(), a->cells.size());
+        for (std::size_t i = 0; i < a->cells.size(); ++i) {
+            QCOMPARE(b->cells[i].moduleGroup, a->cells[i].moduleGroup);
+            QCOMPARE(b->cells[i].mismatch, a->cells[i].mismatch);
+        }
+        QVERIFY(store.run(cutCheck)->status == store::RunStatus::Finished);
+        QCOMPARE(store::admissionDecisions(store, cutCheck).size(), std::size_t(2)); // 2 checkpoints x 1 candidate
+
+        // A calibration (the demo pair's quick sweep) stopped once its run is recorded.
+        const std::string calibrationWorkspace = (dir_.path() + "/migrate-calibration").toStdString();
+        store::RunStore calibrationStore = store::RunStore::open(store::databasePath(calibrationWorkspace));
+        jobs::JobSpec calibrate("calibrate");
+        calibrate.set("quick", true).set("noise", std::vector<double> {0.1}).set("max_replicates", 2);
+        analysis::CalibrationOptions options = jobs::calibrationOptions(calibrate);
+        options.workspaceDirectory = calibrationWorkspace;
+        std::int64_t calibrationRun = 0;
+        auto stop = std::make_shared<Progress>();
+        options.onRunStarted = [&calibrationRun, stop](std::int64_t id) {
+            calibrationRun = id;
+            stop->cancel();
+        };
+        QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(calibrationStore, options, *stop), CancelledError);
+        QVERIFY(calibrationRun != 0);
+        const jobs::JobSpec migrated = jobs::storedSpec(calibrationStore, calibrationRun, "calibrate");
+        QVERIFY(jobs::JobSpec::ofRun(*calibrationStore.run(calibrationRun)) == migrated);
+        const std::string baseFile = calibrationWorkspace + "/migrated/calibrate-run-" + std::to_string(calibrationRun)
+            + "-base.json";
+        QCOMPARE(migrated.text("run_file"), baseFile);
+        // Its options make the stored record: the resume gets past the record check and is cancelled at its start.
+        analysis::CalibrationOptions again = jobs::calibrationOptions(migrated);
+        auto cancelled = std::make_shared<Progress>();
+        cancelled->cancel();
+        QVERIFY_EXCEPTION_THROWN(
+            analysis::resumeCalibration(calibrationStore, calibrationRun, again, *cancelled, calibrationWorkspace),
+            CancelledError);
+        // The base run file edited since: refused, naming the record's key.
+        nlohmann::json base = nlohmann::json::parse(std::ifstream(baseFile));
+        base["steps"] = base["steps"].get<std::int64_t>() + 2;
+        std::ofstream(baseFile) << base.dump();
+        try {
+            analysis::resumeCalibration(
+                calibrationStore, calibrationRun, jobs::calibrationOptions(migrated), *cancelled, calibrationWorkspace);
+            QFAIL("a changed base run file was accepted");
+        } catch (const InputError& error) {
+            QVERIFY2(std::string(error.what()).find("'base'") != std::string::npos, error.what());
+        }
     }
 
     // A job that writes a file: `mismatch run` of a "generate" job file writes what `mismatch generate` with the

@@ -1210,10 +1210,10 @@ void TestTrainer::calibrationAddsSeedsUntilDecided()
     QVERIFY_EXCEPTION_THROWN(analysis::runCalibration(interrupted, options, inRound.progress), CancelledError);
     const std::int64_t runId = interrupted.listRuns().at(0).id;
     CancelAt inScreens("screen of noise 3 (seed 2)");
-    QVERIFY_EXCEPTION_THROWN(analysis::resumeCalibration(interrupted, runId, inScreens.progress, other), CancelledError);
+    QVERIFY_EXCEPTION_THROWN(analysis::resumeCalibration(interrupted, runId, options, inScreens.progress, other), CancelledError);
     QVERIFY(nlohmann::json::parse(interrupted.run(runId)->configJson).at("screens").size() >= 1);
     Progress rest;
-    const analysis::CalibrationResult resumed = analysis::resumeCalibration(interrupted, runId, rest, other);
+    const analysis::CalibrationResult resumed = analysis::resumeCalibration(interrupted, runId, options, rest, other);
     QCOMPARE(resumed.runs.size(), result.runs.size());
     QCOMPARE(resumed.points.size(), result.points.size());
     for (std::size_t i = 0; i < result.points.size(); ++i) {
