@@ -485,6 +485,262 @@ std::vector<CalibrationFlag> calibrationFlags(const std::vector<store::Calibrati
 
 namespace {
 
+// A resumed calibration killed after it was stored but before its run was marked finished: nothing to redo; the
+// stored calibration fills `result` and the run is marked finished. False when it was not stored.
+bool keepStoredCalibration(store::RunStore& store, const CalibrationOptions& options, CalibrationResult& result)
+{
+    for (const auto& stored : store::calibrations(store)) {
+        if (stored.runId == result.runId) {
+            const auto calibration = store::calibration(store, stored.id);
+            const nlohmann::json config = nlohmann::json::parse(calibration->info.configJson);
+            result.calibrationId = stored.id;
+            result.points = calibration->points;
+            result.brackets = calibration->brackets;
+            result.flags = storedFlags(calibration->info.configJson);
+            for (const auto& run : config.at("runs")) {
+                result.runs.push_back({run.at("label").get<std::string>(), run.at("replicate").get<std::int64_t>(),
+                    run.at("seed").get<std::uint64_t>(), run.at("run_id").get<std::int64_t>(),
+                    run.at("wall_seconds").get<double>()});
+            }
+            for (const auto& p : config.at("replicate_points")) {
+                result.replicatePoints.push_back(replicatePointFromJson(p));
+            }
+            for (const auto& n : config.at("null_comparisons")) {
+                NullComparison null;
+                null.step = n.at("step").get<std::int64_t>();
+                null.relativeChange = n.at("relative_change").get<double>();
+                null.difference = {n.at("mean_difference").get<double>(), n.at("ci_low").get<double>(),
+                    n.at("ci_high").get<double>(), options.rule.bootstrap.confidence,
+                    options.rule.bootstrap.resamples};
+                null.change = {null.relativeChange, n.value("change_low", null.relativeChange),
+                    n.value("change_high", null.relativeChange), options.rule.bootstrap.confidence,
+                    options.rule.bootstrap.resamples};
+                // Calibrations made before three verdicts stored "failed".
+                null.verdict = n.contains("verdict")
+                    ? metrics::parseVerdict(n.at("verdict").get<std::string>()).value_or(metrics::Verdict::Undecided)
+                    : (n.at("failed").get<bool>() ? metrics::Verdict::Fail : metrics::Verdict::Pass);
+                null.noiseFloor = n.at("noise_floor").get<double>();
+                result.nullComparisons.push_back(null);
+            }
+            store.finishRun(result.runId, store::RunStatus::Finished);
+            return true;
+        }
+    }
+    return false;
+}
+
+// The sweep's training runs, round by round (the stopping rule adds rounds after each): a resumed calibration's
+// linked runs are kept when finished and continued when not; each run's progress is its share of the first
+// `trainingShare` of the calibration's. Adds each run to result.runs; `sweepJobs` grows by the added rounds.
+void trainSweep(store::RunStore& store, const CalibrationOptions& options, const std::vector<SweepEntry>& entries,
+    std::vector<SweepJob>& sweepJobs, CalibrationResult& result, Progress& progress, double trainingShare,
+    std::int64_t totalSteps)
+{
+    const std::vector<std::int64_t> linked = nlohmann::json::parse(store.run(result.runId)->configJson)
+                                                 .value("sweep_runs", nlohmann::json::array())
+                                                 .get<std::vector<std::int64_t>>();
+    train::TrainOptions trainOptions;
+    trainOptions.workspaceDirectory = options.workspaceDirectory;
+    trainOptions.checkpointSteps = options.steps; // the screens measure each run's checkpoint at the rule steps
+    for (std::size_t i = 0; i < sweepJobs.size(); ++i) {
+        const SweepJob& job = sweepJobs[i];
+        const std::string what = job.label + " (seed " + std::to_string(job.replicate + 1) + ")";
+        const std::int64_t done = static_cast<std::int64_t>(i) * options.base.steps;
+        progress.checkCancelled();
+        // A sweep run is recorded and linked to the calibration in one transaction, then trained from step 1
+        // by resumeTraining; a resumed calibration continues its linked runs (finished ones are kept as they
+        // are, an interrupted one continues from its newest checkpoint, or from step 1 without one).
+        std::int64_t sweepRunId = 0;
+        if (i < linked.size()) {
+            sweepRunId = linked[i];
+            const auto info = store.run(sweepRunId);
+            if (!info || info->kind != "train" || info->configJson != train::runConfigToJson(job.config)) {
+                throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + ": sweep run "
+                    + std::to_string(sweepRunId) + " is not the training run of '" + what
+                    + "' it should be; the calibration cannot be resumed");
+            }
+            if (info->status == store::RunStatus::Finished) {
+                result.runs.push_back({job.label, job.replicate, job.config.seed, sweepRunId,
+                    storedWallSeconds(store, sweepRunId)});
+            }
+        } else {
+            sweepRunId = train::recordTrainingRun(job.config, store,
+                [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
+        }
+        if (result.runs.size() == i) {
+            // The run's own progress feeds the calibration's (its steps are this run's share of the sweep's),
+            // and they share one cancel flag.
+            Progress runProgress = progress.child(trainingShare * static_cast<double>(done) / static_cast<double>(totalSteps),
+                trainingShare * static_cast<double>(done + options.base.steps) / static_cast<double>(totalSteps), what);
+            const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
+            result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
+        }
+        if (i + 1 == sweepJobs.size()) {
+            // The round is trained: the stopping rule decides the next one from the stored runs.
+            const std::vector<SweepJob> round = nextRound(store, options, entries, result.runs);
+            sweepJobs.insert(sweepJobs.end(), round.begin(), round.end());
+        }
+    }
+    if (linked.size() > sweepJobs.size()) {
+        throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + " links "
+            + std::to_string(linked.size()) + " sweep runs, more than the " + std::to_string(sweepJobs.size())
+            + " its stopping rule trains");
+    }
+}
+
+// The screens: every configuration's runs measured at their checkpoints of the rule steps as `admit` would (the
+// null group is no point), in the progress after `trainingShare`. Each is stored in the run's config_json as it is
+// made, so a resume keeps it. Returns every screen by (run id, step).
+std::map<std::pair<std::int64_t, std::int64_t>, nlohmann::json> measureScreens(store::RunStore& store,
+    const CalibrationOptions& options, const std::vector<SweepJob>& sweepJobs, const CalibrationResult& result,
+    Progress& progress, double trainingShare)
+{
+    std::map<std::pair<std::int64_t, std::int64_t>, nlohmann::json> screens;
+    for (const auto& stored : nlohmann::json::parse(store.run(result.runId)->configJson)
+                                  .value("screens", nlohmann::json::array())) {
+        screens[{stored.at("run_id").get<std::int64_t>(), stored.at("step").get<std::int64_t>()}] = stored;
+    }
+    {
+        MeasureSettings settings;
+        settings.device = parseDevice(options.base.device, options.base.sourceFile, "device");
+        const std::string workspace = train::workspaceDirectoryOf(store, options.workspaceDirectory);
+        std::size_t measured = 0;
+        const std::size_t toMeasure = options.steps.size() * result.runs.size();
+        for (const std::int64_t step : options.steps) {
+            for (std::size_t i = 0; i < result.runs.size(); ++i) {
+                const CalibrationSweepRun& run = result.runs[i];
+                ++measured;
+                if (run.label == kNullLabel || screens.count({run.runId, step})) {
+                    continue;
+                }
+                progress.checkCancelled();
+                const std::string checkpoint = train::stepCheckpoint(store, workspace, run.runId, step);
+                std::error_code missing;
+                if (!fs::exists(fs::path(checkpoint) / "state.json", missing)) {
+                    throw StoreError(store.path(), "calibration run " + std::to_string(result.runId)
+                        + ": sweep run " + std::to_string(run.runId) + " has no checkpoint at step "
+                        + std::to_string(step) + " (" + checkpoint + ") to measure its point on");
+                }
+                Progress slice = progress.child(
+                    trainingShare + (1.0 - trainingShare) * static_cast<double>(measured - 1) / static_cast<double>(toMeasure),
+                    trainingShare + (1.0 - trainingShare) * static_cast<double>(measured) / static_cast<double>(toMeasure),
+                    "screen of " + run.label + " (seed " + std::to_string(run.replicate + 1) + ") at step "
+                        + std::to_string(step));
+                const ScreenMeasurement screen
+                    = measureScreen(checkpoint, sweepCandidate(sweepJobs[i]), result.protocol, settings, slice);
+                screens[{run.runId, step}] = screenToJson(run.runId, step, screen, workspace);
+                nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
+                config["screens"].push_back(screens[{run.runId, step}]);
+                store.setRunConfig(result.runId, config.dump());
+            }
+        }
+    }
+    return screens;
+}
+
+// Each rule step's points (seed means of the replicates' screens and qualities, the failure rule's verdict), the
+// null comparison, the bracket; then the flags.
+void decidePoints(store::RunStore& store, const CalibrationOptions& options, const std::vector<SweepEntry>& entries,
+    const std::map<std::pair<std::int64_t, std::int64_t>, nlohmann::json>& screens, CalibrationResult& result)
+{
+    for (const std::int64_t step : options.steps) {
+        StepFigures figures = stepFigures(store, result.runs, step);
+        for (auto& [label, replicates] : figures.points) {
+            for (ReplicatePoint& replicate : replicates) {
+                const auto screen = screens.find({replicate.runId, step});
+                if (screen == screens.end()) {
+                    continue; // the null group
+                }
+                readScreen(screen->second, replicate);
+            }
+        }
+        const auto& baseQualities = figures.qualities.at("baseline");
+        for (const SweepEntry& entry : entries) {
+            const std::vector<ReplicatePoint>& replicates = figures.points.at(entry.label);
+            store::CalibrationPoint point;
+            point.runId = replicates.front().runId;
+            point.step = step;
+            point.label = entry.label;
+            point.replicates = static_cast<std::int64_t>(replicates.size());
+            point.mismatch = meanOf(replicates, &ReplicatePoint::mismatch);
+            point.bf16Unit = meanOf(replicates, &ReplicatePoint::bf16Unit);
+            point.trainingMismatch = meanOf(replicates, &ReplicatePoint::trainingMismatch);
+            point.quality = meanOf(replicates, &ReplicatePoint::quality);
+            point.accuracy = meanOf(replicates, &ReplicatePoint::accuracy);
+            if (entry.label == "baseline") {
+                point.relativeChange = 0.0;
+                point.verdict = metrics::verdictName(metrics::Verdict::Pass);
+            } else {
+                const metrics::FailureVerdict verdict
+                    = metrics::applyFailureRule(figures.qualities.at(entry.label), baseQualities, options.rule);
+                point.relativeChange = verdict.relativeChange;
+                point.ciLow = verdict.difference.low;
+                point.ciHigh = verdict.difference.high;
+                point.changeLow = verdict.change.low;
+                point.changeHigh = verdict.change.high;
+                point.verdict = metrics::verdictName(verdict.verdict);
+            }
+            result.points.push_back(point);
+        }
+        for (const auto& [label, replicates] : figures.points) {
+            result.replicatePoints.insert(result.replicatePoints.end(), replicates.begin(), replicates.end());
+        }
+        const metrics::FailureVerdict nullVerdict
+            = metrics::applyFailureRule(figures.qualities.at(kNullLabel), baseQualities, options.rule);
+        NullComparison null;
+        null.step = step;
+        null.relativeChange = nullVerdict.relativeChange;
+        null.change = nullVerdict.change;
+        null.difference = nullVerdict.difference;
+        null.verdict = nullVerdict.verdict;
+        null.noiseFloor = (nullVerdict.change.high - nullVerdict.change.low) / 2.0;
+        result.nullComparisons.push_back(null);
+        result.brackets.push_back(store::bracketFromPoints(result.points, step, options.margin));
+    }
+    result.flags = calibrationFlags(result.points, result.nullComparisons, result.brackets,
+        options.rule.relativeThreshold, options.noiseFloorFraction);
+}
+
+// Stores the calibration with the run's configuration (its sweep runs linked), the runs, the replicates' figures,
+// the null comparisons and the flags, and marks the run finished, in one transaction.
+void storeCalibration(store::RunStore& store, const CalibrationOptions& options, CalibrationResult& result)
+{
+    nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& run : result.runs) {
+        runs.push_back({{"label", run.label}, {"replicate", run.replicate}, {"seed", run.seed},
+            {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
+    }
+    config["runs"] = runs;
+    nlohmann::json replicatePoints = nlohmann::json::array();
+    for (const auto& p : result.replicatePoints) {
+        replicatePoints.push_back(toJson(p));
+    }
+    config["replicate_points"] = replicatePoints;
+    nlohmann::json nulls = nlohmann::json::array();
+    for (const auto& n : result.nullComparisons) {
+        nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
+            {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low},
+            {"ci_high", n.difference.high}, {"change_low", n.change.low}, {"change_high", n.change.high},
+            {"verdict", metrics::verdictName(n.verdict)}, {"failed", n.verdict == metrics::Verdict::Fail},
+            {"noise_floor", n.noiseFloor}});
+    }
+    config["null_comparisons"] = nulls;
+    config["flags"] = flagsToJson(result.flags);
+    config["interval_method"] = kCalibrationIntervalMethod;
+    config["stopping_rule"] = kCalibrationStoppingRule;
+    store::CalibrationInfo info;
+    info.runId = result.runId;
+    info.name = options.name;
+    info.student = options.base.student;
+    info.configJson = config.dump();
+    // The calibration and the run's end in one transaction: a kill leaves neither or both.
+    store::Transaction transaction(store.handle());
+    result.calibrationId = store::addCalibration(store, info, result.points, result.brackets);
+    store.finishRun(result.runId, store::RunStatus::Finished);
+    transaction.commit();
+}
+
 // A fresh calibration (resumeRunId empty) or the continuation of a stored one.
 CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& options, Progress& progress,
     std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
@@ -522,230 +778,13 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         onRunStarted(result.runId);
     }
     store::recordRunOutcome(store, result.runId, [&] {
-        // Killed after the calibration was stored but before the run was marked finished: nothing to redo.
-        for (const auto& stored : store::calibrations(store)) {
-            if (resumeRunId && stored.runId == result.runId) {
-                const auto calibration = store::calibration(store, stored.id);
-                const nlohmann::json config = nlohmann::json::parse(calibration->info.configJson);
-                result.calibrationId = stored.id;
-                result.points = calibration->points;
-                result.brackets = calibration->brackets;
-                result.flags = storedFlags(calibration->info.configJson);
-                for (const auto& run : config.at("runs")) {
-                    result.runs.push_back({run.at("label").get<std::string>(), run.at("replicate").get<std::int64_t>(),
-                        run.at("seed").get<std::uint64_t>(), run.at("run_id").get<std::int64_t>(),
-                        run.at("wall_seconds").get<double>()});
-                }
-                for (const auto& p : config.at("replicate_points")) {
-                    result.replicatePoints.push_back(replicatePointFromJson(p));
-                }
-                for (const auto& n : config.at("null_comparisons")) {
-                    NullComparison null;
-                    null.step = n.at("step").get<std::int64_t>();
-                    null.relativeChange = n.at("relative_change").get<double>();
-                    null.difference = {n.at("mean_difference").get<double>(), n.at("ci_low").get<double>(),
-                        n.at("ci_high").get<double>(), options.rule.bootstrap.confidence,
-                        options.rule.bootstrap.resamples};
-                    null.change = {null.relativeChange, n.value("change_low", null.relativeChange),
-                        n.value("change_high", null.relativeChange), options.rule.bootstrap.confidence,
-                        options.rule.bootstrap.resamples};
-                    // Calibrations made before three verdicts stored "failed".
-                    null.verdict = n.contains("verdict")
-                        ? metrics::parseVerdict(n.at("verdict").get<std::string>()).value_or(metrics::Verdict::Undecided)
-                        : (n.at("failed").get<bool>() ? metrics::Verdict::Fail : metrics::Verdict::Pass);
-                    null.noiseFloor = n.at("noise_floor").get<double>();
-                    result.nullComparisons.push_back(null);
-                }
-                store.finishRun(result.runId, store::RunStatus::Finished);
-                return;
-            }
+        if (resumeRunId && keepStoredCalibration(store, options, result)) {
+            return;
         }
-        const std::vector<std::int64_t> linked = nlohmann::json::parse(store.run(result.runId)->configJson)
-                                                     .value("sweep_runs", nlohmann::json::array())
-                                                     .get<std::vector<std::int64_t>>();
-        train::TrainOptions trainOptions;
-        trainOptions.workspaceDirectory = options.workspaceDirectory;
-        trainOptions.checkpointSteps = options.steps; // the screens measure each run's checkpoint at the rule steps
-        for (std::size_t i = 0; i < sweepJobs.size(); ++i) {
-            const SweepJob& job = sweepJobs[i];
-            const std::string what = job.label + " (seed " + std::to_string(job.replicate + 1) + ")";
-            const std::int64_t done = static_cast<std::int64_t>(i) * options.base.steps;
-            progress.checkCancelled();
-            // A sweep run is recorded and linked to the calibration in one transaction, then trained from step 1
-            // by resumeTraining; a resumed calibration continues its linked runs (finished ones are kept as they
-            // are, an interrupted one continues from its newest checkpoint, or from step 1 without one).
-            std::int64_t sweepRunId = 0;
-            if (i < linked.size()) {
-                sweepRunId = linked[i];
-                const auto info = store.run(sweepRunId);
-                if (!info || info->kind != "train" || info->configJson != train::runConfigToJson(job.config)) {
-                    throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + ": sweep run "
-                        + std::to_string(sweepRunId) + " is not the training run of '" + what
-                        + "' it should be; the calibration cannot be resumed");
-                }
-                if (info->status == store::RunStatus::Finished) {
-                    result.runs.push_back({job.label, job.replicate, job.config.seed, sweepRunId,
-                        storedWallSeconds(store, sweepRunId)});
-                }
-            } else {
-                sweepRunId = train::recordTrainingRun(job.config, store,
-                    [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
-            }
-            if (result.runs.size() == i) {
-                // The run's own progress feeds the calibration's (its steps are this run's share of the sweep's),
-                // and they share one cancel flag.
-                Progress runProgress = progress.child(trainingShare * static_cast<double>(done) / static_cast<double>(totalSteps),
-                    trainingShare * static_cast<double>(done + options.base.steps) / static_cast<double>(totalSteps), what);
-                const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
-                result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
-            }
-            if (i + 1 == sweepJobs.size()) {
-                // The round is trained: the stopping rule decides the next one from the stored runs.
-                const std::vector<SweepJob> round = nextRound(store, options, entries, result.runs);
-                sweepJobs.insert(sweepJobs.end(), round.begin(), round.end());
-            }
-        }
-        if (linked.size() > sweepJobs.size()) {
-            throw StoreError(store.path(), "calibration run " + std::to_string(result.runId) + " links "
-                + std::to_string(linked.size()) + " sweep runs, more than the " + std::to_string(sweepJobs.size())
-                + " its stopping rule trains");
-        }
-
-        // The screens: every configuration's runs measured at their checkpoints of the rule steps as `admit` would
-        // (the null group is no point). Each is stored in the run's config_json as it is made, so a resume keeps it.
-        std::map<std::pair<std::int64_t, std::int64_t>, nlohmann::json> screens;
-        for (const auto& stored : nlohmann::json::parse(store.run(result.runId)->configJson)
-                                      .value("screens", nlohmann::json::array())) {
-            screens[{stored.at("run_id").get<std::int64_t>(), stored.at("step").get<std::int64_t>()}] = stored;
-        }
-        {
-            MeasureSettings settings;
-            settings.device = parseDevice(options.base.device, options.base.sourceFile, "device");
-            const std::string workspace = train::workspaceDirectoryOf(store, options.workspaceDirectory);
-            std::size_t measured = 0;
-            const std::size_t toMeasure = options.steps.size() * result.runs.size();
-            for (const std::int64_t step : options.steps) {
-                for (std::size_t i = 0; i < result.runs.size(); ++i) {
-                    const CalibrationSweepRun& run = result.runs[i];
-                    ++measured;
-                    if (run.label == kNullLabel || screens.count({run.runId, step})) {
-                        continue;
-                    }
-                    progress.checkCancelled();
-                    const std::string checkpoint = train::stepCheckpoint(store, workspace, run.runId, step);
-                    std::error_code missing;
-                    if (!fs::exists(fs::path(checkpoint) / "state.json", missing)) {
-                        throw StoreError(store.path(), "calibration run " + std::to_string(result.runId)
-                            + ": sweep run " + std::to_string(run.runId) + " has no checkpoint at step "
-                            + std::to_string(step) + " (" + checkpoint + ") to measure its point on");
-                    }
-                    Progress slice = progress.child(
-                        trainingShare + (1.0 - trainingShare) * static_cast<double>(measured - 1) / static_cast<double>(toMeasure),
-                        trainingShare + (1.0 - trainingShare) * static_cast<double>(measured) / static_cast<double>(toMeasure),
-                        "screen of " + run.label + " (seed " + std::to_string(run.replicate + 1) + ") at step "
-                            + std::to_string(step));
-                    const ScreenMeasurement screen
-                        = measureScreen(checkpoint, sweepCandidate(sweepJobs[i]), result.protocol, settings, slice);
-                    screens[{run.runId, step}] = screenToJson(run.runId, step, screen, workspace);
-                    nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
-                    config["screens"].push_back(screens[{run.runId, step}]);
-                    store.setRunConfig(result.runId, config.dump());
-                }
-            }
-        }
-
-        for (const std::int64_t step : options.steps) {
-            StepFigures figures = stepFigures(store, result.runs, step);
-            for (auto& [label, replicates] : figures.points) {
-                for (ReplicatePoint& replicate : replicates) {
-                    const auto screen = screens.find({replicate.runId, step});
-                    if (screen == screens.end()) {
-                        continue; // the null group
-                    }
-                    readScreen(screen->second, replicate);
-                }
-            }
-            const auto& baseQualities = figures.qualities.at("baseline");
-            for (const SweepEntry& entry : entries) {
-                const std::vector<ReplicatePoint>& replicates = figures.points.at(entry.label);
-                store::CalibrationPoint point;
-                point.runId = replicates.front().runId;
-                point.step = step;
-                point.label = entry.label;
-                point.replicates = static_cast<std::int64_t>(replicates.size());
-                point.mismatch = meanOf(replicates, &ReplicatePoint::mismatch);
-                point.bf16Unit = meanOf(replicates, &ReplicatePoint::bf16Unit);
-                point.trainingMismatch = meanOf(replicates, &ReplicatePoint::trainingMismatch);
-                point.quality = meanOf(replicates, &ReplicatePoint::quality);
-                point.accuracy = meanOf(replicates, &ReplicatePoint::accuracy);
-                if (entry.label == "baseline") {
-                    point.relativeChange = 0.0;
-                    point.verdict = metrics::verdictName(metrics::Verdict::Pass);
-                } else {
-                    const metrics::FailureVerdict verdict
-                        = metrics::applyFailureRule(figures.qualities.at(entry.label), baseQualities, options.rule);
-                    point.relativeChange = verdict.relativeChange;
-                    point.ciLow = verdict.difference.low;
-                    point.ciHigh = verdict.difference.high;
-                    point.changeLow = verdict.change.low;
-                    point.changeHigh = verdict.change.high;
-                    point.verdict = metrics::verdictName(verdict.verdict);
-                }
-                result.points.push_back(point);
-            }
-            for (const auto& [label, replicates] : figures.points) {
-                result.replicatePoints.insert(result.replicatePoints.end(), replicates.begin(), replicates.end());
-            }
-            const metrics::FailureVerdict nullVerdict
-                = metrics::applyFailureRule(figures.qualities.at(kNullLabel), baseQualities, options.rule);
-            NullComparison null;
-            null.step = step;
-            null.relativeChange = nullVerdict.relativeChange;
-            null.change = nullVerdict.change;
-            null.difference = nullVerdict.difference;
-            null.verdict = nullVerdict.verdict;
-            null.noiseFloor = (nullVerdict.change.high - nullVerdict.change.low) / 2.0;
-            result.nullComparisons.push_back(null);
-            result.brackets.push_back(store::bracketFromPoints(result.points, step, options.margin));
-        }
-        result.flags = calibrationFlags(result.points, result.nullComparisons, result.brackets,
-            options.rule.relativeThreshold, options.noiseFloorFraction);
-        // The calibration's configuration: the run's (with its sweep runs linked), the runs, the replicates'
-        // figures, the null comparisons and the flags.
-        nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
-        nlohmann::json runs = nlohmann::json::array();
-        for (const auto& run : result.runs) {
-            runs.push_back({{"label", run.label}, {"replicate", run.replicate}, {"seed", run.seed},
-                {"run_id", run.runId}, {"wall_seconds", run.wallSeconds}});
-        }
-        config["runs"] = runs;
-        nlohmann::json replicatePoints = nlohmann::json::array();
-        for (const auto& p : result.replicatePoints) {
-            replicatePoints.push_back(toJson(p));
-        }
-        config["replicate_points"] = replicatePoints;
-        nlohmann::json nulls = nlohmann::json::array();
-        for (const auto& n : result.nullComparisons) {
-            nulls.push_back({{"step", n.step}, {"relative_change", n.relativeChange},
-                {"mean_difference", n.difference.estimate}, {"ci_low", n.difference.low},
-                {"ci_high", n.difference.high}, {"change_low", n.change.low}, {"change_high", n.change.high},
-                {"verdict", metrics::verdictName(n.verdict)}, {"failed", n.verdict == metrics::Verdict::Fail},
-                {"noise_floor", n.noiseFloor}});
-        }
-        config["null_comparisons"] = nulls;
-        config["flags"] = flagsToJson(result.flags);
-        config["interval_method"] = kCalibrationIntervalMethod;
-        config["stopping_rule"] = kCalibrationStoppingRule;
-        store::CalibrationInfo info;
-        info.runId = result.runId;
-        info.name = options.name;
-        info.student = options.base.student;
-        info.configJson = config.dump();
-        // The calibration and the run's end in one transaction: a kill leaves neither or both.
-        store::Transaction transaction(store.handle());
-        result.calibrationId = store::addCalibration(store, info, result.points, result.brackets);
-        store.finishRun(result.runId, store::RunStatus::Finished);
-        transaction.commit();
+        trainSweep(store, options, entries, sweepJobs, result, progress, trainingShare, totalSteps);
+        const auto screens = measureScreens(store, options, sweepJobs, result, progress, trainingShare);
+        decidePoints(store, options, entries, screens, result);
+        storeCalibration(store, options, result);
     });
     result.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.provenanceJson = store.run(result.runId)->provenanceJson;
