@@ -154,6 +154,8 @@ void TestBreakdown::maskedRecipesResolveToMaskedPlans()
     }
 }
 
+// Long: one breakdown is measured (the costly part) and then each attribution method's figures are checked
+// against the float64 reference in turn, on the same measurement.
 void TestBreakdown::oneKnownSourceGetsTheMismatch()
 {
     store::RunStore store = store::RunStore::open((dir_.path() + "/known.db").toStdString());

@@ -452,6 +452,8 @@ double number(const nlohmann::json& object, const char* key)
 
 } // namespace
 
+// Long: the benchmark's script read in the order it runs (options, each case timed against its baseline in the
+// same run, the printed table, the JSON file); every case is a few lines of one table.
 int main(int argc, char** argv)
 {
     prepareProcessEnvironment(argv);

@@ -77,6 +77,8 @@ inline double addedMismatch(int layer, int group)
     return 0.0004 * edge * down * (1.0 + 0.1 * group);
 }
 
+// Long: the fixture workspace, written as one list of the rows each view reads (runs, calibration, scans,
+// decisions, prefix shift, breakdown) so that a test's expected figures can be found next to where they are made.
 inline Ids build(store::RunStore& store)
 {
     Ids ids;

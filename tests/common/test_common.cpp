@@ -23,6 +23,8 @@
 #include <sys/resource.h>
 #include <sys/statfs.h>
 
+#include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +33,7 @@
 #endif
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <random>
@@ -56,6 +59,7 @@ private slots:
     void spillFileGivesBackWhatWasPutAside();
     void spillRefusesMemoryAndFullDirectories();
     void includesFollowTheLayers();
+    void longFunctionsSayWhy();
 };
 
 void TestCommon::childMapsFractionsIntoItsRange()
@@ -561,6 +565,191 @@ void TestCommon::includesFollowTheLayers()
         list += violation + "\n";
     }
     QVERIFY2(violations.empty(), ("includes against the layer order " + documented + ":\n" + list).c_str());
+}
+
+namespace {
+
+// `source` with comments and string / character literals blanked (newlines kept), so that braces in them do not
+// count.
+std::string codeOnly(const std::string& source)
+{
+    std::string out;
+    out.reserve(source.size());
+    std::size_t i = 0;
+    const std::size_t n = source.size();
+    while (i < n) {
+        if (source.compare(i, 2, "//") == 0) {
+            while (i < n && source[i] != '\n') {
+                ++i;
+            }
+        } else if (source.compare(i, 2, "/*") == 0) {
+            const std::size_t end = std::min(n, source.find("*/", i + 2) == std::string::npos ? n : source.find("*/", i + 2) + 2);
+            out.append(static_cast<std::size_t>(std::count(source.begin() + static_cast<std::ptrdiff_t>(i),
+                           source.begin() + static_cast<std::ptrdiff_t>(end), '\n')),
+                '\n');
+            i = end;
+        } else if (source.compare(i, 2, "R\"") == 0) {
+            const std::size_t open = source.find('(', i + 2);
+            const std::string close = ")" + source.substr(i + 2, open - i - 2) + "\"";
+            const std::size_t found = source.find(close, open);
+            const std::size_t end = found == std::string::npos ? n : found + close.size();
+            out += "\"\"";
+            out.append(static_cast<std::size_t>(std::count(source.begin() + static_cast<std::ptrdiff_t>(i),
+                           source.begin() + static_cast<std::ptrdiff_t>(end), '\n')),
+                '\n');
+            i = end;
+        } else if (source[i] == '"' || (source[i] == '\'' && !(i > 0 && std::isxdigit(static_cast<unsigned char>(source[i - 1]))))) {
+            // A ' after a hex digit is a digit separator (1'000), not a character literal.
+            const char quote = source[i];
+            std::size_t j = i + 1;
+            while (j < n && source[j] != quote && source[j] != '\n') {
+                j += source[j] == '\\' ? 2 : 1;
+            }
+            out += quote;
+            out += quote;
+            i = j + 1;
+        } else {
+            out += source[i++];
+        }
+    }
+    return out;
+}
+
+struct FunctionSpan {
+    int firstLine; // the line its declaration starts on
+    int lines; // from the opening brace's line to the closing brace's
+};
+
+// The function bodies of a C++ file (definitions at namespace or class scope; lambdas and blocks inside a function
+// count as its lines), found by brace matching: a `{` opens a function when the text before it, since the last `;`,
+// `{` or `}`, ends in `)` (with qualifiers or a trailing return type) or in a constructor's initializer list.
+std::vector<FunctionSpan> functionSpans(const std::string& source)
+{
+    static const std::regex scope(R"(\b(namespace|class|struct|union|enum)\b[^()]*$)");
+    static const std::regex function(R"(\)\s*((const|override|noexcept|final|mutable)\s*)*(->\s*[\w:<>, *&]+)?\s*$)");
+    static const std::regex initializers(R"(\)\s*:\s*[\w:]+\s*[({].*$)");
+    const std::string code = codeOnly(source);
+    struct Open {
+        bool isFunction;
+        int line;
+        int firstLine;
+        bool isScope;
+    };
+    std::vector<Open> stack;
+    std::vector<FunctionSpan> spans;
+    std::size_t last = 0;
+    int line = 1;
+    for (std::size_t i = 0; i < code.size(); ++i) {
+        const char c = code[i];
+        if (c == '\n') {
+            ++line;
+        } else if (c == '{') {
+            const bool inFunction = std::any_of(stack.begin(), stack.end(), [](const Open& o) { return o.isFunction; });
+            std::string head = code.substr(last, i - last);
+            int firstLine = line - static_cast<int>(std::count(head.begin(), head.end(), '\n'));
+            // The declaration starts at its first non-blank character.
+            for (const char h : head) {
+                if (h == '\n') {
+                    ++firstLine;
+                } else if (!std::isspace(static_cast<unsigned char>(h))) {
+                    break;
+                }
+            }
+            std::replace(head.begin(), head.end(), '\n', ' ');
+            const std::string tail = head.size() > 400 ? head.substr(head.size() - 400) : head;
+            const bool isScope = !inFunction && std::regex_search(tail, scope);
+            const bool isFunction = !inFunction && !isScope
+                && (std::regex_search(tail, function) || std::regex_search(tail, initializers));
+            stack.push_back({isFunction, line, firstLine, isScope});
+            last = i + 1;
+        } else if (c == '}') {
+            if (!stack.empty()) {
+                const Open open = stack.back();
+                stack.pop_back();
+                if (open.isFunction) {
+                    spans.push_back({open.firstLine, line - open.line + 1});
+                }
+            }
+            last = i + 1;
+        } else if (c == ';' && (stack.empty() || stack.back().isScope)) {
+            last = i + 1;
+        }
+    }
+    return spans;
+}
+
+} // namespace
+
+// CONTRIBUTING.md: no function over 150 lines without a comment saying why. Every function body in core/, cuda/,
+// ui/, app/ and tests/ of more than kMostLines lines has, in the comment directly above its declaration, a line with
+// "Long: " and the reason. A violation is named by file and line. The finder itself is checked on a known sample.
+void TestCommon::longFunctionsSayWhy()
+{
+    namespace fs = std::filesystem;
+    constexpr int kMostLines = 150;
+    // The finder: two functions (one a constructor with an initializer list, one holding a lambda and a string with
+    // a brace), a class with an inline method, a namespace.
+    const std::string sample = "namespace a {\n"
+                               "struct S {\n  int f() const { return 1; }\n};\n"
+                               "S::S(int x) : x_(x)\n{\n  g();\n}\n"
+                               "// comment {\n"
+                               "void h(int y)\n{\n  auto l = [&] { return \"}\"; };\n  l();\n\n}\n"
+                               "} // namespace a\n";
+    const std::vector<FunctionSpan> found = functionSpans(sample);
+    QCOMPARE(found.size(), std::size_t(3));
+    QCOMPARE(found[0].firstLine, 3); // f, one line
+    QCOMPARE(found[0].lines, 1);
+    QCOMPARE(found[1].firstLine, 5); // S::S, lines 6-8
+    QCOMPARE(found[1].lines, 3);
+    QCOMPARE(found[2].firstLine, 10); // h, lines 11-15
+    QCOMPARE(found[2].lines, 5);
+
+    const std::string root = MISMATCH_SOURCE_DIR;
+    std::vector<std::string> violations;
+    std::size_t files = 0;
+    for (const std::string top : {"core", "cuda", "ui", "app", "tests"}) {
+        for (const auto& entry : fs::recursive_directory_iterator(root + "/" + top)) {
+            const std::string extension = entry.path().extension().string();
+            if (!entry.is_regular_file()
+                || (extension != ".h" && extension != ".cpp" && extension != ".cu" && extension != ".cuh")) {
+                continue;
+            }
+            ++files;
+            std::ifstream in(entry.path());
+            const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            std::vector<std::string> lines;
+            std::stringstream split(source);
+            for (std::string text; std::getline(split, text);) {
+                lines.push_back(text);
+            }
+            for (const FunctionSpan& span : functionSpans(source)) {
+                if (span.lines <= kMostLines) {
+                    continue;
+                }
+                bool said = false;
+                for (int l = span.firstLine - 2; l >= 0 && l < static_cast<int>(lines.size()); --l) {
+                    const std::string& text = lines[static_cast<std::size_t>(l)];
+                    const auto first = text.find_first_not_of(" \t");
+                    if (first == std::string::npos || text.compare(first, 2, "//") != 0) {
+                        break;
+                    }
+                    said = said || text.find("Long: ") != std::string::npos;
+                }
+                if (!said) {
+                    violations.push_back(fs::relative(entry.path(), root).string() + ":"
+                        + std::to_string(span.firstLine) + ": " + std::to_string(span.lines) + " lines");
+                }
+            }
+        }
+    }
+    QVERIFY(files > 300); // the walk found the sources
+    std::string list;
+    for (const std::string& violation : violations) {
+        list += violation + "\n";
+    }
+    QVERIFY2(violations.empty(),
+        ("functions over " + std::to_string(kMostLines) + " lines without a \"Long: \" comment saying why:\n" + list)
+            .c_str());
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestCommon)

@@ -343,6 +343,7 @@ void TestRecipe::specExampleOn28Layers()
     QCOMPARE(plan.kvScaleBytes, std::int64_t(832));
 }
 
+// Long: a table, one row per malformed recipe and the message it must give; rows are read one at a time.
 void TestRecipe::errors_data()
 {
     // model: 0 syntax only, 1 the 4-layer config, 2 the same with tied embeddings.

@@ -884,6 +884,9 @@ void TestTrainer::timeToQualityReadsTheStoredRun()
     QVERIFY_EXCEPTION_THROWN(train::timeToQuality(store, run + 1, 0.5), StoreError);
 }
 
+// Long: one calibration is trained once and every stored figure of it is checked against a recomputation here, in
+// the order they are made: runs and seeds, each point's figures (its screens re-made by admit), verdicts, brackets,
+// the null comparisons, the stored configuration and protocol.
 void TestTrainer::calibrationSweepStoresPointsAndBrackets()
 {
     QTemporaryDir workspace;

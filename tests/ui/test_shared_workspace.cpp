@@ -100,6 +100,8 @@ private slots:
     void guiAndHeadlessJobsShareOneWorkspace();
 };
 
+// Long: one scenario read top to bottom (the window's jobs and the headless processes interleaved over a minute,
+// the lock and WAL checks between them, the final integrity check); split, its steps would share a dozen locals.
 void TestSharedWorkspace::guiAndHeadlessJobsShareOneWorkspace()
 {
     const int seconds = qEnvironmentVariableIntValue("MISMATCH_SHARED_SECONDS") > 0
