@@ -1,7 +1,8 @@
 // The dialogs of the catalogue's jobs (sensitivity, recipe build, admission check) bind their fields to a
 // JobSpec: the spec a dialog builds equals the one the CLI's generated options read from the dialog's own command
 // (the same inputs), and a job file exported from the dialog, run with `mismatch run`, stores exactly what the
-// dialog's job stored. The queue's Jobs tab exports the job file of a queued job too.
+// dialog's job stored. The queue's Jobs tab exports the job file of a queued job too. Every field a dialog makes from
+// a parameter shows the definition's label, help text, range and choices, and its value reaches the spec.
 #include "app/cli/job_options.h"
 #include "core/common/device.h"
 #include "core/jobs/job_file.h"
@@ -25,13 +26,23 @@
 #include "ui/dialogs/study_dialogs.h"
 #include "core/jobs/experiment_jobs.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QLabel>
+#include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 using namespace mismatch;
 
@@ -50,6 +61,76 @@ jobs::JobSpec cliSpec(const QString& command, const QString& workspace)
     return cli::parseJobArguments(std::vector<std::string>(words.begin() + 3, words.end()));
 }
 
+// The whole numbers an Integer parameter's range holds, as a spin box can offer them: above an exclusive low, from an
+// inclusive one, up to the high; int's limits where the range has none.
+std::pair<int, int> wholeRange(const jobs::Parameter& p)
+{
+    const auto bound = [](double v) {
+        return static_cast<int>(
+            std::clamp(v, double(std::numeric_limits<int>::min()), double(std::numeric_limits<int>::max())));
+    };
+    const int low
+        = p.low ? bound(p.lowExclusive ? std::floor(*p.low) + 1 : std::ceil(*p.low)) : std::numeric_limits<int>::min();
+    const int high = p.high ? bound(std::floor(*p.high)) : std::numeric_limits<int>::max();
+    return {low, high};
+}
+
+// The row label of a form field.
+QString rowLabel(const QWidget& dialog, QWidget* field)
+{
+    for (QFormLayout* form : dialog.findChildren<QFormLayout*>()) {
+        if (auto* label = qobject_cast<QLabel*>(form->labelForField(field))) {
+            return label->text();
+        }
+    }
+    return {};
+}
+
+// The value a field shows, as the parameter's JSON value (null: the entry that leaves it not given, or an empty
+// field); read from the widget itself.
+nlohmann::json shownValue(const jobs::Parameter& p, QWidget* field)
+{
+    if (auto* box = qobject_cast<QSpinBox*>(field)) {
+        return box->value() < wholeRange(p).first ? nlohmann::json() : nlohmann::json(box->value());
+    }
+    if (auto* box = qobject_cast<QDoubleSpinBox*>(field)) {
+        return box->value();
+    }
+    if (auto* box = qobject_cast<QCheckBox*>(field)) {
+        return box->isChecked();
+    }
+    if (auto* box = qobject_cast<QComboBox*>(field)) {
+        const QString value = box->currentData().toString();
+        return value.isEmpty() ? nlohmann::json() : nlohmann::json(value.toStdString());
+    }
+    if (auto* edit = qobject_cast<QLineEdit*>(field)) {
+        const QString text = edit->text().trimmed();
+        return text.isEmpty() ? nlohmann::json() : nlohmann::json(text.toStdString());
+    }
+    return nullptr;
+}
+
+// Changes a field as a user would (the next value, the other state, the next choice, another text); false for a field
+// it does not change (pickers, and line edits of anything but text).
+bool nudge(const jobs::Parameter& p, QWidget* field)
+{
+    if (auto* box = qobject_cast<QSpinBox*>(field)) {
+        box->setValue(box->value() < box->maximum() ? box->value() + 1 : box->value() - 1);
+    } else if (auto* box = qobject_cast<QDoubleSpinBox*>(field)) {
+        const double up = box->value() + box->singleStep();
+        box->setValue(up <= box->maximum() ? up : box->value() - box->singleStep());
+    } else if (auto* box = qobject_cast<QCheckBox*>(field)) {
+        box->setChecked(!box->isChecked());
+    } else if (auto* box = qobject_cast<QComboBox*>(field)) {
+        box->setCurrentIndex((box->currentIndex() + 1) % box->count());
+    } else if (auto* edit = qobject_cast<QLineEdit*>(field); edit && p.type == jobs::ParameterType::Text) {
+        edit->setText(QStringLiteral("nudged-%1").arg(QString::fromStdString(p.name)));
+    } else {
+        return false;
+    }
+    return true;
+}
+
 } // namespace
 
 class TestJobDialogs : public QObject {
@@ -65,6 +146,8 @@ private slots:
         probe_ = kResources + "/prompts/arith-probe.jsonl";
     }
 
+    // Long: one block per dialog, each filling its fields and comparing the spec with the CLI's for the same
+    // values; the blocks share the fixture's model, probe set and stored scan.
     void dialogSpecsEqualTheCliSpecs()
     {
         const QString workspace = dir_.path() + "/specs";
@@ -528,7 +611,187 @@ private slots:
         QVERIFY2(!dialog.valid() && dialog.errorText().startsWith("Column mapping: "), qPrintable(dialog.errorText()));
     }
 
+    // Every field a dialog makes from a catalogue parameter (the plain fields of the hand-written dialogs, each field
+    // of a generic dialog) shows the definition's label, help text, integer range and choices; changed as a user
+    // would, its value reaches the spec under the parameter's name, and the CLI reads the dialog's command as the same
+    // spec.
+    void parameterFieldsShowTheDefinition()
+    {
+        const QString workspace = dir_.path() + "/fields";
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace.toStdString()));
+
+        ui::SensitivityDialog scan(workspace, nullptr, &store);
+        checkFields(scan, "sensitivity", {"activations", "count", "max_tokens", "no_kv", "no_embedding"});
+        // The cells skipped are the parameters' own flags, unchecked: nothing is skipped unless asked.
+        auto* noEmbedding = scan.findChild<QCheckBox*>("scanNoEmbeddingBox");
+        QVERIFY(noEmbedding && !noEmbedding->isChecked());
+        // The GUI's smaller starting measurement (the CLI's defaults are every prompt and 64 tokens).
+        QCOMPARE(scan.spec()->integer("count"), std::int64_t(64));
+        QCOMPARE(scan.spec()->integer("max_tokens"), std::int64_t(16));
+        scan.setModelDirectory(model_);
+        scan.setPromptSet(probe_);
+        scan.setFormat("int8/channel");
+        scan.setCount(5);
+        checkValues(scan, workspace);
+
+        ui::BreakdownDialog breakdown(workspace, &store);
+        checkFields(breakdown, "breakdown", {"staleness", "noise", "noise_seed", "count", "max_tokens", "shapley_max"});
+        breakdown.setModelDirectory(model_);
+        breakdown.setRecipe(kResources + "/recipes/fp8-kv.yaml");
+        breakdown.setStaleness(1, model_);
+        breakdown.setNoise(0.02, 4);
+        breakdown.setPromptSet(probe_);
+        checkValues(breakdown, workspace);
+
+        ui::CalibrationDialog calibration(workspace, nullptr, &store);
+        checkFields(calibration, "calibrate", {"name", "quick", "margin", "replicates", "max_replicates"});
+        calibration.setRunFile(kResources + "/runs/demo-opd.yaml");
+        calibration.setName("fields");
+        calibration.setReplicates(3);
+        checkValues(calibration, workspace);
+
+        ui::AdmissionDialog admit(workspace, &store);
+        checkFields(admit, "admit", {"count", "max_tokens", "allow_protocol_mismatch", "store_generations"});
+        admit.setCheckpoints(model_);
+        admit.setCandidates(kResources + "/candidates/demo.yaml");
+        admit.setProbeSet(probe_);
+        admit.setThreshold(0.05);
+        checkValues(admit, workspace);
+
+        ui::PrefixShiftDialog shift(workspace, nullptr, &store);
+        checkFields(shift, "prefix_shift", {"noise", "noise_seed", "count", "max_tokens", "cap", "store_pairs"});
+        shift.setModelDirectory(model_);
+        shift.setNoise(0.01, 5);
+        shift.setPromptSet(probe_);
+        checkValues(shift, workspace);
+
+        ui::RecipeBuildDialog build(workspace, &store);
+        checkFields(
+            build, "recipe_build", {"count", "max_tokens", "target_fraction", "kv_cache", "no_embedding", "name"});
+        build.setScan(0);
+        build.setModelDirectory(model_);
+        build.setPromptSet(probe_);
+        build.setBudget(0.25);
+        build.setOutput(dir_.path() + "/recipes/fields.yaml");
+        checkValues(build, workspace);
+
+        ui::TimeToQualityDialog ttq(workspace, nullptr, &store);
+        checkFields(ttq, "time_to_quality", {"staleness", "synchronous", "target_step"});
+        ttq.setRunFile(kResources + "/runs/demo-opd-quick.yaml");
+        checkValues(ttq, workspace);
+
+        ui::CompareObjectivesDialog objectives(workspace, nullptr, &store);
+        checkFields(objectives, "compare_objectives", {"run_steps", "rl_max_tokens", "group", "window", "collapse"});
+        objectives.setRunFile(kResources + "/runs/demo-opd-quick.yaml");
+        checkValues(objectives, workspace);
+
+        ui::ImportLogDialog import(workspace, nullptr, &store);
+        checkFields(import, "import_verl", {"name"});
+        const QString log = dir_.path() + "/fields-log.csv";
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write("iteration,k1\n1,0.01\n2,0.02\n");
+        file.close();
+        import.setSource("csv");
+        import.setFile(log);
+        import.setMap("iteration=step");
+        checkValues(import, workspace);
+
+        // The generic dialog: a field for every parameter, each as the definition says (its values: above).
+        for (const std::string& kind : ui::specDialogJobs()) {
+            ui::SpecJobDialog dialog(kind, workspace, nullptr, &store);
+            std::vector<std::string> every;
+            for (const jobs::Parameter& p : jobs::findJob(kind)->parameters) {
+                every.push_back(p.name);
+            }
+            checkFields(dialog, kind, every);
+        }
+    }
+
 private:
+    // The dialog's job is `kind`, and its fields made from parameters (every one of `expected` among them) show their
+    // parameter's label (" *" for a required one) and help text; a spin box offers the parameter's range (an Integer
+    // without a default may add an entry below it that leaves it not given), a list its choices.
+    void checkFields(ui::JobDialog& dialog, const std::string& kind, const std::vector<std::string>& expected)
+    {
+        QVERIFY2(dialog.spec(), kind.c_str());
+        const jobs::JobDefinition& job = dialog.spec()->definition();
+        QCOMPARE(job.kind, kind);
+        for (const std::string& name : expected) {
+            QVERIFY2(dialog.parameterField(name), (kind + ": no field of " + name).c_str());
+        }
+        for (const ui::ParameterField& field : dialog.parameterFields()) {
+            const jobs::Parameter* p = job.parameter(field.parameter->name);
+            const std::string where = kind + ": " + field.parameter->name;
+            QVERIFY2(p, where.c_str());
+            QCOMPARE(rowLabel(dialog, field.widget),
+                QString::fromStdString(p->label) + (p->required ? QStringLiteral(" *:") : QStringLiteral(":")));
+            QCOMPARE(field.widget->toolTip(), QString::fromStdString(p->help));
+            if (auto* box = qobject_cast<QSpinBox*>(field.widget)) {
+                QVERIFY2(p->type == jobs::ParameterType::Integer, where.c_str());
+                const auto [low, high] = wholeRange(*p);
+                QCOMPARE(box->maximum(), high);
+                const bool notGivenEntry
+                    = box->minimum() == low - 1 && p->defaultValue.is_null() && !box->specialValueText().isEmpty();
+                QVERIFY2(box->minimum() == low || notGivenEntry,
+                    qPrintable(QStringLiteral("%1: minimum %2, the range's low %3")
+                                   .arg(QString::fromStdString(where))
+                                   .arg(box->minimum())
+                                   .arg(low)));
+            } else if (auto* box = qobject_cast<QDoubleSpinBox*>(field.widget)) {
+                QVERIFY2(p->type == jobs::ParameterType::Number, where.c_str());
+                const double unit = std::pow(10.0, -box->decimals()) + 1e-12; // the box's bounds have its decimals
+                if (p->low) {
+                    QVERIFY2(p->lowExclusive ? box->minimum() > *p->low : box->minimum() >= *p->low, where.c_str());
+                    QVERIFY2(box->minimum() - *p->low <= unit, where.c_str());
+                }
+                if (p->high) {
+                    QVERIFY2(box->maximum() <= *p->high && *p->high - box->maximum() <= unit, where.c_str());
+                }
+            } else if (auto* box = qobject_cast<QComboBox*>(field.widget)) {
+                QVERIFY2(p->type == jobs::ParameterType::Choice, where.c_str());
+                const int first = p->defaultValue.is_null() ? 1 : 0; // the "(not given)" / "(choose)" entry
+                QCOMPARE(box->count(), first + int(p->choices.size()));
+                for (std::size_t i = 0; i < p->choices.size(); ++i) {
+                    QCOMPARE(box->itemData(first + int(i)).toString(), QString::fromStdString(p->choices[i]));
+                }
+            } else if (qobject_cast<QCheckBox*>(field.widget)) {
+                QVERIFY2(p->type == jobs::ParameterType::Flag, where.c_str());
+            } else if (auto* picker = qobject_cast<ui::PathPicker*>(field.widget)) {
+                QVERIFY2(p->type == jobs::ParameterType::Path, where.c_str());
+                QCOMPARE(picker->comboBox()->toolTip(), QString::fromStdString(p->help));
+            } else {
+                QVERIFY2(qobject_cast<QLineEdit*>(field.widget), where.c_str());
+            }
+        }
+    }
+
+    // Changes each enabled field made from a parameter in turn (a disabled one is not the dialog's input now): the
+    // spec then holds the field's value under the parameter's name (its default when the field leaves it not given),
+    // and the CLI reads the dialog's command as the same spec.
+    void checkValues(ui::JobDialog& dialog, const QString& workspace)
+    {
+        const std::string kind = dialog.spec()->kind();
+        QVERIFY2(cliSpec(dialog.cliCommand(), workspace) == *dialog.spec(), qPrintable(dialog.cliCommand()));
+        int changed = 0;
+        for (const ui::ParameterField& field : dialog.parameterFields()) {
+            const jobs::Parameter& p = *field.parameter;
+            if (!field.widget->isEnabled() || !nudge(p, field.widget)) {
+                continue;
+            }
+            ++changed;
+            const nlohmann::json shown = shownValue(p, field.widget);
+            const nlohmann::json expected = shown.is_null() ? p.defaultValue : shown;
+            QVERIFY2(dialog.spec()->value(p.name) == expected,
+                (kind + ": " + p.name + " shows " + expected.dump() + ", the spec holds "
+                    + dialog.spec()->value(p.name).dump())
+                    .c_str());
+            QVERIFY2(cliSpec(dialog.cliCommand(), workspace) == *dialog.spec(),
+                qPrintable(QString::fromStdString(kind + ": " + p.name + ": ") + dialog.cliCommand()));
+        }
+        QVERIFY2(changed > 0, kind.c_str());
+    }
+
     QTemporaryDir dir_;
     QString model_;
     QString probe_;

@@ -31,16 +31,6 @@ QString absolute(const QString& path)
     return absolutePath(path);
 }
 
-QSpinBox* countBox(QWidget* parent, int value)
-{
-    return spinBox(parent, 0, 1000000, value, QObject::tr("all"));
-}
-
-QSpinBox* tokensBox(QWidget* parent, int value)
-{
-    return spinBox(parent, 1, 100000, value);
-}
-
 } // namespace
 
 // ---- calibration --------------------------------------------------------------------------------------------
@@ -52,14 +42,11 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
     QFormLayout* form = this->form();
     runFile_ = addPicker(PickKind::RunFile, tr("Base run file:"), QStringLiteral("calibrationRunFileEdit"));
     runFile_->setToolTip(tr("the student's standard run file (YAML or JSON)"));
-    name_ = new QLineEdit(this);
-    name_->setPlaceholderText(tr("default: <run name>-calibration"));
-    form->addRow(tr("Calibration name:"), name_);
-    quick_ = new QCheckBox(
-        tr("Quick: at most 40 steps of at most 16 prompts, evaluated half-way and at the end on at most 128 problems"),
-        this);
-    quick_->setObjectName("calibrationQuickBox");
-    form->addRow(QString(), quick_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("calibrate");
+    name_ = addParameterField<QLineEdit>(job, "name", QStringLiteral("calibrationName"),
+        FieldOptions().placeholder(tr("default: <run name>-calibration")));
+    quick_ = addParameterField<QCheckBox>(job, "quick", QStringLiteral("calibrationQuickBox"));
     noise_ = new QLineEdit(commaList(analysis::defaultNoiseSigmas()), this);
     noise_->setObjectName("calibrationNoiseEdit");
     form->addRow(tr("Noise sigmas (relative to RMS):"), noise_);
@@ -90,36 +77,19 @@ CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget*
     steps_ = new QLineEdit(this);
     steps_->setPlaceholderText(tr("default: half-way and the last step"));
     form->addRow(tr("Failure rule at steps:"), steps_);
-    margin_ = new QDoubleSpinBox(this);
-    margin_->setRange(0.0, 0.99);
-    margin_->setSingleStep(0.05);
-    margin_->setDecimals(2);
-    form->addRow(tr("Threshold margin (threshold = largest passing x (1 - margin)):"), margin_);
-    replicates_ = new QSpinBox(this);
-    replicates_->setObjectName("calibrationReplicates");
-    replicates_->setRange(1, 16);
-    replicates_->setValue(static_cast<int>(analysis::CalibrationOptions {}.replicates));
-    replicates_->setToolTip(tr("training seeds per configuration; the null comparison trains the baseline with as "
-                               "many more, and the failure rule's interval covers seed variance"));
-    form->addRow(tr("Seeds per configuration:"), replicates_);
-    watch(replicates_);
-    maxReplicates_ = new QSpinBox(this);
-    maxReplicates_->setObjectName("calibrationMaxReplicates");
-    maxReplicates_->setRange(1, 16);
-    maxReplicates_->setValue(static_cast<int>(analysis::CalibrationOptions {}.maxReplicates));
-    maxReplicates_->setToolTip(tr("after each round, every configuration with an undecided point gets one more seed "
-                                  "(the baseline and the null group too) until none is undecided or they have this "
-                                  "many; equal to the seeds per configuration: no seeds are added"));
-    form->addRow(tr("Most seeds for undecided points:"), maxReplicates_);
-    watch(maxReplicates_);
+    margin_ = addParameterField<QDoubleSpinBox>(
+        job, "margin", QStringLiteral("calibrationMargin"), FieldOptions().decimals(2, 0.05));
+    replicates_ = addParameterField<QSpinBox>(job, "replicates", QStringLiteral("calibrationReplicates"));
+    // The command's own maximum is 4, or the starting seeds when more (the parameter has no default): the field
+    // starts at 4, and spec() gives it only when it is something else.
+    maxReplicates_ = addParameterField<QSpinBox>(job, "max_replicates", QStringLiteral("calibrationMaxReplicates"),
+        FieldOptions().start(analysis::CalibrationOptions {}.maxReplicates));
     // The maximum is never below the starting seeds.
     connect(replicates_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int seeds) {
         maxReplicates_->setMinimum(seeds);
     });
-    for (QLineEdit* edit : {name_, noise_, recipes_, staleness_, steps_})
+    for (QLineEdit* edit : {noise_, recipes_, staleness_, steps_})
         watch(edit);
-    watch(quick_);
-    watch(margin_);
     addDeviceField(true);
     finishLayout(QStringLiteral("calibrationStatus"), QStringLiteral("calibrationCli"),
         QStringLiteral("startCalibrationButton"));
@@ -233,10 +203,7 @@ std::optional<jobs::JobSpec> CalibrationDialog::spec() const
     jobs::JobSpec spec("calibrate");
     // Absolute paths, so that the stored inputs are the same whichever front-end ran it.
     spec.set("run_file", absolute(runFile()).toStdString());
-    if (!name_->text().trimmed().isEmpty()) {
-        spec.set("name", name_->text().trimmed().toStdString());
-    }
-    spec.set("quick", quick_->isChecked());
+    setParameters(spec, {"name", "quick"});
     spec.set("noise", parseNumberList(noise_->text(), nullptr).value_or(std::vector<double> {}));
     nlohmann::json recipes = nlohmann::json::array();
     for (const QString& recipe : splitPaths(recipes_->text())) {
@@ -245,12 +212,11 @@ std::optional<jobs::JobSpec> CalibrationDialog::spec() const
     spec.set("recipes", recipes);
     spec.set("staleness", parseIntegerList(staleness_->text(), nullptr).value_or(std::vector<std::int64_t> {}));
     spec.set("rule_steps", parseIntegerList(steps_->text(), nullptr).value_or(std::vector<std::int64_t> {}));
-    spec.set("margin", margin_->value());
-    spec.set("replicates", replicates_->value());
+    setParameters(spec, {"margin", "replicates"});
     // Given only when it is not what the command would choose anyway (the default, or the starting seeds above it).
     if (maxReplicates_->value()
         != std::max(replicates_->value(), static_cast<int>(analysis::CalibrationOptions {}.maxReplicates))) {
-        spec.set("max_replicates", maxReplicates_->value());
+        setParameters(spec, {"max_replicates"});
     }
     setDevice(spec);
     return spec;
@@ -280,30 +246,24 @@ AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store:
     calibration_ = new CalibrationPicker(store_, true, this);
     calibration_->setObjectName("admissionCalibration");
     form->addRow(tr("Threshold from:"), calibration_);
-    count_ = countBox(this, 64);
-    form->addRow(tr("Probe prompts (first N):"), count_);
-    maxTokens_ = tokensBox(this, 64);
-    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
-    otherProtocol_ = new QCheckBox(tr("Screen with this probe set, count and tokens although the calibration's "
-                                      "protocol differs (decisions labelled \"other protocol\")"),
-        this);
-    otherProtocol_->setObjectName("admissionOtherProtocol");
-    form->addRow(QString(), otherProtocol_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("admit");
+    // The parameters have no default (unset: the calibration's protocol; without a calibration the command takes
+    // every prompt and 64 tokens). The fields start at 64 prompts of 64 tokens, so that a screen from the GUI is
+    // quick; under a calibration's protocol they show the protocol's.
+    count_ = addParameterField<QSpinBox>(
+        job, "count", QStringLiteral("admissionCount"), FieldOptions().start(64).special(tr("all")));
+    maxTokens_ = addParameterField<QSpinBox>(
+        job, "max_tokens", QStringLiteral("admissionMaxTokens"), FieldOptions().start(64));
+    // Checked: the probe set, count and tokens here although the calibration's protocol differs.
+    otherProtocol_
+        = addParameterField<QCheckBox>(job, "allow_protocol_mismatch", QStringLiteral("admissionOtherProtocol"));
     connect(otherProtocol_, &QCheckBox::toggled, this, [this] { updateProtocolFields(); });
     connect(calibration_, &CalibrationPicker::changed, this, [this] { updateProtocolFields(); });
-    // The catalogue's parameter gives the default, range and tooltip, so the field says what --store-generations
-    // says.
-    const jobs::Parameter& stored = *jobs::findJob("admit")->parameter("store_generations");
-    storedGenerations_
-        = spinBox(this, static_cast<int>(stored.low.value_or(0)), 100000, stored.defaultValue.get<int>(), tr("none"));
-    storedGenerations_->setObjectName("admissionStoredGenerations");
-    storedGenerations_->setToolTip(QString::fromStdString(stored.help));
-    form->addRow(tr("%1:").arg(QString::fromStdString(stored.label)), storedGenerations_);
-    watch(otherProtocol_);
+    storedGenerations_ = addParameterField<QSpinBox>(
+        job, "store_generations", QStringLiteral("admissionStoredGenerations"), FieldOptions().special(tr("none")));
     watch(history_);
     watch(calibration_);
-    for (QSpinBox* box : {count_, maxTokens_, storedGenerations_})
-        watch(box);
     addDeviceField();
     finishLayout(QStringLiteral("admissionStatus"), QStringLiteral("admissionCli"),
         QStringLiteral("startAdmissionButton"));
@@ -431,9 +391,9 @@ QString AdmissionDialog::check() const
     }
     if (underCalibrationProtocol() && !calibrationProtocol()) {
         return tr("Threshold from: calibration #%1 stores no measurement protocol (made before protocols were "
-                  "recorded), so a screen cannot be measured on its scale; tick \"Screen with this probe set\" to "
-                  "compare anyway, labelled")
-            .arg(calibration_->calibrationId());
+                  "recorded), so a screen cannot be measured on its scale; tick \"%2\" to compare anyway, labelled")
+            .arg(calibration_->calibrationId())
+            .arg(QString::fromStdString(jobParameter(catalogueJob("admit"), "allow_protocol_mismatch").label));
     }
     if (probeSet().isEmpty() || !QFileInfo(probeSet()).isFile()) {
         return tr("Probe prompt set: expected a JSON Lines file (got '%1')").arg(probeSet());
@@ -502,16 +462,13 @@ std::optional<jobs::JobSpec> AdmissionDialog::spec() const
     // otherwise the fields here, allowed and labelled when a calibration is chosen.
     if (!underCalibrationProtocol()) {
         spec.set("prompts", absolute(probeSet()).toStdString());
-        spec.set("count", count_->value());
-        spec.set("max_tokens", maxTokens_->value());
+        setParameters(spec, {"count", "max_tokens"});
         if (calibration_->calibrationId() != 0) {
-            spec.set("allow_protocol_mismatch", true);
+            setParameters(spec, {"allow_protocol_mismatch"}); // checked: this is another protocol
         }
     }
     // Given only when changed: the command line then stays the plain one for the default.
-    if (storedGenerations_->value() != spec.definition().parameter("store_generations")->defaultValue.get<int>()) {
-        spec.set("store_generations", storedGenerations_->value());
-    }
+    setParameters(spec, {"store_generations"});
     setDevice(spec);
     return spec;
 }
@@ -528,35 +485,22 @@ PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget*
         workspaceDirectory, tr("Start Prefix-Shift Analysis"), QStringLiteral("prefixShiftDialog"), parent, store)
 {
     resize(700, 440);
-    QFormLayout* form = this->form();
     model_ = addPicker(PickKind::ModelDirectory, tr("Model directory:"), QStringLiteral("prefixModelEdit"));
     recipe_ = addPicker(PickKind::Recipe, tr("Recipe:"), QStringLiteral("prefixRecipeEdit"));
     recipe_->setToolTip(tr("the configuration's recipe file (empty: the BF16 engine)"));
-    noise_ = new QDoubleSpinBox(this);
-    noise_->setDecimals(4);
-    noise_->setRange(0.0, 10.0);
-    noise_->setSingleStep(0.01);
-    form->addRow(tr("Weight noise sigma (relative to RMS):"), noise_);
-    noiseSeed_ = new QSpinBox(this);
-    noiseSeed_->setRange(0, 1000000000);
-    form->addRow(tr("Noise seed:"), noiseSeed_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("prefix_shift");
+    noise_ = addParameterField<QDoubleSpinBox>(
+        job, "noise", QStringLiteral("prefixNoise"), FieldOptions().decimals(4, 0.01));
+    noiseSeed_ = addParameterField<QSpinBox>(job, "noise_seed", QStringLiteral("prefixNoiseSeed"));
     prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("prefixPromptsEdit"));
-    count_ = countBox(this, 64);
-    form->addRow(tr("Prompts (first N):"), count_);
-    maxTokens_ = tokensBox(this, 64);
-    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
-    cap_ = new QDoubleSpinBox(this);
-    cap_->setRange(1.0, 1000.0);
-    cap_->setValue(2.0);
-    form->addRow(tr("TIS / MIS cap C:"), cap_);
-    storedPairs_ = new QSpinBox(this);
-    storedPairs_->setRange(0, 100000);
-    storedPairs_->setValue(16);
-    form->addRow(tr("Pairs stored token by token (for the viewer):"), storedPairs_);
-    for (QDoubleSpinBox* box : {noise_, cap_})
-        watch(box);
-    for (QSpinBox* box : {noiseSeed_, count_, maxTokens_, storedPairs_})
-        watch(box);
+    // The analysis from the GUI starts at 64 prompts, where the job's default (the CLI's) is every prompt, so that it
+    // is quick; the spec then gives the count.
+    count_ = addParameterField<QSpinBox>(
+        job, "count", QStringLiteral("prefixCount"), FieldOptions().start(64).special(tr("all")));
+    maxTokens_ = addParameterField<QSpinBox>(job, "max_tokens", QStringLiteral("prefixMaxTokens"));
+    cap_ = addParameterField<QDoubleSpinBox>(job, "cap", QStringLiteral("prefixCap"), FieldOptions().decimals(2, 0.5));
+    storedPairs_ = addParameterField<QSpinBox>(job, "store_pairs", QStringLiteral("prefixStoredPairs"));
     addDeviceField();
     finishLayout(QStringLiteral("prefixStatus"), QStringLiteral("prefixCli"), QStringLiteral("startPrefixButton"));
 }
@@ -652,15 +596,12 @@ std::optional<jobs::JobSpec> PrefixShiftDialog::spec() const
     if (!recipe().isEmpty()) {
         spec.set("recipe", absolute(recipe()).toStdString());
     }
-    spec.set("noise", noise_->value());
+    setParameters(spec, {"noise"});
     if (noise_->value() > 0.0) {
-        spec.set("noise_seed", noiseSeed_->value());
+        setParameters(spec, {"noise_seed"});
     }
     spec.set("prompts", absolute(promptSet()).toStdString());
-    spec.set("cap", cap_->value());
-    spec.set("store_pairs", storedPairs_->value());
-    spec.set("count", count_->value());
-    spec.set("max_tokens", maxTokens_->value());
+    setParameters(spec, {"cap", "store_pairs", "count", "max_tokens"});
     setDevice(spec);
     return spec;
 }

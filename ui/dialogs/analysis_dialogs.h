@@ -4,7 +4,9 @@
 // same job headless): "Start Calibration" (`mismatch calibrate`), "Start Admission Check" (`mismatch admit`) and
 // "Start Prefix-Shift Analysis" (`mismatch prefix-shift`). The jobs are core's runCalibration, runAdmission and
 // runPrefixShift, queued off the GUI thread; their results land in the workspace, where the Budget, Admission
-// and Prefix Shift tabs show them.
+// and Prefix Shift tabs show them. Their plain fields (counts, tokens, seeds, sigmas, flags) are made from the job's
+// parameters in the catalogue (JobDialog::addParameterField); the pickers, lists and the calibration choice are
+// their own.
 #include "core/store/run_store.h"
 #include "ui/dialogs/job_dialog.h"
 

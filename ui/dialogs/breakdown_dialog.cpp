@@ -2,7 +2,6 @@
 
 #include "core/analysis/admission.h"
 #include "core/jobs/analysis_jobs.h"
-#include "core/analysis/breakdown.h"
 #include "core/quant/recipe.h"
 #include "ui/dialogs/training_dialog.h"
 
@@ -25,34 +24,24 @@ BreakdownDialog::BreakdownDialog(const QString& workspaceDirectory, const store:
                                "below)"));
     recipe_ = addPicker(PickKind::Recipe, tr("Recipe (one configuration):"), QStringLiteral("breakdownRecipeEdit"));
     recipe_->setToolTip(tr("the configuration's recipe file (empty: BF16 weights, activations and KV cache)"));
-    staleness_ = spinBox(this, 0, 1000000, 0);
-    staleness_->setObjectName("breakdownStaleness");
-    form->addRow(tr("Staleness k (optimizer steps):"), staleness_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("breakdown");
+    staleness_ = addParameterField<QSpinBox>(job, "staleness", QStringLiteral("breakdownStaleness"));
     history_ = new QLineEdit(this);
     history_->setObjectName("breakdownHistory");
     history_->setPlaceholderText(tr("older checkpoints, oldest first, separated by ';' (for staleness)"));
     form->addRow(tr("Older checkpoints:"), history_);
-    noise_ = new QDoubleSpinBox(this);
-    noise_->setObjectName("breakdownNoise");
-    noise_->setDecimals(4);
-    noise_->setRange(0.0, 10.0);
-    noise_->setSingleStep(0.01);
-    form->addRow(tr("Weight noise sigma (relative to RMS):"), noise_);
-    noiseSeed_ = spinBox(this, 0, 1000000000, 0);
-    form->addRow(tr("Noise seed:"), noiseSeed_);
-    prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("breakdownPromptsEdit"));
-    count_ = spinBox(this, 0, 1000000, 64, tr("all"));
-    form->addRow(tr("Prompts (first N):"), count_);
-    maxTokens_ = spinBox(this, 1, 100000, 64);
-    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
-    shapleyMax_ = spinBox(this, 0, analysis::kMismatchSourceCount, 4);
-    shapleyMax_->setToolTip(tr("Shapley parts for a candidate with at most this many sources (2^n measurements)"));
-    form->addRow(tr("Shapley up to sources:"), shapleyMax_);
-    watch(noise_);
-    for (QSpinBox* box : {staleness_, noiseSeed_, count_, maxTokens_, shapleyMax_}) {
-        watch(box);
-    }
     watch(history_);
+    noise_ = addParameterField<QDoubleSpinBox>(
+        job, "noise", QStringLiteral("breakdownNoise"), FieldOptions().decimals(4, 0.01));
+    noiseSeed_ = addParameterField<QSpinBox>(job, "noise_seed", QStringLiteral("breakdownNoiseSeed"));
+    prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("breakdownPromptsEdit"));
+    // A breakdown from the GUI starts at 64 prompts, where the job's default (the CLI's) is every prompt, so that it
+    // is quick; the spec then gives the count.
+    count_ = addParameterField<QSpinBox>(
+        job, "count", QStringLiteral("breakdownCount"), FieldOptions().start(64).special(tr("all")));
+    maxTokens_ = addParameterField<QSpinBox>(job, "max_tokens", QStringLiteral("breakdownMaxTokens"));
+    shapleyMax_ = addParameterField<QSpinBox>(job, "shapley_max", QStringLiteral("breakdownShapleyMax"));
     addDeviceField();
     finishLayout(
         QStringLiteral("breakdownStatus"), QStringLiteral("breakdownCli"), QStringLiteral("startBreakdownButton"));
@@ -111,9 +100,11 @@ QString BreakdownDialog::promptSet() const
 
 std::vector<std::pair<std::string, std::string>> BreakdownDialog::fieldNames() const
 {
-    return {{"--noise-modules", "Noise modules"}, {"--candidates", "Candidates file"},
-        {"--shapley-max", "Shapley up to sources"}, {"--staleness", "Staleness k"}, {"--history", "Older checkpoints"},
-        {"--noise", "Weight noise sigma"}};
+    // The definition's labels, which the fields made from parameters show (longest flag first where one holds another).
+    const auto label = [](const char* parameter) { return jobParameter(catalogueJob("breakdown"), parameter).label; };
+    return {{"--noise-modules", label("noise_modules")}, {"--noise-seed", label("noise_seed")},
+        {"--candidates", "Candidates file"}, {"--shapley-max", label("shapley_max")},
+        {"--staleness", label("staleness")}, {"--history", "Older checkpoints"}, {"--noise", label("noise")}};
 }
 
 QString BreakdownDialog::check() const
@@ -187,12 +178,10 @@ std::optional<jobs::JobSpec> BreakdownDialog::spec() const
     if (!recipe_->path().isEmpty()) {
         spec.set("recipe", absolutePath(recipe_->path()).toStdString());
     }
-    if (staleness_->value() > 0) {
-        spec.set("staleness", staleness_->value());
-    }
+    // A field at its default is not given (a candidates file excludes them).
+    setParameters(spec, {"staleness", "noise"});
     if (noise_->value() > 0.0) {
-        spec.set("noise", noise_->value());
-        spec.set("noise_seed", noiseSeed_->value());
+        setParameters(spec, {"noise_seed"});
     }
     nlohmann::json history = nlohmann::json::array();
     for (const QString& directory : splitPaths(history_->text())) {
@@ -200,9 +189,7 @@ std::optional<jobs::JobSpec> BreakdownDialog::spec() const
     }
     spec.set("history", history);
     spec.set("prompts", absolutePath(promptSet()).toStdString());
-    spec.set("count", count_->value());
-    spec.set("max_tokens", maxTokens_->value());
-    spec.set("shapley_max", shapleyMax_->value());
+    setParameters(spec, {"count", "max_tokens", "shapley_max"});
     setDevice(spec);
     return spec;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // "Start Mismatch Breakdown": the twin of `mismatch breakdown` (its "Copy CLI Command" runs the same job headless).
 // A student checkpoint, either a candidates file (as for the admission check) or one configuration (recipe,
-// staleness with older checkpoints, noise), the prompt set, count and tokens, and the Shapley limit. The job is
-// core's runBreakdown; the Breakdown tab shows its result.
+// staleness with older checkpoints, noise), the prompt set, count and tokens, and the Shapley limit (the plain fields
+// made from the catalogue's "breakdown" parameters). The job is core's runBreakdown; the Breakdown tab shows its
+// result.
 #include "ui/dialogs/job_dialog.h"
 
 class QDoubleSpinBox;

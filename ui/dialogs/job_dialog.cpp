@@ -23,6 +23,8 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 namespace mismatch::ui {
 
 JobDialog::JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName,
@@ -125,6 +127,63 @@ PathPicker* JobDialog::addPicker(PickKind kind, const QString& label, const QStr
     form_->addRow(label, picker);
     watch(picker);
     return picker;
+}
+
+QWidget* JobDialog::addParameterField(
+    const jobs::JobDefinition& job, const std::string& name, const QString& objectName, const FieldOptions& options)
+{
+    const jobs::Parameter& parameter = jobParameter(job, name);
+    const QString help = QString::fromStdString(parameter.help);
+    QWidget* field = nullptr;
+    if (isPickedPath(parameter)) {
+        PathPicker* picker = addPicker(pickKind(parameter), fieldLabel(parameter), objectName);
+        picker->comboBox()->setToolTip(help);
+        if (options.start().is_string()) {
+            picker->setPath(QString::fromStdString(options.start().get<std::string>()));
+        }
+        field = picker;
+    } else {
+        field = createParameterWidget(parameter, options, this);
+        form_->addRow(fieldLabel(parameter), field);
+        if (auto* box = qobject_cast<QCheckBox*>(field)) {
+            watch(box);
+        } else if (auto* box = qobject_cast<QComboBox*>(field)) {
+            watch(box);
+        } else if (auto* box = qobject_cast<QSpinBox*>(field)) {
+            watch(box);
+        } else if (auto* box = qobject_cast<QDoubleSpinBox*>(field)) {
+            watch(box);
+        } else if (auto* edit = qobject_cast<QLineEdit*>(field)) {
+            watch(edit);
+        }
+    }
+    field->setObjectName(objectName);
+    field->setToolTip(help);
+    parameterFields_.push_back({&parameter, field});
+    return field;
+}
+
+QWidget* JobDialog::parameterField(const std::string& parameter) const
+{
+    for (const ParameterField& field : parameterFields_) {
+        if (field.parameter->name == parameter) {
+            return field.widget;
+        }
+    }
+    return nullptr;
+}
+
+void JobDialog::setParameters(jobs::JobSpec& spec, std::initializer_list<std::string> parameters) const
+{
+    for (const std::string& name : parameters) {
+        const auto field = std::find_if(parameterFields_.begin(), parameterFields_.end(),
+            [&name](const ParameterField& f) { return f.parameter->name == name; });
+        if (field == parameterFields_.end()) {
+            // A programmer error (the dialog made no field of this parameter), found by the dialog's first spec().
+            throw Error("the dialog has no field of parameter '" + name + "'");
+        }
+        setParameter(spec, *field->parameter, field->widget);
+    }
 }
 
 QComboBox* JobDialog::addDeviceField(bool runFileDefault)

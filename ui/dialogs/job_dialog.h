@@ -2,17 +2,21 @@
 // The frame every "Start ..." job dialog shares: a form for the job's inputs; a status line saying what is wrong
 // (in red; Start disabled) or what the job will do; the equivalent headless command (shown, and copied by "Copy
 // CLI Command", so that a headless machine reproduces the job exactly); Start and Cancel. A subclass builds its
-// form rows in form(), watches its fields, implements check(), cliCommand(), jobName() and job(), and calls
+// form rows in form() (the plain ones from its job's parameters with addParameterField, so that they say what the
+// catalogue says), watches its fields, implements check(), cliCommand(), jobName() and job(), and calls
 // finishLayout() at the end of its constructor.
+#include "core/common/error.h"
 #include "core/jobs/job_spec.h"
 #include "core/store/run_store.h"
-#include "ui/jobs/job_runner.h"
+#include "ui/dialogs/parameter_fields.h"
 #include "ui/dialogs/pickers.h"
+#include "ui/jobs/job_runner.h"
 
 #include <QDialog>
 #include <QStringList>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,12 +58,37 @@ public:
     virtual std::optional<jobs::JobSpec> spec() const { return std::nullopt; }
     // Writes spec() as a job file (temporary file + rename); false with `error` set when it cannot.
     bool exportJobFile(const QString& path, QString* error = nullptr) const;
+    // The fields made from the job's parameters (addParameterField), in form order: tests check that each shows its
+    // parameter's label, help and range.
+    const std::vector<ParameterField>& parameterFields() const { return parameterFields_; }
+    // The field made from a parameter (nullptr when there is none).
+    QWidget* parameterField(const std::string& parameter) const;
 
 protected:
     JobDialog(const QString& workspaceDirectory, const QString& title, const QString& objectName,
         QWidget* parent = nullptr, const store::RunStore* store = nullptr);
     // A picker row of `kind` (choices from the store and the resources), watched for changes.
     PathPicker* addPicker(PickKind kind, const QString& label, const QString& objectName);
+    // A form row made from the parameter `parameter` of the catalogue's `job` (ui/dialogs/parameter_fields.h):
+    // labelled with its GUI label, its help text as the tooltip, the widget of its type (a picker for an input path),
+    // watched, and listed in parameterFields(). Error when the job has no such parameter.
+    QWidget* addParameterField(const jobs::JobDefinition& job, const std::string& parameter, const QString& objectName,
+        const FieldOptions& options = {});
+    // The same, as the widget its type makes (a QSpinBox for an Integer, ...); Error when it makes another kind (a
+    // programmer error, found when the dialog is first built).
+    template <typename Widget>
+    Widget* addParameterField(const jobs::JobDefinition& job, const std::string& parameter, const QString& objectName,
+        const FieldOptions& options = {})
+    {
+        auto* widget = qobject_cast<Widget*>(addParameterField(job, parameter, objectName, options));
+        if (!widget) {
+            throw Error("the field of parameter '" + parameter + "' is not a " + Widget::staticMetaObject.className());
+        }
+        return widget;
+    }
+    // Writes the fields of these parameters into `spec` under their names (ui::setParameter: a field at the
+    // default leaves the parameter unset); Error for a parameter the dialog made no field of.
+    void setParameters(jobs::JobSpec& spec, std::initializer_list<std::string> parameters) const;
     QFormLayout* form() const { return form_; }
     // A "Device" row (object name "deviceField") listing the devices this build and machine compute on
     // (common/device.h: "cpu", "cuda:0 (NVIDIA H200, sm_90, 141 GiB)", ...), watched. `runFileDefault`: a first
@@ -95,6 +124,7 @@ protected:
 
 private:
     QFormLayout* form_ = nullptr;
+    std::vector<ParameterField> parameterFields_;
     QComboBox* device_ = nullptr;
     QLabel* status_ = nullptr;
     QLabel* command_ = nullptr;

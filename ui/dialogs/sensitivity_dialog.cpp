@@ -10,7 +10,6 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QFormLayout>
-#include <QLineEdit>
 #include <QSpinBox>
 
 namespace mismatch::ui {
@@ -30,31 +29,18 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
     }
     format_->setCurrentText(QStringLiteral("fp8_e4m3/block128"));
     form->addRow(tr("Quantize each cell's weights to:"), format_);
-    activations_ = new QComboBox(this);
-    for (const std::string& choice : activationChoices())
-        activations_->addItem(QString::fromStdString(choice));
-    form->addRow(tr("... and its input activations to:"), activations_);
-    count_ = new QSpinBox(this);
-    count_->setRange(0, 1000000);
-    count_->setValue(64);
-    count_->setSpecialValueText(tr("all"));
-    form->addRow(tr("Prompts (first N):"), count_);
-    maxTokens_ = new QSpinBox(this);
-    maxTokens_->setRange(1, 100000);
-    maxTokens_->setValue(16);
-    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
-    kvCells_ = new QCheckBox(tr("also each layer's KV cache (fp8_e4m3, per tensor)"), this);
-    kvCells_->setChecked(true);
-    form->addRow(QString(), kvCells_);
-    embeddingCells_ = new QCheckBox(tr("also the embedding / lm_head"), this);
-    embeddingCells_->setChecked(true);
-    form->addRow(QString(), embeddingCells_);
-    for (QComboBox* box : {format_, activations_})
-        watch(box);
-    for (QSpinBox* box : {count_, maxTokens_})
-        watch(box);
-    for (QCheckBox* box : {kvCells_, embeddingCells_})
-        watch(box);
+    // The plain fields are the catalogue's: its labels, help texts, ranges and choices.
+    const jobs::JobDefinition& job = catalogueJob("sensitivity");
+    activations_ = addParameterField<QComboBox>(job, "activations", QStringLiteral("scanActivationsBox"));
+    // A scan from the GUI starts small so that it is quick: 64 prompts of 16 tokens, where the job's defaults (the
+    // CLI's) are every prompt and 64 tokens; the spec then gives both.
+    count_ = addParameterField<QSpinBox>(
+        job, "count", QStringLiteral("scanCountBox"), FieldOptions().start(64).special(tr("all")));
+    maxTokens_
+        = addParameterField<QSpinBox>(job, "max_tokens", QStringLiteral("scanMaxTokensBox"), FieldOptions().start(16));
+    noKv_ = addParameterField<QCheckBox>(job, "no_kv", QStringLiteral("scanNoKvBox"));
+    noEmbedding_ = addParameterField<QCheckBox>(job, "no_embedding", QStringLiteral("scanNoEmbeddingBox"));
+    watch(format_);
     addDeviceField();
     finishLayout(QStringLiteral("scanStatus"), QStringLiteral("scanCli"), QStringLiteral("startScanButton"));
 }
@@ -105,11 +91,7 @@ std::optional<jobs::JobSpec> SensitivityDialog::spec() const
     // The CLI and job files write a granularity after a colon: fp8_e4m3:block128.
     spec.set("format", format_->currentText().replace(QLatin1Char('/'), QLatin1Char(':')).toStdString());
     spec.set("prompts", absolutePath(promptSet()).toStdString());
-    spec.set("activations", activations_->currentText().toStdString());
-    spec.set("count", count_->value());
-    spec.set("max_tokens", maxTokens_->value());
-    spec.set("no_kv", !kvCells_->isChecked());
-    spec.set("no_embedding", !embeddingCells_->isChecked());
+    setParameters(spec, {"activations", "count", "max_tokens", "no_kv", "no_embedding"});
     setDevice(spec);
     return spec;
 }

@@ -1,7 +1,8 @@
 #pragma once
-// "Start Sensitivity Scan": model, prompt set, the format each cell is quantized to and the measurement's size;
-// shows the equivalent headless command and queues the scan (core's runSensitivity, off the GUI thread). The
-// scan's cells are stored as they are measured, so the heatmap fills in while it runs.
+// "Start Sensitivity Scan": model, prompt set, the format each cell is quantized to, the activations, the
+// measurement's size and the cells skipped (the plain fields made from the catalogue's "sensitivity" parameters);
+// shows the equivalent headless command and queues the scan (core's runSensitivity, off the GUI thread). The scan's
+// cells are stored as they are measured, so the heatmap fills in while it runs.
 #include "ui/dialogs/job_dialog.h"
 
 namespace mismatch::ui {
@@ -36,8 +37,8 @@ private:
     QComboBox* activations_ = nullptr;
     QSpinBox* count_ = nullptr;
     QSpinBox* maxTokens_ = nullptr;
-    QCheckBox* kvCells_ = nullptr;
-    QCheckBox* embeddingCells_ = nullptr;
+    QCheckBox* noKv_ = nullptr; // skip each layer's KV-cache cell
+    QCheckBox* noEmbedding_ = nullptr; // skip the embedding / lm_head cells
 };
 
 } // namespace mismatch::ui

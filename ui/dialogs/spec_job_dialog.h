@@ -1,14 +1,13 @@
 #pragma once
 // A job dialog built from a catalogue job's parameter list (core/jobs/job_spec.h), for the jobs without a dialog
-// of their own (generate, logits, quantize, the zoo, the AIMET import, the report): one form row per parameter,
-// labelled with its GUI label and with its help text as the tooltip. Paths get a picker (models, prompt sets,
-// recipes and run files list what the workspace and the resources hold), choices a list, flags a check box,
-// numbers and lists a text field whose placeholder shows the default (empty: the default, or "not given"). The
-// spec it builds is checked by the job's own validate() and checkInputs(), with each problem named by its field
-// label; its command is spec().toArguments(), its job spec().run(), and it exports the job file.
+// of their own (generate, logits, quantize, the zoo, the AIMET import, the report): one form row per parameter, made
+// as every dialog makes a field from a parameter (ui/dialogs/parameter_fields.h), labelled with its GUI label and
+// with its help text as the tooltip. Paths get a picker (models, prompt sets, recipes and run files list what the
+// workspace and the resources hold), choices a list, flags a check box, numbers and lists a text field whose
+// placeholder shows the default (empty: the default, or "not given"). The spec it builds is checked by the job's
+// own validate() and checkInputs(), with each problem named by its field label; its command is
+// spec().toArguments(), its job spec().run(), and it exports the job file.
 #include "ui/dialogs/job_dialog.h"
-
-#include <map>
 
 class QWidget;
 
@@ -39,11 +38,8 @@ protected:
 private:
     // The spec from the fields; the first field whose text is not of its type in `error` ("Label: expected ...").
     jobs::JobSpec readSpec(QString* error) const;
-    // The field's text ("" for an empty field: the default).
-    QString text(const jobs::Parameter& parameter) const;
 
     const jobs::JobDefinition* definition_;
-    std::map<std::string, QWidget*> fields_;
 };
 
 // The job's subcommand path as typed after `mismatch` ("recipe build", "zoo shape").

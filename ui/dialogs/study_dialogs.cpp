@@ -113,31 +113,26 @@ RecipeBuildDialog::RecipeBuildDialog(const QString& workspaceDirectory, const st
     }
     format_->setCurrentText(QStringLiteral("fp8_e4m3/block128"));
     form->addRow(tr("Quantize to:"), format_);
-    count_ = spinBox(this, 0, 1000000, 64, tr("all"));
-    form->addRow(tr("Prompts (first N):"), count_);
-    maxTokens_ = spinBox(this, 1, 100000, 16);
-    form->addRow(tr("Generated tokens per prompt:"), maxTokens_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("recipe_build");
+    // A build from the GUI scans 64 prompts of 16 tokens, where the job's defaults (the CLI's) are every prompt and
+    // 64 tokens, so that it is quick; the spec then gives both.
+    count_ = addParameterField<QSpinBox>(
+        job, "count", QStringLiteral("recipeBuildCount"), FieldOptions().start(64).special(tr("all")));
+    maxTokens_ = addParameterField<QSpinBox>(
+        job, "max_tokens", QStringLiteral("recipeBuildMaxTokens"), FieldOptions().start(16));
     budget_ = new CalibrationPicker(store_, true, this, tr("an explicit budget"));
     budget_->setObjectName("recipeBuildBudget");
     form->addRow(tr("Budget from:"), budget_);
-    target_ = new QDoubleSpinBox(this);
-    target_->setRange(0.01, 1.0);
-    target_->setSingleStep(0.05);
-    target_->setValue(0.5);
-    form->addRow(tr("Target (fraction of the budget):"), target_);
-    kvCache_ = new QCheckBox(tr("also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16"), this);
-    form->addRow(QString(), kvCache_);
-    keepEmbedding_ = new QCheckBox(tr("leave the embedding and lm_head in BF16 (for an export to vLLM or "
-                                      "llm-compressor, which quantize linear layers only)"),
-        this);
-    keepEmbedding_->setObjectName("recipeBuildKeepEmbedding");
-    form->addRow(QString(), keepEmbedding_);
+    target_ = addParameterField<QDoubleSpinBox>(
+        job, "target_fraction", QStringLiteral("recipeBuildTarget"), FieldOptions().decimals(2, 0.05));
+    kvCache_ = addParameterField<QCheckBox>(job, "kv_cache", QStringLiteral("recipeBuildKvCache"));
+    keepEmbedding_ = addParameterField<QCheckBox>(job, "no_embedding", QStringLiteral("recipeBuildKeepEmbedding"));
     output_ = new QLineEdit(this);
     output_->setObjectName("recipeBuildOutput");
     form->addRow(tr("Recipe file to write:"), output_);
-    name_ = new QLineEdit(this);
-    name_->setPlaceholderText(tr("default: built-<format>"));
-    form->addRow(tr("Recipe name:"), name_);
+    name_ = addParameterField<QLineEdit>(
+        job, "name", QStringLiteral("recipeBuildName"), FieldOptions().placeholder(tr("default: built-<format>")));
     connect(scan_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         updateScanFields();
         validate();
@@ -146,13 +141,7 @@ RecipeBuildDialog::RecipeBuildDialog(const QString& workspaceDirectory, const st
     connect(output_, &QLineEdit::textEdited, this, [this] { outputEdited_ = true; });
     watch(format_);
     watch(budget_);
-    watch(target_);
-    watch(kvCache_);
-    watch(keepEmbedding_);
     watch(output_);
-    watch(name_);
-    watch(count_);
-    watch(maxTokens_);
     updateScanFields();
     addDeviceField();
     finishLayout(QStringLiteral("recipeBuildStatus"), QStringLiteral("recipeBuildCli"),
@@ -288,8 +277,7 @@ std::optional<jobs::JobSpec> RecipeBuildDialog::spec() const
         // The CLI and job files write a granularity after a colon: fp8_e4m3:block128.
         spec.set("format", format_->currentText().replace(QLatin1Char('/'), QLatin1Char(':')).toStdString());
         spec.set("prompts", absolute(prompts_->path()).toStdString());
-        spec.set("count", count_->value());
-        spec.set("max_tokens", maxTokens_->value());
+        setParameters(spec, {"count", "max_tokens"});
     } else {
         spec.set("scan", scan);
     }
@@ -301,13 +289,9 @@ std::optional<jobs::JobSpec> RecipeBuildDialog::spec() const
     } else {
         spec.set("budget", budget_->explicitThreshold());
     }
-    spec.set("target_fraction", target_->value());
-    spec.set("kv_cache", kvCache_->isChecked());
-    spec.set("no_embedding", keepEmbedding_->isChecked());
+    setParameters(spec, {"target_fraction", "kv_cache", "no_embedding"});
     spec.set("out", outputPath().toStdString());
-    if (!name_->text().trimmed().isEmpty()) {
-        spec.set("name", name_->text().trimmed().toStdString());
-    }
+    setParameters(spec, {"name"});
     setDevice(spec);
     return spec;
 }
@@ -324,20 +308,16 @@ TimeToQualityDialog::TimeToQualityDialog(
     : JobDialog(workspaceDirectory, tr("Time to Quality"), QStringLiteral("timeToQualityDialog"), parent, store)
 {
     resize(700, 380);
-    QFormLayout* form = this->form();
     runFile_ = addPicker(PickKind::RunFile, tr("Base run file:"), QStringLiteral("ttqRunFile"));
     recipe_ = addPicker(PickKind::Recipe, tr("Candidate's recipe:"), QStringLiteral("ttqRecipe"));
     recipe_->setToolTip(tr("empty: the BF16 engine"));
-    staleness_ = spinBox(this, 0, 1000, 1);
-    form->addRow(tr("Candidate's staleness:"), staleness_);
-    synchronous_ = new QCheckBox(tr("run the candidate with the synchronous loop"), this);
-    form->addRow(QString(), synchronous_);
-    targetStep_ = spinBox(this, 0, 100000000, 0, tr("the last evaluated step"));
-    form->addRow(tr("Target: the BF16 run's quality at step:"), targetStep_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("time_to_quality");
+    staleness_ = addParameterField<QSpinBox>(job, "staleness", QStringLiteral("ttqStaleness"));
+    synchronous_ = addParameterField<QCheckBox>(job, "synchronous", QStringLiteral("ttqSynchronous"));
+    targetStep_ = addParameterField<QSpinBox>(
+        job, "target_step", QStringLiteral("ttqTargetStep"), FieldOptions().notGiven(tr("the last evaluated step")));
     addDeviceField(/*runFileDefault=*/true);
-    watch(staleness_);
-    watch(synchronous_);
-    watch(targetStep_);
     finishLayout(QStringLiteral("ttqStatus"), QStringLiteral("ttqCli"), QStringLiteral("startTtqButton"));
 }
 
@@ -400,11 +380,7 @@ std::optional<jobs::JobSpec> TimeToQualityDialog::spec() const
     if (!recipe_->path().isEmpty()) {
         spec.set("recipe", absolute(recipe_->path()).toStdString());
     }
-    spec.set("staleness", staleness_->value());
-    spec.set("synchronous", synchronous_->isChecked());
-    if (targetStep_->value() > 0) {
-        spec.set("target_step", targetStep_->value());
-    }
+    setParameters(spec, {"staleness", "synchronous", "target_step"});
     setDevice(spec);
     return spec;
 }
@@ -440,24 +416,19 @@ CompareObjectivesDialog::CompareObjectivesDialog(
     recipes_ = new QLineEdit(this);
     recipes_->setPlaceholderText(tr("recipe files, separated by ';'"));
     form->addRow(tr("Recipes of the sweep:"), recipes_);
-    steps_ = spinBox(this, 0, 10000000, 0, tr("the run file's"));
-    form->addRow(tr("Steps of every run:"), steps_);
-    rlMaxTokens_ = spinBox(this, 1, 100000, 40);
-    form->addRow(tr("RL response length (tokens):"), rlMaxTokens_);
-    group_ = spinBox(this, 2, 64, 4);
-    form->addRow(tr("GRPO samples per prompt:"), group_);
-    window_ = spinBox(this, 0, 10000000, 0, tr("the last quarter"));
-    form->addRow(tr("RL reward window (steps):"), window_);
-    collapse_ = new QDoubleSpinBox(this);
-    collapse_->setRange(0.01, 0.99);
-    collapse_->setValue(0.5);
-    form->addRow(tr("RL breaks below (1 - collapse) x its BF16 reward; collapse:"), collapse_);
+    // The plain fields are the catalogue's: its labels, help texts and ranges.
+    const jobs::JobDefinition& job = catalogueJob("compare_objectives");
+    steps_ = addParameterField<QSpinBox>(
+        job, "run_steps", QStringLiteral("objectivesSteps"), FieldOptions().notGiven(tr("the run file's")));
+    rlMaxTokens_ = addParameterField<QSpinBox>(job, "rl_max_tokens", QStringLiteral("objectivesRlMaxTokens"));
+    group_ = addParameterField<QSpinBox>(job, "group", QStringLiteral("objectivesGroup"));
+    window_ = addParameterField<QSpinBox>(
+        job, "window", QStringLiteral("objectivesWindow"), FieldOptions().notGiven(tr("the last quarter")));
+    collapse_ = addParameterField<QDoubleSpinBox>(
+        job, "collapse", QStringLiteral("objectivesCollapse"), FieldOptions().decimals(2, 0.05));
     addDeviceField(/*runFileDefault=*/true);
     for (QLineEdit* edit : {noise_, recipes_})
         watch(edit);
-    for (QSpinBox* box : {steps_, rlMaxTokens_, group_, window_})
-        watch(box);
-    watch(collapse_);
     finishLayout(
         QStringLiteral("objectivesStatus"), QStringLiteral("objectivesCli"), QStringLiteral("startObjectivesButton"));
 }
@@ -545,15 +516,7 @@ std::optional<jobs::JobSpec> CompareObjectivesDialog::spec() const
         recipes.push_back(absolute(recipe).toStdString());
     }
     spec.set("recipes", recipes);
-    if (steps_->value() > 0) {
-        spec.set("run_steps", steps_->value());
-    }
-    spec.set("rl_max_tokens", rlMaxTokens_->value());
-    spec.set("group", group_->value());
-    if (window_->value() > 0) {
-        spec.set("window", window_->value());
-    }
-    spec.set("collapse", collapse_->value());
+    setParameters(spec, {"run_steps", "rl_max_tokens", "group", "window", "collapse"});
     setDevice(spec);
     return spec;
 }
@@ -578,16 +541,15 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     source_->addItem(tr("TensorBoard (events.out.tfevents.*)"), QStringLiteral("tensorboard"));
     form->addRow(tr("Log format:"), source_);
     file_ = addPicker(PickKind::AnyFile, tr("Log file:"), QStringLiteral("importFile"));
-    name_ = new QLineEdit(this);
-    name_->setObjectName("importName");
-    name_->setPlaceholderText(tr("default: <format> <file name>"));
-    form->addRow(tr("Run name:"), name_);
+    // The run name is the import jobs' "name" parameter (the same in each format's job).
+    name_ = addParameterField<QLineEdit>(catalogueJob("import_" + source_->currentData().toString().toStdString()),
+        "name", QStringLiteral("importName"), FieldOptions().placeholder(tr("default: <format> <file name>")));
     map_ = new QLineEdit(this);
     map_->setObjectName("importMap");
     map_->setPlaceholderText(tr("COLUMN=MEASURE; ... (optional; CSV: COLUMN=step names the step column)"));
     form->addRow(tr("Column mapping:"), map_);
-    // The format and the mapping re-validate through refreshPreview (the preview's reading is part of the check).
-    watch(name_);
+    // The format and the mapping re-validate through refreshPreview (the preview's reading is part of the check); the
+    // run name, a parameter field, is watched by addParameterField.
     previewSummary_ = new QLabel(this);
     previewSummary_->setObjectName(QStringLiteral("importPreviewSummary"));
     previewSummary_->setWordWrap(true);
@@ -666,6 +628,9 @@ void ImportLogDialog::refreshPreview()
             summary += tr("; not read (map them with Column mapping): %1%2")
                            .arg(keys.join(QStringLiteral(", ")), log.unmappedKeys.size() > 6 ? tr(", ...") : QString());
         }
+        for (const std::string& note : log.notes) {
+            summary += QStringLiteral("; ") + QString::fromStdString(note);
+        }
         previewSummary_->setText(summary);
     } catch (const std::exception& error) {
         // Named in this dialog's words ("Column mapping", not "--map").
@@ -711,9 +676,7 @@ std::optional<jobs::JobSpec> ImportLogDialog::spec() const
     // it (absolute), so that the stored run records the same file.
     jobs::JobSpec spec("import_" + source_->currentData().toString().toStdString());
     spec.set("file", absolutePath(file_->path()).toStdString());
-    if (!name_->text().trimmed().isEmpty()) {
-        spec.set("name", name_->text().trimmed().toStdString());
-    }
+    setParameters(spec, {"name"});
     nlohmann::json map = nlohmann::json::array();
     for (const QString& entry : mapEntries()) {
         map.push_back(entry.toStdString());
@@ -724,7 +687,9 @@ std::optional<jobs::JobSpec> ImportLogDialog::spec() const
 
 std::vector<std::pair<std::string, std::string>> ImportLogDialog::fieldNames() const
 {
-    return {{"--map", "Column mapping"}, {"--name", "Run name"}};
+    // The definition's labels, which the fields show.
+    const jobs::JobDefinition& job = catalogueJob("import_" + source_->currentData().toString().toStdString());
+    return {{"--map", jobParameter(job, "map").label}, {"--name", jobParameter(job, "name").label}};
 }
 
 QString ImportLogDialog::check() const

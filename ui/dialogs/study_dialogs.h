@@ -7,6 +7,9 @@
 //   ImportLogDialog          `mismatch import verl|tinker|csv`  io::importLog + store::storeExternalRun
 //   CompareRunsDialog        `mismatch compare`             the failure rule (metrics::applyFailureRule) between two
 //                                                           runs' stored evaluations, shown at once (no job)
+// The job dialogs' plain fields (counts, tokens, steps, fractions, flags, names) are made from their job's parameters
+// in the catalogue (JobDialog::addParameterField); the pickers, lists, tables and choices of stored results are their
+// own.
 #include "core/store/run_store.h"
 #include "ui/dialogs/job_dialog.h"
 
