@@ -1,8 +1,9 @@
 // The Breakdown tab (ui/views/breakdown_view.h) on hand-made breakdowns: the stacked segments are the stored parts (per
 // method and unit; a candidate without Shapley parts falls back to add-one-in), a negative interaction is drawn
 // below zero, the bars read back through the value axis, hovering reads a candidate's parts, the estimator table
-// has a row per whole configuration, and the dialog's command names the job. Screenshots at 1x, and at 2x when
-// run with QT_SCALE_FACTOR=2 (test_breakdown_view_2x).
+// has a row per whole configuration, the view opens in a unit where every bar is drawn (one candidate 100 times the
+// others), and the dialog's command names the job. Screenshots at 1x, and at 2x when run with QT_SCALE_FACTOR=2
+// (test_breakdown_view_2x).
 #include "core/metrics/estimators.h"
 #include "core/store/breakdown_store.h"
 #include "core/store/import_store.h"
@@ -17,6 +18,7 @@
 
 #include <QAbstractItemModel>
 #include <QComboBox>
+#include <QLabel>
 #include <QPushButton>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -110,6 +112,59 @@ std::vector<store::BreakdownRecord> records(std::int64_t runId)
         part("leave_one_out", "kv_cache", 0.0031), part("leave_one_out", "embedding_lm_head", 0.0012),
         part("leave_one_out", "noise", 0.0041), part("leave_one_out", "interaction", 0.012 - unit - 0.0114)};
     return {w8a8, kv, bf16, five};
+}
+
+// Seven candidates of one run as the issue saw them: one at 1.2 nats/token, six about 100 times smaller (0.008 to
+// 0.015), all on the same BF16 unit, so that BF16 multiples are as lopsided as nats.
+std::vector<store::BreakdownRecord> lopsided(std::int64_t runId)
+{
+    const double unit = 6e-5;
+    const std::pair<const char*, double> totals[]
+        = {{"int4-everything", 1.2}, {"fp8-kv", 0.012}, {"fp8-per-tensor", 0.009}, {"fp8-w8a8-block", 0.015},
+            {"fp8-keep-edges", 0.011}, {"fp8-block128", 0.008}, {"fp8-attention", 0.013}};
+    std::vector<store::BreakdownRecord> result;
+    for (const auto& [name, total] : totals) {
+        store::BreakdownRecord r;
+        r.runId = runId;
+        r.candidate = name;
+        r.model = "student";
+        r.sources = {"weights"};
+        r.total = total;
+        r.totalCiLow = 0.9 * total;
+        r.totalCiHigh = 1.1 * total;
+        r.bf16Unit = unit;
+        r.tokens = 8000;
+        r.shapley = true;
+        r.parts = {part("add_one_in", "weights", total - unit), part("add_one_in", "interaction", 0.0),
+            part("leave_one_out", "weights", total - unit), part("leave_one_out", "interaction", 0.0),
+            part("shapley", "weights", total - unit)};
+        r.subsets = {{"weights", total, 0.9 * total, 1.1 * total, 0.9 * total, 1.1 * total, 8000, estimators(total)}};
+        result.push_back(r);
+    }
+    return result;
+}
+
+// The drawn height, in pixels, of candidate `index`'s bar: from zero to the top of its parts above zero (QCustomPlot
+// stacks each sign on its own side of zero), read back from the plottables through the value axis. -1 when the top
+// lies outside the value axis's range (the bar would be cut).
+double barPixels(QCustomPlot* plot, int index)
+{
+    double top = 0.0;
+    for (int i = 0; i < plot->plottableCount(); ++i) {
+        auto* bars = qobject_cast<QCPBars*>(plot->plottable(i));
+        if (!bars) {
+            continue;
+        }
+        for (auto it = bars->data()->constBegin(); it != bars->data()->constEnd(); ++it) {
+            if (it->key == static_cast<double>(index) && it->value > 0.0) {
+                top += it->value;
+            }
+        }
+    }
+    if (!plot->yAxis->range().contains(top)) {
+        return -1.0;
+    }
+    return std::abs(plot->yAxis->coordToPixel(0.0) - plot->yAxis->coordToPixel(top));
 }
 
 } // namespace
@@ -227,8 +282,9 @@ private slots:
         QVERIFY(QTest::qWaitForWindowExposed(&view));
         QTest::qWait(100);
         QCustomPlot* plot = view.plot();
+        // Over the first candidate's bar, half-way up the value axis (whichever unit the view opened in).
         const QPoint over(static_cast<int>(plot->xAxis->coordToPixel(0.0)),
-            static_cast<int>(plot->yAxis->coordToPixel(0.002)));
+            static_cast<int>(plot->yAxis->coordToPixel(plot->yAxis->range().center())));
         view.hoverAt(over);
         QVERIFY2(view.readoutText().contains(QLatin1String("fp8-per-tensor")), qPrintable(view.readoutText()));
         QVERIFY2(view.readoutText().contains(QLatin1String("kv_cache")), qPrintable(view.readoutText()));
@@ -254,6 +310,62 @@ private slots:
         view.setBf16Units(true);
         fixture::saveScreenshot(view, prefix + QStringLiteral("_view_add_one_in_bf16.png"));
         QCOMPARE(view.grab().devicePixelRatio(), scale_);
+    }
+
+    // Issue 42 item 8: beside one candidate 100 times larger than the rest, every bar is drawn at least a few pixels
+    // tall in the unit the view opens in (nats/token would flatten the six small ones); a unit the user chooses is
+    // kept when the store changes.
+    void defaultUnitShowsEveryBar()
+    {
+        store::RunStore store = store::RunStore::open(directory_.filePath("lopsided.db").toStdString());
+        const std::int64_t run = store.beginRun({"breakdown", "breakdown", "{}", std::nullopt});
+        const std::vector<store::BreakdownRecord> stored = lopsided(run);
+        store::addBreakdowns(store, stored);
+        store.finishRun(run, store::RunStatus::Finished);
+        ui::BreakdownView view;
+        view.resize(1100, 760);
+        view.setStore(&store);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        QTest::qWait(100);
+        view.plot()->replot();
+        QCOMPARE(view.records().size(), stored.size());
+        // At least 6 pixels a bar (logical pixels, at any scale), where nats/token leaves the smallest under 4.
+        const double minimum = 6.0;
+        for (int i = 0; i < static_cast<int>(stored.size()); ++i) {
+            const double pixels = barPixels(view.plot(), i);
+            QVERIFY2(pixels >= minimum,
+                qPrintable(QStringLiteral("%1: %2 px in %3")
+                               .arg(QString::fromStdString(stored[i].candidate))
+                               .arg(pixels)
+                               .arg(view.plot()->yAxis->label())));
+        }
+        // The summary says why the view did not open in nats/token.
+        QVERIFY(view.currentUnit() != ui::BreakdownView::Nats);
+        const QString summary = view.findChild<QLabel*>("breakdownSummary")->text();
+        QVERIFY2(summary.contains(QLatin1String("in nats/token the smallest total is under 5% of the largest")),
+            qPrintable(summary));
+        const QString prefix = scale_ > 1.0 ? QStringLiteral("high_dpi_breakdown") : QStringLiteral("breakdown");
+        fixture::saveScreenshot(view, prefix + QStringLiteral("_view_lopsided_totals.png"));
+
+        // In nats/token the same plot flattens the small candidates: the rule above is what keeps them readable.
+        view.setUnit(ui::BreakdownView::Nats);
+        view.plot()->replot();
+        QVERIFY(view.plot()->yAxis->label().contains(QLatin1String("nats/token")));
+        double smallest = 1e9;
+        for (int i = 1; i < static_cast<int>(stored.size()); ++i) {
+            smallest = std::min(smallest, barPixels(view.plot(), i));
+        }
+        QVERIFY2(smallest >= 0.0 && smallest < 4.0, qPrintable(QString::number(smallest)));
+        // The user's choice survives a refresh (the store's change counter moving), here and from the list.
+        view.refresh();
+        QCOMPARE(view.currentUnit(), ui::BreakdownView::Nats);
+        auto* unitBox = view.findChild<QComboBox*>("breakdownUnit");
+        QVERIFY(unitBox);
+        unitBox->setCurrentIndex(ui::BreakdownView::Bf16Multiples);
+        view.refresh();
+        QCOMPARE(view.currentUnit(), ui::BreakdownView::Bf16Multiples);
+        QVERIFY(view.plot()->yAxis->label().contains(QLatin1String("BF16")));
     }
 
     void dialogChecksAndNamesTheCommand()

@@ -3,25 +3,26 @@
 // prompt sets, the recipe editor (edited in its table, saved, accepted unchanged by `mismatch recipe check`),
 // the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports.
 #include "core/io/recipe_export.h"
+#include "core/metrics/estimators.h"
 #include "core/quant/recipe.h"
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/test_main.h"
-#include "ui/views/admission_view.h"
-#include "ui/views/budget_view.h"
-#include "ui/plots/compare_plot.h"
 #include "ui/dialogs/export_dialog.h"
-#include "ui/views/library_panels.h"
+#include "ui/dialogs/study_dialogs.h"
 #include "ui/main_window.h"
+#include "ui/plots/compare_plot.h"
 #include "ui/plots/mismatch_profile.h"
 #include "ui/plots/plot_export.h"
+#include "ui/plots/run_plot.h"
+#include "ui/views/admission_view.h"
+#include "ui/views/budget_view.h"
+#include "ui/views/library_panels.h"
 #include "ui/views/prefix_shift_view.h"
 #include "ui/views/recipe_editor.h"
-#include "ui/plots/run_plot.h"
 #include "ui/views/run_table_model.h"
 #include "ui/views/sensitivity_view.h"
-#include "ui/dialogs/study_dialogs.h"
 
 #include <qcustomplot.h>
 
@@ -35,9 +36,9 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
-#include <QTableWidget>
 #include <QSignalSpy>
 #include <QStandardItemModel>
+#include <QStyleHints>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
@@ -48,6 +49,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 using namespace mismatch;
@@ -80,6 +82,108 @@ int rowOfRun(const ui::RunTableModel& model, std::int64_t runId)
     return -1;
 }
 
+// A second admission check beside the fixture's (its five decisions stored without a run): an admit run screening
+// the seven demo candidates on two checkpoints against threshold 0.05 (the fixture's is 0.06, a few pixels apart on
+// the log axis), each decision with its estimator comparison and bins (so the profile draws all fourteen).
+std::int64_t addAdmitRun(store::RunStore& store, std::int64_t calibration)
+{
+    const std::int64_t run = store.beginRun({"admit", "admit", "{}", std::nullopt});
+    const std::pair<const char*, double> candidates[] = {{"bf16", 0.0002}, {"fp8-kv", 0.011}, {"fp8-per-tensor", 0.03},
+        {"fp8-w8a8-block", 0.048}, {"int4-weights", 0.19}, {"bf16+noise-0.05", 0.02}, {"bf16+noise-0.3", 0.4}};
+    const double threshold = 0.05;
+    for (const char* checkpoint : {"step-100", "step-200"}) {
+        const double drift = std::string(checkpoint) == "step-200" ? 1.3 : 1.0;
+        int c = 0;
+        for (const auto& [name, base] : candidates) {
+            metrics::EstimatorComparison comparison;
+            comparison.kl = base * drift;
+            comparison.tokens = 4096;
+            comparison.estimators = {{"k1", comparison.kl * 0.9, 0.41, 0.38}, {"k3", comparison.kl * 1.1, 0.62, 0.55}};
+            for (const auto* edges : {&metrics::kProbabilityEdges, &metrics::kEntropyEdges}) {
+                auto& bins = edges == &metrics::kProbabilityEdges ? comparison.byProbability : comparison.byEntropy;
+                double sum = 0.0;
+                for (std::size_t b = 0; b + 1 < edges->size(); ++b) {
+                    const double weight = 1.0 + static_cast<double>((b + static_cast<std::size_t>(c)) % 6);
+                    bins.push_back({(*edges)[b], (*edges)[b + 1], 100, comparison.kl * weight, weight, 1.0 / 6.0});
+                    sum += weight;
+                }
+                for (metrics::MismatchBin& bin : bins) {
+                    bin.klShare /= sum;
+                }
+            }
+            store::AdmissionDecision decision;
+            decision.runId = run;
+            decision.calibrationId = calibration;
+            decision.candidateJson = nlohmann::json(
+                {{"name", name}, {"bf16_unit", fixture::kFixtureUnit}, {"estimators", metrics::toJson(comparison)}})
+                                         .dump();
+            decision.checkpoint = checkpoint;
+            decision.mismatch = base * drift;
+            decision.ciLow = 0.8 * decision.mismatch;
+            decision.ciHigh = 1.2 * decision.mismatch;
+            decision.threshold = threshold;
+            // The admission rule (core/analysis/admission.cpp decide()): the whole interval below, above, or across.
+            decision.decision = decision.ciHigh < threshold ? "admit"
+                : decision.ciLow > threshold                ? "reject"
+                                                            : "borderline";
+            decision.seconds = 40.0;
+            decision.toolVersion = "0.1.0";
+            store::addAdmissionDecision(store, decision);
+            ++c;
+        }
+    }
+    store.finishRun(run, store::RunStatus::Finished);
+    return run;
+}
+
+// "" when every entry of `plot`'s legend got at least the width and height its icon and name need and lies inside
+// the plot (an entry is clipped to its own cell: a squeezed one shows "fp8-per-t"); else which entry did not.
+QString elidedLegendEntry(QCustomPlot* plot)
+{
+    QCPLegend* legend = plot->legend;
+    for (int i = 0; i < legend->itemCount(); ++i) {
+        QCPLayoutElement* item = legend->item(i);
+        if (!item) {
+            continue; // an empty cell of the legend's grid
+        }
+        auto* entry = qobject_cast<QCPPlottableLegendItem*>(legend->item(i));
+        const QString name = entry ? entry->plottable()->name() : QString::number(i);
+        const QSize needed = item->minimumOuterSizeHint();
+        const QRect cell = item->outerRect();
+        if (cell.width() < needed.width() || cell.height() < needed.height() || !plot->viewport().contains(cell)) {
+            return QStringLiteral("%1: %2x%3 at (%4, %5), needs %6x%7 in %8x%9")
+                .arg(name)
+                .arg(cell.width())
+                .arg(cell.height())
+                .arg(cell.x())
+                .arg(cell.y())
+                .arg(needed.width())
+                .arg(needed.height())
+                .arg(plot->width())
+                .arg(plot->height());
+        }
+    }
+    return {};
+}
+
+// The names of `plot`'s legend entries, in order.
+QStringList legendNames(QCustomPlot* plot)
+{
+    QStringList names;
+    for (int i = 0; i < plot->legend->itemCount(); ++i) {
+        if (auto* entry = qobject_cast<QCPPlottableLegendItem*>(plot->legend->item(i))) {
+            names << entry->plottable()->name();
+        }
+    }
+    return names;
+}
+
+// The pixel rectangle of a threshold label, as drawn after the last layout.
+QRectF labelRect(const QCPItemText* label)
+{
+    return QRectF(label->topLeft->pixelPosition(), label->bottomRight->pixelPosition()).normalized();
+}
+
 } // namespace
 
 class TestDashboard : public QObject {
@@ -93,6 +197,7 @@ private slots:
     void budgetPlotShadesBracket();
     void budgetShowsUndecidedPointsApart();
     void admissionDecisionsAgainstThreshold();
+    void admissionPicksOneCheckAndStaysReadable();
     void prefixShiftViewerMarksDivergence();
     void exportsPlotsAndTables();
     void recipeEditedInTableSavesCheckableFile();
@@ -366,6 +471,188 @@ void TestDashboard::admissionDecisionsAgainstThreshold()
     QCOMPARE(view->profile()->drawn(), 0);
     QVERIFY(view->findChild<QLabel*>("admissionProfileNote")->text().contains("5 without stored bins"));
     saveScreenshot(*window, "dashboard_admission.png");
+}
+
+namespace {
+
+// The profile under `view`'s newest check (fourteen decisions with bins): each bar in a shade of its decision's colour;
+// one legend entry per decision (fourteen names do not fit in a row), each showing or hiding all its bars; a few
+// selected rows named one by one.
+void profileInDecisionColours(ui::AdmissionView* view)
+{
+    ui::MismatchProfile* profile = view->profile();
+    QCOMPARE(profile->drawn(), 14);
+    std::set<int> hues;
+    for (int i = 0; i < 14; ++i) {
+        auto* bars = qobject_cast<QCPBars*>(profile->plot()->plottable(i));
+        QVERIFY(bars);
+        const QColor drawn = bars->brush().color();
+        const QColor expected = ui::decisionColor(view->decisions()[static_cast<std::size_t>(i)].decision);
+        QVERIFY2(std::abs(drawn.hslHue() - expected.hslHue()) <= 2,
+            qPrintable(QStringLiteral("%1: hue %2, its decision's %3")
+                           .arg(bars->name())
+                           .arg(drawn.hslHue())
+                           .arg(expected.hslHue())));
+        hues.insert(expected.hslHue());
+    }
+    QCOMPARE(hues.size(), std::size_t(3)); // the three decisions, not a colour per candidate
+    // One legend entry per decision, with how many it holds.
+    std::map<std::string, int> kinds;
+    for (const ui::AdmissionDecision& d : view->decisions()) {
+        ++kinds[d.decision];
+    }
+    QCOMPARE(legendNames(profile->plot()),
+        QStringList({QStringLiteral("admit (%1 decisions)").arg(kinds["admit"]),
+            QStringLiteral("borderline (%1 decisions)").arg(kinds["borderline"]),
+            QStringLiteral("reject (%1 decisions)").arg(kinds["reject"])}));
+    // A decision's entry shows or hides all its bars.
+    profile->plot()->replot();
+    const QRect admitEntry = profile->plot()->legend->item(0)->outerRect();
+    QTest::mouseClick(profile->plot(), Qt::LeftButton, {}, admitEntry.center());
+    for (int i = 0; i < 14; ++i) {
+        const bool admitted = view->decisions()[static_cast<std::size_t>(i)].decision == "admit";
+        QCOMPARE(profile->plot()->plottable(i)->visible(), !admitted);
+    }
+    QTest::qWait(qApp->styleHints()->mouseDoubleClickInterval() + 50); // two clicks, not a double-click
+    QTest::mouseClick(profile->plot(), Qt::LeftButton, {}, admitEntry.center());
+    for (int i = 0; i < 14; ++i) {
+        QVERIFY(profile->plot()->plottable(i)->visible());
+    }
+    // A few rows selected: their candidates by name.
+    view->table()->selectRow(0);
+    view->table()->selectionModel()->select(
+        view->decisionModel()->index(4, 0), QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    QCOMPARE(profile->drawn(), 2);
+    QCOMPARE(legendNames(profile->plot()),
+        QStringList({QStringLiteral("bf16 @ step-100"), QStringLiteral("int4-weights @ step-100")}));
+    profile->plot()->replot();
+    const QString fewNames = elidedLegendEntry(profile->plot());
+    QVERIFY2(fewNames.isEmpty(), qPrintable(fewNames));
+    view->table()->clearSelection();
+    QCOMPARE(profile->drawn(), 14);
+}
+
+// `window` at `size`: no legend entry of the admission plot or its profile is cut, every threshold label lies in the
+// plot and overlaps no other; saved as dashboard_admission_NAME_WxH.png.
+void readableAt(ui::MainWindow& window, const QSize& size, const QString& name)
+{
+    ui::AdmissionView* view = window.admissionView();
+    window.resize(size);
+    QTest::qWait(150);
+    if (window.size() != size) { // the window's minimum size is another test's (test_high_dpi) concern
+        qWarning("the window is %dx%d, not %dx%d", window.width(), window.height(), size.width(), size.height());
+    }
+    view->plot()->replot();
+    view->profile()->plot()->replot();
+    const QString plotLegend = elidedLegendEntry(view->plot());
+    QVERIFY2(plotLegend.isEmpty(), qPrintable(plotLegend));
+    const QString profileLegend = elidedLegendEntry(view->profile()->plot());
+    QVERIFY2(profileLegend.isEmpty(), qPrintable(profileLegend));
+    const QRect area = view->plot()->axisRect()->rect();
+    for (std::size_t i = 0; i < view->thresholdLabels().size(); ++i) {
+        const QRectF rect = labelRect(view->thresholdLabels()[i]);
+        QVERIFY2(QRectF(area).contains(rect), qPrintable(view->thresholdLabels()[i]->text()));
+        for (std::size_t j = 0; j < i; ++j) {
+            QVERIFY2(!rect.intersects(labelRect(view->thresholdLabels()[j])),
+                qPrintable(view->thresholdLabels()[i]->text() + " / " + view->thresholdLabels()[j]->text()));
+        }
+    }
+    saveScreenshot(
+        window, QStringLiteral("dashboard_admission_%1_%2x%3.png").arg(name).arg(size.width()).arg(size.height()));
+}
+
+} // namespace
+
+// Issue 42 item 5: with two admission checks stored, the picker lists both newest first (and every check), the newest
+// is shown alone; shown together, their two thresholds are two lines whose labels do not overlap; the legends (the
+// plot's decisions, the profile's candidates in decision colours: named when they fit, else counted per decision)
+// keep every entry whole. At 1200x780 and 1024x700.
+void TestDashboard::admissionPicksOneCheckAndStaysReadable()
+{
+    QTemporaryDir directory;
+    std::int64_t run = 0;
+    std::int64_t calibration = 0;
+    {
+        store::RunStore store = store::RunStore::open(store::databasePath(directory.path().toStdString()));
+        calibration = fixture::build(store).calibration;
+        run = addAdmitRun(store, calibration);
+    }
+    auto window = openWindow(ui::MainWindow::AdmissionTab, directory.path());
+    ui::AdmissionView* view = window->admissionView();
+    QComboBox* picker = view->findChild<QComboBox*>("admissionCheck");
+    QVERIFY(picker && picker == view->checkBox());
+    QCOMPARE(picker->count(), 3);
+    QCOMPARE(picker->currentIndex(), 0);
+    QCOMPARE(picker->itemData(0).toLongLong(), static_cast<qlonglong>(run));
+    QVERIFY2(
+        picker->itemText(0).startsWith(
+            QStringLiteral("admit run %1: 7 candidates x 2 checkpoints, calibration %2").arg(run).arg(calibration)),
+        qPrintable(picker->itemText(0)));
+    QVERIFY2(picker->itemText(1).startsWith(
+                 QStringLiteral("decisions without a run: 4 candidates x 2 checkpoints (5 decisions), calibration %1")
+                     .arg(calibration)),
+        qPrintable(picker->itemText(1)));
+    QCOMPARE(picker->itemData(2).toLongLong(), -1LL);
+    QVERIFY2(picker->itemText(2).startsWith(QLatin1String("every check: 19 decisions in 2 checks")),
+        qPrintable(picker->itemText(2)));
+
+    // The newest check alone: its fourteen decisions, one threshold, the profile in decision colours.
+    QCOMPARE(view->decisions().size(), std::size_t(14));
+    for (const ui::AdmissionDecision& d : view->decisions()) {
+        QCOMPARE(d.runId, std::optional<std::int64_t>(run));
+    }
+    QCOMPARE(view->decisionModel()->rowCount(), 14);
+    QCOMPARE(view->thresholdLineCount(), 1);
+    QCOMPARE(view->thresholdLabels().front()->text(), QStringLiteral("threshold 0.05"));
+    QCOMPARE(view->profile()->drawn(), 14);
+    profileInDecisionColours(view);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    readableAt(*window, QSize(1200, 780), QStringLiteral("newest_check"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    readableAt(*window, QSize(1024, 700), QStringLiteral("newest_check"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+
+    // Every check: two thresholds (0.05 of the run, 0.06 of the decisions without one), two dashed lines whose
+    // labels name their checks and do not overlap, though the lines are a few pixels apart.
+    picker->setCurrentIndex(2);
+    QCOMPARE(view->decisions().size(), std::size_t(19));
+    QCOMPARE(view->profile()->drawn(), 14); // the fixture's five were stored without bins
+    QCOMPARE(view->thresholdLineCount(), 2);
+    std::vector<double> lines;
+    for (int i = 0; i < view->plot()->itemCount(); ++i) {
+        if (auto* line = qobject_cast<QCPItemStraightLine*>(view->plot()->item(i))) {
+            lines.push_back(line->point1->coords().x());
+        }
+    }
+    QCOMPARE(lines, std::vector<double>({0.05, 0.06}));
+    QCOMPARE(view->thresholdLabels()[0]->text(), QStringLiteral("threshold 0.05 (run %1)").arg(run));
+    QCOMPARE(view->thresholdLabels()[1]->text(), QStringLiteral("threshold 0.06 (no run)"));
+    readableAt(*window, QSize(1200, 780), QStringLiteral("every_check"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    readableAt(*window, QSize(1024, 700), QStringLiteral("every_check"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    // The lines are close enough that labels side by side at the same height would overlap: the test is not idle.
+    const double apart = std::abs(view->plot()->xAxis->coordToPixel(0.06) - view->plot()->xAxis->coordToPixel(0.05));
+    QVERIFY2(apart < labelRect(view->thresholdLabels()[0]).width(), qPrintable(QString::number(apart)));
+
+    // The older check alone, kept when the view re-reads the store.
+    picker->setCurrentIndex(1);
+    QCOMPARE(view->decisions().size(), std::size_t(5));
+    QCOMPARE(view->thresholdLineCount(), 1);
+    view->refresh();
+    QCOMPARE(picker->currentIndex(), 1);
+    QCOMPARE(view->decisions().size(), std::size_t(5));
+    QCOMPARE(view->profile()->drawn(), 0);
 }
 
 void TestDashboard::prefixShiftViewerMarksDivergence()

@@ -103,7 +103,9 @@ bool saveBreakdown(store::RunStore& store, const report::PlotRequest& request, c
     }
     view.setMethod(BreakdownView::Shapley);
     switch (request.kind) {
-    case Kind::BreakdownBars: return savePlot(view.plot(), request.width, request.height, path);
+    case Kind::BreakdownBars:
+        view.setUnit(BreakdownView::Nats); // the report's caption says nats/token, whatever the view would open in
+        return savePlot(view.plot(), request.width, request.height, path);
     case Kind::BreakdownShares:
         view.setUnit(BreakdownView::ShareOfTotal);
         return savePlot(view.plot(), request.width, request.height, path);

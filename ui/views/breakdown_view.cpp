@@ -22,6 +22,8 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -186,7 +188,11 @@ BreakdownView::BreakdownView(QWidget* parent)
     layout->addWidget(split, 1);
     connect(runBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { rebuild(); });
     connect(methodBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { rebuild(); });
-    connect(unitBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { rebuild(); });
+    // A change of the unit other than the default's (made with the list's signals blocked) is the user's choice.
+    connect(unitBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] {
+        unitChosen_ = true;
+        rebuild();
+    });
 }
 
 void BreakdownView::setStore(const store::RunStore* store)
@@ -225,7 +231,42 @@ void BreakdownView::rebuildProfile()
 
 void BreakdownView::setUnit(Unit unit)
 {
+    unitChosen_ = true;
+    if (unitBox_->currentIndex() == static_cast<int>(unit)) {
+        rebuild(); // the same unit, now chosen: the summary no longer says why it was
+        return;
+    }
     unitBox_->setCurrentIndex(static_cast<int>(unit));
+}
+
+BreakdownView::Unit BreakdownView::currentUnit() const
+{
+    return static_cast<Unit>(unitBox_->currentIndex());
+}
+
+BreakdownView::Unit BreakdownView::readableUnit(const std::vector<store::BreakdownRecord>& records)
+{
+    // The rule: a bar is readable when its total is at least kSmallestShownShare (5%) of the largest, about 10
+    // pixels of a 200-pixel plot. Totals are compared, not single parts: a part is read in the table and read-out.
+    for (const Unit unit : {Nats, Bf16Multiples, ShareOfTotal}) {
+        double smallest = std::numeric_limits<double>::infinity();
+        double largest = 0.0;
+        for (const store::BreakdownRecord& r : records) {
+            if (r.total == 0.0) {
+                continue; // nothing to draw whatever the unit
+            }
+            const double scale = unit == Bf16Multiples ? (r.bf16Unit > 0.0 ? 1.0 / r.bf16Unit : 0.0)
+                : unit == ShareOfTotal                 ? (r.total > 0.0 ? 100.0 / r.total : 0.0)
+                                                       : 1.0; // as stackValues() scales
+            const double height = std::abs(r.total * scale);
+            smallest = std::min(smallest, height);
+            largest = std::max(largest, height);
+        }
+        if (largest == 0.0 || smallest >= kSmallestShownShare * largest) {
+            return unit;
+        }
+    }
+    return ShareOfTotal;
 }
 
 bool BreakdownView::selectRun(std::int64_t runId)
@@ -290,6 +331,10 @@ void BreakdownView::rebuild()
             }
         }
     }
+    if (!unitChosen_) {
+        const QSignalBlocker block(unitBox_);
+        unitBox_->setCurrentIndex(static_cast<int>(readableUnit(records_)));
+    }
     const auto method = static_cast<Method>(methodBox_->currentIndex());
     const auto unit = static_cast<Unit>(unitBox_->currentIndex());
     const int fallbacks = plotStacks(method, unit);
@@ -320,8 +365,9 @@ int BreakdownView::plotStacks(Method method, Unit unit)
     }
     plot_->xAxis->setTicker(stacks.ticker);
     plot_->xAxis->setTickLabelRotation(records_.size() > 5 ? 25 : 0);
-    plot_->yAxis->setLabel(unit == Bf16Multiples ? tr("mismatch (x the candidate's BF16 unit)")
-            : unit == ShareOfTotal              ? tr("share of the candidate's total mismatch (%)")
+    // Short titles: the plot can be under 200 px tall at 1024x700; the unit list says the rest.
+    plot_->yAxis->setLabel(unit == Bf16Multiples ? tr("mismatch (x BF16 unit)")
+            : unit == ShareOfTotal              ? tr("mismatch (% of total)")
                                                 : tr("mismatch (nats/token)"));
     const double span = std::max(stacks.high - stacks.low, 1e-12);
     fitY_[0] = stacks.low < 0.0 ? stacks.low - 0.08 * span : 0.0;
@@ -544,6 +590,13 @@ void BreakdownView::showSummary(int fallbacks)
                       .arg(methodBox_->currentText());
         if (fallbacks > 0) {
             summary += tr(" * no Shapley parts (more sources than its limit): add-one-in shown.");
+        }
+        if (!unitChosen_ && currentUnit() != Nats) {
+            summary += tr(" Shown %1: in nats/token the smallest total is under %2% of the largest and its bar would "
+                          "be flat (Unit chooses another).")
+                           .arg(currentUnit() == Bf16Multiples ? tr("in multiples of each BF16 unit")
+                                                               : tr("as % of each total"))
+                           .arg(100.0 * kSmallestShownShare, 0, 'g', 3);
         }
     }
     summary_->setText(summary);

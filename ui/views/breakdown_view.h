@@ -5,9 +5,12 @@
 // stack. Parts below zero (an interaction where the sources together do less than alone, a source that lowers the
 // mismatch) are stacked downwards from zero, as they are: the bar then spans more than the total, and the marker
 // shows where the sum lands. The split method (Shapley, add-one-in, leave-one-out; a candidate without Shapley parts
-// shows add-one-in, marked) and the unit (nats/token or BF16 multiples) are chosen above the plot; hovering a
-// candidate reads every part with its interval. Below: the parts of every method with intervals, and the
-// sampled-token estimators of each whole configuration beside the full KL with their correlations across tokens.
+// shows add-one-in, marked) and the unit (nats/token, BF16 multiples or percent of each total) are chosen above the
+// plot; hovering a candidate reads every part with its interval. The view opens in the first unit of those three in
+// which every candidate's total is at least 5% of the largest (so that no bar is flattened to zero beside one far
+// larger); once a unit is chosen (the list, or setUnit) it is kept. Below: the parts of every method with intervals,
+// and the sampled-token estimators of each whole configuration beside the full KL with their correlations across
+// tokens.
 #include "core/metrics/estimators.h"
 #include "core/store/breakdown_store.h"
 
@@ -46,7 +49,14 @@ public:
     // The value axis: nats/token, multiples of each candidate's BF16 unit, or percent of each candidate's total
     // (the composition, readable side by side when totals differ by orders of magnitude).
     enum Unit { Nats, Bf16Multiples, ShareOfTotal };
+    // Chooses the unit and keeps it from then on (the default unit is no longer chosen per run).
     void setUnit(Unit unit);
+    Unit currentUnit() const;
+    // The unit the view opens in for `records`: the first of nats/token, BF16 multiples and percent of the total in
+    // which the smallest non-zero total is at least kSmallestShownShare of the largest (percent of the total always
+    // is: every bar is 100%).
+    static Unit readableUnit(const std::vector<store::BreakdownRecord>& records);
+    static constexpr double kSmallestShownShare = 0.05;
     void setBf16Units(bool multiples) { setUnit(multiples ? Bf16Multiples : Nats); }
 
     QCustomPlot* plot() const { return plot_; }
@@ -102,6 +112,7 @@ private:
     QTableView* estimatorTable_ = nullptr;
     std::vector<std::vector<std::pair<QString, double>>> segments_; // per candidate, as drawn
     double fitY_[2] = {0.0, 1.0};
+    bool unitChosen_ = false; // by the list or setUnit: then kept, else readableUnit() of the run shown
 };
 
 } // namespace mismatch::ui
