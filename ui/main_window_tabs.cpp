@@ -1,6 +1,7 @@
-// The main window's tabs: creating the views of each tab (the Runs tab's run browser among them), wiring them to the
-// store's polling, to the run selection and to each other, and the tab-side slots (the selected runs' plots,
-// following new runs, the Overview's actions, keeping sensitivity cells in BF16).
+// The main window's tabs: creating the views of each tab (the Runs tab's run browser among them; each page in a
+// scroll area, so that no page widens the window past a small screen), wiring them to the store's polling, to the
+// run selection and to each other, and the tab-side slots (the selected runs' plots, the Overview's actions, keeping
+// sensitivity cells in BF16). Which run the table follows is in main_window.cpp.
 #include "ui/main_window.h"
 
 #include "core/store/analysis_store.h"
@@ -26,6 +27,9 @@
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QPushButton>
+#include <QResizeEvent>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QStackedWidget>
 #include <QTabWidget>
@@ -37,6 +41,58 @@
 #include <algorithm>
 
 namespace mismatch::ui {
+
+namespace {
+// What a tab's scroll area holds: the page, given the holder's whole size. Set directly, a page whose layout has
+// word-wrapped labels reports a height for its width (the height its labels prefer, not their least), which
+// QScrollArea takes as the page's minimum: the page scrolled when it fitted. The holder asks for the page's
+// minimum size only.
+class PageHolder : public QWidget {
+public:
+    PageHolder(QWidget* page, QWidget* parent)
+        : QWidget(parent)
+        , page_(page)
+    {
+        page_->setParent(this);
+    }
+    QSize minimumSizeHint() const override { return page_->minimumSizeHint(); }
+    QSize sizeHint() const override { return page_->sizeHint(); }
+
+protected:
+    bool event(QEvent* event) override
+    {
+        if (event->type() == QEvent::LayoutRequest) {
+            updateGeometry(); // the page's minimum changed: the scroll area re-reads the holder's
+        }
+        return QWidget::event(event);
+    }
+    void resizeEvent(QResizeEvent* event) override
+    {
+        page_->setGeometry(rect());
+        QWidget::resizeEvent(event);
+    }
+
+private:
+    QWidget* page_;
+};
+
+// A tab's page in a scroll area: the page takes the area's whole size when the window is large enough for it and
+// scrolls when the window is smaller than the page's minimum size, so that no page's minimum widens or lengthens
+// the window past a small screen (1024x700).
+QScrollArea* scrollable(QWidget* page, QWidget* parent)
+{
+    auto* area = new QScrollArea(parent);
+    area->setObjectName(page->objectName().isEmpty() ? QString() : page->objectName() + QStringLiteral("Scroll"));
+    area->setFrameShape(QFrame::NoFrame);
+    area->setFocusPolicy(Qt::NoFocus); // not a stop of its own in the tab order
+    area->setWidgetResizable(true);
+    area->setWidget(new PageHolder(page, area));
+    return area;
+}
+
+// Rows of the run table shown at the window's default size, whatever the plots below would take.
+constexpr int kRunRowsShown = 8;
+} // namespace
 
 QSplitter* MainWindow::createTabs()
 {
@@ -56,17 +112,17 @@ QSplitter* MainWindow::createTabs()
     tabs_ = new QTabWidget(this);
     tabs_->setObjectName("mainTabs");
     tabs_->setDocumentMode(true);
-    tabs_->addTab(overview_, tr("&Overview"));
-    tabs_->addTab(stack_, tr("&Runs"));
-    tabs_->addTab(modelPanel_, tr("&Models"));
-    tabs_->addTab(promptSetPanel_, tr("&Prompt Sets"));
-    tabs_->addTab(recipeEditor_, tr("R&ecipe"));
-    tabs_->addTab(sensitivityView_, tr("&Sensitivity"));
-    tabs_->addTab(budgetView_, tr("&Budget"));
-    tabs_->addTab(admissionView_, tr("&Admission"));
-    tabs_->addTab(prefixShiftView_, tr("Prefix Shif&t"));
-    tabs_->addTab(breakdownView_, tr("Brea&kdown"));
-    tabs_->addTab(jobPanel_, tr("&Jobs"));
+    tabs_->addTab(overview_, tr("&Overview")); // a scroll area already
+    tabs_->addTab(scrollable(stack_, this), tr("&Runs"));
+    tabs_->addTab(scrollable(modelPanel_, this), tr("&Models"));
+    tabs_->addTab(scrollable(promptSetPanel_, this), tr("&Prompt Sets"));
+    tabs_->addTab(scrollable(recipeEditor_, this), tr("R&ecipe"));
+    tabs_->addTab(scrollable(sensitivityView_, this), tr("&Sensitivity"));
+    tabs_->addTab(scrollable(budgetView_, this), tr("&Budget"));
+    tabs_->addTab(scrollable(admissionView_, this), tr("&Admission"));
+    tabs_->addTab(scrollable(prefixShiftView_, this), tr("Prefix Shif&t"));
+    tabs_->addTab(scrollable(breakdownView_, this), tr("Brea&kdown"));
+    tabs_->addTab(scrollable(jobPanel_, this), tr("&Jobs"));
     setCentralWidget(tabs_);
     connect(tabs_, &QTabWidget::currentChanged, this, [this](int tab) {
         refreshAnalyses(false);
@@ -121,12 +177,19 @@ QSplitter* MainWindow::createRunsTab()
     plotTabs_->addTab(runPlot_, tr("Selected run"));
     plotTabs_->addTab(comparePlot_, tr("Overlay of selected runs"));
 
+    // The run table keeps the height of its header and kRunRowsShown rows (and a sideways scroll bar) when the
+    // window grows or shrinks, the plots take the rest; it gives way first when the window is too short for both.
+    // Dragging the handle changes that height, and the window keeps it (mainWindow/browserSplitter).
     auto* browser = new QSplitter(Qt::Vertical, this);
     browser->setObjectName("browserSplitter");
     browser->addWidget(runTable_);
     browser->addWidget(plotTabs_);
-    browser->setStretchFactor(0, 1);
-    browser->setStretchFactor(1, 2);
+    browser->setStretchFactor(0, 0);
+    browser->setStretchFactor(1, 1);
+    const int tableHeight = runTable_->horizontalHeader()->sizeHint().height()
+        + kRunRowsShown * runTable_->verticalHeader()->defaultSectionSize()
+        + runTable_->horizontalScrollBar()->sizeHint().height() + 2 * runTable_->frameWidth();
+    browser->setSizes({tableHeight, plotTabs_->sizeHint().height()});
 
     stack_ = new QStackedWidget(this);
     stack_->addWidget(emptyState_);
@@ -214,32 +277,6 @@ void MainWindow::updateView()
     const int runs = runModel_->rowCount();
     stack_->setCurrentIndex(runs == 0 ? 0 : 1);
     runCountLabel_->setText(tr("%n run(s)", nullptr, runs));
-}
-
-void MainWindow::followNewRuns()
-{
-    // A run that appears (a job from here or a headless one) is selected and scrolled to, unless the user is looking
-    // at another run: then the selection stays.
-    std::int64_t newest = 0;
-    int newestRow = -1;
-    for (int row = 0; row < runModel_->rowCount(); ++row) {
-        if (runModel_->runAt(row)->id > newest) {
-            newest = runModel_->runAt(row)->id;
-            newestRow = row;
-        }
-    }
-    if (newest <= newestRunSeen_ || newestRow < 0) {
-        return;
-    }
-    const QModelIndexList selected = runTable_->selectionModel()->selectedRows();
-    const bool following = selected.isEmpty()
-        || (selected.size() == 1 && runModel_->runAt(selected.front().row())
-            && runModel_->runAt(selected.front().row())->id == newestRunSeen_);
-    newestRunSeen_ = newest;
-    if (following) {
-        runTable_->selectRow(newestRow);
-        runTable_->scrollTo(runModel_->index(newestRow, 0));
-    }
 }
 
 bool MainWindow::showRunInTable(std::int64_t runId)

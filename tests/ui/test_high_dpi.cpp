@@ -1,20 +1,29 @@
 // High-DPI rendering: the dashboard at a device pixel ratio of 2 (QT_SCALE_FACTOR=2, set before the application
 // starts, as a 4K screen at 200% gives). Window grabs and the plots' own buffers must be at twice the logical
 // size (sharp text and lines, not an upscaled 1x image), the layout in logical pixels must be the same as at 1x,
-// and plot exports stay at twice the logical size. Screenshots are saved for looking at.
+// and plot exports stay at twice the logical size. Screenshots are saved for looking at. And every view readable at
+// 1024x700 and at the default size: key columns, axis titles and strips on screen (everyViewReadable).
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
 #include "tests/common/test_main.h"
-#include "ui/views/budget_view.h"
 #include "ui/main_window.h"
+#include "ui/plots/mismatch_profile.h"
 #include "ui/plots/plot_export.h"
+#include "ui/views/admission_view.h"
+#include "ui/views/budget_view.h"
+#include "ui/views/prefix_shift_view.h"
 #include "ui/views/sensitivity_view.h"
 
 #include <qcustomplot.h>
 
 #include <QApplication>
+#include <QHeaderView>
+#include <QScrollBar>
+#include <QSettings>
+#include <QStandardItemModel>
 #include <QTabWidget>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -87,7 +96,214 @@ private slots:
         QVERIFY(fresh.grab().save(fixture::screenshotPath("high_dpi_overview_empty.png")));
     }
 
+    // Every view readable on a small screen (issue 42 item 7): at 1024x700, the smallest size the window is meant
+    // for, and at the default 1200x780, each view keeps what a person reads it for on screen. Screenshots of every
+    // tab at both sizes are saved (PREFIX_NN_TAB.png) for looking at.
+    void everyViewReadable_data()
+    {
+        QTest::addColumn<QSize>("size");
+        QTest::addColumn<QString>("prefix");
+        QTest::addColumn<int>("runRows"); // rows the run table has room for
+        // At 1024x700 the run plot below the table is at its least height: the table has what remains.
+        QTest::newRow("1024x700") << QSize(1024, 700) << QStringLiteral("small_tab") << 0;
+        QTest::newRow("1200x780, the default") << QSize(1200, 780) << QStringLiteral("tab1200") << 8;
+    }
+
+    void everyViewReadable()
+    {
+        QFETCH(QSize, size);
+        QFETCH(QString, prefix);
+        QFETCH(int, runRows);
+        QSettings().remove(QStringLiteral("mainWindow")); // no splitter state or geometry from an earlier window
+        ui::MainWindow window(directory_.path());
+        window.resize(size);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        // The window fits the screen: no page's minimum size widens or lengthens it past the size asked for.
+        QCOMPARE(window.size(), size);
+        fixture::saveEveryTab(window, ids_, prefix);
+
+        budgetResultColumnOnScreen(window);
+        sensitivityTitleFits(window);
+        correctionColumnsReachable(window);
+        profileStripsReadable(window, ui::MainWindow::AdmissionTab, window.admissionView()->profile());
+        profileStripsReadable(window, ui::MainWindow::PrefixShiftTab, window.prefixShiftView()->profile());
+        runTableShowsRows(window, runRows);
+    }
+
 private:
+    void showTab(ui::MainWindow& window, int tab)
+    {
+        window.tabs()->setCurrentIndex(tab);
+        QTest::qWait(150); // the layouts and the throttled replots (40 ms)
+    }
+
+    // Whether all of `widget` is on screen: inside each of its ancestors up to the window (a tab's page that is
+    // scrolled, or squeezed below its minimum, cuts it).
+    static bool wholeOnScreen(const QWidget* widget)
+    {
+        for (const QWidget* ancestor = widget->parentWidget(); ancestor; ancestor = ancestor->parentWidget()) {
+            if (!ancestor->rect().contains(QRect(widget->mapTo(ancestor, QPoint(0, 0)), widget->size()))) {
+                return false;
+            }
+            if (ancestor->isWindow()) {
+                break;
+            }
+        }
+        return true;
+    }
+
+    // Budget: the Result column (passed / failed / undecided), what the table is read for, lies in the viewport
+    // without scrolling, wide enough for its text.
+    void budgetResultColumnOnScreen(ui::MainWindow& window)
+    {
+        showTab(window, ui::MainWindow::BudgetTab);
+        QVERIFY(window.budgetView()->selectCalibration(ids_.calibration, 120));
+        QTest::qWait(150);
+        QTableView* table = window.budgetView()->table();
+        QVERIFY(wholeOnScreen(table));
+        QStandardItemModel* points = window.budgetView()->pointModel();
+        const int result = points->columnCount() - 1;
+        QCOMPARE(points->horizontalHeaderItem(result)->text(), QStringLiteral("Result"));
+        QVERIFY(points->rowCount() > 0);
+        const QRect viewport = table->viewport()->rect();
+        for (int row = 0; row < points->rowCount(); ++row) {
+            const QRect cell = table->visualRect(points->index(row, result));
+            const int text = table->fontMetrics().horizontalAdvance(points->item(row, result)->text());
+            QVERIFY2(cell.left() >= viewport.left() && cell.right() <= viewport.right() && cell.width() > text,
+                qPrintable(QStringLiteral("row %1: Result cell x %2..%3 (text %4 px), viewport x %5..%6")
+                               .arg(row)
+                               .arg(cell.left())
+                               .arg(cell.right())
+                               .arg(text)
+                               .arg(viewport.left())
+                               .arg(viewport.right())));
+        }
+        QVERIFY2(viewport.contains(table->visualRect(points->index(0, result))), "the first row is not on screen");
+        // The plot's vertical title is not cut at the ends of its axis either.
+        QCPAxis* quality = window.budgetView()->plot()->yAxis;
+        const int title = QFontMetrics(quality->labelFont()).horizontalAdvance(quality->label());
+        QVERIFY2(title <= quality->axisRect()->height(),
+            qPrintable(QStringLiteral("the title '%1' is %2 px long, the axis %3 px")
+                           .arg(quality->label())
+                           .arg(title)
+                           .arg(quality->axisRect()->height())));
+    }
+
+    // Sensitivity: the colour scale's title, drawn rotated along the bar and centred on it, is not clipped. QCPAxis
+    // does not clip the title: one longer than the bar runs past its ends, and past the plot's edges. Across the
+    // bar it lies right of the bar in the colour scale's margin, which QCustomPlot sizes to hold ticks and title.
+    void sensitivityTitleFits(ui::MainWindow& window)
+    {
+        showTab(window, ui::MainWindow::SensitivityTab);
+        QVERIFY(window.sensitivityView()->selectScan(ids_.scan));
+        QTest::qWait(150);
+        QCustomPlot* plot = window.sensitivityView()->plot();
+        QVERIFY(wholeOnScreen(plot));
+        QCPColorScale* scale = window.sensitivityView()->colorScale();
+        QCPAxis* axis = scale->axis();
+        QVERIFY(!axis->label().isEmpty());
+        const QRect bar = axis->axisRect()->rect();
+        const int length = QFontMetrics(axis->labelFont()).horizontalAdvance(axis->label());
+        const QRect title(
+            bar.right() + 1, bar.center().y() - length / 2, scale->outerRect().right() - bar.right(), length);
+        QVERIFY2(plot->rect().contains(title) && length <= bar.height(),
+            qPrintable(QStringLiteral("title '%1' (%2 px long) in %3,%4 %5x%6; bar %7 px tall, plot %8x%9")
+                           .arg(axis->label())
+                           .arg(length)
+                           .arg(title.x())
+                           .arg(title.y())
+                           .arg(title.width())
+                           .arg(title.height())
+                           .arg(bar.height())
+                           .arg(plot->width())
+                           .arg(plot->height())));
+    }
+
+    // Prefix Shift: every column of the TIS/MIS corrections table is on screen or reachable by its horizontal
+    // scroll bar, and the table is tall enough to show its first row.
+    void correctionColumnsReachable(ui::MainWindow& window)
+    {
+        showTab(window, ui::MainWindow::PrefixShiftTab);
+        QVERIFY(window.prefixShiftView()->selectAnalysis(ids_.prefixShift));
+        QTest::qWait(150);
+        QTableView* table = window.prefixShiftView()->correctionTable();
+        QStandardItemModel* corrections = window.prefixShiftView()->correctionModel();
+        QVERIFY(corrections->rowCount() > 0);
+        QVERIFY(table->isVisible());
+        QVERIFY(wholeOnScreen(table));
+        const QRect viewport = table->viewport()->rect();
+        QVERIFY2(viewport.contains(table->visualRect(corrections->index(0, 0))),
+            qPrintable(QStringLiteral("the first row is not on screen: viewport %1x%2")
+                           .arg(viewport.width())
+                           .arg(viewport.height())));
+        const bool scrolls = table->horizontalScrollBar()->isVisible() && table->horizontalScrollBar()->maximum() > 0;
+        for (int column = 0; column < corrections->columnCount(); ++column) {
+            const QRect cell = table->visualRect(corrections->index(0, column));
+            const bool shown = cell.left() >= viewport.left() && cell.right() <= viewport.right();
+            QVERIFY2(shown || scrolls,
+                qPrintable(QStringLiteral("column %1 (%2) is neither shown nor reachable by scrolling")
+                               .arg(column)
+                               .arg(corrections->horizontalHeaderItem(column)->text())));
+        }
+    }
+
+    // The "% of summed KL" strips are at least N = 150 px tall: at the default font the vertical title is about
+    // 100 px long and the x axis's tick labels and title with the legend row take 40 to 55 px more, so a shorter
+    // strip cuts the title at its axis rect's ends and crowds the tick labels (the strips were about 60 px at the
+    // default size). Checked directly as well: the title is no longer than the axis rect, and neighbouring tick
+    // labels are at least two label heights apart.
+    void profileStripsReadable(ui::MainWindow& window, int tab, ui::MismatchProfile* profile)
+    {
+        constexpr int kStripMinimumHeight = 150;
+        showTab(window, tab);
+        QCustomPlot* plot = profile->plot();
+        QVERIFY(plot->isVisible());
+        const QString where = window.tabs()->tabText(tab).remove(QLatin1Char('&'));
+        QVERIFY2(wholeOnScreen(profile), qPrintable(where + QStringLiteral(": the strip is cut")));
+        QVERIFY2(plot->height() >= kStripMinimumHeight,
+            qPrintable(QStringLiteral("%1: the strip is %2 px tall").arg(where).arg(plot->height())));
+        QCPAxis* axis = plot->yAxis;
+        const int title = QFontMetrics(axis->labelFont()).horizontalAdvance(axis->label());
+        QVERIFY2(title <= axis->axisRect()->height(),
+            qPrintable(QStringLiteral("%1: the title '%2' is %3 px long, the axis %4 px")
+                           .arg(where, axis->label())
+                           .arg(title)
+                           .arg(axis->axisRect()->height())));
+        const QVector<double> ticks = axis->tickVector();
+        QVERIFY(ticks.size() >= 2);
+        const int labelHeight = QFontMetrics(axis->tickLabelFont()).height();
+        for (int i = 1; i < ticks.size(); ++i) {
+            const double apart = std::abs(axis->coordToPixel(ticks[i]) - axis->coordToPixel(ticks[i - 1]));
+            QVERIFY2(apart >= 2 * labelHeight,
+                qPrintable(QStringLiteral("%1: ticks %2 and %3 are %4 px apart, labels %5 px tall")
+                               .arg(where)
+                               .arg(ticks[i - 1])
+                               .arg(ticks[i])
+                               .arg(apart)
+                               .arg(labelHeight)));
+        }
+    }
+
+    // Runs: the run table has room for `rows` rows, and shows all of the fixture's runs (5) at once.
+    void runTableShowsRows(ui::MainWindow& window, int rows)
+    {
+        showTab(window, ui::MainWindow::RunsTab);
+        QTableView* table = window.runTable();
+        QVERIFY(wholeOnScreen(table));
+        QVERIFY(table->model()->rowCount() > 0);
+        table->scrollToTop();
+        const int rowHeight = table->rowHeight(0);
+        QVERIFY2(table->viewport()->height() >= rows * rowHeight,
+            qPrintable(QStringLiteral("the run table's viewport is %1 px tall: %2 rows of %3 px")
+                           .arg(table->viewport()->height())
+                           .arg(table->viewport()->height() / rowHeight)
+                           .arg(rowHeight)));
+        for (int row = 0; row < table->model()->rowCount(); ++row) {
+            QVERIFY(table->viewport()->rect().contains(table->visualRect(table->model()->index(row, 0))));
+        }
+    }
+
     QTemporaryDir directory_;
     fixture::Ids ids_;
 };

@@ -14,6 +14,22 @@
 
 namespace mismatch::ui {
 
+namespace {
+// The strip's least height, from its fonts: the legend row (its entries' text and margins), an axis rect as long as
+// the vertical title with half a tick label to spare at each end (QCustomPlot does not clip an axis title: a longer
+// one runs past the rect's ends into the legend row and the x axis) and, under it, the x axis's tick labels and
+// title with QCustomPlot's paddings (tick label padding and label padding, 5 px each).
+int stripMinimumHeight(const QCustomPlot* plot)
+{
+    const QFontMetrics title(plot->yAxis->labelFont());
+    const QFontMetrics ticks(plot->xAxis->tickLabelFont());
+    const int legendRow = QFontMetrics(plot->legend->font()).height() + 8;
+    const int axisRect = title.horizontalAdvance(plot->yAxis->label()) + ticks.height();
+    const int xAxis = ticks.height() + QFontMetrics(plot->xAxis->labelFont()).height() + 10;
+    return legendRow + axisRect + xAxis;
+}
+} // namespace
+
 MismatchProfile::MismatchProfile(const QString& objectPrefix, QWidget* parent)
     : QWidget(parent)
 {
@@ -24,22 +40,37 @@ MismatchProfile::MismatchProfile(const QString& objectPrefix, QWidget* parent)
     axisBox_ = new QComboBox(this);
     axisBox_->setObjectName(objectPrefix + QStringLiteral("Profile"));
     axisBox_->addItems({tr("by the engine's probability of the chosen token mu(y)"), tr("by the trainer's entropy")});
-    top->addWidget(axisBox_);
+    // As wide as the longer choice where there is room; on a narrow window it shrinks (eliding the choice, its
+    // full text in the tooltip) rather than widening the window.
+    axisBox_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    axisBox_->setMinimumContentsLength(16);
+    axisBox_->setMaximumWidth(axisBox_->fontMetrics().horizontalAdvance(axisBox_->itemText(0)) + 48);
+    for (int item = 0; item < axisBox_->count(); ++item) {
+        axisBox_->setItemData(item, axisBox_->itemText(item), Qt::ToolTipRole);
+    }
+    axisBox_->setToolTip(axisBox_->currentText());
+    top->addWidget(axisBox_, 1);
     note_ = new QLabel(this);
     note_->setObjectName(objectPrefix + QStringLiteral("ProfileNote"));
-    top->addWidget(note_);
-    top->addStretch(1);
+    note_->setWordWrap(true); // wraps under a narrow window instead of widening it
+    top->addWidget(note_, 1);
     layout->addLayout(top);
     plot_ = new QCustomPlot(this);
     plot_->setObjectName(objectPrefix + QStringLiteral("ProfilePlot"));
-    plot_->setMinimumHeight(100);
     plot_->xAxis->grid()->setVisible(false);
     plot_->yAxis->setLabel(tr("% of summed KL"));
+    // Shares of 0..100%: a tick every 50% (sub-ticks every 10%) keeps the labels apart on a short strip.
+    auto shareTicks = QSharedPointer<QCPAxisTickerFixed>::create();
+    shareTicks->setTickStep(50.0);
+    shareTicks->setScaleStrategy(QCPAxisTickerFixed::ssNone);
+    plot_->yAxis->setTicker(shareTicks);
     plot_->legend->setFont(QFont(font().family(), 8));
     placeLegendAbove(plot_);
+    plot_->setMinimumHeight(stripMinimumHeight(plot_));
     addPlotExportMenu(plot_);
     layout->addWidget(plot_, 1);
     connect(axisBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] {
+        axisBox_->setToolTip(axisBox_->currentText());
         redraw();
         emit axisChanged();
     });

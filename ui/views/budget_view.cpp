@@ -59,8 +59,12 @@ BudgetView::BudgetView(QWidget* parent)
     top->addWidget(new QLabel(tr("Calibration:"), this));
     calibrationBox_ = new QComboBox(this);
     calibrationBox_->setObjectName("calibrationBox");
+    // A calibration's entry names its student's directory: shown whole where there is room; on a narrow window the
+    // list shrinks (its full text in the tooltip) rather than widening the window.
+    calibrationBox_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    calibrationBox_->setMinimumContentsLength(36);
     calibrationBox_->setMinimumWidth(260);
-    top->addWidget(calibrationBox_);
+    top->addWidget(calibrationBox_, 1);
     top->addWidget(new QLabel(tr("Student step:"), this));
     stepBox_ = new QComboBox(this);
     stepBox_->setObjectName("calibrationStepBox");
@@ -69,11 +73,13 @@ BudgetView::BudgetView(QWidget* parent)
     logScale_->setObjectName("budgetLogScale");
     logScale_->setChecked(true);
     top->addWidget(logScale_);
+    top->addStretch(1);
+    layout->addLayout(top);
+    // The summary on a line of its own: beside the lists it was squeezed into a narrow column of many lines.
     summary_ = new QLabel(this);
     summary_->setObjectName("budgetSummary");
     summary_->setWordWrap(true);
-    top->addWidget(summary_, 1);
-    layout->addLayout(top);
+    layout->addWidget(summary_);
     banner_ = new QLabel(this);
     banner_->setObjectName("budgetFlagBanner");
     banner_->setWordWrap(true);
@@ -89,8 +95,9 @@ BudgetView::BudgetView(QWidget* parent)
     plot_->setObjectName("budgetPlot");
     plot_->setMinimumHeight(240);
     plot_->xAxis->setLabel(tr("mismatch (nats/token)"));
-    // Q is the held-out teacher KL: higher is worse, so the failure line is above zero.
-    plot_->yAxis->setLabel(tr("quality change against the BF16 baseline (%, up = worse)"));
+    // Q is the held-out teacher KL: higher is worse, so the failure line is above zero. The title is short enough
+    // for the axis of a 700 px window (QCustomPlot draws a longer one past the axis' ends, cut by the plot's edges).
+    plot_->yAxis->setLabel(tr("quality change vs BF16 (%, up = worse)"));
     plot_->legend->setFont(QFont(font().family(), 8));
 
     bracket_ = new QCPItemRect(plot_);
@@ -149,6 +156,10 @@ BudgetView::BudgetView(QWidget* parent)
     table_->setModel(pointModel_);
     table_->verticalHeader()->hide();
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    // One line a row, elided (full texts in the tooltips): wrapped cells in rows of one line's height were cut.
+    table_->setWordWrap(false);
+    // Result, what the table is read for, takes the room left; the figures are as wide as their contents (short
+    // headers, the long wording in their tooltips) and a long run name is elided, so that Result stays on screen.
     table_->horizontalHeader()->setStretchLastSection(true);
     addTableExportMenu(table_);
 
@@ -181,12 +192,17 @@ void BudgetView::refresh()
     {
         const QSignalBlocker block(calibrationBox_);
         calibrationBox_->clear();
+        int widest = 0;
         for (const CalibrationInfo& c : calibrations_) {
-            calibrationBox_->addItem(tr("#%1 %2 (student %3)")
-                                         .arg(c.id)
-                                         .arg(QString::fromStdString(c.name), QString::fromStdString(c.student)),
-                QVariant::fromValue<qlonglong>(c.id));
+            const QString text = tr("#%1 %2 (student %3)")
+                                     .arg(c.id)
+                                     .arg(QString::fromStdString(c.name), QString::fromStdString(c.student));
+            calibrationBox_->addItem(text, QVariant::fromValue<qlonglong>(c.id));
+            calibrationBox_->setItemData(calibrationBox_->count() - 1, text, Qt::ToolTipRole);
+            widest = std::max(widest, calibrationBox_->fontMetrics().horizontalAdvance(text));
         }
+        // No wider than its longest entry (with room for the arrow): the rest of the row stays free.
+        calibrationBox_->setMaximumWidth(std::max(calibrationBox_->minimumWidth(), widest + 48));
         const int index = keep.isValid() ? calibrationBox_->findData(keep) : -1;
         calibrationBox_->setCurrentIndex(index >= 0 ? index : calibrationBox_->count() - 1);
     }
@@ -230,6 +246,7 @@ int BudgetView::undecidedCount() const
 
 void BudgetView::showCalibration()
 {
+    calibrationBox_->setToolTip(calibrationBox_->currentText());
     const std::optional<CalibrationInfo> info = loadCalibration();
     const std::optional<std::int64_t> step = fillStepBox();
 
@@ -310,15 +327,23 @@ std::optional<std::int64_t> BudgetView::fillStepBox()
 void BudgetView::resetPointTable()
 {
     pointModel_->clear();
-    pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch (nats/token)"),
-        tr("x BF16 (own unit)"), tr("Quality Q"), tr("Change vs BF16"), tr("95% interval of change"),
-        tr("Result")});
+    pointModel_->setHorizontalHeaderLabels({tr("Run"), tr("Step"), tr("Mismatch"), tr("x BF16 (own unit)"),
+        tr("Quality Q"), tr("Change vs BF16"), tr("95% interval"), tr("Result")});
     pointModel_->horizontalHeaderItem(2)->setToolTip(
-        tr("The screen statistic: admit's measurement of the configuration on each seed's checkpoint at the step, "
-           "under the calibration's protocol (seed mean). The training-step mean is in each cell's tooltip."));
+        tr("Mismatch (nats/token), the screen statistic: admit's measurement of the configuration on each seed's "
+           "checkpoint at the step, under the calibration's protocol (seed mean). The training-step mean is in each "
+           "cell's tooltip."));
     pointModel_->horizontalHeaderItem(3)->setToolTip(
         tr("Mismatch over the BF16 unit of the same checkpoints under the same protocol (the plain BF16 engine at "
            "their weights, same prompts and seeds): the baseline is 1x at every step."));
+    pointModel_->horizontalHeaderItem(4)->setToolTip(
+        tr("The held-out quality Q of the run's checkpoint at the step (teacher KL, nats/token: lower is better)"));
+    pointModel_->horizontalHeaderItem(5)->setToolTip(
+        tr("The relative change of Q against the BF16 baseline (up = worse)"));
+    pointModel_->horizontalHeaderItem(6)->setToolTip(tr("The 95% interval of the change against the BF16 baseline"));
+    pointModel_->horizontalHeaderItem(7)->setToolTip(
+        tr("The failure rule's verdict: failed when the interval of the change is at or above the failure line, "
+           "undecided when it contains it, else passed"));
 }
 
 void BudgetView::showFailureRule(const std::optional<CalibrationInfo>& info)
@@ -367,8 +392,8 @@ BudgetView::PointExtent BudgetView::plotPoints(std::optional<std::int64_t> step)
         extent.yMin = std::min(extent.yMin, change);
         extent.yMax = std::max(extent.yMax, change);
         QList<QStandardItem*> row;
-        row << new QStandardItem(QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName))
-            << new QStandardItem(QString::number(p.step)) << mismatchItem(p)
+        const QString run = QString::fromStdString(p.runName.empty() ? "#" + std::to_string(p.runId) : p.runName);
+        row << new QStandardItem(run) << new QStandardItem(QString::number(p.step)) << mismatchItem(p)
             << new QStandardItem(p.bf16Multiple() ? QStringLiteral("%1x").arg(*p.bf16Multiple(), 0, 'f', 1) : tr("-"))
             << new QStandardItem(QString::number(p.quality, 'g', 4))
             << new QStandardItem(p.relativeChange ? QString::asprintf("%+.1f%%", change) : tr("-"))
@@ -377,9 +402,14 @@ BudgetView::PointExtent BudgetView::plotPoints(std::optional<std::int64_t> step)
                        : tr("-"))
             << new QStandardItem(p.failed() ? tr("failed") : p.undecided() ? tr("undecided") : tr("passed"));
         row.back()->setForeground(colorOf(p));
+        row.front()->setToolTip(run); // the name is elided when long
         pointModel_->appendRow(row);
     }
     table_->resizeColumnsToContents();
+    // A sweep's run names ("CALIBRATION/label") can be long: past this width the name is elided, not Result pushed
+    // off the table.
+    constexpr int kRunColumnMaxWidth = 240;
+    table_->setColumnWidth(0, std::min(table_->columnWidth(0), kRunColumnMaxWidth));
     labelPoints(step);
     plot_->graph(Passed)->setData(passX, passY);
     plot_->graph(Failed)->setData(failX, failY);

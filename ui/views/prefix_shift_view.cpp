@@ -18,6 +18,7 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QStandardItemModel>
 #include <QTableView>
@@ -144,7 +145,16 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     correctionTable_->setModel(corrections_);
     correctionTable_->verticalHeader()->hide();
     correctionTable_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    correctionTable_->setWordWrap(false);
+    // Every column as wide as its contents (short headers, the long wording in their tooltips); where the pane is
+    // narrower than the columns the table scrolls sideways, and it is tall enough for its header, the three
+    // corrections and that scroll bar.
+    correctionTable_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     correctionTable_->horizontalHeader()->setStretchLastSection(true);
+    correctionTable_->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
+    correctionTable_->setMinimumHeight(correctionTable_->horizontalHeader()->sizeHint().height()
+        + 3 * correctionTable_->verticalHeader()->defaultSectionSize()
+        + correctionTable_->horizontalScrollBar()->sizeHint().height() + 2 * correctionTable_->frameWidth());
     addTableExportMenu(correctionTable_);
 
     auto* plots = new QSplitter(Qt::Horizontal, this);
@@ -290,7 +300,17 @@ void PrefixShiftView::clearAnalysis()
     histogram_->clearItems();
     corrections_->clear();
     corrections_->setHorizontalHeaderLabels({tr("Correction"), tr("Cap"), tr("Total"), tr("Per-token"),
-        tr("Prefix shift"), tr("Tokens weighted (own)"), tr("Tokens weighted (BF16 prefixes)")});
+        tr("Prefix shift"), tr("Weighted (own)"), tr("Weighted (BF16)")});
+    const QStringList tips {tr("The correction: none, TIS (truncated importance sampling) or MIS (masked IS)"),
+        tr("The cap C on the importance weight"), tr("Importance-weighted total mismatch (nats/token)"),
+        tr("Importance-weighted per-token part (nats/token)"), tr("Importance-weighted prefix-shift part (nats/token)"),
+        tr("Tokens weighted (own prefixes): the share of tokens on the candidate's own prefixes that the correction "
+           "changed (TIS: weight above the cap; MIS: dropped)"),
+        tr("Tokens weighted (BF16 prefixes): the share of tokens on the BF16 engine's prefixes that the correction "
+           "changed (TIS: weight above the cap; MIS: dropped)")};
+    for (int column = 0; column < tips.size(); ++column) {
+        corrections_->horizontalHeaderItem(column)->setToolTip(tips[column]);
+    }
 }
 
 void PrefixShiftView::showSummary(const store::PrefixShiftRecord& r, const nlohmann::json& details)

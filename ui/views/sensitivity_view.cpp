@@ -463,7 +463,38 @@ void SensitivityView::showScans()
             ->setLabel(b ? tr("scan #%1 (%2)").arg(b->id).arg(QString::fromStdString(b->format)) : QString());
     }
 
-    // One colour scale over every cell shown.
+    fitColourScale();
+
+    if (main_.scanId == 0) {
+        summary_->setText(scans_.empty() ? tr("No sensitivity scans in this workspace yet.") : QString());
+    } else {
+        const SensitivityScanInfo* scan = scanInfo(main_.scanId);
+        QString text = tr("%1 layers x %2 groups quantized to %3 one at a time; BF16 unit %4 nats/token")
+                           .arg(main_.layers)
+                           .arg(main_.groups.size())
+                           .arg(scan ? QString::fromStdString(scan->format) : QString())
+                           .arg(scan && scan->bf16Unit ? QString::number(*scan->bf16Unit, 'g', 4) : tr("unknown"));
+        if (compared_) {
+            text += tr(". Beside it scan #%1, on the same colour scale").arg(compared_->scanId);
+        }
+        summary_->setText(text + QStringLiteral(". ") + scaleNote_);
+    }
+    // Cells selected in a scan that no longer has them are dropped.
+    for (auto it = selection_.begin(); it != selection_.end();) {
+        const int column = main_.column(it->second);
+        it = column >= 0 && main_.cell(it->first, column) ? std::next(it) : selection_.erase(it);
+    }
+    buildButton_->setEnabled(main_.scanId != 0);
+    detail_->setText(tr("Click a cell to see its figures."));
+    updateSelectionFrames();
+    plot_->replot();
+}
+
+// The colour scale over every cell shown, and each cell's value in a colour readable on its cell. The scale's title
+// stays short (it is drawn along the bar and must fit its height on a small window); what the bottom colour stands
+// for is in the summary line and in the tooltip over the scale.
+void SensitivityView::fitColourScale()
+{
     double low = 0.0;
     double high = 0.0;
     double floor = 0.0; // the log scale's lower end: smallest positive value, at least high * 1e-4
@@ -489,14 +520,16 @@ void SensitivityView::showScans()
         colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
         scaleLow_ = floor;
         scaleHigh_ = high;
-        colorScale_->axis()->setLabel(
-            tr("added mismatch (nats/token, log scale; %1 and below at the bottom colour)").arg(floor, 0, 'g', 2));
+        colorScale_->axis()->setLabel(tr("added mismatch (nats/token, log scale)"));
+        scaleNote_ = tr("Log colour scale: %1 nats/token and below at the bottom colour.").arg(floor, 0, 'g', 2);
     } else {
         colorScale_->setDataScaleType(QCPAxis::stLinear);
         colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTicker>::create());
         scaleLow_ = std::min(0.0, low);
         scaleHigh_ = high > scaleLow_ ? high : scaleLow_ + 1e-6;
         colorScale_->axis()->setLabel(tr("added mismatch (nats/token)"));
+        scaleNote_
+            = tr("Linear colour scale from %1 to %2 nats/token.").arg(scaleLow_, 0, 'g', 2).arg(scaleHigh_, 0, 'g', 2);
     }
     colorScale_->setDataRange(QCPRange(scaleLow_, scaleHigh_));
     // Each cell's value in black on light colours and white on dark ones (viridis grows lighter along the scale:
@@ -513,30 +546,6 @@ void SensitivityView::showScans()
             label->setColor(position < 0.55 ? Qt::white : Qt::black);
         }
     }
-
-    if (main_.scanId == 0) {
-        summary_->setText(scans_.empty() ? tr("No sensitivity scans in this workspace yet.") : QString());
-    } else {
-        const SensitivityScanInfo* scan = scanInfo(main_.scanId);
-        QString text = tr("%1 layers x %2 groups quantized to %3 one at a time; BF16 unit %4 nats/token")
-                           .arg(main_.layers)
-                           .arg(main_.groups.size())
-                           .arg(scan ? QString::fromStdString(scan->format) : QString())
-                           .arg(scan && scan->bf16Unit ? QString::number(*scan->bf16Unit, 'g', 4) : tr("unknown"));
-        if (compared_) {
-            text += tr(". Beside it scan #%1, on the same colour scale.").arg(compared_->scanId);
-        }
-        summary_->setText(text);
-    }
-    // Cells selected in a scan that no longer has them are dropped.
-    for (auto it = selection_.begin(); it != selection_.end();) {
-        const int column = main_.column(it->second);
-        it = column >= 0 && main_.cell(it->first, column) ? std::next(it) : selection_.erase(it);
-    }
-    buildButton_->setEnabled(main_.scanId != 0);
-    detail_->setText(tr("Click a cell to see its figures."));
-    updateSelectionFrames();
-    plot_->replot();
 }
 
 void SensitivityView::updateCellLabels()
@@ -630,6 +639,9 @@ void SensitivityView::onMouseMove(QMouseEvent* event)
     }
     if (c) {
         QToolTip::showText(event->globalPosition().toPoint(), describeCell(*c), plot_);
+    } else if (colorScale_->outerRect().contains(event->pos())) {
+        QToolTip::showText(
+            event->globalPosition().toPoint(), colorScale_->axis()->label() + QStringLiteral("\n") + scaleNote_, plot_);
     } else {
         QToolTip::hideText();
     }

@@ -114,6 +114,7 @@ private:
     void fillPanel(HeatmapPanel& panel, std::int64_t scanId);
     void drawPanel(HeatmapPanel& panel, const std::vector<std::int64_t>& rows);
     void clearPanelItems(HeatmapPanel& panel);
+    void fitColourScale();
     void updateCellLabels();
     void updateSelectionFrames();
     const SensitivityScanInfo* scanInfo(std::int64_t scanId) const;
@@ -140,6 +141,7 @@ private:
     QCustomPlot* plot_ = nullptr;
     QCPColorScale* colorScale_ = nullptr;
     std::vector<QCPItemRect*> selectionFrames_;
+    QString scaleNote_; // what the colour scale's ends stand for (summary line, tooltip over the scale)
 };
 
 } // namespace mismatch::ui
