@@ -58,9 +58,11 @@
 #include <QTimer>
 #include <QUndoStack>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 
 namespace mismatch::ui {
@@ -128,6 +130,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     resize(1200, 780);
 
     runModel_ = new RunTableModel(this);
+    begunRuns_ = std::make_shared<BegunRuns>();
     jobRunner_ = new JobRunner(this);
     jobQueue_ = new JobQueue(jobRunner_, this);
 
@@ -136,6 +139,7 @@ MainWindow::MainWindow(const QString& workspaceDirectory, QWidget* parent)
     createStatusBar();
     connectJobProgress();
     connectTabs();
+    connectRunFollowing();
 
     createMenus();
     QSettings settings;
@@ -241,6 +245,7 @@ bool MainWindow::openWorkspace(const QString& directory)
         comparePlot_->setStore(nullptr);
         store_ = std::move(store);
         workspaceDirectory_ = directory;
+        runFollowing_ = RunFollowing::Newest; // before the run table reads the new store
         runModel_->setStore(store_.get());
         runPlot_->setStore(store_.get());
         comparePlot_->setStore(store_.get());
@@ -253,7 +258,6 @@ bool MainWindow::openWorkspace(const QString& directory)
         breakdownView_->setStore(store_.get());
         overview_->setStore(store_.get());
         analysisFingerprint_ = QString::fromStdString(AnalysisData(*store_).fingerprint());
-        newestRunSeen_ = 0;
         storeProblem_->clear();
         storeProblem_->setVisible(false);
         updateRecipeModels();
@@ -263,7 +267,7 @@ bool MainWindow::openWorkspace(const QString& directory)
             std::min(420, workspaceLabel_->fontMetrics().horizontalAdvance(workspaceLabel_->text()) + 8));
         rememberWorkspace(directory);
         updateView();
-        followNewRuns(); // the newest run is selected, so that its plot is not empty
+        followNewRuns(); // the newest run is selected, so that the plot is not empty
         return true;
     } catch (const Error& error) {
         showError(tr("Cannot open workspace"), QString::fromUtf8(error.what()));
@@ -401,6 +405,85 @@ bool MainWindow::requestCancel(int jobId)
     return true;
 }
 
+struct MainWindow::BegunRuns {
+    std::mutex mutex;
+    std::vector<std::pair<std::string, std::int64_t>> runs; // (database path, run id), in the order begun
+};
+
+int MainWindow::enqueueOwnJob(const QString& name, const QString& cliCommand, std::function<void(Progress&)> job)
+{
+    // The job runs on its own thread with its own store connection: the listener there reports the runs it begins,
+    // and only those (a headless process's runs begin elsewhere).
+    const int id = jobQueue_->enqueue(name, cliCommand, [begun = begunRuns_, job = std::move(job)](Progress& progress) {
+        const store::RunBeginListener listener([begun](const std::string& database, std::int64_t runId) {
+            const std::lock_guard<std::mutex> lock(begun->mutex);
+            begun->runs.emplace_back(database, runId);
+        });
+        job(progress);
+    });
+    runFollowing_ = RunFollowing::OwnJobs; // queued by the user just now: a newer choice than a run clicked before
+    return id;
+}
+
+void MainWindow::connectRunFollowing()
+{
+    connect(runTable_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+        if (!selectingRuns_) {
+            runFollowing_ = RunFollowing::UserChoice;
+        }
+    });
+    connect(runModel_, &RunTableModel::removingRows, this, [this](bool removing) { selectingRuns_ = removing; });
+}
+
+void MainWindow::followNewRuns()
+{
+    if (!store_) {
+        return;
+    }
+    const std::int64_t ownRun = takeShownOwnRun(); // taken in every state: a run reported once is acted on once
+    std::int64_t shown = 0;
+    if (runFollowing_ == RunFollowing::OwnJobs) {
+        shown = ownRun;
+    } else if (runFollowing_ == RunFollowing::Newest && runModel_->rowCount() > 0
+        && !runTable_->selectionModel()->hasSelection()) {
+        shown = runModel_->runAt(runModel_->rowCount() - 1)->id; // rows are ordered by id
+    }
+    if (shown != 0) {
+        selectRunRow(runModel_->rowOfRun(shown));
+    }
+}
+
+std::int64_t MainWindow::takeShownOwnRun()
+{
+    const std::lock_guard<std::mutex> lock(begunRuns_->mutex);
+    std::int64_t newest = 0;
+    auto& runs = begunRuns_->runs;
+    const auto acted = std::remove_if(runs.begin(), runs.end(), [&](const std::pair<std::string, std::int64_t>& run) {
+        if (run.first != store_->path()) {
+            return true; // a job of a workspace open before this one
+        }
+        if (runModel_->rowOfRun(run.second) < 0) {
+            return false; // reported before the table's refresh shows it: the next refresh does
+        }
+        newest = std::max(newest, run.second);
+        return true;
+    });
+    runs.erase(acted, runs.end());
+    return newest;
+}
+
+void MainWindow::selectRunRow(int row)
+{
+    if (row < 0) {
+        return;
+    }
+    const bool wasSelecting = selectingRuns_;
+    selectingRuns_ = true;
+    runTable_->selectRow(row);
+    runTable_->scrollTo(runModel_->index(row, 0));
+    selectingRuns_ = wasSelecting;
+}
+
 void MainWindow::runDemo()
 {
     const std::string databasePath = store_ ? store_->path() : std::string();
@@ -410,7 +493,7 @@ void MainWindow::runDemo()
     }
     // The catalogue's demo job with its defaults: what `mismatch demo` runs (and "Export Job File..." writes).
     const jobs::JobSpec spec("demo");
-    const int id = jobQueue_->enqueue(
+    const int id = enqueueOwnJob(
         tr("Demo"), specCommandLine(workspaceDirectory_, spec), specWorkerJob(workspaceDirectory_, spec));
     jobQueue_->setJobFile(id, QString::fromStdString(jobs::jobFileText(spec)));
 }
@@ -473,8 +556,8 @@ int MainWindow::resumeSelectedRun()
                       "recorded again")
                        .arg(runId));
     }
-    lastQueuedJob_ = jobQueue_->enqueue(tr("Resume %1 run %2").arg(QString::fromStdString(spec.kind())).arg(runId),
-        command, [workspace = workspaceDirectory_.toStdString(), runId](Progress& progress) {
+    lastQueuedJob_ = enqueueOwnJob(tr("Resume %1 run %2").arg(QString::fromStdString(spec.kind())).arg(runId), command,
+        [workspace = workspaceDirectory_.toStdString(), runId](Progress& progress) {
             store::RunStore store
                 = store::RunStore::open(store::databasePath(workspace), store::OpenMode::OpenExisting);
             jobs::resumeRun(store, runId, progress);
@@ -533,7 +616,7 @@ int MainWindow::startTraining(const QString& runFile)
         return 0;
     }
     const QString file = check.effectiveRunFile();
-    return jobQueue_->enqueue(
+    return enqueueOwnJob(
         jobName, trainingCliCommand(workspaceDirectory_, file), trainingJob(workspaceDirectory_, file));
 }
 
@@ -577,7 +660,7 @@ void MainWindow::openJobDialog(JobDialog* dialog, int tab, std::function<void()>
         }
         remember();
         try {
-            lastQueuedJob_ = jobQueue_->enqueue(dialog->jobName(), dialog->cliCommand(), dialog->fieldNamedJob());
+            lastQueuedJob_ = enqueueOwnJob(dialog->jobName(), dialog->cliCommand(), dialog->fieldNamedJob());
             if (const auto spec = dialog->spec()) {
                 jobQueue_->setJobFile(lastQueuedJob_, QString::fromStdString(jobs::jobFileText(*spec)));
             }

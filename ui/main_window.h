@@ -27,6 +27,10 @@ class QTimer;
 class QTabWidget;
 class QTableView;
 
+namespace mismatch {
+class Progress;
+}
+
 namespace mismatch::ui {
 
 class JobDialog;
@@ -98,7 +102,7 @@ public:
     // a queued job is dropped without asking. Returns false for an unknown or finished job.
     bool requestCancel(int jobId);
     QMessageBox* cancelQuestion() const { return cancelQuestion_; }
-    // Shows run `runId` in the Runs tab (selected and scrolled to).
+    // Shows run `runId` in the Runs tab (selected and scrolled to): the user's choice, which then stays selected.
     bool showRunInTable(std::int64_t runId);
 
     // Queues a training run from a run file (as the "Start Training Run" dialog does); returns the job id or 0
@@ -187,13 +191,36 @@ private:
     void onStoreError(const QString& message);
     void onOverviewAction(int action, qint64 id, const QString& argument);
     void updateProgressText();
+
+    // Which run the Runs tab shows as runs come and go (main_window.cpp). The window follows the runs that the jobs
+    // queued here begin; a run another process begins never moves the selection or the plot; a run the user selects
+    // stays selected until the user selects another (or queues a job). The selection is kept by run id across the
+    // model's refreshes (RunTableModel::refresh).
+    enum class RunFollowing {
+        Newest, // nothing chosen since the workspace opened: an empty selection gets the newest run
+        OwnJobs, // a job was queued here: each run it begins is selected when it appears
+        UserChoice, // the user chose (a click, the keyboard, Show Run): nothing moves the selection
+    };
+    struct BegunRuns; // the runs this window's jobs began, reported from the jobs' threads
+    // Queues `job` with the runs it begins reported (store::RunBeginListener), and follows them from now on.
+    int enqueueOwnJob(const QString& name, const QString& cliCommand, std::function<void(Progress&)> job);
+    // A change of the run selection made by the user (not by followNewRuns or a model refresh) is a choice.
+    void connectRunFollowing();
+    // Applies runFollowing_ after a refresh of the run table (and when a workspace opens).
     void followNewRuns();
+    // The newest run the jobs queued here began that the run table shows (0: none); forgets every reported run it
+    // shows or that belongs to another workspace, keeps the ones the table does not show yet.
+    std::int64_t takeShownOwnRun();
+    // Selects row `row` of the run table and scrolls to it, as the window's own change.
+    void selectRunRow(int row);
 
     QString workspaceDirectory_;
     QString lastError_;
     QString analysisFingerprint_;
     int lastQueuedJob_ = 0;
-    std::int64_t newestRunSeen_ = 0; // the run table follows runs newer than this one
+    RunFollowing runFollowing_ = RunFollowing::Newest;
+    bool selectingRuns_ = false; // the window or a model refresh is changing the run selection, not the user
+    std::shared_ptr<BegunRuns> begunRuns_;
     double progressFraction_ = 0.0;
     double progressEta_ = -1.0;
     std::unique_ptr<store::RunStore> store_;

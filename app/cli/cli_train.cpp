@@ -189,7 +189,9 @@ void registerTrainCommands(CLI::App& app, Context& context)
 {
     CLI::App* trainCommand = app.add_subcommand("train",
         "Train a student with a run file (OPD, REINFORCE or GRPO with the rollout engine in the loop); every "
-        "step's mismatch, loss and timing and every evaluation go to the workspace as the run goes");
+        "step's mismatch, loss and timing and every evaluation go to the workspace as the run goes. The run is named "
+        "by the file's `name` (letters, digits, '.', '_', '-'), which no training run of the workspace may have "
+        "already: continue a stopped run with --resume");
     // RUN_FILE and --stop-after are the catalogue job's parameters (core/jobs/training_jobs.h).
     auto job = std::make_shared<JobOptions>(trainCommand, *jobs::findJob("train"));
     auto resume = std::make_shared<std::string>();

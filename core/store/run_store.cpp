@@ -398,6 +398,23 @@ int RunStore::schemaVersion() const
     return static_cast<int>(queryInt64(db_, "PRAGMA user_version"));
 }
 
+namespace {
+// The RunBeginListener of this thread (the innermost one); nullptr when none lives.
+thread_local const RunBeginListener::Callback* currentRunBeginCallback = nullptr;
+} // namespace
+
+RunBeginListener::RunBeginListener(Callback callback)
+    : callback_(std::move(callback))
+    , hidden_(currentRunBeginCallback)
+{
+    currentRunBeginCallback = &callback_;
+}
+
+RunBeginListener::~RunBeginListener()
+{
+    currentRunBeginCallback = hidden_;
+}
+
 std::int64_t RunStore::beginRun(const RunSpec& spec)
 {
     Transaction transaction(db_);
@@ -419,6 +436,9 @@ std::int64_t RunStore::beginRun(const RunSpec& spec)
     if (jobRun) {
         expectedJobKind_.clear();
         expectedJobJson_.clear();
+    }
+    if (currentRunBeginCallback) {
+        (*currentRunBeginCallback)(path_, id);
     }
     return id;
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -125,7 +126,7 @@ public:
 
     // Records a new run (status running) and takes its writer lock (run_lock.h), held until finishRun,
     // releaseRunLock or the store is closed. The first run of kind `expectedJobKind` begun after expectJob()
-    // stores the expected job's JSON with it (RunInfo::jobJson).
+    // stores the expected job's JSON with it (RunInfo::jobJson). The thread's RunBeginListener, if any, hears of it.
     std::int64_t beginRun(const RunSpec& spec);
     // The catalogue job about to run (JobSpec::run): the next run of kind `runKind` this store begins is the
     // job's own run and records `jobJson` (runs of other kinds begun in between, such as a calibration's sweep
@@ -176,6 +177,25 @@ private:
     std::map<std::int64_t, RunLock> locks_; // runs this store writes
     std::string expectedJobKind_; // see expectJob()
     std::string expectedJobJson_;
+};
+
+// Tells a front-end which runs its own job began, as against the runs other processes (a headless `mismatch`) begin
+// in the same workspace at the same time: while a RunBeginListener lives, every run that a RunStore of this process
+// begins on the thread that made the listener (beginRun, so recordTrainingRun, calibration sweeps and the demo's runs
+// too) is reported to it with the store's database path, once the run is recorded. The GUI wraps each job it runs on a
+// worker thread in one and follows the runs reported. A listener made while another lives on the thread hides it until
+// it ends. `callback` runs on the job's thread and must not throw.
+class RunBeginListener {
+public:
+    using Callback = std::function<void(const std::string& databasePath, std::int64_t runId)>;
+    explicit RunBeginListener(Callback callback);
+    ~RunBeginListener();
+    RunBeginListener(const RunBeginListener&) = delete;
+    RunBeginListener& operator=(const RunBeginListener&) = delete;
+
+private:
+    Callback callback_;
+    const Callback* hidden_ = nullptr; // the listener this one hides on its thread
 };
 
 // Runs `body`, the work of recorded run `runId`: when it throws, the run is marked cancelled (CancelledError) or

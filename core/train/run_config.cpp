@@ -4,6 +4,8 @@
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/quant/recipe.h"
+#include "core/store/run_store.h"
+#include "core/store/sqlite_util.h"
 
 #include <nlohmann/json.hpp>
 #include "core/common/yaml_mapping.h"
@@ -127,11 +129,16 @@ using io::SourceLocation;
 using Entry = io::YamlEntry;
 using Reader = io::YamlMappingReader;
 
+// Whether the parsed text is a run file, whose run's name must be a run name (runNameProblem), or a stored
+// configuration, which keeps the name its run was given.
+enum class NameRule { RunFile, AnyName };
+
 class Parser {
 public:
-    Parser(std::string file, fs::path baseDirectory)
+    Parser(std::string file, fs::path baseDirectory, NameRule nameRule)
         : file_(std::move(file))
         , base_(std::move(baseDirectory))
+        , nameRule_(nameRule)
         , reader_([this](const SourceLocation& where, const std::string& detail) { fail(where, detail); },
               Reader::UnknownKeyAt::Mapping)
     {
@@ -274,9 +281,12 @@ private:
     void rollout(const Entry& entry, RunConfig& config);
     void optimizer(const Entry& entry, RunConfig& config);
     void evaluation(const Entry& entry, RunConfig& config);
+    // The run's name: the `name` entry when given, else the file's stem (`top`: where the file starts).
+    std::string runName(const Entry* entry, const SourceLocation& top) const;
 
     std::string file_;
     fs::path base_;
+    NameRule nameRule_;
     Reader reader_;
     // Where things were written, for the cross-field rules.
     std::optional<SourceLocation> objectivePlace_;
@@ -286,6 +296,29 @@ private:
     std::optional<SourceLocation> samplesPerPromptPlace_;
     std::optional<SourceLocation> evaluationEveryPlace_;
 };
+
+std::string Parser::runName(const Entry* entry, const SourceLocation& top) const
+{
+    if (!entry) {
+        const std::string stem = fs::path(file_).stem().string();
+        if (nameRule_ == NameRule::RunFile) {
+            if (const std::string problem = runNameProblem(stem); !problem.empty()) {
+                fail(top, "the run is named by the file's stem, and " + problem + "; give it a `name`");
+            }
+        }
+        return stem;
+    }
+    const std::string name = reader_.stringValue(*entry);
+    if (name.empty()) {
+        fail(entry->valueLocation, "expected a non-empty name");
+    }
+    if (nameRule_ == NameRule::RunFile) {
+        if (const std::string problem = runNameProblem(name); !problem.empty()) {
+            fail(entry->valueLocation, problem);
+        }
+    }
+    return name;
+}
 
 void Parser::objective(const Entry& entry, RunConfig& config)
 {
@@ -473,14 +506,7 @@ RunConfig Parser::parse(const YAML::Node& root)
             "evaluation", "checkpoint", "seed", "threads", "device"});
     RunConfig config;
     config.sourceFile = file_;
-    config.name = fs::path(file_).stem().string();
-
-    if (const Entry* e = Reader::find(list, "name")) {
-        config.name = reader_.stringValue(*e);
-        if (config.name.empty()) {
-            fail(e->valueLocation, "expected a non-empty name");
-        }
-    }
+    config.name = runName(Reader::find(list, "name"), top);
     const Entry* student = Reader::find(list, "student");
     if (!student) {
         fail(top, "missing required key 'student' (the student model directory)");
@@ -587,7 +613,7 @@ RunConfig Parser::parse(const YAML::Node& root)
 
 RunConfig parseRunConfig(const std::string& text, const std::string& fileName, const std::string& baseDirectory)
 {
-    return Parser(fileName, fs::path(baseDirectory)).parse(io::loadYaml(text, fileName));
+    return Parser(fileName, fs::path(baseDirectory), NameRule::AnyName).parse(io::loadYaml(text, fileName));
 }
 
 RunConfig loadRunConfig(const std::string& path)
@@ -598,7 +624,43 @@ RunConfig loadRunConfig(const std::string& path)
     if (error) {
         directory = fs::path(path).parent_path();
     }
-    return parseRunConfig(text, path, directory.string());
+    return Parser(path, directory, NameRule::RunFile).parse(io::loadYaml(text, path));
+}
+
+std::string runNameProblem(const std::string& name)
+{
+    // ASCII only, whatever the locale.
+    const auto letterOrDigit
+        = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+    const auto allowed = [&](char c) { return letterOrDigit(c) || c == '.' || c == '_' || c == '-'; };
+    if (!name.empty() && letterOrDigit(name.front()) && std::all_of(name.begin(), name.end(), allowed)) {
+        return {};
+    }
+    return "'" + name
+        + "' is not a run name: expected letters, digits, '.', '_' or '-', starting with a letter or digit (the name "
+          "also names the run's files)";
+}
+
+std::string runNameTaken(const store::RunStore& store, const std::string& name)
+{
+    if (!runNameProblem(name).empty()) {
+        return {}; // an analysis's BASE/PART run: a repeated analysis trains it again under the same name
+    }
+    store::Statement query(
+        store.handle(), "SELECT id, status FROM runs WHERE kind = 'train' AND name = ? ORDER BY id LIMIT 1");
+    query.bind(1, name);
+    if (!query.step()) {
+        return {};
+    }
+    const std::string id = std::to_string(query.int64(0));
+    const store::RunStatus status = store::runStatusFromString(query.text(1));
+    const std::string taken = "'" + name + "' is already used by training run " + id + " (" + store::toString(status)
+        + ") in this workspace";
+    if (status == store::RunStatus::Finished) {
+        return taken + "; give this run another name";
+    }
+    // A run that stopped (killed, cancelled, failed, --stop-after) is continued, not started again under its name.
+    return taken + ": continue that run with `mismatch train --resume " + id + "`, or give this run another name";
 }
 
 std::string runConfigToJson(const RunConfig& c)

@@ -37,10 +37,15 @@
 // where the run file names it), and the cross-field rules: opd objectives need a teacher; grpo needs
 // samples_per_prompt >= 2 (its advantage is relative to the other samples of a prompt); tis/mis need a cap
 // > 1 and a cap with kind none is an error; periodic evaluation needs a teacher; opd_topk needs top_k
-// and no other objective takes one; periodic evaluation (every > 0) needs an evaluation prompt set.
+// and no other objective takes one; periodic evaluation (every > 0) needs an evaluation prompt set. A run file read
+// with loadRunConfig must also name its run by the run-name rule below.
 #include <cstdint>
 #include <optional>
 #include <string>
+
+namespace mismatch::store {
+class RunStore;
+}
 
 namespace mismatch::train {
 
@@ -146,12 +151,31 @@ inline bool operator!=(const RunConfig& a, const RunConfig& b)
 }
 
 // Parses run-file text. `fileName` names the file in errors and gives the default name; relative paths are
-// resolved against `baseDirectory`. Throws InputError (see the validation list above).
+// resolved against `baseDirectory`. Throws InputError (see the validation list above). The name may be any
+// non-empty text here: this also reads the configuration a run stores (RunInfo::configJson), and the runs an
+// analysis trains carry the names it gave them (see runNameProblem).
 RunConfig parseRunConfig(const std::string& text, const std::string& fileName, const std::string& baseDirectory);
-// Reads and parses a run file; paths are resolved against its directory.
+// Reads and parses a run file; paths are resolved against its directory. Its run's name (`name`, else the file's
+// stem) must be a run name (runNameProblem): InputError at the `name` value (at the top of the file for the stem).
 RunConfig loadRunConfig(const std::string& path);
 // The configuration as JSON with every setting written out (absolute paths): what a run stores as its
 // config_json. parseRunConfig of this text gives back an equal RunConfig.
 std::string runConfigToJson(const RunConfig& config);
+
+// Run names: one rule for `mismatch train`, job files (`mismatch run`) and the GUI's training form.
+//
+// A run file names its run with letters, digits, '.', '_' and '-', starting with a letter or digit: the name also
+// names files (the GUI writes a changed form as WORKSPACE/runs/NAME.json). Why `name` is not such a name, as a
+// sentence naming it ("" when it is one). The runs an analysis trains are named BASE/PART (a calibration's sweep
+// runs, time-to-quality's and compare-objectives' runs), which no run file can name.
+std::string runNameProblem(const std::string& name);
+// A run file's name is unique among the workspace's training runs (kind "train"): a run is found by its name
+// (`mismatch train --resume NAME`, `mismatch runs show NAME`), and the GUI lists runs by name. Why a new training run
+// may not be named `name` in `store`, as a sentence naming the training run that has the name, its status and what
+// to do instead (continue that run, or name this one otherwise); "" when it may. A name that is not a run file's (an
+// analysis's BASE/PART runs, which a repeated analysis trains again under the same names) is not checked here.
+// runTraining refuses such a name with InputError(the run file, "name", this sentence) before it loads anything;
+// the GUI's training form shows the same sentence after "Run name: ". Resuming a run is not a new name.
+std::string runNameTaken(const store::RunStore& store, const std::string& name);
 
 } // namespace mismatch::train

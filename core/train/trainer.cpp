@@ -225,6 +225,16 @@ std::string workspaceOf(const store::RunStore& store, const TrainOptions& option
     return workspaceDirectoryOf(store, options.workspaceDirectory);
 }
 
+// A new run's name must not be a training run's of the workspace already (runNameTaken: one rule for the CLI, job
+// files and the GUI).
+void refuseTakenName(const RunConfig& config, const store::RunStore& store)
+{
+    if (const std::string taken = runNameTaken(store, config.name); !taken.empty()) {
+        const std::string file = config.sourceFile.empty() ? std::string("run configuration") : config.sourceFile;
+        throw InputError(file, "name", taken);
+    }
+}
+
 } // namespace
 
 std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,
@@ -254,6 +264,7 @@ std::int64_t recordTrainingRun(const RunConfig& config, store::RunStore& store,
 
 TrainResult runTraining(const RunConfig& config, store::RunStore& store, Progress& progress, const TrainOptions& options)
 {
+    refuseTakenName(config, store); // before anything is loaded
     progress.update(0.0, "loading models");
     Session session(config, workspaceOf(store, options));
     store::ModelRecord model;
@@ -267,7 +278,12 @@ TrainResult runTraining(const RunConfig& config, store::RunStore& store, Progres
     spec.kind = "train";
     spec.configJson = runConfigToJson(config);
     spec.modelId = store.addModel(model);
+    // Checked again in the transaction that records the run: another process may have begun one of this name while
+    // the models loaded.
+    store::Transaction transaction(store.handle());
+    refuseTakenName(config, store);
     const std::int64_t runId = store.beginRun(spec);
+    transaction.commit();
     return runSession(session, store, runId, progress, options, 0);
 }
 

@@ -81,7 +81,9 @@ struct TrainResult {
 // Runs a training run from step 1: records a run of kind "train" (config_json = runConfigToJson(config)),
 // trains, evaluates, checkpoints and finishes it (Finished; Cancelled when progress is cancelled, after
 // storing what was done; Failed with the message for any other error, which is rethrown). Progress fraction =
-// steps done / steps, stage text "step S/N". Throws InputError for unreadable models, prompt sets or recipes.
+// steps done / steps, stage text "step S/N". Throws InputError for unreadable models, prompt sets or recipes, and
+// InputError(the run file, "name", runNameTaken's sentence) before anything is loaded or stored when a training run of
+// the workspace has the run's name already (run_config.h: run names).
 TrainResult runTraining(const RunConfig& config, store::RunStore& store, Progress& progress,
     const TrainOptions& options = {});
 

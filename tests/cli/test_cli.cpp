@@ -1,4 +1,5 @@
-// The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo.
+// The `mismatch` command line: parsing, exit codes, human and JSON output of the store commands and demo, and the
+// run-name rule `mismatch train` shares with job files and the GUI.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/test_main.h"
@@ -10,6 +11,7 @@
 #include "core/io/char_tokenizer_json.h"
 #include "core/io/prompt_set.h"
 #include "core/model/transformer.h"
+#include "core/train/run_config.h"
 #include "core/train/zoo.h"
 #include "core/store/analysis_store.h"
 #include "core/store/run_store.h"
@@ -49,6 +51,7 @@ private slots:
     void badArguments();
     void storeInitInfoRuns();
     void runsListsStoredRunsAsTableAndJson();
+    void runNamesFollowOneRule();
     void badWorkspaceFileIsAnErrorNotACrash();
     void demoRegistersResources();
     void realBinaryExitCodes();
@@ -166,6 +169,87 @@ void TestCli::runsListsStoredRunsAsTableAndJson()
     QVERIFY(text.contains("opd-bf16"));
     QVERIFY(text.contains("admit-fp8"));
     QVERIFY(text.contains("0.0123"));
+}
+
+// One rule for run names (core/train/run_config.h): `mismatch train`, a job file's train step and the GUI's training
+// form refuse the same names with the same sentences (runNameProblem, runNameTaken; the form shows them after "Run
+// name: ", and tests/ui/test_main_window checks the window against the binary on one duplicate). A name a training run
+// of the workspace has is refused before anything is loaded or stored, naming the run file, `name` and that run; a
+// resume continues the same run and is not a new name.
+void TestCli::runNamesFollowOneRule()
+{
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    const std::string ws = root + "/ws";
+    const auto writeRunFile = [&root](const std::string& file, const std::string& nameLine) {
+        const std::string path = root + "/" + file;
+        std::ofstream(path) << nameLine
+                            << "student: " MISMATCH_SOURCE_DIR "/resources/models/arith-student\n"
+                               "teacher: " MISMATCH_SOURCE_DIR "/resources/models/arith-teacher\n"
+                               "prompts: " MISMATCH_SOURCE_DIR "/resources/prompts/arith-train.jsonl\n"
+                               "rollout: {sampling: {max_tokens: 4, seed: 1}}\nbatch: {prompts_per_step: 1}\n"
+                               "steps: 2\ncheckpoint: {every: 1}\nseed: 3\n";
+        return path;
+    };
+    const auto runCount = [&ws] {
+        const store::RunStore store = store::RunStore::open(store::databasePath(ws), store::OpenMode::ReadOnly);
+        return store.listRuns().size();
+    };
+    // The sentence the GUI's form shows for `name`, from the workspace as it is now.
+    const auto taken = [&ws](const std::string& name) {
+        const store::RunStore store = store::RunStore::open(store::databasePath(ws), store::OpenMode::ReadOnly);
+        return train::runNameTaken(store, name);
+    };
+
+    // A run stopped after its first step: resumable.
+    const std::string runFile = writeRunFile("twice.yaml", "name: twice\n");
+    const CliResult stopped = runCli({"--workspace", ws, "train", runFile, "--stop-after", "1", "--quiet"});
+    QVERIFY2(stopped.code == 0, stopped.err.c_str());
+    const std::string stoppedRun = taken("twice");
+    QVERIFY2(stoppedRun.find("training run 1 (running)") != std::string::npos
+            && stoppedRun.find("mismatch train --resume 1") != std::string::npos,
+        stoppedRun.c_str());
+    // The same file again, from the command line and from a job file: refused, nothing stored.
+    const CliResult again = runCli({"--workspace", ws, "train", runFile, "--quiet"});
+    QCOMPARE(again.code, 1);
+    QVERIFY2(again.err.find(runFile + ":name: " + stoppedRun) != std::string::npos, again.err.c_str());
+    const std::string jobFile = root + "/train.job.yaml";
+    std::ofstream(jobFile) << "job: train\nrun_file: " << runFile << "\n";
+    const CliResult fromJob = runCli({"--workspace", ws, "run", jobFile});
+    QVERIFY2(fromJob.code != 0 && fromJob.err.find(":name: " + stoppedRun) != std::string::npos, fromJob.err.c_str());
+    QCOMPARE(runCount(), std::size_t(1));
+
+    // A resume continues the run under its name (found by it); the finished run keeps the name.
+    const CliResult resumed = runCli({"--workspace", ws, "train", "--resume", "twice", "--quiet"});
+    QVERIFY2(resumed.code == 0, resumed.err.c_str());
+    QCOMPARE(runCount(), std::size_t(1));
+    const std::string finishedRun = taken("twice");
+    QVERIFY2(finishedRun.find("training run 1 (finished)") != std::string::npos
+            && finishedRun.find("--resume") == std::string::npos,
+        finishedRun.c_str());
+    const CliResult afterResume = runCli({"--workspace", ws, "train", runFile, "--quiet"});
+    QCOMPARE(afterResume.code, 1);
+    QVERIFY2(afterResume.err.find(runFile + ":name: " + finishedRun) != std::string::npos, afterResume.err.c_str());
+    // Another name is a new run.
+    const CliResult other = runCli(
+        {"--workspace", ws, "train", writeRunFile("twice-2.yaml", "name: twice-2\n"), "--stop-after", "1", "--quiet"});
+    QVERIFY2(other.code == 0, other.err.c_str());
+    QCOMPARE(runCount(), std::size_t(2));
+
+    // Names that are not run names, given and from the file's stem: refused where the file says them.
+    const std::string problem = train::runNameProblem("two words");
+    QVERIFY(!problem.empty());
+    QVERIFY(train::runNameProblem("twice-2").empty());
+    QVERIFY(!train::runNameProblem("base/ttq-sync-bf16").empty()); // an analysis's run: no run file can name it
+    const std::string spaced = writeRunFile("spaced.yaml", "name: two words\n");
+    const CliResult given = runCli({"--workspace", ws, "train", spaced, "--quiet"});
+    QVERIFY2(given.code != 0 && given.err.find(spaced + ":line 1, column 7: name: " + problem) != std::string::npos,
+        given.err.c_str());
+    const std::string stem = writeRunFile("two words.yaml", "");
+    const CliResult fromStem = runCli({"--workspace", ws, "train", stem, "--quiet"});
+    QVERIFY2(fromStem.code != 0 && fromStem.err.find(problem + "; give it a `name`") != std::string::npos,
+        fromStem.err.c_str());
+    QCOMPARE(runCount(), std::size_t(2));
 }
 
 void TestCli::badWorkspaceFileIsAnErrorNotACrash()

@@ -25,7 +25,6 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
-#include <QRegularExpression>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -332,12 +331,12 @@ void TrainingDialog::validate()
     QString problem;
     const QString file = runFile();
     const QString name = name_->text().trimmed();
-    static const QRegularExpression safeName(QStringLiteral("^[A-Za-z0-9][A-Za-z0-9._-]*$"));
+    // Run names follow core's rule (train::runNameProblem, runNameTaken), which `mismatch train` applies too.
+    const std::string nameProblem = train::runNameProblem(name.toStdString());
     if (!file.isEmpty() && !loaded_) {
         problem = error_.isEmpty() ? tr("Run file: cannot read '%1'").arg(file) : error_;
-    } else if (name.isEmpty() || !safeName.match(name).hasMatch()) {
-        problem = tr("Run name: expected letters, digits, '.', '_' or '-' (it names the run and its file), got '%1'")
-                      .arg(name);
+    } else if (!nameProblem.empty()) {
+        problem = tr("Run name: %1").arg(QString::fromStdString(nameProblem));
     } else if (!isModelDirectory(student_->path())) {
         problem = tr("Student: expected a model folder holding config.json (got '%1')").arg(student_->path());
     } else if (train::usesTeacher(train::objectiveFromString(objective_->currentText().toStdString())
@@ -360,10 +359,8 @@ void TrainingDialog::validate()
                       .arg(evaluationPrompts_->path());
     } else if (store_) {
         try {
-            if (const auto id = runNamed(*store_, name.toStdString())) {
-                problem = tr("Run name: '%1' is already used by run %2 in this workspace; choose another name")
-                              .arg(name)
-                              .arg(*id);
+            if (const std::string taken = train::runNameTaken(*store_, name.toStdString()); !taken.empty()) {
+                problem = tr("Run name: %1").arg(QString::fromStdString(taken));
             }
         } catch (const std::exception& error) {
             problem = tr("Run name: the workspace's runs cannot be read (%1)").arg(QString::fromUtf8(error.what()));

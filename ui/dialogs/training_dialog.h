@@ -2,8 +2,9 @@
 // "Start Training Run": a form for a training run (name, student, teacher, prompts, objective, steps, batch,
 // learning rate, rollout recipe, staleness, loop, noise, evaluation, seed), filled from a run file when one is
 // chosen (every setting the form does not show is kept from it). Validated as you type: a problem names the field
-// (or the run file, line and column); a run name already used in the workspace is refused. Start trains the chosen
-// run file as it is when the form was not changed; otherwise the form is written as a run file under
+// (or the run file, line and column); the run name is checked by core's rule (train::runNameProblem, runNameTaken:
+// a name a training run of the workspace has already is refused, as `mismatch train` refuses it). Start trains the
+// chosen run file as it is when the form was not changed; otherwise the form is written as a run file under
 // WORKSPACE/runs/NAME.json (valid for `mismatch train`, temporary file + rename) and that file is trained. The
 // headless command shown is the one that trains the same file. The job itself is trainingJob(): core's runTraining
 // on its own store connection, off the GUI thread.

@@ -3,6 +3,9 @@
 #include <QBrush>
 #include <QColor>
 
+#include <algorithm>
+#include <set>
+
 namespace mismatch::ui {
 
 RunTableModel::RunTableModel(QObject* parent) : QAbstractTableModel(parent)
@@ -61,34 +64,59 @@ void RunTableModel::refresh()
         return;
     }
     lastChangeCounter_ = store_->changeCounter();
-    std::vector<store::RunInfo> fresh = store_->listRuns();
-    // Runs are only ever appended (ids increase): update the common prefix in place, then insert the new rows.
-    const int common = static_cast<int>(std::min(fresh.size(), runs_.size()));
-    bool sameIds = true;
-    for (int i = 0; i < common; ++i) {
-        sameIds = sameIds && fresh[static_cast<size_t>(i)].id == runs_[static_cast<size_t>(i)].id;
-    }
-    if (!sameIds || fresh.size() < runs_.size()) {
-        beginResetModel();
-        runs_ = std::move(fresh);
-        endResetModel();
-        emit refreshed();
-        return;
-    }
-    for (int i = 0; i < common; ++i) {
-        runs_[static_cast<size_t>(i)] = fresh[static_cast<size_t>(i)];
-    }
-    if (common > 0) {
-        emit dataChanged(index(0, 0), index(common - 1, ColumnCount - 1));
-    }
-    if (fresh.size() > runs_.size()) {
-        beginInsertRows({}, common, static_cast<int>(fresh.size()) - 1);
-        for (size_t i = static_cast<size_t>(common); i < fresh.size(); ++i) {
-            runs_.push_back(fresh[i]);
+    const std::vector<store::RunInfo> fresh = store_->listRuns();
+    removeVanishedRuns(fresh);
+    // Now every row's run is in `fresh`, and both are ordered by id: walk them together, inserting each block of
+    // runs the rows do not have yet before the row that follows it.
+    std::size_t row = 0;
+    std::size_t next = 0;
+    while (next < fresh.size()) {
+        if (row < runs_.size() && runs_[row].id == fresh[next].id) {
+            runs_[row++] = fresh[next++];
+            continue;
         }
+        std::size_t end = next;
+        while (end < fresh.size() && (row == runs_.size() || fresh[end].id != runs_[row].id)) {
+            ++end;
+        }
+        const auto at = static_cast<std::ptrdiff_t>(row);
+        beginInsertRows({}, static_cast<int>(row), static_cast<int>(row + (end - next)) - 1);
+        runs_.insert(runs_.begin() + at, fresh.begin() + static_cast<std::ptrdiff_t>(next),
+            fresh.begin() + static_cast<std::ptrdiff_t>(end));
         endInsertRows();
+        row += end - next;
+        next = end;
+    }
+    if (!runs_.empty()) {
+        emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
     }
     emit refreshed();
+}
+
+void RunTableModel::removeVanishedRuns(const std::vector<store::RunInfo>& fresh)
+{
+    std::set<std::int64_t> present;
+    for (const store::RunInfo& run : fresh) {
+        present.insert(run.id);
+    }
+    // From the last row up, so that the rows still to look at keep their numbers.
+    int row = rowCount() - 1;
+    while (row >= 0) {
+        if (present.count(runs_[static_cast<std::size_t>(row)].id) > 0) {
+            --row;
+            continue;
+        }
+        int first = row;
+        while (first > 0 && present.count(runs_[static_cast<std::size_t>(first - 1)].id) == 0) {
+            --first;
+        }
+        emit removingRows(true);
+        beginRemoveRows({}, first, row);
+        runs_.erase(runs_.begin() + first, runs_.begin() + row + 1);
+        endRemoveRows();
+        emit removingRows(false);
+        row = first - 1;
+    }
 }
 
 int RunTableModel::rowCount(const QModelIndex& parent) const
@@ -104,6 +132,14 @@ int RunTableModel::columnCount(const QModelIndex& parent) const
 const store::RunInfo* RunTableModel::runAt(int row) const
 {
     return row >= 0 && row < static_cast<int>(runs_.size()) ? &runs_[static_cast<size_t>(row)] : nullptr;
+}
+
+int RunTableModel::rowOfRun(std::int64_t runId) const
+{
+    // Rows are ordered by run id.
+    const auto found = std::lower_bound(
+        runs_.begin(), runs_.end(), runId, [](const store::RunInfo& run, std::int64_t id) { return run.id < id; });
+    return found != runs_.end() && found->id == runId ? static_cast<int>(found - runs_.begin()) : -1;
 }
 
 QVariant RunTableModel::data(const QModelIndex& index, int role) const

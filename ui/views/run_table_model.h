@@ -19,7 +19,9 @@ public:
 
     // Reads runs from `store` (not owned; must outlive the model or be replaced). nullptr clears the model.
     void setStore(store::RunStore* store);
-    // Re-reads the store now; updates rows in place so that selections survive a refresh.
+    // Re-reads the store now. Rows are matched by run id: a run that is gone is removed, a new one inserted at its
+    // place (the runs are ordered by id), the others updated in place, so that a view's selection stays on the same
+    // runs across a refresh whatever rows come or go (never a model reset, which would drop it).
     void refresh();
     // Polls the store's change counter every `intervalMs` and refreshes when it moved (cheap when idle). A store
     // error during a poll (a damaged or vanished database, a refused read) is caught and reported through
@@ -32,9 +34,14 @@ public:
     QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
 
     const store::RunInfo* runAt(int row) const;
+    // The row of run `runId`, or -1 when the model does not hold it.
+    int rowOfRun(std::int64_t runId) const;
 
 signals:
     void refreshed();
+    // Around the rows a refresh removes (runs deleted under the model): true before rowsAboutToBeRemoved, false
+    // after rowsRemoved. A view's selection changes in between without its user doing anything.
+    void removingRows(bool removing);
     // A poll failed: `message` names the database and the problem. Emitted once per distinct problem.
     void storeError(const QString& message);
     // A poll succeeded after storeError().
@@ -42,6 +49,8 @@ signals:
 
 private:
     void poll();
+    // Removes the rows of the runs `fresh` (ordered by id) no longer has, in blocks of adjacent rows.
+    void removeVanishedRuns(const std::vector<store::RunInfo>& fresh);
 
     store::RunStore* store_ = nullptr;
     std::vector<store::RunInfo> runs_;
