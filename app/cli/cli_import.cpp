@@ -93,6 +93,9 @@ void printLogImport(const Context& context, const jobs::ImportReport& report)
         }
         out << (log.unmappedKeys.size() > 12 ? ", ..." : "") << "\n";
     }
+    for (const std::string& note : log.notes) {
+        out << "note: " << note << "\n";
+    }
 }
 
 void printAimetImport(const Context& context, const jobs::ImportReport& report)

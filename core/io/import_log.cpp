@@ -1,6 +1,7 @@
 // Log import: what every source shares. The measures a value can land in, the estimator texts and the table of
-// known keys of every source (one registry), --map entries and the mappings they make, setMeasure, the public
-// functions of import_log.h and importLog's dispatch to the source's reader (import_log_internal.h lists the files).
+// known keys and key patterns of every source (one registry), --map entries and the mappings they make, setMeasure,
+// the public functions of import_log.h and importLog's dispatch to the source's reader (import_log_internal.h lists
+// the files).
 #include "core/io/import_log.h"
 
 #include "core/io/import_log_internal.h"
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cassert>
 #include <map>
 #include <set>
 #include <string>
@@ -169,6 +171,34 @@ std::vector<KnownKey> buildKnownKeys()
     };
 }
 
+// verl: verl/trainer/ppo/ray_trainer.py RayPPOTrainer._val_metrics_update logs the validation metrics of
+// verl/trainer/ppo/metric_utils.py process_validation_metrics as "val-core/<data_source>/<var_name>/<metric_name>"
+// for the core variable ("acc" when the reward function returns it, else "reward") and the metrics mean@N, maj@N/*
+// and best@N/* at the largest N, "val-aux/..." for the rest. mean@N is, per data source, the mean over problems of
+// each problem's mean over its N responses (N = actor_rollout_ref.rollout.val_kwargs.n). The data source is the
+// dataset's data_source field and may hold slashes (examples/data_preprocess/gsm8k.py: "openai/gsm8k").
+std::vector<KnownKeyPattern> buildKeyPatterns()
+{
+    return {
+        {LogSource::Verl, "val-core/<data source>/acc/mean@<N>", "accuracy",
+            "verl validation accuracy: mean over the <N> responses per problem of <data source>'s acc, then over "
+            "its problems (acc as the reward function returns it)"},
+    };
+}
+
+const std::vector<KnownKeyPattern>& allKeyPatterns()
+{
+    static const std::vector<KnownKeyPattern> patterns = buildKeyPatterns();
+    return patterns;
+}
+
+void replaceAll(std::string& text, const std::string& from, const std::string& to)
+{
+    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+        text.replace(at, from.size(), to);
+    }
+}
+
 std::optional<MapEntry> splitMapEntry(const std::string& entry)
 {
     const auto equals = entry.rfind('=');
@@ -197,6 +227,15 @@ Mapping makeMapping(const std::string& key, const std::string& measureName, cons
         mapping.extraName = mapping.measure->name;
     }
     mapping.estimator = estimator.empty() ? mapping.measure->defaultEstimator + " (mapped with --map)" : estimator;
+    if (estimator.empty()) {
+        // A key of a pattern mapped to the pattern's own measure (--map val-core/openai/gsm8k/acc/mean@1=accuracy)
+        // is what the pattern says it is.
+        for (const KnownKeyPattern& pattern : allKeyPatterns()) {
+            if (const std::string known = matchKeyPattern(pattern, key); pattern.measure == measureName && !known.empty()) {
+                mapping.estimator = known + " (mapped with --map)";
+            }
+        }
+    }
     return mapping;
 }
 
@@ -266,6 +305,57 @@ std::vector<Mapping> keyValueMappings(LogSource source, const std::vector<MapEnt
         mappings.push_back(makeMapping(known.key, known.measure, known.estimator, false));
     }
     return mappings;
+}
+
+std::vector<Mapping> patternMappings(LogSource source, const std::vector<std::string>& loggedKeys,
+    const std::set<std::string>& mappedKeys, const std::set<std::string>& takenMeasures,
+    const std::string& estimatorSuffix, std::vector<std::string>& notes)
+{
+    std::vector<Mapping> mappings;
+    for (const KnownKeyPattern& pattern : knownKeyPatterns(source)) {
+        if (takenMeasures.count(pattern.measure)) {
+            continue; // --map (or a key of the built-in table) already fills the measure
+        }
+        std::vector<std::pair<std::string, std::string>> matches; // key, estimator
+        for (const std::string& key : loggedKeys) {
+            if (std::string estimator = matchKeyPattern(pattern, key); !estimator.empty()) {
+                matches.emplace_back(key, std::move(estimator));
+            }
+        }
+        if (matches.size() == 1 && !mappedKeys.count(matches[0].first)) {
+            mappings.push_back(makeMapping(matches[0].first, pattern.measure, matches[0].second + estimatorSuffix, false));
+        } else if (matches.size() > 1) {
+            std::string keys;
+            std::string proposed; // the first key that --map does not read already
+            for (const auto& match : matches) {
+                keys += (keys.empty() ? "" : ", ") + match.first;
+                if (proposed.empty() && !mappedKeys.count(match.first)) {
+                    proposed = match.first;
+                }
+            }
+            notes.push_back(pattern.measure + " not read: " + std::to_string(matches.size()) + " logged keys match "
+                + pattern.key + " (" + keys + "), and a measure takes one key; pick one with --map "
+                + (proposed.empty() ? matches[0].first : proposed) + "=" + pattern.measure);
+        }
+    }
+    return mappings;
+}
+
+void addPatternMappings(LogSource source, const std::set<std::string>& loggedKeys, std::vector<Mapping>& mappings,
+    std::vector<std::string>& notes)
+{
+    std::set<std::string> mappedKeys;
+    std::set<std::string> takenMeasures;
+    for (const Mapping& mapping : mappings) {
+        mappedKeys.insert(mapping.key);
+        if (mapping.userMapped || loggedKeys.count(mapping.key)) {
+            takenMeasures.insert(mapping.measureName());
+        }
+    }
+    const std::vector<std::string> logged(loggedKeys.begin(), loggedKeys.end());
+    for (Mapping& mapping : patternMappings(source, logged, mappedKeys, takenMeasures, "", notes)) {
+        mappings.push_back(std::move(mapping));
+    }
 }
 
 } // namespace importing
@@ -382,6 +472,42 @@ std::vector<KnownKey> knownKeys(LogSource source)
     return keys;
 }
 
+std::vector<KnownKeyPattern> knownKeyPatterns(LogSource source)
+{
+    std::vector<KnownKeyPattern> patterns;
+    for (const auto& pattern : allKeyPatterns()) {
+        // As knownKeys: an event file may be verl's; a CSV export of a verl run has verl's keys as its header.
+        if (pattern.source == source
+            || (pattern.source == LogSource::Verl && (source == LogSource::TensorBoard || source == LogSource::Csv))) {
+            patterns.push_back(pattern);
+        }
+    }
+    return patterns;
+}
+
+std::string matchKeyPattern(const KnownKeyPattern& pattern, const std::string& key)
+{
+    // The patterns have the shape PREFIX<data source>MIDDLE<N>: the source is any non-empty text (verl's data
+    // sources hold slashes), N one or more digits at the end.
+    static const std::string source = "<data source>";
+    static const std::string count = "<N>";
+    const auto sourceAt = pattern.key.find(source);
+    assert(sourceAt != std::string::npos && pattern.key.size() >= count.size()
+        && pattern.key.compare(pattern.key.size() - count.size(), count.size(), count) == 0); // the table's shape
+    const std::string prefix = pattern.key.substr(0, sourceAt);
+    const std::string middle
+        = pattern.key.substr(sourceAt + source.size(), pattern.key.size() - count.size() - sourceAt - source.size());
+    const auto digits = key.find_last_not_of("0123456789") + 1; // 0 when the key is all digits
+    if (digits == key.size() || key.compare(0, prefix.size(), prefix) != 0
+        || digits < prefix.size() + middle.size() + 1 || key.compare(digits - middle.size(), middle.size(), middle) != 0) {
+        return {};
+    }
+    std::string estimator = pattern.estimator;
+    replaceAll(estimator, count, key.substr(digits)); // first: a data source's name may hold "<N>"
+    replaceAll(estimator, source, key.substr(prefix.size(), digits - middle.size() - prefix.size()));
+    return estimator;
+}
+
 std::string ImportedLog::estimatorJson() const
 {
     json record = json::object();
@@ -398,6 +524,9 @@ std::string ImportedLog::runConfigJson(const std::string& absoluteFile, const st
         {"estimators", json::parse(estimatorJson())},
         {"import", {{"lines_read", linesRead}, {"lines_skipped", skipped.size()}, {"lines_merged", linesMerged},
                        {"values_dropped", dropped.size()}, {"conflicts", conflicts.size()}}}};
+    if (!notes.empty()) {
+        config["import"]["notes"] = notes;
+    }
     if (tinkerConfig) {
         config["tinker_config"] = json::parse(tinkerConfig->json());
     } else if (!tinkerConfigProblem.empty()) {

@@ -9,11 +9,16 @@
 //   verl  rollout_corr/k3_kl                            k3               mean of r - 1 - log r, r = pi(y) / mu(y)
 //   verl  training/rollout_probs_diff_{mean,max,std}    prob_diff_*      |mu(y) - pi(y)| (a probability difference, not a KL)
 //   verl  actor/distillation/loss                       loss             verl's distillation loss (its loss_mode is not logged)
+//   verl  val-core/<data source>/acc/mean@<N>           accuracy         the source's acc, mean over N responses per problem
 //   tinker optim/kl_sample_train_v1                     k1               mean of log mu(y) - log pi(y)
 //   tinker optim/kl_sample_train_v2                     k2               mean of (log mu(y) - log pi(y))^2 / 2
 //   tinker teacher_kl                                   teacher_kl       mean of log mu(y) - log teacher(y) (mu: the sampler)
 //
-// (mu: the rollout engine / sampler, pi: the trainer, y: the sampled token.) knownKeys() holds the whole table.
+// (mu: the rollout engine / sampler, pi: the trainer, y: the sampled token.) knownKeys() holds the whole table but
+// the key patterns, which knownKeyPatterns() holds: verl names its validation metrics after the data source,
+// val-core/<data source>/<var>/<metric>, so that key is read without --map only when the log has exactly one key
+// of the pattern; with several (one per data source) none is read and `notes` names them and the --map entry that
+// picks one. A --map entry for the pattern's measure always wins.
 // Measures that are not StepMetrics columns (prob_diff_*, k2, chi2_token, ...) go to StepMetrics::extrasJson
 // under the measure's name; their estimator is recorded with the run (estimatorJson), never in mismatch_kl.
 //
@@ -71,6 +76,19 @@ struct KnownKey {
 };
 // The built-in mapping, per source (CSV accepts the verl and Tinker keys and the measure names as headers).
 std::vector<KnownKey> knownKeys(LogSource source);
+
+// A family of logged keys that name what they were measured on, read without --map when a log holds exactly one
+// key of the family and no other mapping takes the measure.
+struct KnownKeyPattern {
+    LogSource source;
+    std::string key; // "val-core/<data source>/acc/mean@<N>": <data source> any non-empty text, <N> digits
+    std::string measure;
+    std::string estimator; // with <data source> and <N> replaced by the matched key's parts
+};
+// The key patterns, per source like knownKeys (an event file takes verl's; a CSV header takes verl's too).
+std::vector<KnownKeyPattern> knownKeyPatterns(LogSource source);
+// The estimator of `key` under `pattern`, or "" when the key does not match it.
+std::string matchKeyPattern(const KnownKeyPattern& pattern, const std::string& key);
 
 struct LogImportOptions {
     // COLUMN=MEASURE entries (--map); they add to and override the built-in mapping. `COLUMN=step` names the step
@@ -136,12 +154,15 @@ struct ImportedLog {
     std::int64_t linesMerged = 0; // kept lines whose step an earlier line already had
     std::vector<MappedMetric> metrics; // in table order
     std::vector<std::string> unmappedKeys; // logged keys read by no mapping, sorted
+    // What the reader chose not to read, and how to read it: a key pattern matched by several keys ("accuracy not
+    // read: 2 logged keys match val-core/<data source>/acc/mean@<N> (...); pick one with --map KEY=accuracy").
+    std::vector<std::string> notes;
     std::optional<TinkerRunConfig> tinkerConfig; // Tinker, with a usable config.json beside the log
     std::string tinkerConfigProblem; // Tinker: why the config.json beside the log was not used (located), or ""
 
     // {"measure": {"key", "estimator", "unit", "user_mapped", "steps"}, ...}: the run's estimator record.
     std::string estimatorJson() const;
-    // The imported run's config_json: {"source", "file", "map", "estimators", "import": {counts},
+    // The imported run's config_json: {"source", "file", "map", "estimators", "import": {counts, "notes" when any},
     // "tinker_config": {...} when read}. `absoluteFile` is the log as stored.
     std::string runConfigJson(const std::string& absoluteFile, const std::vector<std::string>& map) const;
 };

@@ -3,6 +3,7 @@
 
 #include "core/common/error.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -85,6 +86,65 @@ Value csvValue(const std::string& raw)
     return v;
 }
 
+// Columns --map did not name: a verl or Tinker key, or a measure's own name, unless --map took that measure; then
+// the key patterns of verl (val-core/<data source>/acc/mean@<N>), read when one column matches.
+void mapKnownColumns(const std::string& path, size_t headerIndex, const std::vector<std::string>& header,
+    size_t stepColumn, const std::set<std::string>& userMeasures, std::vector<Mapping>& mappings,
+    std::vector<bool>& mapped, std::vector<std::string>& notes)
+{
+    std::map<std::string, std::string> autoMeasureColumn;
+    std::vector<KnownKey> known = knownKeys(LogSource::Verl);
+    const auto tinker = knownKeys(LogSource::Tinker);
+    known.insert(known.end(), tinker.begin(), tinker.end());
+    for (size_t c = 0; c < header.size(); ++c) {
+        if (c == stepColumn || mapped[c]) {
+            continue;
+        }
+        std::optional<Mapping> candidate;
+        for (const auto& k : known) {
+            if (k.key == header[c]) {
+                candidate = makeMapping(header[c], k.measure, k.estimator + " (" + toString(k.source) + " key)", false);
+                break;
+            }
+        }
+        if (!candidate) {
+            const ImportMeasure* measure = findImportMeasure(header[c]);
+            if (measure && measure->name != "step") {
+                candidate = makeMapping(header[c], measure->name, measure->defaultEstimator + " (by column name)", false);
+            }
+        }
+        if (!candidate || userMeasures.count(candidate->measureName())) {
+            continue;
+        }
+        const std::string measure = candidate->measureName();
+        if (const auto previous = autoMeasureColumn.find(measure); previous != autoMeasureColumn.end()) {
+            throw InputError(path, "line " + std::to_string(headerIndex + 1),
+                "the columns " + previous->second + " and " + header[c] + " both map to " + measure
+                    + "; choose with --map (e.g. --map '" + header[c] + "=extra:" + header[c] + "')");
+        }
+        autoMeasureColumn.emplace(measure, header[c]);
+        mappings[c] = std::move(*candidate);
+        mapped[c] = true;
+    }
+    std::set<std::string> taken = userMeasures;
+    std::set<std::string> mappedColumns;
+    std::vector<std::string> columns;
+    for (size_t c = 0; c < header.size(); ++c) {
+        if (mapped[c]) {
+            taken.insert(mappings[c].measureName());
+            mappedColumns.insert(header[c]);
+        }
+        if (c != stepColumn) {
+            columns.push_back(header[c]);
+        }
+    }
+    for (Mapping& mapping : patternMappings(LogSource::Csv, columns, mappedColumns, taken, " (verl key)", notes)) {
+        const auto column = static_cast<size_t>(std::find(header.begin(), header.end(), mapping.key) - header.begin());
+        mappings[column] = std::move(mapping);
+        mapped[column] = true;
+    }
+}
+
 } // namespace
 
 ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
@@ -153,41 +213,7 @@ ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
         throw InputError(path, "line " + std::to_string(headerIndex + 1),
             "no step column (expected a column named step, or --map COLUMN=step; columns: " + headerList + ")");
     }
-    // Other columns: a verl or Tinker key, or a measure's own name, unless --map took that measure.
-    std::map<std::string, std::string> autoMeasureColumn;
-    std::vector<KnownKey> known = knownKeys(LogSource::Verl);
-    const auto tinker = knownKeys(LogSource::Tinker);
-    known.insert(known.end(), tinker.begin(), tinker.end());
-    for (size_t c = 0; c < header.size(); ++c) {
-        if (c == *stepColumn || mapped[c]) {
-            continue;
-        }
-        std::optional<Mapping> candidate;
-        for (const auto& k : known) {
-            if (k.key == header[c]) {
-                candidate = makeMapping(header[c], k.measure, k.estimator + " (" + toString(k.source) + " key)", false);
-                break;
-            }
-        }
-        if (!candidate) {
-            const ImportMeasure* measure = findImportMeasure(header[c]);
-            if (measure && measure->name != "step") {
-                candidate = makeMapping(header[c], measure->name, measure->defaultEstimator + " (by column name)", false);
-            }
-        }
-        if (!candidate || userMeasures.count(candidate->measureName())) {
-            continue;
-        }
-        const std::string measure = candidate->measureName();
-        if (const auto previous = autoMeasureColumn.find(measure); previous != autoMeasureColumn.end()) {
-            throw InputError(path, "line " + std::to_string(headerIndex + 1),
-                "the columns " + previous->second + " and " + header[c] + " both map to " + measure
-                    + "; choose with --map (e.g. --map '" + header[c] + "=extra:" + header[c] + "')");
-        }
-        autoMeasureColumn.emplace(measure, header[c]);
-        mappings[c] = std::move(*candidate);
-        mapped[c] = true;
-    }
+    mapKnownColumns(path, headerIndex, header, *stepColumn, userMeasures, mappings, mapped, reader.result().notes);
     std::vector<Mapping> used;
     for (size_t c = 0; c < header.size(); ++c) {
         if (mapped[c]) {

@@ -109,6 +109,18 @@ std::vector<MapEntry> parseMapEntries(const LogImportOptions& options);
 // Built-in mappings of a key-value source with the --map entries applied.
 std::vector<Mapping> keyValueMappings(LogSource source, const std::vector<MapEntry>& entries);
 
+// The mappings knownKeyPatterns(source) adds to a log holding `loggedKeys`: a pattern whose measure is not in
+// `takenMeasures` and that exactly one logged key matches is read from that key (its estimator followed by
+// `estimatorSuffix`) unless `mappedKeys` (--map) already reads the key; a pattern that several logged keys match
+// is read from none, and a line in `notes` names them and the --map entry that picks one.
+std::vector<Mapping> patternMappings(LogSource source, const std::vector<std::string>& loggedKeys,
+    const std::set<std::string>& mappedKeys, const std::set<std::string>& takenMeasures,
+    const std::string& estimatorSuffix, std::vector<std::string>& notes);
+// For a key-value source whose log holds `loggedKeys`: adds the key patterns' mappings to `mappings` (those of
+// keyValueMappings). A measure is taken by a --map entry, or by a built-in key that the log holds.
+void addPatternMappings(LogSource source, const std::set<std::string>& loggedKeys, std::vector<Mapping>& mappings,
+    std::vector<std::string>& notes);
+
 // Tinker's config.json beside `logPath` (import_log_tinker.cpp).
 std::optional<TinkerRunConfig> readTinkerConfig(const std::string& logPath, std::string& problem);
 

@@ -4,6 +4,8 @@
 
 #include "core/common/input_limits.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,89 +42,146 @@ Value jsonValue(const json& value)
     return v;
 }
 
+// One non-blank line of the file: its step and key-value pairs, or why it is skipped.
+struct ParsedLine {
+    std::int64_t line = 0;
+    std::string skipReason; // not empty: the line is skipped
+    Value step;
+    std::vector<std::pair<std::string, Value>> values;
+};
+
+ParsedLine parseLine(LogSource source, std::int64_t lineNumber, const std::string& text)
+{
+    ParsedLine parsed;
+    parsed.line = lineNumber;
+    if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size()); deep != std::string::npos) {
+        parsed.skipReason = "column " + std::to_string(deep + 1) + ": " + nestingTooDeepDetail();
+        return parsed;
+    }
+    json object;
+    try {
+        object = json::parse(markNonFiniteTokens(text));
+    } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
+        std::string what = error.what();
+        // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
+        const auto colon = what.find("column");
+        parsed.skipReason = "bad JSON (" + (colon == std::string::npos ? what : what.substr(colon)) + ")";
+        return parsed;
+    }
+    if (!object.is_object()) {
+        parsed.skipReason = std::string("expected a JSON object, got a JSON ") + object.type_name();
+        return parsed;
+    }
+    const auto step = object.find("step");
+    if (step == object.end()) {
+        parsed.skipReason = "no \"step\" key";
+        return parsed;
+    }
+    parsed.step = jsonValue(*step);
+    if (source == LogSource::Verl) {
+        // verl's file logger: {"step": N, "data": {"key": value, ...}}
+        const auto data = object.find("data");
+        if (data == object.end()) {
+            parsed.skipReason = "no \"data\" object (verl file logger lines are {\"step\": N, \"data\": {...}})";
+            return parsed;
+        }
+        if (!data->is_object()) {
+            parsed.skipReason = std::string("\"data\" is a JSON ") + data->type_name() + ", expected an object";
+            return parsed;
+        }
+        for (const auto& [key, value] : data->items()) {
+            parsed.values.emplace_back(key, jsonValue(value));
+        }
+    } else {
+        // Tinker's metrics.jsonl: {"step": N, "key": value, ...}
+        for (const auto& [key, value] : object.items()) {
+            if (key != "step") {
+                parsed.values.emplace_back(key, jsonValue(value));
+            }
+        }
+    }
+    return parsed;
+}
+
+// The logged keys that decide the key patterns of `source` (addPatternMappings): the keys a pattern may match and
+// the keys of `mappings` that read a pattern's measure. Only the lines whose text holds such a key's literal start
+// (a pattern's text before its first placeholder, "val-core/") are parsed, so that a log without validation
+// metrics costs one text search per line.
+std::set<std::string> keysDecidingPatterns(
+    LogSource source, const std::vector<Mapping>& mappings, const std::vector<std::string>& lines)
+{
+    std::vector<std::string> starts;
+    for (const KnownKeyPattern& pattern : knownKeyPatterns(source)) {
+        starts.push_back(pattern.key.substr(0, pattern.key.find('<')));
+        for (const Mapping& mapping : mappings) {
+            if (mapping.measureName() == pattern.measure) {
+                starts.push_back(mapping.key);
+            }
+        }
+    }
+    std::set<std::string> keys;
+    for (const std::string& line : lines) {
+        const bool holds = std::any_of(starts.begin(), starts.end(),
+            [&](const std::string& start) { return line.find(start) != std::string::npos; });
+        if (holds) {
+            for (auto& value : parseLine(source, 0, trim(line)).values) {
+                keys.insert(std::move(value.first));
+            }
+        }
+    }
+    return keys;
+}
+
+// What this run's config.json says about the policy drift in kl_sample_train_*, added to their estimators.
+void noteTinkerPolicyDrift(ImportedLog& log)
+{
+    if (!log.tinkerConfig || (!log.tinkerConfig->numSubsteps && !log.tinkerConfig->asyncRecorded)) {
+        return;
+    }
+    const TinkerRunConfig& config = *log.tinkerConfig;
+    std::string settings = config.numSubsteps ? "num_substeps " + std::to_string(*config.numSubsteps) : "";
+    if (config.asyncRecorded) {
+        settings += std::string(settings.empty() ? "" : ", ")
+            + (config.maxStepsOffPolicy ? "async max_steps_off_policy " + std::to_string(*config.maxStepsOffPolicy)
+                                        : std::string("synchronous"));
+    }
+    for (auto& metric : log.metrics) {
+        if (metric.key.rfind("optim/kl_sample_train_", 0) == 0) {
+            metric.estimator += " (this run's config.json: " + settings
+                + (config.includesPolicyDrift() ? ": includes policy drift)" : ": no policy drift recorded)");
+        }
+    }
+}
+
 } // namespace
 
 ImportedLog importJsonLines(LogSource source, const std::string& path, const LogImportOptions& options)
 {
     LogReader reader(source, path);
-    reader.setMappings(keyValueMappings(source, parseMapEntries(options)));
+    std::vector<Mapping> mappings = keyValueMappings(source, parseMapEntries(options));
     const auto lines = splitLines(readWholeFile(path));
+    // A key pattern (verl's val-core/<data source>/acc/mean@<N>) is read only when the whole log holds one key of
+    // it, so the keys that could decide it are gathered first, from the few lines that hold their text.
+    addPatternMappings(source, keysDecidingPatterns(source, mappings, lines), mappings, reader.result().notes);
+    reader.setMappings(std::move(mappings));
     for (size_t index = 0; index < lines.size(); ++index) {
-        const auto lineNumber = static_cast<std::int64_t>(index + 1);
         const std::string text = trim(lines[index]);
         if (text.empty()) {
             continue;
         }
         ++reader.result().linesRead;
-        if (const std::size_t deep = jsonNestingTooDeep(text.data(), text.data() + text.size());
-            deep != std::string::npos) {
-            reader.skip(lineNumber, "column " + std::to_string(deep + 1) + ": " + nestingTooDeepDetail());
-            continue;
-        }
-        json object;
-        try {
-            object = json::parse(markNonFiniteTokens(text));
-        } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
-            std::string what = error.what();
-            // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-            const auto colon = what.find("column");
-            reader.skip(lineNumber, "bad JSON (" + (colon == std::string::npos ? what : what.substr(colon)) + ")");
-            continue;
-        }
-        if (!object.is_object()) {
-            reader.skip(lineNumber, std::string("expected a JSON object, got a JSON ") + object.type_name());
-            continue;
-        }
-        const auto step = object.find("step");
-        if (step == object.end()) {
-            reader.skip(lineNumber, "no \"step\" key");
-            continue;
-        }
-        std::vector<std::pair<std::string, Value>> values;
-        if (source == LogSource::Verl) {
-            // verl's file logger: {"step": N, "data": {"key": value, ...}}
-            const auto data = object.find("data");
-            if (data == object.end()) {
-                reader.skip(lineNumber, "no \"data\" object (verl file logger lines are {\"step\": N, \"data\": {...}})");
-                continue;
-            }
-            if (!data->is_object()) {
-                reader.skip(lineNumber, std::string("\"data\" is a JSON ") + data->type_name() + ", expected an object");
-                continue;
-            }
-            for (const auto& [key, value] : data->items()) {
-                values.emplace_back(key, jsonValue(value));
-            }
+        const ParsedLine line = parseLine(source, static_cast<std::int64_t>(index + 1), text);
+        if (line.skipReason.empty()) {
+            reader.record(line.line, line.step, line.values);
         } else {
-            // Tinker's metrics.jsonl: {"step": N, "key": value, ...}
-            for (const auto& [key, value] : object.items()) {
-                if (key != "step") {
-                    values.emplace_back(key, jsonValue(value));
-                }
-            }
+            reader.skip(line.line, line.skipReason);
         }
-        reader.record(lineNumber, jsonValue(*step), values);
     }
     ImportedLog log = reader.finish();
     if (source == LogSource::Tinker) {
         log.tinkerConfig = readTinkerConfig(path, log.tinkerConfigProblem);
     }
-    if (log.tinkerConfig && (log.tinkerConfig->numSubsteps || log.tinkerConfig->asyncRecorded)) {
-        // What this run's config.json says about the policy drift in kl_sample_train_*.
-        const TinkerRunConfig& config = *log.tinkerConfig;
-        std::string settings = config.numSubsteps ? "num_substeps " + std::to_string(*config.numSubsteps) : "";
-        if (config.asyncRecorded) {
-            settings += std::string(settings.empty() ? "" : ", ")
-                + (config.maxStepsOffPolicy ? "async max_steps_off_policy " + std::to_string(*config.maxStepsOffPolicy)
-                                            : std::string("synchronous"));
-        }
-        for (auto& metric : log.metrics) {
-            if (metric.key.rfind("optim/kl_sample_train_", 0) == 0) {
-                metric.estimator += " (this run's config.json: " + settings
-                    + (config.includesPolicyDrift() ? ": includes policy drift)" : ": no policy drift recorded)");
-            }
-        }
-    }
+    noteTinkerPolicyDrift(log);
     return log;
 }
 

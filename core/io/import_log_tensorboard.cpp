@@ -7,6 +7,10 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace mismatch::io::importing {
 
@@ -14,8 +18,16 @@ namespace mismatch::io::importing {
 ImportedLog importTensorBoard(const std::string& path, const LogImportOptions& options)
 {
     LogReader reader(LogSource::TensorBoard, path);
-    reader.setMappings(keyValueMappings(LogSource::TensorBoard, parseMapEntries(options)));
+    std::vector<Mapping> mappings = keyValueMappings(LogSource::TensorBoard, parseMapEntries(options));
     const TensorBoardEvents events = parseTensorBoardEvents(readInputFile(path, limits::kImportFile, "event file"));
+    // verl's tags include its validation metrics, val-core/<data source>/acc/mean@<N>: a key pattern, read when the
+    // file holds one tag of it.
+    std::set<std::string> tags;
+    for (const TensorBoardScalar& scalar : events.scalars) {
+        tags.insert(scalar.tag);
+    }
+    addPatternMappings(LogSource::TensorBoard, tags, mappings, reader.result().notes);
+    reader.setMappings(std::move(mappings));
     std::size_t problem = 0;
     const auto reportProblemsBefore = [&](std::int64_t record) {
         for (; problem < events.problems.size() && events.problems[problem].record <= record; ++problem) {

@@ -592,6 +592,9 @@ nlohmann::json importResultJson(const ImportReport& report)
     } else if (!log.tinkerConfigProblem.empty()) {
         out["tinker_config_problem"] = log.tinkerConfigProblem;
     }
+    if (!log.notes.empty()) {
+        out["notes"] = log.notes; // what was not read and why (several verl data sources' accuracies)
+    }
     return out;
 }
 
@@ -646,7 +649,7 @@ JobDefinition importLogJob(io::LogSource source)
     };
     job.resultFields = {"run_id", "name", "kind", "source", "file", "workspace", "lines_read", "steps_imported",
         "lines_skipped", "skipped", "lines_merged", "dropped_values", "conflicts", "first_step", "last_step", "metrics",
-        "unmapped_keys", "tinker_config", "tinker_config_problem"};
+        "unmapped_keys", "tinker_config", "tinker_config_problem", "notes"};
     return job;
 }
 

@@ -5,6 +5,13 @@
 //     infinities as null; verl/trainer/distillation/losses.py distillation_ppo_loss logs the OPD loss as
 //     "distillation/loss" among the actor's metrics, logged as actor/distillation/loss next to actor/pg_loss (the
 //     prefixing step itself was not found in the stored sources; logs of verl OPD runs show that key).
+//     Validation: verl/trainer/ppo/ray_trainer.py RayPPOTrainer._val_metrics_update names the metrics of
+//     verl/trainer/ppo/metric_utils.py process_validation_metrics "val-core/<data_source>/<var_name>/<metric_name>"
+//     for the core variable ("acc" when the reward function returns it) and mean@N, maj@N/*, best@N/* at the
+//     largest N, "val-aux/..." for the rest (std@N, worst@N/*, the other variables); mean@N is each problem's mean
+//     over its N responses, averaged over the data source's problems. fit() logs the validation before training
+//     on its own line at step 0 and later ones merged into the line of every test_freq-th step; the data source is
+//     the dataset's data_source, "openai/gsm8k" in examples/data_preprocess/gsm8k.py.
 //   Tinker: thinking-machines-lab/tinker-cookbook tinker_cookbook/utils/ml_log.py JsonLogger writes metrics.jsonl
 //     lines {"step": N, ...} and the run's Config to config.json beside it; rl/train.py Config has num_substeps
 //     and async_config {max_steps_off_policy, groups_per_batch, pipeline_depth}, and the asynchronous trainer's
@@ -266,6 +273,9 @@ private slots:
     void aimetMse();
     void aimetErrors();
     void verlOffPolicyDiagnostics();
+    void verlValidationAccuracyOfOneDataSource_data();
+    void verlValidationAccuracyOfOneDataSource();
+    void verlValidationAccuraciesOfSeveralDataSources();
     void failedStoreLeavesWorkspaceUnchanged();
     void cliImportsLogEndToEnd();
     void cliFailuresLeaveWorkspaceUnchanged();
@@ -277,7 +287,8 @@ private slots:
 void TestImport::verlMapsEachKeyOntoItsEstimator()
 {
     const auto log = io::importLog(io::LogSource::Verl, kFixtures + "verl_metrics.jsonl");
-    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{1, 2, 4, 5, 6, 7}));
+    // Step 0 is the validation before training: its line holds only the validation accuracy.
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 2, 4, 5, 6, 7}));
     const std::map<std::int64_t, const TokenProbabilities*> batches = {{1, &kBatchA}, {2, &kBatchB}, {7, &kBatchC}};
     for (const auto& [step, batch] : batches) {
         const auto& m = stepOf(log, step);
@@ -306,7 +317,11 @@ void TestImport::verlMapsEachKeyOntoItsEstimator()
     QCOMPARE(*stepOf(log, 2).reward, 0.4375);
     QCOMPARE(nlohmann::json::parse(stepOf(log, 7).extrasJson).at("pg_loss").get<double>(), -0.0088);
     QCOMPARE(nlohmann::json::parse(stepOf(log, 1).extrasJson).at("step_time_s").get<double>(), 41.7);
-    QVERIFY(!stepOf(log, 7).accuracy); // a validation accuracy key names its data source: read only with --map
+    // The log's one validation accuracy key (one data source) is read as accuracy, at the steps that logged it.
+    QCOMPARE(*stepOf(log, 0).accuracy, 0.412);
+    QCOMPARE(*stepOf(log, 7).accuracy, 0.455);
+    QVERIFY(!stepOf(log, 1).accuracy && !stepOf(log, 2).accuracy);
+    QVERIFY(log.notes.empty());
 
     // The estimators recorded with the run.
     const auto estimators = nlohmann::json::parse(log.estimatorJson());
@@ -323,6 +338,7 @@ void TestImport::verlMapsEachKeyOntoItsEstimator()
     // Keys read by no mapping are listed, not stored.
     const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
     QVERIFY(unmapped.count("perf/throughput") && !unmapped.count("rollout_corr/training_ppl"));
+    QVERIFY(!unmapped.count("val-core/openai/gsm8k/acc/mean@1"));
     // verl's sequence-level diagnostics have their own measures (verlOffPolicyDiagnostics): training_ppl here.
     QCOMPARE(estimators.at("training_ppl").at("steps").get<int>(), 2);
 }
@@ -332,8 +348,8 @@ void TestImport::verlReportsMalformedLinesByNumber()
     const auto log = io::importLog(io::LogSource::Verl, kFixtures + "verl_metrics.jsonl");
     QCOMPARE(log.linesRead, std::int64_t{10}); // 11 lines, one blank
     // Only lines without a usable step or mapped value are skipped.
-    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{1, 4, 5}));
-    QVERIFY(contains(reasonOf(log, 1), "no mapped metric"));
+    // (Line 1 holds the validation accuracy alone: read, not skipped.)
+    QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{4, 5}));
     QVERIFY(contains(reasonOf(log, 4), "bad JSON"));
     QVERIFY(contains(reasonOf(log, 5), "no \"step\""));
     // An unusable value is dropped alone, with its line and key; the rest of its line is kept.
@@ -623,6 +639,12 @@ void TestImport::readmeMappingTableMatchesCode()
             // An event file's table holds verl's keys too (verl's tensorboard logger); the page lists them once.
             if (known.source == source) {
                 code.insert(std::string(name) + " " + known.key + " -> " + known.measure);
+            }
+        }
+        // The key patterns (verl's val-core/<data source>/acc/mean@<N>) are rows of the same table.
+        for (const auto& pattern : io::knownKeyPatterns(source)) {
+            if (pattern.source == source) {
+                code.insert(std::string(name) + " " + pattern.key + " -> " + pattern.measure);
             }
         }
     }
@@ -925,7 +947,7 @@ void TestImport::failedStoreLeavesWorkspaceUnchanged()
     QCOMPARE(external->source, std::string("verl"));
     QCOMPARE(store.run(first.runId)->kind, std::string("external"));
     QVERIFY(store.run(first.runId)->status == store::RunStatus::Finished);
-    QCOMPARE(store.stepsAfter(first.runId).size(), size_t{6});
+    QCOMPARE(store.stepsAfter(first.runId).size(), size_t{7});
 }
 
 void TestImport::cliImportsLogEndToEnd()
@@ -942,11 +964,11 @@ void TestImport::cliImportsLogEndToEnd()
     QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
     QCOMPARE(out.at("kind").get<std::string>(), std::string("external"));
     QCOMPARE(out.at("lines_read").get<int>(), 10);
-    QCOMPARE(out.at("steps_imported").get<int>(), 6);
-    QCOMPARE(out.at("lines_skipped").get<int>(), 3);
+    QCOMPARE(out.at("steps_imported").get<int>(), 7); // step 0: the validation accuracy alone
+    QCOMPARE(out.at("lines_skipped").get<int>(), 2);
     std::vector<int> lines;
     for (const auto& s : out.at("skipped")) lines.push_back(s.at("line").get<int>());
-    QCOMPARE(lines, (std::vector<int>{1, 4, 5}));
+    QCOMPARE(lines, (std::vector<int>{4, 5}));
     QCOMPARE(out.at("lines_merged").get<int>(), 1);
     QCOMPARE(out.at("dropped_values").size(), size_t{3});
     QCOMPARE(out.at("dropped_values")[1].at("line").get<int>(), 8);
@@ -969,8 +991,8 @@ void TestImport::cliImportsLogEndToEnd()
     QCOMPARE(info.at("external_runs").get<int>(), 1);
     store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
     const auto steps = store.stepsAfter(runId);
-    QCOMPARE(steps.size(), size_t{6});
-    COMPARE_NEAR(*steps[1].k3, k3(kBatchB));
+    QCOMPARE(steps.size(), size_t{7});
+    COMPARE_NEAR(*steps[2].k3, k3(kBatchB));
     // The import's counts are stored with the run.
     const auto stored = nlohmann::json::parse(store.run(runId)->configJson);
     QCOMPARE(stored.at("import").at("values_dropped").get<int>(), 3);
@@ -1192,6 +1214,160 @@ void TestImport::verlOffPolicyDiagnostics()
             QVERIFY2(metric.estimator.find("importance weight") != std::string::npos, metric.estimator.c_str());
         }
     }
+}
+
+// verl's validation accuracy of one data source (val-core/<data source>/acc/mean@<N>, see the top of this file) is
+// read as accuracy at the steps that evaluated, without --map: at step 0 on a line of its own, and merged into the
+// lines of steps 5 and 10. The other validation keys of that source (best@N, maj@N, std@N, the reward variable) are
+// not accuracy and stay unread.
+void TestImport::verlValidationAccuracyOfOneDataSource_data()
+{
+    QTest::addColumn<int>("responses"); // actor_rollout_ref.rollout.val_kwargs.n: N in mean@N
+    QTest::newRow("one response per problem") << 1;
+    QTest::newRow("four responses per problem") << 4;
+}
+
+void TestImport::verlValidationAccuracyOfOneDataSource()
+{
+    QFETCH(int, responses);
+    const std::string n = std::to_string(responses);
+    const std::string key = "val-core/openai/gsm8k/acc/mean@" + n;
+    // Four problems; response r of problem p at evaluation step s is correct when (3 s / 5 + p + 2 r p + r) % 7 < 4.
+    // mean@N: each problem's fraction of correct responses, averaged over the problems.
+    const auto meanAccuracy = [&](int step) {
+        double sum = 0.0;
+        for (int problem = 0; problem < 4; ++problem) {
+            int correct = 0;
+            for (int response = 0; response < responses; ++response) {
+                correct += (3 * (step / 5) + problem + 2 * response * problem + response) % 7 < 4;
+            }
+            sum += static_cast<double>(correct) / responses;
+        }
+        return sum / 4.0;
+    };
+    std::string text;
+    const auto validation = [&](int step) {
+        nlohmann::json data = {{key, meanAccuracy(step)}, {"val-aux/openai/gsm8k/reward/mean@" + n, 0.25 + step}};
+        if (responses > 1) { // verl's other core metrics: not the mean accuracy
+            data["val-core/openai/gsm8k/acc/best@" + n + "/mean"] = 0.97;
+            data["val-core/openai/gsm8k/acc/maj@" + n + "/mean"] = 0.96;
+            data["val-aux/openai/gsm8k/acc/std@" + n] = 0.31;
+        }
+        return data;
+    };
+    text += nlohmann::json {{"step", 0}, {"data", validation(0)}}.dump() + "\n"; // before training
+    for (int step = 1; step <= 10; ++step) {
+        nlohmann::json data = {{"rollout_corr/kl", 0.001 * step}};
+        if (step % 5 == 0) data.update(validation(step)); // test_freq 5
+        text += nlohmann::json {{"step", step}, {"data", data}}.dump() + "\n";
+    }
+    QTemporaryDir dir;
+    const io::ImportedLog log = io::importLog(io::LogSource::Verl, writeFile(dir, "verl.jsonl", text));
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+    for (const store::StepMetrics& step : log.steps) {
+        if (step.step % 5 == 0) {
+            QVERIFY2(step.accuracy, qPrintable(QString("step %1 has no accuracy").arg(step.step)));
+            COMPARE_NEAR(*step.accuracy, meanAccuracy(static_cast<int>(step.step)));
+        } else {
+            QVERIFY2(!step.accuracy, qPrintable(QString("step %1 has an accuracy").arg(step.step)));
+        }
+    }
+    // The steps' values differ: a value read at the wrong step would show.
+    QVERIFY(meanAccuracy(0) != meanAccuracy(5) && meanAccuracy(5) != meanAccuracy(10) && meanAccuracy(0) != meanAccuracy(10));
+    QVERIFY(log.notes.empty());
+    const auto estimators = nlohmann::json::parse(log.estimatorJson());
+    QCOMPARE(estimators.at("accuracy").at("key").get<std::string>(), key);
+    QCOMPARE(estimators.at("accuracy").at("steps").get<int>(), 3);
+    QVERIFY(!estimators.at("accuracy").at("user_mapped").get<bool>());
+    const std::string estimator = estimators.at("accuracy").at("estimator").get<std::string>();
+    QVERIFY2(contains(estimator, "verl validation accuracy: mean over the " + n
+                 + " responses per problem of openai/gsm8k's acc"),
+        estimator.c_str());
+    const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
+    QVERIFY(!unmapped.count(key) && unmapped.count("val-aux/openai/gsm8k/reward/mean@" + n));
+    if (responses > 1) {
+        QVERIFY(unmapped.count("val-core/openai/gsm8k/acc/best@" + n + "/mean"));
+        QVERIFY(unmapped.count("val-core/openai/gsm8k/acc/maj@" + n + "/mean"));
+    }
+
+    // A CSV export of the run (Weights & Biases: one column per key, empty where a step did not log it) reads the
+    // column the same way.
+    std::string csv = "step,rollout_corr/kl," + key + "\n";
+    for (int step = 0; step <= 10; ++step) {
+        csv += std::to_string(step) + "," + (step ? std::to_string(0.001 * step) : std::string()) + ","
+            + (step % 5 == 0 ? nlohmann::json(meanAccuracy(step)).dump() : std::string()) + "\n";
+    }
+    const io::ImportedLog table = io::importLog(io::LogSource::Csv, writeFile(dir, "verl.csv", csv));
+    COMPARE_NEAR(*stepOf(table, 5).accuracy, meanAccuracy(5));
+    QVERIFY(!stepOf(table, 4).accuracy);
+    QVERIFY(contains(nlohmann::json::parse(table.estimatorJson()).at("accuracy").at("estimator").get<std::string>(),
+        "verl validation accuracy"));
+
+    // A --map entry for accuracy wins over the pattern: the validation key is then not read.
+    io::LogImportOptions options;
+    options.map = {"rollout_corr/kl=accuracy"};
+    const io::ImportedLog mapped = io::importLog(io::LogSource::Verl, writeFile(dir, "verl.jsonl", text), options);
+    COMPARE_NEAR(*stepOf(mapped, 5).accuracy, 0.005);
+    QCOMPARE(skippedLines(mapped), std::vector<std::int64_t> {1}); // step 0's line: validation keys only, none read
+    QVERIFY(std::count(mapped.unmappedKeys.begin(), mapped.unmappedKeys.end(), key) == 1);
+}
+
+// Two data sources log one validation accuracy key each: neither is read (which one the run's quality is depends on
+// the user), the keys are listed as not read and the import's notes name both and the --map entry that picks one;
+// with that entry the chosen source's values are read.
+void TestImport::verlValidationAccuraciesOfSeveralDataSources()
+{
+    const std::string gsm8k = "val-core/openai/gsm8k/acc/mean@1";
+    const std::string math = "val-core/lighteval/MATH/acc/mean@1";
+    std::string text;
+    for (int step = 0; step <= 6; ++step) {
+        nlohmann::json data = {{"rollout_corr/k3_kl", 0.0005 * (step + 1)}};
+        if (step % 3 == 0) {
+            data[gsm8k] = 0.40 + 0.01 * step;
+            data[math] = 0.20 + 0.02 * step;
+        }
+        text += nlohmann::json {{"step", step}, {"data", data}}.dump() + "\n";
+    }
+    QTemporaryDir dir;
+    const std::string path = writeFile(dir, "verl.jsonl", text);
+    const io::ImportedLog log = io::importLog(io::LogSource::Verl, path);
+    QCOMPARE(log.steps.size(), std::size_t {7});
+    for (const store::StepMetrics& step : log.steps) {
+        QVERIFY2(!step.accuracy, qPrintable(QString("step %1 has an accuracy").arg(step.step)));
+    }
+    QVERIFY(!nlohmann::json::parse(log.estimatorJson()).contains("accuracy"));
+    const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
+    QVERIFY(unmapped.count(gsm8k) && unmapped.count(math));
+    QCOMPARE(log.notes.size(), std::size_t {1});
+    const std::string& note = log.notes[0];
+    QVERIFY2(contains(note, gsm8k) && contains(note, math) && contains(note, "accuracy not read"), note.c_str());
+    // The entry it proposes is one that --map accepts, for one of the two keys.
+    const auto proposed = note.find("--map ");
+    QVERIFY2(proposed != std::string::npos, note.c_str());
+    const std::string entry = note.substr(proposed + 6);
+    QVERIFY2(entry == gsm8k + "=accuracy" || entry == math + "=accuracy", note.c_str());
+    QVERIFY2(io::checkMapEntry(entry).empty(), entry.c_str());
+    // The note is stored with the run.
+    const auto config = nlohmann::json::parse(log.runConfigJson(path, {}));
+    QVERIFY(config.at("import").at("notes") == nlohmann::json(log.notes));
+
+    // --map picks one: MATH's values at steps 0, 3 and 6, the other key still not read, no note.
+    io::LogImportOptions options;
+    options.map = {math + "=accuracy"};
+    const io::ImportedLog picked = io::importLog(io::LogSource::Verl, path, options);
+    for (int step : {0, 3, 6}) COMPARE_NEAR(*stepOf(picked, step).accuracy, 0.20 + 0.02 * step);
+    QVERIFY(!stepOf(picked, 1).accuracy);
+    QVERIFY(picked.notes.empty());
+    QVERIFY(std::count(picked.unmappedKeys.begin(), picked.unmappedKeys.end(), gsm8k) == 1);
+    const auto estimators = nlohmann::json::parse(picked.estimatorJson());
+    QCOMPARE(estimators.at("accuracy").at("key").get<std::string>(), math);
+    QVERIFY(estimators.at("accuracy").at("user_mapped").get<bool>());
+    // The key picked by --map is still said to be what verl computed.
+    const std::string estimator = estimators.at("accuracy").at("estimator").get<std::string>();
+    QVERIFY2(contains(estimator, "verl validation accuracy: mean over the 1 responses per problem of lighteval/MATH's acc")
+            && contains(estimator, "(mapped with --map)"),
+        estimator.c_str());
+    QVERIFY(!nlohmann::json::parse(picked.runConfigJson(path, options.map)).at("import").contains("notes"));
 }
 
 MISMATCH_TEST_MAIN(TestImport)

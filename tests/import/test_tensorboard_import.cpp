@@ -151,6 +151,51 @@ private slots:
                 what.c_str());
         }
     }
+
+    // verl's tensorboard logger writes its validation metrics as tags too: one data source's
+    // val-core/<data source>/acc/mean@<N> is read as accuracy (see tests/import/test_import.cpp for verl's naming),
+    // two data sources' are not, and the import's notes name them.
+    void verlValidationAccuracyTags()
+    {
+        QTemporaryDir dir;
+        const auto write = [&](const std::string& name, const std::string& secondSource) {
+            std::string file = record(key(1, 1) + doubleBits(1.7e9) + lengthDelimited(3, "brain.Event:2"));
+            file += record(eventBytes(0, simpleValue("val-core/openai/gsm8k/acc/mean@4", 0.375f)
+                    + (secondSource.empty() ? std::string() : simpleValue(secondSource, 0.125f))));
+            file += record(eventBytes(1, simpleValue("rollout_corr/kl", 0.25f)));
+            file += record(eventBytes(2, simpleValue("rollout_corr/kl", 0.5f)
+                    + simpleValue("val-core/openai/gsm8k/acc/mean@4", 0.625f)
+                    + (secondSource.empty() ? std::string() : simpleValue(secondSource, 0.75f))));
+            const std::string path = (dir.path() + "/" + QString::fromStdString(name)).toStdString();
+            std::ofstream(path, std::ios::binary) << file;
+            return path;
+        };
+        const io::ImportedLog one = io::importLog(io::LogSource::TensorBoard, write("events.out.tfevents.one", ""));
+        QCOMPARE(one.steps.size(), std::size_t(3));
+        QCOMPARE(*one.steps[0].accuracy, 0.375); // exact in a float
+        QVERIFY(!one.steps[1].accuracy);
+        QCOMPARE(*one.steps[2].accuracy, 0.625);
+        QVERIFY(one.notes.empty());
+        bool named = false;
+        for (const io::MappedMetric& metric : one.metrics) {
+            if (metric.measure == "accuracy") {
+                named = metric.key == "val-core/openai/gsm8k/acc/mean@4"
+                    && metric.estimator.find("mean over the 4 responses per problem of openai/gsm8k's acc")
+                        != std::string::npos;
+            }
+        }
+        QVERIFY(named);
+
+        const std::string other = "val-core/lighteval/MATH/acc/mean@4";
+        const io::ImportedLog two = io::importLog(io::LogSource::TensorBoard, write("events.out.tfevents.two", other));
+        QCOMPARE(two.steps.size(), std::size_t(2)); // step 0 held only the two accuracies: skipped
+        for (const store::StepMetrics& step : two.steps) QVERIFY(!step.accuracy);
+        QCOMPARE(two.notes.size(), std::size_t(1));
+        QVERIFY2(two.notes[0].find(other) != std::string::npos
+                && two.notes[0].find("val-core/openai/gsm8k/acc/mean@4") != std::string::npos
+                && two.notes[0].find("--map ") != std::string::npos,
+            two.notes[0].c_str());
+    }
 };
 
 MISMATCH_TEST_GUILESS_MAIN(TestTensorBoardImport)

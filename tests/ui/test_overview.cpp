@@ -2,11 +2,14 @@
 // or open the dialogs); on the fixture workspace it shows the student's budget per step with the protocol's flag,
 // the best admitted candidates with their BF16 multiple, weight memory and KV capacity (from the recipe each was
 // measured with, resolved for the student), the latest runs with their trend, and the next steps for what is
-// missing. Screenshots of both under MISMATCH_TEST_OUTPUT.
+// missing. Screenshots of both under MISMATCH_TEST_OUTPUT. Imported runs without a full-vocabulary curve say which
+// sampled-token estimators they logged instead.
 #include "core/common/error.h"
+#include "core/io/import_log.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+#include "core/store/import_store.h"
 #include "fixture_workspace.h"
 #include "tests/common/test_main.h"
 #include "ui/dialogs/analysis_dialogs.h"
@@ -24,6 +27,9 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <fstream>
+#include <map>
 
 using namespace mismatch;
 
@@ -151,6 +157,58 @@ private slots:
         // "Show in the Budget Tab" selects the calibration there.
         QTest::mouseClick(overview->actionButton("Show in the Budget Tab"), Qt::LeftButton);
         QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::BudgetTab));
+    }
+
+    // Runs imported from verl and Tinker logs (through io::importLog and store::storeExternalRun, as `mismatch
+    // import` does) logged sampled-token estimators, not the full-vocabulary KL: the sparkline's place says what
+    // they have and on how many steps, not "no per-step mismatch". A log with no estimator at all still says that.
+    void importedRunsNameTheirSampledEstimators()
+    {
+        QTemporaryDir dir;
+        const std::string root = dir.path().toStdString();
+        {
+            std::ofstream verl(root + "/verl.jsonl");
+            for (int step = 1; step <= 40; ++step) { // verl's file logger lines: rollout_corr/kl -> k1, k3_kl -> k3
+                verl << "{\"step\": " << step << ", \"data\": {\"rollout_corr/kl\": " << 0.001 * step
+                     << ", \"rollout_corr/k3_kl\": " << 0.0005 * step << ", \"actor/entropy\": 0.8}}\n";
+            }
+        }
+        // Tinker's metrics.jsonl: kl_sample_train_v1 -> k1 on steps 0-2, kl_sample_train_v2 -> k2 (extras) on 0-1.
+        std::ofstream(root + "/metrics.jsonl")
+            << "{\"step\": 0, \"optim/kl_sample_train_v1\": 0.01, \"optim/kl_sample_train_v2\": 0.002}\n"
+            << "{\"step\": 1, \"optim/kl_sample_train_v1\": 0.02, \"optim/kl_sample_train_v2\": 0.003}\n"
+            << "{\"step\": 2, \"optim/kl_sample_train_v1\": 0.03}\n";
+        std::ofstream(root + "/entropy.jsonl") << "{\"step\": 1, \"data\": {\"actor/entropy\": 0.8}}\n";
+        store::RunStore store = store::RunStore::open(store::databasePath(root));
+        const auto add = [&](io::LogSource source, const std::string& file, const std::string& name) {
+            const io::ImportedLog log = io::importLog(source, root + "/" + file);
+            store::ExternalRunSpec spec {name, io::toString(source), file, "{}", log.estimatorJson()};
+            store::storeExternalRun(store, spec, log.steps);
+        };
+        add(io::LogSource::Verl, "verl.jsonl", "verl k1 k3");
+        add(io::LogSource::Tinker, "metrics.jsonl", "tinker k1 k2");
+        add(io::LogSource::Verl, "entropy.jsonl", "entropy only");
+
+        ui::OverviewView overview;
+        overview.setStore(&store);
+        overview.resize(1280, 820);
+        overview.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&overview));
+        QTableWidget* runs = overview.latestRuns();
+        QCOMPARE(runs->rowCount(), 3);
+        std::map<QString, const QLabel*> sparkOf;
+        for (int row = 0; row < runs->rowCount(); ++row) {
+            sparkOf[runs->item(row, 1)->text()] = qobject_cast<QLabel*>(runs->cellWidget(row, 6));
+        }
+        QVERIFY(sparkOf["verl k1 k3"] && sparkOf["tinker k1 k2"] && sparkOf["entropy only"]);
+        QCOMPARE(sparkOf["verl k1 k3"]->text(),
+            QStringLiteral("no full-vocabulary mismatch; 40 steps of k1 and k3 (sampled-token estimates)"));
+        QCOMPARE(sparkOf["tinker k1 k2"]->text(),
+            QStringLiteral("no full-vocabulary mismatch; 3 steps of k1 and 2 of k2 (sampled-token estimates)"));
+        QCOMPARE(sparkOf["entropy only"]->text(), QStringLiteral("no per-step mismatch"));
+        // The column is wide enough to show the whole text.
+        QVERIFY(runs->columnWidth(6) >= sparkOf["verl k1 k3"]->sizeHint().width());
+        saveScreenshot(overview, "overview_imported.png");
     }
 
     void trendWords()

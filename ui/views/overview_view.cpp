@@ -4,6 +4,7 @@
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 #include "core/store/analysis_store.h"
+#include "core/store/import_store.h"
 #include "core/store/sqlite_util.h"
 #include "ui/views/admission_view.h"
 #include "ui/views/analysis_data.h"
@@ -20,6 +21,8 @@
 #include <QScrollBar>
 #include <QTableWidget>
 #include <QVBoxLayout>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -122,6 +125,53 @@ QPixmap sparkline(const std::vector<double>& values, const QSize& size, qreal ra
     painter.setPen(QPen(QColor(0x1f, 0x6f, 0xd1), 1.4));
     painter.drawPath(path);
     return pixmap;
+}
+
+// What a run without a full-vocabulary mismatch curve stored instead: its sampled-token estimates of KL(mu || pi)
+// with their step counts ("40 steps of k1 and k3", "40 steps of k1 and 38 of k3"), or "" when it has none. k1 and k3
+// are step_metrics columns; an imported run keeps k2 and NeMo-RL's gen_kl in extras_json, and its estimator record
+// (external_runs.estimator_json) counts their steps.
+QString sampledEstimates(const store::RunStore& store, const store::RunInfo& run)
+{
+    std::map<std::string, std::int64_t> steps;
+    store::Statement columns(store.handle(), "SELECT count(k1), count(k3) FROM step_metrics WHERE run_id = ?");
+    columns.bind(1, run.id);
+    if (columns.step()) {
+        steps["k1"] = columns.int64(0);
+        steps["k3"] = columns.int64(1);
+    }
+    if (const auto external = store::externalRun(store, run.id)) {
+        const nlohmann::json record = nlohmann::json::parse(external->estimatorJson, nullptr, false);
+        for (const char* name : {"k2", "gen_kl"}) {
+            if (record.is_object() && record.contains(name) && record[name].is_object()
+                && record[name].contains("steps") && record[name]["steps"].is_number_integer()) {
+                steps[name] = record[name]["steps"].get<std::int64_t>();
+            }
+        }
+    }
+    std::vector<std::pair<QString, std::int64_t>> found; // estimator, steps
+    for (const char* name : {"k1", "k2", "k3", "gen_kl"}) {
+        if (const auto count = steps.find(name); count != steps.end() && count->second > 0) {
+            found.emplace_back(QString::fromLatin1(name), count->second);
+        }
+    }
+    if (found.empty()) {
+        return {};
+    }
+    const auto stepCount = [](std::int64_t n) { return QStringLiteral("%1 %2").arg(n).arg(n == 1 ? "step" : "steps"); };
+    const bool sameSteps = std::all_of(
+        found.begin(), found.end(), [&](const auto& estimator) { return estimator.second == found.front().second; });
+    // "40 steps of k1 and k3", or "40 steps of k1, 38 of k2 and 38 of k3"
+    QStringList items;
+    for (const auto& [name, count] : found) {
+        items << (sameSteps || items.isEmpty() ? name : QStringLiteral("%1 of %2").arg(count).arg(name));
+    }
+    QString what = items.back();
+    if (items.size() > 1) {
+        what = QStringList(items.mid(0, items.size() - 1)).join(QStringLiteral(", ")) + QStringLiteral(" and ") + what;
+    }
+    what = stepCount(found.front().second) + QStringLiteral(" of ") + what;
+    return QObject::tr("no full-vocabulary mismatch; %1 (sampled-token estimates)").arg(what);
 }
 
 // The student a calibration or a checkpoint belongs to, as one key: the directory path without a trailing slash.
@@ -624,6 +674,7 @@ void OverviewView::buildLatestRuns(QVBoxLayout* layout, QWidget* page)
         "overviewRuns");
     const int first = std::max(0, static_cast<int>(runs.size()) - kLatestRuns);
     const qreal ratio = devicePixelRatioF();
+    int sparkWidth = 150; // wide enough for a sparkline, wider for the longest text in its place
     for (int i = static_cast<int>(runs.size()) - 1; i >= first; --i) {
         const store::RunInfo& run = runs[static_cast<size_t>(i)];
         std::vector<double> kl; // only the one column, not whole step rows: this runs on every refresh
@@ -646,9 +697,13 @@ void OverviewView::buildLatestRuns(QVBoxLayout* layout, QWidget* page)
         auto* spark = new QLabel(latestRuns_);
         spark->setObjectName("overviewSparkline");
         if (kl.size() < 2) {
-            // A run without a per-step curve (an admission check, a shipped calibration run) says so in words.
-            spark->setText(kl.empty() ? tr("no per-step mismatch") : tr("one step"));
+            // A run without a per-step curve (an admission check, a shipped calibration run) says so in words; an
+            // imported run that logged sampled-token estimators only (k1, k3, ...) says which, on how many steps.
+            const QString sampled = kl.empty() ? sampledEstimates(*store_, run) : QString();
+            spark->setText(!sampled.isEmpty() ? sampled : kl.empty() ? tr("no per-step mismatch") : tr("one step"));
+            spark->setToolTip(sampled);
             spark->setStyleSheet(QStringLiteral("color: #757575; padding-left: 4px"));
+            sparkWidth = std::max(sparkWidth, spark->sizeHint().width() + 8);
         } else {
             spark->setPixmap(sparkline(kl, QSize(140, 22), ratio));
             spark->setToolTip(tr("%1 steps").arg(kl.size()));
@@ -656,9 +711,9 @@ void OverviewView::buildLatestRuns(QVBoxLayout* layout, QWidget* page)
         latestRuns_->setCellWidget(row, 6, spark);
         latestRuns_->setItem(row, 7, cell(trendOf(kl)));
     }
-    latestRuns_->setColumnWidth(6, 150);
+    latestRuns_->setColumnWidth(6, sparkWidth);
     fitRows(latestRuns_);
-    latestRuns_->setColumnWidth(6, 150);
+    latestRuns_->setColumnWidth(6, sparkWidth);
     connect(latestRuns_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
         emit actionRequested(ShowRun, latestRuns_->item(row, 0)->data(Qt::UserRole).toLongLong(), {});
     });

@@ -4,7 +4,8 @@
 //     brackets, threshold, BF16 multiple and its protocol's flags) and the best admitted candidates (lowest weight
 //     memory first: mismatch with its interval, BF16 multiple, weight memory and KV-cache capacity against BF16,
 //     from the recipe each was measured with);
-//   - the latest runs with a sparkline of their per-step mismatch and its trend;
+//   - the latest runs with a sparkline of their per-step mismatch and its trend (a run without one says so, and an
+//     imported run that logged sampled-token estimators instead names them and their step counts);
 //   - next steps for what is missing (no model or run yet, no budget, no admission check, no sensitivity scan, a
 //     flagged budget), each with a button that opens the right dialog (actionRequested()).
 // Everything is read from the store through AnalysisData and RunStore; nothing here writes.
