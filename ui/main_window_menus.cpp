@@ -5,6 +5,7 @@
 #include "core/io/recipe_export.h"
 #include "core/jobs/job_spec.h"
 #include "ui/dialogs/about_dialog.h"
+#include "ui/dialogs/help_dialog.h"
 #include "ui/dialogs/spec_job_dialog.h"
 #include "ui/jobs/job_queue.h"
 #include "ui/plots/compare_plot.h"
@@ -186,6 +187,24 @@ void MainWindow::createJobsMenu()
 void MainWindow::createHelpMenu()
 {
     QMenu* help = menuBar()->addMenu(tr("&Help"));
+    // The guide and the glossary (ui/dialogs/help_dialog.h), one window: opening either again raises it.
+    const auto showHelp = [this](HelpDialog::Page page) {
+        auto* dialog = findChild<HelpDialog*>(QStringLiteral("helpDialog"));
+        if (!dialog) {
+            dialog = new HelpDialog(page, this);
+            dialog->setAttribute(Qt::WA_DeleteOnClose);
+        }
+        dialog->showPage(page);
+        dialog->show();
+        dialog->raise();
+    };
+    QAction* guide = help->addAction(tr("&Guide"), this, [showHelp] { showHelp(HelpDialog::Page::Guide); });
+    guide->setObjectName(QStringLiteral("helpGuideAction"));
+    guide->setShortcut(QKeySequence::HelpContents);
+    QAction* glossary
+        = help->addAction(tr("G&lossary"), this, [showHelp] { showHelp(HelpDialog::Page::Glossary); });
+    glossary->setObjectName(QStringLiteral("helpGlossaryAction"));
+    help->addSeparator();
     help->addAction(tr("&About Mismatch Lab"), this, &MainWindow::showAbout);
     help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
 }

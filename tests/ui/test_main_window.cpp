@@ -1,15 +1,21 @@
 // The main window, offscreen: empty state, a run inserted by another connection appearing live in the run
-// browser (selected and followed), the per-run plot tailing new steps, the demo job from its button, the About
-// dialog, a store that fails under the window (shown, not fatal, recovered), and the binary's --help, --version
-// (without a display) and --screenshot. Saves screenshots under the build tree (test-output/) for a person to look
-// at.
+// browser (selected while nothing else is, and followed), the per-run plot tailing new steps, which run the Runs tab
+// shows as runs come (a job of the window's followed, a headless run never moving the selection, a user's click kept
+// by run id across refreshes) and the same run-name rule in the window and `mismatch train`, the demo job from its
+// button, the About dialog, a store that fails under the window (shown, not fatal, recovered), and the binary's
+// --help, --version (without a display) and --screenshot. Saves screenshots under the build tree (test-output/) for
+// a person to look at.
+#include "core/metrics/glossary.h"
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
+#include "core/train/run_config.h"
 #include "tests/common/test_main.h"
 #include "ui/dialogs/about_dialog.h"
+#include "ui/dialogs/help_dialog.h"
 #include "ui/views/admission_view.h"
 #include "ui/views/analysis_data.h"
 #include "ui/views/budget_view.h"
+#include "ui/jobs/job_queue.h"
 #include "ui/jobs/job_runner.h"
 #include "ui/main_window.h"
 #include "ui/views/overview_view.h"
@@ -26,6 +32,7 @@
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTextBrowser>
 #include <QtTest>
 
 #include <sqlite3.h>
@@ -50,6 +57,45 @@ void saveScreenshot(QWidget& widget, const QString& name)
     qInfo("screenshot: %s", qPrintable(path));
 }
 
+// The one run selected in the Runs tab (0: none or several).
+std::int64_t selectedRun(const ui::MainWindow& window)
+{
+    const QModelIndexList rows = window.runTable()->selectionModel()->selectedRows();
+    const store::RunInfo* run = rows.size() == 1 ? window.runModel()->runAt(rows.front().row()) : nullptr;
+    return run ? run->id : 0;
+}
+
+// `count` steps from `first` on with a mismatch that grows a little each step.
+std::vector<store::StepMetrics> someSteps(int first, int count)
+{
+    std::vector<store::StepMetrics> steps;
+    for (int s = first; s < first + count; ++s) {
+        store::StepMetrics m;
+        m.step = s;
+        m.mismatchKl = 0.02 + 0.0005 * s;
+        steps.push_back(m);
+    }
+    return steps;
+}
+
+// A short OPD run on the built-in pair: three steps of two prompts, no periodic evaluation.
+QString writeRunFile(const QString& directory, const QString& name)
+{
+    const QString path = directory + "/" + name + ".yaml";
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly)) {
+        qFatal("cannot write %s", qPrintable(path));
+    }
+    file.write(QStringLiteral("name: %1\nstudent: %2/models/arith-student\nteacher: %2/models/arith-teacher\n"
+                              "prompts: %2/prompts/arith-train.jsonl\nobjective: opd_full_kl\n"
+                              "rollout:\n  sampling: {temperature: 1.0, max_tokens: 6, seed: 1}\n"
+                              "batch: {prompts_per_step: 2, samples_per_prompt: 1}\nsteps: 3\n"
+                              "checkpoint: {every: 0}\nseed: 7\nthreads: 1\n")
+                   .arg(name, QStringLiteral(MISMATCH_SOURCE_DIR "/resources"))
+                   .toUtf8());
+    return path;
+}
+
 } // namespace
 
 class TestMainWindow : public QObject {
@@ -59,9 +105,12 @@ private slots:
     void initTestCase();
     void emptyStatePointsToDemo();
     void runInsertedElsewhereAppearsLive();
+    void ownJobIsFollowedHeadlessRunIsNot();
+    void userChoiceStaysAcrossRefreshes();
     void demoButtonRunsDemoJob();
     void badWorkspaceShowsErrorAndKeepsCurrent();
     void aboutDialogListsVersions();
+    void helpGuideAndGlossaryExplainTheScreen();
     void storeErrorIsShownNotFatal();
     void helpAndVersionWithoutDisplay();
     void screenshotOfTheOverview();
@@ -144,6 +193,111 @@ void TestMainWindow::runInsertedElsewhereAppearsLive()
     QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), 45, 5000);
     QTest::qWait(100); // let the throttled replot happen before the screenshot
     saveScreenshot(window, "main_window_run.png");
+}
+
+// A training run the window's own job begins is selected and plotted; a run a headless process begins meanwhile (here
+// another connection, as `mismatch train` elsewhere) does not move the selection or the plot. Training the same run
+// file again is refused by the window and by `mismatch train` with the same sentence (train::runNameTaken).
+void TestMainWindow::ownJobIsFollowedHeadlessRunIsNot()
+{
+    QTemporaryDir dir;
+    const std::string database = store::databasePath(dir.path().toStdString());
+    store::RunStore headless = store::RunStore::open(database);
+    const std::int64_t earlier = headless.beginRun({"earlier", "train", "{}", std::nullopt});
+    headless.appendSteps(earlier, someSteps(1, 10));
+    headless.finishRun(earlier, store::RunStatus::Finished);
+    ui::MainWindow window(dir.path());
+    window.resize(1100, 720);
+    window.tabs()->setCurrentIndex(ui::MainWindow::RunsTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QCOMPARE(selectedRun(window), earlier); // the newest run when the window opened
+
+    QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+    const QString runFile = writeRunFile(dir.path(), "gui-run");
+    QVERIFY2(window.startTraining(runFile) != 0, qPrintable(window.lastError()));
+    // The job's run is selected as soon as the table shows it.
+    QTRY_VERIFY_WITH_TIMEOUT(selectedRun(window) != earlier, 120000);
+    const std::int64_t guiRun = selectedRun(window);
+    QVERIFY(guiRun != 0);
+    QCOMPARE(headless.run(guiRun)->name, std::string("gui-run"));
+    QCOMPARE(window.runPlot()->runId(), guiRun);
+
+    // A headless run begins and stores steps: the table shows it, the selection and the plot stay on the job's run.
+    const std::int64_t elsewhere = headless.beginRun({"headless-run", "train", "{}", std::nullopt});
+    headless.appendSteps(elsewhere, someSteps(1, 20));
+    QTRY_VERIFY_WITH_TIMEOUT(window.runModel()->rowOfRun(elsewhere) >= 0, 5000);
+    QTest::qWait(1200); // two more polls
+    QCOMPARE(selectedRun(window), guiRun);
+    QCOMPARE(window.runPlot()->runId(), guiRun);
+    headless.appendSteps(elsewhere, someSteps(21, 5));
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
+    QVERIFY2(finished.first().at(2).toBool(), qPrintable(finished.first().at(4).toString()));
+    QTest::qWait(1200);
+    QCOMPARE(selectedRun(window), guiRun); // the job's end refreshed everything; still the job's run
+    QCOMPARE(window.runPlot()->runId(), guiRun);
+    QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), 3, 5000);
+    saveScreenshot(window, "main_window_followed_run.png");
+
+    // The same run file again: the name is taken. The window and `mismatch train` refuse it with core's sentence.
+    const QString taken = QString::fromStdString(train::runNameTaken(headless, "gui-run"));
+    QVERIFY2(taken.contains(QStringLiteral("training run %1").arg(guiRun)), qPrintable(taken));
+    QCOMPARE(window.startTraining(runFile), 0);
+    QCOMPARE(window.lastError(), QStringLiteral("Run name: ") + taken);
+    QProcess cli;
+    cli.start(QStringLiteral(MISMATCH_CLI_PATH), {"--workspace", dir.path(), "train", runFile, "--quiet"});
+    QVERIFY(cli.waitForFinished(60000));
+    const QString cliError = QString::fromUtf8(cli.readAllStandardError());
+    QCOMPARE(cli.exitCode(), 1);
+    QVERIFY2(cliError.contains("gui-run.yaml:name: " + taken), qPrintable(cliError));
+    QCOMPARE(headless.listRuns().size(), std::size_t(3)); // nothing stored by either
+}
+
+// A run the user clicks stays selected, and plotted, while other processes begin runs, add steps and even delete a
+// run listed above it (the rows move; the selection is kept by run id).
+void TestMainWindow::userChoiceStaysAcrossRefreshes()
+{
+    QTemporaryDir dir;
+    store::RunStore writer = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+    const std::int64_t first = writer.beginRun({"first", "train", "{}", std::nullopt});
+    const std::int64_t chosen = writer.beginRun({"chosen", "train", "{}", std::nullopt});
+    writer.appendSteps(chosen, someSteps(1, 12));
+    const std::int64_t third = writer.beginRun({"third", "train", "{}", std::nullopt});
+    ui::MainWindow window(dir.path());
+    window.resize(1100, 720);
+    window.tabs()->setCurrentIndex(ui::MainWindow::RunsTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QCOMPARE(selectedRun(window), third);
+
+    QTableView* table = window.runTable();
+    const QRect cell
+        = table->visualRect(window.runModel()->index(window.runModel()->rowOfRun(chosen), ui::RunTableModel::Name));
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, cell.center());
+    QCOMPARE(selectedRun(window), chosen);
+    QCOMPARE(window.runPlot()->runId(), chosen);
+    QCOMPARE(window.runPlot()->pointCount(), 12);
+
+    // Another process begins a run with steps and adds steps to the chosen one.
+    const std::int64_t fourth = writer.beginRun({"fourth", "train", "{}", std::nullopt});
+    writer.appendSteps(fourth, someSteps(1, 5));
+    writer.appendSteps(chosen, someSteps(13, 3));
+    QTRY_VERIFY_WITH_TIMEOUT(window.runModel()->rowOfRun(fourth) >= 0, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), 15, 5000);
+    QCOMPARE(selectedRun(window), chosen);
+    // A run above the chosen one is deleted (no command does; another program or a restored copy might): the chosen
+    // run moves up a row and stays selected.
+    store::execute(writer.handle(), ("DELETE FROM runs WHERE id = " + std::to_string(first)).c_str());
+    QTRY_COMPARE_WITH_TIMEOUT(window.runModel()->rowOfRun(first), -1, 5000);
+    QCOMPARE(window.runModel()->rowOfRun(chosen), 0);
+    QCOMPARE(selectedRun(window), chosen);
+    QCOMPARE(window.runPlot()->runId(), chosen);
+    // Later runs still do not take it.
+    const std::int64_t fifth = writer.beginRun({"fifth", "train", "{}", std::nullopt});
+    QTRY_VERIFY_WITH_TIMEOUT(window.runModel()->rowOfRun(fifth) >= 0, 5000);
+    QTest::qWait(1200);
+    QCOMPARE(selectedRun(window), chosen);
+    QCOMPARE(window.runPlot()->runId(), chosen);
 }
 
 void TestMainWindow::demoButtonRunsDemoJob()
@@ -256,6 +410,50 @@ void TestMainWindow::aboutDialogListsVersions()
     dialog.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dialog));
     saveScreenshot(dialog, "about_dialog.png");
+}
+
+// Help > Guide and Help > Glossary (issue 42 item 10): the guide says what every tab of the window answers; the
+// glossary lists every term of core's table with its formula, and the terms the views show (the estimators,
+// r, TIS/MIS, Shapley, the BF16 unit) are in it; glossaryTip gives a term's tooltip.
+void TestMainWindow::helpGuideAndGlossaryExplainTheScreen()
+{
+    QTemporaryDir dir;
+    mismatch::ui::MainWindow window(dir.path());
+    window.resize(1200, 780);
+    window.show();
+    auto* guideAction = window.findChild<QAction*>(QStringLiteral("helpGuideAction"));
+    QVERIFY(guideAction);
+    QCOMPARE(guideAction->shortcut(), QKeySequence(QKeySequence::HelpContents));
+    guideAction->trigger();
+    auto* help = window.findChild<mismatch::ui::HelpDialog*>(QStringLiteral("helpDialog"));
+    QVERIFY(help && help->isVisible());
+    auto* guide = help->findChild<QTextBrowser*>(QStringLiteral("helpGuide"));
+    QVERIFY(guide);
+    const QString guideText = guide->toPlainText();
+    for (int tab = 0; tab < window.tabs()->count(); ++tab) {
+        const QString name = window.tabs()->tabText(tab).remove(QLatin1Char('&'));
+        QVERIFY2(guideText.contains(name), qPrintable("the guide does not mention the " + name + " tab"));
+    }
+    QVERIFY(guideText.contains(QStringLiteral("Export Recipe For")));
+    saveScreenshot(*help, "help_guide.png");
+    window.findChild<QAction*>(QStringLiteral("helpGlossaryAction"))->trigger();
+    QCOMPARE(window.findChildren<mismatch::ui::HelpDialog*>().size(), 1); // the same window, raised
+    auto* glossary = help->findChild<QTextBrowser*>(QStringLiteral("helpGlossary"));
+    QVERIFY(glossary && glossary->isVisible());
+    const QString glossaryText = glossary->toPlainText();
+    for (const mismatch::metrics::GlossaryEntry& entry : mismatch::metrics::glossary()) {
+        QVERIFY2(glossaryText.contains(QString::fromStdString(entry.term)), entry.term.c_str());
+        QVERIFY2(!entry.meaning.empty(), entry.term.c_str());
+    }
+    for (const char* shown : {"k1", "k2", "k3", "mult_prob_error", "prob_diff_mean", "chi2_token", "r", "rho", "TIS",
+             "MIS", "Shapley", "add-one-in", "leave-one-out", "x BF16", "mu(y)", "entropy", "noise floor",
+             "undecided", "borderline", "staleness", "prefix shift", "first divergence", "KV capacity"}) {
+        QVERIFY2(mismatch::metrics::findGlossaryEntry(shown), shown);
+    }
+    QVERIFY(mismatch::ui::glossaryTip(QStringLiteral("k3")).contains(QStringLiteral("r - 1 - log r")));
+    QVERIFY(mismatch::ui::glossaryTip(QStringLiteral("no such term")).isEmpty());
+    help->resize(820, 640);
+    saveScreenshot(*help, "help_glossary.png");
 }
 
 void TestMainWindow::storeErrorIsShownNotFatal()
