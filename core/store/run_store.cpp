@@ -504,26 +504,32 @@ void RunStore::releaseRunLock(std::int64_t runId)
     locks_.erase(runId);
 }
 
-void RunStore::setRunConfig(std::int64_t runId, const std::string& configJson)
+namespace {
+
+// Sets one text column of run `runId` with `sql` (text, then the id); StoreError `whyNone` when no row changed.
+void updateRunText(sqlite3* db, const std::string& path, const char* sql, std::int64_t runId, const std::string& text,
+    const std::string& whyNone)
 {
-    Statement update(db_, "UPDATE runs SET config_json = ? WHERE id = ?");
-    update.bind(1, configJson);
+    Statement update(db, sql);
+    update.bind(1, text);
     update.bind(2, runId);
     update.run();
-    if (sqlite3_changes(db_) != 1) {
-        throw StoreError(path_, "run " + std::to_string(runId) + " does not exist");
+    if (sqlite3_changes(db) != 1) {
+        throw StoreError(path, "run " + std::to_string(runId) + " " + whyNone);
     }
+}
+
+} // namespace
+
+void RunStore::setRunConfig(std::int64_t runId, const std::string& configJson)
+{
+    updateRunText(db_, path_, "UPDATE runs SET config_json = ? WHERE id = ?", runId, configJson, "does not exist");
 }
 
 void RunStore::setRunJob(std::int64_t runId, const std::string& jobJson)
 {
-    Statement update(db_, "UPDATE runs SET job_json = ? WHERE id = ? AND coalesce(job_json, '') = ''");
-    update.bind(1, jobJson);
-    update.bind(2, runId);
-    update.run();
-    if (sqlite3_changes(db_) != 1) {
-        throw StoreError(path_, "run " + std::to_string(runId) + " does not exist or has a job spec already");
-    }
+    updateRunText(db_, path_, "UPDATE runs SET job_json = ? WHERE id = ? AND coalesce(job_json, '') = ''", runId,
+        jobJson, "does not exist or has a job spec already");
 }
 
 void markRunEnded(RunStore& store, std::int64_t runId, RunStatus status, const std::string& error) noexcept
