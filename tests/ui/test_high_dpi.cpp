@@ -2,14 +2,17 @@
 // starts, as a 4K screen at 200% gives). Window grabs and the plots' own buffers must be at twice the logical
 // size (sharp text and lines, not an upscaled 1x image), the layout in logical pixels must be the same as at 1x,
 // and plot exports stay at twice the logical size. Screenshots are saved for looking at. And every view readable at
-// 1024x700 and at the default size: key columns, axis titles and strips on screen (everyViewReadable).
+// 1024x700 and at the default size: key columns, axis titles and strips on screen, no tab wider than the window
+// (everyViewReadable).
 #include "core/store/run_store.h"
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
 #include "tests/common/test_main.h"
+#include "ui/jobs/job_queue.h"
 #include "ui/main_window.h"
 #include "ui/plots/mismatch_profile.h"
 #include "ui/plots/plot_export.h"
+#include "ui/plots/run_plot.h"
 #include "ui/views/admission_view.h"
 #include "ui/views/budget_view.h"
 #include "ui/views/prefix_shift_view.h"
@@ -19,8 +22,10 @@
 
 #include <QApplication>
 #include <QHeaderView>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
+#include <QSignalSpy>
 #include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableView>
@@ -129,6 +134,18 @@ private slots:
         profileStripsReadable(window, ui::MainWindow::AdmissionTab, window.admissionView()->profile());
         profileStripsReadable(window, ui::MainWindow::PrefixShiftTab, window.prefixShiftView()->profile());
         runTableShowsRows(window, runRows);
+        runPlotTitlesFit(window);
+        fitsSideways(window, ui::MainWindow::RecipeTab);
+        // The Jobs tab with a job in its table, as a person sees it after starting one.
+        QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+        window.jobQueue()->enqueue(QStringLiteral("Sensitivity arith-student (fp8_e4m3/block128)"),
+            QStringLiteral("mismatch --workspace %1 sensitivity --model arith-student").arg(directory_.path()),
+            [](Progress&) {});
+        QVERIFY(finished.wait(10000));
+        fitsSideways(window, ui::MainWindow::JobsTab);
+        const QString jobs = fixture::screenshotPath(prefix + QStringLiteral("_jobs_with_a_job.png"));
+        QVERIFY2(window.grab().save(jobs), qPrintable(jobs));
+        qInfo("screenshot: %s", qPrintable(jobs));
     }
 
 private:
@@ -283,6 +300,58 @@ private:
                                .arg(apart)
                                .arg(labelHeight)));
         }
+    }
+
+    // A tab's page fits the window's width: its scroll area needs no sideways scroll bar (a row of controls, or a
+    // note kept on one line, wider than the window gives it one). Its screenshot is the PREFIX_NN_TAB.png of
+    // everyViewReadable.
+    void fitsSideways(ui::MainWindow& window, int tab)
+    {
+        showTab(window, tab);
+        auto* area = qobject_cast<QScrollArea*>(window.tabs()->widget(tab));
+        QVERIFY(area && area->widget());
+        const QString where = window.tabs()->tabText(tab).remove(QLatin1Char('&'));
+        const int needed = area->widget()->minimumSizeHint().width();
+        QVERIFY2(needed <= area->viewport()->width(),
+            qPrintable(QStringLiteral("%1: the page needs %2 px, the window gives it %3 px")
+                           .arg(where)
+                           .arg(needed)
+                           .arg(area->viewport()->width())));
+        QScrollBar* sideways = area->horizontalScrollBar();
+        QVERIFY2(!sideways->isVisible() && sideways->maximum() == 0,
+            qPrintable(QStringLiteral("%1: scrolls sideways by %2 px").arg(where).arg(sideways->maximum())));
+    }
+
+    // Runs: the plot's axis titles fit their axes. QCPAxis does not clip a title: one longer than its panel runs past
+    // the panel's ends, into the other panel or off the plot (the quality panel's titles were cut at 1024x700). Each
+    // value axis' title (its longest line) is no longer than its panel is tall, the step axis' no longer than it is
+    // wide, and the plot is on screen.
+    void runPlotTitlesFit(ui::MainWindow& window)
+    {
+        showTab(window, ui::MainWindow::RunsTab);
+        ui::RunPlot* view = window.runPlot();
+        QCustomPlot* plot = view->plot();
+        QVERIFY2(plot->isVisible(), "no run with per-step measures is shown");
+        QVERIFY2(wholeOnScreen(plot), qPrintable(QStringLiteral("the plot (%1 px tall) is cut").arg(plot->height())));
+        plot->replot();
+        const auto titleLength = [](const QCPAxis* axis) {
+            int longest = 0;
+            for (const QString& line : axis->label().split(QLatin1Char('\n'))) {
+                longest = std::max(longest, QFontMetrics(axis->labelFont()).horizontalAdvance(line));
+            }
+            return longest;
+        };
+        for (QCPAxis* axis : {view->mismatchAxis(), view->multipleAxis(), view->qualityAxis(), view->accuracyAxis()}) {
+            QVERIFY(axis->visible() && !axis->label().isEmpty());
+            QVERIFY2(titleLength(axis) <= axis->axisRect()->height(),
+                qPrintable(QStringLiteral("the title '%1' is %2 px long, its panel %3 px tall (the plot %4 px)")
+                               .arg(axis->label())
+                               .arg(titleLength(axis))
+                               .arg(axis->axisRect()->height())
+                               .arg(plot->height())));
+        }
+        QCPAxis* steps = view->qualityAxis()->axisRect()->axis(QCPAxis::atBottom);
+        QVERIFY(!steps->label().isEmpty() && titleLength(steps) <= steps->axisRect()->width());
     }
 
     // Runs: the run table has room for `rows` rows, and shows all of the fixture's runs (5) at once.

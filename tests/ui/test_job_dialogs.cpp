@@ -2,8 +2,12 @@
 // JobSpec: the spec a dialog builds equals the one the CLI's generated options read from the dialog's own command
 // (the same inputs), and a job file exported from the dialog, run with `mismatch run`, stores exactly what the
 // dialog's job stored. The queue's Jobs tab exports the job file of a queued job too. Every field a dialog makes from
-// a parameter shows the definition's label, help text, range and choices, and its value reaches the spec.
+// a parameter shows the definition's label, help text, range and choices, and its value reaches the spec. Every job
+// dialog, as the main window opens it, shows all its rows at its opening size, none over another; the Sensitivity
+// dialog opens ready to start on the demo's workspace.
 #include "app/cli/job_options.h"
+#include "core/analysis/demo.h"
+#include "core/common/runtime.h"
 #include "core/common/device.h"
 #include "core/jobs/job_file.h"
 #include "core/model/transformer.h"
@@ -35,6 +39,7 @@
 #include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
+#include <QSettings>
 #include <QSpinBox>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -42,6 +47,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 using namespace mismatch;
@@ -708,7 +714,185 @@ private slots:
         }
     }
 
+    // Issue 42 item 10: on the workspace `mismatch demo` registers its models and prompt sets in, a new user's first
+    // Sensitivity scan starts ready, as the other analysis dialogs do: the demo's student (its registered entry) on
+    // the probe set, no red error, Start enabled, from the main window's Jobs menu as from the dialog alone.
+    void sensitivityStartsReadyOnTheDemoWorkspace()
+    {
+        const QString workspace = demoWorkspace();
+        QSettings().remove(QStringLiteral("sensitivity")); // no path remembered from an earlier scan
+        const QString resources = QString::fromStdString(resourceDirectory());
+        const QString student = QDir::cleanPath(QFileInfo(resources + "/models/arith-student").absoluteFilePath());
+        const QString probe = QDir::cleanPath(QFileInfo(resources + "/prompts/arith-probe.jsonl").absoluteFilePath());
+        ui::MainWindow window(workspace);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        window.showSensitivityDialog();
+        auto* scan = window.findChild<ui::SensitivityDialog*>();
+        QVERIFY(scan);
+        QVERIFY(QTest::qWaitForWindowExposed(scan));
+        QCOMPARE(QDir::cleanPath(scan->modelDirectory()), student);
+        QCOMPARE(QDir::cleanPath(scan->promptSet()), probe);
+        // Shown as the workspace's registered entries.
+        QCOMPARE(scan->findChild<ui::PathPicker*>("scanModelEdit")->comboBox()->currentText(),
+            QStringLiteral("arith-student (registered)"));
+        QVERIFY2(scan->findChild<ui::PathPicker*>("scanPromptsEdit")->comboBox()->currentText().startsWith(
+                     QStringLiteral("arith-probe (registered")),
+            qPrintable(scan->findChild<ui::PathPicker*>("scanPromptsEdit")->comboBox()->currentText()));
+        QVERIFY2(scan->valid(), qPrintable(scan->errorText()));
+        QVERIFY(scan->startButton()->isEnabled());
+        QVERIFY2(scan->statusText().startsWith(QStringLiteral("Ready:")), qPrintable(scan->statusText()));
+        QVERIFY(cliSpec(scan->cliCommand(), workspace) == *scan->spec());
+        fixture::saveScreenshot(*scan, "job_dialog_sensitivity_demo_workspace.png");
+        scan->reject();
+
+        // A workspace with nothing registered starts at the built-in student and probe set.
+        const QString empty = dir_.path() + "/nothing-registered";
+        store::RunStore store = store::RunStore::open(store::databasePath(empty.toStdString()));
+        ui::SensitivityDialog fresh(empty, nullptr, &store);
+        QCOMPARE(QDir::cleanPath(fresh.modelDirectory()), student);
+        QCOMPARE(QDir::cleanPath(fresh.promptSet()), probe);
+        QVERIFY2(fresh.valid(), qPrintable(fresh.errorText()));
+        // A path given replaces the starting one; an empty one (nothing remembered) keeps it.
+        fresh.setModelDirectory(model_);
+        QCOMPARE(fresh.modelDirectory(), model_);
+        fresh.setModelDirectory(QString());
+        QCOMPARE(fresh.modelDirectory(), model_);
+    }
+
+    // Issue 42 item 6: every job dialog, opened as the main window opens it (its remembered or starting inputs, its
+    // status line saying what is wrong or what the job will do), is tall enough at its opening size for every row:
+    // each form row, the status line, the command and the buttons lie inside the dialog, one below another, and a
+    // wrapped line has the height of all its lines. Screenshots of each are saved.
+    void everyJobDialogShowsItsRows()
+    {
+        ui::MainWindow window(demoWorkspace());
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        std::vector<std::pair<QString, std::function<void()>>> openers = {
+            {"sensitivity", [&window] { window.showSensitivityDialog(); }},
+            {"calibration", [&window] { window.showCalibrationDialog(); }},
+            {"admission", [&window] { window.showAdmissionDialog(); }},
+            {"prefix_shift", [&window] { window.showPrefixShiftDialog(); }},
+            {"breakdown", [&window] { window.showBreakdownDialog(); }},
+            {"recipe_build", [&window] { window.showRecipeBuildDialog(); }},
+            {"time_to_quality", [&window] { window.showTimeToQualityDialog(); }},
+            {"compare_objectives", [&window] { window.showCompareObjectivesDialog(); }},
+            {"import", [&window] { window.showImportLogDialog(); }},
+        };
+        for (const std::string& kind : ui::specDialogJobs()) {
+            openers.emplace_back(QString::fromStdString(kind), [&window, kind] { window.showSpecJobDialog(kind); });
+        }
+        for (const auto& [name, open] : openers) {
+            open();
+            const QList<ui::JobDialog*> dialogs = window.findChildren<ui::JobDialog*>();
+            QVERIFY2(dialogs.size() == 1, qPrintable(name));
+            ui::JobDialog* dialog = dialogs.front();
+            QVERIFY(QTest::qWaitForWindowExposed(dialog));
+            QTest::qWait(50); // the layout requests of texts set while opening
+            checkRowsShown(*dialog, name);
+            if (QTest::currentTestFailed()) {
+                return;
+            }
+            fixture::saveScreenshot(*dialog, QStringLiteral("job_dialog_opening_%1.png").arg(name));
+            dialog->reject(); // deleted on close
+            QTRY_VERIFY(window.findChildren<ui::JobDialog*>().isEmpty());
+        }
+    }
+
 private:
+    // A workspace holding what `mismatch demo` registers (the built-in models and prompt sets; no screening), made once.
+    QString demoWorkspace()
+    {
+        const QString workspace = dir_.path() + "/demo";
+        if (!QFileInfo::exists(QString::fromStdString(store::databasePath(workspace.toStdString())))) {
+            store::RunStore store = store::RunStore::open(store::databasePath(workspace.toStdString()));
+            analysis::DemoOptions options;
+            options.resourceDirectory = resourceDirectory();
+            options.screen = false;
+            Progress progress;
+            const analysis::DemoReport report = analysis::runDemo(store, options, progress);
+            if (report.models.empty() || report.promptSets.empty()) {
+                qWarning("the demo registered no models or prompt sets");
+            }
+        }
+        return workspace;
+    }
+
+    // Every row of `dialog` shown whole: the form's rows (label and field), then what the dialog's layout holds under
+    // the form (a preview, the status line, the command, the buttons), each inside the dialog and below the one
+    // before it; a word-wrapped label as tall as its lines at its width.
+    static void checkRowsShown(const ui::JobDialog& dialog, const QString& name)
+    {
+        const auto inDialog = [&dialog](const QWidget* widget) {
+            return QRect(widget->mapTo(&dialog, QPoint(0, 0)), widget->size());
+        };
+        const auto describe = [](const QRect& r) {
+            return QStringLiteral("y %1..%2, x %3..%4").arg(r.top()).arg(r.bottom()).arg(r.left()).arg(r.right());
+        };
+        std::vector<std::pair<QString, QRect>> rows; // top to bottom
+        const auto addWidget = [&](QWidget* widget, QRect& row, QString& what) {
+            if (widget->isHidden()) {
+                return;
+            }
+            const QRect shown = inDialog(widget);
+            if (auto* label = qobject_cast<QLabel*>(widget); label && label->wordWrap()) {
+                QVERIFY2(shown.height() >= label->heightForWidth(shown.width()),
+                    qPrintable(QStringLiteral("%1: the label '%2' is %3 px tall, its lines %4 px")
+                                   .arg(name, label->text().left(60))
+                                   .arg(shown.height())
+                                   .arg(label->heightForWidth(shown.width()))));
+            }
+            row = row.united(shown);
+            what += (what.isEmpty() ? QString() : QStringLiteral(" / ")) + widget->objectName()
+                + (qobject_cast<QLabel*>(widget) ? qobject_cast<QLabel*>(widget)->text().left(30) : QString());
+        };
+        const QLayout* contents = dialog.layout();
+        QVERIFY2(contents, qPrintable(name));
+        for (int i = 0; i < contents->count(); ++i) {
+            QLayoutItem* item = contents->itemAt(i);
+            if (auto* form = qobject_cast<QFormLayout*>(item->layout())) {
+                for (int r = 0; r < form->rowCount(); ++r) {
+                    QRect row;
+                    QString what;
+                    for (const auto role : {QFormLayout::LabelRole, QFormLayout::FieldRole, QFormLayout::SpanningRole}) {
+                        if (QLayoutItem* part = form->itemAt(r, role); part && part->widget()) {
+                            addWidget(part->widget(), row, what);
+                        } else if (part && part->layout()) {
+                            row = row.united(part->geometry()); // a row of widgets: the layout's place in the dialog
+                        }
+                    }
+                    if (!row.isNull()) {
+                        rows.emplace_back(QStringLiteral("form row %1 (%2)").arg(r).arg(what), row);
+                    }
+                }
+            } else if (item->widget()) {
+                QRect row;
+                QString what;
+                addWidget(item->widget(), row, what);
+                if (!row.isNull()) {
+                    rows.emplace_back(what, row);
+                }
+            }
+        }
+        QVERIFY2(rows.size() >= 5, qPrintable(name)); // a field, the status, the command's title and text, the buttons
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const auto& [what, row] = rows[i];
+            QVERIFY2(dialog.rect().contains(row),
+                qPrintable(QStringLiteral("%1 (%2x%3): %4 at %5 is not inside the dialog")
+                               .arg(name)
+                               .arg(dialog.width())
+                               .arg(dialog.height())
+                               .arg(what, describe(row))));
+            if (i > 0) {
+                const auto& [before, above] = rows[i - 1];
+                QVERIFY2(row.top() > above.bottom(),
+                    qPrintable(QStringLiteral("%1: %2 at %3 overlaps %4 at %5")
+                                   .arg(name, what, describe(row), before, describe(above))));
+            }
+        }
+    }
+
     // The dialog's job is `kind`, and its fields made from parameters (every one of `expected` among them) show their
     // parameter's label (" *" for a required one) and help text; a spin box offers the parameter's range (an Integer
     // without a default may add an entry below it that leaves it not given), a list its choices.

@@ -24,6 +24,7 @@
 
 #include <QComboBox>
 #include <QFile>
+#include <QLabel>
 #include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -89,6 +90,38 @@ std::int64_t addTwoStepCalibration(store::RunStore& store)
 }
 
 using fixture::saveScreenshot;
+
+// The import dialog's preview summary, preview table and status line lie one below another inside the dialog; the
+// wrapped ones as tall as their lines; the table at least its minimum height.
+void checkStatusBelowPreview(ui::ImportLogDialog& dialog, const char* when)
+{
+    const auto inDialog = [&dialog](const QWidget* widget) {
+        return QRect(widget->mapTo(&dialog, QPoint(0, 0)), widget->size());
+    };
+    auto* summary = dialog.findChild<QLabel*>("importPreviewSummary");
+    auto* status = dialog.findChild<QLabel*>("importStatus");
+    QTableWidget* preview = dialog.previewTable();
+    QVERIFY(summary && status && preview);
+    const QRect summaryRect = inDialog(summary);
+    const QRect previewRect = inDialog(preview);
+    const QRect statusRect = inDialog(status);
+    const QString where = QStringLiteral("%1 (dialog %2x%3): summary y %4..%5, preview y %6..%7, status y %8..%9")
+                              .arg(when)
+                              .arg(dialog.width())
+                              .arg(dialog.height())
+                              .arg(summaryRect.top())
+                              .arg(summaryRect.bottom())
+                              .arg(previewRect.top())
+                              .arg(previewRect.bottom())
+                              .arg(statusRect.top())
+                              .arg(statusRect.bottom());
+    QVERIFY2(!statusRect.intersects(previewRect) && statusRect.top() > previewRect.bottom(), qPrintable(where));
+    QVERIFY2(!summaryRect.intersects(previewRect) && summaryRect.bottom() < previewRect.top(), qPrintable(where));
+    QVERIFY2(dialog.rect().contains(statusRect) && dialog.rect().contains(previewRect), qPrintable(where));
+    QVERIFY2(status->height() >= status->heightForWidth(status->width()), qPrintable(where));
+    QVERIFY2(summary->height() >= summary->heightForWidth(summary->width()), qPrintable(where));
+    QVERIFY2(preview->height() >= preview->minimumHeight(), qPrintable(where));
+}
 
 } // namespace
 
@@ -299,6 +332,47 @@ private slots:
         again.setMap("iteration=step");
         again.setName("gui-import");
         QVERIFY2(!again.valid() && again.errorText().startsWith("Run name:"), qPrintable(again.errorText()));
+    }
+
+    // Issue 42 item 6: the import dialog's status line ("Ready: ..." once a log previews) is never drawn over the
+    // preview table: at the dialog's opening size, after the preview fills (its summary and the status wrapping to
+    // more lines), and narrowed to its least width (more lines still), the summary, the table and the status lie one
+    // below another inside the dialog, each wrapped line as tall as its lines.
+    void importStatusStaysBelowThePreview()
+    {
+        QTemporaryDir dir;
+        // Six columns the import does not read: the summary names them and wraps.
+        QFile log(dir.filePath("metrics-with-many-columns.csv"));
+        QVERIFY(log.open(QIODevice::WriteOnly));
+        log.write("iteration,k1,reward,learning_rate_schedule,gradient_norm_before_clip,tokens_per_second_per_gpu,"
+                  "wall_clock_seconds,checkpoint_bytes_written,rollout_queue_depth\n"
+                  "1,0.011,0.1,1,2,3,4,5,6\n2,0.012,0.2,1,2,3,4,5,6\n3,0.014,0.2,1,2,3,4,5,6\n");
+        log.close();
+        store::RunStore store = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+        ui::ImportLogDialog dialog(dir.path(), nullptr, &store);
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        const int openingWidth = dialog.width();
+        checkStatusBelowPreview(dialog, "opened");
+        dialog.setSource("csv");
+        dialog.setFile(log.fileName());
+        dialog.setMap("iteration=step");
+        QVERIFY2(dialog.valid(), qPrintable(dialog.errorText()));
+        QVERIFY2(dialog.statusText().startsWith("Ready:"), qPrintable(dialog.statusText()));
+        QCOMPARE(dialog.previewTable()->rowCount(), 2); // k1 and reward
+        QVERIFY2(dialog.previewSummary().contains("rollout_queue_depth")
+                || dialog.previewSummary().contains("learning_rate_schedule"),
+            qPrintable(dialog.previewSummary()));
+        QTest::qWait(50); // the layout requests of the new texts
+        QCOMPARE(dialog.width(), openingWidth); // the height grows, the width stays
+        auto* status = dialog.findChild<QLabel*>("importStatus");
+        QVERIFY(status->height() > status->fontMetrics().height()); // wrapped: the case that overlapped
+        checkStatusBelowPreview(dialog, "previewed");
+        saveScreenshot(dialog, "import_dialog_status_below_preview.png");
+        dialog.resize(dialog.minimumWidth(), dialog.height());
+        QTest::qWait(50);
+        checkStatusBelowPreview(dialog, "narrowed");
+        saveScreenshot(dialog, "import_dialog_status_below_preview_narrow.png");
     }
 
     void recipeBuildDialogMatchesTheCommand()

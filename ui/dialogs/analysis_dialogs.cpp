@@ -38,7 +38,7 @@ QString absolute(const QString& path)
 CalibrationDialog::CalibrationDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
     : JobDialog(workspaceDirectory, tr("Start Calibration"), QStringLiteral("calibrationDialog"), parent, store)
 {
-    resize(720, 440);
+    setOpeningWidth(720);
     QFormLayout* form = this->form();
     runFile_ = addPicker(PickKind::RunFile, tr("Base run file:"), QStringLiteral("calibrationRunFileEdit"));
     runFile_->setToolTip(tr("the student's standard run file (YAML or JSON)"));
@@ -232,7 +232,7 @@ JobWorker::Job CalibrationDialog::job() const
 AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store::RunStore* store, QWidget* parent)
     : JobDialog(workspaceDirectory, tr("Start Admission Check"), QStringLiteral("admissionDialog"), parent, store)
 {
-    resize(760, 460);
+    setOpeningWidth(760);
     QFormLayout* form = this->form();
     checkpoints_
         = addPicker(PickKind::ModelDirectory, tr("Student checkpoint(s):"), QStringLiteral("admissionCheckpointsEdit"));
@@ -484,7 +484,7 @@ PrefixShiftDialog::PrefixShiftDialog(const QString& workspaceDirectory, QWidget*
     : JobDialog(
         workspaceDirectory, tr("Start Prefix-Shift Analysis"), QStringLiteral("prefixShiftDialog"), parent, store)
 {
-    resize(700, 440);
+    setOpeningWidth(700);
     model_ = addPicker(PickKind::ModelDirectory, tr("Model directory:"), QStringLiteral("prefixModelEdit"));
     recipe_ = addPicker(PickKind::Recipe, tr("Recipe:"), QStringLiteral("prefixRecipeEdit"));
     recipe_->setToolTip(tr("the configuration's recipe file (empty: the BF16 engine)"));

@@ -16,7 +16,7 @@ namespace mismatch::ui {
 BreakdownDialog::BreakdownDialog(const QString& workspaceDirectory, const store::RunStore* store, QWidget* parent)
     : JobDialog(workspaceDirectory, tr("Start Mismatch Breakdown"), QStringLiteral("breakdownDialog"), parent, store)
 {
-    resize(720, 500);
+    setOpeningWidth(720);
     QFormLayout* form = this->form();
     model_ = addPicker(PickKind::ModelDirectory, tr("Student checkpoint:"), QStringLiteral("breakdownModelEdit"));
     candidates_ = addPicker(PickKind::Candidates, tr("Candidates file:"), QStringLiteral("breakdownCandidatesEdit"));

@@ -20,6 +20,8 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QResizeEvent>
+#include <QShowEvent>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -77,6 +79,60 @@ void JobDialog::finishLayout(const QString& statusName, const QString& commandNa
     connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     validate();
+    const int width = std::max(openingWidth_, minimumSizeHint().width());
+    resize(width, contentsHeight(width));
+}
+
+void JobDialog::addBelowForm(QWidget* widget, int stretch)
+{
+    auto* layout = qobject_cast<QVBoxLayout*>(this->layout());
+    layout->insertWidget(layout->indexOf(form_) + 1, widget, stretch);
+}
+
+int JobDialog::contentsHeight(int width) const
+{
+    const QLayout* contents = layout();
+    return contents->hasHeightForWidth() ? contents->totalHeightForWidth(width) : contents->totalSizeHint().height();
+}
+
+void JobDialog::keepContentsHeight()
+{
+    const QLayout* contents = layout();
+    if (!contents || !contents->hasHeightForWidth()) {
+        return; // no wrapped line: the layout's own minimum holds every row
+    }
+    const int least = contents->totalMinimumHeightForWidth(width());
+    if (minimumHeight() != least) {
+        setMinimumHeight(least); // grows the dialog when it is shorter
+    }
+}
+
+bool JobDialog::event(QEvent* event)
+{
+    const bool handled = QDialog::event(event);
+    if (event->type() == QEvent::LayoutRequest) {
+        keepContentsHeight(); // a text changed: its lines at this width may have too
+    }
+    return handled;
+}
+
+void JobDialog::resizeEvent(QResizeEvent* event)
+{
+    QDialog::resizeEvent(event);
+    if (event->size().width() != event->oldSize().width()) {
+        keepContentsHeight(); // narrower: more lines
+    }
+}
+
+void JobDialog::showEvent(QShowEvent* event)
+{
+    if (!shown_ && !event->spontaneous()) {
+        // Polished now (the style's margins and fonts): the height the contents want, before the dialog is placed.
+        shown_ = true;
+        resize(width(), contentsHeight(width()));
+    }
+    keepContentsHeight();
+    QDialog::showEvent(event);
 }
 
 QString JobDialog::statusText() const

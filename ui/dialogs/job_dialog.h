@@ -4,7 +4,9 @@
 // CLI Command", so that a headless machine reproduces the job exactly); Start and Cancel. A subclass builds its
 // form rows in form() (the plain ones from its job's parameters with addParameterField, so that they say what the
 // catalogue says), watches its fields, implements check(), cliCommand(), jobName() and job(), and calls
-// finishLayout() at the end of its constructor.
+// finishLayout() at the end of its constructor. The dialog sizes to its contents: it opens at the width its subclass
+// asks for (setOpeningWidth) and the height its rows need at that width, and stays at least that tall when a wrapped
+// line (the status, the command, a preview's summary) takes more lines, so that no row is drawn over another.
 #include "core/common/error.h"
 #include "core/jobs/job_spec.h"
 #include "core/store/run_store.h"
@@ -96,8 +98,17 @@ protected:
     QComboBox* addDeviceField(bool runFileDefault = false);
     // The chosen device as spec's "device" parameter (left unset for the run file's entry); nothing without the row.
     void setDevice(jobs::JobSpec& spec) const;
-    // Status line, command and buttons under the form (object names for tests and style); calls validate().
+    // Status line, command and buttons under the form (object names for tests and style); calls validate() and
+    // sizes the dialog to its contents.
     void finishLayout(const QString& statusName, const QString& commandName, const QString& startName);
+    // The width the dialog opens at (at least what its rows need); its height is what its contents need at that width.
+    void setOpeningWidth(int width) { openingWidth_ = width; }
+    // Puts `widget` between the form and the status line (a preview table), taking `stretch` of the height the dialog
+    // has beyond what its contents need.
+    void addBelowForm(QWidget* widget, int stretch = 1);
+    bool event(QEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
+    void showEvent(QShowEvent* event) override;
     // The first problem with the inputs (naming the field and what is expected), or an empty string.
     virtual QString check() const = 0;
     // What the job will do, shown when check() finds nothing.
@@ -123,6 +134,15 @@ protected:
     const store::RunStore* store_ = nullptr; // the GUI's connection, for the pickers (may be null)
 
 private:
+    // The height the contents want at `width` (wrapped lines at that width, tables at their size hint).
+    int contentsHeight(int width) const;
+    // Keeps the dialog at least as tall as its contents need at its width. Qt gives a window the minimum height of its
+    // layout with every wrapped label on one line: a status or summary wrapped to more lines than that would have the
+    // rows below it drawn over the ones above (the import dialog's "Ready: ..." line over its preview table).
+    void keepContentsHeight();
+
+    int openingWidth_ = 0;
+    bool shown_ = false; // sized to its polished contents when first shown
     QFormLayout* form_ = nullptr;
     std::vector<ParameterField> parameterFields_;
     QComboBox* device_ = nullptr;

@@ -129,6 +129,22 @@ std::vector<PickChoice> pickChoices(PickKind kind, const store::RunStore* store,
     return choices;
 }
 
+QString startingChoice(PickKind kind, const std::vector<PickChoice>& choices)
+{
+    QString preferred;
+    if (kind == PickKind::ModelDirectory) {
+        preferred = QStringLiteral("/models/arith-student");
+    } else if (kind == PickKind::PromptSet) {
+        preferred = QStringLiteral("/prompts/arith-probe.jsonl");
+    } else {
+        return {};
+    }
+    const QString path = cleanAbsolute(QString::fromStdString(resourceDirectory()) + preferred);
+    const bool offered
+        = std::any_of(choices.begin(), choices.end(), [&path](const PickChoice& choice) { return choice.path == path; });
+    return offered ? path : choices.empty() ? QString() : choices.front().path;
+}
+
 PathPicker::PathPicker(PickKind kind, QWidget* parent)
     : QWidget(parent)
     , kind_(kind)
@@ -170,6 +186,17 @@ void PathPicker::setChoices(const std::vector<PickChoice>& choices)
     box_->setCurrentIndex(-1);
     box_->setEditText(QString());
     setPath(keep);
+}
+
+void PathPicker::selectStartingChoice()
+{
+    std::vector<PickChoice> choices;
+    for (int i = 0; i < box_->count(); ++i) {
+        choices.push_back({box_->itemText(i), box_->itemData(i).toString()});
+    }
+    if (const QString path = startingChoice(kind_, choices); !path.isEmpty()) {
+        setPath(path);
+    }
 }
 
 QString PathPicker::path() const

@@ -29,12 +29,19 @@ struct PickChoice {
 // workspace's own files (WORKSPACE/runs, WORKSPACE/recipes), each path once.
 std::vector<PickChoice> pickChoices(PickKind kind, const store::RunStore* store, const QString& workspaceDirectory);
 
+// The entry a new dialog starts at: for a model, the demo's student (resources/models/arith-student); for a prompt
+// set, its probe set (resources/prompts/arith-probe.jsonl), where the main window starts the other analysis dialogs;
+// else the first entry offered (a registered one comes first). Empty for the other kinds and when nothing is offered.
+QString startingChoice(PickKind kind, const std::vector<PickChoice>& choices);
+
 class PathPicker : public QWidget {
     Q_OBJECT
 public:
     PathPicker(PickKind kind, QWidget* parent = nullptr);
 
     void setChoices(const std::vector<PickChoice>& choices);
+    // Selects startingChoice() of the entries offered (nothing changes when there is none).
+    void selectStartingChoice();
     // The chosen entry's path, or the typed text (trimmed).
     QString path() const;
     // Selects the entry with this path, or shows the path as typed text.

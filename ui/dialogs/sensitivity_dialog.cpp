@@ -17,10 +17,14 @@ namespace mismatch::ui {
 SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
     : JobDialog(workspaceDirectory, tr("Start Sensitivity Scan"), QStringLiteral("sensitivityDialog"), parent, store)
 {
-    resize(680, 380);
+    setOpeningWidth(680);
     QFormLayout* form = this->form();
     model_ = addPicker(PickKind::ModelDirectory, tr("Model directory:"), QStringLiteral("scanModelEdit"));
     prompts_ = addPicker(PickKind::PromptSet, tr("Prompt set (JSONL):"), QStringLiteral("scanPromptsEdit"));
+    // A first scan starts ready, as the other analysis dialogs do: the workspace's demo student (registered or
+    // built-in) on its probe set.
+    model_->selectStartingChoice();
+    prompts_->selectStartingChoice();
     format_ = new QComboBox(this);
     format_->setObjectName("scanFormatBox");
     for (const std::string& choice : weightChoices()) {
@@ -47,11 +51,15 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
 
 void SensitivityDialog::setModelDirectory(const QString& directory)
 {
-    model_->setPath(directory);
+    if (!directory.trimmed().isEmpty()) {
+        model_->setPath(directory);
+    }
 }
 void SensitivityDialog::setPromptSet(const QString& path)
 {
-    prompts_->setPath(path);
+    if (!path.trimmed().isEmpty()) {
+        prompts_->setPath(path);
+    }
 }
 void SensitivityDialog::setFormat(const QString& weightChoice)
 {

@@ -13,6 +13,8 @@ class SensitivityDialog : public JobDialog {
 public:
     SensitivityDialog(
         const QString& workspaceDirectory, QWidget* parent = nullptr, const store::RunStore* store = nullptr);
+    // An empty path keeps the one the dialog started at (the main window passes the path used last, empty until a
+    // scan was started).
     void setModelDirectory(const QString& directory);
     void setPromptSet(const QString& path);
     void setFormat(const QString& weightChoice); // "fp8_e4m3/block128", "int4/group128", ...

@@ -14,7 +14,7 @@ SpecJobDialog::SpecJobDialog(
     , definition_(&jobs::JobSpec(kind).definition())
 {
     setWindowTitle(tr("Job: mismatch %1").arg(commandTitle(*definition_)));
-    resize(720, 200 + 34 * static_cast<int>(definition_->parameters.size()));
+    setOpeningWidth(720);
     QFormLayout* form = this->form();
     auto* summary = new QLabel(QString::fromStdString(definition_->summary), this);
     summary->setWordWrap(true);

@@ -78,7 +78,7 @@ QString runFileProblem(const QString& field, const QString& path)
 RecipeBuildDialog::RecipeBuildDialog(const QString& workspaceDirectory, const store::RunStore* store, QWidget* parent)
     : JobDialog(workspaceDirectory, tr("Build Recipe"), QStringLiteral("recipeBuildDialog"), parent, store)
 {
-    resize(760, 520);
+    setOpeningWidth(760);
     QFormLayout* form = this->form();
     scan_ = new QComboBox(this);
     scan_->setObjectName("recipeBuildScan");
@@ -307,7 +307,7 @@ TimeToQualityDialog::TimeToQualityDialog(
     const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
     : JobDialog(workspaceDirectory, tr("Time to Quality"), QStringLiteral("timeToQualityDialog"), parent, store)
 {
-    resize(700, 380);
+    setOpeningWidth(700);
     runFile_ = addPicker(PickKind::RunFile, tr("Base run file:"), QStringLiteral("ttqRunFile"));
     recipe_ = addPicker(PickKind::Recipe, tr("Candidate's recipe:"), QStringLiteral("ttqRecipe"));
     recipe_->setToolTip(tr("empty: the BF16 engine"));
@@ -396,7 +396,7 @@ CompareObjectivesDialog::CompareObjectivesDialog(
     const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
     : JobDialog(workspaceDirectory, tr("Compare Objectives"), QStringLiteral("compareObjectivesDialog"), parent, store)
 {
-    resize(720, 460);
+    setOpeningWidth(720);
     QFormLayout* form = this->form();
     runFile_ = addPicker(PickKind::RunFile, tr("Base run file:"), QStringLiteral("objectivesRunFile"));
     auto* objectives = new QHBoxLayout;
@@ -531,7 +531,7 @@ JobWorker::Job CompareObjectivesDialog::job() const
 ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
     : JobDialog(workspaceDirectory, tr("Import Training Log"), QStringLiteral("importLogDialog"), parent, store)
 {
-    resize(680, 320);
+    setOpeningWidth(680);
     QFormLayout* form = this->form();
     source_ = new QComboBox(this);
     source_->setObjectName("importSource");
@@ -560,8 +560,10 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     preview_->horizontalHeader()->setStretchLastSection(true);
     preview_->verticalHeader()->setVisible(false);
     preview_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    preview_->setMinimumHeight(160);
-    form->addRow(preview_);
+    preview_->setMinimumHeight(160); // the header and a few rows
+    // In the dialog's layout under the form, taking the height the dialog has beyond its rows: the status line below
+    // it moves down as the preview's summary wraps to more lines.
+    addBelowForm(preview_, 1);
     connect(source_, &QComboBox::currentTextChanged, this, &ImportLogDialog::refreshPreview);
     connect(file_, &PathPicker::pathChanged, this, &ImportLogDialog::refreshPreview);
     connect(map_, &QLineEdit::textChanged, this, &ImportLogDialog::refreshPreview);

@@ -198,10 +198,12 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     buttons->addWidget(cancel);
     buttons->addWidget(copy);
     buttons->addWidget(exportFile);
-    buttons->addWidget(new QLabel(tr("Jobs run one at a time, off the window's thread; partial results stay in the "
-                                     "workspace when a job is cancelled or fails."),
-                           this),
-        1);
+    auto* note = new QLabel(tr("Jobs run one at a time, off the window's thread; partial results stay in the "
+                               "workspace when a job is cancelled or fails."),
+        this);
+    note->setObjectName("jobQueueNote");
+    note->setWordWrap(true); // wraps rather than widening the tab past a 1024 px window
+    buttons->addWidget(note, 1);
     layout->addLayout(buttons);
     table_ = new QTableView(this);
     table_->setObjectName("jobTable");

@@ -24,6 +24,7 @@ namespace mismatch::ui {
 namespace {
 constexpr int kReplotDelayMs = 40;
 constexpr int kFadedAlpha = 70;
+constexpr int kLeastPlotHeight = 240; // px, before the plot has laid out its panels
 
 const struct {
     const char* name;
@@ -49,6 +50,16 @@ QString resultsTab(const QString& kind)
     if (kind == QLatin1String("demo"))
         return QObject::tr("Overview");
     return {};
+}
+
+// The length of an axis title drawn along its axis: its longest line, in px.
+int titleLength(const QCPAxis* axis)
+{
+    int longest = 0;
+    for (const QString& line : axis->label().split(QLatin1Char('\n'))) {
+        longest = std::max(longest, QFontMetrics(axis->labelFont()).horizontalAdvance(line));
+    }
+    return longest;
 }
 } // namespace
 
@@ -121,8 +132,7 @@ RunPlot::RunPlot(QWidget* parent)
     stack_ = new QStackedWidget(this);
     plot_ = new QCustomPlot(this);
     plot_->setObjectName("runPlot");
-    plot_->setMinimumHeight(240);
-    plot_->xAxis->setLabel(tr("step"));
+    plot_->xAxis->setTickLabels(false); // the step axis is the quality panel's below (ranges tied): numbered there
     plot_->yAxis->setLabel(tr("mismatch (nats/token)"));
     plot_->yAxis2->setVisible(true);
     plot_->yAxis2->setLabel(tr("x BF16 unit"));
@@ -135,15 +145,13 @@ RunPlot::RunPlot(QWidget* parent)
     plot_->plotLayout()->setRowStretchFactor(0, 2);
     plot_->plotLayout()->setRowStretchFactor(1, 1);
     qualityRect_->axis(QCPAxis::atBottom)->setLabel(tr("step"));
-    qualityRect_->axis(QCPAxis::atLeft)->setLabel(tr("quality Q (nats/token)"));
+    qualityRect_->axis(QCPAxis::atLeft)->setLabel(tr("quality Q\n(nats/token)")); // two lines: the panel is short
     QCPAxis* accuracyAxis = qualityRect_->axis(QCPAxis::atRight);
     accuracyAxis->setVisible(true);
     accuracyAxis->setTickLabels(true);
     accuracyAxis->setLabel(tr("accuracy (%)"));
     accuracyAxis->setRange(0, 100); // fixed: a flat accuracy must not be stretched over the panel
-    auto* margins = new QCPMarginGroup(plot_);
-    plot_->axisRect()->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
-    qualityRect_->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
+    layOutPanels();
     connect(plot_->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), qualityRect_->axis(QCPAxis::atBottom),
         qOverload<const QCPRange&>(&QCPAxis::setRange));
     connect(qualityRect_->axis(QCPAxis::atBottom), qOverload<const QCPRange&>(&QCPAxis::rangeChanged), plot_->xAxis,
@@ -223,6 +231,35 @@ RunPlot::RunPlot(QWidget* parent)
     replotTimer_.setSingleShot(true);
     replotTimer_.setInterval(kReplotDelayMs);
     connect(&replotTimer_, &QTimer::timeout, this, &RunPlot::replot);
+}
+
+void RunPlot::layOutPanels()
+{
+    // The panels' data areas start and end at the same x (one margin group for their left and right margins).
+    auto* margins = new QCPMarginGroup(plot_);
+    plot_->axisRect()->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
+    qualityRect_->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
+    // QCPAxis does not clip a title: one longer than its panel runs past the panel's ends, where the other panel or
+    // the plot's edge cuts it. So each panel is at least as tall as its value axes' titles (the top panel's step axis,
+    // without numbers, needs only a small margin above the quality panel) ...
+    plot_->axisRect()->setMinimumMargins(QMargins(15, 15, 15, 8));
+    qualityRect_->setMinimumMargins(QMargins(15, 8, 15, 15));
+    for (QCPAxisRect* rect : {plot_->axisRect(), qualityRect_}) {
+        int longest = rect->minimumSize().height();
+        for (QCPAxis* axis : rect->axes(QCPAxis::atLeft | QCPAxis::atRight)) {
+            longest = std::max(longest, axis->visible() ? titleLength(axis) : 0);
+        }
+        rect->setMinimumSize(rect->minimumSize().width(), longest);
+    }
+    // ... and the plot as tall as those panels with the legend and the axes' margins need, read from the laid-out
+    // plot (the margins hold the tick labels, whose height QCustomPlot knows once it has laid them out).
+    plot_->setMinimumHeight(kLeastPlotHeight);
+    connect(plot_, &QCustomPlot::afterLayout, this, [this] {
+        const int least = std::max(kLeastPlotHeight, plot_->plotLayout()->minimumOuterSizeHint().height());
+        if (plot_->minimumHeight() != least) {
+            plot_->setMinimumHeight(least);
+        }
+    });
 }
 
 void RunPlot::setStore(store::RunStore* store)

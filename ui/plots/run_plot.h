@@ -3,7 +3,8 @@
 // primary series that sets the value range; k1 and k3 (sampled-token estimators, noisy and sometimes negative) can
 // be switched on; the right axis reads the same curve in multiples of the run's BF16 unit (right = left / unit, so
 // both axes put zero at the same height) and carries the stored BF16 multiple. Bottom: quality Q (nats/token) and
-// accuracy (%) at the run's evaluation points, both axes from zero. The legend sits above the data (click an entry
+// accuracy (%) at the run's evaluation points, both axes from zero; the panels share the step axis, numbered on the
+// bottom one, and each is at least as tall as its axis titles. The legend sits above the data (click an entry
 // to hide or show its series), a crosshair reads out the values under the mouse, drag/wheel zoom, double-click
 // resets; an optional moving average smooths the mismatch series (the raw points stay, faded). A training run's
 // rollouts kept token by token (step 1, its evaluation steps, the last) open in the token drill-down. A run that stores no
@@ -82,6 +83,9 @@ signals:
     void openResults(const QString& kind, std::int64_t runId);
 
 private:
+    // The two panels one above the other: their data areas aligned, each at least as tall as its value axes' titles,
+    // the plot as tall as the panels then need.
+    void layOutPanels();
     void scheduleReplot();
     void updateSmoothing();
     void updateMessage();

@@ -411,11 +411,11 @@ RecipeEditor::RecipeEditor(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     EditorButtons buttons;
     buildModelRow(layout);
-    buildDefaultsRow(layout, buttons);
+    buildDefaultsRow(layout);
 
     tabs_ = new QTabWidget(this);
     tabs_->setObjectName("recipeTabs");
-    tabs_->addTab(buildModulesPage(), tr("Modules"));
+    tabs_->addTab(buildModulesPage(buttons), tr("Modules"));
     tabs_->addTab(buildRulesPage(buttons), tr("Rules"));
     tabs_->addTab(buildTextPage(buttons), tr("YAML"));
     layout->addWidget(tabs_, 1);
@@ -464,7 +464,7 @@ void RecipeEditor::buildModelRow(QVBoxLayout* layout)
     layout->addLayout(form);
 }
 
-void RecipeEditor::buildDefaultsRow(QVBoxLayout* layout, EditorButtons& buttons)
+void RecipeEditor::buildDefaultsRow(QVBoxLayout* layout)
 {
     auto* defaults = new QHBoxLayout;
     defaults->addWidget(new QLabel(tr("Defaults — weights:"), this));
@@ -482,20 +482,11 @@ void RecipeEditor::buildDefaultsRow(QVBoxLayout* layout, EditorButtons& buttons)
     defaultKv_->setObjectName("defaultKv");
     defaultKv_->addItems(toQStringList(kvChoices()));
     defaults->addWidget(defaultKv_);
-    defaults->addSpacing(12);
-    defaults->addWidget(new QLabel(tr("Set selected cells to:"), this));
-    setSelection_ = new QComboBox(this);
-    setSelection_->setObjectName("setSelectionBox");
-    setSelection_->addItems(toQStringList(weightChoices()));
-    defaults->addWidget(setSelection_);
-    buttons.applySelection = new QPushButton(tr("Apply"), this);
-    buttons.applySelection->setObjectName("applySelectionButton");
-    defaults->addWidget(buttons.applySelection);
     defaults->addStretch();
     layout->addLayout(defaults);
 }
 
-QWidget* RecipeEditor::buildModulesPage()
+QWidget* RecipeEditor::buildModulesPage(EditorButtons& buttons)
 {
     tableModel_ = new RecipeTableModel(this);
     moduleTable_ = new QTableView(this);
@@ -516,6 +507,18 @@ QWidget* RecipeEditor::buildModulesPage()
         modulesPage);
     hint->setWordWrap(true);
     modulesLayout->addWidget(hint);
+    // A row of its own above the table it acts on: beside the defaults it would be wider than a 1024 px window.
+    auto* selectionRow = new QHBoxLayout;
+    selectionRow->addWidget(new QLabel(tr("Set selected cells to:"), modulesPage));
+    setSelection_ = new QComboBox(modulesPage);
+    setSelection_->setObjectName("setSelectionBox");
+    setSelection_->addItems(toQStringList(weightChoices()));
+    selectionRow->addWidget(setSelection_);
+    buttons.applySelection = new QPushButton(tr("Apply"), modulesPage);
+    buttons.applySelection->setObjectName("applySelectionButton");
+    selectionRow->addWidget(buttons.applySelection);
+    selectionRow->addStretch();
+    modulesLayout->addLayout(selectionRow);
     modulesLayout->addWidget(moduleTable_, 1);
     return modulesPage;
 }

@@ -161,10 +161,10 @@ private:
         QPushButton* applyText = nullptr;
     };
     // The pieces of the constructor, top to bottom: the name/model/KV-memory row, the defaults row, the three tabs'
-    // pages, then the connections of every control.
+    // pages (the Modules page with its "Set selected cells to" row), then the connections of every control.
     void buildModelRow(QVBoxLayout* layout);
-    void buildDefaultsRow(QVBoxLayout* layout, EditorButtons& buttons);
-    QWidget* buildModulesPage();
+    void buildDefaultsRow(QVBoxLayout* layout);
+    QWidget* buildModulesPage(EditorButtons& buttons);
     QWidget* buildRulesPage(EditorButtons& buttons);
     QWidget* buildTextPage(EditorButtons& buttons);
     void connectEdits(const EditorButtons& buttons);
