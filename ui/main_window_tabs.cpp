@@ -1,7 +1,8 @@
 // The main window's tabs: creating the views of each tab (the Runs tab's run browser among them; each page in a
 // scroll area, so that no page widens the window past a small screen), wiring them to the store's polling, to the
-// run selection and to each other, and the tab-side slots (the selected runs' plots, the Overview's actions, keeping
-// sensitivity cells in BF16). Which run the table follows is in main_window.cpp.
+// run selection and to each other (an empty analysis tab's Start button to its job's dialog), and the tab-side slots
+// (the selected runs' plots, the Overview's actions, keeping sensitivity cells in BF16). Which run the table follows
+// is in main_window.cpp.
 #include "ui/main_window.h"
 
 #include "core/store/analysis_store.h"
@@ -258,6 +259,12 @@ void MainWindow::connectTabs()
             tabs_->setCurrentIndex(OverviewTab);
         }
     });
+    // An analysis tab with nothing to show offers the job that fills it: the same dialog as the Jobs menu's.
+    connect(sensitivityView_, &SensitivityView::startRequested, this, &MainWindow::showSensitivityDialog);
+    connect(budgetView_, &BudgetView::startRequested, this, &MainWindow::showCalibrationDialog);
+    connect(admissionView_, &AdmissionView::startRequested, this, &MainWindow::showAdmissionDialog);
+    connect(prefixShiftView_, &PrefixShiftView::startRequested, this, &MainWindow::showPrefixShiftDialog);
+    connect(breakdownView_, &BreakdownView::startRequested, this, &MainWindow::showBreakdownDialog);
     connect(sensitivityView_, &SensitivityView::keepInBf16Requested, this, &MainWindow::keepInBf16);
     connect(sensitivityView_, &SensitivityView::buildRecipeRequested, this,
         [this](std::int64_t scanId) { showRecipeBuildDialog(scanId); });

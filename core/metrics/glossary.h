@@ -1,7 +1,7 @@
 #pragma once
 // The terms the dashboard, the CLI's tables and the report show, each with its formula (or definition) and what it
-// is for: one table that Help > Glossary lists, the views' column headers and axis titles show as tooltips
-// (ui: glossaryTip), and docs/analyses.md's glossary follows (tests/ui checks the help lists every term).
+// is for: one table that Help > Glossary lists and the views' column headers and axis titles show as tooltips
+// (ui/dialogs/help_dialog.h glossaryTip, ui/plots/glossary_tips.h; tests/ui check both).
 // mu is the rollout engine's next-token distribution, pi the trainer's, y the sampled token, h its prefix.
 #include <string>
 #include <vector>

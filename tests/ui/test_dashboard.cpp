@@ -1,24 +1,33 @@
 // The dashboard's views, offscreen, each populated from a fixture workspace (tests/ui/fixture_workspace.h) and
 // saved as a screenshot under MISMATCH_TEST_OUTPUT: runs (per-run plot with quality, overlay), models and
 // prompt sets, the recipe editor (edited in its table, saved, accepted unchanged by `mismatch recipe check`),
-// the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports.
+// the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports. The
+// glossary on screen: column headers and axis titles explain their terms; an analysis tab with nothing to show
+// offers the job that fills it.
 #include "core/io/recipe_export.h"
 #include "core/metrics/estimators.h"
+#include "core/metrics/glossary.h"
 #include "core/quant/recipe.h"
 #include "fixture_workspace.h"
 #include "tab_screenshots.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/test_main.h"
 #include "ui/dialogs/export_dialog.h"
+#include "ui/dialogs/help_dialog.h"
 #include "ui/dialogs/study_dialogs.h"
 #include "ui/main_window.h"
 #include "ui/plots/compare_plot.h"
+#include "ui/plots/glossary_tips.h"
 #include "ui/plots/mismatch_profile.h"
 #include "ui/plots/plot_export.h"
+#include "ui/plots/plot_tools.h"
 #include "ui/plots/run_plot.h"
 #include "ui/views/admission_view.h"
+#include "ui/views/breakdown_view.h"
 #include "ui/views/budget_view.h"
+#include "ui/views/empty_state.h"
 #include "ui/views/library_panels.h"
+#include "ui/views/overview_view.h"
 #include "ui/views/prefix_shift_view.h"
 #include "ui/views/recipe_editor.h"
 #include "ui/views/run_table_model.h"
@@ -28,11 +37,13 @@
 
 #include <QApplication>
 #include <QComboBox>
+#include <QDialog>
 #include <QDir>
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QMouseEvent>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -44,6 +55,7 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
+#include <QToolTip>
 #include <QtTest>
 
 #include <cmath>
@@ -184,6 +196,64 @@ QRectF labelRect(const QCPItemText* label)
     return QRectF(label->topLeft->pixelPosition(), label->bottomRight->pixelPosition()).normalized();
 }
 
+// Checks every horizontal header of `model` (named `where`): each glossary term its title names is explained in its
+// tooltip by the glossary's own text (Help > Glossary's). Adds to `explained` every term whose text some header's
+// tooltip holds (also those a column names without its title saying them); returns what is missing.
+QStringList headerTipProblems(const QAbstractItemModel& model, const QString& where, std::set<QString>& explained)
+{
+    QStringList problems;
+    for (int column = 0; column < model.columnCount(); ++column) {
+        const QString title = model.headerData(column, Qt::Horizontal).toString();
+        const QString tip = model.headerData(column, Qt::Horizontal, Qt::ToolTipRole).toString();
+        for (const QString& term : ui::glossaryTermsIn(title)) {
+            if (!tip.contains(ui::glossaryTip(term))) {
+                problems << QStringLiteral("%1 '%2': no text of '%3' in its tooltip '%4'").arg(where, title, term, tip);
+            }
+        }
+        for (const metrics::GlossaryEntry& entry : metrics::glossary()) {
+            const QString term = QString::fromStdString(entry.term);
+            if (!tip.isEmpty() && tip.contains(ui::glossaryTip(term))) {
+                explained.insert(term);
+            }
+        }
+    }
+    return problems;
+}
+
+// Hovers the title of `axis` (of `plot`, shown) with a synthesized mouse move: the tooltip shown and
+// axisGlossaryTipAt there hold the glossary's text of `term`; over the data there is no glossary tip. Returns the
+// tooltip shown.
+QString hoverAxisTitle(QCustomPlot* plot, const QCPAxis* axis, const QString& term)
+{
+    plot->replot(); // the title's area is where the last replot drew it
+    const QString where = QStringLiteral("%1, axis '%2'").arg(plot->objectName(), axis->label());
+    const std::optional<QPoint> title = ui::axisTitlePoint(axis);
+    if (!title) {
+        QTest::qFail(qPrintable(where + QStringLiteral(": no title drawn")), __FILE__, __LINE__);
+        return {};
+    }
+    const QString expected = ui::glossaryTip(term);
+    const QString atTitle = ui::axisGlossaryTipAt(plot, *title);
+    if (expected.isEmpty() || !atTitle.contains(expected)) {
+        QTest::qFail(
+            qPrintable(where + QStringLiteral(": '%1' has no text of '%2'").arg(atTitle, term)), __FILE__, __LINE__);
+        return {};
+    }
+    if (!ui::axisGlossaryTipAt(plot, axis->axisRect()->rect().center()).isEmpty()) {
+        QTest::qFail(qPrintable(where + QStringLiteral(": a glossary tip over the data")), __FILE__, __LINE__);
+        return {};
+    }
+    QMouseEvent move(QEvent::MouseMove, QPointF(*title), plot->mapToGlobal(QPointF(*title)), Qt::NoButton, Qt::NoButton,
+        Qt::NoModifier);
+    QApplication::sendEvent(plot, &move); // the tooltip is shown before this returns
+    if (!QToolTip::text().contains(expected)) {
+        QTest::qFail(qPrintable(where + QStringLiteral(": the tooltip shown is '%1'").arg(QToolTip::text())), __FILE__,
+            __LINE__);
+        return {};
+    }
+    return QToolTip::text();
+}
+
 } // namespace
 
 class TestDashboard : public QObject {
@@ -208,6 +278,11 @@ private slots:
     void dropOpensModelsRecipesAndRememberedLayout();
     void heatmapCellsBecomeRecipeRules();
     void everyTabOnTheFixture();
+    void glossaryTermsFoundInTitles_data();
+    void glossaryTermsFoundInTitles();
+    void headersExplainTheirTerms();
+    void axisTitlesExplainTheirTerms();
+    void emptyTabsOfferTheirJob();
 
 private:
     // The main window on `directory` (the fixture workspace by default) at `tab`, shown and exposed.
@@ -1197,6 +1272,224 @@ void TestDashboard::everyTabOnTheFixture()
 {
     auto window = openWindow(ui::MainWindow::OverviewTab);
     fixture::saveEveryTab(*window, ids_, "tab");
+}
+
+// The glossary's terms found in titles as the views show them: whole words, the longest spelling first (so that
+// "KL(mu || pi)" is the mismatch, not mu and pi), and never inside another word ("k" of staleness is not in
+// "Checkpoint", "Q" of quality not in "Quantized").
+void TestDashboard::glossaryTermsFoundInTitles_data()
+{
+    QTest::addColumn<QString>("title");
+    QTest::addColumn<QStringList>("terms");
+    QTest::newRow("k1") << "k1 (r / rho)" << QStringList {"k1", "r / rho"};
+    QTest::newRow("k3") << "k3 (r / rho)" << QStringList {"k3", "r / rho"};
+    QTest::newRow("mult_prob_error") << "mult_prob_error (r / rho)" << QStringList {"mult_prob_error", "r / rho"};
+    QTest::newRow("|mu - pi|") << "|mu - pi| (r / rho)" << QStringList {"prob_diff", "r / rho"};
+    QTest::newRow("full KL") << "full KL" << QStringList {"mismatch"};
+    QTest::newRow("KL(mu || pi)") << "KL(mu || pi) (nats/token)" << QStringList {"mismatch"};
+    QTest::newRow("Shapley") << "Shapley [95%]" << QStringList {"Shapley", "95% interval"};
+    QTest::newRow("add-one-in") << "Add-one-in [95%]" << QStringList {"add-one-in", "95% interval"};
+    QTest::newRow("leave-one-out") << "Leave-one-out [95%]" << QStringList {"leave-one-out", "95% interval"};
+    QTest::newRow("x BF16") << "Shown part (x BF16)" << QStringList {"BF16 unit"};
+    QTest::newRow("threshold x BF16") << "Threshold x BF16" << QStringList {"admission threshold", "BF16 unit"};
+    QTest::newRow("quality Q") << "Quality Q" << QStringList {"quality"};
+    QTest::newRow("quality change") << "quality change vs BF16 (%, up = worse)" << QStringList {"relative change"};
+    QTest::newRow("mu(y)") << "the engine's probability of the chosen token mu(y)" << QStringList {"mu(y)"};
+    QTest::newRow("entropy") << "the trainer's entropy at the prefix (nats)" << QStringList {"entropy"};
+    QTest::newRow("added mismatch") << "added mismatch (nats/token, log scale)" << QStringList {"added mismatch"};
+    QTest::newRow("first divergence") << "first divergence (response position)" << QStringList {"first divergence"};
+    QTest::newRow("summed KL") << "% of summed KL" << QStringList {"KL share"};
+    QTest::newRow("checkpoint") << "Checkpoint" << QStringList {};
+    QTest::newRow("candidate") << "Candidate" << QStringList {};
+    QTest::newRow("quantized") << "Quantized (UTC)" << QStringList {};
+}
+
+void TestDashboard::glossaryTermsFoundInTitles()
+{
+    QFETCH(QString, title);
+    QFETCH(QStringList, terms);
+    QCOMPARE(ui::glossaryTermsIn(title), terms);
+    for (const QString& term : terms) {
+        QVERIFY2(metrics::findGlossaryEntry(term.toStdString()), qPrintable(term)); // the glossary holds it
+    }
+}
+
+// Every column header of the views on the fixture whose title names a glossary term shows the glossary's text of it
+// in its tooltip (a header's own tooltip first), and the terms the views' tables use are all explained somewhere.
+void TestDashboard::headersExplainTheirTerms()
+{
+    auto window = openWindow(ui::MainWindow::OverviewTab);
+    QTRY_VERIFY(window->overview()->budgetTable(0) && window->overview()->latestRuns());
+    std::set<QString> explained;
+    QStringList problems;
+    const std::vector<std::pair<const QAbstractItemModel*, QString>> tables
+        = {{window->overview()->budgetTable(0)->model(), "Overview budget"},
+            {window->overview()->latestRuns()->model(), "Overview latest runs"},
+            {window->overview()->candidateTable(0) ? window->overview()->candidateTable(0)->model() : nullptr,
+                "Overview candidates"},
+            {window->runModel(), "Runs"}, {window->budgetView()->pointModel(), "Budget"},
+            {window->admissionView()->decisionModel(), "Admission"},
+            {window->prefixShiftView()->correctionModel(), "Prefix Shift corrections"},
+            {window->breakdownView()->table()->model(), "Breakdown parts"},
+            {window->breakdownView()->estimatorTable()->model(), "Breakdown estimators"}};
+    for (const auto& [model, where] : tables) {
+        if (!model && where == QLatin1String("Overview candidates")) {
+            continue; // shown when the student has admitted candidates whose recipes resolve
+        }
+        QVERIFY2(model && model->columnCount() > 0, qPrintable(where));
+        problems << headerTipProblems(*model, where, explained);
+    }
+    QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QLatin1Char('\n'))));
+    QStringList unexplained;
+    for (const char* term :
+        {"k1", "k3", "mult_prob_error", "prob_diff", "r / rho", "TIS", "MIS", "Shapley", "add-one-in", "leave-one-out",
+            "BF16 unit", "mismatch", "quality", "relative change", "admission threshold", "95% interval", "decision",
+            "source", "per-token part", "prefix-shift part", "failure line"}) {
+        if (!explained.count(QString::fromLatin1(term))) {
+            unexplained << QString::fromLatin1(term);
+        }
+    }
+    QVERIFY2(unexplained.isEmpty(), qPrintable(QStringLiteral("no header explains: ") + unexplained.join(", ")));
+
+    // A header's own tooltip stays first, the glossary's text below it.
+    const QString own = window->budgetView()->pointModel()->headerData(3, Qt::Horizontal, Qt::ToolTipRole).toString();
+    const int ownAt = own.indexOf(QLatin1String("Mismatch over the BF16 unit of the same checkpoints"));
+    const int glossaryAt = own.indexOf(ui::glossaryTip(QStringLiteral("BF16 unit")));
+    QVERIFY2(ownAt >= 0 && glossaryAt > ownAt, qPrintable(own));
+    // A title naming no term gets no glossary text.
+    QVERIFY(
+        window->admissionView()->decisionModel()->headerData(0, Qt::Horizontal, Qt::ToolTipRole).toString().isEmpty());
+    // The corrections name TIS and MIS in their cells: the cell of each says what it does.
+    QStandardItemModel* corrections = window->prefixShiftView()->correctionModel();
+    for (int row = 0; row < corrections->rowCount(); ++row) {
+        const QString kind = corrections->item(row, 0)->text();
+        QCOMPARE(corrections->item(row, 0)->toolTip(), ui::glossaryTip(kind));
+        QVERIFY(kind == QLatin1String("none") || !corrections->item(row, 0)->toolTip().isEmpty());
+    }
+}
+
+// Hovering an axis title shows the glossary's text of its terms: on every analysis tab's plots (the sensitivity
+// colour scale's title with what its ends stand for first) and the overlay of runs.
+void TestDashboard::axisTitlesExplainTheirTerms()
+{
+    auto window = openWindow(ui::MainWindow::BudgetTab);
+    QTest::qWait(150);
+    ui::BudgetView* budget = window->budgetView();
+    hoverAxisTitle(budget->plot(), budget->plot()->xAxis, QStringLiteral("mismatch"));
+    hoverAxisTitle(budget->plot(), budget->plot()->yAxis, QStringLiteral("relative change"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+
+    window->tabs()->setCurrentIndex(ui::MainWindow::AdmissionTab);
+    QTest::qWait(150);
+    ui::AdmissionView* admission = window->admissionView();
+    hoverAxisTitle(admission->plot(), admission->plot()->xAxis, QStringLiteral("mismatch"));
+    QCustomPlot* profile = admission->profile()->plot();
+    hoverAxisTitle(profile, profile->xAxis, QStringLiteral("mu(y)"));
+    hoverAxisTitle(profile, profile->yAxis, QStringLiteral("KL share"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+
+    window->tabs()->setCurrentIndex(ui::MainWindow::PrefixShiftTab);
+    QTest::qWait(150);
+    ui::PrefixShiftView* prefixShift = window->prefixShiftView();
+    hoverAxisTitle(prefixShift->plot(), prefixShift->plot()->yAxis, QStringLiteral("mismatch"));
+    hoverAxisTitle(
+        prefixShift->histogramPlot(), prefixShift->histogramPlot()->xAxis, QStringLiteral("first divergence"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+
+    window->tabs()->setCurrentIndex(ui::MainWindow::SensitivityTab);
+    QTest::qWait(150);
+    ui::SensitivityView* sensitivity = window->sensitivityView();
+    hoverAxisTitle(sensitivity->plot(), sensitivity->plot()->xAxis, QStringLiteral("module group"));
+    const QString scale
+        = hoverAxisTitle(sensitivity->plot(), sensitivity->colorScale()->axis(), QStringLiteral("added mismatch"));
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    const int noteAt = scale.indexOf(QLatin1String("colour scale"));
+    QVERIFY2(
+        noteAt >= 0 && noteAt < scale.indexOf(ui::glossaryTip(QStringLiteral("added mismatch"))), qPrintable(scale));
+
+    // The overlay of runs, on k1.
+    window->tabs()->setCurrentIndex(ui::MainWindow::RunsTab);
+    auto* selection = window->runTable()->selectionModel();
+    for (std::int64_t id : {ids_.baselineRun, ids_.fp8Run}) {
+        selection->select(window->runModel()->index(rowOfRun(*window->runModel(), id), 0),
+            QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    }
+    window->comparePlot()->setMeasure(ui::ComparePlot::K1);
+    QTest::qWait(150);
+    hoverAxisTitle(window->comparePlot()->plot(), window->comparePlot()->plot()->yAxis, QStringLiteral("k1"));
+}
+
+// On an empty workspace each analysis tab shows what it will show and the button that starts its job, which opens
+// the same dialog as the Jobs menu; the tab's own page comes when the first result is stored.
+void TestDashboard::emptyTabsOfferTheirJob()
+{
+    QTemporaryDir empty;
+    auto window = openWindow(ui::MainWindow::SensitivityTab, empty.path());
+    const struct {
+        int tab;
+        ui::EmptyState* state;
+        const char* button;
+        const char* dialog;
+        const char* screenshot;
+    } tabs[] = {{ui::MainWindow::SensitivityTab, window->sensitivityView()->emptyState(), "Start Sensitivity Scan...",
+                    "sensitivityDialog", "dashboard_empty_sensitivity.png"},
+        {ui::MainWindow::BudgetTab, window->budgetView()->emptyState(), "Start Calibration...", "calibrationDialog",
+            nullptr},
+        {ui::MainWindow::AdmissionTab, window->admissionView()->emptyState(), "Start Admission Check...",
+            "admissionDialog", nullptr},
+        {ui::MainWindow::PrefixShiftTab, window->prefixShiftView()->emptyState(), "Start Prefix-Shift Analysis...",
+            "prefixShiftDialog", "dashboard_empty_prefix_shift.png"},
+        {ui::MainWindow::BreakdownTab, window->breakdownView()->emptyState(), "Start Mismatch Breakdown...",
+            "breakdownDialog", nullptr}};
+    for (const auto& t : tabs) {
+        const QString where = window->tabs()->tabText(t.tab).remove(QLatin1Char('&'));
+        window->tabs()->setCurrentIndex(t.tab);
+        QTest::qWait(50);
+        QVERIFY2(t.state && t.state->showingEmpty() && t.state->emptyPage()->isVisible(), qPrintable(where));
+        auto* text = t.state->emptyPage()->findChild<QLabel*>();
+        QVERIFY2(
+            text && text->isVisible() && text->text().contains(QLatin1String("This tab will show")), qPrintable(where));
+        QPushButton* button = t.state->startButton();
+        QVERIFY2(button->isVisible() && button->isEnabled(), qPrintable(where));
+        QCOMPARE(button->text(), QString::fromLatin1(t.button));
+        if (t.screenshot) {
+            saveScreenshot(*window, QString::fromLatin1(t.screenshot));
+        }
+        QVERIFY2(!window->findChild<QDialog*>(t.dialog), t.dialog);
+        QTest::mouseClick(button, Qt::LeftButton);
+        auto* dialog = window->findChild<QDialog*>(t.dialog);
+        QVERIFY2(dialog && dialog->isVisible(), t.dialog);
+        dialog->reject(); // deletes itself on close
+        QTRY_VERIFY2(!window->findChild<QDialog*>(t.dialog), t.dialog);
+    }
+
+    // A scan stored by another process: the Sensitivity tab shows its heatmap.
+    {
+        store::RunStore store = store::RunStore::open(store::databasePath(empty.path().toStdString()));
+        store::SensitivityScanInfo scan;
+        scan.format = "fp8_e4m3/block128";
+        scan.bf16Unit = fixture::kFixtureUnit;
+        const std::int64_t id = store::addSensitivityScan(store, scan);
+        store::SensitivityCell cell;
+        cell.layer = 0;
+        cell.moduleGroup = "q";
+        cell.addedMismatch = fixture::addedMismatch(0, 0);
+        cell.mismatch = fixture::kFixtureUnit + cell.addedMismatch;
+        store::addSensitivityCell(store, id, cell);
+    }
+    window->tabs()->setCurrentIndex(ui::MainWindow::SensitivityTab);
+    window->refresh();
+    QTRY_VERIFY(!window->sensitivityView()->emptyState()->showingEmpty());
+    QVERIFY(window->sensitivityView()->plot()->isVisible());
+    QVERIFY(window->prefixShiftView()->emptyState()->showingEmpty()); // still nothing of its kind
 }
 
 MISMATCH_TEST_MAIN(TestDashboard)

@@ -55,6 +55,7 @@ ComparePlot::ComparePlot(QWidget* parent)
     enableZoomAndReset(plot_, [this] { replot(); });
     layout->addWidget(plot_, 1);
     addPlotExportMenu(plot_);
+    installAxisGlossaryTips(plot_);
     replotTimer_.setSingleShot(true);
     replotTimer_.setInterval(kReplotDelayMs);
     connect(&replotTimer_, &QTimer::timeout, this, &ComparePlot::replot);

@@ -68,6 +68,7 @@ MismatchProfile::MismatchProfile(const QString& objectPrefix, QWidget* parent)
     placeLegendAbove(plot_);
     plot_->setMinimumHeight(stripMinimumHeight(plot_));
     addPlotExportMenu(plot_);
+    installAxisGlossaryTips(plot_);
     layout->addWidget(plot_, 1);
     connect(axisBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] {
         axisBox_->setToolTip(axisBox_->currentText());

@@ -1,8 +1,12 @@
 #include "ui/plots/plot_tools.h"
 
+#include "ui/plots/glossary_tips.h"
+
 #include <qcustomplot.h>
 
+#include <QHelpEvent>
 #include <QLabel>
+#include <QToolTip>
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +15,112 @@ namespace mismatch::ui {
 
 namespace {
 const QColor kHiddenText(0xa0, 0xa0, 0xa0);
+
+// Every axis of `plot`: those of its axis rects and those of its colour scales.
+QList<QCPAxis*> plotAxes(const QCustomPlot* plot)
+{
+    QList<QCPAxis*> axes;
+    for (QCPAxisRect* rect : plot->axisRects()) {
+        axes << rect->axes();
+    }
+    for (QCPLayoutElement* element : plot->plotLayout()->elements(true)) {
+        if (auto* scale = qobject_cast<QCPColorScale*>(element)) {
+            axes << scale->axis();
+        }
+    }
+    return axes;
+}
+
+// The tooltip over axis titles (installAxisGlossaryTips): on a mouse move, and on a tooltip request (the mouse
+// resting there), which would otherwise show the plot's own tooltip.
+class AxisGlossaryTips : public QObject {
+public:
+    explicit AxisGlossaryTips(QCustomPlot* plot)
+        : QObject(plot)
+        , plot_(plot)
+    {
+        setObjectName(QStringLiteral("axisGlossaryTips"));
+        plot->setMouseTracking(true);
+        plot->installEventFilter(this);
+        connect(plot, &QCustomPlot::mouseMove, this,
+            [this](QMouseEvent* event) { show(event->pos(), event->globalPosition().toPoint()); });
+    }
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override
+    {
+        if (watched == plot_ && event->type() == QEvent::ToolTip) {
+            const auto* help = static_cast<QHelpEvent*>(event);
+            return show(help->pos(), help->globalPos());
+        }
+        return QObject::eventFilter(watched, event);
+    }
+
+private:
+    bool show(const QPoint& pixel, const QPoint& global)
+    {
+        const QString tip = axisGlossaryTipAt(plot_, pixel);
+        if (!tip.isEmpty()) {
+            QToolTip::showText(global, tip, plot_);
+        } else if (showing_) {
+            QToolTip::hideText(); // left the title: its tip goes
+        }
+        showing_ = !tip.isEmpty();
+        return showing_;
+    }
+
+    QCustomPlot* plot_;
+    bool showing_ = false;
+};
 } // namespace
+
+void installAxisGlossaryTips(QCustomPlot* plot)
+{
+    if (!plot->findChild<QObject*>(QStringLiteral("axisGlossaryTips"), Qt::FindDirectChildrenOnly)) {
+        new AxisGlossaryTips(plot);
+    }
+}
+
+QString axisGlossaryTipAt(const QCustomPlot* plot, const QPoint& pixel)
+{
+    for (const QCPAxis* axis : plotAxes(plot)) {
+        if (axis->visible() && !axis->label().isEmpty() && axis->getPartAt(pixel) == QCPAxis::spAxisLabel) {
+            return glossaryTipFor(axis->label());
+        }
+    }
+    return {};
+}
+
+std::optional<QPoint> axisTitlePoint(const QCPAxis* axis)
+{
+    if (!axis || !axis->visible() || axis->label().isEmpty()) {
+        return std::nullopt;
+    }
+    // Outwards from the axis rect's edge, halfway along the axis, to the title drawn beyond the tick labels.
+    const QRect rect = axis->axisRect()->rect();
+    const int reach = std::max(axis->parentPlot()->width(), axis->parentPlot()->height());
+    for (int distance = 0; distance < reach; ++distance) {
+        QPoint point;
+        switch (axis->axisType()) {
+        case QCPAxis::atLeft:
+            point = QPoint(rect.left() - distance, rect.center().y());
+            break;
+        case QCPAxis::atRight:
+            point = QPoint(rect.right() + distance, rect.center().y());
+            break;
+        case QCPAxis::atTop:
+            point = QPoint(rect.center().x(), rect.top() - distance);
+            break;
+        case QCPAxis::atBottom:
+            point = QPoint(rect.center().x(), rect.bottom() + distance);
+            break;
+        }
+        if (axis->getPartAt(point) == QCPAxis::spAxisLabel) {
+            return point;
+        }
+    }
+    return std::nullopt;
+}
 
 void placeLegendAbove(QCustomPlot* plot, std::function<void()> onToggle, int perRow)
 {

@@ -2,8 +2,9 @@
 // What every plot of the dashboard shares, so that they read and behave alike: the legend in a row above the data
 // (never over it; clicking an entry hides or shows its series), a crosshair that follows the mouse and writes the
 // values under it to a read-out line, drag and wheel zoom with double-click resetting the view, and a logarithmic
-// or linear value axis.
+// or linear value axis; an axis title's glossary text as a tooltip when the mouse is over the title.
 #include <QObject>
+#include <QPoint>
 #include <QString>
 
 #include <functional>
@@ -38,6 +39,17 @@ QLabel* makeReadout(QWidget* parent, const QString& objectName, const QString& i
 
 // Switches `axis` between a logarithmic scale (with decade ticks) and a linear one.
 void setLogScale(QCPAxis* axis, bool logarithmic);
+
+// Hovering an axis title (of an axis rect or a colour scale) of `plot` shows the glossary's text of the terms the
+// title names (glossary_tips.h) as a tooltip; the tooltip goes when the mouse leaves the title. Turns on the plot's
+// mouse tracking. Installing twice installs once.
+void installAxisGlossaryTips(QCustomPlot* plot);
+// The glossary tooltip of the axis title under `pixel` (plot coordinates); "" when no titled axis is there or its
+// title names no term. The title's area is where QCustomPlot drew it at the last replot.
+QString axisGlossaryTipAt(const QCustomPlot* plot, const QPoint& pixel);
+// A point inside `axis`'s drawn title (halfway along the axis), for tests that hover it; nullopt when the axis has
+// no title or it was not drawn yet.
+std::optional<QPoint> axisTitlePoint(const QCPAxis* axis);
 
 // The data point of `graph` whose key is nearest to `key` (nullopt when the graph is empty).
 std::optional<std::pair<double, double>> nearestPoint(const QCPGraph* graph, double key);

@@ -3,8 +3,10 @@
 #include "ui/plots/mismatch_profile.h"
 
 #include "ui/views/breakdown_view.h"
+#include "ui/plots/glossary_tips.h"
 #include "ui/plots/plot_export.h"
 #include "ui/plots/plot_tools.h"
+#include "ui/views/empty_state.h"
 #include "ui/views/token_drilldown.h"
 
 #include "core/store/analysis_store.h"
@@ -319,7 +321,8 @@ bool AdmissionView::eventFilter(QObject* watched, QEvent* event)
 AdmissionView::AdmissionView(QWidget* parent)
     : QWidget(parent)
 {
-    auto* layout = new QVBoxLayout(this);
+    auto* page = new QWidget(this);
+    auto* layout = new QVBoxLayout(page);
     auto* top = new QHBoxLayout;
     top->addWidget(new QLabel(tr("Check:"), this));
     checkBox_ = new QComboBox(this);
@@ -369,6 +372,7 @@ AdmissionView::AdmissionView(QWidget* parent)
     // The threshold labels are placed in pixels, after every layout (a resize, a zoom).
     connect(plot_, &QCustomPlot::afterLayout, this, &AdmissionView::placeThresholdLabels);
     addPlotExportMenu(plot_);
+    installAxisGlossaryTips(plot_);
 
     model_ = new QStandardItemModel(this);
     table_ = new QTableView(this);
@@ -427,6 +431,14 @@ AdmissionView::AdmissionView(QWidget* parent)
     layout->addWidget(split, 1);
     connect(logScale_, &QCheckBox::toggled, this, [this] { showSelectedCheck(); });
     connect(checkBox_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { showSelectedCheck(); });
+    emptyState_ = new EmptyState(this, page,
+        {QStringLiteral("admission"), tr("No admission checks in this workspace yet"),
+            tr("This tab will show admission decisions: each candidate rollout configuration's mismatch on a "
+               "student checkpoint with its 95% interval, against the threshold of the student's budget: admit, "
+               "borderline or reject.<br>Start a check here (it needs a calibration), or run <code>mismatch "
+               "admit</code> on this workspace."),
+            tr("Start Admission Check...")});
+    connect(emptyState_, &EmptyState::startRequested, this, &AdmissionView::startRequested);
 }
 
 void AdmissionView::setStore(const store::RunStore* store)
@@ -438,6 +450,7 @@ void AdmissionView::setStore(const store::RunStore* store)
 void AdmissionView::refresh()
 {
     all_ = store_ ? AnalysisData(*store_).admissionDecisions() : std::vector<AdmissionDecision> {};
+    emptyState_->setEmpty(all_.empty());
     fillCheckBox();
     showSelectedCheck();
 }
@@ -511,6 +524,7 @@ void AdmissionView::showSelectedCheck()
         {tr("Candidate"), tr("Checkpoint"), tr("Mismatch"), tr("95% interval"), tr("Threshold"), tr("x BF16"),
             tr("Decision"), tr("Notes"), tr("Seconds"), tr("Tool version"), tr("Decided (UTC)"),
             tr("Sampled-token estimators (token mean, r / rho with the full KL)")});
+    addGlossaryHeaderTips(model_);
     for (const AdmissionDecision& d : decisions_) {
         model_->appendRow(tableRow(d));
     }

@@ -34,6 +34,7 @@ class QTableView;
 
 namespace mismatch::ui {
 
+class EmptyState;
 class MismatchProfile;
 
 class AdmissionView : public QWidget {
@@ -72,6 +73,9 @@ public:
     // --store-generations`); null when the decision has none (stored before they were kept, or with 0).
     TokenDrillDown* openDrillDown(int row);
     QPushButton* drillDownButton() const { return drillDown_; }
+    // Shown instead of the plot while the workspace has no decision: what the tab will show and "Start Admission
+    // Check...".
+    EmptyState* emptyState() const { return emptyState_; }
     enum Column {
         Candidate,
         Checkpoint,
@@ -87,6 +91,10 @@ public:
         Estimators,
         ColumnCount
     };
+
+signals:
+    // The empty page's "Start Admission Check...": the check's dialog should open.
+    void startRequested();
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -135,6 +143,7 @@ private:
     QPushButton* drillDown_ = nullptr;
     TokenizerCache tokenizers_; // per checkpoint, for the drill-down
     std::vector<QCPItemText*> thresholdLabels_;
+    EmptyState* emptyState_ = nullptr;
 };
 
 QColor decisionColor(const std::string& decision);

@@ -5,8 +5,10 @@
 #include "core/metrics/estimators.h"
 #include "core/report/analysis_data.h"
 #include "core/store/import_store.h"
+#include "ui/plots/glossary_tips.h"
 #include "ui/plots/plot_export.h"
 #include "ui/plots/plot_tools.h"
+#include "ui/views/empty_state.h"
 
 #include <nlohmann/json.hpp>
 
@@ -104,7 +106,8 @@ std::vector<store::BreakdownPart> BreakdownView::shownParts(const store::Breakdo
 BreakdownView::BreakdownView(QWidget* parent)
     : QWidget(parent)
 {
-    auto* layout = new QVBoxLayout(this);
+    auto* page = new QWidget(this);
+    auto* layout = new QVBoxLayout(page);
     auto* top = new QHBoxLayout;
     top->addWidget(new QLabel(tr("Breakdown:"), this));
     runBox_ = new QComboBox(this);
@@ -146,6 +149,7 @@ BreakdownView::BreakdownView(QWidget* parent)
     plot_->setMouseTracking(true);
     connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) { hoverAt(event->pos()); });
     addPlotExportMenu(plot_);
+    installAxisGlossaryTips(plot_);
 
     // A read-only table over `model` with CSV export from its context menu.
     const auto table = [this](QStandardItemModel* model, const char* name) {
@@ -193,6 +197,14 @@ BreakdownView::BreakdownView(QWidget* parent)
         unitChosen_ = true;
         rebuild();
     });
+    emptyState_ = new EmptyState(this, page,
+        {QStringLiteral("breakdown"), tr("No mismatch breakdowns in this workspace yet"),
+            tr("This tab will show where each candidate's mismatch comes from: the BF16 unit, then the part of each "
+               "source (weights, activations, KV cache, embedding and lm_head, staleness, noise) by Shapley, "
+               "add-one-in or leave-one-out, and the sampled-token estimators beside the full KL.<br>Start a "
+               "breakdown here, or run <code>mismatch breakdown</code> on this workspace."),
+            tr("Start Mismatch Breakdown...")});
+    connect(emptyState_, &EmptyState::startRequested, this, &BreakdownView::startRequested);
 }
 
 void BreakdownView::setStore(const store::RunStore* store)
@@ -302,6 +314,8 @@ void BreakdownView::refresh()
     }
     const int keep = previous.isValid() ? runBox_->findData(previous) : -1;
     runBox_->setCurrentIndex(keep >= 0 ? keep : 0);
+    // Imported runs' estimators are shown on the estimator table's columns even without a breakdown.
+    emptyState_->setEmpty(all.empty() && (!store_ || store::importedEstimators(*store_).empty()));
     rebuild();
 }
 
@@ -484,6 +498,8 @@ void BreakdownView::fillPartTables(Method method)
     estimatorModel_->clear();
     estimatorModel_->setHorizontalHeaderLabels({tr("Candidate (whole configuration)"), tr("full KL"),
         tr("k1 (r / rho)"), tr("k3 (r / rho)"), tr("mult_prob_error (r / rho)"), tr("|mu - pi| (r / rho)")});
+    addGlossaryHeaderTips(model_);
+    addGlossaryHeaderTips(estimatorModel_);
     for (const store::BreakdownRecord& r : records_) {
         const auto row = [&](const QString& source, const QString& aoi, const QString& loo, const QString& shapley,
                              const std::optional<double>& shownValue) {

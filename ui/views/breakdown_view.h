@@ -28,6 +28,7 @@ class QTableView;
 
 namespace mismatch::ui {
 
+class EmptyState;
 class MismatchProfile;
 
 // "0.0041 (0.41 / 0.38)": an estimator's token mean with its Pearson / Spearman correlation with the full KL.
@@ -78,6 +79,13 @@ public:
     static QColor sourceColor(const QString& source);
     // The parts a candidate shows for `method` (Shapley falls back to add-one-in without Shapley parts).
     static std::vector<store::BreakdownPart> shownParts(const store::BreakdownRecord& record, Method method);
+    // Shown instead of the plot while the workspace has no breakdown (and no imported run's estimators): what the
+    // tab will show and "Start Mismatch Breakdown...".
+    EmptyState* emptyState() const { return emptyState_; }
+
+signals:
+    // The empty page's "Start Mismatch Breakdown...": the breakdown's dialog should open.
+    void startRequested();
 
 private:
     void rebuild();
@@ -113,6 +121,7 @@ private:
     std::vector<std::vector<std::pair<QString, double>>> segments_; // per candidate, as drawn
     double fitY_[2] = {0.0, 1.0};
     bool unitChosen_ = false; // by the list or setUnit: then kept, else readableUnit() of the run shown
+    EmptyState* emptyState_ = nullptr;
 };
 
 } // namespace mismatch::ui

@@ -1,7 +1,9 @@
 #include "ui/views/budget_view.h"
 
+#include "ui/plots/glossary_tips.h"
 #include "ui/plots/plot_export.h"
 #include "ui/plots/plot_tools.h"
+#include "ui/views/empty_state.h"
 
 #include <qcustomplot.h>
 
@@ -54,7 +56,8 @@ constexpr double kDefaultFailRise = 0.20;
 BudgetView::BudgetView(QWidget* parent)
     : QWidget(parent)
 {
-    auto* layout = new QVBoxLayout(this);
+    auto* page = new QWidget(this);
+    auto* layout = new QVBoxLayout(page);
     auto* top = new QHBoxLayout;
     top->addWidget(new QLabel(tr("Calibration:"), this));
     calibrationBox_ = new QComboBox(this);
@@ -149,6 +152,7 @@ BudgetView::BudgetView(QWidget* parent)
     plot_->setMouseTracking(true);
     connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) { hoverAt(event->pos()); });
     addPlotExportMenu(plot_);
+    installAxisGlossaryTips(plot_);
 
     pointModel_ = new QStandardItemModel(this);
     table_ = new QTableView(this);
@@ -176,6 +180,14 @@ BudgetView::BudgetView(QWidget* parent)
     });
     connect(stepBox_, qOverload<int>(&QComboBox::activated), this, [this] { showCalibration(); });
     connect(logScale_, &QCheckBox::toggled, this, [this] { showCalibration(); });
+    emptyState_ = new EmptyState(this, page,
+        {QStringLiteral("budget"), tr("No calibrations in this workspace yet"),
+            tr("This tab will show a student's mismatch budget: calibration runs at increasing mismatch, each "
+               "passing or failing the quality rule against the BF16 baseline, the bracket between the largest "
+               "passing and the smallest failing mismatch, and the admission threshold it sets.<br>Start a "
+               "calibration here, or run <code>mismatch calibrate</code> on this workspace."),
+            tr("Start Calibration...")});
+    connect(emptyState_, &EmptyState::startRequested, this, &BudgetView::startRequested);
 }
 
 void BudgetView::setStore(const store::RunStore* store)
@@ -206,6 +218,7 @@ void BudgetView::refresh()
         const int index = keep.isValid() ? calibrationBox_->findData(keep) : -1;
         calibrationBox_->setCurrentIndex(index >= 0 ? index : calibrationBox_->count() - 1);
     }
+    emptyState_->setEmpty(calibrations_.empty());
     showCalibration();
 }
 
@@ -344,6 +357,7 @@ void BudgetView::resetPointTable()
     pointModel_->horizontalHeaderItem(7)->setToolTip(
         tr("The failure rule's verdict: failed when the interval of the change is at or above the failure line, "
            "undecided when it contains it, else passed"));
+    addGlossaryHeaderTips(pointModel_, {{7, {QStringLiteral("failure line")}}});
 }
 
 void BudgetView::showFailureRule(const std::optional<CalibrationInfo>& info)

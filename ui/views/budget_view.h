@@ -21,6 +21,8 @@ class QTableView;
 
 namespace mismatch::ui {
 
+class EmptyState;
+
 class BudgetView : public QWidget {
     Q_OBJECT
 public:
@@ -48,6 +50,13 @@ public:
     QString readoutText() const;
     // The read-out of the point nearest to `pixel` (what hovering there shows).
     void hoverAt(const QPoint& pixel);
+    // Shown instead of the plot while the workspace has no calibration: what the tab will show and "Start
+    // Calibration...".
+    EmptyState* emptyState() const { return emptyState_; }
+
+signals:
+    // The empty page's "Start Calibration...": the calibration's dialog should open.
+    void startRequested();
 
 private:
     void showCalibration();
@@ -99,6 +108,7 @@ private:
     std::vector<QCPItemText*> pointLabels_;
     QStandardItemModel* pointModel_ = nullptr;
     QTableView* table_ = nullptr;
+    EmptyState* emptyState_ = nullptr;
 };
 
 } // namespace mismatch::ui

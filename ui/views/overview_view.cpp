@@ -8,6 +8,7 @@
 #include "core/store/sqlite_util.h"
 #include "ui/views/admission_view.h"
 #include "ui/views/analysis_data.h"
+#include "ui/plots/glossary_tips.h"
 
 #include <QDir>
 #include <QFileInfo>
@@ -46,6 +47,7 @@ QTableWidget* makeTable(QWidget* parent, const QStringList& header, const char* 
     auto* table = new QTableWidget(0, static_cast<int>(header.size()), parent);
     table->setObjectName(name);
     table->setHorizontalHeaderLabels(header);
+    addGlossaryHeaderTips(table->model());
     table->verticalHeader()->hide();
     table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     table->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -414,6 +416,7 @@ void OverviewView::addBudget(QWidget* box, QVBoxLayout* boxLayout, StudentSectio
         section.budget->horizontalHeaderItem(4)->setToolTip(
             tr("The threshold over the baseline's BF16 unit at that step (the plain BF16 engine at the "
                "baseline runs' weights of that step)."));
+        addGlossaryHeaderTips(section.budget->model()); // below the tooltips just set
         fillBudgetTable(section.budget, c);
         fitRows(section.budget);
         boxLayout->addWidget(section.budget);

@@ -6,6 +6,9 @@
 #include "core/store/analysis_store.h"
 #include "ui/views/analysis_data.h"
 #include "ui/views/breakdown_view.h"
+#include "ui/views/empty_state.h"
+#include "ui/dialogs/help_dialog.h"
+#include "ui/plots/glossary_tips.h"
 #include "ui/plots/plot_export.h"
 #include "ui/plots/plot_tools.h"
 #include "ui/views/token_drilldown.h"
@@ -56,7 +59,8 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     : QWidget(parent)
     , data_(std::make_unique<Data>())
 {
-    auto* layout = new QVBoxLayout(this);
+    auto* page = new QWidget(this);
+    auto* layout = new QVBoxLayout(page);
     auto* top = new QHBoxLayout;
     top->addWidget(new QLabel(tr("Analysis:"), this));
     analysisBox_ = new QComboBox(this);
@@ -121,6 +125,7 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     crosshair_ = new PlotCrosshair(plot_, {plot_->axisRect()}, readout_, tr("position"));
     enableZoomAndReset(plot_, [this] { fitPositions(); });
     addPlotExportMenu(plot_);
+    installAxisGlossaryTips(plot_);
 
     histogram_ = new QCustomPlot(this);
     histogram_->setObjectName("prefixShiftHistogram");
@@ -138,6 +143,7 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     enableZoomAndReset(
         histogram_, [this] { fitHistogram(); }, Qt::Horizontal);
     addPlotExportMenu(histogram_);
+    installAxisGlossaryTips(histogram_);
 
     corrections_ = new QStandardItemModel(this);
     correctionTable_ = new QTableView(this);
@@ -192,6 +198,19 @@ PrefixShiftView::PrefixShiftView(QWidget* parent)
     connect(pairList_, &QListWidget::itemDoubleClicked, this,
         [this](QListWidgetItem* item) { openDrillDown(pairList_->row(item)); });
     connect(drillDown_, &QPushButton::clicked, this, [this] { openDrillDown(pairList_->currentRow()); });
+    createEmptyState(page);
+}
+
+void PrefixShiftView::createEmptyState(QWidget* page)
+{
+    emptyState_ = new EmptyState(this, page,
+        {QStringLiteral("prefixShift"), tr("No prefix-shift analyses in this workspace yet"),
+            tr("This tab will show how much of a configuration's mismatch comes token by token (per-token part) and "
+               "how much from reaching other prefixes (prefix-shift part), where paired generations first diverge, "
+               "and what TIS and MIS corrections change.<br>Start an analysis here, or run <code>mismatch "
+               "prefix-shift</code> on this workspace."),
+            tr("Start Prefix-Shift Analysis...")});
+    connect(emptyState_, &EmptyState::startRequested, this, &PrefixShiftView::startRequested);
 }
 
 PrefixShiftView::~PrefixShiftView() = default;
@@ -221,6 +240,7 @@ void PrefixShiftView::refresh()
             index = static_cast<int>(i);
     }
     analysisBox_->setCurrentIndex(index);
+    emptyState_->setEmpty(data_->records.empty());
     showAnalysis(index);
 }
 
@@ -311,6 +331,10 @@ void PrefixShiftView::clearAnalysis()
     for (int column = 0; column < tips.size(); ++column) {
         corrections_->horizontalHeaderItem(column)->setToolTip(tips[column]);
     }
+    // The columns whose titles do not name their terms: the corrections (TIS, MIS and their cap C) and the total
+    // mismatch; "Per-token" and "Prefix shift" name theirs.
+    const QStringList corrections {QStringLiteral("TIS"), QStringLiteral("MIS")};
+    addGlossaryHeaderTips(corrections_, {{0, corrections}, {1, corrections}, {2, {QStringLiteral("mismatch")}}});
 }
 
 void PrefixShiftView::showSummary(const store::PrefixShiftRecord& r, const nlohmann::json& details)
@@ -467,6 +491,7 @@ void PrefixShiftView::fillCorrections(const nlohmann::json& details)
                 << new QStandardItem(number("total")) << new QStandardItem(number("per_token"))
                 << new QStandardItem(number("prefix_shift")) << new QStandardItem(percent("affected_own"))
                 << new QStandardItem(percent("affected_reference"));
+            row.front()->setToolTip(glossaryTip(kind)); // "tis", "mis": what the correction does ("none": nothing)
             corrections_->appendRow(row);
         }
     }

@@ -34,6 +34,7 @@ struct PrefixShiftRecord;
 
 namespace mismatch::ui {
 
+class EmptyState;
 class MismatchProfile;
 
 class PlotCrosshair;
@@ -71,8 +72,17 @@ public:
     bool positionsFromAllPairs() const { return fromAllPairs_; }
     // KL (nats) that maps to the darkest token colour: the 99th percentile of the analysis's token KLs.
     double colourScaleMax() const { return scaleMax_; }
+    // Shown instead of the plots while the workspace has no analysis: what the tab will show and "Start
+    // Prefix-Shift Analysis...".
+    EmptyState* emptyState() const { return emptyState_; }
+
+signals:
+    // The empty page's "Start Prefix-Shift Analysis...": the analysis's dialog should open.
+    void startRequested();
 
 private:
+    // Lays the view out as the empty page and `page` (the view's widgets).
+    void createEmptyState(QWidget* page);
     void showAnalysis(int comboIndex);
     // The pieces of showAnalysis(): empty the plots and the corrections, then fill the summary, the by-position
     // plot, the first-divergence histogram, the corrections and the pair list from the analysis `r` and its
@@ -108,6 +118,7 @@ private:
     QStandardItemModel* corrections_ = nullptr;
     QTableView* correctionTable_ = nullptr;
     PlotCrosshair* crosshair_ = nullptr;
+    EmptyState* emptyState_ = nullptr;
 };
 
 } // namespace mismatch::ui

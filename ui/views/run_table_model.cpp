@@ -1,5 +1,7 @@
 #include "ui/views/run_table_model.h"
 
+#include "ui/plots/glossary_tips.h"
+
 #include <QBrush>
 #include <QColor>
 
@@ -181,6 +183,11 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
 
 QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
+    if (orientation == Qt::Horizontal && role == Qt::ToolTipRole) {
+        // A title naming a glossary term ("Mismatch") explains it.
+        const QString tip = glossaryTipFor(headerData(section, orientation, Qt::DisplayRole).toString());
+        return tip.isEmpty() ? QVariant() : QVariant(tip);
+    }
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) {
         return QAbstractTableModel::headerData(section, orientation, role);
     }

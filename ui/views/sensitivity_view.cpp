@@ -1,6 +1,9 @@
 #include "ui/views/sensitivity_view.h"
 
+#include "ui/plots/glossary_tips.h"
 #include "ui/plots/plot_export.h"
+#include "ui/plots/plot_tools.h"
+#include "ui/views/empty_state.h"
 
 #include <qcustomplot.h>
 
@@ -91,7 +94,8 @@ int HeatmapPanel::column(const std::string& group) const
 SensitivityView::SensitivityView(QWidget* parent)
     : QWidget(parent)
 {
-    auto* layout = new QVBoxLayout(this);
+    auto* page = new QWidget(this);
+    auto* layout = new QVBoxLayout(page);
     auto* top = new QHBoxLayout;
     top->addWidget(new QLabel(tr("Scan:"), this));
     scanBox_ = new QComboBox(this);
@@ -187,6 +191,13 @@ SensitivityView::SensitivityView(QWidget* parent)
             emit buildRecipeRequested(main_.scanId);
         }
     });
+    emptyState_ = new EmptyState(this, page,
+        {QStringLiteral("sensitivity"), tr("No sensitivity scans in this workspace yet"),
+            tr("This tab will show a layer sensitivity heatmap: each layer's module groups quantized one at a time, "
+               "coloured by the mismatch each adds over the BF16 unit, so that you can see which modules to keep "
+               "in BF16.<br>Start a scan here, or run <code>mismatch sensitivity</code> on this workspace."),
+            tr("Start Sensitivity Scan...")});
+    connect(emptyState_, &EmptyState::startRequested, this, &SensitivityView::startRequested);
 }
 
 SensitivityView::~SensitivityView() = default;
@@ -228,6 +239,7 @@ void SensitivityView::refresh()
         }
     }
     scanBox_->setCurrentIndex(keepIndex);
+    emptyState_->setEmpty(scans_.empty());
     const int compareIndex = keepCompared.isValid() ? compareBox_->findData(keepCompared) : 0;
     compareBox_->setCurrentIndex(std::max(compareIndex, 0));
     showScans();
@@ -640,8 +652,11 @@ void SensitivityView::onMouseMove(QMouseEvent* event)
     if (c) {
         QToolTip::showText(event->globalPosition().toPoint(), describeCell(*c), plot_);
     } else if (colorScale_->outerRect().contains(event->pos())) {
-        QToolTip::showText(
-            event->globalPosition().toPoint(), colorScale_->axis()->label() + QStringLiteral("\n") + scaleNote_, plot_);
+        const QString scale = colorScale_->axis()->label() + QStringLiteral("\n") + scaleNote_;
+        QToolTip::showText(event->globalPosition().toPoint(),
+            withGlossaryTip(scale, glossaryTipFor(colorScale_->axis()->label())), plot_);
+    } else if (const QString tip = axisGlossaryTipAt(plot_, event->pos()); !tip.isEmpty()) {
+        QToolTip::showText(event->globalPosition().toPoint(), tip, plot_); // an axis title: its glossary text
     } else {
         QToolTip::hideText();
     }

@@ -31,6 +31,8 @@ class QPushButton;
 
 namespace mismatch::ui {
 
+class EmptyState;
+
 // One scan drawn into one axis rect: its cells laid out as rows (layers; -1 for the embedding / lm_head) by
 // module-group columns.
 struct HeatmapPanel {
@@ -101,6 +103,9 @@ public:
     void clearSelection();
     QPushButton* keepButton() const { return keepButton_; }
     QPushButton* buildButton() const { return buildButton_; }
+    // Shown instead of the heatmap while the workspace has no scan: what the tab will show and "Start Sensitivity
+    // Scan...".
+    EmptyState* emptyState() const { return emptyState_; }
 
 signals:
     void cellSelected(std::int64_t layer, const QString& moduleGroup);
@@ -108,6 +113,8 @@ signals:
     void keepInBf16Requested(const std::vector<std::pair<std::int64_t, std::string>>& cells);
     // "Build recipe from this scan...".
     void buildRecipeRequested(std::int64_t scanId);
+    // The empty page's "Start Sensitivity Scan...": the scan's dialog should open.
+    void startRequested();
 
 private:
     void showScans();
@@ -138,6 +145,7 @@ private:
     QLabel* selectionLabel_ = nullptr;
     QPushButton* keepButton_ = nullptr;
     QPushButton* buildButton_ = nullptr;
+    EmptyState* emptyState_ = nullptr;
     QCustomPlot* plot_ = nullptr;
     QCPColorScale* colorScale_ = nullptr;
     std::vector<QCPItemRect*> selectionFrames_;

@@ -1,6 +1,7 @@
 #include "ui/views/token_drilldown.h"
 
 #include "core/common/utf8.h"
+#include "ui/dialogs/help_dialog.h"
 
 #include <QComboBox>
 #include <QHBoxLayout>
@@ -140,6 +141,7 @@ TokenDrillDown::TokenDrillDown(const model::Tokenizer* tokenizer, double colourS
     controls->addWidget(sequenceBox_);
     firstDivergence_ = new QPushButton(tr("First &Divergence"), this);
     firstDivergence_->setObjectName("drillDownFirstDivergence");
+    firstDivergence_->setToolTip(glossaryTip(QStringLiteral("first divergence")));
     controls->addWidget(firstDivergence_);
     largestButton_ = new QPushButton(tr("Next &Largest KL"), this);
     largestButton_->setObjectName("drillDownLargest");
