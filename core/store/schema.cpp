@@ -318,11 +318,33 @@ ALTER TABLE calibration_points ADD COLUMN training_mismatch REAL;
 ALTER TABLE runs ADD COLUMN provenance_json TEXT;
 )sql";
 
+// Version 11: shards and merging (store_merge.h). Every workspace gets a random id when it is created or migrated
+// (workspace_meta 'workspace_id'), which names it as a shard wherever its directory is copied; merged_runs records,
+// per run merged in from a shard, the shard's id and run (its id, start and name: a workspace copied before its runs
+// began shares its id with its copies, its runs do not share all three), so that merging a shard again adds nothing.
+const char* kSchemaV11 = R"sql(
+CREATE TABLE workspace_meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+INSERT INTO workspace_meta (key, value) VALUES ('workspace_id', lower(hex(randomblob(16))));
+CREATE TABLE merged_runs (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  shard_workspace_id TEXT NOT NULL,
+  shard_run_id INTEGER NOT NULL,
+  shard_run_started_at TEXT NOT NULL,
+  shard_run_name TEXT NOT NULL,
+  shard_path TEXT NOT NULL,
+  merged_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  UNIQUE (shard_workspace_id, shard_run_id, shard_run_started_at, shard_run_name)
+);
+)sql";
+
 const std::vector<const char*>& migrations()
 {
     static const std::vector<const char*> all
         = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8, kSchemaV9,
-            kSchemaV10};
+            kSchemaV10, kSchemaV11};
     return all;
 }
 

@@ -53,6 +53,7 @@ private slots:
     void runsListsStoredRunsAsTableAndJson();
     void runNamesFollowOneRule();
     void badWorkspaceFileIsAnErrorNotACrash();
+    void storeMergeJson();
     void demoRegistersResources();
     void realBinaryExitCodes();
     void reportOfTheDemoWorkspace();
@@ -265,6 +266,64 @@ void TestCli::badWorkspaceFileIsAnErrorNotACrash()
         QVERIFY2(QString::fromStdString(r.err).contains("is not a SQLite database"), r.err.c_str());
         QVERIFY2(QString::fromStdString(r.err).contains(dir.path() + "/workspace.db"), r.err.c_str());
     }
+}
+
+// `mismatch store merge SHARD... [--into WORKSPACE] --json` (issue 43): per shard the runs merged and the rows added
+// per table (tests/cli/fixtures/store-merge.json), "already merged" the second time, and a shard whose unit was killed
+// mid-run refused by name with exit 1 while the others are merged.
+void TestCli::storeMergeJson()
+{
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    const auto shard = [&](const std::string& name, int steps, bool finish) {
+        store::RunStore s = store::RunStore::open(store::databasePath(root + "/" + name));
+        const std::int64_t model = s.addModel({0, "tiny", root + "/models/tiny", "Qwen2ForCausalLM", 99, "{}"});
+        const std::int64_t run = s.beginRun({name + "-unit", "train", "{}", model});
+        std::vector<store::StepMetrics> list;
+        for (int step = 1; step <= steps; ++step) {
+            store::StepMetrics m;
+            m.step = step;
+            m.mismatchKl = 0.01 * step + 0.003;
+            list.push_back(m);
+        }
+        s.appendSteps(run, list);
+        if (finish) {
+            s.finishRun(run, store::RunStatus::Finished);
+        }
+    };
+    shard("a", 2, true);
+    shard("b", 3, true);
+    shard("killed", 1, false);
+    const std::string target = root + "/main";
+    const CliResult first = runCli({"-w", target, "--json", "store", "merge", root + "/a", root + "/b"});
+    QVERIFY2(first.code == 0, first.err.c_str());
+    const nlohmann::json report = parseJson(first.out);
+    const std::vector<std::string> differences
+        = test::goldenDifferences(report, MISMATCH_SOURCE_DIR "/tests/cli/fixtures/store-merge.json");
+    QVERIFY2(differences.empty(), test::joinDifferences(differences).c_str());
+    QCOMPARE(report.at("shards").at(0).at("shard").get<std::string>(), store::databasePath(root + "/a"));
+
+    const CliResult again = runCli({"--json", "store", "merge", root + "/a", root + "/b", "--into", target});
+    QVERIFY2(again.code == 0, again.err.c_str());
+    for (const nlohmann::json& entry : parseJson(again.out).at("shards")) {
+        QCOMPARE(entry.at("status").get<std::string>(), std::string("already merged"));
+        QCOMPARE(entry.at("runs").size(), size_t(0));
+        QCOMPARE(entry.at("already_merged").size(), size_t(1));
+    }
+    const CliResult human = runCli({"-w", target, "store", "merge", root + "/a"});
+    QVERIFY2(human.code == 0 && human.out.find("already merged") != std::string::npos, human.out.c_str());
+
+    const CliResult refused = runCli({"-w", target, "--json", "store", "merge", root + "/killed"});
+    QCOMPARE(refused.code, 1);
+    const nlohmann::json refusal = parseJson(refused.out).at("refused").at(0);
+    const std::string why = refusal.at("error").get<std::string>();
+    QVERIFY2(why.find(store::databasePath(root + "/killed")) != std::string::npos, why.c_str());
+    QVERIFY2(why.find("resume its unit first (mismatch run --resume 1 --workspace " + root + "/killed)")
+            != std::string::npos,
+        why.c_str());
+    QVERIFY2(refused.err.find("1 of 1 shards refused") != std::string::npos, refused.err.c_str());
+    const CliResult runs = runCli({"-w", target, "--json", "store", "runs"});
+    QCOMPARE(parseJson(runs.out).size(), size_t(2)); // a's and b's runs only
 }
 
 void TestCli::demoRegistersResources()

@@ -1,21 +1,37 @@
-// Tests of the workspace run store: schema migrations, batches, live readers, crashes and bad files.
+// Tests of the workspace run store: schema migrations, batches, live readers, crashes, bad files and merging shards.
 #include "core/common/error.h"
 #include "core/store/analysis_store.h"
+#include "core/store/breakdown_store.h"
+#include "core/store/evaluation_store.h"
 #include "core/store/find_run.h"
+#include "core/store/import_store.h"
 #include "core/store/run_store.h"
 #include "core/store/schema.h"
 #include "core/store/sqlite_util.h"
+#include "core/store/store_merge.h"
 #include "tests/common/posix_locks.h"
 #include "tests/common/test_main.h"
 
 #include <QCryptographicHash>
+#include <QDir>
 #include <QFile>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <nlohmann/json.hpp>
+
 #include <sqlite3.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
 
 using namespace mismatch;
 using namespace mismatch::store;
@@ -78,6 +94,382 @@ StepMetrics makeStep(long long step, double value)
     return m;
 }
 
+// ---- shards and merging (store_merge.h) -------------------------------------------------------------------------
+
+// Every table of the store with its row count (workspace_meta and merged_runs included).
+std::map<std::string, std::int64_t> rowCounts(sqlite3* db)
+{
+    std::map<std::string, std::int64_t> counts;
+    Statement tables(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
+    while (tables.step()) {
+        counts[tables.text(0)] = queryInt64(db, ("SELECT count(*) FROM " + tables.text(0)).c_str());
+    }
+    return counts;
+}
+
+// Bits of a double, so that "equal" below means bit for bit (QCOMPARE on doubles is fuzzy).
+std::string bits(double value)
+{
+    std::uint64_t word = 0;
+    std::memcpy(&word, &value, sizeof word);
+    return std::to_string(word);
+}
+
+std::string bits(const std::optional<double>& value)
+{
+    return value ? bits(*value) : std::string("null");
+}
+
+std::string text(const std::optional<std::int64_t>& value)
+{
+    return value ? std::to_string(*value) : std::string("null");
+}
+
+std::string describe(const StoredGeneration& g)
+{
+    std::ostringstream s;
+    s << g.index << "|" << g.promptId << "|";
+    for (auto t : g.promptTokens)
+        s << t << ",";
+    s << "|";
+    for (auto t : g.tokens)
+        s << t << ",";
+    s << "|";
+    for (double k : g.kl)
+        s << bits(k) << ",";
+    for (const TokenDetail& d : g.details) {
+        s << "|" << bits(d.logMu) << "," << bits(d.logPi) << "," << bits(d.entropyMu) << "," << bits(d.entropyPi);
+        for (const auto& [token, p] : d.topMu)
+            s << ";" << token << ":" << bits(p);
+        for (const auto& [token, p] : d.topPi)
+            s << ";" << token << ":" << bits(p);
+    }
+    return s.str();
+}
+
+// The name of run `id` ("" for none): references are compared by what they name, not by id.
+std::string runName(const RunStore& store, const std::optional<std::int64_t>& id)
+{
+    return id ? store.run(*id)->name : std::string();
+}
+
+std::string describeCalibration(const RunStore& store, std::int64_t calibrationId)
+{
+    std::ostringstream s;
+    const Calibration c = *calibration(store, calibrationId);
+    s << "calibration " << c.info.name << "|" << c.info.student << "|" << c.info.configJson << "\n";
+    for (const CalibrationPoint& p : c.points) {
+        s << "  point " << runName(store, p.runId) << "|" << p.step << "|" << bits(p.mismatch) << bits(p.quality)
+          << bits(p.relativeChange) << bits(p.ciLow) << bits(p.ciHigh) << "|" << p.verdict << "|" << p.label << "|"
+          << p.replicates << "|" << bits(p.bf16Unit) << bits(p.accuracy) << bits(p.changeLow) << bits(p.changeHigh)
+          << bits(p.trainingMismatch) << "\n";
+    }
+    for (const CalibrationBracket& b : c.brackets) {
+        s << "  bracket " << b.step << "|" << bits(b.largestPassing) << bits(b.smallestFailing) << bits(b.threshold)
+          << "\n";
+    }
+    return s.str();
+}
+
+// A run's config_json or job_json with the ids it names replaced by names ("run_id": the run's, "calibration": the
+// calibration's), so that a merged run's JSON, whose ids are those of its new workspace, compares with its shard's.
+std::string withNamedIds(const RunStore& store, const std::string& text)
+{
+    if (text.empty()) {
+        return text;
+    }
+    nlohmann::json value = nlohmann::json::parse(text);
+    std::function<void(nlohmann::json&)> name = [&](nlohmann::json& v) {
+        for (auto& [key, member] : v.items()) {
+            if (key == "run_id" && member.is_number_integer()) {
+                member = runName(store, member.get<std::int64_t>());
+            } else if (key == "calibration" && member.is_number_integer()) {
+                member = calibration(store, member.get<std::int64_t>())->info.name;
+            } else if (member.is_structured()) {
+                name(member);
+            }
+        }
+    };
+    name(value);
+    return value.dump();
+}
+
+// Everything stored with one run, read through the store's own API, ids replaced by the names they refer to and
+// every figure by its bits: two stores hold the same results for a run exactly when these texts are equal.
+std::string describeRun(const RunStore& store, std::int64_t runId)
+{
+    std::ostringstream s;
+    const RunInfo run = *store.run(runId);
+    s << "run " << run.name << "|" << run.kind << "|" << toString(run.status) << "|"
+      << withNamedIds(store, run.configJson) << "|" << run.startedAt << "|" << run.finishedAt << "|" << run.error << "|"
+      << run.toolVersion << "|" << withNamedIds(store, run.jobJson) << "\n";
+    for (const StepMetrics& m : store.stepsAfter(runId)) {
+        s << "step " << m.step << "|" << bits(m.mismatchKl) << bits(m.k1) << bits(m.k3) << bits(m.bf16Multiple)
+          << bits(m.loss) << bits(m.reward) << bits(m.accuracy) << bits(m.entropy) << text(m.staleness)
+          << bits(m.rolloutTokensPerSecond) << bits(m.trainTokensPerSecond) << bits(m.wallTimeSeconds) << "|"
+          << m.extrasJson << "\n";
+    }
+    for (const std::int64_t step : stepsWithGenerations(store, runId)) {
+        for (const StoredGeneration& g : stepGenerations(store, runId, step)) {
+            s << "step generation " << step << "|" << describe(g) << "\n";
+        }
+    }
+    for (const EvaluationSummary& e : evaluations(store, runId)) {
+        std::string promptSet;
+        for (const PromptSetRecord& p : store.listPromptSets()) {
+            promptSet = e.promptSetId && p.id == *e.promptSetId ? p.path : promptSet;
+        }
+        s << "evaluation " << e.step << "|" << promptSet << "|" << bits(e.quality) << "|" << bits(e.accuracy) << "\n";
+        const Evaluation evaluation = *evaluationAt(store, runId, e.step);
+        for (const ProblemQuality& p : evaluation.problems) {
+            s << "  problem " << p.problemId << "|" << bits(p.quality) << "|" << p.correct << "\n";
+        }
+    }
+    if (const auto external = externalRun(store, runId)) {
+        s << "external " << external->source << "|" << external->file << "|" << external->estimatorJson << "\n";
+    }
+    for (const SensitivityScanInfo& info : sensitivityScans(store)) {
+        if (info.runId != runId)
+            continue;
+        std::string model;
+        for (const ModelRecord& m : store.listModels()) {
+            model = info.modelId && m.id == *info.modelId ? m.path : model;
+        }
+        s << "scan " << info.format << "|" << model << "|" << bits(info.bf16Unit) << "|" << info.configJson << "\n";
+        const SensitivityScan scan = *sensitivityScan(store, info.id);
+        for (const SensitivityCell& c : scan.cells) {
+            s << "  cell " << c.layer << c.moduleGroup << "|" << bits(c.mismatch) << bits(c.addedMismatch)
+              << bits(c.ciLow) << bits(c.ciHigh) << bits(c.mismatchCiLow) << bits(c.mismatchCiHigh) << text(c.tokens)
+              << bits(c.seconds) << "\n";
+        }
+    }
+    for (const CalibrationInfo& info : calibrations(store)) {
+        if (info.runId == runId)
+            s << describeCalibration(store, info.id);
+    }
+    for (const AdmissionDecision& d : admissionDecisions(store, runId)) {
+        std::string calibrationName;
+        for (const CalibrationInfo& c : calibrations(store)) {
+            calibrationName = d.calibrationId && c.id == *d.calibrationId ? c.name : calibrationName;
+        }
+        s << "decision " << calibrationName << "|" << d.candidateJson << "|" << d.checkpoint << "|" << bits(d.mismatch)
+          << bits(d.ciLow) << bits(d.ciHigh) << bits(d.threshold) << "|" << d.decision << "|" << bits(d.seconds) << "|"
+          << d.toolVersion << "\n";
+        for (const StoredGeneration& g : admissionGenerations(store, d.id)) {
+            s << "  generation " << describe(g) << "\n";
+        }
+    }
+    for (const PrefixShiftRecord& r : prefixShifts(store)) {
+        if (r.runId != runId)
+            continue;
+        s << "prefix shift " << r.model << "|" << r.configurationJson << "|" << bits(r.total) << bits(r.perToken)
+          << bits(r.prefixShift) << bits(r.bf16Unit) << bits(r.totalCiLow) << bits(r.totalCiHigh)
+          << bits(r.perTokenCiLow) << bits(r.perTokenCiHigh) << "|" << r.pairs << "|" << r.diverged << "|"
+          << r.detailsJson << "\n";
+        for (const PrefixShiftPair& p : prefixShiftPairs(store, r.id)) {
+            s << "  pair " << p.promptId << "|" << text(p.firstDivergence) << "|" << p.candidateTokens.size() << "|";
+            for (double k : p.candidateKl)
+                s << bits(k) << ",";
+            for (double k : p.referenceKl)
+                s << bits(k) << ",";
+            for (const TokenDetail& d : p.candidateDetail)
+                s << bits(d.logMu) << bits(d.logPi) << ";";
+            s << "\n";
+        }
+    }
+    for (const BreakdownRecord& b : breakdowns(store, runId)) {
+        s << "breakdown " << b.candidate << "|" << b.model << "|" << b.configurationJson << "|" << bits(b.total)
+          << bits(b.totalCiLow) << bits(b.totalCiHigh) << bits(b.bf16Unit) << bits(b.unitCiLow) << bits(b.unitCiHigh)
+          << "|" << b.tokens << "|" << b.shapley << "|" << bits(b.seconds) << "\n";
+        for (const BreakdownPart& p : b.parts) {
+            s << "  part " << p.method << "|" << p.source << "|" << bits(p.value) << bits(p.ciLow) << bits(p.ciHigh)
+              << "\n";
+        }
+        for (const BreakdownSubset& p : b.subsets) {
+            s << "  subset " << p.subset << "|" << bits(p.mismatch) << bits(p.ciLow) << bits(p.ciHigh) << bits(p.k1)
+              << bits(p.k3) << "|" << p.tokens << "|" << p.estimatorsJson << "\n";
+        }
+    }
+    return s.str();
+}
+
+// Random figures (never round numbers) for a shard's rows.
+struct Figures {
+    std::mt19937_64 engine;
+    double next() { return std::uniform_real_distribution<double>(0.001, 3.0)(engine); }
+    std::vector<StoredGeneration> generations(int count)
+    {
+        std::vector<StoredGeneration> list;
+        for (int g = 0; g < count; ++g) {
+            StoredGeneration generation;
+            generation.index = g;
+            generation.promptId = "p" + std::to_string(g);
+            generation.promptTokens = {1, 2, 3 + g};
+            for (int t = 0; t < 3; ++t) {
+                generation.tokens.push_back(10 + t);
+                generation.kl.push_back(next());
+                generation.details.push_back({-next(), -next(), next(), next(), {{10 + t, next()}}, {{11, next()}}});
+            }
+            list.push_back(generation);
+        }
+        return list;
+    }
+};
+
+std::int64_t finishedRunWithSteps(RunStore& store, const std::string& name, const std::string& kind, Figures& figures,
+    std::optional<std::int64_t> modelId = std::nullopt)
+{
+    const std::int64_t id
+        = store.beginRun({name, kind, "{\"seed\":" + std::to_string(figures.engine() % 1000) + "}", modelId});
+    std::vector<StepMetrics> steps;
+    for (int s = 1; s <= 4; ++s) {
+        StepMetrics m = makeStep(s, figures.next());
+        m.reward = figures.next();
+        m.wallTimeSeconds = figures.next();
+        steps.push_back(m);
+    }
+    store.appendSteps(id, steps);
+    store.finishRun(id, RunStatus::Finished);
+    return id;
+}
+
+// A shard as a unit's run leaves it: one row or more in every table, through the store's own API. Runs are named
+// "<tag>/..." so that the merged ones can be found by name.
+void fillShard(RunStore& store, const std::string& tag, const std::string& modelPath, const std::string& promptPath,
+    Figures& figures)
+{
+    const std::int64_t model = store.addModel({0, "tiny", modelPath, "Qwen2ForCausalLM", 4321, "{}"});
+    const std::int64_t promptSet = store.addPromptSet({0, "arith", promptPath, 8});
+    execute(store.handle(),
+        ("INSERT INTO recipes (name, path, content) VALUES ('" + tag + "-recipe', '/r/" + tag
+            + ".yaml', 'weights: fp8 # " + bits(figures.next()) + "')")
+            .c_str());
+    // A training run with evaluations and rollouts kept token by token.
+    const std::int64_t train = finishedRunWithSteps(store, tag + "/train", "train", figures, model);
+    for (const std::int64_t step : {2, 4}) {
+        addEvaluation(store, train, step, promptSet,
+            {{"a", figures.next(), true}, {"b", figures.next(), false}, {"c", figures.next(), true}});
+    }
+    addStepGenerations(store, train, 1, figures.generations(2));
+    // A calibration of its own run and sweep run, and a shipped one (no run) with its record run.
+    const std::int64_t calibrateRun = store.beginRun({tag + "/calibrate", "calibrate", "{}", std::nullopt});
+    const std::int64_t sweep = finishedRunWithSteps(store, tag + "/sweep", "train", figures);
+    const auto point = [&](std::int64_t runId, std::int64_t step, const std::string& verdict) {
+        CalibrationPoint p;
+        p.runId = runId;
+        p.step = step;
+        p.mismatch = figures.next();
+        p.quality = figures.next();
+        p.relativeChange = figures.next();
+        p.ciLow = -figures.next();
+        p.ciHigh = figures.next();
+        p.verdict = verdict;
+        p.label = "noise " + bits(figures.next()).substr(0, 3);
+        p.bf16Unit = figures.next();
+        p.changeLow = -figures.next();
+        p.changeHigh = figures.next();
+        p.trainingMismatch = figures.next();
+        return p;
+    };
+    const std::int64_t calibrationId
+        = addCalibration(store, {0, calibrateRun, tag + " calibration", modelPath, "{}", ""},
+            {point(sweep, 2, "pass"), point(train, 2, "fail")}, {{2, figures.next(), figures.next(), figures.next()}});
+    store.setRunConfig(calibrateRun, "{\"runs\":[{\"label\":\"noise\",\"run_id\":" + std::to_string(sweep) + "}]}");
+    store.finishRun(calibrateRun, RunStatus::Finished);
+    const std::int64_t record = finishedRunWithSteps(store, tag + "/shipped-record", "train", figures);
+    const std::int64_t shipped
+        = addCalibration(store, {0, std::nullopt, tag + " (shipped)", modelPath, "{\"v\":1}", ""},
+            {point(record, 3, "undecided")}, {{3, figures.next(), std::nullopt, std::nullopt}});
+    // A shipped calibration both shards hold alike (the demo's): merged once, with its record run.
+    const std::int64_t commonRecord = store.beginRun({"common/record (shipped)", "train", "{}", std::nullopt});
+    store.finishRun(commonRecord, RunStatus::Finished);
+    CalibrationPoint commonPoint;
+    commonPoint.runId = commonRecord;
+    commonPoint.step = 5;
+    commonPoint.mismatch = 0.0123;
+    commonPoint.quality = 0.731;
+    commonPoint.label = "baseline";
+    addCalibration(store, {0, std::nullopt, "common (shipped)", "/shipped/student", "{\"v\":2}", ""}, {commonPoint},
+        {{5, 0.0123, std::nullopt, 0.0117}});
+    // A replicate's record run, which no point names: known by its record (analysis/demo.cpp).
+    const std::int64_t replicate = store.beginRun({"common/record r1 (shipped)", "train",
+        "{\"shipped_calibration\":\"/shipped/common.json\",\"sweep_run\":{\"replicate\":1}}", std::nullopt});
+    store.finishRun(replicate, RunStatus::Finished);
+    // Admission decisions against both, with generations.
+    const std::int64_t admit = store.beginRun({tag + "/admit", "admit", "{}", std::nullopt});
+    for (const std::int64_t against : {calibrationId, shipped}) {
+        AdmissionDecision decision;
+        decision.runId = admit;
+        decision.calibrationId = against;
+        decision.candidateJson = "{\"recipe\":\"" + tag + "\"}";
+        decision.checkpoint = "step-2";
+        decision.mismatch = figures.next();
+        decision.ciLow = decision.mismatch - figures.next();
+        decision.ciHigh = decision.mismatch + figures.next();
+        decision.threshold = figures.next();
+        decision.decision = "borderline";
+        decision.seconds = figures.next();
+        decision.generations = figures.generations(2);
+        addAdmissionDecision(store, decision);
+    }
+    store.setRunJob(
+        admit, "{\"job\":\"admit\",\"parameters\":{\"calibration\":" + std::to_string(calibrationId) + "}}");
+    store.finishRun(admit, RunStatus::Finished);
+    // A sensitivity scan of the model.
+    const std::int64_t scanRun = store.beginRun({tag + "/sensitivity", "sensitivity", "{}", std::nullopt});
+    const std::int64_t scan
+        = addSensitivityScan(store, {0, scanRun, model, "int8/channel", figures.next(), "{}", "", "", 0});
+    for (const std::string group : {"q", "k", "down"}) {
+        addSensitivityCell(store, scan,
+            {0, group, figures.next(), figures.next(), -figures.next(), figures.next(), figures.next(), figures.next(),
+                96, figures.next()});
+    }
+    store.finishRun(scanRun, RunStatus::Finished);
+    // A prefix-shift analysis with its pairs.
+    const std::int64_t shiftRun = store.beginRun({tag + "/prefix-shift", "prefix_shift", "{}", std::nullopt});
+    PrefixShiftRecord shift;
+    shift.runId = shiftRun;
+    shift.model = modelPath;
+    shift.total = figures.next();
+    shift.perToken = figures.next();
+    shift.prefixShift = shift.total - shift.perToken;
+    shift.bf16Unit = figures.next();
+    shift.totalCiLow = figures.next();
+    shift.pairs = 1;
+    shift.diverged = 1;
+    PrefixShiftPair pair;
+    pair.promptId = "p0";
+    pair.promptTokens = {1, 2};
+    pair.firstDivergence = 1;
+    pair.candidateTokens = {5, 6};
+    pair.candidateKl = {figures.next(), figures.next()};
+    pair.referenceTokens = {5, 7};
+    pair.referenceKl = {figures.next(), figures.next()};
+    pair.candidateDetail = {{-figures.next(), -figures.next(), figures.next(), figures.next(), {}, {}},
+        {-figures.next(), -figures.next(), figures.next(), figures.next(), {}, {}}};
+    addPrefixShift(store, shift, {pair});
+    store.finishRun(shiftRun, RunStatus::Finished);
+    // A breakdown with its parts and subsets.
+    const std::int64_t breakdownRun = store.beginRun({tag + "/breakdown", "breakdown", "{}", std::nullopt});
+    BreakdownRecord breakdown;
+    breakdown.runId = breakdownRun;
+    breakdown.candidate = "fp8";
+    breakdown.model = modelPath;
+    breakdown.sources = {"weights", "kv"};
+    breakdown.total = figures.next();
+    breakdown.bf16Unit = figures.next();
+    breakdown.tokens = 64;
+    breakdown.parts = {{"add_one_in", "weights", figures.next(), -figures.next(), figures.next()},
+        {"leave_one_out", "kv", figures.next(), std::nullopt, std::nullopt}};
+    breakdown.subsets = {{"", figures.next(), std::nullopt, std::nullopt, figures.next(), figures.next(), 64, "{}"},
+        {"weights", figures.next(), -figures.next(), figures.next(), std::nullopt, std::nullopt, 64, "{}"}};
+    addBreakdowns(store, {breakdown});
+    store.finishRun(breakdownRun, RunStatus::Finished);
+    // An imported run.
+    storeExternalRun(store, {tag + "/external", "verl", "/logs/" + tag + ".jsonl", "{}", "{\"k3\":\"verl\"}"},
+        {makeStep(1, figures.next()), makeStep(2, figures.next())});
+}
+
 }  // namespace
 
 class TestStore : public QObject {
@@ -97,6 +489,8 @@ private slots:
     void missingFileInOpenExistingMode();
     void openingAgainKeepsTheProcessLocks();
     void findRunByIdOrOneName();
+    void mergesShardsIntoAWorkspace();
+    void mergeRefusesShardsItCannotMerge();
 };
 
 void TestStore::createsWorkspaceWithCurrentSchema()
@@ -113,6 +507,13 @@ void TestStore::createsWorkspaceWithCurrentSchema()
     const StoreSummary summary = store.summary();
     QCOMPARE(summary.runs, 0);
     QCOMPARE(summary.schemaVersion, currentSchemaVersion());
+    // Schema 11: each workspace has its own random id (a shard's identity wherever it is copied).
+    const RunStore other = RunStore::open((dir.path() + "/other/workspace.db").toStdString());
+    const char* idQuery = "SELECT value FROM workspace_meta WHERE key = 'workspace_id'";
+    Statement id(store.handle(), idQuery);
+    Statement otherId(other.handle(), idQuery);
+    QVERIFY(id.step() && otherId.step());
+    QVERIFY(id.text(0) != otherId.text(0));
 }
 
 void TestStore::runLifecycleAndCursor()
@@ -224,6 +625,11 @@ void TestStore::migratesFromEveryEarlierVersion()
                             "'[0.2]')");
     QCOMPARE(queryInt64(store.handle(), "SELECT tokens FROM sensitivity_cells"), 100);
     QCOMPARE(queryInt64(store.handle(), "SELECT count(*) FROM prefix_shift_pairs"), 1);
+    // Version 11: the workspace's own random id, made when it was migrated (32 hexadecimal digits).
+    Statement workspaceId(store.handle(), "SELECT value FROM workspace_meta WHERE key = 'workspace_id'");
+    QVERIFY(workspaceId.step());
+    QVERIFY2(QRegularExpression("^[0-9a-f]{32}$").match(QString::fromStdString(workspaceId.text(0))).hasMatch(),
+        workspaceId.text(0).c_str());
     // Reopening a migrated database is a no-op.
     RunStore again = RunStore::open(path);
     QCOMPARE(again.summary().runs, version > 0 ? 2 : 1);
@@ -522,6 +928,198 @@ void TestStore::findRunByIdOrOneName()
         "an id past int64");
     QVERIFY2(refused("gamma").find("has no run named 'gamma'") != std::string::npos, refused("gamma").c_str());
     QVERIFY2(refused("").find("has no run named ''") != std::string::npos, refused("").c_str());
+}
+
+// Issue 43: two shards, written as two units would write them, merged into a third workspace that holds runs of its
+// own: every row is there once with new ids, the foreign keys hold, each merged run's results equal its shard's bit
+// for bit, its provenance says where it came from, and merging again (or merging a copy of a shard) adds nothing.
+void TestStore::mergesShardsIntoAWorkspace()
+{
+    for (int v = 1; v <= currentSchemaVersion(); ++v) {
+        for (const std::string& table : tablesCreatedBy(v)) {
+            const auto& merged = mergedTables();
+            QVERIFY2(table == "workspace_meta" || std::find(merged.begin(), merged.end(), table) != merged.end(),
+                ("the merge does not know the table " + table).c_str());
+        }
+    }
+    QTemporaryDir dir;
+    const std::string modelPath = (dir.path() + "/models/tiny").toStdString();
+    const std::uint64_t seed = std::random_device()();
+    Figures figures {std::mt19937_64(seed)};
+    qInfo("figures seed %llu", static_cast<unsigned long long>(seed));
+    const std::string shardA = (dir.path() + "/shards/a").toStdString();
+    const std::string shardB = (dir.path() + "/shards/b").toStdString();
+    {
+        RunStore a = RunStore::open(databasePath(shardA));
+        fillShard(a, "A", modelPath, "/prompts/arith.jsonl", figures);
+        RunStore b = RunStore::open(databasePath(shardB));
+        fillShard(b, "B", modelPath, "/prompts/arith.jsonl", figures);
+    }
+    RunStore target = RunStore::open((dir.path() + "/main/workspace.db").toStdString());
+    target.addModel({0, "tiny here", modelPath, "Qwen2ForCausalLM", 4321, "{}"});
+    finishedRunWithSteps(target, "own", "train", figures);
+    const auto before = rowCounts(target.handle());
+    RunStore a = RunStore::open(databasePath(shardA), OpenMode::ReadOnly);
+    RunStore b = RunStore::open(databasePath(shardB), OpenMode::ReadOnly);
+    const auto countsA = rowCounts(a.handle());
+    const auto countsB = rowCounts(b.handle());
+
+    const MergeReport reportA = mergeShard(target, shardA);
+    const MergeReport reportB = mergeShard(target, databasePath(shardB)); // the file names the shard as well
+    QCOMPARE(reportA.runs.size(), a.listRuns().size());
+    QCOMPARE(reportB.runs.size() + 2, b.listRuns().size()); // all but the common record runs, matched with A's
+    QCOMPARE(reportB.matchedRuns.size(), size_t(2));
+    QCOMPARE(target.run(reportB.matchedRuns[0].second)->name, std::string("common/record (shipped)"));
+    QCOMPARE(target.run(reportB.matchedRuns[1].second)->name, std::string("common/record r1 (shipped)"));
+    QVERIFY(reportA.alreadyMerged.empty() && reportB.alreadyMerged.empty() && reportA.matchedRuns.empty());
+    // What B shares with A is there once: the common shipped calibration, its point, bracket and record run.
+    const std::map<std::string, std::int64_t> sharedWithA
+        = {{"calibrations", 1}, {"calibration_points", 1}, {"calibration_brackets", 1}, {"runs", 2}};
+    const auto after = rowCounts(target.handle());
+    QCOMPARE(queryInt64(target.handle(), "SELECT count(*) FROM calibrations WHERE name = 'common (shipped)'"), 1);
+    for (const auto& [table, count] : after) {
+        std::int64_t expected = before.at(table) + countsA.at(table) + countsB.at(table)
+            - (sharedWithA.count(table) ? sharedWithA.at(table) : 0);
+        if (table == "models" || table == "workspace_meta") {
+            expected = before.at(table); // the model matched by path; the target stays itself
+        } else if (table == "prompt_sets") {
+            expected = before.at(table) + 1; // A's, and B's matched with it by path
+        } else if (table == "merged_runs") {
+            expected = static_cast<std::int64_t>(reportA.runs.size() + reportB.runs.size());
+        }
+        QVERIFY2(count == expected,
+            (table + ": " + std::to_string(count) + " rows, expected " + std::to_string(expected)).c_str());
+    }
+    QCOMPARE(after.at("runs"), before.at("runs") + countsA.at("runs") + countsB.at("runs") - 2);
+    Statement foreignKeys(target.handle(), "PRAGMA foreign_key_check");
+    QVERIFY2(!foreignKeys.step(), "a foreign key does not hold after the merge");
+    Statement integrity(target.handle(), "PRAGMA integrity_check");
+    QVERIFY(integrity.step());
+    QCOMPARE(QString::fromStdString(integrity.text(0)), QStringLiteral("ok"));
+
+    // Each merged run holds exactly what its shard holds (references compared by name, figures by bits).
+    for (const auto& [shard, report] : {std::pair<RunStore*, const MergeReport*>(&a, &reportA), {&b, &reportB}}) {
+        std::set<std::int64_t> newIds;
+        for (const auto& [shardRun, run] : report->runs) {
+            QVERIFY(run > before.at("runs")); // a new id: the target's own runs came first
+            newIds.insert(run);
+            QCOMPARE(QString::fromStdString(describeRun(target, run)),
+                QString::fromStdString(describeRun(*shard, shardRun)));
+            const nlohmann::json here = nlohmann::json::parse(
+                target.run(run)->provenanceJson.empty() ? "null" : target.run(run)->provenanceJson);
+            const std::string there = shard->run(shardRun)->provenanceJson;
+            if (there.empty()) {
+                QVERIFY(here.is_null()); // an imported run records none
+                continue;
+            }
+            nlohmann::json withoutMerged = here;
+            const nlohmann::json merged = withoutMerged.back().at("merged");
+            withoutMerged.back().erase("merged");
+            QVERIFY(withoutMerged == nlohmann::json::parse(there));
+            QCOMPARE(
+                QString::fromStdString(merged.at("shard").get<std::string>()), QString::fromStdString(shard->path()));
+            QCOMPARE(merged.at("shard_run_id").get<std::int64_t>(), shardRun);
+            QCOMPARE(merged.at("host_source").get<std::string>(), std::string("run_lock")); // its lock file names it
+            char host[256] = {};
+            QCOMPARE(::gethostname(host, sizeof host - 1), 0);
+            QCOMPARE(merged.at("host").get<std::string>(), std::string(host));
+        }
+        QCOMPARE(newIds.size(), report->runs.size());
+    }
+    // The shipped calibration came once per shard (its content differs), with its points on the merged record run.
+    QCOMPARE(queryInt64(target.handle(), "SELECT count(*) FROM calibrations WHERE name = 'A (shipped)'"), 1);
+    QCOMPARE(QString::fromStdString(describeCalibration(
+                 target, queryInt64(target.handle(), "SELECT id FROM calibrations WHERE name = 'A (shipped)'"))),
+        QString::fromStdString(
+            describeCalibration(a, queryInt64(a.handle(), "SELECT id FROM calibrations WHERE run_id IS NULL"))));
+
+    // Merging again adds nothing and says so; so does merging a copy of a shard (its id travels with it).
+    const std::int64_t counter = target.changeCounter();
+    const MergeReport again = mergeShard(target, shardA);
+    QVERIFY(again.nothingAdded());
+    QVERIFY(again.alreadyMerged == reportA.runs);
+    QVERIFY(mergeShard(target, shardB).nothingAdded());
+    const std::string copy = (dir.path() + "/copied/a").toStdString();
+    QVERIFY(QDir().mkpath(QString::fromStdString(copy)));
+    a = RunStore::open(databasePath(shardB), OpenMode::ReadOnly); // closes shard A: its WAL is checkpointed
+    QVERIFY(QFile::copy(QString::fromStdString(databasePath(shardA)), QString::fromStdString(databasePath(copy))));
+    QVERIFY(mergeShard(target, copy).nothingAdded());
+    QVERIFY(rowCounts(target.handle()) == after);
+    QCOMPARE(target.changeCounter(), counter);
+}
+
+// A shard that cannot be merged is refused with its name and what was expected, and nothing is written: one whose
+// unit was killed mid-run (its run left running), one with a failed run, one of a newer schema, the target itself
+// and a copy of it.
+void TestStore::mergeRefusesShardsItCannotMerge()
+{
+    QTemporaryDir dir;
+    Figures figures {std::mt19937_64(std::random_device()())};
+    const std::string killed = (dir.path() + "/killed").toStdString();
+    const std::string failed = (dir.path() + "/failed").toStdString();
+    const std::string newer = (dir.path() + "/newer").toStdString();
+    {
+        RunStore store = RunStore::open(databasePath(killed));
+        finishedRunWithSteps(store, "done", "train", figures);
+        const std::int64_t running = store.beginRun({"unit", "train", "{}", std::nullopt});
+        store.appendSteps(running, {makeStep(1, figures.next())}); // then the unit is killed: no finishRun
+    }
+    {
+        RunStore store = RunStore::open(databasePath(failed));
+        const std::int64_t run = store.beginRun({"unit", "sensitivity", "{}", std::nullopt});
+        store.finishRun(run, RunStatus::Failed, "out of memory");
+    }
+    {
+        RunStore store = RunStore::open(databasePath(newer));
+        finishedRunWithSteps(store, "unit", "train", figures);
+    }
+    {
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(databasePath(newer).c_str(), &db), SQLITE_OK);
+        execute(db, ("PRAGMA user_version = " + std::to_string(currentSchemaVersion() + 1)).c_str());
+        sqlite3_close(db);
+    }
+    const std::string main = (dir.path() + "/main").toStdString();
+    RunStore target = RunStore::open(databasePath(main));
+    finishedRunWithSteps(target, "own", "train", figures);
+    const std::string copyOfTarget = (dir.path() + "/copy-of-main").toStdString();
+    QVERIFY(QDir().mkpath(QString::fromStdString(copyOfTarget)));
+    execute(target.handle(), "PRAGMA wal_checkpoint(TRUNCATE)");
+    QVERIFY(
+        QFile::copy(QString::fromStdString(databasePath(main)), QString::fromStdString(databasePath(copyOfTarget))));
+    const auto before = rowCounts(target.handle());
+    const std::int64_t counter = target.changeCounter();
+    const auto refused = [&](const std::string& shard, const std::string& named, const std::vector<std::string>& says) {
+        try {
+            mergeShard(target, shard);
+            QFAIL(("merged " + shard).c_str());
+        } catch (const InputError& error) {
+            const std::string message = error.what();
+            QVERIFY2(message.find(named) != std::string::npos, message.c_str());
+            for (const std::string& text : says) {
+                QVERIFY2(message.find(text) != std::string::npos, (message + " lacks: " + text).c_str());
+            }
+        }
+        QVERIFY(rowCounts(target.handle()) == before);
+        QCOMPARE(target.changeCounter(), counter);
+    };
+    refused(killed, databasePath(killed),
+        {"run 2 (unit)", "killed mid-run",
+            "resume its unit first (mismatch run --resume 2 --workspace " + killed + ")"});
+    refused(failed, databasePath(failed), {"run 1 (unit)", "is failed", "resume its unit first"});
+    refused(newer, databasePath(newer),
+        {"newer", "schema version " + std::to_string(currentSchemaVersion() + 1),
+            "expected a shard workspace of schema version " + std::to_string(currentSchemaVersion())});
+    refused(main, databasePath(main), {"is the workspace being merged into"});
+    refused(copyOfTarget, databasePath(copyOfTarget), {"copy of the workspace being merged into"});
+    refused((dir.path() + "/absent").toStdString(), "absent", {"does not exist"});
+    // The killed unit's shard merges once it is resumed and finished.
+    {
+        RunStore store = RunStore::open(databasePath(killed));
+        store.reopenRun(2, 1);
+        store.finishRun(2, RunStatus::Finished);
+    }
+    QCOMPARE(mergeShard(target, killed).runs.size(), size_t(2));
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestStore)
