@@ -9,15 +9,24 @@
 #include "tests/common/test_main.h"
 #include "ui/views/admission_view.h"
 #include "ui/dialogs/analysis_dialogs.h"
+#include "ui/dialogs/export_dialog.h"
+#include "ui/dialogs/sensitivity_dialog.h"
+#include "ui/dialogs/study_dialogs.h"
 #include "ui/views/budget_view.h"
 #include "ui/jobs/job_queue.h"
 #include "ui/main_window.h"
 #include "ui/plots/mismatch_profile.h"
 #include "ui/views/prefix_shift_view.h"
+#include "ui/views/recipe_editor.h"
+#include "ui/views/sensitivity_view.h"
 
 #include <qcustomplot.h>
 
+#include <QAction>
+#include <QCheckBox>
+#include <QComboBox>
 #include <QFile>
+#include <QPlainTextEdit>
 #include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -65,6 +74,28 @@ void startAndWait(ui::MainWindow& window, ui::JobDialog& dialog)
     QTest::mouseClick(dialog.startButton(), Qt::LeftButton);
     QVERIFY(finished.wait(kJobLimitMs));
     QVERIFY2(finished.first().at(2).toBool(), qPrintable(finished.first().at(4).toString()));
+}
+
+// Empty when `widget` is shown and lies wholly inside `window`'s rectangle (what a user sees at the window's size);
+// otherwise where it is.
+QString outsideWindow(const QWidget& window, const QWidget* widget)
+{
+    if (widget == nullptr || !widget->isVisible()) {
+        return QStringLiteral("not shown");
+    }
+    const QRect rect(widget->mapTo(&window, QPoint(0, 0)), widget->size());
+    if (window.rect().contains(rect)) {
+        return QString();
+    }
+    return QStringLiteral("%1 at (%2, %3) %4x%5 is outside the window's %6x%7")
+        .arg(widget->objectName().isEmpty() ? QString::fromLatin1(widget->metaObject()->className())
+                                            : widget->objectName())
+        .arg(rect.x())
+        .arg(rect.y())
+        .arg(rect.width())
+        .arg(rect.height())
+        .arg(window.width())
+        .arg(window.height());
 }
 
 } // namespace
@@ -284,6 +315,175 @@ private slots:
         saveScreenshot(window, "calibration_from_dialog.png");
 
         // The CLI runs the same spec (test_job_dialogs: the command's spec equals the dialog's).
+    }
+
+    // Issue 42's path at 1024x700, as a user walks it: the demo, a sensitivity scan, a recipe built from it against
+    // the demo calibration's budget, that recipe screened by the admission check, and its vLLM export. Every step
+    // shows no error, its tab's key widget inside the window, and leaves a screenshot walkthrough_NN_<step>.png.
+    // Long: one scenario read top to bottom; each step starts from what the one before left on screen.
+    void walkthroughFromDemoToVllmExport()
+    {
+        QTemporaryDir dir;
+        ui::MainWindow window(dir.path());
+        window.resize(1024, 700);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QCOMPARE(window.size(), QSize(1024, 700));
+        store::RunStore reader = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+
+        // 1. Jobs > Run the Demo: the Budget and Admission tabs have the demo's calibration and decisions.
+        {
+            QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+            window.runDemo();
+            QVERIFY(finished.wait(kJobLimitMs));
+            QVERIFY2(finished.first().at(2).toBool(), qPrintable(finished.first().at(4).toString()));
+        }
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        const auto calibrations = store::calibrations(reader);
+        QCOMPARE(calibrations.size(), size_t {1}); // the shipped calibration of the demo student
+        const std::int64_t calibrationId = calibrations[0].id;
+        const auto calibration = store::calibration(reader, calibrationId);
+        QVERIFY(calibration && !calibration->brackets.empty());
+        // The demo screens at the calibration's first calibrated step, with the shipped checkpoint of that step.
+        const std::int64_t step = calibration->brackets.front().step;
+        const QString checkpoint = kResources + QStringLiteral("/models/arith-student-step%1").arg(step);
+        const size_t demoDecisions = store::admissionDecisions(reader).size();
+        QVERIFY(demoDecisions > 0);
+        window.tabs()->setCurrentIndex(ui::MainWindow::BudgetTab);
+        QTRY_VERIFY_WITH_TIMEOUT(window.budgetView()->pointModel()->rowCount() > 0, 5000);
+        QVERIFY(window.budgetView()->shownBracket().has_value());
+        QString outside = outsideWindow(window, window.budgetView()->plot());
+        QVERIFY2(outside.isEmpty(), qPrintable("Budget plot: " + outside));
+        saveScreenshot(window, "walkthrough_01_demo_budget.png");
+        window.tabs()->setCurrentIndex(ui::MainWindow::AdmissionTab);
+        QTRY_COMPARE_WITH_TIMEOUT(window.admissionView()->decisionModel()->rowCount(), int(demoDecisions), 5000);
+        outside = outsideWindow(window, window.admissionView()->table());
+        QVERIFY2(outside.isEmpty(), qPrintable("Admission table: " + outside));
+        saveScreenshot(window, "walkthrough_02_demo_admission.png");
+
+        // 2. Jobs > Start Sensitivity Scan: ready as it opens (the demo student on its probe set); made small, FP8
+        // weights and activations (what vLLM's online FP8 runs), started; the Sensitivity tab shows the scan.
+        window.showSensitivityDialog();
+        auto* scanDialog = window.findChild<ui::SensitivityDialog*>();
+        QVERIFY(scanDialog);
+        QVERIFY2(scanDialog->valid(), qPrintable(scanDialog->errorText()));
+        scanDialog->setFormat("fp8_e4m3/block128");
+        auto* activations = scanDialog->findChild<QComboBox*>("scanActivationsBox");
+        QVERIFY(activations && activations->findText("fp8_e4m3") >= 0);
+        activations->setCurrentText("fp8_e4m3");
+        scanDialog->setCount(8);
+        scanDialog->setMaxTokens(6);
+        QVERIFY2(scanDialog->valid(), qPrintable(scanDialog->errorText()));
+        QVERIFY(QTest::qWaitForWindowExposed(scanDialog));
+        saveScreenshot(*scanDialog, "walkthrough_03_scan_dialog.png");
+        startAndWait(window, *scanDialog);
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        const auto scans = store::sensitivityScans(reader);
+        QCOMPARE(scans.size(), size_t {1});
+        QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::SensitivityTab));
+        QTRY_COMPARE_WITH_TIMEOUT(window.sensitivityView()->scanId(), scans[0].id, 5000);
+        QVERIFY(window.sensitivityView()->writtenCellCount() > 0);
+        outside = outsideWindow(window, window.sensitivityView()->plot());
+        QVERIFY2(outside.isEmpty(), qPrintable("Sensitivity heatmap: " + outside));
+        outside = outsideWindow(window, window.sensitivityView()->buildButton());
+        QVERIFY2(outside.isEmpty(), qPrintable("Build button: " + outside));
+        saveScreenshot(window, "walkthrough_04_sensitivity.png");
+
+        // 3. "Build recipe from this scan": against the demo calibration's budget at the demo's step, the embedding
+        // and lm_head kept in BF16 (vLLM quantizes linear layers only); the built recipe opens in the Recipe tab.
+        QTest::mouseClick(window.sensitivityView()->buildButton(), Qt::LeftButton);
+        auto* buildDialog = window.findChild<ui::RecipeBuildDialog*>();
+        QVERIFY(buildDialog);
+        QVERIFY2(buildDialog->cliCommand().contains(QStringLiteral("--scan %1").arg(scans[0].id)),
+            qPrintable(buildDialog->cliCommand()));
+        QVERIFY(buildDialog->setCalibration(calibrationId, step));
+        auto* keepEmbedding = buildDialog->findChild<QCheckBox*>("recipeBuildKeepEmbedding");
+        QVERIFY(keepEmbedding && keepEmbedding->isVisible());
+        keepEmbedding->setChecked(true);
+        QVERIFY2(buildDialog->valid(), qPrintable(buildDialog->errorText()));
+        const QString builtRecipe = buildDialog->outputPath();
+        QVERIFY(QTest::qWaitForWindowExposed(buildDialog));
+        saveScreenshot(*buildDialog, "walkthrough_05_build_dialog.png");
+        startAndWait(window, *buildDialog);
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        QVERIFY2(QFileInfo(builtRecipe).isFile(), qPrintable(builtRecipe));
+        QTRY_COMPARE_WITH_TIMEOUT(window.recipeEditor()->filePath(), builtRecipe, 5000);
+        QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::RecipeTab));
+        QFile builtFile(builtRecipe);
+        QVERIFY(builtFile.open(QIODevice::ReadOnly));
+        QCOMPARE(window.recipeEditor()->textEdit()->toPlainText(), QString::fromUtf8(builtFile.readAll()));
+        QVERIFY(window.recipeEditor()->textEdit()->toPlainText().contains("fp8_e4m3"));
+        // It resolves for the model the Recipe tab shows (the export needs that), in the module table shown first.
+        QVERIFY2(window.recipeEditor()->resolves(), qPrintable(window.recipeEditor()->validationMessage()));
+        QVERIFY(window.recipeEditor()->tableModel()->rowCount() > 0);
+        outside = outsideWindow(window, window.recipeEditor()->moduleTable());
+        QVERIFY2(outside.isEmpty(), qPrintable("Recipe module table: " + outside));
+        saveScreenshot(window, "walkthrough_06_recipe.png");
+
+        // 4. Jobs > Start Admission Check: the built recipe as the only candidate (the dialog's recipe picker lists
+        // the recipes built into the workspace), at the demo student checkpoint, against the demo calibration (under
+        // its protocol); the Admission tab shows the new check's decision.
+        window.showAdmissionDialog();
+        auto* admitDialog = window.findChild<ui::AdmissionDialog*>();
+        QVERIFY(admitDialog);
+        QVERIFY2(admitDialog->valid(), qPrintable(admitDialog->errorText()));
+        admitDialog->setCheckpoints(checkpoint);
+        auto* recipePicker = admitDialog->findChild<ui::PathPicker*>(QStringLiteral("admissionRecipeEdit"));
+        QVERIFY(recipePicker);
+        int listed = -1;
+        for (int i = 0; i < recipePicker->comboBox()->count(); ++i) {
+            if (recipePicker->comboBox()->itemText(i).contains(QFileInfo(builtRecipe).completeBaseName())) {
+                listed = i;
+            }
+        }
+        QVERIFY2(listed >= 0, "the recipe picker does not list the recipe just built");
+        admitDialog->setRecipe(builtRecipe);
+        QVERIFY(!admitDialog->findChild<ui::PathPicker*>(QStringLiteral("admissionCandidatesEdit"))->isEnabled());
+        QVERIFY(admitDialog->setCalibration(calibrationId, step));
+        QVERIFY2(admitDialog->valid(), qPrintable(admitDialog->errorText()));
+        QVERIFY(QTest::qWaitForWindowExposed(admitDialog));
+        saveScreenshot(*admitDialog, "walkthrough_07_admission_dialog.png");
+        startAndWait(window, *admitDialog);
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        const auto decisions = store::admissionDecisions(reader);
+        QCOMPARE(decisions.size(), demoDecisions + 1);
+        QVERIFY2(decisions.back().candidateJson.find(builtRecipe.toStdString()) != std::string::npos,
+            decisions.back().candidateJson.c_str());
+        QCOMPARE(decisions.back().calibrationId, std::optional<std::int64_t>(calibrationId));
+        QCOMPARE(window.tabs()->currentIndex(), int(ui::MainWindow::AdmissionTab));
+        QTRY_COMPARE_WITH_TIMEOUT(window.admissionView()->decisionModel()->rowCount(), 1, 5000);
+        outside = outsideWindow(window, window.admissionView()->table());
+        QVERIFY2(outside.isEmpty(), qPrintable("Admission table: " + outside));
+        outside = outsideWindow(window, window.admissionView()->plot());
+        QVERIFY2(outside.isEmpty(), qPrintable("Admission plot: " + outside));
+        saveScreenshot(window, "walkthrough_08_admission.png");
+
+        // 5. File > Export Recipe For > vllm on the open recipe: the files, no refusal; saved to a folder.
+        window.tabs()->setCurrentIndex(ui::MainWindow::RecipeTab);
+        QAction* vllm = nullptr;
+        for (QAction* action : window.findChildren<QAction*>()) {
+            if (action->text() == "vllm...") {
+                vllm = action;
+            }
+        }
+        QVERIFY(vllm);
+        vllm->trigger();
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        auto* exportDialog = window.findChild<ui::ExportDialog*>();
+        QVERIFY(exportDialog);
+        QVERIFY2(exportDialog->errorText().isEmpty(), qPrintable(exportDialog->errorText()));
+        QVERIFY(!exportDialog->files().empty());
+        QVERIFY(QTest::qWaitForWindowExposed(exportDialog));
+        QVERIFY2(exportDialog->width() <= window.width() && exportDialog->height() <= window.height(),
+            qPrintable(QStringLiteral("export dialog %1x%2").arg(exportDialog->width()).arg(exportDialog->height())));
+        saveScreenshot(*exportDialog, "walkthrough_09_export_dialog.png");
+        QTemporaryDir out;
+        QString error;
+        QVERIFY2(exportDialog->saveTo(out.path(), &error), qPrintable(error));
+        QVERIFY(QFileInfo(out.filePath("vllm.json")).isFile());
+        QVERIFY(QFileInfo(out.filePath("README.txt")).isFile());
+        exportDialog->close();
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
     }
 };
 

@@ -242,6 +242,12 @@ AdmissionDialog::AdmissionDialog(const QString& workspaceDirectory, const store:
     form->addRow(tr("Older checkpoints:"), history_);
     candidates_ = addPicker(PickKind::Candidates, tr("Candidates file:"), QStringLiteral("admissionCandidatesEdit"));
     candidates_->setToolTip(tr("YAML list of {name, recipe, staleness, noise, noise_seed}"));
+    // Or one recipe as the only candidate (a recipe just built or edited), as `admit --recipe` takes it.
+    recipe_ = addPicker(PickKind::Recipe, tr("... or one recipe:"), QStringLiteral("admissionRecipeEdit"));
+    recipe_->setPath(QString());
+    recipe_->setToolTip(tr("screen this recipe as the only candidate instead of the candidates file"));
+    connect(recipe_, &PathPicker::pathChanged, this,
+        [this](const QString& path) { candidates_->setEnabled(path.trimmed().isEmpty()); });
     probe_ = addPicker(PickKind::PromptSet, tr("Probe prompt set (JSONL):"), QStringLiteral("admissionProbeEdit"));
     calibration_ = new CalibrationPicker(store_, true, this);
     calibration_->setObjectName("admissionCalibration");
@@ -327,6 +333,17 @@ void AdmissionDialog::setCandidates(const QString& path)
 {
     candidates_->setPath(path);
 }
+
+void AdmissionDialog::setRecipe(const QString& path)
+{
+    recipe_->setPath(path);
+    candidates_->setEnabled(path.trimmed().isEmpty());
+}
+
+QString AdmissionDialog::recipe() const
+{
+    return recipe_->path().trimmed();
+}
 void AdmissionDialog::setProbeSet(const QString& path)
 {
     probe_->setPath(path);
@@ -382,12 +399,20 @@ QString AdmissionDialog::check() const
             }
         }
     }
-    if (candidates().isEmpty() || !QFileInfo(candidates()).isFile()) {
-        return tr("Candidates file: expected a YAML list of candidates (got '%1')").arg(candidates());
-    }
-    if (const QString error = loadError(tr("Candidates file"), [&] { analysis::loadCandidates(candidates().toStdString()); });
-        !error.isEmpty()) {
-        return error;
+    if (!recipe().isEmpty()) {
+        if (!QFileInfo(recipe()).isFile()) {
+            return tr("... or one recipe: expected a recipe file (got '%1')").arg(recipe());
+        }
+    } else {
+        if (candidates().isEmpty() || !QFileInfo(candidates()).isFile()) {
+            return tr("Candidates file: expected a YAML list of candidates, or choose one recipe (got '%1')")
+                .arg(candidates());
+        }
+        if (const QString error
+            = loadError(tr("Candidates file"), [&] { analysis::loadCandidates(candidates().toStdString()); });
+            !error.isEmpty()) {
+            return error;
+        }
     }
     if (underCalibrationProtocol() && !calibrationProtocol()) {
         return tr("Threshold from: calibration #%1 stores no measurement protocol (made before protocols were "
@@ -449,7 +474,11 @@ std::optional<jobs::JobSpec> AdmissionDialog::spec() const
     // Absolute paths, so that the stored inputs are the same whichever front-end ran it.
     spec.set("students", absoluteList(checkpoints()));
     spec.set("history", absoluteList(history_->text()));
-    spec.set("candidates", absolute(candidates()).toStdString());
+    if (recipe().isEmpty()) {
+        spec.set("candidates", absolute(candidates()).toStdString());
+    } else {
+        spec.set("recipe", absolute(recipe()).toStdString());
+    }
     if (const std::int64_t calibration = calibration_->calibrationId(); calibration != 0) {
         spec.set("calibration", calibration);
         if (const auto step = calibration_->step()) {

@@ -66,6 +66,10 @@ public:
     void setCheckpoints(const QString& directories); // separated by ';', training order
     void setHistory(const QString& directories);
     void setCandidates(const QString& path);
+    // One recipe to screen instead of a candidates file (`admit --recipe`): while it is set the candidates file is
+    // not used (greyed). Empty: the candidates file.
+    void setRecipe(const QString& path);
+    QString recipe() const;
     void setProbeSet(const QString& path);
     // A stored calibration (0: an explicit threshold) and the step of one of its brackets (default: its latest).
     // False when the workspace has no such calibration or bracket.
@@ -100,6 +104,7 @@ private:
     PathPicker* checkpoints_ = nullptr;
     QLineEdit* history_ = nullptr;
     PathPicker* candidates_ = nullptr;
+    PathPicker* recipe_ = nullptr;
     PathPicker* probe_ = nullptr;
     CalibrationPicker* calibration_ = nullptr;
     QSpinBox* count_ = nullptr;
