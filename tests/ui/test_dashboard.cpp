@@ -274,6 +274,7 @@ private slots:
     void recipeEditorShowsErrors();
     void unsavedRecipeEditsAreAskedFor();
     void exportOffersToKeepTheEmbeddingInBf16();
+    void exportOffersTheTargetsThatTakeTheRecipe();
     void recipeEditorKeepsTheFilesTextAndLines();
     void dropOpensModelsRecipesAndRememberedLayout();
     void heatmapCellsBecomeRecipeRules();
@@ -1048,6 +1049,42 @@ void TestDashboard::exportOffersToKeepTheEmbeddingInBf16()
         (MISMATCH_SOURCE_DIR "/resources/models/arith-teacher")});
     QVERIFY2(cli.code == 0, cli.err.c_str());
     QCOMPARE(QString::fromStdString(dialog->files().front().text).trimmed(), QString::fromStdString(cli.out).trimmed());
+    dialog->close();
+}
+
+// A refusal never dead-ends (issue 42, found walking demo -> scan -> recipe -> export): a weight-only FP8 recipe
+// (bf16 activations, what a scan at its default activations builds) is refused by vLLM's online form, which
+// quantizes every quantized layer's activations; the dialog lists the targets that take the recipe as it is, and
+// one click exports for one of them (compressed-tensors writes weight-only FP8 as naive-quantized).
+void TestDashboard::exportOffersTheTargetsThatTakeTheRecipe()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    QVERIFY(editor->selectModel("arith-teacher"));
+    editor->setDefaults("fp8_e4m3/block128", "bf16", "bf16"); // linear layers only: embedding and lm_head stay bf16
+    QVERIFY2(editor->resolves(), qPrintable(editor->validationMessage()));
+    QAction* vllm = nullptr;
+    for (QAction* action : window->findChildren<QAction*>()) {
+        if (action->text() == "vllm...") {
+            vllm = action;
+        }
+    }
+    QVERIFY(vllm);
+    vllm->trigger();
+    auto* dialog = window->findChild<ui::ExportDialog*>();
+    QVERIFY(dialog);
+    QVERIFY(dialog->files().empty());
+    QVERIFY2(dialog->errorText().contains("activations"), qPrintable(dialog->errorText()));
+    QVERIFY2(dialog->alternativeTargets().contains("compressed-tensors"), qPrintable(dialog->alternativeTargets().join(",")));
+    QVERIFY(!dialog->alternativeTargets().contains("vllm"));
+    auto* instead = dialog->findChild<QPushButton*>("exportAlternative_compressed-tensors");
+    QVERIFY(instead && instead->isVisible());
+    saveScreenshot(*dialog, "export_dialog_alternatives.png");
+    QTest::mouseClick(instead, Qt::LeftButton);
+    QVERIFY2(!dialog->files().empty(), qPrintable(dialog->errorText()));
+    QVERIFY(dialog->alternativeTargets().isEmpty());
+    QVERIFY(!dialog->findChild<QWidget*>("exportAlternatives")->isVisible());
+    QVERIFY(dialog->commandText().contains("compressed-tensors"));
     dialog->close();
 }
 

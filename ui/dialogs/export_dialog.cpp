@@ -9,6 +9,7 @@
 #include <QFontDatabase>
 #include <QFormLayout>
 #include <QGuiApplication>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QMessageBox>
 #include <QPlainTextEdit>
@@ -61,6 +62,11 @@ ExportDialog::ExportDialog(const quant::Recipe& recipe, const quant::RecipePlan&
                                   "Ctrl+Z) and exports it again"));
     connect(keepEmbedding_, &QPushButton::clicked, this, &ExportDialog::keepEmbeddingInBf16Requested);
     layout->addWidget(keepEmbedding_, 0, Qt::AlignLeft);
+    alternatives_ = new QWidget(this);
+    alternatives_->setObjectName(QStringLiteral("exportAlternatives"));
+    alternatives_->setLayout(new QHBoxLayout);
+    alternatives_->layout()->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(alternatives_);
     warnings_ = new QLabel(this);
     warnings_->setObjectName(QStringLiteral("exportWarnings"));
     warnings_->setWordWrap(true);
@@ -193,6 +199,7 @@ void ExportDialog::refresh()
         error_->setText(tr("Not exportable to %1: %2").arg(target, QString::fromUtf8(failure.what())));
         warnings_->clear();
     }
+    showAlternatives(options);
     const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
     for (const io::ExportFile& file : files_) {
         auto* view = new QPlainTextEdit(QString::fromStdString(file.text), tabs_);
@@ -206,6 +213,54 @@ void ExportDialog::refresh()
     error_->setVisible(!error_->text().isEmpty());
     keepEmbedding_->setVisible(offersEmbeddingFix());
     warnings_->setVisible(!warnings_->text().isEmpty());
+}
+
+void ExportDialog::showAlternatives(const io::ExportOptions& refused)
+{
+    alternativeTargets_.clear();
+    QLayout* row = alternatives_->layout();
+    while (QLayoutItem* item = row->takeAt(0)) {
+        delete item->widget();
+        delete item;
+    }
+    if (!files_.empty()) {
+        alternatives_->hide();
+        return;
+    }
+    // Every other target, with its default form, on the same recipe and model: cheap (text only).
+    for (const std::string& name : io::exportTargetChoices()) {
+        io::ExportOptions options = refused;
+        options.target = *io::parseExportTarget(name);
+        options.vllmForm = io::VllmForm::Online;
+        options.verlRollout = io::VerlRollout::Vllm;
+        if (options.target == refused.target) {
+            continue;
+        }
+        try {
+            io::exportBundle(recipe_, plan_, options);
+            alternativeTargets_.push_back(QString::fromStdString(name));
+        } catch (const std::exception&) {
+            // not this one either
+        }
+    }
+    if (alternativeTargets_.isEmpty()) {
+        alternatives_->hide();
+        return;
+    }
+    row->addWidget(new QLabel(tr("Targets that take this recipe as it is:"), alternatives_));
+    for (const QString& name : alternativeTargets_) {
+        auto* button = new QPushButton(tr("Export for %1 instead").arg(name), alternatives_);
+        button->setObjectName(QStringLiteral("exportAlternative_%1").arg(name));
+        connect(button, &QPushButton::clicked, this, [this, name] { setTarget(name); });
+        row->addWidget(button);
+    }
+    static_cast<QHBoxLayout*>(row)->addStretch(1);
+    alternatives_->show();
+}
+
+QStringList ExportDialog::alternativeTargets() const
+{
+    return alternativeTargets_;
 }
 
 bool ExportDialog::offersEmbeddingFix() const

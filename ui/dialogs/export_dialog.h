@@ -46,6 +46,9 @@ public:
     // Whether the target refuses the recipe for its quantized embedding or lm_head (the button that keeps them in
     // BF16 is shown).
     bool offersEmbeddingFix() const;
+    // When the recipe is not exportable to the chosen target: the other targets that take it as it is (each a button
+    // "Export for TARGET instead" that switches the target), so a refusal never dead-ends.
+    QStringList alternativeTargets() const;
 
 signals:
     // "Keep the Embedding and lm_head in BF16" was pressed: the window adds that rule to the open recipe (undoable)
@@ -54,6 +57,7 @@ signals:
 
 private:
     void refresh();
+    void showAlternatives(const io::ExportOptions& refused);
 
     quant::Recipe recipe_;
     quant::RecipePlan plan_;
@@ -65,6 +69,8 @@ private:
     QComboBox* verlRollout_ = nullptr;
     QLabel* error_ = nullptr;
     QPushButton* keepEmbedding_ = nullptr;
+    QWidget* alternatives_ = nullptr; // "Targets that take this recipe as it is:" and a button per target
+    QStringList alternativeTargets_;
     QLabel* warnings_ = nullptr;
     QLabel* command_ = nullptr;
     QTabWidget* tabs_ = nullptr;
