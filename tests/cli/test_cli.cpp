@@ -305,7 +305,8 @@ void TestCli::storeMergeJson()
 
     const CliResult again = runCli({"--json", "store", "merge", root + "/a", root + "/b", "--into", target});
     QVERIFY2(again.code == 0, again.err.c_str());
-    for (const nlohmann::json& entry : parseJson(again.out).at("shards")) {
+    const nlohmann::json againReport = parseJson(again.out); // kept: a range-for over a temporary's member dangles
+    for (const nlohmann::json& entry : againReport.at("shards")) {
         QCOMPARE(entry.at("status").get<std::string>(), std::string("already merged"));
         QCOMPARE(entry.at("runs").size(), size_t(0));
         QCOMPARE(entry.at("already_merged").size(), size_t(1));
