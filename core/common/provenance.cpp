@@ -9,6 +9,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <utility>
+
 namespace mismatch {
 
 namespace {
@@ -64,14 +69,36 @@ ComputePath computePath()
     return path;
 }
 
+namespace {
+
+std::string thisHost()
+{
+    char name[256] = {};
+    return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string("unknown");
+}
+
+} // namespace
+
 std::string provenanceRecord(const std::string& event)
 {
     const ComputePath path = computePath();
-    return nlohmann::json({{"event", event}, {"utc", utcTimestamp()}, {"tool_version", kVersion},
-        {"commit", gitRevision()},
+    nlohmann::json record = {{"event", event}, {"utc", utcTimestamp()}, {"tool_version", kVersion},
+        {"commit", gitRevision()}, {"host", thisHost()},
         {"compute_path", {{"key", path.key()}, {"cpu", path.cpu}, {"bf16_kernels", path.bf16Kernels},
-                             {"torch", path.torch}, {"blas", path.blas}, {"gpus", path.gpus}}}})
-        .dump();
+                             {"torch", path.torch}, {"blas", path.blas}, {"gpus", path.gpus}}}};
+    // A unit run by Slurm (issue 43): its job, and its array task, which `store merge` carries into the workspace.
+    if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) {
+        nlohmann::json slurm = {{"job_id", job}};
+        for (const auto& [key, variable] : {std::pair<const char*, const char*>("array_job_id", "SLURM_ARRAY_JOB_ID"),
+                 std::pair<const char*, const char*>("array_task_id", "SLURM_ARRAY_TASK_ID"),
+                 std::pair<const char*, const char*>("node", "SLURMD_NODENAME")}) {
+            if (const char* value = std::getenv(variable); value && *value) {
+                slurm[key] = value;
+            }
+        }
+        record["slurm"] = slurm;
+    }
+    return record.dump();
 }
 
 } // namespace mismatch

@@ -952,8 +952,13 @@ void TestStore::mergesShardsIntoAWorkspace()
     {
         RunStore a = RunStore::open(databasePath(shardA));
         fillShard(a, "A", modelPath, "/prompts/arith.jsonl", figures);
+        // Shard B's unit ran as a Slurm array task: its runs' provenance records the job (core/common/provenance).
+        qputenv("SLURM_JOB_ID", "4242");
+        qputenv("SLURM_ARRAY_TASK_ID", "3");
         RunStore b = RunStore::open(databasePath(shardB));
         fillShard(b, "B", modelPath, "/prompts/arith.jsonl", figures);
+        qunsetenv("SLURM_JOB_ID");
+        qunsetenv("SLURM_ARRAY_TASK_ID");
     }
     RunStore target = RunStore::open((dir.path() + "/main/workspace.db").toStdString());
     target.addModel({0, "tiny here", modelPath, "Qwen2ForCausalLM", 4321, "{}"});
@@ -1019,10 +1024,16 @@ void TestStore::mergesShardsIntoAWorkspace()
             QCOMPARE(
                 QString::fromStdString(merged.at("shard").get<std::string>()), QString::fromStdString(shard->path()));
             QCOMPARE(merged.at("shard_run_id").get<std::int64_t>(), shardRun);
-            QCOMPARE(merged.at("host_source").get<std::string>(), std::string("run_lock")); // its lock file names it
+            QCOMPARE(merged.at("host_source").get<std::string>(), std::string("provenance")); // the run recorded it
             char host[256] = {};
             QCOMPARE(::gethostname(host, sizeof host - 1), 0);
             QCOMPARE(merged.at("host").get<std::string>(), std::string(host));
+            if (shard->path() == databasePath(shardB)) {
+                QCOMPARE(merged.at("slurm_job_id").get<std::string>(), std::string("4242"));
+                QCOMPARE(merged.at("slurm_array_task_id").get<std::string>(), std::string("3"));
+            } else {
+                QVERIFY(!merged.contains("slurm_job_id"));
+            }
         }
         QCOMPARE(newIds.size(), report->runs.size());
     }
