@@ -69,21 +69,17 @@ ComputePath computePath()
     return path;
 }
 
-namespace {
-
-std::string thisHost()
+std::optional<std::string> hostName()
 {
     char name[256] = {};
-    return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string("unknown");
+    return ::gethostname(name, sizeof name - 1) == 0 ? std::optional<std::string>(name) : std::nullopt;
 }
-
-} // namespace
 
 std::string provenanceRecord(const std::string& event)
 {
     const ComputePath path = computePath();
     nlohmann::json record = {{"event", event}, {"utc", utcTimestamp()}, {"tool_version", kVersion},
-        {"commit", gitRevision()}, {"host", thisHost()},
+        {"commit", gitRevision()}, {"host", hostName().value_or("unknown")},
         {"compute_path", {{"key", path.key()}, {"cpu", path.cpu}, {"bf16_kernels", path.bf16Kernels},
                              {"torch", path.torch}, {"blas", path.blas}, {"gpus", path.gpus}}}};
     // A unit run by Slurm (issue 43): its job, and its array task, which `store merge` carries into the workspace.

@@ -4,6 +4,7 @@
 // kernels elsewhere, and LibTorch versions differ), so figures are re-made bit for bit only on the same path. Every
 // run records this when it begins and when it is resumed (store::RunStore, runs.provenance_json); the command that
 // re-makes a job's run is its stored job (runs.job_json; jobs::storedCommand).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,12 @@ struct ComputePath {
 };
 
 ComputePath computePath();
-// One record as runs.provenance_json keeps them: {"event", "utc", "tool_version", "commit", "compute_path": {"key",
-// "cpu", "bf16_kernels", "torch", "blas", "gpus"}}, as JSON text. `event`: "started" or "resumed".
+// One record as runs.provenance_json keeps them: {"event", "utc", "tool_version", "commit", "host", "compute_path":
+// {"key", "cpu", "bf16_kernels", "torch", "blas", "gpus"}, and under Slurm "slurm": {"job_id", "array_job_id",
+// "array_task_id", "node"}}, as JSON text. `event`: "started" or "resumed".
 std::string provenanceRecord(const std::string& event);
+// This machine's host name (gethostname); nullopt when it cannot be read. The run locks and `store merge` name hosts
+// with it too.
+std::optional<std::string> hostName();
 
 } // namespace mismatch

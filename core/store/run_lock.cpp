@@ -1,5 +1,7 @@
 #include "core/store/run_lock.h"
 
+#include "core/common/provenance.h"
+
 #include "core/common/error.h"
 #include "core/common/utc_time.h"
 
@@ -17,15 +19,6 @@ namespace fs = std::filesystem;
 namespace mismatch::store {
 
 namespace {
-
-std::string hostName()
-{
-    char name[256] = {};
-    if (::gethostname(name, sizeof name - 1) != 0) {
-        return "an unknown host";
-    }
-    return name;
-}
 
 // What the holder wrote into the lock file ("process 1234 on host-a since 2026-...").
 std::string holderText(int fd)
@@ -72,7 +65,7 @@ RunLock RunLock::acquire(const std::string& databasePath, std::int64_t runId)
         }
         throw StoreError(databasePath, "cannot lock " + path + ": " + std::strerror(code));
     }
-    const std::string holder = "process " + std::to_string(::getpid()) + " on " + hostName() + " since " + utcTimestamp();
+    const std::string holder = "process " + std::to_string(::getpid()) + " on " + hostName().value_or("an unknown host") + " since " + utcTimestamp();
     if (::ftruncate(lock.fd_, 0) == 0) {
         // Only informative (for the message above); a failed write does not weaken the lock.
         [[maybe_unused]] const ssize_t written = ::pwrite(lock.fd_, holder.data(), holder.size(), 0);

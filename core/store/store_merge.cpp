@@ -1,6 +1,7 @@
 #include "core/store/store_merge.h"
 
 #include "core/common/error.h"
+#include "core/common/provenance.h"
 #include "core/common/utc_time.h"
 #include "core/store/run_lock.h"
 #include "core/store/sqlite_util.h"
@@ -8,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include <sqlite3.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -278,12 +278,6 @@ std::string workspaceId(sqlite3* db)
     return id.step() ? id.text(0) : std::string();
 }
 
-std::string hostName()
-{
-    char name[256] = {};
-    return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string("unknown");
-}
-
 // The host named in the shard's lock file of run `runId` ("process P on HOST since T": the last process that began or
 // resumed the run); "" when there is none.
 std::string lockFileHost(const std::string& shardPath, std::int64_t runId)
@@ -331,7 +325,7 @@ nlohmann::json mergedRecord(const Merge& merge, std::int64_t shardRunId, const s
         merged["host_source"] = "run_lock";
     }
     if (host.is_string() && host.get<std::string>().empty()) {
-        host = hostName();
+        host = hostName().value_or("unknown");
         merged["host_source"] = "merge";
     }
     merged["host"] = host;
