@@ -3,6 +3,7 @@
 // the resources, a test's own settings and where screenshots go.
 #include "tests/common/analysis_fixture.h"
 
+#include <QAction>
 #include <QDir>
 #include <QSettings>
 #include <QStandardPaths>
@@ -50,6 +51,17 @@ inline void saveScreenshot(QWidget& widget, const QString& name)
 }
 
 // What every GUI test sets up first: the resources, its own settings (cleared).
+// The action of `window` (a menu item) whose text is `text` ("vllm..." of File > Export Recipe For); nullptr when none.
+inline QAction* menuAction(QWidget& window, const QString& text)
+{
+    for (QAction* action : window.findChildren<QAction*>()) {
+        if (action->text() == text) {
+            return action;
+        }
+    }
+    return nullptr;
+}
+
 inline void initGuiTest()
 {
     initMismatchResources();

@@ -460,12 +460,7 @@ private slots:
 
         // 5. File > Export Recipe For > vllm on the open recipe: the files, no refusal; saved to a folder.
         window.tabs()->setCurrentIndex(ui::MainWindow::RecipeTab);
-        QAction* vllm = nullptr;
-        for (QAction* action : window.findChildren<QAction*>()) {
-            if (action->text() == "vllm...") {
-                vllm = action;
-            }
-        }
+        QAction* vllm = fixture::menuAction(window, QStringLiteral("vllm..."));
         QVERIFY(vllm);
         vllm->trigger();
         QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));

@@ -967,12 +967,7 @@ void TestDashboard::unsavedRecipeEditsAreAskedFor()
 {
     auto window = openWindow(ui::MainWindow::RecipeTab);
     ui::RecipeEditor* editor = window->recipeEditor();
-    QAction* newRecipe = nullptr;
-    for (QAction* action : window->findChildren<QAction*>()) {
-        if (action->text() == "&New Recipe") {
-            newRecipe = action;
-        }
-    }
+    QAction* newRecipe = fixture::menuAction(*window, QStringLiteral("&New Recipe"));
     QVERIFY(newRecipe);
     editor->setName("kept-edits");
     QVERIFY(!editor->undoStack()->isClean());
@@ -1018,12 +1013,7 @@ void TestDashboard::exportOffersToKeepTheEmbeddingInBf16()
     ui::RecipeTableModel* table = editor->tableModel();
     QVERIFY(table->setData(table->index(table->rowCount() - 1, 0), "fp8_e4m3/channel", Qt::EditRole)); // lm_head
     QVERIFY2(editor->resolves(), qPrintable(editor->validationMessage()));
-    QAction* vllm = nullptr;
-    for (QAction* action : window->findChildren<QAction*>()) {
-        if (action->text() == "vllm...") {
-            vllm = action;
-        }
-    }
+    QAction* vllm = fixture::menuAction(*window, QStringLiteral("vllm..."));
     QVERIFY(vllm);
     vllm->trigger();
     auto* dialog = window->findChild<ui::ExportDialog*>();
@@ -1063,12 +1053,7 @@ void TestDashboard::exportOffersTheTargetsThatTakeTheRecipe()
     QVERIFY(editor->selectModel("arith-teacher"));
     editor->setDefaults("fp8_e4m3/block128", "bf16", "bf16"); // linear layers only: embedding and lm_head stay bf16
     QVERIFY2(editor->resolves(), qPrintable(editor->validationMessage()));
-    QAction* vllm = nullptr;
-    for (QAction* action : window->findChildren<QAction*>()) {
-        if (action->text() == "vllm...") {
-            vllm = action;
-        }
-    }
+    QAction* vllm = fixture::menuAction(*window, QStringLiteral("vllm..."));
     QVERIFY(vllm);
     vllm->trigger();
     auto* dialog = window->findChild<ui::ExportDialog*>();
