@@ -481,7 +481,7 @@ TableMaps mergeRunRows(Merge& merge, const RunMaps& runs, const SharedRows& rows
 }
 
 // Rewrites the ids that `value` names by key (`keys`: key -> the map of its table; any key ending in "run_id" names a
-// run) into ids here. An id the maps do not hold is left as it is.
+// run, and "sweep_runs" lists runs) into ids here. An id the maps do not hold is left as it is.
 void remapIds(nlohmann::json& value, const std::map<std::string, const IdMap*>& keys, const IdMap& runs)
 {
     if (value.is_array()) {
@@ -496,6 +496,28 @@ void remapIds(nlohmann::json& value, const std::map<std::string, const IdMap*>& 
     for (auto& [key, member] : value.items()) {
         const auto named = keys.find(key);
         const bool runKey = key.size() >= 6 && key.compare(key.size() - 6, 6, "run_id") == 0;
+        if (key == "engine_weights" && member.is_string()) {
+            // A screen's engine weights name the run's checkpoint relative to its workspace: checkpoints/run-ID/...
+            const std::string text = member.get<std::string>();
+            const std::string prefix = "checkpoints/run-";
+            const std::size_t end = text.find('/', prefix.size());
+            if (text.rfind(prefix, 0) == 0 && end != std::string::npos
+                && text.find_first_not_of("0123456789", prefix.size()) == end && end > prefix.size()) {
+                const auto found = runs.find(std::stoll(text.substr(prefix.size(), end - prefix.size())));
+                if (found != runs.end()) {
+                    member = prefix + std::to_string(found->second) + text.substr(end);
+                }
+            }
+            continue;
+        }
+        if (key == "sweep_runs" && member.is_array()) {
+            // A calibration's (or a calibration unit's) training runs, by id.
+            for (auto& element : member) {
+                const auto found = element.is_number_integer() ? runs.find(element.get<std::int64_t>()) : runs.end();
+                element = found == runs.end() ? element : nlohmann::json(found->second);
+            }
+            continue;
+        }
         const IdMap* map = named != keys.end() ? named->second : runKey ? &runs : nullptr;
         if (map && member.is_number_integer()) {
             const auto found = map->find(member.get<std::int64_t>());
@@ -617,6 +639,32 @@ private:
     sqlite3* db_;
 };
 
+// The merged runs' checkpoints stay in the shard (they can be large); the workspace's checkpoints/run-ID becomes a
+// link to the shard's checkpoints/run-SHARDID, so that whatever reads a run's checkpoints (a resume, admit on a
+// calibration's checkpoint, the screens' engine weights) finds them under the run's id here. A link that cannot be
+// made is reported, the merge itself stands.
+void linkCheckpoints(MergeReport& report, const fs::path& shardDirectory, const fs::path& workspaceDirectory)
+{
+    std::vector<std::pair<std::int64_t, std::int64_t>> runs = report.runs;
+    runs.insert(runs.end(), report.alreadyMerged.begin(), report.alreadyMerged.end());
+    for (const auto& [shardRun, run] : runs) {
+        std::error_code error;
+        const fs::path source = fs::absolute(shardDirectory / "checkpoints" / ("run-" + std::to_string(shardRun)));
+        const fs::path link = workspaceDirectory / "checkpoints" / ("run-" + std::to_string(run));
+        if (!fs::is_directory(source, error) || fs::exists(fs::symlink_status(link, error))) {
+            continue;
+        }
+        fs::create_directories(link.parent_path(), error);
+        fs::create_directory_symlink(source, link, error);
+        if (error) {
+            report.notes.push_back("checkpoints of run " + std::to_string(run) + " stay at " + source.string()
+                + " (no link " + link.string() + ": " + error.message() + ")");
+        } else {
+            ++report.checkpointLinks;
+        }
+    }
+}
+
 } // namespace
 
 MergeReport mergeShard(RunStore& into, const std::string& shardDirectoryOrDatabase)
@@ -661,6 +709,7 @@ MergeReport mergeShard(RunStore& into, const std::string& shardDirectoryOrDataba
     const TableMaps analyses = mergeRunRows(merge, runs, {models, promptSets, shipped}, firstMerge);
     remapRunJson(merge, runs, analyses, recipes);
     transaction.commit();
+    linkCheckpoints(report, directory, fs::path(into.path()).parent_path());
     return report;
 }
 

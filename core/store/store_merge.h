@@ -10,7 +10,9 @@
 // id, and the host and Slurm job and array task of the run when the shard recorded them (its provenance, else the
 // host in its run's lock file; else the merging host, marked "host_source": "merge"). The merged_runs table (schema
 // 11) records each merged run against the shard's workspace id (workspace_meta, a random id made with the workspace,
-// so a shard copied elsewhere is still the same shard): merging a shard again adds nothing.
+// so a shard copied elsewhere is still the same shard): merging a shard again adds nothing. Ids inside a run's JSON
+// are remapped too (keys ending in run_id, a calibration's "sweep_runs", the checkpoint a screen's "engine_weights"
+// names). Checkpoints stay in the shard: the workspace's checkpoints/run-ID becomes a link to the shard's.
 #include "core/store/run_store.h"
 
 #include <cstdint>
@@ -32,6 +34,10 @@ struct MergeReport {
     std::vector<std::pair<std::int64_t, std::int64_t>> matchedRuns;
     // Rows added per table, in the order the merge writes them (tables with none added are left out).
     std::vector<std::pair<std::string, std::int64_t>> rows;
+    // The merged runs' checkpoint directories linked into the workspace (checkpoints/run-ID -> the shard's), and
+    // what could not be linked.
+    std::int64_t checkpointLinks = 0;
+    std::vector<std::string> notes;
     std::int64_t rowsAdded() const;
     bool nothingAdded() const { return rowsAdded() == 0; }
 };
