@@ -167,6 +167,21 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
         options.onRunStarted = started(bar);
         const analysis::CalibrationResult result = analysis::runCalibration(store, options, bar.progress());
         bar.finish();
+        if (options.unit) {
+            // A unit (scale-out) stores one training run and its screens; the calibration is its decision step's.
+            const nlohmann::json unit = {{"run_id", result.runId}, {"name", options.name},
+                {"unit", analysis::toString(*options.unit)},
+                {"sweep_run_id", result.runs.empty() ? nlohmann::json() : nlohmann::json(result.runs.front().runId)},
+                {"command", jobs::commandLine(spec.toArguments())}, {"wall_seconds", result.wallSeconds}};
+            if (context.json) {
+                context.printJson(unit);
+            } else {
+                *context.out << "calibration unit " << unit["unit"].get<std::string>() << " of " << options.name
+                             << ": run " << result.runId << ", training run " << unit["sweep_run_id"].dump()
+                             << " with its screens; decide with `mismatch calibrate ... --from-units` once merged\n";
+            }
+            return;
+        }
         printCalibration(context, jobs::commandLine(spec.toArguments()), options, result);
     });
 }

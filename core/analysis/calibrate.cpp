@@ -171,6 +171,30 @@ SweepJob sweepJob(const CalibrationOptions& o, const std::string& label, std::in
     return SweepJob {label, replicate, std::move(config)};
 }
 
+// The one sweep run of a unit (CalibrationOptions::unit); InputError naming "unit" for a label the sweep does not
+// have or a replicate outside its range.
+SweepJob unitJob(const CalibrationOptions& o, const std::vector<SweepEntry>& entries, const CalibrationUnit& unit)
+{
+    const bool null = unit.label == kNullLabel;
+    const std::int64_t low = null ? o.maxReplicates : 0;
+    if (unit.replicate < low || unit.replicate >= low + o.maxReplicates) {
+        throw InputError("calibrate", "unit",
+            "replicate " + std::to_string(unit.replicate) + " of '" + unit.label + "' is outside "
+                + std::to_string(low) + ".." + std::to_string(low + o.maxReplicates - 1));
+    }
+    for (const SweepEntry& entry : entries) {
+        if (entry.label == unit.label || (null && &entry == &entries.front())) {
+            return sweepJob(o, unit.label, unit.replicate, entry.config);
+        }
+    }
+    std::string labels;
+    for (const SweepEntry& entry : entries) {
+        labels += "'" + entry.label + "', ";
+    }
+    throw InputError("calibrate", "unit", "the sweep has no configuration '" + unit.label + "' (it has " + labels
+        + "and '" + kNullLabel + "')");
+}
+
 // The first round: replicate 0 of every configuration, then replicate 1, ...; then the null group (replicates
 // maxReplicates.., so that no configuration's added seed is one of them).
 std::vector<SweepJob> firstRound(const CalibrationOptions& o, const std::vector<SweepEntry>& entries)
@@ -276,6 +300,65 @@ nlohmann::json calibrationRecord(const CalibrationOptions& options, const Measur
         {"noise_floor_fraction", options.noiseFloorFraction}, {"replicates", options.replicates},
         {"max_replicates", options.maxReplicates}, {"unit_every", options.unitEvery},
         {"probe_count", options.probeCount}, {"protocol", protocolToJson(protocol)}};
+}
+
+const char* const kUnitRunKind = "calibrate_unit";
+
+// A calibration unit's run config without what the run adds to the record as it goes.
+nlohmann::json recordOfUnit(nlohmann::json config)
+{
+    for (const char* key : {"unit", "inputs", "sweep_runs", "screens"}) {
+        config.erase(key);
+    }
+    return config;
+}
+
+// The finished units of the calibration `record` stored here: unit -> its training run and its screens (the
+// oldest unit run of each, should a unit have been merged from two shards).
+struct StoredUnit {
+    std::int64_t runId = 0; // the calibrate_unit run
+    std::int64_t sweepRunId = 0;
+    nlohmann::json screens;
+};
+
+std::map<CalibrationUnit, StoredUnit> storedUnits(const store::RunStore& store, const nlohmann::json& record)
+{
+    std::map<CalibrationUnit, StoredUnit> units;
+    for (const store::RunInfo& run : store.listRuns()) {
+        if (run.kind != kUnitRunKind || run.status != store::RunStatus::Finished) {
+            continue;
+        }
+        const nlohmann::json config = nlohmann::json::parse(run.configJson, nullptr, false);
+        if (!config.is_object() || !config.contains("unit") || recordOfUnit(config) != record) {
+            continue;
+        }
+        const nlohmann::json links = config.value("sweep_runs", nlohmann::json::array());
+        if (links.size() != 1 || !links.front().is_number_integer()) {
+            continue;
+        }
+        const CalibrationUnit unit {config.at("unit").at("label").get<std::string>(),
+            config.at("unit").at("replicate").get<std::int64_t>()};
+        units.emplace(unit,
+            StoredUnit {run.id, links.front().get<std::int64_t>(), config.value("screens", nlohmann::json::array())});
+    }
+    return units;
+}
+
+// The stored unit that trained `config` (its training run finished and of exactly this configuration: a unit of
+// another calibration with the same record but another name trains runs of other names); nullptr when none.
+const StoredUnit* unitFor(const store::RunStore& store, const std::map<CalibrationUnit, StoredUnit>& units,
+    const CalibrationUnit& unit, const train::RunConfig& config)
+{
+    const auto found = units.find(unit);
+    if (found == units.end()) {
+        return nullptr;
+    }
+    const auto run = store.run(found->second.sweepRunId);
+    if (!run || run->kind != "train" || run->status != store::RunStatus::Finished
+        || run->configJson != train::runConfigToJson(config)) {
+        return nullptr;
+    }
+    return &found->second;
 }
 
 // The figures of every run at `step`, grouped by label in the order of `labels`.
@@ -539,6 +622,9 @@ void trainSweep(store::RunStore& store, const CalibrationOptions& options, const
     const std::vector<std::int64_t> linked = nlohmann::json::parse(store.run(result.runId)->configJson)
                                                  .value("sweep_runs", nlohmann::json::array())
                                                  .get<std::vector<std::int64_t>>();
+    const std::map<CalibrationUnit, StoredUnit> units = options.fromUnits
+        ? storedUnits(store, calibrationRecord(options, result.protocol))
+        : std::map<CalibrationUnit, StoredUnit> {};
     train::TrainOptions trainOptions;
     trainOptions.workspaceDirectory = options.workspaceDirectory;
     trainOptions.checkpointSteps = options.steps; // the screens measure each run's checkpoint at the rule steps
@@ -563,6 +649,26 @@ void trainSweep(store::RunStore& store, const CalibrationOptions& options, const
                 result.runs.push_back({job.label, job.replicate, job.config.seed, sweepRunId,
                     storedWallSeconds(store, sweepRunId)});
             }
+        } else if (options.fromUnits) {
+            // The decision step of a calibration run as units: the unit's run is linked as a finished run of a
+            // resume is kept, and its screens are the calibration's, in one transaction.
+            const StoredUnit* unit = unitFor(store, units, {job.label, job.replicate}, job.config);
+            if (!unit) {
+                throw InputError("calibrate", "from_units",
+                    "the unit '" + toString(CalibrationUnit {job.label, job.replicate}) + "' (run '" + job.config.name
+                        + "') is not in this workspace: merge its shard first (mismatch store merge)");
+            }
+            store::Transaction transaction(store.handle());
+            nlohmann::json config = nlohmann::json::parse(store.run(result.runId)->configJson);
+            config["sweep_runs"].push_back(unit->sweepRunId);
+            for (const nlohmann::json& screen : unit->screens) {
+                config["screens"].push_back(screen);
+            }
+            store.setRunConfig(result.runId, config.dump());
+            transaction.commit();
+            sweepRunId = unit->sweepRunId;
+            result.runs.push_back(
+                {job.label, job.replicate, job.config.seed, sweepRunId, storedWallSeconds(store, sweepRunId)});
         } else {
             sweepRunId = train::recordTrainingRun(job.config, store,
                 [&store, &result](std::int64_t id) { linkSweepRun(store, result.runId, id); });
@@ -575,7 +681,7 @@ void trainSweep(store::RunStore& store, const CalibrationOptions& options, const
             const train::TrainResult trained = train::resumeTraining(sweepRunId, store, runProgress, trainOptions);
             result.runs.push_back({job.label, job.replicate, job.config.seed, trained.runId, trained.wallSeconds});
         }
-        if (i + 1 == sweepJobs.size()) {
+        if (i + 1 == sweepJobs.size() && !options.unit) {
             // The round is trained: the stopping rule decides the next one from the stored runs.
             const std::vector<SweepJob> round = nextRound(store, options, entries, result.runs);
             sweepJobs.insert(sweepJobs.end(), round.begin(), round.end());
@@ -746,12 +852,30 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
     std::optional<std::int64_t> resumeRunId, const std::function<void(std::int64_t)>& onRunStarted)
 {
     checkCalibrationOptions(options);
+    if (options.unit && options.fromUnits) {
+        throw InputError("calibrate", "from_units", "a unit (--unit) cannot be the decision step (--from-units) too");
+    }
     const auto start = std::chrono::steady_clock::now();
     const std::vector<SweepEntry> entries = sweep(options);
-    std::vector<SweepJob> sweepJobs = firstRound(options, entries);
+    std::vector<SweepJob> sweepJobs
+        = options.unit ? std::vector<SweepJob> {unitJob(options, entries, *options.unit)} : firstRound(options, entries);
+    if (options.fromUnits && !resumeRunId) {
+        // Refused before anything is stored: the decision step runs once every unit it needs is merged.
+        const std::vector<CalibrationUnit> missing = calibrationUnitsNeeded(store, options);
+        if (!missing.empty()) {
+            std::string names;
+            for (const CalibrationUnit& unit : missing) {
+                names += (names.empty() ? "" : ", ") + toString(unit);
+            }
+            throw InputError("calibrate", "from_units",
+                std::to_string(missing.size()) + " unit(s) of this calibration are not in the workspace (" + names
+                    + "): run them (calibrate --unit) and merge their shards first");
+        }
+    }
     // Progress over the most runs the calibration can train (every configuration and the null group at
-    // maxReplicates), then its screens; it ends early when fewer seeds decide every point.
-    const std::int64_t mostRuns = static_cast<std::int64_t>(entries.size() + 1) * options.maxReplicates;
+    // maxReplicates; a unit's one), then its screens; it ends early when fewer seeds decide every point.
+    const std::int64_t mostRuns
+        = options.unit ? 1 : static_cast<std::int64_t>(entries.size() + 1) * options.maxReplicates;
     const double trainingShare = 0.9;
     const std::int64_t totalSteps = mostRuns * options.base.steps;
 
@@ -759,18 +883,22 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
     result.replicates = options.replicates;
     result.maxReplicates = options.maxReplicates;
     result.protocol = calibrationProtocol(options.base, options.probeCount);
+    nlohmann::json record = calibrationRecord(options, result.protocol);
+    if (options.unit) {
+        record["unit"] = {{"label", options.unit->label}, {"replicate", options.unit->replicate}};
+    }
     if (resumeRunId) {
         result.runId = *resumeRunId;
-        checkRecordUnchanged(nlohmann::json::parse(store.run(result.runId)->configJson),
-            calibrationRecord(options, result.protocol), {}, result.runId, "calibrate");
+        checkRecordUnchanged(
+            nlohmann::json::parse(store.run(result.runId)->configJson), record, {}, result.runId, "calibrate");
         store.reopenRun(result.runId, std::numeric_limits<std::int64_t>::max()); // running again; it has no steps
     } else {
-        nlohmann::json config = calibrationRecord(options, result.protocol);
+        nlohmann::json config = record;
         config["inputs"] = fileDigests(inputFiles(options));
         config["sweep_runs"] = nlohmann::json::array();
         store::RunSpec spec;
-        spec.name = options.name;
-        spec.kind = "calibrate";
+        spec.name = options.unit ? options.name + " unit " + toString(*options.unit) : options.name;
+        spec.kind = options.unit ? kUnitRunKind : "calibrate";
         spec.configJson = config.dump();
         result.runId = store.beginRun(spec);
     }
@@ -778,11 +906,15 @@ CalibrationResult calibrate(store::RunStore& store, const CalibrationOptions& op
         onRunStarted(result.runId);
     }
     store::recordRunOutcome(store, result.runId, [&] {
-        if (resumeRunId && keepStoredCalibration(store, options, result)) {
+        if (resumeRunId && !options.unit && keepStoredCalibration(store, options, result)) {
             return;
         }
         trainSweep(store, options, entries, sweepJobs, result, progress, trainingShare, totalSteps);
         const auto screens = measureScreens(store, options, sweepJobs, result, progress, trainingShare);
+        if (options.unit) {
+            store.finishRun(result.runId, store::RunStatus::Finished); // its run and screens are the unit's result
+            return;
+        }
         decidePoints(store, options, entries, screens, result);
         storeCalibration(store, options, result);
     });
@@ -891,11 +1023,68 @@ CalibrationResult runCalibration(store::RunStore& store, const CalibrationOption
 CalibrationResult resumeCalibration(store::RunStore& store, std::int64_t runId, CalibrationOptions options,
     Progress& progress, const std::string& workspaceDirectory)
 {
-    const ResumableRun run = resumableRun(store, runId, "calibrate");
+    const ResumableRun run = resumableRun(store, runId, options.unit ? kUnitRunKind : "calibrate");
     checkInputsUnchanged(run.config.contains("inputs") ? run.config.at("inputs") : nlohmann::json(), runId, "calibrate");
-    options.name = run.info.name;
+    if (!options.unit) {
+        options.name = run.info.name; // a unit's run is named after its calibration and the unit
+    }
     options.workspaceDirectory = workspaceDirectory;
     return calibrate(store, options, progress, runId, options.onRunStarted);
+}
+
+std::string toString(const CalibrationUnit& unit)
+{
+    return unit.label + "/r" + std::to_string(unit.replicate);
+}
+
+CalibrationUnit parseCalibrationUnit(const std::string& text)
+{
+    const std::size_t slash = text.rfind("/r");
+    CalibrationUnit unit;
+    if (slash != std::string::npos && slash > 0 && slash + 2 < text.size()
+        && text.find_first_not_of("0123456789", slash + 2) == std::string::npos && text.size() - slash - 2 <= 6) {
+        unit.label = text.substr(0, slash);
+        unit.replicate = std::stoll(text.substr(slash + 2));
+        return unit;
+    }
+    throw InputError("calibrate", "unit",
+        "expected LABEL/rN (a configuration of the sweep and its replicate, e.g. 'noise 0.1/r1' or 'null/r4'), got '"
+            + text + "'");
+}
+
+std::vector<CalibrationUnit> calibrationFirstRound(const CalibrationOptions& options)
+{
+    checkCalibrationOptions(options);
+    std::vector<CalibrationUnit> units;
+    for (const SweepJob& job : firstRound(options, sweep(options))) {
+        units.push_back({job.label, job.replicate});
+    }
+    return units;
+}
+
+std::vector<CalibrationUnit> calibrationUnitsNeeded(const store::RunStore& store, const CalibrationOptions& options)
+{
+    checkCalibrationOptions(options);
+    const std::vector<SweepEntry> entries = sweep(options);
+    const auto units = storedUnits(store, calibrationRecord(options, calibrationProtocol(options.base, options.probeCount)));
+    std::vector<SweepJob> jobs = firstRound(options, entries);
+    std::vector<CalibrationSweepRun> runs;
+    std::vector<CalibrationUnit> missing;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        const SweepJob& job = jobs[i];
+        const StoredUnit* unit = unitFor(store, units, {job.label, job.replicate}, job.config);
+        if (unit) {
+            runs.push_back({job.label, job.replicate, job.config.seed, unit->sweepRunId, 0.0});
+        } else {
+            missing.push_back({job.label, job.replicate});
+        }
+        if (i + 1 == jobs.size() && missing.empty()) {
+            // The same stopping rule on the same runs as the decision step (and a single process) applies it.
+            const std::vector<SweepJob> round = nextRound(store, options, entries, runs);
+            jobs.insert(jobs.end(), round.begin(), round.end());
+        }
+    }
+    return missing;
 }
 
 } // namespace mismatch::analysis

@@ -84,6 +84,19 @@
 
 namespace mismatch::analysis {
 
+struct CalibrationUnit {
+    std::string label; // "baseline", "noise 0.1", "recipe fp8-kv", "staleness 2", "null"
+    std::int64_t replicate = 0; // 0..max_replicates-1; the null group max_replicates..2*max_replicates-1
+    bool operator<(const CalibrationUnit& other) const
+    {
+        return label != other.label ? label < other.label : replicate < other.replicate;
+    }
+    bool operator==(const CalibrationUnit& other) const
+    {
+        return label == other.label && replicate == other.replicate;
+    }
+};
+
 struct CalibrationOptions {
     std::string name = "calibration";
     train::RunConfig base; // the student's standard run (its rollout settings are replaced per sweep run)
@@ -110,7 +123,33 @@ struct CalibrationOptions {
     std::string workspaceDirectory; // checkpoints (default: the store's directory)
     // Called once the calibration's run is recorded, with its id (front-ends print it).
     std::function<void(std::int64_t runId)> onRunStarted;
+    // Scale-out (core/jobs/cluster.h, "Units" below). `unit`: train only this sweep run and measure its screens, as
+    // a run of kind "calibrate_unit" (a cluster node's share, in its own shard workspace). `fromUnits`: the decision
+    // step in the workspace the units' shards were merged into; every sweep run is a finished unit's run found
+    // there (with its screens), nothing is trained or measured.
+    std::optional<CalibrationUnit> unit;
+    bool fromUnits = false;
 };
+
+// Units (scale-out). A calibration's training runs are independent: each (configuration, seed) can run on its own
+// machine as `calibrate --unit LABEL/rR` with the calibration's own options, recording a "calibrate_unit" run whose
+// config_json is the calibration's record plus "unit" ({"label", "replicate"}), "sweep_runs" (its one training run)
+// and "screens" (that run's screens at the rule steps, measured as the calibration measures them). Once the units'
+// shards are merged into one workspace, `calibrate --from-units` there adopts each finished unit whose record equals
+// its own and whose training run is the sweep run it would train, links it as a resume links a run it finished,
+// takes its screens, and decides; every figure is the units', so the stored calibration is the single-process one
+// on the same compute path (run ids aside). The stopping rule's added rounds are units too:
+// calibrationUnitsNeeded says which units the decision step still lacks.
+// "noise 0.1/r1" (what --unit takes); parseCalibrationUnit reads it back (InputError naming parameter "unit").
+std::string toString(const CalibrationUnit& unit);
+CalibrationUnit parseCalibrationUnit(const std::string& text);
+// The first round's units in training order (calibrate.h "Replicates": replicate 0 of every configuration, ...,
+// then the null group).
+std::vector<CalibrationUnit> calibrationFirstRound(const CalibrationOptions& options);
+// The units the decision step (`fromUnits`) lacks in `store`: the first round's missing ones; when the first round
+// is complete, the stopping rule applied to the units' runs as the single-process calibration applies it, round
+// after round, and the first round with a missing unit gives its missing ones. Empty: the decision step can run.
+std::vector<CalibrationUnit> calibrationUnitsNeeded(const store::RunStore& store, const CalibrationOptions& options);
 
 // How the calibration's intervals are computed, in words (stored with every calibration, printed with it).
 extern const char* const kCalibrationIntervalMethod;

@@ -429,7 +429,8 @@ void expectJobRun(store::RunStore& store, const JobSpec& spec)
             stored.set(p.name, paths);
         }
     }
-    store.expectJob(spec.definition().runKind, stored.toJson().dump());
+    const JobDefinition& job = spec.definition();
+    store.expectJob(job.runKindOf ? job.runKindOf(spec) : job.runKind, stored.toJson().dump());
 }
 
 std::optional<JobSpec> JobSpec::ofRun(const store::RunInfo& run)

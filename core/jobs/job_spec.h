@@ -100,6 +100,9 @@ struct JobDefinition {
     // run() has the store keep the spec's JSON with that run (RunInfo::jobJson), so a stored run says what was
     // asked and JobSpec::ofRun reads it back.
     std::string runKind;
+    // The kind of run a particular spec records when it is not runKind (a calibration unit: "calibrate_unit");
+    // empty: runKind for every spec.
+    std::function<std::string(const JobSpec&)> runKindOf;
     // Continues a killed, cancelled or failed run of this job (its own run, `runId`) from what it stored; empty for
     // jobs that cannot be resumed. `mismatch run --resume RUN` calls it with the spec read back by ofRun.
     std::function<JobResult(store::RunStore&, std::int64_t runId, Progress&, const std::function<void(std::int64_t)>&)>

@@ -24,6 +24,18 @@ JobResult trainingResult(const store::RunStore& store, const train::TrainResult&
     return analysis::toJson(r, store.run(r.runId), std::filesystem::path(store.path()).parent_path().string());
 }
 
+// A calibration's result; a unit's (--unit) is its run, the unit and its one training run.
+JobResult calibrationResult(
+    const analysis::CalibrationResult& result, const analysis::CalibrationOptions& options, const nlohmann::json& command)
+{
+    if (!options.unit) {
+        return analysis::toJson(result, options, command);
+    }
+    return {{"run_id", result.runId}, {"name", options.name}, {"unit", analysis::toString(*options.unit)},
+        {"sweep_run_id", result.runs.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.runs.front().runId)},
+        {"command", command}, {"wall_seconds", result.wallSeconds}};
+}
+
 } // namespace
 
 nlohmann::json storedCommand(const store::RunStore& store, std::int64_t runId)
@@ -73,6 +85,10 @@ analysis::CalibrationOptions calibrationOptions(const JobSpec& spec)
     options.maxReplicates = spec.given("max_replicates") ? spec.integer("max_replicates")
                                                          : std::max(options.maxReplicates, options.replicates);
     options.probeCount = spec.integer("probe_count");
+    if (spec.given("unit")) {
+        options.unit = analysis::parseCalibrationUnit(spec.text("unit"));
+    }
+    options.fromUnits = spec.flag("from_units");
     return options;
 }
 
@@ -140,7 +156,16 @@ JobDefinition calibrateJob()
                    defaults.probeCount),
             1, false, 1000000),
         deviceParameter(nullptr, "; not given: the base run file's device"),
+        param("unit", ParameterType::Text, "--unit", "Only the unit",
+            "Scale-out: train only this sweep run, LABEL/rN (a configuration of the sweep and its seed: "
+            "'baseline/r0', 'noise 0.1/r1', 'null/r4'), and measure its screens, as a calibrate_unit run; what a "
+            "cluster node runs (mismatch submit)"),
+        param("from_units", ParameterType::Flag, "--from-units", "Decide from the merged units",
+            "Scale-out: the decision step; adopt the finished units merged into this workspace (their runs and "
+            "screens) and decide; trains nothing, refused while a unit it needs is missing",
+            false),
     };
+    job.parameters.back().excludes = {"unit"};
     // Across parameters: what core checks before it stores anything (the base run file's objective and
     // evaluation set, rule steps the run evaluates), named by parameter; a run file that cannot be read names it.
     job.checkInputs = [](const JobSpec& spec) {
@@ -162,21 +187,27 @@ JobDefinition calibrateJob()
                   const std::function<void(std::int64_t)>& onRunStarted) {
         analysis::CalibrationOptions options = calibrationOptions(spec);
         options.onRunStarted = onRunStarted;
-        return analysis::toJson(
-            analysis::runCalibration(store, options, progress), options, commandLine(spec.toArguments()));
+        return calibrationResult(analysis::runCalibration(store, options, progress), options,
+            commandLine(spec.toArguments()));
     };
+    job.runKindOf = [](const JobSpec& spec) { return spec.given("unit") ? "calibrate_unit" : "calibrate"; };
     job.resultFields = {"calibration_id", "run_id", "name", "student", "command", "provenance", "base", "replicates",
         "relative_threshold", "confidence", "resamples", "max_replicates", "protocol", "flags", "runs", "points",
         "replicate_points", "null_comparisons", "brackets", "wall_seconds", "rule", "mismatch_statistic",
-        "stopping_rule"};
+        "stopping_rule", "unit", "sweep_run_id"};
     job.runKind = "calibrate";
     job.resume = [](store::RunStore& store, std::int64_t runId, Progress& progress,
                      const std::function<void(std::int64_t)>& onRunStarted) {
-        analysis::CalibrationOptions options = calibrationOptions(storedSpec(store, runId, "calibrate"));
+        const auto run = store.run(runId);
+        const bool unit = run && run->kind == "calibrate_unit";
+        analysis::CalibrationOptions options
+            = calibrationOptions(storedSpec(store, runId, unit ? "calibrate_unit" : "calibrate"));
         options.onRunStarted = onRunStarted;
-        options.name = store.run(runId)->name;
-        return analysis::toJson(analysis::resumeCalibration(store, runId, options, progress), options,
-            storedCommand(store, runId));
+        if (!unit) {
+            options.name = run->name; // a unit's run is named after its calibration and the unit
+        }
+        return calibrationResult(
+            analysis::resumeCalibration(store, runId, options, progress), options, storedCommand(store, runId));
     };
     return job;
 }
