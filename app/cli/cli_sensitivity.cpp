@@ -1,6 +1,8 @@
 // mismatch sensitivity MODEL --format F --prompts SET [--activations A] [--kv-scales S] [--no-kv] [--no-embedding]
-//                   [--count N --max-tokens T --seed S ...]
+//                   [--layers L,... | --from-units] [--count N --max-tokens T --seed S ...]
 // mismatch sensitivity --resume RUN: continue a killed, cancelled or failed scan (its stored job spec).
+// --layers scans a cluster unit's share (-1: the embedding / lm_head cells); --from-units assembles the scan from
+// the finished units merged into the workspace (core/analysis/sensitivity.h "Units").
 // Layer sensitivity: the mismatch added over the BF16 unit when only one cell (layer x module group, the KV cache
 // of one layer, the embedding / lm_head) is quantized; stored as a scan in the workspace.
 #include "app/cli/analysis_options.h"
@@ -14,6 +16,7 @@
 #include "core/jobs/stored_specs.h"
 #include "core/quant/formats.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +37,17 @@ void printResult(const Context& context, const analysis::SensitivityResult& r, c
     if (o.kvCells) {
         out << ", kv cells " << quant::describe(o.kv);
     }
+    // A unit's share (--layers): only its layers have rows below, -1 being the embedding / lm_head cells.
+    std::vector<std::int64_t> layers = o.layers;
+    std::sort(layers.begin(), layers.end());
+    layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+    if (!layers.empty()) {
+        out << "; layers";
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            out << (i == 0 ? " " : ", ") << layers[i];
+        }
+        out << " of " << r.layers;
+    }
     out << "\nBF16 unit " << intervalText(r.bf16UnitInterval) << " nats/token (" << r.unitTokens << " tokens)\n\n";
     // Layers x groups: added mismatch (nats/token) and its paired 95% interval.
     std::map<std::pair<std::int64_t, std::string>, const store::SensitivityCell*> byCell;
@@ -48,6 +62,9 @@ void printResult(const Context& context, const analysis::SensitivityResult& r, c
     header.insert(header.end(), groups.begin(), groups.end());
     std::vector<std::vector<std::string>> rows;
     for (std::int64_t layer = 0; layer < r.layers; ++layer) {
+        if (!layers.empty() && !std::binary_search(layers.begin(), layers.end(), layer)) {
+            continue;
+        }
         std::vector<std::string> row = {std::to_string(layer)};
         for (const auto& group : groups) {
             const auto found = byCell.find({layer, group});
@@ -55,7 +72,9 @@ void printResult(const Context& context, const analysis::SensitivityResult& r, c
         }
         rows.push_back(row);
     }
-    out << "added mismatch over the BF16 unit (nats/token)\n" << formatTable(header, rows) << "\n";
+    if (!rows.empty()) { // a unit of the embedding / lm_head cells alone has none
+        out << "added mismatch over the BF16 unit (nats/token)\n" << formatTable(header, rows) << "\n";
+    }
     std::vector<std::vector<std::string>> detail;
     for (const auto& cell : r.cells) {
         detail.push_back({cell.layer < 0 ? std::string("-") : std::to_string(cell.layer), cell.moduleGroup,
@@ -82,7 +101,7 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
                            "Continue scan run RUN (the run id printed when it started) after a kill, Ctrl-C or "
                            "failure: its stored job spec and inputs, only the cells not stored yet are measured")
                        ->type_name("RUN");
-    for (const char* name : {"model", "format", "prompts"}) {
+    for (const char* name : {"model", "format", "prompts", "layers", "from_units"}) {
         job->option(name)->excludes(resumeOption);
     }
     command->callback([&context, job, resume, resumeOption] {

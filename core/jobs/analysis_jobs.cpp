@@ -232,6 +232,8 @@ analysis::SensitivityOptions sensitivityOptions(const JobSpec& spec)
     options.kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
     options.kvCells = !spec.flag("no_kv");
     options.embeddingCells = !spec.flag("no_embedding");
+    options.layers = spec.integers("layers");
+    options.fromUnits = spec.flag("from_units");
     return options;
 }
 
@@ -250,7 +252,17 @@ JobDefinition sensitivityJob()
             "Skip the KV-cache-only cells", false),
         param("no_embedding", ParameterType::Flag, "--no-embedding", "Skip the embedding / lm_head cells",
             "Skip the embedding / lm_head cells", false),
+        // Scale-out (core/jobs/cluster.h): each unit scans some layers in its own shard, the merged workspace
+        // assembles them.
+        ranged(param("layers", ParameterType::IntegerList, "--layers", "Layers only",
+                   "Scan only the cells of these layers (-1: the embedding / lm_head cells; default: every layer): "
+                   "how a cluster unit (mismatch submit) scans its share"),
+            -1),
+        param("from_units", ParameterType::Flag, "--from-units", "Assemble from the unit scans",
+            "Assemble the scan from the finished unit scans (--layers) merged into this workspace; measures nothing",
+            false),
     };
+    job.parameters.back().excludes = {"layers"};
     const auto shared = analysisParameters(false);
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
     job.check = [](const JobSpec& spec) {

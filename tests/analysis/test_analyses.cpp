@@ -19,6 +19,7 @@
 #include "core/model/transformer.h"
 #include "core/store/analysis_store.h"
 #include "core/store/sqlite_util.h"
+#include "core/store/store_merge.h"
 #include "core/train/zoo.h"
 #include "tests/common/test_main.h"
 
@@ -30,6 +31,8 @@
 #include <QtTest>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -81,6 +84,29 @@ double klLoop(const ForcedRows& rows, std::int64_t row)
     return kl;
 }
 
+// A stored number as its bits and its value, "none" when absent (QString: a failed QCOMPARE prints it): QCOMPARE on
+// doubles is fuzzy, and a scan assembled from units must be the single-process scan bit for bit.
+QString exact(const std::optional<double>& value)
+{
+    if (!value) {
+        return QStringLiteral("none");
+    }
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &*value, sizeof bits);
+    char text[64];
+    std::snprintf(text, sizeof text, "%016llx (%.17g)", static_cast<unsigned long long>(bits), *value);
+    return QString::fromLatin1(text);
+}
+
+// Every number a cell stores but `seconds` (wall-clock), exactly.
+QString exactCell(const store::SensitivityCell& cell)
+{
+    return QString::number(cell.layer) + " " + QString::fromStdString(cell.moduleGroup) + ": mismatch "
+        + exact(cell.mismatch) + ", added " + exact(cell.addedMismatch) + " [" + exact(cell.ciLow) + ", "
+        + exact(cell.ciHigh) + "], own [" + exact(cell.mismatchCiLow) + ", " + exact(cell.mismatchCiHigh) + "], tokens "
+        + (cell.tokens ? QString::number(*cell.tokens) : QStringLiteral("none"));
+}
+
 } // namespace
 
 class TestAnalyses : public QObject {
@@ -105,6 +131,7 @@ private slots:
     void recipeBuilderRefusesAnImpossibleTarget();
     void prefixShiftPartsAgainstFloat64Reference();
     void prefixShiftOfTheBf16EngineIsZero();
+    void sensitivityUnitsMergeToTheSingleProcessScan();
     void cancelledScanLeavesWholeCellsAndAMarkedRun();
     void cancelledAdmissionLeavesWholeDecisions();
     void cancelledPrefixShiftStoresNothing();
@@ -919,6 +946,131 @@ void TestAnalyses::prefixShiftOfTheBf16EngineIsZero()
     QCOMPARE(result.prefixShift, 0.0);
     QCOMPARE(result.total, result.perToken);
     QCOMPARE(result.perToken, result.bf16Unit);
+}
+
+// Issue 43: a scan split by layer into units, each scanned in its own shard workspace (as a cluster node writes it; one
+// of them interrupted and resumed), merged into another workspace and assembled there (fromUnits) is the
+// single-process scan bit for bit: every cell, the BF16 unit with its interval, the run's record and inputs. An
+// assembly that lacks a unit is refused, naming its layer, and a layer the model does not have is refused; neither
+// stores anything.
+void TestAnalyses::sensitivityUnitsMergeToTheSingleProcessScan()
+{
+    analysis::SensitivityOptions options;
+    options.modelDirectory = model_;
+    options.promptSetPath = probePath();
+    options.count = 4;
+    options.settings = smallSettings();
+    options.weights = analysis::parseWeightPrecision("int8", "test");
+    Progress progress;
+    store::RunStore single = openStore("units-single");
+    const analysis::SensitivityResult full = analysis::runSensitivity(single, options, progress);
+    QCOMPARE(full.cells.size(), std::size_t(2 * 8 + 1)); // 2 layers x (7 projections + kv) + tied embedding/lm_head
+    QVERIFY(!nlohmann::json::parse(single.run(full.runId)->configJson).contains("layers"));
+
+    // The units; layer 0 is in two of them (its cells must agree) and the last one's layers are given unsorted.
+    const std::vector<std::vector<std::int64_t>> shares = {{0}, {1}, {0, store::kNoLayer}};
+    const char* const recorded[] = {"[0]", "[1]", "[-1,0]"}; // each unit's record: its layers sorted
+    std::vector<std::string> shards;
+    for (std::size_t u = 0; u < shares.size(); ++u) {
+        shards.push_back((dir_.path() + "/unit-shards/" + QString::number(u)).toStdString());
+        store::RunStore shard = store::RunStore::open(store::databasePath(shards.back()));
+        analysis::SensitivityOptions unit = options;
+        unit.layers = shares[u];
+        analysis::SensitivityResult part;
+        if (u == 1) {
+            // A unit resumes like any scan (a requeued node): cancelled as its fourth cell starts, then continued.
+            Progress* self = nullptr;
+            Progress cancelling([&self](double, const std::string& stage) {
+                if (self && stage.rfind("layer 1 o", 0) == 0) {
+                    self->cancel();
+                }
+            });
+            self = &cancelling;
+            QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::runSensitivity(shard, unit, cancelling));
+            const auto cancelled = store::sensitivityScans(shard);
+            QCOMPARE(cancelled.size(), std::size_t(1));
+            QVERIFY(cancelled[0].cellCount > 0 && cancelled[0].cellCount < 8); // whole cells, not all of them
+            part = analysis::resumeSensitivity(shard, *cancelled[0].runId, unit, progress);
+        } else {
+            part = analysis::runSensitivity(shard, unit, progress);
+        }
+        QCOMPARE(part.cells.size(), std::size_t(u == 2 ? 9 : 8));
+        QCOMPARE(exact(part.bf16Unit), exact(full.bf16Unit));
+        const auto run = shard.run(part.runId);
+        QCOMPARE(run->kind, std::string("sensitivity"));
+        QCOMPARE(nlohmann::json::parse(run->configJson).at("layers").dump(), std::string(recorded[u]));
+    }
+
+    store::RunStore merged = openStore("units-merged");
+    for (const std::string& shard : shards) {
+        QCOMPARE(store::mergeShard(merged, shard).runs.size(), std::size_t(1));
+    }
+    analysis::SensitivityOptions assemble = options;
+    assemble.fromUnits = true;
+    const analysis::SensitivityResult assembled = analysis::runSensitivity(merged, assemble, progress);
+    QCOMPARE(exact(assembled.bf16Unit), exact(full.bf16Unit));
+    QCOMPARE(exact(assembled.bf16UnitInterval.estimate), exact(full.bf16UnitInterval.estimate));
+    QCOMPARE(exact(assembled.bf16UnitInterval.low), exact(full.bf16UnitInterval.low));
+    QCOMPARE(exact(assembled.bf16UnitInterval.high), exact(full.bf16UnitInterval.high));
+    QCOMPARE(exact(assembled.bf16UnitInterval.confidence), exact(full.bf16UnitInterval.confidence));
+    QCOMPARE(assembled.bf16UnitInterval.resamples, full.bf16UnitInterval.resamples);
+    QCOMPARE(assembled.unitTokens, full.unitTokens);
+    QCOMPARE(assembled.layers, full.layers);
+    QCOMPARE(assembled.format, full.format);
+    QCOMPARE(assembled.cells.size(), full.cells.size());
+    for (std::size_t c = 0; c < full.cells.size(); ++c) {
+        QCOMPARE(exactCell(assembled.cells[c]), exactCell(full.cells[c]));
+    }
+    // Stored as the single-process scan stores it: the same cells in the same order, the same unit, the same run
+    // (kind, name, record and inputs), which adds the units it was assembled from.
+    const auto storedFull = store::sensitivityScan(single, full.scanId);
+    const auto storedAssembled = store::sensitivityScan(merged, assembled.scanId);
+    QVERIFY(storedFull && storedAssembled);
+    QCOMPARE(storedAssembled->info.status, std::string("finished"));
+    QCOMPARE(storedAssembled->info.format, storedFull->info.format);
+    QCOMPARE(exact(storedAssembled->info.bf16Unit), exact(storedFull->info.bf16Unit));
+    QCOMPARE(storedAssembled->cells.size(), storedFull->cells.size());
+    for (std::size_t c = 0; c < storedFull->cells.size(); ++c) {
+        QCOMPARE(exactCell(storedAssembled->cells[c]), exactCell(storedFull->cells[c]));
+    }
+    const auto singleRun = single.run(full.runId);
+    const auto assembledRun = merged.run(assembled.runId);
+    QCOMPARE(assembledRun->kind, singleRun->kind);
+    QCOMPARE(assembledRun->name, singleRun->name);
+    QCOMPARE(store::toString(assembledRun->status), std::string("finished"));
+    QCOMPARE(storedAssembled->info.configJson, assembledRun->configJson);
+    nlohmann::json record = nlohmann::json::parse(assembledRun->configJson);
+    QCOMPARE(record.at("assembled_from").size(), shares.size());
+    record.erase("assembled_from");
+    QCOMPARE(record.dump(), nlohmann::json::parse(singleRun->configJson).dump());
+
+    // Layer 1's unit not merged: refused before anything is stored, naming the layer.
+    store::RunStore partial = openStore("units-partial");
+    store::mergeShard(partial, shards[0]);
+    store::mergeShard(partial, shards[2]);
+    const std::size_t runs = partial.listRuns().size();
+    const std::size_t scans = store::sensitivityScans(partial).size();
+    try {
+        analysis::runSensitivity(partial, assemble, progress);
+        QFAIL("an assembly without layer 1's unit was not refused");
+    } catch (const InputError& error) {
+        QCOMPARE(error.location(), std::string("from_units"));
+        QVERIFY2(error.detail().find("of layer 1 (") != std::string::npos, error.what());
+    }
+    QCOMPARE(partial.listRuns().size(), runs);
+    QCOMPARE(store::sensitivityScans(partial).size(), scans);
+
+    // A layer the model does not have.
+    analysis::SensitivityOptions beyond = options;
+    beyond.layers = {2};
+    try {
+        analysis::runSensitivity(partial, beyond, progress);
+        QFAIL("layer 2 of a 2-layer model was not refused");
+    } catch (const InputError& error) {
+        QCOMPARE(error.location(), std::string("layers"));
+        QVERIFY2(error.detail().find("it has 2 layers") != std::string::npos, error.what());
+    }
+    QCOMPARE(partial.listRuns().size(), runs);
 }
 
 void TestAnalyses::cancelledScanLeavesWholeCellsAndAMarkedRun()
