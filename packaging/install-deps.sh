@@ -16,6 +16,8 @@ packages=(
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev
   # GUI tests and screenshots without a display
   xvfb xauth
+  # the single-node Slurm cluster of the scale-out tests (tests/cluster/slurm_cluster.sh)
+  slurmctld slurmd slurm-client munge
   # the .deb (cpack, dpkg-shlibdeps) and its checks (desktop file, AppStream metainfo, zsh completion)
   file dpkg-dev desktop-file-utils appstream zsh
 )

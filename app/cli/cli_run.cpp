@@ -73,6 +73,47 @@ std::string catalogueHelp()
     return text;
 }
 
+} // namespace
+
+// `mismatch run FILE` (and `mismatch submit FILE` with the local executor): every step in this process, into the
+// workspace.
+void runJobFileHere(Context& context, const std::string& path)
+{
+    const jobs::JobFile file = jobs::loadJobFile(path);
+    store::RunStore store = context.openStore();
+    TerminalProgress bar(*context.err);
+    nlohmann::json steps = nlohmann::json::array();
+    const auto onStep = [&](std::size_t index, const jobs::JobSpec& spec) {
+        const std::string id = file.steps[index].id;
+        bar.note((id.empty() ? spec.kind() : "step " + id) + ": " + jobs::commandLine(spec.toArguments()));
+        steps.push_back({{"id", id}, {"job", spec.kind()}, {"arguments", spec.toArguments()}});
+    };
+    const auto onResult = [&](std::size_t index, const jobs::JobResult& result) {
+        steps[index]["result"] = result;
+    };
+    jobs::runJobFile(file, store, bar.progress(), onStep, onResult);
+    bar.finish();
+    if (context.json) {
+        context.printJson({{"file", file.path}, {"steps", steps}});
+        return;
+    }
+    // One line a step: its result's scalar fields (ids, files, headline numbers); --json prints each result
+    // whole, as the step's own command prints it.
+    for (const nlohmann::json& step : steps) {
+        std::string fields;
+        for (const auto& [key, value] : step["result"].items()) {
+            if (value.is_primitive()) {
+                fields += (fields.empty() ? "" : ", ") + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
+            }
+        }
+        *context.out << (step["id"].get<std::string>().empty() ? step["job"].get<std::string>()
+                                                                : step["id"].get<std::string>())
+                     << ": " << fields << "\n";
+    }
+}
+
+namespace {
+
 void registerRunCommand(CLI::App& app, Context& context)
 {
     auto a = std::make_shared<RunArguments>();
@@ -101,52 +142,23 @@ void registerRunCommand(CLI::App& app, Context& context)
             resumeRun(context, a->resume);
             return;
         }
+        if (!a->check) {
+            runJobFileHere(context, a->file);
+            return;
+        }
         const jobs::JobFile file = jobs::loadJobFile(a->file);
-        if (a->check) {
-            nlohmann::json steps = nlohmann::json::array();
-            for (const jobs::JobFileStep& step : file.steps) {
-                if (step.references.empty()) {
-                    jobs::resolveStep(file, step, {});
-                }
-                steps.push_back({{"id", step.id}, {"job", step.spec.kind()},
-                    {"references", nlohmann::json(step.references)}});
-            }
-            if (context.json) {
-                context.printJson({{"file", file.path}, {"steps", steps}, {"valid", true}});
-            } else {
-                *context.out << file.path << ": " << file.steps.size() << " step(s), valid\n";
-            }
-            return;
-        }
-        store::RunStore store = context.openStore();
-        TerminalProgress bar(*context.err);
         nlohmann::json steps = nlohmann::json::array();
-        const auto onStep = [&](std::size_t index, const jobs::JobSpec& spec) {
-            const std::string id = file.steps[index].id;
-            bar.note((id.empty() ? spec.kind() : "step " + id) + ": " + jobs::commandLine(spec.toArguments()));
-            steps.push_back({{"id", id}, {"job", spec.kind()}, {"arguments", spec.toArguments()}});
-        };
-        const auto onResult = [&](std::size_t index, const jobs::JobResult& result) {
-            steps[index]["result"] = result;
-        };
-        jobs::runJobFile(file, store, bar.progress(), onStep, onResult);
-        bar.finish();
-        if (context.json) {
-            context.printJson({{"file", file.path}, {"steps", steps}});
-            return;
-        }
-        // One line a step: its result's scalar fields (ids, files, headline numbers); --json prints each result
-        // whole, as the step's own command prints it.
-        for (const nlohmann::json& step : steps) {
-            std::string fields;
-            for (const auto& [key, value] : step["result"].items()) {
-                if (value.is_primitive()) {
-                    fields += (fields.empty() ? "" : ", ") + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
-                }
+        for (const jobs::JobFileStep& step : file.steps) {
+            if (step.references.empty()) {
+                jobs::resolveStep(file, step, {});
             }
-            *context.out << (step["id"].get<std::string>().empty() ? step["job"].get<std::string>()
-                                                                    : step["id"].get<std::string>())
-                         << ": " << fields << "\n";
+            steps.push_back({{"id", step.id}, {"job", step.spec.kind()},
+                {"references", nlohmann::json(step.references)}});
+        }
+        if (context.json) {
+            context.printJson({{"file", file.path}, {"steps", steps}, {"valid", true}});
+        } else {
+            *context.out << file.path << ": " << file.steps.size() << " step(s), valid\n";
         }
     });
 }

@@ -50,4 +50,7 @@ CLI::Validator between(double low, double high); // low <= value <= high
 std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 std::string formatNumber(double value, int precision = 4);
 
+// `mismatch run FILE` in this process (cli_run.cpp); `mismatch submit FILE` with the local executor is the same.
+void runJobFileHere(Context& context, const std::string& path);
+
 }  // namespace mismatch::cli
