@@ -346,6 +346,44 @@ void refuseUnfinishedRuns(const Merge& merge, const std::string& shardDirectory)
             + std::to_string(runs.int64(0)) + " --workspace " + shardDirectory + "), or stop merging this shard");
 }
 
+// A calibration unit's record (core/analysis/calibrate.h "Units"): its run's config_json without what the unit adds
+// as it runs, and the calibration it belongs to (its run is named "CALIBRATION unit LABEL/rN").
+std::pair<std::string, nlohmann::json> unitOfCalibration(const std::string& name, const std::string& configJson)
+{
+    nlohmann::json record = nlohmann::json::parse(configJson, nullptr, false);
+    if (record.is_object()) {
+        for (const char* key : {"unit", "inputs", "sweep_runs", "screens"}) {
+            record.erase(key);
+        }
+    }
+    const std::size_t at = name.rfind(" unit ");
+    return {at == std::string::npos ? name : name.substr(0, at), record};
+}
+
+// The shard's calibration units must be units of the calibrations whose units are here already: a unit of the same
+// calibration (by name) with other options is refused, naming both runs (its screens and seeds would be mixed into
+// a decision step they were not measured for).
+void refuseOtherCalibrationsUnits(const Merge& merge)
+{
+    Statement here(merge.target, "SELECT id, name, config_json FROM runs WHERE kind = 'calibrate_unit' ORDER BY id");
+    std::map<std::string, std::pair<std::int64_t, nlohmann::json>> calibrations;
+    while (here.step()) {
+        auto [calibration, record] = unitOfCalibration(here.text(1), here.text(2));
+        calibrations.emplace(calibration, std::make_pair(here.int64(0), record));
+    }
+    Statement shard(merge.shard, "SELECT id, name, config_json FROM runs WHERE kind = 'calibrate_unit' ORDER BY id");
+    while (shard.step()) {
+        const auto [calibration, record] = unitOfCalibration(shard.text(1), shard.text(2));
+        const auto found = calibrations.find(calibration);
+        if (found != calibrations.end() && found->second.second != record) {
+            throw InputError(merge.shardPath, "run " + std::to_string(shard.int64(0)) + " (" + shard.text(1) + ")",
+                "is a unit of another calibration '" + calibration + "' than the one whose units are merged here "
+                    + "(run " + std::to_string(found->second.first) + "): their options differ; merge it into "
+                    + "another workspace, or give the calibrations different names");
+        }
+    }
+}
+
 struct RunMaps {
     IdMap merged; // runs merged now
     IdMap all; // and those merged before
@@ -692,6 +730,7 @@ MergeReport mergeShard(RunStore& into, const std::string& shardDirectoryOrDataba
     }
     checkTablesKnown(shard.handle(), database);
     refuseUnfinishedRuns(merge, directory);
+    refuseOtherCalibrationsUnits(merge);
 
     Transaction transaction(into.handle());
     bool firstMerge = false;

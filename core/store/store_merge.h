@@ -46,7 +46,8 @@ struct MergeReport {
 // transaction: all of it or, on any error, nothing. The shard is opened read-only and never modified. InputError
 // naming the shard, with nothing written, for: a shard that does not exist or is not a workspace, one of a newer
 // schema than this build's (or an older one, which must be migrated first), one with a run that is still running or
-// was killed, failed or cancelled (its unit must be resumed first), and the target itself (or a copy of it).
+// was killed, failed or cancelled (its unit must be resumed first), the target itself (or a copy of it), and a unit
+// of another calibration (a calibrate_unit run whose calibration has units here with other options).
 MergeReport mergeShard(RunStore& into, const std::string& shardDirectoryOrDatabase);
 
 // The tables a merge copies or matches, in the order it writes them; every table of the current schema but

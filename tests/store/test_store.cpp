@@ -1131,6 +1131,64 @@ void TestStore::mergeRefusesShardsItCannotMerge()
         store.finishRun(2, RunStatus::Finished);
     }
     QCOMPARE(mergeShard(target, killed).runs.size(), size_t(2));
+
+    // Calibration units (core/analysis/calibrate.h "Units"): units of one calibration merge; a unit of a calibration
+    // of the same name with other options is refused, naming it and the unit already here.
+    const auto unitShard = [&](const std::string& shard, const std::string& unit, const std::string& sigmas) {
+        const std::string path = (dir.path() + "/").toStdString() + shard;
+        RunStore store = RunStore::open(databasePath(path));
+        const std::int64_t run = store.beginRun({"cal unit " + unit, "calibrate_unit",
+            "{\"noise_sigmas\":" + sigmas + ",\"unit\":{\"label\":\"" + unit + "\"},\"sweep_runs\":[]}",
+            std::nullopt});
+        store.finishRun(run, RunStatus::Finished);
+        return path;
+    };
+    // A unit with its training run, its screen and the run's checkpoint: the ids inside the unit's JSON (sweep_runs,
+    // the screen's run_id and engine_weights) become the training run's id here, and checkpoints/run-ID here links
+    // to the shard's checkpoint directory (checkpoints stay in the shard).
+    const std::string trained = (dir.path() + "/unit-trained").toStdString();
+    {
+        RunStore store = RunStore::open(databasePath(trained));
+        const std::int64_t training = finishedRunWithSteps(store, "cal/baseline/r1", "train", figures);
+        const std::string id = std::to_string(training);
+        const std::int64_t run = store.beginRun({"cal unit baseline/r1", "calibrate_unit",
+            "{\"noise_sigmas\":[0.1],\"unit\":{\"label\":\"baseline\"},\"sweep_runs\":[" + id
+                + "],\"screens\":[{\"run_id\":" + id + ",\"engine_weights\":\"checkpoints/run-" + id
+                + "/step-00000020\"}]}",
+            std::nullopt});
+        store.finishRun(run, RunStatus::Finished);
+        QVERIFY(QDir().mkpath(QString::fromStdString(trained + "/checkpoints/run-" + id + "/step-00000020")));
+    }
+    const MergeReport unitReport = mergeShard(target, trained);
+    QCOMPARE(unitReport.runs.size(), size_t(2));
+    QCOMPARE(unitReport.checkpointLinks, std::int64_t(1));
+    const std::int64_t trainingHere = unitReport.runs[0].second;
+    const nlohmann::json unitConfig = nlohmann::json::parse(target.run(unitReport.runs[1].second)->configJson);
+    QCOMPARE(unitConfig["sweep_runs"], nlohmann::json::array({trainingHere}));
+    QCOMPARE(unitConfig["screens"][0]["run_id"].get<std::int64_t>(), trainingHere);
+    QCOMPARE(unitConfig["screens"][0]["engine_weights"].get<std::string>(),
+        "checkpoints/run-" + std::to_string(trainingHere) + "/step-00000020");
+    const QFileInfo link(dir.path() + "/main/checkpoints/run-" + QString::number(trainingHere));
+    QVERIFY(link.isSymLink());
+    QCOMPARE(link.symLinkTarget(),
+        QString::fromStdString(trained + "/checkpoints/run-" + std::to_string(unitReport.runs[0].first)));
+    QCOMPARE(mergeShard(target, unitShard("unit-a", "baseline/r0", "[0.1]")).runs.size(), size_t(1));
+    QCOMPARE(mergeShard(target, unitShard("unit-b", "noise 0.1/r0", "[0.1]")).runs.size(), size_t(1));
+    const std::string other = unitShard("unit-c", "baseline/r0", "[0.2]");
+    const auto merged = rowCounts(target.handle());
+    const std::int64_t mergedCounter = target.changeCounter();
+    try {
+        mergeShard(target, other);
+        QFAIL("merged a unit of another calibration");
+    } catch (const InputError& error) {
+        const std::string message = error.what();
+        QVERIFY2(message.find(databasePath(other)) != std::string::npos
+                && message.find("run 1 (cal unit baseline/r0)") != std::string::npos
+                && message.find("unit of another calibration 'cal'") != std::string::npos,
+            message.c_str());
+    }
+    QVERIFY(rowCounts(target.handle()) == merged);
+    QCOMPARE(target.changeCounter(), mergedCounter);
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestStore)
