@@ -257,6 +257,7 @@ bool MainWindow::openWorkspace(const QString& directory)
         prefixShiftView_->setStore(store_.get());
         breakdownView_->setStore(store_.get());
         overview_->setStore(store_.get());
+        jobPanel_->setWorkspace(directory); // its Slurm submissions, under WORKSPACE/cluster
         analysisFingerprint_ = QString::fromStdString(AnalysisData(*store_).fingerprint());
         storeProblem_->clear();
         storeProblem_->setVisible(false);

@@ -8,6 +8,7 @@
 #include "core/store/analysis_store.h"
 #include "ui/dialogs/analysis_dialogs.h"
 #include "ui/dialogs/sensitivity_dialog.h"
+#include "ui/jobs/cluster_panel.h"
 #include "ui/jobs/job_queue.h"
 #include "ui/plots/compare_plot.h"
 #include "ui/plots/plot_export.h"
@@ -269,6 +270,10 @@ void MainWindow::connectTabs()
     connect(sensitivityView_, &SensitivityView::buildRecipeRequested, this,
         [this](std::int64_t scanId) { showRecipeBuildDialog(scanId); });
     connect(jobPanel_, &JobQueuePanel::cancelRequested, this, [this](int id) { requestCancel(id); });
+    // A merge of a Slurm submission's units stores runs and results: every view reads the store again.
+    connect(jobPanel_->clusterPanel(), &ClusterPanel::storeChanged, this, &MainWindow::refresh);
+    connect(jobPanel_->clusterPanel(), &ClusterPanel::statusMessage, this,
+        [this](const QString& message) { showStatus(message); });
     connect(modelPanel_, &ModelLibraryPanel::modelsChanged, this, &MainWindow::updateRecipeModels);
     connect(recipeEditor_, &RecipeEditor::fileChanged, this, &MainWindow::updateRecipeTitle);
     connect(recipeEditor_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateRecipeTitle);

@@ -7,8 +7,10 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QIcon>
+#include <QTabWidget>
 #include <QTimer>
 
+#include <cstdio>
 #include <cstring>
 
 namespace {
@@ -26,9 +28,9 @@ struct Options {
         "per-user data directory).",
         "DIR", QString::fromStdString(mismatch::store::defaultWorkspaceDirectory())};
     QCommandLineOption screenshot {"screenshot",
-        "Render the window (on its Overview tab), save it as a PNG to FILE and "
-        "exit.",
+        "Render the window (on its Overview tab, or the --tab given), save it as a PNG to FILE and exit.",
         "FILE"};
+    QCommandLineOption tab {"tab", "With --screenshot: the tab to show first (its title, e.g. Jobs).", "TITLE"};
 };
 
 void addOptions(QCommandLineParser& parser, Options& options)
@@ -40,6 +42,7 @@ void addOptions(QCommandLineParser& parser, Options& options)
     parser.addVersionOption();
     parser.addOption(options.workspace);
     parser.addOption(options.screenshot);
+    parser.addOption(options.tab);
 }
 
 // --help and --version need no window: they are answered before any display is opened, so that they work on a
@@ -88,9 +91,24 @@ int main(int argc, char** argv)
     mismatch::ui::installReportPlots(); // report jobs (a job file's `job: report`) draw with the GUI's views
     mismatch::ui::MainWindow window(parser.value(options.workspace));
     window.show();
+    if (parser.isSet(options.tab)) {
+        QTabWidget* tabs = window.tabs();
+        int index = -1;
+        for (int i = 0; i < tabs->count(); ++i) {
+            if (tabs->tabText(i).remove('&').compare(parser.value(options.tab), Qt::CaseInsensitive) == 0) {
+                index = i;
+            }
+        }
+        if (index < 0) {
+            std::fprintf(stderr, "mismatch-lab: --tab: no tab titled '%s'\n", qPrintable(parser.value(options.tab)));
+            return 2;
+        }
+        tabs->setCurrentIndex(index);
+    }
     if (parser.isSet(options.screenshot)) {
-        // Throttled replots (40 ms) and layouts happen on the event loop: let them run before the grab.
-        QTimer::singleShot(400, &window, [&window, &app, &parser, &options] {
+        // Throttled replots (40 ms), layouts and the Jobs tab's status read (off the GUI thread) happen on the event
+        // loop: let them run before the grab.
+        QTimer::singleShot(1500, &window, [&window, &app, &parser, &options] {
             const bool ok = window.grab().save(parser.value(options.screenshot));
             app.exit(ok ? 0 : 1);
         });

@@ -1,7 +1,9 @@
 // Jobs from the GUI, offscreen: a training run started from its dialog emits progress and finishes with its run
 // and plot visible; cancelling one from the job panel leaves the store consistent (run cancelled, steps whole
 // and contiguous, database intact); and while another connection appends steps as fast as it can, the GUI
-// event loop stays responsive (latency measured with a QTimer probe, p99 under 100 ms, printed).
+// event loop stays responsive (latency measured with a QTimer probe, p99 under 100 ms, printed). The Jobs tab lists
+// the workspace's Slurm submissions with their units (issue 43), and the submit dialog's dry run writes the scripts.
+#include "core/jobs/cluster.h"
 #include "core/model/config.h"
 #include "core/common/device.h"
 #include "core/store/analysis_store.h"
@@ -12,6 +14,8 @@
 #include "tests/common/test_main.h"
 #include "ui/views/analysis_data.h"
 #include "ui/plots/compare_plot.h"
+#include "ui/dialogs/submit_dialog.h"
+#include "ui/jobs/cluster_panel.h"
 #include "ui/jobs/job_queue.h"
 #include "ui/jobs/job_runner.h"
 #include "ui/main_window.h"
@@ -27,7 +31,9 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSignalSpy>
+#include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -75,6 +81,20 @@ QString writeRunFile(const QString& directory, const QString& name, int steps, i
     return path;
 }
 
+// A sensitivity scan of the built-in student as a job file: its layers (and the embedding / lm_head cells) are the
+// units a Slurm submission runs.
+QString sensitivityJobText()
+{
+    return QStringLiteral("job: sensitivity\nmodel: %1/models/arith-student\nformat: int4:group128\n"
+                          "prompts: %1/prompts/arith-probe.jsonl\ncount: 8\nmax_tokens: 6\n")
+        .arg(QStringLiteral(MISMATCH_SOURCE_DIR "/resources"));
+}
+
+QString canonical(const std::string& path)
+{
+    return QFileInfo(QString::fromStdString(path)).canonicalFilePath();
+}
+
 } // namespace
 
 class TestJobs : public QObject {
@@ -89,6 +109,8 @@ private slots:
     void sensitivityScanFromDialogFillsHeatmap();
     void cancelLeavesStoreConsistent();
     void eventLoopStaysResponsiveWhileRunAppends();
+    void jobsTabListsASlurmSubmission();
+    void submitDialogDryRunWritesTheStageScripts();
 };
 
 void TestJobs::initTestCase()
@@ -404,6 +426,165 @@ void TestJobs::eventLoopStaysResponsiveWhileRunAppends()
     QTRY_COMPARE_WITH_TIMEOUT(window.runPlot()->pointCount(), written.load(), 5000);
     QVERIFY(window.runPlot()->replotCount() < written.load() / 10);
     saveScreenshot(window, "live_fast_writer.png");
+}
+
+// A submission written by jobs::cluster::submit (a dry run: its units wait, nothing is handed to Slurm) is listed in
+// the Jobs tab with its units pending; the tab fits a 1024x700 window; Merge runs off the GUI thread and has the
+// window read the store again.
+void TestJobs::jobsTabListsASlurmSubmission()
+{
+    QTemporaryDir dir;
+    const QString jobFile = dir.filePath("scan.yaml");
+    {
+        QFile file(jobFile);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write(sensitivityJobText().toUtf8());
+    }
+    jobs::cluster::SubmitOptions options;
+    options.jobFile = jobFile.toStdString();
+    options.workspace = dir.path().toStdString();
+    options.dryRun = true;
+    const jobs::cluster::Submission submission = jobs::cluster::submit(options);
+    QVERIFY(!submission.units.empty());
+    QVERIFY(submission.dryRun);
+
+    ui::MainWindow window(dir.path());
+    window.resize(1024, 700);
+    window.tabs()->setCurrentIndex(ui::MainWindow::JobsTab);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QVERIFY(window.jobPanel()->findChild<QPushButton*>("submitToSlurmButton"));
+    ui::ClusterPanel* panel = window.jobPanel()->clusterPanel();
+    QVERIFY(panel);
+    QTRY_COMPARE_WITH_TIMEOUT(panel->submissionModel()->rowCount(), 1, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->busy(), 10000);
+    QVERIFY(!panel->showingEmpty());
+    panel->submissionTable()->selectRow(0);
+    QCOMPARE(QFileInfo(panel->selectedSubmission()).canonicalFilePath(), canonical(submission.directory));
+
+    // The submission's row: every unit pending, nothing finished.
+    const int units = static_cast<int>(submission.units.size());
+    const QStandardItemModel* rows = panel->submissionModel();
+    const auto cell = [rows](int column) { return rows->item(0, column)->text(); };
+    QCOMPARE(cell(ui::ClusterPanel::SubmissionName), QStringLiteral("scan-1 (scan)")); // its directory, its name
+    QCOMPARE(cell(ui::ClusterPanel::SubmissionKind), QString::fromStdString(submission.kind));
+    QVERIFY2(cell(ui::ClusterPanel::SubmittedAt).endsWith(" UTC"), qPrintable(cell(ui::ClusterPanel::SubmittedAt)));
+    QCOMPARE(cell(ui::ClusterPanel::PendingCount), QString::number(units));
+    for (int column : {ui::ClusterPanel::RunningCount, ui::ClusterPanel::DoneCount, ui::ClusterPanel::FailedCount,
+             ui::ClusterPanel::MergedCount}) {
+        QCOMPARE(cell(column), QStringLiteral("0"));
+    }
+    QCOMPARE(cell(ui::ClusterPanel::Finished), QStringLiteral("no"));
+
+    // Its units, each pending and not in Slurm.
+    const QStandardItemModel* unitRows = panel->unitModel();
+    QCOMPARE(unitRows->rowCount(), units);
+    QStringList shown;
+    QStringList submitted;
+    for (int row = 0; row < units; ++row) {
+        shown << unitRows->item(row, ui::ClusterPanel::UnitId)->text();
+        submitted << QString::fromStdString(submission.units[row].id);
+        QCOMPARE(unitRows->item(row, ui::ClusterPanel::UnitState)->text(), QStringLiteral("pending"));
+        QCOMPARE(unitRows->item(row, ui::ClusterPanel::SlurmJob)->text(), QStringLiteral("-"));
+        QVERIFY(!unitRows->item(row, ui::ClusterPanel::UnitLabel)->text().isEmpty());
+    }
+    shown.sort();
+    submitted.sort();
+    QCOMPARE(shown, submitted);
+    // Nothing finished to merge; the rest may be resumed or cancelled.
+    QVERIFY(!panel->findChild<QPushButton*>("clusterMergeButton")->isEnabled());
+    QVERIFY(panel->findChild<QPushButton*>("clusterResumeButton")->isEnabled());
+    QVERIFY(panel->findChild<QPushButton*>("clusterCancelButton")->isEnabled());
+
+    // The tab fits the window: no scrolling sideways or down.
+    auto* area = qobject_cast<QScrollArea*>(window.tabs()->widget(ui::MainWindow::JobsTab));
+    QVERIFY(area && area->widget());
+    const QSize needed = area->widget()->minimumSizeHint();
+    QVERIFY2(needed.width() <= area->viewport()->width() && needed.height() <= area->viewport()->height(),
+        qPrintable(QStringLiteral("the Jobs tab needs %1x%2 px, the window gives it %3x%4")
+                       .arg(needed.width())
+                       .arg(needed.height())
+                       .arg(area->viewport()->width())
+                       .arg(area->viewport()->height())));
+    fixture::saveScreenshot(window, "jobs_tab_slurm_submission.png");
+
+    // Merge runs on the panel's thread (the window stays responsive) and has the window read the store again.
+    QSignalSpy storeChanged(panel, &ui::ClusterPanel::storeChanged);
+    panel->mergeSelected();
+    QVERIFY(panel->busy());
+    QVERIFY(storeChanged.wait(20000));
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->busy(), 10000);
+    if (panel->errorBox()) {
+        // An error names the submission.
+        QVERIFY2(panel->errorBox()->text().contains(QFileInfo(panel->selectedSubmission()).fileName()),
+            qPrintable(panel->errorBox()->text()));
+        panel->errorBox()->close();
+    } else {
+        QVERIFY2(panel->message().startsWith("Merge of "), qPrintable(panel->message()));
+    }
+    QCOMPARE(panel->submissionModel()->rowCount(), 1);
+}
+
+// The submit dialog on a job's text: a dry run writes the job file, the units and the stage scripts to the default
+// directory (WORKSPACE/cluster/KIND-N), submits nothing, and the next submission gets the next directory; the Jobs
+// tab lists the submission under the directory's name.
+void TestJobs::submitDialogDryRunWritesTheStageScripts()
+{
+    QTemporaryDir dir;
+    ui::SubmitDialog dialog(dir.path(), sensitivityJobText(), ui::SubmitDialog::Source::Text);
+    dialog.setDryRun(true);
+    QVERIFY2(dialog.errorText().isEmpty(), qPrintable(dialog.errorText()));
+    QVERIFY(dialog.submitButton()->isEnabled());
+    const QString directory = QDir(dir.path()).filePath("cluster/sensitivity-1");
+    QCOMPARE(dialog.directory(), QDir::cleanPath(directory));
+    QVERIFY(dialog.findChild<QLabel*>("submitJob")->text().contains("sensitivity"));
+    if (!dialog.canSubmit()) {
+        // Without sbatch only a dry run: the dialog says so, and refuses to submit for real.
+        QVERIFY(dialog.findChild<QLabel*>("submitSbatchNote")->text().contains("not on this machine's PATH"));
+        dialog.setDryRun(false);
+        QVERIFY(dialog.errorText().contains("sbatch"));
+        QVERIFY(!dialog.submitButton()->isEnabled());
+        dialog.setDryRun(true);
+    }
+    // A profile that does not exist is named.
+    dialog.setProfilePath(dir.filePath("no-such-profile.yaml"));
+    QVERIFY2(dialog.errorText().startsWith("Cluster profile:"), qPrintable(dialog.errorText()));
+    dialog.setProfilePath({});
+    QVERIFY(dialog.errorText().isEmpty());
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+
+    QSignalSpy submitted(&dialog, &ui::SubmitDialog::submitted);
+    QTest::mouseClick(dialog.submitButton(), Qt::LeftButton);
+    QVERIFY2(dialog.submission().has_value(), qPrintable(dialog.resultText()));
+    QCOMPARE(submitted.count(), 1);
+    const jobs::cluster::Submission& submission = *dialog.submission();
+    QVERIFY(submission.dryRun);
+    QVERIFY(!submission.stages.empty());
+    QVERIFY(QFile::exists(directory + "/sensitivity-1.yaml")); // the job file, named as its directory
+    QVERIFY(QFile::exists(directory + "/submission.json"));
+    QVERIFY(QFile::exists(directory + "/stage-1.sbatch"));
+    for (const jobs::cluster::SubmittedStage& stage : submission.stages) {
+        QVERIFY(stage.jobIds.empty()); // nothing handed to Slurm
+        QVERIFY(!stage.scripts.empty());
+        for (const std::string& script : stage.scripts) {
+            QVERIFY2(QFile::exists(QString::fromStdString(script)), script.c_str());
+            QVERIFY2(dialog.resultText().contains(QString::fromStdString(script)), qPrintable(dialog.resultText()));
+        }
+    }
+    QVERIFY(!dialog.submitButton()->isEnabled()); // not twice by a second click
+    QCOMPARE(
+        QString::fromStdString(jobs::cluster::status(directory.toStdString()).name), QStringLiteral("sensitivity-1"));
+    QVERIFY2(dialog.statusText().contains("nothing was submitted"), qPrintable(dialog.statusText()));
+    fixture::saveScreenshot(dialog, "submit_dialog_dry_run.png");
+
+    // The next submission goes to the next directory; the written one is refused.
+    ui::SubmitDialog next(dir.path(), sensitivityJobText(), ui::SubmitDialog::Source::Text);
+    next.setDryRun(true);
+    QCOMPARE(next.directory(), QDir::cleanPath(QDir(dir.path()).filePath("cluster/sensitivity-2")));
+    next.setDirectory(directory);
+    QVERIFY2(next.errorText().contains("already holds a submission"), qPrintable(next.errorText()));
+    QVERIFY(!next.submitButton()->isEnabled());
 }
 
 MISMATCH_TEST_MAIN(TestJobs)

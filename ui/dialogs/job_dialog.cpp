@@ -3,6 +3,7 @@
 #include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/jobs/job_file.h"
+#include "ui/dialogs/submit_dialog.h"
 #include "ui/dialogs/training_dialog.h"
 
 #include <QCheckBox>
@@ -70,6 +71,10 @@ void JobDialog::finishLayout(const QString& statusName, const QString& commandNa
                 QMessageBox::warning(this, tr("Export Job File"), error);
             }
         });
+        // The same job file, handed to a Slurm cluster (its independent units one sbatch job each).
+        auto* submitButton = buttons->addButton(tr("Submit to Slurm..."), QDialogButtonBox::ActionRole);
+        submitButton->setObjectName(QStringLiteral("submitToSlurmButton"));
+        connect(submitButton, &QPushButton::clicked, this, &JobDialog::showSubmitDialog);
     }
     start_ = buttons->addButton(tr("Start"), QDialogButtonBox::AcceptRole);
     start_->setObjectName(startName);
@@ -81,6 +86,24 @@ void JobDialog::finishLayout(const QString& statusName, const QString& commandNa
     validate();
     const int width = std::max(openingWidth_, minimumSizeHint().width());
     resize(width, contentsHeight(width));
+}
+
+SubmitDialog* JobDialog::showSubmitDialog()
+{
+    if (!valid()) {
+        QMessageBox::information(this, tr("Submit to Slurm"), tr("The form is not complete: %1").arg(errorText()));
+        return nullptr;
+    }
+    try {
+        auto* dialog = new SubmitDialog(workspace_, QString::fromStdString(jobs::jobFileText(*spec())),
+            SubmitDialog::Source::Text, this, tr("this form's job"));
+        dialog->setAttribute(Qt::WA_DeleteOnClose);
+        dialog->open();
+        return dialog;
+    } catch (const std::exception& error) {
+        QMessageBox::warning(this, tr("Submit to Slurm"), QString::fromUtf8(error.what()));
+        return nullptr;
+    }
 }
 
 void JobDialog::addBelowForm(QWidget* widget, int stretch)

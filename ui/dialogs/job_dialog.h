@@ -35,6 +35,8 @@ class QSpinBox;
 
 namespace mismatch::ui {
 
+class SubmitDialog;
+
 class JobDialog : public QDialog {
     Q_OBJECT
 
@@ -60,6 +62,9 @@ public:
     virtual std::optional<jobs::JobSpec> spec() const { return std::nullopt; }
     // Writes spec() as a job file (temporary file + rename); false with `error` set when it cannot.
     bool exportJobFile(const QString& path, QString* error = nullptr) const;
+    // "Submit to Slurm..." (dialogs with spec()): spec()'s job file in the submit dialog (ui/dialogs/submit_dialog.h),
+    // open and deleted when closed; nullptr, with the reason shown, while the form has a problem.
+    SubmitDialog* showSubmitDialog();
     // The fields made from the job's parameters (addParameterField), in form order: tests check that each shows its
     // parameter's label, help and range.
     const std::vector<ParameterField>& parameterFields() const { return parameterFields_; }

@@ -2,6 +2,8 @@
 
 #include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
+#include "ui/dialogs/submit_dialog.h"
+#include "ui/jobs/cluster_panel.h"
 #include "ui/plots/plot_export.h"
 
 #include <QClipboard>
@@ -13,6 +15,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
+#include <QSplitter>
 #include <QStandardItemModel>
 #include <QTableView>
 #include <QVBoxLayout>
@@ -23,6 +26,12 @@ namespace {
 constexpr int kIdRole = Qt::UserRole;
 constexpr int kCliRole = Qt::UserRole + 1;
 constexpr int kJobFileRole = Qt::UserRole + 2;
+
+QString noJobFileText()
+{
+    return QObject::tr("This job has no job file: only jobs of the catalogue (`mismatch run --help` lists them) run "
+                       "from one. Copy its CLI command instead.");
+}
 
 QColor stateColor(const QString& state)
 {
@@ -187,6 +196,9 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     , queue_(queue)
 {
     auto* layout = new QVBoxLayout(this);
+    auto* local = new QWidget(this);
+    auto* localLayout = new QVBoxLayout(local);
+    localLayout->setContentsMargins(0, 0, 0, 0);
     auto* buttons = new QHBoxLayout;
     auto* cancel = new QPushButton(tr("Cancel Job"), this);
     cancel->setObjectName("cancelJobButton");
@@ -195,16 +207,21 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     auto* exportFile = new QPushButton(tr("Export Job File..."), this);
     exportFile->setObjectName("exportJobFileButton");
     exportFile->setToolTip(tr("Write the selected job as a job file that `mismatch run FILE` runs headless"));
+    auto* submit = new QPushButton(tr("Submit to Slurm..."), this);
+    submit->setObjectName("submitToSlurmButton");
+    submit->setToolTip(tr("Run the selected job's independent units on a Slurm cluster, one sbatch job each, their "
+                          "results merged into this workspace (or write the scripts only: a dry run)"));
     buttons->addWidget(cancel);
     buttons->addWidget(copy);
     buttons->addWidget(exportFile);
+    buttons->addWidget(submit);
     auto* note = new QLabel(tr("Jobs run one at a time, off the window's thread; partial results stay in the "
                                "workspace when a job is cancelled or fails."),
         this);
     note->setObjectName("jobQueueNote");
     note->setWordWrap(true); // wraps rather than widening the tab past a 1024 px window
     buttons->addWidget(note, 1);
-    layout->addLayout(buttons);
+    localLayout->addLayout(buttons);
     table_ = new QTableView(this);
     table_->setObjectName("jobTable");
     table_->setModel(queue_->model());
@@ -219,7 +236,20 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     table_->setColumnWidth(JobQueue::ProgressColumn, 80);
     table_->setColumnWidth(JobQueue::Eta, 80);
     addTableExportMenu(table_);
-    layout->addWidget(table_, 1);
+    localLayout->addWidget(table_, 1);
+
+    // The session's jobs over the workspace's Slurm submissions; the handle between them moves.
+    cluster_ = new ClusterPanel(this);
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->setObjectName("jobsSplitter");
+    splitter->setChildrenCollapsible(false);
+    splitter->addWidget(local);
+    splitter->addWidget(cluster_);
+    splitter->setStretchFactor(0, 1);
+    splitter->setStretchFactor(1, 2);
+    splitter->setSizes({160, 440});
+    layout->addWidget(splitter, 1);
+
     connect(cancel, &QPushButton::clicked, this, [this] {
         if (selectedJob() != 0) {
             emit cancelRequested(selectedJob());
@@ -236,9 +266,7 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
             return;
         }
         if (queue_->jobFile(id).isEmpty()) {
-            QMessageBox::information(this, tr("Export Job File"),
-                tr("This job has no job file: only jobs of the catalogue (`mismatch run --help` lists them) run from "
-                   "one. Copy its CLI command instead."));
+            QMessageBox::information(this, tr("Export Job File"), noJobFileText());
             return;
         }
         const QString path = QFileDialog::getSaveFileName(this, tr("Export Job File"),
@@ -248,6 +276,53 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
             QMessageBox::warning(this, tr("Export Job File"), error);
         }
     });
+    connect(submit, &QPushButton::clicked, this, [this] { submitSelectedJob(); });
+    connect(cluster_, &ClusterPanel::submitRequested, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Job File to Submit to Slurm"), cluster_->workspace(), tr("Job and study files (*.yaml *.yml)"));
+        if (!path.isEmpty()) {
+            submitJobFile(path);
+        }
+    });
+}
+
+void JobQueuePanel::setWorkspace(const QString& directory)
+{
+    cluster_->setWorkspace(directory);
+}
+
+SubmitDialog* JobQueuePanel::submitSelectedJob()
+{
+    const int id = selectedJob();
+    if (id == 0) {
+        return nullptr;
+    }
+    if (queue_->jobFile(id).isEmpty()) {
+        QMessageBox::information(this, tr("Submit to Slurm"), noJobFileText());
+        return nullptr;
+    }
+    const QString name = queue_->model()->item(queue_->rowOf(id), JobQueue::Name)->text();
+    auto* dialog = new SubmitDialog(
+        cluster_->workspace(), queue_->jobFile(id), SubmitDialog::Source::Text, this, tr("job \"%1\"").arg(name));
+    openSubmitDialog(dialog);
+    return dialog;
+}
+
+SubmitDialog* JobQueuePanel::submitJobFile(const QString& path)
+{
+    if (path.isEmpty()) {
+        return nullptr;
+    }
+    auto* dialog = new SubmitDialog(cluster_->workspace(), path, SubmitDialog::Source::File, this);
+    openSubmitDialog(dialog);
+    return dialog;
+}
+
+void JobQueuePanel::openSubmitDialog(SubmitDialog* dialog)
+{
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &SubmitDialog::submitted, cluster_, &ClusterPanel::showSubmission);
+    dialog->open();
 }
 
 int JobQueuePanel::selectedJob() const

@@ -2,7 +2,8 @@
 // A queue of jobs run one after another through a JobRunner (one worker thread at a time, so two jobs never
 // compete for the machine's cores). The model lists every job of the session: queued, running (with progress
 // and ETA), finished, failed (with the error) or cancelled; the panel shows it with cancel and "copy CLI
-// command" (the headless command that reproduces the job).
+// command" (the headless command that reproduces the job). Below the session's jobs, the workspace's Slurm
+// submissions (ui/jobs/cluster_panel.h); "Submit to Slurm..." hands a job's job file to the cluster.
 #include "ui/jobs/job_runner.h"
 
 #include <QWidget>
@@ -13,6 +14,9 @@ class QStandardItemModel;
 class QTableView;
 
 namespace mismatch::ui {
+
+class ClusterPanel;
+class SubmitDialog;
 
 class JobQueue : public QObject {
     Q_OBJECT
@@ -68,14 +72,26 @@ public:
     QTableView* table() const { return table_; }
     // The selected job's id, 0 when none.
     int selectedJob() const;
+    // The workspace whose Slurm submissions the panel lists (and where Submit to Slurm puts new ones).
+    void setWorkspace(const QString& directory);
+    ClusterPanel* clusterPanel() const { return cluster_; }
+    // "Submit to Slurm..." for the selected job: the submit dialog, open (window-modal, deleted when closed);
+    // nullptr when no job is selected, or (the reason shown) when the job has no job file.
+    SubmitDialog* submitSelectedJob();
+    // The empty Slurm section's button: a job or study file chosen on disk, in the submit dialog (nullptr when none).
+    SubmitDialog* submitJobFile(const QString& path);
 
 signals:
     // "Cancel Job" for the selected job: the window asks before cancelling a running one.
     void cancelRequested(int id);
 
 private:
+    // Shows `dialog` (deleted when closed); the submissions are read again after it submits.
+    void openSubmitDialog(SubmitDialog* dialog);
+
     JobQueue* queue_;
     QTableView* table_;
+    ClusterPanel* cluster_;
 };
 
 } // namespace mismatch::ui
