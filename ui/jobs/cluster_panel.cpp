@@ -113,9 +113,14 @@ QString describeResult(const nlohmann::json& result)
     if (!result.is_object()) {
         return jsonText(result);
     }
+    // The ids a result names (calibration 1, run 25, scan 3) and its counts: the rest of a job's result (a
+    // calibration's whole record) is in the tabs.
     QStringList parts;
     for (auto it = result.begin(); it != result.end(); ++it) {
         QString key = QString::fromStdString(it.key());
+        if (!it.value().is_number_integer() || !(key.endsWith(QLatin1String("_id")) || key == QLatin1String("merged_units"))) {
+            continue;
+        }
         if (key.endsWith(QLatin1String("_id"))) {
             key.chop(3);
         }
@@ -285,9 +290,11 @@ void ClusterPanel::createTables(QWidget* page)
     splitter->setChildrenCollapsible(false);
     splitter->addWidget(submissionTable_);
     splitter->addWidget(units);
+    // A workspace has a few submissions and each has many units (a calibration: configurations x seeds): the
+    // units get most of the height.
     splitter->setStretchFactor(0, 1);
-    splitter->setStretchFactor(1, 1);
-    splitter->setSizes({200, 200}); // as many rows of submissions as of units
+    splitter->setStretchFactor(1, 3);
+    splitter->setSizes({100, 300});
     page->layout()->addWidget(splitter);
 
     connect(submissionTable_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {

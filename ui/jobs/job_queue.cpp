@@ -246,8 +246,8 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     splitter->addWidget(local);
     splitter->addWidget(cluster_);
     splitter->setStretchFactor(0, 1);
-    splitter->setStretchFactor(1, 2);
-    splitter->setSizes({160, 440});
+    splitter->setStretchFactor(1, 3);
+    splitter->setSizes({120, 480});
     layout->addWidget(splitter, 1);
 
     connect(cancel, &QPushButton::clicked, this, [this] {
