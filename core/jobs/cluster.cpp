@@ -153,7 +153,10 @@ void splitAdmission(const JobSpec& spec, UnitPlan& plan)
             unitSpec.unset("candidates");
             unitSpec.set("students", nlohmann::json::array({student}));
             unitSpec.set("name", candidate.name);
-            unitSpec.set("recipe", candidate.recipePath.empty() ? nlohmann::json() : nlohmann::json(candidate.recipePath));
+            // Normalized as the stored spec normalizes paths, so that a killed unit's resume finds its own run.
+            unitSpec.set("recipe", candidate.recipePath.empty()
+                    ? nlohmann::json()
+                    : nlohmann::json(fs::absolute(candidate.recipePath).lexically_normal().string()));
             unitSpec.set("staleness", candidate.staleness);
             unitSpec.set("noise", candidate.noise);
             unitSpec.set("noise_seed", static_cast<std::int64_t>(candidate.noiseSeed));
@@ -164,46 +167,54 @@ void splitAdmission(const JobSpec& spec, UnitPlan& plan)
     }
 }
 
-// The steps of a study: each its own unit, after the steps it refers to; a step shares the shard of the first
-// step it refers to (so that its ${ID.FIELD} ids are that shard's), and steps of one shard run one after another.
+// The ids of the steps a study step refers to (${ID.FIELD} in its values).
+std::set<std::string> referencedSteps(const JobFileStep& step)
+{
+    std::set<std::string> ids;
+    for (const auto& [parameter, text] : step.references) {
+        for (std::size_t at = text.find("${"); at != std::string::npos; at = text.find("${", at + 2)) {
+            const std::size_t dot = text.find('.', at);
+            if (dot != std::string::npos) {
+                ids.insert(text.substr(at + 2, dot - at - 2));
+            }
+        }
+    }
+    return ids;
+}
+
+// The steps of a study: each its own unit, after the steps it refers to. Steps connected by references share one
+// shard (so that ${ID.FIELD} names rows of the shard the step runs in, whichever of its references it names), the
+// shard of the component's first step; the steps of one shard run one after another (one writer at a time).
 void splitStudy(const JobFile& file, UnitPlan& plan)
 {
-    std::map<std::string, std::string> shardOf;
+    std::map<std::string, std::string> parent;
+    const std::function<std::string(const std::string&)> root = [&](const std::string& id) {
+        return parent[id] == id ? id : parent[id] = root(parent[id]);
+    };
+    for (const JobFileStep& step : file.steps) {
+        parent[step.id] = step.id;
+        for (const std::string& id : referencedSteps(step)) {
+            const std::string a = root(id);
+            const std::string b = root(step.id);
+            if (a != b) {
+                parent[b] = a; // an earlier step's root stays the root: the component's first step
+            }
+        }
+    }
     std::map<std::string, std::string> lastOfShard;
-    std::map<std::string, std::int64_t> stageOf;
     for (const JobFileStep& step : file.steps) {
         if (readsWorkspaceRows(step.spec)) {
             throw InputError(file.path, "step " + step.id,
                 "names a calibration or scan stored in the workspace; on a cluster a study's steps may refer only to "
                 "the results of its own steps (${ID.FIELD}): run this study with `mismatch run`");
         }
-        Unit unit {step.id, step.spec.kind(), step.id, 1, {}, withAbsolutePaths(step.spec), step.references};
-        std::set<std::string> after;
-        for (const auto& [parameter, text] : step.references) {
-            for (std::size_t at = text.find("${"); at != std::string::npos; at = text.find("${", at + 2)) {
-                const std::size_t dot = text.find('.', at);
-                if (dot != std::string::npos) {
-                    after.insert(text.substr(at + 2, dot - at - 2));
-                }
-            }
-        }
-        for (const std::string& id : after) {
-            if (shardOf.count(id) && unit.shard == step.id) {
-                unit.shard = shardOf.at(id);
-            }
-        }
+        Unit unit {step.id, step.spec.kind(), root(step.id), 1, {}, withAbsolutePaths(step.spec), step.references};
+        std::set<std::string> after = referencedSteps(step);
         if (lastOfShard.count(unit.shard)) {
             after.insert(lastOfShard.at(unit.shard)); // one writer per shard at a time
         }
-        for (const std::string& id : after) {
-            if (stageOf.count(id)) {
-                unit.stage = std::max(unit.stage, stageOf.at(id) + 1);
-            }
-        }
         unit.after.assign(after.begin(), after.end());
-        shardOf[step.id] = unit.shard;
         lastOfShard[unit.shard] = step.id;
-        stageOf[step.id] = unit.stage;
         plan.units.push_back(unit);
     }
 }
@@ -423,7 +434,7 @@ nlohmann::json profileToJson(const Profile& p)
 // by the ids the earlier sbatch calls printed), and records the stage; `done` are units already finished (a
 // study step's dependency on one of them is satisfied).
 SubmittedStage writeStage(const std::string& directory, nlohmann::json& submission, const std::vector<Unit>& units,
-    std::int64_t stage, const std::set<std::string>& done, const std::vector<std::string>& alsoAfter = {})
+    std::int64_t stage, const std::set<std::string>& done, const std::map<std::string, std::string>& stillQueued = {})
 {
     const Profile profile = profileOf(submission);
     const std::string name = submission.at("name").get<std::string>();
@@ -462,6 +473,8 @@ SubmittedStage writeStage(const std::string& directory, nlohmann::json& submissi
             for (const std::string& after : unit.after) {
                 if (!done.count(after) && variable.count(after)) {
                     dependency += ":$" + variable.at(after);
+                } else if (!done.count(after) && stillQueued.count(after)) {
+                    dependency += ":" + stillQueued.at(after); // submitted before, still pending or running
                 }
             }
             ScriptRequest request {profile, directory, "Study step " + unit.id + " (" + unit.label + ") of " + name,
@@ -478,8 +491,8 @@ SubmittedStage writeStage(const std::string& directory, nlohmann::json& submissi
             advanceAfter += (advanceAfter.empty() ? "$" : ":$") + job;
         }
     }
-    for (const std::string& id : alsoAfter) {
-        advanceAfter += (advanceAfter.empty() ? "" : ":") + id; // units resubmission leaves running
+    for (const auto& [unit, id] : stillQueued) {
+        advanceAfter += (advanceAfter.empty() ? "" : ":") + id; // units a resubmission leaves pending or running
     }
     ScriptRequest advance {profile, directory,
         "Advance step of " + name + " after stage " + tag
@@ -487,6 +500,8 @@ SubmittedStage writeStage(const std::string& directory, nlohmann::json& submissi
         tag, "mm-" + name + "-advance" + tag, "advance-" + tag + "-%j.out", "", advanceMemory(submission, profile), true,
         mismatchCommand(profile, "--workspace " + quoted(submission.at("workspace").get<std::string>())
             + " cluster advance " + quoted(directory))};
+    // A job that reads the workspace (admit against a stored calibration) runs whole in the advance step.
+    advance.advanceRunsAJob = submission.at("units").empty() && !submission.at("final").is_null();
     const fs::path advanceScript = fs::path(directory) / ("advance-" + tag + ".sbatch");
     writeFileAtomically(advanceScript.string(), sbatchScript(advance));
     written.scripts.push_back(advanceScript.string());
@@ -651,10 +666,19 @@ SubmissionStatus status(const std::string& given)
         } else if (fs::exists(resultFile(directory, unit.id), error)) {
             u.state = UnitState::Done;
         } else {
-            u.slurmState = u.slurmJob.empty() ? "" : slurmJobState(u.slurmJob);
+            const std::optional<std::string> state
+                = u.slurmJob.empty() ? std::optional<std::string>(std::string()) : slurmJobState(u.slurmJob);
+            u.slurmState = state.value_or("");
             u.state = unitStateOf(u.slurmState);
             const auto failure = readJson(failureFile(directory, unit.id));
-            if (u.slurmJob.empty()) {
+            if (!state) {
+                // Away from the cluster (a desktop that mounts the shared directory): the files say only that it has
+                // no result yet.
+                u.state = failure ? UnitState::Failed : UnitState::Pending;
+                u.detail = failure ? failure->value("error", "")
+                                   : "no result yet; Slurm cannot be asked from this machine (squeue, sacct, scontrol)";
+                s.slurmUnreachable = true;
+            } else if (u.slurmJob.empty()) {
                 u.detail = "not submitted" + std::string(submission.value("dry_run", false) ? " (dry run)" : "");
             } else if (u.state == UnitState::Failed) {
                 u.detail = "Slurm: " + u.slurmState + (failure ? "; " + failure->value("error", "") : std::string());
@@ -667,7 +691,7 @@ SubmissionStatus status(const std::string& given)
         s.units.push_back(u);
     }
     if (!s.advanceJob.empty()) {
-        s.advanceState = slurmJobState(s.advanceJob);
+        s.advanceState = slurmJobState(s.advanceJob).value_or("");
     }
     s.finished = !s.result.is_null();
     return s;
@@ -705,12 +729,14 @@ std::vector<std::string> cancel(const std::string& given)
 
 namespace {
 
-// Holds the submission's advance lock (one merger at a time: the workspace has one writer).
+// Holds the workspace's advance lock (one merger at a time: the workspace has one writer).
 class AdvanceLock {
 public:
-    explicit AdvanceLock(const std::string& directory)
+    // On the workspace, not the submission: two submissions' advance steps into one workspace take turns.
+    explicit AdvanceLock(const std::string& workspace)
     {
-        const std::string path = (fs::path(directory) / ".advance.lock").string();
+        fs::create_directories(workspace);
+        const std::string path = (fs::path(workspace) / ".cluster-advance.lock").string();
         fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd_ < 0 || ::flock(fd_, LOCK_EX) != 0) {
             throw Error(path + ": cannot lock: " + std::strerror(errno));
@@ -835,8 +861,9 @@ std::vector<std::string> finalStep(
 std::vector<std::string> mergeFinished(const std::string& given)
 {
     const std::string directory = fs::absolute(given).lexically_normal().string();
-    AdvanceLock lock(directory);
     nlohmann::json submission = readSubmission(directory);
+    AdvanceLock lock(submission.at("workspace").get<std::string>());
+    submission = readSubmission(directory); // as the lock's holder leaves it
     store::RunStore store = openWorkspace(submission);
     return mergeDone(directory, submission, store);
 }
@@ -844,8 +871,9 @@ std::vector<std::string> mergeFinished(const std::string& given)
 std::vector<std::string> advance(const std::string& given, Progress& progress, bool submitNext)
 {
     const std::string directory = fs::absolute(given).lexically_normal().string();
-    AdvanceLock lock(directory);
     nlohmann::json submission = readSubmission(directory);
+    AdvanceLock lock(submission.at("workspace").get<std::string>());
+    submission = readSubmission(directory); // as the lock's holder leaves it
     if (!submission.value("result", nlohmann::json()).is_null()) {
         return {"already finished"};
     }
@@ -924,6 +952,19 @@ std::optional<store::RunInfo> unitRun(const store::RunStore& store, const JobSpe
     return found;
 }
 
+// Moves a shard aside as SHARD.attempt-N (the first N free).
+void keepKilledAttempt(const std::string& shard)
+{
+    for (int n = 1;; ++n) {
+        const std::string aside = shard + ".attempt-" + std::to_string(n);
+        std::error_code error;
+        if (!fs::exists(aside, error)) {
+            fs::rename(shard, aside);
+            return;
+        }
+    }
+}
+
 } // namespace
 
 JobResult runUnit(const std::string& given, const std::string& unitId, Progress& progress)
@@ -939,12 +980,25 @@ JobResult runUnit(const std::string& given, const std::string& unitId, Progress&
         }
         const std::string shard = (fs::path(directory) / "shards" / unit.shard).string();
         fs::create_directories(shard);
-        store::RunStore store = store::RunStore::open(store::databasePath(shard));
-        JobResult result;
-        const std::optional<store::RunInfo> run = unitRun(store, withAbsolutePaths(spec));
-        if (run && run->status == store::RunStatus::Finished && fs::exists(resultFile(directory, unit.id))) {
+        std::optional<store::RunInfo> run;
+        {
+            const store::RunStore store = store::RunStore::open(store::databasePath(shard));
+            run = unitRun(store, withAbsolutePaths(spec));
+        }
+        const bool unfinished = run && run->status != store::RunStatus::Finished;
+        if (run && !unfinished && fs::exists(resultFile(directory, unit.id))) {
             return readJson(resultFile(directory, unit.id))->at("result");
         }
+        if (unfinished && !spec.definition().resume && unit.references.empty()) {
+            // A killed unit of a job that cannot resume starts again in a fresh shard (a shard holding a killed run
+            // cannot be merged); the killed attempt is kept beside it. (A study step shares its shard with its chain:
+            // it stays, and the shard is refused at the merge, naming the run.)
+            keepKilledAttempt(shard);
+            fs::create_directories(shard);
+            run.reset();
+        }
+        store::RunStore store = store::RunStore::open(store::databasePath(shard));
+        JobResult result;
         if (run && run->status != store::RunStatus::Finished && spec.definition().resume) {
             result = spec.definition().resume(store, run->id, progress, {});
         } else if (run && run->status == store::RunStatus::Finished) {
@@ -973,7 +1027,7 @@ JobResult runUnit(const std::string& given, const std::string& unitId, Progress&
 Submission resume(const std::string& given, bool dryRun)
 {
     const std::string directory = fs::absolute(given).lexically_normal().string();
-    AdvanceLock lock(directory);
+    AdvanceLock lock(readSubmission(directory).at("workspace").get<std::string>());
     const SubmissionStatus before = status(directory);
     nlohmann::json submission = readSubmission(directory);
     Submission result;
@@ -982,6 +1036,10 @@ Submission resume(const std::string& given, bool dryRun)
     result.dryRun = dryRun;
     if (before.finished) {
         return result;
+    }
+    if (before.slurmUnreachable && !dryRun) {
+        throw Error(directory + ": Slurm cannot be asked from this machine (squeue, sacct, scontrol), so which units "
+                                "still run is unknown; resume it where Slurm's commands work (a login node)");
     }
     // The stale advance step (its dependency can no longer be met, or it waits for units that will be resubmitted)
     // gives way to the new one.
@@ -992,7 +1050,7 @@ Submission resume(const std::string& given, bool dryRun)
     const std::vector<Unit> units = unitsOf(submission, directory);
     std::set<std::string> done;
     std::vector<Unit> again;
-    std::vector<std::string> running;
+    std::map<std::string, std::string> running;
     std::int64_t stage = 1;
     for (const nlohmann::json& written : submission.at("stages")) {
         stage = std::max(stage, written.at("stage").get<std::int64_t>() + 1);
@@ -1004,7 +1062,7 @@ Submission resume(const std::string& given, bool dryRun)
         } else if (state.state == UnitState::Failed || state.slurmJob.empty()) {
             again.push_back(units[i]);
         } else {
-            running.push_back(state.slurmJob); // pending or running in Slurm: the new advance step waits for it
+            running[units[i].id] = state.slurmJob; // pending or running in Slurm: what comes after waits for it
         }
     }
     SubmittedStage written = writeStage(directory, submission, again, stage, done, running);

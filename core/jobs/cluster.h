@@ -9,9 +9,11 @@
 //   units/UNIT.yaml      each unit's job file (core/jobs/job_file.h; a study step keeps its ${...} references)
 //   shards/SHARD/        each shard workspace (a study's dependent steps share their chain's shard)
 //   results/UNIT.json    a finished unit's result ({"run_id", "result"}, ids of its shard), written when it ends
-//   stage-K.sbatch       stage K's script: an array over its units (a study: one script per step)
+//   stage-K.sbatch       stage K's script: an array over its units (a study: step-ID-K.sbatch, one per step)
 //   advance-K.sbatch     runs after stage K (--dependency=afterok): merges the finished shards into the workspace,
 //                        then the final step, or submits the next stage when the final step needs more units
+//   submit-K.sh          submits stage K's scripts in order, each with its dependencies by the job ids sbatch
+//                        printed (`mismatch submit` and `cluster resume` run it; a dry run only writes it)
 //   logs/                Slurm's output files
 //
 // Units (splitUnits): a calibration's training runs of its first round (per configuration and seed, the null group
@@ -20,8 +22,10 @@
 // advance step submits them as the next stage. A sensitivity scan's layers (`sensitivity --layers L`, the
 // embedding / lm_head cells as layer -1) and `sensitivity --from-units` assembling the scan. An admission check's
 // candidates x checkpoints (one `admit` each, a candidates file of one entry); its decisions are the merged units'.
-// A study's steps, each its own sbatch job with `--dependency=afterok` on the steps it refers to; a step and the
-// steps it refers to share a shard, so that ${ID.FIELD} names rows of that shard. Any other job is one unit.
+// A study's steps, each its own sbatch job with `--dependency=afterok` on the steps it refers to; steps connected by
+// references share a shard (so that ${ID.FIELD} names rows of the shard a step runs in) and run one after another.
+// A job that names rows of the workspace (admit's stored calibration, recipe build's scan) runs whole as the final
+// step in the workspace, in an advance step with the units' resources. Any other job is one unit.
 #include "core/common/progress.h"
 #include "core/jobs/job_file.h"
 #include "core/jobs/job_spec.h"
@@ -141,6 +145,7 @@ struct SubmissionStatus {
     bool finished = false; // the final step's result is stored in the workspace (or, with none, every unit merged)
     nlohmann::json result; // the final step's result ids ({"run_id", ...}) once finished
     std::string error; // the last advance step's error, if it failed
+    bool slurmUnreachable = false; // Slurm's tools could not be asked here: states come from the files alone
     std::int64_t count(UnitState state) const;
 };
 

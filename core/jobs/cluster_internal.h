@@ -2,6 +2,7 @@
 // What core/jobs/cluster.cpp and cluster_slurm.cpp share: Slurm's tools run as programs, the sbatch scripts.
 #include "core/jobs/cluster.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,12 +31,15 @@ struct ScriptRequest {
     std::string memory; // --mem value ("2048M")
     bool advance = false; // the merge / decision step (its own time and CPUs, no GPUs, no requeue)
     std::string body;
+    bool advanceRunsAJob = false; // an advance step whose final step is a whole job (one that reads the workspace):
+                                  // the units' time, CPUs and GPUs
 };
 std::string sbatchScript(const ScriptRequest& request);
 
 // The state Slurm reports for job `jobId` ("123" or an array task "123_4"): squeue's, else sacct's, else
-// scontrol's; "" when none knows it (or Slurm's tools are absent).
-std::string slurmJobState(const std::string& jobId);
+// scontrol's; "" when Slurm answered and no longer knows the job; nullopt when no tool could be asked (absent, or
+// the controller unreachable from this machine).
+std::optional<std::string> slurmJobState(const std::string& jobId);
 // Pending for "" (unknown), PENDING, REQUEUED, ... and COMPLETED; Running; Failed for CANCELLED, FAILED, TIMEOUT,
 // NODE_FAIL, PREEMPTED, OUT_OF_MEMORY and the rest.
 UnitState unitStateOf(const std::string& slurmState);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <poll.h>
 #include <sstream>
 #include <sys/wait.h>
@@ -240,14 +241,15 @@ std::string sbatchScript(const ScriptRequest& request)
     if (!p.account.empty()) {
         addOption(text, "--account=" + p.account);
     }
-    const std::string time = request.advance ? p.advanceTime : p.time;
+    const bool merging = request.advance && !request.advanceRunsAJob; // the merge and a decision: light
+    const std::string time = merging ? p.advanceTime : p.time;
     if (!time.empty()) {
         addOption(text, "--time=" + time);
     }
     addOption(text, "--ntasks=1");
-    addOption(text, "--cpus-per-task=" + std::to_string(request.advance ? p.advanceCpus : p.cpus));
+    addOption(text, "--cpus-per-task=" + std::to_string(merging ? p.advanceCpus : p.cpus));
     addOption(text, "--mem=" + request.memory);
-    if (!request.advance && p.gpus > 0) {
+    if (!merging && p.gpus > 0) {
         addOption(text,
             p.gpuOption == "gres" ? "--gres=gpu:" + (p.gresType.empty() ? "" : p.gresType + ":") + std::to_string(p.gpus)
                                   : "--gpus-per-task=" + std::to_string(p.gpus));
@@ -266,46 +268,51 @@ std::string sbatchScript(const ScriptRequest& request)
     return text;
 }
 
-std::string slurmJobState(const std::string& jobId)
+std::optional<std::string> slurmJobState(const std::string& jobId)
 {
+    // Whether a tool answered about the job (found it, or said it has no such job), rather than failing to reach
+    // the controller or being absent.
+    bool answered = false;
+    const auto knowsNoSuchJob = [](const ProgramOutput& output) {
+        return output.err.find("Invalid job id") != std::string::npos;
+    };
     // squeue first (jobs still queued or running; -r: one line per array task).
     if (onPath("squeue")) {
         const ProgramOutput queued = runProgram({"squeue", "-h", "-r", "-o", "%i %T", "-j", jobId});
-        if (queued.exitCode == 0) {
-            std::istringstream lines(queued.out);
-            std::string id;
-            std::string state;
-            while (lines >> id >> state) {
-                if (id == jobId) {
-                    return state;
-                }
+        answered = queued.exitCode == 0 || knowsNoSuchJob(queued);
+        std::istringstream lines(queued.exitCode == 0 ? queued.out : std::string());
+        std::string id;
+        std::string state;
+        while (lines >> id >> state) {
+            if (id == jobId) {
+                return state;
             }
         }
     }
     // sacct when accounting is kept; scontrol while the controller still remembers the job (MinJobAge).
     if (onPath("sacct")) {
         const ProgramOutput accounted = runProgram({"sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", jobId});
-        if (accounted.exitCode == 0) {
-            std::istringstream lines(accounted.out);
-            std::string line;
-            while (std::getline(lines, line)) {
-                const std::size_t bar = line.find('|');
-                if (bar != std::string::npos && line.substr(0, bar) == jobId) {
-                    const std::string state = line.substr(bar + 1);
-                    return state.substr(0, state.find(' ')); // "CANCELLED by 0" -> CANCELLED
-                }
+        std::istringstream lines(accounted.exitCode == 0 ? accounted.out : std::string());
+        answered = answered || accounted.exitCode == 0;
+        std::string line;
+        while (std::getline(lines, line)) {
+            const std::size_t bar = line.find('|');
+            if (bar != std::string::npos && line.substr(0, bar) == jobId) {
+                const std::string state = line.substr(bar + 1);
+                return state.substr(0, state.find(' ')); // "CANCELLED by 0" -> CANCELLED
             }
         }
     }
     if (onPath("scontrol")) {
         const ProgramOutput shown = runProgram({"scontrol", "-o", "show", "job", jobId});
+        answered = answered || shown.exitCode == 0 || knowsNoSuchJob(shown);
         const std::size_t at = shown.out.find("JobState=");
         if (shown.exitCode == 0 && at != std::string::npos) {
             const std::size_t start = at + 9;
             return shown.out.substr(start, shown.out.find(' ', start) - start);
         }
     }
-    return {};
+    return answered ? std::optional<std::string>(std::string()) : std::nullopt;
 }
 
 UnitState unitStateOf(const std::string& slurmState)
@@ -325,8 +332,9 @@ UnitState unitStateOf(const std::string& slurmState)
 std::vector<std::string> submitScript(const std::string& script, const std::string& directory)
 {
     if (!onPath("sbatch")) {
-        throw Error("sbatch is not on PATH: this machine cannot submit to Slurm (write the scripts with --dry-run and "
-                    "run " + script + " where sbatch is)");
+        throw Error("sbatch is not on PATH: this machine cannot submit to Slurm (write the scripts with --dry-run, then "
+                    "run `mismatch cluster resume " + directory + "` on a machine that has sbatch, which submits them "
+                    "and records their job ids)");
     }
     const ProgramOutput output = runProgram({"bash", script}, directory);
     if (output.exitCode != 0) {

@@ -1,6 +1,6 @@
 #pragma once
 // Shards and merging (scale-out): a shard is an ordinary workspace that one unit of work wrote on its own (a cluster
-// node's `mismatch run UNIT.yaml --workspace SHARD`); mergeShard brings its runs and everything stored with them
+// node's `mismatch cluster unit DIR UNIT`, core/jobs/cluster.h); mergeShard brings its runs and everything stored with them
 // into another workspace, the one writer of that workspace, in one transaction per shard.
 //
 // Every row gets a new id here and every foreign key is remapped; models and prompt sets are matched by path and

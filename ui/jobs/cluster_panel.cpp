@@ -3,6 +3,8 @@
 #include "ui/plots/plot_export.h"
 #include "ui/views/empty_state.h"
 
+#include <algorithm>
+
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
@@ -193,8 +195,9 @@ ClusterPanel::ClusterPanel(QWidget* parent)
         {QStringLiteral("cluster"), tr("No Slurm submissions in this workspace"),
             tr("A job file's independent units (a calibration's seeds, a sensitivity scan's layers, an admission "
                "check's candidates, a study's steps) can run on a Slurm cluster as sbatch jobs, their results merged "
-               "into this workspace as they finish. Select a job above and click <b>Submit to Slurm...</b>, or run "
-               "<code>mismatch submit JOB.yaml</code> on the cluster's login node."),
+               "into this workspace by the step that follows each stage (or now, with Merge Finished Units). Select a "
+               "job above and click <b>Submit to Slurm...</b>, or run <code>mismatch submit JOB.yaml --executor "
+               "slurm</code> on the cluster's login node."),
             tr("Submit a Job File to Slurm...")});
     layout->addWidget(body, 1);
 
@@ -430,8 +433,11 @@ void ClusterPanel::finish(const Task& task, const std::shared_ptr<Outcome>& outc
         QString text = tr("Read at %1; read again every %2 s while this tab is shown.")
                            .arg(QTime::currentTime().toString(QStringLiteral("HH:mm:ss")))
                            .arg(kRefreshMs / 1000);
-        if (QStandardPaths::findExecutable(QStringLiteral("squeue")).isEmpty()) {
-            text += tr(" Slurm's squeue is not on this machine's PATH: states come from the submission's files.");
+        const bool unreachable = std::any_of(rows_.begin(), rows_.end(),
+            [](const Row& row) { return row.status.slurmUnreachable; });
+        if (unreachable) {
+            text += tr(" Slurm cannot be asked from this machine (squeue, sacct, scontrol): a unit without a result "
+                       "shows as pending; resume from a login node.");
         }
         message_->setText(text);
         message_->setToolTip({});
