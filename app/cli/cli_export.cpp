@@ -1,6 +1,8 @@
 // mismatch export RECIPE --to vllm|sglang|llm-compressor|compressed-tensors|verl|modelopt --model DIR [--out PATH]
 //                 [--staleness K] [--vllm-form online|checkpoint] [--rollout vllm|sglang] [--target-version V]
+//                 [--kv-probe PROMPTS [--kv-probe-count N] [--tensor-parallel N]]   (--to sglang)
 #include "app/cli/context.h"
+#include "core/analysis/kv_scale_export.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
@@ -25,6 +27,11 @@ struct ExportCommandOptions {
     std::string vllmForm = "online";
     std::string rollout = "vllm";
     std::string targetVersion = "current";
+    std::string kvProbe; // --to sglang: prompt set the recipe's FP8 KV scales are calibrated on; empty: none
+    std::int64_t kvProbeCount = analysis::kDefaultKvProbeCount;
+    std::int64_t tensorParallel = 1;
+    CLI::Option* kvProbeCountOption = nullptr;
+    CLI::Option* tensorParallelOption = nullptr;
 };
 
 // --out PATH names the config file alone when it ends in .json, .yaml or .yml; any other PATH is a directory.
@@ -32,6 +39,46 @@ bool namesConfigFile(const std::string& path)
 {
     const std::string extension = std::filesystem::path(path).extension().string();
     return extension == ".json" || extension == ".yaml" || extension == ".yml";
+}
+
+// --kv-probe: refuses the probe options where they do not apply (before anything is loaded), then calibrates the
+// recipe's FP8 KV scales on the probe prompts (analysis::calibrateExportKvScales) into `exportOptions`, with the
+// tensor-parallel size of the scale file.
+void probeKvScales(const ExportCommandOptions& options, bool json, const quant::Recipe& recipe,
+    const quant::RecipePlan& plan, io::ExportOptions& exportOptions)
+{
+    const bool countGiven = options.kvProbeCountOption->count() > 0;
+    const bool parallelGiven = options.tensorParallelOption->count() > 0;
+    const bool probing = !options.kvProbe.empty();
+    if (!probing && !countGiven && !parallelGiven) {
+        return;
+    }
+    const std::string given = probing ? "--kv-probe" : countGiven ? "--kv-probe-count" : "--tensor-parallel";
+    if (exportOptions.target != io::ExportTarget::Sglang) {
+        throw InputError(given, "",
+            "applies to --to sglang only (SGLang alone takes calibrated FP8 KV scales outside a checkpoint, as a "
+            "--quantization-param-path file; for the other targets calibrate them into a checkpoint with --to "
+            "llm-compressor)");
+    }
+    if (!probing) {
+        throw InputError(given, "",
+            "needs --kv-probe PROMPTS: it sizes sglang_kv_scales.json, which only a KV-scale probe writes");
+    }
+    if (!json && (options.outPath.empty() || namesConfigFile(options.outPath))) {
+        throw InputError("--kv-probe", "",
+            "writes sglang_kv_scales.json beside sglang.json and sglang_launch.sh: give --out DIRECTORY (or "
+            "--json, whose `files` carry it)");
+    }
+    analysis::KvScaleProbe probe;
+    probe.promptSet = options.kvProbe;
+    probe.count = options.kvProbeCount;
+    probe.what = "--kv-probe";
+    analysis::requirePerTensorFp8Kv(recipe, plan, probe);
+    // What the target refuses in the recipe is refused before the model is loaded and the prompts are run.
+    io::exportBundle(recipe, plan, exportOptions);
+    const std::string directory = exportOptions.modelPath.empty() ? "." : exportOptions.modelPath;
+    exportOptions.kvScales = analysis::calibrateExportKvScales(directory, recipe, probe);
+    exportOptions.tensorParallelSize = options.tensorParallel;
 }
 
 void registerExportCommand(CLI::App& app, Context& context)
@@ -45,7 +92,10 @@ void registerExportCommand(CLI::App& app, Context& context)
         "script; compressed-tensors quantization_config (JSON); verl rollout config (YAML) with Hydra override "
         "lines; ModelOpt hf_quant_config.json with the config.json fragment. Modules left in BF16 are listed as "
         "ignored; a recipe feature the target cannot express is an error, and where the target runs something "
-        "other than the recipe a warning says what");
+        "other than the recipe a warning says what. For --to sglang, --kv-probe PROMPTS calibrates the recipe's "
+        "per-tensor FP8 KV-cache scales on a prompt set (the engine running the recipe, as the admission check fits "
+        "them) and writes them as sglang_kv_scales.json, which the launch command passes with "
+        "--quantization-param-path");
     command->add_option("RECIPE", options->recipePath, "Recipe file (.yaml, .yml or .json)")
         ->required()
         ->type_name("FILE");
@@ -80,6 +130,29 @@ void registerExportCommand(CLI::App& app, Context& context)
         std::string("vllm only: the vLLM release to write keys for (0.21, 0.22.1; default current). Before ")
             + io::kVllmOnlineFrontendRelease
             + " online FP8 is quantization fp8 with per-tensor scales and no ignore list");
+    command
+        ->add_option("--kv-probe", options->kvProbe,
+            "sglang only, for a recipe with an FP8 KV cache with per-tensor scales: a prompt set (JSONL). The model, "
+            "its tokenizer and weights are loaded from --model, the engine running the recipe calibrates the FP8 "
+            "KV-cache scales on these prompts (in order) as the admission check's screens fit them (amax / 448 of a "
+            "BF16 forward, per layer, K and V), and the export writes them as sglang_kv_scales.json (SGLang's "
+            "--quantization-param-path file; the launch command passes it). Needs --out DIRECTORY (or --json). "
+            "Without it SGLang runs the FP8 KV cache with scales of 1.0")
+        ->type_name("PROMPTS");
+    options->kvProbeCountOption
+        = command
+              ->add_option("--kv-probe-count", options->kvProbeCount,
+                  "With --kv-probe: calibrate on the first N prompts of the set (0, the default: all of them, as the "
+                  "admission check's default --count fits its KV scales on every prompt it measures)")
+              ->type_name("N")
+              ->check(CLI::NonNegativeNumber);
+    options->tensorParallelOption
+        = command
+              ->add_option("--tensor-parallel", options->tensorParallel,
+                  "With --kv-probe: SGLang's tensor-parallel size (--tp-size) the scale file is written for; SGLang "
+                  "needs exactly one entry per rank and ignores the file otherwise; sglang_launch.sh passes it (default 1)")
+              ->type_name("N")
+              ->check(CLI::Range(std::int64_t(1), std::int64_t(4096)));
     command->callback([&context, options] {
         namespace fs = std::filesystem;
         io::ExportOptions exportOptions;
@@ -97,6 +170,7 @@ void registerExportCommand(CLI::App& app, Context& context)
             = modelIsDirectory ? options->modelPath : fs::path(options->modelPath).parent_path().string();
         const model::ModelConfig config = model::loadConfig(configPath);
         const quant::RecipePlan plan = quant::resolveRecipe(recipe, config);
+        probeKvScales(*options, context.json, recipe, plan, exportOptions);
         const io::ExportResult result = io::exportBundle(recipe, plan, exportOptions);
         const bool directory = !options->outPath.empty() && !namesConfigFile(options->outPath);
         if (directory) {

@@ -116,7 +116,12 @@ CompressedSettings compressedSettings(const ExportView& view)
             {scheme, view.schemeOrder.size() == 1 ? std::vector<std::string> {"Linear"} : modules, format});
     }
     if (settings.format.empty()) {
-        settings.format = "float-quantized"; // KV cache only: the FP8 scales are its only quantized tensors
+        // KV cache only: "dense", as llm-compressor writes it. compressed-tensors' infer_model_format
+        // (src/compressed_tensors/compressors/format.py) gives the attention modules, which carry the KV scheme as
+        // input_activations and no weights, the dense format (every other compressor needs weights), leaves dense
+        // modules out of the set and flattens an empty set to dense. vLLM reads `format` only to choose the schemes
+        // of config_groups (compressed_tensors.py), which a KV-only checkpoint has none of.
+        settings.format = "dense";
     }
     const UniformKv kv = uniformKv(view, false,
         "kv_cache_scheme applies to every attention layer; compressed-tensors has no per-layer KV-cache setting", true,

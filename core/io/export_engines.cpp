@@ -4,6 +4,8 @@
 #include "core/common/file_io.h"
 #include "core/common/shell_quote.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -56,11 +58,17 @@ std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text)
     return std::make_pair(major, minor);
 }
 
-// Whether the export is for a vLLM with the online quantization frontend (the current release does).
-bool hasOnlineFrontend(const ExportOptions& options)
+// Whether the export is for a vLLM at or after `release` ("0.20"); the current release is after every one.
+bool atLeast(const ExportOptions& options, const char* release)
 {
     const auto version = parseVllmVersion(options.targetVersion);
-    return !version || *version >= std::make_pair(0, 22);
+    return !version || *version >= *parseVllmVersion(release);
+}
+
+// Whether the export is for a vLLM with the online quantization frontend (kVllmOnlineFrontendRelease and later).
+bool hasOnlineFrontend(const ExportOptions& options)
+{
+    return atLeast(options, kVllmOnlineFrontendRelease);
 }
 
 // The vLLM-side checks and settings that the vllm, verl and sglang exports share.
@@ -124,18 +132,35 @@ EngineSettings engineSettings(const ExportView& view, const EngineRules& rules)
     return settings;
 }
 
-// What an FP8 KV cache in an engine runs with: the checkpoint's k/v scales, else 1.0.
-void warnKvScales(const ExportView& view, const EngineSettings& settings, const std::string& engine, bool checkpoint)
+// Where an engine takes FP8 KV scales from, besides the checkpoint.
+enum class KvScaleSource { Checkpoint, FP8Checkpoint, SglangParamFile };
+
+// What an FP8 KV cache in an engine runs with: the checkpoint's k/v scales (or, for SGLang, those of a
+// --quantization-param-path file), else 1.0.
+void warnKvScales(const ExportView& view, const EngineSettings& settings, const std::string& engine, KvScaleSource source)
 {
     if (!settings.kv.fp8) {
         return;
     }
+    if (source == KvScaleSource::SglangParamFile) {
+        // sgl-project/sglang docs/advanced_features/quantized_kv_cache.md, "Scaling Factors": from the checkpoint
+        // or a --quantization-param-path JSON, else 1.0.
+        view.warn("SGLang's FP8 KV cache takes its k/v scales from the checkpoint or from the JSON file given to "
+                  "--quantization-param-path, and uses 1.0 where it has none (SGLang "
+                  "docs/advanced_features/quantized_kv_cache.md, Scaling Factors); this export was given no "
+                  "calibrated scales, so it writes no such file and the recipe's calibrated per-tensor scales are "
+                  "not used (`mismatch export --to sglang --kv-probe PROMPTS` calibrates them and writes the file)");
+        return;
+    }
+    const bool checkpoint = source == KvScaleSource::FP8Checkpoint;
     view.warn(engine + "'s FP8 KV cache takes its k/v scales from the checkpoint and uses 1.0 where it has none ("
         + (checkpoint ? std::string("this FP8 checkpoint must carry the recipe's calibrated per-tensor scales")
                       : std::string("a BF16 checkpoint has none, so the recipe's calibrated per-tensor scales are "
                                     "not used"))
-        + "; vLLM docs/features/quantization/quantized_kvcache.md). Calibrate them into the checkpoint with --to "
-          "llm-compressor to run what the recipe measured");
+        + "; vLLM docs/features/quantization/quantized_kvcache.md). "
+        + (checkpoint ? std::string("llm_compressor_oneshot.py calibrates them into the checkpoint it writes")
+                      : std::string("Calibrate them into the checkpoint with --to llm-compressor to run what the "
+                                    "recipe measured")));
 }
 
 void warnActivationGroups(const ExportView& view, const Scheme& scheme, const std::string& engine)
@@ -177,30 +202,42 @@ std::string vllmOnlineScheme(const Scheme& scheme)
     }
 }
 
+EngineRules vllmRules(const ExportOptions& options)
+{
+    const std::string frontend = kVllmOnlineFrontendRelease;
+    EngineRules rules;
+    if (options.vllmForm == VllmForm::Checkpoint) {
+        rules.name = "vLLM's fp8 checkpoint config";
+        rules.channel = false;
+        rules.granularityReason = "vLLM's fp8 config has per-tensor or 128x128-block weight scales only (export "
+                                  "--to compressed-tensors for per-channel scales)";
+    } else if (hasOnlineFrontend(options)) {
+        // docs.vllm.ai/en/v0.20.0/features/quantization/online/: fp8_per_tensor and fp8_per_block; the
+        // fp8_per_channel shorthand came with vllm-project/vllm PR #44132 (kVllmPerChannelShorthandRelease).
+        rules.name = "vLLM's online quantization";
+        rules.channel = atLeast(options, kVllmPerChannelShorthandRelease);
+        rules.granularityReason = "vLLM's online quantization before " + std::string(kVllmPerChannelShorthandRelease)
+            + " has fp8_per_tensor and fp8_per_block only (fp8_per_channel came with vllm-project/vllm PR #44132; "
+              "export --to compressed-tensors for a per-channel checkpoint)";
+    } else {
+        rules.name = "vLLM's online fp8 (before " + frontend + ")";
+        rules.ignoreList = false;
+        rules.noIgnoreReason = "online fp8 quantization before vLLM " + frontend
+            + " has no list of layers to leave unquantized (--target-version " + frontend
+            + " or later has quantization_config.ignore)";
+        rules.block = false;
+        rules.granularityReason = "online fp8 quantization before vLLM " + frontend
+            + " has per-tensor weight scales only (fp8_per_block arrived with the online frontend)";
+    }
+    return rules;
+}
+
 VllmExport vllmExport(const ExportView& view)
 {
     const ExportOptions& options = view.options;
     const bool online = options.vllmForm == VllmForm::Online;
     const bool frontend = hasOnlineFrontend(options);
-    EngineRules rules;
-    if (!online) {
-        rules.name = "vLLM's fp8 checkpoint config";
-        rules.channel = false;
-        rules.granularityReason = "vLLM's fp8 config has per-tensor or 128x128-block weight scales only (export "
-                                  "--to compressed-tensors for per-channel scales)";
-    } else if (frontend) {
-        rules.name = "vLLM's online quantization";
-        rules.channel = true;
-    } else {
-        rules.name = "vLLM's online fp8 (before " + std::string(kVllmOnlineFrontendRelease) + ")";
-        rules.ignoreList = false;
-        rules.noIgnoreReason = "online fp8 quantization before vLLM " + std::string(kVllmOnlineFrontendRelease)
-            + " has no list of layers to leave unquantized (--target-version current has quantization_config.ignore)";
-        rules.block = false;
-        rules.granularityReason = "online fp8 quantization before vLLM " + std::string(kVllmOnlineFrontendRelease)
-            + " has per-tensor weight scales only (fp8_per_block arrived with the online frontend)";
-    }
-    const EngineSettings settings = engineSettings(view, rules);
+    const EngineSettings settings = engineSettings(view, vllmRules(options));
     VllmExport out;
     out.engineArgs = Json::object();
     out.checkpointConfig = nullptr;
@@ -216,10 +253,12 @@ VllmExport vllmExport(const ExportView& view)
                           "scale per token (Ada, Hopper; docs/features/quantization/online.md); the recipe has one "
                           "scale per token");
             }
-        } else {
+        } else if (online) {
             out.engineArgs["quantization"] = "fp8";
-        }
-        if (!online) {
+        } else {
+            // The checkpoint form names no quantization: vLLM reads the method from the checkpoint's config.json,
+            // and a --quantization that differs from it (fp8 against the compressed-tensors checkpoint the
+            // llm-compressor script writes) is refused at load.
             Json config = Json::object();
             config["quant_method"] = "fp8";
             config["activation_scheme"] = "dynamic";
@@ -232,7 +271,7 @@ VllmExport vllmExport(const ExportView& view)
         warnActivationGroups(view, scheme, "vLLM");
     }
     kvEngineArgs(settings.kv, out.engineArgs);
-    warnKvScales(view, settings, "vLLM", !online);
+    warnKvScales(view, settings, "vLLM", online ? KvScaleSource::Checkpoint : KvScaleSource::FP8Checkpoint);
     return out;
 }
 
@@ -240,7 +279,8 @@ std::string vllmFormText(const ExportOptions& options)
 {
     if (options.vllmForm == VllmForm::Checkpoint) {
         return "checkpoint: describes a checkpoint whose weights are already stored in FP8 with their scales "
-               "(quantization_config belongs in that checkpoint's config.json); it does not apply to a BF16 model";
+               "(quantization_config belongs in that checkpoint's config.json; vLLM reads the method from it, so the "
+               "engine arguments name none); it does not apply to a BF16 model";
     }
     return hasOnlineFrontend(options)
         ? "online: vLLM quantizes the BF16 checkpoint's weights to FP8 at load time "
@@ -363,7 +403,7 @@ VerlExport verlExport(const ExportView& view)
     if (settings.scheme) {
         warnActivationGroups(view, *settings.scheme, "verl's fp8 rollout");
     }
-    warnKvScales(view, settings, sglang ? "SGLang" : "vLLM", false);
+    warnKvScales(view, settings, sglang ? "SGLang" : "vLLM", KvScaleSource::Checkpoint);
     return out;
 }
 
@@ -373,7 +413,8 @@ std::string exportVerl(const ExportView& view)
     std::ostringstream out;
     out << "# verl rollout configuration for precision recipe " << view.recipeName() << " (" << settings.rollout
         << " rollout).\n"
-        << "# Merge into the trainer config, or pass verl_overrides.txt's lines on the command line.\n";
+        << "# Merge into the trainer config, or pass verl_overrides.txt's lines on the command line.\n"
+        << "# FP8 rollout: verl-project/verl docs/low_precision/fp8.md (128x128-block weights, vLLM and SGLang).\n";
     if (!settings.ignoredLayers.empty()) {
         out << "# The SGLang rollout leaves these modules in BF16 when its workers start with\n"
             << "# SGLANG_FP8_IGNORED_LAYERS=" << settings.ignoredLayers << "\n";
@@ -405,6 +446,64 @@ std::vector<std::string> verlOverrideLines(const VerlExport& settings)
     return lines;
 }
 
+// SGLang's --quantization-param-path file of the recipe's calibrated scales, as
+// python/sglang/srt/model_loader/weight_utils.py kv_cache_scales_loader reads it (QuantParamSchema): model_type (the
+// model's; null or another refuses the file), kv_cache.dtype "float8_e4m3fn", kv_cache.scaling_factor with one
+// entry per tensor-parallel rank (exactly tp_size of them) mapping every layer index (exactly num_hidden_layers) to
+// one float. The model applies that one scale to both keys and values (models/qwen2.py, models/llama.py
+// load_kv_cache_scales: k_scale = v_scale = scaling_factor), so each layer gets the larger of the recipe's two:
+// neither tensor saturates, and the other is rounded on a coarser grid than the recipe measured (warned).
+// A malformed file is not an error in SGLang: it logs and falls back to 1.0, so this one is checked here.
+Json sglangKvScalesFile(const ExportView& view, const CalibratedKvScales& scales)
+{
+    const std::string what = "calibrated KV scales";
+    const std::int64_t layers = view.plan->numLayers;
+    if (static_cast<std::int64_t>(scales.perLayer.size()) != layers) {
+        throw InputError(what, "", "has " + std::to_string(scales.perLayer.size()) + " layers, the model "
+                + std::to_string(layers));
+    }
+    if (scales.modelType.empty()) {
+        throw InputError(what, "model_type", "is empty; SGLang refuses a scale file whose model_type is not the "
+                                             "model's");
+    }
+    if (view.options.tensorParallelSize < 1 || view.options.tensorParallelSize > 4096) {
+        throw InputError(what, "tensor parallel size",
+            "must be 1 to 4096, got " + std::to_string(view.options.tensorParallelSize));
+    }
+    Json perLayer = Json::object();
+    std::vector<std::int64_t> merged;
+    for (std::int64_t layer = 0; layer < layers; ++layer) {
+        const auto& pair = scales.perLayer[static_cast<size_t>(layer)];
+        const std::string where = "layer " + std::to_string(layer);
+        if (!pair) {
+            throw InputError(what, where, "has no scales; SGLang's file needs one for every layer");
+        }
+        for (const double value : {pair->first, pair->second}) {
+            if (!std::isfinite(value) || value <= 0.0) {
+                throw InputError(what, where, "a scale must be finite and above 0");
+            }
+        }
+        if (pair->first != pair->second) {
+            merged.push_back(layer);
+        }
+        perLayer[std::to_string(layer)] = std::max(pair->first, pair->second);
+    }
+    if (!merged.empty()) {
+        view.warn("SGLang applies one KV scale per layer to both keys and values (python/sglang/srt/models/qwen2.py "
+                  "load_kv_cache_scales): sglang_kv_scales.json holds the larger of the recipe's two calibrated "
+                  "scales, so on " + std::to_string(merged.size()) + " of " + std::to_string(layers)
+            + " layers the other tensor is rounded on a coarser grid than the recipe measured");
+    }
+    Json ranks = Json::object();
+    for (std::int64_t rank = 0; rank < view.options.tensorParallelSize; ++rank) {
+        ranks[std::to_string(rank)] = perLayer; // a per-tensor scale holds for every rank's share of the heads
+    }
+    Json file = Json::object();
+    file["model_type"] = scales.modelType;
+    file["kv_cache"] = {{"dtype", "float8_e4m3fn"}, {"scaling_factor", ranks}};
+    return file;
+}
+
 SglangExport sglangExport(const ExportView& view)
 {
     EngineRules rules;
@@ -418,14 +517,23 @@ SglangExport sglangExport(const ExportView& view)
     const EngineSettings settings = engineSettings(view, rules);
     SglangExport out;
     out.serverArgs = Json::object();
+    out.kvScalesFile = nullptr;
     if (settings.scheme) {
         out.serverArgs["quantization"] = "fp8";
         if (!view.ignored.empty()) {
             out.ignoredLayers = sglangIgnored(view.ignored);
         }
     }
+    // Exactly "fp8_e4m3": SGLang's model_runner.py loads --quantization-param-path only for that kv_cache_dtype.
     out.serverArgs["kv_cache_dtype"] = settings.kv.fp8 ? "fp8_e4m3" : "auto";
-    warnKvScales(view, settings, "SGLang", false);
+    if (settings.kv.fp8 && view.options.kvScales) {
+        out.kvScalesFile = sglangKvScalesFile(view, *view.options.kvScales);
+        out.serverArgs["quantization_param_path"] = kSglangKvScalesFile;
+    } else if (view.options.kvScales) {
+        view.warn("calibrated KV scales were given, but the recipe's KV cache is bf16: no scale file is written");
+    } else {
+        warnKvScales(view, settings, "SGLang", KvScaleSource::SglangParamFile);
+    }
     return out;
 }
 
@@ -434,7 +542,7 @@ std::string exportSglang(const ExportView& view)
     const SglangExport settings = sglangExport(view);
     Json out = Json::object();
     out["form"] = "online: SGLang quantizes the BF16 checkpoint's weights to FP8 at load time "
-                  "(docs/backend/quantization.md, Online Quantization)";
+                  "(docs/advanced_features/quantization.md, Online Quantization)";
     Json env = Json::object();
     if (!settings.ignoredLayers.empty()) {
         env["SGLANG_FP8_IGNORED_LAYERS"] = settings.ignoredLayers;

@@ -5,6 +5,8 @@
 #include "core/common/shell_quote.h"
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <fstream>
 #include <initializer_list>
 #include <sstream>
@@ -54,10 +56,11 @@ std::string pyValue(const Json& value)
     return value.dump();
 }
 
-// `vllm serve` arguments: --name-with-dashes VALUE; lists as separate words (nargs), objects as JSON.
-std::string vllmServeCommand(const ExportOptions& options, const Json& engineArgs)
+// `vllm serve` arguments: --name-with-dashes VALUE; lists as separate words (nargs), objects as JSON. `model` is
+// the model argument as shell text (already quoted).
+std::string vllmServeCommand(const std::string& model, const Json& engineArgs)
 {
-    std::string text = "vllm serve " + shellQuote(modelPath(options));
+    std::string text = "vllm serve " + model;
     for (const auto& [key, value] : engineArgs.items()) {
         std::string flag = "--" + key;
         for (char& c : flag) {
@@ -77,13 +80,30 @@ std::string vllmServeCommand(const ExportOptions& options, const Json& engineArg
     return text + "\n";
 }
 
-std::string vllmPythonCall(const ExportOptions& options, const Json& engineArgs)
+// The LLM(...) call; `model` is the model argument as Python text (a literal or a variable), `preamble` what comes
+// between the import and the call.
+std::string vllmPythonCall(const std::string& model, const Json& engineArgs, const std::string& preamble = "")
 {
-    std::string text = "from vllm import LLM\n\nllm = LLM(\n    model=" + pyString(modelPath(options)) + ",\n";
+    std::string text = "from vllm import LLM\n\n" + preamble + "llm = LLM(\n    model=" + model + ",\n";
     for (const auto& [key, value] : engineArgs.items()) {
         text += "    " + key + "=" + pyValue(value) + ",\n";
     }
     return text + ")\n";
+}
+
+// The directory llm_compressor_oneshot.py saves into, relative to where it runs: its
+// SAVE_DIR = MODEL_ID.rstrip("/").split("/")[-1] + "-<recipe name>".
+std::string oneshotSaveDir(const ExportView& view)
+{
+    std::string name = modelPath(view.options);
+    while (!name.empty() && name.back() == '/') {
+        name.pop_back();
+    }
+    const size_t slash = name.rfind('/');
+    if (slash != std::string::npos) {
+        name = name.substr(slash + 1);
+    }
+    return name + "-" + view.recipeName();
 }
 
 // The llm-compressor oneshot script that writes a compressed-tensors checkpoint from the recipe file beside it.
@@ -95,8 +115,8 @@ std::string oneshotScript(const ExportView& view, const CompressedSettings& sett
     std::ostringstream out;
     out << "# llm-compressor one-shot quantization for precision recipe " << view.recipeName()
         << " (written by mismatch export).\n"
-        << "# Writes a compressed-tensors checkpoint (config.json quantization_config as in compressed-tensors.json)\n"
-        << "# that vLLM loads as it is: vllm serve SAVE_DIR\n"
+        << "# Writes a compressed-tensors checkpoint (its config.json's quantization_config is what\n"
+        << "# `mismatch export --to compressed-tensors` writes) that vLLM loads as it is: vllm serve SAVE_DIR\n"
         << "from pathlib import Path\n\n";
     if (calibrate) {
         out << "from datasets import load_dataset\n";
@@ -128,6 +148,96 @@ std::string oneshotScript(const ExportView& view, const CompressedSettings& sett
     out << "\nmodel.save_pretrained(SAVE_DIR, save_compressed=True)\n"
         << "tokenizer.save_pretrained(SAVE_DIR)\n";
     return out.str();
+}
+
+// SGLang's launch command with its environment. The KV scale file is found beside the script, wherever it runs.
+std::string sglangLaunchScript(const ExportOptions& options, const SglangExport& settings)
+{
+    std::string command = "#!/bin/sh\n";
+    if (!settings.ignoredLayers.empty()) {
+        command += "export SGLANG_FP8_IGNORED_LAYERS=" + shellQuote(settings.ignoredLayers) + "\n";
+    }
+    command += "python3 -m sglang.launch_server --model-path " + shellQuote(modelPath(options));
+    for (const auto& [key, value] : settings.serverArgs.items()) {
+        std::string flag = "--" + key;
+        for (char& c : flag) {
+            c = c == '_' ? '-' : c;
+        }
+        const std::string text = value.get<std::string>();
+        command += " \\\n    " + flag + " "
+            + (key == "quantization_param_path" ? "\"$(dirname \"$0\")/" + text + "\"" : shellQuote(text));
+    }
+    if (options.kvScales && options.tensorParallelSize > 1) {
+        // The scale file holds one entry per tensor-parallel rank; SGLang started with another --tp-size finds a
+        // count that differs and falls back to scales of 1.0 (weight_utils.py kv_cache_scales_loader).
+        command += " \\\n    --tp-size " + std::to_string(options.tensorParallelSize);
+    }
+    return command + "\n";
+}
+
+using AddFile = std::function<void(const std::string&, const std::string&, const std::string&)>;
+
+// vLLM's checkpoint form serves the FP8 checkpoint, never the BF16 model (whose --quantization fp8 would be vLLM's
+// older online per-tensor FP8 without the recipe's ignore list). llm-compressor writes a checkpoint of the recipe's
+// scheme, a compressed-tensors one that vLLM loads as it is, its KV-cache scales calibrated; the bundle carries
+// that recipe and its oneshot script, and the serve command takes the directory the script saves into. A recipe
+// llm-compressor cannot write needs the checkpoint's directory as the first argument. A recipe that quantizes
+// nothing is served as the BF16 model it is.
+void addVllmCheckpointFiles(const ExportView& view, const ExportView& quiet, const AddFile& add)
+{
+    const ExportOptions& options = view.options;
+    const Json args = vllmExport(quiet).engineArgs; // no quantization: the checkpoint names its method
+    if (!view.anythingQuantized() && !view.kvQuantized()) {
+        add("vllm_serve.sh", "#!/bin/sh\n" + vllmServeCommand(shellQuote(modelPath(options)), args),
+            "the `vllm serve` command line (the recipe quantizes nothing: the BF16 model as it is)");
+        add("vllm_llm.py", vllmPythonCall(pyString(modelPath(options)), args), "the matching Python LLM(...) call");
+        return;
+    }
+    ExportView asCheckpoint = quiet;
+    asCheckpoint.target = ExportTarget::CompressedTensors;
+    std::optional<CompressedSettings> compressed;
+    std::string why;
+    try {
+        compressed = compressedSettings(asCheckpoint);
+    } catch (const InputError& error) {
+        why = error.detail();
+    }
+    const std::string saveDir = oneshotSaveDir(view);
+    std::ostringstream serve;
+    serve << "#!/bin/sh\n"
+          << "# Serves the FP8 checkpoint of precision recipe " << view.recipeName() << ", never the BF16 model at "
+          << modelPath(options) << ":\n"
+          << "# vLLM reads the checkpoint's quantization from its config.json (so no --quantization here).\n";
+    std::string python = "import sys\n\n";
+    std::string preamble;
+    if (compressed) {
+        serve << "# Make it first: python3 llm_compressor_oneshot.py (beside this file) writes it to ./" << saveDir
+              << "\n# (a compressed-tensors checkpoint of the recipe's scheme, KV-cache scales calibrated); run this from\n"
+              << "# the same directory, or pass another FP8 checkpoint of this recipe (its config.json holding\n"
+              << "# config_quantization_config.json's quantization_config) as the first argument.\n"
+              << "CHECKPOINT=${1:-" << shellQuote(saveDir) << "}\n";
+        preamble = "# The FP8 checkpoint llm_compressor_oneshot.py writes, or the first argument (see vllm_serve.sh); "
+                   "never the BF16 model.\nCHECKPOINT = sys.argv[1] if len(sys.argv) > 1 else "
+            + pyString(saveDir) + "\n\n";
+    } else {
+        serve << "# llm-compressor cannot write this recipe (" << why << "):\n"
+              << "# make the FP8 checkpoint with another tool, put config_quantization_config.json's quantization_config\n"
+              << "# into its config.json and pass its directory as the first argument.\n"
+              << "CHECKPOINT=${1:?usage: vllm_serve.sh FP8_CHECKPOINT_DIR}\n";
+        preamble = "# An FP8 checkpoint of this recipe (see vllm_serve.sh); never the BF16 model.\n"
+                   "CHECKPOINT = sys.argv[1]\n\n";
+    }
+    add("vllm_serve.sh", serve.str() + vllmServeCommand("\"$CHECKPOINT\"", args),
+        "the `vllm serve` command line of the FP8 checkpoint (not the BF16 model)");
+    add("vllm_llm.py", python + vllmPythonCall("CHECKPOINT", args, preamble), "the matching Python LLM(...) call");
+    if (compressed) {
+        add("llm-compressor.yaml", exportLlmCompressor(asCheckpoint), "the llm-compressor recipe of the FP8 checkpoint");
+        add("llm_compressor_oneshot.py", oneshotScript(view, *compressed),
+            "the llm-compressor oneshot script that writes the FP8 checkpoint vllm_serve.sh serves ("
+                + std::string(compressed->kvScheme.is_null() ? "no calibration data needed"
+                                                             : "calibrating the static KV-cache scales on a dataset")
+                + ")");
+    }
 }
 
 std::string readme(const ExportView& view, const ExportResult& result,
@@ -167,31 +277,27 @@ void addFiles(const ExportView& view, ExportResult& result)
     case ExportTarget::Vllm: {
         add(result.configName, result.text, "the engine arguments (" + vllmFormText(options) + ")");
         const VllmExport settings = vllmExport(quiet);
-        add("vllm_serve.sh", "#!/bin/sh\n" + vllmServeCommand(options, settings.engineArgs),
-            "the `vllm serve` command line");
-        add("vllm_llm.py", vllmPythonCall(options, settings.engineArgs), "the matching Python LLM(...) call");
         if (options.vllmForm == VllmForm::Checkpoint) {
+            addVllmCheckpointFiles(view, quiet, add);
             add("config_quantization_config.json", Json::object({{"quantization_config", settings.checkpointConfig}}).dump(2) + "\n",
                 "the quantization_config to put into the FP8 checkpoint's config.json");
+        } else {
+            add("vllm_serve.sh", "#!/bin/sh\n" + vllmServeCommand(shellQuote(modelPath(options)), settings.engineArgs),
+                "the `vllm serve` command line");
+            add("vllm_llm.py", vllmPythonCall(pyString(modelPath(options)), settings.engineArgs),
+                "the matching Python LLM(...) call");
         }
         break;
     }
     case ExportTarget::Sglang: {
         add(result.configName, result.text, "the launch_server arguments and environment");
         const SglangExport settings = sglangExport(quiet);
-        std::string command = "#!/bin/sh\n";
-        if (!settings.ignoredLayers.empty()) {
-            command += "export SGLANG_FP8_IGNORED_LAYERS=" + shellQuote(settings.ignoredLayers) + "\n";
+        add("sglang_launch.sh", sglangLaunchScript(options, settings), "the SGLang launch command with its environment");
+        if (!settings.kvScalesFile.is_null()) {
+            add(kSglangKvScalesFile, settings.kvScalesFile.dump(2) + "\n",
+                "the recipe's calibrated FP8 KV-cache scales per tensor-parallel rank and layer, which "
+                "sglang_launch.sh passes with --quantization-param-path");
         }
-        command += "python3 -m sglang.launch_server --model-path " + shellQuote(modelPath(options));
-        for (const auto& [key, value] : settings.serverArgs.items()) {
-            std::string flag = "--" + key;
-            for (char& c : flag) {
-                c = c == '_' ? '-' : c;
-            }
-            command += " \\\n    " + flag + " " + shellQuote(value.get<std::string>());
-        }
-        add("sglang_launch.sh", command + "\n", "the SGLang launch command with its environment");
         break;
     }
     case ExportTarget::Verl: {

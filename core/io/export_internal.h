@@ -117,7 +117,11 @@ struct VerlExport {
 struct SglangExport {
     Json serverArgs;
     std::string ignoredLayers;
+    Json kvScalesFile; // the --quantization-param-path file of the calibrated KV scales; null when none
 };
+
+// The file name of SGLang's KV scale file in the export directory (server_args.quantization_param_path).
+inline constexpr const char* kSglangKvScalesFile = "sglang_kv_scales.json";
 
 struct CompressedGroup {
     Scheme scheme;
@@ -146,6 +150,7 @@ UniformKv uniformKv(const ExportView& view, bool perLayerExceptions, const std::
 std::optional<Scheme> singleScheme(const ExportView& view, const std::string& reason);
 void checkLmHeadUnquantized(const ExportView& view, const std::string& reason);
 std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text);
+bool hasOnlineFrontend(const ExportOptions& options);
 void warnActivationGroups(const ExportView& view, const Scheme& scheme, const std::string& engine);
 VllmExport vllmExport(const ExportView& view);
 std::string vllmFormText(const ExportOptions& options);
@@ -154,6 +159,7 @@ std::string yamlScalar(const Json& value);
 VerlExport verlExport(const ExportView& view);
 std::string exportVerl(const ExportView& view);
 std::vector<std::string> verlOverrideLines(const VerlExport& settings);
+Json sglangKvScalesFile(const ExportView& view, const CalibratedKvScales& scales);
 SglangExport sglangExport(const ExportView& view);
 std::string exportSglang(const ExportView& view);
 CompressedSettings compressedSettings(const ExportView& view);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <set>
 #include <sstream>
 #include <system_error>
 
@@ -54,6 +55,30 @@ Json modelOptAlgo(const ExportView& view, const Scheme& scheme)
     return algo;
 }
 
+// MIXED_PRECISION: the quant_algos vLLM's mixed-precision ModelOpt loader builds a linear layer for
+// (vllm/model_executor/layers/quantization/modelopt.py at commit 00155cdecca722d98e34234c3d172725b7720b7d,
+// ModelOptMixedPrecisionConfig.get_quant_method: FP8, NVFP4, W4A16_NVFP4). Any other per-layer quant_algo falls
+// through to UnquantizedLinearMethod: the layer is built unquantized and its FP8 or INT4 tensors are not read as
+// such. Later vLLM main also dispatches FP8_PB_WO and MXFP8 (issue 44, third-party reports); FP8_PB_WO is warned all
+// the same, since releases before that do not. FP8_PER_CHANNEL_PER_TOKEN and W4A16_AWQ are dispatched by none.
+void warnMixedDispatch(const ExportView& view, const std::map<Scheme, Json>& algos)
+{
+    static const std::set<std::string> dispatched = {"FP8", "NVFP4", "W4A16_NVFP4"};
+    for (const Scheme& scheme : view.schemeOrder) {
+        const std::string algo = algos.at(scheme)["quant_algo"].get<std::string>();
+        if (dispatched.count(algo) != 0) {
+            continue;
+        }
+        const std::vector<std::string>& modules = view.schemes.at(scheme);
+        view.warn("MIXED_PRECISION: vLLM's mixed-precision ModelOpt loader builds FP8, NVFP4 and W4A16_NVFP4 layers "
+                  "from quantized_layers and any other quant_algo as an unquantized layer "
+                  "(vllm/model_executor/layers/quantization/modelopt.py ModelOptMixedPrecisionConfig.get_quant_method"
+            + std::string(algo == "FP8_PB_WO" ? "; only later vLLM adds FP8_PB_WO" : "") + "): " + algo + " on "
+            + modules.front() + " and the " + std::to_string(modules.size() - 1)
+            + " other modules sharing its scheme do not run quantized in vLLM");
+    }
+}
+
 ModelOptExport modelOptExport(const ExportView& view)
 {
     checkCommon(view);
@@ -90,6 +115,9 @@ ModelOptExport modelOptExport(const ExportView& view)
             }
         }
     }
+    if (!quantizedLayers.is_null()) {
+        warnMixedDispatch(view, algos);
+    }
     quantization["kv_cache_quant_algo"] = kv.fp8 ? Json("FP8") : Json(nullptr);
     const bool awqOnly = view.schemeOrder.size() == 1 && algos.at(view.schemeOrder.front()).contains("group_size");
     if (awqOnly) {
@@ -104,13 +132,19 @@ ModelOptExport modelOptExport(const ExportView& view)
     }
     ModelOptExport out;
     out.quantization = quantization;
-    // config.json's form, which vLLM reads when hf_quant_config.json is absent: the same keys flat beside
-    // quant_method modelopt, with `ignore` for exclude_modules (modelopt.py ModelOptQuantConfigBase.from_config).
+    // config.json's form, which vLLM prefers to hf_quant_config.json: the keys flat beside quant_method modelopt,
+    // with `ignore` for exclude_modules and the KV cache as kv_cache_scheme, a compressed-tensors-style mapping, as
+    // ModelOpt writes config.json (modelopt/torch/export/convert_hf_config.py convert_hf_quant_config_format: FP8
+    // -> {"dynamic": false, "num_bits": 8, "type": "float"}). vLLM reads kv_cache_scheme there, never
+    // kv_cache_quant_algo (modelopt.py ModelOptQuantConfigBase.from_config, the compressed-tensors-style branch),
+    // so a kv_cache_quant_algo in config.json would leave the KV cache in BF16.
     Json fragment = Json::object();
     fragment["quant_method"] = "modelopt";
     fragment["producer"] = {{"name", "modelopt"}, {"version", "mismatch-lab-export"}};
     fragment["quant_algo"] = quantization["quant_algo"];
-    fragment["kv_cache_quant_algo"] = quantization["kv_cache_quant_algo"];
+    if (kv.fp8) {
+        fragment["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}};
+    }
     if (awqOnly) {
         fragment["group_size"] = 128;
     }

@@ -59,13 +59,23 @@ const char* kTrainingPpl = "mean over sequences of exp(-mean log pi(y)): the tra
 const char* kRolloutPpl = "mean over sequences of exp(-mean log mu(y)): the rollout engine's perplexity of them";
 const char* kPplRatio = "mean over sequences of exp(log_ppl_diff): training over rollout perplexity";
 // verl: rollout_corr_helper.py compute_rollout_correction_and_rejection_mask, the importance weights
-// rho = pi(y) / mu(y) at the configured level (token, sequence or geometric), after truncation for the mean.
+// rho = pi(y) / mu(y) at the configured level (token or sequence), and compute_is_metrics (verl-project/verl
+// 7fbc00a9c0fad60e0694429b539bad98f414d712). The mean is over the applied weights: truncated at the upper bound
+// (TIS, a single rollout_is_threshold) or zeroed outside [lower, upper] (IcePop, a "lower_upper" threshold). Max and
+// min depend on the level: at sequence level they are the raw sequence weights before truncation (max's log clamped
+// at 20), at token level the applied (truncated or zeroed) ones. The high/low fractions count raw weights above the
+// upper bound and below the lower bound, which is 1 / rollout_is_threshold unless the threshold names one.
 const char* kIsWeightMean = "mean importance weight pi(y) / mu(y) over response tokens after truncation, at the run's "
                             "rollout_is level (token or sequence; not in the log): 1 when engine and trainer agree";
-const char* kIsWeightMax = "largest importance weight pi(y) / mu(y) (before truncation; its log clamped at 20)";
-const char* kIsWeightMin = "smallest importance weight pi(y) / mu(y)";
-const char* kIsFractionHigh = "fraction of importance weights above the run's rollout_is_threshold";
-const char* kIsFractionLow = "fraction of importance weights below 1 / rollout_is_threshold";
+const char* kIsWeightMax = "largest importance weight pi(y) / mu(y): at the run's rollout_is level sequence, the "
+                           "raw sequence weight before truncation (its log clamped at 20); at level token, the "
+                           "largest applied weight, after truncation at the upper threshold (or IcePop's zeroing)";
+const char* kIsWeightMin = "smallest importance weight pi(y) / mu(y): at level sequence the raw sequence weight "
+                           "before truncation; at level token the smallest applied weight (0 when IcePop zeroed one)";
+const char* kIsFractionHigh = "fraction of raw importance weights (before truncation) above the upper bound: "
+                              "rollout_is_threshold, or the upper of a \"lower_upper\" threshold";
+const char* kIsFractionLow = "fraction of raw importance weights below the lower bound: 1 / rollout_is_threshold "
+                             "by default, or the lower of a \"lower_upper\" threshold (IcePop)";
 
 // NeMo-RL: nemo_rl/algorithms/loss_functions.py (ClippedPGLossFn) logs these per step as train/...: mu is the
 // generation log-probability, pi the trainer's (prev_logprobs).

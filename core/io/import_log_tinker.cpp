@@ -35,8 +35,11 @@ std::string describeJson(const json& value)
 } // namespace
 
 // Tinker's config.json beside `logPath` (tinker_cookbook/utils/ml_log.py JsonLogger.log_hparams writes the run's
-// Config there; rl/train.py Config has num_substeps and async_config {max_steps_off_policy, groups_per_batch,
-// pipeline_depth}). Missing: nothing recorded. A file that cannot be used: the located reason in `problem`.
+// Config there; rl/train.py Config has num_substeps and async_config, whose AsyncConfig in released
+// tinker-cookbook (v0.5.5, 9dfcc3a2cf44432d621a01005073dc6d76a1e87a) has max_steps_off_policy and groups_per_batch
+// only). pipeline_depth exists only on the unmerged branch async-rl-blocking-staleness (its CHANGELOG: "a new
+// pipeline_depth"): read when a config.json has it, recorded only then. Missing file: nothing recorded. A file that
+// cannot be used: the located reason in `problem`.
 std::optional<TinkerRunConfig> readTinkerConfig(const std::string& logPath, std::string& problem)
 {
     const std::string path = (std::filesystem::path(logPath).parent_path() / "config.json").string();
@@ -122,8 +125,11 @@ std::string TinkerRunConfig::json() const
     } else if (!maxStepsOffPolicy) {
         record["async_config"] = nullptr; // synchronous training
     } else {
-        record["async_config"] = {{"max_steps_off_policy", *maxStepsOffPolicy}, {"groups_per_batch", *groupsPerBatch},
-            {"pipeline_depth", pipelineDepth ? nlohmann::json(*pipelineDepth) : nlohmann::json(nullptr)}};
+        record["async_config"] = {{"max_steps_off_policy", *maxStepsOffPolicy}, {"groups_per_batch", *groupsPerBatch}};
+        if (pipelineDepth) {
+            // Not in released tinker-cookbook's AsyncConfig (see readTinkerConfig): kept only when the file has it.
+            record["async_config"]["pipeline_depth"] = *pipelineDepth;
+        }
     }
     record["kl_sample_train_includes_policy_drift"] = includesPolicyDrift();
     return record.dump();

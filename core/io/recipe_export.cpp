@@ -101,6 +101,11 @@ ExportResult exportBundle(const quant::Recipe& recipe, const quant::RecipePlan& 
     onlyFor(options.verlRollout != VerlRollout::Vllm, ExportTarget::Verl, "--rollout", "verl's rollout engine");
     onlyFor(!options.targetVersion.empty() && options.targetVersion != "current", ExportTarget::Vllm,
         "--target-version", "the vLLM release whose keys the export writes");
+    onlyFor(options.kvScales.has_value(), ExportTarget::Sglang, "calibrated KV scales (ExportOptions::kvScales)",
+        "SGLang alone takes FP8 KV scales outside a checkpoint, as a --quantization-param-path file; calibrate them "
+        "into a checkpoint with --to llm-compressor for the others");
+    onlyFor(options.tensorParallelSize != 1, ExportTarget::Sglang, "a tensor-parallel size",
+        "the ranks of SGLang's KV scale file");
     parseVllmVersion(options.targetVersion); // a malformed version is an error for every target
     result.configName = configFileName(options.target);
     switch (options.target) {
@@ -130,6 +135,47 @@ ExportResult exportBundle(const quant::Recipe& recipe, const quant::RecipePlan& 
 std::string exportRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options)
 {
     return exportBundle(recipe, plan, options).text;
+}
+
+namespace {
+
+// The Hugging Face model_type of an architecture (what its config.json says; core/model/config.cpp writes the same).
+std::string hfModelType(model::Architecture architecture)
+{
+    switch (architecture) {
+    case model::Architecture::Llama:
+        return "llama";
+    case model::Architecture::Qwen2:
+        return "qwen2";
+    case model::Architecture::Qwen3:
+        return "qwen3";
+    }
+    return "";
+}
+
+} // namespace
+
+CalibratedKvScales calibratedKvScales(
+    const model::ModelConfig& config, const std::vector<at::Tensor>& keyScales, const std::vector<at::Tensor>& valueScales)
+{
+    CalibratedKvScales out;
+    out.modelType = hfModelType(config.architecture);
+    for (size_t layer = 0; layer < keyScales.size(); ++layer) {
+        const at::Tensor& keys = keyScales[layer];
+        const at::Tensor& values = layer < valueScales.size() ? valueScales[layer] : at::Tensor();
+        if (!keys.defined() || !values.defined()) {
+            out.perLayer.emplace_back(std::nullopt);
+            continue;
+        }
+        if (keys.numel() != 1 || values.numel() != 1) {
+            throw InputError("calibrated KV scales", "layer " + std::to_string(layer),
+                "has per-head scales (" + std::to_string(keys.numel())
+                    + " per tensor); the export takes one scale per tensor");
+        }
+        out.perLayer.emplace_back(std::make_pair(
+            keys.to(at::kDouble).item<double>(), values.to(at::kDouble).item<double>()));
+    }
+    return out;
 }
 
 void writeExportDirectory(const std::string& directory, const ExportResult& result)

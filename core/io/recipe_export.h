@@ -8,12 +8,16 @@
 //                      quantization_config {ignore: [...]}; docs/features/quantization/online.md,
 //                      vllm/config/quantization.py). --vllm-form checkpoint: the fp8 `quantization_config` of a
 //                      checkpoint already stored in FP8 (quant_method fp8, weight_block_size, ignored_layers),
-//                      labelled as such. A target version before 0.22 gets the older online form
-//                      (quantization fp8: per-tensor weights, no ignore list).
+//                      labelled as such; its engine arguments name no quantization (vLLM reads the method from the
+//                      checkpoint) and its vllm_serve.sh serves the FP8 checkpoint that the llm-compressor script
+//                      beside it writes, never the BF16 model. A target version before 0.20 gets the older online
+//                      form (quantization fp8: per-tensor weights, no ignore list); fp8_per_channel needs 0.23.
 //                      Ready to run: `vllm serve` command line and the Python LLM(...) call.
 //   sglang             JSON: launch_server arguments (quantization fp8: online per-tensor FP8 of the BF16
-//                      checkpoint; kv_cache_dtype) and the environment (SGLANG_FP8_IGNORED_LAYERS).
-//                      Ready to run: the launch command with its environment.
+//                      checkpoint; kv_cache_dtype; quantization_param_path when calibrated KV scales are given) and
+//                      the environment (SGLANG_FP8_IGNORED_LAYERS). Ready to run: the launch command with its
+//                      environment and, with calibrated KV scales, sglang_kv_scales.json (the per-TP-rank, per-layer
+//                      JSON SGLang's --quantization-param-path reads).
 //   llm-compressor     YAML: a recipe with one QuantizationModifier (targets, scheme or config_groups, ignore,
 //                      kv_cache_scheme). Ready to run: a oneshot Python script (calibration data when the recipe
 //                      needs static scales) that saves a compressed checkpoint.
@@ -26,7 +30,8 @@
 //                      lines (+ for keys absent from verl's defaults) and, for the SGLang rollout, its environment.
 //   modelopt           JSON: NVIDIA ModelOpt's hf_quant_config.json (producer, quantization.quant_algo or
 //                      MIXED_PRECISION with quantized_layers, kv_cache_quant_algo, exclude_modules). Ready to
-//                      run: the `quantization_config: {quant_method: modelopt, ...}` fragment of config.json.
+//                      run: the `quantization_config: {quant_method: modelopt, ...}` fragment of config.json (with
+//                      kv_cache_scheme and ignore, as ModelOpt writes config.json).
 //
 // Modules the recipe leaves in BF16 are listed by their full names (ignore / ignored_layers / exclude_modules /
 // SGLANG_FP8_IGNORED_LAYERS). Every target refuses different formats within a group vLLM fuses (q/k/v, gate/up of
@@ -39,13 +44,17 @@
 // in groups of 128 channels (DeepSeek-style 1x128), where the recipe's fp8_e4m3 activations are one scale per
 // token. Block recipes export to those engines' block scheme (llm-compressor FP8_BLOCK, vLLM fp8_per_block and
 // weight_block_size, verl's fp8 rollout, ModelOpt FP8_PB_WO) rather than being refused, with a warning.
+#include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
+
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mismatch::io {
@@ -69,10 +78,26 @@ enum class VerlRollout { Vllm, Sglang };
 std::string toString(VerlRollout rollout);
 std::optional<VerlRollout> parseVerlRollout(std::string_view name);
 
-// The vLLM release whose versioned documentation was checked to describe the online quantization frontend
+// The first vLLM release whose versioned documentation describes the online quantization frontend
 // (--quantization fp8_per_tensor|fp8_per_block, quantization_config.ignore; added by vllm-project/vllm PR #38138,
-// March 2026). An earlier release may have it too; the older form (quantization fp8) is what is written below it.
-inline constexpr const char* kVllmOnlineFrontendRelease = "0.22";
+// March 2026, documented by PR #39736; docs.vllm.ai/en/v0.20.0/features/quantization/online/). Below it the older
+// form (quantization fp8) is written.
+inline constexpr const char* kVllmOnlineFrontendRelease = "0.20";
+// The release the fp8_per_channel shorthand is written for: it came later, with vllm-project/vllm PR #44132 (merged
+// in June 2026, after v0.22.0 was released); 0.23 is the first minor release after that merge (not read from a
+// release's own source).
+inline constexpr const char* kVllmPerChannelShorthandRelease = "0.23";
+
+// FP8 KV-cache scales calibrated for a recipe, per layer: the scale of the keys and of the values (amax / 448 over
+// the probe prompts, one per tensor: engine::calibrateKvScales). SGLang's export writes them as the JSON its
+// --quantization-param-path reads.
+struct CalibratedKvScales {
+    // The model's Hugging Face model_type ("llama", "qwen2", "qwen3"): SGLang refuses a scale file whose model_type
+    // differs from the model's.
+    std::string modelType;
+    // One entry per layer: {key scale, value scale}; nullopt for a layer without an FP8 KV cache.
+    std::vector<std::optional<std::pair<double, double>>> perLayer;
+};
 
 struct ExportOptions {
     ExportTarget target = ExportTarget::Vllm;
@@ -85,6 +110,12 @@ struct ExportOptions {
     std::string targetVersion;
     // The model path written into the ready-to-run commands; empty: the placeholder MODEL.
     std::string modelPath;
+    // --to sglang: the recipe's calibrated per-tensor FP8 KV scales; without them SGLang runs an FP8 KV cache with
+    // scales of 1.0 (and the export warns).
+    std::optional<CalibratedKvScales> kvScales;
+    // --to sglang with kvScales: the tensor-parallel size the scale file is written for (SGLang checks that it has
+    // exactly one entry per rank).
+    std::int64_t tensorParallelSize = 1;
 };
 
 struct ExportFile {
@@ -105,6 +136,13 @@ struct ExportResult {
 ExportResult exportBundle(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options);
 // exportBundle(...).text.
 std::string exportRecipe(const quant::Recipe& recipe, const quant::RecipePlan& plan, const ExportOptions& options);
+
+// The per-tensor scales of an engine's KV-scale table (engine::KvScaleTable's keys and values per layer, from
+// engine::calibrateKvScales of an engine running the recipe; an undefined tensor: no FP8 KV cache there) for
+// ExportOptions::kvScales, with the model_type of `config`. Per-head scales are not per-tensor: InputError. (The
+// tensors, not the table: io sits beside the engine, not above it.)
+CalibratedKvScales calibratedKvScales(
+    const model::ModelConfig& config, const std::vector<at::Tensor>& keys, const std::vector<at::Tensor>& values);
 
 // Writes every file of `result` into `directory` (created with its parents when missing), each through
 // writeFileAtomically. Throws InputError naming the path that cannot be written.

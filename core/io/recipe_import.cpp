@@ -410,13 +410,51 @@ void importCompressedTensors(Importer& in, const Json& config, const std::string
 
 // ---- ModelOpt ----------------------------------------------------------------------------------------------
 
+std::string upperCase(std::string text)
+{
+    for (char& c : text) {
+        c = c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+    }
+    return text;
+}
+
+// The KV cache of ModelOpt's config.json form, read as vLLM reads it (modelopt.py ModelOptQuantConfigBase
+// .from_config, the compressed-tensors-style branch): kv_cache_scheme, a mapping, is FP8 when its type is float and
+// num_bits 8 (as ModelOpt's convert_hf_quant_config_format writes an FP8 KV cache); anything else there, and
+// kv_cache_quant_algo (which vLLM reads only from hf_quant_config.json), leaves the KV cache in BF16.
+void importModelOptConfigKv(Importer& in, const Json& config, const std::string& base)
+{
+    const Json* scheme = in.find(config, "kv_cache_scheme");
+    const Json* type = scheme ? in.find(*scheme, "type") : nullptr;
+    const Json* bits = scheme ? in.find(*scheme, "num_bits") : nullptr;
+    if (type && bits && *type == "float" && bits->is_number_integer() && *bits == 8) {
+        in.setKv(fp8Kv(KvScales::PerTensor));
+        in.notes.push_back(join(base, "kv_cache_scheme") + ": read as vLLM reads ModelOpt's config.json: an FP8 KV "
+                                                           "cache with per-tensor scales from the checkpoint");
+        return;
+    }
+    if (scheme && !scheme->is_null()) {
+        in.notes.push_back(join(base, "kv_cache_scheme") + ": not an 8-bit float scheme, the only one vLLM reads "
+                                                           "from ModelOpt's config.json: read as a bf16 KV cache");
+    }
+    if (const Json* algo = in.find(config, "kv_cache_quant_algo"); algo && !algo->is_null()) {
+        in.notes.push_back(join(base, "kv_cache_quant_algo") + ": vLLM reads the KV cache of ModelOpt's config.json "
+                                                               "from kv_cache_scheme, not from this key (which only "
+                                                               "hf_quant_config.json has): read as a bf16 KV cache");
+    }
+}
+
 Scheme modelOptScheme(Importer& in, const Json& entry, const std::string& place, const Json* defaultGroupSize)
 {
     const Json* algoValue = in.find(entry, "quant_algo");
     if (!algoValue) {
         in.fail(place, "expected quant_algo");
     }
-    const std::string algo = in.string(*algoValue, join(place, "quant_algo"));
+    // vLLM upper-cases quant_algo before matching it (modelopt.py from_config and
+    // ModelOptMixedPrecisionConfig._resolve_quant_algo), and ModelOpt itself writes some in lower case: a per-layer
+    // FP8_PB_WO is "fp8_pb_wo" (modelopt/torch/export/model_config.py QUANTIZATION_FP8_PB_WO, passed through by
+    // quant_utils.py process_layer_quant_config).
+    const std::string algo = upperCase(in.string(*algoValue, join(place, "quant_algo")));
     if (algo == "FP8_PER_CHANNEL_PER_TOKEN") {
         return {{WeightFormat::Fp8E4m3, Granularity::Channel}, ActivationFormat::Fp8E4m3};
     }
@@ -460,7 +498,7 @@ void importModelOpt(Importer& in, const Json& quantization, const std::string& b
     }
     const Json* groupSize = in.find(quantization, "group_size");
     if (algoValue && !algoValue->is_null()) {
-        const std::string algo = in.string(*algoValue, join(base, "quant_algo"));
+        const std::string algo = upperCase(in.string(*algoValue, join(base, "quant_algo")));
         if (algo == "MIXED_PRECISION") {
             const Json* layers = in.find(quantization, "quantized_layers");
             const std::string place = join(base, "quantized_layers");
@@ -486,9 +524,11 @@ void importModelOpt(Importer& in, const Json& quantization, const std::string& b
             }
         }
     }
-    if (const Json* kv = in.find(quantization, "kv_cache_quant_algo"); kv && !kv->is_null()) {
+    if (excludeKey == "ignore") {
+        importModelOptConfigKv(in, quantization, base);
+    } else if (const Json* kv = in.find(quantization, "kv_cache_quant_algo"); kv && !kv->is_null()) {
         const std::string algo = in.string(*kv, join(base, "kv_cache_quant_algo"));
-        if (algo != "FP8") {
+        if (upperCase(algo) != "FP8") {
             in.fail(join(base, "kv_cache_quant_algo"), "'" + algo + "': the recipe's KV cache is bf16 or FP8");
         }
         in.setKv(fp8Kv(KvScales::PerTensor));
@@ -553,8 +593,15 @@ void importVllm(Importer& in, const Json& document)
     const Json* quantization = in.find(args, "quantization");
     std::vector<std::string> ignore;
     std::string ignorePlace;
-    if (quantization && !quantization->is_null()) {
-        const std::string method = in.string(*quantization, join(base, "quantization"));
+    // The export's checkpoint form names no quantization in engine_args: vLLM takes the method from the FP8
+    // checkpoint's quantization_config (quant_method fp8), which the document holds.
+    const Json* checkpointConfig = in.find(document, "quantization_config");
+    const Json* checkpointMethod = checkpointConfig ? in.find(*checkpointConfig, "quant_method") : nullptr;
+    const bool fp8Checkpoint = engine && checkpointMethod && *checkpointMethod == "fp8";
+    if ((quantization && !quantization->is_null()) || fp8Checkpoint) {
+        const bool named = quantization && !quantization->is_null();
+        const std::string method = named ? in.string(*quantization, join(base, "quantization")) : "fp8";
+        const std::string methodPlace = named ? join(base, "quantization") : "quantization_config.quant_method";
         Scheme scheme;
         scheme.activations = ActivationFormat::Fp8E4m3;
         if (method == "fp8_per_tensor") {
@@ -590,7 +637,7 @@ void importVllm(Importer& in, const Json& document)
                                                                "fp8_per_channel and fp8 have; for a quantized "
                                                                "checkpoint import its config.json)");
         }
-        in.setDefault(scheme, join(base, "quantization"));
+        in.setDefault(scheme, methodPlace);
         if (scheme.weights.granularity == Granularity::Tensor && method != "fp8") {
             in.notes.push_back(join(base, "quantization") + ": fp8_per_tensor's activations read as the recipe's "
                                                             "dynamic per-token FP8");

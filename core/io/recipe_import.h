@@ -7,12 +7,14 @@
 //                       ignore, kv_cache_scheme; every format, mixed-precision included
 //   ModelOpt            hf_quant_config.json ({producer, quantization: {quant_algo, kv_cache_quant_algo,
 //                       exclude_modules, quantized_layers}}) or config.json's quantization_config with
-//                       quant_method modelopt (ignore for exclude_modules)
+//                       quant_method modelopt (ignore for exclude_modules, kv_cache_scheme for the KV cache);
+//                       quant_algo in any case, as vLLM upper-cases it
 //   vLLM                engine arguments: a JSON or YAML mapping of them (`vllm serve --config`, with dashes or
 //                       underscores), or mismatch's own vllm export ({engine_args, quantization_config});
 //                       quantization fp8_per_tensor | fp8_per_block | fp8_per_channel | fp8 (with an fp8
-//                       checkpoint's quantization_config: weight_block_size, ignored_layers), quantization_config
-//                       .ignore, kv_cache_dtype, kv_cache_dtype_skip_layers
+//                       checkpoint's quantization_config: weight_block_size, ignored_layers; the export's
+//                       checkpoint form names no quantization and is read as that checkpoint's fp8),
+//                       quantization_config.ignore, kv_cache_dtype, kv_cache_dtype_skip_layers
 //   verl                a trainer config (YAML or JSON) with actor_rollout_ref.rollout (nested or dotted keys):
 //                       quantization (fp8: 128x128 blocks) and engine_kwargs.vllm / engine_kwargs.sglang KV keys
 //

@@ -17,29 +17,43 @@
 //     fp8_per_tensor | fp8_per_block, quantization_config.ignore with unfused shard names; the CLI takes
 //     --quantization-config JSON) and vllm/config/quantization.py (_ONLINE_SHORTHANDS: fp8_per_channel is
 //     per-channel weights with dynamic per-token activations; QuantizationConfigArgs.ignore). The frontend came
-//     with PR #38138; the versioned docs of 0.22.0 describe it, so --target-version below 0.22 writes `fp8`.
+//     with PR #38138 (March 2026: fp8_per_tensor, fp8_per_block, quantization_config.ignore) and is documented from
+//     docs.vllm.ai/en/v0.20.0/features/quantization/online/, so --target-version below 0.20 writes `fp8`;
+//     fp8_per_channel came later with PR #44132 (merged June 2026, after v0.22.0), written from 0.23.
 //   vLLM fp8 checkpoint config: vllm/model_executor/layers/quantization/fp8.py Fp8Config (quant_method fp8,
-//     activation_scheme, weight_block_size, ignored_layers).
-//   SGLang: sgl-project/sglang docs/backend/quantization.md (Online Quantization: --quantization fp8 on a BF16
-//     checkpoint) and its environment registry (SGLANG_FP8_IGNORED_LAYERS = EnvStr, comma-separated module names;
-//     verl PR #6915 documents it for the SGLang FP8 rollout).
-//   verl: verl docs/advance/fp8.md (actor_rollout_ref.rollout.quantization, 128x128-block FP8 rollout for vLLM and
-//     SGLang); engine_kwargs.vllm / engine_kwargs.sglang default to {} in verl/trainer/config, so overrides of
-//     their keys need Hydra's `+`.
+//     activation_scheme, weight_block_size, ignored_layers). vLLM reads a checkpoint's method from its config.json,
+//     so the checkpoint form's engine arguments name no quantization, and its vllm_serve.sh serves the FP8
+//     checkpoint (the one its llm-compressor oneshot script writes), never the BF16 model.
+//   SGLang: sgl-project/sglang docs/advanced_features/quantization.md (0f4513c2f46be5ae1e0d9bf0a8f7b5471a8b3d16;
+//     formerly docs/backend/quantization.md; Online Quantization: --quantization fp8 on a BF16 checkpoint) and its
+//     environment registry (SGLANG_FP8_IGNORED_LAYERS = EnvStr, comma-separated module names; verl PR #6915
+//     documents it for the SGLang FP8 rollout). KV scales: docs/advanced_features/quantized_kv_cache.md "Scaling
+//     Factors" (03cd2ec4af85b66be8ef025238bc73c165416bdb) and the loader, see sglangKvScaleFile below.
+//   verl: verl-project/verl docs/low_precision/fp8.md (1dda039b9c6311889a9c9a26040677e1254814f9; formerly
+//     docs/advance/fp8.md: actor_rollout_ref.rollout.quantization, 128x128-block FP8 rollout for vLLM and SGLang);
+//     engine_kwargs.vllm / engine_kwargs.sglang default to {} in verl/trainer/config, so overrides of their keys
+//     need Hydra's `+`.
 //   compressed-tensors: src/compressed_tensors/config/base.py CompressionFormat (float-quantized,
-//     naive-quantized, pack-quantized, mixed-precision); a mixed-precision config names each group's format
-//     (as sglang's compressed_tensors tests build it: "format": "mixed-precision" with per-group "format").
-//   ModelOpt: vllm/model_executor/layers/quantization/modelopt.py (QUANT_ALGOS FP8, FP8_PER_CHANNEL_PER_TOKEN,
-//     FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION with quantized_layers; ModelOptFp8PbWoLinearMethod
-//     runs FP8_PB_WO with dynamic 1x128 activations; from_config reads config.json's flat form with `ignore`).
-//     W4A16_AWQ is TensorRT-LLM's (tensorrt_llm QuantAlgo), not in vLLM's list.
+//     naive-quantized, pack-quantized, mixed-precision, dense); a mixed-precision config names each group's format
+//     (as sglang's compressed_tensors tests build it: "format": "mixed-precision" with per-group "format"). A
+//     KV-cache-only checkpoint is "dense" (compressors/format.py infer_model_format, see kvOnlyCheckpointIsDense).
+//   ModelOpt: vllm/model_executor/layers/quantization/modelopt.py (00155cdecca722d98e34234c3d172725b7720b7d:
+//     QUANT_ALGOS FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION with
+//     quantized_layers; ModelOptFp8PbWoLinearMethod runs FP8_PB_WO with dynamic 1x128 activations; from_config reads
+//     config.json's flat form with `ignore` and kv_cache_scheme; the mixed loader builds FP8, NVFP4 and
+//     W4A16_NVFP4 layers only). W4A16_AWQ is TensorRT-LLM's (tensorrt_llm QuantAlgo), not in vLLM's list.
+//     NVIDIA/Model-Optimizer modelopt/torch/export/convert_hf_config.py convert_hf_quant_config_format
+//     (a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73) writes config.json's KV cache as kv_cache_scheme.
 //   llm-compressor oneshot: vLLM docs/features/quantization/quantized_kvcache.md (oneshot(model, dataset, recipe,
 //     max_seq_length, num_calibration_samples); save_pretrained(save_dir, save_compressed=True)).
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
+#include "core/analysis/rollout_measure.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/engine/engine_model.h"
 #include "core/io/recipe_export.h"
+#include "core/io/recipe_import.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
@@ -129,6 +143,17 @@ std::string exportText(const std::string& recipePath, io::ExportTarget target)
     return exportText(recipePath, options);
 }
 
+// The file `name` of an export bundle, or nullptr.
+const io::ExportFile* bundleFile(const io::ExportResult& result, const std::string& name)
+{
+    for (const io::ExportFile& file : result.files) {
+        if (file.name == name) {
+            return &file;
+        }
+    }
+    return nullptr;
+}
+
 // Whether one of `warnings` contains `part`.
 bool warns(const std::vector<std::string>& warnings, const std::string& part)
 {
@@ -192,6 +217,13 @@ private slots:
     void shippedKeepEdgesOnFourLayers();
     void cliStdoutAndJson();
     void atomicWriteLeavesNoTemporary();
+    void vllmCheckpointServesTheFp8Checkpoint();
+    void sglangKvScaleFile();
+    void sglangKvScalesFromProbe();
+    void sglangAndVerlDocPaths();
+    void modelOptConfigJsonKvCacheScheme();
+    void modelOptMixedWarnsWhatVllmDoesNotDispatch();
+    void kvOnlyCheckpointIsDense();
 };
 
 void TestExport::initTestCase()
@@ -241,11 +273,13 @@ void TestExport::goldenFiles_data()
         {"fixture:keep-edges-3layer.yaml", "vllm", {"--vllm-form", "checkpoint"}, "checkpoint"},
         // vLLM before the online frontend: quantization fp8 (the fp8 docs' "Online Dynamic Quantization", seen in the
         // 0.5.2 and 0.6.3 docs: --quantization fp8 on a BF16 checkpoint, per-tensor scales).
+        {"fp8-per-tensor.yaml", "vllm", {"--target-version", "0.19"}, "0.19"},
+        // 0.21 has the online frontend (docs.vllm.ai/en/v0.20.0/features/quantization/online/, PR #38138).
         {"fp8-per-tensor.yaml", "vllm", {"--target-version", "0.21"}, "0.21"},
-        // SGLang (docs/backend/quantization.md Online Quantization; SGLANG_FP8_IGNORED_LAYERS).
+        // SGLang (docs/advanced_features/quantization.md Online Quantization; SGLANG_FP8_IGNORED_LAYERS).
         {"bf16.yaml", "sglang", {}, ""},
         {"fp8-per-tensor.yaml", "sglang", {}, ""},
-        // verl (docs/advance/fp8.md; engine_kwargs.vllm / engine_kwargs.sglang).
+        // verl (verl-project/verl docs/low_precision/fp8.md; engine_kwargs.vllm / engine_kwargs.sglang).
         {"bf16.yaml", "verl", {}, ""},
         {"fp8-w8a8-block.yaml", "verl", {}, ""},
         {"fixture:keep-edges-3layer.yaml", "verl", {"--rollout", "sglang"}, "sglang"},
@@ -331,18 +365,30 @@ void TestExport::goldenFactsByHand()
     QCOMPARE(fp8Checkpoint["quantization_config"]["weight_block_size"], json({128, 128}));
     QCOMPARE(fp8Checkpoint["quantization_config"]["ignored_layers"].get<std::vector<std::string>>(),
         keepEdgesIgnored());
-    QCOMPARE(fp8Checkpoint["engine_args"]["quantization"].get<std::string>(), std::string("fp8"));
+    // vLLM reads the method from the checkpoint's config.json; a --quantization naming another method (fp8 against
+    // the compressed-tensors checkpoint llm-compressor writes) is refused at load, so none is written.
+    QVERIFY(!fp8Checkpoint["engine_args"].contains("quantization"));
+    QCOMPARE(fp8Checkpoint["engine_args"]["kv_cache_dtype"].get<std::string>(), std::string("fp8_e4m3"));
 
-    // fp8-per-tensor to vLLM: fp8_per_tensor, only lm_head ignored; before 0.22 plain `fp8` and no ignore list.
+    // fp8-per-tensor to vLLM: fp8_per_tensor, only lm_head ignored; before 0.20 plain `fp8` and no ignore list
+    // (the online frontend is documented from docs.vllm.ai/en/v0.20.0/features/quantization/online/).
     const json perTensor = json::parse(exportText(shippedRecipe("fp8-per-tensor.yaml"), io::ExportTarget::Vllm));
     QCOMPARE(perTensor["engine_args"]["quantization"].get<std::string>(), std::string("fp8_per_tensor"));
     QCOMPARE(perTensor["engine_args"]["quantization_config"]["ignore"], json({"lm_head"}));
     io::ExportOptions legacy;
     legacy.target = io::ExportTarget::Vllm;
-    legacy.targetVersion = "0.21.2";
+    legacy.targetVersion = "0.19.2";
     const json old = json::parse(exportText(shippedRecipe("fp8-per-tensor.yaml"), legacy));
     QCOMPARE(old["engine_args"]["quantization"].get<std::string>(), std::string("fp8"));
     QVERIFY(!old["engine_args"].contains("quantization_config"));
+    for (const char* frontend : {"0.20", "0.21.2"}) {
+        io::ExportOptions release;
+        release.target = io::ExportTarget::Vllm;
+        release.targetVersion = frontend;
+        const json online = json::parse(exportText(shippedRecipe("fp8-per-tensor.yaml"), release));
+        QCOMPARE(online["engine_args"]["quantization"].get<std::string>(), std::string("fp8_per_tensor"));
+        QCOMPARE(online["engine_args"]["quantization_config"]["ignore"], json({"lm_head"}));
+    }
     // A channel recipe is vLLM's fp8_per_channel shorthand (per-channel weights, dynamic per-token activations).
     const std::string channel = writeRecipe("channel.yaml",
         "version: 1\n"
@@ -350,6 +396,10 @@ void TestExport::goldenFactsByHand()
         "activations: {format: fp8_e4m3}\n");
     QCOMPARE(json::parse(exportText(channel, io::ExportTarget::Vllm))["engine_args"]["quantization"],
         json("fp8_per_channel"));
+    io::ExportOptions perChannelRelease;
+    perChannelRelease.target = io::ExportTarget::Vllm;
+    perChannelRelease.targetVersion = io::kVllmPerChannelShorthandRelease;
+    QCOMPARE(json::parse(exportText(channel, perChannelRelease))["engine_args"]["quantization"], json("fp8_per_channel"));
 
     // bf16 to vLLM: nothing quantized, KV cache in the model dtype.
     const json bf16 = json::parse(exportText(shippedRecipe("bf16.yaml"), io::ExportTarget::Vllm));
@@ -621,8 +671,9 @@ void TestExport::optionsOnlyForTheirTarget()
         const std::string message = exportError(shippedRecipe("fp8-w8a8-block.yaml"), malformed);
         QVERIFY2(message.find("expected a vLLM release such as 0.21") != std::string::npos, (message + bad).c_str());
     }
-    // "v0.22.1", "0.22.1rc1"-style patch levels and "current" are releases with the online frontend.
-    for (const char* good : {"current", "v0.22.1", "0.22", "1.0", "0.22.1rc1"}) {
+    // "v0.22.1", "0.22.1rc1"-style patch levels and "current" are releases with the online frontend; it is
+    // documented from 0.20 (docs.vllm.ai/en/v0.20.0/features/quantization/online/).
+    for (const char* good : {"current", "v0.22.1", "0.22", "1.0", "0.22.1rc1", "0.20", "0.21.3"}) {
         io::ExportOptions current;
         current.target = io::ExportTarget::Vllm;
         current.targetVersion = good;
@@ -820,10 +871,10 @@ void TestExport::notExpressible_data()
     row("int4 to verl", "shipped:int4-weights.yaml", "verl", {"int4/group128 weights", "fp8_e4m3 only"});
     row("block to sglang", "shipped:fp8-w8a8-block.yaml", "sglang",
         {"block128 granularity of fp8 weights", "one scale per weight tensor", "--to verl --rollout sglang"});
-    row("block to vllm 0.21", "shipped:fp8-w8a8-block.yaml", "vllm",
-        {"block128 granularity of fp8 weights", "before vLLM 0.22 has per-tensor weight scales only"}, 0, "0.21");
-    row("ignored layers to vllm 0.21", "fixture:keep-edges-3layer.yaml", "vllm",
-        {"bf16 weights on model.layers.0.self_attn.q_proj", "no list of layers to leave unquantized"}, 0, "0.21.5");
+    row("block to vllm 0.19", "shipped:fp8-w8a8-block.yaml", "vllm",
+        {"block128 granularity of fp8 weights", "before vLLM 0.20 has per-tensor weight scales only"}, 0, "0.19");
+    row("ignored layers to vllm 0.19", "fixture:keep-edges-3layer.yaml", "vllm",
+        {"bf16 weights on model.layers.0.self_attn.q_proj", "no list of layers to leave unquantized"}, 0, "0.19.5");
     row("per-tensor to verl", "shipped:fp8-per-tensor.yaml", "verl",
         {"tensor granularity of fp8 weights", "128x128 blocks only"});
     row("per-tensor to modelopt", "shipped:fp8-per-tensor.yaml", "modelopt",
@@ -861,8 +912,13 @@ void TestExport::notExpressible_data()
     }
     row("channel to vllm checkpoint", channel, "vllm", {"channel granularity of fp8 weights", "per-tensor or 128x128-block"},
         0, "checkpoint");
-    row("channel to vllm 0.21", channel, "vllm", {"channel granularity of fp8 weights", "per-tensor weight scales only"},
-        0, "0.21");
+    row("channel to vllm 0.19", channel, "vllm", {"channel granularity of fp8 weights", "per-tensor weight scales only"},
+        0, "0.19");
+    // 0.20-0.22 have the online frontend but not its fp8_per_channel shorthand (vllm-project/vllm PR #44132).
+    for (const char* release : {"0.20", "0.21", "0.22.1"}) {
+        row((std::string("channel to vllm ") + release).c_str(), channel, "vllm",
+            {"channel granularity of fp8 weights", "fp8_per_tensor and fp8_per_block only", "PR #44132"}, 0, release);
+    }
     row("channel to sglang", channel, "sglang", {"channel granularity of fp8 weights"});
     for (const char* target : {"llm-compressor", "compressed-tensors", "modelopt"}) {
         row((std::string("kv exception to ") + target).c_str(), kvException, target,
@@ -1021,6 +1077,394 @@ void TestExport::atomicWriteLeavesNoTemporary()
     }
     QVERIFY(threw);
     QVERIFY(!QFile::exists(QString::fromStdString(missing)));
+}
+
+void TestExport::vllmCheckpointServesTheFp8Checkpoint()
+{
+    // The checkpoint form used to serve the BF16 --model with --quantization fp8, which is vLLM's older online
+    // per-tensor FP8 without the ignore list: not the recipe. vLLM reads a checkpoint's method from its config.json
+    // (vllm/model_executor/layers/quantization/fp8.py Fp8Config for quant_method fp8, compressed_tensors.py
+    // CompressedTensorsConfig for llm-compressor's checkpoints), so the command serves the FP8 checkpoint and names
+    // no --quantization. llm-compressor makes it: oneshot(model, dataset, recipe, ...) and
+    // save_pretrained(SAVE_DIR, save_compressed=True) (vLLM docs/features/quantization/quantized_kvcache.md).
+    const QString dir = temporary_.path() + "/ready/vllm-checkpoint";
+    const CliResult cli = runCli({"export", fixture("keep-edges-3layer.yaml"), "--to", "vllm", "--vllm-form",
+        "checkpoint", "--model", demoModel(), "--out", dir.toStdString()});
+    QVERIFY2(cli.code == 0, cli.err.c_str());
+    QCOMPARE(QDir(dir).entryList(QDir::Files, QDir::Name),
+        QStringList({"README.txt", "config_quantization_config.json", "llm-compressor.yaml", "llm_compressor_oneshot.py",
+            "vllm.json", "vllm_llm.py", "vllm_serve.sh"}));
+    // The directory the oneshot script saves into: the model directory's name and the recipe's.
+    const std::string saveDir = "arith-teacher-keep-edges-3layer";
+    const std::string serve = readFile((dir + "/vllm_serve.sh").toStdString());
+    QVERIFY2(serve.find("CHECKPOINT=${1:-" + saveDir + "}\n") != std::string::npos, serve.c_str());
+    QVERIFY2(serve.find("vllm serve \"$CHECKPOINT\" \\\n    --kv-cache-dtype fp8_e4m3\n") != std::string::npos,
+        serve.c_str());
+    QVERIFY2(serve.find("python3 llm_compressor_oneshot.py") != std::string::npos, serve.c_str());
+    QVERIFY2(serve.find("    --quantization") == std::string::npos, serve.c_str()); // no flag, only the comment
+    QVERIFY2(serve.find("vllm serve " + demoModel()) == std::string::npos, serve.c_str()); // never the BF16 model
+    const std::string oneshot = readFile((dir + "/llm_compressor_oneshot.py").toStdString());
+    QVERIFY(oneshot.find("MODEL_ID = \"" + demoModel() + "\"\n") != std::string::npos);
+    QVERIFY(oneshot.find("SAVE_DIR = MODEL_ID.rstrip(\"/\").split(\"/\")[-1] + \"-keep-edges-3layer\"\n")
+        != std::string::npos);
+    QVERIFY(oneshot.find("load_dataset(") != std::string::npos); // the FP8 KV scales are calibrated
+    QVERIFY(oneshot.find("model.save_pretrained(SAVE_DIR, save_compressed=True)\n") != std::string::npos);
+    QCOMPARE(readFile((dir + "/llm-compressor.yaml").toStdString()),
+        readFile(fixture("golden/keep-edges-3layer.llm-compressor.yaml")));
+    const std::string llm = readFile((dir + "/vllm_llm.py").toStdString());
+    QVERIFY2(llm.find("CHECKPOINT = sys.argv[1] if len(sys.argv) > 1 else \"" + saveDir + "\"\n") != std::string::npos,
+        llm.c_str());
+    QVERIFY2(llm.find("    model=CHECKPOINT,\n") != std::string::npos, llm.c_str());
+    QVERIFY2(llm.find("quantization=") == std::string::npos, llm.c_str());
+
+    // A recipe llm-compressor cannot write (a BF16 KV cache on one layer): the command needs the checkpoint's
+    // directory and still never names the BF16 model.
+    const std::string kvSkip = writeRecipe("checkpoint-kv-skip.yaml",
+        "version: 1\n"
+        "weights: {format: fp8_e4m3, granularity: block128}\n"
+        "activations: {format: fp8_e4m3}\n"
+        "kv_cache: {format: fp8_e4m3, scales: per_tensor}\n"
+        "rules:\n"
+        "  - match: \"model.layers.1.self_attn\"\n"
+        "    kv_cache: {format: bf16}\n");
+    io::ExportOptions checkpoint;
+    checkpoint.target = io::ExportTarget::Vllm;
+    checkpoint.vllmForm = io::VllmForm::Checkpoint;
+    checkpoint.modelPath = demoModel();
+    const io::ExportResult skip = exportResult(kvSkip, checkpoint);
+    QVERIFY(bundleFile(skip, "llm_compressor_oneshot.py") == nullptr);
+    const std::string needsArgument = bundleFile(skip, "vllm_serve.sh")->text;
+    QVERIFY2(needsArgument.find("CHECKPOINT=${1:?usage: vllm_serve.sh FP8_CHECKPOINT_DIR}\n") != std::string::npos,
+        needsArgument.c_str());
+    QVERIFY2(needsArgument.find("llm-compressor cannot write this recipe (") != std::string::npos
+            && needsArgument.find("a bf16 KV cache on layer 1 while layer 0 is fp8_e4m3 cannot be exported --to "
+                                  "compressed-tensors")
+                != std::string::npos,
+        needsArgument.c_str());
+    QVERIFY2(needsArgument.find("--kv-cache-dtype-skip-layers 1\n") != std::string::npos, needsArgument.c_str());
+    QVERIFY(needsArgument.find("vllm serve " + demoModel()) == std::string::npos);
+    // A recipe that quantizes nothing: the BF16 model as it is, without --quantization.
+    const io::ExportResult bf16 = exportResult(shippedRecipe("bf16.yaml"), checkpoint);
+    QCOMPARE(bundleFile(bf16, "vllm_serve.sh")->text,
+        "#!/bin/sh\nvllm serve " + demoModel() + " \\\n    --kv-cache-dtype auto\n");
+}
+
+void TestExport::sglangKvScaleFile()
+{
+    // SGLang takes calibrated KV scales as a JSON file: docs/advanced_features/quantized_kv_cache.md "Scaling
+    // Factors" (sgl-project/sglang 03cd2ec4af85b66be8ef025238bc73c165416bdb): {"kv_cache": {"dtype":
+    // "float8_e4m3fn", "scaling_factor": {TP rank: {layer: scale}}}}. Its loader,
+    // python/sglang/srt/model_loader/weight_utils.py kv_cache_scales_loader (00b08c497f0735678e084ae5e3dd88ca06b46627),
+    // validates QuantParamSchema: model_type (Optional[str] without a default: required, and equal to the model's
+    // config model_type), kv_cache.dtype == "float8_e4m3fn", scaling_factor Dict[int, Dict[int, float]] with exactly
+    // tp_size ranks and exactly num_hidden_layers layers per rank; a file that fails is logged and 1.0 is used.
+    // python/sglang/srt/models/qwen2.py (0005b7e1e2523e7ed40a5f6a43a62e2306e95c55) load_kv_cache_scales sets
+    // k_scale = v_scale = the layer's factor; python/sglang/srt/model_executor/model_runner.py
+    // (0005834cdb2a5b7472789ccbf0d3361b5cf853b8) loads the file only with kv_cache_dtype "fp8_e4m3".
+    using nlohmann::json;
+    const quant::Recipe recipe = quant::loadRecipe(shippedRecipe("fp8-per-tensor.yaml"));
+    const model::ModelConfig config = model::loadConfig(demoModel() + "/config.json");
+    const quant::RecipePlan plan = quant::resolveRecipe(recipe, config);
+    // The recipe's calibrated scales as the engine measures them (per tensor, K and V of every layer).
+    engine::KvScaleTable table;
+    const std::vector<std::pair<float, float>> measured = {{0.5f, 0.25f}, {0.125f, 0.125f}, {0.0625f, 2.0f}};
+    for (const auto& [key, value] : measured) {
+        table.keys.push_back(at::full({1}, key, at::kFloat));
+        table.values.push_back(at::full({1}, value, at::kFloat));
+    }
+    const io::CalibratedKvScales scales = io::calibratedKvScales(config, table.keys, table.values);
+    const std::string modelType = json::parse(readFile(demoModel() + "/config.json"))["model_type"].get<std::string>();
+    QCOMPARE(scales.modelType, modelType);
+    io::ExportOptions options;
+    options.target = io::ExportTarget::Sglang;
+    options.modelPath = demoModel();
+    options.kvScales = scales;
+    const io::ExportResult result = io::exportBundle(recipe, plan, options);
+    const io::ExportFile* file = bundleFile(result, "sglang_kv_scales.json");
+    QVERIFY(file != nullptr);
+    const json scaleFile = json::parse(file->text);
+    QCOMPARE(scaleFile.size(), size_t(2)); // model_type and kv_cache, nothing the schema does not read
+    QCOMPARE(scaleFile["model_type"].get<std::string>(), modelType);
+    QCOMPARE(scaleFile["kv_cache"].size(), size_t(2));
+    QCOMPARE(scaleFile["kv_cache"]["dtype"].get<std::string>(), std::string("float8_e4m3fn"));
+    const json& ranks = scaleFile["kv_cache"]["scaling_factor"];
+    QCOMPARE(ranks.size(), size_t(1)); // tp_size 1
+    const json& layers = ranks["0"];
+    QCOMPARE(static_cast<std::int64_t>(layers.size()), config.numLayers); // exactly num_hidden_layers
+    for (std::int64_t layer = 0; layer < config.numLayers; ++layer) {
+        const json& factor = layers[std::to_string(layer)]; // int keys as JSON strings, read by pydantic as int
+        QVERIFY(factor.is_number_float());
+        // One scale for K and V: the larger of the two, so that neither saturates.
+        const auto& [key, value] = measured[static_cast<size_t>(layer)];
+        QCOMPARE(factor.get<double>(), static_cast<double>(std::max(key, value)));
+    }
+    QVERIFY(warns(result.warnings, "on 2 of 3 layers the other tensor is rounded on a coarser grid"));
+    QVERIFY(!warns(result.warnings, "uses 1.0 where it has none"));
+    // sglang.json and the launch command pass the file, found beside the script.
+    const json server = json::parse(result.text)["server_args"];
+    QCOMPARE(server["kv_cache_dtype"].get<std::string>(), std::string("fp8_e4m3"));
+    QCOMPARE(server["quantization_param_path"].get<std::string>(), std::string("sglang_kv_scales.json"));
+    const std::string launch = bundleFile(result, "sglang_launch.sh")->text;
+    QVERIFY2(launch.find(" \\\n    --quantization-param-path \"$(dirname \"$0\")/sglang_kv_scales.json\"")
+            != std::string::npos,
+        launch.c_str());
+    // Tensor parallelism: one identical entry per rank (a per-tensor scale holds for every rank's heads).
+    options.tensorParallelSize = 2;
+    const json twoRanks = json::parse(bundleFile(io::exportBundle(recipe, plan, options), "sglang_kv_scales.json")->text);
+    QCOMPARE(twoRanks["kv_cache"]["scaling_factor"].size(), size_t(2));
+    QCOMPARE(twoRanks["kv_cache"]["scaling_factor"]["1"], twoRanks["kv_cache"]["scaling_factor"]["0"]);
+    // ... and SGLang launched with as many ranks (another --tp-size would not match the file's entries).
+    const std::string twoRankLaunch = bundleFile(io::exportBundle(recipe, plan, options), "sglang_launch.sh")->text;
+    QVERIFY2(twoRankLaunch.find(" \\\n    --tp-size 2\n") != std::string::npos, twoRankLaunch.c_str());
+    QVERIFY(launch.find("--tp-size") == std::string::npos); // one rank: SGLang's default
+    options.tensorParallelSize = 1;
+    // Without scales: no file, and the warning says that SGLang then uses 1.0.
+    io::ExportOptions none = options;
+    none.kvScales.reset();
+    const io::ExportResult plain = io::exportBundle(recipe, plan, none);
+    QVERIFY(bundleFile(plain, "sglang_kv_scales.json") == nullptr);
+    QVERIFY(warns(plain.warnings, "--quantization-param-path, and uses 1.0 where it has none"));
+    // A file SGLang would reject (and silently replace by 1.0) is refused here.
+    auto refused = [&](io::CalibratedKvScales bad, const std::string& part) {
+        io::ExportOptions withBad = options;
+        withBad.kvScales = std::move(bad);
+        try {
+            io::exportBundle(recipe, plan, withBad);
+        } catch (const InputError& error) {
+            return std::string(error.what()).find(part) != std::string::npos;
+        }
+        return false;
+    };
+    io::CalibratedKvScales short_ = scales;
+    short_.perLayer.pop_back();
+    QVERIFY(refused(short_, "has 2 layers, the model 3"));
+    io::CalibratedKvScales zero = scales;
+    zero.perLayer[1] = std::make_pair(0.0, 0.5);
+    QVERIFY(refused(zero, "layer 1: a scale must be finite and above 0"));
+    io::CalibratedKvScales untyped = scales;
+    untyped.modelType.clear();
+    QVERIFY(refused(untyped, "model_type"));
+    // Per-head scales are not SGLang's (one per tensor).
+    engine::KvScaleTable perHead = table;
+    perHead.keys[0] = at::full({2}, 0.5f, at::kFloat);
+    perHead.values[0] = at::full({2}, 0.5f, at::kFloat);
+    bool threw = false;
+    try {
+        io::calibratedKvScales(config, perHead.keys, perHead.values);
+    } catch (const InputError& error) {
+        threw = std::string(error.what()).find("per-head scales") != std::string::npos;
+    }
+    QVERIFY(threw);
+    // Only SGLang takes scales outside a checkpoint.
+    io::ExportOptions vllm;
+    vllm.target = io::ExportTarget::Vllm;
+    vllm.kvScales = scales;
+    QVERIFY(exportError(shippedRecipe("fp8-per-tensor.yaml"), vllm).find("applies to --to sglang only")
+        != std::string::npos);
+}
+
+void TestExport::sglangKvScalesFromProbe()
+{
+    // `mismatch export --to sglang --kv-probe PROMPTS` calibrates the recipe's per-tensor FP8 KV scales on the probe
+    // prompts and writes SGLang's --quantization-param-path file. Its structure is the one sglangKvScaleFile above
+    // checks against SGLang (docs/advanced_features/quantized_kv_cache.md "Scaling Factors", sgl-project/sglang
+    // 03cd2ec4af85b66be8ef025238bc73c165416bdb; python/sglang/srt/model_loader/weight_utils.py kv_cache_scales_loader,
+    // 00b08c497f0735678e084ae5e3dd88ca06b46627, QuantParamSchema): model_type equal to the model's, kv_cache.dtype
+    // "float8_e4m3fn", kv_cache.scaling_factor with exactly tp_size ranks, each mapping exactly num_hidden_layers
+    // layer indices to a float.
+    using nlohmann::json;
+    const std::string student = (kSourceDir + "/resources/models/arith-student").toStdString();
+    const std::string probe = (kSourceDir + "/resources/prompts/arith-probe.jsonl").toStdString();
+    const std::string recipePath = shippedRecipe("fp8-per-tensor.yaml"); // kv_cache fp8_e4m3, scales per_tensor
+    const std::string count = "6";
+    const std::string out = (temporary_.path() + "/kv-probe").toStdString();
+    const CliResult cli = runCli({"export", recipePath, "--to", "sglang", "--model", student, "--kv-probe", probe,
+        "--kv-probe-count", count, "--out", out});
+    QVERIFY2(cli.code == 0, cli.err.c_str());
+    QVERIFY2(cli.out.find("sglang_kv_scales.json") != std::string::npos, cli.out.c_str());
+    QVERIFY(QFileInfo::exists(QString::fromStdString(out + "/sglang_kv_scales.json")));
+    const json file = json::parse(readFile(out + "/sglang_kv_scales.json"));
+    const json modelConfig = json::parse(readFile(student + "/config.json"));
+    QCOMPARE(file.size(), size_t(2));
+    QCOMPARE(file["model_type"].get<std::string>(), modelConfig["model_type"].get<std::string>());
+    QCOMPARE(file["kv_cache"].size(), size_t(2));
+    QCOMPARE(file["kv_cache"]["dtype"].get<std::string>(), std::string("float8_e4m3fn"));
+    const json& ranks = file["kv_cache"]["scaling_factor"];
+    QCOMPARE(ranks.size(), size_t(1)); // --tensor-parallel defaults to 1
+    const auto layers = modelConfig["num_hidden_layers"].get<std::int64_t>();
+    QCOMPARE(static_cast<std::int64_t>(ranks["0"].size()), layers);
+
+    // The same scales computed here through the engine API the export goes through: the student's weights as
+    // stored, the probe's first `count` prompts tokenized as every analysis does, the engine running the recipe,
+    // its KV scales calibrated on those prompts in order.
+    const analysis::ModelDirectory model = analysis::loadModelDirectory(student);
+    const analysis::PromptRequests requests = analysis::promptRequests(probe, *model.tokenizer, std::stoll(count));
+    QCOMPARE(requests.requests.size(), size_t(6));
+    const quant::Recipe recipe = quant::loadRecipe(recipePath);
+    engine::EngineModel engineModel(model.config, model.weights, quant::resolveRecipe(recipe, model.config));
+    engineModel.calibrateKvScales(requests.prompts());
+    const engine::KvScaleTable& table = engineModel.kvQuantizer().scales();
+    QCOMPARE(static_cast<std::int64_t>(table.keys.size()), layers);
+    for (std::int64_t layer = 0; layer < layers; ++layer) {
+        const json& factor = ranks["0"][std::to_string(layer)];
+        QVERIFY(factor.is_number_float());
+        const auto index = static_cast<size_t>(layer);
+        QCOMPARE(table.keys[index].numel(), std::int64_t(1)); // per tensor
+        // SGLang applies one scale to K and V: the larger of the two (sglangKvScaleFile). Exactly: same computation.
+        const double expected = std::max(table.keys[index].to(at::kDouble).item<double>(),
+            table.values[index].to(at::kDouble).item<double>());
+        QVERIFY(expected > 0.0);
+        // == rather than QCOMPARE, whose comparison of doubles is fuzzy.
+        QVERIFY2(factor.get<double>() == expected,
+            (std::to_string(factor.get<double>()) + " != " + std::to_string(expected)).c_str());
+    }
+    // sglang.json and the launch command use the file.
+    QCOMPARE(json::parse(readFile(out + "/sglang.json"))["server_args"]["quantization_param_path"].get<std::string>(),
+        std::string("sglang_kv_scales.json"));
+    QVERIFY(readFile(out + "/sglang_launch.sh").find("--quantization-param-path") != std::string::npos);
+    QVERIFY(!warns({cli.err}, "uses 1.0 where it has none"));
+
+    // --tensor-parallel 2: one identical entry per rank (--json carries the files).
+    const CliResult twoRanks = runCli({"--json", "export", recipePath, "--to", "sglang", "--model", student,
+        "--kv-probe", probe, "--kv-probe-count", count, "--tensor-parallel", "2"});
+    QVERIFY2(twoRanks.code == 0, twoRanks.err.c_str());
+    const json twoRankOutput = json::parse(twoRanks.out);
+    json twoRankFile;
+    for (const json& entry : twoRankOutput["files"]) {
+        if (entry["name"] == "sglang_kv_scales.json") {
+            twoRankFile = json::parse(entry["text"].get<std::string>());
+        }
+    }
+    QCOMPARE(twoRankFile["kv_cache"]["scaling_factor"].size(), size_t(2));
+    QCOMPARE(twoRankFile["kv_cache"]["scaling_factor"]["0"], ranks["0"]);
+    QCOMPARE(twoRankFile["kv_cache"]["scaling_factor"]["1"], ranks["0"]);
+
+    // Refused, naming the option: another target, a recipe without an FP8 KV cache, per-head scales, the count or
+    // TP size without a probe, a probe whose file would go nowhere.
+    const auto refusal = [&](std::vector<std::string> arguments, const std::string& part) {
+        const CliResult result = runCli(arguments);
+        return result.code != 0 && result.err.find(part) != std::string::npos ? std::string() : result.err;
+    };
+    const std::string dir = (temporary_.path() + "/kv-probe-refused").toStdString();
+    QCOMPARE(refusal({"export", recipePath, "--to", "vllm", "--model", student, "--kv-probe", probe},
+                 "--kv-probe: applies to --to sglang only"),
+        std::string());
+    QCOMPARE(refusal({"export", shippedRecipe("bf16.yaml"), "--to", "sglang", "--model", student, "--kv-probe", probe,
+                     "--out", dir},
+                 "--kv-probe calibrates FP8 KV-cache scales, but the recipe's KV cache is not FP8 on any layer"),
+        std::string());
+    QCOMPARE(refusal({"export", shippedRecipe("fp8-kv.yaml"), "--to", "sglang", "--model", student, "--kv-probe",
+                     probe, "--out", dir},
+                 "per-head scales"),
+        std::string());
+    QCOMPARE(refusal({"export", recipePath, "--to", "sglang", "--model", student, "--tensor-parallel", "2"},
+                 "--tensor-parallel: needs --kv-probe"),
+        std::string());
+    QCOMPARE(refusal({"export", recipePath, "--to", "modelopt", "--model", student, "--kv-probe-count", "4"},
+                 "--kv-probe-count: applies to --to sglang only"),
+        std::string());
+    QCOMPARE(refusal({"export", recipePath, "--to", "sglang", "--model", student, "--kv-probe", probe},
+                 "--kv-probe: writes sglang_kv_scales.json beside"),
+        std::string());
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(dir)));
+}
+
+void TestExport::sglangAndVerlDocPaths()
+{
+    // sgl-project/sglang moved the quantization page to docs/advanced_features/quantization.md
+    // (0f4513c2f46be5ae1e0d9bf0a8f7b5471a8b3d16; docs/backend/quantization.md is an older path) and the verl
+    // repository is verl-project/verl, whose FP8 page is docs/low_precision/fp8.md
+    // (1dda039b9c6311889a9c9a26040677e1254814f9; docs/advance/fp8.md is gone).
+    const std::string sglang = exportText(shippedRecipe("fp8-per-tensor.yaml"), io::ExportTarget::Sglang);
+    QVERIFY2(sglang.find("(docs/advanced_features/quantization.md, Online Quantization)") != std::string::npos,
+        sglang.c_str());
+    QVERIFY(sglang.find("docs/backend/") == std::string::npos);
+    const std::string verl = exportText(shippedRecipe("fp8-w8a8-block.yaml"), io::ExportTarget::Verl);
+    QVERIFY2(verl.find("# FP8 rollout: verl-project/verl docs/low_precision/fp8.md") != std::string::npos, verl.c_str());
+    const std::string page = readFile((kSourceDir + "/docs/exporting-and-importing.md").toStdString());
+    QVERIFY(page.find("docs/low_precision/fp8.md") != std::string::npos);
+    QVERIFY(page.find("docs/advance/fp8.md") == std::string::npos);
+    QVERIFY(page.find("docs/backend/quantization.md") == std::string::npos);
+}
+
+void TestExport::modelOptConfigJsonKvCacheScheme()
+{
+    // NVIDIA/Model-Optimizer modelopt/torch/export/convert_hf_config.py convert_hf_quant_config_format
+    // (a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73) writes config.json's quantization_config with
+    // kv_cache_scheme = {"dynamic": false, "num_bits": 8, "type": "float"} for an FP8 KV cache, and no
+    // kv_cache_quant_algo. vLLM's vllm/model_executor/layers/quantization/modelopt.py
+    // (00155cdecca722d98e34234c3d172725b7720b7d) ModelOptQuantConfigBase.from_config reads that form's KV cache from
+    // kv_cache_scheme only (type float, num_bits 8 -> FP8); a kv_cache_quant_algo there would be dropped.
+    using nlohmann::json;
+    io::ExportOptions options;
+    options.target = io::ExportTarget::ModelOpt;
+    const io::ExportResult fp8Kv = exportResult(fixture("keep-edges-3layer.yaml"), options);
+    const json fragment = json::parse(bundleFile(fp8Kv, "config_quantization_config.json")->text)["quantization_config"];
+    QCOMPARE(fragment["kv_cache_scheme"], json({{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}));
+    QVERIFY(!fragment.contains("kv_cache_quant_algo"));
+    QCOMPARE(fragment["quant_method"].get<std::string>(), std::string("modelopt"));
+    // hf_quant_config.json keeps its own key, which vLLM reads there.
+    QCOMPARE(json::parse(fp8Kv.text)["quantization"]["kv_cache_quant_algo"].get<std::string>(), std::string("FP8"));
+    // The fragment reads back with its FP8 KV cache.
+    const io::ImportedRecipe back = io::importRecipeText(bundleFile(fp8Kv, "config_quantization_config.json")->text,
+        "config.json");
+    QVERIFY(back.recipe.kvCache && back.recipe.kvCache->format == quant::KvFormat::Fp8E4m3);
+    // No FP8 KV cache: no kv_cache_scheme.
+    const io::ExportResult noKv = exportResult(shippedRecipe("int4-weights.yaml"), options);
+    const json plain = json::parse(bundleFile(noKv, "config_quantization_config.json")->text)["quantization_config"];
+    QVERIFY(!plain.contains("kv_cache_scheme"));
+    QVERIFY(!plain.contains("kv_cache_quant_algo"));
+}
+
+void TestExport::modelOptMixedWarnsWhatVllmDoesNotDispatch()
+{
+    // vllm/model_executor/layers/quantization/modelopt.py (00155cdecca722d98e34234c3d172725b7720b7d)
+    // ModelOptMixedPrecisionConfig.get_quant_method builds FP8, NVFP4 and W4A16_NVFP4 linear layers from
+    // quantized_layers; any other quant_algo returns UnquantizedLinearMethod. Every per-layer algorithm the export
+    // writes that it does not dispatch (FP8_PB_WO, FP8_PER_CHANNEL_PER_TOKEN, W4A16_AWQ) is warned.
+    io::ExportOptions options;
+    options.target = io::ExportTarget::ModelOpt;
+    const io::ExportResult mixed = exportResult(fixture("mixed-3layer.yaml"), options);
+    QVERIFY(warns(mixed.warnings, "MIXED_PRECISION: vLLM's mixed-precision ModelOpt loader builds FP8, NVFP4 and "
+                                  "W4A16_NVFP4 layers"));
+    QVERIFY(warns(mixed.warnings, "FP8_PB_WO on model.layers.0.self_attn.q_proj and the 13 other modules"));
+    QVERIFY(warns(mixed.warnings, "W4A16_AWQ on model.layers.2.self_attn.q_proj and the 6 other modules"));
+    const std::string channelAndBlock = writeRecipe("channel-and-block.yaml",
+        "version: 1\n"
+        "weights: {format: fp8_e4m3, granularity: channel}\n"
+        "activations: {format: fp8_e4m3}\n"
+        "rules:\n"
+        "  - match: \"model.layers.2.*\"\n"
+        "    weights: {format: fp8_e4m3, granularity: block128}\n");
+    const io::ExportResult pcpt = exportResult(channelAndBlock, options);
+    QCOMPARE(nlohmann::json::parse(pcpt.text)["quantization"]["quant_algo"].get<std::string>(),
+        std::string("MIXED_PRECISION"));
+    QVERIFY(warns(pcpt.warnings,
+        "FP8_PER_CHANNEL_PER_TOKEN on model.layers.0.self_attn.q_proj and the 13 other modules sharing its scheme do "
+        "not run quantized in vLLM"));
+    // One scheme is not MIXED_PRECISION: ModelOptFp8Config dispatches FP8_PB_WO itself.
+    const io::ExportResult single = exportResult(fixture("keep-edges-3layer.yaml"), options);
+    QVERIFY(!warns(single.warnings, "MIXED_PRECISION"));
+}
+
+void TestExport::kvOnlyCheckpointIsDense()
+{
+    // The format of a KV-cache-only checkpoint. llm-compressor saves through compressed-tensors'
+    // ModelCompressor.from_pretrained_model, which sets format = infer_model_format(model)
+    // (vllm-project/compressed-tensors src/compressed_tensors/compressors/format.py,
+    // ac8e2ba82f4e0d5eaa40069f8fc642738f124cd4): the attention modules carry the KV scheme as input_activations
+    // with no weights (quantization/lifecycle/apply.py _apply_kv_cache_scheme), every compressor but dense needs
+    // weights (its can_compress), dense modules are left out and an empty set flattens to "dense". vLLM reads
+    // `format` only for the schemes of config_groups (compressed_tensors.py _quantization_scheme_map_from_config),
+    // which a KV-only checkpoint has none of, so "dense" is what the checkpoint carries and what vLLM loads.
+    const nlohmann::json kv
+        = nlohmann::json::parse(exportText(shippedRecipe("fp8-kv.yaml"), io::ExportTarget::CompressedTensors));
+    QCOMPARE(kv["quantization_config"]["format"].get<std::string>(), std::string("dense"));
+    QVERIFY(kv["quantization_config"]["config_groups"].empty());
+    // A checkpoint with quantized weights keeps its weight format.
+    const nlohmann::json block
+        = nlohmann::json::parse(exportText(shippedRecipe("fp8-w8a8-block.yaml"), io::ExportTarget::CompressedTensors));
+    QCOMPARE(block["quantization_config"]["format"].get<std::string>(), std::string("float-quantized"));
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestExport)

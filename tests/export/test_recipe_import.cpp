@@ -7,11 +7,16 @@
 //   compressed-tensors config.json: compressed_tensors/config/base.py CompressionFormat; QuantizationArgs
 //     (num_bits, type, symmetric, strategy, block_structure, group_size, dynamic); llm-compressor writes
 //     quantization_config with config_groups, ignore, kv_cache_scheme, format, quantization_status, version.
-//   ModelOpt: vllm/model_executor/layers/quantization/modelopt.py (hf_quant_config.json {producer, quantization:
-//     {quant_algo, kv_cache_quant_algo, exclude_modules, quantized_layers}}; config.json's flat form with ignore).
+//   ModelOpt: vllm/model_executor/layers/quantization/modelopt.py (00155cdecca722d98e34234c3d172725b7720b7d:
+//     hf_quant_config.json {producer, quantization: {quant_algo, kv_cache_quant_algo, exclude_modules,
+//     quantized_layers}}; config.json's flat form with ignore and kv_cache_scheme; quant_algo upper-cased before
+//     matching). NVIDIA/Model-Optimizer (a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73) writes a per-layer FP8_PB_WO as
+//     "fp8_pb_wo" (modelopt/torch/export/model_config.py QUANTIZATION_FP8_PB_WO, quant_utils.py
+//     process_layer_quant_config) and config.json's FP8 KV cache as kv_cache_scheme (convert_hf_config.py).
 //   vLLM engine arguments: docs/features/quantization/online.md, quantized_kvcache.md (kv_cache_dtype,
 //     kv_cache_dtype_skip_layers with indices or sliding_window).
-//   verl: docs/advance/fp8.md (actor_rollout_ref.rollout.quantization), engine_kwargs.vllm pass-through.
+//   verl: verl-project/verl docs/low_precision/fp8.md (actor_rollout_ref.rollout.quantization), engine_kwargs.vllm
+//     pass-through.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/common/error.h"
@@ -96,6 +101,7 @@ private slots:
     void notExpressible();
     void hostileInputs();
     void cli();
+    void modelOptAsModelOptWritesIt();
 };
 
 void TestRecipeImport::roundTrip_data()
@@ -120,6 +126,7 @@ void TestRecipeImport::roundTrip_data()
         {fixture + "keep-edges-3layer.yaml", "vllm", "checkpoint"},
         {shipped + "fp8-w8a8-block.yaml", "vllm", "checkpoint"},
         {shipped + "fp8-per-tensor.yaml", "vllm", "0.21"},
+        {shipped + "fp8-per-tensor.yaml", "vllm", "0.19"},
         {shipped + "bf16.yaml", "verl", ""},
         {shipped + "fp8-w8a8-block.yaml", "verl", ""},
         {shipped + "fp8-kv.yaml", "compressed-tensors", ""},
@@ -301,8 +308,8 @@ void TestRecipeImport::notExpressible_data()
             "model.layers.1.mlp.up_proj": {"quant_algo": "W4A16_NVFP4", "group_size": 16}}}})"
         << "quantization.quantized_layers.model.layers.1.mlp.up_proj.quant_algo" << "'W4A16_NVFP4' has no recipe form";
     QTest::newRow("modelopt fp8 kv alternative")
-        << R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN", "kv_cache_quant_algo": "NVFP4"})"
-        << "kv_cache_quant_algo" << "the recipe's KV cache is bf16 or FP8";
+        << R"({"quantization": {"quant_algo": "FP8_PER_CHANNEL_PER_TOKEN", "kv_cache_quant_algo": "NVFP4"}})"
+        << "quantization.kv_cache_quant_algo" << "the recipe's KV cache is bf16 or FP8";
     QTest::newRow("vllm sliding_window")
         << R"({"engine_args": {"kv_cache_dtype": "fp8", "kv_cache_dtype_skip_layers": ["0", "sliding_window"]}})"
         << "engine_args.kv_cache_dtype_skip_layers[1]" << "sliding_window depend on the model";
@@ -429,6 +436,61 @@ void TestRecipeImport::cli()
     const test::CliResult regex = test::runCli({"recipe", "import", other});
     QVERIFY(regex.code != 0);
     QVERIFY2(regex.err.find(other + ":quantization_config.ignore[0]:") != std::string::npos, regex.err.c_str());
+}
+
+void TestRecipeImport::modelOptAsModelOptWritesIt()
+{
+    // ModelOpt writes a per-layer FP8_PB_WO in lower case ("fp8_pb_wo": modelopt/torch/export/model_config.py
+    // QUANTIZATION_FP8_PB_WO, passed through by quant_utils.py process_layer_quant_config, NVIDIA/Model-Optimizer
+    // a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73); vLLM upper-cases quant_algo before matching it
+    // (vllm/model_executor/layers/quantization/modelopt.py 00155cdecca722d98e34234c3d172725b7720b7d, from_config and
+    // _resolve_quant_algo), so the import does too.
+    const io::ImportedRecipe mixed = io::importRecipeText(
+        R"({"producer": {"name": "modelopt", "version": "0.39.0"}, "quantization": {"quant_algo": "MIXED_PRECISION",
+            "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"], "quantized_layers": {
+            "model.layers.0.self_attn.q_proj": {"quant_algo": "fp8_pb_wo"},
+            "model.layers.0.self_attn.k_proj": {"quant_algo": "fp8_pb_wo"},
+            "model.layers.0.self_attn.v_proj": {"quant_algo": "fp8_pb_wo"}}}})",
+        "hf_quant_config.json");
+    QCOMPARE(mixed.source, std::string("modelopt"));
+    const quant::RecipePlan mixedPlan = quant::resolveRecipe(mixed.recipe, demoConfig());
+    QVERIFY(mixedPlan.modules.at("model.layers.0.self_attn.k_proj").weights.granularity == quant::Granularity::Block128);
+    QVERIFY(mixedPlan.kvPerLayer[0].format == quant::KvFormat::Fp8E4m3);
+    const io::ImportedRecipe single = io::importRecipeText(
+        R"({"quantization": {"quant_algo": "fp8_pb_wo", "kv_cache_quant_algo": "fp8", "exclude_modules": ["lm_head"]}})",
+        "hf_quant_config.json");
+    QVERIFY(single.recipe.weights->granularity == quant::Granularity::Block128);
+    QVERIFY(single.recipe.kvCache->format == quant::KvFormat::Fp8E4m3);
+
+    // config.json's form, as ModelOpt's convert_hf_quant_config_format writes it (convert_hf_config.py): the FP8 KV
+    // cache is kv_cache_scheme {"dynamic": false, "num_bits": 8, "type": "float"}, which vLLM reads there
+    // (ModelOptQuantConfigBase.from_config: type float and num_bits 8 -> FP8). It used to be read as BF16.
+    const io::ImportedRecipe config = io::importRecipeText(
+        R"({"quantization_config": {"config_groups": {}, "ignore": ["lm_head"], "quant_algo": "FP8_PB_WO",
+            "kv_cache_scheme": {"dynamic": false, "num_bits": 8, "type": "float"},
+            "producer": {"name": "modelopt", "version": "0.39.0"}, "quant_method": "modelopt"}})",
+        "config.json");
+    QCOMPARE(config.source, std::string("modelopt"));
+    QVERIFY(config.recipe.kvCache && config.recipe.kvCache->format == quant::KvFormat::Fp8E4m3);
+    QVERIFY(config.recipe.kvCache->scales == quant::KvScales::PerTensor);
+    bool noted = false;
+    for (const std::string& note : config.notes) {
+        noted = noted || note.find("quantization_config.kv_cache_scheme: read as vLLM reads") != std::string::npos;
+    }
+    QVERIFY(noted);
+    // kv_cache_quant_algo is hf_quant_config.json's key: vLLM does not read it from config.json, so the KV cache
+    // there is BF16, and the import says so.
+    const io::ImportedRecipe legacy = io::importRecipeText(
+        R"({"quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8_PB_WO", "kv_cache_quant_algo": "FP8",
+            "ignore": ["lm_head"]}})",
+        "config.json");
+    QVERIFY(!legacy.recipe.kvCache || legacy.recipe.kvCache->format == quant::KvFormat::Bf16);
+    noted = false;
+    for (const std::string& note : legacy.notes) {
+        noted = noted || note.find("kv_cache_quant_algo: vLLM reads the KV cache of ModelOpt's config.json from "
+                                   "kv_cache_scheme") != std::string::npos;
+    }
+    QVERIFY(noted);
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestRecipeImport)

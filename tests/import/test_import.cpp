@@ -14,7 +14,9 @@
 //     the dataset's data_source, "openai/gsm8k" in examples/data_preprocess/gsm8k.py.
 //   Tinker: thinking-machines-lab/tinker-cookbook tinker_cookbook/utils/ml_log.py JsonLogger writes metrics.jsonl
 //     lines {"step": N, ...} and the run's Config to config.json beside it; rl/train.py Config has num_substeps
-//     and async_config {max_steps_off_policy, groups_per_batch, pipeline_depth}, and the asynchronous trainer's
+//     and async_config {max_steps_off_policy, groups_per_batch} (AsyncConfig in released tinker-cookbook, v0.5.5 =
+//     9dfcc3a2cf44432d621a01005073dc6d76a1e87a; pipeline_depth exists only on the unmerged branch
+//     async-rl-blocking-staleness, 0d7fee56c02c97e2d82c1ec44558033054830427), and the asynchronous trainer's
 //     evaluation loop logs its metrics on a line of their own with the step of the sampler it evaluated, which
 //     is the step of the next training line (fixtures/tinker_async); distillation/train_on_policy.py
 //     incorporate_kl_penalty computes teacher_kl from the datum's sampler log-probabilities. Their mismatch values were computed from
@@ -259,6 +261,7 @@ private slots:
     void tinkerAsyncEvaluationLinesMerge();
     void tinkerConfigProblemsAreReported_data();
     void tinkerConfigProblemsAreReported();
+    void tinkerPipelineDepthOnlyWhenPresent();
     void unusableValuesAreReported();
     void readmeMappingTableMatchesCode();
     void csvReadsMappedColumns();
@@ -478,12 +481,12 @@ void TestImport::tinkerAsyncEvaluationLinesMerge()
     QVERIFY(config.asyncRecorded);
     QCOMPARE(config.maxStepsOffPolicy, std::optional<std::int64_t>(2));
     QCOMPARE(config.groupsPerBatch, std::optional<std::int64_t>(32));
-    QVERIFY(!config.pipelineDepth);
+    QVERIFY(!config.pipelineDepth); // not in released tinker-cookbook's AsyncConfig
     QVERIFY(config.includesPolicyDrift());
     const auto record = nlohmann::json::parse(config.json());
     QCOMPARE(record.at("num_substeps").get<int>(), 2);
     QCOMPARE(record.at("async_config").at("max_steps_off_policy").get<int>(), 2);
-    QVERIFY(record.at("async_config").at("pipeline_depth").is_null());
+    QVERIFY(!record.at("async_config").contains("pipeline_depth")); // recorded only when a config.json has it
     QVERIFY(record.at("kl_sample_train_includes_policy_drift").get<bool>());
     const auto estimators = nlohmann::json::parse(log.estimatorJson());
     QVERIFY2(contains(estimators.at("k1").at("estimator").get<std::string>(),
@@ -513,8 +516,8 @@ void TestImport::tinkerAsyncEvaluationLinesMerge()
     QVERIFY(stored.at("tinker_config").at("kl_sample_train_includes_policy_drift").get<bool>());
     const auto human = runCli({"--workspace", workspace, "import", "tinker", file});
     QVERIFY2(human.code == 0, human.err.c_str());
-    QVERIFY2(contains(human.out, "num_substeps 2, async_config {\"groups_per_batch\":32,\"max_steps_off_policy\":2,"
-                                 "\"pipeline_depth\":null} (kl_sample_train_* includes policy drift)"),
+    QVERIFY2(contains(human.out, "num_substeps 2, async_config {\"groups_per_batch\":32,\"max_steps_off_policy\":2} "
+                                 "(kl_sample_train_* includes policy drift)"),
         human.out.c_str());
 }
 
@@ -528,6 +531,12 @@ void TestImport::tinkerConfigProblemsAreReported_data()
     QTest::newRow("async at 0 steps off policy")
         << R"({"num_substeps": 1, "async_config": {"max_steps_off_policy": 0, "groups_per_batch": 8}})" << ""
         << false;
+    // pipeline_depth is not in released tinker-cookbook (rl/train.py AsyncConfig at v0.5.5,
+    // 9dfcc3a2cf44432d621a01005073dc6d76a1e87a); a config.json from the unmerged async-rl-blocking-staleness branch
+    // has it, and it is read and recorded then (tinkerPipelineDepthOnlyWhenPresent).
+    QTest::newRow("unreleased pipeline_depth")
+        << R"({"num_substeps": 1, "async_config": {"max_steps_off_policy": 2, "groups_per_batch": 8, "pipeline_depth": 1}})"
+        << "" << true;
     QTest::newRow("bad JSON") << "{\n  \"num_substeps\": 2,\n  \"async_config\": }" << "config.json:line 3, column 19: bad JSON"
                               << false;
     QTest::newRow("substeps text") << R"({"num_substeps": "two"})"
@@ -572,6 +581,28 @@ void TestImport::tinkerConfigProblemsAreReported()
     const auto record = nlohmann::json::parse(imported.runConfigJson(log, {}));
     QVERIFY(!record.contains("tinker_config"));
     QCOMPARE(record.at("tinker_config_problem").get<std::string>(), imported.tinkerConfigProblem);
+}
+
+void TestImport::tinkerPipelineDepthOnlyWhenPresent()
+{
+    // thinking-machines-lab/tinker-cookbook: released rl/train.py AsyncConfig (v0.5.5,
+    // 9dfcc3a2cf44432d621a01005073dc6d76a1e87a) has max_steps_off_policy and groups_per_batch only; pipeline_depth is
+    // on the unmerged branch async-rl-blocking-staleness (0d7fee56c02c97e2d82c1ec44558033054830427, CHANGELOG.md "a
+    // new pipeline_depth"). The record names it only when the run's config.json has it.
+    QTemporaryDir dir;
+    const std::string log = writeFile(dir, "metrics.jsonl", "{\"step\": 0, \"optim/kl_sample_train_v1\": 0.01}\n");
+    writeFile(dir, "config.json",
+        R"({"num_substeps": 1, "async_config": {"max_steps_off_policy": 2, "groups_per_batch": 8, "pipeline_depth": 1}})");
+    const auto branch = io::importLog(io::LogSource::Tinker, log);
+    QVERIFY2(branch.tinkerConfig, branch.tinkerConfigProblem.c_str());
+    QCOMPARE(branch.tinkerConfig->pipelineDepth, std::optional<std::int64_t>(1));
+    QCOMPARE(nlohmann::json::parse(branch.tinkerConfig->json()).at("async_config").at("pipeline_depth").get<int>(), 1);
+    writeFile(dir, "config.json", R"({"num_substeps": 1, "async_config": {"max_steps_off_policy": 2, "groups_per_batch": 8}})");
+    const auto released = io::importLog(io::LogSource::Tinker, log);
+    QVERIFY2(released.tinkerConfig, released.tinkerConfigProblem.c_str());
+    QVERIFY(!released.tinkerConfig->pipelineDepth);
+    const auto record = nlohmann::json::parse(released.tinkerConfig->json()).at("async_config");
+    QCOMPARE(record, nlohmann::json({{"max_steps_off_policy", 2}, {"groups_per_batch", 8}}));
 }
 
 void TestImport::unusableValuesAreReported()
@@ -1214,6 +1245,26 @@ void TestImport::verlOffPolicyDiagnostics()
             QVERIFY2(metric.estimator.find("importance weight") != std::string::npos, metric.estimator.c_str());
         }
     }
+    // What the weights mean depends on verl's rollout_is level (verl-project/verl
+    // verl/trainer/ppo/rollout_corr_helper.py compute_is_metrics, 7fbc00a9c0fad60e0694429b539bad98f414d712): at
+    // sequence level max/min are the raw sequence weights before truncation; at token level they are the applied
+    // (truncated, or IcePop-zeroed) weights; the low fraction counts raw weights below rollout_is_threshold_lower,
+    // which is 1 / rollout_is_threshold only when the threshold is a single number (a "lower_upper" one names it).
+    std::map<std::string, std::string> estimatorOf;
+    for (const io::MappedMetric& metric : log.metrics) estimatorOf[metric.key] = metric.estimator;
+    const std::string maxText = estimatorOf.at("rollout_corr/rollout_is_max");
+    QVERIFY2(contains(maxText, "at the run's rollout_is level sequence, the raw sequence weight before truncation")
+            && contains(maxText, "at level token, the largest applied weight, after truncation"),
+        maxText.c_str());
+    const std::string minText = estimatorOf.at("rollout_corr/rollout_is_min");
+    QVERIFY2(contains(minText, "at level sequence the raw sequence weight before truncation")
+            && contains(minText, "at level token the smallest applied weight"),
+        minText.c_str());
+    const std::string lowText = estimatorOf.at("rollout_corr/rollout_is_ratio_fraction_low");
+    QVERIFY2(contains(lowText, "1 / rollout_is_threshold by default")
+            && contains(lowText, "the lower of a \"lower_upper\""),
+        lowText.c_str());
+    QVERIFY(contains(estimatorOf.at("rollout_corr/rollout_is_ratio_fraction_high"), "raw importance weights"));
 }
 
 // verl's validation accuracy of one data source (val-core/<data source>/acc/mean@<N>, see the top of this file) is
