@@ -413,10 +413,23 @@ private slots:
         if (!why.isEmpty()) {
             QSKIP(qPrintable("no single-node Slurm cluster here: " + why));
         }
+        // The demo pair's run, cut to 24 steps of 16 prompts evaluated at 12 and 24 on 64 held-out problems (the
+        // training runs are the test's cost); one noise level: 6 units in the first round. max_replicates 3: the
+        // stopping rule may add a round, which the advance step submits as stage 2.
+        const std::string resources = std::string(MISMATCH_SOURCE_DIR) + "/resources";
+        const std::string runFile = (dir_.path() + "/demo-short.yaml").toStdString();
+        std::ofstream(runFile) << "name: demo-short\nstudent: " << resources << "/models/arith-student\nteacher: "
+                               << resources << "/models/arith-teacher\nprompts: " << resources
+                               << "/prompts/arith-train.jsonl\nobjective: opd_full_kl\n"
+                                  "rollout: {sampling: {temperature: 1.0, max_tokens: 40, seed: 1}}\n"
+                                  "optimizer: {learning_rate: 5.0e-4, warmup_steps: 5}\n"
+                                  "batch: {prompts_per_step: 16, samples_per_prompt: 1}\nsteps: 24\n"
+                                  "evaluation: {every: 12, prompts: "
+                               << resources << "/prompts/arith-heldout.jsonl, count: 64, max_tokens: 40}\n"
+                                  "seed: 20261110\n";
         const std::string file = (dir_.path() + "/cal-slurm.yaml").toStdString();
-        // max_replicates 3: the stopping rule may add a round, which the advance step submits as stage 2.
-        // One noise level (the quick calibration's runs are the test's cost): 6 units in the first round.
-        std::ofstream(file) << "job: calibrate\nquick: true\nnoise: [0.4]\nreplicates: 2\nmax_replicates: 3\n";
+        std::ofstream(file) << "job: calibrate\nrun_file: " << runFile
+                            << "\nnoise: [0.4]\nreplicates: 2\nmax_replicates: 3\n";
         const std::string workspace = (dir_.path() + "/ws-slurm").toStdString();
         const std::string submission = (dir_.path() + "/sub-cal").toStdString();
         const auto submitted = runCli({"--workspace", workspace, "--json", "submit", file, "--executor", "slurm",
@@ -427,14 +440,14 @@ private slots:
         local.start(MISMATCH_CLI_PATH, {"--threads", "1", "--workspace", dir_.path() + "/ws-local", "run",
                                            QString::fromStdString(file)});
 
-        // Kill unit u002 (noise 0.4, seed 1) after its checkpoint at step 20, while it runs.
+        // Kill unit u002 (noise 0.4, seed 1) after its checkpoint at step 12, while it runs.
         const std::string job = status(submission)["units"][1]["slurm_job"].get<std::string>();
         const std::string log = submission + "/logs/stage-1-" + job + ".out";
         const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-        while (readText(log).find("step 25/40") == std::string::npos && std::chrono::steady_clock::now() < until) {
+        while (readText(log).find("step 16/24") == std::string::npos && std::chrono::steady_clock::now() < until) {
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
-        QVERIFY2(readText(log).find("step 25/40") != std::string::npos, readText(log).c_str());
+        QVERIFY2(readText(log).find("step 16/24") != std::string::npos, readText(log).c_str());
         QCOMPARE(QProcess::execute("scancel", {QString::fromStdString(job)}), 0);
         // The other units finish; the killed one is failed; the advance step (afterok) is cancelled with it.
         nlohmann::json s = waitFor(submission, 600, [](const nlohmann::json& s) {
@@ -454,7 +467,7 @@ private slots:
         QCOMPARE(again["units"][0]["id"].get<std::string>(), std::string("u002"));
         s = waitFor(submission, 900, [](const nlohmann::json& s) { return s["finished"].get<bool>(); });
         QVERIFY2(s["finished"].get<bool>(), s.dump(2).c_str());
-        // The resumed unit continued its run from the checkpoint of step 20 in its shard.
+        // The resumed unit continued its run from the checkpoint of step 12 in its shard.
         const nlohmann::json resumedRun = rows(submission + "/shards/u002/workspace.db",
             "SELECT provenance_json FROM runs WHERE kind = 'train'");
         QCOMPARE(resumedRun.size(), std::size_t(1));
