@@ -346,7 +346,8 @@ private slots:
             joined, "--executor", "slurm", "--dry-run", "--dir", (dir_.path() + "/dry-joined").toStdString(),
             "--profile", profile_});
         QVERIFY2(joinedResult.code == 0, joinedResult.err.c_str());
-        for (const auto& unit : parseJson(joinedResult.out)["units"]) {
+        const nlohmann::json joinedUnits = parseJson(joinedResult.out)["units"]; // kept: the loop reads it
+        for (const auto& unit : joinedUnits) {
             QCOMPARE(unit["shard"].get<std::string>(), std::string("scan"));
         }
         const std::string joinedSubmit = readText(dir_.path().toStdString() + "/dry-joined/submit-1.sh");
