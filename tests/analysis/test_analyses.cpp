@@ -109,6 +109,30 @@ QString exactCell(const store::SensitivityCell& cell)
 
 } // namespace
 
+namespace {
+
+// A progress that cancels its job as soon as a stage beginning with `prefix` starts (a kill at a known point).
+class CancelAtStage {
+public:
+    explicit CancelAtStage(std::string prefix)
+        : prefix_(std::move(prefix))
+        , progress([this](double, const std::string& stage) {
+            if (stage.rfind(prefix_, 0) == 0) {
+                progress.cancel();
+            }
+        })
+    {
+    }
+
+private:
+    std::string prefix_;
+
+public:
+    Progress progress;
+};
+
+} // namespace
+
 class TestAnalyses : public QObject {
     Q_OBJECT
 
@@ -979,13 +1003,8 @@ void TestAnalyses::sensitivityUnitsMergeToTheSingleProcessScan()
         analysis::SensitivityResult part;
         if (u == 1) {
             // A unit resumes like any scan (a requeued node): cancelled as its fourth cell starts, then continued.
-            Progress* self = nullptr;
-            Progress cancelling([&self](double, const std::string& stage) {
-                if (self && stage.rfind("layer 1 o", 0) == 0) {
-                    self->cancel();
-                }
-            });
-            self = &cancelling;
+            CancelAtStage cancelAt("layer 1 o");
+            Progress& cancelling = cancelAt.progress;
             QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::runSensitivity(shard, unit, cancelling));
             const auto cancelled = store::sensitivityScans(shard);
             QCOMPARE(cancelled.size(), std::size_t(1));
@@ -1085,13 +1104,8 @@ void TestAnalyses::cancelledScanLeavesWholeCellsAndAMarkedRun()
     options.count = 8;
     options.settings.batchSize = 4; // two chunks per measurement: the cancel lands inside the fourth cell
     // Cancel as soon as the fourth cell starts measuring.
-    Progress* self = nullptr;
-    Progress progress([&self](double, const std::string& stage) {
-        if (self && stage.rfind("layer 0 o", 0) == 0) {
-            self->cancel();
-        }
-    });
-    self = &progress;
+    CancelAtStage cancelAt("layer 0 o");
+    Progress& progress = cancelAt.progress;
     QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::runSensitivity(store, options, progress));
     const auto scans = store::sensitivityScans(store);
     QCOMPARE(scans.size(), std::size_t(1));
@@ -1123,13 +1137,8 @@ void TestAnalyses::cancelledAdmissionLeavesWholeDecisions()
         options.candidates.push_back(candidate);
     }
     options.threshold = 0.1;
-    Progress* self = nullptr;
-    Progress progress([&self](double, const std::string& stage) {
-        if (self && stage.rfind("c1", 0) == 0) {
-            self->cancel();
-        }
-    });
-    self = &progress;
+    CancelAtStage cancelAt("c1");
+    Progress& progress = cancelAt.progress;
     QVERIFY_THROWS_EXCEPTION(CancelledError, analysis::runAdmission(store, options, progress));
     const auto runs = store.listRuns();
     QCOMPARE(store::toString(runs.back().status), std::string("cancelled"));
