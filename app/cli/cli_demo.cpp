@@ -22,6 +22,7 @@ void registerDemoCommand(CLI::App& app, Context& context)
     demo->callback([&context, job] {
         const jobs::JobSpec spec = job->checkedSpec();
         const analysis::DemoOptions options = jobs::demoOptions(spec);
+        analysis::checkDemoOptions(options); // before the workspace is opened (or created)
         store::RunStore store = context.openStore(store::OpenMode::CreateOrOpen);
         jobs::expectJobRun(store, spec);
         TerminalProgress bar(*context.err);

@@ -5,6 +5,7 @@
 #include "core/analysis/kv_scale_export.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/output_check.h"
 #include "core/io/recipe_export.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -39,6 +40,21 @@ bool namesConfigFile(const std::string& path)
 {
     const std::string extension = std::filesystem::path(path).extension().string();
     return extension == ".json" || extension == ".yaml" || extension == ".yml";
+}
+
+// Issue 46: --out (the config file, or each file of the directory) may not be the recipe, the model's config or
+// the probe prompts, nor lie inside the model directory read. `files`: the directory's file names (empty before
+// the export is built: then --out itself is checked).
+void requireOutputIsNoInput(const ExportCommandOptions& options, const std::string& configPath,
+    const std::string& modelDirectory, const std::vector<std::string>& files)
+{
+    const std::vector<NamedInput> inputs
+        = {{options.recipePath, "recipe"}, {configPath, "model config"}, {options.kvProbe, "KV probe prompt set"}};
+    requireOutputNotInput(options.outPath, inputs, {modelDirectory}, "export");
+    for (const std::string& name : files) {
+        requireOutputNotInput((std::filesystem::path(options.outPath) / name).string(), inputs, {modelDirectory},
+            "export file");
+    }
 }
 
 // --kv-probe: refuses the probe options where they do not apply (before anything is loaded), then calibrates the
@@ -161,19 +177,28 @@ void registerExportCommand(CLI::App& app, Context& context)
         exportOptions.vllmForm = *io::parseVllmForm(options->vllmForm);
         exportOptions.verlRollout = *io::parseVerlRollout(options->rollout);
         exportOptions.targetVersion = options->targetVersion == "current" ? "" : options->targetVersion;
-        const quant::Recipe recipe = quant::loadRecipe(options->recipePath);
         const bool modelIsDirectory = fs::is_directory(options->modelPath);
         const std::string configPath = modelIsDirectory
             ? (fs::path(options->modelPath) / "config.json").string()
             : options->modelPath;
         exportOptions.modelPath
             = modelIsDirectory ? options->modelPath : fs::path(options->modelPath).parent_path().string();
+        // The directory whose files are read: the model's (a config.json alone reads only itself, unless the KV
+        // probe loads the weights beside it).
+        const std::string modelRead = modelIsDirectory || !options->kvProbe.empty() ? exportOptions.modelPath : "";
+        requireOutputIsNoInput(*options, configPath, modelRead, {}); // before anything is read
+        const quant::Recipe recipe = quant::loadRecipe(options->recipePath);
         const model::ModelConfig config = model::loadConfig(configPath);
         const quant::RecipePlan plan = quant::resolveRecipe(recipe, config);
         probeKvScales(*options, context.json, recipe, plan, exportOptions);
         const io::ExportResult result = io::exportBundle(recipe, plan, exportOptions);
         const bool directory = !options->outPath.empty() && !namesConfigFile(options->outPath);
         if (directory) {
+            std::vector<std::string> names;
+            for (const io::ExportFile& file : result.files) {
+                names.push_back(file.name);
+            }
+            requireOutputIsNoInput(*options, configPath, modelRead, names);
             io::writeExportDirectory(options->outPath, result);
         } else if (!options->outPath.empty()) {
             writeFileAtomically(options->outPath, result.text);

@@ -1,6 +1,7 @@
 // mismatch recipe import FILE [--out RECIPE] [--name NAME] [--model DIR]
 #include "app/cli/context.h"
 #include "core/common/file_io.h"
+#include "core/common/output_check.h"
 #include "core/io/recipe_export.h"
 #include "core/io/recipe_import.h"
 #include "core/model/config.h"
@@ -47,11 +48,16 @@ void registerRecipeImportCommand(CLI::App& app, Context& context)
         ->type_name("DIR");
     command->callback([&context, options] {
         namespace fs = std::filesystem;
+        const bool modelIsDirectory = !options->modelPath.empty() && fs::is_directory(options->modelPath);
+        const std::string configPath
+            = modelIsDirectory ? (fs::path(options->modelPath) / "config.json").string() : options->modelPath;
+        // Issue 46: `recipe import F --out F` (or --out inside the model read) would destroy an input.
+        requireOutputNotInput(options->outPath, {{options->path, "imported file"}, {configPath, "model config"}},
+            {modelIsDirectory ? options->modelPath : std::string(),
+                fs::is_directory(options->path) ? options->path : std::string()},
+            "recipe file");
         const io::ImportedRecipe imported = io::importRecipe(options->path, options->name);
         if (!options->modelPath.empty()) {
-            const std::string configPath = fs::is_directory(options->modelPath)
-                ? (fs::path(options->modelPath) / "config.json").string()
-                : options->modelPath;
             quant::resolveRecipe(imported.recipe, model::loadConfig(configPath));
         }
         const bool json = fs::path(options->outPath).extension() == ".json";

@@ -6,10 +6,11 @@
 
 int main(int argc, char** argv)
 {
+    // Ignores SIGXFSZ first of all (a write past `ulimit -f` is reported as "File too large", not fatal), then
+    // sets the environment the libraries read once.
     mismatch::prepareProcessEnvironment(argv);
-    // A write past the file size limit (RLIMIT_FSIZE) fails with EFBIG and is reported as an error naming the
-    // file, instead of SIGXFSZ killing the process half-way.
-    std::signal(SIGXFSZ, SIG_IGN);
+    // Again, in case the re-execution was skipped or failed: no path through main() writes before this.
+    mismatch::ignoreFileSizeSignal();
     std::vector<std::string> arguments(argv, argv + argc);
     return mismatch::cli::run(arguments, std::cout, std::cerr);
 }

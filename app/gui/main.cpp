@@ -63,6 +63,9 @@ bool asksForTextOnly(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
+    // A write past `ulimit -f` (a report, a job file, a checkpoint) fails with EFBIG and is reported as "File too
+    // large" instead of SIGXFSZ killing the window half-way (prepareProcessEnvironment does it too).
+    mismatch::ignoreFileSizeSignal();
     if (asksForTextOnly(argc, argv)) {
         QCoreApplication app(argc, argv);
         describeApplication();

@@ -56,6 +56,39 @@ struct SweepEntry {
 
 } // namespace
 
+namespace {
+
+// A sweep level given twice would train the same configuration twice under one label: refused, naming it.
+void requireDistinctLevels(const CalibrationOptions& o, const std::string& source)
+{
+    for (size_t i = 0; i < o.noiseSigmas.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+            if (o.noiseSigmas[j] == o.noiseSigmas[i]) {
+                throw InputError(source, "noise",
+                    "the sigma " + numberText(o.noiseSigmas[i]) + " is given twice (each level is calibrated once)");
+            }
+        }
+    }
+    std::set<std::string> recipes;
+    for (const std::string& recipe : o.recipes) {
+        std::error_code error;
+        fs::path absolute = fs::absolute(recipe, error);
+        const std::string key = (error ? fs::path(recipe) : absolute).lexically_normal().string();
+        if (!recipes.insert(key).second) {
+            throw InputError(source, "recipe", "the recipe " + recipe + " is given twice (each level is calibrated once)");
+        }
+    }
+    std::set<std::int64_t> staleness;
+    for (const std::int64_t k : o.staleness) {
+        if (!staleness.insert(k).second) {
+            throw InputError(source, "staleness",
+                "the staleness " + std::to_string(k) + " is given twice (each level is calibrated once)");
+        }
+    }
+}
+
+} // namespace
+
 void checkCalibrationOptions(const CalibrationOptions& o)
 {
     const std::string source = "calibrate";
@@ -72,6 +105,16 @@ void checkCalibrationOptions(const CalibrationOptions& o)
         if (k < 1) {
             throw InputError(source, "staleness", "values must be >= 1 (the baseline is 0), got " + std::to_string(k));
         }
+    }
+    requireDistinctLevels(o, source);
+    // 0 (every configuration fails, however small its effect) and non-finite lines are meaningless. The job's
+    // parameter takes only lines > 0; core keeps negative ones, which the tests use to put points on purpose on
+    // the failing side of the line.
+    if (o.rule.relativeThreshold == 0.0 || !std::isfinite(o.rule.relativeThreshold)) {
+        throw InputError(source, "threshold",
+            "the failure threshold must be finite and not 0 (a relative quality rise; at 0 every configuration "
+            "fails, however small its effect), got "
+                + numberText(o.rule.relativeThreshold));
     }
     if (!train::usesTeacher(o.base.objective.kind)) {
         throw InputError(o.base.sourceFile.empty() ? source : o.base.sourceFile, "objective",

@@ -4,6 +4,7 @@
 #include "core/store/analysis_store.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/hash.h"
 
 #include <cstdio>
@@ -138,8 +139,19 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
     }
 }
 
+void checkDemoOptions(const DemoOptions& options)
+{
+    if (options.probeCount && (*options.probeCount < 2 || *options.probeCount > limits::kMaxDemoProbeCount)) {
+        throw InputError("demo", "count",
+            "the probe count must lie in 2.." + std::to_string(limits::kMaxDemoProbeCount)
+                + " (the shipped protocol's is 128; each probe prompt is one generation per candidate), got "
+                + std::to_string(*options.probeCount));
+    }
+}
+
 DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress)
 {
+    checkDemoOptions(options);
     DemoReport report;
     const fs::path resources(options.resourceDirectory);
     // The demo is itself a run of the workspace, so that the GUI's run browser and `store runs` show it.

@@ -39,6 +39,9 @@ struct DemoReport {
 // (resources/models/arith-student-step<S>, written by the baseline run of that calibration) against that step's
 // bracket, under the calibration's protocol, and reports what it decided and what the workspace holds.
 DemoReport runDemo(store::RunStore& store, const DemoOptions& options, Progress& progress);
+// InputError("demo", "count", ...) for a probe count outside 2..limits::kMaxDemoProbeCount; runDemo calls it
+// before it stores anything, front-ends before they open the workspace.
+void checkDemoOptions(const DemoOptions& options);
 
 // {"workspace": the database path, "models", "prompt_sets", "calibration_id", "calibration_command",
 // "calibration_step", "admission": the admission check's JSON (toJson(AdmissionResult), the rows `mismatch admit

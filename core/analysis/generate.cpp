@@ -3,6 +3,7 @@
 #include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/output_check.h"
 #include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/model/config.h"
@@ -110,6 +111,8 @@ GenerateResult generate(const GenerateOptions& o, Progress& progress)
 
 GenerateFileResult generateToFile(const GenerateOptions& options, const std::string& out, Progress& progress)
 {
+    requireOutputNotInput(out, {{options.prompts, "prompt set"}, {options.recipe, "recipe"}},
+        {options.modelDirectory, options.stalenessFrom}); // issue 46: before any work
     const auto started = std::chrono::steady_clock::now();
     GenerateFileResult r;
     r.modelDirectory = options.modelDirectory;

@@ -3,6 +3,7 @@
 
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/output_check.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/quant/formats.h"
 #include "core/store/analysis_store.h"
@@ -325,6 +326,9 @@ RecipeBuildResult buildRecipe(store::RunStore& store, const RecipeBuildOptions& 
 {
     const auto started = std::chrono::steady_clock::now();
     const bool json = checkBuildOptions(options);
+    requireOutputNotInput(options.outPath,
+        {{options.scan.promptSetPath, "prompt set"}, {store.path(), "workspace database"}},
+        {options.scan.modelDirectory}, "recipe file"); // issue 46: before any work
 
     RecipeBuildResult result;
     result.budget = options.budget;

@@ -1,6 +1,7 @@
 #include "core/analysis/reference_logits.h"
 
 #include "core/common/error.h"
+#include "core/common/output_check.h"
 #include "core/io/prompt_set.h"
 #include "core/model/memory_check.h"
 #include "core/model/model_files.h"
@@ -93,6 +94,7 @@ ReferenceLogits computeReferenceLogits(const std::string& modelDirectory, const 
 ReferenceLogitsFile writeReferenceLogits(const std::string& modelDirectory, const std::string& promptSetPath,
     const std::string& out, const ReferenceLogitsOptions& options, Progress& progress)
 {
+    requireOutputNotInput(out, {{promptSetPath, "prompt set"}}, {modelDirectory}); // issue 46: before any work
     const ReferenceLogits logits = computeReferenceLogits(modelDirectory, promptSetPath, options, progress);
     progress.checkCancelled();
     const std::string precision = options.bf16 ? "bf16" : "fp32";

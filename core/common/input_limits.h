@@ -41,6 +41,17 @@ inline constexpr int kMaxNestingDepth = 64;
 inline constexpr std::uint64_t kMaxYamlAliases = 10000;
 inline constexpr std::uint64_t kMaxAliasNodes = 1000000;
 
+// Counts read from files and arguments that size the work of a command (docs/architecture.md "Limits on
+// input"): each sizes a loop or a table, so that a small input cannot ask for unbounded work.
+// `mismatch demo --count`: probe prompts of the demo's admission screen (the shipped protocol's is 128; each
+// prompt is a generation per candidate).
+inline constexpr std::int64_t kMaxDemoProbeCount = 1024;
+// The content of one added token of a tokenizer.json (the longest real ones are tens of bytes): the encoder
+// tries every added token at every position of the text.
+inline constexpr std::size_t kMaxAddedTokenBytes = 1024;
+// Entries of an AIMET QuantAnalyzer file (one per quantized node: a few thousand for the largest models).
+inline constexpr std::int64_t kMaxAimetEntries = 100000;
+
 } // namespace limits
 
 // The limit in force: the environment variable when set (InputError naming the variable when it is not a whole

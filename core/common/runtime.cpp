@@ -12,6 +12,7 @@
 #include <torch/version.h>
 
 #include <cctype>
+#include <csignal>
 #include <cstdlib>
 #include <dlfcn.h>
 #ifdef __GLIBC__
@@ -62,8 +63,14 @@ bool limitAllocatorRetention()
 #endif
 }
 
+void ignoreFileSizeSignal()
+{
+    std::signal(SIGXFSZ, SIG_IGN);
+}
+
 void prepareProcessEnvironment(char** argv)
 {
+    ignoreFileSizeSignal(); // first: before anything can write (and inherited by the re-executed program)
     limitAllocatorRetention();
     if (std::getenv("MISMATCH_NO_REEXEC") != nullptr || argv == nullptr) {
         return;
@@ -96,6 +103,7 @@ void prepareProcessEnvironment(char** argv)
 
 void initializeRuntime(int threads)
 {
+    ignoreFileSizeSignal();
     if (threads <= 0) {
         threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }

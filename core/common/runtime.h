@@ -27,8 +27,16 @@ struct RuntimeInfo {
 //     Xeon Processor", Sapphire Rapids) "Prescott" and multiplies with SSE3 kernels, 4x slower than its AVX-512
 //     ones there (FP32 GEMM 36 against 151 GFLOP/s at 512 x 1024 x 3072, 2 threads, measured).
 // Does nothing of that when MISMATCH_NO_REEXEC is set; if the re-execution fails the program simply continues.
-// It also calls limitAllocatorRetention (below), which needs no re-execution.
+// It also calls limitAllocatorRetention (below), which needs no re-execution, and first of all
+// ignoreFileSizeSignal (below), whatever the environment and also with argv == nullptr.
 void prepareProcessEnvironment(char** argv);
+
+// Ignores SIGXFSZ for the whole process: a write past the file size limit (RLIMIT_FSIZE, `ulimit -f`) then fails
+// with EFBIG, which every writer reports as an error naming the file ("File too large"), instead of the signal
+// killing the process half-way through a write (issue 46: `mismatch generate -o OUT` under `ulimit -f 0` died from
+// signal 25). Both programs (the CLI and the GUI) call it through prepareProcessEnvironment, and so does
+// initializeRuntime.
+void ignoreFileSizeSignal();
 
 // glibc's allocator: fixes the size from which a block is mapped on its own (mmap, unmapped when freed) instead of
 // carved from a heap at kAllocatorMmapThreshold (16 MiB), unless MALLOC_MMAP_THRESHOLD_ is set, which then rules.
@@ -55,7 +63,8 @@ std::string openblasCoreChoice(const std::string& detectedCore, bool avx512, boo
 // OpenBLAS's core name in this process (openblas_get_corename, looked up at run time); empty without OpenBLAS.
 std::string openblasCoreName();
 
-// Sets LibTorch's intra-op thread count (Debian's build starts with one). threads <= 0 means one per core.
+// Sets LibTorch's intra-op thread count (Debian's build starts with one). threads <= 0 means one per core. Also
+// ignoreFileSizeSignal().
 void initializeRuntime(int threads = 0);
 RuntimeInfo runtimeInfo();
 

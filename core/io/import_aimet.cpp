@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/io/import_log.h"
+#include "core/model/config.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,13 +13,40 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 namespace mismatch::io {
 
 namespace {
 
-using json = nlohmann::ordered_json; // keeps the file's order of layers
+// A std::map object: nlohmann's ordered_json finds each key by a linear search, so that reading n entries took
+// n^2 steps (a million entries ran for over ten minutes). The file's order of layers is kept by the parser
+// callback instead (parseInOrder).
+using json = nlohmann::json;
+
+// The text parsed into `object`; `order` receives the top-level keys in the file's order (each once). Throws
+// InputError for more than limits::kMaxAimetEntries entries; parse errors propagate as nlohmann's exceptions.
+void parseInOrder(const std::string& path, const std::string& text, json& object, std::vector<std::string>& order)
+{
+    std::set<std::string> named;
+    std::int64_t entries = 0;
+    const json::parser_callback_t keepOrder = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && parsed.is_string()) {
+            if (++entries > limits::kMaxAimetEntries) {
+                throw InputError(path, "",
+                    "holds more than " + std::to_string(limits::kMaxAimetEntries)
+                        + " entries (the limit for AIMET QuantAnalyzer files)");
+            }
+            const std::string& name = parsed.get_ref<const std::string&>();
+            if (named.insert(name).second) {
+                order.push_back(name);
+            }
+        }
+        return true;
+    };
+    object = json::parse(markNonFiniteTokens(text), keepOrder);
+}
 
 // "line L, column C" of a 0-based byte offset.
 std::string lineColumn(const std::string& text, size_t offset)
@@ -70,6 +98,12 @@ std::optional<std::pair<std::int64_t, std::string>> sensitivityCellOf(const std:
         R"((?:^|[./])layers[./](\d+)[./](?:self_attn|mlp)[./](q|k|v|o|gate|up|down)_proj(?:$|[./]))");
     static const std::regex embedding(R"((?:^|[./])embed_tokens(?:$|[./]))");
     static const std::regex head(R"((?:^|[./])lm_head(?:$|[./]))");
+    // The regular expressions cost microseconds each: names with none of their words skip them (a file of a
+    // million unknown entries).
+    if (moduleName.find("layers") == std::string::npos && moduleName.find("embed_tokens") == std::string::npos
+        && moduleName.find("lm_head") == std::string::npos) {
+        return std::nullopt;
+    }
     std::smatch match;
     if (std::regex_search(moduleName, match, projection)) {
         const std::string digits = match[1].str();
@@ -86,6 +120,64 @@ std::optional<std::pair<std::int64_t, std::string>> sensitivityCellOf(const std:
     }
     return std::nullopt;
 }
+
+namespace {
+
+// The top-level entries of `object`, in the file's `order`, onto result.cells and result.skipped. A layer index
+// of 10,000 or more (ModelConfig::kMaxLayers) is refused, as is one cell given twice with different values (the
+// same value twice is skipped as a repetition).
+void readAimetCells(
+    const std::string& path, const nlohmann::json& object, const std::vector<std::string>& order, AimetImport& result)
+{
+    std::map<std::pair<std::int64_t, std::string>, std::pair<std::string, double>> seen;
+    for (const std::string& name : order) {
+        const nlohmann::json& value = object.at(name);
+        ++result.entriesRead;
+        const auto cell = sensitivityCellOf(name);
+        if (!cell) {
+            result.skipped.push_back({name, "not a quantized module of the matrix (expected model.layers.N.self_attn."
+                                            "{q,k,v,o}_proj, model.layers.N.mlp.{gate,up,down}_proj, embed_tokens "
+                                            "or lm_head)"});
+            continue;
+        }
+        if (cell->first >= model::ModelConfig::kMaxLayers) {
+            throw InputError(path, "",
+                "the entry \"" + name + "\" names layer " + std::to_string(cell->first) + ", over the limit of "
+                    + std::to_string(model::ModelConfig::kMaxLayers) + " layers (num_hidden_layers' limit)");
+        }
+        if (value.is_string() && !value.get_ref<const std::string&>().empty()
+            && value.get_ref<const std::string&>()[0] == kNonFiniteMark) {
+            result.skipped.push_back({name, "the value " + value.get_ref<const std::string&>().substr(1)
+                                                + " is not a finite number"});
+            continue;
+        }
+        if (!value.is_number()) {
+            result.skipped.push_back({name, std::string("the value is a JSON ") + value.type_name() + ", expected a number"});
+            continue;
+        }
+        const double v = value.get<double>();
+        if (result.analysis == AimetAnalysis::MseLoss && v < 0) {
+            result.skipped.push_back({name, "the MSE " + number(v) + " is negative"});
+            continue;
+        }
+        if (const auto previous = seen.find(*cell); previous != seen.end()) {
+            if (previous->second.second != v) {
+                throw InputError(path, "",
+                    "\"" + previous->second.first + "\" (" + number(previous->second.second) + ") and \"" + name
+                        + "\" (" + number(v) + ") name the same cell (layer " + std::to_string(cell->first) + ", "
+                        + cell->second + ") with different values");
+            }
+            result.skipped.push_back({name, "the cell (layer " + std::to_string(cell->first) + ", " + cell->second
+                                                + ") was already given, with the same value, by "
+                                                + previous->second.first});
+            continue;
+        }
+        seen.emplace(*cell, std::make_pair(name, v));
+        result.cells.push_back({name, cell->first, cell->second, v, 0.0});
+    }
+}
+
+} // namespace
 
 AimetImport importAimetSensitivity(const std::string& path, const AimetImportOptions& options)
 {
@@ -115,8 +207,9 @@ AimetImport importAimetSensitivity(const std::string& path, const AimetImportOpt
         throw InputError(path, lineColumn(text, deep), nestingTooDeepDetail());
     }
     json object;
+    std::vector<std::string> order;
     try {
-        object = json::parse(markNonFiniteTokens(text));
+        parseInOrder(path, text, object, order);
     } catch (const json::parse_error& error) {
         // The marked text is longer than the original only after a NaN/Infinity token; the offset before the first
         // one is exact, which is where a typical truncation or typo is reported.
@@ -133,39 +226,7 @@ AimetImport importAimetSensitivity(const std::string& path, const AimetImportOpt
                 + object.type_name());
     }
 
-    std::map<std::pair<std::int64_t, std::string>, std::string> seen;
-    for (const auto& [name, value] : object.items()) {
-        ++result.entriesRead;
-        const auto cell = sensitivityCellOf(name);
-        if (!cell) {
-            result.skipped.push_back({name, "not a quantized module of the matrix (expected model.layers.N.self_attn."
-                                            "{q,k,v,o}_proj, model.layers.N.mlp.{gate,up,down}_proj, embed_tokens "
-                                            "or lm_head)"});
-            continue;
-        }
-        if (const auto previous = seen.find(*cell); previous != seen.end()) {
-            result.skipped.push_back({name, "the cell (layer " + std::to_string(cell->first) + ", " + cell->second
-                                                + ") was already given by " + previous->second});
-            continue;
-        }
-        if (value.is_string() && !value.get_ref<const std::string&>().empty()
-            && value.get_ref<const std::string&>()[0] == kNonFiniteMark) {
-            result.skipped.push_back({name, "the value " + value.get_ref<const std::string&>().substr(1)
-                                                + " is not a finite number"});
-            continue;
-        }
-        if (!value.is_number()) {
-            result.skipped.push_back({name, std::string("the value is a JSON ") + value.type_name() + ", expected a number"});
-            continue;
-        }
-        const double v = value.get<double>();
-        if (result.analysis == AimetAnalysis::MseLoss && v < 0) {
-            result.skipped.push_back({name, "the MSE " + number(v) + " is negative"});
-            continue;
-        }
-        seen.emplace(*cell, name);
-        result.cells.push_back({name, cell->first, cell->second, v, 0.0});
-    }
+    readAimetCells(path, object, order, result);
     if (result.cells.empty()) {
         std::string detail = "no usable layer entry (" + std::to_string(result.entriesRead) + " entries read";
         for (size_t i = 0; i < result.skipped.size() && i < 3; ++i) {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -23,8 +24,9 @@ using quant::KvFormat;
 using quant::KvScales;
 using quant::WeightFormat;
 
-// A YAML tree as JSON (the loader bounded its depth and size).
-Json yamlToJson(const YAML::Node& node)
+// A YAML tree as JSON (the loader bounded its depth and size). Numbers must be finite: JSON holds no NaN or
+// infinity, and a NaN literal (as Python's json module writes it) is an InputError at its line and column.
+Json yamlToJson(const YAML::Node& node, const std::string& file)
 {
     if (!node || node.IsNull()) {
         return nullptr;
@@ -32,28 +34,43 @@ Json yamlToJson(const YAML::Node& node)
     if (node.IsMap()) {
         Json object = Json::object();
         for (const auto& item : node) {
-            object[item.first.Scalar()] = yamlToJson(item.second);
+            object[item.first.Scalar()] = yamlToJson(item.second, file);
         }
         return object;
     }
     if (node.IsSequence()) {
         Json array = Json::array();
         for (const auto& item : node) {
-            array.push_back(yamlToJson(item));
+            array.push_back(yamlToJson(item, file));
         }
         return array;
     }
+    const auto where = [&] {
+        const YamlPosition at = yamlPosition(node);
+        return "line " + std::to_string(at.line) + ", column " + std::to_string(at.column);
+    };
     switch (scalarKind(node)) {
     case ScalarKind::Integer:
+    case ScalarKind::Number: {
+        double value = 0.0;
         try {
-            return node.as<long long>();
-        } catch (const YAML::Exception&) {
-            return node.as<double>();
+            if (scalarKind(node) == ScalarKind::Integer) {
+                return std::stoll(node.Scalar());
+            }
+        } catch (const std::exception&) { // beyond 64 bits: read as a number
         }
-    case ScalarKind::Number:
-        return node.as<double>();
+        try {
+            value = numberOf(node);
+        } catch (const std::exception&) {
+            throw InputError(file, where(), "the number " + node.Scalar() + " is beyond the range of a double");
+        }
+        if (!std::isfinite(value)) {
+            throw InputError(file, where(), node.Scalar() + " is not a finite number (JSON and recipes hold finite numbers)");
+        }
+        return value;
+    }
     case ScalarKind::Boolean:
-        return node.as<bool>();
+        return node.Scalar() == "true" || node.Scalar() == "True" || node.Scalar() == "TRUE";
     case ScalarKind::Null:
         return nullptr;
     case ScalarKind::String:
@@ -763,7 +780,7 @@ Json parseDocument(const std::string& text, const std::string& file)
         throw InputError(file, "line " + std::to_string(where.line) + ", column " + std::to_string(where.column),
             "a string that is not valid UTF-8");
     }
-    return yamlToJson(root);
+    return yamlToJson(root, file);
 }
 
 bool hasVerlKeys(const Json& document)

@@ -2,6 +2,7 @@
 
 #include "core/common/device.h"
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/runtime.h"
 #include "core/jobs/parameter_builders.h"
 #include "core/train/run_config.h"
@@ -193,7 +194,7 @@ JobDefinition demoJob()
         ranged(param("count", ParameterType::Integer, "--count", "Probe prompts",
                    "Probe prompts the admission check generates on (default: the calibration protocol's; another "
                    "count is labelled as another protocol)"),
-            2, false, 100000),
+            2, false, static_cast<double>(limits::kMaxDemoProbeCount)), // analysis::checkDemoOptions's bound
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {

@@ -5,6 +5,7 @@
 #include "core/analysis/rollout_measure.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/output_check.h"
 #include "core/io/recipe_export.h"
 #include "core/common/yaml_mapping.h"
 #include "core/common/yaml_scalar.h"
@@ -24,6 +25,36 @@ namespace {
 std::string place(int line, int column)
 {
     return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+// Whether a parameter names what the job writes: `out` / `output`, or a path labelled "Output ..." (zoo shape's
+// DIR).
+bool isOutputParameter(const Parameter& p)
+{
+    return (p.type == ParameterType::Path)
+        && (p.name == "out" || p.name == "output" || p.label.rfind("Output", 0) == 0);
+}
+
+// Issue 46: a step (or the one job) whose output is the job file itself would destroy the file being run.
+// `resolvedOnly`: check only the parameters that had references (the others were checked before the first step).
+void requireOutputsAreNotTheFile(const JobFile& file, const JobFileStep& step, const JobSpec& spec, bool resolvedOnly)
+{
+    for (const Parameter& p : spec.definition().parameters) {
+        if (!isOutputParameter(p) || !spec.given(p.name) || (resolvedOnly && !step.references.count(p.name))) {
+            continue;
+        }
+        try {
+            requireOutputNotInput(spec.text(p.name), {{file.path, file.study ? "study file" : "job file"}});
+        } catch (const InputError& error) {
+            const auto found = step.places.find(p.name);
+            const std::string where = found == step.places.end()
+                ? place(step.line, step.column)
+                : place(found->second.first, found->second.second);
+            throw InputError(file.path, where,
+                (step.id.empty() ? "" : "step '" + step.id + "': ") + "parameter '" + p.name + "': "
+                    + spec.text(p.name) + ": " + error.detail());
+        }
+    }
 }
 
 std::string place(const YAML::Node& node)
@@ -352,6 +383,7 @@ JobSpec resolveStep(const JobFile& file, const JobFileStep& step, const std::map
         }
         spec.set(name, resolvePaths(p, value, file.path));
     }
+    requireOutputsAreNotTheFile(file, step, spec, true);
     std::vector<ParameterError> errors = spec.validate();
     if (errors.empty()) {
         errors = spec.checkInputs(); // the job's checks of its input files (a calibration's run file, say)
@@ -369,6 +401,10 @@ std::vector<JobResult> runJobFile(const JobFile& file, store::RunStore& store, P
     const std::function<void(std::size_t, const JobSpec&)>& onStep,
     const std::function<void(std::size_t, const JobResult&)>& onResult)
 {
+    // Before the first step runs: no step's plain output path may be the file itself.
+    for (const JobFileStep& step : file.steps) {
+        requireOutputsAreNotTheFile(file, step, step.spec, false);
+    }
     std::map<std::string, JobResult> byId;
     std::vector<JobResult> results;
     const double share = 1.0 / static_cast<double>(file.steps.size());

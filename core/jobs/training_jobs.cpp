@@ -123,7 +123,7 @@ JobDefinition calibrateJob()
             1),
         ranged(param("threshold", ParameterType::Number, "--threshold", "Failure threshold (relative Q rise)",
                    "Relative quality rise that fails", rule.relativeThreshold),
-            0, false, 10.0),
+            0, true, 10.0),
         ranged(param("confidence", ParameterType::Number, "--confidence", "Confidence",
                    "Bootstrap interval confidence", rule.bootstrap.confidence),
             0.5, false, 0.9999),

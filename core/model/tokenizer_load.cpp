@@ -2,6 +2,7 @@
 // pipeline (normalizer, pre-tokenizer, post-processor template, decoder). Every error names the key path.
 #include "core/model/tokenizer_impl.h"
 
+#include "core/common/input_limits.h"
 #include "core/common/utf8.h"
 #include "core/model/byte_level.h"
 
@@ -184,6 +185,7 @@ void Tokenizer::Impl::parseAddedTokens(const Json& list)
     if (!list.is_array()) {
         throw InputError(file, "added_tokens", "expected an array, found " + typeName(list));
     }
+    std::map<std::int64_t, size_t> addedById; // id -> index in addedTokens
     for (size_t i = 0; i < list.size(); ++i) {
         const std::string path = index("added_tokens", i);
         const Json& entry = list[i];
@@ -196,6 +198,12 @@ void Tokenizer::Impl::parseAddedTokens(const Json& list)
         if (token.content.empty()) {
             throw InputError(file, join(path, "content"), "expected a non-empty string");
         }
+        if (token.content.size() > limits::kMaxAddedTokenBytes) {
+            // The encoder tries every added token at every position of a text: a huge one costs its length there.
+            throw InputError(file, join(path, "content"),
+                "is " + std::to_string(token.content.size()) + " bytes, over the limit of "
+                    + std::to_string(limits::kMaxAddedTokenBytes) + " bytes for an added token");
+        }
         if (firstInvalidUtf8(token.content) != std::string::npos) {
             throw InputError(file, join(path, "content"), "not valid UTF-8");
         }
@@ -207,6 +215,15 @@ void Tokenizer::Impl::parseAddedTokens(const Json& list)
         if (addedByContent.count(token.content) != 0) {
             throw InputError(file, join(path, "content"), singleQuoted(token.content) + " is listed twice");
         }
+        if (const auto earlier = addedById.find(token.id); earlier != addedById.end()) {
+            // Two contents for one id: decoding the id could give either, and one of them would never be
+            // encoded as listed.
+            const AddedToken& first = addedTokens[earlier->second];
+            throw InputError(file, join(path, "id"),
+                "the id " + std::to_string(token.id) + " of " + singleQuoted(token.content) + " is already the id of "
+                    + (first.special ? "the special token " : "the added token ") + singleQuoted(first.content));
+        }
+        addedById.emplace(token.id, addedTokens.size());
         // An added token takes over its id from the model vocabulary (as in `tokenizers`).
         setToken(token.id, token.content);
         special[static_cast<size_t>(token.id)] = token.special ? 1 : 0;

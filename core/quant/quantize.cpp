@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/fresh_pages.h"
+#include "core/common/output_check.h"
 #include "core/common/vector_clones.h"
 #include "core/model/model_files.h"
 #include "core/model/safetensors.h"
@@ -870,6 +871,7 @@ at::Tensor QuantizedWeight::embed(const at::Tensor& ids) const
 std::vector<TensorQuantizeResult> quantizeSafetensorsFile(
     const std::string& inputPath, const std::string& outputPath, const QuantizeFileOptions& options, Progress& progress)
 {
+    requireOutputNotInput(outputPath, {{inputPath, "input file"}}); // issue 46: `quantize IN IN`, before any work
     if (hasScales(options.format)) {
         effectiveGranularity(options.format, options.granularity); // throws, naming the choices
     }

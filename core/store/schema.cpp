@@ -1,5 +1,6 @@
 #include "core/store/schema.h"
 
+#include "core/common/error.h"
 #include "core/store/sqlite_util.h"
 
 #include <string>
@@ -351,6 +352,9 @@ const std::vector<const char*>& migrations()
 std::vector<std::string> tablesCreatedBy(int version)
 {
     std::vector<std::string> tables;
+    if (version < 1 || version > static_cast<int>(migrations().size())) {
+        return tables; // no migration creates anything
+    }
     const std::string text = migrations().at(static_cast<size_t>(version - 1));
     const std::string marker = "CREATE TABLE ";
     for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) {
@@ -364,6 +368,15 @@ std::vector<std::string> tablesCreatedBy(int version)
 void migrate(sqlite3* db, int fromVersion, int toVersion)
 {
     const auto& all = migrations();
+    // PRAGMA user_version is any 32-bit number: one outside 0..current (a negative one, written by hand) has no
+    // migration, and is refused naming the file and the version rather than indexing past the list.
+    if (fromVersion < 0 || toVersion > static_cast<int>(all.size()) || fromVersion > toVersion) {
+        const char* file = sqlite3_db_filename(db, "main");
+        throw StoreError(file && *file ? file : "<workspace>",
+            "schema version " + std::to_string(fromVersion)
+                + " is not one of Mismatch Lab's (PRAGMA user_version must lie in 0.."
+                + std::to_string(all.size()) + ")");
+    }
     for (int version = fromVersion; version < toVersion; ++version) {
         execute(db, all.at(static_cast<size_t>(version)));
     }

@@ -3,6 +3,7 @@
 #include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/store/run_store.h"
 #include "core/store/sqlite_util.h"
@@ -283,6 +284,7 @@ private:
     void evaluation(const Entry& entry, RunConfig& config);
     // The run's name: the `name` entry when given, else the file's stem (`top`: where the file starts).
     std::string runName(const Entry* entry, const SourceLocation& top) const;
+    void requireTopKWithinVocabulary(const RunConfig& config) const;
 
     std::string file_;
     fs::path base_;
@@ -344,6 +346,7 @@ void Parser::objective(const Entry& entry, RunConfig& config)
             fail(topK->keyLocation, "only the opd_topk objective takes top_k, not " + name);
         }
         config.objective.topK = integerValue(*topK, 1);
+        topKPlace_ = topK->valueLocation;
     } else if (*kind == Objective::OpdTopK) {
         fail(nameEntry->valueLocation, "opd_topk needs its k: write `objective: {name: opd_topk, top_k: 32}`");
     }
@@ -606,7 +609,30 @@ RunConfig Parser::parse(const YAML::Node& root)
             "periodic evaluation needs a teacher: quality is the student's KL to the teacher on held-out prompts "
             "(give `teacher`; reinforce and grpo do not train on it)");
     }
+    requireTopKWithinVocabulary(config);
     return config;
+}
+
+// opd_topk's k at most the student's vocabulary (read from its config.json), before anything starts: the
+// objective would otherwise fail inside the first step. A config.json that cannot be read is left to the
+// model's own checks when the run loads it.
+void Parser::requireTopKWithinVocabulary(const RunConfig& config) const
+{
+    if (config.objective.kind != Objective::OpdTopK || !topKPlace_) {
+        return;
+    }
+    std::int64_t vocabulary = 0;
+    try {
+        vocabulary = model::loadConfig((std::filesystem::path(config.student) / "config.json").string()).vocabSize;
+    } catch (const std::exception&) {
+        return;
+    }
+    if (vocabulary > 0 && config.objective.topK > vocabulary) {
+        fail(*topKPlace_,
+            "opd_topk's top_k is " + std::to_string(config.objective.topK) + ", more than the student's vocabulary of "
+                + std::to_string(vocabulary) + " tokens (" + config.student + "/config.json vocab_size); top_k "
+                + "must lie in 1.." + std::to_string(vocabulary));
+    }
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/common/hash.h"
+#include "core/common/output_check.h"
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
 #include "core/common/spill_file.h"
@@ -21,7 +22,10 @@
 #include <QtTest>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -52,6 +56,9 @@ private slots:
     void fnv1aMatchesTheReference();
     void atomicWriterWritesWholeOrNothing();
     void atomicWriterNamesTheSystemsReason();
+    void atomicWriterStreamsToAFifoInsteadOfReplacingIt();
+    void processSetUpIgnoresTheFileSizeSignal();
+    void outputNamingAnInputIsRefused();
     void byteSizesAsText();
     void genericOpenBlasCoresAreReplaced();
     void allocatorMapsBlocksFromItsFixedThreshold();
@@ -220,6 +227,95 @@ void TestCommon::atomicWriterWritesWholeOrNothing()
         QVERIFY2(error.detail().find("No such file or directory") != std::string::npos, error.what());
     }
     QCOMPARE(entries(dir.path()), QStringList {"out.txt"});
+}
+
+void TestCommon::atomicWriterStreamsToAFifoInsteadOfReplacingIt()
+{
+    // Issue 46: a non-regular output (a device, a FIFO) was replaced by the renamed temporary (as root /dev/full
+    // became a regular file). A FIFO with a reader gets the bytes and stays a FIFO; without a reader it is refused
+    // at once; no temporary is ever made beside it.
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/pipe").toStdString();
+    QCOMPARE(::mkfifo(path.c_str(), 0600), 0);
+    const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+    QVERIFY(reader >= 0);
+    writeFileAtomically(path, "streamed\n");
+    char buffer[64] = {};
+    const ssize_t got = ::read(reader, buffer, sizeof buffer);
+    ::close(reader);
+    QCOMPARE(std::string(buffer, got > 0 ? static_cast<std::size_t>(got) : 0), std::string("streamed\n"));
+    struct stat status {};
+    QCOMPARE(::stat(path.c_str(), &status), 0);
+    QVERIFY2(S_ISFIFO(status.st_mode), "the FIFO was replaced by a regular file");
+    std::string caught;
+    try {
+        writeFileAtomically(path, "nobody reads\n");
+    } catch (const InputError& error) {
+        caught = error.what();
+    }
+    QVERIFY2(caught.find(path) != std::string::npos && caught.find("no process reads from it") != std::string::npos,
+        caught.c_str());
+    QCOMPARE(::stat(path.c_str(), &status), 0);
+    QVERIFY(S_ISFIFO(status.st_mode));
+    // Nothing beside it (entries() lists regular files only: a FIFO is a "system" entry to QDir).
+    QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::System | QDir::Hidden | QDir::NoDotAndDotDot),
+        QStringList {"pipe"});
+}
+
+void TestCommon::processSetUpIgnoresTheFileSizeSignal()
+{
+    // Issue 46: `mismatch generate -o OUT` under `ulimit -f 0` died from SIGXFSZ. The set-up both programs call
+    // first ignores it, whatever the environment (argv == nullptr: no re-execution).
+    struct sigaction previous {};
+    struct sigaction defaults {};
+    defaults.sa_handler = SIG_DFL;
+    QCOMPARE(::sigaction(SIGXFSZ, &defaults, &previous), 0);
+    prepareProcessEnvironment(nullptr);
+    struct sigaction now {};
+    QCOMPARE(::sigaction(SIGXFSZ, nullptr, &now), 0);
+    const bool ignoredByPrepare = now.sa_handler == SIG_IGN;
+    ::sigaction(SIGXFSZ, &defaults, nullptr);
+    initializeRuntime(at::get_num_threads()); // the thread count as it is
+    QCOMPARE(::sigaction(SIGXFSZ, nullptr, &now), 0);
+    const bool ignoredByInitialize = now.sa_handler == SIG_IGN;
+    ::sigaction(SIGXFSZ, &previous, nullptr);
+    QVERIFY(ignoredByPrepare);
+    QVERIFY(ignoredByInitialize);
+}
+
+void TestCommon::outputNamingAnInputIsRefused()
+{
+    // Issue 46: the shared check every writer calls. Same file through a symlink and a hard link, a path that does
+    // not exist yet naming an input, a file inside a model directory; the message names both.
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    const std::string model = root + "/m";
+    std::filesystem::create_directories(model);
+    std::ofstream(model + "/config.json") << "{}";
+    std::ofstream(root + "/p.jsonl") << "{}";
+    std::filesystem::create_symlink(root + "/p.jsonl", root + "/link.jsonl");
+    std::filesystem::create_hard_link(model + "/config.json", root + "/hard.json");
+    const auto refusal = [&](const std::string& output, const std::vector<NamedInput>& inputs,
+                             const std::vector<std::string>& models) -> std::string {
+        try {
+            requireOutputNotInput(output, inputs, models);
+        } catch (const InputError& error) {
+            return error.what();
+        }
+        return "";
+    };
+    const std::string viaLink = refusal(root + "/link.jsonl", {{root + "/p.jsonl", "prompt set"}}, {});
+    QVERIFY2(viaLink.find(root + "/link.jsonl") != std::string::npos
+            && viaLink.find("prompt set " + root + "/p.jsonl") != std::string::npos,
+        viaLink.c_str());
+    QVERIFY(!refusal(root + "/sub/../p.jsonl", {{root + "/p.jsonl", "prompt set"}}, {}).empty());
+    QVERIFY(!refusal(root + "/new.jsonl", {{root + "/./new.jsonl", "recipe"}}, {}).empty()); // neither exists yet
+    QVERIFY(!refusal(model + "/model.safetensors", {}, {model}).empty()); // inside, not there yet
+    QVERIFY(!refusal(root + "/hard.json", {}, {model}).empty()); // another name of the model's file
+    QVERIFY(!refusal(model, {}, {model}).empty());
+    QCOMPARE(refusal(root + "/out.jsonl", {{root + "/p.jsonl", "prompt set"}, {"", "unset"}}, {model, ""}),
+        std::string());
+    QCOMPARE(refusal(root + "/m2/x", {}, {model}), std::string()); // a sibling whose name starts the same
 }
 
 void TestCommon::atomicWriterNamesTheSystemsReason()

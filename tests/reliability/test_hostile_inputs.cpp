@@ -15,6 +15,7 @@
 #include "tests/common/test_main.h"
 
 #include "app/cli/cli.h"
+#include "core/common/input_limits.h"
 #include "core/common/yaml_scalar.h"
 #include "core/model/safetensors.h"
 #include "core/store/run_lock.h"

@@ -5,6 +5,8 @@
 #include "ui/plots/plot_tools.h"
 #include "ui/views/empty_state.h"
 
+#include "core/model/config.h"
+
 #include <qcustomplot.h>
 
 #include <QCheckBox>
@@ -296,6 +298,14 @@ void SensitivityView::fillPanel(HeatmapPanel& panel, std::int64_t scanId)
     panel.scanId = scanId;
     panel.cells
         = scanId != 0 && store_ ? AnalysisData(*store_).sensitivityCells(scanId) : std::vector<SensitivityCell> {};
+    // The heatmap has a row for every layer from the first to the last: a layer index that no model can have (a
+    // workspace written by hand; imports refuse them) would size it, so such cells are left out of the drawing
+    // (the report's table still lists them) and the rows stay within num_hidden_layers' limit.
+    panel.cells.erase(std::remove_if(panel.cells.begin(), panel.cells.end(),
+                          [](const SensitivityCell& cell) {
+                              return cell.layer < -1 || cell.layer >= model::ModelConfig::kMaxLayers;
+                          }),
+        panel.cells.end());
     panel.groups.clear();
     panel.layers = 0;
     panel.firstRow = 0;
