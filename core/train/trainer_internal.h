@@ -90,6 +90,13 @@ private:
     std::uint64_t backwardGradientBytes() const;
     void requireJobFits(std::int64_t longestPrompt) const;
     void requireStepFits(const std::string& runFile, std::int64_t longestPrompt) const;
+    struct CheckpointBytes {
+        std::string largestFile;
+        std::uint64_t largest = 0;
+        std::uint64_t total = 0;
+    };
+    CheckpointBytes checkpointBytes() const;
+    void requireCheckpointFits(const std::string& runFile) const; // InputError(run file, "checkpoint", ...)
 
     // The rollout side (trainer_rollouts.cpp).
     std::vector<std::size_t> batchPromptIndices(std::int64_t step);

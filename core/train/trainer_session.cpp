@@ -13,6 +13,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -87,6 +90,7 @@ Session::Session(const RunConfig& config, const std::string& workspaceDirectory)
     }
     requireStepFits(runFile, longestPrompt);
     requireJobFits(longestPrompt);
+    requireCheckpointFits(runFile);
     // Finite (model::requireFiniteWeights). The master weights (and so AdamW's moments and the rollout engine's
     // copies) live on the device.
     weights_ = onDevice(model::loadWeights(config.student, modelConfig_), device_);
@@ -190,6 +194,50 @@ void Session::requireStepFits(const std::string& runFile, std::int64_t longestPr
             + " for its per-token distributions but only " + formatByteSize(available->bytes) + " is available"
             + (device_.is_cuda() ? " on " + device_.str() : std::string()) + " (" + available->source
             + "); lower batch.prompts_per_step, batch.samples_per_prompt or rollout.sampling.max_tokens");
+}
+
+// Bytes of one checkpoint's files (trainer_checkpoints.cpp writeCheckpoint): model.safetensors (the float32
+// weights), optimizer.safetensors (AdamW's two float32 moments per parameter) and history.safetensors (the
+// float32 weights of up to `staleness` older versions). Headers, config.json, tokenizer.json and state.json are
+// small beside them and left out.
+Session::CheckpointBytes Session::checkpointBytes() const
+{
+    const std::uint64_t weights = static_cast<std::uint64_t>(parameterCount_) * sizeof(float);
+    CheckpointBytes bytes;
+    bytes.largestFile = "optimizer.safetensors";
+    bytes.largest = 2 * weights;
+    const std::uint64_t history = static_cast<std::uint64_t>(std::max<std::int64_t>(config_.rollout.staleness, 0)) * weights;
+    if (history > bytes.largest) {
+        bytes.largestFile = "history.safetensors";
+        bytes.largest = history;
+    }
+    bytes.total = weights + 2 * weights + history;
+    return bytes;
+}
+
+// Every run writes at least its final checkpoint: one that cannot be written (a file over the process's file size
+// limit, `ulimit -f`, or more bytes than the workspace's file system has free) is refused before the run is
+// stored, instead of failing after its steps have been trained and recorded.
+void Session::requireCheckpointFits(const std::string& runFile) const
+{
+    const CheckpointBytes bytes = checkpointBytes();
+    struct rlimit limit {};
+    if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+        && static_cast<std::uint64_t>(limit.rlim_cur) < bytes.largest) {
+        throw InputError(runFile, "checkpoint",
+            "a checkpoint's " + bytes.largestFile + " takes about " + formatByteSize(bytes.largest)
+                + " but this process may write files of at most " + formatByteSize(limit.rlim_cur)
+                + " (its file size limit, `ulimit -f`); raise the limit before training");
+    }
+    struct statvfs space {};
+    if (::statvfs(workspace_.c_str(), &space) == 0) {
+        const std::uint64_t available = static_cast<std::uint64_t>(space.f_bavail) * space.f_frsize;
+        if (available < bytes.total) {
+            throw InputError(runFile, "checkpoint",
+                "a checkpoint of this run takes about " + formatByteSize(bytes.total) + " but the workspace "
+                    + workspace_ + " has only " + formatByteSize(available) + " free; free space before training");
+        }
+    }
 }
 
 } // namespace mismatch::train::detail

@@ -43,6 +43,8 @@
 #include <set>
 #include <thread>
 
+#include <sys/resource.h>
+
 using namespace mismatch;
 namespace fs = std::filesystem;
 
@@ -200,6 +202,7 @@ private slots:
     void mismatchedVocabulariesAreRejectedBeforeARunIsStored();
     void deviceOfTheRunFile();
     void memoryCheckListsWhatTheRunHolds();
+    void checkpointOverTheFileSizeLimitIsRefusedBeforeARunIsStored();
     void idsBeyondTheTokenizerAreDrawnAndTrainedOn();
     void rewardObjectivesRunOnTinyModels_data();
     void rewardObjectivesRunOnTinyModels();
@@ -778,6 +781,60 @@ void TestTrainer::memoryCheckListsWhatTheRunHolds()
     QVERIFY(noised > 0 && noised < engine::noisyCopyBytes(config, nullptr, "*", at::kFloat, false));
     QVERIFY2(contains(noisy, "noisy weight version drawn at a rollout sync: " + formatByteSize(noised)), noisy.c_str());
     QVERIFY(store.listRuns().empty()); // refused before a run was stored
+}
+
+// Every run writes at least its final checkpoint; under a file size limit (`ulimit -f`) that its largest file
+// cannot fit, the run is refused before it is stored (issue 46: it used to train, record its steps and then fail
+// with "File too large", leaving a failed run). The sizes are the float32 files trainer_checkpoints.cpp writes:
+// optimizer.safetensors holds AdamW's two moments per parameter, history.safetensors one copy of the weights per
+// version a stale rollout may still use.
+void TestTrainer::checkpointOverTheFileSizeLimitIsRefusedBeforeARunIsStored()
+{
+    QTemporaryDir workspace;
+    const std::string ws = workspace.path().toStdString();
+    store::RunStore store = store::RunStore::open(store::databasePath(ws));
+    Progress progress;
+    const model::ModelConfig config = model::loadConfig(pair_.student + "/config.json");
+    // The trained parameters (a tied embedding counted once), each with one float32 value and two moments.
+    model::TransformerWeights weights = model::loadWeights(pair_.student, config);
+    std::uint64_t parameters = 0;
+    for (const at::Tensor& parameter : weights.parameters()) {
+        parameters += static_cast<std::uint64_t>(parameter.numel());
+    }
+    const std::string fresh = writeRunFile(ws, "fresh", runBody(pair_, "steps: 1\n" + baseRollout()));
+    const std::string stale
+        = writeRunFile(ws, "stale", runBody(pair_, "steps: 1\n" + baseRollout("  staleness: 3\n")));
+    struct rlimit saved {};
+    QCOMPARE(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+    std::signal(SIGXFSZ, SIG_IGN); // a write past the limit fails with EFBIG instead of ending the test
+    const auto refusal = [&](const std::string& runFile, std::uint64_t limitBytes) {
+        struct rlimit limit = saved;
+        limit.rlim_cur = static_cast<rlim_t>(limitBytes);
+        std::string message = "setrlimit failed";
+        if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) {
+            return message;
+        }
+        message = "trained without a refusal";
+        try {
+            train::runTraining(train::loadRunConfig(runFile), store, progress);
+        } catch (const InputError& error) {
+            message = error.what();
+        }
+        if (::setrlimit(RLIMIT_FSIZE, &saved) != 0) {
+            message += " (and the limit could not be restored)";
+        }
+        return message;
+    };
+    const std::string optimizer = refusal(fresh, 8 * parameters - 1);
+    QVERIFY2(optimizer.find(fresh) != std::string::npos, optimizer.c_str());
+    QVERIFY2(optimizer.find("optimizer.safetensors takes about " + formatByteSize(8 * parameters)) != std::string::npos,
+        optimizer.c_str());
+    QVERIFY2(optimizer.find("ulimit -f") != std::string::npos, optimizer.c_str());
+    const std::string history = refusal(stale, 12 * parameters - 1);
+    QVERIFY2(history.find("history.safetensors takes about " + formatByteSize(12 * parameters)) != std::string::npos,
+        history.c_str());
+    QVERIFY(store.listRuns().empty()); // refused before a run was stored
+    QVERIFY(!fs::exists(fs::path(ws) / "checkpoints"));
 }
 
 // Real checkpoints pad their vocabulary beyond the tokenizer's ids (Qwen3: 151,936 rows, 151,669 tokens), and a
