@@ -1,5 +1,7 @@
 #include "core/common/error.h"
 
+#include "core/common/message_text.h"
+
 namespace mismatch {
 
 static std::string joinLocation(const std::string& file, const std::string& location, const std::string& detail)
@@ -13,13 +15,13 @@ static std::string joinLocation(const std::string& file, const std::string& loca
 }
 
 InputError::InputError(std::string file, std::string location, std::string detail)
-    : Error(joinLocation(file, location, detail)), file_(std::move(file)), location_(std::move(location)),
-      detail_(std::move(detail))
+    : Error(joinLocation(file, location, cutMiddle(detail))), file_(std::move(file)), location_(std::move(location)),
+      detail_(cutMiddle(detail))
 {
 }
 
 StoreError::StoreError(std::string path, std::string detail)
-    : Error("workspace " + path + ": " + detail), path_(std::move(path)), detail_(std::move(detail))
+    : Error("workspace " + path + ": " + cutMiddle(detail)), path_(std::move(path)), detail_(cutMiddle(detail))
 {
 }
 

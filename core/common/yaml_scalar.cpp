@@ -64,6 +64,27 @@ int specialFloat(const std::string& text)
 }
 
 // Checks the parser's events against the limits before yaml-cpp builds a tree (see loadYaml).
+// Notes where a document after the first one begins (loadYaml refuses it); reads nothing else.
+class SecondDocument : public YAML::EventHandler {
+public:
+    bool found = false;
+    YAML::Mark mark;
+
+    void OnDocumentStart(const YAML::Mark& at) override
+    {
+        found = true;
+        mark = at;
+    }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+};
+
 class LimitScanner : public YAML::EventHandler {
 public:
     struct Exceeded {
@@ -226,6 +247,14 @@ YAML::Node loadYaml(const std::string& text, const std::string& file, const std:
         YAML::Parser parser(stream);
         LimitScanner scanner(listLimits);
         parser.HandleNextDocument(scanner); // YAML::Load reads the first document only
+        // A second document (after a `---` line) would be ignored without a word: a recipe, run file or candidates
+        // list pasted twice, or two files joined, would silently use only the first.
+        SecondDocument second;
+        if (parser.HandleNextDocument(second) && second.found) {
+            throw InputError(file, markText(second.mark),
+                "a second YAML document (after a '---' line); this file must hold one document (split it into "
+                "separate files)");
+        }
     } catch (const LimitScanner::Exceeded& exceeded) {
         throw InputError(file, markText(exceeded.mark), exceeded.detail);
     } catch (const YAML::Exception& error) {

@@ -1,6 +1,7 @@
 #include "core/model/config.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/common/input_limits.h"
 
 #include <nlohmann/json.hpp>
@@ -321,7 +322,7 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
     try {
         root = json::parse(jsonText);
     } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
-        throw InputError(file, "", std::string("invalid JSON: ") + error.what());
+        throw InputError(file, "", "invalid JSON: " + jsonErrorDetail(error));
     }
     if (!root.is_object()) {
         throw InputError(file, "", std::string("expected a JSON object, got ") + root.type_name());

@@ -1,5 +1,6 @@
 #include "core/model/model_files.h"
 
+#include "core/common/message_text.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/common/vector_clones.h"
@@ -19,15 +20,6 @@
 namespace mismatch::model {
 
 namespace {
-
-std::string shapeText(const std::vector<std::int64_t>& shape)
-{
-    std::string text = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        text += (i ? ", " : "") + std::to_string(shape[i]);
-    }
-    return text + "]";
-}
 
 bool endsWith(const std::string& text, const std::string& suffix)
 {

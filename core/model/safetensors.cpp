@@ -1,6 +1,7 @@
 #include "core/model/safetensors.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/common/file_io.h"
 #include "core/common/fresh_pages.h"
 #include "core/common/input_limits.h"
@@ -22,6 +23,9 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 // safetensors stores little-endian bytes and tensors are copied byte for byte.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -39,15 +43,6 @@ constexpr const char* kSingleName = "model.safetensors";
 // The reference implementation refuses headers above 100 MB; a larger length is a corrupt file, and refusing
 // it early avoids parsing gigabytes of tensor data as JSON.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
-
-std::string shapeText(const std::vector<std::int64_t>& shape)
-{
-    std::string text = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        text += (i ? ", " : "") + std::to_string(shape[i]);
-    }
-    return text + "]";
-}
 
 bool parseDtype(const std::string& text, DType& dtype)
 {
@@ -82,6 +77,54 @@ std::uint64_t readNonNegative(const json& value, bool& ok)
     ok = value.is_number_unsigned() || (value.is_number_integer() && value.get<std::int64_t>() >= 0);
     return ok ? value.get<std::uint64_t>() : 0;
 }
+
+// nlohmann keeps the last of two equal keys of an object: a header naming a tensor twice (the first entry
+// overlapping another tensor, or without a shape) would lose the first without a word. One SAX pass (linear: one
+// set of keys per open object) finds the first key given twice, with the byte where the second begins.
+class DuplicateKeyFinder : public nlohmann::json_sax<json> {
+public:
+    std::string duplicate; // "" when every object's keys differ
+    std::string where; // the object holding it: "header" or "header.NAME"
+
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override
+    {
+        objects_.push_back({lastKey_, {}});
+        return true;
+    }
+    bool key(string_t& name) override
+    {
+        lastKey_ = name;
+        if (!objects_.back().keys.insert(name).second) {
+            duplicate = name;
+            where = objects_.size() == 1 ? "header" : "header." + objects_.back().name;
+            return false; // stop: sax_parse returns false
+        }
+        return true;
+    }
+    bool end_object() override
+    {
+        objects_.pop_back();
+        return true;
+    }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+private:
+    struct Object {
+        std::string name; // the key it is the value of ("" for the header itself)
+        std::unordered_set<std::string> keys;
+    };
+    std::vector<Object> objects_;
+    std::string lastKey_;
+};
 
 TensorInfo parseTensorEntry(const std::string& path, const std::string& name, const json& entry)
 {
@@ -313,10 +356,17 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path)
     try {
         header = json::parse(bytes + 8, bytes + 8 + headerLength);
     } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
-        throw InputError(path, "header", std::string("invalid JSON header: ") + error.what());
+        throw InputError(path, "header", "invalid JSON header: " + jsonErrorDetail(error));
     }
     if (!header.is_object()) {
         throw InputError(path, "header", std::string("expected a JSON object, got ") + header.type_name());
+    }
+    DuplicateKeyFinder duplicates;
+    if (!json::sax_parse(bytes + 8, bytes + 8 + headerLength, &duplicates) && !duplicates.duplicate.empty()) {
+        throw InputError(path, duplicates.where,
+            "key '" + cutText(duplicates.duplicate) + "' appears twice"
+                + (duplicates.where == "header" ? " (a tensor listed twice)" : std::string())
+                + "; each key of a safetensors header must be given once");
     }
 
     for (const auto& [key, value] : header.items()) {
@@ -505,7 +555,7 @@ Checkpoint Checkpoint::open(const std::string& directory)
     try {
         index = json::parse(text);
     } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
-        throw InputError(indexFile, "", std::string("invalid JSON: ") + error.what());
+        throw InputError(indexFile, "", "invalid JSON: " + jsonErrorDetail(error));
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
         throw InputError(indexFile, "weight_map", "expected an object mapping tensor names to shard files");

@@ -1,6 +1,7 @@
 #include "core/model/tokenizer.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/common/hash.h"
 #include "core/common/input_limits.h"
 #include "core/common/utf8.h"
@@ -58,9 +59,9 @@ Tokenizer Tokenizer::fromJson(const std::string& jsonText, const std::string& fi
         root = Json::parse(jsonText);
     } catch (const Json::parse_error& error) {
         throw InputError(
-            fileNameForErrors, "byte " + std::to_string(error.byte), std::string("invalid JSON: ") + error.what());
+            fileNameForErrors, "byte " + std::to_string(error.byte), "invalid JSON: " + jsonErrorDetail(error));
     } catch (const Json::out_of_range& error) { // a number such as 1e400
-        throw InputError(fileNameForErrors, "", std::string("invalid JSON: ") + error.what());
+        throw InputError(fileNameForErrors, "", "invalid JSON: " + jsonErrorDetail(error));
     }
     auto impl = std::make_unique<Impl>();
     impl->file = fileNameForErrors;

@@ -3,6 +3,7 @@
 #include "core/model/memory_check.h"
 #include "core/model/transformer_linear.h"
 
+#include "core/common/message_text.h"
 #include "core/common/error.h"
 
 #include <ATen/ATen.h>
@@ -16,17 +17,6 @@
 namespace mismatch::model {
 
 namespace {
-
-std::string shapeText(at::IntArrayRef shape)
-{
-    std::ostringstream out;
-    out << "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        out << (i ? ", " : "") << shape[i];
-    }
-    out << "]";
-    return out.str();
-}
 
 std::string layerPrefix(std::int64_t layer)
 {

@@ -31,21 +31,50 @@ std::string systemReason(sqlite3* db, int code, int callErrno)
     return "";
 }
 
+// What a failure means for the workspace, in the project's words (SQLite's own text follows it).
+std::string storeMeaning(int code)
+{
+    switch (code & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return "the workspace is busy (another process is writing it; try again when it finishes)";
+    case SQLITE_READONLY:
+        return "the workspace cannot be written (a read-only file or directory, or one this user may not write)";
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        return "the workspace database is damaged (restore it from a copy)";
+    case SQLITE_FULL:
+        return "the workspace could not grow (the disk is full or a file size limit was reached)";
+    case SQLITE_IOERR:
+        return "reading or writing the workspace failed";
+    case SQLITE_CANTOPEN:
+        return "the workspace database cannot be opened";
+    case SQLITE_CONSTRAINT:
+        return "the workspace refused a record that conflicts with one it holds";
+    case SQLITE_NOMEM:
+        return "the workspace ran out of memory";
+    default:
+        return "the workspace database reported an error";
+    }
+}
+
 } // namespace
 
-void throwSqliteError(sqlite3* db, int code, const char* call, const char* file, int line)
+// The source file and line stay out of the message (they mean nothing to a user); the SQLite call and code stay,
+// after SQLite's text, for a bug report.
+void throwSqliteError(sqlite3* db, int code, const char* call, const char* /*file*/, int /*line*/)
 {
     const int callErrno = errno;
     const char* filename = db ? sqlite3_db_filename(db, "main") : nullptr;
-    std::string message = std::string(sqlite3_errstr(code));
+    std::string detail = std::string(sqlite3_errstr(code));
     if (db && sqlite3_errcode(db) == code) {
-        message = sqlite3_errmsg(db);
+        detail = sqlite3_errmsg(db);
     }
-    message += systemReason(db, code, callErrno);
+    detail += systemReason(db, code, callErrno);
     throw StoreError(filename && *filename ? filename : "<sqlite>",
-        message + " (SQLite code " + std::to_string(code) + " in " + call + " at " + file + ":" +
-            std::to_string(line) + ")");
+        storeMeaning(code) + ": " + detail + " (SQLite code " + std::to_string(code) + " in " + call + ")");
 }
+
 
 Statement::Statement(sqlite3* db, const char* sql) : db_(db)
 {

@@ -7,11 +7,13 @@
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/common/hash.h"
+#include "core/common/message_text.h"
 #include "core/common/output_check.h"
 #include "core/common/progress.h"
 #include "core/common/runtime.h"
 #include "core/common/spill_file.h"
 #include "core/model/transformer.h"
+#include "core/store/sqlite_util.h"
 #include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
@@ -60,6 +62,8 @@ private slots:
     void processSetUpIgnoresTheFileSizeSignal();
     void outputNamingAnInputIsRefused();
     void byteSizesAsText();
+    void longValuesAndLibraryTextsInMessages();
+    void workspaceErrorsSayWhatTheyMeanWithoutSourcePaths();
     void genericOpenBlasCoresAreReplaced();
     void allocatorMapsBlocksFromItsFixedThreshold();
     void devicesAreParsedAndChecked();
@@ -342,6 +346,59 @@ void TestCommon::atomicWriterNamesTheSystemsReason()
     QVERIFY2(caught.find("File too large") != std::string::npos, caught.c_str());
     QCOMPARE(readAll(path), std::string("old"));
     QCOMPARE(entries(dir.path()), QStringList {"big.bin"});
+}
+
+// Issue 46: messages print 10,000 dimensions or a megabyte value whole, and nlohmann's "[json.exception...]" tag.
+void TestCommon::longValuesAndLibraryTextsInMessages()
+{
+    QCOMPARE(cutText("short"), std::string("short"));
+    const std::string megabyte(1 << 20, 'x');
+    QCOMPARE(cutText(megabyte), std::string(kMessageValueChars, 'x') + "... (1048576 bytes)");
+    // A cut never splits a UTF-8 character: "é" is 2 bytes, so 3 bytes of "ééé" keep one character.
+    QCOMPARE(cutText("\xc3\xa9\xc3\xa9\xc3\xa9", 3), std::string("\xc3\xa9... (6 bytes)"));
+    const std::vector<std::int64_t> few {2, 3};
+    QCOMPARE(shapeText(few), std::string("[2, 3]"));
+    const std::vector<std::int64_t> many(10000, 1);
+    QCOMPARE(shapeText(many), std::string("[1, 1, 1, 1, 1, 1, 1, 1, ... (10000 dimensions)]"));
+    // An error whose value is a megabyte keeps its start (what is wrong) and its end (what was expected).
+    const InputError error("f.yaml", "line 2", "name '" + megabyte + "' is too long; expected at most 64 bytes");
+    QVERIFY(error.detail().size() <= kMessageChars + 64);
+    QVERIFY(QString::fromStdString(error.detail()).startsWith("name 'xxx"));
+    QVERIFY(QString::fromStdString(error.detail()).endsWith("' is too long; expected at most 64 bytes"));
+    QVERIFY(std::string(error.what()).find("bytes left out") != std::string::npos);
+    try {
+        (void)nlohmann::json::parse("{\"a\": tru}");
+        QFAIL("malformed JSON parsed");
+    } catch (const nlohmann::json::exception& parseError) {
+        const std::string detail = jsonErrorDetail(parseError);
+        QVERIFY2(detail.rfind("parse error at line 1, column ", 0) == 0, detail.c_str());
+        QVERIFY2(detail.find("[json.exception") == std::string::npos, detail.c_str());
+    }
+}
+
+// A failed SQLite call says what it means for the workspace first, then SQLite's text, its call and code; never
+// the tool's source file (issue 46: "SQLite code 1811 in sqlite3_step at .../sqlite_util.cpp:105").
+void TestCommon::workspaceErrorsSayWhatTheyMeanWithoutSourcePaths()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.path().toStdString() + "/w.db";
+    sqlite3* db = nullptr;
+    QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_extended_result_codes(db, 1); // as the store opens its workspaces
+    try {
+        store::Statement(db, "CREATE TABLE t (x INTEGER UNIQUE)").run();
+        store::Statement(db, "INSERT INTO t VALUES (1)").run();
+        store::Statement(db, "INSERT INTO t VALUES (1)").run();
+        QFAIL("a duplicate value was inserted");
+    } catch (const StoreError& error) {
+        const std::string text = error.what();
+        QVERIFY2(text.find("the workspace refused a record that conflicts with one it holds: UNIQUE constraint failed")
+                != std::string::npos,
+            text.c_str());
+        QVERIFY2(text.find("(SQLite code 2067 in sqlite3_step)") != std::string::npos, text.c_str()); // SQLITE_CONSTRAINT_UNIQUE
+        QVERIFY2(text.find(".cpp") == std::string::npos, text.c_str());
+    }
+    sqlite3_close(db);
 }
 
 void TestCommon::byteSizesAsText()

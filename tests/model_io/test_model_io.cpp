@@ -392,6 +392,19 @@ private slots:
                                           << "data_offsets of tensor w end before they begin: [16, 0]";
         QTest::newRow("offsets not pair") << craft(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", 16)
                                           << "data_offsets of tensor w must be [begin, end]";
+        // Issue 46: nlohmann keeps the last of two equal keys, so the first entry (here overlapping tensor b, or
+        // without a shape) vanished and the file was accepted.
+        QTest::newRow("tensor twice") << craft(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]},)"
+                                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
+                                               R"("a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+            24) << "header: key 'a' appears twice (a tensor listed twice)";
+        QTest::newRow("tensor twice, first without shape")
+            << craft(R"({"w":{"dtype":"F32","data_offsets":[0,16]},"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                   16)
+            << "key 'w' appears twice";
+        QTest::newRow("key twice in an entry")
+            << craft(R"({"w":{"dtype":"F32","shape":[2],"shape":[4],"data_offsets":[0,16]}})", 16)
+            << "header.w: key 'shape' appears twice";
         QTest::newRow("metadata not string")
             << craft(R"({"__metadata__":{"format":1}})", 0) << "metadata values must be strings, got number";
     }
