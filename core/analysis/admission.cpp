@@ -96,9 +96,13 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
         Candidate candidate;
         candidate.source = path + ":" + place(item);
         bool hasName = false;
+        std::vector<YAML::Node> noiseOnlySettings; // noise_seed, noise_modules: nothing without a sigma
         for (const io::YamlEntry& entry : reader.entries(item, io::locate(item, ""), allowed)) {
             const std::string& name = entry.key;
             const YAML::Node& value = entry.value;
+            if (name == "noise_seed" || name == "noise_modules") {
+                noiseOnlySettings.push_back(value);
+            }
             if (name == "name" || name == "recipe" || name == "noise_modules") {
                 if (!value.IsScalar() || io::scalarKind(value) != io::ScalarKind::String || value.Scalar().empty()) {
                     fail(path, value, "`" + name + "` must be a non-empty string, got " + io::kindName(value));
@@ -150,6 +154,12 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
         }
         if (!hasName) {
             fail(path, item, "candidate " + std::to_string(i + 1) + " has no `name`");
+        }
+        if (candidate.noise == 0.0 && !noiseOnlySettings.empty()) {
+            fail(path, noiseOnlySettings.front(),
+                "candidate '" + candidate.name
+                    + "': `noise_seed` and `noise_modules` do nothing without `noise` (a sigma > 0); give `noise` "
+                      "too, or drop them");
         }
         const auto [found, inserted] = names.emplace(candidate.name, place(item));
         if (!inserted) {
@@ -519,6 +529,21 @@ void checkOptions(const AdmissionOptions& options)
 {
     if (options.checkpoints.empty()) {
         throw InputError("admit", "STUDENT", "at least one student checkpoint is needed");
+    }
+    // The same checkpoint twice (also through another spelling or a symbolic link) would screen it twice and
+    // store two decisions for one student at one step.
+    std::map<std::string, std::string> seen; // canonical directory -> the spelling given first
+    for (const std::string& checkpoint : options.checkpoints) {
+        std::error_code error;
+        const fs::path canonical = fs::weakly_canonical(checkpoint, error);
+        const std::string key = error ? fs::absolute(checkpoint).lexically_normal().string() : canonical.string();
+        const auto [first, inserted] = seen.emplace(key, checkpoint);
+        if (!inserted) {
+            throw InputError("admit", "STUDENT",
+                "the student checkpoint " + checkpoint + " is given twice"
+                    + (first->second == checkpoint ? std::string() : " (first as " + first->second + ")")
+                    + "; give each checkpoint once");
+        }
     }
     if (options.candidates.empty()) {
         throw InputError("admit", "candidates", "no candidate configuration to screen");

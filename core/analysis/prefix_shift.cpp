@@ -111,8 +111,9 @@ namespace {
 
 void checkOptions(const PrefixShiftOptions& options)
 {
-    if (!(options.cap >= 1.0) || !std::isfinite(options.cap)) {
-        throw InputError("prefix-shift", "--cap", "the TIS/MIS cap C must be a finite number >= 1");
+    if (!(options.cap > 1.0) || !std::isfinite(options.cap)) {
+        throw InputError("prefix-shift", "--cap",
+            "the TIS/MIS cap C must be a finite number > 1 (C = 1 keeps only tokens whose weight is exactly 1)");
     }
     if (options.storedPairs < 0) {
         throw InputError("prefix-shift", "--store-pairs", "must be >= 0");

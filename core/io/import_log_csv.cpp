@@ -68,10 +68,14 @@ Value csvValue(const std::string& raw)
     if (text.empty()) {
         return v;
     }
+    // strtod also reads C's hexadecimal numbers ("0x10" is 16): no logger writes them, so such a cell is text.
+    const size_t digits = text.find_first_not_of("+-");
+    const bool hexadecimal = digits != std::string::npos && digits + 1 < text.size() && text[digits] == '0'
+        && (text[digits + 1] == 'x' || text[digits + 1] == 'X');
     errno = 0;
     char* end = nullptr;
     const double number = std::strtod(text.c_str(), &end);
-    if (end != text.c_str() + text.size()) {
+    if (hexadecimal || end != text.c_str() + text.size()) {
         v.kind = Value::NotNumber;
         v.text = "\"" + text + "\"";
         return v;

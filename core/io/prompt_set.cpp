@@ -1,6 +1,7 @@
 #include "core/io/prompt_set.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/common/file_io.h"
 #include "core/common/input_limits.h"
 
@@ -193,7 +194,7 @@ PromptSet parsePromptSet(const std::string& text, const std::string& source)
         } catch (const nlohmann::json::parse_error& error) {
             throw InputError(source, location, "invalid JSON: " + parseErrorDetail(error));
         } catch (const nlohmann::json::out_of_range& error) { // a number such as 1e400
-            throw InputError(source, location, std::string("invalid JSON: ") + error.what());
+            throw InputError(source, location, "invalid JSON: " + jsonErrorDetail(error));
         }
         if (!value.is_object()) {
             throw InputError(source, location, "expected a JSON object, found " + describeType(value));

@@ -581,6 +581,7 @@ JobDefinition admitJob()
             errors.push_back({"threshold", "give 'calibration' or 'threshold'"});
         }
         checkByteSize(errors, spec, "kv_memory", true);
+        checkNoiseSettings(errors, spec);
         return errors;
     };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
@@ -631,8 +632,8 @@ JobDefinition prefixShiftJob()
             "The configuration's recipe (default: BF16, e.g. with --noise)"),
         required(promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL)")),
         ranged(param("cap", ParameterType::Number, "--cap", "TIS / MIS cap",
-                   "Cap C of TIS (min(w, C)) and MIS (keep w in [1/C, C])", 2.0),
-            1.0, false, 1e9),
+                   "Cap C > 1 of TIS (min(w, C)) and MIS (keep w in [1/C, C])", 2.0),
+            1.0, true, 1e9), // C = 1: MIS keeps only w = 1 exactly and TIS never up-weights; training needs C > 1 too
         ranged(param("store_pairs", ParameterType::Integer, "--store-pairs", "Pairs stored token by token",
                    "Paired generations stored token by token (for the viewer)", 16),
             0),
@@ -641,7 +642,11 @@ JobDefinition prefixShiftJob()
     job.parameters.insert(job.parameters.begin() + 2, noise.begin(), noise.end());
     const auto shared = analysisParameters(false);
     job.parameters.insert(job.parameters.end(), shared.begin(), shared.end());
-    job.check = checkKvMemory;
+    job.check = [](const JobSpec& spec) {
+        std::vector<ParameterError> errors = checkKvMemory(spec);
+        checkNoiseSettings(errors, spec);
+        return errors;
+    };
     job.run = [](store::RunStore& store, const JobSpec& spec, Progress& progress,
                   const std::function<void(std::int64_t)>&) {
         return analysis::toJson(analysis::runPrefixShift(store, prefixShiftOptions(spec), progress));

@@ -103,7 +103,11 @@ std::string checkScalar(const Parameter& p, ParameterType type, const nlohmann::
     switch (type) {
     case ParameterType::Text:
     case ParameterType::Path:
-        return v.is_string() ? "" : "expected text, got " + v.dump();
+        if (!v.is_string()) {
+            return "expected text, got " + v.dump();
+        }
+        // An empty name or path is never meant (`--name ''`, `-p ''`): it would name a run "" or read "<input>".
+        return v.get<std::string>().empty() ? std::string("expected a non-empty value, got ''") : std::string();
     case ParameterType::Choice: {
         if (!v.is_string()) {
             return "expected one of the choices, got " + v.dump();

@@ -154,6 +154,7 @@ JobDefinition generateJob()
     job.check = [](const JobSpec& spec) {
         std::vector<ParameterError> errors;
         checkAllocatedSize(errors, spec, "kv_memory");
+        checkNoiseSettings(errors, spec);
         return errors;
     };
     job.checkInputs = [](const JobSpec& spec) {

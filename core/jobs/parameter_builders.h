@@ -71,6 +71,22 @@ inline Parameter deviceParameter(nlohmann::json defaultValue, const std::string&
     return device;
 }
 
+// Weight noise's seed and module pattern do nothing without a sigma: a seed or pattern other than the default
+// with noise 0 is a setting the user believes is in effect, so it is refused (issue 46). Writers that spell every
+// option (a cluster unit, a stored spec read back) give the defaults, which pass.
+inline void checkNoiseSettings(std::vector<ParameterError>& errors, const JobSpec& spec)
+{
+    if (spec.number("noise") > 0.0) {
+        return;
+    }
+    if (spec.integer("noise_seed") != 0) {
+        errors.push_back({"noise_seed", "does nothing without 'noise' (a sigma > 0): give 'noise' too, or drop it"});
+    }
+    if (spec.text("noise_modules") != "*") {
+        errors.push_back({"noise_modules", "does nothing without 'noise' (a sigma > 0): give 'noise' too, or drop it"});
+    }
+}
+
 inline JobDefinition definition(std::string kind, std::vector<std::string> command, std::string summary)
 {
     JobDefinition job;

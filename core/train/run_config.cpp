@@ -16,9 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -441,6 +441,13 @@ void Parser::optimizer(const Entry& entry, RunConfig& config)
     OptimizerConfig& o = config.optimizer;
     if (const Entry* e = Reader::find(list, "learning_rate")) {
         o.learningRate = rangedNumber(*e, 0.0, false, INFINITY, false);
+        // AdamW updates the float32 master weights: a rate below float32's smallest normal number is 0 there (or
+        // a subnormal that no update survives), so the run would train nothing.
+        if (o.learningRate < static_cast<double>(std::numeric_limits<float>::min())) {
+            fail(e->valueLocation,
+                "is " + e->value.Scalar() + ", below float32's smallest normal number (1.18e-38), where the optimizer "
+                    "updates the weights: it would train nothing");
+        }
     }
     if (const Entry* e = Reader::find(list, "warmup_steps")) {
         o.warmupSteps = integerValue(*e, 0);

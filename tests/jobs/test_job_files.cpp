@@ -20,6 +20,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -159,8 +160,11 @@ private slots:
     {
         const std::string workspace = (dir_.path() + "/migrate").toStdString();
         const jobs::JobSpec scanSpec = tinyScan();
+        // Two checkpoints (admit refuses one given twice): the student and a copy of it.
+        const std::string copy = (dir_.path() + "/student-copy").toStdString();
+        std::filesystem::copy(model_, copy, std::filesystem::copy_options::recursive);
         jobs::JobSpec admitSpec("admit");
-        admitSpec.set("students", std::vector<std::string> {model_, model_}).set("threshold", 1000.0);
+        admitSpec.set("students", std::vector<std::string> {model_, copy}).set("threshold", 1000.0);
         admitSpec.set("prompts", probe_).set("count", 4).set("max_tokens", 8).set("resamples", 300);
         // A progress that cancels its job once it passes `share`.
         std::vector<std::shared_ptr<Progress>> progresses;
