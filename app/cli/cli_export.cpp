@@ -1,6 +1,8 @@
 // mismatch export RECIPE --to vllm|sglang|llm-compressor|compressed-tensors|verl|modelopt --model DIR [--out PATH]
 //                 [--staleness K] [--vllm-form online|checkpoint] [--rollout vllm|sglang] [--target-version V]
 //                 [--kv-probe PROMPTS [--kv-probe-count N] [--tensor-parallel N]]   (--to sglang)
+//                 [--teacher PATH --objective NAME [--top-k K] [--correction none|tis|mis [--correction-cap C]]]
+//                                                                     (--to verl: on-policy distillation)
 #include "app/cli/context.h"
 #include "core/analysis/kv_scale_export.h"
 #include "core/common/error.h"
@@ -13,7 +15,10 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <ostream>
+#include <utility>
+#include <vector>
 
 namespace mismatch::cli {
 
@@ -33,7 +38,50 @@ struct ExportCommandOptions {
     std::int64_t tensorParallel = 1;
     CLI::Option* kvProbeCountOption = nullptr;
     CLI::Option* tensorParallelOption = nullptr;
+    // --to verl: on-policy distillation from this teacher; empty: the rollout section alone.
+    std::string teacher;
+    std::string objective; // the run file's spelling: opd_full_kl | opd_k1 | opd_k3 | opd_topk
+    std::int64_t topK = 0;
+    std::string correction = "none";
+    double correctionCap = 2.0;
+    CLI::Option* objectiveOption = nullptr;
+    CLI::Option* topKOption = nullptr;
+    CLI::Option* correctionOption = nullptr;
+    CLI::Option* correctionCapOption = nullptr;
 };
+
+// --teacher and the options of the loss and correction it goes with: verl's on-policy distillation. The options
+// without a teacher, and a teacher without the objective the budget was calibrated with, are refused here; the
+// export checks the values (io::VerlDistillation).
+std::optional<io::VerlDistillation> distillationOptions(const ExportCommandOptions& options)
+{
+    const std::vector<std::pair<CLI::Option*, const char*>> parts = {{options.objectiveOption, "--objective"},
+        {options.topKOption, "--top-k"}, {options.correctionOption, "--correction"},
+        {options.correctionCapOption, "--correction-cap"}};
+    if (options.teacher.empty()) {
+        for (const auto& [option, name] : parts) {
+            if (option->count() > 0) {
+                throw InputError(name, "", "needs --teacher: it sets verl's on-policy distillation (--to verl)");
+            }
+        }
+        return std::nullopt;
+    }
+    if (options.objectiveOption->count() == 0) {
+        throw InputError("--teacher", "",
+            "needs --objective, the objective the budget was calibrated with (the run file's objective: opd_full_kl, "
+            "opd_k1, opd_k3 or opd_topk), which sets verl's distillation loss");
+    }
+    if (options.correctionCapOption->count() > 0 && options.correction == "none") {
+        throw InputError("--correction-cap", "", "needs --correction tis or mis");
+    }
+    io::VerlDistillation opd;
+    opd.teacherPath = options.teacher;
+    opd.objective = options.objective;
+    opd.topK = options.topK;
+    opd.correction = options.correction;
+    opd.correctionCap = options.correctionCap;
+    return opd;
+}
 
 // --out PATH names the config file alone when it ends in .json, .yaml or .yml; any other PATH is a directory.
 bool namesConfigFile(const std::string& path)
@@ -105,10 +153,11 @@ void registerExportCommand(CLI::App& app, Context& context)
         "a person pastes to run it: vLLM engine arguments (online FP8 quantization of the BF16 checkpoint; "
         "--vllm-form checkpoint for an FP8 checkpoint's quantization_config) with the vllm serve command and the "
         "Python LLM(...) call; SGLang launch arguments and environment; llm-compressor recipe (YAML) with a oneshot "
-        "script; compressed-tensors quantization_config (JSON); verl rollout config (YAML) with Hydra override "
-        "lines; ModelOpt hf_quant_config.json with the config.json fragment. Modules left in BF16 are listed as "
-        "ignored; a recipe feature the target cannot express is an error, and where the target runs something "
-        "other than the recipe a warning says what. For --to sglang, --kv-probe PROMPTS calibrates the recipe's "
+        "script and the vllm serve command of the checkpoint it saves; compressed-tensors quantization_config (JSON); "
+        "verl rollout config (YAML) with Hydra override lines, or with --teacher verl's on-policy distillation "
+        "(config, overrides and the whole command); ModelOpt hf_quant_config.json with the config.json fragment. "
+        "Modules left in BF16 are listed as ignored; a recipe feature the target cannot express is an error, and "
+        "where the target runs something other than the recipe a warning says what. For --to sglang, --kv-probe PROMPTS calibrates the recipe's "
         "per-tensor FP8 KV-cache scales on a prompt set (the engine running the recipe, as the admission check fits "
         "them) and writes them as sglang_kv_scales.json, which the launch command passes with "
         "--quantization-param-path");
@@ -169,6 +218,37 @@ void registerExportCommand(CLI::App& app, Context& context)
                   "needs exactly one entry per rank and ignores the file otherwise; sglang_launch.sh passes it (default 1)")
               ->type_name("N")
               ->check(CLI::Range(std::int64_t(1), std::int64_t(4096)));
+    command
+        ->add_option("--teacher", options->teacher,
+            "verl only: write verl's on-policy distillation with this teacher model (a path or a Hugging Face id, "
+            "written as given): verl.yaml and verl_overrides.txt then hold the student (--model), its rollout under "
+            "the recipe, the teacher, the distillation loss of --objective and the rollout correction, and "
+            "verl_opd.sh the whole python3 -m verl.trainer.main_ppo command. Needs --objective")
+        ->type_name("PATH");
+    options->objectiveOption
+        = command
+              ->add_option("--objective", options->objective,
+                  "With --teacher: the objective the budget was calibrated with, as the run file names it. opd_k1 "
+                  "and opd_k3 are verl's loss_mode k1 and k3 as policy-gradient rewards; opd_full_kl has no verl "
+                  "loss (k1 is written, with a warning); opd_topk has none either (forward_kl_topk is written, with a "
+                  "warning)")
+              ->type_name("NAME");
+    options->topKOption = command
+                              ->add_option("--top-k", options->topK,
+                                  "With --objective opd_topk: its k (verl's distillation_loss.topk)")
+                              ->type_name("K")
+                              ->check(CLI::PositiveNumber);
+    options->correctionOption
+        = command
+              ->add_option("--correction", options->correction,
+                  "With --teacher: the run file's per-token correction of the mismatch, as verl's "
+                  "algorithm.rollout_correction: none (default), tis (rollout_is token, threshold C) or mis "
+                  "(rollout_rs token_k1, threshold C: tokens outside [1/C, C] leave the loss)")
+              ->check(CLI::IsMember({"none", "tis", "mis"}));
+    options->correctionCapOption = command
+                                       ->add_option("--correction-cap", options->correctionCap,
+                                           "With --correction tis or mis: the cap C, above 1 (default 2)")
+                                       ->type_name("C");
     command->callback([&context, options] {
         namespace fs = std::filesystem;
         io::ExportOptions exportOptions;
@@ -177,6 +257,7 @@ void registerExportCommand(CLI::App& app, Context& context)
         exportOptions.vllmForm = *io::parseVllmForm(options->vllmForm);
         exportOptions.verlRollout = *io::parseVerlRollout(options->rollout);
         exportOptions.targetVersion = options->targetVersion == "current" ? "" : options->targetVersion;
+        exportOptions.distillation = distillationOptions(*options);
         const bool modelIsDirectory = fs::is_directory(options->modelPath);
         const std::string configPath = modelIsDirectory
             ? (fs::path(options->modelPath) / "config.json").string()

@@ -339,6 +339,32 @@ std::string yamlScalar(const Json& value)
     return text + "}";
 }
 
+// A string as Hydra's override grammar reads it: bare when it is a word of the characters the grammar takes
+// unquoted and starts with a letter, `/`, `.` or `_` (so that it reads as neither a number nor, once checked, null or
+// a boolean); an interpolation `${a.b}` bare, so that it is resolved; anything else (a path with a space, a comma
+// or brackets, which Hydra reads as a list or a sweep) single-quoted, its quotes escaped.
+std::string hydraString(const std::string& text)
+{
+    const bool interpolation
+        = text.size() > 3 && text.compare(0, 2, "${") == 0 && text.find('}') == text.size() - 1;
+    std::string lower = text;
+    for (char& c : lower) {
+        c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    }
+    const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    const bool word = !text.empty() && text.find_first_not_of(letters + "0123456789_/+.@%:-") == std::string::npos
+        && (letters + "/._").find(text.front()) != std::string::npos
+        && lower != "null" && lower != "true" && lower != "false" && lower != "nan" && lower != "inf";
+    if (interpolation || word) {
+        return text;
+    }
+    std::string quoted = "'";
+    for (const char c : text) {
+        quoted += c == '\'' ? std::string("\\'") : std::string(1, c);
+    }
+    return quoted + "'";
+}
+
 // A value as Hydra's override grammar reads it: JSON strings stay quoted inside lists ("0" is a string).
 std::string hydraValue(const Json& value)
 {
@@ -350,7 +376,7 @@ std::string hydraValue(const Json& value)
         return text + "]";
     }
     if (value.is_string()) {
-        return value.get<std::string>();
+        return hydraString(value.get<std::string>());
     }
     return value.dump();
 }
@@ -431,17 +457,34 @@ std::string exportVerl(const ExportView& view)
     return out.str();
 }
 
-// verl's Hydra command-line overrides: `++` where the key may or may not be in verl's defaults (quantization),
-// `+` under engine_kwargs.<engine>, whose default is {} (verl/trainer/config rollout engine_kwargs).
-std::vector<std::string> verlOverrideLines(const VerlExport& settings)
+// The rollout section's keys: `++` on quantization (declared by current verl's rollout.yaml as null, absent from
+// older releases: added or replaced, whichever the release needs), `+` under engine_kwargs.<engine>, whose default is
+// {} (verl/trainer/config/rollout/rollout.yaml engine_kwargs), so that every engine argument is a key verl's
+// schema does not declare.
+std::vector<VerlKey> verlRolloutKeys(const VerlExport& settings)
 {
     const std::string prefix = "actor_rollout_ref.rollout.";
-    std::vector<std::string> lines;
-    lines.push_back(prefix + "name=" + settings.rollout);
-    lines.push_back("++" + prefix + "quantization=" + hydraValue(settings.quantization));
+    std::vector<VerlKey> keys;
+    keys.push_back({prefix + "name", settings.rollout, HydraOverride::Set});
+    keys.push_back({prefix + "quantization", settings.quantization, HydraOverride::AddOrReplace});
     for (const auto& [key, value] : settings.engineKwargs.items()) {
-        lines.push_back(
-            shellQuote("+" + prefix + "engine_kwargs." + settings.rollout + "." + key + "=" + hydraValue(value)));
+        keys.push_back({prefix + "engine_kwargs." + settings.rollout + "." + key, value, HydraOverride::Add});
+    }
+    return keys;
+}
+
+// One Hydra command-line override as a shell word.
+std::string verlOverride(const VerlKey& key)
+{
+    const char* mark = key.how == HydraOverride::Set ? "" : key.how == HydraOverride::Add ? "+" : "++";
+    return shellQuote(mark + key.path + "=" + hydraValue(key.value));
+}
+
+std::vector<std::string> verlOverrideLines(const VerlExport& settings)
+{
+    std::vector<std::string> lines;
+    for (const VerlKey& key : verlRolloutKeys(settings)) {
+        lines.push_back(verlOverride(key));
     }
     return lines;
 }

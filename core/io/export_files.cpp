@@ -177,6 +177,54 @@ std::string sglangLaunchScript(const ExportOptions& options, const SglangExport&
 
 using AddFile = std::function<void(const std::string&, const std::string&, const std::string&)>;
 
+// The first lines of a vllm_serve.sh that serves a quantized checkpoint, never the BF16 model: vLLM reads the
+// checkpoint's quantization from its config.json, so the command names none. `checkpoint` names it in words.
+std::string checkpointServeHead(const ExportView& view, const std::string& checkpoint)
+{
+    return "#!/bin/sh\n# Serves the " + checkpoint + " of precision recipe " + view.recipeName()
+        + ", never the BF16 model at " + modelPath(view.options)
+        + ":\n# vLLM reads the checkpoint's quantization from its config.json (so no --quantization here).\n";
+}
+
+// The lines that take the checkpoint llm_compressor_oneshot.py (beside the script) saves, oneshotSaveDir, or the
+// directory given as the first argument. `contents` says what the oneshot script writes, `another` what else the
+// argument may name.
+std::string oneshotCheckpointLines(const ExportView& view, const std::string& contents, const std::string& another)
+{
+    const std::string saveDir = oneshotSaveDir(view);
+    return "# Make it first: python3 llm_compressor_oneshot.py (beside this file) writes it to ./" + saveDir + "\n# ("
+        + contents + "); run this from\n# the same directory, or pass " + another + " as the first argument.\n"
+        + "CHECKPOINT=${1:-" + shellQuote(saveDir) + "}\n";
+}
+
+// vllm_serve.sh of the llm-compressor and compressed-tensors exports: the compressed-tensors checkpoint their oneshot
+// script saves. vLLM switches its FP8 KV cache on, and uses the checkpoint's calibrated k/v scales, only when asked
+// for it: "When running the model you must specify kv_cache_dtype="fp8" in order to enable the kv cache quantization
+// and use the scales" (vllm-project/vllm docs/features/quantization/quantized_kvcache.md,
+// 11cdd70b3ac3e412db8a84569f227b40a6a5c023, its llm-compressor example); fp8_e4m3 is the same on CUDA. Per-head
+// scales run on its Flash Attention backend only (the same page, current version), which the export warns.
+std::string compressedServeScript(const ExportView& view, const CompressedSettings& settings)
+{
+    const bool fp8Kv = !settings.kvScheme.is_null();
+    UniformKv kv;
+    kv.fp8 = fp8Kv; // kv_cache_scheme covers every layer: compressed-tensors has no per-layer exceptions
+    Json args = Json::object();
+    kvEngineArgs(kv, args);
+    std::string text = checkpointServeHead(view, "compressed-tensors checkpoint")
+        + oneshotCheckpointLines(view,
+            "a compressed-tensors checkpoint of the recipe's scheme"
+                + std::string(fp8Kv ? ", KV-cache scales calibrated" : ""),
+            "the directory it was saved to");
+    if (fp8Kv) {
+        text += "# --kv-cache-dtype fp8_e4m3: vLLM runs the FP8 KV cache, with the checkpoint's calibrated scales,\n"
+                "# only when asked (vllm-project/vllm docs/features/quantization/quantized_kvcache.md).\n";
+        if (settings.kvScheme["strategy"] == "attn_head") {
+            text += "# Per-attention-head KV-cache scales: vLLM runs them on its Flash Attention backend only.\n";
+        }
+    }
+    return text + vllmServeCommand("\"$CHECKPOINT\"", args);
+}
+
 // vLLM's checkpoint form serves the FP8 checkpoint, never the BF16 model (whose --quantization fp8 would be vLLM's
 // older online per-tensor FP8 without the recipe's ignore list). llm-compressor writes a checkpoint of the recipe's
 // scheme, a compressed-tensors one that vLLM loads as it is, its KV-cache scales calibrated; the bundle carries
@@ -204,18 +252,14 @@ void addVllmCheckpointFiles(const ExportView& view, const ExportView& quiet, con
     }
     const std::string saveDir = oneshotSaveDir(view);
     std::ostringstream serve;
-    serve << "#!/bin/sh\n"
-          << "# Serves the FP8 checkpoint of precision recipe " << view.recipeName() << ", never the BF16 model at "
-          << modelPath(options) << ":\n"
-          << "# vLLM reads the checkpoint's quantization from its config.json (so no --quantization here).\n";
+    serve << checkpointServeHead(view, "FP8 checkpoint");
     std::string python = "import sys\n\n";
     std::string preamble;
     if (compressed) {
-        serve << "# Make it first: python3 llm_compressor_oneshot.py (beside this file) writes it to ./" << saveDir
-              << "\n# (a compressed-tensors checkpoint of the recipe's scheme, KV-cache scales calibrated); run this from\n"
-              << "# the same directory, or pass another FP8 checkpoint of this recipe (its config.json holding\n"
-              << "# config_quantization_config.json's quantization_config) as the first argument.\n"
-              << "CHECKPOINT=${1:-" << shellQuote(saveDir) << "}\n";
+        serve << oneshotCheckpointLines(view,
+            "a compressed-tensors checkpoint of the recipe's scheme, KV-cache scales calibrated",
+            "another FP8 checkpoint of this recipe (its config.json holding\n"
+            "# config_quantization_config.json's quantization_config)");
         preamble = "# The FP8 checkpoint llm_compressor_oneshot.py writes, or the first argument (see vllm_serve.sh); "
                    "never the BF16 model.\nCHECKPOINT = sys.argv[1] if len(sys.argv) > 1 else "
             + pyString(saveDir) + "\n\n";
@@ -262,6 +306,46 @@ std::string readme(const ExportView& view, const ExportResult& result,
     return out.str();
 }
 
+// verl_opd.sh: the whole on-policy distillation command with every key of verl.yaml as an override (`keys`), the data
+// and the teacher's resource pool from the environment (verl's defaults have no data of ours and a teacher pool of 0
+// nodes), further overrides from the script's arguments.
+std::string verlOpdScript(const ExportView& view, const VerlExport& rollout, const std::vector<VerlKey>& keys)
+{
+    std::ostringstream out;
+    out << "#!/bin/sh\n"
+        << "# verl on-policy distillation of the student at " << modelPath(view.options) << " from the teacher at "
+        << view.options.distillation->teacherPath << ",\n"
+        << "# the student's rollouts under precision recipe " << view.recipeName()
+        << " (written by mismatch export; the keys of verl.yaml).\n"
+        << "# TRAIN_FILES, VAL_FILES: verl's RL data, parquet files as its examples/data_preprocess scripts\n"
+        << "# write them (one path, or a list such as \"['a.parquet','b.parquet']\").\n"
+        << "# TEACHER_GPUS_PER_NODE, TEACHER_NNODES: verl's distillation resource pool, the GPUs that serve the\n"
+        << "# teacher; each teacher replica takes verl's default tensor parallelism (2), which must divide the pool\n"
+        << "# (for one GPU pass distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=1).\n"
+        << "# More overrides follow as arguments (data.train_batch_size, trainer.n_gpus_per_node, ...).\n"
+        << "set -eu\n"
+        << "TRAIN_FILES=${TRAIN_FILES:?set TRAIN_FILES to the training parquet file or files}\n"
+        << "VAL_FILES=${VAL_FILES:-$TRAIN_FILES}\n"
+        << "TEACHER_GPUS_PER_NODE=${TEACHER_GPUS_PER_NODE:?set TEACHER_GPUS_PER_NODE to the GPUs per node that "
+           "serve the teacher}\n"
+        << "TEACHER_NNODES=${TEACHER_NNODES:-1}\n";
+    if (!rollout.ignoredLayers.empty()) {
+        out << "# The SGLang rollout workers read it (a Ray cluster started beforehand needs it where `ray start` ran: "
+               "verl_env.sh).\n"
+            << "export SGLANG_FP8_IGNORED_LAYERS=" << shellQuote(rollout.ignoredLayers) << "\n";
+    }
+    out << "python3 -m verl.trainer.main_ppo \\\n"
+        << "    data.train_files=\"$TRAIN_FILES\" \\\n"
+        << "    data.val_files=\"$VAL_FILES\" \\\n"
+        << "    distillation.n_gpus_per_node=\"$TEACHER_GPUS_PER_NODE\" \\\n"
+        << "    distillation.nnodes=\"$TEACHER_NNODES\" \\\n";
+    for (const VerlKey& key : keys) {
+        out << "    " << verlOverride(key) << " \\\n";
+    }
+    out << "    \"$@\"\n";
+    return out.str();
+}
+
 void addFiles(const ExportView& view, ExportResult& result)
 {
     std::vector<std::pair<std::string, std::string>> described;
@@ -301,13 +385,34 @@ void addFiles(const ExportView& view, ExportResult& result)
         break;
     }
     case ExportTarget::Verl: {
-        add(result.configName, result.text, "the rollout section of verl's trainer config (YAML form)");
+        const bool opd = options.distillation.has_value();
+        add(result.configName, result.text,
+            opd ? "verl's trainer config for on-policy distillation (YAML form): the student's rollout under the "
+                  "recipe, the teacher, the distillation loss of objective " + options.distillation->objective
+                    + " and the rollout correction"
+                : "the rollout section of verl's trainer config (YAML form)");
         const VerlExport settings = verlExport(quiet);
+        std::vector<std::string> overrides;
+        std::vector<VerlKey> opdKeys;
+        if (opd) {
+            opdKeys = verlOpdKeys(quiet, settings, verlLoss(quiet));
+            for (const VerlKey& key : opdKeys) {
+                overrides.push_back(verlOverride(key));
+            }
+        } else {
+            overrides = verlOverrideLines(settings);
+        }
         std::string lines = "# Append to the verl trainer command (python3 -m verl.trainer.main_ppo ...), one per line.\n";
-        for (const std::string& line : verlOverrideLines(settings)) {
+        for (const std::string& line : overrides) {
             lines += "    " + line + " \\\n";
         }
         add("verl_overrides.txt", lines, "the same settings as Hydra command-line overrides, shell-quoted");
+        if (opd) {
+            add("verl_opd.sh", verlOpdScript(view, settings, opdKeys),
+                "the whole on-policy distillation command (python3 -m verl.trainer.main_ppo with every override; the "
+                "data and the teacher's GPUs from TRAIN_FILES, VAL_FILES, TEACHER_GPUS_PER_NODE and TEACHER_NNODES, "
+                "further overrides as its arguments)");
+        }
         if (!settings.ignoredLayers.empty()) {
             add("verl_env.sh",
                 "# The SGLang rollout workers read it: export it where they start (before `ray start` on every node).\n"
@@ -331,6 +436,16 @@ void addFiles(const ExportView& view, ExportResult& result)
                 ? "quantizes it (no calibration data needed)"
                 : "calibrates the static KV-cache scales on a dataset")
                 + " and saves it with save_pretrained(..., save_compressed=True)");
+        add("vllm_serve.sh", compressedServeScript(view, settings),
+            "the `vllm serve` command line of the checkpoint llm_compressor_oneshot.py saves ("
+                + oneshotSaveDir(view) + ", or the directory given as its first argument)"
+                + (settings.kvScheme.is_null() ? std::string("")
+                                               : std::string(", its FP8 KV cache switched on with --kv-cache-dtype")));
+        if (!settings.kvScheme.is_null() && settings.kvScheme["strategy"] == "attn_head") {
+            view.warn("vLLM runs a checkpoint's per-attention-head KV-cache scales only with its Flash Attention "
+                      "backend (vllm-project/vllm docs/features/quantization/quantized_kvcache.md); vllm_serve.sh "
+                      "needs that backend for this recipe");
+        }
         break;
     }
     case ExportTarget::ModelOpt: {

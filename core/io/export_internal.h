@@ -114,6 +114,28 @@ struct VerlExport {
     std::string ignoredLayers; // SGLang rollout: SGLANG_FP8_IGNORED_LAYERS, "" when none
 };
 
+// How a Hydra command-line override sets a key of verl's trainer config: `key=v` sets a key verl's config schema
+// declares, `+key=v` adds one it does not declare (Hydra refuses `+` on a key that exists), `++key=v` adds or
+// replaces.
+enum class HydraOverride { Set, Add, AddOrReplace };
+
+// One key of verl's trainer config that the verl export writes: its dotted path, its value and its override.
+struct VerlKey {
+    std::string path;
+    Json value;
+    HydraOverride how = HydraOverride::Set;
+};
+
+// verl's distillation loss for one of the run file's OPD objectives (verl/workers/config/distillation.py
+// DistillationLossConfig, verl/trainer/distillation/losses.py).
+struct VerlLoss {
+    std::string lossMode; // distillation_loss.loss_mode
+    bool usePolicyGradient = true; // the loss as the negative reward of verl's policy-gradient loss, else
+                                   // backpropagated
+    std::int64_t topK = 0; // distillation_loss.topk for a top-k loss mode; 0: not written
+    std::string computes; // what verl computes, in words, for the files' comments
+};
+
 struct SglangExport {
     Json serverArgs;
     std::string ignoredLayers;
@@ -152,6 +174,8 @@ void checkLmHeadUnquantized(const ExportView& view, const std::string& reason);
 std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text);
 bool hasOnlineFrontend(const ExportOptions& options);
 void warnActivationGroups(const ExportView& view, const Scheme& scheme, const std::string& engine);
+// vLLM's engine arguments of a KV cache: kv_cache_dtype (fp8_e4m3 or auto) and kv_cache_dtype_skip_layers.
+void kvEngineArgs(const UniformKv& kv, Json& args);
 VllmExport vllmExport(const ExportView& view);
 std::string vllmFormText(const ExportOptions& options);
 std::string exportVllm(const ExportView& view);
@@ -159,6 +183,12 @@ std::string yamlScalar(const Json& value);
 VerlExport verlExport(const ExportView& view);
 std::string exportVerl(const ExportView& view);
 std::vector<std::string> verlOverrideLines(const VerlExport& settings);
+std::vector<VerlKey> verlRolloutKeys(const VerlExport& settings);
+std::string hydraValue(const Json& value);
+std::string verlOverride(const VerlKey& key);
+VerlLoss verlLoss(const ExportView& view);
+std::vector<VerlKey> verlOpdKeys(const ExportView& view, const VerlExport& rollout, const VerlLoss& loss);
+std::string exportVerlOpd(const ExportView& view);
 Json sglangKvScalesFile(const ExportView& view, const CalibratedKvScales& scales);
 SglangExport sglangExport(const ExportView& view);
 std::string exportSglang(const ExportView& view);
@@ -167,6 +197,8 @@ std::string exportCompressedTensors(const ExportView& view);
 std::string exportLlmCompressor(const ExportView& view);
 ModelOptExport modelOptExport(const ExportView& view);
 std::string exportModelOpt(const ExportView& view);
+// The model path written into the ready-to-run commands: ExportOptions::modelPath, else the placeholder MODEL.
+std::string modelPath(const ExportOptions& options);
 void addFiles(const ExportView& view, ExportResult& result);
 std::string configFileName(ExportTarget target);
 

@@ -106,6 +106,8 @@ ExportResult exportBundle(const quant::Recipe& recipe, const quant::RecipePlan& 
         "into a checkpoint with --to llm-compressor for the others");
     onlyFor(options.tensorParallelSize != 1, ExportTarget::Sglang, "a tensor-parallel size",
         "the ranks of SGLang's KV scale file");
+    onlyFor(options.distillation.has_value(), ExportTarget::Verl, "--teacher",
+        "verl's on-policy distillation trainer; the other targets serve or quantize the student alone");
     parseVllmVersion(options.targetVersion); // a malformed version is an error for every target
     result.configName = configFileName(options.target);
     switch (options.target) {
@@ -119,7 +121,7 @@ ExportResult exportBundle(const quant::Recipe& recipe, const quant::RecipePlan& 
         result.text = exportCompressedTensors(view);
         break;
     case ExportTarget::Verl:
-        result.text = exportVerl(view);
+        result.text = options.distillation ? exportVerlOpd(view) : exportVerl(view);
         break;
     case ExportTarget::ModelOpt:
         result.text = exportModelOpt(view);

@@ -28,6 +28,12 @@
 //   verl               YAML: the rollout section (actor_rollout_ref.rollout name, quantization and engine
 //                      arguments under engine_kwargs.vllm or engine_kwargs.sglang). Ready to run: Hydra override
 //                      lines (+ for keys absent from verl's defaults) and, for the SGLang rollout, its environment.
+//                      With a teacher (ExportOptions::distillation): verl's on-policy distillation, the rollout
+//                      section with the student, the teacher, the distillation loss of the objective the budget was
+//                      calibrated with and the rollout correction; ready to run: verl_opd.sh, the whole
+//                      `python3 -m verl.trainer.main_ppo` command.
+//   (llm-compressor and compressed-tensors also carry vllm_serve.sh, serving the checkpoint their oneshot script
+//   saves, with the FP8 KV cache switched on where the recipe has one.)
 //   modelopt           JSON: NVIDIA ModelOpt's hf_quant_config.json (producer, quantization.quant_algo or
 //                      MIXED_PRECISION with quantized_layers, kv_cache_quant_algo, exclude_modules). Ready to
 //                      run: the `quantization_config: {quant_method: modelopt, ...}` fragment of config.json (with
@@ -99,6 +105,17 @@ struct CalibratedKvScales {
     std::vector<std::optional<std::pair<double, double>>> perLayer;
 };
 
+// verl on-policy distillation: what the OPD command needs beside the student's rollout. The objective and the
+// correction are spelt as a run file spells them (core/train/run_config.h; io sits below train, so they are plain
+// names here): the loss and correction the budget was calibrated with.
+struct VerlDistillation {
+    std::string teacherPath; // the teacher model (a directory or a Hugging Face id), as written into the command
+    std::string objective; // opd_full_kl | opd_k1 | opd_k3 | opd_topk
+    std::int64_t topK = 0; // opd_topk only: its k (>= 1); 0 for the others
+    std::string correction = "none"; // none | tis | mis
+    double correctionCap = 2.0; // tis and mis: the cap C (> 1)
+};
+
 struct ExportOptions {
     ExportTarget target = ExportTarget::Vllm;
     // Weight staleness k of an asynchronous rollout (optimizer steps). 0: synchronous. Only verl takes a rollout
@@ -116,6 +133,9 @@ struct ExportOptions {
     // --to sglang with kvScales: the tensor-parallel size the scale file is written for (SGLang checks that it has
     // exactly one entry per rank).
     std::int64_t tensorParallelSize = 1;
+    // --to verl: on-policy distillation with this teacher, objective and correction; nullopt: the rollout section
+    // alone (what a training command of one's own merges in).
+    std::optional<VerlDistillation> distillation;
 };
 
 struct ExportFile {

@@ -66,8 +66,12 @@
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 using namespace mismatch;
@@ -182,6 +186,140 @@ std::vector<std::string> keepEdgesIgnored()
     return names;
 }
 
+// verl's trainer config schema at verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9, transcribed by hand:
+// the keys an on-policy distillation export may set plainly (or with Hydra's ++), each from the file that declares
+// it (verl/trainer/config/ppo_trainer.yaml's defaults merge these files into _generated_ppo_trainer.yaml).
+const std::set<std::string> kVerlSchemaKeys = {
+    // verl/trainer/config/data/legacy_data.yaml (data@data)
+    "data.train_files", "data.val_files",
+    // verl/trainer/config/ppo_trainer.yaml (algorithm: AlgoConfig)
+    "algorithm.adv_estimator",
+    // verl/trainer/config/algorithm/rollout_correction.yaml (algorithm@algorithm.rollout_correction;
+    // verl/trainer/config/algorithm.py RolloutCorrectionConfig)
+    "algorithm.rollout_correction.rollout_is", "algorithm.rollout_correction.rollout_is_threshold",
+    "algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold",
+    "algorithm.rollout_correction.bypass_mode",
+    // verl/trainer/config/model/hf_model.yaml (model@actor_rollout_ref.model)
+    "actor_rollout_ref.model.path",
+    // verl/trainer/config/actor/actor.yaml (actor@actor_rollout_ref.actor)
+    "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_epochs",
+    // verl/trainer/config/rollout/rollout.yaml (rollout@actor_rollout_ref.rollout; quantization: null)
+    "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.quantization",
+    "actor_rollout_ref.rollout.calculate_log_probs",
+    // verl/trainer/config/distillation/distillation.yaml (distillation@distillation) and
+    // verl/workers/config/distillation.py (DistillationConfig, DistillationTeacherModelConfig, DistillationLossConfig)
+    "distillation.enabled", "distillation.n_gpus_per_node", "distillation.nnodes",
+    "distillation.teacher_models.teacher_model.model_path", "distillation.teacher_models.teacher_model.inference.name",
+    "distillation.distillation_loss.loss_mode", "distillation.distillation_loss.topk",
+    "distillation.distillation_loss.use_task_rewards", "distillation.distillation_loss.use_policy_gradient",
+    "distillation.distillation_loss.loss_max_clamp", "distillation.distillation_loss.log_prob_min_clamp",
+};
+
+// Mappings verl's schema declares empty, whose keys are the engine's own arguments, which Hydra adds with `+`:
+// rollout.yaml's engine_kwargs {vllm: {}, sglang: {}}. The arguments: vLLM vllm/config/cache.py CacheConfig
+// (kv_cache_dtype, kv_cache_dtype_skip_layers); SGLang python/sglang/srt/server_args.py (kv_cache_dtype).
+const std::map<std::string, std::set<std::string>> kVerlOpenMappings = {
+    {"actor_rollout_ref.rollout.engine_kwargs.vllm", {"kv_cache_dtype", "kv_cache_dtype_skip_layers"}},
+    {"actor_rollout_ref.rollout.engine_kwargs.sglang", {"kv_cache_dtype"}},
+};
+
+// "" when verl's schema takes `key` set with the Hydra override `prefix` ("", "+" or "++"; nullptr: a key of the
+// YAML form, which merges into the config), else what is wrong.
+std::string verlSchemaProblem(const std::string& key, const char* prefix)
+{
+    if (kVerlSchemaKeys.count(key)) {
+        return !prefix || std::string(prefix) != "+" ? "" : key + " is declared by verl's schema: Hydra refuses +";
+    }
+    for (const auto& [mapping, arguments] : kVerlOpenMappings) {
+        if (key.rfind(mapping + ".", 0) == 0) {
+            if (!arguments.count(key.substr(mapping.size() + 1))) {
+                return key + " is not an argument of that engine";
+            }
+            return !prefix || std::string(prefix) == "+" ? "" : key + " is not declared by verl's schema: it needs +";
+        }
+    }
+    return key + " is not a key of verl's schema";
+}
+
+// A shell word as the shell passes it on: '...' literal, "..." without its quotes, \x as x.
+std::string shellUnquote(const std::string& word)
+{
+    std::string out;
+    for (size_t i = 0; i < word.size(); ++i) {
+        if (word[i] == '\'' || word[i] == '"') {
+            const size_t end = word.find(word[i], i + 1);
+            out += word.substr(i + 1, end - i - 1);
+            i = end;
+        } else if (word[i] == '\\' && i + 1 < word.size()) {
+            out += word[++i];
+        } else {
+            out += word[i];
+        }
+    }
+    return out;
+}
+
+struct ParsedOverride {
+    std::string prefix; // "", "+" or "++"
+    std::string key;
+    std::string value;
+};
+
+// The Hydra overrides of verl_overrides.txt or of verl_opd.sh's command: the lines `    WORD \` (the last, "$@",
+// has no backslash).
+std::vector<ParsedOverride> hydraOverrides(const std::string& text)
+{
+    std::vector<ParsedOverride> overrides;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("    ", 0) != 0 || line.size() < 7 || line.compare(line.size() - 2, 2, " \\") != 0) {
+            continue;
+        }
+        const std::string word = shellUnquote(line.substr(4, line.size() - 6));
+        const size_t plus = word.find_first_not_of('+');
+        const size_t equals = word.find('=');
+        overrides.push_back({word.substr(0, plus), word.substr(plus, equals - plus), word.substr(equals + 1)});
+    }
+    return overrides;
+}
+
+// The leaves of a YAML mapping by dotted path.
+void yamlLeaves(const YAML::Node& node, const std::string& prefix, std::map<std::string, YAML::Node>& out)
+{
+    for (const auto& entry : node) {
+        const std::string path = prefix + entry.first.as<std::string>();
+        if (entry.second.IsMap()) {
+            yamlLeaves(entry.second, path + ".", out);
+        } else {
+            out[path] = entry.second;
+        }
+    }
+}
+
+std::map<std::string, YAML::Node> yamlLeaves(const std::string& text)
+{
+    std::map<std::string, YAML::Node> out;
+    yamlLeaves(YAML::Load(text), "", out);
+    return out;
+}
+
+io::ExportOptions opdOptions(const std::string& objective, std::int64_t topK = 0,
+    const std::string& correction = "none", double cap = 2.0, io::VerlRollout rollout = io::VerlRollout::Vllm)
+{
+    io::ExportOptions options;
+    options.target = io::ExportTarget::Verl;
+    options.verlRollout = rollout;
+    options.modelPath = demoModel();
+    io::VerlDistillation opd;
+    opd.teacherPath = "/teachers/arith teacher";
+    opd.objective = objective;
+    opd.topK = topK;
+    opd.correction = correction;
+    opd.correctionCap = cap;
+    options.distillation = opd;
+    return options;
+}
+
 } // namespace
 
 class TestExport : public QObject {
@@ -224,6 +362,12 @@ private slots:
     void modelOptConfigJsonKvCacheScheme();
     void modelOptMixedWarnsWhatVllmDoesNotDispatch();
     void kvOnlyCheckpointIsDense();
+    void verlOpdKeysAreInVerlsSchema();
+    void verlOpdLossFollowsObjective_data();
+    void verlOpdLossFollowsObjective();
+    void verlOpdCorrection();
+    void verlOpdRefusals();
+    void compressedCheckpointServe();
 };
 
 void TestExport::initTestCase()
@@ -752,7 +896,8 @@ void TestExport::readyToRunDirectory()
                  .code,
         0);
     QCOMPARE(QDir(withKv).entryList(QDir::Files, QDir::Name),
-        QStringList({"README.txt", "compressed-tensors.json", "llm-compressor.yaml", "llm_compressor_oneshot.py"}));
+        QStringList({"README.txt", "compressed-tensors.json", "llm-compressor.yaml", "llm_compressor_oneshot.py",
+            "vllm_serve.sh"}));
     QCOMPARE(readFile((withKv + "/llm-compressor.yaml").toStdString()),
         readFile(fixture("golden/keep-edges-3layer.llm-compressor.yaml")));
     const std::string calibrated = readFile((withKv + "/llm_compressor_oneshot.py").toStdString());
@@ -1465,6 +1610,321 @@ void TestExport::kvOnlyCheckpointIsDense()
     const nlohmann::json block
         = nlohmann::json::parse(exportText(shippedRecipe("fp8-w8a8-block.yaml"), io::ExportTarget::CompressedTensors));
     QCOMPARE(block["quantization_config"]["format"].get<std::string>(), std::string("float-quantized"));
+}
+
+void TestExport::verlOpdKeysAreInVerlsSchema()
+{
+    // Every key of every verl on-policy distillation export (the YAML form, verl_overrides.txt and verl_opd.sh's
+    // command) is one verl's schema declares (kVerlSchemaKeys: set plainly or with ++) or an engine argument under an
+    // engine_kwargs mapping the schema declares empty (kVerlOpenMappings: added with +); none is unknown.
+    // The check refuses what it must, so that the loop below can fail.
+    QVERIFY(!verlSchemaProblem("distillation.distillation_loss.loss_modes", "").empty()); // misspelt
+    QVERIFY(!verlSchemaProblem("distillation.enabled", "+").empty()); // + on a declared key
+    QVERIFY(!verlSchemaProblem("actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype", "").empty());
+    QVERIFY(!verlSchemaProblem("actor_rollout_ref.rollout.engine_kwargs.vllm.calculate_kv_scales", "+").empty());
+    QVERIFY(!verlSchemaProblem("distillation.teacher_model.model_path", nullptr).empty());
+    QVERIFY(verlSchemaProblem("actor_rollout_ref.rollout.quantization", "++").empty());
+
+    const std::string kvSkip = writeRecipe("opd-kv-skip.yaml",
+        "version: 1\n"
+        "weights: {format: fp8_e4m3, granularity: block128}\n"
+        "activations: {format: fp8_e4m3}\n"
+        "kv_cache: {format: fp8_e4m3, scales: per_tensor}\n"
+        "rules:\n"
+        "  - match: \"model.layers.1.self_attn\"\n"
+        "    kv_cache: {format: bf16}\n");
+    const std::vector<std::pair<std::string, io::VerlRollout>> recipes = {
+        {shippedRecipe("fp8-w8a8-block.yaml"), io::VerlRollout::Vllm},
+        {shippedRecipe("bf16.yaml"), io::VerlRollout::Vllm}, {kvSkip, io::VerlRollout::Vllm},
+        {fixture("keep-edges-3layer.yaml"), io::VerlRollout::Sglang}};
+    const std::vector<std::pair<std::string, std::int64_t>> objectives
+        = {{"opd_full_kl", 0}, {"opd_k1", 0}, {"opd_k3", 0}, {"opd_topk", 8}};
+    int checked = 0;
+    for (const auto& [recipe, rollout] : recipes) {
+        for (const auto& [objective, topK] : objectives) {
+            for (const char* correction : {"none", "tis", "mis"}) {
+                const io::ExportResult result
+                    = exportResult(recipe, opdOptions(objective, topK, correction, 2.0, rollout));
+                const std::string what = recipe + " " + objective + " " + correction + ": ";
+                QCOMPARE(result.configName, std::string("verl.yaml"));
+                std::set<std::string> yamlKeys;
+                for (const auto& [key, node] : yamlLeaves(result.text)) {
+                    const std::string problem = verlSchemaProblem(key, nullptr);
+                    QVERIFY2(problem.empty(), (what + "verl.yaml: " + problem).c_str());
+                    yamlKeys.insert(key);
+                }
+                std::set<std::string> listed;
+                for (const ParsedOverride& entry : hydraOverrides(bundleFile(result, "verl_overrides.txt")->text)) {
+                    const std::string problem = verlSchemaProblem(entry.key, entry.prefix.c_str());
+                    QVERIFY2(problem.empty(), (what + "verl_overrides.txt: " + problem).c_str());
+                    listed.insert(entry.key);
+                }
+                QCOMPARE(listed, yamlKeys); // the same settings in both forms
+                const io::ExportFile* script = bundleFile(result, "verl_opd.sh");
+                QVERIFY2(script != nullptr, what.c_str());
+                QVERIFY(script->text.find("\npython3 -m verl.trainer.main_ppo \\\n") != std::string::npos);
+                QVERIFY(script->text.find("\n    \"$@\"\n") != std::string::npos);
+                std::set<std::string> command;
+                for (const ParsedOverride& entry : hydraOverrides(script->text)) {
+                    const std::string problem = verlSchemaProblem(entry.key, entry.prefix.c_str());
+                    QVERIFY2(problem.empty(), (what + "verl_opd.sh: " + problem).c_str());
+                    command.insert(entry.key);
+                }
+                // The command adds the data and the teacher's resource pool (verl's default pool has 0 nodes).
+                std::set<std::string> expected = yamlKeys;
+                expected.insert({"data.train_files", "data.val_files", "distillation.n_gpus_per_node",
+                    "distillation.nnodes"});
+                QCOMPARE(command, expected);
+                ++checked;
+            }
+        }
+    }
+    QCOMPARE(checked, 4 * 4 * 3);
+
+    // The command line: --teacher and --objective write the same bundle, verl_opd.sh among its files.
+    const QString dir = temporary_.path() + "/ready/verl-opd";
+    const CliResult cli = runCli({"export", fixture("keep-edges-3layer.yaml"), "--to", "verl", "--rollout", "sglang",
+        "--model", demoModel(), "--teacher", "/teachers/arith", "--objective", "opd_k3", "--correction", "mis",
+        "--correction-cap", "3", "--out", dir.toStdString()});
+    QVERIFY2(cli.code == 0, cli.err.c_str());
+    QCOMPARE(QDir(dir).entryList(QDir::Files, QDir::Name),
+        QStringList({"README.txt", "verl.yaml", "verl_env.sh", "verl_opd.sh", "verl_overrides.txt"}));
+    const std::string script = readFile((dir + "/verl_opd.sh").toStdString());
+    QVERIFY2(script.find("    distillation.teacher_models.teacher_model.model_path=/teachers/arith \\\n")
+            != std::string::npos,
+        script.c_str());
+    QVERIFY2(script.find("    actor_rollout_ref.model.path=" + demoModel() + " \\\n") != std::string::npos,
+        script.c_str());
+    // The SGLang rollout's BF16 modules reach its workers through the environment the command starts with.
+    QVERIFY2(script.find("\nexport SGLANG_FP8_IGNORED_LAYERS=model.layers.0.self_attn.q_proj,") != std::string::npos,
+        script.c_str());
+}
+
+void TestExport::verlOpdLossFollowsObjective_data()
+{
+    QTest::addColumn<QString>("objective");
+    QTest::addColumn<qint64>("topK");
+    QTest::addColumn<QString>("lossMode");
+    QTest::addColumn<bool>("policyGradient");
+    QTest::addColumn<QString>("warning"); // "" when verl computes the objective's own gradient
+    // The run file's objectives (core/train/objectives.h) against verl's (verl-project/verl
+    // 1dda039b9c6311889a9c9a26040677e1254814f9):
+    // opd_k1, l = sg[log p_s(y) - log p_t(y)] log p_s(y): verl's loss_mode k1 = logprob - ref_logprob with the
+    // student's and the teacher's log-probabilities (core_algos.py kl_penalty_forward; losses.py
+    // compute_distillation_loss_reverse_kl_estimator), as the negative advantage of the policy-gradient loss
+    // (losses.py distillation_loss, use_policy_gradient); k1 without it is refused by DistillationLossConfig.
+    QTest::newRow("opd_k1") << "opd_k1" << qint64(0) << "k1" << true << "";
+    // opd_k3, l = sg[rho - 1 - log rho] log p_s(y), rho = p_t(y) / p_s(y): k3 is ratio - kl - 1 with
+    // kl = ref_logprob - logprob, so ratio = p_t(y) / p_s(y) = rho; as a reward, the policy-gradient form.
+    QTest::newRow("opd_k3") << "opd_k3" << qint64(0) << "k3" << true << "";
+    // opd_full_kl: verl has no full-vocabulary KL (kl_penalty_forward "full" raises NotImplementedError); k1 as a
+    // reward has the same expected gradient (core/train/objectives.h), written with a warning.
+    QTest::newRow("opd_full_kl") << "opd_full_kl" << qint64(0) << "k1" << true
+                                 << "verl has no full-vocabulary reverse KL loss";
+    // opd_topk (reverse KL over the student's top-k, renormalised) has no verl mode: forward_kl_topk
+    // (fsdp/losses.py compute_forward_kl_topk: the forward KL over the teacher's top-k) is the one top-k mode,
+    // written with its k and a warning, backpropagated (the docstring's recommendation for it).
+    QTest::newRow("opd_topk") << "opd_topk" << qint64(16) << "forward_kl_topk" << false
+                              << "verl has no loss mode for opd_topk";
+}
+
+void TestExport::verlOpdLossFollowsObjective()
+{
+    QFETCH(QString, objective);
+    QFETCH(qint64, topK);
+    QFETCH(QString, lossMode);
+    QFETCH(bool, policyGradient);
+    QFETCH(QString, warning);
+    const io::ExportResult result
+        = exportResult(shippedRecipe("fp8-w8a8-block.yaml"), opdOptions(objective.toStdString(), topK));
+    const std::map<std::string, YAML::Node> yaml = yamlLeaves(result.text);
+    const std::string loss = "distillation.distillation_loss.";
+    QCOMPARE(yaml.at(loss + "loss_mode").as<std::string>(), lossMode.toStdString());
+    QCOMPARE(yaml.at(loss + "use_policy_gradient").as<bool>(), policyGradient);
+    QCOMPARE(yaml.count(loss + "topk"), size_t(topK > 0 ? 1 : 0)); // the estimator modes read no top-k
+    if (topK > 0) {
+        QCOMPARE(yaml.at(loss + "topk").as<long long>(), static_cast<long long>(topK));
+    }
+    // Distillation alone, unclamped, from this teacher on the student's engine; GRPO so that no critic is built.
+    QCOMPARE(yaml.at(loss + "use_task_rewards").as<bool>(), false);
+    QVERIFY(yaml.at(loss + "loss_max_clamp").IsNull());
+    QVERIFY(yaml.at(loss + "log_prob_min_clamp").IsNull());
+    QCOMPARE(yaml.at("distillation.enabled").as<bool>(), true);
+    QCOMPARE(yaml.at("distillation.teacher_models.teacher_model.model_path").as<std::string>(),
+        std::string("/teachers/arith teacher"));
+    QCOMPARE(yaml.at("distillation.teacher_models.teacher_model.inference.name").as<std::string>(),
+        std::string("vllm"));
+    QCOMPARE(yaml.at("actor_rollout_ref.model.path").as<std::string>(), demoModel());
+    QCOMPARE(yaml.at("actor_rollout_ref.rollout.quantization").as<std::string>(), std::string("fp8"));
+    QCOMPARE(yaml.at("algorithm.adv_estimator").as<std::string>(), std::string("grpo"));
+    // One optimizer step per batch: the mini-batch is the batch, one epoch.
+    QCOMPARE(yaml.at("actor_rollout_ref.actor.ppo_mini_batch_size").as<std::string>(),
+        std::string("${data.train_batch_size}"));
+    QCOMPARE(yaml.at("actor_rollout_ref.actor.ppo_epochs").as<int>(), 1);
+    // The command line says the same; the teacher's path, which has a space, is one Hydra string.
+    const std::string overrides = bundleFile(result, "verl_overrides.txt")->text;
+    QVERIFY2(overrides.find("    distillation.distillation_loss.loss_mode=" + lossMode.toStdString() + " \\\n")
+            != std::string::npos,
+        overrides.c_str());
+    QVERIFY2(overrides.find(std::string("    distillation.distillation_loss.use_policy_gradient=")
+                 + (policyGradient ? "true" : "false") + " \\\n")
+            != std::string::npos,
+        overrides.c_str());
+    bool teacherFound = false;
+    for (const ParsedOverride& entry : hydraOverrides(overrides)) {
+        if (entry.key == "distillation.teacher_models.teacher_model.model_path") {
+            QCOMPARE(entry.value, std::string("'/teachers/arith teacher'"));
+            teacherFound = true;
+        }
+    }
+    QVERIFY(teacherFound);
+    QVERIFY2(result.text.find("# Objective " + objective.toStdString()) != std::string::npos, result.text.c_str());
+    if (warning.isEmpty()) {
+        QVERIFY(!warns(result.warnings, "verl has no"));
+    } else {
+        QVERIFY(warns(result.warnings, warning.toStdString()));
+    }
+}
+
+void TestExport::verlOpdCorrection()
+{
+    // The run file's corrections (core/train/objectives.h) on w = pi_old(y) / mu(y): TIS weighs a token's loss by
+    // min(w, C), MIS drops the tokens with w outside [1/C, C] from the loss and from the token mean. verl's
+    // algorithm.rollout_correction in decoupled mode (bypass_mode false: pi_old recomputed by the trainer) uses
+    // log r = old_log_prob - rollout_log_prob (verl/trainer/ppo/rollout_corr_helper.py
+    // compute_rollout_correction_and_rejection_mask): rollout_is token with a float threshold clamps the weights at
+    // it (TIS); rollout_rs token_k1 removes from response_mask the tokens whose -log r lies outside
+    // [log lower, log upper], one float threshold C giving upper C and lower 1/C (_parse_rollout_rs_thresholds).
+    const std::string recipe = shippedRecipe("fp8-w8a8-block.yaml");
+    const std::string prefix = "algorithm.rollout_correction.";
+    const auto none = yamlLeaves(exportResult(recipe, opdOptions("opd_k3")).text);
+    QVERIFY(none.at(prefix + "rollout_is").IsNull());
+    QVERIFY(none.at(prefix + "rollout_rs").IsNull());
+    QCOMPARE(none.at(prefix + "bypass_mode").as<bool>(), false);
+    // The rollout engine's log-probabilities, which every correction and verl's rollout_corr/* metrics need
+    // (docs/algo/rollout_corr.md: "REQUIRED: Enable log prob calculation").
+    QCOMPARE(none.at("actor_rollout_ref.rollout.calculate_log_probs").as<bool>(), true);
+
+    const auto tis = yamlLeaves(exportResult(recipe, opdOptions("opd_k3", 0, "tis", 2.5)).text);
+    QCOMPARE(tis.at(prefix + "rollout_is").as<std::string>(), std::string("token"));
+    QCOMPARE(tis.at(prefix + "rollout_is_threshold").as<double>(), 2.5);
+    QVERIFY(tis.at(prefix + "rollout_rs").IsNull());
+    QCOMPARE(tis.at(prefix + "bypass_mode").as<bool>(), false);
+
+    const double cap = 3.0;
+    const auto mis = yamlLeaves(exportResult(recipe, opdOptions("opd_k1", 0, "mis", cap)).text);
+    QVERIFY(mis.at(prefix + "rollout_is").IsNull());
+    QCOMPARE(mis.at(prefix + "rollout_rs").as<std::string>(), std::string("token_k1"));
+    QCOMPARE(mis.at(prefix + "rollout_rs_threshold").as<double>(), cap);
+    // verl's keep rule for that threshold, in float64, against MIS's on a grid of ratios around both bounds: the
+    // same tokens (the sign of -log r and the reciprocal lower bound cancel).
+    for (double logRatio = -2.0; logRatio <= 2.0; logRatio += 1.0 / 64.0) {
+        const double r = std::exp(logRatio);
+        const bool verlKeeps = -std::log(r) >= std::log(1.0 / cap) && -std::log(r) <= std::log(cap);
+        const bool misKeeps = r >= 1.0 / cap && r <= cap;
+        QCOMPARE(verlKeeps, misKeeps);
+    }
+
+    // verl weighs only its policy-gradient loss (losses.py distillation_loss passes rollout_is_weights to the
+    // policy loss alone): forward_kl_topk, backpropagated, runs without the TIS cap, and the export says so.
+    const io::ExportResult topkTis = exportResult(recipe, opdOptions("opd_topk", 4, "tis", 2.0));
+    QVERIFY(warns(topkTis.warnings, "the TIS cap is not applied"));
+    QVERIFY(!warns(exportResult(recipe, opdOptions("opd_k3", 0, "tis", 2.0)).warnings, "TIS cap"));
+    QVERIFY(!warns(exportResult(recipe, opdOptions("opd_topk", 4, "mis", 2.0)).warnings, "TIS cap"));
+}
+
+void TestExport::verlOpdRefusals()
+{
+    const std::string recipe = shippedRecipe("fp8-w8a8-block.yaml");
+    const std::vector<std::pair<io::ExportOptions, std::string>> refused = {
+        {opdOptions("reinforce"), "--objective: reinforce learns from a task reward"},
+        {opdOptions("grpo"), "grpo learns from a task reward"},
+        {opdOptions("opd_kl"), "expected the objective the budget was calibrated with"},
+        {opdOptions("opd_topk"), "--top-k: opd_topk needs its k"},
+        {opdOptions("opd_k3", 4), "only opd_topk takes a k"},
+        {opdOptions("opd_k3", 0, "tis", 1.0), "--correction-cap: tis needs a cap above 1"},
+        {opdOptions("opd_k3", 0, "mis", std::nan("")), "mis needs a cap above 1"},
+        {opdOptions("opd_k3", 0, "is"), "expected none, tis or mis"},
+    };
+    for (const auto& [options, part] : refused) {
+        const std::string message = exportError(recipe, options);
+        QVERIFY2(message.find(part) != std::string::npos, (message + "\n  lacks: " + part).c_str());
+    }
+    io::ExportOptions noTeacher = opdOptions("opd_k3");
+    noTeacher.distillation->teacherPath.clear();
+    QVERIFY(exportError(recipe, noTeacher).find("needs the teacher model's path") != std::string::npos);
+    io::ExportOptions vllm = opdOptions("opd_k3");
+    vllm.target = io::ExportTarget::Vllm;
+    QVERIFY(exportError(recipe, vllm).find("--teacher applies to --to verl only") != std::string::npos);
+    // What the rollout export refuses, the OPD export refuses too.
+    QVERIFY(exportError(shippedRecipe("fp8-per-tensor.yaml"), opdOptions("opd_k3")).find("128x128 blocks only")
+        != std::string::npos);
+    io::ExportOptions stale = opdOptions("opd_k3");
+    stale.staleness = 1;
+    QVERIFY(exportError(recipe, stale).find("weight staleness k = 1") != std::string::npos);
+
+    // The command line: the loss and correction options need --teacher, and --teacher needs the objective.
+    const std::vector<std::string> base = {"export", recipe, "--to", "verl", "--model", demoModel()};
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cli = {
+        {{"--objective", "opd_k3"}, "--objective: needs --teacher"},
+        {{"--correction", "tis"}, "--correction: needs --teacher"},
+        {{"--teacher", "/teachers/arith"}, "--teacher: needs --objective"},
+        {{"--teacher", "/teachers/arith", "--objective", "opd_k3", "--correction-cap", "3"},
+            "--correction-cap: needs --correction tis or mis"},
+    };
+    for (const auto& [extra, part] : cli) {
+        std::vector<std::string> arguments = base;
+        arguments.insert(arguments.end(), extra.begin(), extra.end());
+        const CliResult result = runCli(arguments);
+        QVERIFY(result.code != 0);
+        QVERIFY2(result.err.find(part) != std::string::npos, (result.err + "\n  lacks: " + part).c_str());
+    }
+}
+
+void TestExport::compressedCheckpointServe()
+{
+    // llm-compressor and compressed-tensors carry the serve command of the checkpoint their oneshot script saves:
+    // SAVE_DIR = MODEL_ID.rstrip("/").split("/")[-1] + "-<recipe name>", run from the bundle's directory (the demo
+    // model's directory is arith-teacher). vLLM reads a compressed-tensors checkpoint's method from its config.json,
+    // and switches the FP8 KV cache on, using the checkpoint's calibrated scales, only when told: "When running the
+    // model you must specify kv_cache_dtype="fp8" in order to enable the kv cache quantization and use the scales"
+    // (vllm-project/vllm docs/features/quantization/quantized_kvcache.md,
+    // 11cdd70b3ac3e412db8a84569f227b40a6a5c023; fp8 is fp8_e4m3 on CUDA). Per-attention-head scales run on the Flash
+    // Attention backend only (the same page, current version).
+    for (const io::ExportTarget target : {io::ExportTarget::LlmCompressor, io::ExportTarget::CompressedTensors}) {
+        io::ExportOptions options;
+        options.target = target;
+        options.modelPath = demoModel();
+        const io::ExportResult kv = exportResult(fixture("keep-edges-3layer.yaml"), options);
+        const io::ExportFile* serve = bundleFile(kv, "vllm_serve.sh");
+        QVERIFY(serve != nullptr);
+        const std::string& text = serve->text;
+        QVERIFY2(text.rfind("#!/bin/sh\n", 0) == 0, text.c_str());
+        QVERIFY2(text.find("CHECKPOINT=${1:-arith-teacher-keep-edges-3layer}\n") != std::string::npos, text.c_str());
+        QVERIFY2(text.find("vllm serve \"$CHECKPOINT\" \\\n    --kv-cache-dtype fp8_e4m3\n") != std::string::npos,
+            text.c_str());
+        QVERIFY2(text.find("    --quantization") == std::string::npos, text.c_str()); // the checkpoint names it
+        QVERIFY2(text.find("vllm serve " + demoModel()) == std::string::npos, text.c_str()); // never the BF16 model
+        // The oneshot script beside it saves where the command looks.
+        QVERIFY(bundleFile(kv, "llm_compressor_oneshot.py")->text.find(
+                    "SAVE_DIR = MODEL_ID.rstrip(\"/\").split(\"/\")[-1] + \"-keep-edges-3layer\"\n")
+            != std::string::npos);
+        QVERIFY(!warns(kv.warnings, "Flash Attention"));
+
+        // No FP8 KV cache: the cache in the model's dtype.
+        const io::ExportResult int4 = exportResult(shippedRecipe("int4-weights.yaml"), options);
+        const std::string plain = bundleFile(int4, "vllm_serve.sh")->text;
+        QVERIFY2(plain.find("CHECKPOINT=${1:-arith-teacher-int4-weights}\n") != std::string::npos, plain.c_str());
+        QVERIFY2(plain.find("vllm serve \"$CHECKPOINT\" \\\n    --kv-cache-dtype auto\n") != std::string::npos,
+            plain.c_str());
+        QVERIFY(plain.find("fp8") == std::string::npos);
+
+        // Per-head KV scales: FP8 KV cache on, and a warning naming the backend that runs them.
+        const io::ExportResult perHead = exportResult(shippedRecipe("fp8-kv.yaml"), options);
+        QVERIFY(bundleFile(perHead, "vllm_serve.sh")->text.find("    --kv-cache-dtype fp8_e4m3\n")
+            != std::string::npos);
+        QVERIFY(warns(perHead.warnings, "per-attention-head KV-cache scales only with its Flash Attention backend"));
+    }
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestExport)
