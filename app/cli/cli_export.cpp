@@ -194,7 +194,9 @@ void registerExportCommand(CLI::App& app, Context& context)
     command->add_option("--target-version", options->targetVersion,
         std::string("vllm only: the vLLM release to write keys for (0.21, 0.22.1; default current). Before ")
             + io::kVllmOnlineFrontendRelease
-            + " online FP8 is quantization fp8 with per-tensor scales and no ignore list");
+            + " online FP8 is quantization fp8 with per-tensor scales and no ignore list, and the per-token-head KV "
+              "formats are refused (from "
+            + io::kVllmPerTokenHeadKvRelease + ")");
     command
         ->add_option("--kv-probe", options->kvProbe,
             "sglang only, for a recipe with an FP8 KV cache with per-tensor scales: a prompt set (JSONL). The model, "

@@ -95,6 +95,9 @@ std::string cell(const quant::ModulePrecision& module)
 
 std::string cell(const quant::KvPrecision& kv)
 {
+    if (quant::isPerTokenHead(kv.format)) {
+        return kv.format == quant::KvFormat::Fp8PerTokenHead ? "e4m3/tok" : "int8/tok";
+    }
     std::string text = shortFormat(quant::toString(kv.format));
     if (kv.scales == quant::KvScales::PerTensor) {
         text += "/t";
@@ -145,7 +148,8 @@ void printPlan(const Context& context, const quant::Recipe& recipe, const quant:
                        cell(plan.modules.at(quant::kLmHeadName))
                            + (config.tieWordEmbeddings ? "  (tied to embed_tokens)" : "")}});
     out << "\ne4m3, e5m2: fp8_e4m3, fp8_e5m2; scales per /t tensor, /ch channel, /b128 128x128 block, /g128 128-group, "
-           "/head KV head;\na8: fp8_e4m3 activations (dynamic, per token); sync: KV scales re-measured at every "
+           "/head KV head,\n/tok token and KV head (fp8_per_token_head, int8_per_token_head: computed at each "
+           "cache write);\na8: fp8_e4m3 activations (dynamic, per token); sync: KV scales re-measured at every "
            "weight sync\n\n";
 
     const std::vector<std::vector<std::string>> summary = {

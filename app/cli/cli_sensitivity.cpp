@@ -1,5 +1,5 @@
-// mismatch sensitivity MODEL --format F --prompts SET [--activations A] [--kv-scales S] [--no-kv] [--no-embedding]
-//                   [--layers L,... | --from-units] [--count N --max-tokens T --seed S ...]
+// mismatch sensitivity MODEL --format F --prompts SET [--activations A] [--kv-format K] [--kv-scales S] [--no-kv]
+//                   [--no-embedding] [--layers L,... | --from-units] [--count N --max-tokens T --seed S ...]
 // mismatch sensitivity --resume RUN: continue a killed, cancelled or failed scan (its stored job spec).
 // --layers scans a cluster unit's share (-1: the embedding / lm_head cells); --from-units assembles the scan from
 // the finished units merged into the workspace (core/analysis/sensitivity.h "Units").

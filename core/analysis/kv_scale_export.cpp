@@ -16,6 +16,13 @@ void requirePerTensorFp8Kv(const quant::Recipe& recipe, const quant::RecipePlan&
     bool anyFp8 = false;
     for (std::size_t layer = 0; layer < plan.kvPerLayer.size(); ++layer) {
         const quant::KvPrecision& kv = plan.kvPerLayer[layer];
+        if (quant::isPerTokenHead(kv.format)) {
+            throw InputError(recipe.sourceFile, "kv_cache",
+                probe.what + " calibrates FP8 KV scales, but the recipe gives layer " + std::to_string(layer) + " "
+                    + quant::toString(kv.format)
+                    + ", whose scales the engine computes from each token when it writes it to the cache: there are "
+                      "no scales to calibrate or export (only vLLM runs it: export --to vllm)");
+        }
         if (kv.format != quant::KvFormat::Fp8E4m3) {
             continue;
         }

@@ -32,8 +32,9 @@ struct KvScaleProbe {
 };
 
 // InputError naming probe.what and the recipe unless `plan` (resolved from `recipe`) has an FP8 KV cache whose
-// scales are per tensor: a recipe without one has no scales to calibrate, and per-head scales are not the single
-// per-tensor scale SGLang's file holds.
+// scales are per tensor: a recipe without one has no scales to calibrate, per-head scales are not the single
+// per-tensor scale SGLang's file holds, and a per-token-head layer (fp8_per_token_head, int8_per_token_head) has no
+// scales to export at all: they are computed from each token at every cache write.
 void requirePerTensorFp8Kv(const quant::Recipe& recipe, const quant::RecipePlan& plan, const KvScaleProbe& probe);
 
 // The recipe's calibrated per-tensor KV scales on `model` (loadModelDirectory): the first probe.count prompts of

@@ -197,6 +197,12 @@ SensitivityOptions parseSensitivityConfig(const std::string& configJson, const s
             : parseEnum<quant::KvScales>(
                 j.at("kv").at("scales"), [](const std::string& s) { return quant::parseKvScales(s); }, source,
                 "kv.scales");
+        // Only fp8_e4m3 is calibrated; the per-token-head formats compute their scales at each cache write.
+        options.kv.calibration
+            = options.kv.format == quant::KvFormat::Fp8E4m3 ? quant::KvCalibration::Probe : quant::KvCalibration::None;
+        if (options.kv.format != quant::KvFormat::Fp8E4m3) {
+            options.kv.scales = quant::KvScales::None;
+        }
         options.embeddingCells = j.at("embedding_cells").get<bool>();
         const nlohmann::json& s = j.at("sampling");
         options.settings.temperature = s.at("temperature").get<double>();

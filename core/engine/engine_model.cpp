@@ -482,6 +482,19 @@ bool KvQuantizer::isFp8(std::int64_t layer) const
     return round_ && precision(layer).format == quant::KvFormat::Fp8E4m3;
 }
 
+bool KvQuantizer::isPerTokenHead(std::int64_t layer) const
+{
+    return round_ && quant::isPerTokenHead(precision(layer).format);
+}
+
+quant::PerTokenHeadKv KvQuantizer::quantizeTokenHead(std::int64_t layer, const at::Tensor& kv) const
+{
+    // Programmer error: only per-token-head layers have codes and per-token scales.
+    assert(isPerTokenHead(layer));
+    // vLLM's cache write reads the keys and values in the model's dtype (bf16) and widens them to float32.
+    return quant::quantizePerTokenHead(roundBf16(kv), precision(layer).format);
+}
+
 std::int64_t KvQuantizer::scaleCount(std::int64_t layer) const
 {
     if (!isFp8(layer)) {
@@ -500,6 +513,15 @@ std::pair<at::Tensor, at::Tensor> KvQuantizer::quantize(
 {
     if (!round_) {
         return {keys.to(at::kFloat), values.to(at::kFloat)};
+    }
+    if (isPerTokenHead(layer)) {
+        // Dynamic scales of each token's own values: nothing to measure or freeze, padding included (each token's
+        // rows are quantized on their own, so padding cannot reach a real token's scale).
+        const auto dequantized = [&](const at::Tensor& kv) {
+            const quant::PerTokenHeadKv rounded = quantizeTokenHead(layer, kv);
+            return (rounded.codes * rounded.scales.unsqueeze(3)).to(kv.device());
+        };
+        return {dequantized(keys), dequantized(values)};
     }
     if (!isFp8(layer)) {
         return {roundBf16(keys), roundBf16(values)};
@@ -539,6 +561,12 @@ void KvQuantizer::setScales(const KvScaleTable& scales)
         }
         if (!defined) {
             continue;
+        }
+        if (isPerTokenHead(static_cast<std::int64_t>(layer))) {
+            const quant::KvFormat format = precision(static_cast<std::int64_t>(layer)).format;
+            throw InputError("kv scales", location,
+                "scales given for a layer whose KV cache is " + quant::toString(format)
+                    + ", whose scales are computed from each token when it is written");
         }
         if (!isFp8(static_cast<std::int64_t>(layer))) {
             throw InputError("kv scales", location, "scales given for a layer whose KV cache is not fp8");

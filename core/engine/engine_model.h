@@ -133,9 +133,11 @@ struct KvScaleTable {
     std::vector<at::Tensor> values;
 };
 
-// Rounds keys and values to each layer's KV format and owns the FP8 scales. Scales are either calibrated
+// Rounds keys and values to each layer's KV format and owns the fp8_e4m3 scales. Scales are either calibrated
 // (setScales) or measured from the first prefill that reaches a layer without scales (amax over the real
-// tokens of that prefill, scale = amax / 448) and then frozen until cleared.
+// tokens of that prefill, scale = amax / 448) and then frozen until cleared. The per-token-head formats keep no
+// scales here: each token's come with its codes (quant::quantizePerTokenHead, applied to the keys and values rounded
+// to bf16 first: vLLM writes them in the model's dtype) and live in the cache beside them.
 class KvQuantizer {
 public:
     KvQuantizer() = default;
@@ -145,14 +147,18 @@ public:
     std::int64_t numLayers() const { return static_cast<std::int64_t>(perLayer_.size()); }
     bool rounds() const { return round_; }
     const quant::KvPrecision& precision(std::int64_t layer) const;
-    bool isFp8(std::int64_t layer) const;
-    // Number of float32 scales layer `layer` keeps for K and V together: 0 (bf16/fp32), 2 (per tensor) or
-    // 2 * kvHeads (per head).
+    bool isFp8(std::int64_t layer) const; // fp8_e4m3 (calibrated scales), when rounding
+    bool isPerTokenHead(std::int64_t layer) const; // fp8_per_token_head or int8_per_token_head, when rounding
+    // Number of float32 scales layer `layer` keeps for K and V together: 0 (bf16/fp32 and the per-token-head
+    // formats, whose scales the cache stores per token), 2 (per tensor) or 2 * kvHeads (per head).
     std::int64_t scaleCount(std::int64_t layer) const;
     // Keys and values [B, kvHeads, T, headDim] as the cache stores them (float32). `real` [B, T] bool marks
     // the real (non-padding) tokens: only they enter a scale measured here.
     std::pair<at::Tensor, at::Tensor> quantize(
         std::int64_t layer, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& real);
+    // A per-token-head layer's keys or values [B, kvHeads, T, headDim] as codes and scales (on the CPU): quantize()
+    // gives their products, the float32 values the cache reads back.
+    quant::PerTokenHeadKv quantizeTokenHead(std::int64_t layer, const at::Tensor& kv) const;
 
     const KvScaleTable& scales() const { return scales_; }
     // Installs calibrated scales (shapes checked: InputError naming "kv scales" and the layer).

@@ -62,10 +62,18 @@ at::ScalarType storageType(KvStorage kind)
     case KvStorage::BFloat16:
         return at::kBFloat16;
     case KvStorage::Fp8Codes:
+    case KvStorage::Fp8TokenHeadCodes:
         return at::kByte;
+    case KvStorage::Int8TokenHeadCodes:
+        return at::kChar;
     default:
         return at::kFloat;
     }
+}
+
+bool isTokenHead(KvStorage kind)
+{
+    return kind == KvStorage::Fp8TokenHeadCodes || kind == KvStorage::Int8TokenHeadCodes;
 }
 
 // Per-row scales [rows, kvHeads, 1] of `scales` ([1] or [kvHeads]).
@@ -86,6 +94,11 @@ at::Tensor toStorage(const at::Tensor& rows, KvStorage kind, const at::Tensor& s
         return rows.to(at::kBFloat16);
     case KvStorage::Fp8Codes:
         return quant::encodeFp8((rows / headScales(scales, rows)).contiguous(), quant::Fp8Format::E4M3);
+    case KvStorage::Fp8TokenHeadCodes:
+        // Code values (e4m3 numbers) encode to their own codes exactly.
+        return quant::encodeFp8(rows, quant::Fp8Format::E4M3);
+    case KvStorage::Int8TokenHeadCodes:
+        return rows.to(at::kChar); // integers in [-128, 127]: exact
     default:
         return rows;
     }
@@ -108,6 +121,11 @@ at::Tensor fromStorage(const at::Tensor& rows, KvStorage kind, const at::Tensor&
     }
     case KvStorage::Fp8Codes:
         return quant::decodeFp8(rows, quant::Fp8Format::E4M3) * headScales(scales, rows);
+    case KvStorage::Fp8TokenHeadCodes:
+        // Per-token-head scales: [rows, kvHeads], one per stored row of headDim; the quantizer's float32 multiply.
+        return quant::decodeFp8(rows, quant::Fp8Format::E4M3) * scales.unsqueeze(2);
+    case KvStorage::Int8TokenHeadCodes:
+        return rows.to(at::kFloat) * scales.unsqueeze(2);
     default:
         return rows;
     }
@@ -122,9 +140,11 @@ std::vector<std::int64_t> KvCacheLayout::layerBytesPerToken() const
 {
     std::vector<std::int64_t> bytes;
     bytes.reserve(elementBytes.size());
-    for (double element : elementBytes) {
+    for (std::size_t layer = 0; layer < elementBytes.size(); ++layer) {
+        const std::int64_t tokenScales = layer < tokenScaleCounts.size() ? tokenScaleCounts[layer] : 0;
         bytes.push_back(
-            static_cast<std::int64_t>(std::llround(2.0 * static_cast<double>(kvHeads * headDim) * element)));
+            static_cast<std::int64_t>(std::llround(2.0 * static_cast<double>(kvHeads * headDim) * elementBytes[layer]))
+            + tokenScales * kScaleBytes);
     }
     return bytes;
 }
@@ -156,7 +176,10 @@ KvCacheLayout kvCacheLayout(const model::ModelConfig& config, const std::vector<
     layout.headDim = config.headDim;
     for (const quant::KvPrecision& precision : precisions) {
         const bool fp8 = precision.format == quant::KvFormat::Fp8E4m3;
-        layout.elementBytes.push_back(fp8 ? 1.0 : 2.0);
+        const bool tokenHead = quant::isPerTokenHead(precision.format);
+        layout.elementBytes.push_back(quant::bytesPerElement(precision.format));
+        // K and V each: one float32 scale per token and KV head, stored with the token.
+        layout.tokenScaleCounts.push_back(tokenHead ? 2 * config.numKeyValueHeads : 0);
         if (!fp8) {
             layout.scaleCounts.push_back(0);
         } else {
@@ -182,6 +205,7 @@ KvCacheLayout kvCacheLayout(const EngineModel& model)
     if (model.precision() == EnginePrecision::Fp32) {
         std::fill(layout.elementBytes.begin(), layout.elementBytes.end(), 4.0); // float32 keys and values
         std::fill(layout.scaleCounts.begin(), layout.scaleCounts.end(), 0);
+        std::fill(layout.tokenScaleCounts.begin(), layout.tokenScaleCounts.end(), 0);
     }
     return layout;
 }
@@ -260,9 +284,12 @@ std::vector<KvStorage> kvStorage(const EngineModel& model)
     const KvQuantizer& quantizer = model.kvQuantizer();
     std::vector<KvStorage> storage;
     for (std::int64_t layer = 0; layer < model.config().numLayers; ++layer) {
-        storage.push_back(!quantizer.rounds() ? KvStorage::Float32
-                : quantizer.isFp8(layer)      ? KvStorage::Fp8Codes
-                                              : KvStorage::BFloat16);
+        const quant::KvFormat format = quantizer.precision(layer).format;
+        storage.push_back(!quantizer.rounds()                 ? KvStorage::Float32
+                : quantizer.isFp8(layer)                      ? KvStorage::Fp8Codes
+                : format == quant::KvFormat::Fp8PerTokenHead  ? KvStorage::Fp8TokenHeadCodes
+                : format == quant::KvFormat::Int8PerTokenHead ? KvStorage::Int8TokenHeadCodes
+                                                              : KvStorage::BFloat16);
     }
     return storage;
 }
@@ -273,6 +300,8 @@ KvBlockPool::KvBlockPool(
     , storage_(std::move(storage))
     , keys_(static_cast<std::size_t>(allocator_.layout().numLayers))
     , values_(static_cast<std::size_t>(allocator_.layout().numLayers))
+    , keyScales_(static_cast<std::size_t>(allocator_.layout().numLayers))
+    , valueScales_(static_cast<std::size_t>(allocator_.layout().numLayers))
 {
     storage_.resize(keys_.size(), KvStorage::Float32);
 }
@@ -281,7 +310,7 @@ std::uint64_t KvBlockPool::storageBytes() const
 {
     std::uint64_t bytes = 0;
     for (std::size_t layer = 0; layer < keys_.size(); ++layer) {
-        for (const at::Tensor* tensor : {&keys_[layer], &values_[layer]}) {
+        for (const at::Tensor* tensor : {&keys_[layer], &values_[layer], &keyScales_[layer], &valueScales_[layer]}) {
             bytes += tensor->defined() ? static_cast<std::uint64_t>(tensor->nbytes()) : 0;
         }
     }
@@ -316,6 +345,18 @@ void KvBlockPool::reserveStorage(std::int64_t blocks)
             }
             *storage = grown;
         }
+        if (!isTokenHead(storage_[layer])) {
+            continue;
+        }
+        // A scale per slot and KV head; the zero slot's scale is 0, so padding reads 0 x 0.
+        for (at::Tensor* scales : {&keyScales_[layer], &valueScales_[layer]}) {
+            const at::Device device = keys_[layer].device();
+            at::Tensor grown = at::zeros({size, layout.kvHeads}, at::TensorOptions().dtype(at::kFloat).device(device));
+            if (scales->defined()) {
+                grown.narrow(0, 0, scales->size(0)).copy_(*scales);
+            }
+            *scales = grown;
+        }
     }
     recordStorage(storageBytes());
 }
@@ -332,6 +373,18 @@ void KvBlockPool::write(std::int64_t layer, const at::Tensor& slots, const at::T
         storedValues = storedValues.to(keys.device());
     }
     const at::Tensor index = slots.to(keys.device());
+    if (isTokenHead(kind)) {
+        // Code values and their scales [N, kvHeads] (KvQuantizer::quantizeTokenHead), stored side by side.
+        at::Tensor& storedKeyScales = keyScales_[static_cast<std::size_t>(layer)];
+        at::Tensor& storedValueScales = valueScales_[static_cast<std::size_t>(layer)];
+        storedKeyScales = storedKeyScales.to(keys.device());
+        storedValueScales = storedValueScales.to(keys.device());
+        storedKeys.index_copy_(0, index, toStorage(keys.to(at::kFloat), kind, at::Tensor()));
+        storedValues.index_copy_(0, index, toStorage(values.to(at::kFloat), kind, at::Tensor()));
+        storedKeyScales.index_copy_(0, index, keyScales.to(keys.device()).to(at::kFloat));
+        storedValueScales.index_copy_(0, index, valueScales.to(keys.device()).to(at::kFloat));
+        return;
+    }
 #if defined(MISMATCH_HAVE_CUDA)
     if (kind == KvStorage::Fp8Codes && keys.is_cuda()) {
         // The FP8 KV append kernel: code = encode(value / scale of its head), written at each slot (bit for bit the
@@ -403,6 +456,11 @@ std::pair<at::Tensor, at::Tensor> KvBlockPool::read(
             .view({batch, length, layout.kvHeads, layout.headDim})
             .permute({0, 2, 1, 3});
     };
+    if (isTokenHead(kind)) {
+        // Each slot's own scales, gathered with its codes.
+        return {gather(storedKeys, keyScales_[static_cast<std::size_t>(layer)].index_select(0, index)),
+            gather(storedValues, valueScales_[static_cast<std::size_t>(layer)].index_select(0, index))};
+    }
     return {gather(storedKeys, keyScales), gather(storedValues, valueScales)};
 }
 
@@ -424,8 +482,9 @@ struct RowReader {
     const void* base = nullptr;
     std::int64_t rowElements = 0; // kvHeads * headDim: one slot
     std::int64_t headDim = 0;
-    const float* scales = nullptr; // fp8: [1] or [kvHeads]
+    const float* scales = nullptr; // fp8: [1] or [kvHeads]; per-token-head formats: [slots, kvHeads]
     bool perHead = false;
+    std::int64_t kvHeads = 0; // per-token-head formats: scales per slot
     const float* fp8Table = nullptr;
 
     // Returns a pointer to the row's float32 values (`buffer` when converted).
@@ -444,6 +503,22 @@ struct RowReader {
             }
             return buffer;
         }
+        case KvStorage::Fp8TokenHeadCodes: {
+            const float scale = scales[slot * kvHeads + head];
+            const auto* codes = static_cast<const std::uint8_t*>(base) + offset;
+            for (std::int64_t d = 0; d < headDim; ++d) {
+                buffer[d] = fp8Table[codes[d]] * scale;
+            }
+            return buffer;
+        }
+        case KvStorage::Int8TokenHeadCodes: {
+            const float scale = scales[slot * kvHeads + head];
+            const auto* codes = static_cast<const std::int8_t*>(base) + offset;
+            for (std::int64_t d = 0; d < headDim; ++d) {
+                buffer[d] = static_cast<float>(codes[d]) * scale;
+            }
+            return buffer;
+        }
         default:
             return static_cast<const float*>(base) + offset;
         }
@@ -458,11 +533,14 @@ RowReader rowReader(KvStorage kind, const at::Tensor& storage, const at::Tensor&
     reader.base = storage.data_ptr();
     reader.rowElements = storage.size(1) * storage.size(2);
     reader.headDim = storage.size(2);
-    if (kind == KvStorage::Fp8Codes) {
-        // Programmer error: an fp8 layer is read with the scales its quantizer rounded with.
+    if (kind == KvStorage::Fp8Codes || isTokenHead(kind)) {
+        // Programmer error: an fp8 layer is read with the scales its quantizer rounded with, a per-token-head layer
+        // with its stored scales (contiguous float32 [slots, kvHeads]).
         assert(scales.defined() && scales.device().is_cpu() && scales.scalar_type() == at::kFloat);
+        assert(scales.is_contiguous());
         reader.scales = scales.data_ptr<float>();
         reader.perHead = scales.numel() > 1;
+        reader.kvHeads = storage.size(1);
         reader.fp8Table = quant::fp8DecodeTable(quant::Fp8Format::E4M3).data();
     }
     return reader;
@@ -517,9 +595,13 @@ at::Tensor KvBlockPool::attend(std::int64_t layer, const at::Tensor& slots, cons
         return out; // nothing was ever written: every key and value reads as zero (as read() gives them)
     }
     const KvStorage kind = storage_[static_cast<std::size_t>(layer)];
-    const at::Tensor cpuKeyScales = keyScales.defined() ? keyScales.to(at::kCPU).to(at::kFloat).contiguous() : keyScales;
+    // Per-token-head layers read the scales stored with their codes.
+    const at::Tensor& usedKeyScales = isTokenHead(kind) ? keyScales_[static_cast<std::size_t>(layer)] : keyScales;
+    const at::Tensor& usedValueScales = isTokenHead(kind) ? valueScales_[static_cast<std::size_t>(layer)] : valueScales;
+    const at::Tensor cpuKeyScales
+        = usedKeyScales.defined() ? usedKeyScales.to(at::kCPU).to(at::kFloat).contiguous() : usedKeyScales;
     const at::Tensor cpuValueScales
-        = valueScales.defined() ? valueScales.to(at::kCPU).to(at::kFloat).contiguous() : valueScales;
+        = usedValueScales.defined() ? usedValueScales.to(at::kCPU).to(at::kFloat).contiguous() : usedValueScales;
     const RowReader keyReader = rowReader(kind, storedKeys, cpuKeyScales);
     const RowReader valueReader = rowReader(kind, storedValues, cpuValueScales);
     const at::Tensor query = q.contiguous();
@@ -649,7 +731,18 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::store(
     at::Tensor v = values;
     at::Tensor keyScales;
     at::Tensor valueScales;
-    if (quantizer_) {
+    const bool tokenHead = quantizer_ && quantizer_->isPerTokenHead(layer);
+    // Per-token-head layers: the codes and each row's scales [B, kvHeads, T], written as they are.
+    at::Tensor keyRowScales;
+    at::Tensor valueRowScales;
+    if (tokenHead) {
+        quant::PerTokenHeadKv keyCodes = quantizer_->quantizeTokenHead(layer, keys);
+        quant::PerTokenHeadKv valueCodes = quantizer_->quantizeTokenHead(layer, values);
+        k = keyCodes.codes.to(keys.device());
+        v = valueCodes.codes.to(values.device());
+        keyRowScales = keyCodes.scales.to(keys.device());
+        valueRowScales = valueCodes.scales.to(values.device());
+    } else if (quantizer_) {
         std::tie(k, v) = quantizer_->quantize(layer, keys, values, real);
         if (quantizer_->isFp8(layer)) {
             keyScales = quantizer_->scales().keys[static_cast<std::size_t>(layer)];
@@ -665,8 +758,17 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::store(
                 .reshape({batch * tokens, kvHeads, headDim})
                 .index_select(0, realRows.to(kv.device()));
         };
-        pool_.write(layer, pendingSlots_.reshape({-1}).index_select(0, realRows), rowsOf(k), rowsOf(v), keyScales,
-            valueScales);
+        const auto scaleRowsOf = [&](const at::Tensor& scales) {
+            return scales.permute({0, 2, 1})
+                .reshape({batch * tokens, kvHeads})
+                .index_select(0, realRows.to(scales.device()));
+        };
+        const at::Tensor slots = pendingSlots_.reshape({-1}).index_select(0, realRows);
+        if (tokenHead) {
+            pool_.write(layer, slots, rowsOf(k), rowsOf(v), scaleRowsOf(keyRowScales), scaleRowsOf(valueRowScales));
+        } else {
+            pool_.write(layer, slots, rowsOf(k), rowsOf(v), keyScales, valueScales);
+        }
     }
     return {keyScales, valueScales};
 }

@@ -3,16 +3,20 @@
 // sequence, and capacity counted in BYTES of the per-layer KV formats, as a real engine sizes its cache:
 //
 //   bytes per token  = sum over layers of 2 (K and V) * kvHeads * headDim * bytesPerElement(layer format)
-//                      (fp32 4, bf16 2, fp8 1)
-//   scale bytes      = sum over FP8 layers of 4 * (2 per tensor, or 2 * kvHeads per head)   fixed, float32
+//                      (fp32 4, bf16 2, fp8 and int8 1), plus for the per-token-head layers 2 * kvHeads * 4 (a
+//                      float32 scale per token, KV head and K or V, as vLLM's page holds them:
+//                      vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes)
+//   scale bytes      = sum over fp8_e4m3 layers of 4 * (2 per tensor, or 2 * kvHeads per head)   fixed, float32
 //   bytes per block  = blockSize * bytes per token
 //   blocks           = floor((memory - scale bytes) / bytes per block)      the scales are set aside first
 //   capacity tokens  = blocks * blockSize
 //
 // The emulation stores what the formats store (storage grows with the blocks in use, not with the budget): bf16
 // layers as bf16, fp8 layers as e4m3 codes (re-encoded from the quantizer's rounded values with the layer's
-// scales, which is exact; read back as code value x scale, the quantizer's own float32 multiply), and the FP32
-// engine (or a cache without a rounding quantizer) as float32; it admits exactly what the formats would fit.
+// scales, which is exact; read back as code value x scale, the quantizer's own float32 multiply), per-token-head
+// layers as their e4m3 or int8 codes with a float32 scale per slot and KV head (read back as code value x scale),
+// and the FP32 engine (or a cache without a rounding quantizer) as float32; it admits exactly what the formats
+// would fit.
 // kvCapacity() reports capacity through the same allocator.
 #include "core/engine/engine_model.h"
 #include "core/model/config.h"
@@ -35,10 +39,13 @@ struct KvCacheLayout {
     std::int64_t numLayers = 0;
     std::int64_t kvHeads = 0;
     std::int64_t headDim = 0;
-    std::vector<double> elementBytes; // per layer: 4 (fp32 engine), 2 (bf16), 1 (fp8_e4m3)
-    std::vector<std::int64_t> scaleCounts; // per layer: float32 scales of K and V together (0, 2, 2 * kvHeads)
+    std::vector<double> elementBytes; // per layer: 4 (fp32 engine), 2 (bf16), 1 (fp8_e4m3, per-token-head formats)
+    std::vector<std::int64_t> scaleCounts; // per layer: fixed float32 scales of K and V together (0, 2, 2 * kvHeads)
+    // Per layer: float32 scales of K and V together stored with each token (2 * kvHeads for the per-token-head
+    // formats, else 0; a missing entry counts 0).
+    std::vector<std::int64_t> tokenScaleCounts;
 
-    // Per layer: 2 * kvHeads * headDim * elementBytes.
+    // Per layer: 2 * kvHeads * headDim * elementBytes + 4 * tokenScaleCounts.
     std::vector<std::int64_t> layerBytesPerToken() const;
     std::int64_t bytesPerToken() const;
     std::int64_t scaleBytes() const; // 4 * sum of scaleCounts
@@ -99,6 +106,8 @@ enum class KvStorage {
     Float32, // as given
     BFloat16, // values already on the bf16 grid (a rounding quantizer's bf16 layers): exact
     Fp8Codes, // e4m3 codes of values a rounding quantizer put on its fp8 grid, with the layer's scales
+    Fp8TokenHeadCodes, // fp8_per_token_head: e4m3 codes, and a float32 scale per slot and KV head
+    Int8TokenHeadCodes, // int8_per_token_head: int8 codes, and a float32 scale per slot and KV head
 };
 
 // The allocator plus the storage of every block: per layer, keys and values as [slots, kvHeads, headDim] where
@@ -113,10 +122,12 @@ public:
     KvBlockAllocator& allocator() { return allocator_; }
     const KvBlockAllocator& allocator() const { return allocator_; }
     // Writes rows [N, kvHeads, headDim] (float32 values) of layer `layer` to `slots` [N] (int64). Fp8Codes layers
-    // need the layer's key and value scales (float32 [1] or [kvHeads], KvQuantizer::scales()).
+    // need the layer's key and value scales (float32 [1] or [kvHeads], KvQuantizer::scales()). Per-token-head layers
+    // take the rows' code values (quant::PerTokenHeadKv::codes) and their scales [N, kvHeads], stored with them.
     void write(std::int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values,
         const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {});
-    // Reads slots [B, S] of layer `layer` as float32 keys and values [B, kvHeads, S, headDim] (scales as write).
+    // Reads slots [B, S] of layer `layer` as float32 keys and values [B, kvHeads, S, headDim] (scales as write;
+    // per-token-head layers read their stored scales and take none).
     std::pair<at::Tensor, at::Tensor> read(std::int64_t layer, const at::Tensor& slots,
         const at::Tensor& keyScales = {}, const at::Tensor& valueScales = {}) const;
     // Attention of one query position per row over the stored keys and values, read in place (no gathered or
@@ -147,10 +158,13 @@ private:
     std::vector<KvStorage> storage_;
     std::vector<at::Tensor> keys_;
     std::vector<at::Tensor> values_;
+    // Per-token-head layers: float32 [slots, kvHeads] scales of the stored keys and values (undefined otherwise).
+    std::vector<at::Tensor> keyScales_;
+    std::vector<at::Tensor> valueScales_;
 };
 
-// The storage a pool of `model`'s engine uses per layer: Float32 for the FP32 engine, else BFloat16 or Fp8Codes by
-// the layer's KV format.
+// The storage a pool of `model`'s engine uses per layer: Float32 for the FP32 engine, else BFloat16, Fp8Codes,
+// Fp8TokenHeadCodes or Int8TokenHeadCodes by the layer's KV format.
 std::vector<KvStorage> kvStorage(const EngineModel& model);
 
 // One wave of sequences decoding together through a pool: rows of the batch share a logical length (left
@@ -225,8 +239,8 @@ struct KvCapacity {
     std::int64_t tokens = 0; // blocks * blockSize
     std::int64_t bytesPerToken = 0;
     std::vector<std::int64_t> layerBytesPerToken; // per layer
-    std::vector<std::string> layerFormats; // per layer: "bf16", "fp8_e4m3/per_head", ...
-    std::int64_t scaleBytes = 0; // fixed float32 scale storage
+    std::vector<std::string> layerFormats; // per layer: "bf16", "fp8_e4m3/per_head", "int8_per_token_head", ...
+    std::int64_t scaleBytes = 0; // fixed float32 scale storage (per-token scales are in bytesPerToken)
     std::int64_t bf16Blocks = 0; // the same budget with an all-BF16 KV cache
     std::int64_t bf16Tokens = 0;
     double ratioToBf16 = 0.0; // tokens / bf16Tokens

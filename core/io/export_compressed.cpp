@@ -125,7 +125,7 @@ CompressedSettings compressedSettings(const ExportView& view)
     }
     const UniformKv kv = uniformKv(view, false,
         "kv_cache_scheme applies to every attention layer; compressed-tensors has no per-layer KV-cache setting", true,
-        "");
+        "", kCheckpointPerTokenHeadReason);
     if (kv.fp8) {
         Json args = Json::object();
         args["num_bits"] = 8;

@@ -88,6 +88,9 @@ struct EngineRules {
     std::string granularityReason;
     bool kvExceptions = true; // BF16 KV cache on some layers
     std::string kvExceptionReason;
+    // Why the target cannot take the per-token-head KV formats; empty: it takes them (vLLM's kv_cache_dtype).
+    std::string perTokenHeadReason = "this export writes a kv_cache_dtype for bf16 and fp8_e4m3 only (vLLM takes "
+                                     "the per-token-head formats as its kv_cache_dtype: export --to vllm)";
 };
 
 EngineSettings engineSettings(const ExportView& view, const EngineRules& rules)
@@ -127,8 +130,10 @@ EngineSettings engineSettings(const ExportView& view, const EngineRules& rules)
         }
     }
     settings.kv = uniformKv(view, rules.kvExceptions, rules.kvExceptionReason, false,
-        rules.name + "'s kv_cache_dtype has per-tensor scales only (per-head scales need a checkpoint calibrated by "
-                     "llm-compressor: export --to llm-compressor)");
+        rules.name
+            + "'s kv_cache_dtype has per-tensor scales only (per-head scales need a checkpoint calibrated by "
+              "llm-compressor: export --to llm-compressor)",
+        rules.perTokenHeadReason);
     return settings;
 }
 
@@ -171,14 +176,16 @@ void warnActivationGroups(const ExportView& view, const Scheme& scheme, const st
     }
 }
 
-// vLLM's engine arguments for the KV cache: kv_cache_dtype and kv_cache_dtype_skip_layers (strings).
+// vLLM's engine arguments for the KV cache: kv_cache_dtype and kv_cache_dtype_skip_layers (strings). The recipe's
+// KV formats are spelled as vLLM's CacheDType values (vllm/config/cache.py): fp8_e4m3, fp8_per_token_head,
+// int8_per_token_head.
 void kvEngineArgs(const UniformKv& kv, Json& args)
 {
-    args["kv_cache_dtype"] = kv.fp8 ? "fp8_e4m3" : "auto";
+    args["kv_cache_dtype"] = kv.format == KvFormat::Bf16 ? std::string("auto") : quant::toString(kv.format);
     // No calculate_kv_scales: current vLLM removed it (vllm-project/vllm PR #49389, after the deprecation in PR
     // #37201); FP8 KV scales now come from the checkpoint when it has them, else 1.0
     // (docs/features/quantization/quantized_kvcache.md, vllm/config/cache.py CacheConfig).
-    if (kv.fp8 && !kv.bf16Layers.empty()) {
+    if (kv.format != KvFormat::Bf16 && !kv.bf16Layers.empty()) {
         // kv_cache_dtype_skip_layers is a list of strings: layer indices ('0', '2') or attention types
         // ('sliding_window') (vllm/config/cache.py CacheConfig, docs/features/quantization/quantized_kvcache.md).
         Json layers = Json::array();
@@ -187,6 +194,30 @@ void kvEngineArgs(const UniformKv& kv, Json& args)
         }
         args["kv_cache_dtype_skip_layers"] = layers;
     }
+}
+
+// vLLM's per-token-head KV formats: refused for a release before kVllmPerTokenHeadKvRelease, and said where vLLM
+// computes them otherwise than the emulation. vllm/v1/attention/ops/triton_reshape_and_cache_flash.py
+// _reshape_cache_per_token_head writes them (the Triton attention backend's cache write, PR #38378), dividing in
+// float32 with Triton's division, which compiles to PTX div.full.f32 (within 2 ulp) where the emulation divides
+// exactly (core/quant/quantize.h quantizePerTokenHead).
+void checkPerTokenHeadKv(const ExportView& view, const UniformKv& kv)
+{
+    if (!quant::isPerTokenHead(kv.format)) {
+        return;
+    }
+    const std::string name = quant::toString(kv.format);
+    if (!atLeast(view.options, kVllmPerTokenHeadKvRelease)) {
+        view.fail(view.kvWhere(static_cast<size_t>(kv.firstLayer)),
+            name + " KV cache (layer " + std::to_string(kv.firstLayer) + ")",
+            "kv_cache_dtype " + name
+                + " came with vllm-project/vllm PR #38378 (merged in April 2026); --target-version "
+                + view.options.targetVersion + " is before " + kVllmPerTokenHeadKvRelease);
+    }
+    view.warn("vLLM computes " + name + " scales (amax / " + (kv.format == KvFormat::Fp8PerTokenHead ? "448" : "127")
+        + " per token and KV head) in its Triton attention backend's cache write, whose float32 divisions are PTX "
+          "div.full.f32 (within 2 ulp): a scale can differ from the emulation's in its last bit, and a code, rarely, "
+          "by one step");
 }
 
 // vLLM's online shorthand for a scheme (vllm/config/quantization.py _ONLINE_SHORTHANDS).
@@ -206,6 +237,8 @@ EngineRules vllmRules(const ExportOptions& options)
 {
     const std::string frontend = kVllmOnlineFrontendRelease;
     EngineRules rules;
+    rules.perTokenHeadReason.clear(); // kv_cache_dtype fp8_per_token_head / int8_per_token_head (vllmExport checks
+                                      // the release)
     if (options.vllmForm == VllmForm::Checkpoint) {
         rules.name = "vLLM's fp8 checkpoint config";
         rules.channel = false;
@@ -270,6 +303,7 @@ VllmExport vllmExport(const ExportView& view)
         }
         warnActivationGroups(view, scheme, "vLLM");
     }
+    checkPerTokenHeadKv(view, settings.kv);
     kvEngineArgs(settings.kv, out.engineArgs);
     warnKvScales(view, settings, "vLLM", online ? KvScaleSource::Checkpoint : KvScaleSource::FP8Checkpoint);
     return out;
@@ -557,6 +591,9 @@ SglangExport sglangExport(const ExportView& view)
                               "sglang)";
     rules.kvExceptions = false;
     rules.kvExceptionReason = "SGLang's kv_cache_dtype applies to every layer; it has no per-layer exceptions";
+    rules.perTokenHeadReason = "SGLang's --kv-cache-dtype has no per-token-head format (sgl-project/sglang "
+                               "python/sglang/srt/server_args.py: auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, "
+                               "fp4_e2m1); vLLM has it: export --to vllm";
     const EngineSettings settings = engineSettings(view, rules);
     SglangExport out;
     out.serverArgs = Json::object();

@@ -235,13 +235,25 @@ void addVllmCheckpointFiles(const ExportView& view, const ExportView& quiet, con
 {
     const ExportOptions& options = view.options;
     const Json args = vllmExport(quiet).engineArgs; // no quantization: the checkpoint names its method
-    if (!view.anythingQuantized() && !view.kvQuantized()) {
+    // A per-token-head KV cache is chosen when vLLM starts (kv_cache_dtype, in `args`) and has no scales to calibrate:
+    // the checkpoint llm-compressor writes leaves those layers' KV cache out.
+    quant::RecipePlan checkpointPlan = *quiet.plan;
+    for (quant::KvPrecision& kv : checkpointPlan.kvPerLayer) {
+        if (quant::isPerTokenHead(kv.format)) {
+            kv = quant::KvPrecision {};
+        }
+    }
+    ExportView asCheckpoint = quiet;
+    asCheckpoint.plan = &checkpointPlan;
+    if (!view.anythingQuantized() && !asCheckpoint.kvQuantized()) {
         add("vllm_serve.sh", "#!/bin/sh\n" + vllmServeCommand(shellQuote(modelPath(options)), args),
-            "the `vllm serve` command line (the recipe quantizes nothing: the BF16 model as it is)");
+            view.kvQuantized()
+                ? "the `vllm serve` command line (the recipe puts nothing into a checkpoint: the BF16 model as it is, "
+                  "with its per-token-head KV cache)"
+                : "the `vllm serve` command line (the recipe quantizes nothing: the BF16 model as it is)");
         add("vllm_llm.py", vllmPythonCall(pyString(modelPath(options)), args), "the matching Python LLM(...) call");
         return;
     }
-    ExportView asCheckpoint = quiet;
     asCheckpoint.target = ExportTarget::CompressedTensors;
     std::optional<CompressedSettings> compressed;
     std::string why;

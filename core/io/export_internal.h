@@ -97,9 +97,11 @@ struct ExportView {
 
 // The KV cache of a target with one setting for the whole model.
 struct UniformKv {
-    bool fp8 = false;
+    KvFormat format = KvFormat::Bf16; // the format of every quantized layer (bf16: none is quantized)
+    bool fp8 = false; // format is fp8_e4m3 (calibrated scales)
     KvScales scales = KvScales::None;
-    std::vector<std::int64_t> bf16Layers; // bf16 layers when others are fp8
+    std::int64_t firstLayer = -1; // the first quantized layer (-1: none)
+    std::vector<std::int64_t> bf16Layers; // bf16 layers when others are quantized
 };
 
 struct VllmExport {
@@ -142,6 +144,16 @@ struct SglangExport {
     Json kvScalesFile; // the --quantization-param-path file of the calibrated KV scales; null when none
 };
 
+// Why a checkpoint format (compressed-tensors and llm-compressor's kv_cache_scheme, ModelOpt's kv_cache_quant_algo)
+// cannot carry vLLM's per-token-head KV formats: it describes scales calibrated into the checkpoint, and vLLM reads
+// them as static per-tensor or per-head scales (vllm/model_executor/layers/quantization/compressed_tensors/
+// compressed_tensors.py CompressedTensorsKVCacheMethod; modelopt.py), while per-token-head scales exist only at run
+// time, chosen by --kv-cache-dtype.
+inline constexpr const char* kCheckpointPerTokenHeadReason
+    = "a checkpoint's KV-cache scheme holds scales calibrated into the checkpoint, which vLLM loads as static "
+      "per-tensor or per-head scales; per-token-head scales are computed by the engine at each cache write and are "
+      "chosen by vLLM's --kv-cache-dtype alone (export --to vllm)";
+
 // The file name of SGLang's KV scale file in the export directory (server_args.quantization_param_path).
 inline constexpr const char* kSglangKvScalesFile = "sglang_kv_scales.json";
 
@@ -167,8 +179,12 @@ ExportView makeView(const quant::Recipe& recipe, const quant::RecipePlan& plan, 
     std::vector<std::string>& warnings);
 void checkFusedShards(const ExportView& view);
 void checkCommon(const ExportView& view);
+// The one KV-cache setting of a target, or an error (view.fail) for what it cannot say: bf16 layers beside quantized
+// ones without perLayerExceptions, per-head fp8_e4m3 scales without perHead, a per-token-head format
+// (fp8_per_token_head, int8_per_token_head) when perTokenHeadReason is not empty (it says why), two formats or
+// scale modes on different layers.
 UniformKv uniformKv(const ExportView& view, bool perLayerExceptions, const std::string& perLayerReason, bool perHead,
-    const std::string& perHeadReason);
+    const std::string& perHeadReason, const std::string& perTokenHeadReason);
 std::optional<Scheme> singleScheme(const ExportView& view, const std::string& reason);
 void checkLmHeadUnquantized(const ExportView& view, const std::string& reason);
 std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text);

@@ -93,7 +93,7 @@ ModelOptExport modelOptExport(const ExportView& view)
     const UniformKv kv = uniformKv(view, false,
         "kv_cache_quant_algo applies to every attention layer; hf_quant_config.json has no per-layer KV-cache "
         "setting",
-        false, "ModelOpt's FP8 KV cache has per-tensor scales only");
+        false, "ModelOpt's FP8 KV cache has per-tensor scales only", kCheckpointPerTokenHeadReason);
     Json quantization = Json::object();
     Json quantizedLayers = nullptr;
     if (view.schemeOrder.empty()) {

@@ -114,39 +114,52 @@ void checkCommon(const ExportView& view)
 }
 
 UniformKv uniformKv(const ExportView& view, bool perLayerExceptions, const std::string& perLayerReason, bool perHead,
-    const std::string& perHeadReason)
+    const std::string& perHeadReason, const std::string& perTokenHeadReason)
 {
     UniformKv kv;
     const std::vector<quant::KvPrecision>& layers = view.plan->kvPerLayer;
-    std::optional<size_t> firstFp8;
+    std::optional<size_t> first;
     for (size_t layer = 0; layer < layers.size(); ++layer) {
-        if (layers[layer].format != KvFormat::Fp8E4m3) {
+        const quant::KvPrecision& precision = layers[layer];
+        if (precision.format == KvFormat::Bf16) {
             continue;
         }
-        if (!perHead && layers[layer].scales == KvScales::PerHead) {
+        if (quant::isPerTokenHead(precision.format) && !perTokenHeadReason.empty()) {
+            view.fail(view.kvWhere(layer),
+                quant::toString(precision.format) + " KV cache (layer " + std::to_string(layer) + ")",
+                perTokenHeadReason);
+        }
+        if (!perHead && precision.scales == KvScales::PerHead) {
             view.fail(
                 view.kvWhere(layer), "per_head KV-cache scales (layer " + std::to_string(layer) + ")", perHeadReason);
         }
-        if (!firstFp8) {
-            firstFp8 = layer;
-            kv.fp8 = true;
-            kv.scales = layers[layer].scales;
-        } else if (layers[layer].scales != kv.scales) {
+        if (!first) {
+            first = layer;
+            kv.format = precision.format;
+            kv.fp8 = precision.format == KvFormat::Fp8E4m3;
+            kv.scales = precision.scales;
+            kv.firstLayer = static_cast<std::int64_t>(layer);
+        } else if (precision.format != kv.format) {
             view.fail(view.kvWhere(layer),
-                "KV-cache scales " + quant::toString(layers[layer].scales) + " on layer " + std::to_string(layer)
-                    + " and " + quant::toString(kv.scales) + " on layer " + std::to_string(*firstFp8),
+                "KV-cache format " + quant::toString(precision.format) + " on layer " + std::to_string(layer) + " and "
+                    + quant::toString(kv.format) + " on layer " + std::to_string(*first),
+                "the target has one KV-cache scheme for every layer");
+        } else if (precision.scales != kv.scales) {
+            view.fail(view.kvWhere(layer),
+                "KV-cache scales " + quant::toString(precision.scales) + " on layer " + std::to_string(layer) + " and "
+                    + quant::toString(kv.scales) + " on layer " + std::to_string(*first),
                 "the target has one KV-cache scheme for every layer");
         }
     }
-    if (!kv.fp8) {
+    if (!first) {
         return kv;
     }
     for (size_t layer = 0; layer < layers.size(); ++layer) {
         if (layers[layer].format == KvFormat::Bf16) {
             if (!perLayerExceptions) {
                 view.fail(view.kvWhere(layer),
-                    "a bf16 KV cache on layer " + std::to_string(layer) + " while layer " + std::to_string(*firstFp8)
-                        + " is fp8_e4m3",
+                    "a bf16 KV cache on layer " + std::to_string(layer) + " while layer " + std::to_string(*first)
+                        + " is " + quant::toString(kv.format),
                     perLayerReason);
             }
             kv.bf16Layers.push_back(static_cast<std::int64_t>(layer));

@@ -93,6 +93,10 @@ inline constexpr const char* kVllmOnlineFrontendRelease = "0.20";
 // in June 2026, after v0.22.0 was released); 0.23 is the first minor release after that merge (not read from a
 // release's own source).
 inline constexpr const char* kVllmPerChannelShorthandRelease = "0.23";
+// The release the per-token-head KV formats (kv_cache_dtype fp8_per_token_head, int8_per_token_head) are written for:
+// they came with vllm-project/vllm PR #38378, merged on 2 April 2026, the day before v0.19.0 was published from its
+// release branch; 0.20 is the first minor release cut after that merge (not read from a release's own source).
+inline constexpr const char* kVllmPerTokenHeadKvRelease = "0.20";
 
 // FP8 KV-cache scales calibrated for a recipe, per layer: the scale of the keys and of the values (amax / 448 over
 // the probe prompts, one per tensor: engine::calibrateKvScales). SGLang's export writes them as the JSON its

@@ -578,12 +578,21 @@ void importKvArgs(Importer& in, const Json& args, const std::string& base)
     if (value == "auto" || value == "bfloat16") {
         return;
     }
-    if (value != "fp8" && value != "fp8_e4m3") {
-        in.fail(join(base, "kv_cache_dtype"), "'" + value + "': the recipe's KV cache is bf16 (auto) or fp8_e4m3");
+    // vLLM's dynamic formats (vllm/config/cache.py CacheDType) are recipe formats of the same name: a scale per
+    // token and KV head, computed at each cache write.
+    const std::optional<KvFormat> dynamic = quant::parseKvFormat(value);
+    if (dynamic && quant::isPerTokenHead(*dynamic)) {
+        in.setKv({*dynamic, KvScales::None, quant::KvCalibration::None});
+    } else if (value != "fp8" && value != "fp8_e4m3") {
+        in.fail(join(base, "kv_cache_dtype"),
+            "'" + value
+                + "': the recipe's KV cache is bf16 (auto), fp8_e4m3, fp8_per_token_head or int8_per_token_head");
+    } else {
+        in.setKv(fp8Kv(KvScales::PerTensor));
+        in.notes.push_back(join(base, "kv_cache_dtype")
+            + ": read as per-tensor FP8 scales measured once (the engine "
+              "takes them from the checkpoint, else 1.0)");
     }
-    in.setKv(fp8Kv(KvScales::PerTensor));
-    in.notes.push_back(join(base, "kv_cache_dtype") + ": read as per-tensor FP8 scales measured once (the engine takes "
-                                                      "them from the checkpoint, else 1.0)");
     if (const Json* skip = in.find(args, "kv_cache_dtype_skip_layers"); skip && !skip->is_null()) {
         const std::string place = join(base, "kv_cache_dtype_skip_layers");
         if (!skip->is_array()) {

@@ -179,6 +179,35 @@ Parameter kvScalesParameter(const std::string& help)
         {"per_tensor", "per_head"});
 }
 
+Parameter kvFormatParameter(const std::string& help)
+{
+    return choice(param("kv_format", ParameterType::Choice, "--kv-format", "KV-cache format", help, "fp8_e4m3"),
+        {"fp8_e4m3", "fp8_per_token_head", "int8_per_token_head"});
+}
+
+// The KV precision of a scan's KV cells or a built recipe's KV cache: fp8_e4m3 with kv_scales (calibrated on the
+// probe prompts), or one of vLLM's per-token-head formats, which take neither scales nor calibration.
+quant::KvPrecision kvPrecision(const JobSpec& spec)
+{
+    quant::KvPrecision kv;
+    kv.format = *quant::parseKvFormat(spec.text("kv_format"));
+    if (kv.format == quant::KvFormat::Fp8E4m3) {
+        kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
+        kv.calibration = quant::KvCalibration::Probe;
+    }
+    return kv;
+}
+
+// kv_scales belongs to fp8_e4m3: with a per-token-head kv_format it would be ignored, so it is refused.
+void checkKvScales(std::vector<ParameterError>& errors, const JobSpec& spec)
+{
+    if (spec.given("kv_scales") && spec.text("kv_format") != "fp8_e4m3") {
+        errors.push_back({"kv_scales",
+            "only the fp8_e4m3 KV format takes scales; " + spec.text("kv_format")
+                + " computes one per token and KV head at each cache write"});
+    }
+}
+
 Parameter modelParameter(const std::string& help)
 {
     return param("model", ParameterType::Path, "MODEL", "Model directory", help);
@@ -229,7 +258,7 @@ analysis::SensitivityOptions sensitivityOptions(const JobSpec& spec)
     options.settings = measureSettings(spec);
     options.weights = analysis::parseWeightPrecision(spec.text("format"), "format");
     options.activations = activationPrecision(spec);
-    options.kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
+    options.kv = kvPrecision(spec);
     options.kvCells = !spec.flag("no_kv");
     options.embeddingCells = !spec.flag("no_embedding");
     options.layers = spec.integers("layers");
@@ -247,6 +276,8 @@ JobDefinition sensitivityJob()
                                  "fp8_e5m2[:...], int8, int4, fp16, bf16")),
         required(promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL)")),
         activationsParameter("Input activations of a quantized projection: bf16 | fp8_e4m3"),
+        kvFormatParameter("Format of the KV cells: fp8_e4m3 (calibrated scales) | fp8_per_token_head | "
+                          "int8_per_token_head (vLLM's dynamic formats: a scale per token and KV head)"),
         kvScalesParameter("Scales of the fp8_e4m3 KV cells: per_tensor | per_head"),
         param("no_kv", ParameterType::Flag, "--no-kv", "Skip each layer's KV-cache cell",
             "Skip the KV-cache-only cells", false),
@@ -268,6 +299,7 @@ JobDefinition sensitivityJob()
     job.check = [](const JobSpec& spec) {
         std::vector<ParameterError> errors;
         checkFormat(errors, spec);
+        checkKvScales(errors, spec);
         checkByteSize(errors, spec, "kv_memory", true);
         return errors;
     };
@@ -311,7 +343,7 @@ analysis::RecipeBuildOptions recipeBuildOptions(const JobSpec& spec, const store
         options.scan.kvCells = spec.flag("kv_cache");
         options.scan.embeddingCells = !spec.flag("no_embedding");
     }
-    options.scan.kv.scales = *quant::parseKvScales(spec.text("kv_scales"));
+    options.scan.kv = kvPrecision(spec);
     options.quantizeKv = spec.flag("kv_cache");
     options.keepEmbeddingBf16 = spec.flag("no_embedding");
     options.targetFraction = spec.number("target_fraction");
@@ -363,6 +395,8 @@ JobDefinition recipeBuildJob()
                         "(without --scan)"),
         promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL) the mismatch is measured on (without --scan)"),
         activationsParameter("Activations of quantized projections: bf16 | fp8_e4m3"),
+        kvFormatParameter("Format of the KV cache (with --kv-cache): fp8_e4m3 | fp8_per_token_head | "
+                          "int8_per_token_head"),
         kvScalesParameter("Scales of the fp8_e4m3 KV cache: per_tensor | per_head"),
         budget,
         param("calibration", ParameterType::Integer, "--calibration", "Calibration",
@@ -374,7 +408,7 @@ JobDefinition recipeBuildJob()
         param("scan", ParameterType::Integer, "--scan", "Sensitivity scan",
             "Order cells by this stored sensitivity scan (else scan now)"),
         param("kv_cache", ParameterType::Flag, "--kv-cache", "Quantize the KV cache",
-            "Also quantize the KV cache (fp8_e4m3) and keep sensitive layers' KV in BF16", false),
+            "Also quantize the KV cache (to --kv-format) and keep sensitive layers' KV in BF16", false),
         param("no_embedding", ParameterType::Flag, "--no-embedding", "Leave the embedding / lm_head in BF16",
             "Leave the embedding and lm_head in BF16 (a stored scan's embedding cells are not used either): vLLM and "
             "llm-compressor exports quantize linear layers only",
@@ -399,6 +433,7 @@ JobDefinition recipeBuildJob()
             errors.push_back({"budget", "give 'budget' (nats per token) or 'calibration'"});
         }
         checkFormat(errors, spec);
+        checkKvScales(errors, spec);
         checkByteSize(errors, spec, "kv_memory", true);
         checkByteSize(errors, spec, "capacity_memory", false);
         return errors;

@@ -40,7 +40,10 @@ JobSpec sensitivitySpec(const store::RunInfo& run, const std::string& source)
         quant::toString(o.weights.format)
             + (o.weights.granularity == quant::Granularity::None ? "" : ":" + quant::toString(o.weights.granularity)));
     spec.set("activations", quant::toString(o.activations.format));
-    spec.set("kv_scales", quant::toString(o.kv.scales));
+    spec.set("kv_format", quant::toString(o.kv.format));
+    if (o.kv.format == quant::KvFormat::Fp8E4m3) {
+        spec.set("kv_scales", quant::toString(o.kv.scales)); // the other formats take none
+    }
     spec.set("no_kv", !o.kvCells).set("no_embedding", !o.embeddingCells);
     const analysis::MeasureSettings& s = o.settings;
     spec.set("max_tokens", s.maxNewTokens).set("seed", static_cast<std::int64_t>(s.seed));

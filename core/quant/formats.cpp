@@ -29,9 +29,11 @@ constexpr std::array<std::pair<ActivationFormat, const char*>, 2> kActivationFor
     {ActivationFormat::Bf16, "bf16"},
     {ActivationFormat::Fp8E4m3, "fp8_e4m3"},
 }};
-constexpr std::array<std::pair<KvFormat, const char*>, 2> kKvFormats = {{
+constexpr std::array<std::pair<KvFormat, const char*>, 4> kKvFormats = {{
     {KvFormat::Bf16, "bf16"},
     {KvFormat::Fp8E4m3, "fp8_e4m3"},
+    {KvFormat::Fp8PerTokenHead, "fp8_per_token_head"}, // vLLM's spellings (vllm/config/cache.py CacheDType)
+    {KvFormat::Int8PerTokenHead, "int8_per_token_head"},
 }};
 constexpr std::array<std::pair<KvScales, const char*>, 2> kKvScales = {{
     {KvScales::PerTensor, "per_tensor"},
@@ -216,6 +218,10 @@ bool hasScales(ActivationFormat format)
 {
     return format != ActivationFormat::Bf16;
 }
+bool isPerTokenHead(KvFormat format)
+{
+    return format == KvFormat::Fp8PerTokenHead || format == KvFormat::Int8PerTokenHead;
+}
 double bytesPerElement(ActivationFormat format)
 {
     return format == ActivationFormat::Bf16 ? 2.0 : 1.0;
@@ -307,6 +313,10 @@ std::uint64_t kvCacheBytes(
     const auto elementBytes = elements * static_cast<std::uint64_t>(bytesPerElement(format));
     if (!hasScales(format)) {
         return elementBytes;
+    }
+    if (isPerTokenHead(format)) {
+        // One float32 scale per token and KV head, stored beside the codes.
+        return elementBytes + static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(kvHeads) * kScaleBytes;
     }
     const std::uint64_t scaleCount = scales == KvScales::PerHead ? static_cast<std::uint64_t>(kvHeads) : 1;
     return elementBytes + scaleCount * kScaleBytes;

@@ -20,9 +20,12 @@ enum class WeightFormat { Bf16, Fp16, Fp8E4m3, Fp8E5m2, Int8, Int4 };
 enum class Granularity { None, Tensor, Channel, Block128, Group128 };
 // Activations (inputs of the linear modules): "bf16", "fp8_e4m3" (dynamic scale per token).
 enum class ActivationFormat { Bf16, Fp8E4m3 };
-// KV cache: "bf16", "fp8_e4m3".
-enum class KvFormat { Bf16, Fp8E4m3 };
-// Scales of an FP8 KV cache: "per_tensor", "per_head" (one per KV head); None for bf16.
+// KV cache: "bf16", "fp8_e4m3" (calibrated scales, KvScales), and vLLM's dynamic formats "fp8_per_token_head" and
+// "int8_per_token_head" (vllm/config/cache.py CacheDType): one float32 scale per token and KV head, computed from
+// that token's keys (or values) when they are written to the cache, so they take no KvScales and no calibration.
+enum class KvFormat { Bf16, Fp8E4m3, Fp8PerTokenHead, Int8PerTokenHead };
+// Scales of an fp8_e4m3 KV cache: "per_tensor", "per_head" (one per KV head); None for bf16 and the per-token-head
+// formats.
 enum class KvScales { None, PerTensor, PerHead };
 
 std::string toString(WeightFormat format);
@@ -55,6 +58,9 @@ std::vector<std::string> kvScalesChoices();
 bool hasScales(WeightFormat format);
 bool hasScales(KvFormat format);
 bool hasScales(ActivationFormat format);
+// fp8_per_token_head and int8_per_token_head: scales computed per token and KV head at each cache write (stored beside
+// the codes, so they grow with the tokens), never given, calibrated or exported.
+bool isPerTokenHead(KvFormat format);
 double bytesPerElement(ActivationFormat format);
 // A granularity in allowedGranularities(format), or None for a format without scales.
 bool isSupported(WeightFormat format, Granularity granularity);
@@ -73,8 +79,10 @@ std::int64_t weightScaleCount(c10::IntArrayRef shape, WeightFormat format, Granu
 // row, ceil(in/2) bytes per row) plus weightScaleCount float32 scales.
 std::uint64_t weightStorageBytes(c10::IntArrayRef shape, WeightFormat format, Granularity granularity);
 // Bytes of one layer's K (or V) cache holding `tokens` tokens: tokens * kvHeads * headDim elements plus, for
-// FP8, the layer's float32 scales (1 per tensor or kvHeads per head; calibrated once, so they do not grow
-// with the tokens). None scales with fp8 means per tensor.
+// fp8_e4m3, the layer's float32 scales (1 per tensor or kvHeads per head; calibrated once, so they do not grow
+// with the tokens; None scales with fp8_e4m3 means per tensor), and for the per-token-head formats tokens * kvHeads
+// float32 scales (vLLM's page adds 2 * block_size * num_kv_heads float32 for K and V: vllm/v1/kv_cache_interface.py
+// AttentionSpec.page_size_bytes). `scales` is ignored for the per-token-head formats.
 std::uint64_t kvCacheBytes(
     std::int64_t tokens, std::int64_t kvHeads, std::int64_t headDim, KvFormat format, KvScales scales);
 

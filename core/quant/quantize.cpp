@@ -374,6 +374,41 @@ Fp8Format kvFp8(KvFormat)
     return Fp8Format::E4M3;
 }
 
+// The smallest per-token-head scale: vLLM's kernel takes tl.maximum(amax / qmax, 1e-6) in float32, so the literal
+// is the float nearest 1e-6.
+constexpr float kMinTokenHeadScale = 1e-6f;
+
+// One row (head_dim values of one token and KV head) of a per-token-head format, as quantizePerTokenHead defines it:
+// its code values into `codes` and its scale into `*scale`.
+void quantizeTokenHeadRow(
+    const float* x, std::int64_t count, bool fp8, const float* fp8Table, float* codes, float* scale)
+{
+    const float qmax = fp8 ? 448.0f : 127.0f;
+    const float qmin = fp8 ? -448.0f : -128.0f;
+    float amax = 0.0f;
+    bool nan = false;
+    for (std::int64_t i = 0; i < count; ++i) {
+        const float magnitude = std::fabs(x[i]);
+        nan = nan || std::isnan(magnitude);
+        amax = magnitude > amax ? magnitude : amax;
+    }
+    if (nan || std::isinf(amax)) {
+        // Non-finite row: every code 0 and a non-finite scale, so the row reads NaN (0 x NaN, 0 x inf).
+        std::fill(codes, codes + count, 0.0f);
+        *scale = nan ? std::numeric_limits<float>::quiet_NaN() : amax;
+        return;
+    }
+    const float rowScale = std::max(amax / qmax, kMinTokenHeadScale);
+    const float inverse = 1.0f / rowScale;
+    for (std::int64_t i = 0; i < count; ++i) {
+        float y = x[i] * inverse;
+        y = y < qmin ? qmin : (y > qmax ? qmax : y);
+        // int8: toward zero, and + 0.0f makes a -0 (from -1 < y < 0) the +0 an int8 code reads back as.
+        codes[i] = fp8 ? fp8Table[encodeFp8(y, Fp8Format::E4M3)] : std::trunc(y) + 0.0f;
+    }
+    *scale = rowScale;
+}
+
 } // namespace
 
 float scaleFromAmax(float amax, float qmax)
@@ -592,10 +627,40 @@ void requireUsableKvScales(const at::Tensor& hostScales)
     }
 }
 
+PerTokenHeadKv quantizePerTokenHead(const at::Tensor& kv, KvFormat format)
+{
+    if (!isPerTokenHead(format)) {
+        throw InputError("", "kv format", toString(format) + " is not a per-token-head format");
+    }
+    const at::Tensor input = cpuFloat(kv, "kv");
+    if (input.dim() != 4) {
+        throw InputError("", "kv", "expected a [batch, heads, tokens, head_dim] tensor, got " + shapeText(kv.sizes()));
+    }
+    const std::int64_t headDim = input.size(3);
+    const std::int64_t rows = input.size(0) * input.size(1) * input.size(2);
+    PerTokenHeadKv result;
+    result.codes = at::empty(input.sizes(), at::TensorOptions().dtype(at::kFloat));
+    result.scales = at::empty({input.size(0), input.size(1), input.size(2)}, at::TensorOptions().dtype(at::kFloat));
+    const bool fp8 = format == KvFormat::Fp8PerTokenHead;
+    const float* table = fp8DecodeTable(Fp8Format::E4M3).data();
+    const float* x = input.data_ptr<float>();
+    float* codes = result.codes.data_ptr<float>();
+    float* scales = result.scales.data_ptr<float>();
+    at::parallel_for(0, rows, rowGrain(headDim), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t row = begin; row < end; ++row) {
+            quantizeTokenHeadRow(x + row * headDim, headDim, fp8, table, codes + row * headDim, scales + row);
+        }
+    });
+    return result;
+}
+
 at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode)
 {
     if (!hasScales(format)) {
         return {};
+    }
+    if (isPerTokenHead(format)) {
+        return quantizePerTokenHead(kv, format).scales;
     }
     const at::Tensor input = cpuFloat(kv, "kv");
     const KvLayout layout = kvLayout(input, mode);
@@ -607,6 +672,14 @@ at::Tensor fakeQuantizeKv(const at::Tensor& kv, KvFormat format, KvScales mode, 
 {
     if (!hasScales(format)) {
         return roundToBFloat16(kv);
+    }
+    if (isPerTokenHead(format)) {
+        if (scales && scales->defined()) {
+            throw InputError("", "kv scales",
+                toString(format) + " computes its scales from each token's own values; none can be given");
+        }
+        const PerTokenHeadKv rounded = quantizePerTokenHead(kv, format);
+        return (rounded.codes * rounded.scales.unsqueeze(3)).to(kv.device());
     }
     const at::Tensor input = cpuFloat(kv, "kv");
     const KvLayout layout = kvLayout(input, mode);

@@ -12,7 +12,9 @@
 //   fp8:  out = decodeFp8(encodeFp8(y)) * scale              (RNE, satfinite, see fp8.h; float32 multiply)
 //   int:  q = nearbyint(y) (ties to even), clamped to [qmin, qmax] = [-127, 127] (int8) or [-8, 7]
 //         (int4); out = q * scale                            (float32 multiply)
-// Given (calibrated) KV scales skip the first three lines; values beyond qmax * scale saturate.
+// Given (calibrated) KV scales skip the first three lines; values beyond qmax * scale saturate. vLLM's per-token-head
+// KV formats follow vLLM's own cache write instead (a reciprocal, a floor on the scale, int8 truncated toward zero:
+// quantizePerTokenHead below).
 // A CUDA kernel matches bit for bit when built without --use_fast_math (IEEE division, -prec-div=true),
 // reducing amax with fmaxf, converting with cvt.rn.satfinite (or __nv_cvt_float_to_fp8 with __NV_SATFINITE)
 // and rounding integers with rintf.
@@ -120,14 +122,39 @@ Fp8ActivationCodes fp8ActivationCodes(const at::Tensor& activations);
 // KV cache [batch, heads, tokens, head_dim]. fp8_e4m3 uses one scale per tensor or per head (dim 1; None
 // means per tensor): dynamic (computed from `kv` as amax / 448) when `scales` is empty, otherwise the given
 // (calibrated) float scales (numel 1 for per_tensor, `heads` for per_head; finite and > 0, else InputError).
-// bf16 ignores mode and scales.
+// The per-token-head formats compute their own scales (quantizePerTokenHead below; mode is ignored and given
+// scales are an InputError). bf16 ignores mode and scales.
 at::Tensor fakeQuantizeKv(
     const at::Tensor& kv, KvFormat format, KvScales mode, const std::optional<at::Tensor>& scales = std::nullopt);
 // fakeQuantizeKv's check of given scales, for a float32 tensor on the host: InputError naming "kv scales[i]" for
 // the first one that is not finite and > 0.
 void requireUsableKvScales(const at::Tensor& hostScales);
-// The dynamic scales fakeQuantizeKv would compute: float32 [1] or [heads]. Undefined for bf16.
+// The dynamic scales fakeQuantizeKv would compute: float32 [1] or [heads] for fp8_e4m3, [batch, heads, tokens] for
+// the per-token-head formats. Undefined for bf16.
 at::Tensor kvScales(const at::Tensor& kv, KvFormat format, KvScales mode);
+
+// vLLM's dynamic KV formats, fp8_per_token_head and int8_per_token_head, as its Triton cache-write kernel defines
+// them (vllm/v1/attention/ops/triton_reshape_and_cache_flash.py _reshape_cache_per_token_head, PR #38378; the scale
+// cache is float32 [num_blocks, block_size, num_kv_heads]). Each row of head_dim values x (one token of one KV head,
+// read as float32) gets its own scale, in float32 operations rounded to nearest even:
+//   amax  = max |x|                                      (exact)
+//   scale = max(amax / qmax, 1e-6f)                      (qmax 448 for e4m3, 127 for int8; 1e-6f: the float
+//                                                         nearest 1e-6, so an all-zero row gets 1e-6, not 0)
+//   y     = x * (1 / scale)                              (the reciprocal, then a multiply: not x / scale)
+//   y     = clamp(y, qmin, qmax)                         (qmin -448, or -128 for int8)
+//   fp8:  code = encodeFp8(y) (RNE; Triton's cast of float32 to float8e4nv)
+//   int8: code = trunc(y), toward zero (Triton's store of float32 to an int8 pointer is fptosi: it truncates,
+//         vLLM's tests/quantization/test_per_token_kv_cache.py says so: "INT8 Triton stores truncate")
+//   out   = code value x scale                           (float32 multiply; what the attention reads)
+// On a GPU vLLM divides with PTX div.full.f32 (Triton's fp32 division, within 2 ulp) where this divides exactly,
+// so a GPU's scale can differ in its last bit and a code, rarely, by one step. Non-finite input: a row holding a NaN
+// gets scale NaN and one holding an inf scale inf, with every code 0, so the whole row reads NaN (vLLM's kernel
+// leaves such a row undefined). kv: a floating [batch, heads, tokens, head_dim] tensor (InputError otherwise).
+struct PerTokenHeadKv {
+    at::Tensor codes; // float32 [batch, heads, tokens, head_dim]: the code values (e4m3 values, or -128 .. 127)
+    at::Tensor scales; // float32 [batch, heads, tokens]
+};
+PerTokenHeadKv quantizePerTokenHead(const at::Tensor& kv, KvFormat format);
 
 // `mismatch quantize`: applies a weight format to every 2-D tensor of a safetensors file; other tensors
 // (norms, biases) are copied unchanged.

@@ -594,8 +594,12 @@ private:
             }
             if (!scaled) {
                 fail(entry->keyLocation,
-                    toString(precision.format) + " has no scales, so '" + key
-                        + "' does not apply (only fp8_e4m3 takes it)");
+                    toString(precision.format)
+                        + (isPerTokenHead(precision.format)
+                                ? " computes one scale per token and KV head each time the engine writes them, so '"
+                                    + std::string(key) + "' does not apply (only fp8_e4m3 takes it)"
+                                : " has no scales, so '" + std::string(key)
+                                    + "' does not apply (only fp8_e4m3 takes it)"));
             }
             if (entry->key == "scales") {
                 precision.scales = enumValue(*entry, kvScalesNames(), "kv_cache scales");

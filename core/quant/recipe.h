@@ -25,6 +25,8 @@
 //                fp8_e4m3                        scales per_tensor (default) | per_head;
 //                                                calibration probe (default: scales measured once on the probe
 //                                                prompts) | every_sync (re-measured at every weight sync)
+//                fp8_per_token_head,             vLLM's dynamic formats: one scale per token and KV head, computed
+//                int8_per_token_head             when the token is written to the cache; no other keys
 // All scales are symmetric (no zero points) and stored as float32.
 //
 // Module names and patterns: the per-layer projections are `model.layers.{i}.self_attn.{q,k,v,o}_proj` and
@@ -48,7 +50,8 @@
 //               - `version` is present and is 1; unknown keys and duplicate keys are errors (typo safety)
 //               - each value has its type (mapping, list, string, integer); format names are known (the error
 //                 lists the valid ones); `granularity` is one the format has (bf16/fp16 have none; int8 only
-//                 channel; int4 only group128); kv_cache `scales`/`calibration` only with fp8_e4m3
+//                 channel; int4 only group128); kv_cache `scales`/`calibration` only with fp8_e4m3 (the
+//                 per-token-head formats compute their scales at each cache write)
 //               - each rule has `match` and at least one of weights, activations, kv_cache
 //               - patterns are well formed: braces balanced and non-empty, number ranges ascending (`{5-2}`
 //                 is an error), no empty items, at most ModulePattern::kMaxLength characters
@@ -90,8 +93,8 @@ struct ActivationPrecision {
 
 struct KvPrecision {
     KvFormat format = KvFormat::Bf16;
-    KvScales scales = KvScales::None; // fp8: PerTensor unless given
-    KvCalibration calibration = KvCalibration::None; // fp8: Probe unless given
+    KvScales scales = KvScales::None; // fp8_e4m3: PerTensor unless given; None for the other formats
+    KvCalibration calibration = KvCalibration::None; // fp8_e4m3: Probe unless given; None for the other formats
 };
 
 bool operator==(const WeightPrecision& a, const WeightPrecision& b);

@@ -381,12 +381,16 @@ void addWeightMemory(RecipePlan& plan, const model::ModelConfig& config)
     }
 }
 
-// KV cache: K and V, each kv heads * head dim elements per token and layer.
+// KV cache: K and V, each kv heads * head dim elements per token and layer (and for the per-token-head formats a
+// float32 scale per kv head).
 void addKvMemory(RecipePlan& plan, const model::ModelConfig& config)
 {
     const std::int64_t kvElementsPerToken = 2 * config.numKeyValueHeads * config.headDim;
     for (const KvPrecision& kv : plan.kvPerLayer) {
         plan.kvBytesPerToken += kvElementsPerToken * static_cast<std::int64_t>(bytesPerElement(kv.format));
+        if (isPerTokenHead(kv.format)) {
+            plan.kvBytesPerToken += 2 * config.numKeyValueHeads * static_cast<std::int64_t>(kScaleBytes);
+        }
         plan.bf16KvBytesPerToken += kvElementsPerToken * kBf16Bytes;
         if (kv.scales == KvScales::PerTensor) {
             plan.kvScaleBytes += 2 * static_cast<std::int64_t>(kScaleBytes);

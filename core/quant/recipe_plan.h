@@ -61,10 +61,11 @@ struct RecipePlan {
 
     std::int64_t weightBytes = 0; // sum of memory[*].bytes()
     std::int64_t bf16WeightBytes = 0; // the same model all in BF16
-    // KV cache: sum over layers of 2 (K and V) * kv heads * head dim * bytes per element.
+    // KV cache: sum over layers of 2 (K and V) * kv heads * head dim * bytes per element, plus 2 * kv heads * 4 for
+    // a per-token-head layer (its float32 scales are stored with each token).
     std::int64_t kvBytesPerToken = 0;
     std::int64_t bf16KvBytesPerToken = 0;
-    // Float32 KV scales: fixed per layer, not per token (2 per layer per tensor, 2 * kv heads per head).
+    // Float32 fp8_e4m3 KV scales: fixed per layer, not per token (2 per layer per tensor, 2 * kv heads per head).
     std::int64_t kvScaleBytes = 0;
 
     double weightRatio() const; // weightBytes / bf16WeightBytes

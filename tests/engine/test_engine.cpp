@@ -20,6 +20,7 @@
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 #include "tests/common/engine_held_bytes.h"
+#include "tests/common/per_token_head_reference.h"
 #include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
@@ -214,6 +215,38 @@ public:
     std::map<std::int64_t, at::Tensor> recordedValues;
 };
 
+// A dense cache whose keys and values are round-tripped through vLLM's per-token-head format as the test's reference
+// defines it (tests/common/per_token_head_reference.h, from vllm-project/vllm
+// vllm/v1/attention/ops/triton_reshape_and_cache_flash.py _reshape_cache_per_token_head), after rounding them to
+// bf16 with LibTorch's cast: vLLM writes the keys and values in the model's dtype.
+class ReferenceTokenHeadKvCache : public model::KvCache {
+public:
+    ReferenceTokenHeadKvCache(std::int64_t numLayers, bool fp8)
+        : dense_(numLayers)
+        , fp8_(fp8)
+    {
+    }
+    std::int64_t length() const override { return dense_.length(); }
+    std::pair<at::Tensor, at::Tensor> append(
+        std::int64_t layer, const at::Tensor& keys, const at::Tensor& values) override
+    {
+        return dense_.append(layer, roundTrip(keys), roundTrip(values));
+    }
+    void advance(std::int64_t tokens) override { dense_.advance(tokens); }
+
+private:
+    at::Tensor roundTrip(const at::Tensor& kv) const
+    {
+        const at::Tensor bf16 = kv.to(at::kBFloat16).to(at::kFloat).contiguous(); // [B, kvHeads, T, headDim]
+        const std::vector<float> x(bf16.data_ptr<float>(), bf16.data_ptr<float>() + bf16.numel());
+        const test::PerTokenHeadReference rounded = test::referencePerTokenHead(x, kv.size(3), fp8_);
+        return at::from_blob(const_cast<float*>(rounded.out.data()), kv.sizes(), at::kFloat).clone();
+    }
+
+    model::DenseKvCache dense_;
+    bool fp8_;
+};
+
 // Whether two log mu rows have the same kept set (-infinity at the same ids) and finite values within `tolerance`.
 bool sameDistribution(const std::vector<double>& a, const double* b, double tolerance)
 {
@@ -275,6 +308,9 @@ private slots:
     void capacityMatchesHandComputation();
     void capacityQwen7bShape();
     void kvScalesCalibratedAndFrozen();
+    void perTokenHeadKvCacheEqualsReferenceRoundTrip_data();
+    void perTokenHeadKvCacheEqualsReferenceRoundTrip();
+    void perTokenHeadCapacityCountsTokenScales();
 
     // ---- generation ----
     void samplingDistributionSemantics();
@@ -716,6 +752,114 @@ void TestEngine::capacityQwen7bShape()
     QCOMPARE(capacity.scaleBytes, std::int64_t(896));
     QCOMPARE(capacity.bf16Tokens, std::int64_t(memory / (57344 * 16)) * 16);
     QCOMPARE(capacity.tokens, std::int64_t((memory - 896) / (28672 * 16)) * 16);
+    QVERIFY(capacity.ratioToBf16 >= 1.93);
+}
+
+void TestEngine::perTokenHeadKvCacheEqualsReferenceRoundTrip_data()
+{
+    QTest::addColumn<bool>("fp8");
+    QTest::newRow("fp8_per_token_head") << true;
+    QTest::newRow("int8_per_token_head") << false;
+}
+
+// The engine under a per-token-head KV format computes what the same model computes on keys and values round-tripped
+// by the reference: the paged cache's prefill and its in-place decoding attention, and forwardQuantized.
+void TestEngine::perTokenHeadKvCacheEqualsReferenceRoundTrip()
+{
+    QFETCH(bool, fp8);
+    const ModelConfig config = tinyConfig();
+    const quant::RecipePlan plan = planFor(
+        std::string("version: 1\nkv_cache: {format: ") + (fp8 ? "fp8_per_token_head" : "int8_per_token_head") + "}\n",
+        config);
+    EngineOptions options;
+    options.kvBlockSize = 4;
+    options.kernels = EngineKernels::Float32;
+    EngineModel model(config, tinyWeights(config, fp8 ? 91 : 92), plan, options);
+    const std::vector<GenerationRequest> requests = randomRequests(3, 93, 2, 11);
+    auto [ids, mask] = leftPaddedBatch(promptsOf(requests));
+    const std::int64_t steps = 10; // crosses block boundaries (block size 4)
+    const at::Tensor next = at::randint(0, 256, {3, steps}, at::kLong);
+
+    ReferenceTokenHeadKvCache reference(config.numLayers, fp8);
+    KvBlockPool pool(kvCacheLayout(model), 1 << 20, 4, kvStorage(model));
+    PagedKvCache paged(pool, &model.kvQuantizer());
+    for (std::size_t row = 0; row < requests.size(); ++row) {
+        const auto sequence = pool.allocator().allocate(static_cast<std::int64_t>(requests[row].prompt.size()) + steps);
+        QVERIFY(sequence.has_value());
+        paged.addRow(*sequence, ids.size(1) - static_cast<std::int64_t>(requests[row].prompt.size()));
+    }
+    const at::NoGradGuard noGrad;
+    const at::Tensor real = mask.ne(0).unsqueeze(-1);
+    const auto realDifference = [&](const at::Tensor& a, const at::Tensor& b) {
+        return at::where(real, (a - b).abs(), at::zeros_like(a)).max().item<double>();
+    };
+    at::Tensor expected = model.forward(ids, mask, at::Tensor(), &reference);
+    // The quantizer's dense path quantizes exactly as the reference: the same values, the same arithmetic.
+    QVERIFY(at::equal(model.forwardQuantized(ids, mask), expected));
+    at::Tensor got = model.forward(ids, mask, at::Tensor(), &paged);
+    QVERIFY2(realDifference(got, expected) < kPagedVsDenseTolerance,
+        qPrintable(QString::number(realDifference(got, expected))));
+    // The rounding matters: the same forward on bf16 keys and values (no per-token-head quantization) is far off.
+    RecordingKvCache bf16Only;
+    QVERIFY(realDifference(model.forward(ids, mask, at::Tensor(), &bf16Only), expected) > 10 * kPagedVsDenseTolerance);
+    for (std::int64_t step = 0; step < steps; ++step) {
+        mask = at::cat({mask, at::ones({3, 1}, at::kLong)}, 1);
+        const at::Tensor token = next.narrow(1, step, 1);
+        expected = model.forward(token, mask, at::Tensor(), &reference);
+        got = model.forward(token, mask, at::Tensor(), &paged);
+        const double difference = (got - expected).abs().max().item<double>();
+        QVERIFY2(difference < kPagedVsDenseTolerance, qPrintable(QString("step %1: %2").arg(step).arg(difference)));
+    }
+    // What the cache stores: a one-byte code per element and a float32 scale per slot and KV head, for K and V.
+    QCOMPARE(pool.storageBytes(),
+        static_cast<std::uint64_t>(
+            2 * config.numLayers * pool.storageSlots() * config.numKeyValueHeads * (config.headDim + 4)));
+}
+
+void TestEngine::perTokenHeadCapacityCountsTokenScales()
+{
+    const ModelConfig config = tinyConfig(); // 2 layers, 2 KV heads, head dim 8
+    const quant::RecipePlan plan = planFor("version: 1\n"
+                                           "kv_cache: {format: int8_per_token_head}\n"
+                                           "rules:\n"
+                                           "  - match: \"model.layers.0.self_attn\"\n"
+                                           "    kv_cache: {format: bf16}\n",
+        config);
+    // Layer 0 bf16: 2 * 2 * 8 * 2 = 64 bytes per token; layer 1 int8: 2 * 2 * 8 * 1 = 32 plus a float32 scale per
+    // token, KV head and K or V, 2 * 2 * 4 = 16 (vllm-project/vllm vllm/v1/kv_cache_interface.py
+    // AttentionSpec.page_size_bytes adds 2 * block_size * num_kv_heads * 4 to a page). No fixed scales. A block of
+    // 16 tokens: 16 * 112 = 1792 bytes.
+    const std::int64_t blockBytes = 1792;
+    const KvCapacity exact = kvCapacity(config, &plan, 5 * blockBytes, 16);
+    QCOMPARE(exact.layerBytesPerToken, (std::vector<std::int64_t> {64, 48}));
+    QCOMPARE(exact.bytesPerToken, std::int64_t(112));
+    QCOMPARE(exact.scaleBytes, std::int64_t(0));
+    QCOMPARE(exact.blocks, std::int64_t(5));
+    QCOMPARE(exact.tokens, std::int64_t(80));
+    QCOMPARE(exact.layerFormats, (std::vector<std::string> {"bf16", "int8_per_token_head"}));
+    QCOMPARE(kvCapacity(config, &plan, 5 * blockBytes - 1, 16).blocks, std::int64_t(4));
+    QCOMPARE(plan.kvBytesPerToken, std::int64_t(112));
+    QCOMPARE(plan.kvScaleBytes, std::int64_t(0));
+    // The engine's own allocator agrees.
+    EngineOptions options;
+    options.kvCacheBytes = 5 * blockBytes;
+    options.kvBlockSize = 16;
+    const Engine engine(config, tinyWeights(config, 81), plan, options);
+    QCOMPARE(engine.allocator().totalBlocks(), std::int64_t(5));
+    // A Qwen2.5-7B shape (28 layers, 4 KV heads, head dim 128) with fp8_per_token_head everywhere:
+    // 28 * 2 * 4 * (128 + 4) = 29568 bytes per token against BF16's 57344.
+    ModelConfig qwen = config;
+    qwen.numLayers = 28;
+    qwen.numHeads = 28;
+    qwen.numKeyValueHeads = 4;
+    qwen.headDim = 128;
+    qwen.hiddenSize = 3584;
+    const quant::RecipePlan fp8 = planFor("version: 1\nkv_cache: {format: fp8_per_token_head}\n", qwen);
+    const std::uint64_t memory = 8ull << 30;
+    const KvCapacity capacity = kvCapacity(qwen, &fp8, memory, 16);
+    QCOMPARE(capacity.bytesPerToken, std::int64_t(29568));
+    QCOMPARE(capacity.tokens, std::int64_t(memory / (29568 * 16)) * 16);
+    QCOMPARE(capacity.bf16Tokens, std::int64_t(memory / (57344 * 16)) * 16);
     QVERIFY(capacity.ratioToBf16 >= 1.93);
 }
 

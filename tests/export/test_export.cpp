@@ -46,6 +46,16 @@
 //     (a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73) writes config.json's KV cache as kv_cache_scheme.
 //   llm-compressor oneshot: vLLM docs/features/quantization/quantized_kvcache.md (oneshot(model, dataset, recipe,
 //     max_seq_length, num_calibration_samples); save_pretrained(save_dir, save_compressed=True)).
+//   vLLM's per-token-head KV formats: vllm/config/cache.py (002f10e0cfa1373a19a0d2756598a34b700d20e5: CacheDType has
+//     "int8_per_token_head" and "fp8_per_token_head"; the CLI is --kv-cache-dtype), added by vllm-project/vllm PR
+//     #38378 (merged 2 April 2026, so written from 0.20, the first minor release cut after it); their scales are
+//     computed in vllm/v1/attention/ops/triton_reshape_and_cache_flash.py _reshape_cache_per_token_head (float32
+//     divisions, which Triton compiles to PTX div.full.f32: the export warns) and kept beside the cache
+//     (vllm/v1/kv_cache_interface.py 001cabc1be16a59a70d720ed61a13b678c060a18, AttentionSpec.page_size_bytes). No
+//     checkpoint format carries them: vLLM's compressed-tensors KV method loads static per-tensor or per-head scales
+//     (compressed_tensors.py CompressedTensorsKVCacheMethod.validate_kv_cache_scheme). SGLang's --kv-cache-dtype
+//     choices are auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, fp4_e2m1 (sgl-project/sglang
+//     python/sglang/srt/server_args.py, 469c63e54e7d94591617ef9590c6aa26d54dc1bb): no per-token-head format.
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/analysis/rollout_measure.h"
@@ -368,6 +378,7 @@ private slots:
     void verlOpdCorrection();
     void verlOpdRefusals();
     void compressedCheckpointServe();
+    void vllmPerTokenHeadKvCache();
 };
 
 void TestExport::initTestCase()
@@ -1094,6 +1105,34 @@ void TestExport::notExpressible_data()
     }
     row("staleness to verl", "shipped:fp8-w8a8-block.yaml", "verl",
         {"weight staleness k = 2", "async_training.staleness_threshold"}, 2);
+    // vLLM's per-token-head KV formats: only vLLM's kv_cache_dtype says them, from 0.20 (PR #38378).
+    const char* fp8TokenHead = "fixture:fp8-per-token-head-kv-3layer.yaml";
+    const char* int8TokenHead = "fixture:int8-per-token-head-kv-3layer.yaml";
+    // KV only: SGLang's online fp8 and vLLM before 0.20 would refuse the fixture's block-FP8 weights first.
+    const char* fp8TokenHeadKvOnly = "version: 1\n"
+                                     "kv_cache: {format: fp8_per_token_head}\n";
+    row("fp8_per_token_head to sglang", fp8TokenHeadKvOnly, "sglang",
+        {"fp8_per_token_head KV cache (layer 0)", "no per-token-head format", "server_args.py", "export --to vllm"});
+    row("int8_per_token_head to verl", int8TokenHead, "verl", {"int8_per_token_head KV cache (layer 1)", "--to vllm"});
+    row("fp8_per_token_head to verl sglang rollout", fp8TokenHead, "verl", {"fp8_per_token_head KV cache (layer 0)"}, 0,
+        "sglang");
+    for (const char* target : {"llm-compressor", "compressed-tensors", "modelopt"}) {
+        row((std::string("int8_per_token_head to ") + target).c_str(), int8TokenHead, target,
+            {"int8_per_token_head KV cache (layer 1)", "calibrated into the checkpoint", "export --to vllm"});
+    }
+    for (const char* release : {"0.19", "0.18.1"}) {
+        row((std::string("fp8_per_token_head to vllm ") + release).c_str(), fp8TokenHeadKvOnly, "vllm",
+            {"fp8_per_token_head KV cache (layer 0)", "PR #38378",
+                "--target-version " + QString(release) + " is before 0.20"},
+            0, release);
+    }
+    row("fp8_e4m3 beside int8_per_token_head to vllm",
+        "version: 1\n"
+        "kv_cache: {format: fp8_e4m3}\n"
+        "rules:\n"
+        "  - match: \"model.layers.2.self_attn\"\n"
+        "    kv_cache: {format: int8_per_token_head}\n",
+        "vllm", {"KV-cache format int8_per_token_head on layer 2 and fp8_e4m3 on layer 0", "one KV-cache scheme"});
 }
 
 void TestExport::notExpressible()
@@ -1925,6 +1964,57 @@ void TestExport::compressedCheckpointServe()
             != std::string::npos);
         QVERIFY(warns(perHead.warnings, "per-attention-head KV-cache scales only with its Flash Attention backend"));
     }
+}
+
+// vLLM's per-token-head KV formats (see the sources above: vllm/config/cache.py CacheDType, PR #38378) are written as
+// the engine argument kv_cache_dtype of the same name, with kv_cache_dtype_skip_layers for BF16 layers, from 0.20 on,
+// with no warning about checkpoint scales (there are none to take) but one about the kernel's approximate division.
+void TestExport::vllmPerTokenHeadKvCache()
+{
+    io::ExportOptions options;
+    options.target = io::ExportTarget::Vllm;
+    const io::ExportResult fp8 = exportResult(fixture("fp8-per-token-head-kv-3layer.yaml"), options);
+    const nlohmann::json fp8Json = nlohmann::json::parse(fp8.text);
+    QCOMPARE(fp8Json["engine_args"]["kv_cache_dtype"].get<std::string>(), std::string("fp8_per_token_head"));
+    QVERIFY(!fp8Json["engine_args"].contains("kv_cache_dtype_skip_layers"));
+    QVERIFY(!fp8Json["engine_args"].contains("calculate_kv_scales"));
+    QCOMPARE(fp8Json["engine_args"]["quantization"].get<std::string>(), std::string("fp8_per_block"));
+    QVERIFY(!warns(fp8.warnings, "takes its k/v scales from the checkpoint"));
+    QVERIFY(warns(fp8.warnings, "fp8_per_token_head scales (amax / 448 per token and KV head)"));
+    QVERIFY(warns(fp8.warnings, "div.full.f32"));
+    // The ready-to-run command line carries it as vLLM's CLI spells it.
+    const io::ExportFile* serve = bundleFile(fp8, "vllm_serve.sh");
+    QVERIFY(serve != nullptr);
+    QVERIFY2(
+        serve->text.find(" \\\n    --kv-cache-dtype fp8_per_token_head") != std::string::npos, serve->text.c_str());
+
+    for (const char* release : {"0.20", "0.21.1", "current"}) {
+        options.targetVersion = release;
+        const io::ExportResult int8 = exportResult(fixture("int8-per-token-head-kv-3layer.yaml"), options);
+        const nlohmann::json int8Json = nlohmann::json::parse(int8.text);
+        QCOMPARE(int8Json["engine_args"]["kv_cache_dtype"].get<std::string>(), std::string("int8_per_token_head"));
+        // Layer 0's BF16 KV cache, as a string index (CacheConfig.kv_cache_dtype_skip_layers: list[str]).
+        QCOMPARE(int8Json["engine_args"]["kv_cache_dtype_skip_layers"], nlohmann::json({"0"}));
+        QVERIFY(warns(int8.warnings, "int8_per_token_head scales (amax / 127 per token and KV head)"));
+    }
+    // The checkpoint form passes it among the engine arguments too; the checkpoint llm-compressor writes holds the
+    // weights only (no KV scales to calibrate), and a recipe whose only quantization is such a KV cache serves the
+    // BF16 model.
+    options.targetVersion.clear();
+    options.vllmForm = io::VllmForm::Checkpoint;
+    const io::ExportResult checkpoint = exportResult(fixture("fp8-per-token-head-kv-3layer.yaml"), options);
+    QCOMPARE(nlohmann::json::parse(checkpoint.text)["engine_args"]["kv_cache_dtype"].get<std::string>(),
+        std::string("fp8_per_token_head"));
+    const io::ExportFile* recipeFile = bundleFile(checkpoint, "llm-compressor.yaml");
+    QVERIFY(recipeFile != nullptr && bundleFile(checkpoint, "llm_compressor_oneshot.py") != nullptr);
+    QVERIFY2(recipeFile->text.find("kv_cache_scheme") == std::string::npos, recipeFile->text.c_str());
+    QVERIFY(bundleFile(checkpoint, "vllm_serve.sh")->text.find("--kv-cache-dtype fp8_per_token_head")
+        != std::string::npos);
+    const io::ExportResult kvOnly = exportResult(fixture("int8-per-token-head-kv-3layer.yaml"), options);
+    const std::string kvOnlyServe = bundleFile(kvOnly, "vllm_serve.sh")->text;
+    QVERIFY2(kvOnlyServe.find("CHECKPOINT") == std::string::npos, kvOnlyServe.c_str());
+    QVERIFY2(kvOnlyServe.find("--kv-cache-dtype int8_per_token_head") != std::string::npos, kvOnlyServe.c_str());
+    QVERIFY(bundleFile(kvOnly, "llm_compressor_oneshot.py") == nullptr);
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestExport)

@@ -124,6 +124,9 @@ void TestRecipeImport::roundTrip_data()
         {shipped + "fp8-per-tensor.yaml", "vllm", ""},
         {fixture + "keep-edges-3layer.yaml", "vllm", ""},
         {fixture + "keep-edges-3layer.yaml", "vllm", "checkpoint"},
+        {fixture + "fp8-per-token-head-kv-3layer.yaml", "vllm", ""},
+        {fixture + "int8-per-token-head-kv-3layer.yaml", "vllm", ""},
+        {fixture + "int8-per-token-head-kv-3layer.yaml", "vllm", "0.20"},
         {shipped + "fp8-w8a8-block.yaml", "vllm", "checkpoint"},
         {shipped + "fp8-per-tensor.yaml", "vllm", "0.21"},
         {shipped + "fp8-per-tensor.yaml", "vllm", "0.19"},
@@ -313,8 +316,10 @@ void TestRecipeImport::notExpressible_data()
     QTest::newRow("vllm sliding_window")
         << R"({"engine_args": {"kv_cache_dtype": "fp8", "kv_cache_dtype_skip_layers": ["0", "sliding_window"]}})"
         << "engine_args.kv_cache_dtype_skip_layers[1]" << "sliding_window depend on the model";
-    QTest::newRow("vllm e5m2 kv") << R"({"kv_cache_dtype": "fp8_e5m2"})" << "kv_cache_dtype"
-                                  << "the recipe's KV cache is bf16 (auto) or fp8_e4m3";
+    QTest::newRow("vllm e5m2 kv")
+        << R"({"kv_cache_dtype": "fp8_e5m2"})"
+        << "kv_cache_dtype"
+        << "the recipe's KV cache is bf16 (auto), fp8_e4m3, fp8_per_token_head or int8_per_token_head";
     QTest::newRow("vllm awq") << R"({"quantization": "awq"})" << "quantization" << "'awq' has no recipe form";
     QTest::newRow("vllm static fp8 checkpoint")
         << R"({"quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}})"

@@ -13,6 +13,7 @@
 #include "core/quant/quantize.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/per_token_head_reference.h"
 #include "tests/common/test_main.h"
 
 #include <ATen/ATen.h>
@@ -322,6 +323,8 @@ double relativeRms(const std::vector<float>& got, const std::vector<float>& refe
 }
 
 using test::CliResult;
+using test::PerTokenHeadReference;
+using test::referencePerTokenHead;
 using test::runCli;
 
 } // namespace
@@ -362,6 +365,10 @@ private slots:
     void kvCacheScalesPerTensorAndPerHead();
     void kvPerHeadScalesBeatPerTensorWithAnOutlierHead();
     void kvGivenScalesAreValidated();
+    void perTokenHeadKvMatchesFloat64Reference_data();
+    void perTokenHeadKvMatchesFloat64Reference();
+    void perTokenHeadKvTiesZerosAndSaturation();
+    void perTokenHeadKvNonFiniteRowsAndGivenScales();
 
     void quantizedWeightEqualsFakeQuantize_data();
     void quantizedWeightEqualsFakeQuantize();
@@ -1244,6 +1251,163 @@ void TestQuant::kvGivenScalesAreValidated()
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// vLLM's per-token-head KV formats (fp8_per_token_head, int8_per_token_head): against referencePerTokenHead
+// (tests/common/per_token_head_reference.h), the float64 loop written from vllm-project/vllm
+// vllm/v1/attention/ops/triton_reshape_and_cache_flash.py _reshape_cache_per_token_head (PR #38378).
+
+void TestQuant::perTokenHeadKvMatchesFloat64Reference_data()
+{
+    QTest::addColumn<bool>("fp8");
+    QTest::addColumn<std::int64_t>("dim");
+    QTest::newRow("fp8_per_token_head, head_dim 64") << true << std::int64_t {64};
+    QTest::newRow("fp8_per_token_head, head_dim 80") << true << std::int64_t {80};
+    QTest::newRow("int8_per_token_head, head_dim 64") << false << std::int64_t {64};
+    QTest::newRow("int8_per_token_head, head_dim 80") << false << std::int64_t {80};
+}
+
+void TestQuant::perTokenHeadKvMatchesFloat64Reference()
+{
+    QFETCH(bool, fp8);
+    QFETCH(std::int64_t, dim);
+    const KvFormat format = fp8 ? KvFormat::Fp8PerTokenHead : KvFormat::Int8PerTokenHead;
+    std::mt19937_64 rng
+        = rngFor(fp8 ? "perTokenHeadKvMatchesFloat64Reference fp8" : "perTokenHeadKvMatchesFloat64Reference int8");
+    const std::int64_t batch = 2, heads = 3, tokens = 41;
+    // Rows of head_dim with magnitudes 10^-3 .. 10^3 apart: every (token, head) row has a scale of its own.
+    const std::vector<float> x = randomValues(batch * heads * tokens * dim, rng, dim);
+    const at::Tensor kv = tensorOf(x, {batch, heads, tokens, dim});
+    const PerTokenHeadReference expected = referencePerTokenHead(x, dim, fp8);
+
+    compareExactly(valuesOf(fakeQuantizeKv(kv, format, KvScales::None)), expected.out, "per-token-head values");
+    // The scale mode does not apply to these formats.
+    compareExactly(valuesOf(fakeQuantizeKv(kv, format, KvScales::PerHead)), expected.out, "mode ignored");
+    const at::Tensor scales = kvScales(kv, format, KvScales::None);
+    QCOMPARE(scales.sizes().vec(), (std::vector<std::int64_t> {batch, heads, tokens}));
+    compareExactly(valuesOf(scales), expected.scales, "per-token-head scales");
+    const PerTokenHeadKv rounded = quantizePerTokenHead(kv, format);
+    std::vector<float> codes(expected.codes.begin(), expected.codes.end());
+    compareExactly(valuesOf(rounded.codes), codes, "per-token-head codes");
+    compareExactly(valuesOf(rounded.scales), expected.scales, "per-token-head scales (codes)");
+    // Codes stay within the format: int8's [-128, 127] (the row's amax reaches at most 127), e4m3's +-448.
+    const double qmax = fp8 ? 448.0 : 127.0;
+    for (const double code : expected.codes) {
+        QVERIFY(std::fabs(code) <= qmax);
+    }
+    // A row's own scale: one row scaled by 1000 changes only its own codes' scale.
+    std::vector<float> scaled = x;
+    for (std::int64_t d = 0; d < dim; ++d) {
+        scaled[static_cast<std::size_t>(5 * dim + d)] *= 1000.0f;
+    }
+    const std::vector<float> scaledScales
+        = valuesOf(kvScales(tensorOf(scaled, {batch, heads, tokens, dim}), format, KvScales::None));
+    for (std::size_t row = 0; row < scaledScales.size(); ++row) {
+        QCOMPARE(scaledScales[row] == expected.scales[row], row != 5);
+    }
+}
+
+void TestQuant::perTokenHeadKvTiesZerosAndSaturation()
+{
+    // Rows whose amax is QUANT_MAX itself: scale = 1 exactly, so x * (1 / scale) = x and the code of each element is
+    // the format's rounding of x, computed here by hand from the definition.
+    // int8 (amax 127): fptosi truncates toward zero, so 2.5 -> 2, -2.5 -> -2, 126.9 -> 126, -0.75 -> 0.
+    {
+        const std::vector<float> row = {127.0f, 2.5f, -2.5f, 126.9f, -0.75f, 3.5f, -126.5f, 0.25f};
+        const at::Tensor kv = tensorOf(row, {1, 1, 1, 8});
+        const PerTokenHeadKv rounded = quantizePerTokenHead(kv, KvFormat::Int8PerTokenHead);
+        compareExactly(valuesOf(rounded.scales), {1.0f}, "int8 scale of amax 127");
+        compareExactly(valuesOf(rounded.codes), {127.0f, 2.0f, -2.0f, 126.0f, 0.0f, 3.0f, -126.0f, 0.0f},
+            "int8 codes truncate toward zero");
+        QVERIFY(!std::signbit(valuesOf(rounded.codes)[4])); // -0.75 truncates to +0 (an int8 has no -0)
+    }
+    // fp8 (amax 448): e4m3 spacing is 2 in [16, 32), 32 in [256, 448]; ties go to the even mantissa: 17 -> 16,
+    // 19 -> 20, -17 -> -16, 272 (between 256 and 288) -> 256, 304 (between 288 and 320) -> 320.
+    {
+        const std::vector<float> row = {448.0f, 17.0f, 19.0f, -17.0f, 272.0f, 304.0f, 17.5f, -448.0f};
+        const at::Tensor kv = tensorOf(row, {1, 1, 1, 8});
+        const PerTokenHeadKv rounded = quantizePerTokenHead(kv, KvFormat::Fp8PerTokenHead);
+        compareExactly(valuesOf(rounded.scales), {1.0f}, "fp8 scale of amax 448");
+        compareExactly(valuesOf(rounded.codes), {448.0f, 16.0f, 20.0f, -16.0f, 256.0f, 320.0f, 18.0f, -448.0f},
+            "fp8 ties to even");
+    }
+    // An all-zero row gets the floor scale, the float nearest 1e-6 (not 0 and not 1), and reads back as zeros; tiny
+    // rows whose amax / qmax is below the floor use it too (a row of 1e-6 with int8: 1e-6 / 1e-6 -> code 1).
+    for (const KvFormat format : {KvFormat::Fp8PerTokenHead, KvFormat::Int8PerTokenHead}) {
+        const at::Tensor zeros = at::zeros({1, 2, 3, 16});
+        compareExactly(valuesOf(kvScales(zeros, format, KvScales::None)),
+            std::vector<float>(6, static_cast<float>(1e-6)), "zero rows' scale");
+        compareExactly(
+            valuesOf(fakeQuantizeKv(zeros, format, KvScales::None)), std::vector<float>(96, 0.0f), "zero rows");
+    }
+    {
+        const std::vector<float> tiny(8, static_cast<float>(1e-6));
+        const PerTokenHeadReference expected = referencePerTokenHead(tiny, 8, false);
+        compareExactly(valuesOf(kvScales(tensorOf(tiny, {1, 1, 1, 8}), KvFormat::Int8PerTokenHead, KvScales::None)),
+            {static_cast<float>(1e-6)}, "tiny row's scale");
+        compareExactly(
+            valuesOf(fakeQuantizeKv(tensorOf(tiny, {1, 1, 1, 8}), KvFormat::Int8PerTokenHead, KvScales::None)),
+            expected.out, "tiny row");
+        QCOMPARE(expected.codes[0], 1.0);
+    }
+    // Saturation and truncation of the row's largest element: x * fl(1 / fl(amax / qmax)) lands just above qmax on
+    // some rows (clamped to qmax) and just below it on others (e4m3 rounds it back to 448; int8 truncates it to
+    // 126). A sweep of random amaxes hits both, and the emulation must match the reference on every row.
+    std::mt19937_64 rng = rngFor("perTokenHeadKvTiesZerosAndSaturation");
+    std::uniform_real_distribution<double> exponent(-20.0, 20.0);
+    std::uniform_real_distribution<float> fraction(-1.0f, 1.0f);
+    const std::int64_t rows = 4096, dim = 4;
+    std::vector<float> x(static_cast<std::size_t>(rows * dim));
+    for (std::int64_t row = 0; row < rows; ++row) {
+        const auto amax = static_cast<float>(std::pow(2.0, exponent(rng)));
+        x[static_cast<std::size_t>(row * dim)] = row % 2 ? -amax : amax;
+        for (std::int64_t d = 1; d < dim; ++d) {
+            float v = 0.0f;
+            while (v == 0.0f) {
+                v = fraction(rng) * amax;
+            }
+            x[static_cast<std::size_t>(row * dim + d)] = v;
+        }
+    }
+    const at::Tensor kv = tensorOf(x, {1, 1, rows, dim});
+    for (const bool fp8 : {true, false}) {
+        const KvFormat format = fp8 ? KvFormat::Fp8PerTokenHead : KvFormat::Int8PerTokenHead;
+        const PerTokenHeadReference expected = referencePerTokenHead(x, dim, fp8);
+        QVERIFY2(expected.clamped > 0 && expected.belowMax > 0,
+            qPrintable(QString("clamped %1, below %2 (seed %3)")
+                           .arg(expected.clamped)
+                           .arg(expected.belowMax)
+                           .arg(testSeed())));
+        compareExactly(valuesOf(fakeQuantizeKv(kv, format, KvScales::None)), expected.out,
+            fp8 ? "fp8 amax sweep" : "int8 amax sweep");
+        compareExactly(valuesOf(kvScales(kv, format, KvScales::None)), expected.scales,
+            fp8 ? "fp8 amax sweep scales" : "int8 amax sweep scales");
+    }
+}
+
+void TestQuant::perTokenHeadKvNonFiniteRowsAndGivenScales()
+{
+    // A row holding a NaN or an inf reads back as NaN throughout (its codes are 0, its scale NaN or inf); the other
+    // rows keep their own scales.
+    std::vector<float> x = {1.0f, -2.0f, 0.5f, 4.0f, 1.0f, NAN, 0.5f, 4.0f, 1.0f, INFINITY, 0.5f, 4.0f};
+    const at::Tensor kv = tensorOf(x, {1, 1, 3, 4});
+    for (const KvFormat format : {KvFormat::Fp8PerTokenHead, KvFormat::Int8PerTokenHead}) {
+        const std::vector<float> out = valuesOf(fakeQuantizeKv(kv, format, KvScales::None));
+        const PerTokenHeadReference finiteRow
+            = referencePerTokenHead({1.0f, -2.0f, 0.5f, 4.0f}, 4, format == KvFormat::Fp8PerTokenHead);
+        compareExactly(std::vector<float>(out.begin(), out.begin() + 4), finiteRow.out, "finite row");
+        for (std::size_t i = 4; i < out.size(); ++i) {
+            QVERIFY2(std::isnan(out[i]), qPrintable(QString::number(i)));
+        }
+        const std::vector<float> scales = valuesOf(kvScales(kv, format, KvScales::None));
+        QVERIFY(std::isnan(scales[1]));
+        QVERIFY(std::isinf(scales[2]));
+        // Scales are computed from the values: none can be given.
+        expectInputError([&] { fakeQuantizeKv(kv, format, KvScales::None, at::ones({1})); }, "none can be given");
+        expectInputError([&] { quantizePerTokenHead(at::ones({3, 4}), format); }, "[batch, heads, tokens, head_dim]");
+    }
+    expectInputError([&] { quantizePerTokenHead(kv, KvFormat::Fp8E4m3); }, "not a per-token-head format");
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Names and storage
 
 void TestQuant::namesRoundTrip()
@@ -1271,6 +1435,13 @@ void TestQuant::namesRoundTrip()
     QVERIFY(!parseGranularity("none").has_value());
     QVERIFY(!parseKvScales("per_layer").has_value());
     QCOMPARE(toString(Granularity::None), std::string("none"));
+    // The per-token-head KV formats take vLLM's CacheDType spellings (vllm-project/vllm vllm/config/cache.py,
+    // CacheDType = Literal[..., "int8_per_token_head", "fp8_per_token_head", ...]).
+    QCOMPARE(kvFormatChoices(),
+        (std::vector<std::string> {"bf16", "fp8_e4m3", "fp8_per_token_head", "int8_per_token_head"}));
+    QVERIFY(parseKvFormat("fp8_per_token_head") == KvFormat::Fp8PerTokenHead);
+    QVERIFY(parseKvFormat("int8_per_token_head") == KvFormat::Int8PerTokenHead);
+    QVERIFY(isPerTokenHead(KvFormat::Int8PerTokenHead) && !isPerTokenHead(KvFormat::Fp8E4m3));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1436,6 +1607,17 @@ void TestQuant::storageBytes()
     const double ratio = static_cast<double>(kvCacheBytes(4096, 8, 128, KvFormat::Bf16, KvScales::None))
         / static_cast<double>(kvCacheBytes(4096, 8, 128, KvFormat::Fp8E4m3, KvScales::PerHead));
     QVERIFY2(ratio > 1.93 && ratio < 2.0, qPrintable(QString::number(ratio)));
+    // Per-token-head formats: one byte an element plus a float32 scale per token and KV head, growing with the tokens
+    // (vllm-project/vllm vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes adds 2 * block_size *
+    // num_kv_heads * 4 bytes to a page for K and V): 1000 tokens x 8 heads x (128 + 4) for K alone.
+    QCOMPARE(kvCacheBytes(1000, 8, 128, KvFormat::Fp8PerTokenHead, KvScales::None), std::uint64_t {1000 * 8 * 132});
+    QCOMPARE(kvCacheBytes(1000, 8, 128, KvFormat::Int8PerTokenHead, KvScales::PerHead), std::uint64_t {1000 * 8 * 132});
+    QCOMPARE(kvCacheBytes(0, 8, 128, KvFormat::Int8PerTokenHead, KvScales::None), std::uint64_t {0});
+    QCOMPARE(bytesPerElement(KvFormat::Int8PerTokenHead), 1.0);
+    // bf16 over int8_per_token_head at head_dim 128: 256 / 132 bytes per token and head.
+    const double tokenHeadRatio = static_cast<double>(kvCacheBytes(4096, 8, 128, KvFormat::Bf16, KvScales::None))
+        / static_cast<double>(kvCacheBytes(4096, 8, 128, KvFormat::Int8PerTokenHead, KvScales::None));
+    QCOMPARE(tokenHeadRatio, 256.0 / 132.0);
 
     expectInputError(
         [&] { weightStorageBytes(std::vector<std::int64_t> {10}, WeightFormat::Int8, Granularity::Channel); }, "2-D");

@@ -88,6 +88,7 @@ private slots:
     void defaultsApplyToProjectionsOnly();
     void emptyRecipeIsAllBf16();
     void kvOnlyRecipe();
+    void perTokenHeadKvRecipe();
     void specExampleOn28Layers_data();
     void specExampleOn28Layers();
     void errors_data();
@@ -292,6 +293,37 @@ void TestRecipe::kvOnlyRecipe()
     QCOMPARE(plan.kvScaleBytes, std::int64_t(64));
 }
 
+// vLLM's dynamic KV formats (vllm-project/vllm vllm/config/cache.py CacheDType: "fp8_per_token_head",
+// "int8_per_token_head") are recipe formats of the same name with no scales or calibration; their float32 scales, one
+// per token and KV head for K and V (vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes), count per token.
+void TestRecipe::perTokenHeadKvRecipe()
+{
+    const Recipe recipe = parseRecipe("version: 1\n"
+                                      "kv_cache: {format: fp8_per_token_head}\n"
+                                      "rules:\n"
+                                      "  - match: \"model.layers.3.self_attn\"\n"
+                                      "    kv_cache: {format: int8_per_token_head}\n",
+        "r.yaml");
+    QVERIFY(recipe.kvCache.has_value());
+    QVERIFY(recipe.kvCache->scales == KvScales::None);
+    QVERIFY(recipe.kvCache->calibration == KvCalibration::None);
+    const RecipePlan plan = resolveRecipe(recipe, smallConfig());
+    for (std::size_t layer = 0; layer < 3; ++layer) {
+        QCOMPARE(describe(plan.kvPerLayer[layer]), std::string("fp8_per_token_head"));
+    }
+    QCOMPARE(describe(plan.kvPerLayer[3]), std::string("int8_per_token_head"));
+    // Per layer and token: 2 (K, V) * 2 kv heads * 64 = 256 one-byte codes plus 2 * 2 float32 scales = 16 B; 4
+    // layers. No fixed scales.
+    QCOMPARE(plan.kvBytesPerToken, std::int64_t(4 * (256 + 16)));
+    QCOMPARE(plan.bf16KvBytesPerToken, std::int64_t(2048));
+    QCOMPARE(plan.kvScaleBytes, std::int64_t(0));
+    // Written back as it was given: the format alone.
+    const std::string yaml = recipeToYaml(recipe);
+    QVERIFY2(yaml.find("kv_cache: {format: fp8_per_token_head}") != std::string::npos, yaml.c_str());
+    QVERIFY(parseRecipe(yaml, "round.yaml") == recipe);
+    QVERIFY(parseRecipe(recipeToJson(recipe), "round.json") == recipe);
+}
+
 void TestRecipe::specExampleOn28Layers_data()
 {
     QTest::addColumn<QString>("module");
@@ -443,6 +475,17 @@ void TestRecipe::errors_data()
                                        << "version: 1\nkv_cache: {format: bf16, scales: per_head}\n"
                                        << 0 << "line 2, column 26"
                                        << "bf16 has no scales, so 'scales' does not apply";
+    // "kv_cache: {format: fp8_per_token_head, " is 39 characters, "kv_cache: {format: int8_per_token_head, " 40.
+    QTest::newRow("scales on fp8_per_token_head")
+        << "r.yaml"
+        << "version: 1\nkv_cache: {format: fp8_per_token_head, scales: per_head}\n"
+        << 0 << "line 2, column 40"
+        << "computes one scale per token and KV head";
+    QTest::newRow("calibration on int8_per_token_head")
+        << "r.yaml"
+        << "version: 1\nkv_cache: {format: int8_per_token_head, calibration: probe}\n"
+        << 0 << "line 2, column 41"
+        << "'calibration' does not apply (only fp8_e4m3 takes it)";
     QTest::newRow("rule without match") << "r.yaml"
                                         << "version: 1\nrules:\n  - weights: {format: bf16}\n"
                                         << 0 << "line 3, column 5"

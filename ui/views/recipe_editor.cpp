@@ -75,7 +75,8 @@ std::vector<std::string> activationChoices()
 std::vector<std::string> kvChoices()
 {
     return {"bf16", "fp8_e4m3/per_tensor", "fp8_e4m3/per_head", "fp8_e4m3/per_tensor/every_sync",
-        "fp8_e4m3/per_head/every_sync"};
+        "fp8_e4m3/per_head/every_sync", quant::toString(KvFormat::Fp8PerTokenHead),
+        quant::toString(KvFormat::Int8PerTokenHead)};
 }
 
 std::optional<WeightPrecision> parseWeightChoice(const std::string& text)
@@ -115,6 +116,12 @@ std::optional<KvPrecision> parseKvChoice(const std::string& text)
     }
     if (text == "fp8_e4m3") {
         return KvPrecision {KvFormat::Fp8E4m3, KvScales::PerTensor, KvCalibration::Probe};
+    }
+    // vLLM's dynamic formats: no scales or calibration to choose.
+    for (KvFormat format : {KvFormat::Fp8PerTokenHead, KvFormat::Int8PerTokenHead}) {
+        if (text == quant::toString(format)) {
+            return KvPrecision {format, KvScales::None, KvCalibration::None};
+        }
     }
     return std::nullopt;
 }
