@@ -1,7 +1,7 @@
 // Log import: what every source shares. The measures a value can land in, the estimator texts and the table of
-// known keys and key patterns of every source (one registry), --map entries and the mappings they make, setMeasure,
-// the public functions of import_log.h and importLog's dispatch to the source's reader (import_log_internal.h lists
-// the files).
+// known keys of every source (one registry; the key patterns are in import_log_patterns.cpp), --map entries and the
+// mappings they make, setMeasure, the public functions of import_log.h and importLog's dispatch to the source's
+// reader (import_log_internal.h lists the files).
 #include "core/io/import_log.h"
 
 #include "core/io/import_log_internal.h"
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cassert>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,6 +76,56 @@ const char* kIsFractionHigh = "fraction of raw importance weights (before trunca
                               "rollout_is_threshold, or the upper of a \"lower_upper\" threshold";
 const char* kIsFractionLow = "fraction of raw importance weights below the lower bound: 1 / rollout_is_threshold "
                              "by default, or the lower of a \"lower_upper\" threshold (IcePop)";
+// verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9, rollout_corr_helper.py: compute_offpolicy_metrics also
+// logs the log-perplexities and the extremes over sequences of log_ppl_diff; compute_is_metrics the spread of the
+// applied weights w (after truncation, or IcePop's zeroing; a sequence-level weight counts at each of its tokens),
+// its effective sample size, and per sequence the token mean of w (the rollout_is_seq_* statistics, whose high and
+// low fractions take the raw weights' per-sequence mean); compute_rollout_correction_weights the fraction of raw
+// weights outside IcePop's bounds; compute_rollout_rejection_mask the fractions rejection sampling masked.
+const char* kTrainingLogPpl = "mean over sequences of -mean log pi(y) over the sequence's response tokens: the log of "
+                              "each sequence's training perplexity";
+const char* kRolloutLogPpl = "mean over sequences of -mean log mu(y) over the sequence's response tokens: the log of "
+                             "each sequence's rollout perplexity";
+const char* kLogPplDiffMax = "largest over sequences of mean log mu(y) - mean log pi(y) (a sequence's log_ppl_diff)";
+const char* kLogPplDiffMin = "smallest over sequences of mean log mu(y) - mean log pi(y) (a sequence's log_ppl_diff)";
+const char* kIsWeightStd = "standard deviation (population, n) over response tokens of the applied importance "
+                           "weights pi(y) / mu(y), after truncation; a sequence-level weight counts at each token";
+const char* kIsEffSampleSize = "effective sample size of the applied importance weights w as a fraction of the "
+                               "response tokens: 1 / token mean of (w / token mean of w)^2; 1 when every weight is "
+                               "equal";
+const char* kIsSeqWeightMean = "mean over sequences of each sequence's token mean of the applied importance weights";
+const char* kIsSeqWeightStd = "standard deviation (n - 1) over sequences of each sequence's token mean of the applied "
+                              "importance weights";
+const char* kIsSeqWeightMax = "largest over sequences of a sequence's token mean of the applied importance weights";
+const char* kIsSeqWeightMin = "smallest over sequences of a sequence's token mean of the applied importance weights";
+const char* kIsSeqMaxDeviation = "largest over sequences of |token mean of the applied importance weights - 1|: the "
+                                 "farthest sequence from the ideal weight 1";
+const char* kIsSeqFractionHigh = "fraction of sequences whose token mean of the raw importance weights (before "
+                                 "truncation) is above the upper bound (rollout_is_threshold)";
+const char* kIsSeqFractionLow = "fraction of sequences whose token mean of the raw importance weights is below the "
+                                "lower bound: 1 / rollout_is_threshold, or the lower of a \"lower_upper\" threshold";
+const char* kIsFractionOutside = "fraction of raw importance weights pi(y) / mu(y) outside the truncation bounds "
+                                 "[lower, upper], over response tokens";
+const char* kIsOobVerl = "fraction of response tokens whose raw importance weight is outside IcePop's [lower, upper] "
+                         "(logged with a \"lower_upper\" rollout_is_threshold only; at rollout_is level sequence a "
+                         "sequence's weight counts at each of its tokens)";
+const char* kRsMaskedFraction = "fraction of response tokens masked by rejection sampling, every rollout_rs option "
+                                "together";
+const char* kRsSeqMaskedFraction = "fraction of the batch's sequences with a response token masked by rejection "
+                                   "sampling";
+// verl: verl/trainer/distillation/losses.py distillation_loss logs distillation/loss_min and loss_max, the extremes
+// of the per-token distillation loss over the micro-batch's response tokens before loss_max_clamp (kept as the
+// smallest and largest over micro-batches), and compute_distillation_loss_reverse_kl_estimator distillation/abs_loss,
+// the token mean of its absolute value (k1 can be negative); the per-token loss is the run's loss_mode estimator,
+// k1 = log pi(y) - log teacher(y) with pi the trainer's current log-probabilities. RayPPOTrainer._update_actor
+// (verl/trainer/ppo/ray_trainer.py) prefixes the actor's metrics with "actor/" (verl/utils/py_functional.py
+// rename_dict).
+const char* kDistillationLossMin = "smallest per-token distillation loss over the batch's response tokens (the run's "
+                                   "loss_mode, not in the log; before loss_max_clamp)";
+const char* kDistillationLossMax = "largest per-token distillation loss over the batch's response tokens (the run's "
+                                   "loss_mode, not in the log; before loss_max_clamp)";
+const char* kDistillationAbsLoss = "mean over response tokens of |per-token distillation loss| (a loss_mode estimator: "
+                                   "k1 = log pi(y) - log teacher(y) can be negative), averaged over micro-batches";
 
 // NeMo-RL: nemo_rl/algorithms/loss_functions.py (ClippedPGLossFn) logs these per step as train/...: mu is the
 // generation log-probability, pi the trainer's (prev_logprobs).
@@ -85,6 +135,25 @@ const char* kGenKl = "sampled-token estimate of KL(mu || pi), token mean, of the
                      "k2 or k3; not in the log) (NeMo-RL's gen_kl_error)";
 const char* kPolicyKl = "sampled-token estimate of KL(pi || mu), token mean, of the run's reference_policy_kl_type "
                         "(NeMo-RL's policy_kl_error): the reverse direction, not the mismatch KL(mu || pi)";
+// nemo_rl/algorithms/loss/loss_functions.py ClippedPGLossFn.__call__ (NVIDIA-NeMo/RL
+// 7ea279abfbeb698b092856d0dab61e7cf39bc909): js_divergence_error, approx_entropy (with the current forward pass's
+// log-probabilities), sampling_importance_ratio (the actor's importance weights after the truncated importance
+// sampling of truncated_importance_sampling_type) and is_oob_ratio (logged with a truncation type only).
+const char* kJsDivergence = "token mean of ((a - 1 - log a) + (b - 1 - log b)) / 2 with a = pi(y) / m, b = mu(y) / m, "
+                            "m = (pi(y) + mu(y)) / 2: NeMo-RL's sampled-token Jensen-Shannon estimate "
+                            "(js_divergence_error), not KL(mu || pi)";
+const char* kApproxEntropy = "importance-weighted sampled-token estimate of the trainer's entropy: token mean of "
+                             "-(pi(y) / mu(y)) log pi(y), pi from the training step's forward pass (NeMo-RL's "
+                             "approx_entropy)";
+const char* kSamplingIsRatio = "mean importance weight pi(y) / mu(y) over response tokens as applied after the run's "
+                               "truncated importance sampling (tis: clamped to [min, max]; icepop: zeroed outside; "
+                               "seq-mask-tis: sequences zeroed); with sequence_level_importance_ratios the mean over "
+                               "sequences of the sequence weight, the product of pi(y) / mu(y) (NeMo-RL's "
+                               "sampling_importance_ratio; the settings are not in the log)";
+const char* kIsOobNemo = "fraction of response tokens whose raw importance weight pi(y) / mu(y) is outside the run's "
+                         "truncation bounds (tis: [min, max], min 0 by default; icepop: [min, max]); with "
+                         "seq-mask-tis, of sequences whose geometric-mean weight is (NeMo-RL's is_oob_ratio; the type "
+                         "is not in the log)";
 
 std::vector<ImportMeasure> buildMeasures()
 {
@@ -95,7 +164,7 @@ std::vector<ImportMeasure> buildMeasures()
         {"k3", true, false, kNats, "k3: mean of r - 1 - log r, r = pi(y) / mu(y), over sampled tokens"},
         {"loss", true, false, "as logged", "training loss"},
         {"reward", true, false, "as logged", "mean reward"},
-        {"accuracy", true, false, "fraction", "fraction correct"},
+        {"accuracy", true, false, "fraction", "fraction of a held-out evaluation's problems answered correctly"},
         {"entropy", true, false, "nats/token", "token mean entropy"},
         {"staleness", true, true, "optimizer steps", "rollout weight staleness"},
         {"rollout_tokens_per_s", true, false, "tokens/s", "rollout throughput"},
@@ -123,6 +192,30 @@ std::vector<ImportMeasure> buildMeasures()
         {"is_weight_min", false, false, "ratio", kIsWeightMin},
         {"is_fraction_high", false, false, "fraction", kIsFractionHigh},
         {"is_fraction_low", false, false, "fraction", kIsFractionLow},
+        {"is_weight_std", false, false, "ratio", kIsWeightStd},
+        {"is_eff_sample_size", false, false, "fraction", kIsEffSampleSize},
+        {"is_seq_weight_mean", false, false, "ratio", kIsSeqWeightMean},
+        {"is_seq_weight_std", false, false, "ratio", kIsSeqWeightStd},
+        {"is_seq_weight_max", false, false, "ratio", kIsSeqWeightMax},
+        {"is_seq_weight_min", false, false, "ratio", kIsSeqWeightMin},
+        {"is_seq_max_deviation", false, false, "ratio", kIsSeqMaxDeviation},
+        {"is_seq_fraction_high", false, false, "fraction", kIsSeqFractionHigh},
+        {"is_seq_fraction_low", false, false, "fraction", kIsSeqFractionLow},
+        {"is_fraction_outside", false, false, "fraction", kIsFractionOutside},
+        {"rs_masked_fraction", false, false, "fraction", kRsMaskedFraction},
+        {"rs_seq_masked_fraction", false, false, "fraction", kRsSeqMaskedFraction},
+        {"training_log_ppl", false, false, kNats, kTrainingLogPpl},
+        {"rollout_log_ppl", false, false, kNats, kRolloutLogPpl},
+        {"log_ppl_diff_max", false, false, kNats, kLogPplDiffMax},
+        {"log_ppl_diff_min", false, false, kNats, kLogPplDiffMin},
+        {"js_divergence", false, false, kNats,
+            "sampled-token Jensen-Shannon divergence estimate between mu and pi, token mean: not KL(mu || pi)"},
+        {"train_accuracy", false, false, "fraction",
+            "fraction of the training batch's sampled responses judged correct (not a held-out evaluation)"},
+        {"eval_reward", false, false, "as logged", "mean reward on a held-out evaluation set"},
+        {"distillation_loss_min", false, false, "as logged", kDistillationLossMin},
+        {"distillation_loss_max", false, false, "as logged", kDistillationLossMax},
+        {"distillation_abs_loss", false, false, "as logged", kDistillationAbsLoss},
         {"mult_prob_error", false, false, "ratio (>= 1)", kMultProbError},
         {"gen_kl", false, false, kNats, kGenKl},
         {"policy_kl", false, false, kNats, kPolicyKl},
@@ -144,11 +237,28 @@ std::vector<KnownKey> buildKnownKeys()
         {S::Verl, "rollout_corr/training_ppl", "training_ppl", kTrainingPpl},
         {S::Verl, "rollout_corr/rollout_ppl", "rollout_ppl", kRolloutPpl},
         {S::Verl, "rollout_corr/ppl_ratio", "ppl_ratio", kPplRatio},
+        {S::Verl, "rollout_corr/training_log_ppl", "training_log_ppl", kTrainingLogPpl},
+        {S::Verl, "rollout_corr/rollout_log_ppl", "rollout_log_ppl", kRolloutLogPpl},
+        {S::Verl, "rollout_corr/log_ppl_diff_max", "log_ppl_diff_max", kLogPplDiffMax},
+        {S::Verl, "rollout_corr/log_ppl_diff_min", "log_ppl_diff_min", kLogPplDiffMin},
         {S::Verl, "rollout_corr/rollout_is_mean", "is_weight_mean", kIsWeightMean},
         {S::Verl, "rollout_corr/rollout_is_max", "is_weight_max", kIsWeightMax},
         {S::Verl, "rollout_corr/rollout_is_min", "is_weight_min", kIsWeightMin},
         {S::Verl, "rollout_corr/rollout_is_ratio_fraction_high", "is_fraction_high", kIsFractionHigh},
         {S::Verl, "rollout_corr/rollout_is_ratio_fraction_low", "is_fraction_low", kIsFractionLow},
+        {S::Verl, "rollout_corr/rollout_is_std", "is_weight_std", kIsWeightStd},
+        {S::Verl, "rollout_corr/rollout_is_eff_sample_size", "is_eff_sample_size", kIsEffSampleSize},
+        {S::Verl, "rollout_corr/rollout_is_seq_mean", "is_seq_weight_mean", kIsSeqWeightMean},
+        {S::Verl, "rollout_corr/rollout_is_seq_std", "is_seq_weight_std", kIsSeqWeightStd},
+        {S::Verl, "rollout_corr/rollout_is_seq_max", "is_seq_weight_max", kIsSeqWeightMax},
+        {S::Verl, "rollout_corr/rollout_is_seq_min", "is_seq_weight_min", kIsSeqWeightMin},
+        {S::Verl, "rollout_corr/rollout_is_seq_max_deviation", "is_seq_max_deviation", kIsSeqMaxDeviation},
+        {S::Verl, "rollout_corr/rollout_is_seq_fraction_high", "is_seq_fraction_high", kIsSeqFractionHigh},
+        {S::Verl, "rollout_corr/rollout_is_seq_fraction_low", "is_seq_fraction_low", kIsSeqFractionLow},
+        {S::Verl, "rollout_corr/rollout_is_oob_ratio", "is_fraction_outside", kIsOobVerl},
+        // rollout_rs_<option>_<statistic>, each option's own statistics, are a key pattern (import_log_patterns.cpp).
+        {S::Verl, "rollout_corr/rollout_rs_masked_fraction", "rs_masked_fraction", kRsMaskedFraction},
+        {S::Verl, "rollout_corr/rollout_rs_seq_masked_fraction", "rs_seq_masked_fraction", kRsSeqMaskedFraction},
         {S::Verl, "training/rollout_probs_diff_mean", "prob_diff_mean", std::string("mean ") + kProbDiff},
         {S::Verl, "training/rollout_probs_diff_max", "prob_diff_max", std::string("max ") + kProbDiff},
         {S::Verl, "training/rollout_probs_diff_std", "prob_diff_std", std::string("standard deviation of ") + kProbDiff},
@@ -156,21 +266,27 @@ std::vector<KnownKey> buildKnownKeys()
             "Pearson correlation of mu(y) and pi(y) over response tokens: not a KL"},
         {S::Verl, "actor/entropy", "entropy", "token mean entropy of the trainer's next-token distribution"},
         // verl/trainer/distillation/losses.py distillation_ppo_loss logs the distillation loss as
-        // "distillation/loss" among the actor's update metrics, which reach the logger as actor/distillation/loss.
+        // "distillation/loss" among the actor's update metrics, which RayPPOTrainer._update_actor prefixes with
+        // "actor/" (above kDistillationLossMin); the other distillation losses have measures of their own.
         {S::Verl, "actor/distillation/loss", "loss",
             "verl's distillation loss (its estimator is the run's distillation loss_mode, not in the log)"},
+        {S::Verl, "actor/distillation/loss_min", "distillation_loss_min", kDistillationLossMin},
+        {S::Verl, "actor/distillation/loss_max", "distillation_loss_max", kDistillationLossMax},
+        {S::Verl, "actor/distillation/abs_loss", "distillation_abs_loss", kDistillationAbsLoss},
         {S::Verl, "actor/pg_loss", "pg_loss", "verl's policy-gradient loss"},
         {S::Verl, "critic/score/mean", "reward", "mean sequence score of the reward function"},
         {S::Verl, "timing_s/step", "step_time_s", "seconds the step took"},
         // Tinker cookbook: rl/metrics.py compute_kl_sample_train, distillation/train_on_policy.py teacher_kl,
-        // rl metric_util env metrics.
+        // rl/metric_util.py compute_trajectory_metrics (env/all/...: the training batch's episodes; the held-out
+        // evaluation's are a key pattern, <evaluator>/env/all/..., and the accuracy).
         {S::Tinker, "optim/kl_sample_train_v1", "k1", std::string(kK1Tinker) + kTinkerDrift},
         {S::Tinker, "optim/kl_sample_train_v2", "k2", std::string(kK2Tinker) + kTinkerDrift},
         {S::Tinker, "optim/entropy", "entropy",
             "sampled-token estimate of the sampler's entropy: mean of -log mu(y) over action tokens"},
         {S::Tinker, "teacher_kl", "teacher_kl", kTeacherKlTinker},
-        {S::Tinker, "env/all/reward/total", "reward", "mean total episode reward"},
-        {S::Tinker, "env/all/correct", "accuracy", "fraction of episodes the environment judged correct"},
+        {S::Tinker, "env/all/reward/total", "reward", "mean total reward of the training batch's episodes"},
+        {S::Tinker, "env/all/correct", "train_accuracy",
+            "fraction of the training batch's episodes the environment judged correct"},
         {S::Tinker, "time/total", "step_time_s", "seconds the step took"},
         // NeMo-RL's tensorboard logger (tags as its metrics dict names them).
         {S::TensorBoard, "train/token_mult_prob_error", "mult_prob_error", kMultProbError},
@@ -178,35 +294,11 @@ std::vector<KnownKey> buildKnownKeys()
         {S::TensorBoard, "train/policy_kl_error", "policy_kl", kPolicyKl},
         {S::TensorBoard, "train/loss", "loss", "NeMo-RL's training loss"},
         {S::TensorBoard, "train/reward", "reward", "NeMo-RL's mean reward"},
+        {S::TensorBoard, "train/js_divergence_error", "js_divergence", kJsDivergence},
+        {S::TensorBoard, "train/approx_entropy", "entropy", kApproxEntropy},
+        {S::TensorBoard, "train/sampling_importance_ratio", "is_weight_mean", kSamplingIsRatio},
+        {S::TensorBoard, "train/is_oob_ratio", "is_fraction_outside", kIsOobNemo},
     };
-}
-
-// verl: verl/trainer/ppo/ray_trainer.py RayPPOTrainer._val_metrics_update logs the validation metrics of
-// verl/trainer/ppo/metric_utils.py process_validation_metrics as "val-core/<data_source>/<var_name>/<metric_name>"
-// for the core variable ("acc" when the reward function returns it, else "reward") and the metrics mean@N, maj@N/*
-// and best@N/* at the largest N, "val-aux/..." for the rest. mean@N is, per data source, the mean over problems of
-// each problem's mean over its N responses (N = actor_rollout_ref.rollout.val_kwargs.n). The data source is the
-// dataset's data_source field and may hold slashes (examples/data_preprocess/gsm8k.py: "openai/gsm8k").
-std::vector<KnownKeyPattern> buildKeyPatterns()
-{
-    return {
-        {LogSource::Verl, "val-core/<data source>/acc/mean@<N>", "accuracy",
-            "verl validation accuracy: mean over the <N> responses per problem of <data source>'s acc, then over "
-            "its problems (acc as the reward function returns it)"},
-    };
-}
-
-const std::vector<KnownKeyPattern>& allKeyPatterns()
-{
-    static const std::vector<KnownKeyPattern> patterns = buildKeyPatterns();
-    return patterns;
-}
-
-void replaceAll(std::string& text, const std::string& from, const std::string& to)
-{
-    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-        text.replace(at, from.size(), to);
-    }
 }
 
 std::optional<MapEntry> splitMapEntry(const std::string& entry)
@@ -241,8 +333,12 @@ Mapping makeMapping(const std::string& key, const std::string& measureName, cons
         // A key of a pattern mapped to the pattern's own measure (--map val-core/openai/gsm8k/acc/mean@1=accuracy)
         // is what the pattern says it is.
         for (const KnownKeyPattern& pattern : allKeyPatterns()) {
-            if (const std::string known = matchKeyPattern(pattern, key); pattern.measure == measureName && !known.empty()) {
-                mapping.estimator = known + " (mapped with --map)";
+            if (pattern.measure != measureName) {
+                continue;
+            }
+            if (const std::optional<KeyPatternMatch> known = matchKeyPattern(pattern, key)) {
+                mapping.estimator = known->estimator + " (mapped with --map)";
+                break;
             }
         }
     }
@@ -315,57 +411,6 @@ std::vector<Mapping> keyValueMappings(LogSource source, const std::vector<MapEnt
         mappings.push_back(makeMapping(known.key, known.measure, known.estimator, false));
     }
     return mappings;
-}
-
-std::vector<Mapping> patternMappings(LogSource source, const std::vector<std::string>& loggedKeys,
-    const std::set<std::string>& mappedKeys, const std::set<std::string>& takenMeasures,
-    const std::string& estimatorSuffix, std::vector<std::string>& notes)
-{
-    std::vector<Mapping> mappings;
-    for (const KnownKeyPattern& pattern : knownKeyPatterns(source)) {
-        if (takenMeasures.count(pattern.measure)) {
-            continue; // --map (or a key of the built-in table) already fills the measure
-        }
-        std::vector<std::pair<std::string, std::string>> matches; // key, estimator
-        for (const std::string& key : loggedKeys) {
-            if (std::string estimator = matchKeyPattern(pattern, key); !estimator.empty()) {
-                matches.emplace_back(key, std::move(estimator));
-            }
-        }
-        if (matches.size() == 1 && !mappedKeys.count(matches[0].first)) {
-            mappings.push_back(makeMapping(matches[0].first, pattern.measure, matches[0].second + estimatorSuffix, false));
-        } else if (matches.size() > 1) {
-            std::string keys;
-            std::string proposed; // the first key that --map does not read already
-            for (const auto& match : matches) {
-                keys += (keys.empty() ? "" : ", ") + match.first;
-                if (proposed.empty() && !mappedKeys.count(match.first)) {
-                    proposed = match.first;
-                }
-            }
-            notes.push_back(pattern.measure + " not read: " + std::to_string(matches.size()) + " logged keys match "
-                + pattern.key + " (" + keys + "), and a measure takes one key; pick one with --map "
-                + (proposed.empty() ? matches[0].first : proposed) + "=" + pattern.measure);
-        }
-    }
-    return mappings;
-}
-
-void addPatternMappings(LogSource source, const std::set<std::string>& loggedKeys, std::vector<Mapping>& mappings,
-    std::vector<std::string>& notes)
-{
-    std::set<std::string> mappedKeys;
-    std::set<std::string> takenMeasures;
-    for (const Mapping& mapping : mappings) {
-        mappedKeys.insert(mapping.key);
-        if (mapping.userMapped || loggedKeys.count(mapping.key)) {
-            takenMeasures.insert(mapping.measureName());
-        }
-    }
-    const std::vector<std::string> logged(loggedKeys.begin(), loggedKeys.end());
-    for (Mapping& mapping : patternMappings(source, logged, mappedKeys, takenMeasures, "", notes)) {
-        mappings.push_back(std::move(mapping));
-    }
 }
 
 } // namespace importing
@@ -480,42 +525,6 @@ std::vector<KnownKey> knownKeys(LogSource source)
         }
     }
     return keys;
-}
-
-std::vector<KnownKeyPattern> knownKeyPatterns(LogSource source)
-{
-    std::vector<KnownKeyPattern> patterns;
-    for (const auto& pattern : allKeyPatterns()) {
-        // As knownKeys: an event file may be verl's; a CSV export of a verl run has verl's keys as its header.
-        if (pattern.source == source
-            || (pattern.source == LogSource::Verl && (source == LogSource::TensorBoard || source == LogSource::Csv))) {
-            patterns.push_back(pattern);
-        }
-    }
-    return patterns;
-}
-
-std::string matchKeyPattern(const KnownKeyPattern& pattern, const std::string& key)
-{
-    // The patterns have the shape PREFIX<data source>MIDDLE<N>: the source is any non-empty text (verl's data
-    // sources hold slashes), N one or more digits at the end.
-    static const std::string source = "<data source>";
-    static const std::string count = "<N>";
-    const auto sourceAt = pattern.key.find(source);
-    assert(sourceAt != std::string::npos && pattern.key.size() >= count.size()
-        && pattern.key.compare(pattern.key.size() - count.size(), count.size(), count) == 0); // the table's shape
-    const std::string prefix = pattern.key.substr(0, sourceAt);
-    const std::string middle
-        = pattern.key.substr(sourceAt + source.size(), pattern.key.size() - count.size() - sourceAt - source.size());
-    const auto digits = key.find_last_not_of("0123456789") + 1; // 0 when the key is all digits
-    if (digits == key.size() || key.compare(0, prefix.size(), prefix) != 0
-        || digits < prefix.size() + middle.size() + 1 || key.compare(digits - middle.size(), middle.size(), middle) != 0) {
-        return {};
-    }
-    std::string estimator = pattern.estimator;
-    replaceAll(estimator, count, key.substr(digits)); // first: a data source's name may hold "<N>"
-    replaceAll(estimator, source, key.substr(prefix.size(), digits - middle.size() - prefix.size()));
-    return estimator;
 }
 
 std::string ImportedLog::estimatorJson() const

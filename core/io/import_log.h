@@ -1,8 +1,9 @@
 #pragma once
 // Per-step metric logs of outside trainers, read onto the mismatch scale: verl's file logger JSONL, Tinker's
-// metrics.jsonl and generic CSV. Every logged key that is read becomes one measure of store::StepMetrics with the
-// estimator it was computed by, because outside trainers log sampled-token estimators (k1, k3, k2) and
-// probability differences rather than the full-vocabulary KL(mu || pi) that local runs measure:
+// metrics.jsonl, generic CSV and TensorBoard event files (verl's, NeMo-RL's). Every logged key that is read becomes
+// one measure of store::StepMetrics with the estimator it was computed by, because outside trainers log
+// sampled-token estimators (k1, k3, k2) and probability differences rather than the full-vocabulary KL(mu || pi)
+// that local runs measure:
 //
 //   source key (where it comes from)                    measure          estimator
 //   verl  rollout_corr/kl                               k1               mean over response tokens of log mu(y) - log pi(y)
@@ -13,12 +14,18 @@
 //   tinker optim/kl_sample_train_v1                     k1               mean of log mu(y) - log pi(y)
 //   tinker optim/kl_sample_train_v2                     k2               mean of (log mu(y) - log pi(y))^2 / 2
 //   tinker teacher_kl                                   teacher_kl       mean of log mu(y) - log teacher(y) (mu: the sampler)
+//   tinker <evaluator>/env/all/correct                  accuracy         fraction of the test set's episodes correct
+//   nemo-rl train/token_mult_prob_error                 mult_prob_error  mean of exp(|log mu(y) - log pi(y)|)
 //
-// (mu: the rollout engine / sampler, pi: the trainer, y: the sampled token.) knownKeys() holds the whole table but
-// the key patterns, which knownKeyPatterns() holds: verl names its validation metrics after the data source,
-// val-core/<data source>/<var>/<metric>, so that key is read without --map only when the log has exactly one key
-// of the pattern; with several (one per data source) none is read and `notes` names them and the --map entry that
-// picks one. A --map entry for the pattern's measure always wins.
+// (mu: the rollout engine / sampler, pi: the trainer, y: the sampled token; the whole table is in import_log.cpp and
+// docs/exporting-and-importing.md.) knownKeys() holds the table but the key patterns, which knownKeyPatterns()
+// holds: families of keys named after what they were measured on (verl's validation metrics after the data source,
+// val-core/<data source>/<var>/<metric>; Tinker's after the dataset, the environment tag or the evaluator) or after
+// an option of the run (verl's rejection-sampling statistics, rollout_corr/rollout_rs_<option>_<statistic>). A
+// pattern's measure is read without --map from the one logged key that matches it, when no other key fills the
+// measure; otherwise every matching key is stored under its own name (the pattern's series: accuracy/openai/gsm8k),
+// and when several keys left the measure empty `notes` names them and the --map entry that picks one. A --map entry
+// for the pattern's measure always wins.
 // Measures that are not StepMetrics columns (prob_diff_*, k2, chi2_token, ...) go to StepMetrics::extrasJson
 // under the measure's name; their estimator is recorded with the run (estimatorJson), never in mismatch_kl.
 //
@@ -77,18 +84,28 @@ struct KnownKey {
 // The built-in mapping, per source (CSV accepts the verl and Tinker keys and the measure names as headers).
 std::vector<KnownKey> knownKeys(LogSource source);
 
-// A family of logged keys that name what they were measured on, read without --map when a log holds exactly one
-// key of the family and no other mapping takes the measure.
+// A family of logged keys that name what they were measured on, or an option of the run. In `key`, <N> stands for
+// one or more digits, <option> and <statistic> for one word of their vocabulary (verl's rollout_rs options and the
+// statistics verl logs of each: import_log_patterns.cpp), and any other <name> for non-empty text, slashes allowed
+// (verl's data sources hold them); a pattern has at most one such text placeholder.
 struct KnownKeyPattern {
     LogSource source;
-    std::string key; // "val-core/<data source>/acc/mean@<N>": <data source> any non-empty text, <N> digits
-    std::string measure;
-    std::string estimator; // with <data source> and <N> replaced by the matched key's parts
+    std::string key; // "val-core/<data source>/acc/mean@<N>"
+    std::string measure; // read from the one key that matches; "" for a family whose every key is its own series
+    std::string series; // the extras name of each matching key not read into `measure`: "accuracy/<data source>"
+    std::string estimator; // an <option> or <statistic> is replaced by its word's description, the others by the text
 };
-// The key patterns, per source like knownKeys (an event file takes verl's; a CSV header takes verl's too).
+// The key patterns, per source like knownKeys (an event file takes verl's; a CSV header takes verl's and Tinker's).
 std::vector<KnownKeyPattern> knownKeyPatterns(LogSource source);
-// The estimator of `key` under `pattern`, or "" when the key does not match it.
-std::string matchKeyPattern(const KnownKeyPattern& pattern, const std::string& key);
+// What `key` is under `pattern`: its series name and estimator with the placeholders replaced, and the unit of the
+// value ("" for the measure's own unit; a rollout_rs statistic's is "nats" or "fraction"). nullopt when the key does
+// not match.
+struct KeyPatternMatch {
+    std::string series;
+    std::string estimator;
+    std::string unit;
+};
+std::optional<KeyPatternMatch> matchKeyPattern(const KnownKeyPattern& pattern, const std::string& key);
 
 struct LogImportOptions {
     // COLUMN=MEASURE entries (--map); they add to and override the built-in mapping. `COLUMN=step` names the step
@@ -132,8 +149,8 @@ struct TinkerRunConfig {
     std::string json() const; // {"file", "num_substeps", "async_config", "kl_sample_train_includes_policy_drift"}
 };
 
-// One mapping in use: a logged key, the measure it was read into, its estimator and on how many kept steps it
-// had a value.
+// One mapping in use: a logged key, the measure it was read into (or, for a key of a pattern stored under its own
+// name, that series name: "accuracy/openai/gsm8k"), its estimator and on how many kept steps it had a value.
 struct MappedMetric {
     std::string key;
     std::string measure;
@@ -155,7 +172,7 @@ struct ImportedLog {
     std::vector<MappedMetric> metrics; // in table order
     std::vector<std::string> unmappedKeys; // logged keys read by no mapping, sorted
     // What the reader chose not to read, and how to read it: a key pattern matched by several keys ("accuracy not
-    // read: 2 logged keys match val-core/<data source>/acc/mean@<N> (...); pick one with --map KEY=accuracy").
+    // read: 2 logged keys match val-core/<data source>/acc/mean@<N> (...), ...; pick one with --map KEY=accuracy").
     std::vector<std::string> notes;
     std::optional<TinkerRunConfig> tinkerConfig; // Tinker, with a usable config.json beside the log
     std::string tinkerConfigProblem; // Tinker: why the config.json beside the log was not used (located), or ""

@@ -91,7 +91,7 @@ Value csvValue(const std::string& raw)
 }
 
 // Columns --map did not name: a verl or Tinker key, or a measure's own name, unless --map took that measure; then
-// the key patterns of verl (val-core/<data source>/acc/mean@<N>), read when one column matches.
+// the key patterns of verl and Tinker (val-core/<data source>/acc/mean@<N>, ...: patternMappings).
 void mapKnownColumns(const std::string& path, size_t headerIndex, const std::vector<std::string>& header,
     size_t stepColumn, const std::set<std::string>& userMeasures, std::vector<Mapping>& mappings,
     std::vector<bool>& mapped, std::vector<std::string>& notes)
@@ -142,7 +142,7 @@ void mapKnownColumns(const std::string& path, size_t headerIndex, const std::vec
             columns.push_back(header[c]);
         }
     }
-    for (Mapping& mapping : patternMappings(LogSource::Csv, columns, mappedColumns, taken, " (verl key)", notes)) {
+    for (Mapping& mapping : patternMappings(LogSource::Csv, columns, mappedColumns, taken, true, notes)) {
         const auto column = static_cast<size_t>(std::find(header.begin(), header.end(), mapping.key) - header.begin());
         mappings[column] = std::move(mapping);
         mapped[column] = true;

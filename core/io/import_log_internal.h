@@ -1,9 +1,10 @@
 #pragma once
 // What the log importers share (core/io/import_log.cpp is the public entry: the measures and known-key tables, the
-// --map mappings and the dispatch). Each source reads its file in its own file: import_log_jsonl.cpp (verl's file
-// logger and Tinker's metrics.jsonl), import_log_tinker.cpp (Tinker's config.json), import_log_csv.cpp (W&B and other
-// CSV exports), import_log_tensorboard.cpp (event files); import_log_reader.cpp merges every source's records into
-// steps. Internal to core/io.
+// --map mappings and the dispatch; import_log_patterns.cpp the key patterns and the mappings they make). Each source
+// reads its file in its own file: import_log_jsonl.cpp (verl's file logger and Tinker's metrics.jsonl),
+// import_log_tinker.cpp (Tinker's config.json), import_log_csv.cpp (W&B and other CSV exports),
+// import_log_tensorboard.cpp (event files); import_log_reader.cpp merges every source's records into steps. Internal
+// to core/io.
 #include "core/io/import_log.h"
 
 #include <nlohmann/json.hpp>
@@ -26,13 +27,23 @@ std::string trim(const std::string& text);
 // Where a value read from a line lands.
 struct Mapping {
     std::string key;
-    const ImportMeasure* measure = nullptr; // nullptr: extra:NAME
-    std::string extraName; // the extrasJson key when the measure is not a column
+    const ImportMeasure* measure = nullptr; // nullptr: extra:NAME, or a series of a pattern without a measure
+    std::string extraName; // the extrasJson key when the measure is not a column, or the series name
     std::string estimator;
     bool userMapped = false;
+    // A key of a pattern stored under its own name (extraName: "accuracy/openai/gsm8k"), beside `measure` when the
+    // pattern has one; `unit`, when set, replaces the measure's.
+    bool series = false;
+    std::string unit;
     std::int64_t steps = 0;
 
-    std::string measureName() const { return measure ? measure->name : "extra:" + extraName; }
+    std::string measureName() const
+    {
+        if (series) {
+            return extraName;
+        }
+        return measure ? measure->name : "extra:" + extraName;
+    }
 };
 
 struct MapEntry {
@@ -109,13 +120,22 @@ std::vector<MapEntry> parseMapEntries(const LogImportOptions& options);
 // Built-in mappings of a key-value source with the --map entries applied.
 std::vector<Mapping> keyValueMappings(LogSource source, const std::vector<MapEntry>& entries);
 
-// The mappings knownKeyPatterns(source) adds to a log holding `loggedKeys`: a pattern whose measure is not in
-// `takenMeasures` and that exactly one logged key matches is read from that key (its estimator followed by
-// `estimatorSuffix`) unless `mappedKeys` (--map) already reads the key; a pattern that several logged keys match
-// is read from none, and a line in `notes` names them and the --map entry that picks one.
+// Every key pattern of every source, in table order (import_log_patterns.cpp).
+const std::vector<KnownKeyPattern>& allKeyPatterns();
+// The literal text that every key of `pattern` holds (its longest stretch between placeholders), so that a reader
+// can skip the lines that cannot hold one.
+std::string patternLiteral(const KnownKeyPattern& pattern);
+
+// The mappings knownKeyPatterns(source) adds to a log holding `loggedKeys`. The keys considered are the logged keys
+// that match a pattern and that no mapping in `mappedKeys` reads. Per measure of the patterns: one such key, when
+// the measure is not in `takenMeasures` (a --map entry or a built-in key the log holds fills it), is read as the
+// measure; otherwise each is stored as its series, and when several left the measure empty a line in `notes` names
+// them and the --map entry that picks one. Each key of a pattern without a measure is stored as its series. A series
+// name that a measure or `takenMeasures` (an extra:NAME as NAME) already uses is replaced by the key. With
+// `nameSource` each estimator ends with " (verl key)" or " (tinker key)" (a CSV header).
 std::vector<Mapping> patternMappings(LogSource source, const std::vector<std::string>& loggedKeys,
-    const std::set<std::string>& mappedKeys, const std::set<std::string>& takenMeasures,
-    const std::string& estimatorSuffix, std::vector<std::string>& notes);
+    const std::set<std::string>& mappedKeys, const std::set<std::string>& takenMeasures, bool nameSource,
+    std::vector<std::string>& notes);
 // For a key-value source whose log holds `loggedKeys`: adds the key patterns' mappings to `mappings` (those of
 // keyValueMappings). A measure is taken by a --map entry, or by a built-in key that the log holds.
 void addPatternMappings(LogSource source, const std::set<std::string>& loggedKeys, std::vector<Mapping>& mappings,

@@ -104,15 +104,16 @@ ParsedLine parseLine(LogSource source, std::int64_t lineNumber, const std::strin
 }
 
 // The logged keys that decide the key patterns of `source` (addPatternMappings): the keys a pattern may match and
-// the keys of `mappings` that read a pattern's measure. Only the lines whose text holds such a key's literal start
-// (a pattern's text before its first placeholder, "val-core/") are parsed, so that a log without validation
-// metrics costs one text search per line.
+// the keys of `mappings` that read a pattern's measure. Only the lines whose text holds the literal text of such a
+// key (a pattern's longest text between placeholders, "/acc/mean@") are parsed, so that a line that cannot hold one
+// costs a text search per pattern. A Tinker log's env/all/correct and env/all/reward/total are such keys (they fill
+// the measures of its env/<tag>/... patterns), so each of its lines is parsed twice.
 std::set<std::string> keysDecidingPatterns(
     LogSource source, const std::vector<Mapping>& mappings, const std::vector<std::string>& lines)
 {
     std::vector<std::string> starts;
     for (const KnownKeyPattern& pattern : knownKeyPatterns(source)) {
-        starts.push_back(pattern.key.substr(0, pattern.key.find('<')));
+        starts.push_back(patternLiteral(pattern));
         for (const Mapping& mapping : mappings) {
             if (mapping.measureName() == pattern.measure) {
                 starts.push_back(mapping.key);
@@ -160,8 +161,8 @@ ImportedLog importJsonLines(LogSource source, const std::string& path, const Log
     LogReader reader(source, path);
     std::vector<Mapping> mappings = keyValueMappings(source, parseMapEntries(options));
     const auto lines = splitLines(readWholeFile(path));
-    // A key pattern (verl's val-core/<data source>/acc/mean@<N>) is read only when the whole log holds one key of
-    // it, so the keys that could decide it are gathered first, from the few lines that hold their text.
+    // A key pattern's measure (verl's val-core/<data source>/acc/mean@<N>) is read only when the whole log holds one
+    // key of it, so the keys that could decide it are gathered first, from the lines that hold their text.
     addPatternMappings(source, keysDecidingPatterns(source, mappings, lines), mappings, reader.result().notes);
     reader.setMappings(std::move(mappings));
     for (size_t index = 0; index < lines.size(); ++index) {

@@ -175,7 +175,7 @@ ImportedLog LogReader::finish()
         metric.key = mapping.key;
         metric.measure = mapping.measureName();
         metric.estimator = mapping.estimator;
-        metric.unit = mapping.measure ? mapping.measure->unit : "as logged";
+        metric.unit = !mapping.unit.empty() ? mapping.unit : mapping.measure ? mapping.measure->unit : "as logged";
         metric.userMapped = mapping.userMapped;
         metric.steps = mapping.steps;
         result_.metrics.push_back(std::move(metric));

@@ -3,8 +3,9 @@
 //   verl: verl-project/verl (formerly volcengine/verl) verl/utils/tracking.py FileLogger writes
 //     {"step": N, "data": {...}} lines with orjson.dumps, and orjson (ijl/orjson README.md) writes NaN and
 //     infinities as null; verl/trainer/distillation/losses.py distillation_ppo_loss logs the OPD loss as
-//     "distillation/loss" among the actor's metrics, logged as actor/distillation/loss next to actor/pg_loss (the
-//     prefixing step itself was not found in the stored sources; logs of verl OPD runs show that key).
+//     "distillation/loss" among the actor's metrics, logged as actor/distillation/loss next to actor/pg_loss
+//     (verl/trainer/ppo/ray_trainer.py RayPPOTrainer._update_actor prefixes them with verl/utils/py_functional.py
+//     rename_dict, at 1dda039b9c6311889a9c9a26040677e1254814f9).
 //     Validation: verl/trainer/ppo/ray_trainer.py RayPPOTrainer._val_metrics_update names the metrics of
 //     verl/trainer/ppo/metric_utils.py process_validation_metrics "val-core/<data_source>/<var_name>/<metric_name>"
 //     for the core variable ("acc" when the reward function returns it) and mean@N, maj@N/*, best@N/* at the
@@ -19,11 +20,13 @@
 //     async-rl-blocking-staleness, 0d7fee56c02c97e2d82c1ec44558033054830427), and the asynchronous trainer's
 //     evaluation loop logs its metrics on a line of their own with the step of the sampler it evaluated, which
 //     is the step of the next training line (fixtures/tinker_async); distillation/train_on_policy.py
-//     incorporate_kl_penalty computes teacher_kl from the datum's sampler log-probabilities. Their mismatch values were computed from
-// per-token probabilities of the rollout engine (mu) and the trainer (pi) that this test lists again below; the
-// test recomputes every estimator from those probabilities (k1, k3, k2, chi-square, probability differences) and
-// checks that each value landed in the right measure, so a swapped mapping or a probability difference stored as
-// a KL fails here.
+//     incorporate_kl_penalty computes teacher_kl from the datum's sampler log-probabilities.
+//   NeMo-RL: NVIDIA-NeMo/RL nemo_rl/algorithms/loss/loss_functions.py (7ea279abfbeb698b092856d0dab61e7cf39bc909);
+//     the tests written after verlValidationAccuraciesOfSeveralDataSources cite the function each value follows.
+// The fixtures' mismatch values were computed from per-token probabilities of the rollout engine (mu) and the
+// trainer (pi) that this test lists again below; the test recomputes every estimator from those probabilities (k1,
+// k3, k2, chi-square, probability differences) and checks that each value landed in the right measure, so a
+// swapped mapping or a probability difference stored as a KL fails here.
 #include "app/cli/cli.h"
 #include "core/common/error.h"
 #include "core/io/import_aimet.h"
@@ -34,6 +37,7 @@
 #include "core/jobs/job_file.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/tensorboard_writer.h"
 #include "tests/common/test_main.h"
 
 #include <QDir>
@@ -47,7 +51,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -279,6 +285,14 @@ private slots:
     void verlValidationAccuracyOfOneDataSource_data();
     void verlValidationAccuracyOfOneDataSource();
     void verlValidationAccuraciesOfSeveralDataSources();
+    void verlImportanceWeightStatistics();
+    void verlRejectionSamplingStatistics();
+    void verlDistillationLosses();
+    void verlValidationReward();
+    void tinkerPerDatasetTeacherKl();
+    void tinkerTagsAndEvaluation();
+    void nemoRlMismatchKeys();
+    void keyPatternsMatchTheirShape();
     void failedStoreLeavesWorkspaceUnchanged();
     void cliImportsLogEndToEnd();
     void cliFailuresLeaveWorkspaceUnchanged();
@@ -418,7 +432,9 @@ void TestImport::tinkerMapsSampledTokenEstimators()
         COMPARE_NEAR(*m.entropy, samplerEntropy(*batch));
     }
     QCOMPARE(*stepOf(log, 1).reward, 0.375);
-    QCOMPARE(*stepOf(log, 4).accuracy, 0.5);
+    // env/all/correct is the training batch's fraction correct: train_accuracy, not the held-out accuracy.
+    QVERIFY(!stepOf(log, 4).accuracy);
+    QCOMPARE(nlohmann::json::parse(stepOf(log, 4).extrasJson).at("train_accuracy").get<double>(), 0.5);
     QCOMPARE(nlohmann::json::parse(stepOf(log, 0).extrasJson).at("teacher_kl").get<double>(), 0.731);
     QCOMPARE(skippedLines(log), (std::vector<std::int64_t>{4, 5, 6, 8}));
     // Line 3's reward is a string: dropped alone, the line's k1 kept.
@@ -494,12 +510,20 @@ void TestImport::tinkerAsyncEvaluationLinesMerge()
         estimators.at("k1").at("estimator").get<std::string>().c_str());
     QVERIFY(!contains(estimators.at("accuracy").at("estimator").get<std::string>(), "config.json"));
 
-    // Without --map the evaluation lines carry no mapped metric: skipped and named, the training lines kept.
+    // Without --map the evaluation's test/env/all/correct (the one key of <evaluator>/env/all/correct) is the
+    // accuracy and test/env/all/reward/total the evaluation reward; env/all/correct of the training lines is the
+    // training batch's train_accuracy.
     const auto plain = io::importLog(io::LogSource::Tinker, file);
     QCOMPARE(stepNumbers(plain), (std::vector<std::int64_t>{0, 1, 2}));
-    QCOMPARE(skippedLines(plain), (std::vector<std::int64_t>{2, 4}));
-    QVERIFY(contains(reasonOf(plain, 2), "no mapped metric on this line (keys: test/env/all/correct"));
-    QCOMPARE(*stepOf(plain, 1).accuracy, 0.375); // env/all/correct of the training line
+    QVERIFY(plain.skipped.empty());
+    QVERIFY(plain.notes.empty());
+    QVERIFY(!stepOf(plain, 0).accuracy);
+    QCOMPARE(*stepOf(plain, 1).accuracy, 0.41);
+    QCOMPARE(*stepOf(plain, 2).accuracy, 0.47);
+    QCOMPARE(nlohmann::json::parse(stepOf(plain, 1).extrasJson).at("eval_reward").get<double>(), 0.41);
+    QCOMPARE(nlohmann::json::parse(stepOf(plain, 1).extrasJson).at("train_accuracy").get<double>(), 0.375);
+    QVERIFY(contains(nlohmann::json::parse(plain.estimatorJson()).at("accuracy").at("estimator").get<std::string>(),
+        "held-out evaluation accuracy"));
 
     // The CLI stores the configuration with the run and prints it.
     QTemporaryDir dir;
@@ -644,6 +668,7 @@ void TestImport::readmeMappingTableMatchesCode()
     std::ifstream readme(std::string(MISMATCH_SOURCE_DIR) + "/docs/exporting-and-importing.md");
     QVERIFY(readme.good());
     std::set<std::string> documented;
+    std::map<std::string, std::string> rowOf; // "SOURCE KEY" -> the row
     std::string line;
     bool inTable = false;
     while (std::getline(readme, line)) {
@@ -662,6 +687,7 @@ void TestImport::readmeMappingTableMatchesCode()
         const std::string source = line.substr(2, firstTick - 3);
         documented.insert(source + " " + line.substr(firstTick + 1, secondTick - firstTick - 1) + " -> "
             + line.substr(thirdTick + 1, fourthTick - thirdTick - 1));
+        rowOf[source + " " + line.substr(firstTick + 1, secondTick - firstTick - 1)] = line;
     }
     std::set<std::string> code;
     for (const auto& [source, name] : {std::pair{io::LogSource::Verl, "verl"}, std::pair{io::LogSource::Tinker, "Tinker"},
@@ -672,11 +698,15 @@ void TestImport::readmeMappingTableMatchesCode()
                 code.insert(std::string(name) + " " + known.key + " -> " + known.measure);
             }
         }
-        // The key patterns (verl's val-core/<data source>/acc/mean@<N>) are rows of the same table.
+        // The key patterns (verl's val-core/<data source>/acc/mean@<N>) are rows of the same table: the measure
+        // (a pattern without one, its series) first, and the series each matching key is kept under in the row.
         for (const auto& pattern : io::knownKeyPatterns(source)) {
-            if (pattern.source == source) {
-                code.insert(std::string(name) + " " + pattern.key + " -> " + pattern.measure);
-            }
+            if (pattern.source != source) continue;
+            const std::string row = std::string(name) + " " + pattern.key;
+            code.insert(row + " -> " + (pattern.measure.empty() ? pattern.series : pattern.measure));
+            const auto documentedRow = rowOf.find(row);
+            QVERIFY2(documentedRow == rowOf.end() || contains(documentedRow->second, "`" + pattern.series + "`"),
+                ("the docs row of " + row + " does not name its series " + pattern.series).c_str());
         }
     }
     QVERIFY(!documented.empty());
@@ -1269,8 +1299,8 @@ void TestImport::verlOffPolicyDiagnostics()
 
 // verl's validation accuracy of one data source (val-core/<data source>/acc/mean@<N>, see the top of this file) is
 // read as accuracy at the steps that evaluated, without --map: at step 0 on a line of its own, and merged into the
-// lines of steps 5 and 10. The other validation keys of that source (best@N, maj@N, std@N, the reward variable) are
-// not accuracy and stay unread.
+// lines of steps 5 and 10. The other validation keys of that source (best@N, maj@N, std@N) are not accuracy and stay
+// unread; the reward variable (val-aux beside acc) is the validation reward, eval_reward.
 void TestImport::verlValidationAccuracyOfOneDataSource_data()
 {
     QTest::addColumn<int>("responses"); // actor_rollout_ref.rollout.val_kwargs.n: N in mean@N
@@ -1335,7 +1365,10 @@ void TestImport::verlValidationAccuracyOfOneDataSource()
                  + " responses per problem of openai/gsm8k's acc"),
         estimator.c_str());
     const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
-    QVERIFY(!unmapped.count(key) && unmapped.count("val-aux/openai/gsm8k/reward/mean@" + n));
+    QVERIFY(!unmapped.count(key));
+    // The reward variable beside acc, under val-aux: the validation reward, not the accuracy.
+    COMPARE_NEAR(nlohmann::json::parse(stepOf(log, 10).extrasJson).at("eval_reward").get<double>(), 10.25);
+    QCOMPARE(estimators.at("eval_reward").at("key").get<std::string>(), "val-aux/openai/gsm8k/reward/mean@" + n);
     if (responses > 1) {
         QVERIFY(unmapped.count("val-core/openai/gsm8k/acc/best@" + n + "/mean"));
         QVERIFY(unmapped.count("val-core/openai/gsm8k/acc/maj@" + n + "/mean"));
@@ -1354,18 +1387,22 @@ void TestImport::verlValidationAccuracyOfOneDataSource()
     QVERIFY(contains(nlohmann::json::parse(table.estimatorJson()).at("accuracy").at("estimator").get<std::string>(),
         "verl validation accuracy"));
 
-    // A --map entry for accuracy wins over the pattern: the validation key is then not read.
+    // A --map entry for accuracy wins over the pattern: the validation key is then kept under its own name,
+    // accuracy/openai/gsm8k, and step 0's line (validation keys only) is read through it.
     io::LogImportOptions options;
     options.map = {"rollout_corr/kl=accuracy"};
     const io::ImportedLog mapped = io::importLog(io::LogSource::Verl, writeFile(dir, "verl.jsonl", text), options);
     COMPARE_NEAR(*stepOf(mapped, 5).accuracy, 0.005);
-    QCOMPARE(skippedLines(mapped), std::vector<std::int64_t> {1}); // step 0's line: validation keys only, none read
-    QVERIFY(std::count(mapped.unmappedKeys.begin(), mapped.unmappedKeys.end(), key) == 1);
+    QVERIFY(mapped.skipped.empty());
+    COMPARE_NEAR(
+        nlohmann::json::parse(stepOf(mapped, 5).extrasJson).at("accuracy/openai/gsm8k").get<double>(), meanAccuracy(5));
+    QVERIFY(!std::count(mapped.unmappedKeys.begin(), mapped.unmappedKeys.end(), key));
+    QVERIFY(mapped.notes.empty()); // the measure is filled: nothing to pick
 }
 
-// Two data sources log one validation accuracy key each: neither is read (which one the run's quality is depends on
-// the user), the keys are listed as not read and the import's notes name both and the --map entry that picks one;
-// with that entry the chosen source's values are read.
+// Two data sources log one validation accuracy key each: neither is read as accuracy (which one the run's quality is
+// depends on the user); each is kept under its own name, accuracy/<data source>, and the import's notes name both
+// and the --map entry that picks one; with that entry the chosen source's values are read as accuracy.
 void TestImport::verlValidationAccuraciesOfSeveralDataSources()
 {
     const std::string gsm8k = "val-core/openai/gsm8k/acc/mean@1";
@@ -1386,12 +1423,25 @@ void TestImport::verlValidationAccuraciesOfSeveralDataSources()
     for (const store::StepMetrics& step : log.steps) {
         QVERIFY2(!step.accuracy, qPrintable(QString("step %1 has an accuracy").arg(step.step)));
     }
-    QVERIFY(!nlohmann::json::parse(log.estimatorJson()).contains("accuracy"));
+    const auto records = nlohmann::json::parse(log.estimatorJson());
+    QVERIFY(!records.contains("accuracy"));
+    for (int step : {0, 3, 6}) {
+        const auto extras = nlohmann::json::parse(stepOf(log, step).extrasJson);
+        COMPARE_NEAR(extras.at("accuracy/openai/gsm8k").get<double>(), 0.40 + 0.01 * step);
+        COMPARE_NEAR(extras.at("accuracy/lighteval/MATH").get<double>(), 0.20 + 0.02 * step);
+    }
+    QVERIFY(!nlohmann::json::parse(stepOf(log, 1).extrasJson).contains("accuracy/openai/gsm8k"));
+    QCOMPARE(records.at("accuracy/lighteval/MATH").at("key").get<std::string>(), math);
+    QCOMPARE(records.at("accuracy/lighteval/MATH").at("unit").get<std::string>(), std::string("fraction"));
+    QVERIFY(contains(records.at("accuracy/lighteval/MATH").at("estimator").get<std::string>(),
+        "mean over the 1 responses per problem of lighteval/MATH's acc"));
     const std::set<std::string> unmapped(log.unmappedKeys.begin(), log.unmappedKeys.end());
-    QVERIFY(unmapped.count(gsm8k) && unmapped.count(math));
+    QVERIFY(!unmapped.count(gsm8k) && !unmapped.count(math));
     QCOMPARE(log.notes.size(), std::size_t {1});
     const std::string& note = log.notes[0];
-    QVERIFY2(contains(note, gsm8k) && contains(note, math) && contains(note, "accuracy not read"), note.c_str());
+    QVERIFY2(contains(note, gsm8k) && contains(note, math) && contains(note, "accuracy not read")
+            && contains(note, "accuracy/openai/gsm8k"),
+        note.c_str());
     // The entry it proposes is one that --map accepts, for one of the two keys.
     const auto proposed = note.find("--map ");
     QVERIFY2(proposed != std::string::npos, note.c_str());
@@ -1402,14 +1452,16 @@ void TestImport::verlValidationAccuraciesOfSeveralDataSources()
     const auto config = nlohmann::json::parse(log.runConfigJson(path, {}));
     QVERIFY(config.at("import").at("notes") == nlohmann::json(log.notes));
 
-    // --map picks one: MATH's values at steps 0, 3 and 6, the other key still not read, no note.
+    // --map picks one: MATH's values at steps 0, 3 and 6; the other key, with the measure filled, is kept under its
+    // own name; no note.
     io::LogImportOptions options;
     options.map = {math + "=accuracy"};
     const io::ImportedLog picked = io::importLog(io::LogSource::Verl, path, options);
     for (int step : {0, 3, 6}) COMPARE_NEAR(*stepOf(picked, step).accuracy, 0.20 + 0.02 * step);
     QVERIFY(!stepOf(picked, 1).accuracy);
     QVERIFY(picked.notes.empty());
-    QVERIFY(std::count(picked.unmappedKeys.begin(), picked.unmappedKeys.end(), gsm8k) == 1);
+    COMPARE_NEAR(nlohmann::json::parse(stepOf(picked, 3).extrasJson).at("accuracy/openai/gsm8k").get<double>(), 0.43);
+    QVERIFY(!nlohmann::json::parse(stepOf(picked, 3).extrasJson).contains("accuracy/lighteval/MATH"));
     const auto estimators = nlohmann::json::parse(picked.estimatorJson());
     QCOMPARE(estimators.at("accuracy").at("key").get<std::string>(), math);
     QVERIFY(estimators.at("accuracy").at("user_mapped").get<bool>());
@@ -1419,6 +1471,632 @@ void TestImport::verlValidationAccuraciesOfSeveralDataSources()
             && contains(estimator, "(mapped with --map)"),
         estimator.c_str());
     QVERIFY(!nlohmann::json::parse(picked.runConfigJson(path, options.map)).at("import").contains("notes"));
+}
+
+namespace {
+
+// Per-sequence probabilities of the sampled tokens, the engine's mu(y) and the trainer's pi(y), for verl's sequence
+// statistics: four sequences of different lengths, one with weights pi / mu above 2 (truncated at 2), two whose mean
+// raw weight is below 1/2, and a token on which engine and trainer agree.
+struct Sequences {
+    std::vector<std::vector<double>> mu;
+    std::vector<std::vector<double>> pi;
+};
+const Sequences kSequences {{{0.5, 0.8, 0.25, 0.6}, {0.1, 0.7, 0.05}, {0.9, 0.6}, {0.8, 0.5}},
+    {{0.4, 0.9, 0.3, 0.6}, {0.35, 0.65, 0.2}, {0.3, 0.2}, {0.2, 0.15}}};
+
+double meanOf(const std::vector<double>& values)
+{
+    return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+}
+
+// No two values within kTolerance of each other: a value read into another key's measure would then show.
+bool allDistinct(const std::vector<double>& values)
+{
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        for (std::size_t j = i + 1; j < values.size(); ++j) {
+            if (std::fabs(values[i] - values[j]) <= kTolerance) return false;
+        }
+    }
+    return true;
+}
+
+std::string verlLine(std::int64_t step, const nlohmann::json& data)
+{
+    return nlohmann::json {{"step", step}, {"data", data}}.dump() + "\n";
+}
+
+// The step's extras value `name`, NaN when it has none (so that a comparison with it fails).
+double extraAt(const io::ImportedLog& log, std::int64_t step, const std::string& name)
+{
+    const auto extras = nlohmann::json::parse(stepOf(log, step).extrasJson);
+    const auto found = extras.find(name);
+    return found == extras.end() ? std::numeric_limits<double>::quiet_NaN() : found->get<double>();
+}
+
+const io::MappedMetric* metricOf(const io::ImportedLog& log, const std::string& measure)
+{
+    for (const io::MappedMetric& metric : log.metrics) {
+        if (metric.measure == measure) return &metric;
+    }
+    return nullptr;
+}
+
+io::KnownKeyPattern patternOf(io::LogSource source, const std::string& key)
+{
+    for (const io::KnownKeyPattern& pattern : io::knownKeyPatterns(source)) {
+        if (pattern.key == key) return pattern;
+    }
+    qFatal("no key pattern %s", key.c_str());
+}
+
+} // namespace
+
+// verl's importance-weight statistics and sequence log-perplexities (verl-project/verl
+// 1dda039b9c6311889a9c9a26040677e1254814f9, verl/trainer/ppo/rollout_corr_helper.py compute_is_metrics,
+// compute_rollout_correction_weights and compute_offpolicy_metrics), computed here in float64 from kSequences at
+// rollout_is level token with rollout_is_threshold 2 (TIS: the applied weight is w = min(pi / mu, 2); the lower bound
+// is 1/2). Each key lands in its own measure, none in a KL column.
+void TestImport::verlImportanceWeightStatistics()
+{
+    const double upper = 2.0;
+    const double lower = 1.0 / upper;
+    const std::size_t count = kSequences.mu.size();
+    std::vector<double> applied; // w of every response token
+    std::vector<double> sequenceMeans; // per sequence, the token mean of w
+    std::vector<double> rawSequenceMeans; // per sequence, the token mean of pi / mu before truncation
+    std::vector<double> logPplDiffs; // per sequence, mean log mu - mean log pi
+    double trainingLogPpl = 0.0;
+    double rolloutLogPpl = 0.0;
+    double outsideIcePop = 0.0; // raw weights outside [1/2, 2]
+    for (std::size_t s = 0; s < count; ++s) {
+        const auto n = static_cast<double>(kSequences.mu[s].size());
+        double sumApplied = 0.0, sumRaw = 0.0, sumLogMu = 0.0, sumLogPi = 0.0;
+        for (std::size_t t = 0; t < kSequences.mu[s].size(); ++t) {
+            const double rho = kSequences.pi[s][t] / kSequences.mu[s][t];
+            applied.push_back(std::min(rho, upper));
+            sumApplied += std::min(rho, upper);
+            sumRaw += rho;
+            sumLogMu += std::log(kSequences.mu[s][t]);
+            sumLogPi += std::log(kSequences.pi[s][t]);
+            outsideIcePop += (rho < lower || rho > upper) ? 1.0 : 0.0;
+        }
+        sequenceMeans.push_back(sumApplied / n);
+        rawSequenceMeans.push_back(sumRaw / n);
+        logPplDiffs.push_back(sumLogMu / n - sumLogPi / n);
+        trainingLogPpl += -sumLogPi / n / static_cast<double>(count);
+        rolloutLogPpl += -sumLogMu / n / static_cast<double>(count);
+    }
+    outsideIcePop /= static_cast<double>(applied.size());
+    const double meanApplied = meanOf(applied);
+    double squares = 0.0, normalizedSquares = 0.0;
+    for (const double w : applied) {
+        squares += w * w / static_cast<double>(applied.size());
+        normalizedSquares += (w / meanApplied) * (w / meanApplied) / static_cast<double>(applied.size());
+    }
+    const double sequenceMean = meanOf(sequenceMeans);
+    double sequenceVariance = 0.0, deviation = 0.0, high = 0.0, low = 0.0;
+    for (const double m : sequenceMeans) {
+        sequenceVariance
+            += (m - sequenceMean) * (m - sequenceMean) / static_cast<double>(count - 1); // torch.std: n - 1
+        deviation = std::max(deviation, std::fabs(m - 1.0));
+    }
+    for (const double m : rawSequenceMeans) {
+        high += (m > upper ? 1.0 : 0.0) / static_cast<double>(count);
+        low += (m < lower ? 1.0 : 0.0) / static_cast<double>(count);
+    }
+    const std::vector<std::tuple<std::string, std::string, double>> expected = {
+        {"rollout_corr/rollout_is_std", "is_weight_std", std::sqrt(squares - meanApplied * meanApplied)},
+        {"rollout_corr/rollout_is_eff_sample_size", "is_eff_sample_size", 1.0 / normalizedSquares},
+        {"rollout_corr/rollout_is_seq_mean", "is_seq_weight_mean", sequenceMean},
+        {"rollout_corr/rollout_is_seq_std", "is_seq_weight_std", std::sqrt(sequenceVariance)},
+        {"rollout_corr/rollout_is_seq_max", "is_seq_weight_max",
+            *std::max_element(sequenceMeans.begin(), sequenceMeans.end())},
+        {"rollout_corr/rollout_is_seq_min", "is_seq_weight_min",
+            *std::min_element(sequenceMeans.begin(), sequenceMeans.end())},
+        {"rollout_corr/rollout_is_seq_max_deviation", "is_seq_max_deviation", deviation},
+        {"rollout_corr/rollout_is_seq_fraction_high", "is_seq_fraction_high", high},
+        {"rollout_corr/rollout_is_seq_fraction_low", "is_seq_fraction_low", low},
+        {"rollout_corr/training_log_ppl", "training_log_ppl", trainingLogPpl},
+        {"rollout_corr/rollout_log_ppl", "rollout_log_ppl", rolloutLogPpl},
+        {"rollout_corr/log_ppl_diff_max", "log_ppl_diff_max",
+            *std::max_element(logPplDiffs.begin(), logPplDiffs.end())},
+        {"rollout_corr/log_ppl_diff_min", "log_ppl_diff_min",
+            *std::min_element(logPplDiffs.begin(), logPplDiffs.end())},
+    };
+    nlohmann::json data = nlohmann::json::object();
+    std::vector<double> values = {outsideIcePop};
+    for (const auto& [key, measure, value] : expected) {
+        data[key] = value;
+        values.push_back(value);
+    }
+    QVERIFY(allDistinct(values));
+    // The data truncate a weight and fill both sequence fractions.
+    QVERIFY(high > 0.0 && low > 0.0 && *std::max_element(applied.begin(), applied.end()) == upper);
+    // IcePop ("0.5_2": weights outside [1/2, 2] zeroed) logs the fraction of raw weights outside, here on step 2.
+    QTemporaryDir dir;
+    const std::string path = writeFile(dir, "verl.jsonl",
+        verlLine(1, data)
+            + verlLine(2, {{"rollout_corr/rollout_is_oob_ratio", outsideIcePop}, {"rollout_corr/kl", 0.01}}));
+    const io::ImportedLog log = io::importLog(io::LogSource::Verl, path);
+    QCOMPARE(stepNumbers(log), (std::vector<std::int64_t> {1, 2}));
+    QVERIFY(!stepOf(log, 1).mismatchKl && !stepOf(log, 1).k1 && !stepOf(log, 1).k3);
+    for (const auto& [key, measure, value] : expected) {
+        QVERIFY2(std::fabs(extraAt(log, 1, measure) - value) <= kTolerance, (key + " -> " + measure).c_str());
+    }
+    COMPARE_NEAR(extraAt(log, 2, "is_fraction_outside"), outsideIcePop);
+    QVERIFY(log.unmappedKeys.empty());
+    const auto estimators = nlohmann::json::parse(log.estimatorJson());
+    for (const auto& [key, measure, value] : expected) {
+        QCOMPARE(estimators.at(measure).at("key").get<std::string>(), key);
+    }
+    QVERIFY(contains(estimators.at("is_eff_sample_size").at("estimator").get<std::string>(),
+        "1 / token mean of (w / token mean of w)^2"));
+    QVERIFY(contains(estimators.at("is_seq_fraction_high").at("estimator").get<std::string>(),
+        "raw importance weights (before truncation)"));
+    QVERIFY(contains(estimators.at("is_fraction_outside").at("estimator").get<std::string>(), "IcePop"));
+    QCOMPARE(estimators.at("is_seq_weight_std").at("unit").get<std::string>(), std::string("ratio"));
+    QCOMPARE(estimators.at("is_fraction_outside").at("unit").get<std::string>(), std::string("fraction"));
+    QCOMPARE(estimators.at("training_log_ppl").at("unit").get<std::string>(), std::string("nats/token"));
+}
+
+// verl's rejection sampling (rollout_corr_helper.py compute_rollout_rejection_mask and compute_rs_metrics at the
+// commit above) with rollout_rs "token_k3,seq_mean_k1" and rollout_rs_threshold "0.5,0.5_2", computed here from
+// kSequences: token_k3 rejects a token whose k3 = r - 1 - log r (r = pi / mu) is above 0.5, seq_mean_k1 a sequence
+// whose mean of k1 = log mu - log pi is outside [log 1/2, log 2]. Each option's statistics are kept under their own
+// names, rs_<option>_<statistic>; the fractions masked by both options together have measures; none is a KL.
+void TestImport::verlRejectionSamplingStatistics()
+{
+    const double k3Upper = 0.5;
+    const double k1Lower = std::log(0.5);
+    const double k1Upper = std::log(2.0);
+    const std::size_t count = kSequences.mu.size();
+    std::vector<double> k3s; // k3 of every response token
+    std::vector<double> k3SequenceMeans;
+    std::vector<double> k1SequenceMeans;
+    double tokens = 0.0, masked = 0.0, maskedSequences = 0.0, k3Masked = 0.0, k3MaskedSequences = 0.0;
+    for (std::size_t s = 0; s < count; ++s) {
+        std::vector<double> k3Here;
+        double k1Sum = 0.0;
+        for (std::size_t t = 0; t < kSequences.mu[s].size(); ++t) {
+            const double l = std::log(kSequences.pi[s][t]) - std::log(kSequences.mu[s][t]); // |l| < 20: no clamp
+            k3Here.push_back(std::exp(l) - 1.0 - l);
+            k1Sum += -l;
+        }
+        const double k1Mean = k1Sum / static_cast<double>(k3Here.size());
+        const bool sequenceKept = k1Mean >= k1Lower && k1Mean <= k1Upper;
+        bool anyMasked = false, anyK3Masked = false;
+        for (const double k3 : k3Here) {
+            k3s.push_back(k3);
+            tokens += 1.0;
+            masked += (k3 <= k3Upper && sequenceKept) ? 0.0 : 1.0;
+            k3Masked += k3 <= k3Upper ? 0.0 : 1.0;
+            anyMasked = anyMasked || k3 > k3Upper || !sequenceKept;
+            anyK3Masked = anyK3Masked || k3 > k3Upper;
+        }
+        maskedSequences += anyMasked ? 1.0 : 0.0;
+        k3MaskedSequences += anyK3Masked ? 1.0 : 0.0;
+        k3SequenceMeans.push_back(meanOf(k3Here));
+        k1SequenceMeans.push_back(k1Mean);
+    }
+    double clampedMean = 0.0, clampedSquares = 0.0;
+    for (const double k3 : k3s) {
+        const double clamped = std::min(std::max(k3, 0.0), k3Upper); // clamped to [0, the upper bound] for std
+        clampedMean += clamped / tokens;
+        clampedSquares += clamped * clamped / tokens;
+    }
+    double deviation = 0.0, below = 0.0;
+    for (const double m : k1SequenceMeans) {
+        deviation = std::max(deviation, std::fabs(m));
+        below += (m < k1Lower ? 1.0 : 0.0) / static_cast<double>(count);
+    }
+    // key, where it lands (a series name or a measure), value, unit
+    const std::vector<std::tuple<std::string, std::string, double, std::string>> expected = {
+        {"rollout_corr/rollout_rs_token_k3_mean", "rs_token_k3_mean", meanOf(k3s), "nats"},
+        {"rollout_corr/rollout_rs_token_k3_max", "rs_token_k3_max", *std::max_element(k3s.begin(), k3s.end()), "nats"},
+        {"rollout_corr/rollout_rs_token_k3_min", "rs_token_k3_min", *std::min_element(k3s.begin(), k3s.end()), "nats"},
+        {"rollout_corr/rollout_rs_token_k3_std", "rs_token_k3_std",
+            std::sqrt(clampedSquares - clampedMean * clampedMean), "nats"},
+        {"rollout_corr/rollout_rs_token_k3_seq_mean", "rs_token_k3_seq_mean", meanOf(k3SequenceMeans), "nats"},
+        {"rollout_corr/rollout_rs_token_k3_masked_fraction", "rs_token_k3_masked_fraction", k3Masked / tokens,
+            "fraction"},
+        {"rollout_corr/rollout_rs_token_k3_seq_masked_fraction", "rs_token_k3_seq_masked_fraction",
+            k3MaskedSequences / static_cast<double>(count), "fraction"},
+        {"rollout_corr/rollout_rs_seq_mean_k1_fraction_low", "rs_seq_mean_k1_fraction_low", below, "fraction"},
+        {"rollout_corr/rollout_rs_seq_mean_k1_seq_max_deviation", "rs_seq_mean_k1_seq_max_deviation", deviation,
+            "nats"},
+        {"rollout_corr/rollout_rs_masked_fraction", "rs_masked_fraction", masked / tokens, "fraction"},
+        {"rollout_corr/rollout_rs_seq_masked_fraction", "rs_seq_masked_fraction",
+            maskedSequences / static_cast<double>(count), "fraction"},
+    };
+    nlohmann::json data = nlohmann::json::object();
+    std::vector<double> values;
+    for (const auto& [key, where, value, unit] : expected) {
+        data[key] = value;
+        values.push_back(value);
+    }
+    QVERIFY(allDistinct(values));
+    QVERIFY(below > 0.0 && masked > k3Masked); // both options reject something
+    // Not verl's names: an option it does not have, a statistic it does not log.
+    data["rollout_corr/rollout_rs_token_k4_mean"] = 0.5;
+    data["rollout_corr/rollout_rs_seq_max_k1_mean"] = 0.5;
+    data["rollout_corr/rollout_rs_token_k3_median"] = 0.5;
+    QTemporaryDir dir;
+    const io::ImportedLog log = io::importLog(io::LogSource::Verl, writeFile(dir, "verl.jsonl", verlLine(4, data)));
+    QVERIFY(!stepOf(log, 4).mismatchKl && !stepOf(log, 4).k1 && !stepOf(log, 4).k3);
+    for (const auto& [key, where, value, unit] : expected) {
+        QVERIFY2(std::fabs(extraAt(log, 4, where) - value) <= kTolerance, (key + " -> " + where).c_str());
+        const io::MappedMetric* metric = metricOf(log, where);
+        QVERIFY2(metric && metric->key == key && metric->unit == unit, (key + " -> " + where).c_str());
+    }
+    QCOMPARE(log.unmappedKeys,
+        (std::vector<std::string> {"rollout_corr/rollout_rs_seq_max_k1_mean", "rollout_corr/rollout_rs_token_k3_median",
+            "rollout_corr/rollout_rs_token_k4_mean"}));
+    QVERIFY(log.notes.empty());
+    const std::string k3Mean = metricOf(log, "rs_token_k3_mean")->estimator;
+    QVERIFY2(contains(k3Mean, "token_k3 (per response token, k3 = r - 1 - log r with r = pi(y) / mu(y)")
+            && contains(k3Mean, "the mean of the value over response tokens"),
+        k3Mean.c_str());
+    const std::string k1Low = metricOf(log, "rs_seq_mean_k1_fraction_low")->estimator;
+    QVERIFY2(
+        contains(k1Low, "seq_mean_k1 (per sequence, the mean over its response tokens of k1 = log mu(y) - log pi(y)")
+            && contains(k1Low, "below the lower bound"),
+        k1Low.c_str());
+}
+
+// verl's on-policy distillation losses: verl/trainer/distillation/losses.py (verl-project/verl
+// 1dda039b9c6311889a9c9a26040677e1254814f9) distillation_ppo_loss logs distillation/loss, distillation_loss the
+// per-token loss's extremes over the response tokens (distillation/loss_min, loss_max) and
+// compute_distillation_loss_reverse_kl_estimator the token mean of its absolute value (distillation/abs_loss);
+// RayPPOTrainer._update_actor (verl/trainer/ppo/ray_trainer.py) prefixes the actor's metrics with "actor/"
+// (verl/utils/py_functional.py rename_dict). With loss_mode k1 the per-token loss is log pi(y) - log teacher(y)
+// (verl/trainer/ppo/core_algos.py kl_penalty) and with loss_agg_mode token-mean the loss is its mean.
+void TestImport::verlDistillationLosses()
+{
+    const std::vector<double> student = {-0.2, -1.5, -0.05, -2.3, -0.7};
+    const std::vector<double> teacher = {-0.35, -0.9, -0.1, -3.1, -0.4};
+    std::vector<double> perToken;
+    std::vector<double> absolute;
+    for (std::size_t t = 0; t < student.size(); ++t) {
+        perToken.push_back(student[t] - teacher[t]);
+        absolute.push_back(std::fabs(student[t] - teacher[t]));
+    }
+    const double loss = meanOf(perToken);
+    const double smallest = *std::min_element(perToken.begin(), perToken.end());
+    const double largest = *std::max_element(perToken.begin(), perToken.end());
+    const double absLoss = meanOf(absolute);
+    QVERIFY(allDistinct({loss, smallest, largest, absLoss}) && smallest < 0.0);
+    QTemporaryDir dir;
+    const io::ImportedLog log = io::importLog(io::LogSource::Verl,
+        writeFile(dir, "verl.jsonl",
+            verlLine(3,
+                {{"actor/distillation/loss", loss}, {"actor/distillation/loss_min", smallest},
+                    {"actor/distillation/loss_max", largest}, {"actor/distillation/abs_loss", absLoss}})));
+    COMPARE_NEAR(*stepOf(log, 3).loss, loss);
+    COMPARE_NEAR(extraAt(log, 3, "distillation_loss_min"), smallest);
+    COMPARE_NEAR(extraAt(log, 3, "distillation_loss_max"), largest);
+    COMPARE_NEAR(extraAt(log, 3, "distillation_abs_loss"), absLoss);
+    QVERIFY(!stepOf(log, 3).k1 && !stepOf(log, 3).mismatchKl);
+    const auto estimators = nlohmann::json::parse(log.estimatorJson());
+    QCOMPARE(estimators.at("distillation_loss_min").at("key").get<std::string>(),
+        std::string("actor/distillation/loss_min"));
+    QCOMPARE(estimators.at("distillation_abs_loss").at("key").get<std::string>(),
+        std::string("actor/distillation/abs_loss"));
+    QVERIFY(
+        contains(estimators.at("distillation_loss_max").at("estimator").get<std::string>(), "before loss_max_clamp"));
+    QVERIFY(log.unmappedKeys.empty());
+}
+
+// verl's validation reward (ray_trainer.py _val_metrics_update, see the top of this file): a reward function that
+// returns no acc makes the reward the core variable, val-core/<data source>/reward/mean@<N>; one that returns acc
+// logs the reward under val-aux. Either is the validation reward, eval_reward, never the accuracy; best@N and maj@N
+// (the best of N responses, a majority vote) are other statistics and stay unread.
+void TestImport::verlValidationReward()
+{
+    // Three problems, four responses each: the reward function's score (+1 right, -1 wrong) and acc (right or not).
+    const std::vector<std::vector<double>> scores = {{1, -1, 1, 1}, {-1, -1, -1, 1}, {1, 1, 1, 1}};
+    double meanReward = 0.0, meanAccuracy = 0.0;
+    for (const auto& problem : scores) {
+        double right = 0.0;
+        for (const double score : problem)
+            right += score > 0 ? 1.0 : 0.0;
+        meanReward += meanOf(problem) / static_cast<double>(scores.size());
+        meanAccuracy += right / static_cast<double>(problem.size()) / static_cast<double>(scores.size());
+    }
+    QVERIFY(std::fabs(meanReward - meanAccuracy) > kTolerance);
+    QTemporaryDir dir;
+    const io::ImportedLog core = io::importLog(io::LogSource::Verl,
+        writeFile(dir, "core.jsonl",
+            verlLine(0,
+                {{"val-core/openai/gsm8k/reward/mean@4", meanReward}, {"val-core/openai/gsm8k/reward/best@4/mean", 1.0},
+                    {"val-core/openai/gsm8k/reward/maj@4/mean", 0.9}})));
+    COMPARE_NEAR(extraAt(core, 0, "eval_reward"), meanReward);
+    QVERIFY(!stepOf(core, 0).accuracy && !stepOf(core, 0).reward);
+    QCOMPARE(core.unmappedKeys,
+        (std::vector<std::string> {
+            "val-core/openai/gsm8k/reward/best@4/mean", "val-core/openai/gsm8k/reward/maj@4/mean"}));
+    const std::string estimator = metricOf(core, "eval_reward")->estimator;
+    QVERIFY2(contains(estimator, "mean over the 4 responses per problem of openai/gsm8k's reward-function score")
+            && contains(estimator, "returns no acc"),
+        estimator.c_str());
+
+    const io::ImportedLog both = io::importLog(io::LogSource::Verl,
+        writeFile(dir, "both.jsonl",
+            verlLine(0,
+                {{"val-core/openai/gsm8k/acc/mean@4", meanAccuracy}, {"val-aux/openai/gsm8k/reward/mean@4", meanReward},
+                    {"val-aux/openai/gsm8k/acc/std@4", 0.3}})));
+    COMPARE_NEAR(*stepOf(both, 0).accuracy, meanAccuracy);
+    COMPARE_NEAR(extraAt(both, 0, "eval_reward"), meanReward);
+    QVERIFY(contains(metricOf(both, "eval_reward")->estimator, "logged under val-aux"));
+
+    // Two data sources: each reward under its own name, and a note for the measure left empty.
+    const io::ImportedLog two = io::importLog(io::LogSource::Verl,
+        writeFile(dir, "two.jsonl",
+            verlLine(0,
+                {{"val-core/openai/gsm8k/reward/mean@4", meanReward},
+                    {"val-core/lighteval/MATH/reward/mean@4", -0.5}})));
+    COMPARE_NEAR(extraAt(two, 0, "eval_reward/openai/gsm8k"), meanReward);
+    COMPARE_NEAR(extraAt(two, 0, "eval_reward/lighteval/MATH"), -0.5);
+    QVERIFY(!nlohmann::json::parse(stepOf(two, 0).extrasJson).contains("eval_reward"));
+    QCOMPARE(two.notes.size(), std::size_t {1});
+    QVERIFY2(contains(two.notes[0], "eval_reward not read")
+            && contains(two.notes[0], "--map val-core/lighteval/MATH/reward/mean@4=eval_reward"),
+        two.notes[0].c_str());
+}
+
+// Tinker's on-policy distillation over two datasets (tinker-cookbook 9dfcc3a2cf44432d621a01005073dc6d76a1e87a,
+// tinker_cookbook/distillation/train_on_policy.py incorporate_kl_penalty): teacher_kl is the mean of log mu(y) - log
+// teacher(y) over every action token of the batch, teacher_kl/dataset_<i> the same over dataset i's tokens. The total
+// is the measure and each dataset's is kept under its own name; a single dataset's key repeats the total and is kept
+// the same way; a log whose only teacher key is a dataset's reads it as teacher_kl.
+void TestImport::tinkerPerDatasetTeacherKl()
+{
+    struct Datum {
+        int dataset;
+        std::vector<double> sampler; // log mu(y) of its action tokens
+        std::vector<double> teacher; // log teacher(y)
+    };
+    const std::vector<Datum> batch = {{0, {-0.1, -0.9, -0.3}, {-0.4, -1.2, -0.3}}, {1, {-2.0, -0.5}, {-1.1, -0.45}},
+        {0, {-0.7}, {-1.6}}, {1, {-0.2, -0.3, -1.0}, {-0.9, -0.3, -1.4}}};
+    double sums[2] = {0.0, 0.0};
+    double counts[2] = {0.0, 0.0};
+    for (const Datum& datum : batch) {
+        for (std::size_t t = 0; t < datum.sampler.size(); ++t) {
+            sums[datum.dataset] += datum.sampler[t] - datum.teacher[t];
+            counts[datum.dataset] += 1.0;
+        }
+    }
+    const double total = (sums[0] + sums[1]) / (counts[0] + counts[1]);
+    const double first = sums[0] / counts[0];
+    const double second = sums[1] / counts[1];
+    QVERIFY(allDistinct({total, first, second}));
+    QTemporaryDir dir;
+    const auto tinkerLog = [&](const std::string& name, const nlohmann::json& line) {
+        QDir(dir.path()).mkdir(QString::fromStdString(name));
+        return io::importLog(io::LogSource::Tinker, writeFile(dir, name + "/metrics.jsonl", line.dump() + "\n"));
+    };
+    const io::ImportedLog log = tinkerLog("two",
+        {{"step", 0}, {"teacher_kl", total}, {"teacher_kl/dataset_0", first}, {"teacher_kl/dataset_1", second},
+            {"optim/kl_sample_train_v1", 0.01}});
+    COMPARE_NEAR(extraAt(log, 0, "teacher_kl"), total);
+    COMPARE_NEAR(extraAt(log, 0, "teacher_kl/dataset_0"), first);
+    COMPARE_NEAR(extraAt(log, 0, "teacher_kl/dataset_1"), second);
+    QVERIFY(log.notes.empty() && log.unmappedKeys.empty());
+    QCOMPARE(metricOf(log, "teacher_kl")->key, std::string("teacher_kl"));
+    const io::MappedMetric* perDataset = metricOf(log, "teacher_kl/dataset_1");
+    QVERIFY(perDataset && perDataset->key == "teacher_kl/dataset_1" && perDataset->unit == "nats/token");
+    QVERIFY2(
+        contains(perDataset->estimator, "on dataset 1 of the run's dataset_configs"), perDataset->estimator.c_str());
+
+    const io::ImportedLog one = tinkerLog("one", {{"step", 0}, {"teacher_kl", first}, {"teacher_kl/dataset_0", first}});
+    COMPARE_NEAR(extraAt(one, 0, "teacher_kl"), first);
+    COMPARE_NEAR(extraAt(one, 0, "teacher_kl/dataset_0"), first);
+    QCOMPARE(metricOf(one, "teacher_kl")->key, std::string("teacher_kl"));
+
+    const io::ImportedLog only = tinkerLog("only", {{"step", 0}, {"teacher_kl/dataset_0", first}});
+    COMPARE_NEAR(extraAt(only, 0, "teacher_kl"), first);
+    QCOMPARE(metricOf(only, "teacher_kl")->key, std::string("teacher_kl/dataset_0"));
+    QVERIFY(!nlohmann::json::parse(stepOf(only, 0).extrasJson).contains("teacher_kl/dataset_0"));
+}
+
+// Tinker's trajectory metrics (tinker-cookbook tinker_cookbook/rl/metric_util.py compute_trajectory_metrics at the
+// commit above): env/all/... over the training batch, env/<tag>/... per logging tag when tags split the batch, and
+// RLTestSetEvaluator's over the held-out test set, prefixed test/ by rl/train.py and test/test/ by
+// distillation/train_on_policy.py. The test set's fraction correct is the accuracy and its reward eval_reward; the
+// training batch's are train_accuracy and reward; each tag's is kept under its own name.
+void TestImport::tinkerTagsAndEvaluation()
+{
+    struct Episode {
+        std::string tag;
+        double correct; // the environment's "correct" metric (problem_env.py)
+        double reward; // its total reward: format_coef * (format - 1) + correct, format_coef 0.1
+    };
+    const std::vector<Episode> training = {{"gsm8k", 1, 1.0}, {"gsm8k", 0, -0.1}, {"gsm8k", 1, 1.0}, {"math", 0, 0.0},
+        {"math", 1, 1.0}, {"math", 0, -0.1}, {"math", 0, 0.0}};
+    const std::vector<Episode> test = {{"gsm8k", 1, 1.0}, {"gsm8k", 1, 1.0}, {"math", 0, -0.1}, {"math", 1, 1.0}};
+    // Means over the episodes of `tag` ("" for all).
+    const auto means = [](const std::vector<Episode>& episodes, const std::string& tag) {
+        double correct = 0.0, reward = 0.0, count = 0.0;
+        for (const Episode& episode : episodes) {
+            if (!tag.empty() && episode.tag != tag) continue;
+            correct += episode.correct;
+            reward += episode.reward;
+            count += 1.0;
+        }
+        return std::pair<double, double> {correct / count, reward / count};
+    };
+    const auto [allCorrect, allReward] = means(training, "");
+    const auto [gsm8kCorrect, gsm8kReward] = means(training, "gsm8k");
+    const auto [mathCorrect, mathReward] = means(training, "math");
+    const auto [testCorrect, testReward] = means(test, "");
+    QVERIFY(allDistinct(
+        {allCorrect, allReward, gsm8kCorrect, gsm8kReward, mathCorrect, mathReward, testCorrect, testReward}));
+    QTemporaryDir dir;
+    const auto tinkerLog = [&](const std::string& name, const nlohmann::json& line) {
+        QDir(dir.path()).mkdir(QString::fromStdString(name));
+        return io::importLog(io::LogSource::Tinker, writeFile(dir, name + "/metrics.jsonl", line.dump() + "\n"));
+    };
+    const io::ImportedLog log = tinkerLog("rl",
+        {{"step", 3}, {"env/all/correct", allCorrect}, {"env/all/reward/total", allReward},
+            {"env/gsm8k/correct", gsm8kCorrect}, {"env/gsm8k/reward/total", gsm8kReward},
+            {"env/math/correct", mathCorrect}, {"env/math/reward/total", mathReward},
+            {"test/env/all/correct", testCorrect}, {"test/env/all/reward/total", testReward}});
+    const store::StepMetrics& step = stepOf(log, 3);
+    COMPARE_NEAR(*step.accuracy, testCorrect);
+    COMPARE_NEAR(*step.reward, allReward);
+    COMPARE_NEAR(extraAt(log, 3, "eval_reward"), testReward);
+    COMPARE_NEAR(extraAt(log, 3, "train_accuracy"), allCorrect);
+    COMPARE_NEAR(extraAt(log, 3, "train_accuracy/gsm8k"), gsm8kCorrect);
+    COMPARE_NEAR(extraAt(log, 3, "train_accuracy/math"), mathCorrect);
+    COMPARE_NEAR(extraAt(log, 3, "reward/gsm8k"), gsm8kReward);
+    COMPARE_NEAR(extraAt(log, 3, "reward/math"), mathReward);
+    const auto extras = nlohmann::json::parse(step.extrasJson);
+    QVERIFY(!extras.contains("train_accuracy/all") && !extras.contains("reward/all")); // env/all/... is the total
+    QVERIFY(log.notes.empty() && log.unmappedKeys.empty());
+    QCOMPARE(metricOf(log, "accuracy")->key, std::string("test/env/all/correct"));
+    QVERIFY(contains(metricOf(log, "accuracy")->estimator, "held-out evaluation accuracy"));
+    QVERIFY(contains(metricOf(log, "train_accuracy/math")->estimator, "episodes tagged math"));
+    QCOMPARE(metricOf(log, "train_accuracy/math")->unit, std::string("fraction"));
+
+    // A CSV export of the run (one column per key) reads them the same way, each estimator naming Tinker's key.
+    const std::string csv = writeFile(dir, "tinker.csv",
+        "step,env/all/correct,env/gsm8k/correct,env/math/correct,test/env/all/correct\n3,"
+            + nlohmann::json(allCorrect).dump() + "," + nlohmann::json(gsm8kCorrect).dump() + ","
+            + nlohmann::json(mathCorrect).dump() + "," + nlohmann::json(testCorrect).dump() + "\n");
+    const io::ImportedLog table = io::importLog(io::LogSource::Csv, csv);
+    COMPARE_NEAR(*stepOf(table, 3).accuracy, testCorrect);
+    COMPARE_NEAR(extraAt(table, 3, "train_accuracy"), allCorrect);
+    COMPARE_NEAR(extraAt(table, 3, "train_accuracy/math"), mathCorrect);
+    QVERIFY(contains(metricOf(table, "accuracy")->estimator, "(tinker key)"));
+    QVERIFY(contains(metricOf(table, "train_accuracy/gsm8k")->estimator, "(tinker key)"));
+
+    // On-policy distillation's evaluation: test/test/env/all/correct.
+    const io::ImportedLog distillation = tinkerLog("opd",
+        {{"step", 0}, {"test/test/env/all/correct", testCorrect}, {"env/all/correct", allCorrect},
+            {"teacher_kl", 0.4}});
+    COMPARE_NEAR(*stepOf(distillation, 0).accuracy, testCorrect);
+    QVERIFY(contains(metricOf(distillation, "accuracy")->estimator, "prefixed test/test/"));
+
+    // Two evaluators: neither is the accuracy; each is kept under its own name, and a note says how to pick one.
+    const io::ImportedLog two = tinkerLog("two",
+        {{"step", 0}, {"test/env/all/correct", testCorrect}, {"val/env/all/correct", gsm8kCorrect},
+            {"optim/kl_sample_train_v1", 0.01}});
+    QVERIFY(!stepOf(two, 0).accuracy);
+    COMPARE_NEAR(extraAt(two, 0, "accuracy/test"), testCorrect);
+    COMPARE_NEAR(extraAt(two, 0, "accuracy/val"), gsm8kCorrect);
+    QCOMPARE(two.notes.size(), std::size_t {1});
+    const std::string& note = two.notes[0];
+    QVERIFY2(contains(note, "accuracy not read") && contains(note, "val/env/all/correct"), note.c_str());
+    const auto proposed = note.find("--map ");
+    QVERIFY2(
+        proposed != std::string::npos && note.substr(proposed + 6) == "test/env/all/correct=accuracy", note.c_str());
+    QVERIFY(io::checkMapEntry(note.substr(proposed + 6)).empty());
+}
+
+// NeMo-RL's mismatch metrics (NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909,
+// nemo_rl/algorithms/loss/loss_functions.py ClippedPGLossFn.__call__, logged by nemo_rl/algorithms/grpo.py with the
+// prefix "train" through its tensorboard logger), computed here in float64 from per-token probabilities: mu =
+// exp(generation_logprobs), pi = exp(prev_logprobs) (the trainer before the step), current = exp(curr_logprobs) (the
+// step's forward pass); truncated importance sampling "tis" with truncated_importance_sampling_ratio 2 (min 0), at
+// token level. The event file holds float32 scalars, as a tensorboard SummaryWriter writes them.
+void TestImport::nemoRlMismatchKeys()
+{
+    const std::vector<double> mu = {0.5, 0.1, 0.7, 0.05, 0.9};
+    const std::vector<double> pi = {0.4, 0.35, 0.65, 0.2, 0.3};
+    const std::vector<double> current = {0.45, 0.3, 0.6, 0.25, 0.35};
+    const double n = static_cast<double>(mu.size());
+    double js = 0.0, entropy = 0.0, ratio = 0.0, outside = 0.0;
+    for (std::size_t t = 0; t < mu.size(); ++t) {
+        const double mixture = 0.5 * (pi[t] + mu[t]);
+        const double a = pi[t] / mixture;
+        const double b = mu[t] / mixture;
+        js += (0.5 * (a - 1.0 - std::log(a)) + 0.5 * (b - 1.0 - std::log(b))) / n;
+        entropy += -(current[t] / mu[t]) * std::log(current[t]) / n;
+        const double weight = pi[t] / mu[t];
+        ratio += std::min(std::max(weight, 0.0), 2.0) / n;
+        outside += (weight > 2.0 || weight < 0.0 ? 1.0 : 0.0) / n;
+    }
+    QVERIFY(allDistinct({js, entropy, ratio, outside}) && outside > 0.0);
+    namespace tb = mismatch::test::tensorboard;
+    std::string file = tb::record(tb::key(1, 1) + tb::doubleBits(1.7e9) + tb::lengthDelimited(3, "brain.Event:2"));
+    file += tb::record(tb::eventBytes(5,
+        tb::simpleValue("train/js_divergence_error", static_cast<float>(js))
+            + tb::simpleValue("train/approx_entropy", static_cast<float>(entropy))
+            + tb::simpleValue("train/sampling_importance_ratio", static_cast<float>(ratio))
+            + tb::simpleValue("train/is_oob_ratio", static_cast<float>(outside))));
+    QTemporaryDir dir;
+    const std::string path = writeFile(dir, "events.out.tfevents.1700000000.host", file);
+    const io::ImportedLog log = io::importLog(io::LogSource::TensorBoard, path);
+    const store::StepMetrics& step = stepOf(log, 5);
+    const auto asLogged = [](double value) { return static_cast<double>(static_cast<float>(value)); };
+    QCOMPARE(extraAt(log, 5, "js_divergence"), asLogged(js));
+    QCOMPARE(*step.entropy, asLogged(entropy));
+    QCOMPARE(extraAt(log, 5, "is_weight_mean"), asLogged(ratio));
+    QCOMPARE(extraAt(log, 5, "is_fraction_outside"), asLogged(outside));
+    QVERIFY(!step.mismatchKl && !step.k1 && !step.k3);
+    QVERIFY(log.unmappedKeys.empty());
+    QVERIFY(contains(metricOf(log, "js_divergence")->estimator, "Jensen-Shannon"));
+    QVERIFY(contains(metricOf(log, "entropy")->estimator, "-(pi(y) / mu(y)) log pi(y)"));
+    QVERIFY(contains(metricOf(log, "is_weight_mean")->estimator, "sampling_importance_ratio"));
+    QVERIFY(contains(metricOf(log, "is_fraction_outside")->estimator, "seq-mask-tis"));
+}
+
+// The key patterns' placeholders: <N> takes digits only, a text placeholder non-empty text with slashes (the match
+// that ends the key wins), a vocabulary placeholder one of verl's words; a data source holding "<N>" is not replaced
+// again; a key that is not UTF-8 is not read through a pattern; a long key with many partial matches is refused in
+// time linear in its length (a matcher that copied each candidate would run past the test's timeout).
+void TestImport::keyPatternsMatchTheirShape()
+{
+    const io::KnownKeyPattern accuracy = patternOf(io::LogSource::Verl, "val-core/<data source>/acc/mean@<N>");
+    const auto sixteen = io::matchKeyPattern(accuracy, "val-core/openai/gsm8k/acc/mean@16");
+    QVERIFY(sixteen);
+    QCOMPARE(sixteen->series, std::string("accuracy/openai/gsm8k"));
+    QVERIFY2(contains(sixteen->estimator, "mean over the 16 responses per problem of openai/gsm8k's acc"),
+        sixteen->estimator.c_str());
+    QVERIFY(sixteen->unit.empty()); // the measure's own
+    const auto nested = io::matchKeyPattern(accuracy, "val-core/x/acc/mean@3/acc/mean@4");
+    QVERIFY(nested && nested->series == "accuracy/x/acc/mean@3" && contains(nested->estimator, "the 4 responses"));
+    const auto bracketed = io::matchKeyPattern(accuracy, "val-core/a<N>b/acc/mean@2");
+    QVERIFY(bracketed && bracketed->series == "accuracy/a<N>b");
+    QVERIFY2(
+        contains(bracketed->estimator, "the 2 responses per problem of a<N>b's acc"), bracketed->estimator.c_str());
+    for (const char* other : {"val-core//acc/mean@1", "val-core/x/acc/mean@", "val-core/x/acc/mean@1x",
+             "val-core/x/acc/best@4/mean", "val-aux/x/acc/mean@1", "xval-core/x/acc/mean@1"}) {
+        QVERIFY2(!io::matchKeyPattern(accuracy, other), other);
+    }
+
+    const io::KnownKeyPattern rejection
+        = patternOf(io::LogSource::Verl, "rollout_corr/rollout_rs_<option>_<statistic>");
+    QVERIFY(rejection.measure.empty());
+    const auto deviation = io::matchKeyPattern(rejection, "rollout_corr/rollout_rs_seq_mean_k3_seq_max_deviation");
+    QVERIFY(deviation && deviation->series == "rs_seq_mean_k3_seq_max_deviation" && deviation->unit == "nats");
+    const auto maskedFraction = io::matchKeyPattern(rejection, "rollout_corr/rollout_rs_token_k2_seq_masked_fraction");
+    QVERIFY(maskedFraction && maskedFraction->unit == "fraction");
+    for (const char* other : {"rollout_corr/rollout_rs_seq_max_k1_mean", "rollout_corr/rollout_rs_masked_fraction",
+             "rollout_corr/rollout_rs_token_k1_", "rollout_corr/rollout_rs_token_k1_mean_"}) {
+        QVERIFY2(!io::matchKeyPattern(rejection, other), other);
+    }
+
+    const io::KnownKeyPattern evaluation = patternOf(io::LogSource::Tinker, "<evaluator>/env/all/correct");
+    const auto doubled = io::matchKeyPattern(evaluation, "test/test/env/all/correct");
+    QVERIFY(doubled && doubled->series == "accuracy/test/test");
+    QVERIFY(
+        !io::matchKeyPattern(evaluation, "/env/all/correct") && !io::matchKeyPattern(evaluation, "env/all/correct"));
+    QVERIFY(!io::matchKeyPattern(evaluation, "test/env/gsm8k/correct"));
+
+    // A key that is not UTF-8 (a CSV header's bytes) is not read through a pattern: its part would name a series in
+    // the run's JSON records.
+    QTemporaryDir dir;
+    const std::string bytes = writeFile(dir, "bytes.csv", "step,val-core/\xff/acc/mean@1,rollout_corr/kl\n1,0.5,0.01\n");
+    const io::ImportedLog notText = io::importLog(io::LogSource::Csv, bytes);
+    QVERIFY(!stepOf(notText, 1).accuracy);
+    QVERIFY(!notText.estimatorJson().empty());
+
+    std::string hostile = "val-core/x";
+    for (int i = 0; i < 100000; ++i)
+        hostile += "/acc/mean@1x";
+    QVERIFY(!io::matchKeyPattern(accuracy, hostile));
+    QVERIFY(io::matchKeyPattern(accuracy, hostile + "/acc/mean@7"));
 }
 
 MISMATCH_TEST_MAIN(TestImport)

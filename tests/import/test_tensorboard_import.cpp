@@ -153,8 +153,9 @@ private slots:
     }
 
     // verl's tensorboard logger writes its validation metrics as tags too: one data source's
-    // val-core/<data source>/acc/mean@<N> is read as accuracy (see tests/import/test_import.cpp for verl's naming),
-    // two data sources' are not, and the import's notes name them.
+    // val-core/<data source>/acc/mean@<N> is read as accuracy (see tests/import/test_import.cpp for verl's naming);
+    // two data sources' are not: each is kept under its own name, accuracy/<data source>, and the import's notes name
+    // them.
     void verlValidationAccuracyTags()
     {
         QTemporaryDir dir;
@@ -188,8 +189,11 @@ private slots:
 
         const std::string other = "val-core/lighteval/MATH/acc/mean@4";
         const io::ImportedLog two = io::importLog(io::LogSource::TensorBoard, write("events.out.tfevents.two", other));
-        QCOMPARE(two.steps.size(), std::size_t(2)); // step 0 held only the two accuracies: skipped
+        QCOMPARE(two.steps.size(), std::size_t(3)); // step 0, which holds only the two accuracies, is read through them
         for (const store::StepMetrics& step : two.steps) QVERIFY(!step.accuracy);
+        const nlohmann::json first = nlohmann::json::parse(two.steps[0].extrasJson);
+        QCOMPARE(first.at("accuracy/lighteval/MATH").get<double>(), 0.125);
+        QCOMPARE(first.at("accuracy/openai/gsm8k").get<double>(), 0.375);
         QCOMPARE(two.notes.size(), std::size_t(1));
         QVERIFY2(two.notes[0].find(other) != std::string::npos
                 && two.notes[0].find("val-core/openai/gsm8k/acc/mean@4") != std::string::npos
