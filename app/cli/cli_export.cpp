@@ -145,6 +145,42 @@ void probeKvScales(const ExportCommandOptions& options, bool json, const quant::
     exportOptions.tensorParallelSize = options.tensorParallel;
 }
 
+// verl on-policy distillation: the teacher, the calibrated objective and the run file's correction.
+void addDistillationOptions(CLI::App& command, ExportCommandOptions& options)
+{
+    command
+        .add_option("--teacher", options.teacher,
+            "verl only: write verl's on-policy distillation with this teacher model (a path or a Hugging Face id, "
+            "written as given): verl.yaml and verl_overrides.txt then hold the student (--model), its rollout under "
+            "the recipe, the teacher, the distillation loss of --objective and the rollout correction, and "
+            "verl_opd.sh the whole python3 -m verl.trainer.main_ppo command. Needs --objective")
+        ->type_name("PATH");
+    options.objectiveOption
+        = command
+              .add_option("--objective", options.objective,
+                  "With --teacher: the objective the budget was calibrated with, as the run file names it. opd_k1 "
+                  "and opd_k3 are verl's loss_mode k1 and k3 as policy-gradient rewards; opd_full_kl has no verl "
+                  "loss (k1 is written, with a warning); opd_topk has none either (forward_kl_topk is written, with a "
+                  "warning)")
+              ->type_name("NAME");
+    options.topKOption
+        = command
+              .add_option("--top-k", options.topK, "With --objective opd_topk: its k (verl's distillation_loss.topk)")
+              ->type_name("K")
+              ->check(CLI::PositiveNumber);
+    options.correctionOption
+        = command
+              .add_option("--correction", options.correction,
+                  "With --teacher: the run file's per-token correction of the mismatch, as verl's "
+                  "algorithm.rollout_correction: none (default), tis (rollout_is token, threshold C) or mis "
+                  "(rollout_rs token_k1, threshold C: tokens outside [1/C, C] leave the loss)")
+              ->check(CLI::IsMember({"none", "tis", "mis"}));
+    options.correctionCapOption = command
+                                      .add_option("--correction-cap", options.correctionCap,
+                                          "With --correction tis or mis: the cap C, above 1 (default 2)")
+                                      ->type_name("C");
+}
+
 void registerExportCommand(CLI::App& app, Context& context)
 {
     auto options = std::make_shared<ExportCommandOptions>();
@@ -220,37 +256,7 @@ void registerExportCommand(CLI::App& app, Context& context)
                   "needs exactly one entry per rank and ignores the file otherwise; sglang_launch.sh passes it (default 1)")
               ->type_name("N")
               ->check(CLI::Range(std::int64_t(1), std::int64_t(4096)));
-    command
-        ->add_option("--teacher", options->teacher,
-            "verl only: write verl's on-policy distillation with this teacher model (a path or a Hugging Face id, "
-            "written as given): verl.yaml and verl_overrides.txt then hold the student (--model), its rollout under "
-            "the recipe, the teacher, the distillation loss of --objective and the rollout correction, and "
-            "verl_opd.sh the whole python3 -m verl.trainer.main_ppo command. Needs --objective")
-        ->type_name("PATH");
-    options->objectiveOption
-        = command
-              ->add_option("--objective", options->objective,
-                  "With --teacher: the objective the budget was calibrated with, as the run file names it. opd_k1 "
-                  "and opd_k3 are verl's loss_mode k1 and k3 as policy-gradient rewards; opd_full_kl has no verl "
-                  "loss (k1 is written, with a warning); opd_topk has none either (forward_kl_topk is written, with a "
-                  "warning)")
-              ->type_name("NAME");
-    options->topKOption = command
-                              ->add_option("--top-k", options->topK,
-                                  "With --objective opd_topk: its k (verl's distillation_loss.topk)")
-                              ->type_name("K")
-                              ->check(CLI::PositiveNumber);
-    options->correctionOption
-        = command
-              ->add_option("--correction", options->correction,
-                  "With --teacher: the run file's per-token correction of the mismatch, as verl's "
-                  "algorithm.rollout_correction: none (default), tis (rollout_is token, threshold C) or mis "
-                  "(rollout_rs token_k1, threshold C: tokens outside [1/C, C] leave the loss)")
-              ->check(CLI::IsMember({"none", "tis", "mis"}));
-    options->correctionCapOption = command
-                                       ->add_option("--correction-cap", options->correctionCap,
-                                           "With --correction tis or mis: the cap C, above 1 (default 2)")
-                                       ->type_name("C");
+    addDistillationOptions(*command, *options);
     command->callback([&context, options] {
         namespace fs = std::filesystem;
         io::ExportOptions exportOptions;

@@ -206,8 +206,9 @@ std::string oneshotCheckpointLines(const ExportView& view, const std::string& co
 std::string compressedServeScript(const ExportView& view, const CompressedSettings& settings)
 {
     const bool fp8Kv = !settings.kvScheme.is_null();
-    UniformKv kv;
-    kv.fp8 = fp8Kv; // kv_cache_scheme covers every layer: compressed-tensors has no per-layer exceptions
+    UniformKv kv; // kv_cache_scheme covers every layer: compressed-tensors has no per-layer exceptions
+    kv.fp8 = fp8Kv;
+    kv.format = fp8Kv ? KvFormat::Fp8E4m3 : KvFormat::Bf16;
     Json args = Json::object();
     kvEngineArgs(kv, args);
     std::string text = checkpointServeHead(view, "compressed-tensors checkpoint")

@@ -201,7 +201,7 @@ quant::KvPrecision kvPrecision(const JobSpec& spec)
 // kv_scales belongs to fp8_e4m3: with a per-token-head kv_format it would be ignored, so it is refused.
 void checkKvScales(std::vector<ParameterError>& errors, const JobSpec& spec)
 {
-    if (spec.given("kv_scales") && spec.text("kv_format") != "fp8_e4m3") {
+    if (spec.isSet("kv_scales") && spec.text("kv_format") != "fp8_e4m3") {
         errors.push_back({"kv_scales",
             "only the fp8_e4m3 KV format takes scales; " + spec.text("kv_format")
                 + " computes one per token and KV head at each cache write"});

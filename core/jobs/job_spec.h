@@ -127,6 +127,8 @@ public:
     JobSpec& unset(const std::string& name);
     // Whether the parameter was set or has a default.
     bool given(const std::string& name) const;
+    // Whether the parameter was set (by the user, a job file, a writer), its default aside.
+    bool isSet(const std::string& name) const { return values_.contains(name); }
     // The effective value (set, else the default; null when neither).
     nlohmann::json value(const std::string& name) const;
     template <typename T> T get(const std::string& name) const { return value(name).get<T>(); }

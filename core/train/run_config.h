@@ -63,7 +63,8 @@ std::optional<CorrectionKind> correctionKindFromString(const std::string& text);
 
 struct ObjectiveConfig {
     Objective kind = Objective::OpdFullKl;
-    std::int64_t topK = 0; // opd_topk only: KL over the teacher's k most probable tokens (>= 1)
+    // opd_topk only: KL over the student's k most probable tokens, renormalised (>= 1; train/objectives.h opdTopK).
+    std::int64_t topK = 0;
 };
 
 // Per-token importance-sampling correction of the mu/pi mismatch (core/train/objectives.h): TIS truncates the

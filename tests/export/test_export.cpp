@@ -965,6 +965,7 @@ void TestExport::readyToRunDirectory()
     QVERIFY2(blocked.err.find("a-file/sub") != std::string::npos, blocked.err.c_str());
 }
 
+// Long: one row per refusal of every target (a table; splitting it by target would scatter one list of rules).
 void TestExport::notExpressible_data()
 {
     QTest::addColumn<QString>("recipeText"); // "shipped:NAME", "fixture:NAME" or the text of a recipe

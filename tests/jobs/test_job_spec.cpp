@@ -62,6 +62,10 @@ jobs::JobSpec fullSpec(const std::string& kind)
             spec.unset(p.name == "threshold" || p.name == "budget" ? p.name : other);
         }
     }
+    // The per-token-head KV formats compute their own scales: kv_scales goes with fp8_e4m3 only.
+    if (spec.isSet("kv_scales") && spec.text("kv_format") != "fp8_e4m3") {
+        spec.unset("kv_scales");
+    }
     return spec;
 }
 
@@ -121,6 +125,32 @@ private slots:
             QCOMPARE(bare.toJson().at("parameters").size(), std::size_t(0));
             QCOMPARE(bare.toArguments(), job.command);
         }
+    }
+
+    // kv_scales belongs to fp8_e4m3: refused when set with a per-token-head KV format, and its default never counts
+    // as set (`sensitivity --kv-format int8_per_token_head` alone was refused for a --kv-scales nobody gave).
+    void kvScalesOnlyWithFp8E4m3()
+    {
+        for (const std::string kind : {"sensitivity", "recipe_build"}) {
+            jobs::JobSpec spec(kind);
+            spec.set("kv_format", "int8_per_token_head");
+            const auto kvScalesErrors = [&spec] {
+                int count = 0;
+                for (const jobs::ParameterError& error : spec.definition().check(spec)) { // the job's own checks
+                    count += error.parameter == "kv_scales" ? 1 : 0;
+                }
+                return count;
+            };
+            QCOMPARE(kvScalesErrors(), 0);
+            spec.set("kv_scales", "per_tensor");
+            QCOMPARE(kvScalesErrors(), 1);
+            spec.set("kv_format", "fp8_e4m3");
+            QCOMPARE(kvScalesErrors(), 0);
+        }
+        QVERIFY(cli::parseJobArguments(
+                    {"sensitivity", "/m", "--format", "int8", "--prompts", "/p.jsonl", "--kv-format", "fp8_per_token_head"})
+                    .text("kv_format")
+            == "fp8_per_token_head");
     }
 
     // Numbers are written as a person would type them, and read back to the same double.

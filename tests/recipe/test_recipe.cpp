@@ -447,7 +447,7 @@ void TestRecipe::errors_data()
     QTest::newRow("unknown kv format") << "r.yaml"
                                        << "version: 1\nkv_cache: {format: fp8_e5m2}\n"
                                        << 0 << "line 2, column 20"
-                                       << "unknown kv_cache format 'fp8_e5m2' (valid: bf16, fp8_e4m3)";
+                                       << "unknown kv_cache format 'fp8_e5m2' (valid: bf16, fp8_e4m3, fp8_per_token_head, int8_per_token_head)";
     QTest::newRow("unknown kv scales") << "r.yaml"
                                        << "version: 1\nkv_cache: {format: fp8_e4m3, scales: per_row}\n"
                                        << 0 << "line 2, column 38"
