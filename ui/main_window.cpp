@@ -411,17 +411,21 @@ struct MainWindow::BegunRuns {
     std::vector<std::pair<std::string, std::int64_t>> runs; // (database path, run id), in the order begun
 };
 
-int MainWindow::enqueueOwnJob(const QString& name, const QString& cliCommand, std::function<void(Progress&)> job)
+int MainWindow::enqueueOwnJob(
+    const QString& name, const QString& cliCommand, std::function<void(Progress&)> job, JobQueue::Lane lane)
 {
     // The job runs on its own thread with its own store connection: the listener there reports the runs it begins,
     // and only those (a headless process's runs begin elsewhere).
-    const int id = jobQueue_->enqueue(name, cliCommand, [begun = begunRuns_, job = std::move(job)](Progress& progress) {
-        const store::RunBeginListener listener([begun](const std::string& database, std::int64_t runId) {
-            const std::lock_guard<std::mutex> lock(begun->mutex);
-            begun->runs.emplace_back(database, runId);
-        });
-        job(progress);
-    });
+    const int id = jobQueue_->enqueue(
+        name, cliCommand,
+        [begun = begunRuns_, job = std::move(job)](Progress& progress) {
+            const store::RunBeginListener listener([begun](const std::string& database, std::int64_t runId) {
+                const std::lock_guard<std::mutex> lock(begun->mutex);
+                begun->runs.emplace_back(database, runId);
+            });
+            job(progress);
+        },
+        lane);
     runFollowing_ = RunFollowing::OwnJobs; // queued by the user just now: a newer choice than a run clicked before
     return id;
 }
@@ -661,7 +665,8 @@ void MainWindow::openJobDialog(JobDialog* dialog, int tab, std::function<void()>
         }
         remember();
         try {
-            lastQueuedJob_ = enqueueOwnJob(dialog->jobName(), dialog->cliCommand(), dialog->fieldNamedJob());
+            lastQueuedJob_ = enqueueOwnJob(dialog->jobName(), dialog->cliCommand(), dialog->fieldNamedJob(),
+                dialog->runsAlongsideQueue() ? JobQueue::Lane::Alongside : JobQueue::Lane::Queue);
             if (const auto spec = dialog->spec()) {
                 jobQueue_->setJobFile(lastQueuedJob_, QString::fromStdString(jobs::jobFileText(*spec)));
             }
@@ -805,6 +810,12 @@ void MainWindow::showCompareObjectivesDialog()
 void MainWindow::showImportLogDialog()
 {
     auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get());
+    openJobDialog(dialog, RunsTab, [] {});
+}
+
+void MainWindow::showFollowLogDialog()
+{
+    auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get(), ImportLogDialog::Mode::Follow);
     openJobDialog(dialog, RunsTab, [] {});
 }
 
@@ -990,6 +1001,7 @@ void MainWindow::closeEvent(QCloseEvent* event)
         settings.setValue("mainWindow/browserSplitter", browser->saveState());
     }
     jobRunner_->cancel();
+    jobQueue_->cancelAlongside(); // a follow stops at its next poll, its run finished
     QMainWindow::closeEvent(event);
 }
 

@@ -7,6 +7,7 @@
 // job asks first. Its menus are built in main_window_menus.cpp, its tabs in main_window_tabs.cpp, the rest in
 // main_window.cpp.
 #include "core/store/run_store.h"
+#include "ui/jobs/job_queue.h" // JobQueue::Lane
 
 #include <QMainWindow>
 
@@ -134,6 +135,9 @@ public slots:
     void showTimeToQualityDialog();
     void showCompareObjectivesDialog();
     void showImportLogDialog();
+    // Jobs > Follow Training Log: the import dialog as a follow (`mismatch import ... --follow`), its job alongside the
+    // queue; the followed run is selected in the Runs tab as it is recorded and drawn as its steps arrive.
+    void showFollowLogDialog();
     void showCompareRunsDialog();
     // A catalogue job without a dialog of its own, in the dialog built from its parameters.
     void showSpecJobDialog(const std::string& kind);
@@ -203,7 +207,8 @@ private:
     };
     struct BegunRuns; // the runs this window's jobs began, reported from the jobs' threads
     // Queues `job` with the runs it begins reported (store::RunBeginListener), and follows them from now on.
-    int enqueueOwnJob(const QString& name, const QString& cliCommand, std::function<void(Progress&)> job);
+    int enqueueOwnJob(const QString& name, const QString& cliCommand, std::function<void(Progress&)> job,
+        JobQueue::Lane lane = JobQueue::Lane::Queue);
     // A change of the run selection made by the user (not by followNewRuns or a model refresh) is a choice.
     void connectRunFollowing();
     // Applies runFollowing_ after a refresh of the run table (and when a workspace opens).

@@ -161,6 +161,10 @@ void MainWindow::createJobsMenu()
     jobs->addAction(tr("Compare &Objectives..."), this, &MainWindow::showCompareObjectivesDialog);
     QAction* import = jobs->addAction(tr("&Import Training Log..."), this, &MainWindow::showImportLogDialog);
     import->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_I));
+    QAction* follow = jobs->addAction(tr("&Follow Training Log..."), this, &MainWindow::showFollowLogDialog);
+    follow->setObjectName(QStringLiteral("followTrainingLogAction"));
+    follow->setToolTip(tr("Keep reading a log as its trainer writes it (a cluster job on a shared file system) and "
+                          "draw the run as its steps arrive"));
     jobs->addAction(tr("Compare Two &Runs (Failure Rule)..."), this, &MainWindow::showCompareRunsDialog);
     // The catalogue's other jobs, each in a dialog built from its parameters (ui/dialogs/spec_job_dialog.h).
     QMenu* more = jobs->addMenu(tr("&More Jobs"));

@@ -53,9 +53,20 @@ TerminalProgress::TerminalProgress(std::ostream& err, bool enabled)
 
 TerminalProgress::~TerminalProgress()
 {
+    if (terminateHandled_) {
+        std::signal(SIGTERM, previousTerminateHandler_ == SIG_ERR ? SIG_DFL : previousTerminateHandler_);
+    }
     std::signal(SIGINT, previousHandler_ == SIG_ERR ? SIG_DFL : previousHandler_);
     interruptTarget.store(previousTarget_);
     finish();
+}
+
+void TerminalProgress::cancelOnTerminate()
+{
+    if (!terminateHandled_) {
+        terminateHandled_ = true;
+        previousTerminateHandler_ = std::signal(SIGTERM, cancelOnInterrupt);
+    }
 }
 
 void TerminalProgress::setDetail(const std::string& detail)

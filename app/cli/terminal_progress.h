@@ -32,6 +32,9 @@ public:
     // A line of its own on stderr (e.g. "run 7 started"), printed even with the bar disabled; the bar is redrawn
     // below it.
     void note(const std::string& line);
+    // SIGTERM cancels the Progress too (as Ctrl-C does) while this lives: for a job whose normal end is being told
+    // to stop (`mismatch import ... --follow`, stopped by a batch system or a script).
+    void cancelOnTerminate();
 
 private:
     void draw(double fraction, const std::string& stage, bool force);
@@ -48,6 +51,8 @@ private:
     // What SIGINT did before this one (restored by the destructor; nested bars restore each other's).
     Progress* previousTarget_ = nullptr;
     void (*previousHandler_)(int) = SIG_DFL;
+    bool terminateHandled_ = false;
+    void (*previousTerminateHandler_)(int) = SIG_DFL;
 };
 
 std::string formatDuration(double seconds);

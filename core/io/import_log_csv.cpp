@@ -151,22 +151,15 @@ void mapKnownColumns(const std::string& path, size_t headerIndex, const std::vec
 
 } // namespace
 
-ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
+CsvLayout csvLayout(const std::string& path, std::int64_t lineNumber, const std::string& text,
+    const std::vector<MapEntry>& entries, std::vector<std::string>& notes)
 {
-    LogReader reader(LogSource::Csv, path);
-    const auto entries = parseMapEntries(options);
-    const auto lines = splitLines(readWholeFile(path));
-    size_t headerIndex = 0;
-    while (headerIndex < lines.size() && trim(lines[headerIndex]).empty()) {
-        ++headerIndex;
-    }
-    if (headerIndex == lines.size()) {
-        throw InputError(path, "", "is empty; expected a header row naming the columns (one of them `step`)");
-    }
-    std::vector<std::string> header;
+    const std::string where = "line " + std::to_string(lineNumber);
+    CsvLayout layout;
+    std::vector<std::string>& header = layout.header;
     std::string problem;
-    if (!splitCsv(lines[headerIndex], header, problem)) {
-        throw InputError(path, "line " + std::to_string(headerIndex + 1), "bad header row: " + problem);
+    if (!splitCsv(text, header, problem)) {
+        throw InputError(path, where, "bad header row: " + problem);
     }
     for (auto& name : header) {
         name = trim(name);
@@ -174,11 +167,10 @@ ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
     std::map<std::string, size_t> columnOf;
     for (size_t c = 0; c < header.size(); ++c) {
         if (header[c].empty()) {
-            throw InputError(path, "line " + std::to_string(headerIndex + 1),
-                "column " + std::to_string(c + 1) + " of the header has no name");
+            throw InputError(path, where, "column " + std::to_string(c + 1) + " of the header has no name");
         }
         if (!columnOf.emplace(header[c], c).second) {
-            throw InputError(path, "line " + std::to_string(headerIndex + 1), "the column " + header[c] + " appears twice");
+            throw InputError(path, where, "the column " + header[c] + " appears twice");
         }
     }
     std::string headerList;
@@ -194,7 +186,7 @@ ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
     for (const auto& entry : entries) {
         const auto found = columnOf.find(entry.key);
         if (found == columnOf.end()) {
-            throw InputError(path, "line " + std::to_string(headerIndex + 1),
+            throw InputError(path, where,
                 "--map names the column " + entry.key + ", which the header does not have (columns: " + headerList + ")");
         }
         userMeasures.insert(entry.measure);
@@ -214,46 +206,64 @@ ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
         }
     }
     if (!stepColumn) {
-        throw InputError(path, "line " + std::to_string(headerIndex + 1),
+        throw InputError(path, where,
             "no step column (expected a column named step, or --map COLUMN=step; columns: " + headerList + ")");
     }
-    mapKnownColumns(path, headerIndex, header, *stepColumn, userMeasures, mappings, mapped, reader.result().notes);
-    std::vector<Mapping> used;
+    layout.stepColumn = *stepColumn;
+    mapKnownColumns(path, static_cast<size_t>(lineNumber - 1), header, *stepColumn, userMeasures, mappings, mapped, notes);
     for (size_t c = 0; c < header.size(); ++c) {
         if (mapped[c]) {
-            used.push_back(mappings[c]);
+            layout.mappings.push_back(mappings[c]);
         }
     }
-    reader.setMappings(used);
+    return layout;
+}
 
+ParsedLine csvRecord(const CsvLayout& layout, std::int64_t lineNumber, const std::string& text)
+{
+    ParsedLine parsed;
+    parsed.line = lineNumber;
     std::vector<std::string> fields;
+    if (!splitCsv(text, fields, parsed.skipReason)) {
+        return parsed;
+    }
+    const std::vector<std::string>& header = layout.header;
+    if (fields.size() != header.size()) {
+        parsed.skipReason = std::to_string(fields.size()) + " fields, expected " + std::to_string(header.size())
+            + " (the header's columns)";
+        return parsed;
+    }
+    for (size_t c = 0; c < header.size(); ++c) {
+        if (c != layout.stepColumn) {
+            parsed.values.emplace_back(header[c], csvValue(fields[c]));
+        }
+    }
+    parsed.step = csvValue(fields[layout.stepColumn]);
+    if (parsed.step.kind == Value::Missing) {
+        parsed.skipReason = "the step column " + header[layout.stepColumn] + " is empty";
+    }
+    return parsed;
+}
+
+ImportedLog importCsv(const std::string& path, const LogImportOptions& options)
+{
+    LogReader reader(LogSource::Csv, path);
+    const auto entries = parseMapEntries(options);
+    const auto lines = splitLines(readWholeFile(path));
+    size_t headerIndex = 0;
+    while (headerIndex < lines.size() && trim(lines[headerIndex]).empty()) {
+        ++headerIndex;
+    }
+    if (headerIndex == lines.size()) {
+        throw InputError(path, "", "is empty; expected a header row naming the columns (one of them `step`)");
+    }
+    const CsvLayout layout = csvLayout(
+        path, static_cast<std::int64_t>(headerIndex + 1), lines[headerIndex], entries, reader.result().notes);
+    reader.setMappings(layout.mappings);
     for (size_t index = headerIndex + 1; index < lines.size(); ++index) {
-        const auto lineNumber = static_cast<std::int64_t>(index + 1);
-        if (trim(lines[index]).empty()) {
-            continue;
+        if (!trim(lines[index]).empty()) {
+            reader.feed(csvRecord(layout, static_cast<std::int64_t>(index + 1), lines[index]));
         }
-        ++reader.result().linesRead;
-        if (!splitCsv(lines[index], fields, problem)) {
-            reader.skip(lineNumber, problem);
-            continue;
-        }
-        if (fields.size() != header.size()) {
-            reader.skip(lineNumber, std::to_string(fields.size()) + " fields, expected " + std::to_string(header.size())
-                    + " (the header's columns)");
-            continue;
-        }
-        std::vector<std::pair<std::string, Value>> values;
-        for (size_t c = 0; c < header.size(); ++c) {
-            if (c != *stepColumn) {
-                values.emplace_back(header[c], csvValue(fields[c]));
-            }
-        }
-        Value step = csvValue(fields[*stepColumn]);
-        if (step.kind == Value::Missing) {
-            reader.skip(lineNumber, "the step column " + header[*stepColumn] + " is empty");
-            continue;
-        }
-        reader.record(lineNumber, step, values);
     }
     return reader.finish();
 }

@@ -3,9 +3,10 @@
 // --map mappings and the dispatch; import_log_patterns.cpp the key patterns and the mappings they make). Each source
 // reads its file in its own file: import_log_jsonl.cpp (verl's file logger and Tinker's metrics.jsonl),
 // import_log_tinker.cpp (Tinker's config.json), import_log_csv.cpp (W&B and other CSV exports),
-// import_log_tensorboard.cpp (event files); import_log_reader.cpp merges every source's records into steps. Internal
-// to core/io.
+// import_log_tensorboard.cpp (event files); import_log_reader.cpp merges every source's records into steps;
+// import_follow.cpp reads the same records from a file that is still being written. Internal to core/io.
 #include "core/io/import_log.h"
+#include "core/io/tensorboard_events.h"
 
 #include <nlohmann/json.hpp>
 
@@ -62,6 +63,16 @@ struct Value {
 
 void setMeasure(store::StepMetrics& m, json& extras, const Mapping& mapping, double value);
 
+// One record of a log as its source's parser read it (a JSON line, a CSV row, an event file's record): its step and
+// key-value pairs, or why it is skipped.
+struct ParsedLine {
+    std::int64_t line = 0; // 1-based line (or record) number in the file
+    std::string skipReason; // not empty: the record is skipped
+    bool dataLine = true; // counted in ImportedLog::linesRead (an event file's framing problems are not)
+    Value step;
+    std::vector<std::pair<std::string, Value>> values;
+};
+
 // Collects one log's records into steps (import_log_reader.cpp), whatever their source.
 class LogReader {
 public:
@@ -86,11 +97,29 @@ public:
     }
     std::vector<Mapping>& mappings() { return mappings_; }
 
+    // Adds a mapping after the others (a key pattern decided while a followed log grows); lines already read keep
+    // what they were read as.
+    void addMapping(Mapping mapping)
+    {
+        byKey_[mapping.key] = mappings_.size();
+        mappings_.push_back(std::move(mapping));
+    }
+
     void skip(std::int64_t line, std::string reason) { result_.skipped.push_back({line, std::move(reason)}); }
 
     // Reads one record (its step value and key -> value pairs) into its step, merging it with earlier lines of
     // the same step, or reports why it cannot be used.
     void record(std::int64_t line, const Value& stepRaw, const std::vector<std::pair<std::string, Value>>& values);
+    // A parsed record: counted as a data line when it is one, then skipped with its reason or recorded.
+    void feed(const ParsedLine& line);
+
+    // For a reader fed while its file grows (io/import_follow.h): the steps that the records fed since the last call
+    // added or changed, each with every value read for it so far, in order of first appearance.
+    std::vector<store::StepMetrics> takeChangedSteps();
+    // The mappings that have a value on some step (or were mapped with --map), with their step counts so far.
+    std::vector<MappedMetric> mappedMetrics() const;
+    // Logged keys read by no mapping so far, sorted.
+    std::vector<std::string> unmappedKeys() const { return {unmapped_.begin(), unmapped_.end()}; }
 
     ImportedLog finish();
 
@@ -99,7 +128,9 @@ private:
     struct PendingStep {
         std::int64_t step = 0;
         std::map<size_t, std::pair<double, std::int64_t>> values;
+        bool changed = false; // since the last takeChangedSteps()
     };
+    store::StepMetrics stepMetrics(const PendingStep& pending) const;
 
     LogSource source_;
     std::string path_;
@@ -107,6 +138,7 @@ private:
     std::vector<Mapping> mappings_;
     std::unordered_map<std::string, size_t> byKey_;
     std::vector<PendingStep> steps_; // in order of first appearance
+    std::vector<size_t> changed_; // indices into steps_ changed since the last takeChangedSteps(), in that order
     std::map<std::int64_t, size_t> stepIndex_;
     std::set<std::string> unmapped_;
 };
@@ -143,6 +175,33 @@ void addPatternMappings(LogSource source, const std::set<std::string>& loggedKey
 
 // Tinker's config.json beside `logPath` (import_log_tinker.cpp).
 std::optional<TinkerRunConfig> readTinkerConfig(const std::string& logPath, std::string& problem);
+// What the run's config.json says about policy drift, added to the estimator of a kl_sample_train_* metric
+// (nothing for other keys, or without num_substeps and async_config in the configuration).
+void noteTinkerPolicyDrift(const std::optional<TinkerRunConfig>& config, MappedMetric& metric);
+
+// One non-blank line of a verl or Tinker JSON-lines log (trimmed), numbered `lineNumber` (import_log_jsonl.cpp).
+ParsedLine parseJsonLine(LogSource source, std::int64_t lineNumber, const std::string& text);
+
+// A CSV file's header read into the columns each value lands in (import_log_csv.cpp).
+struct CsvLayout {
+    std::vector<std::string> header; // trimmed column names
+    size_t stepColumn = 0;
+    std::vector<Mapping> mappings; // the mapped columns' mappings, in column order
+};
+// The header row `text` (line `lineNumber` of `path`) with the --map entries applied: InputError naming the line for
+// a bad header, a --map entry naming no column, or no step column. Notes on key patterns go to `notes`.
+CsvLayout csvLayout(const std::string& path, std::int64_t lineNumber, const std::string& text,
+    const std::vector<MapEntry>& entries, std::vector<std::string>& notes);
+// One data row (not blank) of a CSV file with that header.
+ParsedLine csvRecord(const CsvLayout& layout, std::int64_t lineNumber, const std::string& text);
+
+// The records of an event file's bytes as parsed (import_log_tensorboard.cpp), in record order: each record's scalars
+// as one record, and each problem as a skipped one ("byte OFFSET: reason"). Record numbers and byte offsets are
+// counted from `recordsBefore` and `bytesBefore` (where the bytes start in the file). `withEnd`: the problem that
+// ended the reading at an incomplete last record is included (a whole file; a followed file leaves it for its next
+// read).
+std::vector<ParsedLine> tensorBoardRecords(
+    const TensorBoardEvents& events, std::int64_t recordsBefore, std::uint64_t bytesBefore, bool withEnd);
 
 // One reader per source (importLog dispatches).
 ImportedLog importJsonLines(LogSource source, const std::string& path, const LogImportOptions& options); // verl, Tinker

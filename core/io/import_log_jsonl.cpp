@@ -42,15 +42,9 @@ Value jsonValue(const json& value)
     return v;
 }
 
-// One non-blank line of the file: its step and key-value pairs, or why it is skipped.
-struct ParsedLine {
-    std::int64_t line = 0;
-    std::string skipReason; // not empty: the line is skipped
-    Value step;
-    std::vector<std::pair<std::string, Value>> values;
-};
+} // namespace
 
-ParsedLine parseLine(LogSource source, std::int64_t lineNumber, const std::string& text)
+ParsedLine parseJsonLine(LogSource source, std::int64_t lineNumber, const std::string& text)
 {
     ParsedLine parsed;
     parsed.line = lineNumber;
@@ -103,6 +97,8 @@ ParsedLine parseLine(LogSource source, std::int64_t lineNumber, const std::strin
     return parsed;
 }
 
+namespace {
+
 // The logged keys that decide the key patterns of `source` (addPatternMappings): the keys a pattern may match and
 // the keys of `mappings` that read a pattern's measure. Only the lines whose text holds the literal text of such a
 // key (a pattern's longest text between placeholders, "/acc/mean@") are parsed, so that a line that cannot hold one
@@ -125,7 +121,7 @@ std::set<std::string> keysDecidingPatterns(
         const bool holds = std::any_of(starts.begin(), starts.end(),
             [&](const std::string& start) { return line.find(start) != std::string::npos; });
         if (holds) {
-            for (auto& value : parseLine(source, 0, trim(line)).values) {
+            for (auto& value : parseJsonLine(source, 0, trim(line)).values) {
                 keys.insert(std::move(value.first));
             }
         }
@@ -133,28 +129,24 @@ std::set<std::string> keysDecidingPatterns(
     return keys;
 }
 
-// What this run's config.json says about the policy drift in kl_sample_train_*, added to their estimators.
-void noteTinkerPolicyDrift(ImportedLog& log)
+} // namespace
+
+void noteTinkerPolicyDrift(const std::optional<TinkerRunConfig>& tinkerConfig, MappedMetric& metric)
 {
-    if (!log.tinkerConfig || (!log.tinkerConfig->numSubsteps && !log.tinkerConfig->asyncRecorded)) {
+    if (!tinkerConfig || (!tinkerConfig->numSubsteps && !tinkerConfig->asyncRecorded)
+        || metric.key.rfind("optim/kl_sample_train_", 0) != 0) {
         return;
     }
-    const TinkerRunConfig& config = *log.tinkerConfig;
+    const TinkerRunConfig& config = *tinkerConfig;
     std::string settings = config.numSubsteps ? "num_substeps " + std::to_string(*config.numSubsteps) : "";
     if (config.asyncRecorded) {
         settings += std::string(settings.empty() ? "" : ", ")
             + (config.maxStepsOffPolicy ? "async max_steps_off_policy " + std::to_string(*config.maxStepsOffPolicy)
                                         : std::string("synchronous"));
     }
-    for (auto& metric : log.metrics) {
-        if (metric.key.rfind("optim/kl_sample_train_", 0) == 0) {
-            metric.estimator += " (this run's config.json: " + settings
-                + (config.includesPolicyDrift() ? ": includes policy drift)" : ": no policy drift recorded)");
-        }
-    }
+    metric.estimator += " (this run's config.json: " + settings
+        + (config.includesPolicyDrift() ? ": includes policy drift)" : ": no policy drift recorded)");
 }
-
-} // namespace
 
 ImportedLog importJsonLines(LogSource source, const std::string& path, const LogImportOptions& options)
 {
@@ -167,22 +159,17 @@ ImportedLog importJsonLines(LogSource source, const std::string& path, const Log
     reader.setMappings(std::move(mappings));
     for (size_t index = 0; index < lines.size(); ++index) {
         const std::string text = trim(lines[index]);
-        if (text.empty()) {
-            continue;
-        }
-        ++reader.result().linesRead;
-        const ParsedLine line = parseLine(source, static_cast<std::int64_t>(index + 1), text);
-        if (line.skipReason.empty()) {
-            reader.record(line.line, line.step, line.values);
-        } else {
-            reader.skip(line.line, line.skipReason);
+        if (!text.empty()) {
+            reader.feed(parseJsonLine(source, static_cast<std::int64_t>(index + 1), text));
         }
     }
     ImportedLog log = reader.finish();
     if (source == LogSource::Tinker) {
         log.tinkerConfig = readTinkerConfig(path, log.tinkerConfigProblem);
     }
-    noteTinkerPolicyDrift(log);
+    for (MappedMetric& metric : log.metrics) {
+        noteTinkerPolicyDrift(log.tinkerConfig, metric);
+    }
     return log;
 }
 

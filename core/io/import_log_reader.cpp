@@ -132,15 +132,76 @@ void LogReader::record(std::int64_t line, const Value& stepRaw, const std::vecto
     } else {
         ++result_.linesMerged;
     }
-    auto& stepValues = steps_[position->second].values;
+    PendingStep& pending = steps_[position->second];
+    if (!pending.changed) {
+        pending.changed = true;
+        changed_.push_back(position->second);
+    }
     for (const auto& [index, number] : usable) {
-        const auto previous = stepValues.find(index);
-        if (previous != stepValues.end() && previous->second.first != number) {
+        const auto previous = pending.values.find(index);
+        if (previous == pending.values.end()) {
+            ++mappings_[index].steps; // the mapping's first value on this step
+        } else if (previous->second.first != number) {
             result_.conflicts.push_back(
                 {*step, mappings_[index].key, previous->second.second, previous->second.first, line, number});
         }
-        stepValues[index] = {number, line}; // a later line wins
+        pending.values[index] = {number, line}; // a later line wins
     }
+}
+
+void LogReader::feed(const ParsedLine& line)
+{
+    if (line.dataLine) {
+        ++result_.linesRead;
+    }
+    if (line.skipReason.empty()) {
+        record(line.line, line.step, line.values);
+    } else {
+        skip(line.line, line.skipReason);
+    }
+}
+
+store::StepMetrics LogReader::stepMetrics(const PendingStep& pending) const
+{
+    store::StepMetrics metrics;
+    metrics.step = pending.step;
+    json extras = json::object();
+    for (const auto& [index, value] : pending.values) {
+        setMeasure(metrics, extras, mappings_[index], value.first);
+    }
+    metrics.extrasJson = extras.dump();
+    return metrics;
+}
+
+std::vector<store::StepMetrics> LogReader::takeChangedSteps()
+{
+    std::vector<store::StepMetrics> changed;
+    changed.reserve(changed_.size());
+    for (const size_t index : changed_) {
+        steps_[index].changed = false;
+        changed.push_back(stepMetrics(steps_[index]));
+    }
+    changed_.clear();
+    return changed;
+}
+
+std::vector<MappedMetric> LogReader::mappedMetrics() const
+{
+    std::vector<MappedMetric> metrics;
+    for (const auto& mapping : mappings_) {
+        if (mapping.steps == 0 && !mapping.userMapped) {
+            continue;
+        }
+        MappedMetric metric;
+        metric.key = mapping.key;
+        metric.measure = mapping.measureName();
+        metric.estimator = mapping.estimator;
+        metric.unit = !mapping.unit.empty() ? mapping.unit : mapping.measure ? mapping.measure->unit : "as logged";
+        metric.userMapped = mapping.userMapped;
+        metric.steps = mapping.steps;
+        metrics.push_back(std::move(metric));
+    }
+    return metrics;
 }
 
 ImportedLog LogReader::finish()
@@ -157,30 +218,10 @@ ImportedLog LogReader::finish()
         throw InputError(path_, "", detail + ")");
     }
     for (const auto& pending : steps_) {
-        store::StepMetrics metrics;
-        metrics.step = pending.step;
-        json extras = json::object();
-        for (const auto& [index, value] : pending.values) {
-            setMeasure(metrics, extras, mappings_[index], value.first);
-            ++mappings_[index].steps;
-        }
-        metrics.extrasJson = extras.dump();
-        result_.steps.push_back(std::move(metrics));
+        result_.steps.push_back(stepMetrics(pending));
     }
-    for (const auto& mapping : mappings_) {
-        if (mapping.steps == 0 && !mapping.userMapped) {
-            continue;
-        }
-        MappedMetric metric;
-        metric.key = mapping.key;
-        metric.measure = mapping.measureName();
-        metric.estimator = mapping.estimator;
-        metric.unit = !mapping.unit.empty() ? mapping.unit : mapping.measure ? mapping.measure->unit : "as logged";
-        metric.userMapped = mapping.userMapped;
-        metric.steps = mapping.steps;
-        result_.metrics.push_back(std::move(metric));
-    }
-    result_.unmappedKeys.assign(unmapped_.begin(), unmapped_.end());
+    result_.metrics = mappedMetrics();
+    result_.unmappedKeys = unmappedKeys();
     return std::move(result_);
 }
 

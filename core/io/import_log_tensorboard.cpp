@@ -14,6 +14,46 @@
 
 namespace mismatch::io::importing {
 
+std::vector<ParsedLine> tensorBoardRecords(
+    const TensorBoardEvents& events, std::int64_t recordsBefore, std::uint64_t bytesBefore, bool withEnd)
+{
+    std::vector<ParsedLine> records;
+    std::size_t problem = 0;
+    const auto problemsBefore = [&](std::int64_t record) {
+        for (; problem < events.problems.size() && events.problems[problem].record <= record; ++problem) {
+            const TensorBoardProblem& p = events.problems[problem];
+            if (!withEnd && events.endsInsideRecord && p.offset == events.bytesRead) {
+                continue; // the incomplete last record: read again when the file has grown
+            }
+            ParsedLine skipped;
+            skipped.line = recordsBefore + p.record;
+            skipped.skipReason = "byte " + std::to_string(bytesBefore + p.offset) + ": " + p.reason;
+            skipped.dataLine = false;
+            records.push_back(std::move(skipped));
+        }
+    };
+    for (std::size_t i = 0; i < events.scalars.size();) {
+        const std::int64_t record = events.scalars[i].record;
+        problemsBefore(record);
+        ParsedLine line;
+        line.line = recordsBefore + record;
+        line.step.kind = Value::Number;
+        line.step.number = static_cast<double>(events.scalars[i].step);
+        for (; i < events.scalars.size() && events.scalars[i].record == record; ++i) {
+            Value value;
+            value.number = events.scalars[i].value;
+            value.kind = std::isfinite(value.number) ? Value::Number : Value::NonFinite;
+            if (value.kind == Value::NonFinite) {
+                value.text = std::isnan(value.number) ? "NaN" : (value.number > 0 ? "Infinity" : "-Infinity");
+            }
+            line.values.emplace_back(events.scalars[i].tag, value);
+        }
+        records.push_back(std::move(line));
+    }
+    problemsBefore(std::numeric_limits<std::int64_t>::max());
+    return records;
+}
+
 // An event file: each record's scalars are one "line" (its record number), the step its Event's step.
 ImportedLog importTensorBoard(const std::string& path, const LogImportOptions& options)
 {
@@ -28,33 +68,9 @@ ImportedLog importTensorBoard(const std::string& path, const LogImportOptions& o
     }
     addPatternMappings(LogSource::TensorBoard, tags, mappings, reader.result().notes);
     reader.setMappings(std::move(mappings));
-    std::size_t problem = 0;
-    const auto reportProblemsBefore = [&](std::int64_t record) {
-        for (; problem < events.problems.size() && events.problems[problem].record <= record; ++problem) {
-            const TensorBoardProblem& p = events.problems[problem];
-            reader.skip(p.record, "byte " + std::to_string(p.offset) + ": " + p.reason);
-        }
-    };
-    for (std::size_t i = 0; i < events.scalars.size();) {
-        const std::int64_t record = events.scalars[i].record;
-        reportProblemsBefore(record);
-        Value step;
-        step.kind = Value::Number;
-        step.number = static_cast<double>(events.scalars[i].step);
-        std::vector<std::pair<std::string, Value>> values;
-        for (; i < events.scalars.size() && events.scalars[i].record == record; ++i) {
-            Value value;
-            value.number = events.scalars[i].value;
-            value.kind = std::isfinite(value.number) ? Value::Number : Value::NonFinite;
-            if (value.kind == Value::NonFinite) {
-                value.text = std::isnan(value.number) ? "NaN" : (value.number > 0 ? "Infinity" : "-Infinity");
-            }
-            values.emplace_back(events.scalars[i].tag, value);
-        }
-        ++reader.result().linesRead;
-        reader.record(record, step, values);
+    for (const ParsedLine& record : tensorBoardRecords(events, 0, 0, true)) {
+        reader.feed(record);
     }
-    reportProblemsBefore(std::numeric_limits<std::int64_t>::max());
     return reader.finish();
 }
 

@@ -340,6 +340,7 @@ TensorBoardEvents parseTensorBoardEvents(const std::string& bytes)
             out.problems.push_back({record, offset,
                 "the file ends inside a record's header (" + std::to_string(size - offset)
                     + " bytes left, 12 needed): a truncated file or a writer still writing; reading stops"});
+            out.endsInsideRecord = true;
             break;
         }
         const std::uint64_t length = readU64(base + offset);
@@ -352,6 +353,7 @@ TensorBoardEvents parseTensorBoardEvents(const std::string& bytes)
             out.problems.push_back({record, offset,
                 "the record's " + std::to_string(length) + " bytes run past the end of the file (a truncated file or "
                     "a writer still writing); reading stops"});
+            out.endsInsideRecord = true;
             break;
         }
         ++out.records;
@@ -367,6 +369,7 @@ TensorBoardEvents parseTensorBoardEvents(const std::string& bytes)
             out.problems.push_back({record, offset - 16 - length, reason + "; skipped"});
         }
     }
+    out.bytesRead = offset;
     return out;
 }
 

@@ -38,6 +38,12 @@ struct TensorBoardEvents {
     std::int64_t nonScalarValues = 0; // summary values that are not scalars (histograms, images, text, ...)
     std::vector<TensorBoardScalar> scalars; // in file order
     std::vector<TensorBoardProblem> problems; // records skipped, and where reading stopped
+    // Bytes of whole records framed from the start (where reading stopped, or all of them): a reader of a file that
+    // is still being written continues from there (core/io/import_follow.h).
+    std::uint64_t bytesRead = 0;
+    // Reading stopped at a record that runs past the end of the bytes (its header or its data): a writer still
+    // writing, or a truncated copy. False when every byte was read, or when a length CRC stopped the reading.
+    bool endsInsideRecord = false;
 };
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of `size` bytes, and TFRecord's mask of it.

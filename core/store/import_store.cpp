@@ -78,6 +78,65 @@ ExternalImportIds storeExternalRun(RunStore& store, const ExternalRunSpec& run, 
     return ids;
 }
 
+std::int64_t storeFollowedSteps(
+    RunStore& store, std::int64_t runId, const ExternalRunSpec& run, const std::vector<StepMetrics>& steps)
+{
+    if (store.readOnly()) {
+        throw StoreError(store.path(), "is open read-only; following a log needs to write");
+    }
+    sqlite3* db = store.handle();
+    Transaction transaction(db);
+    if (runId == 0) {
+        RunSpec spec;
+        spec.name = run.name;
+        spec.kind = "external";
+        spec.configJson = run.configJson;
+        runId = store.beginRun(spec); // nested in this transaction: the run and its first steps appear together
+        Statement insert(db, "INSERT INTO external_runs (run_id, source, file, estimator_json) VALUES (?, ?, ?, ?)");
+        insert.bind(1, runId).bind(2, run.source).bind(3, run.file).bind(4, run.estimatorJson);
+        insert.run();
+    } else {
+        Statement config(db, "UPDATE runs SET config_json = ? WHERE id = ?");
+        config.bind(1, run.configJson).bind(2, runId);
+        config.run();
+        Statement estimators(db, "UPDATE external_runs SET estimator_json = ? WHERE run_id = ?");
+        estimators.bind(1, run.estimatorJson).bind(2, runId);
+        estimators.run();
+        if (sqlite3_changes(db) != 1) {
+            throw StoreError(store.path(), "run " + std::to_string(runId) + " is not an imported run");
+        }
+    }
+    Statement newest(db, "SELECT coalesce(max(id), 0) FROM step_metrics");
+    Statement remove(db, "DELETE FROM step_metrics WHERE run_id = ? AND step = ?");
+    Statement insert(db,
+        "INSERT INTO step_metrics (id, run_id, step, mismatch_kl, k1, k3, bf16_multiple, loss, reward, accuracy, "
+        "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, extras_json) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const StepMetrics& m : steps) {
+        // The new row's id is taken before the old row goes: SQLite would give a deleted newest row's id again, and
+        // a reader whose cursor is past it would not read the new values.
+        newest.reset();
+        newest.step();
+        const std::int64_t id = newest.int64(0) + 1;
+        remove.reset();
+        remove.bind(1, runId).bind(2, m.step);
+        remove.run();
+        insert.reset();
+        insert.bind(1, id).bind(2, runId).bind(3, m.step).bind(4, m.mismatchKl).bind(5, m.k1).bind(6, m.k3);
+        insert.bind(7, m.bf16Multiple).bind(8, m.loss).bind(9, m.reward).bind(10, m.accuracy).bind(11, m.entropy);
+        insert.bind(12, m.staleness).bind(13, m.rolloutTokensPerSecond).bind(14, m.trainTokensPerSecond);
+        insert.bind(15, m.wallTimeSeconds).bind(16, m.extrasJson.empty() ? std::string("{}") : m.extrasJson);
+        try {
+            insert.run();
+        } catch (const StoreError& error) {
+            throw StoreError(store.path(), "cannot store step " + std::to_string(m.step) + " of the followed run "
+                    + run.name + ": " + error.detail() + " (nothing of this batch was stored)");
+        }
+    }
+    transaction.commit();
+    return runId;
+}
+
 std::optional<ExternalRunInfo> externalRun(const RunStore& store, std::int64_t runId)
 {
     Statement s(store.handle(),

@@ -44,6 +44,15 @@ struct ExternalImportIds {
 ExternalImportIds storeExternalRun(RunStore& store, const ExternalRunSpec& run, const std::vector<StepMetrics>& steps,
     const std::optional<ExternalScanSpec>& scan = std::nullopt);
 
+// One batch of a log followed while its trainer writes it (io/import_follow.h), in one transaction. When `runId` is
+// 0 the run is recorded first, running (RunStore::beginRun: its writer lock, provenance and the thread's
+// RunBeginListener), with its external_runs row; else the run's config_json and estimator record become `run`'s.
+// Each of `steps` is written; a step the run has already is written again under a new row id (one row per run and
+// step), so that a reader following the run's rows (RunStore::stepsAfter) reads its new values. Returns the run id.
+// StoreError naming the workspace for a read-only store or a failed write (nothing of the batch is then written).
+std::int64_t storeFollowedSteps(
+    RunStore& store, std::int64_t runId, const ExternalRunSpec& run, const std::vector<StepMetrics>& steps);
+
 struct ExternalRunInfo {
     std::int64_t runId = 0;
     std::string source;

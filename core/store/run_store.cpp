@@ -598,33 +598,55 @@ std::optional<RunInfo> RunStore::run(std::int64_t runId) const
     return readRun(s);
 }
 
+namespace {
+
+// The columns of a step row, in the order readStep reads them.
+constexpr const char* kStepColumns = "SELECT id, step, mismatch_kl, k1, k3, bf16_multiple, loss, reward, accuracy, "
+                                     "entropy, staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, "
+                                     "extras_json FROM step_metrics ";
+
+StepMetrics readStep(const Statement& s)
+{
+    StepMetrics m;
+    m.rowId = s.int64(0);
+    m.step = s.int64(1);
+    m.mismatchKl = s.optionalReal(2);
+    m.k1 = s.optionalReal(3);
+    m.k3 = s.optionalReal(4);
+    m.bf16Multiple = s.optionalReal(5);
+    m.loss = s.optionalReal(6);
+    m.reward = s.optionalReal(7);
+    m.accuracy = s.optionalReal(8);
+    m.entropy = s.optionalReal(9);
+    m.staleness = s.optionalInt64(10);
+    m.rolloutTokensPerSecond = s.optionalReal(11);
+    m.trainTokensPerSecond = s.optionalReal(12);
+    m.wallTimeSeconds = s.optionalReal(13);
+    m.extrasJson = s.text(14);
+    return m;
+}
+
+} // namespace
+
 std::vector<StepMetrics> RunStore::stepsAfter(std::int64_t runId, std::int64_t afterRowId) const
 {
-    Statement s(db_, "SELECT id, step, mismatch_kl, k1, k3, bf16_multiple, loss, reward, accuracy, entropy, "
-                     "staleness, rollout_tokens_per_s, train_tokens_per_s, wall_time_s, extras_json "
-                     "FROM step_metrics WHERE run_id = ? AND id > ? ORDER BY id");
+    Statement s(db_, (std::string(kStepColumns) + "WHERE run_id = ? AND id > ? ORDER BY id").c_str());
     s.bind(1, runId).bind(2, afterRowId);
     std::vector<StepMetrics> steps;
     while (s.step()) {
-        StepMetrics m;
-        m.rowId = s.int64(0);
-        m.step = s.int64(1);
-        m.mismatchKl = s.optionalReal(2);
-        m.k1 = s.optionalReal(3);
-        m.k3 = s.optionalReal(4);
-        m.bf16Multiple = s.optionalReal(5);
-        m.loss = s.optionalReal(6);
-        m.reward = s.optionalReal(7);
-        m.accuracy = s.optionalReal(8);
-        m.entropy = s.optionalReal(9);
-        m.staleness = s.optionalInt64(10);
-        m.rolloutTokensPerSecond = s.optionalReal(11);
-        m.trainTokensPerSecond = s.optionalReal(12);
-        m.wallTimeSeconds = s.optionalReal(13);
-        m.extrasJson = s.text(14);
-        steps.push_back(std::move(m));
+        steps.push_back(readStep(s));
     }
     return steps;
+}
+
+std::optional<StepMetrics> RunStore::stepMetrics(std::int64_t runId, std::int64_t step) const
+{
+    Statement s(db_, (std::string(kStepColumns) + "WHERE run_id = ? AND step = ?").c_str());
+    s.bind(1, runId).bind(2, step);
+    if (!s.step()) {
+        return std::nullopt;
+    }
+    return readStep(s);
 }
 
 std::int64_t RunStore::changeCounter() const

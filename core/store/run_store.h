@@ -155,6 +155,8 @@ public:
     std::optional<RunInfo> run(std::int64_t runId) const;
     // Steps of a run with rowId > afterRowId, in order: a live reader passes the last rowId it saw.
     std::vector<StepMetrics> stepsAfter(std::int64_t runId, std::int64_t afterRowId = 0) const;
+    // The stored measures of one step of a run (nullopt when the run has no such step).
+    std::optional<StepMetrics> stepMetrics(std::int64_t runId, std::int64_t step) const;
     // Changes whenever any connection commits to the database (cheap; for polling readers).
     std::int64_t changeCounter() const;
 

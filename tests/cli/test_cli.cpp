@@ -29,6 +29,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <sys/types.h>
 
@@ -60,6 +61,7 @@ private slots:
     void kvCapacityOfA7bShapedConfig();
     void generateIsSeededAndWritesLogProbs();
     void ctrlCCancelsGenerateAndLogits();
+    void importFollowStoresStepsAsTheyArrive();
     void readmeTourRuns();
 };
 
@@ -617,6 +619,87 @@ void TestCli::ctrlCCancelsGenerateAndLogits()
         QVERIFY2(!QFileInfo::exists(c.out), c.command);
         // Nothing else either (no temporary file beside it).
         QCOMPARE(QDir(root).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden), before);
+    }
+}
+
+// `mismatch import verl LOG --follow` (core/io/import_follow.h) as a process while the test writes the log as a
+// trainer would: it waits for the file, stores each step as its line arrives (saying so on stderr), stops after
+// --idle-exit without growth with its JSON result on stdout; a second follow continues the run and SIGTERM stops it
+// as a normal end (exit 0, the run finished). The k1 values are the ones written.
+void TestCli::importFollowStoresStepsAsTheyArrive()
+{
+    QTemporaryDir dir;
+    const std::string workspace = dir.path().toStdString() + "/ws";
+    const QString log = dir.path() + "/metrics.jsonl";
+    const std::map<int, double> k1 = {{1, 0.0125}, {2, -0.003}, {3, 0.0421}, {4, 0.0077}};
+    const auto append = [&](std::initializer_list<int> steps) {
+        QByteArray text;
+        for (const int step : steps) {
+            text += QString("{\"step\": %1, \"data\": {\"rollout_corr/kl\": %2}}\n").arg(step).arg(k1.at(step), 0, 'g', 17).toUtf8();
+        }
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::Append));
+        file.write(text); // one write: the follow reads whole lines only, so a read between lines is no matter
+    };
+    const auto waitFor = [](QProcess& process, QByteArray& err, const QByteArray& text) {
+        QElapsedTimer timer;
+        timer.start();
+        while (!err.contains(text) && process.state() == QProcess::Running && timer.elapsed() < 60000) {
+            process.waitForReadyRead(50);
+            err += process.readAllStandardError();
+        }
+        err += process.readAllStandardError();
+        return err.contains(text);
+    };
+
+    // The options and their help; --poll or --idle-exit without --follow is an argument error.
+    const CliResult help = runCli({"import", "verl", "--help"});
+    for (const char* word : {"--follow", "--poll", "--idle-exit", "SIGTERM"}) {
+        QVERIFY2(QString::fromStdString(help.out).contains(word), word);
+    }
+    QCOMPARE(runCli({"--workspace", workspace, "import", "verl", log.toStdString(), "--poll", "1"}).code, 2);
+    QCOMPARE(runCli({"--workspace", workspace, "import", "verl", log.toStdString(), "--idle-exit", "1"}).code, 2);
+
+    QProcess follow;
+    follow.start(MISMATCH_CLI_PATH, {"--threads", "1", "--workspace", QString::fromStdString(workspace), "--json",
+                                        "import", "verl", log, "--follow", "--poll", "0.1", "--idle-exit", "3"});
+    QVERIFY(follow.waitForStarted());
+    QByteArray err;
+    QVERIFY2(waitFor(follow, err, "waiting for " + log.toUtf8() + " to appear"), err.constData());
+    append({1});
+    QVERIFY2(waitFor(follow, err, "stored step 1 "), err.constData());
+    append({2, 3});
+    QVERIFY2(waitFor(follow, err, "3 steps, steps 1 to 3)"), err.constData());
+    QVERIFY(follow.waitForFinished(60000));
+    QCOMPARE(follow.exitStatus(), QProcess::NormalExit);
+    QVERIFY2(follow.exitCode() == 0, err.constData());
+    const auto result = parseJson(follow.readAllStandardOutput().toStdString());
+    QCOMPARE(result.at("stopped_by").get<std::string>(), std::string("idle"));
+    QCOMPARE(result.at("steps_stored").get<int>(), 3);
+    QCOMPARE(result.at("run_steps").get<int>(), 3);
+    const std::int64_t runId = result.at("run_id").get<std::int64_t>();
+
+    QProcess resumed;
+    resumed.start(MISMATCH_CLI_PATH, {"--threads", "1", "--workspace", QString::fromStdString(workspace), "import",
+                                         "verl", log, "--follow", "--poll", "0.1"});
+    QVERIFY(resumed.waitForStarted());
+    QByteArray resumedErr;
+    QVERIFY2(waitFor(resumed, resumedErr, "continuing run " + QByteArray::number(qint64(runId))), resumedErr.constData());
+    append({4});
+    QVERIFY2(waitFor(resumed, resumedErr, "stored step 4 "), resumedErr.constData());
+    ::kill(static_cast<pid_t>(resumed.processId()), SIGTERM);
+    QVERIFY(resumed.waitForFinished(60000));
+    QCOMPARE(resumed.exitStatus(), QProcess::NormalExit);
+    QVERIFY2(resumed.exitCode() == 0, (resumedErr + resumed.readAllStandardError()).constData());
+    QVERIFY(resumed.readAllStandardOutput().contains("stopped on request"));
+
+    store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::ReadOnly);
+    QCOMPARE(store.listRuns().size(), std::size_t(1));
+    QVERIFY(store.run(runId)->status == store::RunStatus::Finished);
+    const std::vector<store::StepMetrics> steps = store.stepsAfter(runId);
+    QCOMPARE(steps.size(), std::size_t(4));
+    for (const store::StepMetrics& step : steps) {
+        QCOMPARE(*step.k1, k1.at(static_cast<int>(step.step)));
     }
 }
 

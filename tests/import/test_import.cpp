@@ -30,6 +30,7 @@
 #include "app/cli/cli.h"
 #include "core/common/error.h"
 #include "core/io/import_aimet.h"
+#include "core/io/import_follow.h"
 #include "core/io/import_log.h"
 #include "core/store/import_store.h"
 #include "core/store/run_store.h"
@@ -50,11 +51,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <functional>
+#include <iomanip>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 using namespace mismatch;
@@ -299,6 +304,10 @@ private slots:
     void cliImportsAimetScan();
     void jobFileImportStoresWhatTheCommandStores();
     void importedRunsOnTheEstimatorAxes();
+    void followStoresEachStepOnceThroughTruncationAndRotation_data();
+    void followStoresEachStepOnceThroughTruncationAndRotation();
+    void followOfAnAppendedLogStoresWhatImportStores();
+    void followContinuesItsRunAndRefusesOthers();
 };
 
 void TestImport::verlMapsEachKeyOntoItsEstimator()
@@ -2142,4 +2151,326 @@ void TestImport::importedRunsOnTheEstimatorAxes()
         // Two decimal values summed and halved in double: a few ulps from the decimal mean.
         QVERIFY2(std::abs(value.mean - std::get<2>(expected[i])) < 1e-15, value.estimator.c_str());
     }
+}
+
+namespace {
+
+// A trainer scripted between the polls of io::followLog: the follow's wait runs the script's next action (what the
+// trainer writes between two reads) and moves the test's clock by the poll interval. No thread and no sleep: each
+// poll sees exactly what the script wrote before it.
+struct ScriptedTrainer {
+    std::vector<std::function<void()>> actions;
+    std::size_t next = 0;
+    double now = 0.0;
+
+    io::FollowOptions options(double idleExitSeconds)
+    {
+        io::FollowOptions options;
+        options.pollSeconds = 1.0;
+        options.idleExitSeconds = idleExitSeconds;
+        options.clock = [this] { return now; };
+        options.wait = [this](double seconds) {
+            now += seconds;
+            if (next < actions.size()) {
+                actions[next++]();
+            }
+        };
+        return options;
+    }
+};
+
+void appendTo(const std::string& path, const std::string& text)
+{
+    std::ofstream(path, std::ios::binary | std::ios::app) << text;
+}
+
+void replaceWith(const std::string& path, const std::string& text)
+{
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+std::string exact(double value)
+{
+    std::ostringstream text;
+    text << std::setprecision(17) << value;
+    return text.str();
+}
+
+// One line of step `step` holding k1 and k3 of `batch` (verl's file logger, or a CSV row under csvHeader()), and a
+// line of the same step holding only the sampler entropy of `batch`.
+std::string followLine(const std::string& format, std::int64_t step, const TokenProbabilities& batch)
+{
+    if (format == "csv") {
+        return std::to_string(step) + "," + exact(k1(batch)) + "," + exact(k3(batch)) + ",\n";
+    }
+    return "{\"step\": " + std::to_string(step) + ", \"data\": {\"rollout_corr/kl\": " + exact(k1(batch))
+        + ", \"rollout_corr/k3_kl\": " + exact(k3(batch)) + "}}\n";
+}
+std::string entropyLine(const std::string& format, std::int64_t step, const TokenProbabilities& batch)
+{
+    if (format == "csv") {
+        return std::to_string(step) + ",,," + exact(samplerEntropy(batch)) + "\n";
+    }
+    return "{\"step\": " + std::to_string(step) + ", \"data\": {\"actor/entropy\": " + exact(samplerEntropy(batch))
+        + "}}\n";
+}
+std::string csvHeader(const std::string& format)
+{
+    return format == "csv" ? "step,rollout_corr/kl,rollout_corr/k3_kl,actor/entropy\n" : "";
+}
+
+bool anyMessage(const io::FollowResult& result, const std::string& part)
+{
+    return std::any_of(result.messages.begin(), result.messages.end(),
+        [&](const std::string& message) { return contains(message, part); });
+}
+
+std::string allMessages(const io::FollowResult& result)
+{
+    std::string text;
+    for (const std::string& message : result.messages) text += message + "\n";
+    return text;
+}
+
+} // namespace
+
+void TestImport::followStoresEachStepOnceThroughTruncationAndRotation_data()
+{
+    QTest::addColumn<QString>("format");
+    QTest::newRow("verl JSONL") << "verl";
+    QTest::newRow("CSV") << "csv";
+}
+
+// A log followed while its trainer writes it (core/io/import_follow.h): a line is read only once its newline is
+// there; a later line of a stored step merges into it (and a reader following the run's rows sees the merged
+// values); a truncated file is read again from its start, the step it logs again taking the new values; a rotated
+// file is read to its end before the new file. Each step is stored once, with the values of the lines written for
+// it (the estimators computed here from the batches' probabilities).
+void TestImport::followStoresEachStepOnceThroughTruncationAndRotation()
+{
+    QFETCH(QString, format);
+    const std::string source = format.toStdString();
+    QTemporaryDir dir;
+    store::RunStore store = store::RunStore::open(dir.path().toStdString() + "/workspace.db");
+    const std::string path = dir.path().toStdString() + (source == "csv" ? "/metrics.csv" : "/metrics.jsonl");
+    const std::string line2 = followLine(source, 2, kBatchB);
+    std::int64_t rowsAfterPoll3 = 0;
+    std::int64_t runId = 0;
+    const auto stepsNow = [&] { return runId == 0 ? std::vector<store::StepMetrics>() : store.stepsAfter(runId); };
+    ScriptedTrainer trainer;
+    trainer.actions = {
+        // After poll 1 (the file did not exist): step 1, and half of step 2's line.
+        [&] { appendTo(path, csvHeader(source) + followLine(source, 1, kBatchA) + line2.substr(0, 9)); },
+        // After poll 2: only step 1 is stored (half a line is not read; as a CSV row it would read a wrong value).
+        [&] {
+            const auto runs = store.listRuns();
+            QCOMPARE(runs.size(), std::size_t(1));
+            runId = runs.front().id;
+            QVERIFY(runs.front().status == store::RunStatus::Running);
+            QCOMPARE(stepsNow().size(), std::size_t(1));
+            appendTo(path, line2.substr(9) + followLine(source, 3, kBatchC));
+        },
+        // After poll 3: a later line of step 3.
+        [&] {
+            QCOMPARE(stepsNow().size(), std::size_t(3));
+            rowsAfterPoll3 = stepsNow().back().rowId;
+            appendTo(path, entropyLine(source, 3, kBatchC));
+        },
+        // After poll 4: the merged step 3 is what a live reader past the old rows reads. Then the trainer restarts
+        // from step 2's checkpoint and rewrites its log: step 3 again with other values, then step 4.
+        [&] {
+            const auto fresh = store.stepsAfter(runId, rowsAfterPoll3);
+            QCOMPARE(fresh.size(), std::size_t(1));
+            QCOMPARE(fresh[0].step, std::int64_t(3));
+            QVERIFY(fresh[0].entropy && fresh[0].k1);
+            replaceWith(path, csvHeader(source) + followLine(source, 3, kBatchA) + followLine(source, 4, kBatchB));
+        },
+        // After poll 5: the old writer's last line, then rotation (rename, a new file).
+        [&] {
+            appendTo(path, followLine(source, 5, kBatchC));
+            QCOMPARE(std::rename(path.c_str(), (path + ".1").c_str()), 0);
+            replaceWith(path, csvHeader(source) + followLine(source, 6, kBatchA));
+        },
+        // Then nothing: the follow stops after 3 s without growth.
+    };
+    Progress progress;
+    const io::FollowResult result
+        = io::followLog(store, source == "csv" ? io::LogSource::Csv : io::LogSource::Verl, path, trainer.options(3.0),
+            progress);
+    QVERIFY2(!QTest::currentTestFailed(), allMessages(result).c_str());
+
+    QCOMPARE(result.runId, runId);
+    QCOMPARE(result.stoppedBy, std::string("idle"));
+    QCOMPARE(result.truncations, std::int64_t(1));
+    QCOMPARE(result.rotations, std::int64_t(1));
+    QCOMPARE(result.stepsStored, std::int64_t(6));
+    QCOMPARE(result.stepsUpdated, std::int64_t(2)); // step 3: its later line, then the rewritten file's
+    QCOMPARE(result.log.linesRead, std::int64_t(8)); // 4 in the first file, 3 after the truncation, 1 in the new one
+    QVERIFY2(anyMessage(result, "waiting for " + path + " to appear"), allMessages(result).c_str());
+    QVERIFY2(anyMessage(result, "(truncated: a restarted trainer?)"), allMessages(result).c_str());
+    QVERIFY2(anyMessage(result, "was replaced by a new file (rotation): the old file was read to its end"),
+        allMessages(result).c_str());
+    QVERIFY2(anyMessage(result, "step 3 (stored before) logged again"), allMessages(result).c_str());
+
+    // Each step once, with its lines' values.
+    const std::vector<store::StepMetrics> steps = store.stepsAfter(runId);
+    std::map<std::int64_t, store::StepMetrics> byStep;
+    for (const store::StepMetrics& step : steps) {
+        QVERIFY2(byStep.emplace(step.step, step).second, qPrintable(QString("step %1 stored twice").arg(step.step)));
+    }
+    QCOMPARE(byStep.size(), std::size_t(6));
+    const std::map<std::int64_t, const TokenProbabilities*> batches
+        = {{1, &kBatchA}, {2, &kBatchB}, {3, &kBatchA}, {4, &kBatchB}, {5, &kBatchC}, {6, &kBatchA}};
+    for (const auto& [step, batch] : batches) {
+        QVERIFY2(byStep.count(step), qPrintable(QString("step %1 not stored").arg(step)));
+        COMPARE_NEAR(*byStep.at(step).k1, k1(*batch));
+        COMPARE_NEAR(*byStep.at(step).k3, k3(*batch));
+        QCOMPARE(bool(byStep.at(step).entropy), step == 3);
+    }
+    COMPARE_NEAR(*byStep.at(3).entropy, samplerEntropy(kBatchC)); // kept from its line before the truncation
+
+    // The run: finished, its record counting the stored steps, the follow's counts in its configuration.
+    const auto run = store.run(runId);
+    QCOMPARE(run->kind, std::string("external"));
+    QVERIFY(run->status == store::RunStatus::Finished);
+    const auto external = store::externalRun(store, runId);
+    QVERIFY(external);
+    QCOMPARE(external->source, source);
+    const auto record = nlohmann::json::parse(external->estimatorJson);
+    QCOMPARE(record.at("k1").at("steps").get<int>(), 6);
+    QCOMPARE(record.at("entropy").at("steps").get<int>(), 1);
+    const auto config = nlohmann::json::parse(run->configJson);
+    QCOMPARE(config.at("follow").at("truncations").get<int>(), 1);
+    QCOMPARE(config.at("follow").at("rotations").get<int>(), 1);
+    QCOMPARE(config.at("import").at("lines_read").get<int>(), 8);
+}
+
+// Tinker's asynchronous trainer writes a step's evaluation line before its training line (fixtures/tinker_async).
+// Followed one line per poll, each step is stored when its first line comes and completed by the next, so the run
+// ends as importing the whole file stores it: the estimators from the batches' probabilities, the evaluation's
+// accuracy, and the config.json beside the log in the k1 estimator.
+void TestImport::followOfAnAppendedLogStoresWhatImportStores()
+{
+    QTemporaryDir dir;
+    store::RunStore store = store::RunStore::open(dir.path().toStdString() + "/workspace.db");
+    const std::string fixture = kFixtures + "tinker_async/metrics.jsonl";
+    const std::string path = dir.path().toStdString() + "/metrics.jsonl";
+    QVERIFY(QFile::copy(QString::fromStdString(kFixtures + "tinker_async/config.json"), dir.path() + "/config.json"));
+    std::vector<std::string> lines;
+    {
+        std::ifstream in(fixture);
+        for (std::string line; std::getline(in, line);) {
+            if (!line.empty()) lines.push_back(line + "\n");
+        }
+    }
+    QCOMPARE(lines.size(), std::size_t(5));
+    ScriptedTrainer trainer;
+    for (const std::string& line : lines) {
+        trainer.actions.push_back([&path, line] { appendTo(path, line); });
+    }
+    io::FollowOptions options = trainer.options(2.0);
+    options.import.map = {"test/env/all/correct=accuracy"};
+    Progress progress;
+    const io::FollowResult result = io::followLog(store, io::LogSource::Tinker, path, options, progress);
+    QCOMPARE(result.stepsStored, std::int64_t(3));
+    QCOMPARE(result.stepsUpdated, std::int64_t(2)); // steps 1 and 2: the training line after the evaluation's
+    QCOMPARE(result.log.linesMerged, std::int64_t(2));
+
+    const auto steps = store.stepsAfter(result.runId);
+    QCOMPARE(steps.size(), std::size_t(3));
+    const TokenProbabilities* batches[] = {&kBatchA, &kBatchB, &kBatchC};
+    const std::optional<double> accuracy[] = {std::nullopt, 0.41, 0.47};
+    std::map<std::int64_t, store::StepMetrics> byStep;
+    for (const auto& step : steps) byStep[step.step] = step;
+    for (std::int64_t step = 0; step < 3; ++step) {
+        const store::StepMetrics& m = byStep.at(step);
+        QVERIFY2(m.k1, qPrintable(QString("step %1 lost its training metrics").arg(step)));
+        COMPARE_NEAR(*m.k1, k1(*batches[step]));
+        COMPARE_NEAR(nlohmann::json::parse(m.extrasJson).at("k2").get<double>(), k2(*batches[step]));
+        QVERIFY2(m.accuracy == accuracy[step], qPrintable(QString("step %1's accuracy").arg(step)));
+    }
+    // The same as the whole file's import, value for value.
+    io::LogImportOptions whole;
+    whole.map = options.import.map;
+    const io::ImportedLog imported = io::importLog(io::LogSource::Tinker, fixture, whole);
+    for (const store::StepMetrics& expected : imported.steps) {
+        const store::StepMetrics& got = byStep.at(expected.step);
+        QVERIFY(got.k1 == expected.k1);
+        QVERIFY(got.entropy == expected.entropy);
+        QVERIFY(got.reward == expected.reward);
+        QVERIFY(got.accuracy == expected.accuracy);
+        QVERIFY(nlohmann::json::parse(got.extrasJson) == nlohmann::json::parse(expected.extrasJson));
+    }
+    const auto record = nlohmann::json::parse(store::externalRun(store, result.runId)->estimatorJson);
+    QVERIFY2(contains(record.at("k1").at("estimator").get<std::string>(), ": includes policy drift)"),
+        record.dump().c_str());
+    QCOMPARE(record.at("accuracy").at("steps").get<int>(), 2);
+}
+
+// A follow started again under its run's name continues the run (its steps kept, the lines read again merging as
+// the same values); another file under that name, a run being followed by another writer, a log without a usable
+// line and a follow cancelled before its first step store nothing.
+void TestImport::followContinuesItsRunAndRefusesOthers()
+{
+    QTemporaryDir dir;
+    const std::string database = dir.path().toStdString() + "/workspace.db";
+    store::RunStore store = store::RunStore::open(database);
+    const std::string path = dir.path().toStdString() + "/metrics.jsonl";
+    replaceWith(path, followLine("verl", 1, kBatchA) + followLine("verl", 2, kBatchB));
+    Progress progress;
+    ScriptedTrainer first;
+    const io::FollowResult firstResult = io::followLog(store, io::LogSource::Verl, path, first.options(2.0), progress);
+    QCOMPARE(firstResult.name, std::string("verl metrics.jsonl"));
+    QCOMPARE(firstResult.runSteps, std::int64_t(2));
+
+    appendTo(path, followLine("verl", 3, kBatchC));
+    ScriptedTrainer again;
+    const io::FollowResult second = io::followLog(store, io::LogSource::Verl, path, again.options(2.0), progress);
+    QVERIFY(second.resumed);
+    QCOMPARE(second.runId, firstResult.runId);
+    QCOMPARE(second.stepsUnchanged, std::int64_t(2));
+    QCOMPARE(second.stepsStored, std::int64_t(1));
+    QCOMPARE(second.runSteps, std::int64_t(3));
+    QCOMPARE(store.stepsAfter(second.runId).size(), std::size_t(3));
+    COMPARE_NEAR(*store.stepsAfter(second.runId).back().k3, k3(kBatchC));
+    QVERIFY(contains(store.run(second.runId)->provenanceJson, "\"resumed\""));
+    QCOMPARE(store.listRuns().size(), std::size_t(1));
+
+    // Another file under the run's name: refused, naming the run.
+    const std::string other = dir.path().toStdString() + "/other.jsonl";
+    replaceWith(other, followLine("verl", 1, kBatchA));
+    io::FollowOptions named = again.options(2.0);
+    named.name = "verl metrics.jsonl";
+    try {
+        io::followLog(store, io::LogSource::Verl, other, named, progress);
+        QFAIL("a follow of another file continued the run");
+    } catch (const InputError& error) {
+        QVERIFY2(contains(error.what(), "not an import of " + other), error.what());
+    }
+    // The run being written by another writer (another store here; another process alike): refused by its lock.
+    {
+        store::RunStore writer = store::RunStore::open(database);
+        writer.reopenRun(second.runId, std::numeric_limits<std::int64_t>::max());
+        ScriptedTrainer blocked;
+        QVERIFY_EXCEPTION_THROWN(io::followLog(store, io::LogSource::Verl, path, blocked.options(2.0), progress), StoreError);
+        writer.finishRun(second.runId, store::RunStatus::Finished);
+    }
+    QCOMPARE(store.listRuns().size(), std::size_t(1));
+
+    // No usable line before the idle time: an error naming the file; cancelled before any step: CancelledError.
+    const std::string empty = dir.path().toStdString() + "/empty.jsonl";
+    replaceWith(empty, "{\"step\": 1}\n");
+    ScriptedTrainer idle;
+    try {
+        io::followLog(store, io::LogSource::Verl, empty, idle.options(2.0), progress);
+        QFAIL("a follow without a usable line stored a run");
+    } catch (const InputError& error) {
+        QVERIFY2(contains(error.what(), empty) && contains(error.what(), "no usable line") && contains(error.what(), "line 1"),
+            error.what());
+    }
+    Progress cancelled;
+    cancelled.cancel();
+    ScriptedTrainer never;
+    QVERIFY_EXCEPTION_THROWN(io::followLog(store, io::LogSource::Verl, empty, never.options(2.0), cancelled), CancelledError);
+    QCOMPARE(store.listRuns().size(), std::size_t(1));
 }

@@ -9,7 +9,10 @@
 // tensorboard logger writes (nemo_rl/algorithms/loss_functions.py: train/token_mult_prob_error,
 // train/gen_kl_error, ...) and verl's (its tensorboard backend logs the file logger's keys as tags).
 #include "core/common/error.h"
+#include "core/io/import_follow.h"
 #include "core/io/import_log.h"
+#include "core/store/import_store.h"
+#include "core/store/run_store.h"
 #include "core/io/tensorboard_events.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/tensorboard_writer.h"
@@ -20,7 +23,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -199,6 +205,75 @@ private slots:
                 && two.notes[0].find("val-core/openai/gsm8k/acc/mean@4") != std::string::npos
                 && two.notes[0].find("--map ") != std::string::npos,
             two.notes[0].c_str());
+    }
+
+    // An event file followed while its writer appends to it (core/io/import_follow.h), polled by a script that writes
+    // between two polls: a record is read only once its length, data and CRCs are all written; a length whose CRC does
+    // not match stops the reading (said once: the framing cannot be found again after it) until the file is rewritten,
+    // which is then read from its start (a step logged again with its stored value is left as it is).
+    void followReadsWholeRecordsOnly()
+    {
+        QTemporaryDir dir;
+        store::RunStore store = store::RunStore::open((dir.path() + "/workspace.db").toStdString());
+        const std::string path = (dir.path() + "/events.out.tfevents.1700000000.host").toStdString();
+        const auto append = [&path](const std::string& bytes) {
+            std::ofstream(path, std::ios::binary | std::ios::app) << bytes;
+        };
+        const std::string step1 = record(
+            eventBytes(1, simpleValue("rollout_corr/kl", 0.25f) + simpleValue("train/token_mult_prob_error", 1.25f)));
+        const std::string step2 = record(eventBytes(2, simpleValue("rollout_corr/kl", 0.5f)));
+        const std::string step3 = record(eventBytes(3, simpleValue("rollout_corr/kl", 0.125f)));
+        std::string broken = record(eventBytes(9, simpleValue("rollout_corr/kl", 4.0f)));
+        broken[8] ^= 0x01; // a byte of the length's CRC
+        std::vector<std::int64_t> storedAfter; // the run's steps seen by each action
+        const auto steps = [&store] {
+            const auto runs = store.listRuns();
+            return runs.empty() ? std::size_t(0) : store.stepsAfter(runs.front().id).size();
+        };
+        std::vector<std::function<void()>> actions = {
+            [&] { append(fileVersionRecord() + step1 + step2.substr(0, 20)); }, // step 2: its header and 8 bytes
+            [&] {
+                storedAfter.push_back(static_cast<std::int64_t>(steps()));
+                append(step2.substr(20));
+            },
+            [&] {
+                storedAfter.push_back(static_cast<std::int64_t>(steps()));
+                append(broken + step3);
+            },
+            [&] {
+                storedAfter.push_back(static_cast<std::int64_t>(steps()));
+                // Rewritten by a restarted writer: a new file-version record (another wall time), steps 2 and 3.
+                std::ofstream(path, std::ios::binary | std::ios::trunc)
+                    << record(key(1, 1) + doubleBits(1.8e9) + lengthDelimited(3, "brain.Event:2")) + step2 + step3;
+            },
+        };
+        std::size_t next = 0;
+        double now = 0.0;
+        io::FollowOptions options;
+        options.idleExitSeconds = 3.0;
+        options.clock = [&now] { return now; };
+        options.wait = [&](double seconds) {
+            now += seconds;
+            if (next < actions.size()) {
+                actions[next++]();
+            }
+        };
+        Progress progress;
+        const io::FollowResult result = io::followLog(store, io::LogSource::TensorBoard, path, options, progress);
+        QCOMPARE(storedAfter, (std::vector<std::int64_t>{1, 2, 2})); // half a record is not read; nothing after the break
+        QCOMPARE(result.truncations, std::int64_t(1));
+        QCOMPARE(result.stepsStored, std::int64_t(3));
+        QCOMPARE(result.stepsUnchanged, std::int64_t(1)); // step 2 of the rewritten file
+        const auto stops = std::count_if(result.messages.begin(), result.messages.end(),
+            [](const std::string& message) { return message.find("reading stops at byte") != std::string::npos; });
+        QCOMPARE(stops, std::ptrdiff_t(1));
+        const std::vector<store::StepMetrics> stored = store.stepsAfter(result.runId);
+        QCOMPARE(stored.size(), std::size_t(3));
+        std::map<std::int64_t, double> k1;
+        for (const store::StepMetrics& step : stored) k1[step.step] = *step.k1;
+        QCOMPARE(k1, (std::map<std::int64_t, double>{{1, 0.25}, {2, 0.5}, {3, 0.125}})); // exact in a float
+        QCOMPARE(nlohmann::json::parse(stored.front().extrasJson).at("mult_prob_error").get<double>(), 1.25);
+        QCOMPARE(store::externalRun(store, result.runId)->source, std::string("tensorboard"));
     }
 };
 

@@ -38,6 +38,7 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QDialog>
+#include <QFile>
 #include <QDir>
 #include <QItemSelectionModel>
 #include <QLabel>
@@ -284,6 +285,7 @@ private slots:
     void headersExplainTheirTerms();
     void axisTitlesExplainTheirTerms();
     void emptyTabsOfferTheirJob();
+    void followTrainingLogDrawsTheRunLive();
 
 private:
     // The main window on `directory` (the fixture workspace by default) at `tab`, shown and exposed.
@@ -1512,6 +1514,107 @@ void TestDashboard::emptyTabsOfferTheirJob()
     QTRY_VERIFY(!window->sensitivityView()->emptyState()->showingEmpty());
     QVERIFY(window->sensitivityView()->plot()->isVisible());
     QVERIFY(window->prefixShiftView()->emptyState()->showingEmpty()); // still nothing of its kind
+}
+
+// Jobs > Follow Training Log (ui/dialogs/study_dialogs.h as a follow, core/io/import_follow.h): the action opens the
+// import dialog as a follow of a log that does not exist yet; its job runs alongside the job queue (which stays free);
+// as the test writes the log line by line, the run is recorded, selected in the Runs tab and its k1 series holds the
+// values written so far; the Overview lists it beside the students' budgets. Cancel in the Jobs tab ends the follow
+// as a follow ends (finished, the run finished).
+void TestDashboard::followTrainingLogDrawsTheRunLive()
+{
+    QTemporaryDir own; // the fixture's calibrations (budgets) and runs, in a workspace of its own
+    {
+        store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+        fixture::build(store);
+    }
+    auto window = openWindow(ui::MainWindow::RunsTab, own.path());
+    auto* action = window->findChild<QAction*>(QStringLiteral("followTrainingLogAction"));
+    QVERIFY(action);
+    QCOMPARE(action->text(), QStringLiteral("&Follow Training Log..."));
+    action->trigger();
+    auto* dialog = window->findChild<ui::ImportLogDialog*>(QStringLiteral("followLogDialog"));
+    QVERIFY(dialog && dialog->isVisible());
+    QVERIFY(dialog->mode() == ui::ImportLogDialog::Mode::Follow);
+    const QString log = own.path() + "/verl-train.jsonl"; // written by the "trainer" below, not there yet
+    dialog->setSource(QStringLiteral("verl"));
+    dialog->setFile(log);
+    dialog->setName(QStringLiteral("cluster run (live)"));
+    dialog->setPollSeconds(0.1);
+    QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
+    QVERIFY2(dialog->cliCommand().endsWith(QStringLiteral(" --follow --poll 0.1")), qPrintable(dialog->cliCommand()));
+    QVERIFY(!dialog->spec()); // no job file runs a follow
+    saveScreenshot(*dialog, "dialog_follow_training_log.png");
+    dialog->accept();
+    const int job = window->lastQueuedJob();
+    QTRY_COMPARE(window->jobQueue()->state(job), QStringLiteral("running"));
+    QCOMPARE(window->jobQueue()->runningJob(), 0); // alongside the queue, which stays free
+    QCOMPARE(window->jobQueue()->alongsideCount(), 1);
+
+    // The trainer writes four steps at a time; the plot follows.
+    std::vector<double> written;
+    for (int batch = 0; batch < 3; ++batch) {
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::Append));
+        for (int i = 0; i < 4; ++i) {
+            const int step = static_cast<int>(written.size()) + 1;
+            written.push_back(0.002 + 0.0005 * step + 0.0003 * std::sin(step)); // nats/token, written exactly
+            file.write(QString("{\"step\": %1, \"data\": {\"rollout_corr/kl\": %2}}\n")
+                           .arg(step)
+                           .arg(written.back(), 0, 'g', 17)
+                           .toUtf8());
+        }
+        file.close();
+        QTRY_COMPARE_WITH_TIMEOUT(window->runPlot()->plot()->graph(ui::RunPlot::K1)->dataCount(),
+            static_cast<int>(written.size()), 15000);
+    }
+    std::int64_t runId = 0;
+    {
+        store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+        for (const store::RunInfo& run : store.listRuns()) {
+            if (run.name == "cluster run (live)") {
+                runId = run.id;
+                QVERIFY(run.status == store::RunStatus::Running);
+            }
+        }
+    }
+    QVERIFY(runId != 0);
+    QCOMPARE(window->runPlot()->runId(), runId); // the job's own run, selected as it was recorded
+    // A later line of the newest step, with another value: the step is written again, and the plot replaces its point.
+    {
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::Append));
+        written.back() = 0.0125;
+        file.write(QString("{\"step\": %1, \"data\": {\"rollout_corr/kl\": 0.0125}}\n").arg(written.size()).toUtf8());
+    }
+    QCPGraph* k1 = window->runPlot()->plot()->graph(ui::RunPlot::K1);
+    QTRY_COMPARE_WITH_TIMEOUT(k1->data()->at(k1->dataCount() - 1)->value, 0.0125, 15000);
+    QCOMPARE(k1->dataCount(), static_cast<int>(written.size()));
+    for (int i = 0; i < k1->dataCount(); ++i) {
+        QCOMPARE(k1->data()->at(i)->key, double(i + 1));
+        QCOMPARE(k1->data()->at(i)->value, written[static_cast<std::size_t>(i)]);
+    }
+    QVERIFY(window->runPlot()->k1Box()->isChecked()); // a run without a full-vocabulary KL shows its k1
+    saveScreenshot(*window, "dashboard_following_log.png");
+
+    // The Overview: the followed run among the latest runs, under the students' budgets.
+    window->tabs()->setCurrentIndex(ui::MainWindow::OverviewTab);
+    window->overview()->refresh();
+    QVERIFY(!window->overview()->students().isEmpty());
+    bool listed = false;
+    for (int row = 0; row < window->overview()->latestRuns()->rowCount(); ++row) {
+        listed = listed || window->overview()->latestRuns()->item(row, 1)->text() == QStringLiteral("cluster run (live)");
+    }
+    QVERIFY(listed);
+    saveScreenshot(*window, "dashboard_following_log_overview.png");
+
+    // Cancel in the Jobs tab: the follow stops at its next poll, as a follow ends.
+    QVERIFY(window->jobQueue()->cancel(job));
+    QTRY_COMPARE_WITH_TIMEOUT(window->jobQueue()->state(job), QStringLiteral("finished"), 15000);
+    QCOMPARE(window->jobQueue()->alongsideCount(), 0);
+    store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+    QVERIFY(store.run(runId)->status == store::RunStatus::Finished);
+    QCOMPARE(store.stepsAfter(runId).size(), written.size());
 }
 
 MISMATCH_TEST_MAIN(TestDashboard)

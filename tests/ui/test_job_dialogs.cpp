@@ -779,6 +779,7 @@ private slots:
             {"time_to_quality", [&window] { window.showTimeToQualityDialog(); }},
             {"compare_objectives", [&window] { window.showCompareObjectivesDialog(); }},
             {"import", [&window] { window.showImportLogDialog(); }},
+            {"follow", [&window] { window.showFollowLogDialog(); }},
         };
         for (const std::string& kind : ui::specDialogJobs()) {
             openers.emplace_back(QString::fromStdString(kind), [&window, kind] { window.showSpecJobDialog(kind); });

@@ -50,6 +50,9 @@ public:
     virtual QString jobName() const = 0;
     // The job for the job queue (runs off the GUI thread; opens the workspace itself).
     virtual JobWorker::Job job() const = 0;
+    // Whether the job runs alongside the job queue instead of in it (JobQueue::Lane::Alongside): a job that waits on
+    // outside input for as long as it runs (a followed training log).
+    virtual bool runsAlongsideQueue() const { return false; }
     // job(), with any error it ends with that names a command-line flag rewritten to name this dialog's field
     // (fieldNames()): the GUI shows "Calibration step", never "--step".
     JobWorker::Job fieldNamedJob() const;

@@ -6,6 +6,7 @@
 #include "core/analysis/time_to_quality.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/io/import_follow.h"
 #include "core/io/import_log.h"
 #include "core/jobs/model_jobs.h"
 #include "core/metrics/bootstrap.h"
@@ -21,6 +22,7 @@
 #include <QCheckBox>
 #include <QClipboard>
 #include <QComboBox>
+#include <QDeadlineTimer>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDoubleSpinBox>
@@ -34,6 +36,7 @@
 #include <QSpinBox>
 #include <QHeaderView>
 #include <QTableWidget>
+#include <QThread>
 #include <QVBoxLayout>
 
 #include <nlohmann/json.hpp>
@@ -528,8 +531,11 @@ JobWorker::Job CompareObjectivesDialog::job() const
 
 // ---- log import ---------------------------------------------------------------------------------------------
 
-ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store)
-    : JobDialog(workspaceDirectory, tr("Import Training Log"), QStringLiteral("importLogDialog"), parent, store)
+ImportLogDialog::ImportLogDialog(
+    const QString& workspaceDirectory, QWidget* parent, const store::RunStore* store, Mode mode)
+    : JobDialog(workspaceDirectory, mode == Mode::Follow ? tr("Follow Training Log") : tr("Import Training Log"),
+          mode == Mode::Follow ? QStringLiteral("followLogDialog") : QStringLiteral("importLogDialog"), parent, store)
+    , mode_(mode)
 {
     setOpeningWidth(680);
     QFormLayout* form = this->form();
@@ -548,6 +554,19 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     map_->setObjectName("importMap");
     map_->setPlaceholderText(tr("COLUMN=MEASURE; ... (optional; CSV: COLUMN=step names the step column)"));
     form->addRow(tr("Column mapping:"), map_);
+    if (mode_ == Mode::Follow) {
+        // `--poll SECONDS` of `mismatch import ... --follow` (app/cli/cli_import.cpp), with its range.
+        poll_ = new QDoubleSpinBox(this);
+        poll_->setObjectName(QStringLiteral("followPoll"));
+        poll_->setRange(0.05, 3600.0);
+        poll_->setDecimals(2);
+        poll_->setValue(1.0);
+        poll_->setSuffix(tr(" s"));
+        poll_->setToolTip(tr("Seconds between two reads of the file; each read stores the new steps in one "
+                             "transaction, and the Runs tab draws them"));
+        form->addRow(tr("Read the file every:"), poll_);
+        watch(poll_);
+    }
     // The format and the mapping re-validate through refreshPreview (the preview's reading is part of the check); the
     // run name, a parameter field, is watched by addParameterField.
     previewSummary_ = new QLabel(this);
@@ -567,7 +586,11 @@ ImportLogDialog::ImportLogDialog(const QString& workspaceDirectory, QWidget* par
     connect(source_, &QComboBox::currentTextChanged, this, &ImportLogDialog::refreshPreview);
     connect(file_, &PathPicker::pathChanged, this, &ImportLogDialog::refreshPreview);
     connect(map_, &QLineEdit::textChanged, this, &ImportLogDialog::refreshPreview);
-    finishLayout(QStringLiteral("importStatus"), QStringLiteral("importCli"), QStringLiteral("startImportButton"));
+    if (mode_ == Mode::Follow) {
+        finishLayout(QStringLiteral("followStatus"), QStringLiteral("followCli"), QStringLiteral("startFollowButton"));
+    } else {
+        finishLayout(QStringLiteral("importStatus"), QStringLiteral("importCli"), QStringLiteral("startImportButton"));
+    }
     refreshPreview();
 }
 
@@ -583,9 +606,12 @@ void ImportLogDialog::refreshPreview()
 {
     preview_->setRowCount(0);
     previewError_.clear();
+    previewNotYet_ = false;
     const QFileInfo info(file_->path());
     if (file_->path().isEmpty() || !info.isFile()) {
-        previewSummary_->setText(tr("choose a log file"));
+        previewSummary_->setText(mode_ == Mode::Follow && !file_->path().isEmpty()
+                ? tr("the file does not exist yet: the follow waits for it")
+                : tr("choose a log file"));
         validate();
         return;
     }
@@ -595,15 +621,15 @@ void ImportLogDialog::refreshPreview()
         validate();
         return;
     }
-    const std::optional<jobs::JobSpec> job = spec();
-    if (!specError(*job).isEmpty()) {
+    const jobs::JobSpec job = importSpec();
+    if (!specError(job).isEmpty()) {
         previewSummary_->setText(tr("-")); // the mapping's own problem is the status line's
         validate();
         return;
     }
     try {
         // Read as the job reads it (jobs::prepareImport), nothing stored.
-        const io::ImportedLog log = std::move(*jobs::prepareImport(*job).log);
+        const io::ImportedLog log = std::move(*jobs::prepareImport(job).log);
         for (const io::MappedMetric& metric : log.metrics) {
             const int row = preview_->rowCount();
             preview_->insertRow(row);
@@ -637,7 +663,13 @@ void ImportLogDialog::refreshPreview()
     } catch (const std::exception& error) {
         // Named in this dialog's words ("Column mapping", not "--map").
         previewError_ = tr("Log file: %1").arg(QString::fromStdString(nameFields(error.what(), fieldNames())));
-        previewSummary_->setText(tr("nothing would be imported"));
+        // A followed log may have no usable line yet (io::importLog's "no usable line"): the follow reads what the
+        // trainer writes next. Any other problem (a CSV header without a step column, ...) stops a follow too.
+        const auto* input = dynamic_cast<const InputError*>(&error);
+        previewNotYet_ = input && input->detail().rfind("no usable line", 0) == 0;
+        previewSummary_->setText(mode_ == Mode::Follow && previewNotYet_
+                ? tr("nothing usable yet; the follow reads what the trainer writes next")
+                : tr("nothing would be imported"));
     }
     validate();
 }
@@ -658,6 +690,12 @@ void ImportLogDialog::setMap(const QString& entries)
 {
     map_->setText(entries);
 }
+void ImportLogDialog::setPollSeconds(double seconds)
+{
+    if (poll_) {
+        poll_->setValue(seconds);
+    }
+}
 
 QString ImportLogDialog::runName() const
 {
@@ -672,7 +710,7 @@ QStringList ImportLogDialog::mapEntries() const
     return splitPaths(map_->text());
 }
 
-std::optional<jobs::JobSpec> ImportLogDialog::spec() const
+jobs::JobSpec ImportLogDialog::importSpec() const
 {
     // The catalogue's import job of the chosen format (core/jobs/model_jobs.h): the file as the command line names
     // it (absolute), so that the stored run records the same file.
@@ -687,6 +725,14 @@ std::optional<jobs::JobSpec> ImportLogDialog::spec() const
     return spec;
 }
 
+std::optional<jobs::JobSpec> ImportLogDialog::spec() const
+{
+    if (mode_ == Mode::Follow) {
+        return std::nullopt;
+    }
+    return importSpec();
+}
+
 std::vector<std::pair<std::string, std::string>> ImportLogDialog::fieldNames() const
 {
     // The definition's labels, which the fields show.
@@ -694,35 +740,77 @@ std::vector<std::pair<std::string, std::string>> ImportLogDialog::fieldNames() c
     return {{"--map", jobParameter(job, "map").label}, {"--name", jobParameter(job, "name").label}};
 }
 
+std::int64_t ImportLogDialog::continuedRun(QString* problem) const
+{
+    if (!store_) {
+        return 0;
+    }
+    try {
+        const auto id = runNamed(*store_, runName().toStdString());
+        if (!id) {
+            return 0;
+        }
+        // As io::followLog decides: a run that imported the same file (absolute) from the same format is continued.
+        const auto run = store_->run(*id);
+        const auto external = store::externalRun(*store_, *id);
+        const nlohmann::json config = nlohmann::json::parse(run ? run->configJson : std::string(), nullptr, false);
+        const std::string file = absolutePath(file_->path()).toStdString();
+        if (mode_ == Mode::Follow && external && external->source == source_->currentData().toString().toStdString()
+            && config.is_object() && config.value("file", std::string()) == file) {
+            return *id;
+        }
+        *problem = mode_ == Mode::Follow
+            ? tr("Run name: '%1' is already used by run %2, which is not an import of this file in this format; "
+                 "choose another name")
+                  .arg(runName())
+                  .arg(*id)
+            : tr("Run name: '%1' is already used by run %2 in this workspace; choose another name")
+                  .arg(runName())
+                  .arg(*id);
+    } catch (const std::exception&) {
+        // The import itself reports a store it cannot write.
+    }
+    return 0;
+}
+
 QString ImportLogDialog::check() const
 {
-    if (file_->path().isEmpty() || !QFileInfo(file_->path()).isFile()) {
+    const QFileInfo info(file_->path());
+    if (mode_ == Mode::Follow) {
+        // The file may come later (a cluster job that has not started writing): its directory must be there.
+        if (file_->path().isEmpty() || (info.exists() && !info.isFile()) || !info.absoluteDir().exists()) {
+            return tr("Log file: expected a %1 log file, or its path in an existing directory (got '%2')")
+                .arg(source_->currentText(), file_->path());
+        }
+    } else if (file_->path().isEmpty() || !info.isFile()) {
         return tr("Log file: expected a %1 log file (got '%2')").arg(source_->currentText(), file_->path());
     }
     // The job's own checks (each mapping entry, a column or measure mapped twice), named by field.
-    if (const QString error = specError(*spec()); !error.isEmpty()) {
+    if (const QString error = specError(importSpec()); !error.isEmpty()) {
         return error;
     }
-    // What reading the file found (no usable line, a CSV without a step column, ...), from the preview.
-    if (!previewError_.isEmpty()) {
+    // What reading the file found (no usable line, a CSV without a step column, ...), from the preview; a followed
+    // log may have no usable line yet, which the preview shows without refusing.
+    if (!previewError_.isEmpty() && !(mode_ == Mode::Follow && previewNotYet_)) {
         return previewError_;
     }
-    if (store_) {
-        try {
-            if (const auto id = runNamed(*store_, runName().toStdString())) {
-                return tr("Run name: '%1' is already used by run %2 in this workspace; choose another name")
-                    .arg(runName())
-                    .arg(*id);
-            }
-        } catch (const std::exception&) {
-            // The import itself reports a store it cannot write.
-        }
-    }
-    return {};
+    QString problem;
+    continuedRun(&problem);
+    return problem;
 }
 
 QString ImportLogDialog::readyText() const
 {
+    if (mode_ == Mode::Follow) {
+        QString problem;
+        const std::int64_t continued = continuedRun(&problem);
+        return tr("Ready: reads the log every %1 s as its trainer writes it and stores each new step into run \"%2\" "
+                  "(kind external)%3, drawn live in the Runs tab; truncation and rotation are followed. It runs "
+                  "alongside the job queue until you cancel it in the Jobs tab.")
+            .arg(poll_->value())
+            .arg(runName(),
+                continued != 0 ? tr(", continuing run %1 (its stored steps are kept)").arg(continued) : QString());
+    }
     return tr("Ready: the log's steps become run \"%1\" (kind external) in one transaction; lines that cannot be used "
               "are skipped and reported.")
         .arg(runName());
@@ -730,17 +818,47 @@ QString ImportLogDialog::readyText() const
 
 QString ImportLogDialog::jobName() const
 {
-    return tr("Import %1").arg(runName());
+    return mode_ == Mode::Follow ? tr("Follow %1").arg(runName()) : tr("Import %1").arg(runName());
 }
 
 QString ImportLogDialog::cliCommand() const
 {
-    return specCommand(*spec());
+    const QString command = specCommand(importSpec());
+    if (mode_ == Mode::Import) {
+        return command;
+    }
+    return command + QStringLiteral(" --follow --poll ") + QString::number(poll_->value());
 }
 
 JobWorker::Job ImportLogDialog::job() const
 {
-    return specJob(*spec());
+    const jobs::JobSpec spec = importSpec();
+    if (mode_ == Mode::Import) {
+        return specJob(spec);
+    }
+    io::FollowOptions options;
+    options.import.map = spec.strings("map");
+    options.name = spec.given("name") ? spec.text("name") : std::string();
+    options.pollSeconds = poll_->value();
+    io::LogSource source = io::LogSource::Verl;
+    for (const io::LogSource candidate : io::logSources()) {
+        if (io::toString(candidate) == source_->currentData().toString().toStdString()) {
+            source = candidate;
+        }
+    }
+    return [workspace = workspace_.toStdString(), source, file = spec.text("file"), options](
+               Progress& progress) mutable {
+        // SQLite connections stay on the thread that opened them: the job has its own.
+        store::RunStore store = store::RunStore::open(store::databasePath(workspace), store::OpenMode::CreateOrOpen);
+        options.wait = [&progress](double seconds) {
+            // In slices, so that Cancel in the Jobs tab stops the follow within a tenth of a second.
+            QDeadlineTimer deadline(static_cast<qint64>(seconds * 1000.0));
+            while (!progress.cancelled() && !deadline.hasExpired()) {
+                QThread::msleep(50);
+            }
+        };
+        io::followLog(store, source, file, options, progress);
+    };
 }
 
 // ---- compare two runs ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 //   RecipeBuildDialog        `mismatch recipe build`        analysis::buildRecipe
 //   TimeToQualityDialog      `mismatch time-to-quality`     the catalogue's time_to_quality job
 //   CompareObjectivesDialog  `mismatch compare-objectives`  the catalogue's compare_objectives job
-//   ImportLogDialog          `mismatch import verl|tinker|csv`  io::importLog + store::storeExternalRun
+//   ImportLogDialog          `mismatch import verl|tinker|csv|tensorboard`  io::importLog + store::storeExternalRun;
+//                            as Follow Training Log, `... --follow`: io::followLog, alongside the job queue
 //   CompareRunsDialog        `mismatch compare`             the failure rule (metrics::applyFailureRule) between two
 //                                                           runs' stored evaluations, shown at once (no job)
 // The job dialogs' plain fields (counts, tokens, steps, fractions, flags, names) are made from their job's parameters
@@ -133,17 +134,27 @@ private:
 class ImportLogDialog : public JobDialog {
     Q_OBJECT
 public:
-    ImportLogDialog(
-        const QString& workspaceDirectory, QWidget* parent = nullptr, const store::RunStore* store = nullptr);
-    void setSource(const QString& source); // verl, tinker or csv
+    // Import reads the file once (the catalogue's import job); Follow keeps reading it as its trainer writes it and
+    // stores each new step as it arrives (io::followLog, `mismatch import ... --follow`), until cancelled in the
+    // Jobs tab. A follow may name a file that does not exist yet (it waits for it), and a run name that an import of
+    // the same file from the same format has (it continues that run).
+    enum class Mode { Import, Follow };
+    ImportLogDialog(const QString& workspaceDirectory, QWidget* parent = nullptr,
+        const store::RunStore* store = nullptr, Mode mode = Mode::Import);
+    Mode mode() const { return mode_; }
+    void setSource(const QString& source); // verl, tinker, csv or tensorboard
     void setFile(const QString& path);
     void setName(const QString& name);
     void setMap(const QString& entries); // "COLUMN=MEASURE; ..."
+    void setPollSeconds(double seconds); // Follow: seconds between two reads of the file
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
-    // The catalogue's import_verl / import_tinker / import_csv job (core/jobs/model_jobs.h).
+    // The catalogue's import_verl / import_tinker / import_csv / import_tensorboard job (core/jobs/model_jobs.h);
+    // nullopt when following (a follow runs until it is stopped: no job file runs one).
     std::optional<jobs::JobSpec> spec() const override;
+    // Follow runs alongside the job queue (JobQueue::Lane::Alongside): it waits on the trainer, not on the cores.
+    bool runsAlongsideQueue() const override { return mode_ == Mode::Follow; }
 
     std::vector<std::pair<std::string, std::string>> fieldNames() const override;
 
@@ -154,12 +165,19 @@ protected:
 private:
     QString runName() const;
     QStringList mapEntries() const;
+    // The import job of the fields (what spec() returns when importing).
+    jobs::JobSpec importSpec() const;
+    // Follow: the run of that name that this follow would continue (0: none, a new run); `problem` says why the
+    // name cannot be used.
+    std::int64_t continuedRun(QString* problem) const;
 
 public:
     QTableWidget* previewTable() const { return preview_; }
     QString previewSummary() const;
 
 private:
+    Mode mode_ = Mode::Import;
+    QDoubleSpinBox* poll_ = nullptr;
     QComboBox* source_ = nullptr;
     PathPicker* file_ = nullptr;
     QLineEdit* name_ = nullptr;
@@ -170,6 +188,7 @@ private:
     QTableWidget* preview_ = nullptr;
     QLabel* previewSummary_ = nullptr;
     QString previewError_;
+    bool previewNotYet_ = false; // the preview's error is only that the log has no usable line yet
 };
 
 // The failure rule between a run and its baseline at one step both evaluated (as `mismatch compare`): the verdict,

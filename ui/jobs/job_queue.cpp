@@ -64,17 +64,22 @@ JobQueue::JobQueue(JobRunner* runner, QObject* parent)
             const int id = running_;
             running_ = 0;
             if (id != 0) {
-                setRow(id, ok ? tr("finished") : cancelled ? tr("cancelled") : tr("failed"), ok ? QString() : error);
-                if (ok)
-                    model_->item(rowOf(id), ProgressColumn)->setText(QStringLiteral("100%"));
-                model_->item(rowOf(id), Eta)->setText(QString());
-                emit jobFinished(id, name, ok, cancelled, error);
+                finishRow(id, name, ok, cancelled, error);
             }
             startNext();
         });
 }
 
-int JobQueue::enqueue(const QString& name, const QString& cliCommand, JobWorker::Job job)
+void JobQueue::finishRow(int id, const QString& name, bool ok, bool cancelled, const QString& error)
+{
+    setRow(id, ok ? tr("finished") : cancelled ? tr("cancelled") : tr("failed"), ok ? QString() : error);
+    if (ok)
+        model_->item(rowOf(id), ProgressColumn)->setText(QStringLiteral("100%"));
+    model_->item(rowOf(id), Eta)->setText(QString());
+    emit jobFinished(id, name, ok, cancelled, error);
+}
+
+int JobQueue::enqueue(const QString& name, const QString& cliCommand, JobWorker::Job job, Lane lane)
 {
     const int id = nextId_++;
     QList<QStandardItem*> row;
@@ -85,9 +90,41 @@ int JobQueue::enqueue(const QString& name, const QString& cliCommand, JobWorker:
     row.front()->setToolTip(cliCommand);
     row[ProgressColumn]->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     model_->appendRow(row);
+    if (lane == Lane::Alongside) {
+        startAlongside(id, name, std::move(job));
+        return id;
+    }
     pending_.push_back({id, name, std::move(job)});
     startNext();
     return id;
+}
+
+void JobQueue::startAlongside(int id, const QString& name, JobWorker::Job job)
+{
+    auto* runner = new JobRunner(this);
+    alongside_[id] = runner;
+    model_->item(rowOf(id), ProgressColumn)->setText(tr("-")); // it has no fraction: it runs until stopped
+    connect(runner, &JobRunner::progressChanged, this, [this, id](double, const QString& stage, double) {
+        if (const int row = rowOf(id); row >= 0) {
+            model_->item(row, Detail)->setText(stage);
+            model_->item(row, Detail)->setToolTip(stage);
+        }
+    });
+    connect(runner, &JobRunner::finished, this,
+        [this, id, runner](const QString& jobName, bool ok, bool cancelled, const QString& error) {
+            alongside_.erase(id);
+            runner->deleteLater();
+            finishRow(id, jobName, ok, cancelled, error);
+        });
+    runner->start(name, std::move(job));
+    setRow(id, tr("running"), tr("alongside the queue"));
+}
+
+void JobQueue::cancelAlongside()
+{
+    for (const auto& [id, runner] : alongside_) {
+        runner->cancel();
+    }
 }
 
 void JobQueue::startNext()
@@ -111,6 +148,11 @@ bool JobQueue::cancel(int id)
     if (id != 0 && id == running_) {
         runner_->cancel();
         model_->item(rowOf(id), Detail)->setText(tr("cancelling at the next step..."));
+        return true;
+    }
+    if (const auto alongside = alongside_.find(id); alongside != alongside_.end()) {
+        alongside->second->cancel();
+        model_->item(rowOf(id), Detail)->setText(tr("stopping..."));
         return true;
     }
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {
@@ -215,8 +257,9 @@ JobQueuePanel::JobQueuePanel(JobQueue* queue, QWidget* parent)
     buttons->addWidget(copy);
     buttons->addWidget(exportFile);
     buttons->addWidget(submit);
-    auto* note = new QLabel(tr("Jobs run one at a time, off the window's thread; partial results stay in the "
-                               "workspace when a job is cancelled or fails."),
+    auto* note = new QLabel(tr("Jobs run one at a time, off the window's thread (a followed training log runs "
+                               "alongside them until cancelled); partial results stay in the workspace when a job is "
+                               "cancelled or fails."),
         this);
     note->setObjectName("jobQueueNote");
     note->setWordWrap(true); // wraps rather than widening the tab past a 1024 px window

@@ -1,14 +1,17 @@
 #pragma once
 // A queue of jobs run one after another through a JobRunner (one worker thread at a time, so two jobs never
-// compete for the machine's cores). The model lists every job of the session: queued, running (with progress
-// and ETA), finished, failed (with the error) or cancelled; the panel shows it with cancel and "copy CLI
-// command" (the headless command that reproduces the job). Below the session's jobs, the workspace's Slurm
-// submissions (ui/jobs/cluster_panel.h); "Submit to Slurm..." hands a job's job file to the cluster.
+// compete for the machine's cores). A job that mostly waits on outside input (following a training log as a cluster
+// job writes it) runs alongside the queue instead, at once, on a runner of its own: it would otherwise hold the
+// queue until it is stopped. The model lists every job of the session: queued, running (with progress and ETA),
+// finished, failed (with the error) or cancelled; the panel shows it with cancel and "copy CLI command" (the headless
+// command that reproduces the job). Below the session's jobs, the workspace's Slurm submissions
+// (ui/jobs/cluster_panel.h); "Submit to Slurm..." hands a job's job file to the cluster.
 #include "ui/jobs/job_runner.h"
 
 #include <QWidget>
 
 #include <deque>
+#include <map>
 
 class QStandardItemModel;
 class QTableView;
@@ -23,14 +26,23 @@ class JobQueue : public QObject {
 public:
     enum Column { Name, State, ProgressColumn, Eta, Detail, ColumnCount };
 
+    // Queue: one at a time, after the jobs queued before it. Alongside: started at once on a runner of its own, for a
+    // job that waits on outside input rather than computes (a followed log); it never delays the queue.
+    enum class Lane { Queue, Alongside };
+
     JobQueue(JobRunner* runner, QObject* parent = nullptr);
 
-    // Queues `job`; starts it now when nothing runs. Returns the job's id.
-    int enqueue(const QString& name, const QString& cliCommand, JobWorker::Job job);
+    // Queues `job` (starts it now when nothing runs), or starts it alongside the queue. Returns the job's id.
+    int enqueue(const QString& name, const QString& cliCommand, JobWorker::Job job, Lane lane = Lane::Queue);
     // Cancels a running job (it stops at its next boundary) or drops a queued one. False for an unknown or
     // finished job.
     bool cancel(int id);
+    // Cancels every job running alongside the queue (the window is closing).
+    void cancelAlongside();
+    // The job the queue runs (0: none); jobs alongside it are not counted.
     int runningJob() const { return running_; }
+    // The jobs running alongside the queue.
+    int alongsideCount() const { return static_cast<int>(alongside_.size()); }
     int queuedCount() const { return static_cast<int>(pending_.size()); }
     QString cliCommand(int id) const;
     // The job file of a job whose dialog has a catalogue spec (core/jobs/job_file.h; empty for the others), set
@@ -46,6 +58,7 @@ public:
     int idAtRow(int row) const;
 
 signals:
+    // A job of the queue started (the status bar's progress follows it; a job alongside has its row only).
     void jobStarted(int id, const QString& name);
     void jobFinished(int id, const QString& name, bool ok, bool cancelled, const QString& error);
 
@@ -56,9 +69,13 @@ private:
         JobWorker::Job job;
     };
     void startNext();
+    void startAlongside(int id, const QString& name, JobWorker::Job job);
     void setRow(int id, const QString& state, const QString& detail = {});
+    // A job's row when it ended, and jobFinished.
+    void finishRow(int id, const QString& name, bool ok, bool cancelled, const QString& error);
 
     JobRunner* runner_;
+    std::map<int, JobRunner*> alongside_; // job id -> its own runner, while it runs
     QStandardItemModel* model_;
     std::deque<Pending> pending_;
     int nextId_ = 1;

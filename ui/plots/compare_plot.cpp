@@ -152,6 +152,8 @@ void ComparePlot::tail()
                 : measure_ == K1                                   ? s.k1
                 : measure_ == K3                                   ? s.k3
                                                                    : s.bf16Multiple;
+            // A step drawn already comes again when a followed log's later line adds to it (its row written anew).
+            graph->data()->remove(static_cast<double>(s.step));
             if (value) {
                 graph->addData(static_cast<double>(s.step), *value);
             }

@@ -317,6 +317,11 @@ void RunPlot::tail()
     const auto steps = store_->stepsAfter(runId_, cursor_);
     for (const auto& s : steps) {
         const double x = static_cast<double>(s.step);
+        // A step drawn already comes again when a followed log's later line adds to it (store::storeFollowedSteps
+        // writes the step's row anew): its new values replace the drawn ones.
+        for (const int series : {FullKl, K1, K3, Bf16Multiple}) {
+            plot_->graph(series)->data()->remove(x);
+        }
         if (s.mismatchKl)
             plot_->graph(FullKl)->addData(x, *s.mismatchKl);
         if (s.k1)
