@@ -170,7 +170,7 @@ Parameter activationsParameter(const std::string& help)
 {
     return choice(param("activations", ParameterType::Choice, "--activations", "... and its input activations to",
                       help, "bf16"),
-        {"bf16", "fp8_e4m3"});
+        quant::activationFormatChoices());
 }
 
 Parameter kvScalesParameter(const std::string& help)
@@ -244,9 +244,10 @@ JobDefinition sensitivityJob()
     job.parameters = {
         required(modelParameter("Model directory (the FP32 trainer and the engine's weights)")),
         required(formatParameter("Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], "
-                                 "fp8_e5m2[:...], int8, int4, fp16, bf16")),
+                                 "fp8_e5m2[:...], int8, int4, mxfp8, mxfp4, nvfp4, fp16, bf16")),
         required(promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL)")),
-        activationsParameter("Input activations of a quantized projection: bf16 | fp8_e4m3"),
+        activationsParameter("Input activations of a quantized projection: bf16 | fp8_e4m3 | mxfp8 | mxfp4 | nvfp4 "
+                             "(a microscaling format with weights of the same format)"),
         kvScalesParameter("Scales of the fp8_e4m3 KV cells: per_tensor | per_head"),
         param("no_kv", ParameterType::Flag, "--no-kv", "Skip each layer's KV-cache cell",
             "Skip the KV-cache-only cells", false),
@@ -359,10 +360,11 @@ JobDefinition recipeBuildJob()
     step.needs = {"calibration"};
     job.parameters = {
         modelParameter("Model directory (ignored with --scan: the scan's model is used)"),
-        formatParameter("Weight format: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, fp16 "
-                        "(without --scan)"),
+        formatParameter("Weight format: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, mxfp8, "
+                        "mxfp4, nvfp4, fp16 (without --scan)"),
         promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL) the mismatch is measured on (without --scan)"),
-        activationsParameter("Activations of quantized projections: bf16 | fp8_e4m3"),
+        activationsParameter("Activations of quantized projections: bf16 | fp8_e4m3 | mxfp8 | mxfp4 | nvfp4 (a "
+                             "microscaling format with weights of the same format)"),
         kvScalesParameter("Scales of the fp8_e4m3 KV cache: per_tensor | per_head"),
         budget,
         param("calibration", ParameterType::Integer, "--calibration", "Calibration",
