@@ -83,12 +83,17 @@ std::string shortFormat(const std::string& format)
 
 std::string cell(const quant::ModulePrecision& module)
 {
+    // The microscaling formats' blocks are the format's own (group32, group16): no suffix.
     static const std::map<quant::Granularity, std::string> granularity
         = {{quant::Granularity::None, ""}, {quant::Granularity::Tensor, "/t"}, {quant::Granularity::Channel, "/ch"},
-            {quant::Granularity::Block128, "/b128"}, {quant::Granularity::Group128, "/g128"}};
+            {quant::Granularity::Block128, "/b128"}, {quant::Granularity::Group128, "/g128"},
+            {quant::Granularity::Group32, ""}, {quant::Granularity::Group16, ""}};
     std::string text = shortFormat(quant::toString(module.weights.format)) + granularity.at(module.weights.granularity);
     if (module.activations.format == quant::ActivationFormat::Fp8E4m3) {
         text += " a8";
+    } else if (quant::isMicroscaling(module.activations.format)) {
+        // Activations in the weights' own microscaling format (the only pairing recipes accept): 4 or 8 bits.
+        text += quant::bytesPerElement(module.activations.format) < 1.0 ? " a4" : " a8";
     }
     return text;
 }
@@ -149,8 +154,8 @@ void printPlan(const Context& context, const quant::Recipe& recipe, const quant:
                            + (config.tieWordEmbeddings ? "  (tied to embed_tokens)" : "")}});
     out << "\ne4m3, e5m2: fp8_e4m3, fp8_e5m2; scales per /t tensor, /ch channel, /b128 128x128 block, /g128 128-group, "
            "/head KV head,\n/tok token and KV head (fp8_per_token_head, int8_per_token_head: computed at each "
-           "cache write);\na8: fp8_e4m3 activations (dynamic, per token); sync: KV scales re-measured at every "
-           "weight sync\n\n";
+           "cache write);\na8: fp8_e4m3 activations (dynamic, per token); on mxfp8, mxfp4, nvfp4 weights a8 / a4: "
+           "activations in that format (dynamic block scales); sync: KV scales re-measured at every weight sync\n\n";
 
     const std::vector<std::vector<std::string>> summary = {
         {"weights", std::to_string(plan.weightBytes) + " B (" + mebibytes(plan.weightBytes) + ")",

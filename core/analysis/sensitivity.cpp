@@ -122,7 +122,11 @@ quant::Recipe cellRecipe(const SensitivityCellSpec& cell, const quant::WeightPre
 
 std::string scanFormat(const quant::WeightPrecision& weights, const quant::ActivationPrecision& activations)
 {
-    return quant::describe(weights) + (activations.format == quant::ActivationFormat::Fp8E4m3 ? " a8" : "");
+    if (activations.format == quant::ActivationFormat::Bf16) {
+        return quant::describe(weights);
+    }
+    // fp8_e4m3 and mxfp8 activations are 8-bit, mxfp4 and nvfp4 ones 4-bit.
+    return quant::describe(weights) + (quant::bytesPerElement(activations.format) < 1.0 ? " a4" : " a8");
 }
 
 std::string sensitivityConfigJson(const SensitivityOptions& options)

@@ -111,14 +111,15 @@ std::atomic<std::int64_t> deviceFp8ActivationCalls {0};
 
 // The module's input rounded to its activation format. FP8 activations on a CUDA device are rounded there
 // (cuda::quantizeFp8 per row, then dequantizeFp8: the same codes, scales and float32 values as
-// quant::fakeQuantizeActivations, which tests/gpu checks bit for bit) instead of a round trip through the host.
+// quant::fakeQuantizeActivations, which tests/gpu checks bit for bit) instead of a round trip through the host. The
+// microscaling formats (mxfp8, mxfp4, nvfp4) are rounded by the CPU codec (quant/microscaling.h), on the host.
 at::Tensor roundActivations(const at::Tensor& x, quant::ActivationFormat format)
 {
     if (format == quant::ActivationFormat::Bf16) {
         return roundBf16(x);
     }
 #if defined(MISMATCH_HAVE_CUDA)
-    if (x.is_cuda()) {
+    if (x.is_cuda() && format == quant::ActivationFormat::Fp8E4m3) {
         const at::Tensor rows = x.reshape({-1, x.size(-1)});
         ++deviceFp8ActivationCalls;
         const cuda::Fp8Tensor codes = cuda::quantizeFp8(rows, cuda::Fp8Kind::E4M3, cuda::Fp8Scaling::Row);
@@ -656,9 +657,10 @@ EngineModel::ModuleState EngineModel::moduleState(
     } else {
         // On a GPU the rounding stays there where the device computes fakeQuantize's values bit for bit: bf16
         // through the device's round-to-nearest-even conversion (roundBf16), e4m3 per tensor, channel or 128 x 128
-        // block through the FP8 kernels (tests/gpu: the same codes, scales and float32 values). Other formats,
-        // and a weight that is not finite (fakeQuantize names the element), go through the CPU codec: to the host
-        // and back once, when the engine is built. What stays on the device is the module's deviceWeightLayout
+        // block through the FP8 kernels (tests/gpu: the same codes, scales and float32 values). Other formats (the
+        // microscaling ones included: their float32 dequantized weight stays on the device), and a weight that is
+        // not finite (fakeQuantize names the element), go through the CPU codec: to the host and back once, when
+        // the engine is built. What stays on the device is the module's deviceWeightLayout
         // (engine/memory_plan.h counts it), a bf16 copy once for a tied tensor.
         const at::Tensor source = weight.detach();
         const quant::WeightFormat format = precision.weights.format;

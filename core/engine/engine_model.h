@@ -3,11 +3,14 @@
 // boundary, computed in float32 on the CPU (or wherever the weights live).
 //
 // Per linear module (Transformer::linear seam), as a real engine's GEMM does it:
-//   x_q = activations rounded to the module's activation format (bf16, or fp8_e4m3 with one dynamic scale
-//         per token: scale = amax(|x_token|) / 448)
+//   x_q = activations rounded to the module's activation format (bf16, fp8_e4m3 with one dynamic scale
+//         per token: scale = amax(|x_token|) / 448, or mxfp8 / mxfp4 / nvfp4 with dynamic block scales along
+//         each token: quant/microscaling.h)
 //   W_q = the weight fake-quantized to the module's weight format (bf16 rounding, fp16, fp8 with its
-//         granularity, int8, int4), computed ONCE per weight sync, not per forward, and kept in the format's
-//         own bytes (quant::QuantizedWeight: bf16 values, or codes and scales), not as a float32 copy
+//         granularity, int8, int4, mxfp8, mxfp4, nvfp4), computed ONCE per weight sync, not per forward, and kept
+//         in the format's own bytes (quant::QuantizedWeight: bf16 values, or codes and scales), not as a float32
+//         copy. The microscaling formats run as block FP8 does: the product of the exact dequantized operands in
+//         float32 (Hopper-class hardware has no FP4 tensor cores; a native FP4 GEMM multiplies the same exact values)
 //   y   = x_q W_q^T + bf16(b)      exact products, float32 sums (the FP32 accumulator of a real GEMM)
 //   out = bf16(y)                  every module writes BF16 activations, the lm_head logits included
 // The order of the float32 sums is the BLAS library's, as in any GEMM: it is not part of the definition (it

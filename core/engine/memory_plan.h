@@ -11,8 +11,9 @@
 //                            backward's [vocab, hidden] gradients before they are added (two when tied)
 //   engine weights           what an engine holds beyond the weights it shares. On the CPU: the BF16 view of
 //                            weights not stored in BF16 (2 bytes an element of the module weights) plus each
-//                            quantized module's codes (1 byte an element; int4 too, the emulation does not pack
-//                            it) and float32 scales (EngineModel, quant::QuantizedWeight). On a CUDA device
+//                            quantized module's codes (1 byte an element; int4, mxfp4 and nvfp4 too, the
+//                            emulation does not pack them) and float32 scales (one per block for the microscaling
+//                            formats; EngineModel, quant::QuantizedWeight). On a CUDA device
 //                            (EngineModel::moduleState): a module the native FP8 GEMM multiplies (e4m3 weights and
 //                            activations, not the embedding; builds with the cuda/ kernels) its e4m3 codes and
 //                            float32 scales; under BFloat16 kernels a bf16 module with bf16 activations nothing

@@ -39,6 +39,9 @@ Json weightArgs(const quant::WeightPrecision& weights)
         args["strategy"] = "group";
         args["group_size"] = 128;
         break;
+    case Granularity::Group32:
+    case Granularity::Group16:
+        // Microscaling weights: checkCommon refuses them before any arguments are written.
     case Granularity::None:
         break;
     }

@@ -170,7 +170,7 @@ Parameter activationsParameter(const std::string& help)
 {
     return choice(param("activations", ParameterType::Choice, "--activations", "... and its input activations to",
                       help, "bf16"),
-        {"bf16", "fp8_e4m3"});
+        quant::activationFormatChoices());
 }
 
 Parameter kvScalesParameter(const std::string& help)
@@ -273,9 +273,10 @@ JobDefinition sensitivityJob()
     job.parameters = {
         required(modelParameter("Model directory (the FP32 trainer and the engine's weights)")),
         required(formatParameter("Weight format of a quantized cell: fp8_e4m3[:block128|channel|tensor], "
-                                 "fp8_e5m2[:...], int8, int4, fp16, bf16")),
+                                 "fp8_e5m2[:...], int8, int4, mxfp8, mxfp4, nvfp4, fp16, bf16")),
         required(promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL)")),
-        activationsParameter("Input activations of a quantized projection: bf16 | fp8_e4m3"),
+        activationsParameter("Input activations of a quantized projection: bf16 | fp8_e4m3 | mxfp8 | mxfp4 | nvfp4 "
+                             "(a microscaling format with weights of the same format)"),
         kvFormatParameter("Format of the KV cells: fp8_e4m3 (calibrated scales) | fp8_per_token_head | "
                           "int8_per_token_head (vLLM's dynamic formats: a scale per token and KV head)"),
         kvScalesParameter("Scales of the fp8_e4m3 KV cells: per_tensor | per_head"),
@@ -391,10 +392,11 @@ JobDefinition recipeBuildJob()
     step.needs = {"calibration"};
     job.parameters = {
         modelParameter("Model directory (ignored with --scan: the scan's model is used)"),
-        formatParameter("Weight format: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, fp16 "
-                        "(without --scan)"),
+        formatParameter("Weight format: fp8_e4m3[:block128|channel|tensor], fp8_e5m2[:...], int8, int4, mxfp8, "
+                        "mxfp4, nvfp4, fp16 (without --scan)"),
         promptsParameter("Prompt set (JSONL)", "Prompt set (JSONL) the mismatch is measured on (without --scan)"),
-        activationsParameter("Activations of quantized projections: bf16 | fp8_e4m3"),
+        activationsParameter("Activations of quantized projections: bf16 | fp8_e4m3 | mxfp8 | mxfp4 | nvfp4 (a "
+                             "microscaling format with weights of the same format)"),
         kvFormatParameter("Format of the KV cache (with --kv-cache): fp8_e4m3 | fp8_per_token_head | "
                           "int8_per_token_head"),
         kvScalesParameter("Scales of the fp8_e4m3 KV cache: per_tensor | per_head"),

@@ -267,8 +267,8 @@ JobDefinition quantizeJob()
         required(choice(param("format", ParameterType::Choice, "--format,-f", "Weight format", "Weight format"),
             quant::weightFormatChoices())),
         choice(param("granularity", ParameterType::Choice, "--granularity,-g", "Scale granularity",
-                   "Scale granularity (default: block128 for fp8, channel for int8, group128 for int4; none for "
-                   "bf16/fp16)"),
+                   "Scale granularity (default: block128 for fp8, channel for int8, group128 for int4, group32 for "
+                   "mxfp8/mxfp4, group16 for nvfp4; none for bf16/fp16)"),
             quant::granularityChoices()),
         param("keep_dtype", ParameterType::Flag, "--keep-dtype", "Keep the input dtype",
             "Write quantized tensors in their input dtype instead of float32", false),

@@ -11,23 +11,31 @@ namespace mismatch::quant {
 namespace {
 
 // One table per enum: the recipe spelling of each value, in enum order (None is not spelled in recipes).
-constexpr std::array<std::pair<WeightFormat, const char*>, 6> kWeightFormats = {{
+constexpr std::array<std::pair<WeightFormat, const char*>, 9> kWeightFormats = {{
     {WeightFormat::Bf16, "bf16"},
     {WeightFormat::Fp16, "fp16"},
     {WeightFormat::Fp8E4m3, "fp8_e4m3"},
     {WeightFormat::Fp8E5m2, "fp8_e5m2"},
     {WeightFormat::Int8, "int8"},
     {WeightFormat::Int4, "int4"},
+    {WeightFormat::Mxfp8, "mxfp8"},
+    {WeightFormat::Mxfp4, "mxfp4"},
+    {WeightFormat::Nvfp4, "nvfp4"},
 }};
-constexpr std::array<std::pair<Granularity, const char*>, 4> kGranularities = {{
+constexpr std::array<std::pair<Granularity, const char*>, 6> kGranularities = {{
     {Granularity::Tensor, "tensor"},
     {Granularity::Channel, "channel"},
     {Granularity::Block128, "block128"},
     {Granularity::Group128, "group128"},
+    {Granularity::Group32, "group32"},
+    {Granularity::Group16, "group16"},
 }};
-constexpr std::array<std::pair<ActivationFormat, const char*>, 2> kActivationFormats = {{
+constexpr std::array<std::pair<ActivationFormat, const char*>, 5> kActivationFormats = {{
     {ActivationFormat::Bf16, "bf16"},
     {ActivationFormat::Fp8E4m3, "fp8_e4m3"},
+    {ActivationFormat::Mxfp8, "mxfp8"},
+    {ActivationFormat::Mxfp4, "mxfp4"},
+    {ActivationFormat::Nvfp4, "nvfp4"},
 }};
 constexpr std::array<std::pair<KvFormat, const char*>, 4> kKvFormats = {{
     {KvFormat::Bf16, "bf16"},
@@ -118,8 +126,11 @@ double bytesPerElement(WeightFormat format)
     case WeightFormat::Fp8E4m3:
     case WeightFormat::Fp8E5m2:
     case WeightFormat::Int8:
+    case WeightFormat::Mxfp8:
         return 1.0;
     case WeightFormat::Int4:
+    case WeightFormat::Mxfp4:
+    case WeightFormat::Nvfp4:
         return 0.5;
     }
     return 2.0;
@@ -140,6 +151,11 @@ std::vector<Granularity> allowedGranularities(WeightFormat format)
         return {Granularity::Channel};
     case WeightFormat::Int4:
         return {Granularity::Group128};
+    case WeightFormat::Mxfp8:
+    case WeightFormat::Mxfp4:
+        return {Granularity::Group32};
+    case WeightFormat::Nvfp4:
+        return {Granularity::Group16};
     case WeightFormat::Bf16:
     case WeightFormat::Fp16:
         break;
@@ -157,11 +173,78 @@ Granularity defaultGranularity(WeightFormat format)
         return Granularity::Channel;
     case WeightFormat::Int4:
         return Granularity::Group128;
+    case WeightFormat::Mxfp8:
+    case WeightFormat::Mxfp4:
+        return Granularity::Group32; // OCP MX v1.0: k = 32
+    case WeightFormat::Nvfp4:
+        return Granularity::Group16;
     case WeightFormat::Bf16:
     case WeightFormat::Fp16:
         break;
     }
     return Granularity::None;
+}
+
+bool isMicroscaling(WeightFormat format)
+{
+    return format == WeightFormat::Mxfp8 || format == WeightFormat::Mxfp4 || format == WeightFormat::Nvfp4;
+}
+
+bool isMicroscaling(ActivationFormat format)
+{
+    return format == ActivationFormat::Mxfp8 || format == ActivationFormat::Mxfp4 || format == ActivationFormat::Nvfp4;
+}
+
+std::int64_t microscalingBlockSize(WeightFormat format)
+{
+    switch (format) {
+    case WeightFormat::Mxfp8:
+    case WeightFormat::Mxfp4:
+        return 32;
+    case WeightFormat::Nvfp4:
+        return 16;
+    case WeightFormat::Bf16:
+    case WeightFormat::Fp16:
+    case WeightFormat::Fp8E4m3:
+    case WeightFormat::Fp8E5m2:
+    case WeightFormat::Int8:
+    case WeightFormat::Int4:
+        break;
+    }
+    return 0;
+}
+
+std::int64_t microscalingBlockSize(ActivationFormat format)
+{
+    switch (format) {
+    case ActivationFormat::Mxfp8:
+        return microscalingBlockSize(WeightFormat::Mxfp8);
+    case ActivationFormat::Mxfp4:
+        return microscalingBlockSize(WeightFormat::Mxfp4);
+    case ActivationFormat::Nvfp4:
+        return microscalingBlockSize(WeightFormat::Nvfp4);
+    case ActivationFormat::Bf16:
+    case ActivationFormat::Fp8E4m3:
+        break;
+    }
+    return 0;
+}
+
+bool isSupportedPair(WeightFormat weights, ActivationFormat activations)
+{
+    switch (activations) {
+    case ActivationFormat::Mxfp8:
+        return weights == WeightFormat::Mxfp8;
+    case ActivationFormat::Mxfp4:
+        return weights == WeightFormat::Mxfp4;
+    case ActivationFormat::Nvfp4:
+        return weights == WeightFormat::Nvfp4;
+    case ActivationFormat::Fp8E4m3:
+        return !isMicroscaling(weights) && weights != WeightFormat::Int4;
+    case ActivationFormat::Bf16:
+        break;
+    }
+    return true;
 }
 
 std::optional<WeightFormat> parseWeightFormat(std::string_view name)
@@ -224,7 +307,17 @@ bool isPerTokenHead(KvFormat format)
 }
 double bytesPerElement(ActivationFormat format)
 {
-    return format == ActivationFormat::Bf16 ? 2.0 : 1.0;
+    switch (format) {
+    case ActivationFormat::Bf16:
+        return 2.0;
+    case ActivationFormat::Fp8E4m3:
+    case ActivationFormat::Mxfp8:
+        return 1.0;
+    case ActivationFormat::Mxfp4:
+    case ActivationFormat::Nvfp4:
+        return 0.5;
+    }
+    return 2.0;
 }
 
 bool isSupported(WeightFormat format, Granularity granularity)
@@ -257,6 +350,19 @@ Granularity effectiveGranularity(WeightFormat format, Granularity granularity)
     return granularity;
 }
 
+std::uint64_t scaleBytes(WeightFormat format)
+{
+    if (!hasScales(format)) {
+        return 0;
+    }
+    return isMicroscaling(format) ? 1 : kScaleBytes;
+}
+
+std::uint64_t tensorScaleBytes(WeightFormat format)
+{
+    return format == WeightFormat::Nvfp4 ? kScaleBytes : 0;
+}
+
 std::int64_t weightScaleCount(c10::IntArrayRef shape, WeightFormat format, Granularity granularity)
 {
     if (!hasScales(format)) {
@@ -279,6 +385,17 @@ std::int64_t weightScaleCount(c10::IntArrayRef shape, WeightFormat format, Granu
         return ceilDiv(rows, 128) * ceilDiv(columns, 128);
     case Granularity::Group128:
         return rows * ceilDiv(columns, 128);
+    case Granularity::Group32:
+    case Granularity::Group16: {
+        const std::int64_t block = effective == Granularity::Group32 ? 32 : 16;
+        if (columns % block != 0) {
+            throw InputError("", "shape",
+                toString(format) + " takes whole blocks of " + std::to_string(block)
+                    + " along the input dimension (vLLM's kernels and emulation need its length to be a multiple of "
+                    + std::to_string(block) + "), got " + shapeText(shape));
+        }
+        return rows * (columns / block);
+    }
     case Granularity::None:
     case Granularity::Tensor:
         break;
@@ -294,7 +411,7 @@ std::uint64_t weightStorageBytes(c10::IntArrayRef shape, WeightFormat format, Gr
         elements *= size;
     }
     std::uint64_t elementBytes = 0;
-    if (format == WeightFormat::Int4) {
+    if (bytesPerElement(format) == 0.5) {
         // Two 4-bit values per byte, packed along each row (an odd row length leaves half a byte unused).
         const std::int64_t columns = shape.empty() ? 1 : shape.back();
         const std::int64_t rows = columns == 0 ? 0 : elements / columns;
@@ -302,7 +419,7 @@ std::uint64_t weightStorageBytes(c10::IntArrayRef shape, WeightFormat format, Gr
     } else {
         elementBytes = static_cast<std::uint64_t>(elements) * static_cast<std::uint64_t>(bytesPerElement(format));
     }
-    return elementBytes + static_cast<std::uint64_t>(scales) * kScaleBytes;
+    return elementBytes + static_cast<std::uint64_t>(scales) * scaleBytes(format) + tensorScaleBytes(format);
 }
 
 std::uint64_t kvCacheBytes(

@@ -8,6 +8,7 @@
 #include "core/model/safetensors.h"
 #include "core/model/transformer_linear.h"
 #include "core/quant/fp8.h"
+#include "core/quant/microscaling.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -337,8 +338,10 @@ ScaleLayout weightLayout(const at::Tensor& weight, WeightFormat format, Granular
         layout.columnBlock = 128;
         break;
     case Granularity::Group128:
+    case Granularity::Group32:
+    case Granularity::Group16:
         layout.scaleRows = std::max<std::int64_t>(1, layout.rows);
-        layout.columnBlock = 128;
+        layout.columnBlock = effective == Granularity::Group128 ? 128 : microscalingBlockSize(format);
         break;
     }
     return layout;
@@ -468,6 +471,9 @@ at::Tensor weightScales(const at::Tensor& weight, WeightFormat format, Granulari
     if (!hasScales(format)) {
         return {};
     }
+    if (isMicroscaling(format)) {
+        return QuantizedWeight::quantize(weight, format, granularity).scales();
+    }
     const at::Tensor input = cpuFloat(weight, "weight");
     const ScaleLayout layout = weightLayout(input, format, granularity);
     return scalesFromAmax(groupAmax(input.data_ptr<float>(), layout, true), scaledFormat(format).qmax);
@@ -481,6 +487,10 @@ at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granulari
         groupAmax(input.data_ptr<float>(), weightLayout(input, format, Granularity::None), true);
         const at::Tensor rounded = format == WeightFormat::Bf16 ? roundToBFloat16(input) : roundToFloat16(input);
         return rounded.to(weight.device());
+    }
+    if (isMicroscaling(format)) {
+        // The codes times their block's factor (microscaling.h): the definition's last multiply, done once.
+        return QuantizedWeight::quantize(input, format, granularity).dequantize().to(weight.device());
     }
     const ScaleLayout layout = weightLayout(input, format, granularity);
     const ScaledFormat scaled = scaledFormat(format);
@@ -598,6 +608,10 @@ at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationForm
 {
     if (format == ActivationFormat::Bf16) {
         return roundToBFloat16(activations);
+    }
+    if (isMicroscaling(format)) {
+        return fakeQuantizeMicroscalingActivations(cpuFloat(activations, "activations"), format)
+            .to(activations.device());
     }
     return perTokenE4m3(activations, true).values.to(activations.device());
 }
@@ -809,6 +823,20 @@ QuantizedWeight QuantizedWeight::quantize(const at::Tensor& weight, WeightFormat
         }
         return result;
     }
+    if (isMicroscaling(format)) {
+        // Codes and each block's float32 factor (microscaling.h), from a float32 copy of the weight; the block amax
+        // comes with the finiteness check.
+        const at::Tensor input = cpuFloat(weight.detach(), "weight");
+        const ScaleLayout layout = weightLayout(input, format, granularity);
+        MicroscalingWeight encoded
+            = encodeMicroscalingWeight(input, groupAmax(input.data_ptr<float>(), layout, true), format);
+        result.granularity_ = effectiveGranularity(format, granularity);
+        result.scaleRowDivisor_ = 1;
+        result.scaleColumnBlock_ = layout.columnBlock;
+        result.codes_ = std::move(encoded.codes);
+        result.scales_ = std::move(encoded.scales);
+        return result;
+    }
     // A bf16 weight (what checkpoints store) is read as it is, a block at a time, instead of from a float32 copy
     // of the whole weight: the same values, 2 bytes an element read instead of 4 written and read again.
     const at::Tensor source = weight.detach();
@@ -893,9 +921,12 @@ void QuantizedWeight::dequantizeRows(std::int64_t begin, std::int64_t end, float
         target.copy_(values_.narrow(0, begin, end - begin));
         return;
     }
-    const float* table = hasScales(format_) && codes_.scalar_type() == at::kByte
-        ? fp8DecodeTable(format_ == WeightFormat::Fp8E5m2 ? Fp8Format::E5M2 : Fp8Format::E4M3).data()
-        : nullptr;
+    // E4M3 codes (fp8_e4m3, mxfp8) are decoded from their bits; e5m2 and E2M1 codes (mxfp4, nvfp4) through their
+    // tables; int8/int4 are integers.
+    const bool e4m3Codes = format_ == WeightFormat::Fp8E4m3 || format_ == WeightFormat::Mxfp8;
+    const float* table = format_ == WeightFormat::Fp8E5m2 ? fp8DecodeTable(Fp8Format::E5M2).data()
+        : format_ == WeightFormat::Mxfp4 || format_ == WeightFormat::Nvfp4 ? e2m1DecodeTable().data()
+                                                                             : nullptr;
     const std::int64_t scaleColumns = scales_.size(1);
     const float* scales = scales_.data_ptr<float>();
     at::parallel_for(begin, end, rowGrain(columns), [&](std::int64_t rowBegin, std::int64_t rowEnd) {
@@ -905,7 +936,7 @@ void QuantizedWeight::dequantizeRows(std::int64_t begin, std::int64_t end, float
             for (std::int64_t block = 0; block < scaleColumns; ++block) {
                 const std::int64_t c0 = block * scaleColumnBlock_;
                 const std::int64_t count = std::min(columns, c0 + scaleColumnBlock_) - c0;
-                if (table && format_ != WeightFormat::Fp8E5m2) {
+                if (e4m3Codes) {
                     scaleE4m3CodesImpl(codes_.data_ptr<std::uint8_t>() + r * columns + c0, rowScales[block], target + c0,
                         count);
                 } else if (table) {

@@ -20,6 +20,8 @@
 // and rounding integers with rintf.
 // Unscaled formats: bf16 and fp16 round the float32 to nearest even (subnormals kept, overflow to inf, as
 // a cast does) and back.
+// Microscaling formats (mxfp8, mxfp4, nvfp4): block scales along the input dimension, defined step by step in
+// microscaling.h (weights and activations).
 //
 // Non-finite input: a weight holding inf or NaN is bad input (InputError naming the element). Activations
 // and KV entries propagate it the way the engines' kernels do: a NaN stays NaN, and an inf makes its
@@ -51,7 +53,8 @@ void scaleE4m3Codes(const std::uint8_t* codes, float scale, float* out, std::int
 // throws InputError. Result: float32 of the same shape, on the input's device (computed on the CPU).
 at::Tensor fakeQuantize(const at::Tensor& weight, WeightFormat format, Granularity granularity);
 // The float32 scales fakeQuantize uses, as a [scale rows, scale columns] grid: tensor [1, 1], channel
-// [out, 1], block128 [ceil(out/128), ceil(in/128)], group128 [out, ceil(in/128)]. Undefined for bf16/fp16.
+// [out, 1], block128 [ceil(out/128), ceil(in/128)], group128 [out, ceil(in/128)]; for the microscaling formats each
+// block's factor [out, in/32] or [out, in/16] (2^shared, or nvfp4's sf * s2: microscaling.h). Undefined for bf16/fp16.
 at::Tensor weightScales(const at::Tensor& weight, WeightFormat format, Granularity granularity);
 
 // A weight as the engine keeps it: exactly the values fakeQuantize(weight, format, granularity) gives, stored
@@ -60,6 +63,9 @@ at::Tensor weightScales(const at::Tensor& weight, WeightFormat format, Granulari
 //                    is kept as it is (the same tensor, shared with whoever else holds it)
 //   fp8_e4m3/e5m2    the FP8 codes (uint8) and the float32 scale grid of weightScales
 //   int8, int4       the integers (int8, one a byte: the emulation does not pack int4) and the scale grid
+//   mxfp8, mxfp4,    the E4M3 or E2M1 codes (uint8, one a byte: the emulation does not pack FP4) and each block's
+//   nvfp4            float32 factor (microscaling.h: the E8M0 scale's value, or nvfp4's E4M3 block scale times its
+//                    tensor scale)
 // Dequantizing computes decode(code) * scale (or q * scale): the same float32 multiply fakeQuantize ends with,
 // so the float32 rows it gives are bit-identical to fakeQuantize's (tested on every code; an integer grid has no
 // negative zero, so fakeQuantize's -0 of int8/int4 is +0 here, which multiplies alike). 2-D [out, in] weights,
@@ -77,7 +83,8 @@ public:
     std::int64_t columns() const { return columns_; }
     // bf16/fp16: the stored tensor (kBFloat16 / kHalf); undefined for the scaled formats.
     const at::Tensor& values() const { return values_; }
-    // Scaled formats: codes [out, in] (kByte for fp8, kChar for int) and float32 scales [scale rows, columns].
+    // Scaled formats: codes [out, in] (kByte for fp8 and the microscaling formats, kChar for int) and float32 scales
+    // [scale rows, columns].
     const at::Tensor& codes() const { return codes_; }
     const at::Tensor& scales() const { return scales_; }
     // Scaled formats: row r uses scale row r / scaleRowDivisor(); columns [b * scaleColumnBlock(), (b + 1) * ...)
@@ -107,7 +114,8 @@ private:
 };
 
 // Activations [..., hidden]: fp8_e4m3 with a dynamic scale per token (per row of the last dimension,
-// scale = amax / 448), or bf16.
+// scale = amax / 448); mxfp8, mxfp4, nvfp4 with dynamic block scales along each token (microscaling.h; InputError for
+// a hidden size that is not a multiple of the block); or bf16.
 at::Tensor fakeQuantizeActivations(const at::Tensor& activations, ActivationFormat format);
 // FP8 e4m3 activations as a GEMM takes them: per token (row of the last dimension) fakeQuantizeActivations'
 // scale, float32 [rows], and the code values decodeFp8(encodeFp8(x / scale)) as bf16 [rows, hidden] (every e4m3

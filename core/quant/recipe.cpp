@@ -554,7 +554,7 @@ private:
                 fail(granularity->keyLocation,
                     toString(precision.format)
                         + " has no scales and takes no granularity (only fp8_e4m3, "
-                          "fp8_e5m2, int8 and int4 do)");
+                          "fp8_e5m2, int8, int4, mxfp8, mxfp4 and nvfp4 do)");
             }
             const Granularity value = enumValue(*granularity, granularityNames(), "granularity");
             if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {

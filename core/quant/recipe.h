@@ -20,7 +20,14 @@
 //                                                (the spec's example; an outlier coarsens only its own block)
 //                int8                            granularity channel only (the default)
 //                int4                            granularity group128 only (the default)
+//                mxfp8, mxfp4                    granularity group32 only (the default): OCP MX blocks of 32 along
+//                                                the input dimension with E8M0 scales
+//                nvfp4                           granularity group16 only (the default): blocks of 16 with E4M3
+//                                                scales plus one float32 scale per tensor (microscaling.h)
 //   activations  bf16, fp8_e4m3                  fp8 is dynamic, one scale per token; no other keys
+//                mxfp8, mxfp4, nvfp4             dynamic block scales along each token, only on modules whose weights
+//                                                have the same format (W8A8, W4A4); those weights take bf16
+//                                                activations too (weight-only: nvfp4 with bf16 is W4A16_NVFP4)
 //   kv_cache     bf16                            no scales
 //                fp8_e4m3                        scales per_tensor (default) | per_head;
 //                                                calibration probe (default: scales measured once on the probe
@@ -50,8 +57,9 @@
 //               - `version` is present and is 1; unknown keys and duplicate keys are errors (typo safety)
 //               - each value has its type (mapping, list, string, integer); format names are known (the error
 //                 lists the valid ones); `granularity` is one the format has (bf16/fp16 have none; int8 only
-//                 channel; int4 only group128); kv_cache `scales`/`calibration` only with fp8_e4m3 (the
-//                 per-token-head formats compute their scales at each cache write)
+//                 channel; int4 only group128; mxfp8/mxfp4 only group32; nvfp4 only group16); kv_cache
+//                 `scales`/`calibration` only with fp8_e4m3 (the per-token-head formats compute their scales at
+//                 each cache write)
 //               - each rule has `match` and at least one of weights, activations, kv_cache
 //               - patterns are well formed: braces balanced and non-empty, number ranges ascending (`{5-2}`
 //                 is an error), no empty items, at most ModulePattern::kMaxLength characters
@@ -65,7 +73,11 @@
 //               - a rule's kv_cache must match at least one attention block (`...mlp.down_proj` with kv_cache
 //                 is an error); its weights must match at least one weight-carrying module; its activations
 //                 at least one linear module (embed_tokens is a lookup and has no input activations)
-//               - no module ends with int4 weights and fp8 activations (W4A8: the engine has no such kernel)
+//               - no module ends with int4 weights and fp8 activations (W4A8: the engine has no such kernel), nor
+//                 with a pair formats.h isSupportedPair refuses (microscaling activations without weights of their
+//                 format, microscaling weights with activations other than bf16 or their own format)
+//               - a module with microscaling weights has an input dimension that is a multiple of the block (32 or
+//                 16): vLLM's kernels take whole blocks
 //               - with tie_word_embeddings, embed_tokens and lm_head (one tensor) get the same weight format
 #include "core/common/source_location.h"
 #include "core/quant/formats.h"

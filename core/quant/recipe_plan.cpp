@@ -54,9 +54,12 @@ WeightMemory weightMemory(std::int64_t rows, std::int64_t columns, const WeightP
     case WeightFormat::Fp8E4m3:
     case WeightFormat::Fp8E5m2:
     case WeightFormat::Int8:
+    case WeightFormat::Mxfp8:
         memory.valueBytes = elements;
         break;
     case WeightFormat::Int4:
+    case WeightFormat::Mxfp4:
+    case WeightFormat::Nvfp4:
         // Two values per byte, each row padded to whole bytes.
         memory.valueBytes = rows * ceilDiv(columns, 2);
         break;
@@ -77,8 +80,16 @@ WeightMemory weightMemory(std::int64_t rows, std::int64_t columns, const WeightP
     case Granularity::Group128:
         scales = rows * ceilDiv(columns, kTile);
         break;
+    case Granularity::Group32:
+        scales = rows * ceilDiv(columns, 32);
+        break;
+    case Granularity::Group16:
+        scales = rows * ceilDiv(columns, 16);
+        break;
     }
-    memory.scaleBytes = scales * static_cast<std::int64_t>(kScaleBytes);
+    // Float32 scales, or the microscaling formats' one-byte block scales plus nvfp4's float32 tensor scale.
+    memory.scaleBytes = scales * static_cast<std::int64_t>(scaleBytes(precision.format))
+        + static_cast<std::int64_t>(tensorScaleBytes(precision.format));
     memory.bf16Bytes = kBf16Bytes * elements;
     return memory;
 }
@@ -302,24 +313,40 @@ SourceLocation activationsOrigin(const Recipe& recipe, int rule)
                            : recipe.rules[static_cast<std::size_t>(rule)].activationsLocation;
 }
 
-// W4A8: the engine has int4 kernels only with bf16 inputs. Reported at whichever decision came later.
-void checkNoW4A8(RecipePlan& plan, const Recipe& recipe, const std::vector<Target>& targets)
+// Why the engine does not run these weights with these activations (formats.h isSupportedPair).
+std::string pairProblem(WeightFormat weights, ActivationFormat activations)
+{
+    if (weights == WeightFormat::Int4 && activations == ActivationFormat::Fp8E4m3) {
+        return "W4A8 is not supported by the engine (keep bf16 activations for int4 modules)";
+    }
+    if (isMicroscaling(activations)) {
+        return toString(activations) + " activations need " + toString(activations)
+            + " weights: vLLM quantizes both operands of a microscaling product in one format (give the module "
+              "those weights, or bf16 activations)";
+    }
+    return toString(weights) + " weights take bf16 activations (weight-only) or " + toString(weights)
+        + " activations (both operands in one format), the pairs vLLM runs";
+}
+
+// Weights and activations the engine runs together (formats.h isSupportedPair: no W4A8, microscaling formats only
+// with bf16 or their own). Reported at whichever decision came later.
+void checkSupportedPairs(RecipePlan& plan, const Recipe& recipe, const std::vector<Target>& targets)
 {
     for (const Target& target : targets) {
         if (target.kind == TargetKind::Attention) {
             continue;
         }
         const ModulePrecision& module = plan.modules[target.name];
-        if (module.weights.format != WeightFormat::Int4 || module.activations.format != ActivationFormat::Fp8E4m3) {
+        if (isSupportedPair(module.weights.format, module.activations.format)) {
             continue;
         }
         const SourceLocation weightsAt = weightsOrigin(recipe, module.weightsRule);
         const SourceLocation activationsAt = activationsOrigin(recipe, module.activationsRule);
         const bool weightsLater = module.weightsRule > module.activationsRule;
         throwRecipeError(recipe, weightsLater ? weightsAt : activationsAt,
-            target.name + " gets int4 weights (" + describeLocation(weightsAt) + ") with fp8_e4m3 activations ("
-                + describeLocation(activationsAt)
-                + "): W4A8 is not supported by the engine (keep bf16 activations for int4 modules)");
+            target.name + " gets " + toString(module.weights.format) + " weights (" + describeLocation(weightsAt)
+                + ") with " + toString(module.activations.format) + " activations (" + describeLocation(activationsAt)
+                + "): " + pairProblem(module.weights.format, module.activations.format));
     }
 }
 
@@ -381,6 +408,24 @@ void addWeightMemory(RecipePlan& plan, const model::ModelConfig& config)
     }
 }
 
+// Microscaling weights come in whole blocks along the input dimension (formats.h weightScaleCount): refused here,
+// at the rule that set them, rather than when an engine is built. A tied lm_head is the embedding's tensor.
+void checkWholeBlocks(const RecipePlan& plan, const Recipe& recipe)
+{
+    for (const auto& [name, module] : plan.modules) {
+        const std::int64_t block = microscalingBlockSize(module.weights.format);
+        const auto memory = plan.memory.find(plan.memory.count(name) ? name : std::string(kEmbedName));
+        if (block == 0 || memory == plan.memory.end() || memory->second.columns % block == 0) {
+            continue;
+        }
+        throwRecipeError(recipe, weightsOrigin(recipe, module.weightsRule),
+            name + " gets " + toString(module.weights.format) + " weights, whose blocks of " + std::to_string(block)
+                + " run along the input dimension, but it has " + std::to_string(memory->second.columns)
+                + " input features, not a multiple of " + std::to_string(block)
+                + " (vLLM's kernels take whole blocks only)");
+    }
+}
+
 // KV cache: K and V, each kv heads * head dim elements per token and layer (and for the per-token-head formats a
 // float32 scale per kv head).
 void addKvMemory(RecipePlan& plan, const model::ModelConfig& config)
@@ -411,9 +456,10 @@ RecipePlan resolveRecipe(const Recipe& recipe, const model::ModelConfig& config)
     for (std::size_t index = 0; index < recipe.rules.size(); ++index) {
         applyRule(plan, recipe, index, targets, config);
     }
-    checkNoW4A8(plan, recipe, targets);
+    checkSupportedPairs(plan, recipe, targets);
     checkTiedEmbedding(plan, recipe, config);
     addWeightMemory(plan, config);
+    checkWholeBlocks(plan, recipe);
     addKvMemory(plan, config);
     return plan;
 }

@@ -2,7 +2,8 @@
 // A recipe resolved against one model: the precision of every module and every layer's KV cache, with the
 // weight memory and KV-cache bytes per token it implies, compared with all-BF16. Resolution also performs the
 // checks that need the model (see "model" in recipe.h): rules that name nothing, kv_cache on linear modules,
-// W4A8, tied embeddings stored twice.
+// W4A8 and the other unsupported weight / activation pairs, tied embeddings stored twice, microscaling weights
+// without whole blocks.
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 
@@ -38,7 +39,9 @@ struct WeightMemory {
     std::int64_t rows = 0;
     std::int64_t columns = 0;
     std::int64_t valueBytes = 0; // the elements in their format (int4: two per byte, rows padded to bytes)
-    std::int64_t scaleBytes = 0; // float32 scales: 1, rows, ceil(rows/128)*ceil(columns/128) or rows*ceil(columns/128)
+    // Scales: float32, 1, rows, ceil(rows/128)*ceil(columns/128) or rows*ceil(columns/128) of them; microscaling
+    // formats one byte per block of 32 (mxfp8, mxfp4) or 16 (nvfp4, plus its 4-byte tensor scale).
+    std::int64_t scaleBytes = 0;
     std::int64_t biasBytes = 0; // bf16 bias (never quantized)
     std::int64_t bf16Bytes = 0; // the same tensor and bias in BF16
     std::int64_t bytes() const { return valueBytes + scaleBytes + biasBytes; }

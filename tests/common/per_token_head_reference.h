@@ -1,7 +1,8 @@
 #pragma once
 // vLLM's per-token-head KV formats (fp8_per_token_head, int8_per_token_head) written from their upstream definition,
 // for test_quant (against quant::quantizePerTokenHead) and test_engine (the engine's cache against KV round-tripped
-// here). Independent of core/quant: the e4m3 grid is built from the format's definition.
+// here). Independent of core/quant: e4m3 rounding is number_format_reference.h's (its code table built from the
+// format's definition, searched exhaustively).
 //
 // Upstream: vllm-project/vllm PR #38378, vllm/v1/attention/ops/triton_reshape_and_cache_flash.py
 // _reshape_cache_per_token_head. For each token and KV head, x loaded as float32,
@@ -13,46 +14,14 @@
 // scale. Here in float64, rounded to float32 where the kernel's float32 operations round (a float64 quotient or
 // product of float32 operands rounded once to float32 equals the float32 operation; code x scale is exact in
 // float64). Rows holding a NaN or an inf are the emulation's choice, not vLLM's (quantize.h), and not covered here.
+#include "tests/common/number_format_reference.h"
+
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 namespace mismatch::test {
-
-// The non-negative e4m3 (OCP E4M3FN) values of codes 0 .. 126 from the definition: 2^(E - 7) * 1.M, subnormals
-// 2^-6 * 0.M; code 127 (S.1111.111) is NaN and left out.
-inline const std::array<double, 127>& e4m3Magnitudes()
-{
-    static const std::array<double, 127> values = [] {
-        std::array<double, 127> table {};
-        for (int code = 0; code < 127; ++code) {
-            const int exponent = code >> 3;
-            const int mantissa = code & 7;
-            table[static_cast<std::size_t>(code)]
-                = exponent == 0 ? std::ldexp(mantissa, -9) : std::ldexp(8 + mantissa, exponent - 10);
-        }
-        return table;
-    }();
-    return values;
-}
-
-// The e4m3 value nearest to y (|y| <= 448), ties to the even code (last mantissa bit 0); the sign of y kept.
-inline double roundToE4m3(double y)
-{
-    const std::array<double, 127>& magnitudes = e4m3Magnitudes();
-    const double magnitude = std::fabs(y);
-    int best = 0;
-    for (int code = 1; code < 127; ++code) {
-        const double distance = std::fabs(magnitudes[static_cast<std::size_t>(code)] - magnitude);
-        const double bestDistance = std::fabs(magnitudes[static_cast<std::size_t>(best)] - magnitude);
-        if (distance < bestDistance || (distance == bestDistance && (code & 1) == 0)) {
-            best = code;
-        }
-    }
-    return std::signbit(y) ? -magnitudes[static_cast<std::size_t>(best)] : magnitudes[static_cast<std::size_t>(best)];
-}
 
 struct PerTokenHeadReference {
     std::vector<float> out; // code x scale, [rows, dim]
@@ -89,7 +58,9 @@ inline PerTokenHeadReference referencePerTokenHead(const std::vector<float>& x, 
                 r.belowMax += std::fabs(static_cast<double>(y)) < qmax ? 1 : 0;
             }
             const double clamped = std::min(qmax, std::max(qmin, static_cast<double>(y)));
-            const double code = fp8 ? roundToE4m3(clamped) : std::trunc(clamped);
+            // |clamped| <= 448: the nearest e4m3fn value, ties to the even code, the sign kept (-0 for a negative
+            // value that rounds to zero).
+            const double code = fp8 ? e4m3ReferenceRound(clamped) : std::trunc(clamped);
             const auto i = static_cast<std::size_t>(row * dim + d);
             r.codes[i] = code;
             r.out[i] = static_cast<float>(code * static_cast<double>(scale));

@@ -10,6 +10,7 @@
 #include "core/engine/measure.h"
 #include "core/engine/memory_plan.h"
 #include "core/engine/mismatch_sources.h"
+#include "core/engine/module_names.h"
 #include "core/engine/paged_kv_cache.h"
 #include "core/engine/sampling.h"
 #include "core/io/char_tokenizer_json.h"
@@ -20,6 +21,7 @@
 #include "core/quant/recipe.h"
 #include "core/quant/recipe_plan.h"
 #include "tests/common/engine_held_bytes.h"
+#include "tests/common/number_format_reference.h"
 #include "tests/common/per_token_head_reference.h"
 #include "tests/common/test_main.h"
 
@@ -297,6 +299,8 @@ private slots:
     void moduleLinearMatchesFloat64Reference();
     void fp8ProductsThroughBf16Dots_data();
     void fp8ProductsThroughBf16Dots();
+    void microscalingModulesMatchReference_data();
+    void microscalingModulesMatchReference();
     void weightsQuantizedOncePerSync();
     void fp32EngineReproducesTrainer();
 
@@ -338,6 +342,7 @@ private slots:
 
     void bf16MismatchSmallAndPositive();
     void fp8MismatchLargerThanBf16();
+    void microscalingMismatchOrdersByPrecision();
     void perHeadKvScalesBeatPerTensorOnOutlierHead();
     void stalenessPicksSnapshot();
     void noiseSeededAndScalesWithSigma();
@@ -474,6 +479,114 @@ void TestEngine::fp8ProductsThroughBf16Dots()
         const at::Tensor ulp = at::pow(2.0, at::floor(at::log2(other.abs().clamp_min(1e-30))) - 7.0);
         QVERIFY(((out - other).abs() <= ulp).all().item<bool>());
     }
+}
+
+void TestEngine::microscalingModulesMatchReference_data()
+{
+    QTest::addColumn<QString>("format");
+    QTest::addColumn<bool>("quantizedActivations");
+    // W4A4 and W4A16 (ModelOpt's W4A16_NVFP4) NVFP4, W4A4 MXFP4, W8A8 MXFP8.
+    QTest::newRow("nvfp4 W4A4") << QString("nvfp4") << true;
+    QTest::newRow("nvfp4 W4A16") << QString("nvfp4") << false;
+    QTest::newRow("mxfp4 W4A4") << QString("mxfp4") << true;
+    QTest::newRow("mxfp8 W8A8") << QString("mxfp8") << true;
+}
+
+// Every linear module of a model under a microscaling recipe (the tied embedding and lm_head included) against the
+// float32 model's module on the reference-dequantized operands: weights and activations quantized by
+// tests/common/number_format_reference.h (float64 loops written from ModelOpt's nvfp4_tensor.py, vLLM's
+// nvfp4_emulation_utils.py and the OCP MX v1.0 specification), bf16 activations by LibTorch's cast, the product and
+// the bf16 bias in float64. The engine multiplies exactly these operands in float32 and rounds the result to bf16, so
+// each output may differ from the float64 value by the float32 sums' error, at most (K + 2) * 2^-24 times the sum of
+// the magnitudes of its K products and the bias (the standard bound for a float32 dot product, doubled here for a
+// BLAS that blocks its sums), plus the final rounding, half a bf16 ulp: at most 2^-8 of the value, so 2^-8 of the
+// row's largest output. A wrong block, scale or element rounding moves an output by a grid step of its operands (2^-3
+// to 2^-1 relative for E2M1, 2^-4 for E4M3): far outside it.
+void TestEngine::microscalingModulesMatchReference()
+{
+    QFETCH(QString, format);
+    QFETCH(bool, quantizedActivations);
+    const std::string name = format.toStdString();
+    const std::string activations = quantizedActivations ? name : "bf16";
+    const ModelConfig config = tinyConfig(); // inputs of 32 and 64: whole blocks of 16 and 32
+    const TransformerWeights weights = tinyWeights(config, 27);
+    const quant::RecipePlan plan = planFor("version: 1\nweights: {format: " + name + "}\nactivations: {format: "
+            + activations + "}\nrules:\n  - {match: '{embed_tokens,lm_head}', weights: {format: " + name
+            + "}, activations: {format: " + activations + "}}\n",
+        config);
+    const ExposedEngineModel engine(config, weights, plan);
+    const quant::WeightFormat weightFormat = *quant::parseWeightFormat(name);
+    const quant::ActivationFormat activationFormat = *quant::parseActivationFormat(activations);
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(28);
+    for (const std::string& module : model::moduleNames(config)) {
+        const at::Tensor weight = weights.get(weightTensorName(config, module)).to(at::kFloat).contiguous();
+        const std::vector<float> weightValues(weight.data_ptr<float>(), weight.data_ptr<float>() + weight.numel());
+        const at::Tensor wq = at::tensor(test::microscalingWeightReference(weightFormat, weightValues))
+                                  .reshape(weight.sizes());
+        // The engine keeps the weight as codes and block factors that dequantize to the reference, bit for bit.
+        QVERIFY2(at::equal(engine.engineWeight(module), wq), module.c_str());
+        if (module == "embed_tokens") {
+            continue; // a lookup: no product
+        }
+        const std::int64_t in = weight.size(1);
+        // Tokens of mixed magnitudes (a factor 2^-3 .. 2^3 each), so that per-token scales differ.
+        const at::Tensor x = at::randn({2, 5, in}, generator)
+            * at::pow(2.0, at::randint(-3, 4, {2, 5, 1}, generator).to(at::kFloat));
+        const std::string biasName = module + ".bias";
+        const at::Tensor bias = weights.contains(biasName) ? weights.get(biasName) : at::Tensor();
+        const at::Tensor out = engine.callLinear(module, x, weight, bias);
+
+        const at::Tensor flat = x.reshape({-1, in}).contiguous();
+        const std::vector<float> xValues(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+        const at::Tensor xq = quantizedActivations
+            ? at::tensor(test::microscalingActivationReference(activationFormat, xValues, in)).reshape({-1, in})
+            : flat.to(at::kBFloat16).to(at::kFloat);
+        at::Tensor reference = at::matmul(xq.to(at::kDouble), wq.to(at::kDouble).t());
+        if (bias.defined()) {
+            reference = reference + bias.to(at::kBFloat16).to(at::kDouble);
+        }
+        const at::Tensor got = out.reshape({-1, weight.size(0)}).to(at::kDouble);
+        const at::Tensor rowScale = std::get<0>(reference.abs().max(-1, true));
+        at::Tensor magnitudes = at::matmul(xq.abs().to(at::kDouble), wq.abs().to(at::kDouble).t());
+        if (bias.defined()) {
+            magnitudes = magnitudes + bias.to(at::kBFloat16).to(at::kDouble).abs();
+        }
+        const at::Tensor allowed = kBf16Ulp * rowScale + 2.0 * static_cast<double>(in + 2) * std::ldexp(1.0, -24) * magnitudes;
+        const double worst = ((got - reference).abs() / allowed).max().item<double>();
+        QVERIFY2(worst <= 1.0, qPrintable(QString("%1: difference %2 of the allowed one").arg(module.c_str()).arg(worst)));
+        QVERIFY(at::equal(roundBf16(out), out)); // bf16 outputs, as every module writes
+        if (quantizedActivations) {
+            // The activations really are quantized: the product of the bf16 activations is another one.
+            at::Tensor unquantized = at::matmul(flat.to(at::kBFloat16).to(at::kDouble), wq.to(at::kDouble).t());
+            if (bias.defined()) {
+                unquantized = unquantized + bias.to(at::kBFloat16).to(at::kDouble);
+            }
+            const double apart = ((got - unquantized).abs() / rowScale).max().item<double>();
+            QVERIFY2(apart > 4.0 * kBf16Ulp, qPrintable(QString("%1: %2 from the bf16 product").arg(module.c_str()).arg(apart)));
+        }
+    }
+}
+
+void TestEngine::microscalingMismatchOrdersByPrecision()
+{
+    // On the same prompts the 4-bit formats (NVFP4 W4A4) add more mismatch than MXFP8 W8A8, which adds more than the
+    // BF16 engine: each halving of the element's bits multiplies the rounding error (E2M1 steps are 2^-1 to 2^-2 of
+    // a value, E4M3 ones 2^-3, bf16 ones 2^-8).
+    const ModelConfig config = tinyConfig();
+    const TransformerWeights weights = tinyWeights(config, 195);
+    const model::Transformer trainer(config, weights);
+    const std::vector<GenerationRequest> requests = randomRequests(8, 196);
+    MismatchOptions options;
+    options.sampling.maxNewTokens = 16;
+    options.sampling.ignoreEos = true;
+    Engine bf16(config, weights);
+    Engine mxfp8(config, weights, planFor("version: 1\nweights: {format: mxfp8}\nactivations: {format: mxfp8}\n", config));
+    Engine nvfp4(config, weights, planFor("version: 1\nweights: {format: nvfp4}\nactivations: {format: nvfp4}\n", config));
+    const double bf16Kl = measureMismatch(trainer, bf16, requests, options).kl;
+    const double mxfp8Kl = measureMismatch(trainer, mxfp8, requests, options).kl;
+    const double nvfp4Kl = measureMismatch(trainer, nvfp4, requests, options).kl;
+    QVERIFY2(mxfp8Kl > 2.0 * bf16Kl && nvfp4Kl > 2.0 * mxfp8Kl,
+        qPrintable(QString("nvfp4 %1, mxfp8 %2, bf16 %3").arg(nvfp4Kl).arg(mxfp8Kl).arg(bf16Kl)));
 }
 
 void TestEngine::weightsQuantizedOncePerSync()
@@ -1474,7 +1587,10 @@ void TestEngine::memoryPlanCountsWhatTheEngineHolds()
         "version: 1\nweights: {format: int4, granularity: group128}\n",
         "version: 1\nweights: {format: fp16}\n",
         "version: 1\nweights: {format: int8, granularity: channel}\nrules:\n"
-        "  - {match: 'model.layers.0.*', weights: {format: bf16}}\n"};
+        "  - {match: 'model.layers.0.*', weights: {format: bf16}}\n",
+        // The microscaling formats: E2M1 / E4M3 codes one a byte and a float32 factor per block of 16 or 32.
+        "version: 1\nweights: {format: nvfp4}\nactivations: {format: nvfp4}\n",
+        "version: 1\nweights: {format: mxfp8}\nrules:\n  - {match: '{embed_tokens,lm_head}', weights: {format: mxfp4}}\n"};
     for (const bool tied : {false, true}) {
         config.tieWordEmbeddings = tied;
         for (const model::DType dtype : {model::DType::F32, model::DType::BF16}) {

@@ -187,7 +187,9 @@ private slots:
         QCOMPARE(errors.size(), std::size_t(1));
         QCOMPARE(errors[0].parameter, std::string("format"));
         spec.set("format", "int8").set("activations", "fp4");
-        QCOMPARE(spec.validate().at(0).message, std::string("expected one of bf16, fp8_e4m3, got 'fp4'"));
+        // The recipe spellings of the activation formats (formats.h), the microscaling ones included.
+        QCOMPARE(spec.validate().at(0).message,
+            std::string("expected one of bf16, fp8_e4m3, mxfp8, mxfp4, nvfp4, got 'fp4'"));
         // Front-ends name the parameter in their own words.
         // (A quoted word that is no parameter, such as a value, stays as it is.)
         const auto flags = [&spec](const std::string& name) {
@@ -199,7 +201,7 @@ private slots:
             return p ? p->label : name;
         };
         QCOMPARE(jobs::describeErrors(spec.validate(), flags),
-            std::string("--activations: expected one of bf16, fp8_e4m3, got 'fp4'"));
+            std::string("--activations: expected one of bf16, fp8_e4m3, mxfp8, mxfp4, nvfp4, got 'fp4'"));
         QVERIFY(jobs::describeErrors(spec.validate(), labels).rfind("... and its input activations to: ", 0) == 0);
 
         // The device: a missing CUDA device says why and what there is; a misspelling what is expected.

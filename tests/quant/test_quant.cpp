@@ -10,9 +10,13 @@
 #include "core/quant/formats.h"
 #include "core/quant/fp8.h"
 #include "core/quant/fp8_cpu_gemm.h"
+#include "core/quant/microscaling.h"
 #include "core/quant/quantize.h"
+#include "core/quant/recipe.h"
+#include "core/quant/recipe_plan.h"
 #include "tests/common/cli_runner.h"
 #include "tests/common/golden_json.h"
+#include "tests/common/number_format_reference.h"
 #include "tests/common/per_token_head_reference.h"
 #include "tests/common/test_main.h"
 
@@ -41,6 +45,7 @@ using namespace mismatch::quant;
 Q_DECLARE_METATYPE(mismatch::quant::Fp8Format)
 Q_DECLARE_METATYPE(mismatch::quant::WeightFormat)
 Q_DECLARE_METATYPE(mismatch::quant::Granularity)
+Q_DECLARE_METATYPE(mismatch::quant::ActivationFormat)
 
 namespace {
 
@@ -93,95 +98,11 @@ bool sameFloat(float a, float b)
     return (std::isnan(a) && std::isnan(b)) || bitsOf(a) == bitsOf(b);
 }
 
-// ---- FP8 from the format definitions (independent of core/quant/fp8) ----
+// ---- FP8 and E2M1 from the format definitions (independent of core/quant): tests/common/number_format_reference.h
 
-struct Fp8Definition {
-    int exponentBits;
-    int mantissaBits;
-    int bias;
-    bool ieeeSpecials; // e5m2: exponent all ones is inf (mantissa 0) or NaN; e4m3fn: only S.1111.111 is NaN
-};
-
-Fp8Definition definitionOf(Fp8Format format)
-{
-    return format == Fp8Format::E4M3 ? Fp8Definition {4, 3, 7, false} : Fp8Definition {5, 2, 15, true};
-}
-
-// Value of every code in float64: (-1)^S * 2^(E - bias) * 1.M, subnormals 2^(1 - bias) * 0.M.
-std::array<double, 256> definitionTable(Fp8Format format)
-{
-    const Fp8Definition d = definitionOf(format);
-    const int maxExponent = (1 << d.exponentBits) - 1;
-    const int maxMantissa = (1 << d.mantissaBits) - 1;
-    std::array<double, 256> table {};
-    for (int code = 0; code < 256; ++code) {
-        const bool negative = (code >> 7) != 0;
-        const int exponent = (code >> d.mantissaBits) & maxExponent;
-        const int mantissa = code & maxMantissa;
-        double magnitude = 0.0;
-        if (!d.ieeeSpecials && exponent == maxExponent && mantissa == maxMantissa) {
-            magnitude = std::numeric_limits<double>::quiet_NaN();
-        } else if (d.ieeeSpecials && exponent == maxExponent) {
-            magnitude
-                = mantissa == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
-        } else if (exponent == 0) {
-            magnitude = std::ldexp(static_cast<double>(mantissa), 1 - d.bias - d.mantissaBits);
-        } else {
-            magnitude
-                = std::ldexp(static_cast<double>((1 << d.mantissaBits) + mantissa), exponent - d.bias - d.mantissaBits);
-        }
-        table[static_cast<std::size_t>(code)] = negative ? -magnitude : magnitude;
-    }
-    return table;
-}
-
-struct Reference {
-    std::array<double, 256> table;
-    double maxFinite = 0.0;
-    int positiveMaxCode = 0;
-};
-
-Reference referenceFor(Fp8Format format)
-{
-    Reference r;
-    r.table = definitionTable(format);
-    for (int code = 0; code < 128; ++code) {
-        if (std::isfinite(r.table[static_cast<std::size_t>(code)])
-            && r.table[static_cast<std::size_t>(code)] > r.maxFinite) {
-            r.maxFinite = r.table[static_cast<std::size_t>(code)];
-            r.positiveMaxCode = code;
-        }
-    }
-    return r;
-}
-
-// Encoding by exhaustive search: the nearest finite code of x's sign, ties to the even code (last mantissa
-// bit 0), |x| > max saturating to +-max (satfinite), NaN -> 0x7F.
-int referenceEncode(double x, const Reference& r)
-{
-    if (std::isnan(x)) {
-        return 0x7F;
-    }
-    const int signBit = std::signbit(x) ? 0x80 : 0;
-    if (std::fabs(x) > r.maxFinite) {
-        return signBit | r.positiveMaxCode;
-    }
-    int best = -1;
-    double bestDistance = 0.0;
-    for (int magnitudeCode = 0; magnitudeCode < 128; ++magnitudeCode) {
-        const int code = signBit | magnitudeCode;
-        const double value = r.table[static_cast<std::size_t>(code)];
-        if (!std::isfinite(value)) {
-            continue;
-        }
-        const double distance = std::fabs(value - x);
-        if (best < 0 || distance < bestDistance || (distance == bestDistance && (code & 1) == 0)) {
-            best = code;
-            bestDistance = distance;
-        }
-    }
-    return best;
-}
+using test::Reference;
+using test::referenceEncode;
+using test::referenceFor;
 
 // Naive fake quantization in float64, rounding to float32 exactly where the documented recipe does.
 // groupOf(i) gives element i's scale group; `round` maps y (a float32 value) to the grid value.
@@ -378,7 +299,18 @@ private slots:
     void namesRoundTrip();
     void storageBytes();
 
+    void e2m1CodecMatchesDefinition();
+    void mxSharedExponentsAndPowersOfTwo();
+    void microscalingWeightsMatchReference_data();
+    void microscalingWeightsMatchReference();
+    void nvfp4BlockScalesTakeEveryE4m3Code();
+    void microscalingActivationsMatchReference_data();
+    void microscalingActivationsMatchReference();
+    void microscalingNeedsWholeBlocks();
+    void microscalingRecipesPairAndCount();
+
     void cliQuantizesAFile();
+    void cliQuantizesNvfp4();
     void cliRejectsBadArguments();
 
 private:
@@ -814,6 +746,9 @@ void TestQuant::fakeQuantizeMatchesNaiveLoops()
         groupOf
             = [columns, columnBlocks](std::int64_t i) { return (i / columns) * columnBlocks + (i % columns) / 128; };
         break;
+    case Granularity::Group32:
+    case Granularity::Group16:
+        QFAIL("the microscaling blocks: microscalingWeightsMatchReference");
     case Granularity::None:
         QFAIL("no scales");
     }
@@ -903,7 +838,7 @@ void TestQuant::nonFiniteWeightsAreInputErrors()
     std::vector<float> x = randomValues(8 * 16, rng, 16);
     x[3 * 16 + 5] = std::numeric_limits<float>::infinity();
     const at::Tensor w = tensorOf(x, {8, 16});
-    for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp8E4m3, WeightFormat::Int8}) {
+    for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp8E4m3, WeightFormat::Int8, WeightFormat::Nvfp4}) {
         expectInputError([&] { fakeQuantize(w, format, Granularity::None); }, "element [3, 5]");
     }
     x[3 * 16 + 5] = std::numeric_limits<float>::quiet_NaN();
@@ -1428,8 +1363,10 @@ void TestQuant::namesRoundTrip()
     for (const std::string& name : kvScalesChoices()) {
         QCOMPARE(toString(*parseKvScales(name)), name);
     }
-    QCOMPARE(
-        weightFormatChoices(), (std::vector<std::string> {"bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"}));
+    QCOMPARE(weightFormatChoices(),
+        (std::vector<std::string> {"bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "mxfp8", "mxfp4", "nvfp4"}));
+    QCOMPARE(activationFormatChoices(), (std::vector<std::string> {"bf16", "fp8_e4m3", "mxfp8", "mxfp4", "nvfp4"}));
+    QVERIFY(!parseGranularity("group64").has_value());
     QVERIFY(!parseWeightFormat("fp8").has_value());
     QVERIFY(!parseWeightFormat("FP8_E4M3").has_value());
     QVERIFY(!parseGranularity("none").has_value());
@@ -1454,14 +1391,16 @@ void TestQuant::quantizedWeightEqualsFakeQuantize_data()
     QTest::addColumn<Granularity>("granularity");
     QTest::addColumn<std::vector<std::int64_t>>("shape");
     const std::vector<std::vector<std::int64_t>> shapes = {{64, 64}, {300, 200}, {129, 1}, {1, 257}, {127, 130}};
+    // The microscaling formats take whole blocks of 32 (or 16) along each row only.
+    const std::vector<std::vector<std::int64_t>> wholeBlocks = {{64, 64}, {300, 224}, {129, 32}, {1, 256}};
     for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp16, WeightFormat::Fp8E4m3, WeightFormat::Fp8E5m2,
-             WeightFormat::Int8, WeightFormat::Int4}) {
+             WeightFormat::Int8, WeightFormat::Int4, WeightFormat::Mxfp8, WeightFormat::Mxfp4, WeightFormat::Nvfp4}) {
         std::vector<Granularity> granularities = allowedGranularities(format);
         if (granularities.empty()) {
             granularities.push_back(Granularity::None);
         }
         for (Granularity granularity : granularities) {
-            for (const auto& shape : shapes) {
+            for (const auto& shape : isMicroscaling(format) ? wholeBlocks : shapes) {
                 const std::string tag = toString(format) + "/" + toString(granularity) + "/" + std::to_string(shape[0])
                     + "x" + std::to_string(shape[1]);
                 QTest::newRow(tag.c_str()) << format << granularity << shape;
@@ -1597,6 +1536,22 @@ void TestQuant::storageBytes()
     QCOMPARE(weightScaleCount(std::vector<std::int64_t> {3, 300}, WeightFormat::Int4, Granularity::Group128),
         std::int64_t {9});
     QCOMPARE(bytesPerElement(WeightFormat::Int4), 0.5);
+    // The microscaling formats, from their definitions: 4-bit E2M1 elements packed two a byte plus one byte (E8M0)
+    // per 32 for mxfp4 (4.25 bits an element) or one byte (E4M3) per 16 and a float32 tensor scale for nvfp4 (4.5
+    // bits plus 4 bytes); 8-bit E4M3 elements plus an E8M0 per 32 for mxfp8 (8.25 bits).
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Mxfp4, Granularity::None), n / 2 + n / 32);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Nvfp4, Granularity::Group16), n / 2 + n / 16 + 4);
+    QCOMPARE(weightStorageBytes(shape, WeightFormat::Mxfp8, Granularity::Group32), n + n / 32);
+    QCOMPARE(8.0 * static_cast<double>(weightStorageBytes(shape, WeightFormat::Mxfp4, Granularity::None)) / n, 4.25);
+    QCOMPARE(8.0 * static_cast<double>(weightStorageBytes(shape, WeightFormat::Nvfp4, Granularity::None) - 4) / n, 4.5);
+    QCOMPARE(weightScaleCount(shape, WeightFormat::Nvfp4, Granularity::None), std::int64_t {4096 * 256});
+    QCOMPARE(weightScaleCount(shape, WeightFormat::Mxfp8, Granularity::None), std::int64_t {4096 * 128});
+    // An odd number of 4-bit elements in a row leaves half a byte: [3, 32] has none; [1, 16] nvfp4 8 + 1 + 4 bytes.
+    QCOMPARE(weightStorageBytes(std::vector<std::int64_t> {1, 16}, WeightFormat::Nvfp4, Granularity::None),
+        std::uint64_t {8 + 1 + 4});
+    QCOMPARE(bytesPerElement(WeightFormat::Nvfp4), 0.5);
+    QCOMPARE(bytesPerElement(WeightFormat::Mxfp8), 1.0);
+    QCOMPARE(bytesPerElement(ActivationFormat::Mxfp4), 0.5);
     QCOMPARE(bytesPerElement(KvFormat::Fp8E4m3), 1.0);
     QCOMPARE(bytesPerElement(ActivationFormat::Fp8E4m3), 1.0);
 
@@ -1626,6 +1581,440 @@ void TestQuant::storageBytes()
     QVERIFY(isSupported(WeightFormat::Bf16, Granularity::None));
     QVERIFY(!isSupported(WeightFormat::Fp8E4m3, Granularity::Group128));
     QVERIFY(isSupported(WeightFormat::Fp8E5m2, Granularity::Channel));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Microscaling formats (MXFP8, MXFP4, NVFP4) against tests/common/number_format_reference.h: float64 loops written
+// from the OCP MX v1.0 specification (with microsoft/microxcaling mx/mx_ops.py), NVIDIA/Model-Optimizer
+// modelopt/torch/quantization/qtensor/nvfp4_tensor.py and vllm-project/vllm
+// vllm/model_executor/layers/quantization/utils/nvfp4_emulation_utils.py (commits cited there). Every comparison is
+// exact (kGridTolerance): the reference rounds to float32 where the definitions do.
+
+namespace {
+
+// The definitions' block sizes (OCP MX: 32; NVFP4: 16).
+std::int64_t definitionBlock(WeightFormat format)
+{
+    return format == WeightFormat::Nvfp4 ? 16 : 32;
+}
+
+// The non-negative values of the element grid, ascending: E4M3 (mxfp8) or E2M1 (mxfp4, nvfp4).
+std::vector<double> positiveGrid(bool e4m3)
+{
+    std::vector<double> grid;
+    if (e4m3) {
+        const Reference reference = referenceFor(Fp8Format::E4M3);
+        for (int code = 0; code <= reference.positiveMaxCode; ++code) {
+            grid.push_back(reference.table[static_cast<std::size_t>(code)]);
+        }
+    } else {
+        const std::array<double, 16> table = test::e2m1DefinitionTable();
+        grid.assign(table.begin(), table.begin() + 8);
+    }
+    return grid;
+}
+
+// Grid points, the midpoints between neighbours (the ties) and one float32 step either side of each midpoint, with
+// both signs, times `unit`.
+std::vector<float> gridTiesAndNeighbours(bool e4m3, float unit)
+{
+    const std::vector<double> grid = positiveGrid(e4m3);
+    std::vector<float> values;
+    for (std::size_t i = 0; i < grid.size(); ++i) {
+        for (const float sign : {1.0f, -1.0f}) {
+            values.push_back(sign * static_cast<float>(grid[i]) * unit);
+            if (i + 1 < grid.size()) {
+                const float midpoint = sign * static_cast<float>((grid[i] + grid[i + 1]) / 2.0) * unit;
+                values.push_back(midpoint);
+                values.push_back(std::nextafter(midpoint, std::numeric_limits<float>::infinity()));
+                values.push_back(std::nextafter(midpoint, -std::numeric_limits<float>::infinity()));
+            }
+        }
+    }
+    return values;
+}
+
+// Blocks of `block` values, each led by a value that sets its scale (its largest magnitude), the others from
+// `values` (`block - 1` a block), padded with zeros; rows of `columns` (a multiple of `block`), padded with zero
+// blocks.
+class BlockMatrix {
+public:
+    BlockMatrix(std::int64_t block, std::int64_t columns) : block_(block), columns_(columns) {}
+    void add(float lead, const std::vector<float>& values)
+    {
+        const auto perBlock = static_cast<std::size_t>(block_ - 1);
+        for (std::size_t i = 0; i == 0 || i < values.size(); i += perBlock) {
+            std::vector<float> entries {lead};
+            for (std::size_t j = i; j < std::min(values.size(), i + perBlock); ++j) {
+                entries.push_back(values[j]);
+            }
+            entries.resize(static_cast<std::size_t>(block_), 0.0f);
+            values_.insert(values_.end(), entries.begin(), entries.end());
+        }
+    }
+    std::vector<float> values() const
+    {
+        std::vector<float> all = values_;
+        while (all.size() % static_cast<std::size_t>(columns_) != 0) {
+            all.push_back(0.0f);
+        }
+        return all;
+    }
+    std::int64_t rows() const { return static_cast<std::int64_t>(values().size()) / columns_; }
+
+private:
+    std::int64_t block_;
+    std::int64_t columns_;
+    std::vector<float> values_;
+};
+
+// A weight of the special cases of a format, [rows, columns]: every grid point, tie and value either side of a tie
+// (at several block scales), blocks whose maximum sits on a power of two or one float32 step below it, all-zero
+// blocks, subnormal scales, saturation.
+BlockMatrix specialWeight(WeightFormat format, std::int64_t columns)
+{
+    const float inf = std::numeric_limits<float>::infinity();
+    BlockMatrix blocks(definitionBlock(format), columns);
+    if (format == WeightFormat::Nvfp4) {
+        // A block holding 2688 makes the tensor scale 2688 / 2688 = 1, so a block whose maximum is 6 v has the E4M3
+        // block scale v exactly, and x / v is exact: its ties are exact ties.
+        blocks.add(2688.0f, {-1000.0f, 3.0f});
+        for (const float v : {1.0f, 0.25f, 40.0f, std::ldexp(1.0f, -8), std::ldexp(1.0f, -9)}) {
+            blocks.add(6.0f * v, gridTiesAndNeighbours(false, v));
+        }
+        blocks.add(6.0f * std::ldexp(1.0f, -11), {std::ldexp(1.0f, -11), -std::ldexp(1.0f, -12)}); // clamped to 2^-9
+        blocks.add(6.0f * 1.0625f, {-6.2f, 5.9f, 3.1f}); // an E4M3 tie (1.0625 -> 1): the largest elements saturate
+        blocks.add(6.0f * 1.0625f * 1.0001f, {-6.2f, 0.7f}); // just above that tie
+        blocks.add(0.0f, {}); // all zeros: block scale 1
+        blocks.add(1e-30f, {-3e-31f}); // a block far below the tensor's scale
+        return blocks;
+    }
+    const bool e4m3 = format == WeightFormat::Mxfp8;
+    const float top = e4m3 ? 448.0f : 6.0f; // the element's largest normal: floor(log2(top * 2^j)) - emax = j
+    for (const int j : {-130, -20, 0, 3, 100}) {
+        blocks.add(top * std::ldexp(1.0f, j), gridTiesAndNeighbours(e4m3, std::ldexp(1.0f, j)));
+    }
+    for (const int k : {-149, -140, -127, -126, -125, -1, 0, 1, 9, 127}) {
+        const float power = std::ldexp(1.0f, k);
+        blocks.add(power, {-0.75f * power, 0.3f * power, std::ldexp(1.0f, -149)});
+        const float below = std::nextafter(power, 0.0f); // floor(log2) one lower: the block's maximum saturates
+        blocks.add(-below, {0.5f * below, -0.26f * below});
+    }
+    blocks.add(e4m3 ? 500.0f : 7.5f, {e4m3 ? -470.0f : -7.0f, e4m3 ? 449.0f : 6.5f, 1.0f}); // above the largest normal
+    blocks.add(0.0f, {}); // all zeros
+    blocks.add(std::numeric_limits<float>::max(), {-1e38f, 1e30f});
+    blocks.add(std::nextafter(inf, 0.0f) * 0.5f, {});
+    return blocks;
+}
+
+} // namespace
+
+void TestQuant::e2m1CodecMatchesDefinition()
+{
+    // All 16 codes: the decoder against the definition (S.EE.M, bias 1), bit for bit (code 8 is -0), and each value
+    // encodes back to its own code.
+    const std::array<double, 16> table = test::e2m1DefinitionTable();
+    QCOMPARE(table[7], 6.0);
+    QCOMPARE(table[1], 0.5);
+    for (int code = 0; code < 16; ++code) {
+        const auto value = static_cast<float>(table[static_cast<std::size_t>(code)]);
+        QVERIFY2(sameFloat(decodeE2m1(static_cast<std::uint8_t>(code)), value), qPrintable(QString("code %1").arg(code)));
+        QVERIFY2(sameFloat(e2m1DecodeTable()[static_cast<std::size_t>(code)], value), qPrintable(QString("code %1").arg(code)));
+        QCOMPARE(static_cast<int>(encodeE2m1(value)), code);
+        QCOMPARE(test::e2m1ReferenceEncode(value), code);
+    }
+    // Every tie between neighbours goes to the even code; one float32 step either side goes to that side.
+    int pairs = 0;
+    for (const int sign : {0, 8}) {
+        for (int magnitude = 0; magnitude < 7; ++magnitude) {
+            const int low = sign | magnitude;
+            const int high = low + 1;
+            const double lowValue = table[static_cast<std::size_t>(low)];
+            const double highValue = table[static_cast<std::size_t>(high)];
+            const auto midpoint = static_cast<float>((lowValue + highValue) / 2.0);
+            const int even = (low & 1) == 0 ? low : high;
+            const QString where = QString("between %1 and %2").arg(lowValue).arg(highValue);
+            QVERIFY2(encodeE2m1(midpoint) == even, qPrintable("midpoint " + where));
+            QVERIFY2(encodeE2m1(std::nextafter(midpoint, static_cast<float>(lowValue))) == low, qPrintable("below " + where));
+            QVERIFY2(encodeE2m1(std::nextafter(midpoint, static_cast<float>(highValue))) == high, qPrintable("above " + where));
+            ++pairs;
+        }
+    }
+    QCOMPARE(pairs, 14);
+    // Saturation at +-6, infinities included; below the smallest tie, zero of the value's sign.
+    for (const float big : {6.0f, std::nextafter(6.0f, 7.0f), 6.5f, 7.0f, 1e30f, std::numeric_limits<float>::max(),
+             std::numeric_limits<float>::infinity()}) {
+        QCOMPARE(static_cast<int>(encodeE2m1(big)), 0x7);
+        QCOMPARE(static_cast<int>(encodeE2m1(-big)), 0xF);
+    }
+    QCOMPARE(static_cast<int>(encodeE2m1(std::ldexp(1.0f, -149))), 0x0);
+    QCOMPARE(static_cast<int>(encodeE2m1(-0.25f)), 0x8);
+    QVERIFY(std::isnan(roundToE2m1(std::numeric_limits<float>::quiet_NaN())));
+    // Random values across and beyond the grid, and tiny ones: the codec against the exhaustive search.
+    std::mt19937_64 rng = rngFor("e2m1CodecMatchesDefinition");
+    std::uniform_real_distribution<float> wide(-9.0f, 9.0f);
+    std::uniform_int_distribution<int> exponent(-149, 3);
+    for (int i = 0; i < 200000; ++i) {
+        const float x = i % 2 == 0 ? wide(rng) : std::ldexp(wide(rng) / 9.0f, exponent(rng));
+        const int expected = test::e2m1ReferenceEncode(x);
+        if (encodeE2m1(x) != expected) {
+            QFAIL(qPrintable(QString("%1: code %2, expected %3 (seed %4)")
+                                 .arg(static_cast<double>(x), 0, 'g', 9)
+                                 .arg(static_cast<int>(encodeE2m1(x)))
+                                 .arg(expected)
+                                 .arg(testSeed())));
+        }
+        QVERIFY(sameFloat(roundToE2m1(x), static_cast<float>(test::e2m1ReferenceRound(x))));
+    }
+}
+
+void TestQuant::mxSharedExponentsAndPowersOfTwo()
+{
+    // OCP MX v1.0: shared = floor(log2(amax)) - emax_elem, at least -127 (E8M0); amax 0 counts as 2^-126
+    // (microxcaling). On every power of two, one float32 step below it and 1.5 times it, float32 subnormals included.
+    for (const int elementMaxExponent : {8, 2}) {
+        const auto expected = [elementMaxExponent](double amax) {
+            const int floorLog2 = amax == 0.0 ? -126 : test::referenceFloorLog2(amax);
+            return std::max(floorLog2 - elementMaxExponent, -127);
+        };
+        QCOMPARE(mxSharedExponent(0.0f, elementMaxExponent), expected(0.0));
+        for (int k = -149; k <= 127; ++k) {
+            const float power = std::ldexp(1.0f, k);
+            for (const float amax : {power, std::nextafter(power, 0.0f), k < 127 ? 1.5f * power : power}) {
+                if (amax == 0.0f) {
+                    continue;
+                }
+                QVERIFY2(mxSharedExponent(amax, elementMaxExponent) == expected(amax),
+                    qPrintable(QString("amax %1, emax %2: %3, expected %4")
+                                   .arg(static_cast<double>(amax), 0, 'g', 9)
+                                   .arg(elementMaxExponent)
+                                   .arg(mxSharedExponent(amax, elementMaxExponent))
+                                   .arg(expected(amax))));
+            }
+        }
+        QCOMPARE(mxSharedExponent(std::numeric_limits<float>::max(), elementMaxExponent), 127 - elementMaxExponent);
+    }
+    for (int e = -149; e <= 127; ++e) {
+        QCOMPARE(static_cast<double>(powerOfTwo(e)), std::ldexp(1.0, e));
+    }
+}
+
+void TestQuant::microscalingWeightsMatchReference_data()
+{
+    QTest::addColumn<WeightFormat>("format");
+    QTest::addColumn<bool>("special");
+    QTest::addColumn<std::vector<std::int64_t>>("shape");
+    for (WeightFormat format : {WeightFormat::Mxfp8, WeightFormat::Mxfp4, WeightFormat::Nvfp4}) {
+        QTest::newRow((toString(format) + "/special").c_str()) << format << true << std::vector<std::int64_t> {};
+        for (const std::vector<std::int64_t>& shape :
+            std::vector<std::vector<std::int64_t>> {{64, 64}, {5, 160}, {1, 32}, {33, 96}}) {
+            const std::string tag
+                = toString(format) + "/random/" + std::to_string(shape[0]) + "x" + std::to_string(shape[1]);
+            QTest::newRow(tag.c_str()) << format << false << shape;
+        }
+    }
+}
+
+void TestQuant::microscalingWeightsMatchReference()
+{
+    QFETCH(WeightFormat, format);
+    QFETCH(bool, special);
+    QFETCH(std::vector<std::int64_t>, shape);
+    std::mt19937_64 rng = rngFor(QTest::currentDataTag());
+    std::vector<float> x;
+    if (special) {
+        const BlockMatrix blocks = specialWeight(format, 64);
+        x = blocks.values();
+        shape = {blocks.rows(), 64};
+    } else {
+        x = randomValues(shape[0] * shape[1], rng, shape[1]);
+    }
+    const at::Tensor w = tensorOf(x, {shape[0], shape[1]});
+    std::vector<float> expectedScales;
+    const std::vector<float> expected = test::microscalingWeightReference(format, x, &expectedScales);
+
+    // The granularity is the format's own: None, or spelled out.
+    compareExactly(valuesOf(fakeQuantize(w, format, Granularity::None)), expected, toString(format) + " weights");
+    compareExactly(valuesOf(fakeQuantize(w, format, defaultGranularity(format))), expected, toString(format) + " weights");
+    const at::Tensor scales = weightScales(w, format, Granularity::None);
+    QCOMPARE(scales.sizes().vec(), (std::vector<std::int64_t> {shape[0], shape[1] / definitionBlock(format)}));
+    compareExactly(valuesOf(scales), expectedScales, toString(format) + " block factors");
+    // The quantization error is what the format's precision allows: bounded for random weights. A bf16 weight (what
+    // checkpoints store) gives the reference of its values (the special weights' largest values overflow bf16).
+    if (!special) {
+        const at::Tensor bf16 = w.to(at::kBFloat16);
+        compareExactly(valuesOf(fakeQuantize(bf16, format, Granularity::None)),
+            test::microscalingWeightReference(format, valuesOf(bf16)), toString(format) + " bf16 weights");
+        const double error = relativeRms(expected, x);
+        QVERIFY2(error > 0.0 && error < (format == WeightFormat::Mxfp8 ? 0.05 : 0.3), qPrintable(QString::number(error)));
+    }
+}
+
+void TestQuant::nvfp4BlockScalesTakeEveryE4m3Code()
+{
+    // A weight whose tensor scale is 1 (a block holding 2688 = 6 * 448) and whose other blocks have the maxima 6 v
+    // for every positive finite E4M3 value v: their E4M3 block scales are exactly those values, so all 126 positive
+    // finite codes are used as block scales (the subnormal ones from 2^-9 included). The sign bit of a block scale is
+    // never used (amax >= 0), and 0x7F is NaN.
+    const std::array<double, 256> e4m3 = test::definitionTable(Fp8Format::E4M3);
+    BlockMatrix blocks(16, 32);
+    blocks.add(2688.0f, {});
+    std::set<double> wanted;
+    for (int code = 1; code < 0x7F; ++code) {
+        const auto v = static_cast<float>(e4m3[static_cast<std::size_t>(code)]);
+        wanted.insert(v);
+        blocks.add(6.0f * v, {-v, 2.5f * v, -0.25f * v, 5.0f * v});
+    }
+    const std::vector<float> x = blocks.values();
+    const at::Tensor w = tensorOf(x, {blocks.rows(), 32});
+    std::vector<float> expectedScales;
+    const std::vector<float> expected = test::nvfp4WeightReference(x, &expectedScales);
+    compareExactly(valuesOf(fakeQuantize(w, WeightFormat::Nvfp4, Granularity::None)), expected, "nvfp4 weights");
+    const std::vector<float> scales = valuesOf(weightScales(w, WeightFormat::Nvfp4, Granularity::None));
+    compareExactly(scales, expectedScales, "nvfp4 block factors");
+    // With s2 = 1 the factors d = sf * s2 are the E4M3 block scales themselves: every positive finite code.
+    std::set<double> used;
+    for (const float scale : scales) {
+        used.insert(scale);
+    }
+    for (const double v : wanted) {
+        QVERIFY2(used.count(v) == 1, qPrintable(QString("E4M3 value %1 unused").arg(v)));
+    }
+    QCOMPARE(wanted.size(), std::size_t {126});
+}
+
+void TestQuant::microscalingActivationsMatchReference_data()
+{
+    QTest::addColumn<ActivationFormat>("format");
+    for (ActivationFormat format : {ActivationFormat::Mxfp8, ActivationFormat::Mxfp4, ActivationFormat::Nvfp4}) {
+        QTest::newRow(toString(format).c_str()) << format;
+    }
+}
+
+void TestQuant::microscalingActivationsMatchReference()
+{
+    QFETCH(ActivationFormat, format);
+    std::mt19937_64 rng = rngFor(QTest::currentDataTag());
+    constexpr std::int64_t kHidden = 64;
+    const WeightFormat weights = *parseWeightFormat(toString(format)); // the same definitions per block
+    // Tokens: random ones with a spread of magnitudes, then the special cases, then a zero token, a token with a NaN
+    // (stays NaN), one with an inf (its block, or for nvfp4 its token, is NaN) and a token of float32 subnormals.
+    std::vector<float> x = randomValues(12 * kHidden, rng, kHidden);
+    std::vector<float> special;
+    if (format == ActivationFormat::Nvfp4) {
+        // A token whose amax is 2688 has the global scale 1 exactly, a block of amax 6 the block scale 1 (6 times
+        // the float32 1/6 rounds to 1): its ties are exact ties.
+        const std::vector<float> ties = gridTiesAndNeighbours(false, 1.0f);
+        for (std::size_t i = 0; i < ties.size(); i += 15 * 3) {
+            BlockMatrix token(16, kHidden);
+            token.add(2688.0f, {});
+            const std::vector<float> part(ties.begin() + static_cast<std::ptrdiff_t>(i),
+                ties.begin() + static_cast<std::ptrdiff_t>(std::min(ties.size(), i + 45)));
+            token.add(6.0f, part);
+            const std::vector<float> row = token.values();
+            special.insert(special.end(), row.begin(), row.begin() + kHidden);
+        }
+    } else {
+        special = specialWeight(weights, kHidden).values();
+    }
+    x.insert(x.end(), special.begin(), special.end());
+    std::vector<float> zeros(kHidden, 0.0f);
+    std::vector<float> withNan = randomValues(kHidden, rng, kHidden);
+    withNan[5] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> withInf = randomValues(kHidden, rng, kHidden);
+    withInf[40] = -std::numeric_limits<float>::infinity();
+    std::vector<float> tiny(kHidden);
+    for (std::size_t i = 0; i < tiny.size(); ++i) {
+        tiny[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, -140);
+    }
+    for (const auto* token : {&zeros, &withNan, &withInf, &tiny}) {
+        x.insert(x.end(), token->begin(), token->end());
+    }
+    const auto tokens = static_cast<std::int64_t>(x.size()) / kHidden;
+    const std::vector<float> expected = test::microscalingActivationReference(format, x, kHidden);
+    const at::Tensor activations = tensorOf(x, {tokens, kHidden});
+    const at::Tensor got = fakeQuantizeActivations(activations, format);
+    compareExactly(valuesOf(got), expected, toString(format) + " activations");
+    // NaN stays where it was; the inf's block (mx) or token (nvfp4) is NaN, the rest of the tokens not.
+    const std::int64_t nanToken = tokens - 3;
+    const std::int64_t infToken = tokens - 2;
+    QVERIFY(std::isnan(got[nanToken][5].item<float>()));
+    QVERIFY(std::isnan(got[infToken][40].item<float>()));
+    QVERIFY(std::isnan(got[infToken][format == ActivationFormat::Nvfp4 ? 0 : 33].item<float>()));
+    QVERIFY(std::isfinite(got[infToken][format == ActivationFormat::Nvfp4 ? 0 : 31].item<float>())
+        == (format != ActivationFormat::Nvfp4));
+    QVERIFY(!at::isnan(got.narrow(0, 0, nanToken)).any().item<bool>());
+    // Scales are dynamic per token: a token quantizes the same alone or in a batch, and any leading shape works.
+    for (const std::int64_t token : {std::int64_t {0}, tokens / 2, tokens - 1}) {
+        QVERIFY(at::equal(fakeQuantizeActivations(activations.narrow(0, token, 1), format).view(at::kInt),
+            got.narrow(0, token, 1).view(at::kInt)));
+    }
+    const at::Tensor batched = activations.narrow(0, 0, 12).reshape({3, 4, kHidden});
+    QVERIFY(at::equal(fakeQuantizeActivations(batched, format).reshape({12, kHidden}).view(at::kInt),
+        got.narrow(0, 0, 12).view(at::kInt)));
+}
+
+void TestQuant::microscalingNeedsWholeBlocks()
+{
+    // vLLM's kernels and emulations take whole blocks along the input dimension: a partial one is an input error
+    // naming the format and the shape, for weights, their storage and activations.
+    expectInputError([] { fakeQuantize(at::ones({4, 40}), WeightFormat::Nvfp4, Granularity::None); }, "[4, 40]");
+    expectInputError([] { fakeQuantize(at::ones({4, 48}), WeightFormat::Mxfp4, Granularity::None); }, "blocks of 32");
+    expectInputError([] { weightStorageBytes(std::vector<std::int64_t> {2, 100}, WeightFormat::Mxfp8, Granularity::None); },
+        "mxfp8 takes whole blocks of 32");
+    expectInputError(
+        [] { fakeQuantizeActivations(at::ones({3, 24}), ActivationFormat::Nvfp4); }, "hidden size of 24");
+    expectInputError(
+        [] { fakeQuantizeActivations(at::ones({3, 48}), ActivationFormat::Mxfp8); }, "whole blocks of 32");
+    // Non-finite weights are named, as for the other formats; the block granularity is the format's own.
+    std::vector<float> x(4 * 32, 0.5f);
+    x[2 * 32 + 17] = std::numeric_limits<float>::infinity();
+    expectInputError([&] { fakeQuantize(tensorOf(x, {4, 32}), WeightFormat::Mxfp4, Granularity::None); },
+        "element [2, 17]");
+    expectInputError([] { fakeQuantize(at::ones({4, 32}), WeightFormat::Nvfp4, Granularity::Group32); },
+        "expected group16");
+    expectInputError([] { fakeQuantize(at::ones({2, 4, 32}), WeightFormat::Mxfp8, Granularity::None); }, "2-D");
+}
+
+void TestQuant::microscalingRecipesPairAndCount()
+{
+    model::ModelConfig config;
+    config.architecture = model::Architecture::Qwen2;
+    config.numLayers = 2;
+    config.hiddenSize = 64;
+    config.numHeads = 4;
+    config.numKeyValueHeads = 2;
+    config.headDim = 16;
+    config.intermediateSize = 96;
+    config.vocabSize = 100;
+    const auto plan = [&config](const std::string& yaml) { return resolveRecipe(parseRecipe(yaml, "r.yaml"), config); };
+    // W4A4, W4A16 (weight-only: ModelOpt's W4A16_NVFP4), W8A8 MXFP8; the granularity is filled with the format's own.
+    const RecipePlan w4a4 = plan("version: 1\nweights: {format: nvfp4}\nactivations: {format: nvfp4}\n");
+    const ModulePrecision& down = w4a4.modules.at("model.layers.1.mlp.down_proj");
+    QCOMPARE(describe(down.weights), std::string("nvfp4/group16"));
+    QVERIFY(down.activations.format == ActivationFormat::Nvfp4);
+    plan("version: 1\nweights: {format: nvfp4}\n");
+    plan("version: 1\nweights: {format: mxfp8}\nactivations: {format: mxfp8}\nrules:\n"
+         "  - {match: lm_head, weights: {format: mxfp4}}\n  - {match: embed_tokens, weights: {format: mxfp8}}\n");
+    // Storage, counted by hand from the definitions: down_proj [64, 96] in nvfp4 holds 64 * 96 / 2 bytes of E2M1
+    // codes, 64 * 96 / 16 one-byte E4M3 block scales and a 4-byte tensor scale: 4.5 bits an element plus 4 bytes.
+    const WeightMemory& memory = w4a4.memory.at("model.layers.1.mlp.down_proj");
+    QCOMPARE(memory.valueBytes, std::int64_t {64 * 96 / 2});
+    QCOMPARE(memory.scaleBytes, std::int64_t {64 * 96 / 16 + 4});
+    QCOMPARE(static_cast<std::uint64_t>(memory.valueBytes + memory.scaleBytes),
+        weightStorageBytes(std::vector<std::int64_t> {64, 96}, WeightFormat::Nvfp4, Granularity::None));
+    const RecipePlan mx4 = plan("version: 1\nweights: {format: mxfp4}\n");
+    QCOMPARE(mx4.memory.at("model.layers.0.mlp.up_proj").scaleBytes, std::int64_t {96 * 64 / 32});
+    // Refused pairs and partial blocks (located errors: tests/recipe has their exact messages).
+    expectInputError([&] { plan("version: 1\nweights: {format: mxfp4}\nactivations: {format: fp8_e4m3}\n"); },
+        "mxfp4 weights take bf16 activations");
+    expectInputError([&] { plan("version: 1\nweights: {format: fp8_e4m3}\nactivations: {format: mxfp8}\n"); },
+        "mxfp8 activations need mxfp8 weights");
+    config.intermediateSize = 72; // down_proj's input: 72 = 4.5 blocks of 16
+    expectInputError([&] { plan("version: 1\nweights: {format: nvfp4}\n"); },
+        "model.layers.0.mlp.down_proj gets nvfp4 weights, whose blocks of 16 run along the input dimension, but it has "
+        "72 input features");
+    plan("version: 1\nweights: {format: int4}\n"); // other formats still take partial groups
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1699,6 +2088,68 @@ void TestQuant::cliQuantizesAFile()
     QVERIFY(keptFile->info("model.layers.0.self_attn.q_proj.weight").dtype == model::DType::BF16);
     QVERIFY(at::equal(keptFile->load("model.layers.0.self_attn.q_proj.weight"),
         fakeQuantize(query, WeightFormat::Int4, Granularity::Group128).to(at::kBFloat16)));
+}
+
+void TestQuant::cliQuantizesNvfp4()
+{
+    // `mismatch quantize --format nvfp4` writes the float32 fake-quantized values of every 2-D tensor, each equal to
+    // the reference written from ModelOpt's NVFP4 definition (tests/common/number_format_reference.h), with the
+    // format's own blocks of 16 as the granularity and its storage (4.5 bits an element plus the tensor scale).
+    std::mt19937_64 rng = rngFor("cliQuantizesNvfp4");
+    const std::vector<float> upValues = randomValues(48 * 96, rng, 96);
+    const std::vector<float> queryValues = randomValues(32 * 64, rng, 64);
+    const at::Tensor up = tensorOf(upValues, {48, 96});
+    const at::Tensor norm = tensorOf(randomValues(96, rng), {96});
+    const at::Tensor query = tensorOf(queryValues, {32, 64}).to(at::kBFloat16);
+    const std::string input = scratchPath("nvfp4-in.safetensors");
+    model::writeSafetensors(input,
+        {{"model.layers.0.mlp.up_proj.weight", up}, {"model.layers.0.input_layernorm.weight", norm},
+            {"model.layers.0.self_attn.q_proj.weight", query}});
+    const std::string output = scratchPath("nvfp4-out.safetensors");
+    const CliResult result = runCli({"--json", "quantize", "--format", "nvfp4", input, output});
+    QVERIFY2(result.code == 0, result.err.c_str());
+    const nlohmann::json report = nlohmann::json::parse(result.out);
+    QCOMPARE(report["format"].get<std::string>(), std::string("nvfp4"));
+    QCOMPARE(report["granularity"].get<std::string>(), std::string("group16"));
+    QCOMPARE(report["quantized"].get<int>(), 2);
+    QCOMPARE(report["copied"].get<int>(), 1);
+    const auto file = model::SafetensorsFile::open(output);
+    QCOMPARE(file->metadata().at("mismatch.quantize.format"), std::string("nvfp4"));
+    const std::map<std::string, std::vector<float>> references
+        = {{"model.layers.0.mlp.up_proj.weight", test::nvfp4WeightReference(upValues)},
+            {"model.layers.0.self_attn.q_proj.weight", test::nvfp4WeightReference(valuesOf(query))}};
+    for (const auto& entry : report["tensors"]) {
+        const std::string name = entry["name"].get<std::string>();
+        const at::Tensor written = file->load(name);
+        if (!entry["quantized"].get<bool>()) {
+            QVERIFY(at::equal(written, norm));
+            continue;
+        }
+        QCOMPARE(written.scalar_type(), at::kFloat);
+        compareExactly(valuesOf(written), references.at(name), name);
+        const std::int64_t rows = written.size(0);
+        const std::int64_t columns = written.size(1);
+        // Codes packed two a byte, one E4M3 block scale a byte per 16, the float32 tensor scale.
+        QCOMPARE(entry["format_bytes"].get<std::uint64_t>(),
+            static_cast<std::uint64_t>(rows * columns / 2 + rows * columns / 16 + 4));
+    }
+    // The human table names the format's blocks.
+    const CliResult table = runCli({"quantize", "-f", "mxfp4", input, scratchPath("mxfp4-out.safetensors")});
+    QVERIFY2(table.code == 0, table.err.c_str());
+    QVERIFY2(table.out.find("mxfp4 (group32)") != std::string::npos, table.out.c_str());
+    // A tensor whose rows are not whole blocks is refused, naming the file and tensor; nothing is written.
+    const std::string partial = scratchPath("nvfp4-partial.safetensors");
+    model::writeSafetensors(partial, {{"model.layers.0.mlp.down_proj.weight", at::ones({8, 40})}});
+    const std::string refusedOutput = scratchPath("nvfp4-refused.safetensors");
+    const CliResult refused = runCli({"quantize", "--format", "nvfp4", partial, refusedOutput});
+    QCOMPARE(refused.code, 1);
+    QVERIFY2(refused.err.find("down_proj") != std::string::npos && refused.err.find("blocks of 16") != std::string::npos,
+        refused.err.c_str());
+    QVERIFY(!QFile::exists(QString::fromStdString(refusedOutput)));
+    // The granularity is the format's own.
+    const CliResult wrong = runCli({"quantize", "--format", "nvfp4", "--granularity", "group128", input, output});
+    QCOMPARE(wrong.code, 1);
+    QVERIFY2(wrong.err.find("nvfp4 takes group16, not group128") != std::string::npos, wrong.err.c_str());
 }
 
 void TestQuant::cliRejectsBadArguments()

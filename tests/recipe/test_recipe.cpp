@@ -439,11 +439,13 @@ void TestRecipe::errors_data()
         << "r.yaml"
         << "version: 1\nrules:\n  - match: lm_head\n    weights: {format: fp9}\n"
         << 0 << "line 4, column 23"
-        << "rules[0].weights.format: unknown weight format 'fp9' (valid: bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4)";
+        << "rules[0].weights.format: unknown weight format 'fp9' (valid: bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4, "
+           "mxfp8, mxfp4, nvfp4)";
     QTest::newRow("unknown activation format") << "r.yaml"
                                                << "version: 1\nactivations: {format: int8}\n"
                                                << 0 << "line 2, column 23"
-                                               << "unknown activation format 'int8' (valid: bf16, fp8_e4m3)";
+                                               << "unknown activation format 'int8' (valid: bf16, fp8_e4m3, mxfp8, "
+                                                  "mxfp4, nvfp4)";
     QTest::newRow("unknown kv format") << "r.yaml"
                                        << "version: 1\nkv_cache: {format: fp8_e5m2}\n"
                                        << 0 << "line 2, column 20"
@@ -462,6 +464,11 @@ void TestRecipe::errors_data()
                                        << "version: 1\nweights: {format: int4, granularity: channel}\n"
                                        << 0 << "line 2, column 38"
                                        << "int4 takes granularity group128 only, not channel";
+    // "weights: {format: nvfp4, granularity: " is 38 characters: the microscaling blocks are the format's own.
+    QTest::newRow("nvfp4 with group32") << "r.yaml"
+                                        << "version: 1\nweights: {format: nvfp4, granularity: group32}\n"
+                                        << 0 << "line 2, column 39"
+                                        << "nvfp4 takes granularity group16 only, not group32";
     QTest::newRow("int8 with tensor") << "r.yaml"
                                       << "version: 1\nweights: {format: int8, granularity: tensor}\n"
                                       << 0 << "line 2, column 38"
@@ -469,7 +476,8 @@ void TestRecipe::errors_data()
     QTest::newRow("unknown granularity") << "r.yaml"
                                          << "version: 1\nweights: {format: fp8_e4m3, granularity: row}\n"
                                          << 0 << "line 2, column 42"
-                                         << "unknown granularity 'row' (valid: tensor, channel, block128, group128)";
+                                         << "unknown granularity 'row' (valid: tensor, channel, block128, group128, "
+                                            "group32, group16)";
     // "kv_cache: {format: bf16, " is 25 characters.
     QTest::newRow("scales on bf16 kv") << "r.yaml"
                                        << "version: 1\nkv_cache: {format: bf16, scales: per_head}\n"
@@ -570,6 +578,26 @@ void TestRecipe::errors_data()
            "    activations: {format: fp8_e4m3}\n"
         << 1 << "line 5, column 5"
         << "model.layers.2.self_attn.q_proj gets int4 weights (line 2, column 1) with fp8_e4m3 activations";
+    // The microscaling pairs (quant::isSupportedPair): W4A4 or W4A16 for nvfp4, never with fp8 activations, and nvfp4
+    // activations only on nvfp4 weights; reported where the later decision was written.
+    QTest::newRow("nvfp4 weights with fp8 activations")
+        << "r.yaml"
+        << "version: 1\nweights: {format: nvfp4}\nactivations: {format: fp8_e4m3}\n"
+        << 1 << "line 3, column 1"
+        << "model.layers.0.self_attn.q_proj gets nvfp4 weights (line 2, column 1) with fp8_e4m3 activations (line 3, "
+           "column 1): nvfp4 weights take bf16 activations (weight-only) or nvfp4 activations";
+    QTest::newRow("nvfp4 activations left on bf16 weights")
+        << "r.yaml"
+        << "version: 1\nweights: {format: nvfp4}\nactivations: {format: nvfp4}\nrules:\n  - match: model.layers.1.mlp.*\n"
+           "    weights: {format: bf16}\n"
+        << 1 << "line 6, column 5"
+        << "model.layers.1.mlp.gate_proj gets bf16 weights (line 6, column 5) with nvfp4 activations (line 3, column "
+           "1): nvfp4 activations need nvfp4 weights";
+    QTest::newRow("mxfp8 activations on mxfp4 weights")
+        << "r.yaml"
+        << "version: 1\nweights: {format: mxfp4}\nrules:\n  - match: lm_head\n    activations: {format: mxfp8}\n"
+        << 1 << "line 5, column 5"
+        << "with mxfp8 activations (line 5, column 5): mxfp8 activations need mxfp8 weights";
     QTest::newRow("tied embedding in two formats")
         << "r.yaml"
         << "version: 1\nrules:\n  - match: lm_head\n    weights: {format: fp8_e4m3}\n"

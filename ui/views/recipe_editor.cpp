@@ -51,11 +51,24 @@ using quant::WeightPrecision;
 // ---------------------------------------------------------------------------------------------------------
 // Choices
 
+namespace {
+
+// Every weight format, in the recipe spelling's order (quant::weightFormatChoices).
+std::vector<WeightFormat> weightFormats()
+{
+    std::vector<WeightFormat> formats;
+    for (const std::string& name : quant::weightFormatChoices()) {
+        formats.push_back(*quant::parseWeightFormat(name));
+    }
+    return formats;
+}
+
+} // namespace
+
 std::vector<std::string> weightChoices()
 {
     std::vector<std::string> choices;
-    for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp16, WeightFormat::Fp8E4m3, WeightFormat::Fp8E5m2,
-             WeightFormat::Int8, WeightFormat::Int4}) {
+    for (WeightFormat format : weightFormats()) {
         const auto granularities = quant::allowedGranularities(format);
         if (granularities.empty()) {
             choices.push_back(quant::toString(format));
@@ -69,7 +82,7 @@ std::vector<std::string> weightChoices()
 
 std::vector<std::string> activationChoices()
 {
-    return {quant::toString(ActivationFormat::Bf16), quant::toString(ActivationFormat::Fp8E4m3)};
+    return quant::activationFormatChoices();
 }
 
 std::vector<std::string> kvChoices()
@@ -81,8 +94,7 @@ std::vector<std::string> kvChoices()
 
 std::optional<WeightPrecision> parseWeightChoice(const std::string& text)
 {
-    for (WeightFormat format : {WeightFormat::Bf16, WeightFormat::Fp16, WeightFormat::Fp8E4m3, WeightFormat::Fp8E5m2,
-             WeightFormat::Int8, WeightFormat::Int4}) {
+    for (WeightFormat format : weightFormats()) {
         if (text == quant::toString(format)) {
             return WeightPrecision {format, quant::defaultGranularity(format)};
         }
@@ -137,11 +149,14 @@ QStringList toQStringList(const std::vector<std::string>& items)
     return list;
 }
 
-// Cell colours by format family: BF16/FP16 neutral, FP8 blue, INT8 green, INT4 orange.
+// Cell colours by format family: BF16/FP16 neutral, FP8 blue, INT8 green, INT4 orange, microscaling (MXFP8, MXFP4,
+// NVFP4) teal.
 QColor formatColor(const std::string& text)
 {
     if (text.rfind("fp8", 0) == 0)
         return QColor(0xd6, 0xe6, 0xfa);
+    if (text.rfind("mxfp", 0) == 0 || text.rfind("nvfp4", 0) == 0)
+        return QColor(0xcf, 0xee, 0xea);
     if (text.rfind("int8", 0) == 0)
         return QColor(0xd8, 0xf0, 0xda);
     if (text.rfind("int4", 0) == 0)

@@ -33,8 +33,9 @@ namespace mismatch::ui {
 
 class RecipeEditor;
 
-// Choice strings used by the table cells and the rule list: "bf16", "fp8_e4m3/block128", "int4/group128"; for
-// activations "bf16", "fp8_e4m3"; for the KV cache "bf16", "fp8_e4m3/per_tensor", "fp8_e4m3/per_head".
+// Choice strings used by the table cells and the rule list: "bf16", "fp8_e4m3/block128", "int4/group128",
+// "nvfp4/group16", ...; for activations "bf16", "fp8_e4m3", "mxfp8", "mxfp4", "nvfp4"; for the KV cache "bf16",
+// "fp8_e4m3/per_tensor", "fp8_e4m3/per_head".
 std::vector<std::string> weightChoices();
 std::vector<std::string> activationChoices();
 std::vector<std::string> kvChoices();
