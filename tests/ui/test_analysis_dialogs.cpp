@@ -36,6 +36,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <nlohmann/json.hpp>
+
 using namespace mismatch;
 
 namespace {
@@ -315,6 +317,77 @@ private slots:
         saveScreenshot(window, "calibration_from_dialog.png");
 
         // The CLI runs the same spec (test_job_dialogs: the command's spec equals the dialog's).
+    }
+
+    // Issue 45 from the dialogs: after the demo, a sensitivity scan with NVFP4 weights and activations (W4A4) and an
+    // admission screen of an NVFP4 recipe against the demo student's shipped budget, each started from its dialog;
+    // the heatmap and the decision are shown (screenshots nvfp4_sensitivity.png, nvfp4_admission.png).
+    void nvfp4ScanAndScreenFromTheDialogs()
+    {
+        QTemporaryDir dir;
+        ui::MainWindow window(dir.path());
+        window.resize(1200, 780);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        store::RunStore reader = store::RunStore::open(store::databasePath(dir.path().toStdString()));
+        {
+            QSignalSpy finished(window.jobQueue(), &ui::JobQueue::jobFinished);
+            window.runDemo();
+            QVERIFY(finished.wait(kJobLimitMs));
+            QVERIFY2(finished.first().at(2).toBool(), qPrintable(finished.first().at(4).toString()));
+        }
+        const auto calibrations = store::calibrations(reader);
+        QCOMPARE(calibrations.size(), size_t {1});
+        const auto calibration = store::calibration(reader, calibrations[0].id);
+        QVERIFY(calibration && !calibration->brackets.empty());
+        const std::int64_t step = calibration->brackets.front().step;
+
+        window.showSensitivityDialog();
+        auto* scanDialog = window.findChild<ui::SensitivityDialog*>();
+        QVERIFY(scanDialog);
+        auto* format = scanDialog->findChild<QComboBox*>("scanFormatBox");
+        QVERIFY(format && format->findText("nvfp4/group16") >= 0); // the format with its own block of 16
+        scanDialog->setFormat("nvfp4/group16");
+        auto* activations = scanDialog->findChild<QComboBox*>("scanActivationsBox");
+        QVERIFY(activations && activations->findText("nvfp4") >= 0);
+        activations->setCurrentText("nvfp4");
+        scanDialog->setCount(8);
+        scanDialog->setMaxTokens(6);
+        QVERIFY2(scanDialog->valid(), qPrintable(scanDialog->errorText()));
+        startAndWait(window, *scanDialog);
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        const auto scans = store::sensitivityScans(reader);
+        QCOMPARE(scans.size(), size_t {1});
+        QVERIFY2(scans[0].format == "nvfp4/group16 a4", scans[0].format.c_str()); // weights and activations (W4A4)
+        QVERIFY2(nlohmann::json::parse(scans[0].configJson).dump().find("\"nvfp4\"") != std::string::npos,
+            scans[0].configJson.c_str()); // the activations too
+        QTRY_COMPARE_WITH_TIMEOUT(window.sensitivityView()->scanId(), scans[0].id, 5000);
+        QVERIFY(window.sensitivityView()->writtenCellCount() > 0);
+        saveScreenshot(window, "nvfp4_sensitivity.png");
+
+        const QString recipe = dir.filePath("nvfp4-w4a4.yaml");
+        {
+            QFile file(recipe);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write("version: 1\nname: nvfp4-w4a4\nweights: {format: nvfp4}\nactivations: {format: nvfp4}\n");
+        }
+        const size_t before = store::admissionDecisions(reader).size();
+        window.showAdmissionDialog();
+        auto* admitDialog = window.findChild<ui::AdmissionDialog*>();
+        QVERIFY(admitDialog);
+        admitDialog->setCheckpoints(kResources + QStringLiteral("/models/arith-student-step%1").arg(step));
+        admitDialog->setRecipe(recipe);
+        QVERIFY(admitDialog->setCalibration(calibrations[0].id, step));
+        QVERIFY2(admitDialog->valid(), qPrintable(admitDialog->errorText()));
+        startAndWait(window, *admitDialog);
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        const auto decisions = store::admissionDecisions(reader);
+        QCOMPARE(decisions.size(), before + 1);
+        QVERIFY2(decisions.back().candidateJson.find("nvfp4-w4a4.yaml") != std::string::npos,
+            decisions.back().candidateJson.c_str());
+        QCOMPARE(decisions.back().calibrationId, std::optional<std::int64_t>(calibrations[0].id));
+        QTRY_COMPARE_WITH_TIMEOUT(window.admissionView()->decisionModel()->rowCount(), 1, 5000);
+        saveScreenshot(window, "nvfp4_admission.png");
     }
 
     // Issue 42's path at 1024x700, as a user walks it: the demo, a sensitivity scan, a recipe built from it against
