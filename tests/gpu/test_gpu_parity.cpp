@@ -487,6 +487,11 @@ int main()
     testing::run("engine, FP8 W8A8 block-128", [] { testEngine("fp8-w8a8-block.yaml"); });
     testing::run("engine, FP8 KV cache", [] { testEngine("fp8-kv.yaml"); });
     testing::run("engine, FP8 e5m2 W8A8 (emulated product)", [] { testEngine("fp8-e5m2-w8a8.yaml"); });
+    testing::run("engine, NVFP4 W4A4", [] { testEngine("nvfp4-w4a4.yaml"); });
+    testing::run("engine, NVFP4 weight-only (W4A16)", [] { testEngine("nvfp4-w4a16.yaml"); });
+    testing::run("engine, MXFP4 W4A4", [] { testEngine("mxfp4-w4a4.yaml"); });
+    testing::run("engine, MXFP8 W8A8", [] { testEngine("mxfp8-w8a8.yaml"); });
+    testing::run("engine, int8 per-token-head KV cache", [] { testEngine("int8-per-token-head-kv.yaml"); });
     testing::run("FP8 KV rounding", testKvRounding);
     testing::run("training step", testTrainingStep);
     testing::run("admission", [&] { testAdmission(work); });
