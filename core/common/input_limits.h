@@ -51,6 +51,9 @@ inline constexpr std::int64_t kMaxDemoProbeCount = 1024;
 inline constexpr std::size_t kMaxAddedTokenBytes = 1024;
 // Entries of an AIMET QuantAnalyzer file (one per quantized node: a few thousand for the largest models).
 inline constexpr std::int64_t kMaxAimetEntries = 100000;
+// Tensors in one safetensors file: a checkpoint shard holds hundreds to a few thousand (a whole model's tensors are
+// a few per module); a file listing more is refused before its tensors are read one by one.
+inline constexpr std::size_t kMaxSafetensorsTensors = 100000;
 
 } // namespace limits
 

@@ -361,6 +361,11 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path)
     if (!header.is_object()) {
         throw InputError(path, "header", std::string("expected a JSON object, got ") + header.type_name());
     }
+    if (header.size() > limits::kMaxSafetensorsTensors + (header.contains("__metadata__") ? 1 : 0)) {
+        throw InputError(path, "header",
+            "lists " + std::to_string(header.size()) + " entries, over the limit of "
+                + std::to_string(limits::kMaxSafetensorsTensors) + " tensors in one safetensors file");
+    }
     DuplicateKeyFinder duplicates;
     if (!json::sax_parse(bytes + 8, bytes + 8 + headerLength, &duplicates) && !duplicates.duplicate.empty()) {
         throw InputError(path, duplicates.where,

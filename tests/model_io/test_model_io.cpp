@@ -405,6 +405,17 @@ private slots:
         QTest::newRow("key twice in an entry")
             << craft(R"({"w":{"dtype":"F32","shape":[2],"shape":[4],"data_offsets":[0,16]}})", 16)
             << "header.w: key 'shape' appears twice";
+        {
+            // Issue 46: a file of 200,000 tiny tensors kept `mismatch quantize` busy for 37 s; the limit is
+            // 100,000 tensors per file (zero-size tensors here: the header alone is over it).
+            QByteArray many = "{";
+            for (int i = 0; i <= 100000; ++i) {
+                many += (i ? "," : "") + QByteArray("\"t") + QByteArray::number(i)
+                    + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}";
+            }
+            QTest::newRow("over 100,000 tensors") << craft(many + "}", 0)
+                                                  << "lists 100001 entries, over the limit of 100000 tensors";
+        }
         QTest::newRow("metadata not string")
             << craft(R"({"__metadata__":{"format":1}})", 0) << "metadata values must be strings, got number";
     }
