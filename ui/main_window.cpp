@@ -811,12 +811,52 @@ void MainWindow::showImportLogDialog()
 {
     auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get());
     openJobDialog(dialog, RunsTab, [] {});
+    budgetBesideImportedRun(dialog);
 }
 
 void MainWindow::showFollowLogDialog()
 {
     auto* dialog = new ImportLogDialog(workspaceDirectory_, this, store_.get(), ImportLogDialog::Mode::Follow);
     openJobDialog(dialog, RunsTab, [] {});
+    budgetBesideImportedRun(dialog);
+}
+
+void MainWindow::budgetBesideImportedRun(ImportLogDialog* dialog)
+{
+    // Connected after openJobDialog's handler, so it runs after the job was queued (or refused).
+    connect(dialog, &QDialog::accepted, this, [this, dialog] {
+        const int job = lastQueuedJob_;
+        const std::optional<std::int64_t> step = dialog->budgetStep();
+        if (job == 0 || jobQueue_->cliCommand(job) != dialog->cliCommand() || dialog->budgetCalibration() == 0 || !step
+            || !store_) {
+            return; // no job started, or no budget chosen
+        }
+        pendingBudgets_.push_back(
+            {store_->path(), dialog->runName().toStdString(), dialog->budgetCalibration(), *step});
+        attachPendingBudgets(); // a follow continuing a run: the table shows it already
+    });
+}
+
+void MainWindow::attachPendingBudgets()
+{
+    if (!store_ || pendingBudgets_.empty()) {
+        return;
+    }
+    const auto attached
+        = std::remove_if(pendingBudgets_.begin(), pendingBudgets_.end(), [this](const PendingBudget& pending) {
+              if (pending.database != store_->path()) {
+                  return true; // a job of a workspace open before this one
+              }
+              for (int row = 0; row < runModel_->rowCount(); ++row) {
+                  const store::RunInfo* run = runModel_->runAt(row);
+                  if (run && run->name == pending.runName) {
+                      runPlot_->setRunBudget(run->id, pending.calibrationId, pending.step);
+                      return true;
+                  }
+              }
+              return false;
+          });
+    pendingBudgets_.erase(attached, pendingBudgets_.end());
 }
 
 void MainWindow::showExportDialog(const QString& target)

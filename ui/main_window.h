@@ -41,6 +41,7 @@ class ComparePlot;
 class JobQueue;
 class JobQueuePanel;
 class JobRunner;
+class ImportLogDialog;
 class ModelLibraryPanel;
 class OverviewView;
 class PrefixShiftView;
@@ -136,7 +137,8 @@ public slots:
     void showCompareObjectivesDialog();
     void showImportLogDialog();
     // Jobs > Follow Training Log: the import dialog as a follow (`mismatch import ... --follow`), its job alongside the
-    // queue; the followed run is selected in the Runs tab as it is recorded and drawn as its steps arrive.
+    // queue; the followed run is selected in the Runs tab as it is recorded and drawn as its steps arrive, beside the
+    // budget chosen in the dialog's "Budget from:".
     void showFollowLogDialog();
     void showCompareRunsDialog();
     // A catalogue job without a dialog of its own, in the dialog built from its parameters.
@@ -218,6 +220,19 @@ private:
     std::int64_t takeShownOwnRun();
     // Selects row `row` of the run table and scrolls to it, as the window's own change.
     void selectRunRow(int row);
+    // The budget an import or follow dialog's "Budget from:" chose, for the run its job stores into: the run does not
+    // exist when the job is queued (a follow records it with its first step), so it waits here, by run name (an
+    // import refuses a name that another run has; a follow continues only the run of that name that imported the same
+    // file), until the run table shows that run; then the Runs tab draws it beside the run (RunPlot::setRunBudget)
+    // for the rest of the session.
+    struct PendingBudget {
+        std::string database; // the workspace's, so that a workspace opened since does not take it
+        std::string runName;
+        std::int64_t calibrationId = 0;
+        std::int64_t step = 0;
+    };
+    void budgetBesideImportedRun(ImportLogDialog* dialog);
+    void attachPendingBudgets();
 
     QString workspaceDirectory_;
     QString lastError_;
@@ -226,6 +241,7 @@ private:
     RunFollowing runFollowing_ = RunFollowing::Newest;
     bool selectingRuns_ = false; // the window or a model refresh is changing the run selection, not the user
     std::shared_ptr<BegunRuns> begunRuns_;
+    std::vector<PendingBudget> pendingBudgets_;
     double progressFraction_ = 0.0;
     double progressEta_ = -1.0;
     std::unique_ptr<store::RunStore> store_;

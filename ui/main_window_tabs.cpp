@@ -178,6 +178,11 @@ QSplitter* MainWindow::createRunsTab()
     plotTabs_->setObjectName("plotTabs");
     plotTabs_->addTab(runPlot_, tr("Selected run"));
     plotTabs_->addTab(comparePlot_, tr("Overlay of selected runs"));
+    // The selected run's budget list in the tab bar's row, which has room for it (the plot's own row of controls has
+    // none at 1024 px); it applies to the selected run only.
+    plotTabs_->setCornerWidget(runPlot_->budgetControls(), Qt::TopRightCorner);
+    connect(plotTabs_, &QTabWidget::currentChanged, this,
+        [this](int tab) { runPlot_->budgetControls()->setEnabled(tab == plotTabs_->indexOf(runPlot_)); });
 
     // The run table keeps the height of its header and kRunRowsShown rows (and a sideways scroll bar) when the
     // window grows or shrinks, the plots take the rest; it gives way first when the window is too short for both.
@@ -217,6 +222,7 @@ void MainWindow::connectTabs()
         comparePlot_->tail();
         refreshAnalyses(false);
         followNewRuns();
+        attachPendingBudgets();
         // The Overview rebuilds its page: while a run streams steps, at most every two seconds.
         if (tabs_->currentIndex() == OverviewTab && !overviewTimer_->isActive()) {
             overviewTimer_->start();
@@ -321,6 +327,7 @@ void MainWindow::refreshAnalyses(bool force)
         prefixShiftView_->refresh();
         breakdownView_->refresh();
         overview_->refresh();
+        runPlot_->reloadBudgets(); // the calibrations its budget list offers
     } catch (const std::exception& error) {
         onStoreError(QString::fromUtf8(error.what()));
     }

@@ -3,7 +3,7 @@
 // prompt sets, the recipe editor (edited in its table, saved, accepted unchanged by `mismatch recipe check`),
 // the sensitivity heatmap (clicked), the budget plot, admission decisions; and the plot / table exports. The
 // glossary on screen: column headers and axis titles explain their terms; an analysis tab with nothing to show
-// offers the job that fills it.
+// offers the job that fills it. A followed or imported training log drawn live, beside a calibration's budget.
 #include "core/io/recipe_export.h"
 #include "core/metrics/estimators.h"
 #include "core/metrics/glossary.h"
@@ -59,6 +59,7 @@
 #include <QToolTip>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -255,6 +256,117 @@ QString hoverAxisTitle(QCustomPlot* plot, const QCPAxis* axis, const QString& te
     return QToolTip::text();
 }
 
+// A calibration of the arithmetic student whose budget lies near the followed logs' mismatch (nats/token), stored
+// with the store's API: at step 100 the bracket [0.0065, 0.011] with a threshold of its own set 10% below the largest
+// passing point (a margin); at step 200 [0.0045, no failing run yet) without a threshold of its own; at step 300
+// nothing passed, so it gives no budget there.
+std::int64_t addLogBudget(store::RunStore& store)
+{
+    store::CalibrationInfo info;
+    info.name = "log budget";
+    info.student = MISMATCH_SOURCE_DIR "/resources/models/arith-student";
+    store::CalibrationBracket margin;
+    margin.step = 100;
+    margin.largestPassing = 0.0065;
+    margin.smallestFailing = 0.011;
+    margin.threshold = 0.0065 * 0.9;
+    store::CalibrationBracket open;
+    open.step = 200;
+    open.largestPassing = 0.0045;
+    store::CalibrationBracket nonePassed;
+    nonePassed.step = 300;
+    nonePassed.smallestFailing = 0.003;
+    return store::addCalibration(store, info, {}, {margin, open, nonePassed});
+}
+
+// The bracket of calibration `id` at `step`, read back from the workspace at `directory`.
+store::CalibrationBracket storedBracket(const QString& directory, std::int64_t id, std::int64_t step)
+{
+    const store::RunStore store = store::RunStore::open(store::databasePath(directory.toStdString()));
+    const std::optional<store::Calibration> calibration = store::calibration(store, id);
+    for (const store::CalibrationBracket& bracket :
+        calibration ? calibration->brackets : std::vector<store::CalibrationBracket> {}) {
+        if (bracket.step == step) {
+            return bracket;
+        }
+    }
+    return {};
+}
+
+// The share of the columns across the left half of `rect` (widget pixels of the plot) where a pixel within 2 px of
+// height `y` has `color`, drawn over white: antialiasing blends it with the background, so a pixel matches when its
+// fall from white in each channel is the same fraction (at least a third) of the colour's fall from white.
+double shareOfLineInColor(const QImage& image, const QRect& rect, double y, const QColor& color)
+{
+    const double ratio = image.devicePixelRatio();
+    const auto matches = [&](QColor pixel) {
+        const double falls[] = {(255.0 - pixel.red()) / (255.0 - color.red()),
+            (255.0 - pixel.green()) / (255.0 - color.green()), (255.0 - pixel.blue()) / (255.0 - color.blue())};
+        const auto [low, high] = std::minmax({falls[0], falls[1], falls[2]});
+        return low >= 0.33 && high - low <= 0.2;
+    };
+    int columns = 0;
+    int found = 0;
+    for (int x = rect.left() + 2; x < rect.left() + rect.width() / 2; ++x) {
+        ++columns;
+        bool hit = false;
+        for (int dy = -2; dy <= 2 && !hit; ++dy) {
+            const QPoint pixel(static_cast<int>(x * ratio), static_cast<int>(std::lround((y + dy) * ratio)));
+            hit = image.rect().contains(pixel) && matches(image.pixelColor(pixel));
+        }
+        found += hit ? 1 : 0;
+    }
+    return columns == 0 ? 0.0 : static_cast<double>(found) / columns;
+}
+
+// The run plot draws `expected` as its budget, on its mismatch axis only: the line (graph Budget, named "budget" for
+// the crosshair) at that value at every point, the bracket's band and the label on the mismatch panel, nothing of it
+// on the quality panel, whose axes read other quantities (Q, accuracy in %); the line is drawn in its own colour.
+void checkBudgetOnMismatchAxis(ui::RunPlot* view, double expected)
+{
+    QCustomPlot* plot = view->plot();
+    QCOMPARE(view->budgetThreshold().value_or(-1.0), expected);
+    QVERIFY(view->mismatchAxis()->label().contains(QStringLiteral("nats/token")));
+    QCPGraph* line = plot->graph(ui::RunPlot::Budget);
+    QVERIFY(line->visible() && line->dataCount() >= 2);
+    QCOMPARE(line->name(), QStringLiteral("budget"));
+    for (auto it = line->data()->constBegin(); it != line->data()->constEnd(); ++it) {
+        QCOMPARE(it->value, expected);
+    }
+    for (int g = 0; g < plot->graphCount(); ++g) {
+        QCPGraph* graph = plot->graph(g);
+        if (g == ui::RunPlot::Budget || g == ui::RunPlot::AboveBudget) {
+            QVERIFY(graph->valueAxis() == view->mismatchAxis());
+        } else if (graph->valueAxis() != view->mismatchAxis()) {
+            QVERIFY2(graph->name() != QStringLiteral("budget"), qPrintable(graph->valueAxis()->label()));
+        }
+    }
+    QVERIFY(view->budgetLabel()->visible() && view->budgetLabel()->clipAxisRect() == view->mismatchAxis()->axisRect());
+    QVERIFY(view->budgetLabel()->position->valueAxis() == view->mismatchAxis());
+    QCOMPARE(view->budgetLabel()->position->coords().y(), expected);
+    QVERIFY(view->budgetBracket()->clipAxisRect() == view->mismatchAxis()->axisRect());
+    for (const QCPItemPosition* corner : {view->budgetBracket()->topLeft, view->budgetBracket()->bottomRight}) {
+        QVERIFY(corner->valueAxis() == view->mismatchAxis());
+    }
+    int budgetItems = 0;
+    for (int i = 0; i < plot->itemCount(); ++i) {
+        QCPAbstractItem* item = plot->item(i);
+        if (item->objectName().startsWith(QStringLiteral("runPlotBudget"))) {
+            ++budgetItems;
+            QVERIFY2(item->clipAxisRect() == view->mismatchAxis()->axisRect()
+                    && item->clipAxisRect() != view->qualityAxis()->axisRect(),
+                qPrintable(item->objectName()));
+        }
+    }
+    QCOMPARE(budgetItems, 2); // the band and the label
+    QVERIFY2(view->mismatchAxis()->range().contains(expected), "the budget is out of the mismatch axis' range");
+    view->replot();
+    plot->replot();
+    const double share = shareOfLineInColor(plot->grab().toImage(), plot->axisRect()->rect(),
+        view->mismatchAxis()->coordToPixel(expected), line->pen().color());
+    QVERIFY2(share >= 0.4, qPrintable(QStringLiteral("the budget line covers %1 of its row").arg(share)));
+}
+
 } // namespace
 
 class TestDashboard : public QObject {
@@ -286,6 +398,8 @@ private slots:
     void axisTitlesExplainTheirTerms();
     void emptyTabsOfferTheirJob();
     void followTrainingLogDrawsTheRunLive();
+    void followTrainingLogDrawsTheBudget();
+    void importedRunBesideTheBudgetOfLocalRuns();
 
 private:
     // The main window on `directory` (the fixture workspace by default) at `tab`, shown and exposed.
@@ -1615,6 +1729,236 @@ void TestDashboard::followTrainingLogDrawsTheRunLive()
     store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
     QVERIFY(store.run(runId)->status == store::RunStatus::Finished);
     QCOMPARE(store.stepsAfter(runId).size(), written.size());
+}
+
+// Jobs > Follow Training Log beside the student's budget (spec, "Outside tools it meets": an imported run lands on the
+// same mismatch scale and budget plot as local runs). The dialog's "Budget from:" offers none (its default) or a
+// calibration's bracket at a step, and refuses a step where nothing passed; the choice is not part of the job's
+// command. As the "trainer" writes the log, the Runs tab draws the run's k1 with the bracket's admission threshold as a
+// line on the mismatch axis (its value the threshold the store holds), the bracket as a band, and the steps above it
+// ringed and counted in the label; nothing of it on the quality panel. The line stays as steps arrive. The Runs tab's
+// budget list (in the plot tabs' row) changes it (a bracket without a threshold of its own gives its largest passing
+// mismatch, docs/analyses.md "The threshold is the calibration bracket's threshold (else its largest passing
+// mismatch)") or removes it, and the run keeps its budget when another run was shown in between.
+void TestDashboard::followTrainingLogDrawsTheBudget()
+{
+    QTemporaryDir own;
+    fixture::Ids ids;
+    std::int64_t calibration = 0;
+    {
+        store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+        ids = fixture::build(store);
+        calibration = addLogBudget(store);
+    }
+    const store::CalibrationBracket margin = storedBracket(own.path(), calibration, 100);
+    const store::CalibrationBracket open = storedBracket(own.path(), calibration, 200);
+    QVERIFY(margin.threshold && margin.largestPassing && margin.smallestFailing && open.largestPassing);
+    auto window = openWindow(ui::MainWindow::RunsTab, own.path());
+    window->findChild<QAction*>(QStringLiteral("followTrainingLogAction"))->trigger();
+    auto* dialog = window->findChild<ui::ImportLogDialog*>(QStringLiteral("followLogDialog"));
+    QVERIFY(dialog && dialog->isVisible());
+    const QString log = own.path() + "/verl-budget.jsonl";
+    dialog->setSource(QStringLiteral("verl"));
+    dialog->setFile(log);
+    dialog->setName(QStringLiteral("cluster run (budget)"));
+    dialog->setPollSeconds(0.1);
+    QCOMPARE(dialog->budgetCalibration(), std::int64_t(0)); // none unless chosen
+    const QString command = dialog->cliCommand();
+    QVERIFY(dialog->setBudget(calibration, 300));
+    QVERIFY2(!dialog->valid() && dialog->errorText().startsWith(QStringLiteral("Budget step:")),
+        qPrintable(dialog->errorText()));
+    QVERIFY(dialog->setBudget(calibration, 100));
+    QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
+    QCOMPARE(dialog->cliCommand(), command); // what is shown beside the run is not the job's
+    saveScreenshot(*dialog, "dialog_follow_training_log_budget.png");
+    dialog->accept();
+    const int job = window->lastQueuedJob();
+    QTRY_COMPARE(window->jobQueue()->state(job), QStringLiteral("running"));
+
+    ui::RunPlot* view = window->runPlot();
+    std::vector<double> written;
+    const auto writeSteps = [&](int count) {
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::Append));
+        for (int i = 0; i < count; ++i) {
+            const int step = static_cast<int>(written.size()) + 1;
+            written.push_back(0.002 + 0.0005 * step + 0.0003 * std::sin(step)); // nats/token, written exactly
+            file.write(QString("{\"step\": %1, \"data\": {\"rollout_corr/kl\": %2}}\n")
+                           .arg(step)
+                           .arg(written.back(), 0, 'g', 17)
+                           .toUtf8());
+        }
+    };
+    const auto above = [&written](double threshold) {
+        return static_cast<int>(
+            std::count_if(written.begin(), written.end(), [threshold](double v) { return v > threshold; }));
+    };
+    writeSteps(6);
+    QTRY_COMPARE_WITH_TIMEOUT(view->plot()->graph(ui::RunPlot::K1)->dataCount(), 6, 15000);
+    QTRY_VERIFY_WITH_TIMEOUT(view->budgetThreshold().has_value(), 15000); // the run appeared: its budget attached
+    const std::int64_t runId = view->runId();
+    QVERIFY(runId != 0);
+    view->replot();
+    checkBudgetOnMismatchAxis(view, *margin.threshold);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    QCOMPARE(view->stepsAboveBudget(), above(*margin.threshold));
+    // Steps arrive: the line stays, and the rings and the count follow.
+    writeSteps(6);
+    QTRY_COMPARE_WITH_TIMEOUT(view->plot()->graph(ui::RunPlot::K1)->dataCount(), 12, 15000);
+    view->replot();
+    checkBudgetOnMismatchAxis(view, *margin.threshold);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    QVERIFY(above(*margin.threshold) > 0 && above(*margin.threshold) < 12); // some steps on each side
+    QCOMPARE(view->stepsAboveBudget(), above(*margin.threshold));
+    for (auto it = view->plot()->graph(ui::RunPlot::AboveBudget)->data()->constBegin();
+         it != view->plot()->graph(ui::RunPlot::AboveBudget)->data()->constEnd(); ++it) {
+        QCOMPARE(it->value, written[static_cast<std::size_t>(it->key) - 1]);
+        QVERIFY(it->value > *margin.threshold);
+    }
+    const QString label = view->budgetLabel()->text();
+    QVERIFY2(label.contains(QStringLiteral("budget %1 nats/token (calibration #%2, step 100)")
+                                .arg(QString::number(*margin.threshold, 'g', 3))
+                                .arg(calibration)),
+        qPrintable(label));
+    QVERIFY2(label.contains(QStringLiteral("k1 above it at %1 of 12 steps").arg(above(*margin.threshold))),
+        qPrintable(label));
+    QVERIFY(view->budgetBracket()->visible());
+    QCOMPARE(view->budgetBracket()->topLeft->coords().y(), *margin.smallestFailing);
+    QCOMPARE(view->budgetBracket()->bottomRight->coords().y(), *margin.largestPassing);
+    // The list sits in the plot tabs' row and names the choice.
+    auto* plotTabs = window->findChild<QTabWidget*>(QStringLiteral("plotTabs"));
+    QVERIFY(plotTabs && plotTabs->cornerWidget(Qt::TopRightCorner) == view->budgetControls());
+    QVERIFY(view->budgetBox()->isVisible() && view->budgetBox()->isEnabled());
+    QVERIFY2(view->budgetBox()->currentText().startsWith(QStringLiteral("#%1 log budget").arg(calibration))
+            && view->budgetBox()->currentText().contains(QStringLiteral("step 100")),
+        qPrintable(view->budgetBox()->currentText()));
+    saveScreenshot(*window, "dashboard_following_log_budget.png");
+
+    // The Runs tab's list: the open bracket of step 200 (its largest passing mismatch, no band); nothing at step 300.
+    QStringList offered;
+    for (int row = 0; row < view->budgetBox()->count(); ++row) {
+        offered << view->budgetBox()->itemText(row);
+    }
+    QVERIFY2(offered.filter(QStringLiteral("step 300")).isEmpty(), qPrintable(offered.join(QStringLiteral("; "))));
+    const QStringList step200 = offered.filter(QStringLiteral("#%1 log budget, step 200").arg(calibration));
+    QCOMPARE(step200.size(), 1);
+    view->budgetBox()->setCurrentIndex(view->budgetBox()->findText(step200.front()));
+    view->replot();
+    checkBudgetOnMismatchAxis(view, *open.largestPassing);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    QVERIFY(!view->budgetBracket()->visible());
+    QCOMPARE(view->stepsAboveBudget(), above(*open.largestPassing));
+    // None: nothing of it drawn.
+    view->budgetBox()->setCurrentIndex(0);
+    view->replot();
+    QVERIFY(!view->budgetThreshold());
+    QVERIFY(!view->plot()->graph(ui::RunPlot::Budget)->visible() && !view->budgetLabel()->visible()
+        && !view->budgetBracket()->visible() && view->stepsAboveBudget() == 0);
+    // Step 100 again; another run shown and this one again: the budget comes back with it, not with the other run.
+    view->budgetBox()->setCurrentIndex(view->budgetBox()->findText(offered.filter(QStringLiteral("step 100")).front()));
+    QVERIFY(window->showRunInTable(ids.fp8Run));
+    QCOMPARE(view->runId(), ids.fp8Run);
+    QVERIFY(!view->budgetThreshold());
+    QCOMPARE(view->budgetBox()->currentIndex(), 0);
+    QVERIFY(window->showRunInTable(runId));
+    view->replot();
+    checkBudgetOnMismatchAxis(view, *margin.threshold);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+
+    QVERIFY(window->jobQueue()->cancel(job));
+    QTRY_COMPARE_WITH_TIMEOUT(window->jobQueue()->state(job), QStringLiteral("finished"), 15000);
+}
+
+// Jobs > Import Training Log with "Budget from:": the imported run is drawn beside that budget once the import stored
+// it, on the same mismatch axis and at the same threshold as a local training run given the same budget in the Runs
+// tab (whose series it is compared with is then its full-vocabulary KL).
+void TestDashboard::importedRunBesideTheBudgetOfLocalRuns()
+{
+    QTemporaryDir own;
+    fixture::Ids ids;
+    std::int64_t calibration = 0;
+    {
+        store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+        ids = fixture::build(store);
+        calibration = addLogBudget(store);
+    }
+    const double threshold = *storedBracket(own.path(), calibration, 100).threshold;
+    const QString log = own.path() + "/verl-finished.jsonl";
+    {
+        QFile file(log);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        for (int step = 1; step <= 8; ++step) {
+            file.write(QString("{\"step\": %1, \"data\": {\"rollout_corr/kl\": %2}}\n")
+                           .arg(step)
+                           .arg(0.004 + 0.0005 * step, 0, 'g', 17)
+                           .toUtf8());
+        }
+    }
+    auto window = openWindow(ui::MainWindow::RunsTab, own.path());
+    window->showImportLogDialog();
+    auto* dialog = window->findChild<ui::ImportLogDialog*>(QStringLiteral("importLogDialog"));
+    QVERIFY(dialog && dialog->isVisible());
+    dialog->setSource(QStringLiteral("verl"));
+    dialog->setFile(log);
+    dialog->setName(QStringLiteral("cluster run (imported)"));
+    QVERIFY(dialog->budgetPicker()->select(calibration, 100));
+    QVERIFY2(dialog->valid(), qPrintable(dialog->errorText()));
+    dialog->accept();
+    const int job = window->lastQueuedJob();
+    QTRY_COMPARE_WITH_TIMEOUT(window->jobQueue()->state(job), QStringLiteral("finished"), 30000);
+    std::int64_t imported = 0;
+    {
+        const store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+        for (const store::RunInfo& run : store.listRuns()) {
+            imported = run.name == "cluster run (imported)" ? run.id : imported;
+        }
+    }
+    QVERIFY(imported != 0);
+    // The budget is attached when the run table shows the run; an import's run is one the user then selects.
+    QTRY_VERIFY_WITH_TIMEOUT(rowOfRun(*window->runModel(), imported) >= 0, 15000);
+    QVERIFY(window->showRunInTable(imported));
+    ui::RunPlot* view = window->runPlot();
+    QCOMPARE(view->runId(), imported);
+    QVERIFY(view->budgetThreshold().has_value());
+    QTRY_COMPARE(view->plot()->graph(ui::RunPlot::K1)->dataCount(), 8);
+    view->replot();
+    checkBudgetOnMismatchAxis(view, threshold);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    int aboveImported = 0;
+    for (int step = 1; step <= 8; ++step) {
+        aboveImported += 0.004 + 0.0005 * step > threshold ? 1 : 0;
+    }
+    QCOMPARE(view->stepsAboveBudget(), aboveImported);
+    // A local run given the same budget in the Runs tab: the same line on the same axis, against its full KL.
+    QVERIFY(window->showRunInTable(ids.fp8Run));
+    QVERIFY(view->setRunBudget(ids.fp8Run, calibration, 100));
+    view->replot();
+    checkBudgetOnMismatchAxis(view, threshold);
+    if (QTest::currentTestFailed()) {
+        return;
+    }
+    int aboveLocal = 0;
+    {
+        const store::RunStore store = store::RunStore::open(store::databasePath(own.path().toStdString()));
+        for (const store::StepMetrics& s : store.stepsAfter(ids.fp8Run)) {
+            aboveLocal += *s.mismatchKl > threshold ? 1 : 0;
+        }
+    }
+    QCOMPARE(view->stepsAboveBudget(), aboveLocal);
+    QVERIFY2(view->budgetLabel()->text().contains(QStringLiteral("KL above it at %1 of ").arg(aboveLocal)),
+        qPrintable(view->budgetLabel()->text()));
+    QVERIFY(!view->setRunBudget(ids.fp8Run, calibration, 300)); // nothing passed there: refused, nothing changed
+    QCOMPARE(view->budgetThreshold().value_or(-1.0), threshold);
 }
 
 MISMATCH_TEST_MAIN(TestDashboard)

@@ -309,13 +309,34 @@ std::optional<std::int64_t> CalibrationPicker::step() const
     return step_->currentData().toLongLong();
 }
 
+void CalibrationPicker::offerNone(const QString& label)
+{
+    // Id 0 as the explicit threshold's entry has: every "no calibration" path stays one; threshold() tells them apart.
+    Q_ASSERT(calibration_->findData(QVariant::fromValue<qlonglong>(0)) < 0); // a picker without the explicit entry
+    noneOffered_ = true;
+    calibration_->insertItem(0, label, QVariant::fromValue<qlonglong>(0));
+    calibration_->setCurrentIndex(0); // emits changed through the box
+}
+
 std::optional<double> CalibrationPicker::threshold() const
 {
     if (calibrationId() == 0) {
-        return threshold_->value();
+        return noneOffered_ ? std::nullopt : std::optional<double>(threshold_->value());
     }
     const QVariant value = step_->currentIndex() < 0 ? QVariant() : step_->currentData(Qt::UserRole + 1);
     return value.isValid() ? std::optional<double>(value.toDouble()) : std::nullopt;
+}
+
+QString CalibrationPicker::thresholdProblem() const
+{
+    if (calibrationId() == 0 || threshold()) {
+        return {};
+    }
+    return stepCount() == 0
+        ? tr("Budget from: calibration #%1 has no budget bracket").arg(calibrationId())
+        : tr("Budget step: calibration #%1 has no passing run at step %2, so it gives no budget there")
+              .arg(calibrationId())
+              .arg(step().value_or(0));
 }
 
 double CalibrationPicker::explicitThreshold() const

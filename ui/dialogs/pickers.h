@@ -3,7 +3,7 @@
 // models and prompt sets, recipes (built-in, built into the workspace, stored by the recipe builder), run files
 // (built-in and those the training form wrote), candidate lists; each an editable list (a typed path is taken as
 // it is) with a Browse... button. CalibrationPicker chooses a stored calibration and one of the steps it has a
-// bracket at (or an explicit threshold).
+// bracket at (or an explicit threshold, or none).
 #include "core/store/run_store.h"
 
 #include <QWidget>
@@ -65,14 +65,20 @@ public:
     // `allowExplicit`: the first entry is `explicitLabel` ("an explicit threshold"; then the value box is enabled).
     CalibrationPicker(
         const store::RunStore* store, bool allowExplicit, QWidget* parent = nullptr, const QString& explicitLabel = {});
+    // Where a budget is optional (drawn beside an imported run): a first entry `label` ("none") that gives no
+    // threshold, chosen now. For a picker made without the explicit threshold.
+    void offerNone(const QString& label);
 
-    // 0 when the explicit threshold is chosen.
+    // 0 when the explicit threshold (or none) is chosen.
     std::int64_t calibrationId() const;
     // The bracket step chosen (nullopt: explicit threshold, or a calibration without brackets).
     std::optional<std::int64_t> step() const;
     // The threshold the choice gives (the bracket's threshold, else its largest passing mismatch; the box's value for
-    // an explicit threshold); nullopt when the chosen bracket has none.
+    // an explicit threshold); nullopt when the chosen bracket has none, or none is chosen.
     std::optional<double> threshold() const;
+    // Why a chosen calibration gives no threshold, as a dialog's status line says it of its "Budget from:" row ("" when
+    // it gives one, or nothing needs one).
+    QString thresholdProblem() const;
     double explicitThreshold() const;
     // Selects calibration `id` (0: explicit) and, when given, its bracket at `step`. False when not offered.
     bool select(std::int64_t id, std::optional<std::int64_t> step = std::nullopt);
@@ -89,6 +95,7 @@ private:
     void fillSteps();
 
     const store::RunStore* store_;
+    bool noneOffered_ = false;
     QComboBox* calibration_ = nullptr;
     QComboBox* step_ = nullptr;
     QDoubleSpinBox* threshold_ = nullptr;

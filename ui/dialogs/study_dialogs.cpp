@@ -235,12 +235,8 @@ QString RecipeBuildDialog::check() const
             return tr("Prompt set: expected a JSON Lines file (got '%1')").arg(prompts_->path());
         }
     }
-    if (budget_->calibrationId() != 0 && !budget_->threshold()) {
-        return budget_->stepCount() == 0
-            ? tr("Budget from: calibration #%1 has no budget bracket").arg(budget_->calibrationId())
-            : tr("Budget step: calibration #%1 has no passing run at step %2, so it gives no budget there")
-                  .arg(budget_->calibrationId())
-                  .arg(budget_->step().value_or(0));
+    if (const QString problem = budget_->thresholdProblem(); !problem.isEmpty()) {
+        return problem;
     }
     const QString out = output_->text().trimmed();
     const QString suffix = QFileInfo(out).suffix().toLower();
@@ -567,6 +563,15 @@ ImportLogDialog::ImportLogDialog(
         form->addRow(tr("Read the file every:"), poll_);
         watch(poll_);
     }
+    budget_ = new CalibrationPicker(store_, false, this);
+    budget_->offerNone(tr("none"));
+    budget_->setObjectName(mode_ == Mode::Follow ? QStringLiteral("followBudget") : QStringLiteral("importBudget"));
+    budget_->setToolTip(tr("A calibration's budget (its bracket's admission threshold at one step, nats/token) drawn "
+                           "beside the run on its mismatch axis in the Runs tab, for this session; it can be changed "
+                           "there. The budget is on the screen statistic; the run's steps are its training-step "
+                           "estimates."));
+    form->addRow(tr("Budget from:"), budget_);
+    watch(budget_);
     // The format and the mapping re-validate through refreshPreview (the preview's reading is part of the check); the
     // run name, a parameter field, is watched by addParameterField.
     previewSummary_ = new QLabel(this);
@@ -697,6 +702,21 @@ void ImportLogDialog::setPollSeconds(double seconds)
     }
 }
 
+bool ImportLogDialog::setBudget(std::int64_t calibrationId, std::optional<std::int64_t> step)
+{
+    return budget_->select(calibrationId, step);
+}
+
+std::int64_t ImportLogDialog::budgetCalibration() const
+{
+    return budget_->calibrationId();
+}
+
+std::optional<std::int64_t> ImportLogDialog::budgetStep() const
+{
+    return budget_->step();
+}
+
 QString ImportLogDialog::runName() const
 {
     // The command's own default (app/cli/cli_import.cpp): the source and the file's name.
@@ -794,6 +814,9 @@ QString ImportLogDialog::check() const
     if (!previewError_.isEmpty() && !(mode_ == Mode::Follow && previewNotYet_)) {
         return previewError_;
     }
+    if (const QString problem = budget_->thresholdProblem(); !problem.isEmpty()) {
+        return problem;
+    }
     QString problem;
     continuedRun(&problem);
     return problem;
@@ -801,19 +824,28 @@ QString ImportLogDialog::check() const
 
 QString ImportLogDialog::readyText() const
 {
+    const QString budget = budget_->calibrationId() == 0
+        ? QString()
+        : tr(" The Runs tab draws it beside the budget of calibration #%1 at step %2 (%3 nats/token).")
+              .arg(budget_->calibrationId())
+              .arg(budget_->step().value_or(0))
+              .arg(budget_->threshold().value_or(0.0), 0, 'g', 4);
     if (mode_ == Mode::Follow) {
         QString problem;
         const std::int64_t continued = continuedRun(&problem);
         return tr("Ready: reads the log every %1 s as its trainer writes it and stores each new step into run \"%2\" "
                   "(kind external)%3, drawn live in the Runs tab; truncation and rotation are followed. It runs "
                   "alongside the job queue until you cancel it in the Jobs tab.")
-            .arg(poll_->value())
-            .arg(runName(),
-                continued != 0 ? tr(", continuing run %1 (its stored steps are kept)").arg(continued) : QString());
+                   .arg(poll_->value())
+                   .arg(runName(),
+                       continued != 0 ? tr(", continuing run %1 (its stored steps are kept)").arg(continued)
+                                      : QString())
+            + budget;
     }
     return tr("Ready: the log's steps become run \"%1\" (kind external) in one transaction; lines that cannot be used "
               "are skipped and reported.")
-        .arg(runName());
+               .arg(runName())
+        + budget;
 }
 
 QString ImportLogDialog::jobName() const

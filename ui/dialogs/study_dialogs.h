@@ -5,7 +5,8 @@
 //   TimeToQualityDialog      `mismatch time-to-quality`     the catalogue's time_to_quality job
 //   CompareObjectivesDialog  `mismatch compare-objectives`  the catalogue's compare_objectives job
 //   ImportLogDialog          `mismatch import verl|tinker|csv|tensorboard`  io::importLog + store::storeExternalRun;
-//                            as Follow Training Log, `... --follow`: io::followLog, alongside the job queue
+//                            as Follow Training Log, `... --follow`: io::followLog, alongside the job queue; its
+//                            "Budget from:" (GUI only) is the budget the Runs tab draws beside the run
 //   CompareRunsDialog        `mismatch compare`             the failure rule (metrics::applyFailureRule) between two
 //                                                           runs' stored evaluations, shown at once (no job)
 // The job dialogs' plain fields (counts, tokens, steps, fractions, flags, names) are made from their job's parameters
@@ -147,6 +148,15 @@ public:
     void setName(const QString& name);
     void setMap(const QString& entries); // "COLUMN=MEASURE; ..."
     void setPollSeconds(double seconds); // Follow: seconds between two reads of the file
+    // "Budget from:": none (the default: an outside trainer's student is not known to be a calibrated one), or a
+    // stored calibration's bracket at one step, which the main window draws beside the run in the Runs tab for the
+    // rest of the session (RunPlot::setRunBudget). Not part of the job or its command: it only changes what is shown.
+    bool setBudget(std::int64_t calibrationId, std::optional<std::int64_t> step = std::nullopt); // 0: none
+    CalibrationPicker* budgetPicker() const { return budget_; }
+    std::int64_t budgetCalibration() const;
+    std::optional<std::int64_t> budgetStep() const;
+    // The run the job stores into: the name given, else the command's default ("SOURCE FILE-NAME").
+    QString runName() const;
     QString cliCommand() const override;
     QString jobName() const override;
     JobWorker::Job job() const override;
@@ -163,7 +173,6 @@ protected:
     QString readyText() const override;
 
 private:
-    QString runName() const;
     QStringList mapEntries() const;
     // The import job of the fields (what spec() returns when importing).
     jobs::JobSpec importSpec() const;
@@ -182,6 +191,7 @@ private:
     PathPicker* file_ = nullptr;
     QLineEdit* name_ = nullptr;
     QLineEdit* map_ = nullptr;
+    CalibrationPicker* budget_ = nullptr;
     // The mapping preview: the log read as the import would read it (nothing stored), refreshed as the fields
     // change; its table lists each logged key read, the measure and estimator it lands in and on how many steps.
     void refreshPreview();

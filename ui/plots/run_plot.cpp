@@ -1,5 +1,6 @@
 #include "ui/plots/run_plot.h"
 
+#include "core/common/error.h"
 #include "core/store/analysis_store.h"
 #include "core/store/evaluation_store.h"
 #include "ui/plots/plot_export.h"
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace mismatch::ui {
 
@@ -33,6 +35,15 @@ const struct {
 } kMismatchGraphs[] = {{"KL(mu || pi), full vocabulary", QColor(0x1f, 0x6f, 0xd1), Qt::SolidLine},
     {"k1 (sampled token)", QColor(0xef, 0x8a, 0x17), Qt::DashLine},
     {"k3 (sampled token)", QColor(0x2e, 0x7d, 0x32), Qt::DotLine}};
+// The mismatch series' names in the budget's label ("k1 above it at 4 of 12 steps").
+const char* const kShortNames[] = {"KL", "k1", "k3"};
+
+// The budget as the Budget tab and the admission plot draw a threshold and a bracket (budget_view.cpp): a dashed purple
+// line, an amber band; the steps above it ringed in the Budget tab's colour of a failed point.
+const QColor kBudgetColor(0x6a, 0x1b, 0x9a);
+const QColor kBracketColor(255, 193, 7, 70);
+const QColor kAboveColor(0xc6, 0x28, 0x28);
+constexpr int kBudgetBoxChars = 32; // the budget list's width in characters ("#3 noise sweep, step 200: 0.0123")
 
 // The tab that shows the results of a run of `kind` that stores no per-step measures ("" when none does).
 QString resultsTab(const QString& kind)
@@ -120,6 +131,7 @@ RunPlot::RunPlot(QWidget* parent)
     top->addWidget(new QLabel(tr("Rollouts at step:"), this));
     top->addWidget(rolloutStep_);
     top->addWidget(drillDown_);
+    top->addWidget(makeBudgetControls());
     connect(drillDown_, &QPushButton::clicked, this, [this] {
         if (rolloutStep_->currentIndex() >= 0) {
             openDrillDown(rolloutStep_->currentData().toLongLong());
@@ -181,6 +193,7 @@ RunPlot::RunPlot(QWidget* parent)
         smoothed->removeFromLegend();
         smoothed->setVisible(false);
     }
+    addBudgetGraphs();
     placeLegendAbove(plot_, [this] {
         // A legend click toggles a series: keep the k1/k3 boxes and the range in step with it.
         const QSignalBlocker b1(k1Box_);
@@ -233,6 +246,76 @@ RunPlot::RunPlot(QWidget* parent)
     connect(&replotTimer_, &QTimer::timeout, this, &RunPlot::replot);
 }
 
+QWidget* RunPlot::makeBudgetControls()
+{
+    budgetControls_ = new QWidget(this);
+    budgetControls_->setObjectName("runPlotBudgetControls");
+    auto* budgetLayout = new QHBoxLayout(budgetControls_);
+    budgetLayout->setContentsMargins(0, 0, 0, 0);
+    budgetLayout->addWidget(new QLabel(tr("Budget beside the run:"), budgetControls_));
+    budgetBox_ = new QComboBox(budgetControls_);
+    budgetBox_->setObjectName("runPlotBudget");
+    budgetBox_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    budgetBox_->setMinimumContentsLength(kBudgetBoxChars);
+    budgetBox_->setToolTip(tr("A calibration's budget at one of its steps (the bracket's admission threshold, "
+                              "nats/token) drawn on the mismatch axis beside this run, remembered for the run while "
+                              "the window is open. The budget is on the screen statistic (measured on a checkpoint "
+                              "under the calibration's protocol); the run's points are its training-step estimates."));
+    budgetLayout->addWidget(budgetBox_);
+    connect(budgetBox_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int row) {
+        if (runId_ != 0 && row >= 0
+            && !setRunBudget(runId_, budgetBox_->itemData(row, Qt::UserRole).toLongLong(),
+                budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong())) {
+            reloadBudgets(); // the bracket is gone from the workspace: the list as it is now, the run's choice kept
+            applyRunBudget();
+        }
+    });
+    reloadBudgets(); // "none" until a store is set
+    budgetBox_->setEnabled(false); // no run shown
+    return budgetControls_;
+}
+
+void RunPlot::addBudgetGraphs()
+{
+    // The budget, on the mismatch axis (plot_->yAxis) only: the line is a graph, so that the crosshair reads "budget"
+    // beside the series; out of the legend, whose row is full at 1024 px (the label names it on the plot).
+    QCPGraph* budget = plot_->addGraph(plot_->xAxis, plot_->yAxis);
+    budget->setName(tr("budget"));
+    budget->setPen(QPen(kBudgetColor, 1.5, Qt::DashLine));
+    budget->removeFromLegend();
+    budget->setVisible(false);
+    QCPGraph* above = plot_->addGraph(plot_->xAxis, plot_->yAxis);
+    above->setLineStyle(QCPGraph::lsNone);
+    above->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(kAboveColor, 1.5), Qt::NoBrush, 11));
+    above->removeFromLegend();
+    above->setVisible(false);
+    // The bracket's band, across the panel at any zoom (x in axis-rect fractions), behind the data.
+    budgetBracket_ = new QCPItemRect(plot_);
+    budgetBracket_->setObjectName("runPlotBudgetBracket");
+    budgetBracket_->setPen(Qt::NoPen);
+    budgetBracket_->setBrush(kBracketColor);
+    budgetBracket_->setLayer(QStringLiteral("background"));
+    budgetBracket_->setClipAxisRect(plot_->axisRect());
+    for (QCPItemPosition* corner : {budgetBracket_->topLeft, budgetBracket_->bottomRight}) {
+        corner->setAxes(plot_->xAxis, plot_->yAxis);
+        corner->setAxisRect(plot_->axisRect());
+        corner->setTypeX(QCPItemPosition::ptAxisRectRatio);
+    }
+    budgetBracket_->setVisible(false);
+    budgetLabel_ = new QCPItemText(plot_);
+    budgetLabel_->setObjectName("runPlotBudgetLabel");
+    budgetLabel_->setClipAxisRect(plot_->axisRect());
+    budgetLabel_->position->setAxes(plot_->xAxis, plot_->yAxis);
+    budgetLabel_->position->setAxisRect(plot_->axisRect());
+    budgetLabel_->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+    budgetLabel_->setTextAlignment(Qt::AlignRight);
+    budgetLabel_->setFont(QFont(font().family(), 8));
+    budgetLabel_->setColor(kBudgetColor);
+    budgetLabel_->setPadding(QMargins(4, 1, 4, 1));
+    budgetLabel_->setBrush(QColor(255, 255, 255, 190)); // readable over the data, which still shows through
+    budgetLabel_->setVisible(false);
+}
+
 void RunPlot::layOutPanels()
 {
     // The panels' data areas start and end at the same x (one margin group for their left and right margins).
@@ -265,6 +348,9 @@ void RunPlot::layOutPanels()
 void RunPlot::setStore(store::RunStore* store)
 {
     store_ = store;
+    runBudgets_.clear(); // run ids of another workspace
+    budget_.reset();
+    reloadBudgets();
     showRun(0, {});
 }
 
@@ -285,6 +371,8 @@ void RunPlot::showRun(std::int64_t runId, const QString& title)
     updateRolloutSteps();
     title_->setText(runId ? tr("Run %1: %2 — per-step mismatch and quality").arg(runId).arg(title)
                           : tr("Select a run to plot its per-step mismatch."));
+    budgetBox_->setEnabled(runId != 0);
+    applyRunBudget();
     tail();
     scheduleReplot();
 }
@@ -433,6 +521,192 @@ void RunPlot::updateMessage()
     stack_->setCurrentIndex(1);
 }
 
+void RunPlot::reloadBudgets()
+{
+    const QSignalBlocker block(budgetBox_);
+    budgetBox_->clear();
+    budgetBox_->addItem(tr("none"), QVariant::fromValue<qlonglong>(0));
+    budgetBox_->setItemData(0, QVariant::fromValue<qlonglong>(0), Qt::UserRole + 1);
+    if (store_) {
+        try {
+            for (const store::CalibrationInfo& info : store::calibrations(*store_)) {
+                const auto calibration = store::calibration(*store_, info.id);
+                for (const store::CalibrationBracket& bracket :
+                    calibration ? calibration->brackets : std::vector<store::CalibrationBracket> {}) {
+                    double threshold = 0.0;
+                    try {
+                        threshold = store::admissionThreshold(*store_, info.id, bracket.step);
+                    } catch (const StoreError&) {
+                        continue; // nothing passed at that step: it gives no budget
+                    }
+                    const QString name = QString::fromStdString(info.name);
+                    budgetBox_->addItem(
+                        tr("#%1 %2, step %3: %4").arg(info.id).arg(name).arg(bracket.step).arg(threshold, 0, 'g', 3),
+                        QVariant::fromValue<qlonglong>(info.id));
+                    const int row = budgetBox_->count() - 1;
+                    budgetBox_->setItemData(row, QVariant::fromValue<qlonglong>(bracket.step), Qt::UserRole + 1);
+                    budgetBox_->setItemData(row,
+                        tr("Calibration #%1 \"%2\", its bracket at step %3: admission threshold %4 nats/token")
+                            .arg(info.id)
+                            .arg(name)
+                            .arg(bracket.step)
+                            .arg(threshold, 0, 'g', 4),
+                        Qt::ToolTipRole);
+                }
+            }
+        } catch (const std::exception&) {
+            // Unreadable: only "none" is offered (the window's polling shows the store's problem).
+        }
+    }
+    budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetRow(budget_->calibrationId, budget_->step) : 0));
+}
+
+int RunPlot::budgetRow(std::int64_t calibrationId, std::int64_t step) const
+{
+    for (int row = 0; row < budgetBox_->count(); ++row) {
+        if (budgetBox_->itemData(row, Qt::UserRole).toLongLong() == calibrationId
+            && (calibrationId == 0 || budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong() == step)) {
+            return row;
+        }
+    }
+    return -1;
+}
+
+bool RunPlot::setRunBudget(std::int64_t runId, std::int64_t calibrationId, std::int64_t step)
+{
+    if (calibrationId == 0) {
+        runBudgets_.erase(runId);
+    } else {
+        if (!store_) {
+            return false;
+        }
+        try {
+            store::admissionThreshold(*store_, calibrationId, step); // the bracket exists and gives a threshold
+        } catch (const std::exception&) {
+            return false;
+        }
+        runBudgets_[runId] = {calibrationId, step};
+    }
+    if (runId == runId_) {
+        applyRunBudget();
+    }
+    return true;
+}
+
+void RunPlot::applyRunBudget()
+{
+    budget_.reset();
+    const auto chosen = runBudgets_.find(runId_);
+    if (runId_ != 0 && chosen != runBudgets_.end() && store_) {
+        const auto [calibrationId, step] = chosen->second;
+        try {
+            if (const auto calibration = store::calibration(*store_, calibrationId)) {
+                for (const store::CalibrationBracket& bracket : calibration->brackets) {
+                    if (bracket.step == step) {
+                        budget_
+                            = ShownBudget {calibrationId, step, store::admissionThreshold(*store_, calibrationId, step),
+                                bracket.largestPassing, bracket.smallestFailing};
+                    }
+                }
+            }
+        } catch (const std::exception&) {
+            // Unreadable, or the bracket gives no threshold any more: nothing is drawn.
+        }
+    }
+    if (budget_ && budgetRow(budget_->calibrationId, budget_->step) < 0) {
+        reloadBudgets(); // a calibration stored since the list was read
+    }
+    const QSignalBlocker block(budgetBox_);
+    budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetRow(budget_->calibrationId, budget_->step) : 0));
+    scheduleReplot();
+}
+
+std::optional<double> RunPlot::budgetThreshold() const
+{
+    return budget_ ? std::optional<double>(budget_->threshold) : std::nullopt;
+}
+
+int RunPlot::stepsAboveBudget() const
+{
+    return plot_->graph(AboveBudget)->dataCount();
+}
+
+void RunPlot::drawBudget(const QCPRange& steps)
+{
+    QCPGraph* line = plot_->graph(Budget);
+    QCPGraph* above = plot_->graph(AboveBudget);
+    line->data()->clear();
+    above->data()->clear();
+    line->setVisible(budget_.has_value());
+    above->setVisible(budget_.has_value());
+    budgetLabel_->setVisible(budget_.has_value());
+    budgetBracket_->setVisible(budget_ && budget_->largestPassing && budget_->smallestFailing);
+    if (!budget_) {
+        return;
+    }
+    // The line at the ends of the step axis and at every step of the run, so that the crosshair reads it at the step
+    // under the mouse.
+    std::set<double> keys {steps.lower, steps.upper};
+    for (int g : {FullKl, K1, K3}) {
+        for (auto it = plot_->graph(g)->data()->constBegin(); it != plot_->graph(g)->data()->constEnd(); ++it) {
+            keys.insert(it->key);
+        }
+    }
+    const QVector<double> lineKeys(keys.begin(), keys.end());
+    line->setData(lineKeys, QVector<double>(lineKeys.size(), budget_->threshold), true);
+    // The series it is compared with: the first shown of KL, k1 and k3 that has points (the primary one).
+    int compared = -1;
+    for (int g : {FullKl, K1, K3}) {
+        if (compared < 0 && plot_->graph(g)->visible() && plot_->graph(g)->dataCount() > 0) {
+            compared = g;
+        }
+    }
+    if (compared >= 0) {
+        const auto data = plot_->graph(compared)->data();
+        for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+            if (it->value > budget_->threshold) {
+                above->addData(it->key, it->value);
+            }
+        }
+    }
+    const bool bracket = budget_->largestPassing && budget_->smallestFailing;
+    if (bracket) {
+        budgetBracket_->topLeft->setCoords(0.0, *budget_->smallestFailing);
+        budgetBracket_->bottomRight->setCoords(1.0, *budget_->largestPassing);
+    }
+    QString text = tr("budget %1 nats/token (calibration #%2, step %3)")
+                       .arg(budget_->threshold, 0, 'g', 3)
+                       .arg(budget_->calibrationId)
+                       .arg(budget_->step);
+    if (bracket) {
+        text += tr(", bracket [%1, %2]")
+                    .arg(*budget_->largestPassing, 0, 'g', 3)
+                    .arg(*budget_->smallestFailing, 0, 'g', 3);
+    } else if (budget_->largestPassing) {
+        text += tr(", no failing run yet");
+    }
+    text += QLatin1Char('\n')
+        + (compared < 0 ? tr("no steps yet")
+                        : tr("%1 above it at %2 of %3 steps")
+                              .arg(QLatin1String(kShortNames[compared]))
+                              .arg(above->dataCount())
+                              .arg(plot_->graph(compared)->dataCount()));
+    budgetLabel_->setText(text);
+}
+
+void RunPlot::placeBudgetLabel()
+{
+    if (!budget_) {
+        return;
+    }
+    budgetLabel_->position->setCoords(1.0, budget_->threshold);
+    const double line = plot_->yAxis->coordToPixel(budget_->threshold);
+    const QMargins padding = budgetLabel_->padding();
+    const int height = 2 * QFontMetrics(budgetLabel_->font()).height() + padding.top() + padding.bottom();
+    const bool below = line - plot_->axisRect()->top() < height;
+    budgetLabel_->setPositionAlignment(Qt::AlignRight | (below ? Qt::AlignTop : Qt::AlignBottom));
+}
+
 bool RunPlot::showingMessage() const
 {
     return stack_->currentIndex() == 1;
@@ -531,6 +805,7 @@ void RunPlot::replot()
         const double pad = std::max(0.5, (steps.upper - steps.lower) * 0.02);
         plot_->xAxis->setRange(steps.lower - pad, steps.upper + pad);
     }
+    drawBudget(plot_->xAxis->range());
     // Mismatch axis: the visible mismatch series only (k1 can be negative and noisy), with zero in view.
     bool anyValue = false;
     QCPRange values(0.0, 0.0);
@@ -544,6 +819,12 @@ void RunPlot::replot()
             values = QCPRange(std::min(values.lower, range.lower), std::max(values.upper, range.upper));
             anyValue = true;
         }
+    }
+    // The budget's line and its bracket's lower end stay in view: where the run stands against them is what they are
+    // drawn for (a run far below its budget shows as such).
+    if (budget_) {
+        values.upper = std::max({values.upper, budget_->threshold, budget_->largestPassing.value_or(0.0)});
+        anyValue = true;
     }
     if (!anyValue || values.upper <= values.lower) {
         values = QCPRange(0.0, 1.0);
@@ -578,6 +859,7 @@ void RunPlot::replot()
     const QCPRange quality = plot_->graph(Quality)->getValueRange(foundQuality);
     qualityAxis()->setRange(0.0, foundQuality && quality.upper > 0 ? quality.upper * 1.15 : 1.0);
     accuracyAxis()->setRange(0.0, 100.0);
+    placeBudgetLabel();
     plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
