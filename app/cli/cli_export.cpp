@@ -186,14 +186,16 @@ void registerExportCommand(CLI::App& app, Context& context)
     auto options = std::make_shared<ExportCommandOptions>();
     CLI::App* command = app.add_subcommand("export",
         "Export a precision recipe, resolved against a model, as the configuration an outside tool reads, and what "
-        "a person pastes to run it: vLLM engine arguments (online FP8 quantization of the BF16 checkpoint; "
-        "--vllm-form checkpoint for an FP8 checkpoint's quantization_config) with the vllm serve command and the "
+        "a person pastes to run it: vLLM engine arguments (online FP8, MXFP8 or MXFP4 quantization of the BF16 "
+        "checkpoint; --vllm-form checkpoint for an FP8 checkpoint's quantization_config, or the compressed-tensors one "
+        "of an NVFP4, MXFP4 or MXFP8 checkpoint) with the vllm serve command and the "
         "Python LLM(...) call; SGLang launch arguments and environment; llm-compressor recipe (YAML) with a oneshot "
         "script and the vllm serve command of the checkpoint it saves; compressed-tensors quantization_config (JSON); "
         "verl rollout config (YAML) with Hydra override lines, or with --teacher verl's on-policy distillation "
         "(config, overrides and the whole command); ModelOpt hf_quant_config.json with the config.json fragment. "
         "Modules left in BF16 are listed as ignored; a recipe feature the target cannot express is an error, and "
-        "where the target runs something other than the recipe a warning says what. For --to sglang, --kv-probe PROMPTS calibrates the recipe's "
+        "where the target runs something other than the recipe a warning says what. For --to sglang, --kv-probe "
+        "PROMPTS calibrates the recipe's "
         "per-tensor FP8 KV-cache scales on a prompt set (the engine running the recipe, as the admission check fits "
         "them) and writes them as sglang_kv_scales.json, which the launch command passes with "
         "--quantization-param-path");
@@ -221,7 +223,7 @@ void registerExportCommand(CLI::App& app, Context& context)
     command
         ->add_option("--vllm-form", options->vllmForm,
             "vllm only. online (default): vLLM quantizes the BF16 checkpoint at load time. checkpoint: the "
-            "quantization_config of a checkpoint already stored in FP8")
+            "quantization_config of a checkpoint already stored in FP8 (or in NVFP4, MXFP4, MXFP8: compressed-tensors)")
         ->check(CLI::IsMember({"online", "checkpoint"}));
     command
         ->add_option("--rollout", options->rollout,
@@ -232,7 +234,8 @@ void registerExportCommand(CLI::App& app, Context& context)
             + io::kVllmOnlineFrontendRelease
             + " online FP8 is quantization fp8 with per-tensor scales and no ignore list, and the per-token-head KV "
               "formats are refused (from "
-            + io::kVllmPerTokenHeadKvRelease + ")");
+            + io::kVllmPerTokenHeadKvRelease + "); online mxfp8 is written from " + io::kVllmOnlineMxfp8Release
+            + ", mxfp4 from " + io::kVllmOnlineMxfp4Release);
     command
         ->add_option("--kv-probe", options->kvProbe,
             "sglang only, for a recipe with an FP8 KV cache with per-tensor scales: a prompt set (JSONL). The model, "

@@ -18,6 +18,9 @@ namespace mismatch::io::exporting {
 // compressed-tensors QuantizationArgs of a recipe's weights and activations.
 Json weightArgs(const quant::WeightPrecision& weights)
 {
+    if (quant::isMicroscaling(weights.format)) {
+        return microscalingWeightArgs(weights.format);
+    }
     Json args = Json::object();
     const bool fp8 = weights.format == WeightFormat::Fp8E4m3;
     args["num_bits"] = weights.format == WeightFormat::Int4 ? 4 : 8;
@@ -41,7 +44,7 @@ Json weightArgs(const quant::WeightPrecision& weights)
         break;
     case Granularity::Group32:
     case Granularity::Group16:
-        // Microscaling weights: checkCommon refuses them before any arguments are written.
+        // Microscaling weights: microscalingWeightArgs, above.
     case Granularity::None:
         break;
     }
@@ -52,6 +55,9 @@ Json activationArgs(const Scheme& scheme)
 {
     if (scheme.activations == ActivationFormat::Bf16) {
         return nullptr;
+    }
+    if (quant::isMicroscaling(scheme.activations)) {
+        return microscalingActivationArgs(scheme.activations);
     }
     Json args = Json::object();
     args["num_bits"] = 8;
@@ -71,6 +77,9 @@ Json activationArgs(const Scheme& scheme)
 // llm-compressor's preset scheme with exactly these arguments, or "" when none matches.
 std::string presetName(const Scheme& s)
 {
+    if (isMicroscaling(s)) {
+        return microscalingPreset(s);
+    }
     if (s.weights.format == WeightFormat::Fp8E4m3 && s.activations == ActivationFormat::Fp8E4m3) {
         if (s.weights.granularity == Granularity::Channel) {
             return "FP8_DYNAMIC";
@@ -88,9 +97,13 @@ std::string presetName(const Scheme& s)
 
 // The compressed-tensors checkpoint format of one scheme (compressed_tensors/config/base.py CompressionFormat):
 // FP8 weights with FP8 inputs are float-quantized; FP8 weights alone are naive-quantized (the float compressor
-// expects quantized input activations); integer weights are pack-quantized.
+// expects quantized input activations); integer weights are pack-quantized; the microscaling formats have their own
+// (export_microscaling.cpp).
 std::string compressedFormat(const Scheme& scheme)
 {
+    if (isMicroscaling(scheme)) {
+        return microscalingCompressedFormat(scheme);
+    }
     if (scheme.weights.format == WeightFormat::Fp8E4m3) {
         return scheme.activations == ActivationFormat::Fp8E4m3 ? "float-quantized" : "naive-quantized";
     }
@@ -107,7 +120,8 @@ CompressedSettings compressedSettings(const ExportView& view)
     CompressedSettings settings;
     for (const Scheme& scheme : view.schemeOrder) {
         const std::vector<std::string>& modules = view.schemes.at(scheme);
-        if (scheme.weights.format != WeightFormat::Fp8E4m3 && scheme.activations != ActivationFormat::Bf16) {
+        if (scheme.weights.format != WeightFormat::Fp8E4m3 && !isMicroscaling(scheme)
+            && scheme.activations != ActivationFormat::Bf16) {
             view.fail(view.activationsWhere(modules.front()), describe(scheme) + " on " + modules.front(),
                 "compressed-tensors has no compressor for integer weights with float activations");
         }
@@ -142,13 +156,17 @@ CompressedSettings compressedSettings(const ExportView& view)
         if (group.scheme.activations == ActivationFormat::Fp8E4m3) {
             warnActivationGroups(view, group.scheme, "vLLM's compressed-tensors loader");
         }
+        if (isMicroscaling(group.scheme)) {
+            warnMicroscalingCheckpoint(view, group.scheme);
+        }
+        settings.calibratesActivations
+            = settings.calibratesActivations || group.scheme.activations == ActivationFormat::Nvfp4;
     }
     return settings;
 }
 
-std::string exportCompressedTensors(const ExportView& view)
+Json compressedTensorsConfig(const ExportView& view, const CompressedSettings& settings)
 {
-    const CompressedSettings settings = compressedSettings(view);
     const bool mixed = settings.format == "mixed-precision";
     Json config = Json::object();
     config["quant_method"] = "compressed-tensors";
@@ -171,8 +189,13 @@ std::string exportCompressedTensors(const ExportView& view)
     // With no weight groups nothing is quantized to be ignored (a KV-cache-only checkpoint).
     config["ignore"] = settings.groups.empty() ? std::vector<std::string>() : view.ignored;
     config["kv_cache_scheme"] = settings.kvScheme;
+    return config;
+}
+
+std::string exportCompressedTensors(const ExportView& view)
+{
     Json out = Json::object();
-    out["quantization_config"] = config;
+    out["quantization_config"] = compressedTensorsConfig(view, compressedSettings(view));
     return out.dump(2) + "\n";
 }
 

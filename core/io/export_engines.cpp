@@ -91,6 +91,9 @@ struct EngineRules {
     // Why the target cannot take the per-token-head KV formats; empty: it takes them (vLLM's kv_cache_dtype).
     std::string perTokenHeadReason = "this export writes a kv_cache_dtype for bf16 and fp8_e4m3 only (vLLM takes "
                                      "the per-token-head formats as its kv_cache_dtype: export --to vllm)";
+    // Why the target cannot take the microscaling formats (mxfp8, mxfp4, nvfp4); empty: the caller writes them
+    // (vllmMicroscaling, sglangMicroscaling: export_microscaling.cpp), and the FP8 rules below do not apply.
+    std::string microscalingReason = "the target quantizes weights to fp8_e4m3 only";
 };
 
 EngineSettings engineSettings(const ExportView& view, const EngineRules& rules)
@@ -109,7 +112,13 @@ EngineSettings engineSettings(const ExportView& view, const EngineRules& rules)
     settings.scheme = singleScheme(view,
         rules.name + " applies one scheme to every quantized layer (export --to compressed-tensors or --to modelopt "
                      "for several)");
-    if (settings.scheme) {
+    if (settings.scheme && isMicroscaling(*settings.scheme)) {
+        const std::string& example = view.schemes.at(*settings.scheme).front();
+        if (!rules.microscalingReason.empty()) {
+            view.fail(view.weightsWhere(example), quant::describe(settings.scheme->weights) + " weights on " + example,
+                rules.microscalingReason);
+        }
+    } else if (settings.scheme) {
         const Scheme& scheme = *settings.scheme;
         const std::string& example = view.schemes.at(scheme).front();
         if (scheme.weights.format == WeightFormat::Int8 || scheme.weights.format == WeightFormat::Int4) {
@@ -159,7 +168,8 @@ void warnKvScales(const ExportView& view, const EngineSettings& settings, const 
     }
     const bool checkpoint = source == KvScaleSource::FP8Checkpoint;
     view.warn(engine + "'s FP8 KV cache takes its k/v scales from the checkpoint and uses 1.0 where it has none ("
-        + (checkpoint ? std::string("this FP8 checkpoint must carry the recipe's calibrated per-tensor scales")
+        + (checkpoint ? "this " + vllmCheckpointKind(view)
+                    + " checkpoint must carry the recipe's calibrated per-tensor scales"
                       : std::string("a BF16 checkpoint has none, so the recipe's calibrated per-tensor scales are "
                                     "not used"))
         + "; vLLM docs/features/quantization/quantized_kvcache.md). "
@@ -239,6 +249,7 @@ EngineRules vllmRules(const ExportOptions& options)
     EngineRules rules;
     rules.perTokenHeadReason.clear(); // kv_cache_dtype fp8_per_token_head / int8_per_token_head (vllmExport checks
                                       // the release)
+    rules.microscalingReason.clear(); // vllmMicroscaling: online mxfp8 / mxfp4, the compressed-tensors checkpoint
     if (options.vllmForm == VllmForm::Checkpoint) {
         rules.name = "vLLM's fp8 checkpoint config";
         rules.channel = false;
@@ -276,7 +287,9 @@ VllmExport vllmExport(const ExportView& view)
     out.checkpointConfig = nullptr;
     if (settings.scheme) {
         const Scheme& scheme = *settings.scheme;
-        if (online && frontend) {
+        if (isMicroscaling(scheme)) {
+            vllmMicroscaling(view, scheme, out);
+        } else if (online && frontend) {
             // docs/features/quantization/online.md: --quantization with a scheme shorthand, and
             // quantization_config.ignore with the unfused shard names.
             out.engineArgs["quantization"] = vllmOnlineScheme(scheme);
@@ -327,7 +340,7 @@ std::string exportVllm(const ExportView& view)
 {
     const VllmExport settings = vllmExport(view);
     Json out = Json::object();
-    out["form"] = vllmFormText(view.options);
+    out["form"] = vllmFormText(view);
     out["vllm_version"] = view.options.targetVersion.empty() ? std::string("current") : view.options.targetVersion;
     if (view.options.vllmForm == VllmForm::Checkpoint) {
         out["quantization_config"] = settings.checkpointConfig;
@@ -443,6 +456,15 @@ VerlExport verlExport(const ExportView& view)
     rules.name = sglang ? "verl's fp8 rollout (SGLang)" : "verl's fp8 rollout (vLLM)";
     rules.tensor = false;
     rules.granularityReason = "verl's fp8 rollout quantizes weights in 128x128 blocks only";
+    // verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9: verl/trainer/config/rollout/rollout.yaml
+    // ("quantization ... currently support fp8 and torchao"); docs/low_precision/nvfp4_qat.md (NVFP4 W4A16 comes
+    // with quantization-aware training, actor...qat, which fake-quantizes the trainer's weights too).
+    rules.microscalingReason
+        = "verl's rollout quantization is fp8 (or torchao: verl/trainer/config/rollout/rollout.yaml); its NVFP4 "
+          "W4A16 rollout comes with quantization-aware training (docs/low_precision/nvfp4_qat.md), which also "
+          "fake-quantizes the trainer's weights: another intervention than the recipe's rollout quantization. Serve "
+          "a checkpoint of the recipe: export --to vllm --vllm-form checkpoint, --to compressed-tensors or --to "
+          "modelopt";
     if (!sglang) {
         rules.ignoreList = false;
         rules.noIgnoreReason = "verl's vLLM rollout quantization has no list of layers to leave unquantized (the "
@@ -594,12 +616,19 @@ SglangExport sglangExport(const ExportView& view)
     rules.perTokenHeadReason = "SGLang's --kv-cache-dtype has no per-token-head format (sgl-project/sglang "
                                "python/sglang/srt/server_args.py: auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, "
                                "fp4_e2m1); vLLM has it: export --to vllm";
+    rules.microscalingReason.clear(); // sglangMicroscaling: online mxfp8
     const EngineSettings settings = engineSettings(view, rules);
     SglangExport out;
     out.serverArgs = Json::object();
     out.kvScalesFile = nullptr;
     if (settings.scheme) {
-        out.serverArgs["quantization"] = "fp8";
+        if (isMicroscaling(*settings.scheme)) {
+            sglangMicroscaling(view, *settings.scheme, out);
+        } else {
+            out.serverArgs["quantization"] = "fp8";
+        }
+        // SGLang's mxfp8 is its fp8 config with MX blocks, which reads the same variable
+        // (python/sglang/srt/layers/quantization/fp8.py Fp8Config).
         if (!view.ignored.empty()) {
             out.ignoredLayers = sglangIgnored(view.ignored);
         }
@@ -621,8 +650,11 @@ std::string exportSglang(const ExportView& view)
 {
     const SglangExport settings = sglangExport(view);
     Json out = Json::object();
-    out["form"] = "online: SGLang quantizes the BF16 checkpoint's weights to FP8 at load time "
-                  "(docs/advanced_features/quantization.md, Online Quantization)";
+    out["form"] = settings.serverArgs.value("quantization", "") == "mxfp8"
+        ? "online: SGLang quantizes the BF16 checkpoint's weights and activations to MXFP8 at load time "
+          "(python/sglang/srt/server_args.py QUANTIZATION_CHOICES: mxfp8, MoE and linear online quantization)"
+        : "online: SGLang quantizes the BF16 checkpoint's weights to FP8 at load time "
+          "(docs/advanced_features/quantization.md, Online Quantization)";
     Json env = Json::object();
     if (!settings.ignoredLayers.empty()) {
         env["SGLANG_FP8_IGNORED_LAYERS"] = settings.ignoredLayers;

@@ -106,12 +106,48 @@ std::string oneshotSaveDir(const ExportView& view)
     return name + "-" + view.recipeName();
 }
 
+// What llm_compressor_oneshot.py calibrates on its dataset: the static scales of the KV cache and the per-tensor
+// global scales of NVFP4 activations (compressed-tensors' NVFP4 preset: dynamic "local", observer static_minmax;
+// llm-compressor examples/quantization_w4a4_fp4/llama3_example.py "calibrate a global_scale for activations").
+// Empty: nothing, the weights alone are quantized (FP8 dynamic, MXFP8, MXFP4 and weight-only schemes).
+std::string calibratedScales(const CompressedSettings& settings)
+{
+    const bool kv = !settings.kvScheme.is_null();
+    if (kv && settings.calibratesActivations) {
+        return "the KV cache's scales and the NVFP4 activations' global scales";
+    }
+    if (kv) {
+        return "the KV cache's scales";
+    }
+    return settings.calibratesActivations ? "the NVFP4 activations' global scales" : "";
+}
+
+// The README's words for what the oneshot script does with data.
+std::string calibrationText(const CompressedSettings& settings)
+{
+    if (!settings.calibratesActivations) {
+        return settings.kvScheme.is_null() ? "no calibration data needed"
+                                           : "calibrating the static KV-cache scales on a dataset";
+    }
+    return "calibrating " + calibratedScales(settings) + " on a dataset";
+}
+
+// The README's words for what the oneshot script does before it saves.
+std::string oneshotDoes(const CompressedSettings& settings)
+{
+    if (!settings.calibratesActivations) {
+        return settings.kvScheme.is_null() ? "quantizes it (no calibration data needed)"
+                                           : "calibrates the static KV-cache scales on a dataset";
+    }
+    return "calibrates " + calibratedScales(settings) + " on a dataset";
+}
+
 // The llm-compressor oneshot script that writes a compressed-tensors checkpoint from the recipe file beside it.
-// Calibration data only when the recipe has static scales to measure (the KV cache's); FP8 dynamic, FP8 and
+// Calibration data only when the recipe has static scales to measure (calibratedScales); FP8 dynamic, FP8 and
 // integer weight-only schemes quantize the weights alone.
 std::string oneshotScript(const ExportView& view, const CompressedSettings& settings)
 {
-    const bool calibrate = !settings.kvScheme.is_null();
+    const bool calibrate = !calibratedScales(settings).empty();
     std::ostringstream out;
     out << "# llm-compressor one-shot quantization for precision recipe " << view.recipeName()
         << " (written by mismatch export).\n"
@@ -129,7 +165,9 @@ std::string oneshotScript(const ExportView& view, const CompressedSettings& sett
         << "model = AutoModelForCausalLM.from_pretrained(MODEL_ID, torch_dtype=\"auto\")\n"
         << "tokenizer = AutoTokenizer.from_pretrained(MODEL_ID)\n\n";
     if (calibrate) {
-        out << "# The KV cache's scales are static: measured on calibration text. Prefer prompts of your own rollouts.\n"
+        const std::string what = calibratedScales(settings);
+        out << "# " << static_cast<char>(what[0] - 'a' + 'A') << what.substr(1)
+            << " are static: measured on calibration text. Prefer prompts of your own rollouts.\n"
             << "NUM_CALIBRATION_SAMPLES = 512\n"
             << "MAX_SEQUENCE_LENGTH = 2048\n"
             << "ds = load_dataset(\"HuggingFaceH4/ultrachat_200k\", split=f\"train_sft[:{NUM_CALIBRATION_SAMPLES}]\")\n"
@@ -264,36 +302,39 @@ void addVllmCheckpointFiles(const ExportView& view, const ExportView& quiet, con
         why = error.detail();
     }
     const std::string saveDir = oneshotSaveDir(view);
+    const std::string kind = vllmCheckpointKind(view); // FP8, or NVFP4, MXFP4, MXFP8
     std::ostringstream serve;
-    serve << checkpointServeHead(view, "FP8 checkpoint");
+    serve << checkpointServeHead(view, kind + " checkpoint");
     std::string python = "import sys\n\n";
     std::string preamble;
     if (compressed) {
         serve << oneshotCheckpointLines(view,
             "a compressed-tensors checkpoint of the recipe's scheme, KV-cache scales calibrated",
-            "another FP8 checkpoint of this recipe (its config.json holding\n"
-            "# config_quantization_config.json's quantization_config)");
-        preamble = "# The FP8 checkpoint llm_compressor_oneshot.py writes, or the first argument (see vllm_serve.sh); "
-                   "never the BF16 model.\nCHECKPOINT = sys.argv[1] if len(sys.argv) > 1 else "
+            "another " + kind
+                + " checkpoint of this recipe (its config.json holding\n"
+                  "# config_quantization_config.json's quantization_config)");
+        preamble = "# The " + kind
+            + " checkpoint llm_compressor_oneshot.py writes, or the first argument (see "
+              "vllm_serve.sh); never the BF16 model.\nCHECKPOINT = sys.argv[1] if len(sys.argv) > 1 else "
             + pyString(saveDir) + "\n\n";
     } else {
         serve << "# llm-compressor cannot write this recipe (" << why << "):\n"
-              << "# make the FP8 checkpoint with another tool, put config_quantization_config.json's quantization_config\n"
+              << "# make the " << kind << " checkpoint with another tool, put config_quantization_config.json's "
+              << "quantization_config\n"
               << "# into its config.json and pass its directory as the first argument.\n"
-              << "CHECKPOINT=${1:?usage: vllm_serve.sh FP8_CHECKPOINT_DIR}\n";
-        preamble = "# An FP8 checkpoint of this recipe (see vllm_serve.sh); never the BF16 model.\n"
-                   "CHECKPOINT = sys.argv[1]\n\n";
+              << "CHECKPOINT=${1:?usage: vllm_serve.sh " << kind << "_CHECKPOINT_DIR}\n";
+        preamble = "# An " + kind
+            + " checkpoint of this recipe (see vllm_serve.sh); never the BF16 model.\nCHECKPOINT = sys.argv[1]\n\n";
     }
     add("vllm_serve.sh", serve.str() + vllmServeCommand("\"$CHECKPOINT\"", args),
-        "the `vllm serve` command line of the FP8 checkpoint (not the BF16 model)");
+        "the `vllm serve` command line of the " + kind + " checkpoint (not the BF16 model)");
     add("vllm_llm.py", python + vllmPythonCall("CHECKPOINT", args, preamble), "the matching Python LLM(...) call");
     if (compressed) {
-        add("llm-compressor.yaml", exportLlmCompressor(asCheckpoint), "the llm-compressor recipe of the FP8 checkpoint");
+        add("llm-compressor.yaml", exportLlmCompressor(asCheckpoint),
+            "the llm-compressor recipe of the " + kind + " checkpoint");
         add("llm_compressor_oneshot.py", oneshotScript(view, *compressed),
-            "the llm-compressor oneshot script that writes the FP8 checkpoint vllm_serve.sh serves ("
-                + std::string(compressed->kvScheme.is_null() ? "no calibration data needed"
-                                                             : "calibrating the static KV-cache scales on a dataset")
-                + ")");
+            "the llm-compressor oneshot script that writes the " + kind + " checkpoint vllm_serve.sh serves ("
+                + calibrationText(*compressed) + ")");
     }
 }
 
@@ -372,12 +413,13 @@ void addFiles(const ExportView& view, ExportResult& result)
     quiet.warnings = &ignoredWarnings;
     switch (view.target) {
     case ExportTarget::Vllm: {
-        add(result.configName, result.text, "the engine arguments (" + vllmFormText(options) + ")");
+        add(result.configName, result.text, "the engine arguments (" + vllmFormText(view) + ")");
         const VllmExport settings = vllmExport(quiet);
         if (options.vllmForm == VllmForm::Checkpoint) {
             addVllmCheckpointFiles(view, quiet, add);
-            add("config_quantization_config.json", Json::object({{"quantization_config", settings.checkpointConfig}}).dump(2) + "\n",
-                "the quantization_config to put into the FP8 checkpoint's config.json");
+            add("config_quantization_config.json",
+                Json::object({{"quantization_config", settings.checkpointConfig}}).dump(2) + "\n",
+                "the quantization_config to put into the " + vllmCheckpointKind(view) + " checkpoint's config.json");
         } else {
             add("vllm_serve.sh", "#!/bin/sh\n" + vllmServeCommand(shellQuote(modelPath(options)), settings.engineArgs),
                 "the `vllm serve` command line");
@@ -445,9 +487,7 @@ void addFiles(const ExportView& view, ExportResult& result)
             add(result.configName, result.text, "the llm-compressor recipe");
         }
         add("llm_compressor_oneshot.py", oneshotScript(view, settings),
-            "the llm-compressor oneshot script: loads the model, " + std::string(settings.kvScheme.is_null()
-                ? "quantizes it (no calibration data needed)"
-                : "calibrates the static KV-cache scales on a dataset")
+            "the llm-compressor oneshot script: loads the model, " + oneshotDoes(settings)
                 + " and saves it with save_pretrained(..., save_compressed=True)");
         add("vllm_serve.sh", compressedServeScript(view, settings),
             "the `vllm serve` command line of the checkpoint llm_compressor_oneshot.py saves ("

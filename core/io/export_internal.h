@@ -167,6 +167,9 @@ struct CompressedSettings {
     std::vector<CompressedGroup> groups;
     std::string format; // the checkpoint's format: one group format, or mixed-precision
     Json kvScheme; // null: bf16 KV cache
+    // A group has NVFP4 activations, whose per-tensor global scale llm-compressor calibrates on a dataset
+    // (compressed-tensors' NVFP4 preset: input_activations dynamic "local", observer static_minmax).
+    bool calibratesActivations = false;
 };
 
 struct ModelOptExport {
@@ -188,6 +191,8 @@ UniformKv uniformKv(const ExportView& view, bool perLayerExceptions, const std::
 std::optional<Scheme> singleScheme(const ExportView& view, const std::string& reason);
 void checkLmHeadUnquantized(const ExportView& view, const std::string& reason);
 std::optional<std::pair<int, int>> parseVllmVersion(const std::string& text);
+// Whether the export is for a vLLM at or after `release` ("0.20"); the current release is after every one.
+bool atLeast(const ExportOptions& options, const char* release);
 bool hasOnlineFrontend(const ExportOptions& options);
 void warnActivationGroups(const ExportView& view, const Scheme& scheme, const std::string& engine);
 // vLLM's engine arguments of a KV cache: kv_cache_dtype (fp8_e4m3 or auto) and kv_cache_dtype_skip_layers.
@@ -209,10 +214,36 @@ Json sglangKvScalesFile(const ExportView& view, const CalibratedKvScales& scales
 SglangExport sglangExport(const ExportView& view);
 std::string exportSglang(const ExportView& view);
 CompressedSettings compressedSettings(const ExportView& view);
+// The checkpoint's quantization_config (the object exportCompressedTensors writes under that key).
+Json compressedTensorsConfig(const ExportView& view, const CompressedSettings& settings);
 std::string exportCompressedTensors(const ExportView& view);
 std::string exportLlmCompressor(const ExportView& view);
 ModelOptExport modelOptExport(const ExportView& view);
 std::string exportModelOpt(const ExportView& view);
+// The microscaling formats (mxfp8, mxfp4, nvfp4) in each target: export_microscaling.cpp, where the upstream
+// sources are cited.
+bool isMicroscaling(const Scheme& scheme);
+// compressed-tensors QuantizationArgs of microscaling weights and activations, as compressed-tensors' presets
+// spell them (NVFP4, NVFP4A16, MXFP4, MXFP4A16, MXFP8, MXFP8A16).
+Json microscalingWeightArgs(WeightFormat format);
+Json microscalingActivationArgs(ActivationFormat format);
+// llm-compressor's preset scheme name and the compressed-tensors checkpoint format of a microscaling scheme.
+std::string microscalingPreset(const Scheme& scheme);
+std::string microscalingCompressedFormat(const Scheme& scheme);
+// ModelOpt's quant_algo with its group_size, or an error for what ModelOpt cannot say; warns.
+Json microscalingModelOptAlgo(const ExportView& view, const Scheme& scheme);
+// What vLLM runs otherwise than the recipe for a checkpoint of this scheme (compressed-tensors or ModelOpt).
+void warnMicroscalingCheckpoint(const ExportView& view, const Scheme& scheme);
+// vLLM's forms of a microscaling scheme: the online shorthand (mxfp8, mxfp4; NVFP4 has none for linear layers) or
+// the compressed-tensors quantization_config of the checkpoint form.
+void vllmMicroscaling(const ExportView& view, const Scheme& scheme, VllmExport& out);
+// The vllm export's `form` text: the FP8 one (vllmFormText(options)) or the microscaling one.
+std::string vllmFormText(const ExportView& view);
+// What the vLLM checkpoint form's files call the checkpoint: "FP8", or the microscaling format ("NVFP4", ...).
+std::string vllmCheckpointKind(const ExportView& view);
+// SGLang's online mxfp8 (MXFP8 weights and activations), or an error for the other microscaling schemes.
+void sglangMicroscaling(const ExportView& view, const Scheme& scheme, SglangExport& out);
+
 // The model path written into the ready-to-run commands: ExportOptions::modelPath, else the placeholder MODEL.
 std::string modelPath(const ExportOptions& options);
 void addFiles(const ExportView& view, ExportResult& result);

@@ -19,6 +19,9 @@ namespace mismatch::io::exporting {
 // The quant_algo of one scheme, with its per-layer extras (group_size); warnings for what vLLM runs differently.
 Json modelOptAlgo(const ExportView& view, const Scheme& scheme)
 {
+    if (isMicroscaling(scheme)) {
+        return microscalingModelOptAlgo(view, scheme);
+    }
     const std::string& example = view.schemes.at(scheme).front();
     const WeightFormat format = scheme.weights.format;
     const Granularity granularity = scheme.weights.granularity;
@@ -59,7 +62,7 @@ Json modelOptAlgo(const ExportView& view, const Scheme& scheme)
 // (vllm/model_executor/layers/quantization/modelopt.py at commit 00155cdecca722d98e34234c3d172725b7720b7d,
 // ModelOptMixedPrecisionConfig.get_quant_method: FP8, NVFP4, W4A16_NVFP4). Any other per-layer quant_algo falls
 // through to UnquantizedLinearMethod: the layer is built unquantized and its FP8 or INT4 tensors are not read as
-// such. Later vLLM main also dispatches FP8_PB_WO and MXFP8 (issue 44, third-party reports); FP8_PB_WO is warned all
+// such. Later vLLM main also dispatches FP8_PB_WO and MXFP8 (issue 44, third-party reports); both are warned all
 // the same, since releases before that do not. FP8_PER_CHANNEL_PER_TOKEN and W4A16_AWQ are dispatched by none.
 void warnMixedDispatch(const ExportView& view, const std::map<Scheme, Json>& algos)
 {
@@ -73,8 +76,8 @@ void warnMixedDispatch(const ExportView& view, const std::map<Scheme, Json>& alg
         view.warn("MIXED_PRECISION: vLLM's mixed-precision ModelOpt loader builds FP8, NVFP4 and W4A16_NVFP4 layers "
                   "from quantized_layers and any other quant_algo as an unquantized layer "
                   "(vllm/model_executor/layers/quantization/modelopt.py ModelOptMixedPrecisionConfig.get_quant_method"
-            + std::string(algo == "FP8_PB_WO" ? "; only later vLLM adds FP8_PB_WO" : "") + "): " + algo + " on "
-            + modules.front() + " and the " + std::to_string(modules.size() - 1)
+            + (algo == "FP8_PB_WO" || algo == "MXFP8" ? "; only later vLLM adds " + algo : std::string()) + "): " + algo
+            + " on " + modules.front() + " and the " + std::to_string(modules.size() - 1)
             + " other modules sharing its scheme do not run quantized in vLLM");
     }
 }
@@ -119,10 +122,16 @@ ModelOptExport modelOptExport(const ExportView& view)
         warnMixedDispatch(view, algos);
     }
     quantization["kv_cache_quant_algo"] = kv.fp8 ? Json("FP8") : Json(nullptr);
-    const bool awqOnly = view.schemeOrder.size() == 1 && algos.at(view.schemeOrder.front()).contains("group_size");
+    // One scheme with groups (W4A16_AWQ, NVFP4, W4A16_NVFP4, MXFP8): its group_size beside quant_algo, as ModelOpt
+    // flattens a single format (modelopt/torch/export/quant_utils.py process_layer_quant_config).
+    const Json* single = view.schemeOrder.size() == 1 ? &algos.at(view.schemeOrder.front()) : nullptr;
+    const bool grouped = single != nullptr && single->contains("group_size");
+    const bool awqOnly = grouped && single->at("quant_algo") == "W4A16_AWQ";
+    if (grouped) {
+        quantization["group_size"] = single->at("group_size");
+    }
     if (awqOnly) {
         // The recipe's INT4 is symmetric with 128-element groups and no AWQ pre-quantization scale.
-        quantization["group_size"] = 128;
         quantization["has_zero_point"] = false;
         quantization["pre_quant_scale"] = false;
     }
@@ -145,8 +154,8 @@ ModelOptExport modelOptExport(const ExportView& view)
     if (kv.fp8) {
         fragment["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}};
     }
-    if (awqOnly) {
-        fragment["group_size"] = 128;
+    if (grouped) {
+        fragment["group_size"] = single->at("group_size");
     }
     fragment["ignore"] = view.ignored;
     if (!quantizedLayers.is_null()) {

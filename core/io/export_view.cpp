@@ -90,12 +90,9 @@ void checkCommon(const ExportView& view)
     }
     for (const std::string& name : view.linearModules) {
         const quant::ModulePrecision& precision = view.module(name);
-        // Activations of a microscaling format come only with weights of that format (quant::isSupportedPair).
-        if (quant::isMicroscaling(precision.weights.format)) {
-            view.fail(view.weightsWhere(name), quant::toString(precision.weights.format) + " weights on " + name,
-                "the exports write FP8 and integer schemes only; the microscaling formats (mxfp8, mxfp4, nvfp4) are "
-                "emulated and screened by the engine, but no target's checkpoint or settings for them are written");
-        }
+        // The microscaling formats (mxfp8, mxfp4, nvfp4) are each target's to write or refuse
+        // (export_microscaling.cpp); their activations come only with weights of their format
+        // (quant::isSupportedPair), so a BF16 layer below has none.
         if (precision.weights.format == WeightFormat::Fp16) {
             view.fail(view.weightsWhere(name), "fp16 weights on " + name,
                 "modules the target leaves unquantized keep the checkpoint dtype (bf16); fp16 cannot be chosen per "

@@ -12,18 +12,25 @@
 //                      checkpoint) and its vllm_serve.sh serves the FP8 checkpoint that the llm-compressor script
 //                      beside it writes, never the BF16 model. A target version before 0.20 gets the older online
 //                      form (quantization fp8: per-tensor weights, no ignore list); fp8_per_channel needs 0.23.
+//                      Microscaling recipes: online quantization mxfp8 (from 0.21) or mxfp4 (from 0.29); NVFP4 has
+//                      no online form for linear layers, and the checkpoint form of every microscaling recipe is
+//                      the compressed-tensors quantization_config that llm-compressor writes (NVFP4, NVFP4A16,
+//                      MXFP4, MXFP4A16, MXFP8, MXFP8A16).
 //                      Ready to run: `vllm serve` command line and the Python LLM(...) call.
 //   sglang             JSON: launch_server arguments (quantization fp8: online per-tensor FP8 of the BF16
-//                      checkpoint; kv_cache_dtype; quantization_param_path when calibrated KV scales are given) and
-//                      the environment (SGLANG_FP8_IGNORED_LAYERS). Ready to run: the launch command with its
-//                      environment and, with calibrated KV scales, sglang_kv_scales.json (the per-TP-rank, per-layer
-//                      JSON SGLang's --quantization-param-path reads).
+//                      checkpoint, or mxfp8: online MXFP8 weights and activations; kv_cache_dtype;
+//                      quantization_param_path when calibrated KV scales are given) and the environment
+//                      (SGLANG_FP8_IGNORED_LAYERS). Ready to run: the launch command with its environment and, with
+//                      calibrated KV scales, sglang_kv_scales.json (the per-TP-rank, per-layer JSON SGLang's
+//                      --quantization-param-path reads).
 //   llm-compressor     YAML: a recipe with one QuantizationModifier (targets, scheme or config_groups, ignore,
 //                      kv_cache_scheme). Ready to run: a oneshot Python script (calibration data when the recipe
 //                      needs static scales) that saves a compressed checkpoint.
 //   compressed-tensors JSON: the checkpoint's `quantization_config` (quant_method compressed-tensors, format,
-//                      config_groups, ignore, kv_cache_scheme); FP8 weight-only is naive-quantized, several
-//                      checkpoint formats are `mixed-precision` with a format per group. Ready to run: the
+//                      config_groups, ignore, kv_cache_scheme); FP8 weight-only is naive-quantized, NVFP4, MXFP4
+//                      and MXFP8 are nvfp4-pack-quantized, mxfp4-pack-quantized and mxfp8-quantized (weight-only
+//                      or with activations of their format), several checkpoint formats are `mixed-precision` with
+//                      a format per group. Ready to run: the
 //                      llm-compressor recipe and oneshot script that write such a checkpoint.
 //   verl               YAML: the rollout section (actor_rollout_ref.rollout name, quantization and engine
 //                      arguments under engine_kwargs.vllm or engine_kwargs.sglang). Ready to run: Hydra override
@@ -35,7 +42,8 @@
 //   (llm-compressor and compressed-tensors also carry vllm_serve.sh, serving the checkpoint their oneshot script
 //   saves, with the FP8 KV cache switched on where the recipe has one.)
 //   modelopt           JSON: NVIDIA ModelOpt's hf_quant_config.json (producer, quantization.quant_algo or
-//                      MIXED_PRECISION with quantized_layers, kv_cache_quant_algo, exclude_modules). Ready to
+//                      MIXED_PRECISION with quantized_layers, kv_cache_quant_algo, exclude_modules; NVFP4,
+//                      W4A16_NVFP4 and MXFP8 with their group_size). Ready to
 //                      run: the `quantization_config: {quant_method: modelopt, ...}` fragment of config.json (with
 //                      kv_cache_scheme and ignore, as ModelOpt writes config.json).
 //
@@ -97,6 +105,16 @@ inline constexpr const char* kVllmPerChannelShorthandRelease = "0.23";
 // they came with vllm-project/vllm PR #38378, merged on 2 April 2026, the day before v0.19.0 was published from its
 // release branch; 0.20 is the first minor release cut after that merge (not read from a release's own source).
 inline constexpr const char* kVllmPerTokenHeadKvRelease = "0.20";
+// The release the online MXFP8 shorthand (--quantization mxfp8 with quantization_config.ignore: MXFP8 weights and
+// activations) is written for: docs.vllm.ai/en/v0.20.0/features/quantization/online/ lists fp8_per_tensor and
+// fp8_per_block only, and the stable documentation of a later release, whose OnlineQuantScheme has MXFP8 but no
+// fp8_per_channel yet (0.23), lists mxfp8 (vllm-project/vllm PR #35448 added the method); 0.21 is the first minor
+// release after 0.20 (not read from a release's own source).
+inline constexpr const char* kVllmOnlineMxfp8Release = "0.21";
+// The release the online MXFP4 shorthand (--quantization mxfp4) is written for: it came with vllm-project/vllm PR
+// #49347 (merged in July 2026) and docs.vllm.ai/en/v0.29.0/features/quantization/online/ is the first versioned page
+// found to list it (earlier releases not checked).
+inline constexpr const char* kVllmOnlineMxfp4Release = "0.29";
 
 // FP8 KV-cache scales calibrated for a recipe, per layer: the scale of the keys and of the values (amax / 448 over
 // the probe prompts, one per tensor: engine::calibrateKvScales). SGLang's export writes them as the JSON its

@@ -263,6 +263,88 @@ private:
 
 // ---- compressed-tensors -------------------------------------------------------------------------------------
 
+// compressed-tensors' microscaling weights, as its presets write them and vLLM's compressed_tensors.py recognizes them
+// (vllm-project/compressed-tensors quantization/quant_scheme.py NVFP4, NVFP4A16, MXFP4, MXFP4A16, MXFP8, MXFP8A16):
+// float 4 bits in tensor groups of 16 (NVFP4: E4M3 scales under a per-tensor global scale), float 4 or 8 bits in
+// groups of 32 with E8M0 scales stored as uint8 (MXFP4, MXFP8). nullopt for other arguments (the caller's error
+// lists what the recipe has).
+std::optional<quant::WeightPrecision> ctMicroscalingWeights(const Importer& in, const Json& args,
+    const std::string& place, const std::string& type, long long bits, const std::string& strategy)
+{
+    if (type != "float" || (strategy != "tensor_group" && strategy != "group")) {
+        return std::nullopt;
+    }
+    const Json* group = in.find(args, "group_size");
+    const long long size = group && !group->is_null() ? in.integer(*group, join(place, "group_size")) : 0;
+    if (strategy == "tensor_group") {
+        if (bits != 4 || size != 16) {
+            return std::nullopt;
+        }
+        return quant::WeightPrecision {WeightFormat::Nvfp4, Granularity::Group16};
+    }
+    if (size != 32 || (bits != 4 && bits != 8)) {
+        return std::nullopt;
+    }
+    if (const Json* scale = in.find(args, "scale_dtype"); scale && !scale->is_null()) {
+        const std::string dtype = in.string(*scale, join(place, "scale_dtype"));
+        if (dtype != "torch.uint8" && dtype != "uint8") {
+            in.fail(join(place, "scale_dtype"),
+                "'" + dtype + "': float groups of 32 are the recipe's MX formats, whose scales are E8M0 (torch.uint8)");
+        }
+    }
+    return quant::WeightPrecision {bits == 8 ? WeightFormat::Mxfp8 : WeightFormat::Mxfp4, Granularity::Group32};
+}
+
+// The input activations of microscaling weights, when there are any (none: the weight-only presets NVFP4A16,
+// MXFP4A16, MXFP8A16): those of the weights' own format, as the presets write them (NVFP4: tensor groups of 16 with
+// dynamic "local", the block scales per token and the global scale calibrated; MXFP4, MXFP8: dynamic groups of 32),
+// read as the recipe's dynamic block scales per token.
+ActivationFormat ctMicroscalingActivations(
+    Importer& in, const Json& args, const std::string& place, const quant::WeightPrecision& weights)
+{
+    in.object(args, place);
+    const bool nvfp4 = weights.format == WeightFormat::Nvfp4;
+    const long long bits = weights.format == WeightFormat::Mxfp8 ? 8 : 4;
+    const std::string strategy = nvfp4 ? "tensor_group" : "group";
+    const long long groupSize = nvfp4 ? 16 : 32;
+    const std::string name = quant::toString(weights.format);
+    const Json* type = in.find(args, "type");
+    const Json* numBits = in.find(args, "num_bits");
+    const Json* givenStrategy = in.find(args, "strategy");
+    const Json* group = in.find(args, "group_size");
+    if (!type || !numBits || !givenStrategy || !group || in.string(*type, join(place, "type")) != "float"
+        || in.integer(*numBits, join(place, "num_bits")) != bits
+        || in.string(*givenStrategy, join(place, "strategy")) != strategy
+        || in.integer(*group, join(place, "group_size")) != groupSize) {
+        in.fail(place,
+            "the recipe gives " + name + " weights bf16 activations or " + name + " ones (num_bits "
+                + std::to_string(bits) + ", type float, strategy " + strategy + ", group_size "
+                + std::to_string(groupSize) + ")");
+    }
+    const Json* dynamic = in.find(args, "dynamic");
+    if (nvfp4) {
+        const bool local = dynamic && dynamic->is_string() && dynamic->get<std::string>() == "local";
+        if (!local && !(dynamic && dynamic->is_boolean() && *dynamic)) {
+            in.fail(join(place, "dynamic"),
+                "static NVFP4 block scales; the recipe's are computed per token (dynamic: local)");
+        }
+        in.noteOnce("nvfp4-activations",
+            place
+                + ": NVFP4 activations read as the recipe's, whose per-tensor global scale the engine takes from "
+                  "each token's amax; vLLM takes the checkpoint's, calibrated once");
+        return ActivationFormat::Nvfp4;
+    }
+    if (!dynamic || !dynamic->is_boolean() || !*dynamic) {
+        in.fail(join(place, "dynamic"),
+            "static activation scales; the recipe's " + name + " activations have dynamic block scales per token");
+    }
+    in.noteOnce("mx-activations",
+        place + ": " + name
+            + " activations read as the recipe's; vLLM's kernel decides by GPU and backend whether it "
+              "quantizes them (the export warns which)");
+    return weights.format == WeightFormat::Mxfp8 ? ActivationFormat::Mxfp8 : ActivationFormat::Mxfp4;
+}
+
 quant::WeightPrecision ctWeights(const Importer& in, const Json& args, const std::string& place)
 {
     in.object(args, place);
@@ -304,17 +386,24 @@ quant::WeightPrecision ctWeights(const Importer& in, const Json& args, const std
         }
         return {WeightFormat::Int4, Granularity::Group128};
     }
+    if (const std::optional<quant::WeightPrecision> microscaling
+        = ctMicroscalingWeights(in, args, place, t, n, strategy)) {
+        return *microscaling;
+    }
     in.fail(place,
         "num_bits " + std::to_string(n) + ", type " + t + ", strategy " + strategy
-            + ": the recipe has fp8_e4m3 weights (tensor, channel or 128x128 block), int8 (channel) and int4 (group "
-              "128)");
+            + ": the recipe has fp8_e4m3 weights (tensor, channel or 128x128 block), int8 (channel), int4 (group "
+              "128), nvfp4 (float 4 bits, tensor_group of 16), mxfp4 and mxfp8 (float 4 and 8 bits, groups of 32)");
 }
 
 ActivationFormat ctActivations(
-    const Importer& in, const Json* args, const std::string& place, const quant::WeightPrecision& weights)
+    Importer& in, const Json* args, const std::string& place, const quant::WeightPrecision& weights)
 {
     if (!args || args->is_null()) {
         return ActivationFormat::Bf16;
+    }
+    if (quant::isMicroscaling(weights.format)) {
+        return ctMicroscalingActivations(in, *args, place, weights);
     }
     in.object(*args, place);
     const Json* type = in.find(*args, "type");
@@ -461,6 +550,43 @@ void importModelOptConfigKv(Importer& in, const Json& config, const std::string&
     }
 }
 
+// ModelOpt's microscaling quant_algos as vLLM's ModelOpt loader runs them (vllm/model_executor/layers/quantization/
+// modelopt.py 00155cdecca722d98e34234c3d172725b7720b7d): NVFP4 is W4A4 (the activations scaled with the checkpoint's
+// calibrated input_scale), W4A16_NVFP4 weight-only, MXFP8 weights and activations (ModelOpt's MXFP8 quantizes both:
+// NVIDIA/Model-Optimizer modelopt_recipes/configs/ptq/presets/model/mxfp8.yaml); their group_size, where written
+// (quant_utils.py process_layer_quant_config writes the block size), 16 or 32. nullopt for another quant_algo.
+std::optional<Scheme> modelOptMicroscalingScheme(
+    Importer& in, const Json& entry, const std::string& place, const std::string& algo, const Json* defaultGroupSize)
+{
+    Scheme scheme;
+    long long groupSize = 0;
+    if (algo == "NVFP4" || algo == "W4A16_NVFP4") {
+        scheme.weights = {WeightFormat::Nvfp4, Granularity::Group16};
+        scheme.activations = algo == "NVFP4" ? ActivationFormat::Nvfp4 : ActivationFormat::Bf16;
+        groupSize = 16;
+    } else if (algo == "MXFP8") {
+        scheme.weights = {WeightFormat::Mxfp8, Granularity::Group32};
+        scheme.activations = ActivationFormat::Mxfp8;
+        groupSize = 32;
+    } else {
+        return std::nullopt;
+    }
+    const Json* group = in.find(entry, "group_size");
+    group = group ? group : defaultGroupSize;
+    if (group && !group->is_null() && in.integer(*group, join(place, "group_size")) != groupSize) {
+        in.fail(join(place, "group_size"),
+            "the recipe's " + algo + " groups are " + std::to_string(groupSize) + " elements");
+    }
+    if (algo == "NVFP4") {
+        in.noteOnce("nvfp4-activations",
+            join(place, "quant_algo")
+                + ": NVFP4 read as nvfp4 weights and activations; the engine takes the "
+                  "activations' per-tensor global scale from each token's amax, vLLM the "
+                  "checkpoint's calibrated input_scale");
+    }
+    return scheme;
+}
+
 Scheme modelOptScheme(Importer& in, const Json& entry, const std::string& place, const Json* defaultGroupSize)
 {
     const Json* algoValue = in.find(entry, "quant_algo");
@@ -498,8 +624,14 @@ Scheme modelOptScheme(Importer& in, const Json& entry, const std::string& place,
         in.fail(join(place, "quant_algo"), "FP8 has static per-tensor activation scales; the recipe's fp8 activations "
                                            "are dynamic, one scale per token");
     }
-    in.fail(join(place, "quant_algo"), "'" + algo + "' has no recipe form (FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO and "
-                                                   "W4A16_AWQ have)");
+    if (const std::optional<Scheme> microscaling
+        = modelOptMicroscalingScheme(in, entry, place, algo, defaultGroupSize)) {
+        return *microscaling;
+    }
+    in.fail(join(place, "quant_algo"),
+        "'" + algo
+            + "' has no recipe form (FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, "
+              "W4A16_AWQ, NVFP4, W4A16_NVFP4 and MXFP8 have)");
 }
 
 void importModelOpt(Importer& in, const Json& quantization, const std::string& base, const std::string& excludeKey)
@@ -611,6 +743,22 @@ void importKvArgs(Importer& in, const Json& args, const std::string& base)
     }
 }
 
+// vLLM's online microscaling shorthands (vllm/config/quantization.py _ONLINE_SHORTHANDS and
+// docs/features/quantization/online.md, 00b64d17c045a946e3a047d189beac1437161919): mxfp8 quantizes weights and
+// activations to MXFP8; mxfp4 quantizes the weights to MXFP4 and asks its linear backend for dynamic MXFP4
+// activations (vllm/model_executor/layers/quantization/online/mxfp4.py Mxfp4OnlineLinearMethod
+// activation_quant_key), which some backends keep in BF16: read as MXFP4 with a note.
+Scheme vllmOnlineMicroscaling(Importer& in, const std::string& method, const std::string& place)
+{
+    if (method == "mxfp8") {
+        return {{WeightFormat::Mxfp8, Granularity::Group32}, ActivationFormat::Mxfp8};
+    }
+    in.notes.push_back(place
+        + ": mxfp4 read as MXFP4 weights and activations; vLLM's linear backend decides the "
+          "activations (some keep them in BF16: docs/features/quantization/online.md)");
+    return {{WeightFormat::Mxfp4, Granularity::Group32}, ActivationFormat::Mxfp4};
+}
+
 void importVllm(Importer& in, const Json& document)
 {
     const Json* engine = in.find(document, "engine_args");
@@ -636,6 +784,8 @@ void importVllm(Importer& in, const Json& document)
             scheme.weights = {WeightFormat::Fp8E4m3, Granularity::Block128};
         } else if (method == "fp8_per_channel") {
             scheme.weights = {WeightFormat::Fp8E4m3, Granularity::Channel};
+        } else if (method == "mxfp8" || method == "mxfp4") {
+            scheme = vllmOnlineMicroscaling(in, method, methodPlace);
         } else if (method == "fp8") {
             scheme.weights = {WeightFormat::Fp8E4m3, Granularity::Tensor};
             // An FP8 checkpoint's quantization_config (mismatch's checkpoint form, or config.json's).
@@ -659,9 +809,11 @@ void importVllm(Importer& in, const Json& document)
                 }
             }
         } else {
-            in.fail(join(base, "quantization"), "'" + method + "' has no recipe form (fp8_per_tensor, fp8_per_block, "
-                                                               "fp8_per_channel and fp8 have; for a quantized "
-                                                               "checkpoint import its config.json)");
+            in.fail(join(base, "quantization"),
+                "'" + method
+                    + "' has no recipe form (fp8_per_tensor, fp8_per_block, "
+                      "fp8_per_channel, fp8, mxfp8 and mxfp4 have; for a "
+                      "quantized checkpoint import its config.json)");
         }
         in.setDefault(scheme, methodPlace);
         if (scheme.weights.granularity == Granularity::Tensor && method != "fp8") {
@@ -691,6 +843,21 @@ void importVllm(Importer& in, const Json& document)
         }
     }
     importKvArgs(in, args, base);
+}
+
+// The vllm export's checkpoint form of a microscaling recipe: engine arguments that name no quantization beside the
+// compressed-tensors quantization_config of the checkpoint they serve (vLLM reads the method from the checkpoint and
+// refuses another); the KV cache is the engine arguments'.
+void importVllmCompressedCheckpoint(Importer& in, const Json& document, const Json& config, const std::string& base)
+{
+    importCompressedTensors(in, config, base);
+    const Json args = normalizedKeys(in.object(*in.find(document, "engine_args"), "engine_args"));
+    if (const Json* quantization = in.find(args, "quantization"); quantization && !quantization->is_null()) {
+        in.fail("engine_args.quantization",
+            "a quantization method beside a checkpoint's quantization_config (vLLM "
+            "reads the method from the checkpoint and refuses another)");
+    }
+    importKvArgs(in, args, "engine_args");
 }
 
 // actor_rollout_ref.rollout of a verl config, nested or as dotted keys (+ and ++ prefixes of Hydra overrides
@@ -837,6 +1004,9 @@ ImportedRecipe importRecipeText(const std::string& text, const std::string& file
     } else if (quantization && quantization->is_object() && in.find(*quantization, "quant_algo")) {
         out.source = "modelopt";
         importModelOpt(in, *quantization, "quantization", "exclude_modules");
+    } else if (methodName == "compressed-tensors" && in.find(document, "engine_args")) {
+        out.source = "vllm";
+        importVllmCompressedCheckpoint(in, document, *described, base);
     } else if (methodName == "compressed-tensors") {
         out.source = "compressed-tensors";
         importCompressedTensors(in, *described, base);

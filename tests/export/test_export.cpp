@@ -196,6 +196,15 @@ std::vector<std::string> keepEdgesIgnored()
     return names;
 }
 
+// mxfp8-3layer.yaml leaves layer 0's attention projections and lm_head in BF16.
+std::vector<std::string> mxfp8Ignored()
+{
+    std::vector<std::string> names = layerModules(0);
+    names.resize(4); // q_proj, k_proj, v_proj, o_proj
+    names.push_back("lm_head");
+    return names;
+}
+
 // verl's trainer config schema at verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9, transcribed by hand:
 // the keys an on-policy distillation export may set plainly (or with Hydra's ++), each from the file that declares
 // it (verl/trainer/config/ppo_trainer.yaml's defaults merge these files into _generated_ppo_trainer.yaml).
@@ -379,6 +388,10 @@ private slots:
     void verlOpdRefusals();
     void compressedCheckpointServe();
     void vllmPerTokenHeadKvCache();
+    void microscalingCompressedTensorsByHand();
+    void microscalingModelOptByHand();
+    void microscalingVllmForms();
+    void microscalingSglangMxfp8();
 };
 
 void TestExport::initTestCase()
@@ -1134,6 +1147,45 @@ void TestExport::notExpressible_data()
         "  - match: \"model.layers.2.self_attn\"\n"
         "    kv_cache: {format: int8_per_token_head}\n",
         "vllm", {"KV-cache format int8_per_token_head on layer 2 and fp8_e4m3 on layer 0", "one KV-cache scheme"});
+
+    // The microscaling formats where a target has no form for them (export_microscaling.cpp cites the sources).
+    const char* nvfp4WeightOnly = "fixture:nvfp4-weight-only-3layer.yaml";
+    const char* mxfp4 = "fixture:mxfp4-3layer.yaml";
+    const char* mxfp8 = "fixture:mxfp8-3layer.yaml";
+    const char* mxfp8WeightOnly = "version: 1\n"
+                                  "weights: {format: mxfp8}\n"
+                                  "activations: {format: bf16}\n";
+    // vLLM's online shorthands have no NVFP4 for linear layers (vllm/config/quantization.py _ONLINE_SHORTHANDS:
+    // nvfp4_per_token is MoE-only); mxfp8 and mxfp4 from their releases.
+    row("nvfp4 online to vllm", nvfp4WeightOnly, "vllm",
+        {"nvfp4/group16 weights with bf16 activations on model.layers.0.self_attn.q_proj",
+            "no NVFP4 scheme for linear layers", "nvfp4_per_token", "--vllm-form checkpoint"});
+    row("mxfp8 online to vllm 0.20", mxfp8, "vllm",
+        {"vLLM's online mxfp8 with quantization_config.ignore is written for vLLM 0.21 and later",
+            "--target-version 0.20 is before it"},
+        0, "0.20");
+    row("mxfp4 online to vllm 0.28", mxfp4, "vllm",
+        {"vLLM's online mxfp4 with quantization_config.ignore is written for vLLM 0.29 and later", "PR #49347",
+            "--target-version 0.28.1 is before it"},
+        0, "0.28.1");
+    row("mixed microscaling to vllm checkpoint", "fixture:mixed-microscaling-3layer.yaml", "vllm",
+        {"mixed weight formats across layers", "--to compressed-tensors or --to modelopt for several"}, 0,
+        "checkpoint");
+    // ModelOpt: no MXFP4 quant_algo in vLLM's loader; its MXFP8 quantizes inputs.
+    row("mxfp4 to modelopt", mxfp4, "modelopt",
+        {"mxfp4/group32 weights with mxfp4 activations on model.layers.0.self_attn.q_proj", "no MXFP4 quant_algo",
+            "QUANT_ALGOS", "--to compressed-tensors"});
+    row("weight-only mxfp8 to modelopt", mxfp8WeightOnly, "modelopt",
+        {"mxfp8/group32 weights with bf16 activations", "quantizes weights and inputs", "MXFP8A16"});
+    // SGLang: online mxfp8 only (server_args.py: mxfp4 MoE-only), and that with MXFP8 activations.
+    row("nvfp4 to sglang", nvfp4WeightOnly, "sglang", {"nvfp4/group16 weights", "MoE experts only", "server_args.py"});
+    row("mxfp4 to sglang", mxfp4, "sglang", {"mxfp4/group32 weights", "SGLang's online fp8 and mxfp8 only"});
+    row("weight-only mxfp8 to sglang", mxfp8WeightOnly, "sglang", {"weight-only mxfp8", "w8a8_mxfp8_linear"});
+    // verl: fp8 (or torchao) rollout quantization; NVFP4 comes with QAT (docs/low_precision/nvfp4_qat.md).
+    row("nvfp4 to verl", nvfp4WeightOnly, "verl",
+        {"nvfp4/group16 weights on model.layers.0.self_attn.q_proj", "fp8 (or torchao", "nvfp4_qat.md"});
+    row("mxfp4 to verl sglang rollout", mxfp4, "verl", {"mxfp4/group32 weights", "quantization-aware training"}, 0,
+        "sglang");
 }
 
 void TestExport::notExpressible()
@@ -2016,6 +2068,297 @@ void TestExport::vllmPerTokenHeadKvCache()
     QVERIFY2(kvOnlyServe.find("CHECKPOINT") == std::string::npos, kvOnlyServe.c_str());
     QVERIFY2(kvOnlyServe.find("--kv-cache-dtype int8_per_token_head") != std::string::npos, kvOnlyServe.c_str());
     QVERIFY(bundleFile(kvOnly, "llm_compressor_oneshot.py") == nullptr);
+}
+
+void TestExport::microscalingCompressedTensorsByHand()
+{
+    using nlohmann::json;
+    // compressed-tensors' preset arguments, transcribed from vllm-project/compressed-tensors
+    // (ac8e2ba82f4e0d5eaa40069f8fc642738f124cd4) src/compressed_tensors/quantization/quant_scheme.py: NVFP4A16 and
+    // NVFP4's weights (num_bits 4, type float, strategy tensor_group, symmetric, dynamic false, group_size 16,
+    // scale_dtype FP8_E4M3_DATA.dtype), NVFP4's input_activations (the same with dynamic DynamicType.LOCAL, observer
+    // static_minmax), MXFP4A16 / MXFP4 (num_bits 4, strategy group, group_size 32, scale_dtype torch.uint8; MXFP4's
+    // input_activations dynamic True) and MXFP8A16 / MXFP8 (num_bits 8, the same). quant_args.py writes a dtype as
+    // str(dtype) ("torch.uint8", "torch.float8_e4m3fn") and DynamicType.LOCAL as "local".
+    const json nvfp4Weights = {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"dynamic", false},
+        {"strategy", "tensor_group"}, {"group_size", 16}, {"scale_dtype", "torch.float8_e4m3fn"}};
+    const json nvfp4Inputs
+        = {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"dynamic", "local"}, {"strategy", "tensor_group"},
+            {"group_size", 16}, {"scale_dtype", "torch.float8_e4m3fn"}, {"observer", "static_minmax"}};
+    const json mxfp4Weights = {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"dynamic", false},
+        {"strategy", "group"}, {"group_size", 32}, {"scale_dtype", "torch.uint8"}};
+    json mxfp4Inputs = mxfp4Weights;
+    mxfp4Inputs["dynamic"] = true;
+    json mxfp8Weights = mxfp4Weights;
+    mxfp8Weights["num_bits"] = 8;
+    json mxfp8Inputs = mxfp8Weights;
+    mxfp8Inputs["dynamic"] = true;
+    // The checkpoint format of each (config/base.py CompressionFormat; compressors/nvfp4, mxfp4, mxfp8 can_compress
+    // match the weights alone, so the weight-only presets have it too) and llm-compressor's scheme name (the
+    // PRESET_SCHEMES key; llm-compressor examples/quantization_w4a4_fp4, quantization_w4a16_fp4/nvfp4,
+    // quantization_w4a4_mxfp4 and quantization_w8a8_mxfp8 pass scheme="NVFP4", "NVFP4A16", "MXFP4", "MXFP8").
+    struct Case {
+        const char* fixture;
+        const char* format;
+        json weights;
+        json inputs;
+        const char* scheme;
+        std::vector<std::string> ignore;
+        bool calibrates; // llm_compressor_oneshot.py loads calibration data
+    };
+    const std::vector<Case> cases = {
+        {"nvfp4-3layer.yaml", "nvfp4-pack-quantized", nvfp4Weights, nvfp4Inputs, "NVFP4",
+            {"model.layers.2.mlp.down_proj", "lm_head"}, true},
+        {"nvfp4-weight-only-3layer.yaml", "nvfp4-pack-quantized", nvfp4Weights, nullptr, "NVFP4A16", {"lm_head"},
+            false},
+        {"mxfp4-3layer.yaml", "mxfp4-pack-quantized", mxfp4Weights, mxfp4Inputs, "MXFP4", {"lm_head"}, false},
+        {"mxfp8-3layer.yaml", "mxfp8-quantized", mxfp8Weights, mxfp8Inputs, "MXFP8", mxfp8Ignored(), true},
+    };
+    for (const Case& c : cases) {
+        io::ExportOptions options;
+        options.target = io::ExportTarget::CompressedTensors;
+        options.modelPath = demoModel();
+        const io::ExportResult result = exportResult(fixture(c.fixture), options);
+        const json config = json::parse(result.text)["quantization_config"];
+        QCOMPARE(config["quant_method"].get<std::string>(), std::string("compressed-tensors"));
+        QCOMPARE(config["format"].get<std::string>(), std::string(c.format));
+        QCOMPARE(config["config_groups"].size(), size_t(1));
+        const json& group = config["config_groups"]["group_0"];
+        QCOMPARE(group["targets"], json({"Linear"}));
+        QVERIFY2(group["weights"] == c.weights, (std::string(c.fixture) + ": " + group["weights"].dump()).c_str());
+        QVERIFY2(group["input_activations"] == c.inputs,
+            (std::string(c.fixture) + ": " + group["input_activations"].dump()).c_str());
+        QCOMPARE(config["ignore"].get<std::vector<std::string>>(), c.ignore);
+        // The llm-compressor recipe names the preset.
+        const std::string recipe = bundleFile(result, "llm-compressor.yaml")->text;
+        QVERIFY2(
+            recipe.find("      targets: [Linear]\n      scheme: " + std::string(c.scheme) + "\n") != std::string::npos,
+            recipe.c_str());
+        // NVFP4's activations take a calibrated global scale (llm-compressor examples/quantization_w4a4_fp4/
+        // llama3_example.py calibrates on a dataset; the NVFP4A16, MXFP4 and MXFP8 examples call oneshot without
+        // one); the MXFP8 fixture's FP8 KV cache is calibrated too.
+        const std::string oneshot = bundleFile(result, "llm_compressor_oneshot.py")->text;
+        QCOMPARE(oneshot.find("load_dataset(") != std::string::npos, c.calibrates);
+    }
+    // The scale the oneshot script calibrates is named.
+    io::ExportOptions llmCompressor;
+    llmCompressor.target = io::ExportTarget::LlmCompressor;
+    const io::ExportResult nvfp4 = exportResult(fixture("nvfp4-3layer.yaml"), llmCompressor);
+    QVERIFY(bundleFile(nvfp4, "llm_compressor_oneshot.py")
+                ->text.find("# The NVFP4 activations' global scales are static: measured on calibration text.")
+        != std::string::npos);
+    QVERIFY(bundleFile(nvfp4, "llm_compressor_oneshot.py")->text.find("KV cache") == std::string::npos);
+    // What vLLM runs otherwise: the calibrated NVFP4 input scale, the W4A16 fallback, the fused global scale
+    // (vllm/model_executor/layers/quantization/modelopt.py 00155cdecca722d98e34234c3d172725b7720b7d;
+    // compressed_tensors.py be696453ee1bf3b7a2f652cc457b340d5a20c88c _get_scheme_from_parts).
+    QVERIFY(warns(nvfp4.warnings, "NVFP4 activations on model.layers.0.self_attn.q_proj"));
+    QVERIFY(warns(nvfp4.warnings, "per-tensor input global scale, calibrated once"));
+    QVERIFY(warns(nvfp4.warnings, "runs an NVFP4 compressed-tensors layer as W4A16"));
+    QVERIFY(warns(nvfp4.warnings, "the largest of its shards' weight_scale_2"));
+    const io::ExportResult mxfp8 = exportResult(fixture("mxfp8-3layer.yaml"), llmCompressor);
+    QVERIFY(bundleFile(mxfp8, "llm_compressor_oneshot.py")
+                ->text.find("# The KV cache's scales are static: measured on calibration text.")
+        != std::string::npos);
+    QVERIFY(warns(mxfp8.warnings, "MXFP8 W8A8 on model.layers.0.mlp.gate_proj"));
+    QVERIFY(warns(mxfp8.warnings, "fall back to W8A16"));
+    QVERIFY(warns(mxfp8.warnings, "MX block scales"));
+    QVERIFY(!warns(mxfp8.warnings, "NVFP4"));
+
+    // Two microscaling schemes: mixed-precision, each group with its format; llm-compressor's config_groups carry
+    // scale_dtype, by which compressed-tensors infers the MXFP8 format (compressors/mxfp8/base.py can_compress).
+    std::vector<std::string> nvfp4Modules = layerModules(0);
+    const std::vector<std::string> layer1 = layerModules(1);
+    nvfp4Modules.insert(nvfp4Modules.end(), layer1.begin(), layer1.end());
+    const json mixed
+        = json::parse(exportText(fixture("mixed-microscaling-3layer.yaml"), io::ExportTarget::CompressedTensors));
+    const json& mixedConfig = mixed["quantization_config"];
+    QCOMPARE(mixedConfig["format"].get<std::string>(), std::string("mixed-precision"));
+    QCOMPARE(mixedConfig["config_groups"]["group_0"]["format"].get<std::string>(), std::string("nvfp4-pack-quantized"));
+    QCOMPARE(mixedConfig["config_groups"]["group_0"]["targets"].get<std::vector<std::string>>(), nvfp4Modules);
+    QVERIFY(mixedConfig["config_groups"]["group_0"]["input_activations"] == nvfp4Inputs);
+    QCOMPARE(mixedConfig["config_groups"]["group_1"]["format"].get<std::string>(), std::string("mxfp8-quantized"));
+    QCOMPARE(mixedConfig["config_groups"]["group_1"]["targets"].get<std::vector<std::string>>(), layerModules(2));
+    QVERIFY(mixedConfig["config_groups"]["group_1"]["weights"] == mxfp8Weights);
+    QCOMPARE(mixedConfig["ignore"], json({"lm_head"}));
+    const YAML::Node groups = YAML::Load(exportText(fixture("mixed-microscaling-3layer.yaml"),
+        io::ExportTarget::LlmCompressor))["quant_stage"]["quant_modifiers"]["QuantizationModifier"]["config_groups"];
+    QCOMPARE(groups["group_0"]["weights"]["strategy"].as<std::string>(), std::string("tensor_group"));
+    QCOMPARE(groups["group_0"]["input_activations"]["dynamic"].as<std::string>(), std::string("local"));
+    QCOMPARE(groups["group_1"]["weights"]["scale_dtype"].as<std::string>(), std::string("torch.uint8"));
+    QCOMPARE(groups["group_1"]["weights"]["group_size"].as<int>(), 32);
+    QCOMPARE(groups["group_1"]["input_activations"]["dynamic"].as<bool>(), true);
+}
+
+void TestExport::microscalingModelOptByHand()
+{
+    using nlohmann::json;
+    // NVIDIA/Model-Optimizer (a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73) modelopt/torch/export/quant_utils.py
+    // process_layer_quant_config writes {"quant_algo": "NVFP4" | "W4A16_NVFP4" | "MXFP8", "group_size": the block
+    // size} and flattens a single format beside kv_cache_quant_algo. vLLM's ModelOpt loader
+    // (vllm/model_executor/layers/quantization/modelopt.py 00155cdecca722d98e34234c3d172725b7720b7d) refuses an
+    // NVFP4 hf_quant_config.json without group_size, kv_cache_quant_algo and exclude_modules, and an MXFP8 one
+    // without kv_cache_quant_algo and exclude_modules (_from_config required_fields); from config.json it reads
+    // group_size flat beside quant_algo.
+    struct Case {
+        const char* fixture;
+        const char* algo;
+        int groupSize;
+        json kv; // kv_cache_quant_algo
+        std::vector<std::string> exclude;
+    };
+    const std::vector<Case> cases = {
+        {"nvfp4-3layer.yaml", "NVFP4", 16, nullptr, {"model.layers.2.mlp.down_proj", "lm_head"}},
+        {"nvfp4-weight-only-3layer.yaml", "W4A16_NVFP4", 16, nullptr, {"lm_head"}},
+        {"mxfp8-3layer.yaml", "MXFP8", 32, "FP8", mxfp8Ignored()},
+    };
+    for (const Case& c : cases) {
+        io::ExportOptions options;
+        options.target = io::ExportTarget::ModelOpt;
+        const io::ExportResult result = exportResult(fixture(c.fixture), options);
+        const json quantization = json::parse(result.text)["quantization"];
+        QCOMPARE(quantization["quant_algo"].get<std::string>(), std::string(c.algo));
+        QCOMPARE(quantization["group_size"].get<int>(), c.groupSize);
+        QVERIFY(quantization.contains("kv_cache_quant_algo"));
+        QCOMPARE(quantization["kv_cache_quant_algo"], c.kv);
+        QCOMPARE(quantization["exclude_modules"].get<std::vector<std::string>>(), c.exclude);
+        QVERIFY(!quantization.contains("quantized_layers"));
+        QVERIFY(!quantization.contains("has_zero_point")); // AWQ's, not these formats'
+        const json flat
+            = json::parse(bundleFile(result, "config_quantization_config.json")->text)["quantization_config"];
+        QCOMPARE(flat["quant_method"].get<std::string>(), std::string("modelopt"));
+        QCOMPARE(flat["quant_algo"].get<std::string>(), std::string(c.algo));
+        QCOMPARE(flat["group_size"].get<int>(), c.groupSize);
+        QCOMPARE(flat["ignore"].get<std::vector<std::string>>(), c.exclude);
+    }
+    io::ExportOptions modelopt;
+    modelopt.target = io::ExportTarget::ModelOpt;
+    const io::ExportResult nvfp4 = exportResult(fixture("nvfp4-3layer.yaml"), modelopt);
+    QVERIFY(warns(nvfp4.warnings, "NVFP4 activations on model.layers.0.self_attn.q_proj"));
+    QVERIFY(warns(nvfp4.warnings, "the largest of its shards' weight_scale_2"));
+    QVERIFY(!warns(nvfp4.warnings, "compressed-tensors layer as W4A16")); // compressed-tensors' fallback only
+    const io::ExportResult weightOnly = exportResult(fixture("nvfp4-weight-only-3layer.yaml"), modelopt);
+    QVERIFY(!warns(weightOnly.warnings, "NVFP4 activations"));
+
+    // MIXED_PRECISION: each module with its quant_algo and group_size. vLLM's mixed loader at 00155cd builds FP8,
+    // NVFP4 and W4A16_NVFP4 layers (ModelOptMixedPrecisionConfig.get_quant_method): MXFP8 is warned.
+    const io::ExportResult mixed = exportResult(fixture("mixed-microscaling-3layer.yaml"), modelopt);
+    const json quantization = json::parse(mixed.text)["quantization"];
+    QCOMPARE(quantization["quant_algo"].get<std::string>(), std::string("MIXED_PRECISION"));
+    QVERIFY(!quantization.contains("group_size"));
+    const json& layers = quantization["quantized_layers"];
+    QCOMPARE(layers.size(), size_t(21));
+    for (const int layer : {0, 1}) {
+        for (const std::string& name : layerModules(layer)) {
+            QCOMPARE(layers[name], json({{"quant_algo", "NVFP4"}, {"group_size", 16}}));
+        }
+    }
+    for (const std::string& name : layerModules(2)) {
+        QCOMPARE(layers[name], json({{"quant_algo", "MXFP8"}, {"group_size", 32}}));
+    }
+    QVERIFY(warns(mixed.warnings,
+        "only later vLLM adds MXFP8): MXFP8 on model.layers.2.self_attn.q_proj and the 6 "
+        "other modules"));
+    QVERIFY(!warns(mixed.warnings, "NVFP4 on model.layers.0.self_attn.q_proj and the"));
+}
+
+void TestExport::microscalingVllmForms()
+{
+    using nlohmann::json;
+    // Online: vllm/config/quantization.py and docs/features/quantization/online.md
+    // (vllm-project/vllm 00b64d17c045a946e3a047d189beac1437161919): `--quantization mxfp8` (MXFP8 weights and
+    // activations) and `mxfp4`, with quantization_config.ignore naming the unfused shards.
+    io::ExportOptions online;
+    online.target = io::ExportTarget::Vllm;
+    online.modelPath = demoModel();
+    const io::ExportResult mxfp8 = exportResult(fixture("mxfp8-3layer.yaml"), online);
+    const json mxfp8Json = json::parse(mxfp8.text);
+    QVERIFY(!mxfp8Json.contains("quantization_config"));
+    QVERIFY(mxfp8Json["form"].get<std::string>().find("to MXFP8 at load time") != std::string::npos);
+    QCOMPARE(mxfp8Json["engine_args"]["quantization"].get<std::string>(), std::string("mxfp8"));
+    QCOMPARE(mxfp8Json["engine_args"]["quantization_config"]["ignore"].get<std::vector<std::string>>(), mxfp8Ignored());
+    QCOMPARE(mxfp8Json["engine_args"]["kv_cache_dtype"].get<std::string>(), std::string("fp8_e4m3"));
+    QVERIFY(warns(mxfp8.warnings, "fall back to W8A16"));
+    QVERIFY(bundleFile(mxfp8, "vllm_serve.sh")->text.find("    --quantization mxfp8 \\\n") != std::string::npos);
+    for (const char* release : {io::kVllmOnlineMxfp8Release, "0.22.1"}) {
+        online.targetVersion = release;
+        QCOMPARE(json::parse(exportText(fixture("mxfp8-3layer.yaml"), online))["engine_args"]["quantization"],
+            json("mxfp8"));
+    }
+    online.targetVersion.clear();
+    const io::ExportResult mxfp4 = exportResult(fixture("mxfp4-3layer.yaml"), online);
+    const json mxfp4Json = json::parse(mxfp4.text);
+    QCOMPARE(mxfp4Json["engine_args"]["quantization"].get<std::string>(), std::string("mxfp4"));
+    QCOMPARE(mxfp4Json["engine_args"]["quantization_config"]["ignore"], json({"lm_head"}));
+    QCOMPARE(mxfp4Json["engine_args"]["kv_cache_dtype"].get<std::string>(), std::string("auto"));
+    QVERIFY(warns(mxfp4.warnings, "MXFP4 in some backends and bf16 in others"));
+    online.targetVersion = io::kVllmOnlineMxfp4Release;
+    QCOMPARE(
+        json::parse(exportText(fixture("mxfp4-3layer.yaml"), online))["engine_args"]["quantization"], json("mxfp4"));
+
+    // Checkpoint form: the compressed-tensors quantization_config llm-compressor writes for the recipe (what
+    // --to compressed-tensors writes, less the KV cache, which the engine arguments carry), served by the
+    // checkpoint llm_compressor_oneshot.py saves; the engine arguments name no quantization.
+    io::ExportOptions checkpoint;
+    checkpoint.target = io::ExportTarget::Vllm;
+    checkpoint.vllmForm = io::VllmForm::Checkpoint;
+    checkpoint.modelPath = demoModel();
+    const io::ExportResult nvfp4 = exportResult(fixture("nvfp4-3layer.yaml"), checkpoint);
+    const json nvfp4Json = json::parse(nvfp4.text);
+    QVERIFY(nvfp4Json["form"].get<std::string>().find("compressed-tensors checkpoint whose weights are already "
+                                                      "stored in NVFP4")
+        != std::string::npos);
+    const json compressed = json::parse(
+        exportText(fixture("nvfp4-3layer.yaml"), io::ExportTarget::CompressedTensors))["quantization_config"];
+    QCOMPARE(nvfp4Json["quantization_config"], compressed);
+    QCOMPARE(nvfp4Json["quantization_config"]["format"].get<std::string>(), std::string("nvfp4-pack-quantized"));
+    QCOMPARE(nvfp4Json["engine_args"], json({{"kv_cache_dtype", "auto"}}));
+    QVERIFY(warns(nvfp4.warnings, "per-tensor input global scale, calibrated once"));
+    QCOMPARE(
+        json::parse(bundleFile(nvfp4, "config_quantization_config.json")->text)["quantization_config"], compressed);
+    const std::string serve = bundleFile(nvfp4, "vllm_serve.sh")->text;
+    QVERIFY2(serve.find("# Serves the NVFP4 checkpoint of precision recipe nvfp4-3layer") != std::string::npos,
+        serve.c_str());
+    QVERIFY2(serve.find("CHECKPOINT=${1:-arith-teacher-nvfp4-3layer}\n") != std::string::npos, serve.c_str());
+    QVERIFY2(serve.find("    --quantization") == std::string::npos, serve.c_str());
+    QVERIFY(bundleFile(nvfp4, "llm-compressor.yaml")->text.find("scheme: NVFP4\n") != std::string::npos);
+    QVERIFY(bundleFile(nvfp4, "llm_compressor_oneshot.py")->text.find("load_dataset(") != std::string::npos);
+
+    const io::ExportResult mxfp8Checkpoint = exportResult(fixture("mxfp8-3layer.yaml"), checkpoint);
+    const json mxfp8CheckpointJson = json::parse(mxfp8Checkpoint.text);
+    json mxfp8Compressed = json::parse(
+        exportText(fixture("mxfp8-3layer.yaml"), io::ExportTarget::CompressedTensors))["quantization_config"];
+    QVERIFY(!mxfp8Compressed["kv_cache_scheme"].is_null()); // the checkpoint llm-compressor writes calibrates it
+    mxfp8Compressed["kv_cache_scheme"] = nullptr;
+    QCOMPARE(mxfp8CheckpointJson["quantization_config"], mxfp8Compressed);
+    QCOMPARE(mxfp8CheckpointJson["engine_args"], json({{"kv_cache_dtype", "fp8_e4m3"}}));
+    QVERIFY(warns(mxfp8Checkpoint.warnings, "this MXFP8 checkpoint must carry the recipe's calibrated per-tensor"));
+    QVERIFY(bundleFile(mxfp8Checkpoint, "llm-compressor.yaml")->text.find("kv_cache_scheme:") != std::string::npos);
+}
+
+void TestExport::microscalingSglangMxfp8()
+{
+    using nlohmann::json;
+    // sgl-project/sglang python/sglang/srt/server_args.py (001067fffe33427bee0ed2f007fb7551a1d76b44):
+    // --quantization mxfp8 is "MOE + linear online quantization"; python/sglang/srt/layers/quantization/fp8.py
+    // (00563d368df9673403eacead4adf45ef77ef0ca9): it is Fp8Config with use_mxfp8, which adds the modules of
+    // SGLANG_FP8_IGNORED_LAYERS to its ignored layers and needs compute capability 100 on CUDA.
+    io::ExportOptions options;
+    options.target = io::ExportTarget::Sglang;
+    options.modelPath = demoModel();
+    const io::ExportResult result = exportResult(fixture("mxfp8-3layer.yaml"), options);
+    const json sglang = json::parse(result.text);
+    QCOMPARE(sglang["server_args"]["quantization"].get<std::string>(), std::string("mxfp8"));
+    QCOMPARE(sglang["server_args"]["kv_cache_dtype"].get<std::string>(), std::string("fp8_e4m3"));
+    std::string ignored;
+    for (const std::string& name : mxfp8Ignored()) {
+        ignored += (ignored.empty() ? "" : ",") + name;
+    }
+    QCOMPARE(sglang["env"]["SGLANG_FP8_IGNORED_LAYERS"].get<std::string>(), ignored);
+    QVERIFY(sglang["form"].get<std::string>().find("to MXFP8 at load time") != std::string::npos);
+    QVERIFY(warns(result.warnings, "compute capability 10.0"));
+    const std::string launch = bundleFile(result, "sglang_launch.sh")->text;
+    QVERIFY2(launch.find("export SGLANG_FP8_IGNORED_LAYERS=") != std::string::npos, launch.c_str());
+    QVERIFY2(launch.find("    --quantization mxfp8 \\\n") != std::string::npos, launch.c_str());
 }
 
 MISMATCH_TEST_GUILESS_MAIN(TestExport)

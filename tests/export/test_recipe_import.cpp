@@ -17,6 +17,15 @@
 //     kv_cache_dtype_skip_layers with indices or sliding_window).
 //   verl: verl-project/verl docs/low_precision/fp8.md (actor_rollout_ref.rollout.quantization), engine_kwargs.vllm
 //     pass-through.
+//   Microscaling: vllm-project/compressed-tensors (ac8e2ba82f4e0d5eaa40069f8fc642738f124cd4)
+//     src/compressed_tensors/quantization/quant_scheme.py presets NVFP4, NVFP4A16, MXFP4, MXFP4A16, MXFP8, MXFP8A16
+//     and quant_args.py (the fields QuantizationArgs serializes: num_bits, type, symmetric, group_size, strategy,
+//     block_structure, dynamic, actorder, scale_dtype as str(dtype), zp_dtype null when symmetric, observer,
+//     observer_kwargs); config/base.py CompressionFormat (nvfp4-pack-quantized, mxfp4-pack-quantized,
+//     mxfp8-quantized). NVIDIA/Model-Optimizer (a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73) quant_utils.py
+//     get_quant_config / process_layer_quant_config ({"quant_algo": "NVFP4", "kv_cache_quant_algo": ...,
+//     "group_size": 16, "exclude_modules": [...]}; MXFP4 passed through as "mxfp4"); vLLM
+//     vllm/config/quantization.py (00b64d17c045a946e3a047d189beac1437161919: online mxfp8, mxfp4).
 #include "app/cli/cli.h"
 #include "tests/common/cli_runner.h"
 #include "core/common/error.h"
@@ -143,6 +152,22 @@ void TestRecipeImport::roundTrip_data()
         {shipped + "fp8-w8a8-block.yaml", "modelopt", ""},
         {fixture + "keep-edges-3layer.yaml", "modelopt", ""},
         {fixture + "mixed-3layer.yaml", "modelopt", ""},
+        // The microscaling formats (export_microscaling.cpp). Not here: vLLM's online mxfp4 of a weight-only recipe
+        // (the shorthand asks for MXFP4 activations: the import reads that).
+        {fixture + "nvfp4-3layer.yaml", "compressed-tensors", ""},
+        {fixture + "nvfp4-weight-only-3layer.yaml", "compressed-tensors", ""},
+        {fixture + "mxfp4-3layer.yaml", "compressed-tensors", ""},
+        {fixture + "mxfp8-3layer.yaml", "compressed-tensors", ""},
+        {fixture + "mixed-microscaling-3layer.yaml", "compressed-tensors", ""},
+        {fixture + "nvfp4-3layer.yaml", "modelopt", ""},
+        {fixture + "nvfp4-weight-only-3layer.yaml", "modelopt", ""},
+        {fixture + "mxfp8-3layer.yaml", "modelopt", ""},
+        {fixture + "mixed-microscaling-3layer.yaml", "modelopt", ""},
+        {fixture + "mxfp8-3layer.yaml", "vllm", ""},
+        {fixture + "mxfp4-3layer.yaml", "vllm", ""},
+        {fixture + "nvfp4-3layer.yaml", "vllm", "checkpoint"},
+        {fixture + "nvfp4-weight-only-3layer.yaml", "vllm", "checkpoint"},
+        {fixture + "mxfp8-3layer.yaml", "vllm", "checkpoint"},
     };
     for (const Row& row : rows) {
         const std::string name = row.recipe.substr(row.recipe.rfind('/') + 1) + " via " + row.target
@@ -254,6 +279,87 @@ void TestRecipeImport::realShapedFiles()
     const quant::RecipePlan plan = quant::resolveRecipe(pbwo.recipe, demoConfig());
     QVERIFY(plan.modules.at("model.layers.0.mlp.up_proj").weights.format == quant::WeightFormat::Bf16);
     QVERIFY(plan.modules.at("model.layers.1.mlp.up_proj").weights.granularity == quant::Granularity::Block128);
+
+    // An NVFP4 checkpoint's quantization_config as llm-compressor writes it: compressed-tensors' NVFP4 preset with
+    // every field QuantizationArgs serializes (quant_args.py; scale_dtype "torch.float8_e4m3fn", zp_dtype null when
+    // symmetric), format nvfp4-pack-quantized.
+    json nvfp4 = json::parse(readFile(demoModel() + "/config.json"));
+    nvfp4["quantization_config"] = json::parse(R"({
+        "config_groups": {"group_0": {
+            "format": "nvfp4-pack-quantized",
+            "input_activations": {"actorder": null, "block_structure": null, "dynamic": "local", "group_size": 16,
+                "num_bits": 4, "observer": "static_minmax", "observer_kwargs": {}, "scale_dtype": "torch.float8_e4m3fn",
+                "strategy": "tensor_group", "symmetric": true, "type": "float", "zp_dtype": null},
+            "output_activations": null, "targets": ["Linear"],
+            "weights": {"actorder": null, "block_structure": null, "dynamic": false, "group_size": 16, "num_bits": 4,
+                "observer": "memoryless_minmax", "observer_kwargs": {}, "scale_dtype": "torch.float8_e4m3fn",
+                "strategy": "tensor_group", "symmetric": true, "type": "float", "zp_dtype": null}}},
+        "format": "nvfp4-pack-quantized", "global_compression_ratio": null, "ignore": ["lm_head"],
+        "kv_cache_scheme": null, "quant_method": "compressed-tensors", "quantization_status": "compressed",
+        "sparsity_config": {}, "transform_config": {}, "version": "0.14.0"})");
+    const io::ImportedRecipe w4a4 = io::importRecipeText(nvfp4.dump(2), "nvfp4/config.json");
+    QCOMPARE(w4a4.source, std::string("compressed-tensors"));
+    QVERIFY(w4a4.recipe.weights->format == quant::WeightFormat::Nvfp4);
+    QVERIFY(w4a4.recipe.weights->granularity == quant::Granularity::Group16);
+    QVERIFY(w4a4.recipe.activations->format == quant::ActivationFormat::Nvfp4);
+    QVERIFY(w4a4.recipe.rules.empty());
+    bool noted = false;
+    for (const std::string& note : w4a4.notes) {
+        noted = noted || note.find("NVFP4 activations read as the recipe's") != std::string::npos;
+    }
+    QVERIFY(noted);
+
+    // MXFP4A16 (weights only: groups of 32, scale_dtype torch.uint8) and MXFP8 W8A8 of the same shape.
+    const io::ImportedRecipe mxfp4 = io::importRecipeText(R"({"quantization_config": {
+        "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null,
+            "weights": {"dynamic": false, "group_size": 32, "num_bits": 4, "scale_dtype": "torch.uint8",
+                "strategy": "group", "symmetric": true, "type": "float", "zp_dtype": null}}}}})",
+        "mxfp4a16/config.json");
+    QVERIFY(mxfp4.recipe.weights->format == quant::WeightFormat::Mxfp4);
+    QVERIFY(mxfp4.recipe.weights->granularity == quant::Granularity::Group32);
+    QVERIFY(mxfp4.recipe.activations->format == quant::ActivationFormat::Bf16);
+    const io::ImportedRecipe mxfp8 = io::importRecipeText(R"({"quantization_config": {
+        "quant_method": "compressed-tensors", "format": "mxfp8-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"],
+            "input_activations": {"dynamic": true, "group_size": 32, "num_bits": 8, "scale_dtype": "torch.uint8",
+                "strategy": "group", "symmetric": true, "type": "float"},
+            "weights": {"dynamic": false, "group_size": 32, "num_bits": 8, "scale_dtype": "torch.uint8",
+                "strategy": "group", "symmetric": true, "type": "float"}}}}})",
+        "mxfp8/config.json");
+    QVERIFY(mxfp8.recipe.weights->format == quant::WeightFormat::Mxfp8);
+    QVERIFY(mxfp8.recipe.activations->format == quant::ActivationFormat::Mxfp8);
+
+    // ModelOpt's NVFP4 hf_quant_config.json as get_quant_config writes it (quant_algo, kv_cache_quant_algo, then the
+    // flattened group_size and exclude_modules), and W4A16_NVFP4 in MIXED_PRECISION beside MXFP8.
+    const io::ImportedRecipe modelopt = io::importRecipeText(
+        R"({"producer": {"name": "modelopt", "version": "0.39.0"}, "quantization": {"quant_algo": "NVFP4",
+            "kv_cache_quant_algo": null, "group_size": 16,
+            "exclude_modules": ["lm_head", "model.layers.2.mlp.down_proj"]}})",
+        "hf_quant_config.json");
+    QVERIFY(modelopt.recipe.weights->format == quant::WeightFormat::Nvfp4);
+    QVERIFY(modelopt.recipe.activations->format == quant::ActivationFormat::Nvfp4);
+    const quant::RecipePlan nvfp4Plan = quant::resolveRecipe(modelopt.recipe, demoConfig());
+    QVERIFY(nvfp4Plan.modules.at("model.layers.2.mlp.down_proj").weights.format == quant::WeightFormat::Bf16);
+    QVERIFY(nvfp4Plan.modules.at("model.layers.2.mlp.up_proj").activations.format == quant::ActivationFormat::Nvfp4);
+    const io::ImportedRecipe mixedModelOpt = io::importRecipeText(
+        R"({"quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": null, "quantized_layers": {
+            "model.layers.0.mlp.gate_proj": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+            "model.layers.0.mlp.up_proj": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+            "model.layers.1.mlp.down_proj": {"quant_algo": "MXFP8", "group_size": 32}}}})",
+        "hf_quant_config.json");
+    const quant::RecipePlan mixedPlan = quant::resolveRecipe(mixedModelOpt.recipe, demoConfig());
+    QVERIFY(mixedPlan.modules.at("model.layers.0.mlp.up_proj").weights.format == quant::WeightFormat::Nvfp4);
+    QVERIFY(mixedPlan.modules.at("model.layers.0.mlp.up_proj").activations.format == quant::ActivationFormat::Bf16);
+    QVERIFY(mixedPlan.modules.at("model.layers.1.mlp.down_proj").activations.format == quant::ActivationFormat::Mxfp8);
+    QVERIFY(mixedPlan.modules.at("model.layers.1.mlp.up_proj").weights.format == quant::WeightFormat::Bf16);
+
+    // vLLM's online shorthands (vllm/config/quantization.py _ONLINE_SHORTHANDS): mxfp8 is MXFP8 weights and
+    // activations.
+    const io::ImportedRecipe online = io::importRecipeText("quantization: mxfp8\n", "serve.yaml");
+    QCOMPARE(online.source, std::string("vllm"));
+    QVERIFY(online.recipe.weights->format == quant::WeightFormat::Mxfp8);
+    QVERIFY(online.recipe.activations->format == quant::ActivationFormat::Mxfp8);
 }
 
 void TestRecipeImport::notExpressible_data()
@@ -281,8 +387,23 @@ void TestRecipeImport::notExpressible_data()
     ctRow("64x64 blocks",
         R"({"num_bits": 8, "type": "float", "symmetric": true, "strategy": "block", "block_structure": [64, 64]})",
         token, "[]", "null", "quantization_config.config_groups.group_0.weights.block_structure", "128x128");
-    ctRow("nvfp4", R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16})",
-        "null", "[]", "null", "quantization_config.config_groups.group_0.weights", "num_bits 4, type float");
+    ctRow("fp4 groups of 64",
+        R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "group", "group_size": 64})", "null", "[]",
+        "null", "quantization_config.config_groups.group_0.weights", "num_bits 4, type float, strategy group");
+    ctRow("fp8 groups of 32 with float scales",
+        R"({"num_bits": 8, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32,
+            "scale_dtype": "torch.float32"})",
+        "null", "[]", "null", "quantization_config.config_groups.group_0.weights.scale_dtype", "E8M0");
+    ctRow("nvfp4 weights with fp8 inputs",
+        R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16})", token,
+        "[]", "null", "quantization_config.config_groups.group_0.input_activations",
+        "the recipe gives nvfp4 weights bf16 activations or nvfp4 ones");
+    ctRow("mxfp8 static inputs",
+        R"({"num_bits": 8, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32})",
+        R"({"num_bits": 8, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32,
+            "dynamic": false})",
+        "[]", "null", "quantization_config.config_groups.group_0.input_activations.dynamic",
+        "static activation scales");
     ctRow("regex ignore", fp8Channel, token, R"(["lm_head", "re:.*gate_proj"])", "null",
         "quantization_config.ignore[1]", "regular expression");
     ctRow("ignore not a list", fp8Channel, token, R"("lm_head")", "null", "quantization_config.ignore",
@@ -299,17 +420,23 @@ void TestRecipeImport::notExpressible_data()
     QTest::newRow("modelopt FP8 static")
         << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", "exclude_modules": []}})"
         << "quantization.quant_algo" << "static per-tensor activation scales";
-    QTest::newRow("modelopt NVFP4")
-        << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}})"
-        << "quantization.quant_algo" << "'NVFP4' has no recipe form";
+    QTest::newRow("modelopt MXFP4")
+        << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "mxfp4", "exclude_modules": []}})"
+        << "quantization.quant_algo"
+        << "'MXFP4' has no recipe form";
+    QTest::newRow("modelopt NVFP4 groups of 32")
+        << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 32}})"
+        << "quantization.group_size"
+        << "the recipe's NVFP4 groups are 16 elements";
     QTest::newRow("modelopt AWQ pre_quant_scale")
         << R"({"quantization": {"quant_algo": "W4A16_AWQ", "group_size": 128, "pre_quant_scale": true}})"
         << "quantization.pre_quant_scale" << "without an AWQ pre-quantization scale";
-    QTest::newRow("modelopt mixed layer NVFP4")
+    QTest::newRow("modelopt mixed layer W4A8_NVFP4_FP8")
         << R"({"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": {
-            "model.layers.0.mlp.up_proj": {"quant_algo": "FP8_PB_WO"},
-            "model.layers.1.mlp.up_proj": {"quant_algo": "W4A16_NVFP4", "group_size": 16}}}})"
-        << "quantization.quantized_layers.model.layers.1.mlp.up_proj.quant_algo" << "'W4A16_NVFP4' has no recipe form";
+            "model.layers.0.mlp.up_proj": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+            "model.layers.1.mlp.up_proj": {"quant_algo": "W4A8_NVFP4_FP8", "group_size": 16}}}})"
+        << "quantization.quantized_layers.model.layers.1.mlp.up_proj.quant_algo"
+        << "'W4A8_NVFP4_FP8' has no recipe form";
     QTest::newRow("modelopt fp8 kv alternative")
         << R"({"quantization": {"quant_algo": "FP8_PER_CHANNEL_PER_TOKEN", "kv_cache_quant_algo": "NVFP4"}})"
         << "quantization.kv_cache_quant_algo" << "the recipe's KV cache is bf16 or FP8";
@@ -321,6 +448,15 @@ void TestRecipeImport::notExpressible_data()
         << "kv_cache_dtype"
         << "the recipe's KV cache is bf16 (auto), fp8_e4m3, fp8_per_token_head or int8_per_token_head";
     QTest::newRow("vllm awq") << R"({"quantization": "awq"})" << "quantization" << "'awq' has no recipe form";
+    QTest::newRow("vllm online nvfp4") << R"({"quantization": "nvfp4_per_token"})"
+                                       << "quantization"
+                                       << "'nvfp4_per_token' has no recipe form";
+    QTest::newRow("vllm checkpoint form with a quantization")
+        << R"({"engine_args": {"quantization": "mxfp8"}, "quantization_config": {"quant_method": "compressed-tensors",
+            "format": "mxfp8-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights":
+            {"num_bits": 8, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32}}}}})"
+        << "engine_args.quantization"
+        << "a quantization method beside a checkpoint's quantization_config";
     QTest::newRow("vllm static fp8 checkpoint")
         << R"({"quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}})"
         << "quantization_config.activation_scheme" << "static activation scales";
