@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
+#include <set>
 #include <thread>
 
 namespace mismatch::cli {
@@ -64,6 +65,27 @@ void refuseOutOfRangeWholeNumbers(CLI::App& app)
     }
 }
 
+// An empty argument is an unset shell variable (`--resume "$RUN"`, `-p "$PROMPTS"`) far more often than a wish:
+// taken as a value it would mean no run, or a file named "" that messages call "<input>". Every option that takes
+// a value refuses it, named, in every subcommand, except those in `allowed` (Context::emptyValueAllowed). The
+// catalogue's own check (JobSpec: "expected a non-empty value") says the same for job files.
+void refuseEmptyValues(CLI::App& app, const std::set<const CLI::Option*>& allowed)
+{
+    for (CLI::Option* option : app.get_options()) {
+        if (option->get_items_expected_max() == 0 || allowed.count(option)) {
+            continue; // a flag, or an option whose empty value means something
+        }
+        option->check(CLI::Validator(
+            [](std::string& text) -> std::string {
+                return text.empty() ? "expected a non-empty value, got ''" : std::string();
+            },
+            ""));
+    }
+    for (CLI::App* subcommand : app.get_subcommands({})) {
+        refuseEmptyValues(*subcommand, allowed);
+    }
+}
+
 }  // namespace
 
 int run(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& err)
@@ -110,6 +132,7 @@ int run(const std::vector<std::string>& arguments, std::ostream& out, std::ostre
         registrar(app, context);
     }
     refuseOutOfRangeWholeNumbers(app);
+    refuseEmptyValues(app, context.emptyValueAllowed);
 
     // Paths and names end up in the workspace and in JSON output, both UTF-8 text: refuse other bytes here, with
     // the argument named, rather than fail later inside a job.

@@ -35,7 +35,8 @@ void registerAdmitCommand(CLI::App& app, Context& context)
                        ->add_option("--resume", *resume,
                            "Continue admit run RUN (the run id printed when it started) after a kill, Ctrl-C or "
                            "failure: its stored job spec and inputs, only the decisions not stored yet are made")
-                       ->type_name("RUN");
+                       ->type_name("RUN")
+                       ->transform(runId());
     for (const char* name : {"students", "prompts", "candidates", "recipe", "calibration", "threshold"}) {
         job->option(name)->excludes(resumeOption);
     }

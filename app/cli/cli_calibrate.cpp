@@ -132,7 +132,8 @@ void registerCalibrateCommand(CLI::App& app, Context& context)
                                         "Continue calibrate run RUN (the run id printed when it started) after a "
                                         "kill, Ctrl-C or failure: finished sweep runs are kept, the interrupted one "
                                         "continues from its newest checkpoint, then the rest")
-                                    ->type_name("RUN");
+                                    ->type_name("RUN")
+                                    ->transform(runId());
     for (CLI::Option* option : command->get_options()) {
         if (option != resumeOption && option->get_name() != "--help" && !option->get_name().empty()) {
             option->excludes(resumeOption);

@@ -128,6 +128,7 @@ void registerRunCommand(CLI::App& app, Context& context)
                   "Continue run RUN of a catalogue job (sensitivity, admit, calibrate, train) after a kill, Ctrl-C or "
                   "failure, with the job it stored when it started")
               ->type_name("RUN")
+              ->transform(runId())
               ->excludes(fileOption);
     CLI::Option* checkOption = command->add_flag("--check", a->check,
         "Only read and check the file (every step's parameters whose values do not depend on earlier steps); run "

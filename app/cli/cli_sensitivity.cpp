@@ -100,7 +100,8 @@ void registerSensitivityCommand(CLI::App& app, Context& context)
                        ->add_option("--resume", *resume,
                            "Continue scan run RUN (the run id printed when it started) after a kill, Ctrl-C or "
                            "failure: its stored job spec and inputs, only the cells not stored yet are measured")
-                       ->type_name("RUN");
+                       ->type_name("RUN")
+                       ->transform(runId());
     for (const char* name : {"model", "format", "prompts", "layers", "from_units"}) {
         job->option(name)->excludes(resumeOption);
     }

@@ -72,7 +72,8 @@ void registerTokenizeCommand(CLI::App& app, Context& context)
     CLI::App* tokenize = app.add_subcommand("tokenize", "Print the token ids and pieces of a text");
     tokenize->add_option("DIR", options->directory, "Model directory holding tokenizer.json (or the file itself)")
         ->required();
-    tokenize->add_option("TEXT", options->text, "Text to encode (UTF-8)")->required();
+    context.emptyValueAllowed.insert(
+        tokenize->add_option("TEXT", options->text, "Text to encode (UTF-8; may be empty)")->required());
     tokenize->add_flag("--add-special-tokens", options->addSpecialTokens,
         "Apply the post-processor template (e.g. Llama 3's <|begin_of_text|>)");
     tokenize->callback([&context, options] {

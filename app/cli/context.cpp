@@ -148,6 +148,33 @@ CLI::Validator between(double low, double high)
         "in [" + boundText(low) + ", " + boundText(high) + "]");
 }
 
+CLI::Validator runId()
+{
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            if (text.empty()) {
+                return {}; // the empty-value check names it (cli.cpp)
+            }
+            const std::string expected
+                = "must be a run id, a whole number from 1 to 9223372036854775807 (see `mismatch store runs`), got "
+                + text;
+            if (text.find_first_not_of("0123456789") != std::string::npos) {
+                return expected;
+            }
+            const std::size_t first = std::min(text.find_first_not_of('0'), text.size());
+            const std::string digits = text.substr(first);
+            // 9223372036854775807 has 19 digits: compare as text, without a conversion that saturates.
+            const std::string largest = "9223372036854775807";
+            if (digits.empty() || digits.size() > largest.size()
+                || (digits.size() == largest.size() && digits > largest)) {
+                return expected;
+            }
+            text = digits; // "007" is run 7 (CLI11's conversion would read a leading 0 as octal)
+            return {};
+        },
+        "");
+}
+
 std::string formatNumber(double value, int precision)
 {
     std::ostringstream text;

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct Context {
     int threads = 0;
     std::ostream* out = nullptr;
     std::ostream* err = nullptr;
+    // Options whose empty value means something (the text `mismatch tokenize` encodes): every other option that
+    // takes a value refuses '' (cli.cpp), which is an unset shell variable far more often than a wish.
+    std::set<const CLI::Option*> emptyValueAllowed;
 
     std::string workspaceDirectory() const;
     std::string databasePath() const;
@@ -45,6 +49,10 @@ void printSummary(const Context& context, const store::StoreSummary& summary);
 CLI::Validator atLeast(double low); // value >= low
 CLI::Validator greaterThan(double low); // value > low
 CLI::Validator between(double low, double high); // low <= value <= high
+// A stored run's id (`--resume RUN`, an int64 option, applied with transform()): decimal digits from 1 to
+// 9223372036854775807, the ids SQLite gives, leading zeros dropped. CLI11 would read digits past int64 as
+// 9223372036854775807, "0x10" as 16 and "010" as 8, and fail on "1e20" without saying what is expected.
+CLI::Validator runId();
 
 // Plain text table: left-aligned columns padded to their widest cell.
 std::string formatTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);

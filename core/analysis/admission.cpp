@@ -4,6 +4,7 @@
 #include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 #include "core/common/version.h"
 #include "core/engine/mismatch_sources.h"
 #include "core/common/yaml_mapping.h"
@@ -150,6 +151,11 @@ std::vector<Candidate> parseCandidates(const std::string& text, const std::strin
                 if (!(candidate.noise >= 0.0) || !std::isfinite(candidate.noise)) {
                     fail(path, value, "`noise` must be a finite number >= 0, got " + value.Scalar());
                 }
+                if (candidate.noise > limits::kMaxNoiseSigma) {
+                    fail(path, value,
+                        "`noise` must be <= " + numberText(limits::kMaxNoiseSigma) + ", got " + value.Scalar() + ": "
+                            + limits::kMaxNoiseSigmaReason);
+                }
             }
         }
         if (!hasName) {
@@ -264,6 +270,29 @@ std::vector<TimelineEntry> runDirectoryCheckpoints(const TimelineEntry& screened
 }
 
 } // namespace
+
+void requireHistoryDirectories(const std::vector<std::string>& directories, const std::string& job)
+{
+    for (const std::string& directory : directories) {
+        const std::string what = "the older checkpoint " + directory;
+        PathKind kind = PathKind::Missing;
+        try {
+            kind = pathKind(directory);
+        } catch (const InputError& error) { // a loop of symbolic links, a name too long
+            throw InputError(job, "--history", what + " " + error.detail());
+        }
+        if (kind == PathKind::Missing) {
+            throw InputError(job, "--history",
+                what + " does not exist (each --history DIR is an older checkpoint of the student, a model directory)");
+        }
+        if (kind != PathKind::Directory) {
+            throw InputError(job, "--history", what + " is not a directory (expected a model directory)");
+        }
+        if (pathKind((fs::path(directory) / "config.json").string()) != PathKind::RegularFile) {
+            throw InputError(job, "--history", what + " has no config.json (expected a model directory)");
+        }
+    }
+}
 
 std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options)
 {
@@ -545,6 +574,7 @@ void checkOptions(const AdmissionOptions& options)
                     + "; give each checkpoint once");
         }
     }
+    requireHistoryDirectories(options.history, "admit");
     if (options.candidates.empty()) {
         throw InputError("admit", "candidates", "no candidate configuration to screen");
     }

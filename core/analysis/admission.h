@@ -157,6 +157,12 @@ struct TimelineEntry {
     // older weights a stale rollout of that run used; written with each checkpoint of a run with staleness).
     std::optional<std::int64_t> historyVersion;
 };
+// InputError(job, "--history", ...) naming the first of `directories` (older checkpoints of the student) that is not
+// a model directory: missing, not a directory, without config.json, or not examinable (a loop of symbolic links).
+// Unchecked, one would join the timeline as a step-0 checkpoint and a stale candidate would be told to give the
+// checkpoint that was given. `job` names the command ("admit", "breakdown").
+void requireHistoryDirectories(const std::vector<std::string>& directories, const std::string& job);
+
 // options.history then options.checkpoints, with their steps (0 for a model directory without a training
 // state.json) and runs.
 std::vector<TimelineEntry> checkpointTimeline(const AdmissionOptions& options);

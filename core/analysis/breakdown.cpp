@@ -223,6 +223,7 @@ BreakdownOptions checkedOptions(const BreakdownOptions& given)
     if (options.candidates.empty()) {
         throw InputError("breakdown", "candidates", "no candidate configuration to break down");
     }
+    requireHistoryDirectories(options.history, "breakdown");
     if (options.shapleyMaxSources < 0 || options.shapleyMaxSources > kMismatchSourceCount) {
         throw InputError("breakdown", "--shapley-max",
             "must lie in [0, " + std::to_string(kMismatchSourceCount) + "], got "

@@ -4,6 +4,7 @@
 #include "core/analysis/job_resume.h"
 #include "core/common/device.h"
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/common/random.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/sqlite_util.h"
@@ -99,6 +100,11 @@ void checkCalibrationOptions(const CalibrationOptions& o)
         if (!(sigma > 0.0) || !std::isfinite(sigma)) {
             throw InputError(source, "noise", "sigmas must be finite and > 0 (the baseline is sigma 0), got "
                 + numberText(sigma));
+        }
+        if (sigma > limits::kMaxNoiseSigma) {
+            throw InputError(source, "noise",
+                "sigmas must be <= " + numberText(limits::kMaxNoiseSigma) + ", got " + numberText(sigma) + ": "
+                    + limits::kMaxNoiseSigmaReason);
         }
     }
     for (const std::int64_t k : o.staleness) {

@@ -2,6 +2,7 @@
 #include "core/analysis/compare_runs.h"
 
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/store/evaluation_store.h"
 #include "core/train/trainer.h"
 
@@ -106,6 +107,11 @@ CompareObjectivesResult runCompareObjectives(
     for (const double sigma : o.noiseSigmas) {
         if (!(sigma > 0.0) || !std::isfinite(sigma)) {
             throw InputError("compare-objectives", "--noise", "sigmas must be finite and > 0, got " + numberText(sigma));
+        }
+        if (sigma > limits::kMaxNoiseSigma) {
+            throw InputError("compare-objectives", "--noise",
+                "sigmas must be <= " + numberText(limits::kMaxNoiseSigma) + ", got " + numberText(sigma) + ": "
+                    + limits::kMaxNoiseSigmaReason);
         }
     }
     if (o.base.teacher.empty() || o.base.evaluation.prompts.empty()) {

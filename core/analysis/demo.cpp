@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
 #include "core/common/hash.h"
+#include "core/common/message_text.h"
 
 #include <cstdio>
 #include "core/io/prompt_set.h"
@@ -133,7 +134,7 @@ std::int64_t storeShippedCalibration(store::RunStore& store, const std::string& 
         return store::addCalibration(store, info, points, brackets);
     } catch (const nlohmann::json::exception& error) {
         throw InputError(path, "calibration", std::string("expected the JSON of `mismatch calibrate --json` of a "
-                                              "built-in student: ") + error.what());
+                                              "built-in student: ") + jsonErrorDetail(error));
     } catch (const std::out_of_range&) {
         throw InputError(path, "points", "a point names a run that is not in \"runs\"");
     }

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/hash.h"
+#include "core/common/message_text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -155,7 +156,7 @@ ResumableRun resumableRun(const store::RunStore& store, std::int64_t runId, cons
     try {
         run.config = nlohmann::json::parse(info->configJson);
     } catch (const nlohmann::json::exception& error) {
-        throw InputError(store.path(), where, std::string("its config_json is not JSON: ") + error.what());
+        throw InputError(store.path(), where, "its config_json is not JSON: " + jsonErrorDetail(error));
     }
     return run;
 }

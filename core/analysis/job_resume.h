@@ -8,6 +8,7 @@
 // digested from its size, its first and last MiB and 64 KiB blocks at 16 evenly spaced offsets ("sampled:"
 // prefix), which catches a replaced or re-exported checkpoint without reading gigabytes at every start.
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/store/run_store.h"
 
 #include <nlohmann/json.hpp>
@@ -57,7 +58,7 @@ T storedOption(const nlohmann::json& config, const char* key, const std::string&
         return config.at(key).get<T>();
     } catch (const nlohmann::json::exception& error) {
         throw InputError(source, key, std::string("missing or malformed (the run was started by an older version "
-                                                  "and cannot be resumed): ") + error.what());
+                                                  "and cannot be resumed): ") + jsonErrorDetail(error));
     }
 }
 

@@ -1,6 +1,7 @@
 #include "core/analysis/protocol.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 
 #include <filesystem>
 #include <sstream>
@@ -27,7 +28,7 @@ T field(const nlohmann::json& json, const char* key, const std::string& source)
     try {
         return json.at(key).get<T>();
     } catch (const nlohmann::json::exception& error) {
-        throw InputError(source, std::string("protocol.") + key, std::string("malformed: ") + error.what());
+        throw InputError(source, std::string("protocol.") + key, "malformed: " + jsonErrorDetail(error));
     }
 }
 

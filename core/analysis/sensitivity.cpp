@@ -5,6 +5,7 @@
 #include "core/analysis/job_resume.h"
 #include "core/common/device.h"
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/model/config.h"
 #include "core/quant/formats.h"
 #include "core/store/sqlite_util.h"
@@ -231,7 +232,7 @@ SensitivityOptions parseSensitivityConfig(const std::string& configJson, const s
         options.settings.bootstrap.seed = b.at("seed").get<std::uint64_t>();
         options.layers = j.value("layers", std::vector<std::int64_t> {});
     } catch (const nlohmann::json::exception& error) {
-        throw InputError(source, "", std::string("is not a sensitivity scan's settings: ") + error.what());
+        throw InputError(source, "", "is not a sensitivity scan's settings: " + jsonErrorDetail(error));
     }
     return options;
 }
@@ -538,7 +539,8 @@ SensitivityResult assembleScan(store::RunStore& store, const SensitivityOptions&
         result.unitTokens = unit.at("tokens").get<std::int64_t>();
     } catch (const nlohmann::json::exception& error) {
         throw InputError("sensitivity", "from_units",
-            "unit scan run " + std::to_string(units.unitRun) + " kept a malformed BF16 unit: " + error.what());
+            "unit scan run " + std::to_string(units.unitRun)
+                + " kept a malformed BF16 unit: " + jsonErrorDetail(error));
     }
     std::string configJson = storedConfigJson;
     if (resumeRunId) {

@@ -54,6 +54,14 @@ inline constexpr std::int64_t kMaxAimetEntries = 100000;
 // Tensors in one safetensors file: a checkpoint shard holds hundreds to a few thousand (a whole model's tensors are
 // a few per module); a file listing more is refused before its tensors are read one by one.
 inline constexpr std::size_t kMaxSafetensorsTensors = 100000;
+// Weight noise sigma (relative to each tensor's RMS), wherever one is given (run files, candidates files, --noise):
+// noise 100 times the RMS leaves nothing of the weights to measure, and larger sigmas only drive the noisy weights,
+// then the activations and logits, to float32's overflow (1e39 is infinite there).
+inline constexpr double kMaxNoiseSigma = 100.0;
+// Why, for messages: "... must be <= 100: " + kMaxNoiseSigmaReason.
+inline constexpr const char* kMaxNoiseSigmaReason
+    = "noise of 100 times each tensor's RMS already leaves nothing of the weights, and larger sigmas only make "
+      "weights and logits overflow float32";
 
 } // namespace limits
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+
 namespace mismatch {
 
 namespace {
@@ -34,6 +36,13 @@ std::string cutMiddle(const std::string& text, std::size_t limit)
     const std::size_t head = characterBoundary(text, limit * 2 / 3);
     const std::size_t tail = characterBoundary(text, text.size() - limit / 3);
     return text.substr(0, head) + " ... (" + std::to_string(tail - head) + " bytes left out) ... " + text.substr(tail);
+}
+
+std::string numberText(double value)
+{
+    char text[64];
+    const auto written = std::to_chars(text, text + sizeof text, value);
+    return std::string(text, written.ptr);
 }
 
 std::string shapeText(const std::int64_t* dims, std::size_t count)

@@ -22,6 +22,10 @@ std::string cutText(const std::string& text, std::size_t limit = kMessageValueCh
 constexpr std::size_t kMessageChars = 2000;
 std::string cutMiddle(const std::string& text, std::size_t limit = kMessageChars);
 
+// The shortest text that reads back to the same double ("10", "0.05", "1e-06", "1e+39"), as std::to_chars writes
+// it: a number in a message as it was given, not std::to_string's "1000000000000000019884624838656.000000".
+std::string numberText(double value);
+
 // "[2, 3]"; over kMessageShapeDims dimensions the first ones and "... (N dimensions)".
 std::string shapeText(const std::int64_t* dims, std::size_t count);
 template <class Dims> std::string shapeText(const Dims& dims)

@@ -33,6 +33,24 @@ namespace mismatch::engine {
 
 namespace {
 
+// The quantizers' InputErrors about a weight's values name only the element ("<input>:element [3, 4]: non-finite
+// weight (inf)"): they do not know the tensor. A model's files are checked finite when loaded
+// (model::requireFiniteWeights), so values that reach the engine non-finite came from what was done to them after.
+template <class Make> auto namingTensor(const std::string& tensorName, Make make) -> decltype(make())
+{
+    try {
+        return make();
+    } catch (const InputError& error) {
+        if (!error.file().empty()) {
+            throw;
+        }
+        throw InputError("engine weights", tensorName + (error.location().empty() ? "" : " " + error.location()),
+            error.detail()
+                + " (the model's files are checked finite when loaded: these values come from weight noise, training "
+                  "or a conversion after loading)");
+    }
+}
+
 // A full-forward cache: stores nothing between calls, but rounds keys and values as the engine's paged cache
 // does, so that a forward through it equals cached decoding position for position.
 class QuantizingKvCache : public model::KvCache {
@@ -653,7 +671,9 @@ EngineModel::ModuleState EngineModel::moduleState(
     state.weights = precision.weights;
     state.activations = precision.activations;
     if (weight.device().is_cpu()) {
-        state.weight = quant::QuantizedWeight::quantize(weight, precision.weights.format, precision.weights.granularity);
+        state.weight = namingTensor(weightTensorName(config(), module), [&] {
+            return quant::QuantizedWeight::quantize(weight, precision.weights.format, precision.weights.granularity);
+        });
     } else {
         // On a GPU the rounding stays there where the device computes fakeQuantize's values bit for bit: bf16
         // through the device's round-to-nearest-even conversion (roundBf16), e4m3 per tensor, channel or 128 x 128
@@ -692,7 +712,8 @@ EngineModel::ModuleState EngineModel::moduleState(
         }
 #endif
         if (!state.deviceWeight.defined() && !state.fp8Codes.defined()) {
-            state.deviceWeight = quant::fakeQuantize(source, format, precision.weights.granularity);
+            state.deviceWeight = namingTensor(weightTensorName(config(), module),
+                [&] { return quant::fakeQuantize(source, format, precision.weights.granularity); });
         }
     }
     if (bias.defined()) {

@@ -2,6 +2,8 @@
 
 #include "core/common/error.h"
 #include "core/common/hash.h"
+#include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 #include "core/common/spill_file.h"
 #include "core/engine/module_names.h"
 #include "core/metrics/bootstrap.h"
@@ -139,8 +141,12 @@ std::vector<std::string> noiseTargets(
     const model::TransformerWeights& weights, double sigma, const std::string& modulePattern)
 {
     if (!std::isfinite(sigma) || sigma < 0.0) {
-        throw InputError(
-            "rollout configuration", "noise sigma", "must be finite and >= 0, got " + std::to_string(sigma));
+        throw InputError("rollout configuration", "noise sigma", "must be finite and >= 0, got " + numberText(sigma));
+    }
+    if (sigma > limits::kMaxNoiseSigma) {
+        throw InputError("rollout configuration", "noise sigma",
+            "must be <= " + numberText(limits::kMaxNoiseSigma) + ", got " + numberText(sigma) + ": "
+                + limits::kMaxNoiseSigmaReason);
     }
     const quant::ModulePattern pattern = noisePattern(modulePattern);
     const bool anyMatch = std::any_of(weights.names().begin(), weights.names().end(),
@@ -160,6 +166,36 @@ std::vector<std::string> noiseTargets(
         }
     }
     return targets;
+}
+
+std::string dtypeName(at::ScalarType dtype)
+{
+    switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kDouble: return "float64";
+    default: return c10::toString(dtype);
+    }
+}
+
+// InputError naming the option and the tensor when noisy values (elements `first`... of tensor `name`, in the
+// dtype the engine reads it in) overflow: finite weights of a large RMS, or a float16 tensor, can overflow under a
+// sigma within limits::kMaxNoiseSigma, and the engine would then fail on non-finite weights or logits that no
+// input holds.
+void requireFiniteNoisy(
+    const at::Tensor& noisy, std::int64_t first, double sigma, double rms, const std::string& name)
+{
+    const at::Tensor finite = at::isfinite(noisy);
+    if (finite.all().item<bool>()) {
+        return;
+    }
+    const std::int64_t bad = first + at::nonzero(finite.logical_not().reshape({-1}))[0][0].item<std::int64_t>();
+    throw InputError("rollout configuration", "noise sigma",
+        "noise of sigma " + numberText(sigma) + " times the RMS of " + name + " (" + numberText(rms)
+            + ") makes its flat element " + std::to_string(bad) + " overflow " + dtypeName(noisy.scalar_type())
+            + ": the engine cannot run on infinite weights; give a smaller sigma or leave " + name
+            + " out of the noise modules");
 }
 
 // Writes w + sigma * rms(w) * n (the tensor `name`'s noise stream, seeded by `seed`) into `result`, flat like
@@ -193,6 +229,7 @@ void writeNoisy(const at::Tensor& source, at::Tensor& result, double sigma, std:
             }
         });
         const at::Tensor sum = (source.narrow(0, first, size).to(at::kDouble) + factor * noise).to(result.scalar_type());
+        requireFiniteNoisy(sum, first, sigma, rms, name);
         result.narrow(0, first, size).copy_(sum);
     }
 }

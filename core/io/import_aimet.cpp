@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 #include "core/io/import_log.h"
 #include "core/model/config.h"
 
@@ -214,12 +215,13 @@ AimetImport importAimetSensitivity(const std::string& path, const AimetImportOpt
         // The marked text is longer than the original only after a NaN/Infinity token; the offset before the first
         // one is exact, which is where a typical truncation or typo is reported.
         const size_t offset = error.byte > 0 ? error.byte - 1 : 0;
-        std::string what = error.what();
-        const auto colon = what.rfind(": ");
+        // The detail after nlohmann's own location ("parse error at line 1, column 5: DETAIL"): the place is ours.
+        const std::string what = jsonErrorDetail(error);
+        const auto colon = what.find(": ", what.find("column"));
         throw InputError(path, lineColumn(text, offset),
             "not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon + 2)) + ")");
     } catch (const json::out_of_range& error) { // a number such as 1e400
-        throw InputError(path, "", std::string("not valid JSON (") + error.what() + ")");
+        throw InputError(path, "", "not valid JSON (" + jsonErrorDetail(error) + ")");
     }
     if (!object.is_object()) {
         throw InputError(path, "", std::string("expected one JSON object {\"layer name\": value, ...}, got a JSON ")

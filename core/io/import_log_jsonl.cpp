@@ -3,6 +3,7 @@
 #include "core/io/import_log_internal.h"
 
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 
 #include <algorithm>
 #include <set>
@@ -56,10 +57,10 @@ ParsedLine parseJsonLine(LogSource source, std::int64_t lineNumber, const std::s
     try {
         object = json::parse(markNonFiniteTokens(text));
     } catch (const json::exception& error) { // parse_error, or out_of_range for a number such as 1e400
-        std::string what = error.what();
-        // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-        const auto colon = what.find("column");
-        parsed.skipReason = "bad JSON (" + (colon == std::string::npos ? what : what.substr(colon)) + ")";
+        // "parse error at line 1, column 5: ..." (the line is always 1 here: from its column on).
+        const std::string what = jsonErrorDetail(error);
+        const auto column = what.find("column");
+        parsed.skipReason = "bad JSON (" + (column == std::string::npos ? what : what.substr(column)) + ")";
         return parsed;
     }
     if (!object.is_object()) {

@@ -4,6 +4,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -61,7 +62,7 @@ std::optional<TinkerRunConfig> readTinkerConfig(const std::string& logPath, std:
             const std::size_t at = std::min<std::size_t>(error.byte > 0 ? error.byte - 1 : 0, marked.size());
             throw InputError(path, lineColumnOf(marked.data(), marked.data() + marked.size(), at), "bad JSON");
         } catch (const json::exception& error) {
-            throw InputError(path, "", std::string("bad JSON: ") + error.what());
+            throw InputError(path, "", "bad JSON: " + jsonErrorDetail(error));
         }
         if (!config.is_object()) {
             throw InputError(path, "", std::string("expected a JSON object, got a JSON ") + config.type_name());

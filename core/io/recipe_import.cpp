@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 #include "core/common/utf8.h"
 #include "core/common/yaml_scalar.h"
 #include "core/quant/recipe_plan.h"
@@ -947,7 +948,7 @@ Json parseDocument(const std::string& text, const std::string& file)
         try {
             return Json::parse(text);
         } catch (const nlohmann::json::exception& error) { // a number such as 1e400
-            throw InputError(file, "", std::string("malformed JSON: ") + error.what());
+            throw InputError(file, "", "malformed JSON: " + jsonErrorDetail(error));
         }
     }
     const YAML::Node root = loadYaml(text, file);

@@ -229,9 +229,9 @@ Parameter promptsParameter(const std::string& label, const std::string& help)
 // One rollout configuration's weight noise (admit's single candidate, prefix shift's configuration).
 std::vector<Parameter> noiseParameters(const std::string& noiseHelp)
 {
-    return {ranged(param("noise", ParameterType::Number, "--noise", "Weight noise sigma (relative to RMS)", noiseHelp,
-                       0.0),
-                0),
+    return {noiseSigmaRange(param("noise", ParameterType::Number, "--noise", "Weight noise sigma (relative to RMS)",
+                                noiseHelp, 0.0),
+                false),
         ranged(param("noise_seed", ParameterType::Integer, "--noise-seed", "Noise seed", "Seed of the weight noise", 0),
             0),
         param("noise_modules", ParameterType::Text, "--noise-modules", "Noisy modules",

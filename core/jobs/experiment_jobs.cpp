@@ -143,9 +143,10 @@ JobDefinition compareObjectivesJob()
         required(choice(param("objectives", ParameterType::ChoiceList, "--objectives", "Objectives",
                             "Objectives to compare", nlohmann::json {"opd_full_kl", "reinforce", "grpo"}),
             {"opd_full_kl", "opd_k1", "opd_k3", "reinforce", "grpo"})),
-        ranged(param("noise", ParameterType::NumberList, "--noise", "Noise sigmas of the sweep",
-                   "Noise sigmas of the sweep, relative to each tensor's RMS (default 0.1,0.3,1.0 without --recipe)"),
-            0, true),
+        noiseSigmaRange(param("noise", ParameterType::NumberList, "--noise", "Noise sigmas of the sweep",
+                            "Noise sigmas of the sweep, relative to each tensor's RMS (default 0.1,0.3,1.0 without "
+                            "--recipe)"),
+            true),
         param("recipes", ParameterType::PathList, "--recipe", "Recipes of the sweep", "Recipes of the sweep"),
         ranged(param("run_steps", ParameterType::Integer, "--steps", "Steps of every run",
                    "Steps of every run (default: the run file's)"),

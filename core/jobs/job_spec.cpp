@@ -6,11 +6,13 @@
 #include <filesystem>
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 
 #include <cerrno>
-#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 namespace mismatch::jobs {
 
@@ -89,13 +91,8 @@ const JobDefinition& requireJob(const std::string& kind, const std::string& sour
     throw InputError(source, "job", "unknown job '" + kind + "' (the catalogue has: " + known + ")");
 }
 
-// The shortest text that reads back to the same double ("10", "0.05", "1e-06"), as std::to_chars writes it.
-std::string numberText(double value)
-{
-    char text[64];
-    const auto written = std::to_chars(text, text + sizeof text, value);
-    return std::string(text, written.ptr);
-}
+// What an Integer parameter holds (JobSpec::integer reads it as int64).
+constexpr const char* kWholeNumberRange = "-9223372036854775808 to 9223372036854775807";
 
 // Type, choices and range of one scalar value; "" when it fits.
 std::string checkScalar(const Parameter& p, ParameterType type, const nlohmann::json& v)
@@ -134,6 +131,11 @@ std::string checkScalar(const Parameter& p, ParameterType type, const nlohmann::
             return std::string("expected ") + (type == ParameterType::Integer ? "a whole number" : "a number") + ", got "
                 + v.dump();
         }
+        if (type == ParameterType::Integer && v.is_number_unsigned()
+            && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+            // A JSON spec's 9223372036854775808 would read back as a negative id.
+            return "must be a whole number from " + std::string(kWholeNumberRange) + ", got " + v.dump();
+        }
         const double x = v.get<double>();
         if (!std::isfinite(x)) {
             return "expected a finite number, got " + v.dump();
@@ -142,7 +144,8 @@ std::string checkScalar(const Parameter& p, ParameterType type, const nlohmann::
             return std::string("must be ") + (p.lowExclusive ? "> " : ">= ") + numberText(*p.low) + ", got " + v.dump();
         }
         if (p.high && x > *p.high) {
-            return "must be <= " + numberText(*p.high) + ", got " + v.dump();
+            return "must be <= " + numberText(*p.high) + ", got " + v.dump() + (p.highReason.empty() ? "" : ": ")
+                + p.highReason;
         }
         return "";
     }
@@ -447,7 +450,7 @@ std::optional<JobSpec> JobSpec::ofRun(const store::RunInfo& run)
     try {
         json = nlohmann::json::parse(run.jobJson);
     } catch (const nlohmann::json::exception& error) {
-        throw InputError(source, "job_json", std::string("not JSON: ") + error.what());
+        throw InputError(source, "job_json", "not JSON: " + jsonErrorDetail(error));
     }
     return fromJson(json, source);
 }
@@ -488,8 +491,11 @@ std::optional<nlohmann::json> parseValue(const Parameter& parameter, const std::
         char* end = nullptr;
         errno = 0;
         const long long value = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE) {
+        if (text.empty() || end != text.c_str() + text.size()) {
             return fail("a whole number");
+        }
+        if (errno == ERANGE) { // strtoll saturates: the digits would quietly mean another number
+            return fail("a whole number from " + std::string(kWholeNumberRange));
         }
         return nlohmann::json(static_cast<std::int64_t>(value));
     }

@@ -55,6 +55,7 @@ struct Parameter {
     std::optional<double> low; // numeric range (also every element of a numeric list)
     bool lowExclusive = false;
     std::optional<double> high;
+    std::string highReason; // optional: why values above `high` are refused, after "must be <= HIGH, got V: "
     std::vector<std::string> choices; // Choice: the values allowed
     // Choice, optional: for a value that is not one of `choices`, what is wrong with it ("" accepts it after all:
     // "cuda" for "cuda:0"); replaces the generic "expected one of ..." (the device: why a CUDA device is missing).

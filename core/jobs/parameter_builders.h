@@ -3,6 +3,7 @@
 // choices, required; a definition's head. Internal to core/jobs.
 #include "core/common/device.h"
 #include "core/common/error.h"
+#include "core/common/input_limits.h"
 #include "core/jobs/job_spec.h"
 
 #include <optional>
@@ -30,6 +31,14 @@ inline Parameter ranged(Parameter p, std::optional<double> low, bool lowExclusiv
     p.low = low;
     p.lowExclusive = lowExclusive;
     p.high = high;
+    return p;
+}
+
+// A noise sigma (or list of them): > 0 or >= 0 as `lowExclusive` says, and at most limits::kMaxNoiseSigma.
+inline Parameter noiseSigmaRange(Parameter p, bool lowExclusive)
+{
+    p = ranged(std::move(p), 0.0, lowExclusive, limits::kMaxNoiseSigma);
+    p.highReason = limits::kMaxNoiseSigmaReason;
     return p;
 }
 

@@ -4,6 +4,7 @@
 #include "core/analysis/sensitivity.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/message_text.h"
 #include "core/quant/formats.h"
 
 #include <filesystem>
@@ -179,7 +180,8 @@ JobSpec migratedSpec(const store::RunStore& store, const store::RunInfo& run)
             return calibrateSpec(store, run, source);
         }
     } catch (const nlohmann::json::exception& error) {
-        throw InputError(store.path(), "run " + std::to_string(run.id), notACatalogueRun(run) + "; its record cannot be read as one: " + error.what());
+        throw InputError(store.path(), "run " + std::to_string(run.id),
+            notACatalogueRun(run) + "; its record cannot be read as one: " + jsonErrorDetail(error));
     } catch (const InputError& error) {
         throw InputError(store.path(), "run " + std::to_string(run.id), notACatalogueRun(run) + "; its record cannot be read as one: " + error.what());
     }

@@ -108,10 +108,10 @@ JobDefinition calibrateJob()
             "Short sweep: the run cut to 40 steps of at most 16 prompts, evaluated at 20 and 40 on 128 held-out "
             "problems",
             false),
-        ranged(param("noise", ParameterType::NumberList, "--noise", "Noise sigmas (relative to RMS)",
-                   "Noise sigmas, relative to each tensor's RMS (default 0.05,0.1,0.2,0.4 when no recipe or staleness "
-                   "is given)"),
-            0, true),
+        noiseSigmaRange(param("noise", ParameterType::NumberList, "--noise", "Noise sigmas (relative to RMS)",
+                            "Noise sigmas, relative to each tensor's RMS (default 0.05,0.1,0.2,0.4 when no recipe or "
+                            "staleness is given)"),
+            true),
         param("recipes", ParameterType::PathList, "--recipe", "Recipes in the sweep",
             "Recipe files to include in the sweep"),
         ranged(param("staleness", ParameterType::IntegerList, "--staleness", "Staleness values in the sweep",

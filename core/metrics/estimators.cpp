@@ -1,5 +1,7 @@
 #include "core/metrics/estimators.h"
 
+#include "core/common/message_text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -171,7 +173,7 @@ EstimatorComparison estimatorComparisonFromJson(const nlohmann::json& json)
         }
         return comparison;
     } catch (const nlohmann::json::exception& error) {
-        throw std::invalid_argument(std::string("estimator comparison: ") + error.what());
+        throw std::invalid_argument("estimator comparison: " + jsonErrorDetail(error));
     }
 }
 

@@ -345,6 +345,14 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
     config.numHeads = reader.positive("num_attention_heads", reader.requiredInt("num_attention_heads"));
     config.numKeyValueHeads
         = reader.positive("num_key_value_heads", reader.optionalInt("num_key_value_heads", config.numHeads));
+    for (const auto& [key, heads] : {std::pair<const char*, std::int64_t> {"num_attention_heads", config.numHeads},
+             std::pair<const char*, std::int64_t> {"num_key_value_heads", config.numKeyValueHeads}}) {
+        if (heads > ModelConfig::kMaxHeads) {
+            reader.fail(key,
+                std::to_string(heads) + " heads, over the limit of " + std::to_string(ModelConfig::kMaxHeads)
+                    + " (the largest released models have 128)");
+        }
+    }
     if (config.numHeads % config.numKeyValueHeads != 0) {
         reader.fail("num_key_value_heads",
             "num_attention_heads (" + std::to_string(config.numHeads) + ") is not a multiple of num_key_value_heads ("
@@ -364,6 +372,11 @@ ModelConfig parseConfig(const std::string& jsonText, const std::string& file)
                     + std::to_string(config.numHeads) + ") and no head_dim is given");
         }
         config.headDim = config.hiddenSize / config.numHeads;
+    }
+    if (config.headDim > ModelConfig::kMaxHeadDim) {
+        reader.fail("head_dim",
+            "head dimension " + std::to_string(config.headDim) + ", over the limit of "
+                + std::to_string(ModelConfig::kMaxHeadDim) + " (the largest released models have 256)");
     }
     // Rotary embeddings rotate pairs of dimensions.
     if (config.headDim % 2 != 0) {

@@ -29,6 +29,11 @@ struct RopeScaling {
 struct ModelConfig {
     // parseConfig refuses more layers (docs/architecture.md "Limits on input").
     static constexpr std::int64_t kMaxLayers = 10000;
+    // ... more attention heads (query or key/value) and a larger head dimension: the largest released models have
+    // 128 heads of at most 256 dimensions. Commands that read only config.json (kv-capacity, recipe check) size
+    // tables and products by them with no checkpoint to bound them.
+    static constexpr std::int64_t kMaxHeads = 4096;
+    static constexpr std::int64_t kMaxHeadDim = 4096;
 
     Architecture architecture = Architecture::Qwen2;
     std::int64_t vocabSize = 0;

@@ -1,6 +1,7 @@
 #include "core/model/tokenizer_regex.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 #include "core/common/utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -61,11 +62,19 @@ std::string withWhiteSpaceProperty(const std::string& pattern)
 
 struct Regex::Compiled {
     std::unique_ptr<pcre2_code, CodeDeleter> code;
+    // Where the pattern came from, for a match that fails (PCRE2's match, depth and heap limits stop a pattern that
+    // backtracks without end on some text).
+    std::string pattern;
+    std::string file;
+    std::string location;
 };
 
 Regex::Regex(const std::string& pattern, bool literal, const std::string& file, const std::string& location)
     : compiled_(std::make_unique<Compiled>())
 {
+    compiled_->pattern = pattern;
+    compiled_->file = file;
+    compiled_->location = location;
     const std::string source = literal ? pattern : withWhiteSpaceProperty(pattern);
     int errorCode = 0;
     PCRE2_SIZE errorOffset = 0;
@@ -108,7 +117,12 @@ std::vector<std::pair<size_t, size_t>> Regex::findAll(const std::string& text) c
             break;
         }
         if (rc < 0) {
-            throw Error("regular expression match failed: " + pcre2Message(rc));
+            throw InputError(compiled_->file, compiled_->location,
+                "regular expression \"" + cutText(compiled_->pattern) + "\" failed while matching the text \""
+                    + cutText(text) + "\" at byte " + std::to_string(start) + " (" + pcre2Message(rc) + ")"
+                    + (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT
+                              ? ": the pattern backtracks without bound on such text"
+                              : ""));
         }
         const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
         const size_t matchStart = ovector[0];

@@ -22,7 +22,9 @@ public:
     Regex& operator=(const Regex&) = delete;
 
     // Byte ranges [start, end) of the successive leftmost matches in `text` (valid UTF-8), like Rust's
-    // find_iter: after an empty match the search resumes one character further.
+    // find_iter: after an empty match the search resumes one character further. InputError(file, location, ...)
+    // naming the pattern and the text when a match fails (PCRE2's match limit stops a pattern that backtracks
+    // without bound).
     std::vector<std::pair<size_t, size_t>> findAll(const std::string& text) const;
     bool matches(const std::string& text) const { return !findAll(text).empty(); }
 

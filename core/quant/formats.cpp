@@ -1,6 +1,7 @@
 #include "core/quant/formats.h"
 
 #include "core/common/error.h"
+#include "core/common/message_text.h"
 
 #include <array>
 #include <utility>
@@ -83,15 +84,6 @@ std::vector<std::string> spellings(const std::array<std::pair<Enum, const char*>
 std::int64_t ceilDiv(std::int64_t a, std::int64_t b)
 {
     return (a + b - 1) / b;
-}
-
-std::string shapeText(c10::IntArrayRef shape)
-{
-    std::string text = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        text += (i ? ", " : "") + std::to_string(shape[i]);
-    }
-    return text + "]";
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/fresh_pages.h"
+#include "core/common/message_text.h"
 #include "core/common/output_check.h"
 #include "core/common/vector_clones.h"
 #include "core/model/model_files.h"
@@ -36,15 +37,6 @@ std::int64_t ceilDiv(std::int64_t a, std::int64_t b)
 std::int64_t rowGrain(std::int64_t columns)
 {
     return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, columns));
-}
-
-std::string shapeText(at::IntArrayRef shape)
-{
-    std::string text = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        text += (i ? ", " : "") + std::to_string(shape[i]);
-    }
-    return text + "]";
 }
 
 // Which elements of a row-major [rows, columns] matrix share a scale: row r uses scale row

@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
@@ -864,15 +865,15 @@ Recipe parseRecipe(const std::string& text, const std::string& fileName)
         try {
             document = nlohmann::ordered_json::parse(text);
         } catch (const nlohmann::json::parse_error& error) {
-            // what() reads "[json.exception.parse_error.101] parse error at line 1, column 5: DETAIL".
-            std::string detail = error.what();
+            // "parse error at line 1, column 5: DETAIL": the place is ours (byteToLocation), the detail the library's.
+            std::string detail = jsonErrorDetail(error);
             const auto colon = detail.find(": ", detail.find("parse error"));
             if (colon != std::string::npos) {
                 detail = detail.substr(colon + 2);
             }
             throwLocated(fileName, true, byteToLocation(text, error.byte), "malformed JSON: " + detail);
         } catch (const nlohmann::json::out_of_range& error) { // a number such as 1e400
-            throwLocated(fileName, true, SourceLocation{}, std::string("malformed JSON: ") + error.what());
+            throwLocated(fileName, true, SourceLocation{}, "malformed JSON: " + jsonErrorDetail(error));
         }
         try {
             root = YAML::Load(text);

@@ -119,6 +119,82 @@ struct Closer {
     ~Closer() { sqlite3_close(db); }
 };
 
+// Whether the database file is there. A path that cannot be examined (a loop of symbolic links on the way, a name
+// too long, no permission to search a directory) is a StoreError saying so, not "does not exist" followed by an
+// offer to create what cannot be created there.
+bool databaseExists(const std::string& path)
+{
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (!ec || status.type() == fs::file_type::not_found) { // not found: ENOENT, or ENOTDIR on the way
+        return fs::exists(status);
+    }
+    if (ec == std::errc::too_many_symbolic_link_levels) {
+        throw StoreError(path, "is reached through a loop of symbolic links (" + ec.message()
+                + "): the workspace directory or workspace.db names itself through its links; fix or remove them");
+    }
+    throw StoreError(path, "cannot be examined: " + ec.message());
+}
+
+// The files SQLite keeps beside a database, under its name with a suffix, and what each holds.
+constexpr std::pair<const char*, const char*> kSidecarFiles[] = {{"-wal", "its write-ahead log"},
+    {"-shm", "the shared-memory index of its write-ahead log"}, {"-journal", "its rollback journal"}};
+
+// Each of them must be a regular file or absent: SQLite reports one that is a directory as "attempt to write a
+// readonly database" or "unable to open database file", which points at the database instead of the file in the way.
+void requireSidecarFiles(const std::string& path)
+{
+    for (const auto& [suffix, holds] : kSidecarFiles) {
+        const std::string sidecar = path + suffix;
+        std::error_code ec;
+        const fs::file_status status = fs::status(sidecar, ec);
+        if (status.type() == fs::file_type::not_found || status.type() == fs::file_type::regular) {
+            continue;
+        }
+        if (ec) {
+            throw StoreError(path, "cannot be opened: " + sidecar + ", where SQLite keeps " + holds
+                    + ", cannot be examined (" + ec.message() + ")");
+        }
+        const std::string kind = status.type() == fs::file_type::directory ? "a directory"
+            : status.type() == fs::file_type::fifo                        ? "a FIFO"
+            : status.type() == fs::file_type::socket                      ? "a socket"
+                                                                          : "a device or other special file";
+        throw StoreError(path, "cannot be opened: " + sidecar + ", where SQLite keeps " + holds + ", is " + kind
+                + ", not a file; move it out of the way (SQLite would call the workspace read-only)");
+    }
+}
+
+// The sidecar files present now (a creation that fails removes only those it made).
+std::set<std::string> presentSidecarFiles(const std::string& path)
+{
+    std::set<std::string> present;
+    for (const auto& [suffix, holds] : kSidecarFiles) {
+        std::error_code ec;
+        if (fs::exists(fs::symlink_status(path + suffix, ec))) {
+            present.insert(path + suffix);
+        }
+    }
+    return present;
+}
+
+// After a creation that failed (no room, a file size limit, a journal that cannot be written): the database file
+// SQLite made, when it is still empty (no one's data is in it), and the journal files that were not there before,
+// so that a refused `store init` leaves the directory as it found it. A file that has content stays.
+void removeFailedCreation(const std::string& path, const std::set<std::string>& sidecarsBefore)
+{
+    std::error_code ec;
+    if (fs::symlink_status(path, ec).type() != fs::file_type::regular || ec || fs::file_size(path, ec) != 0 || ec) {
+        return;
+    }
+    fs::remove(path, ec);
+    for (const auto& [suffix, holds] : kSidecarFiles) {
+        const std::string sidecar = path + suffix;
+        if (!sidecarsBefore.count(sidecar) && fs::symlink_status(sidecar, ec).type() == fs::file_type::regular) {
+            fs::remove(sidecar, ec);
+        }
+    }
+}
+
 // The tables of a workspace of our application id against its schema version: every table the migrations up to
 // `version` create must be there and none that a later one creates. "" when they match, else the plain reason.
 std::string schemaMismatch(sqlite3* db, int version)
@@ -275,7 +351,8 @@ RunStore RunStore::open(const std::string& path, OpenMode mode)
 {
     const fs::path file(path);
     std::error_code ec;
-    const bool exists = fs::exists(file, ec);
+    const bool exists = databaseExists(path);
+    requireSidecarFiles(path);
     fs::path directory = file.parent_path().empty() ? fs::path(".") : file.parent_path();
     if (!exists) {
         if (mode != OpenMode::CreateOrOpen) {
@@ -322,6 +399,20 @@ RunStore RunStore::open(const std::string& path, OpenMode mode)
         return store;
     }
 
+    const std::set<std::string> sidecarsBefore = presentSidecarFiles(path);
+    try {
+        return openForWriting(path);
+    } catch (...) {
+        if (!exists) {
+            removeFailedCreation(path, sidecarsBefore);
+        }
+        throw;
+    }
+}
+
+// open()'s read-write half, after the file checks: the schema created or migrated, the WAL journal switched on.
+RunStore RunStore::openForWriting(const std::string& path)
+{
     sqlite3* db = openConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX);
     RunStore store(db, path, false);
     execute(db, "PRAGMA foreign_keys = ON");

@@ -111,7 +111,9 @@ class RunStore {
 public:
     // Opens (or creates) the database at `path`. Throws StoreError naming the file and the problem for: a
     // file that is not SQLite, a SQLite file that is not a Mismatch Lab workspace, a newer schema, a corrupt
-    // file, a location that cannot be written. A file that fails these checks is never modified.
+    // file, a location that cannot be written, a path through a loop of symbolic links, a -wal, -shm or -journal
+    // beside it that is a directory or another non-file. A file that fails these checks is never modified; a
+    // creation that fails removes the database file it made while that is still empty.
     static RunStore open(const std::string& path, OpenMode mode = OpenMode::CreateOrOpen);
 
     RunStore(RunStore&& other) noexcept;
@@ -171,6 +173,7 @@ public:
 
 private:
     RunStore(sqlite3* db, std::string path, bool readOnly);
+    static RunStore openForWriting(const std::string& path);
     void close();
 
     sqlite3* db_ = nullptr;

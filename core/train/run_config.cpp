@@ -3,6 +3,7 @@
 #include "core/common/device.h"
 #include "core/common/error.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
 #include "core/store/run_store.h"
@@ -398,6 +399,11 @@ void Parser::rollout(const Entry& entry, RunConfig& config)
         const auto fields = reader_.entries(noise->value, noise->valueLocation, {"sigma", "seed", "modules"});
         if (const Entry* sigma = Reader::find(fields, "sigma")) {
             config.rollout.noise.sigma = rangedNumber(*sigma, 0.0, true, INFINITY, false);
+            if (config.rollout.noise.sigma > limits::kMaxNoiseSigma) {
+                fail(sigma->valueLocation,
+                    "must be <= " + numberText(limits::kMaxNoiseSigma) + ", got " + sigma->value.Scalar() + ": "
+                        + limits::kMaxNoiseSigmaReason);
+            }
         }
         if (const Entry* seed = Reader::find(fields, "seed")) {
             config.rollout.noise.seed = seedValue(*seed);
@@ -454,6 +460,16 @@ void Parser::optimizer(const Entry& entry, RunConfig& config)
     }
     if (const Entry* e = Reader::find(list, "weight_decay")) {
         o.weightDecay = rangedNumber(*e, 0.0, true, INFINITY, false);
+        // AdamW's decoupled decay multiplies every weight by 1 - lr * weight_decay each step (core/train/adamw.h), at
+        // the peak rate learning_rate once warmup is over: from a product of 1 that factor zeroes the weights, above
+        // it flips their sign (and above 2 makes them grow without bound).
+        const double product = o.learningRate * o.weightDecay;
+        if (product >= 1.0) {
+            fail(e->valueLocation,
+                "is " + e->value.Scalar() + ", and times learning_rate (" + numberText(o.learningRate) + ") that is "
+                    + numberText(product) + ", at least 1: AdamW multiplies the weights by 1 - learning_rate * "
+                    "weight_decay every step, which would zero them or flip their sign; keep the product below 1");
+        }
     }
     if (const Entry* e = Reader::find(list, "gradient_clip")) {
         o.gradientClip = rangedNumber(*e, 0.0, true, INFINITY, false);

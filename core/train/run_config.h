@@ -77,7 +77,7 @@ struct CorrectionConfig {
 // Gaussian noise added to the engine's weights: sigma times each tensor's RMS, on the modules matching
 // `modules` (a recipe match pattern).
 struct NoiseConfig {
-    double sigma = 0.0;
+    double sigma = 0.0; // [0, limits::kMaxNoiseSigma]
     std::uint64_t seed = 0;
     std::string modules = "*";
 };
@@ -101,7 +101,7 @@ struct RolloutConfig {
 struct OptimizerConfig { // AdamW with linear warmup and cosine decay (core/train/adamw.h)
     double learningRate = 1e-4; // > 0
     std::int64_t warmupSteps = 0;
-    double weightDecay = 0.0; // >= 0
+    double weightDecay = 0.0; // >= 0, and weightDecay * learningRate < 1 (AdamW's decay factor stays positive)
     double gradientClip = 1.0; // global L2 norm; >= 0, 0 is off
     double beta1 = 0.9; // [0, 1)
     double beta2 = 0.999; // [0, 1)

@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/common/input_limits.h"
+#include "core/common/message_text.h"
 #include "core/common/version.h"
 #include "core/model/config.h"
 #include "core/model/safetensors.h"
@@ -112,7 +113,7 @@ std::int64_t Session::loadCheckpoint(const fs::path& directory)
         restoredBf16Unit_.step = state.value("bf16_unit_step", step);
         restoredWallSeconds_ = state.at("wall_time_s").get<double>();
     } catch (const nlohmann::json::exception& error) {
-        throw InputError(statePath, "", std::string("malformed checkpoint state: ") + error.what());
+        throw InputError(statePath, "", "malformed checkpoint state: " + jsonErrorDetail(error));
     }
     model::TransformerWeights restored = model::loadWeights(directory.string(), modelConfig_);
     for (const std::string& name : weights_.names()) {

@@ -374,6 +374,12 @@ void TestCommon::longValuesAndLibraryTextsInMessages()
         QVERIFY2(detail.rfind("parse error at line 1, column ", 0) == 0, detail.c_str());
         QVERIFY2(detail.find("[json.exception") == std::string::npos, detail.c_str());
     }
+    // Numbers as given, the shortest text that reads back to the same double (std::to_chars' round trip), not
+    // std::to_string's six decimals ("1000000000000000019884624838656.000000" for 1e30).
+    QCOMPARE(numberText(1e39), std::string("1e+39"));
+    QCOMPARE(numberText(100.0), std::string("100"));
+    QCOMPARE(numberText(0.05), std::string("0.05"));
+    QCOMPARE(std::stod(numberText(0.1 + 0.2)), 0.1 + 0.2);
 }
 
 // A failed SQLite call says what it means for the workspace first, then SQLite's text, its call and code; never

@@ -346,6 +346,8 @@ private slots:
     void perHeadKvScalesBeatPerTensorOnOutlierHead();
     void stalenessPicksSnapshot();
     void noiseSeededAndScalesWithSigma();
+    void noiseThatOverflowsIsRefusedNamingTheTensor();
+    void engineNamesTheTensorOfANonFiniteWeight();
     void noiseInPlaceIsTheCopysNoiseAndGivesTheWeightsBack();
     void measurementWithNoiseInPlaceIsTheCopys();
     void noisyCopyBytesCountWhatIsNotNoisedInPlace();
@@ -2126,6 +2128,55 @@ void TestEngine::noiseSeededAndScalesWithSigma()
     QVERIFY(at::equal(zero.get(name), weights.get(name)));
     QVERIFY_EXCEPTION_THROWN(addWeightNoise(weights, -0.1, 7), InputError);
     QVERIFY_EXCEPTION_THROWN(addWeightNoise(weights, 0.1, 7, "model.layers.{3-1}.*"), InputError);
+}
+
+void TestEngine::noiseThatOverflowsIsRefusedNamingTheTensor()
+{
+    const ModelConfig config = tinyConfig();
+    TransformerWeights weights = tinyWeights(config, 403);
+    const std::string name = "model.layers.1.mlp.up_proj.weight";
+    // Finite weights with an RMS of 1e37: noise of sigma 100 has a standard deviation of 1e39, past float32's
+    // largest value (FLT_MAX, about 3.4e38) for nearly every element.
+    const at::Tensor w = weights.get(name);
+    weights.set(name, w * (1e37 / w.to(at::kDouble).pow(2).mean().sqrt().item<double>()));
+    QVERIFY(at::isfinite(weights.get(name)).all().item<bool>());
+    try {
+        addWeightNoise(weights, 100.0, 7);
+        QFAIL("noise that overflows float32 was accepted");
+    } catch (const InputError& error) {
+        QCOMPARE(error.location(), std::string("noise sigma"));
+        QVERIFY2(error.detail().find(name) != std::string::npos, error.what());
+        QVERIFY2(error.detail().find("overflow float32") != std::string::npos, error.what());
+    }
+    // The same sigma on weights of an ordinary RMS is accepted; past the bound no weights are.
+    const TransformerWeights ordinary = tinyWeights(config, 403);
+    QVERIFY(at::isfinite(addWeightNoise(ordinary, 100.0, 7).get(name)).all().item<bool>());
+    try {
+        addWeightNoise(ordinary, 1e39, 7);
+        QFAIL("a noise sigma of 1e39 was accepted");
+    } catch (const InputError& error) {
+        QVERIFY2(error.detail().find("<= 100") != std::string::npos, error.what());
+        QVERIFY2(error.detail().find("1e+39") != std::string::npos, error.what());
+    }
+}
+
+void TestEngine::engineNamesTheTensorOfANonFiniteWeight()
+{
+    const ModelConfig config = tinyConfig();
+    TransformerWeights weights = tinyWeights(config, 405);
+    const std::string name = "model.layers.1.mlp.down_proj.weight";
+    at::Tensor broken = weights.get(name).clone();
+    broken[2][3] = std::numeric_limits<float>::infinity();
+    weights.set(name, broken);
+    try {
+        EngineModel model(config, weights);
+        QFAIL("an engine was built on an infinite weight");
+    } catch (const InputError& error) {
+        // Not "<input>:element [2, 3]": the tensor and the element.
+        QCOMPARE(error.file(), std::string("engine weights"));
+        QCOMPARE(error.location(), name + " element [2, 3]");
+        QVERIFY2(error.detail().find("inf") != std::string::npos, error.what());
+    }
 }
 
 namespace {

@@ -163,6 +163,46 @@ private slots:
         QCOMPARE(jobs::valueText(nlohmann::json("a b")), std::string("a b"));
     }
 
+    // A stored id given as 2^63 (one past int64) is refused with the range, from a JSON spec and from a job file's
+    // text, instead of reading back as a negative id or saturating to 2^63 - 1.
+    void wholeNumbersBeyondInt64AreRefusedWithTheRange()
+    {
+        jobs::JobSpec spec("admit");
+        spec.set("calibration", nlohmann::json(std::uint64_t(1) << 63));
+        std::string message;
+        for (const jobs::ParameterError& error : spec.validate()) {
+            message += error.parameter == "calibration" ? error.message : "";
+        }
+        QVERIFY2(message.find("9223372036854775807") != std::string::npos, message.c_str());
+        QVERIFY2(message.find("9223372036854775808") != std::string::npos, message.c_str());
+        spec.set("calibration", std::int64_t(9223372036854775807));
+        for (const jobs::ParameterError& error : spec.validate()) {
+            QVERIFY2(error.parameter != "calibration", error.message.c_str());
+        }
+        std::string error;
+        QVERIFY(!jobs::parseValue(*spec.definition().parameter("calibration"), "9223372036854775808", &error));
+        QVERIFY2(error.find("-9223372036854775808 to 9223372036854775807") != std::string::npos, error.c_str());
+    }
+
+    // A noise sigma is bounded with the reason (limits::kMaxNoiseSigma), in every job that takes one.
+    void noiseSigmaBoundedWithItsReason()
+    {
+        for (const jobs::JobDefinition& job : jobs::catalogue()) {
+            const jobs::Parameter* noise = job.parameter("noise");
+            if (!noise) {
+                continue;
+            }
+            jobs::JobSpec spec(job);
+            spec.set("noise", jobs::isList(noise->type) ? nlohmann::json::array({1e39}) : nlohmann::json(1e39));
+            std::string message;
+            for (const jobs::ParameterError& error : spec.validate()) {
+                message += error.parameter == "noise" ? error.message : "";
+            }
+            QVERIFY2(message.find("must be <= 100") != std::string::npos, (job.kind + ": " + message).c_str());
+            QVERIFY2(message.find("overflow float32") != std::string::npos, (job.kind + ": " + message).c_str());
+        }
+    }
+
     void equalityIsOnEffectiveValues()
     {
         jobs::JobSpec a("sensitivity");

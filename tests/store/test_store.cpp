@@ -23,9 +23,11 @@
 #include <nlohmann/json.hpp>
 
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -487,6 +489,7 @@ private slots:
     void rejectsBadFilesWithoutTouchingThem();
     void readOnlyOpenOfReadOnlyDirectory();
     void missingFileInOpenExistingMode();
+    void failedCreationLeavesNoEmptyDatabase();
     void openingAgainKeepsTheProcessLocks();
     void findRunByIdOrOneName();
     void mergesShardsIntoAWorkspace();
@@ -857,6 +860,44 @@ void TestStore::missingFileInOpenExistingMode()
     QVERIFY_THROWS_EXCEPTION(StoreError, RunStore::open(path, OpenMode::OpenExisting));
     QVERIFY_THROWS_EXCEPTION(StoreError, RunStore::open(path, OpenMode::ReadOnly));
     QVERIFY(!QFile::exists(QString::fromStdString(path)));
+}
+
+// A creation that fails after SQLite made the file (here a file size limit of 0 bytes: the file is created, its
+// first write fails with EFBIG) leaves the directory as it was, not a 0-byte workspace.db that the next command
+// would take for a workspace; an existing empty file is never removed.
+void TestStore::failedCreationLeavesNoEmptyDatabase()
+{
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/workspace.db").toStdString();
+    struct rlimit saved {};
+    QCOMPARE(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+    const auto previous = std::signal(SIGXFSZ, SIG_IGN); // a write past the limit fails with EFBIG instead
+    const auto openLimited = [&]() -> std::string {
+        struct rlimit limit = saved;
+        limit.rlim_cur = 0;
+        if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) {
+            return "setrlimit failed";
+        }
+        std::string message = "created under a file size limit of 0";
+        try {
+            RunStore::open(path);
+        } catch (const StoreError& error) {
+            message = error.what();
+        }
+        if (::setrlimit(RLIMIT_FSIZE, &saved) != 0) {
+            message += " (and the limit could not be restored)";
+        }
+        return message;
+    };
+    const std::string created = openLimited();
+    QVERIFY2(created.find(path) != std::string::npos, created.c_str());
+    QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden), QStringList());
+    // An empty workspace.db that was there before is someone's: it stays.
+    QVERIFY(QFile(QString::fromStdString(path)).open(QIODevice::WriteOnly));
+    const std::string existing = openLimited();
+    QVERIFY2(existing.find(path) != std::string::npos, existing.c_str());
+    QVERIFY(QFile::exists(QString::fromStdString(path)));
+    std::signal(SIGXFSZ, previous);
 }
 
 // Opening the workspace again while a connection is open (the GUI's jobs each open their own store) must not
