@@ -30,6 +30,31 @@ namespace mismatch::cli {
 
 namespace {
 
+// The table of the logged keys read, each with its measure, steps, unit and estimator.
+void printMappedKeys(std::ostream& out, const io::ImportedLog& log)
+{
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& m : log.metrics) {
+        rows.push_back({m.key, m.measure, std::to_string(m.steps), m.unit, m.estimator});
+    }
+    out << formatTable({"logged key", "measure", "steps", "unit", "estimator"}, rows);
+}
+
+// The keys no measure took (the first 12) and the import's notes.
+void printUnmappedKeysAndNotes(std::ostream& out, const io::ImportedLog& log)
+{
+    if (!log.unmappedKeys.empty()) {
+        out << "\n" << log.unmappedKeys.size() << " logged keys are not stored (read one with --map KEY=MEASURE): ";
+        for (size_t i = 0; i < log.unmappedKeys.size() && i < 12; ++i) {
+            out << (i ? ", " : "") << log.unmappedKeys[i];
+        }
+        out << (log.unmappedKeys.size() > 12 ? ", ..." : "") << "\n";
+    }
+    for (const std::string& note : log.notes) {
+        out << "note: " << note << "\n";
+    }
+}
+
 constexpr size_t kSkippedShown = 20; // skipped lines listed in the human summary (--json lists all)
 
 void printLogImport(const Context& context, const jobs::ImportReport& report)
@@ -59,11 +84,7 @@ void printLogImport(const Context& context, const jobs::ImportReport& report)
         out << "run configuration not read: " << log.tinkerConfigProblem << "\n";
     }
     out << "\n";
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& m : log.metrics) {
-        rows.push_back({m.key, m.measure, std::to_string(m.steps), m.unit, m.estimator});
-    }
-    out << formatTable({"logged key", "measure", "steps", "unit", "estimator"}, rows);
+    printMappedKeys(out, log);
     if (!log.skipped.empty()) {
         out << "\nskipped lines:\n";
         for (size_t i = 0; i < log.skipped.size() && i < kSkippedShown; ++i) {
@@ -94,16 +115,7 @@ void printLogImport(const Context& context, const jobs::ImportReport& report)
             out << "  ... and " << (log.conflicts.size() - kSkippedShown) << " more (--json lists them all)\n";
         }
     }
-    if (!log.unmappedKeys.empty()) {
-        out << "\n" << log.unmappedKeys.size() << " logged keys are not stored (read one with --map KEY=MEASURE): ";
-        for (size_t i = 0; i < log.unmappedKeys.size() && i < 12; ++i) {
-            out << (i ? ", " : "") << log.unmappedKeys[i];
-        }
-        out << (log.unmappedKeys.size() > 12 ? ", ..." : "") << "\n";
-    }
-    for (const std::string& note : log.notes) {
-        out << "note: " << note << "\n";
-    }
+    printUnmappedKeysAndNotes(out, log);
 }
 
 void printAimetImport(const Context& context, const jobs::ImportReport& report)
@@ -165,21 +177,8 @@ void printFollow(const Context& context, const io::FollowResult& result, const s
         << "lines read " << log.linesRead << ", lines skipped " << log.skipped.size() << ", values dropped "
         << log.dropped.size() << ", truncations " << result.truncations << ", rotations " << result.rotations
         << ", polls " << result.polls << "\n\n";
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& m : log.metrics) {
-        rows.push_back({m.key, m.measure, std::to_string(m.steps), m.unit, m.estimator});
-    }
-    out << formatTable({"logged key", "measure", "steps", "unit", "estimator"}, rows);
-    if (!log.unmappedKeys.empty()) {
-        out << "\n" << log.unmappedKeys.size() << " logged keys are not stored (read one with --map KEY=MEASURE): ";
-        for (size_t i = 0; i < log.unmappedKeys.size() && i < 12; ++i) {
-            out << (i ? ", " : "") << log.unmappedKeys[i];
-        }
-        out << (log.unmappedKeys.size() > 12 ? ", ..." : "") << "\n";
-    }
-    for (const std::string& note : log.notes) {
-        out << "note: " << note << "\n";
-    }
+    printMappedKeys(out, log);
+    printUnmappedKeysAndNotes(out, log);
 }
 
 // What --follow adds to a log import's options.

@@ -131,7 +131,9 @@ std::vector<MismatchSource> presentSources(const Candidate& candidate, const std
             if (!isBf16(precision.weights)) {
                 mask |= sourceBit(MismatchSource::Weights);
             }
-            if (!isBf16(precision.activations)) {
+            // Microscaling activations go with their weights (both operands in one format: the engine and vLLM have
+            // no product of bf16 weights with MXFP8/MXFP4/NVFP4 activations), so they are part of the weights' source.
+            if (!isBf16(precision.activations) && !quant::isMicroscaling(precision.activations.format)) {
                 mask |= sourceBit(MismatchSource::Activations);
             }
         }
@@ -164,7 +166,9 @@ quant::RecipePlan maskedPlan(const quant::RecipePlan& plan, SourceMask mask)
     const bool edges = mask & sourceBit(MismatchSource::EmbeddingLmHead);
     for (auto& [name, precision] : result.modules) {
         const bool keepWeights = isEdgeModule(name) ? edges : weights;
-        const bool keepActivations = isEdgeModule(name) ? edges : activations;
+        const bool keepActivations = isEdgeModule(name)
+            ? edges
+            : quant::isMicroscaling(precision.activations.format) ? keepWeights : activations; // see presentSources
         if (!keepWeights) {
             precision.weights = quant::WeightPrecision {};
         }

@@ -105,13 +105,10 @@ CompareObjectivesResult runCompareObjectives(
         throw InputError("compare-objectives", "sweep", "give at least one noise sigma or recipe");
     }
     for (const double sigma : o.noiseSigmas) {
-        if (!(sigma > 0.0) || !std::isfinite(sigma)) {
-            throw InputError("compare-objectives", "--noise", "sigmas must be finite and > 0, got " + numberText(sigma));
-        }
-        if (sigma > limits::kMaxNoiseSigma) {
+        if (!(sigma > 0.0) || !std::isfinite(sigma) || sigma > limits::kMaxNoiseSigma) {
             throw InputError("compare-objectives", "--noise",
-                "sigmas must be <= " + numberText(limits::kMaxNoiseSigma) + ", got " + numberText(sigma) + ": "
-                    + limits::kMaxNoiseSigmaReason);
+                "sigmas must be finite, > 0 and <= " + numberText(limits::kMaxNoiseSigma) + " ("
+                    + limits::kMaxNoiseSigmaReason + "), got " + numberText(sigma));
         }
     }
     if (o.base.teacher.empty() || o.base.evaluation.prompts.empty()) {

@@ -82,6 +82,7 @@ class TestBreakdown : public QObject {
 private slots:
     void initTestCase();
     void maskedRecipesResolveToMaskedPlans();
+    void microscalingActivationsGoWithTheirWeights();
     void oneKnownSourceGetsTheMismatch();
     void withoutShapleyOnlyTheNeededSubsetsAreMeasured();
     void cancelledBreakdownStoresNothing();
@@ -150,6 +151,44 @@ void TestBreakdown::maskedRecipesResolveToMaskedPlans()
         }
         for (std::size_t layer = 0; layer < masked.kvPerLayer.size(); ++layer) {
             QVERIFY(resolved.kvPerLayer[layer] == masked.kvPerLayer[layer]);
+        }
+    }
+}
+
+// Issue 45: an NVFP4 W4A4 module has no activations-only configuration (bf16 weights with NVFP4 activations is no
+// product the engine or vLLM runs: recipe.h), so its activations belong to the weights' source: the sources are
+// weights (and the FP8 activations of the module that has them), and every masked plan resolves.
+void TestBreakdown::microscalingActivationsGoWithTheirWeights()
+{
+    const quant::Recipe recipe = quant::parseRecipe("version: 1\n"
+                                                    "weights: {format: nvfp4}\n"
+                                                    "activations: {format: nvfp4}\n"
+                                                    "rules:\n"
+                                                    "  - match: \"model.layers.1.mlp.down_proj\"\n"
+                                                    "    weights: {format: fp8_e4m3, granularity: block128}\n"
+                                                    "    activations: {format: fp8_e4m3}\n",
+        "nvfp4.yaml");
+    const quant::RecipePlan plan = quant::resolveRecipe(recipe, config_);
+    QVERIFY((analysis::presentSources(analysis::Candidate {}, plan)
+        == std::vector<analysis::MismatchSource> {
+            analysis::MismatchSource::Weights, analysis::MismatchSource::Activations}));
+    const quant::RecipePlan nvfp4Only = quant::resolveRecipe(quant::parseRecipe("version: 1\n"
+                                                                                "weights: {format: nvfp4}\n"
+                                                                                "activations: {format: nvfp4}\n",
+                                                                 "nvfp4-only.yaml"),
+        config_);
+    QVERIFY((analysis::presentSources(analysis::Candidate {}, nvfp4Only)
+        == std::vector<analysis::MismatchSource> {analysis::MismatchSource::Weights}));
+    for (analysis::SourceMask mask = 0; mask < (1u << analysis::kMismatchSourceCount); ++mask) {
+        const quant::RecipePlan masked = analysis::maskedPlan(plan, mask);
+        const bool weights = mask & analysis::sourceBit(analysis::MismatchSource::Weights);
+        const bool activations = mask & analysis::sourceBit(analysis::MismatchSource::Activations);
+        const auto& q = masked.modules.at("model.layers.0.self_attn.q_proj");
+        QCOMPARE(q.activations.format == quant::ActivationFormat::Nvfp4, weights); // with the weights, never alone
+        const auto& down = masked.modules.at("model.layers.1.mlp.down_proj");
+        QCOMPARE(down.activations.format == quant::ActivationFormat::Fp8E4m3, activations);
+        if (const auto written = analysis::recipeOfPlan(masked, "masked")) {
+            quant::resolveRecipe(quant::parseRecipe(quant::recipeToYaml(*written), "masked.yaml"), config_); // valid
         }
     }
 }

@@ -204,6 +204,7 @@ void TestRecipeImport::roundTrip()
     }
 }
 
+// Long: one real-shaped file per upstream writer (llm-compressor, ModelOpt, vLLM, verl), each read and checked in turn.
 void TestRecipeImport::realShapedFiles()
 {
     using nlohmann::json;

@@ -113,7 +113,7 @@ std::set<std::string> listing(const fs::path& root, bool ignoreWal)
     std::set<std::string> names;
     std::error_code error;
     for (fs::recursive_directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
-        const std::string name = fs::relative(it->path(), root).string();
+        const std::string name = it->path().lexically_relative(root).string(); // no status: a link may loop
         const bool wal = name.size() > 4
             && (name.compare(name.size() - 4, 4, "-wal") == 0 || name.compare(name.size() - 4, 4, "-shm") == 0);
         if (!(ignoreWal && wal)) {
