@@ -312,7 +312,8 @@ void RunPlot::addBudgetGraphs()
     budgetLabel_->setFont(QFont(font().family(), 8));
     budgetLabel_->setColor(kBudgetColor);
     budgetLabel_->setPadding(QMargins(4, 1, 4, 1));
-    budgetLabel_->setBrush(QColor(255, 255, 255, 190)); // readable over the data, which still shows through
+    budgetLabel_->setBrush(QColor(255, 255, 255, 190));
+    budgetLabel_->setLayer(QStringLiteral("grid")); // under the run's points and lines: the label never hides a step
     budgetLabel_->setVisible(false);
 }
 
