@@ -76,9 +76,11 @@ store::StepMetrics stepOf(std::int64_t step, const json& measures)
     store::StepMetrics metrics;
     metrics.step = step;
     json extras = json::object();
-    for (const auto& [name, value] : measures.items()) {
+    for (const auto& item : measures.items()) {
+        const std::string& name = item.key(); // a named reference: C++17 lambdas cannot capture structured bindings
+        const json& value = item.value();
         const auto column = std::find_if(
-            std::begin(kColumns), std::end(kColumns), [&](const Column& c) { return name == c.name; });
+            std::begin(kColumns), std::end(kColumns), [&name](const Column& c) { return name == c.name; });
         if (column != std::end(kColumns) && value.is_number()) {
             metrics.*column->field = value.get<double>();
         } else if (name == "staleness" && value.is_number_integer()) {
