@@ -1,7 +1,5 @@
 #include "core/common/message_text.h"
 
-#include <nlohmann/json.hpp>
-
 #include <charconv>
 
 namespace mismatch {
@@ -58,7 +56,7 @@ std::string shapeText(const std::int64_t* dims, std::size_t count)
     return text + "]";
 }
 
-std::string jsonErrorDetail(const nlohmann::json::exception& error)
+std::string jsonErrorDetail(const std::exception& error)
 {
     std::string text = error.what();
     if (text.rfind("[json.exception.", 0) == 0) {

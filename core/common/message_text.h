@@ -3,9 +3,8 @@
 // a message stays readable, and a JSON library's text is reduced to its detail after the project's own sentence.
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace mismatch {
 
@@ -33,8 +32,8 @@ template <class Dims> std::string shapeText(const Dims& dims)
     return shapeText(dims.data(), static_cast<std::size_t>(dims.size()));
 }
 
-// nlohmann::json's what() without its "[json.exception.parse_error.101] " tag ("parse error at line 1, column 5:
+// nlohmann::json's what() (any of its exceptions; other texts pass unchanged) without its "[json.exception.parse_error.101] " tag ("parse error at line 1, column 5:
 // syntax error ..."), cut to kMessageValueChars: the library's detail, after the caller's own sentence.
-std::string jsonErrorDetail(const nlohmann::json::exception& error);
+std::string jsonErrorDetail(const std::exception& error);
 
 } // namespace mismatch
