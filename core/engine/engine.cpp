@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <set>
@@ -384,6 +385,28 @@ bool rowFinishes(WaveRow& row, GenerationResult& result, std::int64_t tokenId, c
     return finished;
 }
 
+// The sampler refuses logits that are not finite: there is no distribution to sample from. Before it does, this
+// says which request and token, and where a forward of the same tokens first leaves the finite numbers. Weights
+// are finite when loaded (model::requireFiniteWeights) and the options that change them are bounded, so what is
+// left is a forward pass that overflows: weights or activations too large for the arithmetic it runs in.
+void requireFiniteLogits(const at::Tensor& last, const std::vector<WaveRow>& rows,
+    const std::vector<GenerationRequest>& requests, const std::vector<GenerationResult>& results, EngineModel& model)
+{
+    const at::Tensor finiteRows = at::isfinite(last).all(-1);
+    if (finiteRows.all().item<bool>()) {
+        return;
+    }
+    const auto r = finiteRows.logical_not().to(at::kInt).argmax().item<std::int64_t>();
+    const std::size_t request = rows[static_cast<std::size_t>(r)].request;
+    std::vector<std::int64_t> tokens = requests[request].prompt;
+    tokens.insert(tokens.end(), results[request].tokens.begin(), results[request].tokens.end());
+    const bool nan = at::isnan(last[r]).any().item<bool>();
+    throw Error("engine: "
+        + (requests[request].source.empty() ? "request " + std::to_string(request) : requests[request].source)
+        + ": the logits for generated token " + std::to_string(results[request].tokens.size() + 1) + " are "
+        + (nan ? "NaN" : "infinite") + ", so no token can be sampled; " + nonFiniteForwardCause(model, tokens));
+}
+
 // Finished rows leave the batch and free their blocks now: only the rows `keep` stay.
 void dropFinishedRows(
     std::vector<WaveRow>& rows, const std::vector<std::int64_t>& keep, PagedKvCache& cache, at::Tensor& mask)
@@ -438,6 +461,7 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         const at::Tensor keptLogits = sampling.keepLogits ? last.to(settings.keptLogitsType) : at::Tensor();
         std::vector<std::int64_t> keep;
         std::vector<std::int64_t> nextTokens;
+        requireFiniteLogits(last, rows, requests, results, *model_);
         PositionDraws draws = drawTokens(rows, last, settings);
         for (std::size_t r = 0; r < rows.size(); ++r) {
             WaveRow& row = rows[r];
@@ -468,6 +492,33 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         logits = model_->forward(next, mask, at::Tensor(), &cache);
         last = logits.select(1, 0);
     }
+}
+
+std::string nonFiniteForwardCause(EngineModel& model, const std::vector<std::int64_t>& tokens)
+{
+    const at::NoGradGuard noGrad;
+    model::NonFiniteTrace trace;
+    const auto [ids, mask] = leftPaddedBatch({tokens});
+    model.forwardQuantized(ids, mask, /*logProbs=*/false, /*lastPositions=*/1, &trace);
+    const std::string length = std::to_string(tokens.size()) + " tokens";
+    if (!trace.found()) {
+        return "a traced forward of the same " + length
+            + " stays finite, so the overflow depends on the batch it ran in or on the paged KV cache's decoding";
+    }
+    const auto magnitude = [](double value) { // three digits are enough to see an overflow coming
+        char text[32];
+        std::snprintf(text, sizeof text, "%.3g", value);
+        return std::string(text);
+    };
+    std::string inputs = "its input reaches |x| = " + magnitude(trace.inputMagnitude);
+    if (trace.linear) {
+        inputs += ", the weight as the engine multiplies it |w| = "
+            + magnitude(model.engineWeight(trace.point).abs().max().item<double>());
+    }
+    return "a forward of its " + length + " first leaves the finite numbers at " + trace.point + " ("
+        + trace.operation + " giving " + (trace.nan ? "NaN" : "infinity") + "; " + inputs
+        + "): the weights or activations are too large for the engine's float32 arithmetic (largest finite value "
+          "3.4e+38)";
 }
 
 std::vector<at::Tensor> scoreSequences(const model::Transformer& model,

@@ -98,6 +98,11 @@ struct ScoreOptions {
     bool onHost = true;
 };
 
+// Where a forward pass of `tokens` through `model` (the engine's full forward, traced: model::NonFiniteTrace)
+// first holds a NaN or an infinity, in words for an error message: the module or step, the operation, the largest
+// input magnitude and, for a linear module, the largest weight magnitude as the engine multiplies it.
+std::string nonFiniteForwardCause(EngineModel& model, const std::vector<std::int64_t>& tokens);
+
 // Teacher-forced scoring: for each i, the log-probability rows [responses[i].size(), vocab] (float32) that
 // `model` assigns at the positions predicting each response token, given prompts[i] and the earlier response
 // tokens. Rows are log_softmax(logits / temperature) over the full vocabulary (no top-k/top-p). The plain

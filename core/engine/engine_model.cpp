@@ -817,12 +817,14 @@ void EngineModel::calibrateKvScales(std::vector<std::vector<std::int64_t>> probe
 }
 
 at::Tensor EngineModel::forwardQuantized(
-    const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs, std::int64_t lastPositions)
+    const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs, std::int64_t lastPositions,
+    model::NonFiniteTrace* trace)
 {
     QuantizingKvCache cache(kvQuantizer_, config().numLayers, attentionMask.ne(0));
     model::ForwardOptions options;
     options.logProbs = logProbs;
     options.lastPositions = lastPositions;
+    options.trace = trace;
     return forward(ids, attentionMask, at::Tensor(), &cache, options);
 }
 

@@ -208,9 +208,9 @@ public:
 
     // Full forward (no reuse) with keys and values rounded as the engine's cache rounds them: what cached
     // decoding computes, position for position. ids and attentionMask as Transformer::forward; float32 out.
-    // lastPositions as model::ForwardOptions.
+    // lastPositions and trace as model::ForwardOptions.
     at::Tensor forwardQuantized(const at::Tensor& ids, const at::Tensor& attentionMask, bool logProbs = false,
-        std::int64_t lastPositions = 0);
+        std::int64_t lastPositions = 0, model::NonFiniteTrace* trace = nullptr);
 
     // The float32 weight the engine multiplies with for `module` (a moduleNames() name such as "lm_head" or
     // "embed_tokens"); for Fp32 the stored weight itself, in float32.

@@ -358,6 +358,21 @@ void Transformer::bindWeights()
     lmHeadWeight_ = config_.tieWordEmbeddings ? embedWeight_ : optional("lm_head.weight");
 }
 
+void NonFiniteTrace::check(
+    const std::string& where, const char* what, const at::Tensor& output, const at::Tensor& input, bool isLinear)
+{
+    if (found() || at::isfinite(output).all().item<bool>()) {
+        return;
+    }
+    point = where;
+    operation = what;
+    linear = isLinear;
+    nan = at::isnan(output).any().item<bool>();
+    const at::Tensor magnitude = input.abs().to(at::kDouble);
+    inputMagnitude = at::isnan(magnitude).any().item<bool>() ? std::numeric_limits<double>::quiet_NaN()
+                                                             : magnitude.max().item<double>();
+}
+
 at::Tensor Transformer::linear(
     const std::string& module, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const
 {
@@ -442,16 +457,30 @@ at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& at
         = at::zeros({batch, 1, length, total}, at::TensorOptions().dtype(accumulate).device(device))
               .masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
 
-    at::Tensor x = embed("embed_tokens", embedWeight_, ids).to(compute); // [B, T, hidden]
+    NonFiniteTrace* const trace = options.trace;
+    const auto checked = [trace](const at::Tensor& output, const std::string& where, const char* what,
+                             const at::Tensor& input, bool isLinear = false) {
+        if (trace) {
+            trace->check(where, what, output, input, isLinear);
+        }
+        return output;
+    };
+    const auto traced = [&](const std::string& module, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+        return checked(linear(module, x, weight, bias), module, "linear product", x, true);
+    };
+    at::Tensor x = checked(embed("embed_tokens", embedWeight_, ids).to(compute), "embed_tokens", "embedding",
+        embedWeight_); // [B, T, hidden]
     for (std::int64_t index = 0; index < config_.numLayers; ++index) {
         const Layer& layer = layers_[static_cast<std::size_t>(index)];
-        const at::Tensor normed = rmsNorm(x, layer.inputNorm, eps);
-        at::Tensor q = linear(layer.qName, normed, layer.qWeight, layer.qBias).view({batch, length, heads, headDim});
-        at::Tensor k = linear(layer.kName, normed, layer.kWeight, layer.kBias).view({batch, length, kvHeads, headDim});
-        at::Tensor v = linear(layer.vName, normed, layer.vWeight, layer.vBias).view({batch, length, kvHeads, headDim});
+        const std::string prefix = "model.layers." + std::to_string(index);
+        const at::Tensor normed = checked(rmsNorm(x, layer.inputNorm, eps), prefix + ".input_layernorm", "rms norm", x);
+        at::Tensor q = traced(layer.qName, normed, layer.qWeight, layer.qBias).view({batch, length, heads, headDim});
+        at::Tensor k = traced(layer.kName, normed, layer.kWeight, layer.kBias).view({batch, length, kvHeads, headDim});
+        at::Tensor v = traced(layer.vName, normed, layer.vWeight, layer.vBias).view({batch, length, kvHeads, headDim});
         if (config_.qkNorm) {
-            q = rmsNorm(q, layer.qNorm, eps); // Qwen3: per head, before RoPE
-            k = rmsNorm(k, layer.kNorm, eps);
+            q = checked(rmsNorm(q, layer.qNorm, eps), prefix + ".self_attn.q_norm", "rms norm", q); // Qwen3: per head
+            k = checked(rmsNorm(k, layer.kNorm, eps), prefix + ".self_attn.k_norm", "rms norm", k); // before RoPE
         }
         q = applyRope(q.transpose(1, 2), rope); // [B, H, T, D]
         k = applyRope(k.transpose(1, 2), rope); // [B, KV, T, D]
@@ -463,12 +492,17 @@ at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& at
             }
             attended = attention(q, k, v, bias, accumulate);
         }
-        x = x + linear(layer.oName, attended, layer.oWeight, layer.oBias);
+        checked(attended, prefix + ".self_attn", "attention (RoPE, softmax, weighted values)", q);
+        const at::Tensor o = traced(layer.oName, attended, layer.oWeight, layer.oBias);
+        x = checked(x + o, prefix + ".self_attn", "residual add after attention", x);
 
-        const at::Tensor normedMlp = rmsNorm(x, layer.postAttentionNorm, eps);
-        const at::Tensor gate = linear(layer.gateName, normedMlp, layer.gateWeight, at::Tensor());
-        const at::Tensor up = linear(layer.upName, normedMlp, layer.upWeight, at::Tensor());
-        x = x + linear(layer.downName, at::silu(gate) * up, layer.downWeight, at::Tensor());
+        const at::Tensor normedMlp
+            = checked(rmsNorm(x, layer.postAttentionNorm, eps), prefix + ".post_attention_layernorm", "rms norm", x);
+        const at::Tensor gate = traced(layer.gateName, normedMlp, layer.gateWeight, at::Tensor());
+        const at::Tensor up = traced(layer.upName, normedMlp, layer.upWeight, at::Tensor());
+        const at::Tensor activated = checked(at::silu(gate) * up, prefix + ".mlp", "silu(gate) * up", gate);
+        x = checked(x + traced(layer.downName, activated, layer.downWeight, at::Tensor()), prefix + ".mlp",
+            "residual add after the MLP", x);
     }
     if (cache) {
         cache->advance(length);
@@ -476,8 +510,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& at
     if (options.lastPositions > 0 && options.lastPositions < length) {
         x = x.narrow(1, length - options.lastPositions, options.lastPositions);
     }
-    x = rmsNorm(x, finalNorm_, eps);
-    const at::Tensor logits = linear("lm_head", x, lmHeadWeight_, at::Tensor()).to(accumulate);
+    x = checked(rmsNorm(x, finalNorm_, eps), "model.norm", "rms norm", x);
+    const at::Tensor logits = traced("lm_head", x, lmHeadWeight_, at::Tensor()).to(accumulate);
     return options.logProbs ? at::log_softmax(logits, -1) : logits;
 }
 

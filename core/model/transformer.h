@@ -129,6 +129,23 @@ private:
     std::int64_t length_ = 0;
 };
 
+// Where a forward pass first leaves the finite numbers (ForwardOptions::trace): the forward checks each
+// intermediate in order (embedding, norms, every linear product, attention, the MLP's silu(gate) * up, each
+// residual add, the logits) and records the first one holding a NaN or an infinity, with the largest magnitude of
+// the input it was computed from. Each check is a reduction over the intermediate: for diagnosing an overflow
+// (the engine traces one sequence when its logits are not finite), not for every forward.
+struct NonFiniteTrace {
+    std::string point; // a module name ("model.layers.1.mlp.down_proj", "lm_head") or a step; empty: all finite
+    std::string operation; // "linear product", "rms norm", "attention", "residual add", ...
+    bool linear = false; // `point` is a linear module (its weight can be looked up by that name)
+    double inputMagnitude = 0.0; // largest |value| of the input (NaN when the input itself was not finite)
+    bool nan = false; // the intermediate holds a NaN (else only infinities)
+    bool found() const { return !point.empty(); }
+    // Records (point, operation) when nothing was recorded yet and `output` is not finite.
+    void check(const std::string& where, const char* what, const at::Tensor& output, const at::Tensor& input,
+        bool isLinear = false);
+};
+
 struct ForwardOptions {
     bool logProbs = false; // log_softmax over the vocabulary instead of logits
     // Positions whose outputs are computed: 0 every position, n > 0 only the last n (the output is [B, n, vocab]).
@@ -138,6 +155,7 @@ struct ForwardOptions {
     // Dtype of weights and activations in the matrix products: kFloat (reference), kBFloat16 (the BF16
     // engine: norms, softmax and the output still in FP32) or kDouble (gradient checks; everything float64).
     at::ScalarType compute = at::kFloat;
+    NonFiniteTrace* trace = nullptr; // non-null: check every intermediate (NonFiniteTrace)
 };
 
 class Transformer {

@@ -833,6 +833,57 @@ private slots:
         QVERIFY(at::equal(model.forward(ids, mask, options), full));
     }
 
+    // ForwardOptions::trace names the first intermediate that is not finite, in forward order, and changes nothing
+    // else: a finite forward traced gives the same logits, bit for bit, and records nothing.
+    void traceNamesTheFirstNonFiniteStep_data()
+    {
+        QTest::addColumn<QString>("tensor"); // empty: the weights as drawn
+        QTest::addColumn<std::int64_t>("row");
+        QTest::addColumn<QString>("point");
+        QTest::addColumn<bool>("linear");
+        QTest::newRow("finite") << QString() << std::int64_t {0} << QString() << false;
+        // A q_proj output row of 3e38 per unit of input: the product overflows (|normed| is about 1 per element).
+        QTest::newRow("q_proj") << "model.layers.1.self_attn.q_proj.weight" << std::int64_t {0}
+                                << "model.layers.1.self_attn.q_proj" << true;
+        // A norm weight of 3e38 times a normalized element above 1.2: the norm's output overflows; everything
+        // before it (layer 0's attention) is finite.
+        QTest::newRow("norm") << "model.layers.0.post_attention_layernorm.weight" << std::int64_t {-1}
+                              << "model.layers.0.post_attention_layernorm" << false;
+    }
+
+    void traceNamesTheFirstNonFiniteStep()
+    {
+        QFETCH(QString, tensor);
+        QFETCH(std::int64_t, row);
+        QFETCH(QString, point);
+        QFETCH(bool, linear);
+        const ModelConfig config = tinyConfig("llama");
+        TransformerWeights weights = randomWeights(config, 31, kTestStddev);
+        if (!tensor.isEmpty()) {
+            at::Tensor edited = weights.get(tensor.toStdString()).clone();
+            (row >= 0 ? edited[row] : edited).fill_(3e38);
+            weights.set(tensor.toStdString(), edited);
+        }
+        const Transformer model(config, weights);
+        const at::Tensor ids = at::arange(1, 9, at::kLong).view({1, 8});
+        const at::Tensor mask = at::ones({1, 8}, at::kLong);
+        NonFiniteTrace trace;
+        ForwardOptions options;
+        options.trace = &trace;
+        const at::Tensor traced = model.forward(ids, mask, options);
+        const at::Tensor plain = model.forward(ids, mask);
+        QCOMPARE(trace.found(), !point.isEmpty());
+        QCOMPARE(QString::fromStdString(trace.point), point);
+        QCOMPARE(trace.linear, linear);
+        if (point.isEmpty()) {
+            QVERIFY(at::equal(traced, plain));
+            return;
+        }
+        QVERIFY(!at::isfinite(plain).all().item<bool>());
+        // The input of the first non-finite step was finite (every step before it was checked).
+        QVERIFY(std::isfinite(trace.inputMagnitude) && trace.inputMagnitude > 0.0);
+    }
+
     void cloneIsIndependent()
     {
         const ModelConfig config = tinyConfig("llama");
