@@ -2,6 +2,7 @@
 // recipe (save, open, the unsaved-recipe question), the job dialogs and opening dropped files. Its menus are in
 // main_window_menus.cpp, its tabs in main_window_tabs.cpp.
 #include "ui/main_window.h"
+#include "ui/plots/plot_export.h"
 
 #include "core/common/input_limits.h"
 #include "core/analysis/demo.h"
@@ -245,6 +246,9 @@ bool MainWindow::openWorkspace(const QString& directory)
         comparePlot_->setStore(nullptr);
         store_ = std::move(store);
         workspaceDirectory_ = directory;
+        const std::string database = store_->path();
+        setProtectedFiles({{database, "workspace database"}, {database + "-wal", "workspace database's log"},
+            {database + "-shm", "workspace database's shared memory"}});
         runFollowing_ = RunFollowing::Newest; // before the run table reads the new store
         runModel_->setStore(store_.get());
         runPlot_->setStore(store_.get());

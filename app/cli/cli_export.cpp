@@ -7,7 +7,6 @@
 #include "core/analysis/kv_scale_export.h"
 #include "core/common/error.h"
 #include "core/common/file_io.h"
-#include "core/common/output_check.h"
 #include "core/io/recipe_export.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -96,13 +95,7 @@ bool namesConfigFile(const std::string& path)
 void requireOutputIsNoInput(const ExportCommandOptions& options, const std::string& configPath,
     const std::string& modelDirectory, const std::vector<std::string>& files)
 {
-    const std::vector<NamedInput> inputs
-        = {{options.recipePath, "recipe"}, {configPath, "model config"}, {options.kvProbe, "KV probe prompt set"}};
-    requireOutputNotInput(options.outPath, inputs, {modelDirectory}, "export");
-    for (const std::string& name : files) {
-        requireOutputNotInput((std::filesystem::path(options.outPath) / name).string(), inputs, {modelDirectory},
-            "export file");
-    }
+    io::requireExportIsNoInput(options.outPath, files, {options.recipePath, configPath, modelDirectory, options.kvProbe});
 }
 
 // --kv-probe: refuses the probe options where they do not apply (before anything is loaded), then calibrates the

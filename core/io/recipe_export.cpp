@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/common/file_io.h"
+#include "core/common/output_check.h"
 #include "core/io/export_internal.h"
 
 #include <filesystem>
@@ -178,6 +179,16 @@ CalibratedKvScales calibratedKvScales(
             keys.to(at::kDouble).item<double>(), values.to(at::kDouble).item<double>()));
     }
     return out;
+}
+
+void requireExportIsNoInput(const std::string& out, const std::vector<std::string>& files, const ExportInputs& inputs)
+{
+    const std::vector<NamedInput> named
+        = {{inputs.recipe, "recipe"}, {inputs.modelConfig, "model config"}, {inputs.kvProbe, "KV probe prompt set"}};
+    requireOutputNotInput(out, named, {inputs.modelDirectory}, "export");
+    for (const std::string& name : files) {
+        requireOutputNotInput((std::filesystem::path(out) / name).string(), named, {inputs.modelDirectory}, "export file");
+    }
 }
 
 void writeExportDirectory(const std::string& directory, const ExportResult& result)

@@ -190,4 +190,16 @@ CalibratedKvScales calibratedKvScales(
 // writeFileAtomically. Throws InputError naming the path that cannot be written.
 void writeExportDirectory(const std::string& directory, const ExportResult& result);
 
+// What an export reads, for requireExportIsNoInput (empty: not read).
+struct ExportInputs {
+    std::string recipe; // the recipe file
+    std::string modelConfig; // the model's config.json (or a config file given alone)
+    std::string modelDirectory; // the model directory whose files are read
+    std::string kvProbe; // the KV probe prompt set
+};
+// Issue 46: InputError (requireOutputNotInput, naming both) when `out` (the export's file or directory) or any of
+// `files` inside the directory `out` would be the recipe, the model config or the probe prompt set the export
+// read, or lie inside the model directory. The command line and the GUI's export dialog both check with it.
+void requireExportIsNoInput(const std::string& out, const std::vector<std::string>& files, const ExportInputs& inputs);
+
 } // namespace mismatch::io

@@ -320,9 +320,45 @@ std::string jobFileText(const JobSpec& spec)
     return std::string(out.c_str()) + "\n";
 }
 
+void requireJobFileIsNoPathOf(const std::string& path, const JobSpec& spec)
+{
+    const fs::path base = fs::path(path).parent_path();
+    std::vector<NamedInput> named;
+    std::vector<std::string> models;
+    for (const Parameter& p : spec.definition().parameters) {
+        if (!isPath(p.type) || !spec.isSet(p.name)) {
+            continue;
+        }
+        const std::vector<std::string> values
+            = p.type == ParameterType::PathList ? spec.strings(p.name) : std::vector<std::string> {spec.text(p.name)};
+        for (const std::string& value : values) {
+            if (value.empty() || isReferenceText(value)) {
+                continue; // a study step's ${...}: known when the step runs
+            }
+            // As the job file will be read: a relative path is relative to the job file's directory.
+            const std::string resolved = fs::path(value).is_absolute() ? value : (base / value).string();
+            named.push_back({resolved, "'" + p.name + "' of the " + spec.kind() + " job"});
+            std::error_code error;
+            if (fs::is_regular_file(fs::path(resolved) / "config.json", error)) {
+                models.push_back(resolved);
+            }
+        }
+    }
+    requireOutputNotInput(path, named, models, "job file");
+}
+
 void writeJobFile(const std::string& path, const JobSpec& spec)
 {
+    requireJobFileIsNoPathOf(path, spec);
     writeFileAtomically(path, jobFileText(spec));
+}
+
+void writeJobFileText(const std::string& path, const std::string& text)
+{
+    for (const JobFileStep& step : parseJobFile(text, path).steps) {
+        requireJobFileIsNoPathOf(path, step.spec);
+    }
+    writeFileAtomically(path, text);
 }
 
 JobSpec resolveStep(const JobFile& file, const JobFileStep& step, const std::map<std::string, JobResult>& results)

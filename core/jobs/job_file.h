@@ -52,8 +52,15 @@ JobFile parseJobFile(const std::string& text, const std::string& path);
 
 // The spec as a job file (only the parameters that differ from their defaults; paths as the spec holds them).
 std::string jobFileText(const JobSpec& spec);
-// Writes it through a temporary file and a rename.
+// Writes it through a temporary file and a rename, after requireJobFileIsNoPathOf.
 void writeJobFile(const std::string& path, const JobSpec& spec);
+// A job file's text (one job or a study, as jobFileText or a study writer made it) written the same way, after
+// checking every step as writeJobFile does. InputError for text that is not a job file.
+void writeJobFileText(const std::string& path, const std::string& text);
+// Issue 46: InputError (requireOutputNotInput) when the job file at `path` would overwrite a file the job names
+// (any path parameter, input or output, relative ones taken from the job file's directory) or land inside a model
+// directory it names (a directory holding config.json).
+void requireJobFileIsNoPathOf(const std::string& path, const JobSpec& spec);
 
 // A step's spec with its references resolved against `results` (step id -> JobResult) and checked (validate(),
 // then checkInputs());

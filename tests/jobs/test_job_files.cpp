@@ -297,6 +297,46 @@ private slots:
         QCOMPARE(stepResult, summary);
     }
 
+    // Issue 46: a job file is never written over a file its job names (an input such as the prompt set, or its own
+    // output) nor into a model directory the job reads; the refusal names both and writes nothing. Relative paths
+    // count from the job file's directory, as the file will be read. The GUI's exports (job dialog, job queue,
+    // Slurm submission, run table) write through these two functions.
+    void jobFileIsNeverWrittenOverWhatTheJobNames()
+    {
+        QTemporaryDir scratch;
+        const std::string prompts = (scratch.path() + "/prompts.jsonl").toStdString();
+        std::filesystem::copy_file(probe_, prompts);
+        const std::string promptText = readText(prompts);
+        jobs::JobSpec spec("generate");
+        spec.set("model", model_).set("prompts", prompts).set("out", (scratch.path() + "/out.jsonl").toStdString());
+        const auto refused = [&](const std::string& path, const std::string& text, bool asText) {
+            try {
+                asText ? jobs::writeJobFileText(path, jobs::jobFileText(spec)) : jobs::writeJobFile(path, spec);
+            } catch (const InputError& error) {
+                QVERIFY2(std::string(error.what()).find(text) != std::string::npos, error.what());
+                return;
+            }
+            QFAIL(("the job file " + path + " was written").c_str());
+        };
+        for (const bool asText : {false, true}) {
+            refused(prompts, "'prompts' of the generate job", asText);
+            refused(model_ + "/job.yaml", "inside the model directory " + model_, asText);
+            refused((scratch.path() + "/out.jsonl").toStdString(), "'out' of the generate job", asText);
+        }
+        QCOMPARE(readText(prompts), promptText);
+        QVERIFY(!std::filesystem::exists(model_ + "/job.yaml"));
+        // A relative prompt path is the file beside the job file.
+        spec.set("prompts", "prompts.jsonl");
+        refused(prompts, "'prompts' of the generate job", false);
+        QCOMPARE(readText(prompts), promptText);
+        // Anywhere else the file is written, and reads back as the job.
+        const std::string file = (scratch.path() + "/generate.job.yaml").toStdString();
+        jobs::writeJobFile(file, spec);
+        jobs::writeJobFileText((scratch.path() + "/again.job.yaml").toStdString(), readText(file));
+        QCOMPARE(readText(scratch.path().toStdString() + "/again.job.yaml"), readText(file));
+        QCOMPARE(jobs::loadJobFile(file).steps.at(0).spec.text("out"), spec.text("out"));
+    }
+
     void studyOfThreeDependentSteps()
     {
         const std::string workspace = (dir_.path() + "/study").toStdString();
@@ -373,6 +413,12 @@ private slots:
 
 private:
     // An int8 scan of the tiny student on 4 probe prompts (seconds).
+    static std::string readText(const std::string& path)
+    {
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+
     jobs::JobSpec tinyScan() const
     {
         jobs::JobSpec spec("sensitivity");

@@ -35,6 +35,10 @@
 
 #include <qcustomplot.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+
 #include <QApplication>
 #include <QComboBox>
 #include <QDialog>
@@ -85,6 +89,12 @@ QString readFile(const QString& path)
         return {};
     }
     return QString::fromUtf8(file.readAll());
+}
+
+QByteArray readBytes(const QString& path)
+{
+    QFile file(path);
+    return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
 }
 
 int rowOfRun(const ui::RunTableModel& model, std::int64_t runId)
@@ -909,6 +919,23 @@ void TestDashboard::exportsPlotsAndTables()
     QCOMPARE(lines.size(), 6);
     QVERIFY(lines[0].startsWith("Candidate,Checkpoint,Mismatch"));
     QVERIFY2(lines[4].startsWith("int4-weights,step-100,0.19,\"[0.16, 0.22]\",0.06,905x,reject"), qPrintable(lines[4]));
+    // Issue 46: never over the open workspace's database (the window registers it when it opens the workspace);
+    // a FIFO is written to, or refused when no process reads it, and stays a FIFO (a rename would replace it).
+    const QString database = QString::fromStdString(store::databasePath(window->workspaceDirectory().toStdString()));
+    const QByteArray databaseBytes = readBytes(database);
+    const QString overDatabase = ui::exportCsv(*window->admissionView()->decisionModel(), database);
+    QVERIFY2(overDatabase.contains("workspace database"), qPrintable(overDatabase));
+    QCOMPARE(readBytes(database), databaseBytes);
+    for (const QString& name : {QStringLiteral("fifo.csv"), QStringLiteral("fifo.png")}) {
+        const QString fifo = out.filePath(name);
+        QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+        const QString error = name.endsWith(".csv") ? ui::exportCsv(*window->admissionView()->decisionModel(), fifo)
+                                                    : ui::exportPlot(plot, fifo);
+        QVERIFY2(error.contains("no process reads from it"), qPrintable(error));
+        struct stat status {};
+        QCOMPARE(::stat(fifo.toLocal8Bit().constData(), &status), 0);
+        QVERIFY(S_ISFIFO(status.st_mode));
+    }
     QStandardItemModel quoting;
     quoting.setHorizontalHeaderLabels({"a,b", "say \"hi\""});
     quoting.appendRow({new QStandardItem("1"), new QStandardItem("x\ny")});
@@ -1053,6 +1080,39 @@ void TestDashboard::recipeEditedInTableSavesCheckableFile()
     // JSON too.
     QVERIFY(editor->saveFile(out.filePath("fp8-edges-gui.json")));
     QVERIFY(quant::loadRecipe(out.filePath("fp8-edges-gui.json").toStdString()) == editor->recipe());
+
+    // Issue 46: no GUI writer overwrites what it reads. On a copy of the model (a failure must not touch the
+    // repository's): the recipe is not saved or exported over the model's config.json nor into its directory,
+    // an export not over the recipe it came from, Save to Folder not into the model directory; each refusal names
+    // both files and leaves the file as it was.
+    const QString copy = out.filePath("model-copy");
+    std::filesystem::copy(modelDir.toStdString(), copy.toStdString(), std::filesystem::copy_options::recursive);
+    const QString config = copy + "/config.json";
+    const QString configText = readFile(config);
+    editor->setModels({{"copy", copy, model::loadConfig(config.toStdString())}});
+    QVERIFY(editor->selectModel("copy"));
+    QCOMPARE(editor->modelDirectory(), copy);
+    QVERIFY(!editor->saveFile(config));
+    QVERIFY2(editor->lastError().contains(config) && editor->lastError().contains("model config"),
+        qPrintable(editor->lastError()));
+    QVERIFY(!editor->saveFile(copy + "/recipe.yaml"));
+    QVERIFY2(editor->lastError().contains("inside the model directory " + copy), qPrintable(editor->lastError()));
+    QVERIFY(!editor->exportFor("vllm", config));
+    QVERIFY2(editor->lastError().contains("model config"), qPrintable(editor->lastError()));
+    QVERIFY(!editor->exportFor("vllm", out.filePath("fp8-edges-gui.json"))); // the file the editor holds
+    QVERIFY2(editor->lastError().contains("over the recipe"), qPrintable(editor->lastError()));
+    QCOMPARE(readFile(config), configText);
+    QVERIFY(quant::loadRecipe(out.filePath("fp8-edges-gui.json").toStdString()) == editor->recipe());
+    QVERIFY(!QFile::exists(copy + "/recipe.yaml"));
+    {
+        ui::ExportDialog dialog(editor->recipe(), *editor->plan(), editor->filePath(), copy);
+        dialog.setTarget("vllm");
+        QString error;
+        QVERIFY(!dialog.saveTo(copy, &error));
+        QVERIFY2(error.contains("inside the model directory " + copy), qPrintable(error));
+        QCOMPARE(readFile(config), configText);
+        QCOMPARE(QDir(copy).entryList(QDir::Files).size(), QDir(modelDir).entryList(QDir::Files).size());
+    }
 }
 
 namespace {

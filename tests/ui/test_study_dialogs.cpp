@@ -241,6 +241,31 @@ private slots:
             QStringLiteral("mismatch --workspace %1 train %2 --stop-after 1 --quiet").arg(dir.path(), written)));
         QVERIFY(ui::runNamed(store, "form-run").has_value());
 
+        // Issue 46: the run file is never written over a file the run reads (here its recipe, kept as
+        // WORKSPACE/runs/over.json): refused naming both, the recipe left as it was.
+        const QString over = dir.path() + "/runs/over.json";
+        {
+            QFile file(over);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write(quant::recipeToJson(quant::loadRecipe((kResources + "/recipes/fp8-kv.yaml").toStdString())).c_str());
+        }
+        const QByteArray recipeBytes = [&] {
+            QFile file(over);
+            return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+        }();
+        dialog.setRecipe(over);
+        dialog.setName("over");
+        QVERIFY2(dialog.runFileValid(), qPrintable(dialog.errorText()));
+        QCOMPARE(dialog.effectiveRunFile(), QDir::cleanPath(over));
+        QVERIFY(!dialog.writeRunFile());
+        QVERIFY2(dialog.errorText().contains("over the rollout recipe"), qPrintable(dialog.errorText()));
+        {
+            QFile file(over);
+            QVERIFY(file.open(QIODevice::ReadOnly));
+            QCOMPARE(file.readAll(), recipeBytes);
+        }
+        dialog.setRecipe(kResources + "/recipes/fp8-kv.yaml");
+
         // Names are unique in a workspace.
         dialog.setName("taken");
         QVERIFY(!dialog.runFileValid());

@@ -150,6 +150,14 @@ bool ExportDialog::saveTo(const QString& directory, QString* error) const
         }
         io::ExportResult result;
         result.files = files_;
+        // Not over the recipe, nor into the model directory (the model's own config.json, say): issue 46.
+        std::vector<std::string> names;
+        for (const io::ExportFile& file : files_) {
+            names.push_back(file.name);
+        }
+        const std::string model = modelDirectory_.toStdString();
+        io::requireExportIsNoInput(directory.toStdString(), names,
+            {recipeFile_.toStdString(), model.empty() ? "" : model + "/config.json", model, ""});
         io::writeExportDirectory(directory.toStdString(), result);
     } catch (const std::exception& failure) {
         if (error) {

@@ -1,7 +1,6 @@
 #include "ui/dialogs/submit_dialog.h"
 
 #include "core/common/error.h"
-#include "core/common/file_io.h"
 #include "core/jobs/job_file.h"
 #include "ui/jobs/cluster_panel.h"
 
@@ -347,7 +346,7 @@ bool SubmitDialog::submit()
         if (jobFile.isEmpty()) {
             // Named as its directory: the submission's name (the job file's name) is the directory's.
             jobFile = QDir(target).filePath(QFileInfo(target).fileName() + QStringLiteral(".yaml"));
-            writeFileAtomically(jobFile.toStdString(), jobText_.toStdString());
+            jobs::writeJobFileText(jobFile.toStdString(), jobText_.toStdString());
         }
         cluster::SubmitOptions options;
         options.jobFile = jobFile.toStdString();

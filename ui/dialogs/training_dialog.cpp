@@ -2,6 +2,7 @@
 
 #include "core/common/device.h"
 #include "core/common/file_io.h"
+#include "core/common/output_check.h"
 #include "core/common/shell_quote.h"
 #include "core/model/config.h"
 #include "core/quant/recipe.h"
@@ -427,6 +428,12 @@ bool TrainingDialog::writeRunFile()
     }
     const QString path = effectiveRunFile();
     try {
+        // Not over a file the run reads, nor into its models' directories (issue 46).
+        const train::RunConfig& run = *config_;
+        requireOutputNotInput(path.toStdString(),
+            {{run.prompts, "training prompt set"}, {run.evaluation.prompts, "held-out prompt set"},
+                {run.rollout.recipe, "rollout recipe"}},
+            {run.student, run.teacher}, "run file");
         QDir().mkpath(QFileInfo(path).absolutePath());
         writeFileAtomically(path.toStdString(), train::runConfigToJson(*config_) + "\n");
         // What was written must read back as the form's run.

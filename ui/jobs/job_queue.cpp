@@ -1,7 +1,7 @@
 #include "ui/jobs/job_queue.h"
 
-#include "core/common/file_io.h"
 #include "core/io/recipe_export.h"
+#include "core/jobs/job_file.h"
 #include "ui/dialogs/submit_dialog.h"
 #include "ui/jobs/cluster_panel.h"
 #include "ui/plots/plot_export.h"
@@ -191,7 +191,7 @@ bool JobQueue::exportJobFile(int id, const QString& path, QString* error) const
         if (text.isEmpty()) {
             throw std::runtime_error("this job has no job file (only jobs of the catalogue have one)");
         }
-        writeFileAtomically(path.toStdString(), text.toStdString());
+        jobs::writeJobFileText(path.toStdString(), text.toStdString());
     } catch (const std::exception& failure) {
         if (error) {
             *error = QString::fromUtf8(failure.what());

@@ -1,15 +1,17 @@
 #include "ui/plots/plot_export.h"
 
+#include "core/common/file_io.h"
+
 #include <qcustomplot.h>
 
 #include <QAbstractItemModel>
 #include <QClipboard>
+#include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGuiApplication>
 #include <QMenu>
 #include <QMessageBox>
-#include <QSaveFile>
 #include <QSvgGenerator>
 #include <QTableView>
 #include <QTemporaryFile>
@@ -26,6 +28,13 @@ QString quoteCsv(QString field)
         return QLatin1Char('"') + field + QLatin1Char('"');
     }
     return field;
+}
+
+// The open workspace's database files (MainWindow::openWorkspace): no plot or table is written over them.
+std::vector<NamedInput>& protectedFiles()
+{
+    static std::vector<NamedInput> files;
+    return files;
 }
 
 void showExportError(QWidget* parent, const QString& message)
@@ -57,16 +66,20 @@ QString toCsv(const QAbstractItemModel& model)
     return text;
 }
 
+void setProtectedFiles(std::vector<NamedInput> files)
+{
+    protectedFiles() = std::move(files);
+}
+
 QString exportCsv(const QAbstractItemModel& model, const QString& path)
 {
-    // QSaveFile writes a temporary file next to `path` and renames it on commit().
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly)) {
-        return QObject::tr("Cannot write %1: %2").arg(path, file.errorString());
-    }
-    file.write(toCsv(model).toUtf8());
-    if (!file.commit()) {
-        return QObject::tr("Cannot write %1: %2").arg(path, file.errorString());
+    try {
+        requireOutputNotInput(path.toStdString(), protectedFiles(), {}, "table");
+        // Through a temporary file next to `path` and a rename; a device or FIFO is written to, not replaced.
+        const QByteArray text = toCsv(model).toUtf8();
+        writeFileAtomically(path.toStdString(), std::string(text.constData(), static_cast<std::size_t>(text.size())));
+    } catch (const std::exception& error) {
+        return QObject::tr("Cannot write %1: %2").arg(path, QString::fromUtf8(error.what()));
     }
     return {};
 }
@@ -78,23 +91,29 @@ QString exportPlot(QCustomPlot* plot, const QString& path)
     if (suffix != QLatin1String("png") && suffix != QLatin1String("pdf") && suffix != QLatin1String("svg")) {
         return QObject::tr("Cannot export the plot to %1: expected a file name ending in .png, .pdf or .svg").arg(path);
     }
-    // A temporary file in the target directory, renamed over the target when complete.
-    QTemporaryFile temporary(target.absolutePath() + "/." + target.fileName() + ".XXXXXX." + suffix);
-    if (!temporary.open()) {
-        return QObject::tr("Cannot write %1: %2").arg(path, temporary.errorString());
+    try {
+        requireOutputNotInput(path.toStdString(), protectedFiles(), {}, "plot");
+    } catch (const std::exception& error) {
+        return QObject::tr("Cannot write %1: %2").arg(path, QString::fromUtf8(error.what()));
     }
-    temporary.close();
-    const QString temporaryPath = temporary.fileName();
+    // Rendered into a private temporary file, then written to `path` as any output is (writeFileAtomically: a
+    // temporary file beside it renamed over it; a device or FIFO written to, never replaced).
+    QTemporaryFile rendered(QDir::tempPath() + "/mismatch-plot-XXXXXX." + suffix);
+    if (!rendered.open()) {
+        return QObject::tr("Cannot write %1: %2").arg(path, rendered.errorString());
+    }
+    rendered.close();
+    const QString renderedPath = rendered.fileName();
     const int width = plot->width();
     const int height = plot->height();
     bool ok = false;
     if (suffix == QLatin1String("png")) {
-        ok = plot->savePng(temporaryPath, width, height, 2.0);
+        ok = plot->savePng(renderedPath, width, height, 2.0);
     } else if (suffix == QLatin1String("pdf")) {
-        ok = plot->savePdf(temporaryPath, width, height);
+        ok = plot->savePdf(renderedPath, width, height);
     } else {
         QSvgGenerator generator;
-        generator.setFileName(temporaryPath);
+        generator.setFileName(renderedPath);
         generator.setSize(QSize(width, height));
         generator.setViewBox(QRect(0, 0, width, height));
         generator.setTitle(plot->objectName());
@@ -105,19 +124,15 @@ QString exportPlot(QCustomPlot* plot, const QString& path)
             ok = painter.end();
         }
     }
-    if (!ok || QFileInfo(temporaryPath).size() == 0) {
+    if (!ok || !rendered.open() || rendered.size() == 0) {
         return QObject::tr("Cannot write %1: rendering the plot failed").arg(path);
     }
-    if (QFile::exists(path) && !QFile::remove(path)) {
-        return QObject::tr("Cannot replace %1").arg(path);
+    const QByteArray bytes = rendered.readAll();
+    try {
+        writeFileAtomically(path.toStdString(), std::string(bytes.constData(), static_cast<std::size_t>(bytes.size())));
+    } catch (const std::exception& error) {
+        return QObject::tr("Cannot write %1: %2").arg(path, QString::fromUtf8(error.what()));
     }
-    if (!QFile::rename(temporaryPath, path)) {
-        return QObject::tr("Cannot rename %1 to %2").arg(temporaryPath, path);
-    }
-    temporary.setAutoRemove(false);
-    // QTemporaryFile creates its file private (0600); an exported plot is an ordinary document.
-    QFile::setPermissions(path, QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup
-            | QFileDevice::ReadOther);
     return {};
 }
 

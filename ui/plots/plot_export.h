@@ -1,7 +1,11 @@
 #pragma once
 // Export of plots (PNG, PDF, SVG, chosen by the file's suffix) and tables (CSV). Files are written under a
 // temporary name in the target directory and renamed, so a failed export never leaves a half-written file.
+#include "core/common/output_check.h"
+
 #include <QString>
+
+#include <vector>
 
 class QAbstractItemModel;
 class QCustomPlot;
@@ -9,6 +13,10 @@ class QTableView;
 class QWidget;
 
 namespace mismatch::ui {
+
+// Files no plot or table export may overwrite (the open workspace's database, its -wal and -shm; issue 46): the
+// exports below refuse them, naming both. Replaces the previous list.
+void setProtectedFiles(std::vector<NamedInput> files);
 
 // Writes `plot` to `path` (.png: at twice the widget's pixel size for high-DPI screens and print; .pdf and
 // .svg: vector). Returns an empty string on success, else what went wrong (naming the file).

@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 #include "core/common/file_io.h"
 #include "core/common/input_limits.h"
+#include "core/common/output_check.h"
 #include "core/io/recipe_export.h"
 #include "ui/views/kv_capacity_summary.h"
 #include "ui/views/library_io.h"
@@ -19,7 +20,6 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
-#include <QSaveFile>
 #include <QSplitter>
 #include <QStyledItemDelegate>
 #include <QTabWidget>
@@ -763,18 +763,23 @@ bool RecipeEditor::saveFile(const QString& path)
         lastError_ = tr("Not saved: %1").arg(QString::fromUtf8(error.what()));
         return false;
     }
-    QSaveFile file(path); // a temporary file next to `path`, renamed over it on commit()
-    if (!file.open(QIODevice::WriteOnly)) {
-        lastError_ = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    file.write(text.data(), static_cast<qint64>(text.size()));
-    if (!file.commit()) {
-        lastError_ = tr("Cannot write %1: %2").arg(path, file.errorString());
+    try {
+        // Not over the chosen model's config.json, nor into its directory (issue 46); through a temporary file and
+        // a rename, a device or FIFO written to rather than replaced.
+        const std::string model = modelDirectory().toStdString();
+        requireOutputNotInput(path.toStdString(),
+            {{model.empty() ? std::string() : model + "/config.json", "model config"}}, {model}, "recipe file");
+        writeFileAtomically(path.toStdString(), text);
+    } catch (const std::exception& error) {
+        lastError_ = tr("Not saved: %1").arg(QString::fromUtf8(error.what()));
         return false;
     }
     filePath_ = path;
     recipe_.sourceFile = path.toStdString();
+    // The file's text is now the source: a YAML recipe saved as JSON is shown, and re-read, as the JSON written
+    // (its YAML text parsed under a .json name read as a syntax error at the next refresh).
+    sourceText_ = text;
+    sourceRecipe_ = recipe_;
     undoStack_->setClean();
     emit fileChanged(filePath_);
     return true;
@@ -795,6 +800,9 @@ bool RecipeEditor::exportFor(const QString& target, const QString& path)
     try {
         io::ExportOptions options;
         options.target = *parsedTarget;
+        const std::string model = modelDirectory().toStdString();
+        io::requireExportIsNoInput(path.toStdString(), {},
+            {filePath_.toStdString(), model.empty() ? std::string() : model + "/config.json", model, ""});
         writeFileAtomically(path.toStdString(), io::exportRecipe(recipe_, *plan_, options));
         return true;
     } catch (const std::exception& error) {
