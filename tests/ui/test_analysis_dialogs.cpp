@@ -351,6 +351,15 @@ private slots:
         auto* activations = scanDialog->findChild<QComboBox*>("scanActivationsBox");
         QVERIFY(activations && activations->findText("nvfp4") >= 0);
         activations->setCurrentText("nvfp4");
+        // The KV cells in one of vLLM's per-token-head formats (issue 44): the catalogue's choices, on the CLI line.
+        auto* kvFormat = scanDialog->findChild<QComboBox*>("scanKvFormatBox");
+        QVERIFY(kvFormat && kvFormat->findText("int8_per_token_head") >= 0 && kvFormat->currentText() == "fp8_e4m3");
+        kvFormat->setCurrentText("int8_per_token_head");
+        QVERIFY2(scanDialog->cliCommand().contains("--kv-format int8_per_token_head"), qPrintable(scanDialog->cliCommand()));
+        scanDialog->findChild<QCheckBox*>("scanNoKvBox")->setChecked(true);
+        QVERIFY(!kvFormat->isEnabled());
+        scanDialog->findChild<QCheckBox*>("scanNoKvBox")->setChecked(false);
+        QVERIFY(kvFormat->isEnabled());
         scanDialog->setCount(8);
         scanDialog->setMaxTokens(6);
         QVERIFY2(scanDialog->valid(), qPrintable(scanDialog->errorText()));
@@ -361,6 +370,7 @@ private slots:
         QVERIFY2(scans[0].format == "nvfp4/group16 a4", scans[0].format.c_str()); // weights and activations (W4A4)
         QVERIFY2(nlohmann::json::parse(scans[0].configJson).dump().find("\"nvfp4\"") != std::string::npos,
             scans[0].configJson.c_str()); // the activations too
+        QVERIFY2(scans[0].configJson.find("int8_per_token_head") != std::string::npos, scans[0].configJson.c_str());
         QTRY_COMPARE_WITH_TIMEOUT(window.sensitivityView()->scanId(), scans[0].id, 5000);
         QVERIFY(window.sensitivityView()->writtenCellCount() > 0);
         saveScreenshot(window, "nvfp4_sensitivity.png");

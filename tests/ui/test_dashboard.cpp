@@ -394,6 +394,8 @@ private slots:
     void prefixShiftViewerMarksDivergence();
     void exportsPlotsAndTables();
     void recipeEditedInTableSavesCheckableFile();
+    void exportDialogWritesVerlDistillation();
+    void recipeWritersNeverOverwriteTheirInputs();
     void recipeEditorShowsErrors();
     void unsavedRecipeEditsAreAskedFor();
     void exportOffersToKeepTheEmbeddingInBf16();
@@ -1080,11 +1082,57 @@ void TestDashboard::recipeEditedInTableSavesCheckableFile()
     // JSON too.
     QVERIFY(editor->saveFile(out.filePath("fp8-edges-gui.json")));
     QVERIFY(quant::loadRecipe(out.filePath("fp8-edges-gui.json").toStdString()) == editor->recipe());
+}
 
-    // Issue 46: no GUI writer overwrites what it reads. On a copy of the model (a failure must not touch the
-    // repository's): the recipe is not saved or exported over the model's config.json nor into its directory,
-    // an export not over the recipe it came from, Save to Folder not into the model directory; each refusal names
-    // both files and leaves the file as it was.
+// verl's on-policy distillation in the export dialog (issue 44): the same files `mismatch export --to verl
+// --teacher ...` writes, and that command line.
+void TestDashboard::exportDialogWritesVerlDistillation()
+{
+    const QString modelDir = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/models/arith-teacher");
+    const QString shipped = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-w8a8-block.yaml");
+    const quant::Recipe recipe = quant::loadRecipe(shipped.toStdString());
+    const quant::RecipePlan plan = quant::resolveRecipe(recipe, model::loadConfig((modelDir + "/config.json").toStdString()));
+    QTemporaryDir out;
+    ui::ExportDialog dialog(recipe, plan, shipped, modelDir);
+    dialog.setTarget("verl");
+    dialog.setVerlDistillation(modelDir, "opd_topk", 32, "tis", 3.0);
+    QVERIFY2(dialog.errorText().isEmpty(), qPrintable(dialog.errorText()));
+    QVERIFY2(dialog.commandText().endsWith(
+                 QStringLiteral("--teacher %1 --objective opd_topk --top-k 32 --correction tis --correction-cap 3 "
+                                "--out DIR").arg(modelDir)),
+        qPrintable(dialog.commandText()));
+    const QString opdDir = out.filePath("cli-verl-opd");
+    const test::CliResult opd = test::runCli({"export", shipped.toStdString(), "--to", "verl", "--model",
+        modelDir.toStdString(), "--teacher", modelDir.toStdString(), "--objective", "opd_topk", "--top-k", "32",
+        "--correction", "tis", "--correction-cap", "3", "--out", opdDir.toStdString()});
+    QVERIFY2(opd.code == 0, opd.err.c_str());
+    QCOMPARE(QDir(opdDir).entryList(QDir::Files).size(), static_cast<int>(dialog.files().size()));
+    for (const io::ExportFile& file : dialog.files()) {
+        QCOMPARE(readFile(opdDir + "/" + QString::fromStdString(file.name)), QString::fromStdString(file.text));
+    }
+    QVERIFY2(readFile(opdDir + "/verl.yaml").contains("forward_kl_topk"), qPrintable(readFile(opdDir + "/verl.yaml")));
+    dialog.setVerlDistillation("", "opd_k1"); // no teacher: a plain rollout export again
+    QVERIFY(!dialog.commandText().contains("--teacher"));
+    QVERIFY(!dialog.files().empty());
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    dialog.setVerlDistillation(modelDir, "opd_k3", 64, "mis", 2.5);
+    saveScreenshot(dialog, "export_dialog_verl_opd.png");
+}
+
+// Issue 46: no GUI writer of the recipe tab overwrites what it reads.
+void TestDashboard::recipeWritersNeverOverwriteTheirInputs()
+{
+    auto window = openWindow(ui::MainWindow::RecipeTab);
+    ui::RecipeEditor* editor = window->recipeEditor();
+    const QString modelDir = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/models/arith-teacher");
+    const QString shipped = QStringLiteral(MISMATCH_SOURCE_DIR "/resources/recipes/fp8-w8a8-block.yaml");
+    QTemporaryDir out;
+    QVERIFY(editor->openFile(shipped));
+    QVERIFY2(editor->saveFile(out.filePath("fp8-edges-gui.json")), qPrintable(editor->lastError()));
+    // On a copy of the model (a failure must not touch the repository's): the recipe is not saved or exported over
+    // the model's config.json nor into its directory, an export not over the recipe it came from, Save to Folder
+    // not into the model directory; each refusal names both files and leaves the file as it was.
     const QString copy = out.filePath("model-copy");
     std::filesystem::copy(modelDir.toStdString(), copy.toStdString(), std::filesystem::copy_options::recursive);
     const QString config = copy + "/config.json";

@@ -5,15 +5,19 @@
 #include <QClipboard>
 #include <QComboBox>
 #include <QDialogButtonBox>
+#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFontDatabase>
 #include <QFormLayout>
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSignalBlocker>
+#include <QSpinBox>
 #include <QTabWidget>
 #include <QVBoxLayout>
 
@@ -48,6 +52,51 @@ ExportDialog::ExportDialog(const quant::Recipe& recipe, const quant::RecipePlan&
     verlRollout_->addItem(tr("vLLM rollout"), QStringLiteral("vllm"));
     verlRollout_->addItem(tr("SGLang rollout (can leave modules in BF16)"), QStringLiteral("sglang"));
     form->addRow(tr("verl rollout:"), verlRollout_);
+    // verl's on-policy distillation (`mismatch export --to verl --teacher ...`): the objective the budget was
+    // calibrated with and the rollout correction, written as verl's distillation and rollout_correction keys.
+    teacher_ = new QLineEdit(this);
+    teacher_->setObjectName(QStringLiteral("exportVerlTeacher"));
+    teacher_->setPlaceholderText(tr("none: a plain verl rollout; a teacher directory or Hugging Face id: OPD"));
+    auto* browse = new QPushButton(tr("Browse..."), this);
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString directory = QFileDialog::getExistingDirectory(this, tr("Teacher model directory"));
+        if (!directory.isEmpty()) {
+            teacher_->setText(directory);
+        }
+    });
+    auto* teacherRow = new QHBoxLayout;
+    teacherRow->addWidget(teacher_, 1);
+    teacherRow->addWidget(browse);
+    form->addRow(tr("OPD teacher:"), teacherRow);
+    objective_ = new QComboBox(this);
+    objective_->setObjectName(QStringLiteral("exportVerlObjective"));
+    for (const char* objective : {"opd_k1", "opd_k3", "opd_full_kl", "opd_topk"}) {
+        objective_->addItem(QString::fromLatin1(objective), QString::fromLatin1(objective));
+    }
+    topK_ = new QSpinBox(this);
+    topK_->setObjectName(QStringLiteral("exportVerlTopK"));
+    topK_->setRange(1, 1 << 20);
+    topK_->setValue(64);
+    topK_->setPrefix(tr("k = "));
+    auto* objectiveRow = new QHBoxLayout;
+    objectiveRow->addWidget(objective_, 1);
+    objectiveRow->addWidget(topK_);
+    form->addRow(tr("OPD objective:"), objectiveRow);
+    correction_ = new QComboBox(this);
+    correction_->setObjectName(QStringLiteral("exportVerlCorrection"));
+    correction_->addItem(tr("none"), QStringLiteral("none"));
+    correction_->addItem(tr("TIS: truncated importance sampling"), QStringLiteral("tis"));
+    correction_->addItem(tr("MIS: masked importance sampling"), QStringLiteral("mis"));
+    correctionCap_ = new QDoubleSpinBox(this);
+    correctionCap_->setObjectName(QStringLiteral("exportVerlCorrectionCap"));
+    correctionCap_->setRange(1.01, 1e6);
+    correctionCap_->setDecimals(2);
+    correctionCap_->setValue(2.0);
+    correctionCap_->setPrefix(tr("cap C = "));
+    auto* correctionRow = new QHBoxLayout;
+    correctionRow->addWidget(correction_, 1);
+    correctionRow->addWidget(correctionCap_);
+    form->addRow(tr("Rollout correction:"), correctionRow);
     layout->addLayout(form);
     error_ = new QLabel(this);
     error_->setObjectName(QStringLiteral("exportError"));
@@ -98,10 +147,42 @@ ExportDialog::ExportDialog(const quant::Recipe& recipe, const quant::RecipePlan&
             QMessageBox::warning(this, tr("Export Recipe"), error);
         }
     });
-    for (QComboBox* box : {target_, vllmForm_, verlRollout_}) {
+    for (QComboBox* box : {target_, vllmForm_, verlRollout_, objective_, correction_}) {
         connect(box, &QComboBox::currentIndexChanged, this, &ExportDialog::refresh);
     }
+    connect(teacher_, &QLineEdit::textChanged, this, &ExportDialog::refresh);
+    connect(topK_, &QSpinBox::valueChanged, this, &ExportDialog::refresh);
+    connect(correctionCap_, &QDoubleSpinBox::valueChanged, this, &ExportDialog::refresh);
     refresh();
+}
+
+void ExportDialog::setVerlDistillation(
+    const QString& teacher, const QString& objective, int topK, const QString& correction, double cap)
+{
+    const QSignalBlocker blockers[] = {QSignalBlocker(teacher_), QSignalBlocker(objective_), QSignalBlocker(topK_),
+        QSignalBlocker(correction_), QSignalBlocker(correctionCap_)};
+    teacher_->setText(teacher);
+    objective_->setCurrentIndex(std::max(0, objective_->findData(objective)));
+    topK_->setValue(topK);
+    correction_->setCurrentIndex(std::max(0, correction_->findData(correction)));
+    correctionCap_->setValue(cap);
+    refresh();
+}
+
+// The distillation settings when the target is verl and a teacher is named (else none: a plain rollout export).
+std::optional<io::VerlDistillation> ExportDialog::distillation() const
+{
+    const QString teacher = teacher_->text().trimmed();
+    if (target_->currentData().toString() != QLatin1String("verl") || teacher.isEmpty()) {
+        return std::nullopt;
+    }
+    io::VerlDistillation opd;
+    opd.teacherPath = teacher.toStdString();
+    opd.objective = objective_->currentData().toString().toStdString();
+    opd.topK = opd.objective == "opd_topk" ? topK_->value() : 0;
+    opd.correction = correction_->currentData().toString().toStdString();
+    opd.correctionCap = correctionCap_->value();
+    return opd;
 }
 
 void ExportDialog::setTarget(const QString& target)
@@ -172,12 +253,20 @@ void ExportDialog::refresh()
 {
     const QString target = target_->currentData().toString();
     vllmForm_->setEnabled(target == QLatin1String("vllm"));
-    verlRollout_->setEnabled(target == QLatin1String("verl"));
+    const bool verl = target == QLatin1String("verl");
+    verlRollout_->setEnabled(verl);
+    teacher_->setEnabled(verl);
+    const bool distilling = verl && !teacher_->text().trimmed().isEmpty();
+    objective_->setEnabled(distilling);
+    topK_->setEnabled(distilling && objective_->currentData().toString() == QLatin1String("opd_topk"));
+    correction_->setEnabled(distilling);
+    correctionCap_->setEnabled(distilling && correction_->currentData().toString() != QLatin1String("none"));
     io::ExportOptions options;
     options.target = *io::parseExportTarget(target.toStdString()); // the list holds only the targets it names
     options.vllmForm = *io::parseVllmForm(vllmForm_->currentData().toString().toStdString());
     options.verlRollout = *io::parseVerlRollout(verlRollout_->currentData().toString().toStdString());
     options.modelPath = modelDirectory_.toStdString();
+    options.distillation = distillation();
     // The same export from the command line.
     // (RECIPE, MODEL and DIR stand for what is not known here; jobs::commandLine leaves such words unquoted.)
     std::vector<std::string> words = {"export",
@@ -188,6 +277,16 @@ void ExportDialog::refresh()
     }
     if (target == QLatin1String("verl") && options.verlRollout != io::VerlRollout::Vllm) {
         words.insert(words.end(), {"--rollout", io::toString(options.verlRollout)});
+    }
+    if (const std::optional<io::VerlDistillation>& opd = options.distillation) {
+        words.insert(words.end(), {"--teacher", opd->teacherPath, "--objective", opd->objective});
+        if (opd->objective == "opd_topk") {
+            words.insert(words.end(), {"--top-k", std::to_string(opd->topK)});
+        }
+        if (opd->correction != "none") {
+            words.insert(words.end(), {"--correction", opd->correction, "--correction-cap",
+                QString::number(opd->correctionCap, 'g', 10).toStdString()});
+        }
     }
     words.insert(words.end(), {"--out", "DIR"});
     command_->setText(QString::fromStdString(jobs::commandLine(words)));

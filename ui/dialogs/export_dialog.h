@@ -4,7 +4,9 @@
 // file `mismatch export --out DIR` writes is shown in a tab (the config file, the ready-to-run command lines,
 // scripts and override blocks, README.txt), with the warnings (where the target runs something other than the
 // recipe) above; "Copy" copies the shown file, "Save to Folder..." writes them all (each through a temporary file),
-// and the equivalent `mismatch export` command is shown. A recipe the target cannot express shows why instead.
+// and the equivalent `mismatch export` command is shown. A recipe the target cannot express shows why instead. For
+// verl, a teacher turns the export into on-policy distillation (objective, top-k, TIS/MIS correction), as
+// `mismatch export --to verl --teacher ...` writes it.
 #include "core/io/recipe_export.h"
 #include "core/quant/recipe.h"
 
@@ -17,6 +19,8 @@ class QComboBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
+class QDoubleSpinBox;
+class QSpinBox;
 class QTabWidget;
 
 namespace mismatch::ui {
@@ -32,6 +36,10 @@ public:
     void setTarget(const QString& target); // "vllm", "sglang", ...
     void setVllmForm(const QString& form); // online | checkpoint
     void setVerlRollout(const QString& rollout); // vllm | sglang
+    // verl on-policy distillation, as `--teacher T --objective O [--top-k K] [--correction C --correction-cap X]`
+    // (an empty teacher: a plain rollout export). `topK` counts for opd_topk only, `cap` for tis and mis only.
+    void setVerlDistillation(
+        const QString& teacher, const QString& objective, int topK = 64, const QString& correction = "none", double cap = 2.0);
     // The files shown (empty when the target cannot express the recipe: errorText() says why).
     const std::vector<io::ExportFile>& files() const { return files_; }
     QString errorText() const;
@@ -57,6 +65,7 @@ signals:
 
 private:
     void refresh();
+    std::optional<io::VerlDistillation> distillation() const;
     void showAlternatives(const io::ExportOptions& refused);
 
     quant::Recipe recipe_;
@@ -67,6 +76,11 @@ private:
     QComboBox* target_ = nullptr;
     QComboBox* vllmForm_ = nullptr;
     QComboBox* verlRollout_ = nullptr;
+    QLineEdit* teacher_ = nullptr; // verl OPD: the teacher (empty: no distillation)
+    QComboBox* objective_ = nullptr;
+    QSpinBox* topK_ = nullptr;
+    QComboBox* correction_ = nullptr;
+    QDoubleSpinBox* correctionCap_ = nullptr;
     QLabel* error_ = nullptr;
     QPushButton* keepEmbedding_ = nullptr;
     QWidget* alternatives_ = nullptr; // "Targets that take this recipe as it is:" and a button per target

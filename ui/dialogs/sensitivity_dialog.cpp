@@ -42,7 +42,10 @@ SensitivityDialog::SensitivityDialog(const QString& workspaceDirectory, QWidget*
         job, "count", QStringLiteral("scanCountBox"), FieldOptions().start(64).special(tr("all")));
     maxTokens_
         = addParameterField<QSpinBox>(job, "max_tokens", QStringLiteral("scanMaxTokensBox"), FieldOptions().start(16));
+    kvFormat_ = addParameterField<QComboBox>(job, "kv_format", QStringLiteral("scanKvFormatBox"));
     noKv_ = addParameterField<QCheckBox>(job, "no_kv", QStringLiteral("scanNoKvBox"));
+    // Without KV cells the KV format has nothing to quantize.
+    connect(noKv_, &QCheckBox::toggled, kvFormat_, [this](bool off) { kvFormat_->setEnabled(!off); });
     noEmbedding_ = addParameterField<QCheckBox>(job, "no_embedding", QStringLiteral("scanNoEmbeddingBox"));
     watch(format_);
     addDeviceField();
@@ -99,7 +102,7 @@ std::optional<jobs::JobSpec> SensitivityDialog::spec() const
     // The CLI and job files write a granularity after a colon: fp8_e4m3:block128.
     spec.set("format", format_->currentText().replace(QLatin1Char('/'), QLatin1Char(':')).toStdString());
     spec.set("prompts", absolutePath(promptSet()).toStdString());
-    setParameters(spec, {"activations", "count", "max_tokens", "no_kv", "no_embedding"});
+    setParameters(spec, {"activations", "count", "max_tokens", "kv_format", "no_kv", "no_embedding"});
     setDevice(spec);
     return spec;
 }

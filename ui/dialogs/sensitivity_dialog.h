@@ -39,6 +39,7 @@ private:
     QComboBox* activations_ = nullptr;
     QSpinBox* count_ = nullptr;
     QSpinBox* maxTokens_ = nullptr;
+    QComboBox* kvFormat_ = nullptr; // the KV cells' format (fp8_e4m3 or a vLLM per-token-head format)
     QCheckBox* noKv_ = nullptr; // skip each layer's KV-cache cell
     QCheckBox* noEmbedding_ = nullptr; // skip the embedding / lm_head cells
 };
