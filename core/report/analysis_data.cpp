@@ -190,6 +190,11 @@ std::vector<SensitivityScanInfo> AnalysisData::sensitivityScans() const
         scan.runId = stored.runId;
         scan.modelName = stored.modelId && models.count(*stored.modelId) ? models[*stored.modelId] : std::string();
         scan.format = stored.format;
+        const nlohmann::json config = nlohmann::json::parse(stored.configJson, nullptr, /*allow_exceptions=*/false);
+        if (config.is_object() && config.contains("kv") && config["kv"].is_object()
+            && config["kv"].contains("format") && config["kv"]["format"].is_string()) {
+            scan.kvFormat = config["kv"]["format"].get<std::string>();
+        }
         scan.bf16Unit = stored.bf16Unit;
         scan.createdAt = stored.createdAt;
         scan.status = stored.status;

@@ -18,6 +18,7 @@ struct SensitivityScanInfo {
     std::optional<std::int64_t> runId;
     std::string modelName; // empty when the scan names no registered model
     std::string format; // the format each cell was quantized to ("fp8_e4m3", "int4", ...)
+    std::string kvFormat; // the KV cells' format (its configuration's kv.format); empty when not recorded
     std::optional<double> bf16Unit;
     std::string createdAt;
     std::string status = "finished"; // the scan's run: "running", "cancelled" or "failed" means partial

@@ -24,6 +24,7 @@
 
 #include <QAction>
 #include <QCheckBox>
+#include <QLabel>
 #include <QComboBox>
 #include <QFile>
 #include <QPlainTextEdit>
@@ -373,6 +374,9 @@ private slots:
         QVERIFY2(scans[0].configJson.find("int8_per_token_head") != std::string::npos, scans[0].configJson.c_str());
         QTRY_COMPARE_WITH_TIMEOUT(window.sensitivityView()->scanId(), scans[0].id, 5000);
         QVERIFY(window.sensitivityView()->writtenCellCount() > 0);
+        // The summary names the KV cells' own format beside the weights'.
+        const QString summary = window.sensitivityView()->findChild<QLabel*>("sensitivitySummary")->text();
+        QVERIFY2(summary.contains("quantized to nvfp4/group16 a4 (KV cells to int8_per_token_head)"), qPrintable(summary));
         saveScreenshot(window, "nvfp4_sensitivity.png");
 
         const QString recipe = dir.filePath("nvfp4-w4a4.yaml");

@@ -408,6 +408,8 @@ private slots:
     void glossaryTermsFoundInTitles();
     void headersExplainTheirTerms();
     void axisTitlesExplainTheirTerms();
+    void logAxesLabelAtLeastTwoTicks_data();
+    void logAxesLabelAtLeastTwoTicks();
     void emptyTabsOfferTheirJob();
     void followTrainingLogDrawsTheRunLive();
     void followTrainingLogDrawsTheBudget();
@@ -893,6 +895,43 @@ void TestDashboard::prefixShiftViewerMarksDivergence()
     QCOMPARE(view->profile()->drawn(), 0);
     QVERIFY(view->findChild<QLabel*>("prefixShiftProfileNote")->text().contains("1 without stored bins"));
     saveScreenshot(*window, "dashboard_prefix_shift.png");
+}
+
+void TestDashboard::logAxesLabelAtLeastTwoTicks_data()
+{
+    QTest::addColumn<double>("lower");
+    QTest::addColumn<double>("upper");
+    QTest::addColumn<QVector<double>>("expected"); // the labelled ticks in view
+    // Within a decade (every mismatch between 0.012 and 0.09): 1, 2 and 5 times powers of ten, or no label at all.
+    QTest::newRow("0.012-0.09") << 0.012 << 0.09 << QVector<double> {0.02, 0.05};
+    QTest::newRow("0.3-4") << 0.3 << 4.0 << QVector<double> {0.5, 1.0, 2.0};
+    // Over several decades: the powers of ten alone, as before.
+    QTest::newRow("0.001-10") << 0.001 << 10.0 << QVector<double> {0.001, 0.01, 0.1, 1.0, 10.0};
+}
+
+void TestDashboard::logAxesLabelAtLeastTwoTicks()
+{
+    QFETCH(double, lower);
+    QFETCH(double, upper);
+    QFETCH(QVector<double>, expected);
+    QCustomPlot plot;
+    plot.resize(600, 300);
+    ui::setLogScale(plot.xAxis, true);
+    plot.xAxis->setRange(lower, upper);
+    plot.replot();
+    QVector<double> inView;
+    const QVector<double> ticks = plot.xAxis->tickVector();
+    const QVector<QString> labels = plot.xAxis->tickVectorLabels();
+    for (int i = 0; i < ticks.size(); ++i) {
+        if (ticks[i] >= lower && ticks[i] <= upper) {
+            inView.append(ticks[i]);
+            QVERIFY(!labels[i].isEmpty());
+        }
+    }
+    QCOMPARE(inView.size(), expected.size());
+    for (int i = 0; i < expected.size(); ++i) {
+        QVERIFY2(std::abs(inView[i] / expected[i] - 1.0) < 1e-12, qPrintable(QString::number(inView[i])));
+    }
 }
 
 void TestDashboard::exportsPlotsAndTables()

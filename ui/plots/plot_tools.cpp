@@ -210,11 +210,55 @@ QLabel* makeReadout(QWidget* parent, const QString& objectName, const QString& i
     return label;
 }
 
+namespace {
+
+// Powers of ten, and where the axis spans less than a decade and a half (every point between 0.012 and 0.09, say,
+// where powers of ten alone leave no labelled tick in view) 1, 2 and 5 times them, with sub-ticks at the other
+// whole mantissas (3, 4, 6, 7, 8, 9).
+class DecadeTicker : public QCPAxisTickerLog {
+protected:
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override
+    {
+        dense_ = range.lower > 0.0 && range.upper > 0.0 && range.upper / range.lower < 30.0;
+        if (!dense_) {
+            return QCPAxisTickerLog::createTickVector(tickStep, range);
+        }
+        QVector<double> ticks;
+        for (double decade = std::pow(10.0, std::floor(std::log10(range.lower))); decade <= range.upper * 10.0;
+             decade *= 10.0) {
+            for (const double mantissa : {1.0, 2.0, 5.0}) {
+                ticks.append(mantissa * decade);
+            }
+        }
+        return ticks;
+    }
+
+    QVector<double> createSubTickVector(int subTickCount, const QVector<double>& ticks) override
+    {
+        if (!dense_ || ticks.isEmpty()) {
+            return QCPAxisTickerLog::createSubTickVector(subTickCount, ticks);
+        }
+        QVector<double> subTicks;
+        for (double decade = std::pow(10.0, std::floor(std::log10(ticks.front()))); decade <= ticks.back();
+             decade *= 10.0) {
+            for (const double mantissa : {3.0, 4.0, 6.0, 7.0, 8.0, 9.0}) {
+                subTicks.append(mantissa * decade);
+            }
+        }
+        return subTicks;
+    }
+
+private:
+    bool dense_ = false;
+};
+
+} // namespace
+
 void setLogScale(QCPAxis* axis, bool logarithmic)
 {
     axis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (logarithmic) {
-        auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
+        auto ticker = QSharedPointer<DecadeTicker>::create();
         ticker->setSubTickCount(8);
         axis->setTicker(ticker);
         axis->setNumberFormat(QStringLiteral("gb"));

@@ -491,10 +491,14 @@ void SensitivityView::showScans()
         summary_->setText(scans_.empty() ? tr("No sensitivity scans in this workspace yet.") : QString());
     } else {
         const SensitivityScanInfo* scan = scanInfo(main_.scanId);
-        QString text = tr("%1 layers x %2 groups quantized to %3 one at a time; BF16 unit %4 nats/token")
+        // The KV cells take the scan's KV format (--kv-format), not the weights' format.
+        const bool kvCells = std::find(main_.groups.begin(), main_.groups.end(), "kv") != main_.groups.end();
+        const QString kvFormat = scan && kvCells ? QString::fromStdString(scan->kvFormat) : QString();
+        QString text = tr("%1 layers x %2 groups quantized to %3%4 one at a time; BF16 unit %5 nats/token")
                            .arg(main_.layers)
                            .arg(main_.groups.size())
                            .arg(scan ? QString::fromStdString(scan->format) : QString())
+                           .arg(kvFormat.isEmpty() ? QString() : tr(" (KV cells to %1)").arg(kvFormat))
                            .arg(scan && scan->bf16Unit ? QString::number(*scan->bf16Unit, 'g', 4) : tr("unknown"));
         if (compared_) {
             text += tr(". Beside it scan #%1, on the same colour scale").arg(compared_->scanId);
