@@ -469,6 +469,24 @@ void TestDashboard::runsTabPlotsRunAndOverlay()
     QCOMPARE(window->comparePlot()->pointCount(ids_.noisyRun), 80);
     QCOMPARE(window->comparePlot()->pointCount(ids_.fp8Run), 120);
     saveScreenshot(*window, "dashboard_overlay.png");
+    // A budget across the runs (issue 44): the fixture's calibration at step 120, whose admission threshold is its
+    // bracket's passing end, 0.06; drawn on the full-KL measure only (the statistic budgets are measured with).
+    ui::ComparePlot* overlay = window->comparePlot();
+    QVERIFY(!overlay->budgetThreshold() && !overlay->budgetLine()->visible());
+    QVERIFY(overlay->setBudget(ids_.calibration, 120));
+    QCOMPARE(overlay->budgetThreshold().value_or(-1.0), 0.06);
+    overlay->replot();
+    QVERIFY(overlay->budgetLine()->visible() && overlay->budgetLabel()->visible());
+    QCOMPARE(overlay->budgetLine()->point1->coords().y(), 0.06);
+    QCOMPARE(overlay->budgetLine()->point2->coords().y(), 0.06);
+    QVERIFY(overlay->budgetLabel()->text().startsWith("budget 0.06"));
+    QVERIFY(overlay->plot()->yAxis->range().contains(0.06));
+    QCOMPARE(overlay->curveCount(), 3); // a line, not a run
+    saveScreenshot(*window, "dashboard_overlay_budget.png");
+    overlay->setMeasure(ui::ComparePlot::K1);
+    QVERIFY(!overlay->budgetThreshold() && !overlay->budgetLine()->visible());
+    QVERIFY(!overlay->findChild<QLabel*>("compareBudgetNote")->isHidden()); // why no line
+    QVERIFY(!overlay->setBudget(ids_.calibration, 7)); // no bracket at step 7
     window->comparePlot()->setMeasure(ui::ComparePlot::Quality);
     QCOMPARE(window->comparePlot()->pointCount(ids_.noisyRun), 3); // evaluations at 0, 40, 80
     QCOMPARE(window->comparePlot()->pointCount(ids_.baselineRun), 4);

@@ -10,7 +10,10 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QSignalBlocker>
 #include <QVBoxLayout>
+
+#include <initializer_list>
 
 namespace mismatch::ui {
 
@@ -38,6 +41,18 @@ ComparePlot::ComparePlot(QWidget* parent)
     logScale_->setObjectName("compareLogScale");
     logScale_->setToolTip(tr("Mismatch spans orders of magnitude (BF16 unit to hundreds of times it)"));
     top->addWidget(logScale_);
+    top->addWidget(new QLabel(tr("Budget:"), this));
+    budgetBox_ = new QComboBox(this);
+    budgetBox_->setObjectName("compareBudgetBox");
+    budgetBox_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    budgetBox_->setMinimumContentsLength(30);
+    budgetBox_->setToolTip(tr("A calibration's budget at one of its steps (the bracket's admission threshold), drawn "
+                              "across the runs on the full-KL measure"));
+    top->addWidget(budgetBox_);
+    budgetNote_ = new QLabel(tr("(the budget is a full-KL threshold: choose that measure to see it)"), this);
+    budgetNote_->setObjectName("compareBudgetNote");
+    budgetNote_->setStyleSheet(QStringLiteral("color: #666"));
+    top->addWidget(budgetNote_);
     hint_ = new QLabel(tr("Select several runs in the run table (Ctrl+click) to overlay them."), this);
     top->addWidget(hint_);
     top->addStretch(1);
@@ -65,6 +80,22 @@ ComparePlot::ComparePlot(QWidget* parent)
     });
     connect(measureBox_, qOverload<int>(&QComboBox::activated), this,
         [this](int index) { setMeasure(static_cast<Measure>(index)); });
+    connect(budgetBox_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        drawBudget();
+        scheduleReplot();
+    });
+    budgetLine_ = new QCPItemStraightLine(plot_);
+    budgetLine_->setPen(QPen(QColor(0x6a, 0x1b, 0x9a), 1.5, Qt::DashLine));
+    budgetLabel_ = new QCPItemText(plot_);
+    budgetLabel_->setColor(QColor(0x6a, 0x1b, 0x9a));
+    budgetLabel_->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+    budgetLabel_->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+    budgetLabel_->position->setTypeY(QCPItemPosition::ptPlotCoords);
+    for (QCPAbstractItem* item : std::initializer_list<QCPAbstractItem*> {budgetLine_, budgetLabel_}) {
+        item->setClipToAxisRect(true);
+        item->setSelectable(false);
+    }
+    fillBudgetChoices(budgetBox_, store_);
     rebuild();
 }
 
@@ -72,7 +103,47 @@ void ComparePlot::setStore(store::RunStore* store)
 {
     store_ = store;
     runs_.clear();
+    fillBudgetChoices(budgetBox_, store_); // "none" chosen
     rebuild();
+}
+
+bool ComparePlot::setBudget(std::int64_t calibrationId, std::int64_t step)
+{
+    fillBudgetChoices(budgetBox_, store_); // a calibration stored since is offered
+    for (int row = 0; row < budgetBox_->count(); ++row) {
+        if (budgetBox_->itemData(row, Qt::UserRole).toLongLong() == calibrationId
+            && (calibrationId == 0 || budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong() == step)) {
+            budgetBox_->setCurrentIndex(row);
+            drawBudget();
+            return true;
+        }
+    }
+    drawBudget(); // "none": the list was filled anew
+    return false;
+}
+
+std::optional<double> ComparePlot::budgetThreshold() const
+{
+    const int row = budgetBox_->currentIndex();
+    if (row <= 0 || measure_ != FullKl) {
+        return std::nullopt;
+    }
+    return budgetBox_->itemData(row, Qt::UserRole + 2).toDouble();
+}
+
+void ComparePlot::drawBudget()
+{
+    const std::optional<double> threshold = budgetThreshold();
+    budgetNote_->setVisible(budgetBox_->currentIndex() > 0 && !threshold);
+    budgetLine_->setVisible(threshold.has_value());
+    budgetLabel_->setVisible(threshold.has_value());
+    if (!threshold) {
+        return;
+    }
+    budgetLine_->point1->setCoords(0.0, *threshold);
+    budgetLine_->point2->setCoords(1.0, *threshold);
+    budgetLabel_->position->setCoords(0.99, *threshold);
+    budgetLabel_->setText(tr("budget %1 (%2)").arg(*threshold, 0, 'g', 3).arg(budgetBox_->currentText().section(':', 0, 0)));
 }
 
 void ComparePlot::setRuns(const std::vector<std::pair<std::int64_t, QString>>& runs)
@@ -121,6 +192,18 @@ void ComparePlot::rebuild()
         cursors_[runId] = 0;
     }
     hint_->setVisible(runs_.size() < 2);
+    // The budgets as stored now (a calibration may have finished since), the chosen one kept.
+    const qlonglong chosenId = budgetBox_->currentData(Qt::UserRole).toLongLong();
+    const qlonglong chosenStep = budgetBox_->currentData(Qt::UserRole + 1).toLongLong();
+    fillBudgetChoices(budgetBox_, store_);
+    for (int row = 0; row < budgetBox_->count(); ++row) {
+        if (budgetBox_->itemData(row, Qt::UserRole).toLongLong() == chosenId
+            && budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong() == chosenStep) {
+            const QSignalBlocker block(budgetBox_);
+            budgetBox_->setCurrentIndex(row);
+        }
+    }
+    drawBudget();
     tail();
     scheduleReplot();
 }
@@ -177,6 +260,12 @@ void ComparePlot::replot()
 {
     plot_->rescaleAxes(true); // the runs shown (a legend click hides one)
     plot_->xAxis->scaleRange(1.04, plot_->xAxis->range().center());
+    if (const std::optional<double> threshold = budgetThreshold()) {
+        // The budget in view, however far from the runs.
+        QCPRange range = plot_->yAxis->range();
+        range.expand(*threshold);
+        plot_->yAxis->setRange(range);
+    }
     if (plot_->yAxis->scaleType() == QCPAxis::stLogarithmic) {
         plot_->yAxis->setRange(plot_->yAxis->range().lower / 1.5, plot_->yAxis->range().upper * 1.5);
     } else {

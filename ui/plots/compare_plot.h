@@ -2,16 +2,22 @@
 // Overlay of several runs for comparison: one curve per run of the chosen measure (full KL, k1, k3, BF16
 // multiple, quality at evaluations) against the step, bound to the one y axis labelled with that measure. Follows the
 // runs live like RunPlot; legend above the data (click to hide a run), crosshair read-out, zoom, double-click reset.
+// A calibration's budget (its admission threshold at one bracket step, chosen in budgetBox()) is drawn across the
+// runs as a dashed line with its label when the measure is the full-vocabulary KL, the statistic budgets and
+// screens are measured with; the other measures say why it is not drawn.
 #include "core/store/run_store.h"
 
 #include <QTimer>
 #include <QWidget>
 
 #include <map>
+#include <optional>
 #include <vector>
 
 class QCheckBox;
 class QComboBox;
+class QCPItemStraightLine;
+class QCPItemText;
 class QCustomPlot;
 class QLabel;
 
@@ -35,6 +41,14 @@ public:
 
     QCustomPlot* plot() const { return plot_; }
     QCheckBox* logScaleBox() const { return logScale_; }
+    QComboBox* budgetBox() const { return budgetBox_; }
+    // Chooses the budget of calibration `calibrationId` at bracket `step` (0: none); false when budgetBox() does not
+    // offer it.
+    bool setBudget(std::int64_t calibrationId, std::int64_t step);
+    // The budget drawn now (nats/token): nullopt when none is chosen or the measure is not the full KL.
+    std::optional<double> budgetThreshold() const;
+    QCPItemStraightLine* budgetLine() const { return budgetLine_; }
+    QCPItemText* budgetLabel() const { return budgetLabel_; }
     PlotCrosshair* crosshair() const { return crosshair_; }
     Measure measure() const { return measure_; }
     int curveCount() const;
@@ -46,6 +60,7 @@ public:
 private:
     void rebuild();
     void scheduleReplot();
+    void drawBudget();
 
     store::RunStore* store_ = nullptr;
     std::vector<std::pair<std::int64_t, QString>> runs_;
@@ -54,6 +69,10 @@ private:
     Measure measure_ = FullKl;
     QComboBox* measureBox_ = nullptr;
     QCheckBox* logScale_ = nullptr;
+    QComboBox* budgetBox_ = nullptr;
+    QLabel* budgetNote_ = nullptr; // why no line is drawn for the chosen budget
+    QCPItemStraightLine* budgetLine_ = nullptr;
+    QCPItemText* budgetLabel_ = nullptr;
     QLabel* hint_ = nullptr;
     QLabel* readout_ = nullptr;
     PlotCrosshair* crosshair_ = nullptr;

@@ -2,10 +2,16 @@
 
 #include "ui/plots/glossary_tips.h"
 
+#include "core/common/error.h"
+#include "core/store/analysis_store.h"
+#include "core/store/run_store.h"
+
 #include <qcustomplot.h>
 
+#include <QComboBox>
 #include <QHelpEvent>
 #include <QLabel>
+#include <QSignalBlocker>
 #include <QToolTip>
 
 #include <algorithm>
@@ -253,6 +259,53 @@ private:
 };
 
 } // namespace
+
+void fillBudgetChoices(QComboBox* box, store::RunStore* store)
+{
+    const QSignalBlocker block(box);
+    box->clear();
+    box->addItem(QObject::tr("none"), QVariant::fromValue<qlonglong>(0));
+    box->setItemData(0, QVariant::fromValue<qlonglong>(0), Qt::UserRole + 1);
+    if (!store) {
+        return;
+    }
+    try {
+        for (const store::CalibrationInfo& info : store::calibrations(*store)) {
+            const auto calibration = store::calibration(*store, info.id);
+            for (const store::CalibrationBracket& bracket :
+                calibration ? calibration->brackets : std::vector<store::CalibrationBracket> {}) {
+                double threshold = 0.0;
+                try {
+                    threshold = store::admissionThreshold(*store, info.id, bracket.step);
+                } catch (const StoreError&) {
+                    continue; // nothing passed at that step: it gives no budget
+                }
+                const QString name = QString::fromStdString(info.name);
+                box->addItem(QObject::tr("#%1 %2, step %3: %4")
+                                 .arg(info.id)
+                                 .arg(name)
+                                 .arg(bracket.step)
+                                 .arg(threshold, 0, 'g', 3),
+                    QVariant::fromValue<qlonglong>(info.id));
+                const int row = box->count() - 1;
+                box->setItemData(row, QVariant::fromValue<qlonglong>(bracket.step), Qt::UserRole + 1);
+                box->setItemData(row, threshold, Qt::UserRole + 2);
+                box->setItemData(row,
+                    QObject::tr("Calibration #%1 \"%2\", its bracket at step %3: admission threshold %4 nats/token")
+                        .arg(info.id)
+                        .arg(name)
+                        .arg(bracket.step)
+                        .arg(threshold, 0, 'g', 4),
+                    Qt::ToolTipRole);
+            }
+        }
+    } catch (const std::exception&) {
+        // Unreadable: only "none" is offered (the window's polling shows the store's problem).
+        while (box->count() > 1) {
+            box->removeItem(1);
+        }
+    }
+}
 
 void setLogScale(QCPAxis* axis, bool logarithmic)
 {

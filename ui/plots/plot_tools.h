@@ -17,8 +17,13 @@ class QCPAxis;
 class QCPAxisRect;
 class QCPGraph;
 class QCPItemStraightLine;
+class QComboBox;
 class QCustomPlot;
 class QLabel;
+
+namespace mismatch::store {
+class RunStore;
+}
 
 namespace mismatch::ui {
 
@@ -36,6 +41,12 @@ void enableZoomAndReset(
 // The read-out line under a plot's toolbar: grey, wrapped (a long read-out never widens the window), showing `idle`
 // (default: how to hover, zoom and reset) until the mouse is over the data.
 QLabel* makeReadout(QWidget* parent, const QString& objectName, const QString& idle = {});
+
+// Fills `box` with the budgets a run can be drawn beside: "none" (data 0), then every stored calibration's bracket
+// that gives an admission threshold, as "#ID NAME, step S: THRESHOLD" (Qt::UserRole: the calibration id,
+// Qt::UserRole + 1: the step, Qt::UserRole + 2: the threshold in nats/token; a tooltip saying so). A store that
+// cannot be read (or none) offers only "none". Signals of `box` are blocked while it is filled.
+void fillBudgetChoices(QComboBox* box, store::RunStore* store);
 
 // Switches `axis` between a logarithmic scale (with decade ticks) and a linear one.
 void setLogScale(QCPAxis* axis, bool logarithmic);

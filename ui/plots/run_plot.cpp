@@ -524,41 +524,8 @@ void RunPlot::updateMessage()
 
 void RunPlot::reloadBudgets()
 {
+    fillBudgetChoices(budgetBox_, store_);
     const QSignalBlocker block(budgetBox_);
-    budgetBox_->clear();
-    budgetBox_->addItem(tr("none"), QVariant::fromValue<qlonglong>(0));
-    budgetBox_->setItemData(0, QVariant::fromValue<qlonglong>(0), Qt::UserRole + 1);
-    if (store_) {
-        try {
-            for (const store::CalibrationInfo& info : store::calibrations(*store_)) {
-                const auto calibration = store::calibration(*store_, info.id);
-                for (const store::CalibrationBracket& bracket :
-                    calibration ? calibration->brackets : std::vector<store::CalibrationBracket> {}) {
-                    double threshold = 0.0;
-                    try {
-                        threshold = store::admissionThreshold(*store_, info.id, bracket.step);
-                    } catch (const StoreError&) {
-                        continue; // nothing passed at that step: it gives no budget
-                    }
-                    const QString name = QString::fromStdString(info.name);
-                    budgetBox_->addItem(
-                        tr("#%1 %2, step %3: %4").arg(info.id).arg(name).arg(bracket.step).arg(threshold, 0, 'g', 3),
-                        QVariant::fromValue<qlonglong>(info.id));
-                    const int row = budgetBox_->count() - 1;
-                    budgetBox_->setItemData(row, QVariant::fromValue<qlonglong>(bracket.step), Qt::UserRole + 1);
-                    budgetBox_->setItemData(row,
-                        tr("Calibration #%1 \"%2\", its bracket at step %3: admission threshold %4 nats/token")
-                            .arg(info.id)
-                            .arg(name)
-                            .arg(bracket.step)
-                            .arg(threshold, 0, 'g', 4),
-                        Qt::ToolTipRole);
-                }
-            }
-        } catch (const std::exception&) {
-            // Unreadable: only "none" is offered (the window's polling shows the store's problem).
-        }
-    }
     budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetRow(budget_->calibrationId, budget_->step) : 0));
 }
 
