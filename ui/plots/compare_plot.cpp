@@ -45,16 +45,18 @@ ComparePlot::ComparePlot(QWidget* parent)
     budgetBox_ = new QComboBox(this);
     budgetBox_->setObjectName("compareBudgetBox");
     budgetBox_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-    budgetBox_->setMinimumContentsLength(30);
+    budgetBox_->setMinimumContentsLength(16); // the whole entry in its list and tooltip; the row fits 1024 px
     budgetBox_->setToolTip(tr("A calibration's budget at one of its steps (the bracket's admission threshold), drawn "
                               "across the runs on the full-KL measure"));
     top->addWidget(budgetBox_);
     budgetNote_ = new QLabel(tr("(the budget is a full-KL threshold: choose that measure to see it)"), this);
     budgetNote_->setObjectName("compareBudgetNote");
     budgetNote_->setStyleSheet(QStringLiteral("color: #666"));
+    budgetNote_->setWordWrap(true); // wraps rather than widening the window
     top->addWidget(budgetNote_);
     hint_ = new QLabel(tr("Select several runs in the run table (Ctrl+click) to overlay them."), this);
-    top->addWidget(hint_);
+    hint_->setWordWrap(true);
+    top->addWidget(hint_, 1);
     top->addStretch(1);
     layout->addLayout(top);
     readout_ = makeReadout(this, QStringLiteral("compareReadout"));
