@@ -8,6 +8,7 @@
 #include "core/common/random.h"
 #include "core/store/evaluation_store.h"
 #include "core/store/sqlite_util.h"
+#include "core/store/store_merge.h"
 #include "core/train/trainer.h"
 
 #include <nlohmann/json.hpp>
@@ -353,15 +354,6 @@ nlohmann::json calibrationRecord(const CalibrationOptions& options, const Measur
 
 const char* const kUnitRunKind = "calibrate_unit";
 
-// A calibration unit's run config without what the run adds to the record as it goes.
-nlohmann::json recordOfUnit(nlohmann::json config)
-{
-    for (const char* key : {"unit", "inputs", "sweep_runs", "screens"}) {
-        config.erase(key);
-    }
-    return config;
-}
-
 // The finished units of the calibration `record` stored here: unit -> its training run and its screens (the
 // oldest unit run of each, should a unit have been merged from two shards).
 struct StoredUnit {
@@ -378,7 +370,7 @@ std::map<CalibrationUnit, StoredUnit> storedUnits(const store::RunStore& store, 
             continue;
         }
         const nlohmann::json config = nlohmann::json::parse(run.configJson, nullptr, false);
-        if (!config.is_object() || !config.contains("unit") || recordOfUnit(config) != record) {
+        if (!config.is_object() || !config.contains("unit") || store::calibrationUnitRecord(config) != record) {
             continue;
         }
         const nlohmann::json links = config.value("sweep_runs", nlohmann::json::array());

@@ -69,26 +69,6 @@ std::string unitId(std::size_t number)
     return id.str();
 }
 
-// A spec whose paths are absolute: a unit runs on another machine, from another directory.
-JobSpec withAbsolutePaths(JobSpec spec)
-{
-    for (const Parameter& p : spec.definition().parameters) {
-        if (!spec.given(p.name)) {
-            continue;
-        }
-        if (p.type == ParameterType::Path && !spec.text(p.name).empty()) {
-            spec.set(p.name, fs::absolute(spec.text(p.name)).lexically_normal().string());
-        } else if (p.type == ParameterType::PathList) {
-            nlohmann::json paths = nlohmann::json::array();
-            for (const std::string& path : spec.strings(p.name)) {
-                paths.push_back(fs::absolute(path).lexically_normal().string());
-            }
-            spec.set(p.name, paths);
-        }
-    }
-    return spec;
-}
-
 // Whether a spec names rows of the workspace it runs in (a stored calibration or scan): such a job cannot run in a
 // fresh shard, so it runs in the workspace as the final step.
 bool readsWorkspaceRows(const JobSpec& spec)

@@ -415,29 +415,36 @@ JobResult JobSpec::run(
     return definition_->run(store, *this, progress, onRunStarted);
 }
 
+JobSpec withAbsolutePaths(JobSpec spec)
+{
+    const auto absolute = [](const std::string& path) {
+        return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+    };
+    for (const Parameter& p : spec.definition().parameters) {
+        if (!spec.given(p.name)) {
+            continue;
+        }
+        if (p.type == ParameterType::Path && !spec.text(p.name).empty()) {
+            spec.set(p.name, absolute(spec.text(p.name)));
+        } else if (p.type == ParameterType::PathList) {
+            nlohmann::json paths = nlohmann::json::array();
+            for (const std::string& path : spec.strings(p.name)) {
+                paths.push_back(absolute(path));
+            }
+            spec.set(p.name, paths);
+        }
+    }
+    return spec;
+}
+
 void expectJobRun(store::RunStore& store, const JobSpec& spec)
 {
     if (spec.definition().runKind.empty()) {
         return;
     }
     // A relative path means the folder the job ran in: stored absolute, the request reads the same anywhere.
-    const auto absolute = [](const std::string& path) {
-        return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
-    };
-    JobSpec stored = spec;
-    for (const Parameter& p : spec.definition().parameters) {
-        if (p.type == ParameterType::Path && spec.given(p.name)) {
-            stored.set(p.name, absolute(spec.text(p.name)));
-        } else if (p.type == ParameterType::PathList && spec.given(p.name)) {
-            nlohmann::json paths = nlohmann::json::array();
-            for (const std::string& path : spec.strings(p.name)) {
-                paths.push_back(absolute(path));
-            }
-            stored.set(p.name, paths);
-        }
-    }
     const JobDefinition& job = spec.definition();
-    store.expectJob(job.runKindOf ? job.runKindOf(spec) : job.runKind, stored.toJson().dump());
+    store.expectJob(job.runKindOf ? job.runKindOf(spec) : job.runKind, withAbsolutePaths(spec).toJson().dump());
 }
 
 std::optional<JobSpec> JobSpec::ofRun(const store::RunInfo& run)

@@ -178,6 +178,11 @@ private:
     nlohmann::json values_ = nlohmann::json::object(); // only what was set
 };
 
+// `spec` with every path parameter (path and list of paths, set or defaulted) absolute and lexically normal, taken
+// from the current directory; empty paths stay empty. What a job means wherever it is read again: the stored
+// request of a run (expectJobRun) and a cluster unit that runs on another machine, from another directory.
+JobSpec withAbsolutePaths(JobSpec spec);
+
 // Has `store` keep `spec` (its paths made absolute) with the run the job is about to record (its definition's
 // runKind; RunInfo::jobJson): what JobSpec::run does, for front-ends that call the job's core function themselves
 // (the CLI, which prints the typed result). Nothing for a job that records no run.

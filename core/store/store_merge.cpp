@@ -30,6 +30,14 @@ std::int64_t MergeReport::rowsAdded() const
     return total;
 }
 
+nlohmann::json calibrationUnitRecord(nlohmann::json config)
+{
+    for (const char* key : {"unit", "inputs", "sweep_runs", "screens"}) {
+        config.erase(key);
+    }
+    return config;
+}
+
 const std::vector<std::string>& mergedTables()
 {
     static const std::vector<std::string> tables = {"models", "prompt_sets", "recipes", "runs", "merged_runs",
@@ -346,15 +354,13 @@ void refuseUnfinishedRuns(const Merge& merge, const std::string& shardDirectory)
             + std::to_string(runs.int64(0)) + " --workspace " + shardDirectory + "), or stop merging this shard");
 }
 
-// A calibration unit's record (core/analysis/calibrate.h "Units"): its run's config_json without what the unit adds
-// as it runs, and the calibration it belongs to (its run is named "CALIBRATION unit LABEL/rN").
+// A calibration unit's record (calibrationUnitRecord) and the calibration it belongs to (its run is named
+// "CALIBRATION unit LABEL/rN").
 std::pair<std::string, nlohmann::json> unitOfCalibration(const std::string& name, const std::string& configJson)
 {
     nlohmann::json record = nlohmann::json::parse(configJson, nullptr, false);
     if (record.is_object()) {
-        for (const char* key : {"unit", "inputs", "sweep_runs", "screens"}) {
-            record.erase(key);
-        }
+        record = calibrationUnitRecord(std::move(record));
     }
     const std::size_t at = name.rfind(" unit ");
     return {at == std::string::npos ? name : name.substr(0, at), record};

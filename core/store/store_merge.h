@@ -15,6 +15,8 @@
 // names). Checkpoints stay in the shard: the workspace's checkpoints/run-ID becomes a link to the shard's.
 #include "core/store/run_store.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -49,6 +51,12 @@ struct MergeReport {
 // was killed, failed or cancelled (its unit must be resumed first), the target itself (or a copy of it), and a unit
 // of another calibration (a calibrate_unit run whose calibration has units here with other options).
 MergeReport mergeShard(RunStore& into, const std::string& shardDirectoryOrDatabase);
+
+// A calibration unit's record (core/analysis/calibrate.h "Units"): its run's config_json without what the unit adds
+// to it as it runs (unit, inputs, sweep_runs, screens). Two unit runs belong to one calibration when their records are
+// equal: the merge refuses a shard's unit of a calibration here with another record, and calibrate resumes from the
+// stored units with its own record.
+nlohmann::json calibrationUnitRecord(nlohmann::json config);
 
 // The tables a merge copies or matches, in the order it writes them; every table of the current schema but
 // workspace_meta is one of them (tests/store checks it against the migrations).
