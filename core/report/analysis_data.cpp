@@ -177,6 +177,16 @@ std::string estimatorCell(const metrics::EstimatorSummary& estimator)
     return std::string(mean) + " (" + correlation(estimator.pearson) + " / " + correlation(estimator.spearman) + ")";
 }
 
+std::string scanKvFormat(const std::string& configJson)
+{
+    const nlohmann::json config = nlohmann::json::parse(configJson, nullptr, /*allow_exceptions=*/false);
+    if (config.is_object() && config.contains("kv") && config["kv"].is_object() && config["kv"].contains("format")
+        && config["kv"]["format"].is_string()) {
+        return config["kv"]["format"].get<std::string>();
+    }
+    return {};
+}
+
 std::vector<SensitivityScanInfo> AnalysisData::sensitivityScans() const
 {
     std::map<std::int64_t, std::string> models;
@@ -190,11 +200,7 @@ std::vector<SensitivityScanInfo> AnalysisData::sensitivityScans() const
         scan.runId = stored.runId;
         scan.modelName = stored.modelId && models.count(*stored.modelId) ? models[*stored.modelId] : std::string();
         scan.format = stored.format;
-        const nlohmann::json config = nlohmann::json::parse(stored.configJson, nullptr, /*allow_exceptions=*/false);
-        if (config.is_object() && config.contains("kv") && config["kv"].is_object()
-            && config["kv"].contains("format") && config["kv"]["format"].is_string()) {
-            scan.kvFormat = config["kv"]["format"].get<std::string>();
-        }
+        scan.kvFormat = scanKvFormat(stored.configJson);
         scan.bf16Unit = stored.bf16Unit;
         scan.createdAt = stored.createdAt;
         scan.status = stored.status;

@@ -24,6 +24,10 @@ struct SensitivityScanInfo {
     std::string status = "finished"; // the scan's run: "running", "cancelled" or "failed" means partial
 };
 
+// The KV cells' format of a sensitivity scan from its stored configuration ({"kv": {"format": ...}}); empty when
+// the configuration does not record one.
+std::string scanKvFormat(const std::string& configJson);
+
 struct SensitivityCell {
     std::int64_t layer = 0;
     std::string moduleGroup; // "q", "k", "v", "o", "gate", "up", "down", "kv", ...

@@ -571,8 +571,12 @@ private:
         }
         const std::string id = std::to_string(scanId);
         beginSection("Layer sensitivity scan #" + id + " (" + scan->info.format + ")");
+        const bool kvCells = std::any_of(scan->cells.begin(), scan->cells.end(),
+            [](const store::SensitivityCell& cell) { return cell.moduleGroup == "kv"; });
+        const std::string kvFormat = kvCells ? scanKvFormat(scan->info.configJson) : std::string();
         paragraph("Each cell is the mismatch added over the BF16 unit (" + number(scan->info.bf16Unit)
             + " nats/token) when only that layer's module group is quantized to " + escapeHtml(scan->info.format)
+            + (kvFormat.empty() ? std::string() : " (its KV cache, in the kv cells, to " + escapeHtml(kvFormat) + ")")
             + "; " + std::to_string(scan->cells.size()) + " cells, scan " + escapeHtml(scan->info.status) + ".");
         PlotRequest plot;
         plot.kind = PlotRequest::Kind::Sensitivity;

@@ -113,6 +113,7 @@ inline Ids build(store::RunStore& store)
     store::SensitivityScanInfo scan;
     scan.format = "fp8_e4m3/block128";
     scan.bf16Unit = unit;
+    scan.configJson = R"({"kv": {"format": "fp8_per_token_head", "scales": "per_tensor"}})"; // what a scan records
     ids.scan = store::addSensitivityScan(store, scan);
     const char* groups[] = {"q", "k", "v", "o", "gate", "up", "down", "kv"};
     for (int layer = 0; layer < 6; ++layer) {

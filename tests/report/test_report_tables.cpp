@@ -111,6 +111,8 @@ private slots:
                                "<td class=\"num\">248x</td><td class=\"borderline\">borderline</td>"));
         QVERIFY(contains(html, "<td class=\"num\">1</td><td class=\"num\">0</td><td>down</td>"
                                "<td class=\"num\">0.0048</td><td class=\"num\">[0.00384, 0.00576]</td>"));
+        // The KV cells' own format beside the weights' (the scan's kv_format).
+        QVERIFY(contains(html, "quantized to fp8_e4m3/block128 (its KV cache, in the kv cells, to fp8_per_token_head)"));
         QVERIFY(contains(html, "<td>total (own prefixes)</td><td class=\"num\">0.031</td>"
                                "<td class=\"num\">[0.024, 0.038]</td>"));
 

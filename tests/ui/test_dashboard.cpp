@@ -545,6 +545,9 @@ void TestDashboard::sensitivityHeatmapHoverAndClick()
     const std::vector<std::string> expected = {"q", "k", "v", "o", "kv", "gate", "up", "down"};
     QCOMPARE(view->moduleGroups(), expected);
     QCOMPARE(view->layerCount(), std::int64_t(6));
+    const QString summary = view->findChild<QLabel*>("sensitivitySummary")->text();
+    QVERIFY2(summary.startsWith("6 layers x 8 groups quantized to fp8_e4m3/block128 (KV cells to fp8_per_token_head)"),
+        qPrintable(summary));
     // The colour map holds each cell's added mismatch: column "down" (fixture group 6), layer 5.
     const int down = 7;
     QCOMPARE(view->colorMap()->data()->cell(down, 5), fixture::addedMismatch(5, 6));
