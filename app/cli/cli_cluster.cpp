@@ -84,11 +84,8 @@ void printStatus(const Context& context, const jobs::cluster::SubmissionStatus& 
     if (s.finished) {
         // The result's ids (run_id, calibration_id, scan_id, ...): the whole result is `--json`'s.
         std::string ids;
-        for (const auto& [key, value] : s.result.items()) {
-            if (value.is_number_integer() && (key == "run_id" || (key.size() > 3 && key.compare(key.size() - 3, 3, "_id") == 0)
-                    || key == "merged_units")) {
-                ids += (ids.empty() ? "" : ", ") + key + " " + value.dump();
-            }
+        for (const auto& [key, value] : jobs::cluster::resultIds(s.result)) {
+            ids += (ids.empty() ? "" : ", ") + key + " " + std::to_string(value);
         }
         *context.out << "; finished (" << ids << ")";
     }

@@ -605,6 +605,22 @@ std::vector<std::string> submissions(const std::string& workspaceDirectory)
     return directories;
 }
 
+std::vector<std::pair<std::string, std::int64_t>> resultIds(const nlohmann::json& result)
+{
+    std::vector<std::pair<std::string, std::int64_t>> ids;
+    if (!result.is_object()) {
+        return ids;
+    }
+    for (auto it = result.begin(); it != result.end(); ++it) {
+        const std::string& key = it.key();
+        const bool id = key.size() > 3 && key.compare(key.size() - 3, 3, "_id") == 0;
+        if (it.value().is_number_integer() && (id || key == "merged_units")) {
+            ids.emplace_back(key, it.value().get<std::int64_t>());
+        }
+    }
+    return ids;
+}
+
 SubmissionStatus status(const std::string& given)
 {
     const std::string directory = fs::absolute(given).lexically_normal().string();

@@ -149,6 +149,11 @@ struct SubmissionStatus {
     std::int64_t count(UnitState state) const;
 };
 
+// The ids a finished submission's result names, in its key order: every integer under a key ending in "_id"
+// (run_id, calibration_id, scan_id, ...) and merged_units. What the CLI's status line and the Jobs tab show of it (the
+// whole result is `--json`'s).
+std::vector<std::pair<std::string, std::int64_t>> resultIds(const nlohmann::json& result);
+
 // Reads submission.json, the shards and results, and Slurm (squeue, then sacct or scontrol for jobs that left the
 // queue) where those commands are present. InputError for a directory that is no submission.
 SubmissionStatus status(const std::string& directory);

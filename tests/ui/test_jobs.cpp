@@ -110,6 +110,7 @@ private slots:
     void cancelLeavesStoreConsistent();
     void eventLoopStaysResponsiveWhileRunAppends();
     void jobsTabListsASlurmSubmission();
+    void finishedSubmissionNamesItsResultIds();
     void submitDialogDryRunWritesTheStageScripts();
 };
 
@@ -431,6 +432,21 @@ void TestJobs::eventLoopStaysResponsiveWhileRunAppends()
 // A submission written by jobs::cluster::submit (a dry run: its units wait, nothing is handed to Slurm) is listed in
 // the Jobs tab with its units pending; the tab fits a 1024x700 window; Merge runs off the GUI thread and has the
 // window read the store again.
+// What a finished submission's status shows of its result (the CLI's `mismatch status` line and the Jobs tab, one
+// core function): the integers under keys ending in _id and merged_units, in the result's key order; other numbers,
+// strings and a bare "id" are left to --json.
+void TestJobs::finishedSubmissionNamesItsResultIds()
+{
+    const nlohmann::json result = {{"run_id", 25}, {"calibration_id", 1}, {"threshold", 0.06}, {"merged_units", 4},
+        {"name", "sweep"}, {"scan_id", "3"}, {"id", 5}, {"steps", 120}};
+    const std::vector<std::pair<std::string, std::int64_t>> expected
+        = {{"calibration_id", 1}, {"merged_units", 4}, {"run_id", 25}};
+    QCOMPARE(jobs::cluster::resultIds(result), expected);
+    QCOMPARE(ui::describeResult(result), QStringLiteral("calibration 1, merged units 4, run 25"));
+    QVERIFY(jobs::cluster::resultIds(nlohmann::json::array({1, 2})).empty());
+    QCOMPARE(ui::describeResult(nlohmann::json()), QString());
+}
+
 void TestJobs::jobsTabListsASlurmSubmission()
 {
     QTemporaryDir dir;

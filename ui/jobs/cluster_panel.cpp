@@ -118,16 +118,13 @@ QString describeResult(const nlohmann::json& result)
     // The ids a result names (calibration 1, run 25, scan 3) and its counts: the rest of a job's result (a
     // calibration's whole record) is in the tabs.
     QStringList parts;
-    for (auto it = result.begin(); it != result.end(); ++it) {
-        QString key = QString::fromStdString(it.key());
-        if (!it.value().is_number_integer() || !(key.endsWith(QLatin1String("_id")) || key == QLatin1String("merged_units"))) {
-            continue;
-        }
+    for (const auto& [name, value] : jobs::cluster::resultIds(result)) {
+        QString key = QString::fromStdString(name);
         if (key.endsWith(QLatin1String("_id"))) {
             key.chop(3);
         }
         key.replace(QLatin1Char('_'), QLatin1Char(' '));
-        parts << QStringLiteral("%1 %2").arg(key, jsonText(it.value()));
+        parts << QStringLiteral("%1 %2").arg(key).arg(value);
     }
     return parts.join(QStringLiteral(", "));
 }
