@@ -322,7 +322,6 @@ std::string jobFileText(const JobSpec& spec)
 
 void requireJobFileIsNoPathOf(const std::string& path, const JobSpec& spec)
 {
-    const fs::path base = fs::path(path).parent_path();
     std::vector<NamedInput> named;
     std::vector<std::string> models;
     for (const Parameter& p : spec.definition().parameters) {
@@ -335,8 +334,7 @@ void requireJobFileIsNoPathOf(const std::string& path, const JobSpec& spec)
             if (value.empty() || isReferenceText(value)) {
                 continue; // a study step's ${...}: known when the step runs
             }
-            // As the job file will be read: a relative path is relative to the job file's directory.
-            const std::string resolved = fs::path(value).is_absolute() ? value : (base / value).string();
+            const std::string resolved = resolvePath(value, path); // as the job file will be read
             named.push_back({resolved, "'" + p.name + "' of the " + spec.kind() + " job"});
             std::error_code error;
             if (fs::is_regular_file(fs::path(resolved) / "config.json", error)) {
