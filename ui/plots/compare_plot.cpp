@@ -13,6 +13,7 @@
 #include <QSignalBlocker>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <initializer_list>
 
 namespace mismatch::ui {
@@ -112,16 +113,12 @@ void ComparePlot::setStore(store::RunStore* store)
 bool ComparePlot::setBudget(std::int64_t calibrationId, std::int64_t step)
 {
     fillBudgetChoices(budgetBox_, store_); // a calibration stored since is offered
-    for (int row = 0; row < budgetBox_->count(); ++row) {
-        if (budgetBox_->itemData(row, Qt::UserRole).toLongLong() == calibrationId
-            && (calibrationId == 0 || budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong() == step)) {
-            budgetBox_->setCurrentIndex(row);
-            drawBudget();
-            return true;
-        }
+    const int row = budgetChoiceRow(budgetBox_, calibrationId, step);
+    if (row >= 0) {
+        budgetBox_->setCurrentIndex(row);
     }
-    drawBudget(); // "none": the list was filled anew
-    return false;
+    drawBudget(); // without the row: "none", the list was filled anew
+    return row >= 0;
 }
 
 std::optional<double> ComparePlot::budgetThreshold() const
@@ -198,12 +195,9 @@ void ComparePlot::rebuild()
     const qlonglong chosenId = budgetBox_->currentData(Qt::UserRole).toLongLong();
     const qlonglong chosenStep = budgetBox_->currentData(Qt::UserRole + 1).toLongLong();
     fillBudgetChoices(budgetBox_, store_);
-    for (int row = 0; row < budgetBox_->count(); ++row) {
-        if (budgetBox_->itemData(row, Qt::UserRole).toLongLong() == chosenId
-            && budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong() == chosenStep) {
-            const QSignalBlocker block(budgetBox_);
-            budgetBox_->setCurrentIndex(row);
-        }
+    {
+        const QSignalBlocker block(budgetBox_);
+        budgetBox_->setCurrentIndex(std::max(0, budgetChoiceRow(budgetBox_, chosenId, chosenStep)));
     }
     drawBudget();
     tail();

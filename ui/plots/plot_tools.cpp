@@ -307,6 +307,17 @@ void fillBudgetChoices(QComboBox* box, store::RunStore* store)
     }
 }
 
+int budgetChoiceRow(const QComboBox* box, std::int64_t calibrationId, std::int64_t step)
+{
+    for (int row = 0; row < box->count(); ++row) {
+        if (box->itemData(row, Qt::UserRole).toLongLong() == calibrationId
+            && (calibrationId == 0 || box->itemData(row, Qt::UserRole + 1).toLongLong() == step)) {
+            return row;
+        }
+    }
+    return -1;
+}
+
 void setLogScale(QCPAxis* axis, bool logarithmic)
 {
     axis->setScaleType(logarithmic ? QCPAxis::stLogarithmic : QCPAxis::stLinear);

@@ -7,6 +7,7 @@
 #include <QPoint>
 #include <QString>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -47,6 +48,8 @@ QLabel* makeReadout(QWidget* parent, const QString& objectName, const QString& i
 // Qt::UserRole + 1: the step, Qt::UserRole + 2: the threshold in nats/token; a tooltip saying so). A store that
 // cannot be read (or none) offers only "none". Signals of `box` are blocked while it is filled.
 void fillBudgetChoices(QComboBox* box, store::RunStore* store);
+// The row of such a list that offers calibration `calibrationId` at bracket `step` (0: "none"); -1 when none does.
+int budgetChoiceRow(const QComboBox* box, std::int64_t calibrationId, std::int64_t step);
 
 // Switches `axis` between a logarithmic scale (with decade ticks) and a linear one.
 void setLogScale(QCPAxis* axis, bool logarithmic);

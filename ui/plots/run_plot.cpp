@@ -526,18 +526,7 @@ void RunPlot::reloadBudgets()
 {
     fillBudgetChoices(budgetBox_, store_);
     const QSignalBlocker block(budgetBox_);
-    budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetRow(budget_->calibrationId, budget_->step) : 0));
-}
-
-int RunPlot::budgetRow(std::int64_t calibrationId, std::int64_t step) const
-{
-    for (int row = 0; row < budgetBox_->count(); ++row) {
-        if (budgetBox_->itemData(row, Qt::UserRole).toLongLong() == calibrationId
-            && (calibrationId == 0 || budgetBox_->itemData(row, Qt::UserRole + 1).toLongLong() == step)) {
-            return row;
-        }
-    }
-    return -1;
+    budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetChoiceRow(budgetBox_, budget_->calibrationId, budget_->step) : 0));
 }
 
 bool RunPlot::setRunBudget(std::int64_t runId, std::int64_t calibrationId, std::int64_t step)
@@ -581,11 +570,11 @@ void RunPlot::applyRunBudget()
             // Unreadable, or the bracket gives no threshold any more: nothing is drawn.
         }
     }
-    if (budget_ && budgetRow(budget_->calibrationId, budget_->step) < 0) {
+    if (budget_ && budgetChoiceRow(budgetBox_, budget_->calibrationId, budget_->step) < 0) {
         reloadBudgets(); // a calibration stored since the list was read
     }
     const QSignalBlocker block(budgetBox_);
-    budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetRow(budget_->calibrationId, budget_->step) : 0));
+    budgetBox_->setCurrentIndex(std::max(0, budget_ ? budgetChoiceRow(budgetBox_, budget_->calibrationId, budget_->step) : 0));
     scheduleReplot();
 }
 

@@ -141,8 +141,6 @@ private:
     void drawBudget(const QCPRange& steps);
     // Places the label above the line's right end, or below it where the line is near the top of the panel.
     void placeBudgetLabel();
-    // The row of budgetBox() that offers calibration `calibrationId` at `step` (0: none); -1 when none does.
-    int budgetRow(std::int64_t calibrationId, std::int64_t step) const;
 
     store::RunStore* store_ = nullptr;
     std::int64_t runId_ = 0;
