@@ -458,29 +458,33 @@ at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& at
               .masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
 
     NonFiniteTrace* const trace = options.trace;
-    const auto checked = [trace](const at::Tensor& output, const std::string& where, const char* what,
-                             const at::Tensor& input, bool isLinear = false) {
+    // `where` + `suffix` names the step; the name is made only when a trace is kept (no string work otherwise: this
+    // is every decoding step's path).
+    const auto checked = [trace](const at::Tensor& output, const std::string& where, const char* suffix,
+                             const char* what, const at::Tensor& input, bool isLinear = false) {
         if (trace) {
-            trace->check(where, what, output, input, isLinear);
+            trace->check(where + suffix, what, output, input, isLinear);
         }
         return output;
     };
     const auto traced = [&](const std::string& module, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias) {
-        return checked(linear(module, x, weight, bias), module, "linear product", x, true);
+        return checked(linear(module, x, weight, bias), module, "", "linear product", x, true);
     };
-    at::Tensor x = checked(embed("embed_tokens", embedWeight_, ids).to(compute), "embed_tokens", "embedding",
+    static const std::string kEmbedding = "embed_tokens";
+    static const std::string kFinalNorm = "model.norm";
+    at::Tensor x = checked(embed(kEmbedding, embedWeight_, ids).to(compute), kEmbedding, "", "embedding",
         embedWeight_); // [B, T, hidden]
     for (std::int64_t index = 0; index < config_.numLayers; ++index) {
         const Layer& layer = layers_[static_cast<std::size_t>(index)];
-        const std::string prefix = "model.layers." + std::to_string(index);
-        const at::Tensor normed = checked(rmsNorm(x, layer.inputNorm, eps), prefix + ".input_layernorm", "rms norm", x);
+        const std::string prefix = trace ? "model.layers." + std::to_string(index) : std::string();
+        const at::Tensor normed = checked(rmsNorm(x, layer.inputNorm, eps), prefix, ".input_layernorm", "rms norm", x);
         at::Tensor q = traced(layer.qName, normed, layer.qWeight, layer.qBias).view({batch, length, heads, headDim});
         at::Tensor k = traced(layer.kName, normed, layer.kWeight, layer.kBias).view({batch, length, kvHeads, headDim});
         at::Tensor v = traced(layer.vName, normed, layer.vWeight, layer.vBias).view({batch, length, kvHeads, headDim});
         if (config_.qkNorm) {
-            q = checked(rmsNorm(q, layer.qNorm, eps), prefix + ".self_attn.q_norm", "rms norm", q); // Qwen3: per head
-            k = checked(rmsNorm(k, layer.kNorm, eps), prefix + ".self_attn.k_norm", "rms norm", k); // before RoPE
+            q = checked(rmsNorm(q, layer.qNorm, eps), prefix, ".self_attn.q_norm", "rms norm", q); // Qwen3: per head
+            k = checked(rmsNorm(k, layer.kNorm, eps), prefix, ".self_attn.k_norm", "rms norm", k); // before RoPE
         }
         q = applyRope(q.transpose(1, 2), rope); // [B, H, T, D]
         k = applyRope(k.transpose(1, 2), rope); // [B, KV, T, D]
@@ -492,16 +496,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& at
             }
             attended = attention(q, k, v, bias, accumulate);
         }
-        checked(attended, prefix + ".self_attn", "attention (RoPE, softmax, weighted values)", q);
+        checked(attended, prefix, ".self_attn", "attention (RoPE, softmax, weighted values)", q);
         const at::Tensor o = traced(layer.oName, attended, layer.oWeight, layer.oBias);
-        x = checked(x + o, prefix + ".self_attn", "residual add after attention", x);
+        x = checked(x + o, prefix, ".self_attn", "residual add after attention", x);
 
         const at::Tensor normedMlp
-            = checked(rmsNorm(x, layer.postAttentionNorm, eps), prefix + ".post_attention_layernorm", "rms norm", x);
+            = checked(rmsNorm(x, layer.postAttentionNorm, eps), prefix, ".post_attention_layernorm", "rms norm", x);
         const at::Tensor gate = traced(layer.gateName, normedMlp, layer.gateWeight, at::Tensor());
         const at::Tensor up = traced(layer.upName, normedMlp, layer.upWeight, at::Tensor());
-        const at::Tensor activated = checked(at::silu(gate) * up, prefix + ".mlp", "silu(gate) * up", gate);
-        x = checked(x + traced(layer.downName, activated, layer.downWeight, at::Tensor()), prefix + ".mlp",
+        const at::Tensor activated = checked(at::silu(gate) * up, prefix, ".mlp", "silu(gate) * up", gate);
+        x = checked(x + traced(layer.downName, activated, layer.downWeight, at::Tensor()), prefix, ".mlp",
             "residual add after the MLP", x);
     }
     if (cache) {
@@ -510,7 +514,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokenIds, const at::Tensor& at
     if (options.lastPositions > 0 && options.lastPositions < length) {
         x = x.narrow(1, length - options.lastPositions, options.lastPositions);
     }
-    x = checked(rmsNorm(x, finalNorm_, eps), "model.norm", "rms norm", x);
+    x = checked(rmsNorm(x, finalNorm_, eps), kFinalNorm, "", "rms norm", x);
     const at::Tensor logits = traced("lm_head", x, lmHeadWeight_, at::Tensor()).to(accumulate);
     return options.logProbs ? at::log_softmax(logits, -1) : logits;
 }
