@@ -385,23 +385,21 @@ bool rowFinishes(WaveRow& row, GenerationResult& result, std::int64_t tokenId, c
     return finished;
 }
 
-// The sampler refuses logits that are not finite: there is no distribution to sample from. Before it does, this
-// says which request and token, and where a forward of the same tokens first leaves the finite numbers. Weights
-// are finite when loaded (model::requireFiniteWeights) and the options that change them are bounded, so what is
-// left is a forward pass that overflows: weights or activations too large for the arithmetic it runs in.
-void requireFiniteLogits(const at::Tensor& last, const std::vector<WaveRow>& rows,
+// The sampler refused logits that are not finite (NonFiniteLogits): there is no distribution to sample from. The
+// error says which request and token, and where a forward of the same tokens first leaves the finite numbers.
+// Weights are finite when loaded (model::requireFiniteWeights) and the options that change them are bounded, so what
+// is left is a forward pass that overflows: weights or activations too large for the arithmetic it runs in. Only
+// on this error path are the rows checked again (the sampler does not say which row it refused).
+Error nonFiniteLogitsError(const at::Tensor& last, const std::vector<WaveRow>& rows,
     const std::vector<GenerationRequest>& requests, const std::vector<GenerationResult>& results, EngineModel& model)
 {
     const at::Tensor finiteRows = at::isfinite(last).all(-1);
-    if (finiteRows.all().item<bool>()) {
-        return;
-    }
     const auto r = finiteRows.logical_not().to(at::kInt).argmax().item<std::int64_t>();
     const std::size_t request = rows[static_cast<std::size_t>(r)].request;
     std::vector<std::int64_t> tokens = requests[request].prompt;
     tokens.insert(tokens.end(), results[request].tokens.begin(), results[request].tokens.end());
     const bool nan = at::isnan(last[r]).any().item<bool>();
-    throw Error("engine: "
+    return Error("engine: "
         + (requests[request].source.empty() ? "request " + std::to_string(request) : requests[request].source)
         + ": the logits for generated token " + std::to_string(results[request].tokens.size() + 1) + " are "
         + (nan ? "NaN" : "infinite") + ", so no token can be sampled; " + nonFiniteForwardCause(model, tokens));
@@ -461,8 +459,15 @@ void Engine::runWave(const std::vector<std::size_t>& wave, std::int64_t waveInde
         const at::Tensor keptLogits = sampling.keepLogits ? last.to(settings.keptLogitsType) : at::Tensor();
         std::vector<std::int64_t> keep;
         std::vector<std::int64_t> nextTokens;
-        requireFiniteLogits(last, rows, requests, results, *model_);
-        PositionDraws draws = drawTokens(rows, last, settings);
+        PositionDraws draws;
+        try {
+            draws = drawTokens(rows, last, settings);
+        } catch (const NonFiniteLogits&) {
+            if (at::isfinite(last).all().item<bool>()) {
+                throw; // finite logits that the temperature took out of range: the sampler's own words
+            }
+            throw nonFiniteLogitsError(last, rows, requests, results, *model_);
+        }
         for (std::size_t r = 0; r < rows.size(); ++r) {
             WaveRow& row = rows[r];
             GenerationResult& result = results[row.request];

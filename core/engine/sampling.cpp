@@ -99,12 +99,12 @@ std::vector<double> samplingLogProbs(const float* logits, std::int64_t vocab, co
     }
     if (!std::isfinite(maximum)) {
         // NaN or infinite logits (an overflowing format, a broken checkpoint): no distribution to sample from.
-        throw Error("engine: non-finite logits (largest " + std::to_string(maximum) + "); cannot sample");
+        throw NonFiniteLogits("engine: non-finite logits (largest " + std::to_string(maximum) + "); cannot sample");
     }
     double sum = 0.0;
     for (std::size_t v = 0; v < size; ++v) {
         if (std::isnan(logProbs[v])) {
-            throw Error("engine: NaN logit at token id " + std::to_string(v) + "; cannot sample");
+            throw NonFiniteLogits("engine: NaN logit at token id " + std::to_string(v) + "; cannot sample");
         }
         sum += std::exp(logProbs[v] - maximum);
     }
@@ -237,12 +237,12 @@ at::Tensor samplingLogProbsRows(const at::Tensor& logits, const SamplingOptions&
     const at::Tensor finite = largest.isfinite();
     if (!finite.all().item<bool>()) {
         const std::int64_t row = finite.logical_not().to(at::kInt).argmax().item<std::int64_t>();
-        throw Error("engine: non-finite logits (largest " + std::to_string(largest[row].item<double>())
+        throw NonFiniteLogits("engine: non-finite logits (largest " + std::to_string(largest[row].item<double>())
             + "); cannot sample");
     }
     if (nan.any().item<bool>()) {
         const at::Tensor first = nan.nonzero().select(0, 0).to(at::kCPU);
-        throw Error("engine: NaN logit at token id " + std::to_string(first[1].item<std::int64_t>()) + "; cannot sample");
+        throw NonFiniteLogits("engine: NaN logit at token id " + std::to_string(first[1].item<std::int64_t>()) + "; cannot sample");
     }
     const at::Tensor logProbs = z - at::logsumexp(z, -1, true); // log_softmax(z / temperature)
     const bool topK = options.topK > 0 && options.topK < vocab;

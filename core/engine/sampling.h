@@ -15,6 +15,7 @@
 // from (SamplingOptions::seed, GenerationRequest::seed) by requestGeneratorSeed(); the token is the first id
 // (in id order) where the cumulative mu exceeds u. Results therefore do not depend on which other requests
 // share the batch.
+#include "core/common/error.h"
 #include "core/metrics/bootstrap.h"
 
 #include <ATen/core/Tensor.h>
@@ -68,8 +69,15 @@ struct SampledToken {
     std::vector<TokenLogProb> top; // when topLogProbs > 0: most probable first (ties: lower id first)
 };
 
+// What the samplers throw for logits with no distribution to sample from (a NaN, or no finite largest logit). The
+// engine catches it to say which request and token, and where the forward pass overflowed (engine.cpp).
+class NonFiniteLogits : public Error {
+public:
+    using Error::Error;
+};
+
 // log mu of one position (see above) from float32 logits of length `vocab`; entries outside the kept set are
-// -infinity. Throws mismatch::Error for NaN or +-infinite-only logits (nothing to sample from).
+// -infinity. Throws NonFiniteLogits for NaN or +-infinite-only logits (nothing to sample from).
 std::vector<double> samplingLogProbs(const float* logits, std::int64_t vocab, const SamplingOptions& options);
 // samplingLogProbs of every row of `logits` [T, vocab] (any floating dtype whose values widen exactly to float32,
 // as GenerationResult::logits holds them): [T, vocab] float64, rows in parallel.
